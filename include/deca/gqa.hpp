@@ -1,0 +1,106 @@
+// GQA / MQA / MHA decode over a paged KV cache.
+//
+//   plan = deca::plan_gqa_decode(config);        // once per batch shape (host only, no launch)
+//   deca::gqa_decode(plan, args);                // once per layer; CUDA-graph safe on the GPU
+//
+// The config holds what is fixed for a model layer and the maxima the caller promises (batch,
+// q_len, sequence length); the plan derives kernel choice, split count and workspace size from
+// them alone, never from live lengths, so a captured graph stays valid. Semantics: DESIGN.md,
+// "GQA decode"; the CPU backend (src/cpu/) is the executable specification.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "deca/tensor.hpp"
+
+namespace deca {
+
+enum class KvLayout : int {
+  kNHD = 0,  // [num_pages, page_size, num_kv_heads, head_dim]  (vLLM)
+  kHND = 1,  // [num_pages, num_kv_heads, page_size, head_dim]  (FlashInfer / TensorRT-LLM)
+};
+
+enum class SplitMode : int {
+  kAuto = 0,   // split count from the shapes, the promised max length and the SM count
+  kFixed = 1,  // every split covers exactly `split_tokens` keys: results do not depend on the
+               // batch composition (batch-invariant, bitwise reproducible)
+};
+
+struct GqaConfig {
+  int num_q_heads = 0;
+  int num_kv_heads = 0;
+  int head_dim = 128;
+  int page_size = 16;
+  KvLayout layout = KvLayout::kNHD;
+  DType q_dtype = DType::kBF16;    // bf16 | fp16
+  DType kv_dtype = DType::kBF16;   // bf16 | fp16 | fp8_e4m3 | int8
+  DType out_dtype = DType::kBF16;  // bf16 | fp16 | fp8_e4m3
+
+  // Maxima the caller promises for every later run with this plan.
+  int max_batch = 1;
+  int max_q_len = 1;
+  int max_seq_len = 0;
+
+  // Features. Values that are fixed per layer live here; per-call tensors live in the args.
+  bool tree_mask = false;        // speculative decoding: args.tree_mask is given
+  bool sinks = false;            // args.sinks is given
+  bool lse = false;              // args.lse is given
+  bool per_head_kv_scale = false;  // args.k_scales / v_scales are given (else k_scale / v_scale)
+  int window = 0;                // sliding window in keys; 0 = none
+  float softcap = 0.f;           // logits soft-cap c (c * tanh(x / c)); 0 = none
+  int beam_width = 1;            // batch = requests * beam_width, beams of a request adjacent
+
+  SplitMode split_mode = SplitMode::kAuto;
+  int split_tokens = 0;  // kFixed: keys per split (a multiple of the kernel tile, rounded up)
+
+  Device device = Device::cpu();
+};
+
+struct GqaPlan {
+  GqaConfig config;
+  int num_splits = 1;         // CTAs per (request, kv head) along the sequence
+  int split_tokens = 0;       // kFixed: keys per split; 0 = even split of each request
+  std::size_t workspace_bytes = 0;  // what args.workspace must provide (0 on the CPU)
+  std::string kernel_name;    // readable specialization name (the JIT cache key), "" on the CPU
+  int sm_count = 0;
+};
+
+// Validates the config (throws deca::Error naming the field) and derives the plan.
+GqaPlan plan_gqa_decode(const GqaConfig& config);
+
+struct GqaDecodeArgs {
+  TensorView q;           // [batch, q_len, num_q_heads, head_dim] bf16|fp16, head_dim contiguous
+  TensorView k_cache;     // NHD or HND (config.layout), head_dim contiguous, any page stride
+  TensorView v_cache;     // same shape as k_cache; may be a view of the same allocation
+  TensorView page_table;  // [batch, max_pages] int32
+  TensorView seq_lens;    // [batch] int32: tokens in the cache, the new q_len tokens included
+  TensorView out;         // [batch, q_len, num_q_heads, head_dim] config.out_dtype
+
+  TensorView lse;         // optional [batch, q_len, num_q_heads] fp32 (natural log; sink excluded)
+  TensorView tree_mask;   // optional [batch, q_len, ceil(q_len / 32)] uint32
+  TensorView sinks;       // optional [num_q_heads] fp32 logits
+  TensorView k_scales;    // optional [num_kv_heads] fp32 (per-head; overrides k_scale)
+  TensorView v_scales;    // optional [num_kv_heads] fp32
+
+  float k_scale = 1.f;        // real = stored * scale (quantized caches)
+  float v_scale = 1.f;
+  float softmax_scale = 0.f;  // 0 = 1 / sqrt(head_dim)
+  float out_scale = 1.f;      // fp8 output stores real / out_scale
+
+  void* workspace = nullptr;  // plan.workspace_bytes bytes on the device, zeroed once at
+                              // allocation (split counters reset themselves after each run)
+  std::size_t workspace_bytes = 0;
+  void* stream = nullptr;     // cudaStream_t; ignored on the CPU
+};
+
+// Validates every argument against the plan before anything is launched or written; throws
+// deca::Error naming the argument, what was expected and what came.
+void gqa_decode(const GqaPlan& plan, const GqaDecodeArgs& args);
+
+// Convenience for one-off calls: plans from the argument shapes (max_* = this call's sizes).
+// On the GPU it allocates and frees a workspace per call: use plan + run in a server.
+void gqa_decode(const GqaConfig& config, const GqaDecodeArgs& args);
+
+}  // namespace deca

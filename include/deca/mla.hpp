@@ -1,0 +1,86 @@
+// MLA decode (DeepSeek): one shared latent KV head of 576 dims (512 "NoPE" + 64 RoPE); V is the
+// first 512 dims of each cached row. Dense (bf16 cache + block table) and sparse (656-byte FP8
+// tokens + top-k indices), and the combine step that merges split-KV partial results by LSE.
+// Semantics: DESIGN.md, "MLA decode"; the CPU backend is the executable specification.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "deca/tensor.hpp"
+
+namespace deca {
+
+inline constexpr int kMlaDimQK = 576;
+inline constexpr int kMlaDimV = 512;
+inline constexpr int kMlaDimNope = 512;
+inline constexpr int kMlaDimRope = 64;
+inline constexpr int kMlaFp8TokenBytes = 656;  // 512 e4m3 + 4 fp32 scales + 64 bf16
+
+struct MlaConfig {
+  int num_heads = 0;
+  int page_size = 64;
+  bool sparse = false;   // sparse FP8 (indices) or dense bf16 (block table)
+  int max_batch = 1;
+  int max_q_len = 1;
+  int max_seq_len = 0;   // dense: promised max cache length
+  int topk = 0;          // sparse: indices per query token
+  bool lse = true;
+  bool attn_sink = false;    // sparse: args.attn_sink given
+  bool topk_length = false;  // sparse: args.topk_length given
+  Device device = Device::cpu();
+};
+
+struct MlaPlan {
+  MlaConfig config;
+  int num_splits = 1;
+  std::size_t workspace_bytes = 0;
+  int sm_count = 0;
+};
+
+MlaPlan plan_mla_decode(const MlaConfig& config);
+
+struct MlaDenseArgs {
+  TensorView q;              // [batch, q_len, num_heads, 576] bf16
+  TensorView kv_cache;       // [num_blocks, page_size, 1, 576] bf16
+  TensorView block_table;    // [batch, max_blocks] int32
+  TensorView cache_seqlens;  // [batch] int32 (the q_len new tokens included; causal among them)
+  TensorView out;            // [batch, q_len, num_heads, 512] bf16
+  TensorView lse;            // optional [batch, q_len, num_heads] fp32
+  float softmax_scale = 0.f;  // 0 = 1 / sqrt(576)
+  void* workspace = nullptr;
+  std::size_t workspace_bytes = 0;
+  void* stream = nullptr;
+};
+
+struct MlaSparseArgs {
+  TensorView q;            // [batch, q_len, num_heads, 576] bf16
+  TensorView kv_cache;     // [num_blocks, page_size, 1, 656] uint8 (the FP8 token format)
+  TensorView indices;      // [batch, q_len, topk] int32 global token ids, -1 = skip
+  TensorView topk_length;  // optional [batch] int32: only the first topk_length[b] indices count
+  TensorView attn_sink;    // optional [num_heads] fp32 logits (denominator only; LSE excludes it)
+  TensorView out;          // [batch, q_len, num_heads, 512] bf16
+  TensorView lse;          // optional [batch, q_len, num_heads] fp32
+  float softmax_scale = 0.f;  // 0 = 1 / sqrt(576)
+  void* workspace = nullptr;
+  std::size_t workspace_bytes = 0;
+  void* stream = nullptr;
+};
+
+void mla_decode_dense(const MlaPlan& plan, const MlaDenseArgs& args);
+void mla_decode_sparse(const MlaPlan& plan, const MlaSparseArgs& args);
+
+// Merge split-KV partial results: out = sum_i exp(lse_i - lse) * partial_out_i with
+// lse = log(sum_i exp(lse_i)) (+ the sink in the denominator when given). A split with
+// lse_i = -inf contributes nothing; a row whose splits are all -inf outputs zeros, lse -inf.
+struct CombineArgs {
+  TensorView partial_out;  // [num_splits, batch, q_len, num_heads, dim_v] fp32
+  TensorView partial_lse;  // [num_splits, batch, q_len, num_heads] fp32
+  TensorView attn_sink;    // optional [num_heads] fp32
+  TensorView out;          // [batch, q_len, num_heads, dim_v] bf16 | fp16 | fp32
+  TensorView lse;          // optional [batch, q_len, num_heads] fp32 (sink excluded)
+  void* stream = nullptr;
+};
+void combine(const CombineArgs& args);
+
+}  // namespace deca

@@ -1,0 +1,36 @@
+// Quantisers that produce deca's quantized caches from bf16 data, and scalar conversions.
+// All host-side (CPU tensors).
+#pragma once
+
+#include <cstdint>
+
+#include "deca/tensor.hpp"
+
+namespace deca {
+
+// Scalar conversions (round to nearest even; fp8 saturates to +-448, NaN stays NaN).
+float bf16_to_float(std::uint16_t bits);
+std::uint16_t float_to_bf16(float value);
+float fp16_to_float(std::uint16_t bits);
+std::uint16_t float_to_fp16(float value);
+float fp8e4m3_to_float(std::uint8_t bits);
+std::uint8_t float_to_fp8e4m3(float value);
+
+// Per-tensor scale that maps max |x| onto the format's largest finite value (448 for e4m3,
+// 127 for int8); 1 when x is all zeros.
+float choose_fp8_scale(const TensorView& src);
+float choose_int8_scale(const TensorView& src);
+
+// dst = round(src / scale) in the target format; src bf16|fp16|fp32, dst fp8_e4m3|int8 of the
+// same shape (any strides). real value = stored * scale.
+void quantize_fp8(const TensorView& src, const TensorView& dst, float scale);
+void quantize_int8(const TensorView& src, const TensorView& dst, float scale);
+
+// MLA sparse FP8 token packer: src [..., 576] bf16 -> dst [..., 656] uint8. Per token: bytes
+// 0..511 e4m3 NoPE values, 512..527 four fp32 scales (one per 128 values, powers of two:
+// 2^ceil(log2(max|x| / 448))), 528..655 the 64 bf16 RoPE values unchanged.
+void pack_mla_fp8(const TensorView& src, const TensorView& dst);
+// The inverse (for tests and the reference): dst [..., 576] fp32 | bf16.
+void unpack_mla_fp8(const TensorView& src, const TensorView& dst);
+
+}  // namespace deca

@@ -1,0 +1,5 @@
+#pragma once
+
+namespace deca {
+const char* version();
+}  // namespace deca

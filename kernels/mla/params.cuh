@@ -1,0 +1,102 @@
+// Plain params structs for MLA decode and the split-KV combine, read by the CPU reference and
+// the GPU kernels alike. No includes (host compiler, nvcc and NVRTC). Strides in elements of the
+// tensor's own dtype; the last dimension of every tensor is contiguous.
+#pragma once
+
+namespace deca {
+
+struct MlaDenseParams {
+  int batch;
+  int q_len;
+  int num_heads;
+  int page_size;
+  int max_blocks;        // columns of block_table
+  int num_blocks;        // blocks in the pool
+
+  const void* q;         // [batch, q_len, num_heads, 576] bf16
+  long long q_stride_batch;
+  long long q_stride_token;
+  long long q_stride_head;
+  const void* kv;        // [num_blocks, page_size, 1, 576] bf16
+  long long kv_stride_block;
+  long long kv_stride_slot;
+  const int* block_table;  // [batch, max_blocks]
+  long long block_table_stride;
+  const int* seq_lens;   // [batch]
+
+  void* out;             // [batch, q_len, num_heads, 512] bf16
+  long long out_stride_batch;
+  long long out_stride_token;
+  long long out_stride_head;
+  float* lse;            // [batch, q_len, num_heads], may be null
+  long long lse_stride_batch;
+  long long lse_stride_token;
+  long long lse_stride_head;
+
+  float softmax_scale;
+};
+
+struct MlaSparseParams {
+  int batch;
+  int q_len;
+  int num_heads;
+  int page_size;
+  int topk;
+  int num_blocks;
+
+  const void* q;         // [batch, q_len, num_heads, 576] bf16
+  long long q_stride_batch;
+  long long q_stride_token;
+  long long q_stride_head;
+  const unsigned char* kv;  // [num_blocks, page_size, 1, 656] bytes
+  long long kv_stride_block;  // bytes
+  long long kv_stride_slot;   // bytes
+  const int* indices;    // [batch, q_len, topk]; id = block * page_size + slot; -1 = skip
+  long long indices_stride_batch;
+  long long indices_stride_token;
+  const int* topk_length;  // [batch], may be null
+  const float* attn_sink;  // [num_heads], may be null
+
+  void* out;             // [batch, q_len, num_heads, 512] bf16
+  long long out_stride_batch;
+  long long out_stride_token;
+  long long out_stride_head;
+  float* lse;            // may be null
+  long long lse_stride_batch;
+  long long lse_stride_token;
+  long long lse_stride_head;
+
+  float softmax_scale;
+};
+
+struct CombineParams {
+  int num_splits;
+  int batch;
+  int q_len;
+  int num_heads;
+  int dim_v;
+  int out_dtype;         // deca::DType value
+
+  const float* partial_out;  // [num_splits, batch, q_len, num_heads, dim_v]
+  long long po_stride_split;
+  long long po_stride_batch;
+  long long po_stride_token;
+  long long po_stride_head;
+  const float* partial_lse;  // [num_splits, batch, q_len, num_heads]
+  long long pl_stride_split;
+  long long pl_stride_batch;
+  long long pl_stride_token;
+  long long pl_stride_head;
+  const float* attn_sink;    // [num_heads], may be null
+
+  void* out;                 // [batch, q_len, num_heads, dim_v]
+  long long out_stride_batch;
+  long long out_stride_token;
+  long long out_stride_head;
+  float* lse;                // may be null
+  long long lse_stride_batch;
+  long long lse_stride_token;
+  long long lse_stride_head;
+};
+
+}  // namespace deca
