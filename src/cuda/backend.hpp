@@ -1,0 +1,24 @@
+// The CUDA backend as src/api/ sees it: device queries, planning and launches. Every function
+// here is called only after src/api/ has validated the arguments.
+#pragma once
+
+#include "deca/gqa.hpp"
+#include "kernels/gqa/params.cuh"
+
+namespace deca::cuda {
+
+// True when a CUDA driver and at least one device are present.
+bool available();
+int device_count();
+int sm_count(int device);
+// Compute capability as major * 10 + minor (90 for Hopper).
+int compute_capability(int device);
+
+// Fills plan.num_splits, split_tokens, workspace_bytes, kernel_name, sm_count for a config whose
+// device is CUDA.
+void plan_gqa_decode(GqaPlan& plan);
+
+// Launches on `stream` (a cudaStream_t). params.ws_* already point into the caller's workspace.
+void gqa_decode(const GqaPlan& plan, const GqaParams& params, void* stream);
+
+}  // namespace deca::cuda
