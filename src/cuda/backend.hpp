@@ -21,4 +21,8 @@ void plan_gqa_decode(GqaPlan& plan);
 // Launches on `stream` (a cudaStream_t). params.ws_* already point into the caller's workspace.
 void gqa_decode(const GqaPlan& plan, const GqaParams& params, void* stream);
 
+// Compiles (or loads from the cubin cache) every kernel specialization `plan` needs, without
+// launching anything: deca-bench --precompile uses it so that a server starts warm.
+void precompile_gqa(const GqaPlan& plan);
+
 }  // namespace deca::cuda
