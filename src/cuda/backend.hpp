@@ -18,6 +18,11 @@ int compute_capability(int device);
 // device is CUDA.
 void plan_gqa_decode(GqaPlan& plan);
 
+// Points params.ws_partial_o / ws_partial_ml / ws_counters into `workspace` (at least
+// plan.workspace_bytes bytes on the plan's device, zeroed once at allocation). The layout is the
+// backend's business; src/api/ calls this after checking the workspace's size and alignment.
+void carve_gqa_workspace(const GqaPlan& plan, void* workspace, GqaParams& params);
+
 // Launches on `stream` (a cudaStream_t). params.ws_* already point into the caller's workspace.
 void gqa_decode(const GqaPlan& plan, const GqaParams& params, void* stream);
 
