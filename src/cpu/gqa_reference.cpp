@@ -1,0 +1,110 @@
+// GQA decode reference (DESIGN.md, "GQA decode"). Work item = (request, KV head): its keys and
+// values are gathered from the pages once, then every query token and every q head of the group
+// attends to them.
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "cpu/attention_core.hpp"
+#include "cpu/element_io.hpp"
+#include "cpu/parallel.hpp"
+#include "cpu/reference.hpp"
+
+namespace deca::cpu {
+
+namespace {
+
+void gather_request_head(const GqaParams& p, int b, int kvh, int len, GatheredKV& kv) {
+  kv.resize(len, p.head_dim, p.head_dim);
+  const int* pages = p.page_table + static_cast<std::int64_t>(b) * p.page_table_stride;
+  for (int t = 0; t < len; ++t) {
+    const std::int64_t page = pages[t / p.page_size];
+    const std::int64_t slot = t % p.page_size;
+    const std::int64_t ko = page * p.k_stride_page + slot * p.k_stride_slot + kvh * p.k_stride_head;
+    const std::int64_t vo = page * p.v_stride_page + slot * p.v_stride_slot + kvh * p.v_stride_head;
+    for (int d = 0; d < p.head_dim; ++d) {
+      kv.k_at(t, d) = load_element(p.k_cache, p.kv_dtype, ko + d);
+      kv.v_at(t, d) = load_element(p.v_cache, p.kv_dtype, vo + d);
+    }
+  }
+}
+
+// Marks the keys query token i sees and returns the visible range [lo, hi).
+void visible_keys(const GqaParams& p, int b, int i, int len, std::vector<unsigned char>& visible,
+                  int& lo, int& hi) {
+  const int pos = len - p.q_len + i;
+  const int draft_start = len - p.q_len;
+  const unsigned* mask =
+      p.tree_mask ? p.tree_mask + b * p.mask_stride_batch + i * p.mask_stride_token : nullptr;
+  visible.assign(static_cast<std::size_t>(len), 0);
+  lo = len;
+  hi = 0;
+  for (int t = 0; t < len; ++t) {
+    bool see;
+    if (mask && t >= draft_start) {
+      const int j = t - draft_start;
+      see = (mask[j / 32] >> (j % 32)) & 1u;
+    } else {
+      see = t <= pos;
+    }
+    if (p.window > 0 && t <= pos - p.window) see = false;
+    if (see) {
+      visible[t] = 1;
+      if (t < lo) lo = t;
+      hi = t + 1;
+    }
+  }
+}
+
+}  // namespace
+
+void gqa_decode(const GqaParams& p) {
+  const int group = p.num_q_heads / p.num_kv_heads;
+  const double softmax_scale =
+      p.softmax_scale != 0.f ? p.softmax_scale : 1.0 / std::sqrt(static_cast<double>(p.head_dim));
+
+  parallel_for(static_cast<std::int64_t>(p.batch) * p.num_kv_heads, [&](std::int64_t item) {
+    const int b = static_cast<int>(item / p.num_kv_heads);
+    const int kvh = static_cast<int>(item % p.num_kv_heads);
+    const int len = p.seq_lens[b];
+
+    GatheredKV kv;
+    gather_request_head(p, b, kvh, len, kv);
+
+    RowMath math;
+    const double k_scale = p.k_scales ? p.k_scales[kvh] : p.k_scale;
+    math.logit_scale = softmax_scale * k_scale;
+    math.softcap = p.softcap;
+    math.value_scale = p.v_scales ? p.v_scales[kvh] : p.v_scale;
+
+    std::vector<unsigned char> visible;
+    std::vector<double> q(p.head_dim), out(p.head_dim), scratch;
+    const bool fp8_out = p.out_dtype == static_cast<int>(DType::kFP8E4M3);
+    for (int i = 0; i < p.q_len; ++i) {
+      int lo, hi;
+      visible_keys(p, b, i, len, visible, lo, hi);
+      for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
+        const std::int64_t qo = b * p.q_stride_batch + i * p.q_stride_token + h * p.q_stride_head;
+        for (int d = 0; d < p.head_dim; ++d) q[d] = load_element(p.q, p.q_dtype, qo + d);
+        math.has_sink = p.sinks != nullptr;
+        math.sink = p.sinks ? p.sinks[h] : 0.0;
+        double lse;
+        attend_row(q.data(), kv, lo, hi, visible.data(), math, out.data(), &lse, scratch);
+
+        const std::int64_t oo =
+            b * p.out_stride_batch + i * p.out_stride_token + h * p.out_stride_head;
+        const double out_div = fp8_out ? static_cast<double>(p.out_scale) : 1.0;
+        for (int d = 0; d < p.head_dim; ++d) {
+          store_element(p.out, p.out_dtype, oo + d, out[d] / out_div);
+        }
+        if (p.lse) {
+          p.lse[b * p.lse_stride_batch + i * p.lse_stride_token + h * p.lse_stride_head] =
+              static_cast<float>(lse);
+        }
+      }
+    }
+  });
+}
+
+}  // namespace deca::cpu

@@ -1,0 +1,131 @@
+// MLA decode references (DESIGN.md, "MLA decode"): dense over a bf16 paged latent cache, and
+// sparse over the 656-byte FP8 token format with top-k indices. One latent KV head: K is the
+// whole 576-dim row, V its first 512 dims.
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "cpu/attention_core.hpp"
+#include "cpu/element_io.hpp"
+#include "cpu/parallel.hpp"
+#include "cpu/reference.hpp"
+
+namespace deca::cpu {
+
+namespace {
+
+constexpr int kDimQK = 576;
+constexpr int kDimV = 512;
+constexpr int kRope = 64;
+constexpr int kGroup = 128;
+constexpr int kBf16 = static_cast<int>(DType::kBF16);
+
+double default_scale(float softmax_scale) {
+  return softmax_scale != 0.f ? softmax_scale : 1.0 / std::sqrt(static_cast<double>(kDimQK));
+}
+
+void load_q(const void* q, std::int64_t offset, double* dst) {
+  for (int d = 0; d < kDimQK; ++d) dst[d] = load_element(q, kBf16, offset + d);
+}
+
+// A gathered key row also provides V: its first 512 dims.
+void set_key(GatheredKV& kv, int key, const float* row) {
+  for (int d = 0; d < kDimQK; ++d) kv.k_at(key, d) = row[d];
+  for (int d = 0; d < kDimV; ++d) kv.v_at(key, d) = row[d];
+}
+
+// Dequantizes one 656-byte token: e4m3 * its group's scale, rounded to bf16 (the precision the
+// kernels compute in; exact for power-of-two scales), and the bf16 RoPE part.
+void dequant_token(const unsigned char* token, float* row) {
+  const float* fp8 = fp8e4m3_table();
+  for (int d = 0; d < kDimV; ++d) {
+    float scale;
+    std::memcpy(&scale, token + kDimV + 4 * (d / kGroup), 4);
+    row[d] = bf16_bits_to_float(float_to_bf16_bits(fp8[token[d]] * scale));
+  }
+  for (int r = 0; r < kRope; ++r) {
+    std::uint16_t bits;
+    std::memcpy(&bits, token + kDimV + 16 + 2 * r, 2);
+    row[kDimV + r] = bf16_bits_to_float(bits);
+  }
+}
+
+}  // namespace
+
+void mla_dense_decode(const MlaDenseParams& p) {
+  RowMath math;
+  math.logit_scale = default_scale(p.softmax_scale);
+  GatheredKV kv;
+  std::vector<float> row(kDimQK);
+  for (int b = 0; b < p.batch; ++b) {
+    const int len = p.seq_lens[b];
+    kv.resize(len, kDimQK, kDimV);
+    const int* blocks = p.block_table + static_cast<std::int64_t>(b) * p.block_table_stride;
+    for (int t = 0; t < len; ++t) {
+      const std::int64_t off =
+          blocks[t / p.page_size] * p.kv_stride_block + (t % p.page_size) * p.kv_stride_slot;
+      for (int d = 0; d < kDimQK; ++d) row[d] = load_element(p.kv, kBf16, off + d);
+      set_key(kv, t, row.data());
+    }
+    parallel_for(static_cast<std::int64_t>(p.q_len) * p.num_heads, [&](std::int64_t item) {
+      const int i = static_cast<int>(item / p.num_heads);
+      const int h = static_cast<int>(item % p.num_heads);
+      const int pos = len - p.q_len + i;  // causal: the query at pos sees keys t <= pos
+      std::vector<double> q(kDimQK), out(kDimV), scratch;
+      load_q(p.q, b * p.q_stride_batch + i * p.q_stride_token + h * p.q_stride_head, q.data());
+      double lse;
+      attend_row(q.data(), kv, 0, pos + 1, nullptr, math, out.data(), &lse, scratch);
+      const std::int64_t oo = b * p.out_stride_batch + i * p.out_stride_token + h * p.out_stride_head;
+      for (int d = 0; d < kDimV; ++d) store_element(p.out, kBf16, oo + d, out[d]);
+      if (p.lse) {
+        p.lse[b * p.lse_stride_batch + i * p.lse_stride_token + h * p.lse_stride_head] =
+            static_cast<float>(lse);
+      }
+    });
+  }
+}
+
+void mla_sparse_decode(const MlaSparseParams& p) {
+  const double scale = default_scale(p.softmax_scale);
+  GatheredKV kv;
+  std::vector<float> row(kDimQK);
+  for (int b = 0; b < p.batch; ++b) {
+    const int count = p.topk_length ? p.topk_length[b] : p.topk;
+    for (int i = 0; i < p.q_len; ++i) {
+      const int* ids = p.indices + b * p.indices_stride_batch + i * p.indices_stride_token;
+      int keys = 0;
+      for (int k = 0; k < count; ++k) keys += ids[k] >= 0;
+      kv.resize(keys, kDimQK, kDimV);
+      // Every listed id is a key, duplicates included; -1 entries are skipped.
+      int key = 0;
+      for (int k = 0; k < count; ++k) {
+        if (ids[k] < 0) continue;
+        const std::int64_t off = static_cast<std::int64_t>(ids[k] / p.page_size) * p.kv_stride_block +
+                                 static_cast<std::int64_t>(ids[k] % p.page_size) * p.kv_stride_slot;
+        dequant_token(p.kv + off, row.data());
+        set_key(kv, key++, row.data());
+      }
+      parallel_for(p.num_heads, [&](std::int64_t item) {
+        const int h = static_cast<int>(item);
+        RowMath math;
+        math.logit_scale = scale;
+        math.has_sink = p.attn_sink != nullptr;
+        math.sink = p.attn_sink ? p.attn_sink[h] : 0.0;
+        std::vector<double> q(kDimQK), out(kDimV), scratch;
+        load_q(p.q, b * p.q_stride_batch + i * p.q_stride_token + h * p.q_stride_head, q.data());
+        double lse;
+        attend_row(q.data(), kv, 0, keys, nullptr, math, out.data(), &lse, scratch);
+        const std::int64_t oo =
+            b * p.out_stride_batch + i * p.out_stride_token + h * p.out_stride_head;
+        for (int d = 0; d < kDimV; ++d) store_element(p.out, kBf16, oo + d, out[d]);
+        if (p.lse) {
+          p.lse[b * p.lse_stride_batch + i * p.lse_stride_token + h * p.lse_stride_head] =
+              static_cast<float>(lse);
+        }
+      });
+    }
+  }
+}
+
+}  // namespace deca::cpu
