@@ -1,0 +1,178 @@
+"""How deca reads the tensors it is given, in one place.
+
+The dtype of a tensor is the dtype of the tensor itself (read through DLPack). Two escape hatches
+cover what an array library cannot express:
+
+* numpy has no bf16 or fp8: pass ``ml_dtypes.bfloat16`` / ``ml_dtypes.float8_e4m3fn`` arrays
+  (deca reads their bits), or raw bits -- ``uint16`` for bf16/fp16, ``uint8`` for fp8 -- together
+  with the dtype keyword of that argument (``q_dtype=``, ``kv_dtype=``, ``out_dtype=`` ...).
+* A dtype keyword given for a tensor that has a real dtype must match it; it never relabels
+  real numbers.
+
+Outputs deca allocates follow the library of the reference input: numpy (with ml_dtypes dtypes)
+for CPU arrays, torch for torch tensors on any device; other libraries pass ``out=``.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import ml_dtypes
+import numpy as np
+
+from . import _C
+
+Error = _C.Error
+
+# numpy dtypes from ml_dtypes -> (deca dtype, the unsigned type that holds the same bits).
+_ML_DTYPES = {
+    np.dtype(ml_dtypes.bfloat16): ("bf16", np.uint16),
+    np.dtype(ml_dtypes.float8_e4m3fn): ("fp8_e4m3", np.uint8),
+}
+
+_NUMPY_DTYPES = {
+    "bf16": np.dtype(ml_dtypes.bfloat16),
+    "fp16": np.dtype(np.float16),
+    "fp32": np.dtype(np.float32),
+    "fp8_e4m3": np.dtype(ml_dtypes.float8_e4m3fn),
+    "int8": np.dtype(np.int8),
+    "uint8": np.dtype(np.uint8),
+    "int32": np.dtype(np.int32),
+    "uint32": np.dtype(np.uint32),
+}
+
+_TORCH_DTYPES = {
+    "bf16": "bfloat16",
+    "fp16": "float16",
+    "fp32": "float32",
+    "fp8_e4m3": "float8_e4m3fn",
+    "int8": "int8",
+    "uint8": "uint8",
+    "int32": "int32",
+    "uint32": "uint32",
+}
+
+
+def _torch_of(x):
+    """The torch module when x is a torch tensor (without importing torch otherwise)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(x, torch.Tensor):
+        return torch
+    return None
+
+
+def _cupy_of(x):
+    cupy = sys.modules.get("cupy")
+    if cupy is not None and isinstance(x, cupy.ndarray):
+        return cupy
+    return None
+
+
+def tensor(x, where, dtype=None, writable=False):
+    """Imports x as a deca._C.Tensor named `where` ("gqa_decode: q"); None stays None."""
+    if x is None:
+        return None
+    if isinstance(x, _C.Tensor):
+        return x
+    if isinstance(x, np.ndarray) and x.dtype in _ML_DTYPES:
+        native, bits = _ML_DTYPES[x.dtype]
+        if dtype is not None and _C.parse_dtype(dtype, where) != native:
+            raise Error(f"{where}: expected dtype {dtype}, got {native} (ml_dtypes.{x.dtype})")
+        x, dtype = x.view(bits), native
+    torch = _torch_of(x)
+    if torch is not None and x.dtype == getattr(torch, "float8_e4m3fn", None):
+        # Not every torch version exports float8 through DLPack; its bits always go through.
+        if dtype is not None and _C.parse_dtype(dtype, where) != "fp8_e4m3":
+            raise Error(f"{where}: expected dtype {dtype}, got fp8_e4m3 (torch.float8_e4m3fn)")
+        x, dtype = x.view(torch.uint8), "fp8_e4m3"
+    if writable and isinstance(x, np.ndarray) and not x.flags.writeable:
+        raise Error(f"{where}: expected a writable array, got a read-only numpy array")
+    return _C.Tensor(x, dtype, where, writable)
+
+
+def is_cpu(t):
+    return t.device.kind == _C.DeviceKind.CPU
+
+
+def empty(like, like_t, shape, dtype, where):
+    """A new uninitialised tensor of deca dtype `dtype` from the library of `like`."""
+    torch = _torch_of(like)
+    if torch is not None:
+        return torch.empty(tuple(shape), dtype=getattr(torch, _TORCH_DTYPES[dtype]),
+                           device=like.device)
+    cupy = _cupy_of(like)
+    if cupy is not None and dtype in ("fp16", "fp32", "int8", "uint8", "int32", "uint32"):
+        with cupy.cuda.Device(like_t.device.index):
+            return cupy.empty(tuple(shape), dtype=_NUMPY_DTYPES[dtype])
+    if is_cpu(like_t):
+        return np.empty(tuple(shape), dtype=_NUMPY_DTYPES[dtype])
+    raise Error(f"{where}: expected an output tensor for {like_t.dtype} inputs on "
+                f"{like_t.device} (deca allocates numpy arrays, torch tensors and some cupy "
+                f"arrays only)")
+
+
+def zeros_bytes(like, like_t, nbytes, where):
+    """A zeroed byte buffer (a plan workspace) beside `like`, or None when nbytes is 0."""
+    if nbytes == 0:
+        return None
+    torch = _torch_of(like)
+    if torch is not None:
+        return torch.zeros(nbytes, dtype=torch.uint8, device=like.device)
+    cupy = _cupy_of(like)
+    if cupy is not None:
+        with cupy.cuda.Device(like_t.device.index):
+            return cupy.zeros(nbytes, dtype=np.uint8)
+    if is_cpu(like_t):
+        return np.zeros(nbytes, dtype=np.uint8)
+    raise Error(f"{where}: expected a workspace tensor of {nbytes} bytes for inputs on "
+                f"{like_t.device}, got None")
+
+
+def stream_handle(stream, like, like_t, where):
+    """A cudaStream_t as an int: the given one, else the current stream of like's library."""
+    if is_cpu(like_t):
+        return 0
+    if stream is None:
+        torch = _torch_of(like)
+        if torch is not None:
+            return int(torch.cuda.current_stream(like.device).cuda_stream)
+        cupy = _cupy_of(like)
+        if cupy is not None:
+            return int(cupy.cuda.get_current_stream().ptr)
+        return 0
+    if isinstance(stream, (int, np.integer)):
+        return int(stream)
+    for attr in ("cuda_stream", "ptr"):
+        if hasattr(stream, attr):
+            return int(getattr(stream, attr))
+    raise Error(f"{where}: stream: expected an int handle or an object with .cuda_stream or "
+                f".ptr, got {type(stream).__name__}")
+
+
+def choice(where, name, value, allowed):
+    if value not in allowed:
+        expected = " or ".join(f'"{a}"' for a in allowed)
+        raise Error(f"{where}: {name}: expected {expected}, got {value!r}")
+    return value
+
+
+def expect_rank(where, name, t, rank, layout):
+    if len(t.shape) != rank:
+        raise Error(f"{where}: {name}: expected rank {rank} {layout}, got "
+                    f"{list(t.shape)} {t.dtype}")
+
+
+def parse_device(value, where):
+    """'cpu', 'cuda', 'cuda:N', an int N (CUDA device N) or a torch.device -> _C.Device."""
+    d = _C.Device()
+    text = str(value) if not isinstance(value, (int, np.integer)) else f"cuda:{int(value)}"
+    if text == "cpu":
+        return d
+    if text == "cuda" or text.startswith("cuda:"):
+        d.kind = _C.DeviceKind.CUDA
+        index = text[5:] or "0"
+        if not index.isdigit():
+            raise Error(f"{where}: device: expected 'cpu', 'cuda' or 'cuda:N', got {value!r}")
+        d.index = int(index)
+        return d
+    raise Error(f"{where}: device: expected 'cpu', 'cuda' or 'cuda:N', got {value!r}")

@@ -1,0 +1,173 @@
+"""GQA / MQA / MHA decode over a paged KV cache (DESIGN.md, "GQA decode")."""
+
+from __future__ import annotations
+
+from . import _C
+from ._tensors import (Error, choice, empty, expect_rank, parse_device, stream_handle,
+                       tensor)
+
+_LAYOUTS = ("NHD", "HND")
+_SPLIT_MODES = ("auto", "fixed")
+_CACHE_SHAPE = {
+    "NHD": "[num_pages, page_size, num_kv_heads, head_dim]",
+    "HND": "[num_pages, num_kv_heads, page_size, head_dim]",
+}
+
+
+def _run_tensors(fn, q, k_cache, v_cache, page_table, seq_lens, q_dtype, kv_dtype, lse,
+                 tree_mask, sinks, k_scales, v_scales):
+    """Imports every input, each named for messages, before anything is derived from them."""
+    return dict(
+        q=tensor(q, f"{fn}: q", q_dtype),
+        k_cache=tensor(k_cache, f"{fn}: k_cache", kv_dtype),
+        v_cache=tensor(v_cache, f"{fn}: v_cache", kv_dtype),
+        page_table=tensor(page_table, f"{fn}: page_table"),
+        seq_lens=tensor(seq_lens, f"{fn}: seq_lens"),
+        lse=tensor(lse, f"{fn}: lse", writable=True),
+        tree_mask=tensor(tree_mask, f"{fn}: tree_mask"),
+        sinks=tensor(sinks, f"{fn}: sinks"),
+        k_scales=tensor(k_scales, f"{fn}: k_scales"),
+        v_scales=tensor(v_scales, f"{fn}: v_scales"),
+    )
+
+
+def gqa_decode(q, k_cache, v_cache, page_table, seq_lens, out=None, *, layout="NHD",
+               q_dtype=None, kv_dtype=None, k_scale=1.0, v_scale=1.0, k_scales=None,
+               v_scales=None, softmax_scale=None, softcap=0.0, window=0, sinks=None,
+               tree_mask=None, return_lse=False, lse=None, out_dtype=None, out_scale=1.0,
+               max_seq_len=None, split_mode="auto", split_tokens=0, beam_width=1,
+               stream=None):
+    """Paged decode attention for one batch; returns out, or (out, lse) when return_lse or lse.
+
+    q [batch, q_len, num_q_heads, head_dim] bf16|fp16; k_cache / v_cache in `layout` ("NHD":
+    [num_pages, page_size, num_kv_heads, head_dim], "HND": [num_pages, num_kv_heads, page_size,
+    head_dim]) bf16|fp16|fp8_e4m3|int8 (real = stored * k_scale, or * k_scales[kv_head]);
+    page_table [batch, max_pages] int32; seq_lens [batch] int32 (new tokens included).
+    Optional: sinks [num_q_heads] fp32, tree_mask [batch, q_len, ceil(q_len/32)] uint32,
+    lse [batch, q_len, num_q_heads] fp32. out is allocated (numpy / torch) when None.
+    This one-off form plans per call; engines use GqaPlan once and GqaPlan.run per layer.
+    """
+    fn = "gqa_decode"
+    choice(fn, "layout", layout, _LAYOUTS)
+    choice(fn, "split_mode", split_mode, _SPLIT_MODES)
+    t = _run_tensors(fn, q, k_cache, v_cache, page_table, seq_lens, q_dtype, kv_dtype, lse,
+                     tree_mask, sinks, k_scales, v_scales)
+    qt, kt = t["q"], t["k_cache"]
+    expect_rank(fn, "q", qt, 4, "[batch, q_len, num_q_heads, head_dim]")
+    expect_rank(fn, "k_cache", kt, 4, _CACHE_SHAPE[layout])
+    if kt.dtype == "uint8" and kv_dtype is None:
+        raise Error(f"{fn}: k_cache: expected dtype bf16, fp16, fp8_e4m3 or int8, got uint8 "
+                    f"(for fp8 bits in uint8 pass kv_dtype=\"fp8_e4m3\")")
+    batch, q_len, num_q_heads, head_dim = qt.shape
+    if layout == "NHD":
+        _, page_size, num_kv_heads, _ = kt.shape
+    else:
+        _, num_kv_heads, page_size, _ = kt.shape
+
+    out_shape = (batch, q_len, num_q_heads, head_dim)
+    if out is None:
+        out = empty(q, qt, out_shape, out_dtype or qt.dtype, f"{fn}: out")
+    out_t = tensor(out, f"{fn}: out", out_dtype, writable=True)
+    want_lse = return_lse or lse is not None
+    if want_lse and lse is None:
+        lse = empty(q, qt, out_shape[:3], "fp32", f"{fn}: lse")
+        t["lse"] = tensor(lse, f"{fn}: lse", writable=True)
+
+    c = _C.GqaConfig()
+    c.num_q_heads, c.num_kv_heads, c.head_dim, c.page_size = (num_q_heads, num_kv_heads,
+                                                              head_dim, page_size)
+    c.layout = layout
+    c.q_dtype, c.kv_dtype, c.out_dtype = qt.dtype, kt.dtype, out_t.dtype
+    c.max_batch, c.max_q_len = batch, q_len
+    if max_seq_len is None:
+        pt_shape = t["page_table"].shape
+        # The most tokens the page table can address: a bound known without reading seq_lens
+        # (which may live on the GPU).
+        max_seq_len = pt_shape[1] * page_size if len(pt_shape) == 2 else 0
+    c.max_seq_len = max_seq_len
+    c.tree_mask = tree_mask is not None
+    c.sinks = sinks is not None
+    c.lse = want_lse
+    c.per_head_kv_scale = k_scales is not None or v_scales is not None
+    c.window, c.softcap, c.beam_width = window, softcap, beam_width
+    c.split_mode, c.split_tokens = split_mode, split_tokens
+    c.device = qt.device
+
+    _C.gqa_decode_oneoff(
+        c, qt, kt, t["v_cache"], t["page_table"], t["seq_lens"], out_t, t["lse"],
+        t["tree_mask"], t["sinks"], t["k_scales"], t["v_scales"], k_scale, v_scale,
+        softmax_scale or 0.0, out_scale, None, stream_handle(stream, q, qt, fn))
+    return (out, lse) if want_lse else out
+
+
+class GqaPlan:
+    """A plan for one model layer's decode shape: made once, run per layer and step.
+
+    The plan fixes head counts, head_dim, page size, layout, dtypes and features, and the maxima
+    every later run promises to stay within; from those alone it derives the kernel, the split
+    count and the workspace size, so a run is CUDA-graph safe. On a CUDA device, allocate
+    `workspace_bytes` bytes once (zeroed) and pass them to every run.
+    """
+
+    def __init__(self, num_q_heads, num_kv_heads, head_dim=128, page_size=16, *, layout="NHD",
+                 q_dtype="bf16", kv_dtype="bf16", out_dtype=None, max_batch=1, max_q_len=1,
+                 max_seq_len=0, tree_mask=False, sinks=False, lse=False,
+                 per_head_kv_scale=False, window=0, softcap=0.0, beam_width=1,
+                 split_mode="auto", split_tokens=0, device="cpu"):
+        fn = "GqaPlan"
+        choice(fn, "layout", layout, _LAYOUTS)
+        choice(fn, "split_mode", split_mode, _SPLIT_MODES)
+        c = _C.GqaConfig()
+        c.num_q_heads, c.num_kv_heads, c.head_dim, c.page_size = (num_q_heads, num_kv_heads,
+                                                                  head_dim, page_size)
+        c.layout = layout
+        c.q_dtype = _C.parse_dtype(q_dtype, f"{fn}: q_dtype")
+        c.kv_dtype = _C.parse_dtype(kv_dtype, f"{fn}: kv_dtype")
+        c.out_dtype = _C.parse_dtype(out_dtype or q_dtype, f"{fn}: out_dtype")
+        c.max_batch, c.max_q_len, c.max_seq_len = max_batch, max_q_len, max_seq_len
+        c.tree_mask, c.sinks, c.lse = tree_mask, sinks, lse
+        c.per_head_kv_scale = per_head_kv_scale
+        c.window, c.softcap, c.beam_width = window, softcap, beam_width
+        c.split_mode, c.split_tokens = split_mode, split_tokens
+        c.device = parse_device(device, fn)
+        self._plan = _C.plan_gqa_decode(c)
+
+    config = property(lambda self: self._plan.config, doc="the validated _C.GqaConfig")
+    workspace_bytes = property(lambda self: self._plan.workspace_bytes,
+                               doc="bytes of device workspace every run needs (0 on the CPU)")
+    num_splits = property(lambda self: self._plan.num_splits,
+                          doc="CTAs per (request, kv head) along the sequence")
+    split_tokens = property(lambda self: self._plan.split_tokens,
+                            doc="keys per split (fixed split mode), else 0")
+    kernel_name = property(lambda self: self._plan.kernel_name,
+                           doc="the kernel specialization (its JIT cache key); '' on the CPU")
+    sm_count = property(lambda self: self._plan.sm_count)
+
+    def __repr__(self):
+        c = self._plan.config
+        return (f"GqaPlan(heads {c.num_q_heads}/{c.num_kv_heads}, head_dim {c.head_dim}, "
+                f"page {c.page_size} {c.layout}, {c.q_dtype}/{c.kv_dtype}->{c.out_dtype}, "
+                f"on {c.device}, splits {self.num_splits}, workspace {self.workspace_bytes} B, "
+                f"kernel '{self.kernel_name}')")
+
+    def run(self, q, k_cache, v_cache, page_table, seq_lens, out, *, workspace=None, lse=None,
+            tree_mask=None, sinks=None, k_scale=1.0, v_scale=1.0, k_scales=None, v_scales=None,
+            softmax_scale=None, out_scale=1.0, stream=None):
+        """Runs the plan; writes out (and lse when given) in place and returns out.
+
+        Dtypes come from the plan, so raw-bit arrays (uint16 for bf16/fp16, uint8 for fp8) need
+        no keyword here. workspace: a tensor of at least workspace_bytes bytes on the device.
+        """
+        fn = "gqa_decode"
+        c = self._plan.config
+        t = _run_tensors(fn, q, k_cache, v_cache, page_table, seq_lens, c.q_dtype, c.kv_dtype,
+                         lse, tree_mask, sinks, k_scales, v_scales)
+        out_t = tensor(out, f"{fn}: out", c.out_dtype, writable=True)
+        ws_t = tensor(workspace, f"{fn}: workspace", writable=True)
+        _C.gqa_decode_planned(
+            self._plan, t["q"], t["k_cache"], t["v_cache"], t["page_table"], t["seq_lens"],
+            out_t, t["lse"], t["tree_mask"], t["sinks"], t["k_scales"], t["v_scales"], k_scale,
+            v_scale, softmax_scale or 0.0, out_scale, ws_t,
+            stream_handle(stream, q, t["q"], fn))
+        return out
+

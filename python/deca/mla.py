@@ -1,0 +1,163 @@
+"""MLA decode (DeepSeek): dense bf16 and sparse FP8 caches, and the split-KV combine step."""
+
+from __future__ import annotations
+
+from . import _C
+from ._tensors import empty, expect_rank, parse_device, stream_handle, tensor, zeros_bytes
+
+DIM_QK = _C.MLA_DIM_QK  # 576 = 512 latent ("NoPE") + 64 RoPE
+DIM_V = _C.MLA_DIM_V  # 512
+FP8_TOKEN_BYTES = _C.MLA_FP8_TOKEN_BYTES  # 656
+
+
+class MlaPlan:
+    """A plan for one MLA layer's decode shape (dense or sparse), made once and run per step.
+
+    On a CUDA device allocate `workspace_bytes` bytes once (zeroed) and pass them to every run.
+    """
+
+    def __init__(self, num_heads, *, sparse=False, page_size=64, max_batch=1, max_q_len=1,
+                 max_seq_len=0, topk=0, lse=True, attn_sink=False, topk_length=False,
+                 device="cpu"):
+        c = _C.MlaConfig()
+        c.num_heads, c.page_size, c.sparse = num_heads, page_size, sparse
+        c.max_batch, c.max_q_len, c.max_seq_len, c.topk = max_batch, max_q_len, max_seq_len, topk
+        c.lse, c.attn_sink, c.topk_length = lse, attn_sink, topk_length
+        c.device = parse_device(device, "MlaPlan")
+        self._plan = _C.plan_mla_decode(c)
+
+    config = property(lambda self: self._plan.config)
+    workspace_bytes = property(lambda self: self._plan.workspace_bytes)
+    num_splits = property(lambda self: self._plan.num_splits)
+    sm_count = property(lambda self: self._plan.sm_count)
+
+    def run_dense(self, q, kv_cache, block_table, cache_seqlens, out, *, lse=None,
+                  softmax_scale=None, workspace=None, stream=None):
+        """Dense MLA decode into out (and lse when given); returns out."""
+        fn = "mla_decode_dense"
+        qt = tensor(q, f"{fn}: q")
+        _C.mla_decode_dense_planned(
+            self._plan, qt, tensor(kv_cache, f"{fn}: kv_cache"),
+            tensor(block_table, f"{fn}: block_table"),
+            tensor(cache_seqlens, f"{fn}: cache_seqlens"),
+            tensor(out, f"{fn}: out", writable=True), tensor(lse, f"{fn}: lse", writable=True),
+            softmax_scale or 0.0, tensor(workspace, f"{fn}: workspace", writable=True),
+            stream_handle(stream, q, qt, fn))
+        return out
+
+    def run_sparse(self, q, kv_cache, indices, out, *, topk_length=None, attn_sink=None,
+                   lse=None, softmax_scale=None, workspace=None, stream=None):
+        """Sparse FP8 MLA decode into out (and lse when given); returns out."""
+        fn = "mla_decode_sparse"
+        qt = tensor(q, f"{fn}: q")
+        _C.mla_decode_sparse_planned(
+            self._plan, qt, tensor(kv_cache, f"{fn}: kv_cache"), tensor(indices, f"{fn}: indices"),
+            tensor(topk_length, f"{fn}: topk_length"), tensor(attn_sink, f"{fn}: attn_sink"),
+            tensor(out, f"{fn}: out", writable=True), tensor(lse, f"{fn}: lse", writable=True),
+            softmax_scale or 0.0, tensor(workspace, f"{fn}: workspace", writable=True),
+            stream_handle(stream, q, qt, fn))
+        return out
+
+
+def _outputs(fn, q, qt, out, lse, return_lse):
+    expect_rank(fn, "q", qt, 4, "[batch, q_len, num_heads, 576]")
+    shape = tuple(qt.shape[:3]) + (DIM_V,)
+    if out is None:
+        out = empty(q, qt, shape, "bf16", f"{fn}: out")
+    want_lse = return_lse or lse is not None
+    if want_lse and lse is None:
+        lse = empty(q, qt, shape[:3], "fp32", f"{fn}: lse")
+    return out, lse, want_lse
+
+
+def mla_decode_dense(q, kv_cache, block_table, cache_seqlens, out=None, *, softmax_scale=None,
+                     return_lse=False, lse=None, max_seq_len=None, workspace=None, stream=None):
+    """Dense MLA decode; returns out, or (out, lse) when return_lse or lse is given.
+
+    q [batch, q_len, num_heads, 576] bf16; kv_cache [num_blocks, page_size, 1, 576] bf16 (V is
+    the first 512 dims of each row); block_table [batch, max_blocks] int32; cache_seqlens
+    [batch] int32 (the q_len new tokens included, causal among them). out [.., 512] bf16.
+    """
+    fn = "mla_decode_dense"
+    qt = tensor(q, f"{fn}: q")
+    kvt = tensor(kv_cache, f"{fn}: kv_cache")
+    btt = tensor(block_table, f"{fn}: block_table")
+    out, lse, want_lse = _outputs(fn, q, qt, out, lse, return_lse)
+    expect_rank(fn, "kv_cache", kvt, 4, "[num_blocks, page_size, 1, 576]")
+    page_size = kvt.shape[1]
+    if max_seq_len is None:
+        max_seq_len = btt.shape[1] * page_size if len(btt.shape) == 2 else 0
+    plan = MlaPlan(qt.shape[2], sparse=False, page_size=page_size, max_batch=qt.shape[0],
+                   max_q_len=qt.shape[1], max_seq_len=max_seq_len, lse=want_lse,
+                   device=_device_text(qt))
+    ws = workspace
+    if ws is None:
+        ws = zeros_bytes(q, qt, plan.workspace_bytes, f"{fn}: workspace")
+    plan.run_dense(qt, kvt, btt, cache_seqlens, _named(out, fn, "out"),
+                   lse=_named(lse, fn, "lse"), softmax_scale=softmax_scale, workspace=ws,
+                   stream=stream_handle(stream, q, qt, fn))
+    return (out, lse) if want_lse else out
+
+
+def mla_decode_sparse(q, kv_cache, indices, out=None, *, topk_length=None, attn_sink=None,
+                      softmax_scale=None, return_lse=False, lse=None, workspace=None,
+                      stream=None):
+    """Sparse FP8 MLA decode; returns out, or (out, lse) when return_lse or lse is given.
+
+    q [batch, q_len, num_heads, 576] bf16; kv_cache [num_blocks, page_size, 1, 656] uint8 (see
+    pack_mla_fp8); indices [batch, q_len, topk] int32 global token ids (block * page_size +
+    slot), -1 = skip; topk_length [batch] int32 (only the first topk_length[b] count);
+    attn_sink [num_heads] fp32 (joins the denominator; lse excludes it).
+    """
+    fn = "mla_decode_sparse"
+    qt = tensor(q, f"{fn}: q")
+    kvt = tensor(kv_cache, f"{fn}: kv_cache")
+    it = tensor(indices, f"{fn}: indices")
+    out, lse, want_lse = _outputs(fn, q, qt, out, lse, return_lse)
+    expect_rank(fn, "kv_cache", kvt, 4, "[num_blocks, page_size, 1, 656]")
+    expect_rank(fn, "indices", it, 3, "[batch, q_len, topk]")
+    plan = MlaPlan(qt.shape[2], sparse=True, page_size=kvt.shape[1], max_batch=qt.shape[0],
+                   max_q_len=qt.shape[1], max_seq_len=kvt.shape[0] * kvt.shape[1],
+                   topk=it.shape[2], lse=want_lse, attn_sink=attn_sink is not None,
+                   topk_length=topk_length is not None, device=_device_text(qt))
+    ws = workspace
+    if ws is None:
+        ws = zeros_bytes(q, qt, plan.workspace_bytes, f"{fn}: workspace")
+    plan.run_sparse(qt, kvt, it, _named(out, fn, "out"), topk_length=topk_length,
+                    attn_sink=attn_sink, lse=_named(lse, fn, "lse"),
+                    softmax_scale=softmax_scale, workspace=ws,
+                    stream=stream_handle(stream, q, qt, fn))
+    return (out, lse) if want_lse else out
+
+
+def combine(partial_out, partial_lse, out=None, *, attn_sink=None, return_lse=False, lse=None,
+            out_dtype="fp32", stream=None):
+    """Merges split-KV partial results by their LSE; returns out, or (out, lse).
+
+    partial_out [num_splits, batch, q_len, num_heads, dim_v] fp32; partial_lse [num_splits,
+    batch, q_len, num_heads] fp32; attn_sink [num_heads] fp32 (denominator only). A split with
+    lse -inf contributes nothing; a row whose splits are all -inf gives zeros and lse -inf.
+    """
+    fn = "combine"
+    pot = tensor(partial_out, f"{fn}: partial_out")
+    expect_rank(fn, "partial_out", pot, 5, "[num_splits, batch, q_len, num_heads, dim_v]")
+    shape = tuple(pot.shape[1:])
+    if out is None:
+        out = empty(partial_out, pot, shape, out_dtype, f"{fn}: out")
+    want_lse = return_lse or lse is not None
+    if want_lse and lse is None:
+        lse = empty(partial_out, pot, shape[:3], "fp32", f"{fn}: lse")
+    _C.combine(pot, tensor(partial_lse, f"{fn}: partial_lse"),
+               tensor(attn_sink, f"{fn}: attn_sink"), tensor(out, f"{fn}: out", writable=True),
+               tensor(lse, f"{fn}: lse", writable=True),
+               stream_handle(stream, partial_out, pot, fn))
+    return (out, lse) if want_lse else out
+
+
+def _named(x, fn, name):
+    return tensor(x, f"{fn}: {name}", writable=True)
+
+
+def _device_text(t):
+    d = t.device
+    return "cpu" if d.kind == _C.DeviceKind.CPU else f"cuda:{d.index}"

@@ -1,0 +1,46 @@
+// Shared pieces of the nanobind module deca._C: the Tensor wrapper that turns any DLPack-capable
+// object into a deca::TensorView, and one register function per binding file.
+#pragma once
+
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "deca/deca.hpp"
+
+namespace deca::python {
+
+namespace nb = nanobind;
+
+// A tensor handed in from Python. It holds the DLPack import, which keeps the memory alive for
+// as long as the wrapper lives, and the view deca reads. Inputs are imported read-only (so that
+// read-only numpy arrays work); outputs are imported writable (so that they cannot be).
+struct Tensor {
+  nb::ndarray<nb::ro> input;
+  nb::ndarray<> output;
+  TensorView view;
+  std::string origin_dtype;  // the dtype as the array library named it, e.g. "uint16"
+};
+
+// `where` names the function and argument for error messages ("gqa_decode: q"). `declared` is
+// the dtype the caller says the memory holds: needed for raw bits (uint16 holding bf16/fp16,
+// uint8 holding fp8_e4m3), checked against the tensor's own dtype otherwise.
+Tensor import_tensor(nb::handle object, const std::optional<std::string>& declared,
+                     const std::string& where, bool writable);
+
+DType parse_dtype(const std::string& name, const std::string& where);
+
+// Optional tensor argument: an absent view for None.
+inline TensorView view_or_absent(const Tensor* tensor) {
+  return tensor ? tensor->view : TensorView{};
+}
+
+void register_tensor(nb::module_& m);
+void register_gqa(nb::module_& m);
+void register_mla(nb::module_& m);
+void register_quant(nb::module_& m);
+
+}  // namespace deca::python

@@ -1,0 +1,113 @@
+// MLA decode bindings: MlaConfig / MlaPlan mirror the C++ structs; dense, sparse and combine
+// runs take deca._C.Tensor arguments already imported and named by the Python layer.
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+
+#include "bindings.hpp"
+
+namespace deca::python {
+namespace {
+
+void set_workspace(const Tensor* workspace, void*& ptr, std::size_t& bytes) {
+  if (!workspace) return;
+  ptr = workspace->view.data;
+  bytes = static_cast<std::size_t>(workspace->view.numel()) * dtype_size(workspace->view.dtype);
+}
+
+}  // namespace
+
+void register_mla(nb::module_& m) {
+  m.attr("MLA_DIM_QK") = kMlaDimQK;
+  m.attr("MLA_DIM_V") = kMlaDimV;
+  m.attr("MLA_DIM_NOPE") = kMlaDimNope;
+  m.attr("MLA_DIM_ROPE") = kMlaDimRope;
+  m.attr("MLA_FP8_TOKEN_BYTES") = kMlaFp8TokenBytes;
+
+  nb::class_<MlaConfig>(m, "MlaConfig")
+      .def(nb::init<>())
+      .def_rw("num_heads", &MlaConfig::num_heads)
+      .def_rw("page_size", &MlaConfig::page_size)
+      .def_rw("sparse", &MlaConfig::sparse)
+      .def_rw("max_batch", &MlaConfig::max_batch)
+      .def_rw("max_q_len", &MlaConfig::max_q_len)
+      .def_rw("max_seq_len", &MlaConfig::max_seq_len)
+      .def_rw("topk", &MlaConfig::topk)
+      .def_rw("lse", &MlaConfig::lse)
+      .def_rw("attn_sink", &MlaConfig::attn_sink)
+      .def_rw("topk_length", &MlaConfig::topk_length)
+      .def_rw("device", &MlaConfig::device);
+
+  nb::class_<MlaPlan>(m, "MlaPlan")
+      .def_ro("config", &MlaPlan::config)
+      .def_ro("num_splits", &MlaPlan::num_splits)
+      .def_ro("workspace_bytes", &MlaPlan::workspace_bytes)
+      .def_ro("sm_count", &MlaPlan::sm_count);
+
+  m.def("plan_mla_decode", [](const MlaConfig& config) { return plan_mla_decode(config); },
+        nb::arg("config"));
+
+  m.def(
+      "mla_decode_dense_planned",
+      [](const MlaPlan& plan, const Tensor& q, const Tensor& kv_cache, const Tensor& block_table,
+         const Tensor& cache_seqlens, const Tensor& out, const Tensor* lse, float softmax_scale,
+         const Tensor* workspace, std::uintptr_t stream) {
+        MlaDenseArgs a;
+        a.q = q.view;
+        a.kv_cache = kv_cache.view;
+        a.block_table = block_table.view;
+        a.cache_seqlens = cache_seqlens.view;
+        a.out = out.view;
+        a.lse = view_or_absent(lse);
+        a.softmax_scale = softmax_scale;
+        set_workspace(workspace, a.workspace, a.workspace_bytes);
+        a.stream = reinterpret_cast<void*>(stream);
+        nb::gil_scoped_release release;
+        mla_decode_dense(plan, a);
+      },
+      nb::arg("plan"), nb::arg("q"), nb::arg("kv_cache"), nb::arg("block_table"),
+      nb::arg("cache_seqlens"), nb::arg("out"), nb::arg("lse").none(), nb::arg("softmax_scale"),
+      nb::arg("workspace").none(), nb::arg("stream"));
+
+  m.def(
+      "mla_decode_sparse_planned",
+      [](const MlaPlan& plan, const Tensor& q, const Tensor& kv_cache, const Tensor& indices,
+         const Tensor* topk_length, const Tensor* attn_sink, const Tensor& out, const Tensor* lse,
+         float softmax_scale, const Tensor* workspace, std::uintptr_t stream) {
+        MlaSparseArgs a;
+        a.q = q.view;
+        a.kv_cache = kv_cache.view;
+        a.indices = indices.view;
+        a.topk_length = view_or_absent(topk_length);
+        a.attn_sink = view_or_absent(attn_sink);
+        a.out = out.view;
+        a.lse = view_or_absent(lse);
+        a.softmax_scale = softmax_scale;
+        set_workspace(workspace, a.workspace, a.workspace_bytes);
+        a.stream = reinterpret_cast<void*>(stream);
+        nb::gil_scoped_release release;
+        mla_decode_sparse(plan, a);
+      },
+      nb::arg("plan"), nb::arg("q"), nb::arg("kv_cache"), nb::arg("indices"),
+      nb::arg("topk_length").none(), nb::arg("attn_sink").none(), nb::arg("out"),
+      nb::arg("lse").none(), nb::arg("softmax_scale"), nb::arg("workspace").none(),
+      nb::arg("stream"));
+
+  m.def(
+      "combine",
+      [](const Tensor& partial_out, const Tensor& partial_lse, const Tensor* attn_sink,
+         const Tensor& out, const Tensor* lse, std::uintptr_t stream) {
+        CombineArgs a;
+        a.partial_out = partial_out.view;
+        a.partial_lse = partial_lse.view;
+        a.attn_sink = view_or_absent(attn_sink);
+        a.out = out.view;
+        a.lse = view_or_absent(lse);
+        a.stream = reinterpret_cast<void*>(stream);
+        nb::gil_scoped_release release;
+        combine(a);
+      },
+      nb::arg("partial_out"), nb::arg("partial_lse"), nb::arg("attn_sink").none(),
+      nb::arg("out"), nb::arg("lse").none(), nb::arg("stream"));
+}
+
+}  // namespace deca::python
