@@ -1,0 +1,11 @@
+// The JIT entry point. A generated prologue defines `struct Cfg` (the specialization constants)
+// and then includes this file; the module exports one extern "C" kernel.
+#pragma once
+
+#include "kernels/gqa/decode.cuh"
+
+extern "C" __global__ void __launch_bounds__(deca::gqa::Traits<Cfg>::kThreads)
+    deca_gqa_decode(const __grid_constant__ deca::GqaParams params) {
+  extern __shared__ __align__(128) unsigned char deca_smem[];
+  deca::gqa::gqa_decode_kernel<Cfg>(params, deca_smem);
+}

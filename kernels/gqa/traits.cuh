@@ -1,0 +1,122 @@
+// Compile-time shape of the portable GQA decode kernel. `make_shape` is a constexpr function so
+// that the device code (through Traits<Cfg>) and the host planner (src/plan/, at run time) derive
+// tile sizes and shared-memory bytes from the same lines; nothing is kept twice by hand.
+#pragma once
+
+#include "kernels/common/kv_kind.cuh"
+
+namespace deca::gqa {
+
+struct Shape {
+  int threads;
+  int warps_m;         // warps side by side along rows (16 rows each)
+  int warps_n;         // warps side by side along the tokens of a tile
+  int tile;            // tokens per pipeline stage
+  int warp_tokens;     // tokens per warp per stage
+  int chunk;           // tokens per online-softmax step
+  int kv_bytes;        // bytes per cached value
+  int chunks_per_row;  // 16-byte chunks per token row
+  int row_stride;      // bytes per token row in shared memory
+  int stage_bytes;     // one of K or V, one stage
+  int loads_per_thread;
+  bool q_in_regs;
+  int q_row_stride;
+  int q_bytes;
+  int stages;
+  int pipe_bytes;
+  int merge_bytes;
+  int smem_bytes;      // dynamic shared memory per CTA
+};
+
+// Rows (query token x group head) per CTA for `rows_needed` = q_len * group: 16, 32 or 64.
+DECA_HD constexpr int rows_per_cta(int rows_needed) {
+  return rows_needed <= 16 ? 16 : (rows_needed <= 32 ? 32 : 64);
+}
+
+DECA_HD constexpr Shape make_shape(int head_dim, int rows, int kv_dtype) {
+  Shape s{};
+  s.threads = 128;
+  s.warps_m = rows / 16;
+  s.warps_n = 4 / s.warps_m;
+  s.kv_bytes = kv::kind_of(kv_dtype) == kv::kKv16 ? 2 : 1;
+  // About 32 KB of K+V per stage whatever the dtype, so an fp8 stage holds twice the tokens of a
+  // bf16 one and keeps as many bytes in flight (NOTES.md); a power of two between 16 tokens per
+  // warp column and 128 so that warps and softmax chunks divide it.
+  const int row_bytes = head_dim * s.kv_bytes;
+  const int raw = 32768 / (2 * row_bytes);
+  const int pow2 = raw >= 128 ? 128 : raw >= 64 ? 64 : raw >= 32 ? 32 : 16;
+  const int min_tile = 16 * s.warps_n;
+  s.tile = pow2 < min_tile ? min_tile : pow2;
+  s.warp_tokens = s.tile / s.warps_n;
+  s.chunk = s.warp_tokens < 32 ? s.warp_tokens : 32;
+  // Rows padded to an odd number of 16-byte chunks: ldmatrix (8 rows x 16 B) and the 8-bit
+  // paths' 32-bit loads (4 rows x 32 B) then hit 32 distinct banks.
+  s.chunks_per_row = row_bytes / 16;
+  s.row_stride = ((s.chunks_per_row & 1) ? s.chunks_per_row : s.chunks_per_row + 1) * 16;
+  s.stage_bytes = s.tile * s.row_stride;
+  s.loads_per_thread = (s.tile * s.chunks_per_row + s.threads - 1) / s.threads;
+  // Q stays in registers up to head_dim 128; beyond, it is read from shared memory per use so
+  // that the output accumulators (head_dim / 2 registers) do not spill.
+  s.q_in_regs = head_dim <= 128;
+  s.q_row_stride = (head_dim * 2 / 16 + 1) * 16;
+  s.q_bytes = s.q_in_regs ? 0 : rows * s.q_row_stride;
+  // Three stages when two CTAs still fit on an SM (227 KB), else as many as fit in one (>= 2).
+  const int smem_per_sm = 227 * 1024;
+  const int for2 = (smem_per_sm / 2 - s.q_bytes) / (2 * s.stage_bytes);
+  const int for1 = (smem_per_sm - s.q_bytes) / (2 * s.stage_bytes);
+  s.stages = for2 >= 3 ? 3 : (for1 >= 3 ? 3 : 2);
+  s.pipe_bytes = 2 * s.stages * s.stage_bytes;
+  s.merge_bytes = s.warps_n * rows * (head_dim + 2) * 4;
+  s.smem_bytes = (s.pipe_bytes > s.merge_bytes ? s.pipe_bytes : s.merge_bytes) + s.q_bytes;
+  return s;
+}
+
+template <class Cfg>
+struct Traits {
+  static constexpr int kHeadDim = Cfg::kHeadDim;
+  static constexpr int kGroup = Cfg::kGroup;
+  static constexpr int kRows = Cfg::kRows;
+  static constexpr int kPageSize = Cfg::kPageSize;
+  static constexpr int kQDtype = Cfg::kQDtype;
+  static constexpr int kKvDtype = Cfg::kKvDtype;
+  static constexpr int kOutDtype = Cfg::kOutDtype;
+  static constexpr bool kWindow = Cfg::kWindow;
+  static constexpr bool kTree = Cfg::kTree;
+  static constexpr bool kSoftcap = Cfg::kSoftcap;
+
+  static constexpr int kKvKind = kv::kind_of(kKvDtype);
+  static constexpr bool kComputeFp16 = kv::compute_fp16(kQDtype, kKvDtype);
+  static constexpr float kKvFactor = kv::widen_factor(kKvKind, kComputeFp16);
+
+  static constexpr Shape kShape = make_shape(kHeadDim, kRows, kKvDtype);
+  static constexpr int kThreads = kShape.threads;
+  static constexpr int kWarpsN = kShape.warps_n;
+  static constexpr int kKvBytes = kShape.kv_bytes;
+  static constexpr int kTile = kShape.tile;
+  static constexpr int kWarpTokens = kShape.warp_tokens;
+  static constexpr int kChunk = kShape.chunk;
+  static constexpr int kChunksPerRow = kShape.chunks_per_row;
+  static constexpr int kRowStride = kShape.row_stride;
+  static constexpr int kStageBytes = kShape.stage_bytes;
+  static constexpr int kLoadsPerThread = kShape.loads_per_thread;
+  static constexpr bool kQInRegs = kShape.q_in_regs;
+  static constexpr int kQRowStride = kShape.q_row_stride;
+  static constexpr int kStages = kShape.stages;
+  static constexpr int kPipeBytes = kShape.pipe_bytes;
+  static constexpr int kMergeBytes = kShape.merge_bytes;
+  static constexpr int kSmemBytes = kShape.smem_bytes;
+
+  // The 8-bit V path walks head_dim in groups of 32 dims (4 n8 tiles from one 32-bit load per
+  // row) and a last group of 16 (2 tiles from a 16-bit load) when head_dim % 32 == 16.
+  static constexpr int kVGroups32 = kHeadDim / 32;
+  static constexpr bool kVTail16 = (kHeadDim % 32) != 0;
+
+  static_assert(kHeadDim % 16 == 0 && kHeadDim >= 16 && kHeadDim <= 256, "head_dim");
+  static_assert(kRows == 16 || kRows == 32 || kRows == 64, "rows per CTA");
+  static_assert(kTile % (16 * kWarpsN) == 0, "each warp takes whole 16-token steps");
+  static_assert(kWarpTokens % kChunk == 0 && kChunk % 16 == 0, "chunking");
+  static_assert(kSmemBytes <= 227 * 1024, "shared memory");
+  static_assert(kGroup >= 1, "group");
+};
+
+}  // namespace deca::gqa
