@@ -164,6 +164,8 @@ std::vector<NamedSpec> feature_specs() {
   return v;
 }
 
+void PrintTo(const NamedSpec& s, std::ostream* os) { *os << s.name; }
+
 class GqaBruteForce : public ::testing::TestWithParam<NamedSpec> {};
 
 TEST_P(GqaBruteForce, MatchesBruteForce) {
