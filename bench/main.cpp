@@ -1,1 +1,224 @@
-int main() { return 0; }
+// deca-bench: decode-attention benchmark over the named shapes of shared/BENCH_SHAPES.md.
+// Without flags it runs the GQA table on the GPU, or the small preset on the CPU backend when
+// no GPU is present. See --help.
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <iostream>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "cuda/backend.hpp"
+#include "data.hpp"
+#include "deca/deca.hpp"
+#include "gpu_timer.hpp"
+#include "gqa_case.hpp"
+#include "mla_case.hpp"
+#include "options.hpp"
+#include "presets.hpp"
+#include "report.hpp"
+
+#ifndef DECA_BENCH_GIT_COMMIT
+#define DECA_BENCH_GIT_COMMIT "unknown"
+#endif
+
+namespace {
+
+using namespace deca::bench;
+
+std::string git_commit() {
+  if (const char* env = std::getenv("DECA_GIT_COMMIT"); env && *env) return env;
+  return DECA_BENCH_GIT_COMMIT;
+}
+
+std::vector<BenchCase> collect(const std::vector<std::string>& presets) {
+  std::vector<BenchCase> cases;
+  std::set<std::string> seen;
+  for (const std::string& p : presets)
+    for (BenchCase& c : resolve_preset(p))
+      if (seen.insert(c.name).second) cases.push_back(std::move(c));
+  return cases;
+}
+
+// Compiles every GQA kernel specialization the preset needs, once each, without running.
+int precompile(const std::string& preset, deca::KvLayout layout, int device) {
+  std::vector<std::pair<std::string, deca::GqaPlan>> plans;
+  std::set<std::string> kernels;
+  int mla = 0;
+  for (const BenchCase& c : collect({preset})) {
+    if (c.family != Family::kGqa) {
+      ++mla;
+      continue;
+    }
+    deca::GqaPlan plan =
+        deca::plan_gqa_decode(gqa_config(c.gqa, layout, deca::Device::cuda(device)));
+    if (kernels.insert(plan.kernel_name).second) plans.emplace_back(c.name, std::move(plan));
+  }
+  if (mla > 0) std::cout << "(" << mla << " MLA cases: no MLA kernels to compile in this build)\n";
+  for (std::size_t i = 0; i < plans.size(); ++i) {
+    std::cerr << "[" << i + 1 << "/" << plans.size() << "] " << plans[i].first << " ..."
+              << std::endl;
+    const auto t0 = std::chrono::steady_clock::now();
+    deca::cuda::precompile_gqa(plans[i].second);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::cout << plans[i].second.kernel_name << "  " << s << " s\n";
+  }
+  std::cout << plans.size() << " kernel specializations ready\n";
+  return 0;
+}
+
+nlohmann::json device_json(const DeviceInfo& d) {
+  return {{"name", d.name},
+          {"index", d.index},
+          {"sms", d.sm_count},
+          {"compute_capability", d.compute_capability},
+          {"sm_clock_mhz", d.sm_clock_mhz},
+          {"mem_clock_mhz", d.mem_clock_mhz},
+          {"mem_bus_bits", d.mem_bus_bits},
+          {"l2_bytes", d.l2_bytes},
+          {"global_mem_bytes", d.global_mem_bytes},
+          {"driver_version", d.driver_version},
+          {"runtime_version", d.runtime_version}};
+}
+
+int run(int argc, char** argv) {
+  CLI::App app{"deca-bench: decode-attention benchmark (GQA paged decode, MLA decode).\n"
+               "Shapes: shared/BENCH_SHAPES.md; timing: one launch with a cold L2, median of "
+               "--iters after --warmup, plus back-to-back launches in a CUDA graph."};
+  bool list = false, check = false;
+  std::vector<std::string> presets;
+  std::string json_path, backend = "auto", precompile_preset, layout_name = "nhd";
+  int iters = 0, warmup = -1, device = 0, check_requests = 8;
+  app.add_flag("--list", list, "list the presets and groups, then exit");
+  app.add_option("--preset", presets,
+                 "group (small, gqa, anchors, mla, all), shape or case name; repeatable "
+                 "(default: gqa on a GPU, small on the CPU)");
+  app.add_option("--json", json_path, "write the results to this JSON file");
+  app.add_option("--backend", backend, "auto (the GPU when present), cpu or cuda")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  app.add_flag("--check", check,
+               "compare with the CPU reference (GPU: --check-requests sampled requests per case; "
+               "on by default for the CPU default run)");
+  app.add_option("--check-requests", check_requests, "requests compared per case on the GPU")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--iters", iters, "timed runs per case (default: 20 GPU, 3 CPU)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--warmup", warmup, "untimed runs first (default: 5 GPU, 1 CPU)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--precompile", precompile_preset,
+                 "compile every GPU kernel specialization of this preset (or all), then exit");
+  app.add_option("--device", device, "CUDA device index")->check(CLI::NonNegativeNumber);
+  app.add_option("--layout", layout_name, "GQA KV cache layout: nhd (vLLM) or hnd")
+      ->check(CLI::IsMember({"nhd", "hnd"}));
+  CLI11_PARSE(app, argc, argv);
+
+  if (list) {
+    print_presets(std::cout);
+    return 0;
+  }
+  const deca::KvLayout layout = layout_name == "hnd" ? deca::KvLayout::kHND : deca::KvLayout::kNHD;
+  const bool gpu = deca::cuda::available();
+  if (!precompile_preset.empty()) {
+    if (!gpu) {
+      std::cerr << "deca-bench: --precompile: needs a CUDA device (kernels are compiled for "
+                   "its architecture); none found\n";
+      return 2;
+    }
+    return precompile(precompile_preset, layout, device);
+  }
+
+  RunOptions opt;
+  opt.cuda = backend == "cuda" || (backend == "auto" && gpu);
+  if (opt.cuda && !gpu) {
+    std::cerr << "deca-bench: --backend cuda: no CUDA GPU found (driver or device missing)\n";
+    return 2;
+  }
+  const bool default_run = presets.empty();
+  if (default_run) {
+    if (opt.cuda) {
+      presets = {"gqa"};
+    } else {
+      if (!gpu) std::cout << "no CUDA GPU found: running the CPU backend on the small preset\n";
+      presets = {"small"};
+    }
+  }
+  opt.device = device;
+  opt.layout = layout;
+  opt.iters = iters > 0 ? iters : (opt.cuda ? 20 : 3);
+  opt.warmup = warmup >= 0 ? warmup : (opt.cuda ? 5 : 1);
+  opt.check = check || (default_run && !opt.cuda);
+  opt.check_requests = check_requests;
+  opt.seed = run_seed();
+  const std::vector<BenchCase> cases = collect(presets);
+
+  RunInfo info;
+  info.git_commit = git_commit();
+  info.date = utc_now_iso8601();
+  info.seed = std::to_string(opt.seed);
+  std::unique_ptr<GpuTimer> timer;
+  if (opt.cuda) {
+    timer = std::make_unique<GpuTimer>(device);
+    opt.timer = timer.get();
+    const DeviceInfo& d = timer->info();
+    info.device = device_json(d);
+    info.l2_flush = timer->l2_flush_method();
+    std::cerr << "measuring device-to-device copy bandwidth ..." << std::endl;
+    info.copy_bandwidth_gbs = timer->measure_copy_bandwidth();
+    std::cout << "device: " << d.name << " (" << d.sm_count << " SMs, sm_" << d.compute_capability
+              << ", " << d.sm_clock_mhz << " MHz), copy bandwidth " << std::round(*info.copy_bandwidth_gbs)
+              << " GB/s (read + write, 4 GiB D2D)\ntiming: cold L2 via " << info.l2_flush
+              << ", median of " << opt.iters << " after " << opt.warmup
+              << " warm-ups; graph figure: 20 launches per graph\n";
+  } else {
+    info.device = {{"name", "cpu"}, {"threads", std::thread::hardware_concurrency()}};
+    info.l2_flush = "none (CPU wall clock)";
+    std::cout << "backend: cpu (reference), wall clock, median of " << opt.iters << " after "
+              << opt.warmup << " warm-up\n";
+  }
+  std::cout << "commit " << info.git_commit << ", seed " << info.seed
+            << (opt.check ? ", checking against the CPU reference" : "") << "\n\n";
+
+  Report report(std::cout, info);
+  report.print_header();
+  int failed = 0, skipped = 0;
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const BenchCase& c = cases[i];
+    std::cerr << "[" << i + 1 << "/" << cases.size() << "] " << c.name << " ..." << std::endl;
+    CaseResult r;
+    try {
+      r = c.family == Family::kGqa ? run_gqa_case(c, opt) : run_mla_case(c, opt);
+      if (r.max_abs_err && std::isnan(*r.max_abs_err))
+        r.error = "--check: non-finite output (rows left unwritten or NaN produced)";
+    } catch (const std::exception& e) {
+      r = CaseResult{};
+      r.name = c.name;
+      r.backend = opt.cuda ? "cuda" : "cpu";
+      r.error = e.what();
+    }
+    failed += r.error ? 1 : 0;
+    skipped += (r.skipped && !r.error) ? 1 : 0;
+    report.add(std::move(r));
+  }
+  std::cout << "\n" << cases.size() << " cases: " << cases.size() - failed - skipped << " ran, "
+            << skipped << " skipped, " << failed << " failed\n";
+  if (!json_path.empty()) {
+    report.write_json(json_path);
+    std::cout << "results written to " << json_path << "\n";
+  }
+  return failed ? 1 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::cerr << e.what() << "\n";
+    return 2;
+  }
+}

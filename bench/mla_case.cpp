@@ -1,0 +1,363 @@
+#include "mla_case.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <optional>
+
+#include "cpu/reference.hpp"
+#include "data.hpp"
+#include "deca/error.hpp"
+#include "deca/mla.hpp"
+#include "gpu_timer.hpp"
+#include "timing.hpp"
+
+namespace deca::bench {
+namespace {
+
+using Bytes = std::unique_ptr<std::uint8_t[]>;
+Bytes alloc_bytes(std::size_t n) { return Bytes(new std::uint8_t[std::max<std::size_t>(n, 1)]); }
+
+constexpr std::size_t kDenseTokenBytes = kMlaDimQK * 2;  // 1152
+
+// Random 656-byte tokens: e4m3 NoPE codes (values uniform in [-448, 448)), four power-of-two
+// scales (2^-9: real values in [-0.875, 0.875)), bf16 RoPE values in [-1, 1).
+void fill_sparse_cache(std::uint8_t* cache, std::size_t tokens, Rng& rng) {
+  fill_random(cache, DType::kFP8E4M3, tokens * kMlaFp8TokenBytes, rng.next());
+  std::vector<std::uint16_t> rope(tokens * kMlaDimRope);
+  fill_random(rope.data(), DType::kBF16, rope.size(), rng.next());
+  const float scale = std::ldexp(1.f, -9);
+  for (std::size_t t = 0; t < tokens; ++t) {
+    std::uint8_t* tok = cache + t * kMlaFp8TokenBytes;
+    for (int g = 0; g < 4; ++g) std::memcpy(tok + kMlaDimNope + 4 * g, &scale, 4);
+    std::memcpy(tok + kMlaDimNope + 16, rope.data() + t * kMlaDimRope, kMlaDimRope * 2);
+  }
+}
+
+struct HostMla {
+  std::vector<int> lengths;
+  PageTable blocks;
+  Bytes kv, q, out;
+  std::vector<float> lse;
+  std::vector<std::int32_t> indices;  // sparse: [batch, q_len, topk]
+  std::size_t kv_bytes = 0, q_elems = 0, out_elems = 0;
+};
+
+// Sparse: each query token selects `topk` distinct tokens of its request's context.
+std::vector<std::int32_t> draw_indices(const MlaShape& s, const HostMla& h, Rng& rng,
+                                       std::vector<long long>& unique_per_request) {
+  std::vector<std::int32_t> idx(static_cast<std::size_t>(s.batch) * s.q_len * s.topk);
+  unique_per_request.assign(s.batch, 0);
+  for (int b = 0; b < s.batch; ++b) {
+    const int len = h.lengths[b];
+    std::vector<std::uint8_t> seen_any(len, 0);
+    for (int i = 0; i < s.q_len; ++i) {
+      std::vector<std::uint8_t> seen(len, 0);
+      std::int32_t* row = idx.data() + (static_cast<std::size_t>(b) * s.q_len + i) * s.topk;
+      const int take = std::min(s.topk, len);
+      for (int k = 0; k < take;) {
+        const int pos = static_cast<int>(rng.below(static_cast<std::uint32_t>(len)));
+        if (seen[pos]) continue;
+        seen[pos] = 1;
+        if (!seen_any[pos]) ++unique_per_request[b];
+        seen_any[pos] = 1;
+        const int block = h.blocks.ids[static_cast<std::size_t>(b) * h.blocks.max_pages + pos / s.page_size];
+        row[k++] = block * s.page_size + pos % s.page_size;
+      }
+      std::fill(row + take, row + s.topk, -1);
+    }
+  }
+  return idx;
+}
+
+// Whether this build runs MLA on CUDA tensors: one tiny call per kind, remembered.
+std::optional<std::string> cuda_mla_rejection(bool sparse, int device) {
+  static std::map<std::pair<bool, int>, std::optional<std::string>> known;
+  const auto key = std::make_pair(sparse, device);
+  if (auto it = known.find(key); it != known.end()) return it->second;
+  std::optional<std::string> why;
+  try {
+    const Device dev = Device::cuda(device);
+    MlaConfig c;
+    c.num_heads = 64;
+    c.sparse = sparse;
+    c.max_seq_len = 64;
+    c.topk = sparse ? 64 : 0;
+    c.lse = false;
+    c.device = dev;
+    const MlaPlan plan = plan_mla_decode(c);
+    const std::int64_t row = sparse ? kMlaFp8TokenBytes : kMlaDimQK;
+    DeviceBuffer q(64 * kMlaDimQK * 2), kv(64 * row * (sparse ? 1 : 2)), table(64 * 4),
+        lens(4), out(64 * kMlaDimV * 2);
+    check_cuda(cudaMemset(kv.get(), 0, kv.bytes()), "cudaMemset (probe)");
+    check_cuda(cudaMemset(table.get(), 0, table.bytes()), "cudaMemset (probe)");
+    const int one_block = 64;
+    lens.upload(&one_block, 4);
+    std::optional<DeviceBuffer> ws;
+    if (plan.workspace_bytes) ws.emplace(plan.workspace_bytes);
+    if (sparse) {
+      MlaSparseArgs a;
+      a.q = make_tensor(q.get(), DType::kBF16, {1, 1, 64, kMlaDimQK}, dev);
+      a.kv_cache = make_tensor(kv.get(), DType::kUINT8, {1, 64, 1, kMlaFp8TokenBytes}, dev);
+      a.indices = make_tensor(table.get(), DType::kINT32, {1, 1, 64}, dev);
+      a.out = make_tensor(out.get(), DType::kBF16, {1, 1, 64, kMlaDimV}, dev);
+      a.workspace = ws ? ws->get() : nullptr;
+      a.workspace_bytes = plan.workspace_bytes;
+      mla_decode_sparse(plan, a);
+    } else {
+      MlaDenseArgs a;
+      a.q = make_tensor(q.get(), DType::kBF16, {1, 1, 64, kMlaDimQK}, dev);
+      a.kv_cache = make_tensor(kv.get(), DType::kBF16, {1, 64, 1, kMlaDimQK}, dev);
+      a.block_table = make_tensor(table.get(), DType::kINT32, {1, 1}, dev);
+      a.cache_seqlens = make_tensor(lens.get(), DType::kINT32, {1}, dev);
+      a.out = make_tensor(out.get(), DType::kBF16, {1, 1, 64, kMlaDimV}, dev);
+      a.workspace = ws ? ws->get() : nullptr;
+      a.workspace_bytes = plan.workspace_bytes;
+      mla_decode_dense(plan, a);
+    }
+    check_cuda(cudaDeviceSynchronize(), "MLA probe");
+  } catch (const Error& e) {
+    why = e.what();
+  }
+  known[key] = why;
+  return why;
+}
+
+void fill_shape_json(const MlaShape& s, const HostMla& h, CaseResult& r) {
+  double mean_len = 0;
+  for (int len : h.lengths) mean_len += len;
+  mean_len /= s.batch;
+  r.shape = {{"family", s.sparse ? "mla_sparse" : "mla_dense"},
+             {"num_heads", s.num_heads},
+             {"head_dim_qk", kMlaDimQK},
+             {"head_dim_v", kMlaDimV},
+             {"page_size", s.page_size},
+             {"batch", s.batch},
+             {"q_len", s.q_len},
+             {"seq_len", s.seq_len},
+             {"mean_seq_len", mean_len},
+             {"ragged", !s.lengths.empty()},
+             {"topk", s.topk},
+             {"q_dtype", "bf16"},
+             {"out_dtype", "bf16"}};
+}
+
+}  // namespace
+
+CaseResult run_mla_case(const BenchCase& bc, const RunOptions& opt) {
+  const MlaShape& s = bc.mla;
+  CaseResult r;
+  r.name = bc.name;
+  r.backend = opt.cuda ? "cuda" : "cpu";
+  r.kv_dtype = s.sparse ? "fp8_e4m3 (656 B token)" : "bf16";
+  if (opt.cuda) {
+    if (auto why = cuda_mla_rejection(s.sparse, opt.device)) {
+      r.skipped = "no CUDA MLA kernel in this build (" + *why + ")";
+      return r;
+    }
+  }
+
+  Rng rng(opt.seed ^ std::hash<std::string>{}(bc.name));
+  const Device device = opt.cuda ? Device::cuda(opt.device) : Device::cpu();
+  MlaConfig cfg;
+  cfg.num_heads = s.num_heads;
+  cfg.page_size = s.page_size;
+  cfg.sparse = s.sparse;
+  cfg.max_batch = s.batch;
+  cfg.max_q_len = s.q_len;
+  cfg.max_seq_len = s.seq_len;
+  cfg.topk = s.topk;
+  cfg.lse = true;
+  cfg.device = device;
+  const MlaPlan plan = plan_mla_decode(cfg);
+
+  HostMla h;
+  h.lengths = request_lengths(s);
+  const int max_blocks = (s.seq_len + s.page_size - 1) / s.page_size;
+  h.blocks = make_page_table(h.lengths, s.page_size, max_blocks, rng);
+  const std::size_t tokens = static_cast<std::size_t>(h.blocks.num_pages) * s.page_size;
+  const std::size_t token_bytes = s.sparse ? kMlaFp8TokenBytes : kDenseTokenBytes;
+  h.kv_bytes = tokens * token_bytes;
+  h.kv = alloc_bytes(h.kv_bytes);
+  if (s.sparse) fill_sparse_cache(h.kv.get(), tokens, rng);
+  else fill_random(h.kv.get(), DType::kBF16, tokens * kMlaDimQK, rng.next());
+  h.q_elems = static_cast<std::size_t>(s.batch) * s.q_len * s.num_heads * kMlaDimQK;
+  h.out_elems = static_cast<std::size_t>(s.batch) * s.q_len * s.num_heads * kMlaDimV;
+  h.q = alloc_bytes(h.q_elems * 2);
+  h.out = alloc_bytes(h.out_elems * 2);
+  fill_random(h.q.get(), DType::kBF16, h.q_elems, rng.next());
+  std::memset(h.out.get(), 0xFF, h.out_elems * 2);  // NaN: a row never written fails --check
+  h.lse.assign(static_cast<std::size_t>(s.batch) * s.q_len * s.num_heads, 0.f);
+  std::vector<long long> unique;
+  if (s.sparse) h.indices = draw_indices(s, h, rng, unique);
+
+  std::vector<DeviceBuffer> dev;
+  auto place = [&](const void* host, std::size_t bytes) -> void* {
+    if (!opt.cuda) return const_cast<void*>(host);
+    dev.emplace_back(bytes);
+    dev.back().upload(host, bytes);
+    return dev.back().get();
+  };
+  const std::int64_t B = s.batch, Q = s.q_len, H = s.num_heads;
+  const TensorView q = make_tensor(place(h.q.get(), h.q_elems * 2), DType::kBF16,
+                                   {B, Q, H, kMlaDimQK}, device);
+  void* out_ptr = place(h.out.get(), h.out_elems * 2);
+  const TensorView out = make_tensor(out_ptr, DType::kBF16, {B, Q, H, kMlaDimV}, device);
+  const TensorView lse = make_tensor(place(h.lse.data(), h.lse.size() * 4), DType::kFP32,
+                                     {B, Q, H}, device);
+  const std::int64_t pool = h.blocks.num_pages;
+  const TensorView kv =
+      s.sparse ? make_tensor(place(h.kv.get(), h.kv_bytes), DType::kUINT8,
+                             {pool, s.page_size, 1, kMlaFp8TokenBytes}, device)
+               : make_tensor(place(h.kv.get(), h.kv_bytes), DType::kBF16,
+                             {pool, s.page_size, 1, kMlaDimQK}, device);
+  std::optional<DeviceBuffer> workspace;
+  if (opt.cuda && plan.workspace_bytes > 0) {
+    workspace.emplace(plan.workspace_bytes);
+    check_cuda(cudaMemset(workspace->get(), 0, plan.workspace_bytes), "cudaMemset (workspace)");
+  }
+  void* ws = workspace ? workspace->get() : nullptr;
+  const float scale = 1.f / std::sqrt(static_cast<float>(kMlaDimQK));
+
+  MlaDenseArgs dense;
+  MlaSparseArgs sparse;
+  if (s.sparse) {
+    sparse.q = q;
+    sparse.kv_cache = kv;
+    sparse.indices = make_tensor(place(h.indices.data(), h.indices.size() * 4), DType::kINT32,
+                                 {B, Q, s.topk}, device);
+    sparse.out = out;
+    sparse.lse = lse;
+    sparse.softmax_scale = scale;
+    sparse.workspace = ws;
+    sparse.workspace_bytes = plan.workspace_bytes;
+  } else {
+    dense.q = q;
+    dense.kv_cache = kv;
+    dense.block_table = make_tensor(place(h.blocks.ids.data(), h.blocks.ids.size() * 4),
+                                    DType::kINT32, {B, max_blocks}, device);
+    dense.cache_seqlens = make_tensor(place(h.lengths.data(), h.lengths.size() * 4),
+                                      DType::kINT32, {B}, device);
+    dense.out = out;
+    dense.lse = lse;
+    dense.softmax_scale = scale;
+    dense.workspace = ws;
+    dense.workspace_bytes = plan.workspace_bytes;
+  }
+
+  r.num_splits = plan.num_splits;
+  fill_shape_json(s, h, r);
+  // FLOPs: 2 * h * (576 + 512) per visible (query row, key); bytes: each visible or selected
+  // token once in its stored size (BENCH_SHAPES.md).
+  const double flops_per_key = 2.0 * H * (kMlaDimQK + kMlaDimV);
+  for (int b = 0; b < s.batch; ++b) {
+    const int len = h.lengths[b];
+    if (s.sparse) {
+      r.kv_bytes += static_cast<double>(unique[b]) * kMlaFp8TokenBytes;
+      r.flops += flops_per_key * Q * std::min(s.topk, len);
+    } else {
+      r.kv_bytes += static_cast<double>(len) * kDenseTokenBytes;
+      for (int i = 0; i < Q; ++i) r.flops += flops_per_key * (len - Q + i + 1);
+    }
+  }
+  r.total_bytes = r.kv_bytes + 2.0 * (h.q_elems + h.out_elems);
+
+  if (opt.cuda) check_cuda(cudaMemset(out_ptr, 0xFF, h.out_elems * 2), "cudaMemset (out)");
+  time_op(opt, [&](void* stream) {
+    if (s.sparse) {
+      MlaSparseArgs a = sparse;
+      a.stream = stream;
+      mla_decode_sparse(plan, a);
+    } else {
+      MlaDenseArgs a = dense;
+      a.stream = stream;
+      mla_decode_dense(plan, a);
+    }
+  }, r);
+
+  if (opt.check) {
+    if (opt.cuda) {
+      check_cuda(cudaMemcpy(h.out.get(), out_ptr, h.out_elems * 2, cudaMemcpyDeviceToHost),
+                 "download of out (cudaMemcpy D2H)");
+    }
+    const std::vector<int> picked = sample_requests(s.batch, opt.cuda ? opt.check_requests : s.batch);
+    const int n = static_cast<int>(picked.size());
+    const std::size_t q_row = static_cast<std::size_t>(Q) * H * kMlaDimQK;
+    const std::size_t o_row = static_cast<std::size_t>(Q) * H * kMlaDimV;
+    std::vector<std::uint16_t> sub_q(n * q_row), ref(n * o_row);
+    std::vector<int> sub_table(static_cast<std::size_t>(n) * max_blocks), sub_lens(n);
+    std::vector<std::int32_t> sub_idx(s.sparse ? static_cast<std::size_t>(n) * Q * s.topk : 0);
+    const auto* q_all = reinterpret_cast<const std::uint16_t*>(h.q.get());
+    for (int i = 0; i < n; ++i) {
+      const int b = picked[i];
+      std::copy_n(q_all + b * q_row, q_row, sub_q.begin() + i * q_row);
+      std::copy_n(h.blocks.ids.begin() + static_cast<std::size_t>(b) * max_blocks, max_blocks,
+                  sub_table.begin() + static_cast<std::size_t>(i) * max_blocks);
+      sub_lens[i] = h.lengths[b];
+      if (s.sparse) {
+        const std::size_t m = static_cast<std::size_t>(Q) * s.topk;
+        std::copy_n(h.indices.begin() + b * m, m, sub_idx.begin() + i * m);
+      }
+    }
+    if (s.sparse) {
+      MlaSparseParams p{};
+      p.batch = n;
+      p.q_len = s.q_len;
+      p.num_heads = s.num_heads;
+      p.page_size = s.page_size;
+      p.topk = s.topk;
+      p.num_blocks = h.blocks.num_pages;
+      p.q = sub_q.data();
+      p.q_stride_batch = static_cast<long long>(q_row);
+      p.q_stride_token = H * kMlaDimQK;
+      p.q_stride_head = kMlaDimQK;
+      p.kv = h.kv.get();
+      p.kv_stride_block = static_cast<long long>(s.page_size) * kMlaFp8TokenBytes;
+      p.kv_stride_slot = kMlaFp8TokenBytes;
+      p.indices = sub_idx.data();
+      p.indices_stride_batch = static_cast<long long>(Q) * s.topk;
+      p.indices_stride_token = s.topk;
+      p.out = ref.data();
+      p.out_stride_batch = static_cast<long long>(o_row);
+      p.out_stride_token = H * kMlaDimV;
+      p.out_stride_head = kMlaDimV;
+      p.softmax_scale = scale;
+      deca::cpu::mla_sparse_decode(p);
+    } else {
+      MlaDenseParams p{};
+      p.batch = n;
+      p.q_len = s.q_len;
+      p.num_heads = s.num_heads;
+      p.page_size = s.page_size;
+      p.max_blocks = max_blocks;
+      p.num_blocks = h.blocks.num_pages;
+      p.q = sub_q.data();
+      p.q_stride_batch = static_cast<long long>(q_row);
+      p.q_stride_token = H * kMlaDimQK;
+      p.q_stride_head = kMlaDimQK;
+      p.kv = h.kv.get();
+      p.kv_stride_block = static_cast<long long>(s.page_size) * kMlaDimQK;
+      p.kv_stride_slot = kMlaDimQK;
+      p.block_table = sub_table.data();
+      p.block_table_stride = max_blocks;
+      p.seq_lens = sub_lens.data();
+      p.out = ref.data();
+      p.out_stride_batch = static_cast<long long>(o_row);
+      p.out_stride_token = H * kMlaDimV;
+      p.out_stride_head = kMlaDimV;
+      p.softmax_scale = scale;
+      deca::cpu::mla_dense_decode(p);
+    }
+    ErrorAccumulator acc;
+    const auto* got = reinterpret_cast<const std::uint16_t*>(h.out.get());
+    for (int i = 0; i < n; ++i) acc.add(got + picked[i] * o_row, ref.data() + i * o_row, DType::kBF16, o_row);
+    const ErrorStats e = acc.finish();
+    r.max_abs_err = e.max_abs;
+    r.rel_rms_err = e.rel_rms;
+  }
+  return r;
+}
+
+}  // namespace deca::bench

@@ -1,0 +1,24 @@
+// How deca-bench runs a case: backend, iteration counts, checking, the GPU timer.
+#pragma once
+
+#include <cstdint>
+
+#include "deca/gqa.hpp"
+
+namespace deca::bench {
+
+class GpuTimer;
+
+struct RunOptions {
+  bool cuda = false;           // false: the CPU backend
+  int device = 0;
+  int warmup = 1;
+  int iters = 3;
+  bool check = false;          // compare with the CPU reference
+  int check_requests = 8;      // GPU: requests sampled for --check (the CPU checks all)
+  KvLayout layout = KvLayout::kNHD;
+  std::uint64_t seed = 0;      // fresh per run; each case derives its own from it
+  GpuTimer* timer = nullptr;   // set when cuda
+};
+
+}  // namespace deca::bench

@@ -1,0 +1,128 @@
+#include "report.hpp"
+
+#include <cmath>
+#include <ctime>
+#include <fstream>
+#include <iomanip>
+#include <ostream>
+#include <sstream>
+
+#include "deca/error.hpp"
+
+namespace deca::bench {
+namespace {
+
+std::string fixed(double v, int digits) {
+  std::ostringstream s;
+  s << std::fixed << std::setprecision(digits) << v;
+  return s.str();
+}
+
+std::string sci(std::optional<double> v) {
+  if (!v) return "-";
+  if (std::isnan(*v)) return "nan";
+  std::ostringstream s;
+  s << std::scientific << std::setprecision(2) << *v;
+  return s.str();
+}
+
+double gbs(double bytes, double us) { return us > 0 ? bytes / (us * 1e-6) / 1e9 : 0; }
+
+nlohmann::json optional_json(std::optional<double> v) {
+  if (!v || std::isnan(*v)) return nullptr;
+  return *v;
+}
+
+constexpr int kNameWidth = 30;
+const int kWidths[] = {kNameWidth, 5, 10, 10, 9, 9, 8, 6, 9, 9, 6};
+
+}  // namespace
+
+std::string utc_now_iso8601() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+void Report::print_header() {
+  const char* heads[] = {"case", "bknd", "time us", "graph us", "KV GB/s", "tot GB/s",
+                         "TFLOP/s", "ratio", "max abs", "rel rms", "splits"};
+  int i = 0;
+  for (const char* h : heads) out_ << std::left << std::setw(kWidths[i++]) << h << " ";
+  out_ << "kernel\n";
+  out_ << std::string(kNameWidth + 100, '-') << "\n";
+}
+
+void Report::add(CaseResult r) {
+  out_ << std::left << std::setw(kNameWidth) << r.name << " " << std::setw(kWidths[1])
+       << r.backend << " ";
+  if (r.error) {
+    out_ << "FAILED: " << *r.error << "\n";
+  } else if (r.skipped) {
+    out_ << "skipped: " << *r.skipped << "\n";
+  } else {
+    const double kv = gbs(r.kv_bytes, r.time_us);
+    const std::string ratio =
+        info_.copy_bandwidth_gbs ? fixed(kv / *info_.copy_bandwidth_gbs, 3) : "-";
+    const std::string cols[] = {
+        fixed(r.time_us, 1),
+        r.time_us_graph ? fixed(*r.time_us_graph, 1) : "-",
+        fixed(kv, 1),
+        fixed(gbs(r.total_bytes, r.time_us), 1),
+        fixed(r.time_us > 0 ? r.flops / (r.time_us * 1e-6) / 1e12 : 0, 2),
+        ratio,
+        sci(r.max_abs_err),
+        sci(r.rel_rms_err),
+        std::to_string(r.num_splits)};
+    int i = 2;
+    for (const std::string& c : cols) out_ << std::right << std::setw(kWidths[i++]) << c << " ";
+    out_ << std::left << (r.kernel_name.empty() ? "-" : r.kernel_name) << "\n";
+    if (!r.graph_note.empty()) out_ << "    (no graph figure: " << r.graph_note << ")\n";
+  }
+  out_.flush();
+  results_.push_back(std::move(r));
+}
+
+void Report::write_json(const std::string& path) const {
+  nlohmann::json j;
+  j["git_commit"] = info_.git_commit;
+  j["date"] = info_.date;
+  j["device"] = info_.device;
+  j["copy_bandwidth_gbs"] = optional_json(info_.copy_bandwidth_gbs);
+  j["timing"] = {{"l2_flush", info_.l2_flush}, {"seed", info_.seed}};
+  j["cases"] = nlohmann::json::array();
+  for (const CaseResult& r : results_) {
+    nlohmann::json c = {{"name", r.name}, {"backend", r.backend}, {"kv_dtype", r.kv_dtype}};
+    c.update(r.shape);
+    if (r.error) {
+      c["error"] = *r.error;
+    } else if (r.skipped) {
+      c["skipped"] = *r.skipped;
+    } else {
+      const double kv = gbs(r.kv_bytes, r.time_us);
+      c["time_us"] = r.time_us;
+      c["time_us_graph"] = optional_json(r.time_us_graph);
+      c["kv_bytes"] = r.kv_bytes;
+      c["total_bytes"] = r.total_bytes;
+      c["kv_gbs"] = kv;
+      c["total_gbs"] = gbs(r.total_bytes, r.time_us);
+      c["tflops"] = r.time_us > 0 ? r.flops / (r.time_us * 1e-6) / 1e12 : 0.0;
+      c["ratio_to_copy"] =
+          info_.copy_bandwidth_gbs ? nlohmann::json(kv / *info_.copy_bandwidth_gbs) : nullptr;
+      c["max_abs_err"] = optional_json(r.max_abs_err);
+      c["rel_rms_err"] = optional_json(r.rel_rms_err);
+      c["num_splits"] = r.num_splits;
+      c["kernel_name"] = r.kernel_name;
+    }
+    j["cases"].push_back(std::move(c));
+  }
+  std::ofstream f(path);
+  if (!f) throw Error("deca-bench: --json: cannot open '" + path + "' for writing");
+  f << j.dump(2) << "\n";
+  if (!f) throw Error("deca-bench: --json: writing '" + path + "' failed");
+}
+
+}  // namespace deca::bench

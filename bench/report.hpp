@@ -1,0 +1,58 @@
+// What one benchmark case measured, the table printed as cases finish, and the JSON file.
+#pragma once
+
+#include <iosfwd>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace deca::bench {
+
+struct CaseResult {
+  std::string name;
+  std::string backend;          // "cpu" | "cuda"
+  std::string kv_dtype;
+  nlohmann::json shape;         // the shape fields (heads, head_dim, batch, lengths, ...)
+  std::optional<std::string> skipped;  // why the case did not run (not a failure)
+  std::optional<std::string> error;    // the deca::Error (or CUDA error) that stopped it
+
+  double time_us = 0;                  // median single launch (GPU: cold L2) / wall clock (CPU)
+  std::optional<double> time_us_graph; // GPU: median per launch inside a CUDA graph
+  std::string graph_note;              // why there is no graph figure
+  double kv_bytes = 0;                 // K and V of the visible tokens, each once, stored dtype
+  double total_bytes = 0;              // kv_bytes + q + output
+  double flops = 0;
+  std::optional<double> max_abs_err;
+  std::optional<double> rel_rms_err;
+  int num_splits = 1;
+  std::string kernel_name;
+};
+
+struct RunInfo {
+  std::string git_commit;
+  std::string date;                    // ISO 8601, UTC
+  nlohmann::json device;               // {"name": ..., "sms": ..., ...} or {"name": "cpu", ...}
+  std::optional<double> copy_bandwidth_gbs;
+  std::string l2_flush;
+  std::string seed;
+};
+
+class Report {
+ public:
+  Report(std::ostream& out, RunInfo info) : out_(out), info_(std::move(info)) {}
+  void print_header();
+  void add(CaseResult result);  // prints its row at once
+  void write_json(const std::string& path) const;
+  const std::vector<CaseResult>& results() const { return results_; }
+
+ private:
+  std::ostream& out_;
+  RunInfo info_;
+  std::vector<CaseResult> results_;
+};
+
+std::string utc_now_iso8601();
+
+}  // namespace deca::bench
