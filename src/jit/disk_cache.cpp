@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -107,8 +108,24 @@ bool DiskCache::ensure_dir() {
       return;
     }
     dir_ok_ = true;
+    remove_stale_temps();
   });
   return dir_ok_;
+}
+
+void DiskCache::remove_stale_temps() {
+  // A process killed between creating its temp file and the rename leaves the temp behind. One
+  // older than this is no longer being written (writes take milliseconds).
+  constexpr auto kStale = std::chrono::minutes(10);
+  std::error_code ec;
+  const auto now = fs::file_time_type::clock::now();
+  for (const auto& e : fs::directory_iterator(dir_, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.find(".cubin.tmp.") == std::string::npos) continue;
+    std::error_code ec2;
+    const auto mtime = fs::last_write_time(e.path(), ec2);
+    if (!ec2 && now - mtime > kStale) fs::remove(e.path(), ec2);
+  }
 }
 
 DiskRead DiskCache::read(const std::string& key, DiskEntry* out) {

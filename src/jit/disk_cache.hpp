@@ -35,7 +35,8 @@ class DiskCache {
   // stderr once per file and returned as `corrupt`: the caller recompiles and writes it again.
   DiskRead read(const std::string& key, DiskEntry* out);
 
-  // Atomic: temp file in the same directory, fsync, rename. Returns false when the directory
+  // Atomic: temp file in the same directory, fsync, rename. The first write of an instance also
+  // removes temp files that crashed writers left more than ten minutes ago. Returns false when the directory
   // cannot be created or written; the first such failure prints one warning naming the
   // directory and the error.
   bool write(const std::string& key, const DiskEntry& entry);
@@ -43,6 +44,7 @@ class DiskCache {
  private:
   bool ensure_dir();
   void warn_unwritable(const std::string& what);
+  void remove_stale_temps();
 
   std::filesystem::path dir_;
   std::once_flag created_;

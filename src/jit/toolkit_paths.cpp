@@ -14,14 +14,11 @@ namespace deca::jit {
 
 namespace fs = std::filesystem;
 
-namespace {
-
-// Include directories (not toolkit roots) worth trying, in order of preference.
-std::vector<fs::path> candidate_include_dirs() {
-  std::vector<fs::path> out;
+std::vector<std::string> toolkit_include_candidates() {
+  std::vector<std::string> out;
   for (const char* var : {"CUDA_HOME", "CUDA_PATH"}) {
     const char* v = std::getenv(var);
-    if (v != nullptr && *v != '\0') out.push_back(fs::path(v) / "include");
+    if (v != nullptr && *v != '\0') out.push_back((fs::path(v) / "include").string());
   }
   // The libnvrtc actually loaded is the best guess of a matching toolkit: lib64/ (or
   // targets/<triple>/lib/) sits beside include/.
@@ -32,9 +29,9 @@ std::vector<fs::path> candidate_include_dirs() {
     fs::path real = fs::canonical(info.dli_fname, ec).parent_path();
     for (const fs::path& dir : {lib, real}) {
       if (dir.empty()) continue;
-      out.push_back(dir / ".." / "include");
-      out.push_back(dir / ".." / ".." / "include");
-      out.push_back(dir / ".." / "targets" / "x86_64-linux" / "include");
+      out.push_back((dir / ".." / "include").string());
+      out.push_back((dir / ".." / ".." / "include").string());
+      out.push_back((dir / ".." / "targets" / "x86_64-linux" / "include").string());
     }
   }
   out.push_back("/usr/local/cuda/include");
@@ -51,9 +48,9 @@ std::vector<fs::path> candidate_include_dirs() {
   return out;
 }
 
-std::vector<std::string> find_include_dirs() {
+std::vector<std::string> pick_toolkit_include_dirs(const std::vector<std::string>& candidates) {
   std::string tried;
-  for (const fs::path& dir : candidate_include_dirs()) {
+  for (const fs::path dir : candidates) {
     std::error_code ec;
     fs::path norm = fs::weakly_canonical(dir, ec);
     if (ec) norm = dir.lexically_normal();
@@ -70,15 +67,13 @@ std::vector<std::string> find_include_dirs() {
       "(set CUDA_HOME), none found; tried:" + tried);
 }
 
-}  // namespace
-
 const std::vector<std::string>& toolkit_include_dirs() {
   // Not a function-local static initialised by find_include_dirs(): a throw there must be
   // retried on the next call (the user may fix CUDA_HOME), not cached.
   static std::mutex mu;
   static std::vector<std::string> dirs;
   std::lock_guard<std::mutex> lock(mu);
-  if (dirs.empty()) dirs = find_include_dirs();
+  if (dirs.empty()) dirs = pick_toolkit_include_dirs(toolkit_include_candidates());
   return dirs;
 }
 

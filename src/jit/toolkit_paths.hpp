@@ -13,4 +13,11 @@ namespace deca::jit {
 // once per process; throws deca::Error listing every directory tried when none fits.
 const std::vector<std::string>& toolkit_include_dirs();
 
+// The candidate include directories above, in order (uncached; for tests and diagnostics).
+std::vector<std::string> toolkit_include_candidates();
+
+// The first of `candidates` holding cuda_fp16.h, plus its cccl/ when present; throws
+// deca::Error listing every candidate when none does.
+std::vector<std::string> pick_toolkit_include_dirs(const std::vector<std::string>& candidates);
+
 }  // namespace deca::jit

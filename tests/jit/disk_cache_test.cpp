@@ -196,6 +196,21 @@ TEST(DiskCache, ConcurrentWritersLeaveOneValidFile) {
   EXPECT_EQ(count_files(dir), 1u) << "temp files left behind";
 }
 
+TEST(DiskCache, StaleTempFilesOfCrashedWritersAreRemoved) {
+  const fs::path dir = testing::fresh_dir("stale");
+  const fs::path stale = dir / "k.cubin.tmp.123.456.0";
+  const fs::path recent = dir / "k.cubin.tmp.123.456.1";
+  const fs::path other = dir / "notes.txt";
+  for (const fs::path& p : {stale, recent, other}) write_file(p, "partial");
+  fs::last_write_time(stale, fs::file_time_type::clock::now() - std::chrono::hours(1));
+  fs::last_write_time(other, fs::file_time_type::clock::now() - std::chrono::hours(1));
+  DiskCache cache(dir);
+  ASSERT_TRUE(cache.write("k", sample_entry('s', 10)));
+  EXPECT_FALSE(fs::exists(stale));
+  EXPECT_TRUE(fs::exists(recent));  // may still be in the middle of a write
+  EXPECT_TRUE(fs::exists(other));
+}
+
 TEST(DiskCache, DefaultDirFollowsEnvironment) {
   const char* old_deca = std::getenv("DECA_CACHE_DIR");
   const char* old_xdg = std::getenv("XDG_CACHE_HOME");
