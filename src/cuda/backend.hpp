@@ -4,6 +4,7 @@
 
 #include "deca/gqa.hpp"
 #include "kernels/gqa/params.cuh"
+#include "plan/gqa_split.hpp"
 
 namespace deca::cuda {
 
@@ -13,6 +14,8 @@ int device_count();
 int sm_count(int device);
 // Compute capability as major * 10 + minor (90 for Hopper).
 int compute_capability(int device);
+// Per-SM resource limits of `device`, for occupancy.
+plan::SmLimits sm_limits(int device);
 
 // Fills plan.num_splits, split_tokens, workspace_bytes, kernel_name, sm_count for a config whose
 // device is CUDA.

@@ -1,0 +1,62 @@
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "cuda/backend.hpp"
+#include "deca/error.hpp"
+#include "jit/driver.hpp"
+
+namespace deca::cuda {
+
+namespace {
+
+void check(cudaError_t rc, const char* what) {
+  if (rc != cudaSuccess) {
+    throw Error(std::string("cuda: ") + what + ": expected cudaSuccess, got " +
+                cudaGetErrorName(rc) + " (" + cudaGetErrorString(rc) + ")");
+  }
+}
+
+int attribute(cudaDeviceAttr attr, int device, const char* what) {
+  int value = 0;
+  check(cudaDeviceGetAttribute(&value, attr, device), what);
+  return value;
+}
+
+}  // namespace
+
+int device_count() {
+  int n = 0;
+  // No driver or no device: the runtime says so with an error; both mean "no CUDA here".
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+bool available() { return device_count() > 0 && jit::driver_available(); }
+
+int sm_count(int device) {
+  return attribute(cudaDevAttrMultiProcessorCount, device, "multiprocessor count");
+}
+
+int compute_capability(int device) {
+  return 10 * attribute(cudaDevAttrComputeCapabilityMajor, device, "compute capability major") +
+         attribute(cudaDevAttrComputeCapabilityMinor, device, "compute capability minor");
+}
+
+plan::SmLimits sm_limits(int device) {
+  plan::SmLimits sm;
+  sm.regs_per_sm = attribute(cudaDevAttrMaxRegistersPerMultiprocessor, device, "registers per SM");
+  sm.smem_per_sm =
+      attribute(cudaDevAttrMaxSharedMemoryPerMultiprocessor, device, "shared memory per SM");
+  sm.smem_reserved_per_cta =
+      attribute(cudaDevAttrReservedSharedMemoryPerBlock, device, "reserved shared memory per CTA");
+  sm.max_threads_per_sm =
+      attribute(cudaDevAttrMaxThreadsPerMultiProcessor, device, "threads per SM");
+  sm.max_ctas_per_sm = attribute(cudaDevAttrMaxBlocksPerMultiprocessor, device, "CTAs per SM");
+  return sm;
+}
+
+}  // namespace deca::cuda

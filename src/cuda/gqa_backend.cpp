@@ -1,0 +1,140 @@
+// GQA decode on the GPU: plan (kernel key, occupancy, split count, workspace) and launch.
+#include <algorithm>
+#include <cstdint>
+
+#include "cuda/backend.hpp"
+#include "cuda/gqa_spec.hpp"
+#include "deca/error.hpp"
+#include "jit/driver.hpp"
+#include "jit/kernel_cache.hpp"
+#include "plan/gqa_split.hpp"
+
+namespace deca::cuda {
+
+namespace {
+
+constexpr int kMaxSplits = 256;
+constexpr std::size_t kAlign = 256;
+
+std::size_t align_up(std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+struct WorkspaceLayout {
+  std::size_t o_bytes = 0;
+  std::size_t ml_bytes = 0;
+  std::size_t counter_bytes = 0;
+  std::size_t total() const { return o_bytes + ml_bytes + counter_bytes; }
+};
+
+int row_blocks(const GqaConfig& c, const GqaKernelKey& key) {
+  const int rows_needed = c.max_q_len * key.group;
+  return (rows_needed + key.rows - 1) / key.rows;
+}
+
+long long units(const GqaConfig& c, const GqaKernelKey& key) {
+  return static_cast<long long>(c.max_batch) * c.num_kv_heads * row_blocks(c, key);
+}
+
+WorkspaceLayout layout(const GqaPlan& plan, const GqaKernelKey& key) {
+  WorkspaceLayout w;
+  if (plan.num_splits <= 1) return w;
+  const auto u = static_cast<std::size_t>(units(plan.config, key));
+  const auto per_split = static_cast<std::size_t>(plan.num_splits) * key.rows;
+  w.o_bytes = align_up(u * per_split * plan.config.head_dim * sizeof(float));
+  w.ml_bytes = align_up(u * per_split * 2 * sizeof(float));
+  w.counter_bytes = align_up(u * sizeof(unsigned));
+  return w;
+}
+
+// Keys one request can see at most: a window bounds it (plus tile alignment slack).
+int max_visible_keys(const GqaConfig& c, int tile) {
+  if (c.window <= 0) return c.max_seq_len;
+  return std::min(c.max_seq_len, c.window + c.max_q_len - 1 + tile);
+}
+
+int plan_device(const GqaPlan& plan) { return plan.config.device.index; }
+
+}  // namespace
+
+void plan_gqa_decode(GqaPlan& plan) {
+  const GqaConfig& c = plan.config;
+  const int device = plan_device(plan);
+  if (device < 0 || device >= device_count()) {
+    throw Error("plan_gqa_decode: config.device: expected a CUDA device index in [0, " +
+                std::to_string(device_count()) + "), got " + to_string(c.device));
+  }
+  const int arch = compute_capability(device);
+  if (arch < 80) {
+    throw Error("plan_gqa_decode: config.device: expected compute capability >= 8.0 (mma.sync, "
+                "cp.async), got " + std::to_string(arch / 10) + "." + std::to_string(arch % 10));
+  }
+  const GqaKernelKey key = make_gqa_key(c, arch);
+  const gqa::Shape shape = key.shape();
+  // Occupancy comes from the compiled kernel itself (its registers), not from a guess.
+  const jit::LoadedKernel& kernel = jit::get_kernel(key.spec(), device);
+  const int resident = plan::ctas_per_sm(kernel.num_regs, shape.threads, shape.smem_bytes,
+                                         sm_limits(device));
+
+  plan.sm_count = sm_count(device);
+  plan.kernel_name = key.name();
+  if (c.split_mode == SplitMode::kFixed) {
+    plan.split_tokens = plan::fixed_split_tokens(c.split_tokens, shape.tile);
+    plan.num_splits = plan::fixed_num_splits(c.max_seq_len, plan.split_tokens);
+    if (plan.num_splits > kMaxSplits) {
+      throw Error("plan_gqa_decode: config.split_tokens: expected at least " +
+                  std::to_string((c.max_seq_len + kMaxSplits - 1) / kMaxSplits) +
+                  " keys per split for max_seq_len " + std::to_string(c.max_seq_len) +
+                  " (at most " + std::to_string(kMaxSplits) + " splits), got " +
+                  std::to_string(c.split_tokens));
+    }
+  } else {
+    plan::SplitInputs in;
+    in.units = units(c, key);
+    in.max_keys = max_visible_keys(c, shape.tile);
+    in.tile = shape.tile;
+    in.sm_count = plan.sm_count;
+    in.ctas_per_sm = resident;
+    in.max_splits = kMaxSplits;
+    plan.split_tokens = 0;
+    plan.num_splits = plan::choose_num_splits(in);
+  }
+  plan.workspace_bytes = layout(plan, key).total();
+}
+
+void carve_gqa_workspace(const GqaPlan& plan, void* workspace, GqaParams& params) {
+  const GqaKernelKey key = make_gqa_key(plan.config, compute_capability(plan_device(plan)));
+  const WorkspaceLayout w = layout(plan, key);
+  auto* base = static_cast<unsigned char*>(workspace);
+  params.ws_partial_o = w.total() ? reinterpret_cast<float*>(base) : nullptr;
+  params.ws_partial_ml = w.total() ? reinterpret_cast<float*>(base + w.o_bytes) : nullptr;
+  params.ws_counters =
+      w.total() ? reinterpret_cast<unsigned*>(base + w.o_bytes + w.ml_bytes) : nullptr;
+}
+
+void gqa_decode(const GqaPlan& plan, const GqaParams& params, void* stream) {
+  const int device = plan_device(plan);
+  const GqaKernelKey key = make_gqa_key(plan.config, compute_capability(device));
+  const gqa::Shape shape = key.shape();
+  const jit::LoadedKernel& kernel = jit::get_kernel(key.spec(), device);
+
+  GqaParams p = params;
+  p.num_splits = plan.num_splits;
+  p.split_tokens = plan.split_tokens;
+  if (p.batch == 0) return;
+  jit::Dim3 grid;
+  grid.x = static_cast<unsigned>(plan.num_splits);
+  grid.y = static_cast<unsigned>(p.num_kv_heads * row_blocks(plan.config, key));
+  grid.z = static_cast<unsigned>(p.batch);
+  jit::Dim3 block;
+  block.x = static_cast<unsigned>(shape.threads);
+  void* args[] = {&p};
+  jit::ScopedDevice scope(device);
+  jit::launch(kernel, grid, block, static_cast<std::size_t>(shape.smem_bytes), stream, args);
+}
+
+void precompile_gqa(const GqaPlan& plan) {
+  const int device = plan_device(plan);
+  const int arch = available() ? compute_capability(device) : 90;
+  (void)jit::compile_only(make_gqa_key(plan.config, arch).spec());
+}
+
+}  // namespace deca::cuda

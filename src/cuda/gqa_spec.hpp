@@ -1,0 +1,36 @@
+// A GQA kernel specialization: the small value type that the JIT compiles, caches and names.
+// Its name() is the cache key prefix, the test parameter name and what deca-bench prints.
+#pragma once
+
+#include <string>
+
+#include "deca/gqa.hpp"
+#include "jit/spec.hpp"
+#include "kernels/gqa/traits.cuh"
+
+namespace deca::cuda {
+
+struct GqaKernelKey {
+  int arch = 90;        // compute capability, 90 = sm_90a
+  int head_dim = 128;
+  int group = 8;        // q heads per kv head
+  int rows = 16;        // rows per CTA (kernels/gqa/traits.cuh rows_per_cta)
+  int page_size = 16;
+  int q_dtype = 0;      // deca::DType values
+  int kv_dtype = 0;
+  int out_dtype = 0;
+  bool window = false;
+  bool tree = false;
+  bool softcap = false;
+
+  // e.g. "gqa_sm90_d128_g8_r16_p32_qbf16_kvfp8_obf16_win_tree_cap"
+  std::string name() const;
+  // The generated prologue + #include "kernels/gqa/entry.cuh".
+  jit::JitSpec spec() const;
+  gqa::Shape shape() const { return gqa::make_shape(head_dim, rows, kv_dtype); }
+};
+
+// The key a plan needs on a device of compute capability `arch`.
+GqaKernelKey make_gqa_key(const GqaConfig& config, int arch);
+
+}  // namespace deca::cuda

@@ -1,0 +1,176 @@
+// Runs one paged GQA case on the GPU through the CUDA backend (plan, workspace, launch) with the
+// same GqaParams the CPU reference reads, and compares the two.
+#pragma once
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <sstream>
+#include <string>
+
+#include "common/paged_gqa_case.hpp"
+#include "cpu/reference.hpp"
+#include "cuda/backend.hpp"
+#include "gpu/device_buffer.hpp"
+
+namespace deca::test {
+
+struct GpuRun {
+  GqaPlan plan;
+  HostTensor out, lse;
+};
+
+struct GpuOptions {
+  SplitMode split_mode = SplitMode::kAuto;
+  int split_tokens = 0;
+  int max_batch = 0;     // 0: the case's batch
+  int max_seq_len = 0;   // 0: the longest request
+  int run_batch = 0;     // 0: the case's batch (fewer: run a prefix of the requests)
+};
+
+inline GqaConfig gpu_config(const GqaCase& c, const GpuOptions& o) {
+  const auto& s = c.spec;
+  GqaConfig cfg;
+  cfg.num_q_heads = s.num_q_heads;
+  cfg.num_kv_heads = s.num_kv_heads;
+  cfg.head_dim = s.head_dim;
+  cfg.page_size = s.page_size;
+  cfg.layout = s.layout;
+  cfg.q_dtype = s.q_dtype;
+  cfg.kv_dtype = s.kv_dtype;
+  cfg.out_dtype = s.out_dtype;
+  cfg.max_batch = o.max_batch ? o.max_batch : s.batch;
+  cfg.max_q_len = s.q_len;
+  int longest = 1;
+  for (int l : c.lens) longest = std::max(longest, l);
+  cfg.max_seq_len = o.max_seq_len ? o.max_seq_len : longest;
+  cfg.tree_mask = s.tree_mask;
+  cfg.sinks = s.sinks;
+  cfg.lse = s.lse;
+  cfg.per_head_kv_scale = s.per_head_scales;
+  cfg.window = s.window;
+  cfg.softcap = s.softcap;
+  cfg.split_mode = o.split_mode;
+  cfg.split_tokens = o.split_tokens;
+  cfg.device = Device::cuda(0);
+  return cfg;
+}
+
+// Copies the case to the device, runs it `repeats` times (outputs poisoned before each run) and
+// returns the last run's outputs.
+inline GpuRun run_gqa_on_gpu(const GqaCase& c, const GpuOptions& o = {}) {
+  GpuRun r;
+  r.plan.config = gpu_config(c, o);
+  cuda::plan_gqa_decode(r.plan);
+  DeviceBuffer q(c.q), k(c.k_pool), v, pt(c.page_table), sl(c.seq_lens), out(c.out.bytes()),
+      lse(c.lse.bytes()), mask, sinks, ks, vs, ws(r.plan.workspace_bytes);
+  GqaParams p = c.params;
+  p.q = q.get();
+  p.k_cache = k.get();
+  if (c.spec.kv_one_allocation) {
+    p.v_cache = static_cast<const char*>(k.get()) +
+                (static_cast<const char*>(c.params.v_cache) - static_cast<const char*>(c.params.k_cache));
+  } else {
+    v = DeviceBuffer(c.v_pool);
+    p.v_cache = v.get();
+  }
+  p.page_table = pt.as<int>();
+  p.seq_lens = sl.as<int>();
+  p.out = out.get();
+  p.lse = c.spec.lse ? lse.as<float>() : nullptr;
+  if (c.spec.tree_mask) {
+    mask = DeviceBuffer(c.tree_mask);
+    p.tree_mask = mask.as<unsigned>();
+  }
+  if (c.spec.sinks) {
+    sinks = DeviceBuffer(c.sinks);
+    p.sinks = sinks.as<float>();
+  }
+  if (c.spec.per_head_scales) {
+    ks = DeviceBuffer(c.k_scales);
+    vs = DeviceBuffer(c.v_scales);
+    p.k_scales = ks.as<float>();
+    p.v_scales = vs.as<float>();
+  }
+  if (o.run_batch) p.batch = o.run_batch;
+  ws.fill(0);
+  cuda::carve_gqa_workspace(r.plan, ws.get(), p);
+  out.fill(0xFF);
+  lse.fill(0xFF);
+  cuda::gqa_decode(r.plan, p, nullptr);
+  const cudaError_t rc = cudaDeviceSynchronize();
+  if (rc != cudaSuccess) {
+    ADD_FAILURE() << "kernel " << r.plan.kernel_name << ": " << cudaGetErrorName(rc) << " "
+                  << cudaGetErrorString(rc);
+  }
+  r.out = HostTensor(c.out.dtype(), c.out.shape());
+  r.lse = HostTensor(DType::kFP32, c.lse.shape());
+  out.to_host(r.out);
+  lse.to_host(r.lse);
+  return r;
+}
+
+struct Diff {
+  double rel_l2 = 0;
+  double max_abs = 0;
+  double lse_max_abs = 0;
+  long long mismatched_inf = 0;
+  long long nan = 0;
+};
+
+// Compares the first `batch` requests (all when 0) of the GPU run with the reference outputs.
+inline Diff compare(const GqaCase& ref, const GpuRun& gpu, int batch = 0) {
+  Diff d;
+  const auto& s = ref.spec;
+  const long long per_req = static_cast<long long>(s.q_len) * s.num_q_heads * s.head_dim;
+  const long long n = (batch ? batch : s.batch) * per_req;
+  double num = 0, den = 0;
+  for (long long i = 0; i < n; ++i) {
+    const double a = gpu.out.get(i), b = ref.out.get(i);
+    if (std::isnan(a) || std::isnan(b)) {
+      ++d.nan;
+      continue;
+    }
+    num += (a - b) * (a - b);
+    den += b * b;
+    d.max_abs = std::max(d.max_abs, std::fabs(a - b));
+  }
+  d.rel_l2 = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+  if (s.lse) {
+    const long long m = (batch ? batch : s.batch) * static_cast<long long>(s.q_len) * s.num_q_heads;
+    for (long long i = 0; i < m; ++i) {
+      const float a = gpu.lse.data<float>()[i], b = ref.lse.data<float>()[i];
+      if (std::isnan(a) || std::isnan(b)) {
+        ++d.nan;
+      } else if (std::isinf(a) || std::isinf(b)) {
+        if (a != b) ++d.mismatched_inf;
+      } else {
+        d.lse_max_abs = std::max(d.lse_max_abs, static_cast<double>(std::fabs(a - b)));
+      }
+    }
+  }
+  return d;
+}
+
+inline std::string describe(const Diff& d) {
+  std::ostringstream s;
+  s << "rel_l2=" << d.rel_l2 << " max_abs=" << d.max_abs << " lse_max_abs=" << d.lse_max_abs
+    << " inf_mismatch=" << d.mismatched_inf << " nan=" << d.nan;
+  return s.str();
+}
+
+// Tolerance on the relative L2 error of the output, by output dtype: both sides round to it, so
+// the bound is a few units of its last place (bf16 2^-8, fp16 2^-11, e4m3 2^-3 relative).
+inline double out_tolerance(DType out) {
+  switch (out) {
+    case DType::kFP16: return 4e-3;
+    case DType::kFP8E4M3: return 6e-2;
+    default: return 1e-2;
+  }
+}
+
+inline bool same_bytes(const HostTensor& a, const HostTensor& b, long long bytes) {
+  return std::memcmp(a.raw(), b.raw(), static_cast<std::size_t>(bytes)) == 0;
+}
+
+}  // namespace deca::test

@@ -1,0 +1,318 @@
+// GQA decode on the GPU against the CPU reference, over a matrix that covers every feature of the
+// kernel and their combinations (DESIGN.md "GQA decode"; issue 3 section 3). Fresh random data
+// per case (seed: DECA_TEST_SEED), unused KV slots poisoned with NaN, unused page-table columns
+// with huge ids, outputs poisoned before each run. Skipped where no GPU is present.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "common/test_seed.hpp"
+#include "gpu/gqa_gpu_runner.hpp"
+
+namespace deca::test {
+namespace {
+
+struct MatrixCase {
+  std::string name;
+  GqaCaseSpec spec;
+  GpuOptions opt;
+};
+
+GqaCaseSpec base(int q_heads, int kv_heads, int head_dim, int page, DType kv) {
+  GqaCaseSpec s;
+  s.num_q_heads = q_heads;
+  s.num_kv_heads = kv_heads;
+  s.head_dim = head_dim;
+  s.page_size = page;
+  s.kv_dtype = kv;
+  return s;
+}
+
+std::vector<MatrixCase> matrix() {
+  std::vector<MatrixCase> m;
+  auto add = [&](std::string name, GqaCaseSpec s, GpuOptions o = {}) {
+    m.push_back({std::move(name), std::move(s), o});
+  };
+  // Lengths at the edges: 1, page-1, page, page+1, a tile +-1, long; several per batch.
+  const std::vector<int> edges = {1, 15, 16, 17, 63, 64, 65, 127, 129, 300, 1000};
+  for (DType kv : {DType::kBF16, DType::kFP16, DType::kFP8E4M3, DType::kINT8}) {
+    for (KvLayout layout : {KvLayout::kNHD, KvLayout::kHND}) {
+      GqaCaseSpec s = base(16, 2, 128, 16, kv);
+      s.batch = static_cast<int>(edges.size());
+      s.seq_lens = edges;
+      s.layout = layout;
+      s.q_dtype = kv == DType::kFP16 ? DType::kFP16 : DType::kBF16;
+      s.out_dtype = s.q_dtype;
+      add(std::string("edges_") + dtype_name(kv) + (layout == KvLayout::kNHD ? "_nhd" : "_hnd"), s);
+    }
+  }
+  // Mixed q / kv / out dtypes.
+  {
+    GqaCaseSpec s = base(8, 1, 128, 32, DType::kFP8E4M3);
+    s.batch = 3, s.seq_lens = {100, 1, 777};
+    s.q_dtype = DType::kFP16;
+    s.out_dtype = DType::kBF16;
+    add("q_fp16_kv_fp8", s);
+    s.kv_dtype = DType::kBF16;
+    s.out_dtype = DType::kFP16;
+    add("q_fp16_kv_bf16_out_fp16", s);
+    s.kv_dtype = DType::kINT8;
+    s.q_dtype = DType::kFP16;
+    add("q_fp16_kv_int8", s);
+    s.kv_dtype = DType::kFP8E4M3;
+    s.q_dtype = DType::kBF16;
+    s.out_dtype = DType::kFP8E4M3;
+    s.out_scale = 0.01f;
+    add("out_fp8", s);
+  }
+  // Head dims (every multiple of 16 the tile logic treats differently) and group sizes.
+  for (int d : {64, 80, 96, 112, 144, 192, 256}) {
+    for (DType kv : {DType::kBF16, DType::kFP8E4M3}) {
+      GqaCaseSpec s = base(8, 2, d, 16, kv);
+      s.batch = 2, s.seq_lens = {200, 33};
+      add("d" + std::to_string(d) + "_" + dtype_name(kv), s);
+    }
+  }
+  for (int g : {1, 2, 4, 8, 16, 32, 64}) {
+    GqaCaseSpec s = base(g * 2, 2, 128, 32, g % 2 ? DType::kBF16 : DType::kFP8E4M3);
+    s.batch = 2, s.seq_lens = {250, 70};
+    add("group" + std::to_string(g), s);
+  }
+  // Page sizes (and one page per request: a contiguous cache).
+  for (int page : {1, 8, 32, 64, 128, 256}) {
+    GqaCaseSpec s = base(8, 1, 128, page, page >= 64 ? DType::kFP8E4M3 : DType::kBF16);
+    s.batch = 3, s.seq_lens = {page + 1, 2 * page - 1, 5};
+    add("page" + std::to_string(page), s);
+  }
+  {
+    GqaCaseSpec s = base(8, 2, 128, 512, DType::kBF16);
+    s.batch = 2, s.seq_lens = {512, 301};
+    add("contiguous_512", s);
+  }
+  // K and V as views of one allocation (interleaved per page).
+  {
+    GqaCaseSpec s = base(8, 2, 128, 16, DType::kFP8E4M3);
+    s.batch = 2, s.seq_lens = {90, 17};
+    s.kv_one_allocation = true;
+    add("kv_one_allocation", s);
+  }
+  // Features: window, sinks, soft-cap, per-head scales, LSE off, speculative decoding.
+  {
+    GqaCaseSpec s = base(64, 8, 64, 16, DType::kBF16);
+    s.batch = 3, s.seq_lens = {1000, 100, 5};
+    s.window = 128;
+    s.sinks = true;
+    add("window_sinks_gptoss", s);
+    s.window = 1;
+    add("window_1", s);
+    s.window = 0;
+    s.softcap = 30.f;
+    add("softcap", s);
+  }
+  {
+    GqaCaseSpec s = base(16, 4, 128, 32, DType::kINT8);
+    s.batch = 2, s.seq_lens = {400, 40};
+    s.per_head_scales = true;
+    s.lse = false;
+    add("per_head_scales_no_lse", s);
+    s.kv_dtype = DType::kFP8E4M3;
+    add("per_head_scales_fp8", s);
+  }
+  for (int q_len : {2, 4, 8}) {
+    GqaCaseSpec s = base(64, 8, 128, 64, q_len == 4 ? DType::kBF16 : DType::kFP8E4M3);
+    s.batch = 3, s.q_len = q_len, s.seq_lens = {500, q_len, q_len + 3};
+    add("causal_qlen" + std::to_string(q_len), s);
+    s.tree_mask = true;
+    add("tree_qlen" + std::to_string(q_len), s);
+    s.window = 64;
+    add("tree_window_qlen" + std::to_string(q_len), s);
+  }
+  {
+    GqaCaseSpec s = base(64, 4, 128, 64, DType::kBF16);  // 16 x 8 = 128 rows: two row blocks
+    s.batch = 2, s.q_len = 8, s.seq_lens = {300, 9};
+    s.tree_mask = true;
+    add("tree_two_row_blocks", s);
+  }
+  {
+    GqaCaseSpec s = base(128, 1, 128, 32, DType::kFP8E4M3);  // group 128: row blocks of 64
+    s.batch = 2, s.seq_lens = {333, 1};
+    add("group128", s);
+  }
+  // Split-KV: long requests with few CTAs force many splits; a tiny batch too.
+  {
+    GqaCaseSpec s = base(64, 8, 128, 64, DType::kBF16);
+    s.batch = 1, s.seq_lens = {20000};
+    add("split_long_bf16", s);
+    s.kv_dtype = DType::kFP8E4M3;
+    add("split_long_fp8", s);
+    s.batch = 4, s.seq_lens = {9000, 1, 0, 64};
+    add("split_mixed_lengths", s);
+    s.window = 200;
+    s.sinks = true;
+    add("split_window", s);
+  }
+  {
+    GqaCaseSpec s = base(8, 1, 128, 16, DType::kBF16);
+    s.batch = 5, s.seq_lens = {3000, 10, 1500, 64, 65};
+    GpuOptions o;
+    o.split_mode = SplitMode::kFixed;
+    o.split_tokens = 256;
+    add("fixed_split", s, o);
+    o.max_seq_len = 8192;  // a promise larger than the data: empty trailing splits
+    add("fixed_split_empty_tail", s, o);
+  }
+  {
+    // A promised max_q_len larger than the run's q_len would change rows; a larger max_batch
+    // and max_seq_len than the run's must not change results.
+    GqaCaseSpec s = base(32, 8, 128, 16, DType::kFP8E4M3);
+    s.batch = 2, s.seq_lens = {700, 50};
+    GpuOptions o;
+    o.max_batch = 64;
+    o.max_seq_len = 32768;
+    add("promised_maxima", s, o);
+  }
+  return m;
+}
+
+class GqaGpuMatrix : public ::testing::TestWithParam<MatrixCase> {};
+
+TEST_P(GqaGpuMatrix, MatchesCpuReference) {
+  DECA_REQUIRE_GPU();
+  const MatrixCase& mc = GetParam();
+  auto rng = make_rng(std::hash<std::string>{}(mc.name));
+  GqaCase c = build_gqa_case(mc.spec, rng);
+  const GpuRun gpu = run_gqa_on_gpu(c, mc.opt);
+  poison_outputs(c);
+  cpu::gqa_decode(c.params);
+  const Diff d = compare(c, gpu);
+  std::printf("[gpu] %-28s %-56s splits=%-3d %s\n", mc.name.c_str(), gpu.plan.kernel_name.c_str(),
+              gpu.plan.num_splits, describe(d).c_str());
+  EXPECT_EQ(d.nan, 0) << seed_message();
+  EXPECT_EQ(d.mismatched_inf, 0) << seed_message();
+  EXPECT_LE(d.rel_l2, out_tolerance(mc.spec.out_dtype)) << seed_message();
+  EXPECT_LE(d.lse_max_abs, 2e-3) << seed_message();
+}
+
+INSTANTIATE_TEST_SUITE_P(Matrix, GqaGpuMatrix, ::testing::ValuesIn(matrix()),
+                         [](const auto& info) { return info.param.name; });
+
+// Default mode: the same inputs give bitwise the same outputs, run after run (the split merge
+// goes in split order, not in arrival order).
+TEST(GqaGpu, RunToRunBitwiseIdentical) {
+  DECA_REQUIRE_GPU();
+  auto rng = make_rng(11);
+  GqaCaseSpec s = base(64, 8, 128, 64, DType::kFP8E4M3);
+  s.batch = 2, s.seq_lens = {30000, 7000};
+  GqaCase c = build_gqa_case(s, rng);
+  const GpuRun a = run_gqa_on_gpu(c), b = run_gqa_on_gpu(c);
+  ASSERT_GT(a.plan.num_splits, 1);
+  EXPECT_TRUE(same_bytes(a.out, b.out, static_cast<long long>(a.out.bytes())));
+  EXPECT_TRUE(same_bytes(a.lse, b.lse, static_cast<long long>(a.lse.bytes())));
+}
+
+// Fixed-split mode: a request's result does not depend on what else is in the batch.
+TEST(GqaGpu, FixedSplitIsBatchInvariant) {
+  DECA_REQUIRE_GPU();
+  auto rng = make_rng(12);
+  GqaCaseSpec s = base(32, 4, 128, 32, DType::kBF16);
+  s.batch = 6, s.seq_lens = {5000, 100, 2000, 1, 7000, 64};
+  GqaCase c = build_gqa_case(s, rng);
+  GpuOptions o;
+  o.split_mode = SplitMode::kFixed;
+  o.split_tokens = 512;
+  o.max_batch = 64;
+  o.max_seq_len = 8192;
+  const GpuRun full = run_gqa_on_gpu(c, o);
+  o.run_batch = 1;
+  const GpuRun alone = run_gqa_on_gpu(c, o);
+  const long long req_bytes = static_cast<long long>(s.q_len) * s.num_q_heads * s.head_dim *
+                              static_cast<long long>(dtype_size(s.out_dtype));
+  EXPECT_TRUE(same_bytes(full.out, alone.out, req_bytes));
+  EXPECT_TRUE(same_bytes(full.lse, alone.lse,
+                         static_cast<long long>(s.q_len) * s.num_q_heads * 4));
+}
+
+// The split counters reset themselves: many launches on one workspace with no memset between
+// them all give the right answer.
+TEST(GqaGpu, WorkspaceReusedWithoutReset) {
+  DECA_REQUIRE_GPU();
+  auto rng = make_rng(13);
+  GqaCaseSpec s = base(64, 8, 128, 64, DType::kBF16);
+  s.batch = 1, s.seq_lens = {12000};
+  GqaCase c = build_gqa_case(s, rng);
+  GqaPlan plan;
+  plan.config = gpu_config(c, {});
+  cuda::plan_gqa_decode(plan);
+  ASSERT_GT(plan.num_splits, 1);
+  DeviceBuffer q(c.q), k(c.k_pool), v(c.v_pool), pt(c.page_table), sl(c.seq_lens),
+      out(c.out.bytes()), lse(c.lse.bytes()), ws(plan.workspace_bytes);
+  GqaParams p = c.params;
+  p.q = q.get(), p.k_cache = k.get(), p.v_cache = v.get();
+  p.page_table = pt.as<int>(), p.seq_lens = sl.as<int>(), p.out = out.get(), p.lse = lse.as<float>();
+  ws.fill(0);
+  cuda::carve_gqa_workspace(plan, ws.get(), p);
+  for (int i = 0; i < 5; ++i) cuda::gqa_decode(plan, p, nullptr);
+  out.fill(0xFF);
+  cuda::gqa_decode(plan, p, nullptr);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  GpuRun r;
+  r.out = HostTensor(c.out.dtype(), c.out.shape());
+  r.lse = HostTensor(DType::kFP32, c.lse.shape());
+  out.to_host(r.out);
+  lse.to_host(r.lse);
+  poison_outputs(c);
+  cpu::gqa_decode(c.params);
+  const Diff d = compare(c, r);
+  EXPECT_EQ(d.nan, 0);
+  EXPECT_LE(d.rel_l2, out_tolerance(s.out_dtype)) << describe(d);
+}
+
+// The launch allocates nothing and syncs nothing: it can be captured in a CUDA graph and replayed.
+TEST(GqaGpu, CapturedInCudaGraph) {
+  DECA_REQUIRE_GPU();
+  auto rng = make_rng(14);
+  GqaCaseSpec s = base(32, 8, 128, 16, DType::kFP8E4M3);
+  s.batch = 3, s.seq_lens = {4000, 20, 900};
+  GqaCase c = build_gqa_case(s, rng);
+  GqaPlan plan;
+  plan.config = gpu_config(c, {});
+  cuda::plan_gqa_decode(plan);
+  DeviceBuffer q(c.q), k(c.k_pool), v(c.v_pool), pt(c.page_table), sl(c.seq_lens),
+      out(c.out.bytes()), lse(c.lse.bytes()), ws(plan.workspace_bytes);
+  GqaParams p = c.params;
+  p.q = q.get(), p.k_cache = k.get(), p.v_cache = v.get();
+  p.page_table = pt.as<int>(), p.seq_lens = sl.as<int>(), p.out = out.get(), p.lse = lse.as<float>();
+  ws.fill(0);
+  cuda::carve_gqa_workspace(plan, ws.get(), p);
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  cuda::gqa_decode(plan, p, stream);  // first use loads the module outside the capture
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  cudaGraph_t graph;
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+  cuda::gqa_decode(plan, p, stream);
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  cudaGraphExec_t exec;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  out.fill(0xFF);
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  GpuRun r;
+  r.out = HostTensor(c.out.dtype(), c.out.shape());
+  r.lse = HostTensor(DType::kFP32, c.lse.shape());
+  out.to_host(r.out);
+  lse.to_host(r.lse);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+  poison_outputs(c);
+  cpu::gqa_decode(c.params);
+  const Diff d = compare(c, r);
+  EXPECT_EQ(d.nan, 0);
+  EXPECT_LE(d.rel_l2, out_tolerance(s.out_dtype)) << describe(d);
+}
+
+}  // namespace
+}  // namespace deca::test
