@@ -134,6 +134,9 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
   const int q_len = p.q_len;
   const int rows_total = q_len * T::kGroup;
   const int row0 = row_block * T::kRows;  // first row of this CTA
+  // Row blocks are sized from the plan's max q_len; with a shorter q_len the tail blocks have no
+  // rows. All CTAs of such a block leave together, so its split counter stays untouched.
+  if (row0 >= rows_total) return;
   const KeyRange range = split_range<T>(p, seq_len, split);
   const int num_tiles = range.end > range.begin ? (range.end - range.begin + T::kTile - 1) / T::kTile : 0;
 
