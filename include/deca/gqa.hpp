@@ -97,6 +97,10 @@ struct GqaDecodeArgs {
 
 // Validates every argument against the plan before anything is launched or written; throws
 // deca::Error naming the argument, what was expected and what came.
+// Contents are checked only where they are host memory: on the CPU, seq_lens (0 = an empty
+// request that outputs zeros, else q_len..min(max_pages * page_size, max_seq_len)) and the page
+// table entries the lengths use ([0, num_pages)). Device-resident page_table / seq_lens are the
+// caller's contract: reading them would cost a synchronisation per call and break graph capture.
 void gqa_decode(const GqaPlan& plan, const GqaDecodeArgs& args);
 
 // Convenience for one-off calls: plans from the argument shapes (max_* = this call's sizes).

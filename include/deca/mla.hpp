@@ -67,6 +67,11 @@ struct MlaSparseArgs {
   void* stream = nullptr;
 };
 
+// Both validate every argument before anything is written (deca::Error naming the argument,
+// the expectation and the value). Host-memory contents are checked too: cache_seqlens and the
+// block_table entries they use; indices (-1 or a token id < num_blocks * page_size, only the
+// first topk_length[b] of each row) and topk_length. Device-resident index tensors would be the
+// caller's contract; this build has no GPU MLA kernel, so every tensor must be on the CPU.
 void mla_decode_dense(const MlaPlan& plan, const MlaDenseArgs& args);
 void mla_decode_sparse(const MlaPlan& plan, const MlaSparseArgs& args);
 

@@ -1,0 +1,221 @@
+#include "api/check.hpp"
+
+#include <utility>
+#include <array>
+#include <climits>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+#include "deca/error.hpp"
+
+namespace deca::api {
+
+namespace {
+
+std::string cat(std::string_view a, std::string_view b = {}, std::string_view c = {}) {
+  std::string s(a);
+  s += b;
+  s += c;
+  return s;
+}
+
+std::string with_why(std::string_view expected, std::string_view why) {
+  if (why.empty()) return std::string(expected);
+  return cat(expected, " (", cat(why, ")"));
+}
+
+std::string pointer_string(const void* p) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%p", p);
+  return buf;
+}
+
+}  // namespace
+
+void fail(std::string_view fn, std::string_view arg, std::string_view expected,
+          std::string_view got) {
+  std::string msg(fn);
+  msg += ": ";
+  msg += arg;
+  msg += ": expected ";
+  msg += expected;
+  msg += ", got ";
+  msg += got;
+  throw Error(msg);
+}
+
+std::string shape_string(const TensorView& t) {
+  std::ostringstream s;
+  s << "[";
+  for (int i = 0; i < t.rank; ++i) s << (i ? ", " : "") << t.shape[i];
+  s << "]";
+  return s.str();
+}
+
+std::string float_string(double value) {
+  std::ostringstream s;
+  s << value;
+  return s.str();
+}
+
+void expect_present(std::string_view fn, std::string_view arg, const TensorView& t,
+                    std::string_view why) {
+  if (!t.defined()) fail(fn, arg, with_why("a tensor", why), "absent");
+  // numel() is only meaningful once sizes are known to be non-negative; a negative size is
+  // reported by expect_sizes, so only a positive element count demands a pointer here.
+  bool has_elements = true;
+  for (int i = 0; i < t.rank; ++i) has_elements = has_elements && t.shape[i] > 0;
+  if (t.data == nullptr && has_elements) {
+    fail(fn, arg, cat("a non-null data pointer for ", t.describe()), "nullptr");
+  }
+}
+
+void expect_presence(std::string_view fn, std::string_view arg, const TensorView& t, bool wanted,
+                     std::string_view flag) {
+  if (wanted) {
+    expect_present(fn, arg, t, cat(flag, " is true"));
+  } else if (t.defined()) {
+    fail(fn, arg, cat("absent (", flag, " is false)"), t.describe());
+  }
+}
+
+void expect_device(std::string_view fn, std::string_view arg, const TensorView& t, Device device,
+                   std::string_view why) {
+  if (t.device != device) {
+    fail(fn, arg, with_why(cat("device ", to_string(device)), why), to_string(t.device));
+  }
+}
+
+void expect_dtype(std::string_view fn, std::string_view arg, const TensorView& t, DType dtype,
+                  std::string_view why) {
+  if (t.dtype != dtype) {
+    fail(fn, arg, with_why(cat("dtype ", dtype_name(dtype)), why), dtype_name(t.dtype));
+  }
+}
+
+void expect_dtype_in(std::string_view fn, std::string_view arg, const TensorView& t,
+                     std::initializer_list<DType> allowed, std::string_view why) {
+  std::string names;
+  for (DType d : allowed) {
+    if (d == t.dtype) return;
+    names += names.empty() ? "" : " | ";
+    names += dtype_name(d);
+  }
+  fail(fn, arg, with_why(cat("dtype ", names), why), dtype_name(t.dtype));
+}
+
+void expect_rank(std::string_view fn, std::string_view arg, const TensorView& t, int rank,
+                 std::string_view dims) {
+  if (t.rank != rank) {
+    fail(fn, arg, cat("rank ", std::to_string(rank), cat(" ", dims)),
+         cat("rank ", std::to_string(t.rank), cat(" ", shape_string(t))));
+  }
+}
+
+void expect_sizes(std::string_view fn, std::string_view arg, const TensorView& t) {
+  for (int i = 0; i < t.rank; ++i) {
+    if (t.shape[i] < 0 || t.shape[i] > INT_MAX) {
+      fail(fn, arg, cat("dim ", std::to_string(i), " size in 0..2147483647"),
+           cat(std::to_string(t.shape[i]), " (shape ", cat(shape_string(t), ")")));
+    }
+  }
+}
+
+void expect_dim(std::string_view fn, std::string_view arg, const TensorView& t, int dim,
+                std::string_view dim_name, std::int64_t expected, std::string_view why) {
+  if (t.shape[dim] != expected) {
+    std::string where = cat(arg, ": dim ", std::to_string(dim));
+    where = cat(where, " (", cat(dim_name, ")"));
+    fail(fn, where, with_why(std::to_string(expected), why), std::to_string(t.shape[dim]));
+  }
+}
+
+void expect_dim_range(std::string_view fn, std::string_view arg, const TensorView& t, int dim,
+                      std::string_view dim_name, std::int64_t lo, std::int64_t hi,
+                      std::string_view why) {
+  if (t.shape[dim] < lo || t.shape[dim] > hi) {
+    std::string where = cat(arg, ": dim ", std::to_string(dim));
+    where = cat(where, " (", cat(dim_name, ")"));
+    fail(fn, where, with_why(cat(std::to_string(lo), "..", std::to_string(hi)), why),
+         std::to_string(t.shape[dim]));
+  }
+}
+
+void expect_strides(std::string_view fn, std::string_view arg, const TensorView& t) {
+  for (int i = 0; i < t.rank; ++i) {
+    if (t.stride[i] < 0) {
+      fail(fn, arg, cat("a non-negative stride for dim ", std::to_string(i)),
+           cat("stride ", std::to_string(t.stride[i])));
+    }
+  }
+  const int last = t.rank - 1;
+  if (t.rank > 0 && t.shape[last] > 1 && t.stride[last] != 1) {
+    fail(fn, arg,
+         cat("the last dim (", std::to_string(last), ") contiguous, stride 1"),
+         cat("stride ", std::to_string(t.stride[last])));
+  }
+}
+
+void expect_no_overlap(std::string_view fn, std::string_view arg, const TensorView& t) {
+  // Sufficient condition: ordering the dims of size > 1 by stride, each stride exceeds the
+  // furthest element reachable through the smaller ones.
+  std::array<int, kMaxRank> order{};
+  int n = 0;
+  for (int i = 0; i < t.rank; ++i) {
+    if (t.shape[i] > 1) order[n++] = i;
+  }
+  // Insertion sort: at most kMaxRank dims.
+  for (int i = 1; i < n; ++i) {
+    for (int j = i; j > 0 && t.stride[order[j]] < t.stride[order[j - 1]]; --j) {
+      std::swap(order[j], order[j - 1]);
+    }
+  }
+  std::int64_t reach = 0;  // largest offset reachable through the dims seen so far
+  for (int k = 0; k < n; ++k) {
+    const int d = order[k];
+    if (t.stride[d] <= reach) {
+      fail(fn, arg,
+           "strides that map every index to its own element (an output must not overlap)",
+           cat("shape ", shape_string(t), cat(", stride ", std::to_string(t.stride[d]),
+                                              cat(" of dim ", std::to_string(d)))));
+    }
+    reach += (t.shape[d] - 1) * t.stride[d];
+  }
+}
+
+void expect_aligned(std::string_view fn, std::string_view arg, const TensorView& t,
+                    std::size_t bytes, std::string_view why) {
+  const auto addr = reinterpret_cast<std::uintptr_t>(t.data);
+  if (addr % bytes != 0) {
+    fail(fn, arg, with_why(cat("a data pointer aligned to ", std::to_string(bytes), " bytes"), why),
+         cat(pointer_string(t.data), " (", cat(std::to_string(addr % bytes), " bytes past)")));
+  }
+  const std::int64_t elem = static_cast<std::int64_t>(dtype_size(t.dtype));
+  for (int i = 0; i + 1 < t.rank; ++i) {
+    if (t.shape[i] <= 1) continue;  // a stride never taken cannot misalign anything
+    const std::int64_t stride_bytes = t.stride[i] * elem;
+    if (stride_bytes % static_cast<std::int64_t>(bytes) != 0) {
+      fail(fn, arg,
+           with_why(cat("the stride of dim ", std::to_string(i),
+                        cat(" a multiple of ", std::to_string(bytes), " bytes")),
+                    why),
+           cat(std::to_string(stride_bytes), " bytes (",
+               cat(std::to_string(t.stride[i]), " elements)")));
+    }
+  }
+}
+
+void expect_tensor(std::string_view fn, std::string_view arg, const TensorView& t, Device device,
+                   std::string_view device_why, std::initializer_list<DType> dtypes,
+                   std::string_view dtype_why, int rank, std::string_view dims) {
+  expect_present(fn, arg, t, dims);
+  expect_device(fn, arg, t, device, device_why);
+  expect_dtype_in(fn, arg, t, dtypes, dtype_why);
+  expect_rank(fn, arg, t, rank, dims);
+  expect_sizes(fn, arg, t);
+  expect_strides(fn, arg, t);
+  expect_aligned(fn, arg, t, dtype_size(t.dtype), "the element size");
+}
+
+}  // namespace deca::api

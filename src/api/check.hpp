@@ -1,0 +1,78 @@
+// Argument checks shared by every entry point in src/api/. Each check throws a deca::Error whose
+// message reads "<fn>: <argument>: expected <what>, got <what came>", so that a caller can fix
+// the call from the message alone. All checks only read metadata (and, where a caller asks,
+// host memory); none writes anything, so running them all before dispatch keeps the promise that
+// a rejected call leaves every output untouched.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <string_view>
+
+#include "deca/tensor.hpp"
+
+namespace deca::api {
+
+// Bytes every row start of a tensor that a GPU kernel loads as 16-byte vectors must be aligned
+// to. The CPU path applies the same rule so that a call valid on one backend is valid on both.
+inline constexpr std::size_t kRowAlignBytes = 16;
+
+[[noreturn]] void fail(std::string_view fn, std::string_view arg, std::string_view expected,
+                       std::string_view got);
+
+std::string shape_string(const TensorView& t);
+// Shortest readable form of a float for messages: "0.5", "nan", "inf".
+std::string float_string(double value);
+
+// A tensor must be given (defined) and its data pointer non-null unless it holds no element.
+void expect_present(std::string_view fn, std::string_view arg, const TensorView& t,
+                    std::string_view why);
+// Optional tensors: present exactly when the plan's feature flag says so.
+void expect_presence(std::string_view fn, std::string_view arg, const TensorView& t, bool wanted,
+                     std::string_view flag);
+
+void expect_device(std::string_view fn, std::string_view arg, const TensorView& t, Device device,
+                   std::string_view why);
+void expect_dtype(std::string_view fn, std::string_view arg, const TensorView& t, DType dtype,
+                  std::string_view why);
+void expect_dtype_in(std::string_view fn, std::string_view arg, const TensorView& t,
+                     std::initializer_list<DType> allowed, std::string_view why);
+// `dims` names the dimensions, e.g. "[batch, q_len, num_q_heads, head_dim]".
+void expect_rank(std::string_view fn, std::string_view arg, const TensorView& t, int rank,
+                 std::string_view dims);
+// Sizes: non-negative and small enough for the int fields of the params structs.
+void expect_sizes(std::string_view fn, std::string_view arg, const TensorView& t);
+void expect_dim(std::string_view fn, std::string_view arg, const TensorView& t, int dim,
+                std::string_view dim_name, std::int64_t expected, std::string_view why);
+void expect_dim_range(std::string_view fn, std::string_view arg, const TensorView& t, int dim,
+                      std::string_view dim_name, std::int64_t lo, std::int64_t hi,
+                      std::string_view why);
+
+// Strides non-negative; the last dimension contiguous (stride 1) when it has more than one
+// element: the params structs carry no stride for it.
+void expect_strides(std::string_view fn, std::string_view arg, const TensorView& t);
+// An output must not map two indices onto one element (the result would depend on write order).
+void expect_no_overlap(std::string_view fn, std::string_view arg, const TensorView& t);
+// Data pointer and the byte stride of every dimension but the last are multiples of `bytes`.
+void expect_aligned(std::string_view fn, std::string_view arg, const TensorView& t,
+                    std::size_t bytes, std::string_view why);
+
+// The checks every tensor argument gets, in this order: presence (non-null data), device, dtype,
+// rank, sizes, strides, element-size alignment.
+void expect_tensor(std::string_view fn, std::string_view arg, const TensorView& t, Device device,
+                   std::string_view device_why, std::initializer_list<DType> dtypes,
+                   std::string_view dtype_why, int rank, std::string_view dims);
+
+// Whole host tensors of int32: value at a flat index, for data checks on CPU tensors.
+inline std::int32_t load_i32(const TensorView& t, std::int64_t i0, std::int64_t i1 = 0,
+                             std::int64_t i2 = 0) {
+  const auto* base = static_cast<const std::int32_t*>(t.data);
+  std::int64_t off = i0 * t.stride[0];
+  if (t.rank > 1) off += i1 * t.stride[1];
+  if (t.rank > 2) off += i2 * t.stride[2];
+  return base[off];
+}
+
+}  // namespace deca::api

@@ -1,0 +1,99 @@
+// gqa_decode(config, args): plan from this call's shapes and run once. On the GPU it owns a
+// workspace for the duration of the call; servers use plan + run and keep one workspace.
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <string>
+
+#include <cuda_runtime.h>
+
+#include "api/check.hpp"
+#include "api/gqa_prepare.hpp"
+#include "deca/error.hpp"
+#include "deca/gqa.hpp"
+
+namespace deca {
+
+namespace {
+
+constexpr const char* kFn = "gqa_decode";
+
+int clamp_int(std::int64_t v) {
+  return static_cast<int>(std::clamp<std::int64_t>(v, 1, INT_MAX));
+}
+
+void cuda_check(cudaError_t err, const char* what) {
+  if (err != cudaSuccess) {
+    throw Error(std::string(kFn) + ": workspace: expected " + what + " to succeed, got " +
+                cudaGetErrorName(err) + " (" + cudaGetErrorString(err) + ")");
+  }
+}
+
+// Owns a zeroed device workspace on the plan's device and frees it on every exit path, after
+// the stream has finished with it.
+class ScopedWorkspace {
+ public:
+  ScopedWorkspace(int device, std::size_t bytes, void* stream) : stream_(stream) {
+    cuda_check(cudaGetDevice(&previous_), "cudaGetDevice");
+    cuda_check(cudaSetDevice(device), "cudaSetDevice");
+    restore_ = true;
+    cuda_check(cudaMalloc(&ptr_, bytes), "cudaMalloc");
+    cuda_check(cudaMemsetAsync(ptr_, 0, bytes, static_cast<cudaStream_t>(stream)),
+               "cudaMemsetAsync");
+  }
+  ~ScopedWorkspace() {
+    if (ptr_) {
+      cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));
+      cudaFree(ptr_);
+    }
+    if (restore_) cudaSetDevice(previous_);
+  }
+  ScopedWorkspace(const ScopedWorkspace&) = delete;
+  ScopedWorkspace& operator=(const ScopedWorkspace&) = delete;
+
+  void* get() const { return ptr_; }
+  // Surfaces launch errors here, where the caller can still see them as a deca::Error.
+  void finish() {
+    cuda_check(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)), "the decode stream");
+  }
+
+ private:
+  void* ptr_ = nullptr;
+  void* stream_ = nullptr;
+  int previous_ = 0;
+  bool restore_ = false;
+};
+
+}  // namespace
+
+void gqa_decode(const GqaConfig& config, const GqaDecodeArgs& args) {
+  // Maxima from this call's shapes. Where an argument is malformed the config's own value stays,
+  // so that the argument check (not the plan check) names the culprit.
+  GqaConfig c = config;
+  if (args.q.rank == 4) {
+    c.max_q_len = clamp_int(args.q.shape[1]);
+    if (c.beam_width >= 1) {
+      const std::int64_t beams = c.beam_width;
+      c.max_batch = clamp_int((args.q.shape[0] + beams - 1) / beams * beams);
+      c.max_batch = std::max(c.max_batch, c.beam_width);
+    }
+  }
+  if (args.page_table.rank == 2 && config.page_size > 0) {
+    c.max_seq_len = clamp_int(args.page_table.shape[1] * config.page_size);
+  }
+  const GqaPlan plan = plan_gqa_decode(c);
+  // A workspace the caller passed along is used (and checked); otherwise one is made below.
+  const bool caller_workspace =
+      args.workspace != nullptr && args.workspace_bytes >= plan.workspace_bytes;
+  GqaParams params = api::prepare_gqa_decode(plan, args, caller_workspace);
+  if (c.device.kind == DeviceKind::kCPU || plan.workspace_bytes == 0 || caller_workspace ||
+      params.batch == 0) {
+    api::dispatch_gqa_decode(plan, params, args.workspace, args.stream);
+    return;
+  }
+  ScopedWorkspace workspace(c.device.index, plan.workspace_bytes, args.stream);
+  api::dispatch_gqa_decode(plan, params, workspace.get(), args.stream);
+  workspace.finish();
+}
+
+}  // namespace deca

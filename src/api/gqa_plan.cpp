@@ -1,0 +1,122 @@
+#include <cmath>
+#include <string>
+
+#include "api/check.hpp"
+#include "api/gqa_config.hpp"
+#include "cuda/backend.hpp"
+#include "deca/error.hpp"
+#include "deca/gqa.hpp"
+
+namespace deca::api {
+
+namespace {
+
+std::string field(std::string_view prefix, std::string_view name) {
+  std::string s(prefix);
+  s += '.';
+  s += name;
+  return s;
+}
+
+void expect_int(std::string_view fn, std::string_view prefix, std::string_view name, int value,
+                bool ok, std::string_view expected) {
+  if (!ok) fail(fn, field(prefix, name), expected, float_string(value));
+}
+
+}  // namespace
+
+void validate_gqa_config(std::string_view fn, std::string_view prefix, const GqaConfig& c) {
+  expect_int(fn, prefix, "num_q_heads", c.num_q_heads, c.num_q_heads > 0, "> 0");
+  expect_int(fn, prefix, "num_kv_heads", c.num_kv_heads, c.num_kv_heads > 0, "> 0");
+  if (c.num_q_heads % c.num_kv_heads != 0) {
+    fail(fn, field(prefix, "num_q_heads"),
+         "a multiple of num_kv_heads (" + std::to_string(c.num_kv_heads) +
+             "): each KV head serves a whole group of query heads",
+         std::to_string(c.num_q_heads));
+  }
+  expect_int(fn, prefix, "head_dim", c.head_dim,
+             c.head_dim >= 16 && c.head_dim <= 256 && c.head_dim % 16 == 0,
+             "a multiple of 16 in 16..256");
+  expect_int(fn, prefix, "page_size", c.page_size, c.page_size >= 1 && c.page_size <= 256,
+             "1..256");
+  if (c.layout != KvLayout::kNHD && c.layout != KvLayout::kHND) {
+    fail(fn, field(prefix, "layout"), "KvLayout::kNHD or KvLayout::kHND",
+         "value " + std::to_string(static_cast<int>(c.layout)));
+  }
+  if (c.q_dtype != DType::kBF16 && c.q_dtype != DType::kFP16) {
+    fail(fn, field(prefix, "q_dtype"), "bf16 | fp16", dtype_name(c.q_dtype));
+  }
+  if (c.kv_dtype != DType::kBF16 && c.kv_dtype != DType::kFP16 && c.kv_dtype != DType::kFP8E4M3 &&
+      c.kv_dtype != DType::kINT8) {
+    fail(fn, field(prefix, "kv_dtype"), "bf16 | fp16 | fp8_e4m3 | int8", dtype_name(c.kv_dtype));
+  }
+  if (c.out_dtype != DType::kBF16 && c.out_dtype != DType::kFP16 &&
+      c.out_dtype != DType::kFP8E4M3) {
+    fail(fn, field(prefix, "out_dtype"), "bf16 | fp16 | fp8_e4m3", dtype_name(c.out_dtype));
+  }
+  expect_int(fn, prefix, "max_batch", c.max_batch, c.max_batch > 0, "> 0");
+  expect_int(fn, prefix, "max_q_len", c.max_q_len, c.max_q_len > 0, "> 0");
+  expect_int(fn, prefix, "max_seq_len", c.max_seq_len, c.max_seq_len > 0,
+             "> 0 (the longest cache any later run may have)");
+  expect_int(fn, prefix, "window", c.window, c.window >= 0, ">= 0 (0 = no sliding window)");
+  if (!(std::isfinite(c.softcap) && c.softcap >= 0.f)) {
+    fail(fn, field(prefix, "softcap"), "a finite value >= 0 (0 = no soft-cap)",
+         float_string(c.softcap));
+  }
+  expect_int(fn, prefix, "beam_width", c.beam_width, c.beam_width >= 1, ">= 1");
+  if (c.max_batch % c.beam_width != 0) {
+    fail(fn, field(prefix, "max_batch"),
+         "a multiple of beam_width (" + std::to_string(c.beam_width) +
+             "): batch = requests * beam_width",
+         std::to_string(c.max_batch));
+  }
+  switch (c.split_mode) {
+    case SplitMode::kAuto:
+      expect_int(fn, prefix, "split_tokens", c.split_tokens, c.split_tokens == 0,
+                 "0 with split_mode kAuto (the plan chooses the splits)");
+      break;
+    case SplitMode::kFixed:
+      expect_int(fn, prefix, "split_tokens", c.split_tokens, c.split_tokens > 0,
+                 "> 0 with split_mode kFixed (keys per split)");
+      break;
+    default:
+      fail(fn, field(prefix, "split_mode"), "SplitMode::kAuto or SplitMode::kFixed",
+           "value " + std::to_string(static_cast<int>(c.split_mode)));
+  }
+  if (c.device.kind == DeviceKind::kCUDA) {
+    const int count = cuda::device_count();
+    if (c.device.index < 0 || c.device.index >= count) {
+      fail(fn, field(prefix, "device"),
+           count > 0 ? "cpu or cuda:0..cuda:" + std::to_string(count - 1)
+                     : std::string("cpu (no CUDA device is present)"),
+           to_string(c.device));
+    }
+  } else if (c.device.kind != DeviceKind::kCPU || c.device.index != 0) {
+    fail(fn, field(prefix, "device"), "cpu (index 0) or cuda:N",
+         "kind " + std::to_string(static_cast<int>(c.device.kind)) + " index " +
+             std::to_string(c.device.index));
+  }
+}
+
+}  // namespace deca::api
+
+namespace deca {
+
+GqaPlan plan_gqa_decode(const GqaConfig& config) {
+  api::validate_gqa_config("plan_gqa_decode", "config", config);
+  GqaPlan plan;
+  plan.config = config;
+  if (config.device.kind == DeviceKind::kCUDA) {
+    cuda::plan_gqa_decode(plan);
+    return plan;
+  }
+  // The CPU reference walks each request's keys once: no splits, no workspace, no kernel.
+  plan.num_splits = 1;
+  plan.split_tokens = 0;
+  plan.workspace_bytes = 0;
+  plan.kernel_name.clear();
+  plan.sm_count = 0;
+  return plan;
+}
+
+}  // namespace deca

@@ -1,0 +1,304 @@
+// MLA decode: plan, dense (bf16 cache + block table) and sparse (656-byte FP8 tokens + top-k
+// indices). Validation, params, dispatch. There is no GPU MLA kernel in this build yet, so plans
+// and tensors must be on the CPU; the messages say so.
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "api/check.hpp"
+#include "cpu/reference.hpp"
+#include "deca/error.hpp"
+#include "deca/mla.hpp"
+#include "kernels/mla/params.cuh"
+
+namespace deca::api {
+
+namespace {
+
+constexpr const char* kCpuOnly = "MLA decode runs on the CPU only in this build";
+constexpr const char* kRowWhy = "row starts 16-byte aligned: GPU kernels load rows as 16-byte vectors";
+
+std::string s(std::int64_t v) { return float_string(v); }
+
+void expect_field(const char* fn, std::string_view prefix, const char* name, int value, bool ok,
+                  std::string_view expected) {
+  if (!ok) fail(fn, std::string(prefix) + "." + name, expected, s(value));
+}
+
+void validate_mla_config(const char* fn, std::string_view prefix, const MlaConfig& c) {
+  expect_field(fn, prefix, "num_heads", c.num_heads, c.num_heads > 0, "> 0");
+  expect_field(fn, prefix, "page_size", c.page_size, c.page_size >= 1 && c.page_size <= 256,
+               "1..256");
+  expect_field(fn, prefix, "max_batch", c.max_batch, c.max_batch > 0, "> 0");
+  expect_field(fn, prefix, "max_q_len", c.max_q_len, c.max_q_len > 0, "> 0");
+  if (c.sparse) {
+    expect_field(fn, prefix, "topk", c.topk, c.topk > 0, "> 0 (indices per query token)");
+    expect_field(fn, prefix, "max_seq_len", c.max_seq_len, c.max_seq_len >= 0,
+                 ">= 0 (unused by sparse decode)");
+  } else {
+    expect_field(fn, prefix, "max_seq_len", c.max_seq_len, c.max_seq_len > 0,
+                 "> 0 (the longest cache any later run may have)");
+    expect_field(fn, prefix, "topk", c.topk, c.topk == 0, "0 for dense decode (sparse is false)");
+    if (c.attn_sink) {
+      fail(fn, std::string(prefix) + ".attn_sink", "false for dense decode (sparse is false)",
+           "true");
+    }
+    if (c.topk_length) {
+      fail(fn, std::string(prefix) + ".topk_length", "false for dense decode (sparse is false)",
+           "true");
+    }
+  }
+  if (c.device != Device::cpu()) {
+    fail(fn, std::string(prefix) + ".device", std::string("cpu (") + kCpuOnly + ")",
+         to_string(c.device));
+  }
+}
+
+// q, out and lse are shaped alike for dense and sparse decode; returns nothing, checks all three.
+void check_q_out_lse(const char* fn, const MlaConfig& c, const TensorView& q, const TensorView& out,
+                     const TensorView& lse) {
+  const Device dev = c.device;
+  expect_tensor(fn, "q", q, dev, kCpuOnly, {DType::kBF16}, "", 4,
+                "[batch, q_len, num_heads, 576]");
+  expect_dim_range(fn, "q", q, 0, "batch", 0, c.max_batch, "plan.config.max_batch");
+  expect_dim_range(fn, "q", q, 1, "q_len", 1, c.max_q_len, "plan.config.max_q_len");
+  expect_dim(fn, "q", q, 2, "num_heads", c.num_heads, "plan.config.num_heads");
+  expect_dim(fn, "q", q, 3, "head_dim", kMlaDimQK, "512 NoPE + 64 RoPE");
+  expect_aligned(fn, "q", q, kRowAlignBytes, kRowWhy);
+
+  expect_tensor(fn, "out", out, dev, kCpuOnly, {DType::kBF16}, "", 4,
+                "[batch, q_len, num_heads, 512]");
+  expect_dim(fn, "out", out, 0, "batch", q.shape[0], "q's batch");
+  expect_dim(fn, "out", out, 1, "q_len", q.shape[1], "q's q_len");
+  expect_dim(fn, "out", out, 2, "num_heads", c.num_heads, "plan.config.num_heads");
+  expect_dim(fn, "out", out, 3, "dim_v", kMlaDimV, "V is the first 512 dims of the latent");
+  expect_no_overlap(fn, "out", out);
+  expect_aligned(fn, "out", out, kRowAlignBytes, kRowWhy);
+
+  expect_presence(fn, "lse", lse, c.lse, "plan.config.lse");
+  if (c.lse) {
+    expect_tensor(fn, "lse", lse, dev, kCpuOnly, {DType::kFP32}, "", 3,
+                  "[batch, q_len, num_heads]");
+    expect_dim(fn, "lse", lse, 0, "batch", q.shape[0], "q's batch");
+    expect_dim(fn, "lse", lse, 1, "q_len", q.shape[1], "q's q_len");
+    expect_dim(fn, "lse", lse, 2, "num_heads", c.num_heads, "plan.config.num_heads");
+    expect_no_overlap(fn, "lse", lse);
+  }
+}
+
+void check_cache(const char* fn, const MlaConfig& c, const TensorView& kv, DType dtype,
+                 int row) {
+  expect_tensor(fn, "kv_cache", kv, c.device, kCpuOnly, {dtype}, "", 4,
+                "[num_blocks, page_size, 1, " + s(row) + "]");
+  expect_dim(fn, "kv_cache", kv, 1, "page_size", c.page_size, "plan.config.page_size");
+  expect_dim(fn, "kv_cache", kv, 2, "kv_heads", 1, "one shared latent head");
+  expect_dim(fn, "kv_cache", kv, 3, dtype == DType::kUINT8 ? "token_bytes" : "head_dim", row,
+             dtype == DType::kUINT8 ? "512 e4m3 + 4 fp32 scales + 64 bf16" : "512 NoPE + 64 RoPE");
+  expect_aligned(fn, "kv_cache", kv, kRowAlignBytes, kRowWhy);
+}
+
+void check_softmax_scale(const char* fn, float v) {
+  if (!std::isfinite(v) || v < 0.f) {
+    fail(fn, "softmax_scale", "a finite value >= 0 (0 = 1 / sqrt(576))", float_string(v));
+  }
+}
+
+float softmax_scale_or_default(float v) {
+  return v != 0.f ? v : static_cast<float>(1.0 / std::sqrt(static_cast<double>(kMlaDimQK)));
+}
+
+void expect_plan_mode(const char* fn, const MlaPlan& plan, bool sparse) {
+  if (plan.config.sparse != sparse) {
+    fail(fn, "plan.config.sparse", sparse ? "true (a plan made for sparse decode)"
+                                          : "false (a plan made for dense decode)",
+         plan.config.sparse ? "true" : "false");
+  }
+}
+
+}  // namespace
+
+}  // namespace deca::api
+
+namespace deca {
+
+MlaPlan plan_mla_decode(const MlaConfig& config) {
+  api::validate_mla_config("plan_mla_decode", "config", config);
+  MlaPlan plan;
+  plan.config = config;
+  plan.num_splits = 1;
+  plan.workspace_bytes = 0;
+  plan.sm_count = 0;
+  return plan;
+}
+
+void mla_decode_dense(const MlaPlan& plan, const MlaDenseArgs& a) {
+  using namespace api;
+  constexpr const char* fn = "mla_decode_dense";
+  const MlaConfig& c = plan.config;
+  validate_mla_config(fn, "plan.config", c);
+  expect_plan_mode(fn, plan, false);
+  check_q_out_lse(fn, c, a.q, a.out, a.lse);
+  const std::int64_t batch = a.q.shape[0];
+  const std::int64_t q_len = a.q.shape[1];
+  check_cache(fn, c, a.kv_cache, DType::kBF16, kMlaDimQK);
+  expect_tensor(fn, "block_table", a.block_table, c.device, kCpuOnly, {DType::kINT32}, "", 2,
+                "[batch, max_blocks]");
+  expect_dim(fn, "block_table", a.block_table, 0, "batch", batch, "q's batch");
+  expect_tensor(fn, "cache_seqlens", a.cache_seqlens, c.device, kCpuOnly, {DType::kINT32}, "", 1,
+                "[batch]");
+  expect_dim(fn, "cache_seqlens", a.cache_seqlens, 0, "batch", batch, "q's batch");
+  check_softmax_scale(fn, a.softmax_scale);
+
+  // Host data (every tensor is on the CPU here): lengths, and the blocks they use.
+  const std::int64_t max_blocks = a.block_table.shape[1];
+  const std::int64_t num_blocks = a.kv_cache.shape[0];
+  const std::int64_t capacity = max_blocks * c.page_size;
+  for (std::int64_t b = 0; b < batch; ++b) {
+    const std::string name = "cache_seqlens[" + s(b) + "]";
+    const std::int64_t len = load_i32(a.cache_seqlens, b);
+    if (len < 0) fail(fn, name, ">= 0", s(len));
+    if (len == 0) continue;  // an empty (padding) request: zeros, LSE -inf
+    if (len < q_len) {
+      fail(fn, name, ">= q_len (" + s(q_len) + "): the new tokens are already in the cache; 0 = empty request",
+           s(len));
+    }
+    if (len > capacity) {
+      fail(fn, name,
+           "<= max_blocks * page_size = " + s(max_blocks) + " * " + s(c.page_size) + " = " +
+               s(capacity) + " (the blocks block_table provides)",
+           s(len));
+    }
+    if (len > c.max_seq_len) {
+      fail(fn, name, "<= plan.config.max_seq_len (" + s(c.max_seq_len) + ")", s(len));
+    }
+    for (std::int64_t j = 0; j <= (len - 1) / c.page_size; ++j) {
+      const std::int64_t block = load_i32(a.block_table, b, j);
+      if (block < 0 || block >= num_blocks) {
+        fail(fn, "block_table[" + s(b) + "][" + s(j) + "]",
+             "a block id in [0, " + s(num_blocks) + ") (kv_cache's num_blocks; " + name + " = " +
+                 s(len) + " uses this entry)",
+             s(block));
+      }
+    }
+  }
+
+  MlaDenseParams p{};
+  p.batch = static_cast<int>(batch);
+  p.q_len = static_cast<int>(q_len);
+  p.num_heads = c.num_heads;
+  p.page_size = c.page_size;
+  p.max_blocks = static_cast<int>(max_blocks);
+  p.num_blocks = static_cast<int>(num_blocks);
+  p.q = a.q.data;
+  p.q_stride_batch = a.q.stride[0];
+  p.q_stride_token = a.q.stride[1];
+  p.q_stride_head = a.q.stride[2];
+  p.kv = a.kv_cache.data;
+  p.kv_stride_block = a.kv_cache.stride[0];
+  p.kv_stride_slot = a.kv_cache.stride[1];
+  p.block_table = static_cast<const int*>(a.block_table.data);
+  p.block_table_stride = a.block_table.stride[0];
+  p.seq_lens = static_cast<const int*>(a.cache_seqlens.data);
+  p.out = a.out.data;
+  p.out_stride_batch = a.out.stride[0];
+  p.out_stride_token = a.out.stride[1];
+  p.out_stride_head = a.out.stride[2];
+  if (c.lse) {
+    p.lse = static_cast<float*>(a.lse.data);
+    p.lse_stride_batch = a.lse.stride[0];
+    p.lse_stride_token = a.lse.stride[1];
+    p.lse_stride_head = a.lse.stride[2];
+  }
+  p.softmax_scale = softmax_scale_or_default(a.softmax_scale);
+  if (p.batch == 0) return;
+  cpu::mla_dense_decode(p);
+}
+
+void mla_decode_sparse(const MlaPlan& plan, const MlaSparseArgs& a) {
+  using namespace api;
+  constexpr const char* fn = "mla_decode_sparse";
+  const MlaConfig& c = plan.config;
+  validate_mla_config(fn, "plan.config", c);
+  expect_plan_mode(fn, plan, true);
+  check_q_out_lse(fn, c, a.q, a.out, a.lse);
+  const std::int64_t batch = a.q.shape[0];
+  const std::int64_t q_len = a.q.shape[1];
+  check_cache(fn, c, a.kv_cache, DType::kUINT8, kMlaFp8TokenBytes);
+  expect_tensor(fn, "indices", a.indices, c.device, kCpuOnly, {DType::kINT32}, "", 3,
+                "[batch, q_len, topk]");
+  expect_dim(fn, "indices", a.indices, 0, "batch", batch, "q's batch");
+  expect_dim(fn, "indices", a.indices, 1, "q_len", q_len, "q's q_len");
+  expect_dim(fn, "indices", a.indices, 2, "topk", c.topk, "plan.config.topk");
+  expect_presence(fn, "topk_length", a.topk_length, c.topk_length, "plan.config.topk_length");
+  if (c.topk_length) {
+    expect_tensor(fn, "topk_length", a.topk_length, c.device, kCpuOnly, {DType::kINT32}, "", 1,
+                  "[batch]");
+    expect_dim(fn, "topk_length", a.topk_length, 0, "batch", batch, "q's batch");
+  }
+  expect_presence(fn, "attn_sink", a.attn_sink, c.attn_sink, "plan.config.attn_sink");
+  if (c.attn_sink) {
+    expect_tensor(fn, "attn_sink", a.attn_sink, c.device, kCpuOnly, {DType::kFP32}, "", 1,
+                  "[num_heads]");
+    expect_dim(fn, "attn_sink", a.attn_sink, 0, "num_heads", c.num_heads, "plan.config.num_heads");
+  }
+  check_softmax_scale(fn, a.softmax_scale);
+
+  // Host data: topk_length within [0, topk]; the indices that count are -1 or a token id.
+  const std::int64_t num_blocks = a.kv_cache.shape[0];
+  const std::int64_t num_tokens = num_blocks * c.page_size;
+  for (std::int64_t b = 0; b < batch; ++b) {
+    std::int64_t used = c.topk;
+    if (c.topk_length) {
+      used = load_i32(a.topk_length, b);
+      if (used < 0 || used > c.topk) {
+        fail(fn, "topk_length[" + s(b) + "]", "0.." + s(c.topk) + " (plan.config.topk)", s(used));
+      }
+    }
+    for (std::int64_t i = 0; i < q_len; ++i) {
+      for (std::int64_t k = 0; k < used; ++k) {
+        const std::int64_t id = load_i32(a.indices, b, i, k);
+        if (id != -1 && (id < 0 || id >= num_tokens)) {
+          fail(fn, "indices[" + s(b) + "][" + s(i) + "][" + s(k) + "]",
+               "-1 (skip) or a token id in [0, " + s(num_tokens) + ") (num_blocks " +
+                   s(num_blocks) + " * page_size " + s(c.page_size) + ")",
+               s(id));
+        }
+      }
+    }
+  }
+
+  MlaSparseParams p{};
+  p.batch = static_cast<int>(batch);
+  p.q_len = static_cast<int>(q_len);
+  p.num_heads = c.num_heads;
+  p.page_size = c.page_size;
+  p.topk = c.topk;
+  p.num_blocks = static_cast<int>(num_blocks);
+  p.q = a.q.data;
+  p.q_stride_batch = a.q.stride[0];
+  p.q_stride_token = a.q.stride[1];
+  p.q_stride_head = a.q.stride[2];
+  p.kv = static_cast<const unsigned char*>(a.kv_cache.data);
+  p.kv_stride_block = a.kv_cache.stride[0];
+  p.kv_stride_slot = a.kv_cache.stride[1];
+  p.indices = static_cast<const int*>(a.indices.data);
+  p.indices_stride_batch = a.indices.stride[0];
+  p.indices_stride_token = a.indices.stride[1];
+  if (c.topk_length) p.topk_length = static_cast<const int*>(a.topk_length.data);
+  if (c.attn_sink) p.attn_sink = static_cast<const float*>(a.attn_sink.data);
+  p.out = a.out.data;
+  p.out_stride_batch = a.out.stride[0];
+  p.out_stride_token = a.out.stride[1];
+  p.out_stride_head = a.out.stride[2];
+  if (c.lse) {
+    p.lse = static_cast<float*>(a.lse.data);
+    p.lse_stride_batch = a.lse.stride[0];
+    p.lse_stride_token = a.lse.stride[1];
+    p.lse_stride_head = a.lse.stride[2];
+  }
+  p.softmax_scale = softmax_scale_or_default(a.softmax_scale);
+  if (p.batch == 0) return;
+  cpu::mla_sparse_decode(p);
+}
+
+}  // namespace deca

@@ -1,0 +1,283 @@
+// MLA plan / dense / sparse through the public API: bad inputs are rejected before any write
+// with a message naming the argument, the expectation and the value; valid calls run on the CPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "api/api_fixtures.hpp"
+
+namespace deca::test {
+namespace {
+
+::testing::AssertionResult plan_rejects(const MlaConfig& config,
+                                        std::initializer_list<std::string> needles) {
+  return rejected([&] { plan_mla_decode(config); }, needles, {});
+}
+
+TEST(MlaPlan, ConfigFields) {
+  MlaCase d(false);
+  d.config.num_heads = 0;
+  EXPECT_TRUE(plan_rejects(d.config, {"plan_mla_decode: config.num_heads", "> 0", "got 0"}));
+  d.config.num_heads = 2;
+  d.config.page_size = 0;
+  EXPECT_TRUE(plan_rejects(d.config, {"config.page_size", "1..256", "got 0"}));
+  d.config.page_size = 64;
+  d.config.max_seq_len = 0;
+  EXPECT_TRUE(plan_rejects(d.config, {"config.max_seq_len", "> 0", "got 0"}));
+  d.config.max_seq_len = 10;
+  d.config.topk = 8;
+  EXPECT_TRUE(plan_rejects(d.config, {"config.topk", "0 for dense decode", "got 8"}));
+  d.config.topk = 0;
+  d.config.attn_sink = true;
+  EXPECT_TRUE(plan_rejects(d.config, {"config.attn_sink", "false for dense decode", "got true"}));
+
+  MlaCase s(true);
+  s.config.topk = 0;
+  EXPECT_TRUE(plan_rejects(s.config, {"config.topk", "> 0", "got 0"}));
+  s.config.topk = 4;
+  s.config.max_batch = -2;
+  EXPECT_TRUE(plan_rejects(s.config, {"config.max_batch", "> 0", "got -2"}));
+}
+
+TEST(MlaPlan, CudaDeviceIsRejectedInThisBuild) {
+  MlaCase d(false);
+  d.config.device = Device::cuda(0);
+  EXPECT_TRUE(plan_rejects(d.config, {"config.device", "expected cpu",
+                                      "MLA decode runs on the CPU only in this build", "got cuda:0"}));
+}
+
+// ---------------------------------------------------------------- dense
+class MlaDenseArgsTest : public ::testing::Test {
+ protected:
+  void SetUp() override { c.build(); }
+  MlaCase c{false};
+};
+
+TEST_F(MlaDenseArgsTest, ValidCaseIsAccepted) {
+  ASSERT_NO_THROW(mla_decode_dense(c.plan(), c.dense));
+  EXPECT_FALSE(all_bytes_are(c.out, kPoison));
+}
+TEST_F(MlaDenseArgsTest, QDtype) {
+  c.dense.q.dtype = DType::kFP16;
+  EXPECT_TRUE(c.rejects({"mla_decode_dense: q:", "dtype bf16", "got fp16"}));
+}
+TEST_F(MlaDenseArgsTest, KvRank) {
+  c.dense.kv_cache = view_as(c.kv, {5, 4, 576}, {2304, 576, 1});
+  EXPECT_TRUE(c.rejects({"kv_cache", "rank 4", "got rank 3"}));
+}
+TEST_F(MlaDenseArgsTest, QHeadDim) {
+  c.dense.q = view_as(c.q, {2, 1, 2, 512}, {1152, 1152, 576, 1});
+  EXPECT_TRUE(c.rejects({"q: dim 3 (head_dim): expected 576", "got 512"}));
+}
+TEST_F(MlaDenseArgsTest, OutDimV) {
+  HostTensor wide(DType::kBF16, {2, 1, 2, 576});
+  wide.fill_bytes(kPoison);
+  c.dense.out = wide.view();
+  EXPECT_TRUE(c.rejects({"out: dim 3 (dim_v): expected 512", "got 576"}));
+  EXPECT_TRUE(all_bytes_are(wide, kPoison));
+}
+TEST_F(MlaDenseArgsTest, KvHeads) {
+  c.dense.kv_cache = view_as(c.kv, {5, 2, 2, 576}, {2304, 1152, 576, 1});
+  EXPECT_TRUE(c.rejects({"kv_cache: dim 1 (page_size): expected 4", "got 2"}));
+}
+TEST_F(MlaDenseArgsTest, LastDimStride) {
+  c.dense.q.stride[3] = 2;
+  EXPECT_TRUE(c.rejects({"q:", "contiguous, stride 1", "got stride 2"}));
+}
+TEST_F(MlaDenseArgsTest, OverlappingOut) {
+  c.dense.out.stride[2] = 0;
+  EXPECT_TRUE(c.rejects({"out:", "must not overlap"}));
+}
+TEST_F(MlaDenseArgsTest, CudaTensor) {
+  c.dense.kv_cache.device = Device::cuda(0);
+  EXPECT_TRUE(c.rejects({"kv_cache", "expected device cpu",
+                         "MLA decode runs on the CPU only in this build", "got cuda:0"}));
+}
+TEST_F(MlaDenseArgsTest, NullBlockTable) {
+  c.dense.block_table.data = nullptr;
+  EXPECT_TRUE(c.rejects({"block_table", "non-null data pointer", "got nullptr"}));
+}
+TEST_F(MlaDenseArgsTest, MisalignedQ) {
+  c.dense.q = view_as(c.q, {2, 1, 2, 576}, {1152, 1152, 576, 1}, 4);
+  // 4 bytes in: natural (2-byte) alignment holds, the 16-byte row rule does not.
+  EXPECT_TRUE(c.rejects({"q:", "aligned to 16 bytes", "4 bytes past"}));
+}
+TEST_F(MlaDenseArgsTest, NegativeSeqLen) {
+  c.seqlens.data<std::int32_t>()[0] = -1;
+  EXPECT_TRUE(c.rejects({"cache_seqlens[0]", ">= 0", "got -1"}));
+}
+TEST_F(MlaDenseArgsTest, SeqLenBeyondBlocks) {
+  c.config.max_seq_len = 100;
+  c.seqlens.data<std::int32_t>()[1] = 13;
+  EXPECT_TRUE(c.rejects({"cache_seqlens[1]", "max_blocks * page_size = 3 * 4 = 12", "got 13"}));
+}
+TEST_F(MlaDenseArgsTest, SeqLenBeyondPlan) {
+  c.config.max_seq_len = 8;
+  EXPECT_TRUE(c.rejects({"cache_seqlens[1]", "plan.config.max_seq_len (8)", "got 9"}));
+}
+TEST_F(MlaDenseArgsTest, QLenAboveSeqLen) {
+  c.q_len = 2;
+  c.lens = {1, 9};
+  c.build();
+  EXPECT_TRUE(c.rejects({"cache_seqlens[0]", ">= q_len (2)", "got 1"}));
+}
+TEST_F(MlaDenseArgsTest, BatchAboveMax) {
+  c.config.max_batch = 1;
+  EXPECT_TRUE(c.rejects({"q: dim 0 (batch)", "0..1", "got 2"}));
+}
+TEST_F(MlaDenseArgsTest, QLenAboveMax) {
+  c.config.max_q_len = 1;
+  c.q_len = 2;
+  c.build();
+  EXPECT_TRUE(c.rejects({"q: dim 1 (q_len)", "1..1", "got 2"}));
+}
+TEST_F(MlaDenseArgsTest, BlockIdOutOfRange) {
+  c.block_table.data<std::int32_t>()[1 * 3 + 2] = 5;
+  EXPECT_TRUE(c.rejects({"block_table[1][2]", "block id in [0, 5)", "got 5"}));
+}
+TEST_F(MlaDenseArgsTest, LsePresenceFollowsPlan) {
+  c.dense.lse = TensorView{};
+  EXPECT_TRUE(c.rejects({"lse", "plan.config.lse is true", "got absent"}));
+}
+TEST_F(MlaDenseArgsTest, SoftmaxScale) {
+  c.dense.softmax_scale = -1.f;
+  EXPECT_TRUE(c.rejects({"softmax_scale", "finite value >= 0", "got -1"}));
+}
+TEST_F(MlaDenseArgsTest, SparsePlanForDenseCall) {
+  MlaCase s(true);
+  const MlaPlan plan = s.plan();
+  const MlaDenseArgs a = c.dense;
+  EXPECT_TRUE(rejected([&] { mla_decode_dense(plan, a); },
+                       {"plan.config.sparse", "false (a plan made for dense decode)", "got true"},
+                       {&c.out, &c.lse}));
+}
+
+TEST(MlaDenseRun, UniformAttentionAveragesLatentValues) {
+  MlaCase c(false);
+  c.build();
+  for (std::int64_t i = 0; i < c.q.numel(); ++i) c.q.set(i, 0.f);
+  mla_decode_dense(c.plan(), c.dense);
+  const int h = c.config.num_heads, ps = c.config.page_size;
+  for (int b = 0; b < c.batch; ++b) {
+    for (int d = 0; d < kMlaDimV; d += 7) {
+      double sum = 0;
+      for (int t = 0; t < c.lens[b]; ++t) {
+        const std::int64_t block = c.block_table.data<std::int32_t>()[b * c.max_blocks + t / ps];
+        sum += c.kv.get((block * ps + t % ps) * kMlaDimQK + d);
+      }
+      for (int head = 0; head < h; ++head) {
+        ASSERT_NEAR(c.out.get((b * h + head) * kMlaDimV + d), sum / c.lens[b], 0.03);
+      }
+    }
+    EXPECT_NEAR(c.lse.data<float>()[b * h], std::log(c.lens[b]), 1e-5);
+  }
+}
+
+// ---------------------------------------------------------------- sparse
+class MlaSparseArgsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    c.config.topk_length = true;
+    c.config.attn_sink = true;
+    c.build();
+  }
+  MlaCase c{true};
+};
+
+TEST_F(MlaSparseArgsTest, ValidCaseIsAccepted) {
+  ASSERT_NO_THROW(mla_decode_sparse(c.plan(), c.sparse));
+  EXPECT_FALSE(all_bytes_are(c.out, kPoison));
+}
+TEST_F(MlaSparseArgsTest, KvDtype) {
+  c.sparse.kv_cache.dtype = DType::kFP8E4M3;
+  EXPECT_TRUE(c.rejects({"mla_decode_sparse: kv_cache", "dtype uint8", "got fp8_e4m3"}));
+}
+TEST_F(MlaSparseArgsTest, KvTokenBytes) {
+  c.sparse.kv_cache = view_as(c.kv, {5, 4, 1, 576}, {2624, 656, 656, 1});
+  EXPECT_TRUE(c.rejects({"kv_cache: dim 3 (token_bytes): expected 656", "got 576"}));
+}
+TEST_F(MlaSparseArgsTest, MisalignedKvSlotStride) {
+  HostTensor big(DType::kUINT8, {5 * 4 * 664});
+  c.sparse.kv_cache = view_as(big, {5, 4, 1, 656}, {4 * 664, 660, 656, 1});
+  EXPECT_TRUE(c.rejects({"kv_cache", "stride of dim 1 a multiple of 16 bytes", "660 bytes"}));
+}
+TEST_F(MlaSparseArgsTest, IndicesTopk) {
+  HostTensor wrong(DType::kINT32, {2, 1, 8});
+  c.sparse.indices = wrong.view();
+  EXPECT_TRUE(c.rejects({"indices: dim 2 (topk): expected 4", "plan.config.topk", "got 8"}));
+}
+TEST_F(MlaSparseArgsTest, IndexOutOfRange) {
+  c.indices.data<std::int32_t>()[1] = 20;  // 5 blocks * 4 = 20 tokens
+  EXPECT_TRUE(c.rejects({"indices[0][0][1]", "-1 (skip) or a token id in [0, 20)", "got 20"}));
+}
+TEST_F(MlaSparseArgsTest, NegativeIndexOtherThanMinusOne) {
+  c.indices.data<std::int32_t>()[0] = -2;
+  EXPECT_TRUE(c.rejects({"indices[0][0][0]", "[0, 20)", "got -2"}));
+}
+TEST_F(MlaSparseArgsTest, IndicesPastTopkLengthAreNotChecked) {
+  // Request 1 counts only its first 3 indices (topk_length = topk - 1).
+  c.indices.data<std::int32_t>()[4 + 3] = 1 << 30;
+  ASSERT_NO_THROW(mla_decode_sparse(c.plan(), c.sparse));
+}
+TEST_F(MlaSparseArgsTest, TopkLengthOutOfRange) {
+  c.topk_length.data<std::int32_t>()[1] = 5;
+  EXPECT_TRUE(c.rejects({"topk_length[1]", "0..4", "got 5"}));
+}
+TEST_F(MlaSparseArgsTest, AttnSinkShape) {
+  HostTensor wrong(DType::kFP32, {3});
+  c.sparse.attn_sink = wrong.view();
+  EXPECT_TRUE(c.rejects({"attn_sink: dim 0 (num_heads): expected 2", "got 3"}));
+}
+TEST_F(MlaSparseArgsTest, AttnSinkAbsentButPlanned) {
+  c.sparse.attn_sink = TensorView{};
+  EXPECT_TRUE(c.rejects({"attn_sink", "plan.config.attn_sink is true", "got absent"}));
+}
+TEST_F(MlaSparseArgsTest, TopkLengthGivenButNotPlanned) {
+  c.config.topk_length = false;
+  EXPECT_TRUE(c.rejects({"topk_length", "absent (plan.config.topk_length is false)"}));
+}
+TEST_F(MlaSparseArgsTest, NullIndices) {
+  c.sparse.indices.data = nullptr;
+  EXPECT_TRUE(c.rejects({"indices", "non-null", "got nullptr"}));
+}
+TEST_F(MlaSparseArgsTest, CudaOut) {
+  c.sparse.out.device = Device::cuda(0);
+  EXPECT_TRUE(c.rejects({"out:", "expected device cpu", "got cuda:0"}));
+}
+
+TEST(MlaSparseRun, UniformAttentionAveragesSelectedTokensWithSink) {
+  MlaCase c(true);
+  c.config.topk_length = true;
+  c.config.attn_sink = true;
+  c.build();
+  for (std::int64_t i = 0; i < c.q.numel(); ++i) c.q.set(i, 0.f);
+  mla_decode_sparse(c.plan(), c.sparse);
+
+  HostTensor plain(DType::kFP32, {c.num_blocks, c.config.page_size, 1, kMlaDimQK});
+  unpack_mla_fp8(c.kv.view(), plain.view());
+  const int h = c.config.num_heads, topk = c.config.topk;
+  for (int b = 0; b < c.batch; ++b) {
+    const int used = c.topk_length.data<std::int32_t>()[b];
+    std::vector<int> ids;
+    for (int k = 0; k < used; ++k) {
+      const int id = c.indices.data<std::int32_t>()[b * topk + k];
+      if (id >= 0) ids.push_back(id);
+    }
+    ASSERT_FALSE(ids.empty());
+    for (int head = 0; head < h; ++head) {
+      // Every logit is 0: weights 1 / (n + e^sink); LSE = log(n) (the sink excluded).
+      const double denom = ids.size() + std::exp(double(c.attn_sink.data<float>()[head]));
+      for (int d = 0; d < kMlaDimV; d += 5) {
+        double sum = 0;
+        for (int id : ids) sum += plain.data<float>()[std::int64_t(id) * kMlaDimQK + d];
+        ASSERT_NEAR(c.out.get((b * h + head) * kMlaDimV + d), sum / denom, 0.03) << b << " " << d;
+      }
+      EXPECT_NEAR(c.lse.data<float>()[b * h + head], std::log(double(ids.size())), 1e-5);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace deca::test
