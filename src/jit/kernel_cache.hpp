@@ -67,6 +67,8 @@ class KernelCache {
   KernelCache(const KernelCache&) = delete;
   KernelCache& operator=(const KernelCache&) = delete;
 
+  // References returned below stay valid for the cache's lifetime: callers keep them (e.g. in a
+  // plan) rather than asking per launch, which hashes the spec each time.
   // Memory, then disk, then NVRTC (which writes the disk entry). No GPU needed.
   const CompiledKernel& get_cubin(const JitSpec& spec);
   // get_cubin, then loads the module on `device` (whose arch must run spec.arch code).
