@@ -1,0 +1,217 @@
+// Random MLA decode cases in host buffers with MlaDenseParams / MlaSparseParams filled to point
+// at them. Dense: a bf16 latent cache [blocks, page_size, 1, 576] written from per-request
+// logical rows (kept for brute-force checks), blocks shuffled, unused slots NaN. Sparse: a pool
+// of tokens packed by deca::pack_mla_fp8 into 656-byte records, top-k indices with -1 holes
+// and duplicates, optional topk_length and attn_sink.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "common/host_tensor.hpp"
+#include "deca/quant.hpp"
+#include "kernels/mla/params.cuh"
+
+namespace deca::test {
+
+inline constexpr int kMlaQk = 576;
+inline constexpr int kMlaV = 512;
+inline constexpr int kMlaTokenBytes = 656;
+
+struct MlaCaseSpec {
+  int batch = 2;
+  int q_len = 1;
+  int num_heads = 16;
+  int page_size = 64;
+  std::vector<int> seq_lens;  // dense: per request; empty: max_len each
+  int max_len = 100;
+  bool lse = true;
+  float softmax_scale = 0.f;  // 0: 1 / sqrt(576)
+  int spare_blocks = 2;
+  // Sparse only.
+  int pool_blocks = 4;        // tokens in the pool: pool_blocks * page_size
+  int topk = 32;
+  float skip_fraction = 0.15f;  // share of -1 indices
+  int duplicates = 2;         // per (request, token) row, ids repeated from earlier entries
+  bool topk_length = false;
+  bool attn_sink = false;
+};
+
+inline float mla_default_scale(float s) { return s != 0.f ? s : 1.f / std::sqrt(576.f); }
+
+struct MlaDenseCase {
+  MlaCaseSpec spec;
+  std::vector<int> lens;
+  HostTensor q, kv, block_table, seq_lens, out, lse;
+  std::vector<std::vector<float>> kv_logical;  // [b][len * 576], bf16 values
+  MlaDenseParams params{};
+
+  MlaDenseCase() = default;
+  MlaDenseCase(const MlaDenseCase&) = delete;
+  MlaDenseCase(MlaDenseCase&&) = default;
+
+  void bind() {
+    const auto& s = spec;
+    auto& p = params;
+    p = MlaDenseParams{};
+    p.batch = s.batch, p.q_len = s.q_len, p.num_heads = s.num_heads, p.page_size = s.page_size;
+    p.max_blocks = static_cast<int>(block_table.shape()[1]);
+    p.num_blocks = static_cast<int>(kv.shape()[0]);
+    p.q = q.raw();
+    p.q_stride_head = kMlaQk;
+    p.q_stride_token = p.q_stride_head * s.num_heads;
+    p.q_stride_batch = p.q_stride_token * s.q_len;
+    p.kv = kv.raw();
+    p.kv_stride_slot = kMlaQk;
+    p.kv_stride_block = static_cast<std::int64_t>(kMlaQk) * s.page_size;
+    p.block_table = block_table.data<int>();
+    p.block_table_stride = block_table.shape()[1];
+    p.seq_lens = seq_lens.data<int>();
+    p.out = out.raw();
+    p.out_stride_head = kMlaV;
+    p.out_stride_token = p.out_stride_head * s.num_heads;
+    p.out_stride_batch = p.out_stride_token * s.q_len;
+    p.lse = s.lse ? lse.data<float>() : nullptr;
+    p.lse_stride_head = 1;
+    p.lse_stride_token = s.num_heads;
+    p.lse_stride_batch = static_cast<std::int64_t>(s.num_heads) * s.q_len;
+    p.softmax_scale = mla_default_scale(s.softmax_scale);
+  }
+};
+
+inline MlaDenseCase build_mla_dense_case(const MlaCaseSpec& spec, std::mt19937_64& rng) {
+  MlaDenseCase c;
+  c.spec = spec;
+  const auto& s = c.spec;
+  std::normal_distribution<float> normal(0.f, 1.f);
+  c.lens = s.seq_lens.empty() ? std::vector<int>(s.batch, s.max_len) : s.seq_lens;
+  int max_needed = 0, total = 0;
+  for (int l : c.lens) {
+    const int n = (l + s.page_size - 1) / s.page_size;
+    max_needed = std::max(max_needed, n);
+    total += n;
+  }
+  const int blocks = total + s.spare_blocks;
+  std::vector<int> order(blocks);
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), rng);
+  c.block_table = HostTensor(DType::kINT32, {s.batch, max_needed + 1});
+  std::fill_n(c.block_table.data<int>(), c.block_table.numel(), 0x3FFFFFFF);
+  c.seq_lens = HostTensor(DType::kINT32, {s.batch});
+  std::copy(c.lens.begin(), c.lens.end(), c.seq_lens.data<int>());
+  c.q = HostTensor(DType::kBF16, {s.batch, s.q_len, s.num_heads, kMlaQk});
+  for (std::int64_t i = 0; i < c.q.numel(); ++i) c.q.set(i, normal(rng));
+  c.kv = HostTensor(DType::kBF16, {blocks, s.page_size, 1, kMlaQk});
+  c.kv.fill_bytes(0xFF);  // NaN in every slot no request owns
+  c.out = HostTensor(DType::kBF16, {s.batch, s.q_len, s.num_heads, kMlaV});
+  c.lse = HostTensor(DType::kFP32, {s.batch, s.q_len, s.num_heads});
+  c.out.fill_bytes(0xFF);
+  c.lse.fill_bytes(0xFF);
+  c.kv_logical.resize(s.batch);
+  int next = 0;
+  for (int b = 0; b < s.batch; ++b) {
+    const int n = (c.lens[b] + s.page_size - 1) / s.page_size;
+    for (int j = 0; j < n; ++j) c.block_table.data<int>()[b * c.block_table.shape()[1] + j] = order[next++];
+    c.kv_logical[b].resize(static_cast<std::size_t>(c.lens[b]) * kMlaQk);
+    for (int t = 0; t < c.lens[b]; ++t) {
+      const std::int64_t blk = c.block_table.data<int>()[b * c.block_table.shape()[1] + t / s.page_size];
+      for (int d = 0; d < kMlaQk; ++d) {
+        const float v = round_to(DType::kBF16, normal(rng));
+        c.kv.set((blk * s.page_size + t % s.page_size) * kMlaQk + d, v);
+        c.kv_logical[b][static_cast<std::size_t>(t) * kMlaQk + d] = v;
+      }
+    }
+  }
+  c.bind();
+  return c;
+}
+
+struct MlaSparseCase {
+  MlaCaseSpec spec;
+  HostTensor q, tokens, kv, indices, topk_length, attn_sink, out, lse;  // tokens: bf16 source
+  MlaSparseParams params{};
+
+  MlaSparseCase() = default;
+  MlaSparseCase(const MlaSparseCase&) = delete;
+  MlaSparseCase(MlaSparseCase&&) = default;
+
+  void bind() {
+    const auto& s = spec;
+    auto& p = params;
+    p = MlaSparseParams{};
+    p.batch = s.batch, p.q_len = s.q_len, p.num_heads = s.num_heads, p.page_size = s.page_size;
+    p.topk = s.topk;
+    p.num_blocks = static_cast<int>(kv.shape()[0]);
+    p.q = q.raw();
+    p.q_stride_head = kMlaQk;
+    p.q_stride_token = p.q_stride_head * s.num_heads;
+    p.q_stride_batch = p.q_stride_token * s.q_len;
+    p.kv = kv.data<unsigned char>();
+    p.kv_stride_slot = kMlaTokenBytes;
+    p.kv_stride_block = static_cast<std::int64_t>(kMlaTokenBytes) * s.page_size;
+    p.indices = indices.data<int>();
+    p.indices_stride_token = s.topk;
+    p.indices_stride_batch = static_cast<std::int64_t>(s.topk) * s.q_len;
+    p.topk_length = s.topk_length ? topk_length.data<int>() : nullptr;
+    p.attn_sink = s.attn_sink ? attn_sink.data<float>() : nullptr;
+    p.out = out.raw();
+    p.out_stride_head = kMlaV;
+    p.out_stride_token = p.out_stride_head * s.num_heads;
+    p.out_stride_batch = p.out_stride_token * s.q_len;
+    p.lse = s.lse ? lse.data<float>() : nullptr;
+    p.lse_stride_head = 1;
+    p.lse_stride_token = s.num_heads;
+    p.lse_stride_batch = static_cast<std::int64_t>(s.num_heads) * s.q_len;
+    p.softmax_scale = mla_default_scale(s.softmax_scale);
+  }
+};
+
+inline MlaSparseCase build_mla_sparse_case(const MlaCaseSpec& spec, std::mt19937_64& rng) {
+  MlaSparseCase c;
+  c.spec = spec;
+  const auto& s = c.spec;
+  std::normal_distribution<float> normal(0.f, 1.f);
+  const int pool = s.pool_blocks * s.page_size;
+  c.q = HostTensor(DType::kBF16, {s.batch, s.q_len, s.num_heads, kMlaQk});
+  for (std::int64_t i = 0; i < c.q.numel(); ++i) c.q.set(i, normal(rng));
+  // Groups of different magnitudes so that the four scales differ.
+  c.tokens = HostTensor(DType::kBF16, {s.pool_blocks, s.page_size, 1, kMlaQk});
+  for (int t = 0; t < pool; ++t) {
+    for (int d = 0; d < kMlaQk; ++d) {
+      const float m = d < kMlaV ? std::ldexp(1.f, (d / 128 + t) % 4 - 1) : 1.f;
+      c.tokens.set(static_cast<std::int64_t>(t) * kMlaQk + d, m * normal(rng));
+    }
+  }
+  c.kv = HostTensor(DType::kUINT8, {s.pool_blocks, s.page_size, 1, kMlaTokenBytes});
+  pack_mla_fp8(c.tokens.view(), c.kv.view());
+
+  c.indices = HostTensor(DType::kINT32, {s.batch, s.q_len, s.topk});
+  std::uniform_int_distribution<int> any(0, pool - 1);
+  std::uniform_real_distribution<float> u(0.f, 1.f);
+  for (int r = 0; r < s.batch * s.q_len; ++r) {
+    int* row = c.indices.data<int>() + static_cast<std::int64_t>(r) * s.topk;
+    for (int k = 0; k < s.topk; ++k) row[k] = u(rng) < s.skip_fraction ? -1 : any(rng);
+    for (int n = 0; n < s.duplicates && s.topk > 1; ++n) {
+      const int k = std::uniform_int_distribution<int>(1, s.topk - 1)(rng);
+      row[k] = row[std::uniform_int_distribution<int>(0, k - 1)(rng)];
+    }
+  }
+  c.topk_length = HostTensor(DType::kINT32, {s.batch});
+  for (int b = 0; b < s.batch; ++b) {
+    c.topk_length.data<int>()[b] = std::uniform_int_distribution<int>(0, s.topk)(rng);
+  }
+  c.attn_sink = HostTensor(DType::kFP32, {s.num_heads});
+  for (int h = 0; h < s.num_heads; ++h) c.attn_sink.data<float>()[h] = 1.5f * normal(rng);
+  c.out = HostTensor(DType::kBF16, {s.batch, s.q_len, s.num_heads, kMlaV});
+  c.lse = HostTensor(DType::kFP32, {s.batch, s.q_len, s.num_heads});
+  c.out.fill_bytes(0xFF);
+  c.lse.fill_bytes(0xFF);
+  c.bind();
+  return c;
+}
+
+}  // namespace deca::test
