@@ -1,0 +1,75 @@
+// The CUDA side of gqa_decode's validation. Checks fail before any launch, so host buffers with
+// CUDA device tags suffice: nothing is read from or written to them. Tests that need a real
+// plan on a GPU skip themselves where none is present.
+#include <gtest/gtest.h>
+
+#include "api/api_fixtures.hpp"
+#include "cuda/backend.hpp"
+
+namespace deca::test {
+namespace {
+
+void tag_all(GqaDecodeArgs& a, Device d) {
+  for (TensorView* t : {&a.q, &a.k_cache, &a.v_cache, &a.page_table, &a.seq_lens, &a.out, &a.lse,
+                        &a.tree_mask, &a.sinks, &a.k_scales, &a.v_scales}) {
+    if (t->defined()) t->device = d;
+  }
+}
+
+TEST(GqaCudaArgs, PlanForAMissingDeviceIsRejectedAtRun) {
+  GqaCase c;
+  c.build();
+  GqaPlan plan;
+  plan.config = c.config;
+  plan.config.device = Device::cuda(64);
+  tag_all(c.args, plan.config.device);
+  const GqaDecodeArgs a = c.args;
+  EXPECT_TRUE(rejected([&] { gqa_decode(plan, a); },
+                       {"gqa_decode: plan.config.device", "got cuda:64"}, {&c.out, &c.lse}));
+}
+
+class GqaCudaPlanned : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device: CUDA-plan checks skipped";
+    c.config.device = Device::cuda(0);
+    c.config.max_seq_len = 4096;
+    c.config.head_dim = 64;
+    c.config.page_size = 16;
+    // Fixed splits of a long promised length: the plan needs a workspace.
+    c.config.split_mode = SplitMode::kFixed;
+    c.config.split_tokens = 64;
+    c.build();
+    tag_all(c.args, c.config.device);
+    plan = c.plan();
+    ASSERT_GT(plan.workspace_bytes, 0u);
+  }
+  ::testing::AssertionResult run_rejects(std::initializer_list<std::string> needles) {
+    const GqaDecodeArgs a = c.args;
+    const GqaPlan p = plan;
+    return rejected([&] { gqa_decode(p, a); }, needles, {&c.out, &c.lse});
+  }
+  GqaCase c;
+  GqaPlan plan;
+};
+
+TEST_F(GqaCudaPlanned, WorkspaceMissing) {
+  EXPECT_TRUE(run_rejects({"workspace", "plan.workspace_bytes", "got nullptr"}));
+}
+TEST_F(GqaCudaPlanned, WorkspaceTooSmall) {
+  c.args.workspace = c.out.raw();
+  c.args.workspace_bytes = plan.workspace_bytes - 1;
+  EXPECT_TRUE(run_rejects({"workspace_bytes", ">= " + std::to_string(plan.workspace_bytes),
+                           "got " + std::to_string(plan.workspace_bytes - 1)}));
+}
+TEST_F(GqaCudaPlanned, TensorOnAnotherCudaDevice) {
+  c.args.v_cache.device = Device::cuda(1);
+  EXPECT_TRUE(run_rejects({"v_cache", "device cuda:0", "got cuda:1"}));
+}
+TEST_F(GqaCudaPlanned, HostTensorForCudaPlan) {
+  c.args.seq_lens.device = Device::cpu();
+  EXPECT_TRUE(run_rejects({"seq_lens", "device cuda:0", "got cpu"}));
+}
+
+}  // namespace
+}  // namespace deca::test
