@@ -1,11 +1,11 @@
 #include "api/check.hpp"
 
-#include <utility>
 #include <array>
 #include <climits>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
+#include <utility>
 
 #include "deca/error.hpp"
 
@@ -151,8 +151,7 @@ void expect_strides(std::string_view fn, std::string_view arg, const TensorView&
   }
   const int last = t.rank - 1;
   if (t.rank > 0 && t.shape[last] > 1 && t.stride[last] != 1) {
-    fail(fn, arg,
-         cat("the last dim (", std::to_string(last), ") contiguous, stride 1"),
+    fail(fn, arg, cat("the last dim (", std::to_string(last), ") contiguous, stride 1"),
          cat("stride ", std::to_string(t.stride[last])));
   }
 }
@@ -175,10 +174,9 @@ void expect_no_overlap(std::string_view fn, std::string_view arg, const TensorVi
   for (int k = 0; k < n; ++k) {
     const int d = order[k];
     if (t.stride[d] <= reach) {
-      fail(fn, arg,
-           "strides that map every index to its own element (an output must not overlap)",
-           cat("shape ", shape_string(t), cat(", stride ", std::to_string(t.stride[d]),
-                                              cat(" of dim ", std::to_string(d)))));
+      fail(fn, arg, "strides that map every index to its own element (an output must not overlap)",
+           cat("shape ", shape_string(t),
+               cat(", stride ", std::to_string(t.stride[d]), cat(" of dim ", std::to_string(d)))));
     }
     reach += (t.shape[d] - 1) * t.stride[d];
   }

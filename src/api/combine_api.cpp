@@ -34,11 +34,12 @@ void combine(const CombineArgs& a) {
   if (sink) {
     expect_tensor(fn, "attn_sink", a.attn_sink, dev, cpu_only, {DType::kFP32}, "", 1,
                   "[num_heads]");
-    expect_dim(fn, "attn_sink", a.attn_sink, 0, "num_heads", po.shape[3], "partial_out's num_heads");
+    expect_dim(fn, "attn_sink", a.attn_sink, 0, "num_heads", po.shape[3],
+               "partial_out's num_heads");
   }
 
-  expect_tensor(fn, "out", a.out, dev, cpu_only, {DType::kBF16, DType::kFP16, DType::kFP32}, "",
-                4, "[batch, q_len, num_heads, dim_v]");
+  expect_tensor(fn, "out", a.out, dev, cpu_only, {DType::kBF16, DType::kFP16, DType::kFP32}, "", 4,
+                "[batch, q_len, num_heads, dim_v]");
   const char* out_dims[] = {"batch", "q_len", "num_heads", "dim_v"};
   for (int d = 0; d < 4; ++d) {
     expect_dim(fn, "out", a.out, d, out_dims[d], po.shape[d + 1],

@@ -16,7 +16,8 @@ namespace {
 
 constexpr const char* kFn = "gqa_decode";
 constexpr const char* kOnDevice = "plan.config.device";
-constexpr const char* kRowWhy = "row starts 16-byte aligned: GPU kernels load rows as 16-byte vectors";
+constexpr const char* kRowWhy =
+    "row starts 16-byte aligned: GPU kernels load rows as 16-byte vectors";
 
 std::string s(std::int64_t v) { return float_string(v); }
 
@@ -31,8 +32,7 @@ void check_cache(const GqaConfig& c, const char* name, const TensorView& t) {
                          : "[num_pages, num_kv_heads, page_size, head_dim] (HND)";
   expect_tensor(kFn, name, t, c.device, kOnDevice, {c.kv_dtype}, "plan.config.kv_dtype", 4, dims);
   expect_dim(kFn, name, t, nhd ? 1 : 2, "page_size", c.page_size, "plan.config.page_size");
-  expect_dim(kFn, name, t, nhd ? 2 : 1, "num_kv_heads", c.num_kv_heads,
-             "plan.config.num_kv_heads");
+  expect_dim(kFn, name, t, nhd ? 2 : 1, "num_kv_heads", c.num_kv_heads, "plan.config.num_kv_heads");
   expect_dim(kFn, name, t, 3, "head_dim", c.head_dim, "plan.config.head_dim");
   expect_aligned(kFn, name, t, kRowAlignBytes, kRowWhy);
 }
@@ -51,8 +51,8 @@ void check_tensors(const GqaPlan& plan, const GqaDecodeArgs& a, bool check_works
                 "[batch, q_len, num_q_heads, head_dim]");
   expect_dim_range(kFn, "q", a.q, 0, "batch", 0, c.max_batch, "plan.config.max_batch");
   if (a.q.shape[0] % c.beam_width != 0) {
-    fail(kFn, "q: dim 0 (batch)",
-         "a multiple of plan.config.beam_width (" + s(c.beam_width) + ")", s(a.q.shape[0]));
+    fail(kFn, "q: dim 0 (batch)", "a multiple of plan.config.beam_width (" + s(c.beam_width) + ")",
+         s(a.q.shape[0]));
   }
   expect_dim_range(kFn, "q", a.q, 1, "q_len", 1, c.max_q_len, "plan.config.max_q_len");
   expect_dim(kFn, "q", a.q, 2, "num_q_heads", c.num_q_heads, "plan.config.num_q_heads");
@@ -123,12 +123,14 @@ void check_tensors(const GqaPlan& plan, const GqaDecodeArgs& a, bool check_works
   }
   check_scale("softmax_scale", a.softmax_scale, false,
               "a finite value >= 0 (0 = 1 / sqrt(head_dim))");
-  check_scale("out_scale", a.out_scale, true, "a finite value > 0 (fp8 output stores real / out_scale)");
+  check_scale("out_scale", a.out_scale, true,
+              "a finite value > 0 (fp8 output stores real / out_scale)");
 
   if (check_workspace && dev.kind == DeviceKind::kCUDA && plan.workspace_bytes > 0) {
     if (a.workspace == nullptr) {
-      fail(kFn, "workspace", s(static_cast<std::int64_t>(plan.workspace_bytes)) +
-                                 " bytes on " + to_string(dev) + " (plan.workspace_bytes)",
+      fail(kFn, "workspace",
+           s(static_cast<std::int64_t>(plan.workspace_bytes)) + " bytes on " + to_string(dev) +
+               " (plan.workspace_bytes)",
            "nullptr");
     }
     if (a.workspace_bytes < plan.workspace_bytes) {
@@ -138,8 +140,9 @@ void check_tensors(const GqaPlan& plan, const GqaDecodeArgs& a, bool check_works
     }
     if (reinterpret_cast<std::uintptr_t>(a.workspace) % kRowAlignBytes != 0) {
       fail(kFn, "workspace", "a pointer aligned to 16 bytes",
-           "an address " + s(static_cast<std::int64_t>(
-                               reinterpret_cast<std::uintptr_t>(a.workspace) % kRowAlignBytes)) +
+           "an address " +
+               s(static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(a.workspace) %
+                                           kRowAlignBytes)) +
                " bytes past a 16-byte boundary");
     }
   }
@@ -160,9 +163,10 @@ void check_host_data(const GqaConfig& c, const GqaDecodeArgs& a) {
     // 0 marks an inactive (padding) request: it outputs zeros, like any row with no visible key.
     if (len == 0) continue;
     if (len < q_len) {
-      fail(kFn, entry("seq_lens", b),
-           ">= q_len (" + s(q_len) + "): the new tokens are already in the cache; 0 = empty request",
-           s(len));
+      fail(
+          kFn, entry("seq_lens", b),
+          ">= q_len (" + s(q_len) + "): the new tokens are already in the cache; 0 = empty request",
+          s(len));
     }
     if (len > capacity) {
       fail(kFn, entry("seq_lens", b),
@@ -171,8 +175,8 @@ void check_host_data(const GqaConfig& c, const GqaDecodeArgs& a) {
            s(len));
     }
     if (len > c.max_seq_len) {
-      fail(kFn, entry("seq_lens", b),
-           "<= plan.config.max_seq_len (" + s(c.max_seq_len) + ")", s(len));
+      fail(kFn, entry("seq_lens", b), "<= plan.config.max_seq_len (" + s(c.max_seq_len) + ")",
+           s(len));
     }
     // Every page holding one of the request's keys is checked, even those before a sliding
     // window: the reference gathers them all, and a stale id there would be read.

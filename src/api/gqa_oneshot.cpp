@@ -1,11 +1,11 @@
 // gqa_decode(config, args): plan from this call's shapes and run once. On the GPU it owns a
 // workspace for the duration of the call; servers use plan + run and keep one workspace.
+#include <cuda_runtime.h>
+
 #include <algorithm>
 #include <climits>
 #include <cstdint>
 #include <string>
-
-#include <cuda_runtime.h>
 
 #include "api/check.hpp"
 #include "api/gqa_prepare.hpp"
@@ -18,9 +18,7 @@ namespace {
 
 constexpr const char* kFn = "gqa_decode";
 
-int clamp_int(std::int64_t v) {
-  return static_cast<int>(std::clamp<std::int64_t>(v, 1, INT_MAX));
-}
+int clamp_int(std::int64_t v) { return static_cast<int>(std::clamp<std::int64_t>(v, 1, INT_MAX)); }
 
 void cuda_check(cudaError_t err, const char* what) {
   if (err != cudaSuccess) {

@@ -16,7 +16,8 @@ namespace deca::api {
 namespace {
 
 constexpr const char* kCpuOnly = "MLA decode runs on the CPU only in this build";
-constexpr const char* kRowWhy = "row starts 16-byte aligned: GPU kernels load rows as 16-byte vectors";
+constexpr const char* kRowWhy =
+    "row starts 16-byte aligned: GPU kernels load rows as 16-byte vectors";
 
 std::string s(std::int64_t v) { return float_string(v); }
 
@@ -58,8 +59,7 @@ void validate_mla_config(const char* fn, std::string_view prefix, const MlaConfi
 void check_q_out_lse(const char* fn, const MlaConfig& c, const TensorView& q, const TensorView& out,
                      const TensorView& lse) {
   const Device dev = c.device;
-  expect_tensor(fn, "q", q, dev, kCpuOnly, {DType::kBF16}, "", 4,
-                "[batch, q_len, num_heads, 576]");
+  expect_tensor(fn, "q", q, dev, kCpuOnly, {DType::kBF16}, "", 4, "[batch, q_len, num_heads, 576]");
   expect_dim_range(fn, "q", q, 0, "batch", 0, c.max_batch, "plan.config.max_batch");
   expect_dim_range(fn, "q", q, 1, "q_len", 1, c.max_q_len, "plan.config.max_q_len");
   expect_dim(fn, "q", q, 2, "num_heads", c.num_heads, "plan.config.num_heads");
@@ -86,8 +86,7 @@ void check_q_out_lse(const char* fn, const MlaConfig& c, const TensorView& q, co
   }
 }
 
-void check_cache(const char* fn, const MlaConfig& c, const TensorView& kv, DType dtype,
-                 int row) {
+void check_cache(const char* fn, const MlaConfig& c, const TensorView& kv, DType dtype, int row) {
   expect_tensor(fn, "kv_cache", kv, c.device, kCpuOnly, {dtype}, "", 4,
                 "[num_blocks, page_size, 1, " + s(row) + "]");
   expect_dim(fn, "kv_cache", kv, 1, "page_size", c.page_size, "plan.config.page_size");
@@ -109,8 +108,8 @@ float softmax_scale_or_default(float v) {
 
 void expect_plan_mode(const char* fn, const MlaPlan& plan, bool sparse) {
   if (plan.config.sparse != sparse) {
-    fail(fn, "plan.config.sparse", sparse ? "true (a plan made for sparse decode)"
-                                          : "false (a plan made for dense decode)",
+    fail(fn, "plan.config.sparse",
+         sparse ? "true (a plan made for sparse decode)" : "false (a plan made for dense decode)",
          plan.config.sparse ? "true" : "false");
   }
 }
@@ -159,8 +158,10 @@ void mla_decode_dense(const MlaPlan& plan, const MlaDenseArgs& a) {
     if (len < 0) fail(fn, name, ">= 0", s(len));
     if (len == 0) continue;  // an empty (padding) request: zeros, LSE -inf
     if (len < q_len) {
-      fail(fn, name, ">= q_len (" + s(q_len) + "): the new tokens are already in the cache; 0 = empty request",
-           s(len));
+      fail(
+          fn, name,
+          ">= q_len (" + s(q_len) + "): the new tokens are already in the cache; 0 = empty request",
+          s(len));
     }
     if (len > capacity) {
       fail(fn, name,

@@ -3,6 +3,8 @@
 // byte pattern so that a test can tell whether a rejected call wrote anything.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -11,8 +13,6 @@
 #include <initializer_list>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "common/host_tensor.hpp"
 #include "deca/deca.hpp"
@@ -52,8 +52,8 @@ inline ::testing::AssertionResult rejected(const std::function<void()>& call,
   }
   for (const HostTensor* t : outputs) {
     if (!all_bytes_are(*t, kPoison)) {
-      return ::testing::AssertionFailure() << "an output was written by a rejected call (\""
-                                           << message << "\")";
+      return ::testing::AssertionFailure()
+             << "an output was written by a rejected call (\"" << message << "\")";
     }
   }
   return ::testing::AssertionSuccess() << message;
@@ -61,7 +61,8 @@ inline ::testing::AssertionResult rejected(const std::function<void()>& call,
 
 // A view of `t` with its own shape and strides (elements) and a byte offset from its start.
 inline TensorView view_as(const HostTensor& t, std::initializer_list<std::int64_t> shape,
-                          std::initializer_list<std::int64_t> strides, std::size_t byte_offset = 0) {
+                          std::initializer_list<std::int64_t> strides,
+                          std::size_t byte_offset = 0) {
   auto* base = static_cast<std::uint8_t*>(const_cast<void*>(t.raw()));
   return make_tensor(base + byte_offset, t.dtype(), shape, strides);
 }
@@ -111,7 +112,8 @@ struct GqaCase {
     k_scales = HostTensor(DType::kFP32, {hk});
     v_scales = HostTensor(DType::kFP32, {hk});
 
-    for (std::int64_t i = 0; i < q.numel(); ++i) q.set(i, static_cast<float>(i % 7) * 0.125f - 0.375f);
+    for (std::int64_t i = 0; i < q.numel(); ++i)
+      q.set(i, static_cast<float>(i % 7) * 0.125f - 0.375f);
     for (std::int64_t i = 0; i < k.numel(); ++i) k.set(i, static_cast<float>(i % 5) * 0.25f - 0.5f);
     for (std::int64_t i = 0; i < v.numel(); ++i) v.set(i, static_cast<float>(i % 9) - 4.f);
     // Request b uses pages in reverse order from the end of the pool; unused columns hold a huge
@@ -196,7 +198,8 @@ struct MlaCase {
     for (std::int64_t i = 0; i < q.numel(); ++i) q.set(i, static_cast<float>(i % 5) * 0.0625f);
     if (config.sparse) {
       HostTensor plain(DType::kBF16, {num_blocks, ps, 1, kMlaDimQK});
-      for (std::int64_t i = 0; i < plain.numel(); ++i) plain.set(i, static_cast<float>(i % 11) - 5.f);
+      for (std::int64_t i = 0; i < plain.numel(); ++i)
+        plain.set(i, static_cast<float>(i % 11) - 5.f);
       kv = HostTensor(DType::kUINT8, {num_blocks, ps, 1, kMlaFp8TokenBytes});
       pack_mla_fp8(plain.view(), kv.view());
       const int topk = config.topk;

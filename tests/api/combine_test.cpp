@@ -76,8 +76,10 @@ TEST_F(CombineArgsTest, SinkShape) {
 void expect_merged(const CombineCase& c, bool with_sink) {
   for (int r = 0; r < c.batch * c.q_len * c.heads; ++r) {
     double z = 0;
-    for (int s = 0; s < c.splits; ++s) z += std::exp(double(c.partial_lse.data<float>()[s * 4 + r]));
-    const double denom = z + (with_sink ? std::exp(double(c.sink.data<float>()[r % c.heads])) : 0.0);
+    for (int s = 0; s < c.splits; ++s)
+      z += std::exp(double(c.partial_lse.data<float>()[s * 4 + r]));
+    const double denom =
+        z + (with_sink ? std::exp(double(c.sink.data<float>()[r % c.heads])) : 0.0);
     for (int d = 0; d < c.dim_v; ++d) {
       double num = 0;
       for (int s = 0; s < c.splits; ++s) {

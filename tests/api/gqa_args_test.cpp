@@ -198,7 +198,8 @@ TEST_F(GqaArgs, MisalignedQPointer) {
 TEST_F(GqaArgs, MisalignedCachePageStride) {
   HostTensor big(DType::kBF16, {6 * 264});
   c.args.k_cache = view_as(big, {6, 4, 2, 32}, {259, 64, 32, 1});
-  EXPECT_TRUE(c.rejects({"k_cache", "stride of dim 0 a multiple of 16 bytes", "518 bytes (259 elements)"}));
+  EXPECT_TRUE(
+      c.rejects({"k_cache", "stride of dim 0 a multiple of 16 bytes", "518 bytes (259 elements)"}));
 }
 TEST_F(GqaArgs, MisalignedOutPointer) {
   HostTensor bigger(DType::kBF16, {2 * 128 + 8});
@@ -303,8 +304,8 @@ TEST_F(GqaArgs, OneShotRejectsWrongDtype) {
   c.args.q.dtype = DType::kFP16;
   const GqaConfig config = c.config;
   const GqaDecodeArgs a = c.args;
-  EXPECT_TRUE(rejected([&] { gqa_decode(config, a); }, {"q:", "dtype bf16", "got fp16"},
-                       {&c.out, &c.lse}));
+  EXPECT_TRUE(
+      rejected([&] { gqa_decode(config, a); }, {"q:", "dtype bf16", "got fp16"}, {&c.out, &c.lse}));
 }
 TEST_F(GqaArgs, OneShotRejectsBadPageId) {
   c.page_table.data<std::int32_t>()[1] = 99;

@@ -38,8 +38,8 @@ TEST_F(GqaPlanConfig, HeadCountsMustDivide) {
 TEST_F(GqaPlanConfig, HeadDimUnsupported) {
   for (int d : {0, 8, 40, 100, 272}) {
     c.config.head_dim = d;
-    EXPECT_TRUE(c.plan_rejects({"config.head_dim", "multiple of 16 in 16..256",
-                                "got " + std::to_string(d)}));
+    EXPECT_TRUE(c.plan_rejects(
+        {"config.head_dim", "multiple of 16 in 16..256", "got " + std::to_string(d)}));
   }
   for (int d : {16, 64, 80, 256}) {
     c.config.head_dim = d;

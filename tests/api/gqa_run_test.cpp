@@ -136,9 +136,12 @@ TEST(GqaRunEdges, StridedViewsGiveTheSameResult) {
   gqa_decode(c.plan(), c.args);
   for (int r = 0; r < 8; ++r) {
     ASSERT_EQ(std::memcmp(out_pad.data<std::uint16_t>() + r * 48,
-                          contiguous.data<std::uint16_t>() + r * 32, 64), 0) << "row " << r;
+                          contiguous.data<std::uint16_t>() + r * 32, 64),
+              0)
+        << "row " << r;
     // The padding between rows is not the output's: it stays poisoned.
-    const auto* pad = reinterpret_cast<const std::uint8_t*>(out_pad.data<std::uint16_t>() + r * 48 + 32);
+    const auto* pad =
+        reinterpret_cast<const std::uint8_t*>(out_pad.data<std::uint16_t>() + r * 48 + 32);
     for (int i = 0; i < 32; ++i) ASSERT_EQ(pad[i], kPoison);
   }
 }

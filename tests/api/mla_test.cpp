@@ -44,8 +44,9 @@ TEST(MlaPlan, ConfigFields) {
 TEST(MlaPlan, CudaDeviceIsRejectedInThisBuild) {
   MlaCase d(false);
   d.config.device = Device::cuda(0);
-  EXPECT_TRUE(plan_rejects(d.config, {"config.device", "expected cpu",
-                                      "MLA decode runs on the CPU only in this build", "got cuda:0"}));
+  EXPECT_TRUE(
+      plan_rejects(d.config, {"config.device", "expected cpu",
+                              "MLA decode runs on the CPU only in this build", "got cuda:0"}));
 }
 
 // ---------------------------------------------------------------- dense
