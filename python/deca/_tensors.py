@@ -176,3 +176,10 @@ def parse_device(value, where):
         d.index = int(index)
         return d
     raise Error(f"{where}: device: expected 'cpu', 'cuda' or 'cuda:N', got {value!r}")
+
+
+def check_dtype_keywords(where, **keywords):
+    """Names a bad dtype keyword itself ("gqa_decode: kv_dtype: ...") before any tensor is read."""
+    for name, value in keywords.items():
+        if value is not None:
+            _C.parse_dtype(value, f"{where}: {name}")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from . import _C
-from ._tensors import (Error, choice, empty, expect_rank, parse_device, stream_handle,
+from ._tensors import (Error, check_dtype_keywords, choice, empty, expect_rank, parse_device, stream_handle,
                        tensor)
 
 _LAYOUTS = ("NHD", "HND")
@@ -50,6 +50,7 @@ def gqa_decode(q, k_cache, v_cache, page_table, seq_lens, out=None, *, layout="N
     fn = "gqa_decode"
     choice(fn, "layout", layout, _LAYOUTS)
     choice(fn, "split_mode", split_mode, _SPLIT_MODES)
+    check_dtype_keywords(fn, q_dtype=q_dtype, kv_dtype=kv_dtype, out_dtype=out_dtype)
     t = _run_tensors(fn, q, k_cache, v_cache, page_table, seq_lens, q_dtype, kv_dtype, lse,
                      tree_mask, sinks, k_scales, v_scales)
     qt, kt = t["q"], t["k_cache"]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from . import _C
-from ._tensors import empty, expect_rank, parse_device, stream_handle, tensor, zeros_bytes
+from ._tensors import check_dtype_keywords, empty, expect_rank, parse_device, stream_handle, tensor, zeros_bytes
 
 DIM_QK = _C.MLA_DIM_QK  # 576 = 512 latent ("NoPE") + 64 RoPE
 DIM_V = _C.MLA_DIM_V  # 512
@@ -139,6 +139,7 @@ def combine(partial_out, partial_lse, out=None, *, attn_sink=None, return_lse=Fa
     lse -inf contributes nothing; a row whose splits are all -inf gives zeros and lse -inf.
     """
     fn = "combine"
+    check_dtype_keywords(fn, out_dtype=out_dtype)
     pot = tensor(partial_out, f"{fn}: partial_out")
     expect_rank(fn, "partial_out", pot, 5, "[num_splits, batch, q_len, num_heads, dim_v]")
     shape = tuple(pot.shape[1:])

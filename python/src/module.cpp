@@ -1,5 +1,7 @@
 // deca._C: the nanobind module. The pure-Python package deca (python/deca/) wraps it with
 // keyword defaults, output allocation and the numpy dtype escape hatches.
+#include <nanobind/stl/string.h>
+
 #include "bindings.hpp"
 
 namespace nb = nanobind;

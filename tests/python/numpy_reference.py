@@ -1,0 +1,166 @@
+"""An independent numpy implementation of deca's ops, for the Python tests.
+
+Written from DESIGN.md, not from src/cpu/: every request's K and V are gathered into dense
+float64 matrices first, the visibility of each key is a boolean mask built from the positions,
+and the softmax is taken over the whole row in float64. Conversions come from ml_dtypes.
+"""
+
+import ml_dtypes
+import numpy as np
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+FP8 = np.dtype(ml_dtypes.float8_e4m3fn)
+
+
+def to_f64(x, dtype=None):
+    """Real values of a stored array: ml_dtypes / numpy dtypes, or raw bits with `dtype`."""
+    x = np.asarray(x)
+    if dtype == "bf16":
+        x = x.view(BF16)
+    elif dtype == "fp16":
+        x = x.view(np.float16)
+    elif dtype == "fp8_e4m3":
+        x = x.view(FP8)
+    return x.astype(np.float64)
+
+
+def gather_kv(cache, page_table_row, n, layout):
+    """[n, num_kv_heads, head_dim] float64 rows of one request, token order."""
+    page_size = cache.shape[1] if layout == "NHD" else cache.shape[2]
+    t = np.arange(n)
+    pages = page_table_row[t // page_size]
+    slots = t % page_size
+    if layout == "NHD":
+        return cache[pages, slots, :, :]
+    return cache[pages, :, slots, :]
+
+
+def gqa_visible(n, q_len, i, window, mask_row):
+    """Boolean [n]: keys query token i of a request with n cached tokens sees."""
+    t = np.arange(n)
+    p = n - q_len + i
+    visible = t <= p
+    if mask_row is not None:
+        draft = t >= n - q_len
+        j = t[draft] - (n - q_len)
+        bits = (mask_row[j // 32].astype(np.uint64) >> (j % 32).astype(np.uint64)) & 1
+        visible[draft] = bits.astype(bool)
+    if window > 0:
+        visible &= t > p - window
+    return visible
+
+
+def softmax_rows(logits, visible, sink):
+    """(weights [n], lse) over the visible entries; sink joins the denominator only."""
+    if not visible.any():
+        return np.zeros_like(logits), -np.inf
+    vis = logits[visible]
+    m = vis.max()
+    if sink is not None:
+        m = max(m, sink)
+    e = np.where(visible, np.exp(logits - m), 0.0)
+    total = e.sum()
+    denom = total + (np.exp(sink - m) if sink is not None else 0.0)
+    return e / denom, m + np.log(total)
+
+
+def gqa_decode(q, k, v, page_table, seq_lens, *, layout="NHD", k_scale=1.0, v_scale=1.0,
+               k_scales=None, v_scales=None, softmax_scale=None, softcap=0.0, window=0,
+               sinks=None, tree_mask=None):
+    """q, k, v: float64 real values (k / v before scaling). Returns (out, lse) float64."""
+    batch, q_len, hq, d = q.shape
+    hkv = k.shape[2] if layout == "NHD" else k.shape[1]
+    group = hq // hkv
+    scale = softmax_scale if softmax_scale else 1.0 / np.sqrt(d)
+    ks = np.asarray(k_scales, np.float64) if k_scales is not None else np.full(hkv, k_scale)
+    vs = np.asarray(v_scales, np.float64) if v_scales is not None else np.full(hkv, v_scale)
+    out = np.zeros((batch, q_len, hq, d))
+    lse = np.full((batch, q_len, hq), -np.inf)
+    for b in range(batch):
+        n = int(seq_lens[b])
+        kb = gather_kv(k, page_table[b], n, layout) * ks[None, :, None]
+        vb = gather_kv(v, page_table[b], n, layout) * vs[None, :, None]
+        for i in range(q_len):
+            visible = gqa_visible(n, q_len, i, window,
+                                  tree_mask[b, i] if tree_mask is not None else None)
+            for h in range(hq):
+                logits = scale * (kb[:, h // group, :] @ q[b, i, h])
+                if softcap:
+                    logits = softcap * np.tanh(logits / softcap)
+                w, lse[b, i, h] = softmax_rows(logits, visible,
+                                               float(sinks[h]) if sinks is not None else None)
+                out[b, i, h] = w @ vb[:, h // group, :]
+    return out, lse
+
+
+def mla_dense(q, kv, block_table, seqlens, softmax_scale=None):
+    """q [b, s, h, 576], kv [blocks, page, 1, 576] float64. Causal over the s new tokens."""
+    batch, q_len, heads, dqk = q.shape
+    page = kv.shape[1]
+    scale = softmax_scale if softmax_scale else 1.0 / np.sqrt(dqk)
+    out = np.zeros((batch, q_len, heads, 512))
+    lse = np.full((batch, q_len, heads), -np.inf)
+    for b in range(batch):
+        n = int(seqlens[b])
+        t = np.arange(n)
+        rows = kv[block_table[b][t // page], t % page, 0, :]  # [n, 576]
+        for i in range(q_len):
+            visible = t <= n - q_len + i
+            for h in range(heads):
+                w, lse[b, i, h] = softmax_rows(scale * (rows @ q[b, i, h]), visible, None)
+                out[b, i, h] = w @ rows[:, :512]
+    return out, lse
+
+
+def unpack_fp8_token(token_bytes):
+    """One 656-byte MLA token -> 576 float64 values (own reading of the documented format)."""
+    nope = token_bytes[:512].view(FP8).astype(np.float64)
+    scales = token_bytes[512:528].view(np.float32).astype(np.float64)
+    rope = token_bytes[528:656].view(BF16).astype(np.float64)
+    return np.concatenate([nope * np.repeat(scales, 128), rope])
+
+
+def mla_sparse(q, kv_bytes, indices, topk_length=None, attn_sink=None, softmax_scale=None):
+    """q [b, s, h, 576] float64; kv_bytes [blocks, page, 1, 656] uint8; indices [b, s, topk]."""
+    batch, q_len, heads, dqk = q.shape
+    page = kv_bytes.shape[1]
+    scale = softmax_scale if softmax_scale else 1.0 / np.sqrt(dqk)
+    out = np.zeros((batch, q_len, heads, 512))
+    lse = np.full((batch, q_len, heads), -np.inf)
+    for b in range(batch):
+        for i in range(q_len):
+            ids = indices[b, i]
+            if topk_length is not None:
+                ids = ids[:int(topk_length[b])]
+            ids = ids[ids >= 0]  # duplicates stay: they count twice
+            rows = np.array([unpack_fp8_token(kv_bytes[x // page, x % page, 0]) for x in ids])
+            rows = rows.reshape(len(ids), 576)
+            visible = np.ones(len(ids), bool)
+            for h in range(heads):
+                sink = float(attn_sink[h]) if attn_sink is not None else None
+                w, lse[b, i, h] = softmax_rows(scale * (rows @ q[b, i, h]), visible, sink)
+                out[b, i, h] = w @ rows[:, :512] if len(ids) else 0.0
+    return out, lse
+
+
+def combine(partial_out, partial_lse, attn_sink=None):
+    """Merge by LSE in float64; splits at -inf are skipped; all -inf rows give zeros, -inf."""
+    po = partial_out.astype(np.float64)
+    pl = partial_lse.astype(np.float64)
+    splits, batch, q_len, heads, dv = po.shape
+    out = np.zeros((batch, q_len, heads, dv))
+    lse = np.full((batch, q_len, heads), -np.inf)
+    for b in range(batch):
+        for i in range(q_len):
+            for h in range(heads):
+                ls = pl[:, b, i, h]
+                live = np.isfinite(ls)
+                if not live.any():
+                    continue
+                m = ls[live].max()
+                w = np.exp(ls[live] - m)
+                total = w.sum()
+                denom = total + (np.exp(attn_sink[h] - m) if attn_sink is not None else 0.0)
+                out[b, i, h] = (w[:, None] * po[live, b, i, h]).sum(0) / denom
+                lse[b, i, h] = m + np.log(total)
+    return out, lse

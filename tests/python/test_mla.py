@@ -1,0 +1,97 @@
+"""deca.mla_decode_dense / mla_decode_sparse against the numpy reference."""
+
+import numpy as np
+import pytest
+
+import deca
+import numpy_reference as ref
+from cases import close, close_lse
+
+
+def _dense_case(rng, seqlens, q_len, heads, page):
+    batch = len(seqlens)
+    need = [-(-n // page) for n in seqlens]
+    num_blocks = sum(need) + 1
+    ids = rng.permutation(num_blocks)
+    table = np.full((batch, max(need) + 1), ids[-1], np.int32)  # spare columns: poisoned block
+    owned = np.zeros((num_blocks, page), bool)
+    at = 0
+    for b, n in enumerate(seqlens):
+        for j in range(need[b]):
+            table[b, j] = ids[at]
+            owned[ids[at], :min(page, n - j * page)] = True
+            at += 1
+    kv = rng.standard_normal((num_blocks, page, 1, 576)).astype(ref.BF16)
+    kv[~owned] = np.nan
+    q = rng.standard_normal((batch, q_len, heads, 576)).astype(ref.BF16)
+    return q, kv, table, np.asarray(seqlens, np.int32)
+
+
+@pytest.mark.parametrize("seqlens,q_len,heads,page", [
+    ([70, 1, 129], 1, 16, 64),
+    ([33, 20], 2, 8, 16),
+    ([5], 4, 4, 64),
+])
+def test_mla_dense_matches_numpy(rng, seqlens, q_len, heads, page):
+    q, kv, table, lens = _dense_case(rng, seqlens, q_len, heads, page)
+    out, lse = deca.mla_decode_dense(q, kv, table, lens, return_lse=True)
+    assert out.shape == (len(seqlens), q_len, heads, 512) and out.dtype == ref.BF16
+    want, want_lse = ref.mla_dense(q.astype(np.float64), kv.astype(np.float64), table, lens)
+    close(out, want, "bf16")
+    close_lse(lse, want_lse)
+
+
+def test_mla_dense_softmax_scale_and_plan(rng):
+    q, kv, table, lens = _dense_case(rng, [40, 17], 1, 8, 16)
+    plan = deca.MlaPlan(8, page_size=16, max_batch=2, max_seq_len=64, lse=False)
+    assert plan.workspace_bytes == 0
+    out = np.empty((2, 1, 8, 512), ref.BF16)
+    plan.run_dense(q, kv, table, lens, out, softmax_scale=0.07)
+    want, _ = ref.mla_dense(q.astype(np.float64), kv.astype(np.float64), table, lens,
+                            softmax_scale=0.07)
+    close(out, want, "bf16")
+
+
+def _sparse_case(rng, batch, q_len, heads, topk, page, num_blocks):
+    latent = rng.standard_normal((num_blocks, page, 1, 576))
+    latent[..., :512] *= rng.uniform(0.01, 10.0, (num_blocks, page, 1, 1))  # varied scales
+    kv = deca.pack_mla_fp8(latent.astype(ref.BF16))
+    total = num_blocks * page
+    # Tokens 0..9 are never selected by a counted index: poison them (NaN NoPE bytes).
+    kv[:, :, :, :512].reshape(-1, 512)[:10] = 0x7F
+    indices = rng.integers(10, total, (batch, q_len, topk)).astype(np.int32)
+    indices[rng.random(indices.shape) < 0.2] = -1
+    indices[0, 0, 1] = indices[0, 0, 0]  # a duplicate counts twice
+    q = rng.standard_normal((batch, q_len, heads, 576)).astype(ref.BF16)
+    return q, kv, indices
+
+
+@pytest.mark.parametrize("with_length,with_sink", [(False, False), (True, False), (True, True),
+                                                   (False, True)])
+def test_mla_sparse_matches_numpy(rng, with_length, with_sink):
+    batch, q_len, heads, topk, page = 3, 2, 8, 24, 16
+    q, kv, indices = _sparse_case(rng, batch, q_len, heads, topk, page, num_blocks=6)
+    topk_length = None
+    if with_length:
+        topk_length = np.array([topk, 5, 0], np.int32)  # the last request sees nothing
+        # Indices past topk_length must not be read: point them at poisoned tokens.
+        indices[1, :, 5:] = rng.integers(0, 10, (q_len, topk - 5))
+        indices[2] = 3
+    sink = rng.normal(0.0, 1.5, heads).astype(np.float32) if with_sink else None
+    out, lse = deca.mla_decode_sparse(q, kv, indices, topk_length=topk_length, attn_sink=sink,
+                                      return_lse=True)
+    want, want_lse = ref.mla_sparse(q.astype(np.float64), kv, indices, topk_length, sink)
+    close(out, want, "bf16")
+    close_lse(lse, want_lse)
+    if with_length:
+        assert (out[2].astype(np.float32) == 0).all() and np.isneginf(lse[2]).all()
+
+
+def test_mla_sparse_all_skipped_row(rng):
+    q, kv, indices = _sparse_case(rng, 2, 1, 4, 8, 16, num_blocks=2)
+    indices[1] = -1
+    out, lse = deca.mla_decode_sparse(q, kv, indices, return_lse=True)
+    assert (out[1].astype(np.float32) == 0).all() and np.isneginf(lse[1]).all()
+    want, want_lse = ref.mla_sparse(q.astype(np.float64), kv, indices)
+    close(out, want, "bf16")
+    close_lse(lse, want_lse)
