@@ -14,7 +14,7 @@ namespace deca::cpu {
 
 void combine(const CombineParams& p) {
   const double neg_inf = -std::numeric_limits<double>::infinity();
-  parallel_for(static_cast<std::int64_t>(p.batch) * p.q_len, [&](std::int64_t item) {
+  parallel_for(static_cast<std::int64_t>(p.batch) * p.q_len, [&](std::int64_t item, int) {
     const int b = static_cast<int>(item / p.q_len);
     const int i = static_cast<int>(item % p.q_len);
     std::vector<double> acc(p.dim_v);

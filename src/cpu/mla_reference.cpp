@@ -68,7 +68,7 @@ void mla_dense_decode(const MlaDenseParams& p) {
       for (int d = 0; d < kDimQK; ++d) row[d] = load_element(p.kv, kBf16, off + d);
       set_key(kv, t, row.data());
     }
-    parallel_for(static_cast<std::int64_t>(p.q_len) * p.num_heads, [&](std::int64_t item) {
+    parallel_for(static_cast<std::int64_t>(p.q_len) * p.num_heads, [&](std::int64_t item, int) {
       const int i = static_cast<int>(item / p.num_heads);
       const int h = static_cast<int>(item % p.num_heads);
       const int pos = len - p.q_len + i;  // causal: the query at pos sees keys t <= pos
@@ -106,7 +106,7 @@ void mla_sparse_decode(const MlaSparseParams& p) {
         dequant_token(p.kv + off, row.data());
         set_key(kv, key++, row.data());
       }
-      parallel_for(p.num_heads, [&](std::int64_t item) {
+      parallel_for(p.num_heads, [&](std::int64_t item, int) {
         const int h = static_cast<int>(item);
         RowMath math;
         math.logit_scale = scale;

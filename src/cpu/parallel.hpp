@@ -12,19 +12,25 @@
 
 namespace deca::cpu {
 
-// Calls fn(item) for item in [0, count) on up to hardware_concurrency threads; the first
-// exception thrown by any item is rethrown on the caller's thread after all threads join.
+// Threads parallel_for uses for `count` items.
+inline int worker_count(std::int64_t count) {
+  return static_cast<int>(std::clamp<std::int64_t>(
+      count, 1, std::max(1u, std::thread::hardware_concurrency())));
+}
+
+// Calls fn(item, worker) for item in [0, count) on worker_count(count) threads; worker is in
+// [0, worker_count(count)), so per-thread scratch can be indexed by it. The first exception
+// thrown by any item is rethrown on the caller's thread after all threads join.
 template <typename Fn>
 void parallel_for(std::int64_t count, Fn&& fn) {
   if (count <= 0) return;
-  const std::int64_t threads = std::min<std::int64_t>(
-      count, std::max(1u, std::thread::hardware_concurrency()));
+  const int threads = worker_count(count);
   std::atomic<std::int64_t> next{0};
   std::exception_ptr error;
   std::mutex error_mutex;
-  auto worker = [&] {
+  auto worker = [&](int w) {
     try {
-      for (std::int64_t i = next++; i < count; i = next++) fn(i);
+      for (std::int64_t i = next++; i < count; i = next++) fn(i, w);
     } catch (...) {
       std::lock_guard<std::mutex> lock(error_mutex);
       if (!error) error = std::current_exception();
@@ -32,8 +38,8 @@ void parallel_for(std::int64_t count, Fn&& fn) {
     }
   };
   std::vector<std::thread> pool;
-  for (std::int64_t t = 1; t < threads; ++t) pool.emplace_back(worker);
-  worker();
+  for (int t = 1; t < threads; ++t) pool.emplace_back(worker, t);
+  worker(0);
   for (auto& t : pool) t.join();
   if (error) std::rethrow_exception(error);
 }
