@@ -22,7 +22,7 @@ namespace deca::gqa {
 
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
-constexpr float kNegInf = -__builtin_huge_valf();
+constexpr float kNegInf = __builtin_bit_cast(float, 0xff800000u);  // -inf, no include needed
 
 // Where this CTA's keys start and end: tile-aligned ranges so that only the request's last tile is
 // partial (and zero-filled past the end).
