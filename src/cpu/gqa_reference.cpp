@@ -1,6 +1,7 @@
 // GQA decode reference (DESIGN.md, "GQA decode"). Work item = (request, KV head): its keys and
 // values are gathered from the pages once, then every query token and every q head of the group
 // attends to them.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -21,19 +22,30 @@ float decode(const void* base, std::int64_t offset) {
   return load_element(base, static_cast<int>(kDtype), offset);
 }
 
+// K is written transposed; going token by token would touch head_dim cache lines per token,
+// so tokens are staged in tiles of 16 (one 64-byte line per dim of the transposed buffer).
 template <DType kDtype>
 void gather_typed(const GqaParams& p, int b, int kvh, int len, GatheredKV& kv) {
+  constexpr int kTile = 16;
+  std::vector<float> tile(static_cast<std::size_t>(kTile) * p.head_dim);
   const int* pages = p.page_table + static_cast<std::int64_t>(b) * p.page_table_stride;
-  for (int t = 0; t < len; ++t) {
-    const std::int64_t page = pages[t / p.page_size];
-    const std::int64_t slot = t % p.page_size;
-    const std::int64_t ko = page * p.k_stride_page + slot * p.k_stride_slot + kvh * p.k_stride_head;
-    const std::int64_t vo = page * p.v_stride_page + slot * p.v_stride_slot + kvh * p.v_stride_head;
-    float* kt = kv.kt.data() + t;
-    float* v = kv.v.data() + static_cast<std::size_t>(t) * p.head_dim;
+  for (int t0 = 0; t0 < len; t0 += kTile) {
+    const int n = std::min(kTile, len - t0);
+    for (int j = 0; j < n; ++j) {
+      const int t = t0 + j;
+      const std::int64_t page = pages[t / p.page_size];
+      const std::int64_t slot = t % p.page_size;
+      const std::int64_t ko = page * p.k_stride_page + slot * p.k_stride_slot + kvh * p.k_stride_head;
+      const std::int64_t vo = page * p.v_stride_page + slot * p.v_stride_slot + kvh * p.v_stride_head;
+      float* v = kv.v.data() + static_cast<std::size_t>(t) * p.head_dim;
+      for (int d = 0; d < p.head_dim; ++d) {
+        tile[static_cast<std::size_t>(d) * kTile + j] = decode<kDtype>(p.k_cache, ko + d);
+        v[d] = decode<kDtype>(p.v_cache, vo + d);
+      }
+    }
     for (int d = 0; d < p.head_dim; ++d) {
-      kt[static_cast<std::size_t>(d) * len] = decode<kDtype>(p.k_cache, ko + d);
-      v[d] = decode<kDtype>(p.v_cache, vo + d);
+      std::copy_n(tile.data() + static_cast<std::size_t>(d) * kTile, n,
+                  kv.kt.data() + static_cast<std::size_t>(d) * len + t0);
     }
   }
 }
