@@ -104,14 +104,14 @@ int run(int argc, char** argv) {
                "compare with the CPU reference (GPU: --check-requests sampled requests per case; "
                "on by default for the CPU default run)");
   app.add_option("--check-requests", check_requests, "requests compared per case on the GPU")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1, 1 << 30));
   app.add_option("--iters", iters, "timed runs per case (default: 20 GPU, 3 CPU)")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1, 1 << 30));
   app.add_option("--warmup", warmup, "untimed runs first (default: 5 GPU, 1 CPU)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, 1 << 30));
   app.add_option("--precompile", precompile_preset,
                  "compile every GPU kernel specialization of this preset (or all), then exit");
-  app.add_option("--device", device, "CUDA device index")->check(CLI::NonNegativeNumber);
+  app.add_option("--device", device, "CUDA device index")->check(CLI::Range(0, 1 << 30));
   app.add_option("--layout", layout_name, "GQA KV cache layout: nhd (vLLM) or hnd")
       ->check(CLI::IsMember({"nhd", "hnd"}));
   CLI11_PARSE(app, argc, argv);
@@ -124,8 +124,8 @@ int run(int argc, char** argv) {
   const bool gpu = deca::cuda::available();
   if (!precompile_preset.empty()) {
     if (!gpu) {
-      std::cerr << "deca-bench: --precompile: needs a CUDA device (kernels are compiled for "
-                   "its architecture); none found\n";
+      std::cerr << "deca-bench: --precompile: needs a CUDA device (plans and kernels are made "
+                   "for its SM count and architecture); none found\n";
       return 2;
     }
     return precompile(precompile_preset, layout, device);

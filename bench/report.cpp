@@ -26,6 +26,9 @@ std::string sci(std::optional<double> v) {
   return s.str();
 }
 
+// CPU runs land far below 0.01 TFLOP/s: keep three significant digits there.
+std::string flops_text(double tflops) { return fixed(tflops, tflops >= 1 ? 1 : tflops >= 0.01 ? 3 : 5); }
+
 double gbs(double bytes, double us) { return us > 0 ? bytes / (us * 1e-6) / 1e9 : 0; }
 
 nlohmann::json optional_json(std::optional<double> v) {
@@ -72,7 +75,7 @@ void Report::add(CaseResult r) {
         r.time_us_graph ? fixed(*r.time_us_graph, 1) : "-",
         fixed(kv, 1),
         fixed(gbs(r.total_bytes, r.time_us), 1),
-        fixed(r.time_us > 0 ? r.flops / (r.time_us * 1e-6) / 1e12 : 0, 2),
+        flops_text(r.time_us > 0 ? r.flops / (r.time_us * 1e-6) / 1e12 : 0),
         ratio,
         sci(r.max_abs_err),
         sci(r.rel_rms_err),

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The main job: builds deca-bench and runs it. Without arguments it runs its default preset:
+# the GQA table on the GPU when there is one, else the CPU backend on the small preset.
+# Arguments go to deca-bench, e.g.  bash tools/bench.sh --preset l70-b99-4k --check
+#                                    bash tools/bench.sh --json bench/results/h200.json
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source tools/install_deps.sh
+
+jobs=${DECA_JOBS:-$(nproc)}
+cmake --preset default
+cmake --build --preset default --parallel "$jobs" --target deca-bench
+
+# The commit recorded in --json output: the current one, marked when the tree has edits.
+commit=$(git rev-parse HEAD 2>/dev/null || echo unknown)
+if [ "$commit" != unknown ] && [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ]; then
+  commit="$commit-dirty"
+fi
+export DECA_GIT_COMMIT=${DECA_GIT_COMMIT:-$commit}
+exec build/bench/deca-bench "$@"

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Builds deca and runs every test: the CTest suites (GoogleTest per source folder, the GPU suite
+# skipping itself without a GPU, the installed-package consumer build), then the Python binding
+# (pip install .) and its pytest suite. Exits non-zero when anything fails; the runners' summary
+# lines come last.
+#
+#   bash tools/test.sh            (DECA_JOBS=N to choose the build parallelism)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source tools/install_deps.sh
+
+jobs=${DECA_JOBS:-$(nproc)}
+cmake --preset default
+cmake --build --preset default --parallel "$jobs"
+
+status=0
+ctest --preset default || status=1
+
+"$DECA_PYTHON" -m pip install -q --disable-pip-version-check --no-build-isolation . || status=1
+"$DECA_PYTHON" -m pytest tests/python -q || status=1
+exit $status
