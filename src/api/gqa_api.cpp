@@ -1,5 +1,6 @@
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <string>
 
 #include "api/check.hpp"
@@ -20,6 +21,12 @@ constexpr const char* kRowWhy =
     "row starts 16-byte aligned: GPU kernels load rows as 16-byte vectors";
 
 std::string s(std::int64_t v) { return float_string(v); }
+
+std::string hex(std::uint32_t v) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "0x%08x", v);
+  return buf;
+}
 
 std::string entry(const char* name, std::int64_t i) { return std::string(name) + "[" + s(i) + "]"; }
 std::string entry(const char* name, std::int64_t i, std::int64_t j) {
@@ -187,6 +194,18 @@ void check_host_data(const GqaConfig& c, const GqaDecodeArgs& a) {
              "a page id in [0, " + s(num_pages) + ") (k_cache's num_pages; seq_lens[" + s(b) +
                  "] = " + s(len) + " uses this entry)",
              s(page));
+      }
+    }
+    // DESIGN.md: bit i of row i is always set (a draft token sees itself). A mask without it
+    // would leave the kernels and the reference free to disagree, so it is refused here.
+    if (c.tree_mask) {
+      for (std::int64_t i = 0; i < q_len; ++i) {
+        const auto word = static_cast<std::uint32_t>(load_i32(a.tree_mask, b, i, i / 32));
+        if (((word >> (i % 32)) & 1u) == 0) {
+          fail(kFn, entry("tree_mask", b, i) + "[" + s(i / 32) + "]",
+               "bit " + s(i % 32) + " set (draft token " + s(i) + " sees itself)",
+               "word " + hex(word));
+        }
       }
     }
   }

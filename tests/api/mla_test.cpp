@@ -105,6 +105,10 @@ TEST_F(MlaDenseArgsTest, MisalignedQ) {
   // 4 bytes in: natural (2-byte) alignment holds, the 16-byte row rule does not.
   EXPECT_TRUE(c.rejects({"q:", "aligned to 16 bytes", "4 bytes past"}));
 }
+TEST_F(MlaDenseArgsTest, NegativeSize) {
+  c.dense.block_table.shape[1] = -3;
+  EXPECT_TRUE(c.rejects({"block_table", "dim 1 size in 0..", "got -3"}));
+}
 TEST_F(MlaDenseArgsTest, NegativeSeqLen) {
   c.seqlens.data<std::int32_t>()[0] = -1;
   EXPECT_TRUE(c.rejects({"cache_seqlens[0]", ">= 0", "got -1"}));
@@ -238,6 +242,14 @@ TEST_F(MlaSparseArgsTest, AttnSinkAbsentButPlanned) {
 TEST_F(MlaSparseArgsTest, TopkLengthGivenButNotPlanned) {
   c.config.topk_length = false;
   EXPECT_TRUE(c.rejects({"topk_length", "absent (plan.config.topk_length is false)"}));
+}
+TEST_F(MlaSparseArgsTest, IndicesRank) {
+  c.sparse.indices = view_as(c.indices, {2, 4}, {4, 1});
+  EXPECT_TRUE(c.rejects({"indices", "rank 3 [batch, q_len, topk]", "got rank 2 [2, 4]"}));
+}
+TEST_F(MlaSparseArgsTest, NegativeTopkLength) {
+  c.topk_length.data<std::int32_t>()[0] = -1;
+  EXPECT_TRUE(c.rejects({"topk_length[0]", "0..4", "got -1"}));
 }
 TEST_F(MlaSparseArgsTest, NullIndices) {
   c.sparse.indices.data = nullptr;
