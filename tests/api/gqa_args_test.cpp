@@ -261,8 +261,8 @@ TEST_F(GqaArgs, TreeMaskDiagonalBitMissing) {
   c.q_len = 2;
   c.build();
   c.tree_mask.data<std::uint32_t>()[1 * 2 + 1] = 0x1u;  // request 1, draft 1: only bit 0
-  EXPECT_TRUE(c.rejects({"tree_mask[1][1][0]", "bit 1 set (draft token 1 sees itself)",
-                         "got word 0x00000001"}));
+  EXPECT_TRUE(c.rejects(
+      {"tree_mask[1][1][0]", "bit 1 set (draft token 1 sees itself)", "got word 0x00000001"}));
 }
 TEST_F(GqaArgs, SinksShape) {
   c.config.sinks = true;
