@@ -11,12 +11,19 @@ argument, what was expected and what came.
 
 from . import _C
 from ._tensors import Error
+from ._tensors import tensor as _tensor
 from .gqa import GqaPlan, gqa_decode
 from .mla import MlaPlan, combine, mla_decode_dense, mla_decode_sparse
 from .quant import (choose_fp8_scale, choose_int8_scale, pack_mla_fp8, quantize_fp8,
                     quantize_int8, unpack_mla_fp8)
 
 Tensor = _C.Tensor
+
+
+def as_tensor(x, dtype=None, name="tensor"):
+    """x as deca reads it (dtype, shape, element strides, device), following the same rules
+    as every op: e.g. deca.as_tensor(np_array_of_ml_dtypes_bf16).dtype == "bf16"."""
+    return _tensor(x, name, dtype)
 
 
 def version():
@@ -27,7 +34,7 @@ def version():
 __version__ = _C.version()
 
 __all__ = [
-    "Error", "Tensor", "version", "GqaPlan", "gqa_decode", "MlaPlan", "mla_decode_dense",
+    "Error", "Tensor", "as_tensor", "version", "GqaPlan", "gqa_decode", "MlaPlan", "mla_decode_dense",
     "mla_decode_sparse", "combine", "choose_fp8_scale", "choose_int8_scale", "quantize_fp8",
     "quantize_int8", "pack_mla_fp8", "unpack_mla_fp8",
 ]

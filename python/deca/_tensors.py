@@ -87,6 +87,9 @@ def tensor(x, where, dtype=None, writable=False):
         x, dtype = x.view(torch.uint8), "fp8_e4m3"
     if writable and isinstance(x, np.ndarray) and not x.flags.writeable:
         raise Error(f"{where}: expected a writable array, got a read-only numpy array")
+    if writable and type(x).__module__.split(".")[0] in ("jax", "jaxlib"):
+        # Plain DLPack carries no read-only flag, so this is the one place to refuse them.
+        raise Error(f"{where}: expected a writable array, got an immutable jax array")
     return _C.Tensor(x, dtype, where, writable)
 
 
