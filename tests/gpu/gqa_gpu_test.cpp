@@ -176,6 +176,14 @@ std::vector<MatrixCase> matrix() {
   return m;
 }
 
+// LSE is fp32 on both sides; the kernel's products run in the cache's 16-bit type, so an fp16 q
+// against a bf16 cache is rounded to bf16 first (8 significant bits instead of 11): logits then
+// move by ~2^-9 of their size, which the LSE shows directly.
+double lse_tolerance(const GqaCaseSpec& s) {
+  const bool q_rounded = s.kv_dtype == DType::kBF16 && s.q_dtype == DType::kFP16;
+  return q_rounded ? 1e-2 : 2e-3;
+}
+
 class GqaGpuMatrix : public ::testing::TestWithParam<MatrixCase> {};
 
 TEST_P(GqaGpuMatrix, MatchesCpuReference) {
@@ -192,7 +200,7 @@ TEST_P(GqaGpuMatrix, MatchesCpuReference) {
   EXPECT_EQ(d.nan, 0) << seed_message();
   EXPECT_EQ(d.mismatched_inf, 0) << seed_message();
   EXPECT_LE(d.rel_l2, out_tolerance(mc.spec.out_dtype)) << seed_message();
-  EXPECT_LE(d.lse_max_abs, 2e-3) << seed_message();
+  EXPECT_LE(d.lse_max_abs, lse_tolerance(mc.spec)) << seed_message();
 }
 
 INSTANTIATE_TEST_SUITE_P(Matrix, GqaGpuMatrix, ::testing::ValuesIn(matrix()),
