@@ -1,6 +1,8 @@
 // GPU timing for deca-bench, the method of shared/ANCHORS.md and shared/NOTES.md:
 //  - one launch with a cold L2: 256 MB of other data are read just before each timed launch,
-//    CUDA events around the launch only, median of `iters` after `warmup`;
+//    CUDA events around the launch only, median of `iters` after `warmup`; the stream is held
+//    by a spinning kernel until the whole sequence is queued, so host-side overhead of the call
+//    never appears as a gap between the events;
 //  - a second figure: `launches` back-to-back launches captured in one CUDA graph, the median
 //    over graph replays divided by `launches` (hides launch gaps, L2 stays warm);
 //  - the device-to-device copy bandwidth of the same run (4 GiB, bytes read + written).
@@ -82,6 +84,8 @@ class GpuTimer {
  private:
   void flush_l2();
   void build_flush_kernel();
+  void hold_stream();     // queue a kernel that spins until release_stream()
+  void release_stream();
 
   DeviceInfo info_;
   cudaStream_t stream_ = nullptr;
@@ -90,6 +94,9 @@ class GpuTimer {
   DeviceBuffer sink_;
   cudaLibrary_t flush_library_ = nullptr;
   cudaKernel_t flush_kernel_ = nullptr;
+  cudaKernel_t wait_kernel_ = nullptr;
+  unsigned* gate_ = nullptr;          // pinned, mapped: the host opens it, deca_bench_wait reads it
+  unsigned* gate_device_ = nullptr;
   std::string flush_method_ = "memset";
 };
 

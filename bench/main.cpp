@@ -176,8 +176,11 @@ int run(int argc, char** argv) {
   } else {
     info.device = {{"name", "cpu"}, {"threads", std::thread::hardware_concurrency()}};
     info.l2_flush = "none (CPU wall clock)";
-    std::cout << "backend: cpu (reference), wall clock, median of " << opt.iters << " after "
-              << opt.warmup << " warm-up\n";
+    std::cout << "backend: cpu (the reference backend), wall clock, median of " << opt.iters
+              << " after " << opt.warmup << " warm-up"
+              << (opt.check ? "; the check compares the API path with a direct reference call"
+                            : "")
+              << "\n";
   }
   std::cout << "commit " << info.git_commit << ", seed " << info.seed
             << (opt.check ? ", checking against the CPU reference" : "") << "\n\n";
