@@ -80,6 +80,8 @@ def tensor(x, where, dtype=None, writable=False):
             raise Error(f"{where}: expected dtype {dtype}, got {native} (ml_dtypes.{x.dtype})")
         x, dtype = x.view(bits), native
     torch = _torch_of(x)
+    if torch is not None and x.requires_grad:
+        x = x.detach()  # torch refuses DLPack export of tensors that require grad
     if torch is not None and x.dtype == getattr(torch, "float8_e4m3fn", None):
         # Not every torch version exports float8 through DLPack; its bits always go through.
         if dtype is not None and _C.parse_dtype(dtype, where) != "fp8_e4m3":
