@@ -25,6 +25,9 @@ CASES = [
     ("shared-kv-views", dict(seq_lens=[30, 12], hq=4, hkv=2, d=64, page=16, shared_kv=True), {}),
     ("speculative-q4", dict(seq_lens=[30, 4], q_len=4, hq=8, hkv=2, d=64, page=16), {}),
     ("window", dict(seq_lens=[50, 9], q_len=3, hq=4, hkv=2, d=64, page=16), dict(window=8)),
+    ("bf16-g64", dict(seq_lens=[45, 2], hq=64, hkv=1, d=16, page=32), {}),
+    ("fp16-d256-page256", dict(seq_lens=[300], q_len=2, hq=4, hkv=2, d=256, page=256,
+                               layout="HND", q_dtype="fp16", kv_dtype="fp16"), {}),
     ("softcap-scale", dict(seq_lens=[25], hq=4, hkv=1, d=64, page=16),
      dict(softcap=1.5, softmax_scale=0.3)),
 ]
