@@ -1,15 +1,14 @@
-// 8-bit KV values -> packed 16-bit pairs for mma.sync, in registers, with integer bit operations.
+// 8-bit KV values -> packed fp16 pairs for mma.sync, in registers (kernels/common/kv_kind.cuh
+// says why fp16).
 //
-// fp8 e4m3 is `s eeee mmm` (bias 7). Moving the sign to bit 15 and `eeee mmm` to bits 10..4 of a
-// 16-bit lane gives the bf16 whose value is the e4m3 value times 2^-120, for normal and subnormal
-// inputs alike (both formats scale their subnormals the same way); moving them to bits 13..7 gives
-// the fp16 value times 2^-8. The missing power of two is folded into the K scale (softmax side)
-// and the V scale (output side): no per-element multiply. e4m3fn's NaN code (s 1111 111) becomes
-// +-480 (bf16 path) instead of NaN: a KV cache holds no NaN by contract.
+// fp8 e4m3 on sm_89+: cvt.rn.f16x2.e4m3x2 widens two values in one instruction, exactly. On
+// sm_80/86 (no such cvt) the bit trick: `s eeee mmm` moved to the sign and bits 13..7 of a 16-bit
+// lane is the fp16 value times 2^-8, for normal and subnormal inputs alike; the 2^8 is folded
+// into the K scale (softmax side) and the V scale (output side). e4m3fn's NaN code (s 1111 111)
+// becomes NaN through cvt and +-480 through the trick: a KV cache holds no NaN by contract.
 //
-// int8 -> fp16: 0x6400 | (x ^ 0x80) is the fp16 value 1024 + x + 128 exactly; one packed subtract
-// of 1152 finishes two values. int8 -> bf16 has no such trick (bf16 keeps 8 significant bits), so
-// it goes through the fp32 magic number 2^23 and one packed convert.
+// int8: 0x6400 | (x ^ 0x80) is the fp16 value 1024 + x + 128 exactly; one packed subtract of
+// 1152 finishes two values.
 #pragma once
 
 #include "kernels/common/kv_kind.cuh"
@@ -17,35 +16,48 @@
 
 namespace deca::kv {
 
-// Converts two 8-bit values, byte `lo` and byte `hi` of the 8-byte pool {b:a} (a = bytes 0..3),
-// into one packed pair (lo in the low half).
-template <int kKind, bool kFp16>
-__device__ __forceinline__ unsigned pair(unsigned a, unsigned b, unsigned lo, unsigned hi) {
+// Power of two the widened values carry, multiplied back through the scales.
+template <int kKind>
+__device__ constexpr float widen_factor() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  return 1.f;
+#else
+  return kKind == kKvFp8 ? 256.f : 1.f;
+#endif
+}
+
+// Two consecutive bytes (`half` 0: bytes 0-1, 1: bytes 2-3) of `w` -> fp16 pair (byte order kept).
+template <int kKind>
+__device__ __forceinline__ unsigned widen2(unsigned w, int half) {
   if constexpr (kKind == kKvFp8) {
-    // Both bytes into the high byte of their 16-bit lane; the low bytes are masked away below.
-    const unsigned w = ptx::prmt(a, b, (lo << 4) | (hi << 12));
-    const unsigned mag = w & 0x7F007F00u;
-    if constexpr (kFp16) {
-      return (mag >> 1) | (w & 0x80008000u);
-    } else {
-      return (mag >> 4) | (w & 0x80008000u);
-    }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    const unsigned short two = static_cast<unsigned short>(half ? (w >> 16) : (w & 0xFFFFu));
+    unsigned r;
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(r) : "h"(two));
+    return r;
+#else
+    const unsigned t = ptx::prmt(w, 0u, half ? 0x3020u : 0x1000u);  // bytes into lane high halves
+    return ((t & 0x7F007F00u) >> 1) | (t & 0x80008000u);
+#endif
   } else {
-    static_assert(kKind == kKvInt8, "pair(): 8-bit kinds only");
-    // Byte `lo` into result byte 0, `hi` into byte 2 (the low byte of each 16-bit lane).
-    const unsigned w = ptx::prmt(a, b, lo | (hi << 8));
-    if constexpr (kFp16) {
-      const unsigned biased = (w & 0x00FF00FFu) ^ 0x64806480u;  // 0x64 | x^0x80 per lane
-      const unsigned k1152 = 0x64806480u;                        // fp16 1152.0 in both lanes
-      unsigned r;
-      asm("sub.rn.f16x2 %0, %1, %2;\n" : "=r"(r) : "r"(biased), "r"(k1152));
-      return r;
-    } else {
-      const float f0 = __uint_as_float(0x4B000000u | ((w & 0xFFu) ^ 0x80u)) - 8388736.f;
-      const float f1 = __uint_as_float(0x4B000000u | (((w >> 16) & 0xFFu) ^ 0x80u)) - 8388736.f;
-      return ptx::pack2<false>(f0, f1);
-    }
+    static_assert(kKind == kKvInt8, "widen2: 8-bit kinds only");
+    const unsigned t = ptx::prmt(w, 0u, half ? 0x7372u : 0x7170u);  // bytes into lane low halves
+    const unsigned biased = (t & 0x00FF00FFu) ^ 0x64806480u;         // 0x64 | x^0x80 per lane
+    unsigned r;
+    asm("sub.rn.f16x2 %0, %1, %2;\n" : "=r"(r) : "r"(biased), "r"(0x64806480u));  // - 1152
+    return r;
   }
+}
+
+// Byte `i` of four words (one per token row) -> two fp16 pairs: lo = (w0, w1), hi = (w2, w3).
+template <int kKind>
+__device__ __forceinline__ void widen_column(unsigned w0, unsigned w1, unsigned w2, unsigned w3,
+                                             int i, unsigned& lo, unsigned& hi) {
+  const unsigned a = ptx::prmt(w0, w1, static_cast<unsigned>(i | ((4 + i) << 4)));  // bytes 0,1
+  const unsigned b = ptx::prmt(w2, w3, static_cast<unsigned>(i | ((4 + i) << 4)));
+  const unsigned packed = ptx::prmt(a, b, 0x5410u);  // [w0.i, w1.i, w2.i, w3.i]
+  lo = widen2<kKind>(packed, 0);
+  hi = widen2<kKind>(packed, 1);
 }
 
 }  // namespace deca::kv

@@ -19,15 +19,14 @@ DECA_HD constexpr int kind_of(int kv_dtype) {
   return kv_dtype == kFP8 ? kKvFp8 : (kv_dtype == kINT8 ? kKvInt8 : kKv16);
 }
 
-// The mma operand type: the cache's own when it is 16-bit (q is converted once), else q's.
+// The mma operand type. A 16-bit cache keeps its own type (q is converted once per CTA). An
+// 8-bit cache is widened to fp16: e4m3 -> f16x2 is one cvt per pair on sm_89+ (there is none to
+// bf16 on sm_90), int8 -> fp16 is exact with a magic number, and fp16 keeps more of q's mantissa
+// than bf16. q is brought into fp16 range by a power-of-two scale per row (folded back into that
+// row's logits), so bf16 activations of any magnitude cannot overflow.
 DECA_HD constexpr bool compute_fp16(int q_dtype, int kv_dtype) {
-  return kind_of(kv_dtype) == kKv16 ? kv_dtype == kFP16 : q_dtype == kFP16;
-}
-
-// Power of two the widened 8-bit values carry (kernels/common/kv_convert.cuh), multiplied back
-// through the K and V scales: 2^120 for fp8 -> bf16, 2^8 for fp8 -> fp16, 1 otherwise.
-DECA_HD constexpr float widen_factor(int kind, bool fp16) {
-  return kind == kKvFp8 ? (fp16 ? 256.f : 1.329227995784916e36f) : 1.f;
+  return kind_of(kv_dtype) == kKv16 ? kv_dtype == kFP16 : true;
+  (void)q_dtype;
 }
 
 }  // namespace deca::kv

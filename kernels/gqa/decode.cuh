@@ -81,22 +81,28 @@ __device__ __forceinline__ int out_dim(int o, int col) {
   }
 }
 
+// Two consecutive q values (d, d+1) of a row, as floats.
 template <class T>
-__device__ __forceinline__ unsigned q_pair_from(const void* q_row, int d) {
-  // Two consecutive q values (d, d+1) as a packed pair of the compute type.
+__device__ __forceinline__ float2 q_pair(const void* q_row, int d) {
   const unsigned raw = *reinterpret_cast<const unsigned*>(
       static_cast<const unsigned short*>(q_row) + d);
-  if constexpr ((T::kQDtype == kv::kFP16) == T::kComputeFp16) {
-    return raw;
-  } else if constexpr (T::kQDtype == kv::kFP16) {  // fp16 q, bf16 compute
-    float lo = ptx::fp16_bits_to_float(static_cast<unsigned short>(raw & 0xFFFF));
-    float hi = ptx::fp16_bits_to_float(static_cast<unsigned short>(raw >> 16));
-    return ptx::pack2<false>(lo, hi);
-  } else {  // bf16 q, fp16 compute
-    float lo = ptx::bf16_bits_to_float(static_cast<unsigned short>(raw & 0xFFFF));
-    float hi = ptx::bf16_bits_to_float(static_cast<unsigned short>(raw >> 16));
-    return ptx::pack2<true>(lo, hi);
+  const unsigned short lo = static_cast<unsigned short>(raw & 0xFFFF);
+  const unsigned short hi = static_cast<unsigned short>(raw >> 16);
+  if constexpr (T::kQDtype == kv::kFP16) {
+    return make_float2(ptx::fp16_bits_to_float(lo), ptx::fp16_bits_to_float(hi));
+  } else {
+    return make_float2(ptx::bf16_bits_to_float(lo), ptx::bf16_bits_to_float(hi));
   }
+}
+
+// Power of two that brings a row whose largest |q| is `amax` to [2^14, 2^15) in fp16 (8-bit
+// caches only): no overflow, and the small elements keep their bits. 1 for an all-zero row.
+__device__ __forceinline__ float q_row_scale(float amax) {
+  if (!(amax > 0.f) || amax > 3.0e38f) return 1.f;
+  const int e = static_cast<int>((__float_as_uint(amax) >> 23) & 0xFF) - 127;  // floor(log2)
+  int k = 14 - e;
+  k = k < -126 ? -126 : (k > 127 ? 127 : k);
+  return __uint_as_float(static_cast<unsigned>(k + 127) << 23);
 }
 
 // K-dimension order inside a 16-wide k step: the 16-bit path is the mma's own (pairs at 2c and
@@ -140,8 +146,9 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
   const KeyRange range = split_range<T>(p, seq_len, split);
   const int num_tiles = range.end > range.begin ? (range.end - range.begin + T::kTile - 1) / T::kTile : 0;
 
-  const float k_scale = (p.k_scales ? p.k_scales[kv_head] : p.k_scale) * T::kKvFactor;
-  const float v_scale = (p.v_scales ? p.v_scales[kv_head] : p.v_scale) * T::kKvFactor;
+  constexpr float kWiden = kv::widen_factor<T::kKvKind>();
+  const float k_scale = (p.k_scales ? p.k_scales[kv_head] : p.k_scale) * kWiden;
+  const float v_scale = (p.v_scales ? p.v_scales[kv_head] : p.v_scale) * kWiden;
   // Logits in log2 units: the softmax runs on ex2.
   const float qk_scale = p.softmax_scale * k_scale;
   const float log2_scale = qk_scale * kLog2e;
@@ -160,29 +167,76 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
     return static_cast<const unsigned short*>(p.q) + batch * p.q_stride_batch +
            tok * p.q_stride_token + head * p.q_stride_head;
   };
+  // row_inv[h]: the inverse of the power of two q row h was scaled by (8-bit caches), applied
+  // to that row's logits.
+  float row_inv[2] = {1.f, 1.f};
   unsigned q_frag[T::kQInRegs ? kKSteps : 1][4];
   if constexpr (T::kQInRegs) {
     const bool lo_ok = my_row_lo < rows_total;
     const bool hi_ok = my_row_hi < rows_total;
     const void* q_lo = lo_ok ? q_row_ptr(my_row_lo) : nullptr;
     const void* q_hi = hi_ok ? q_row_ptr(my_row_hi) : nullptr;
+    float2 f[kKSteps][4];
 #pragma unroll
     for (int kk = 0; kk < kKSteps; ++kk) {
-      q_frag[kk][0] = lo_ok ? q_pair_from<T>(q_lo, q_dim<T>(kk, c, 0)) : 0u;
-      q_frag[kk][1] = hi_ok ? q_pair_from<T>(q_hi, q_dim<T>(kk, c, 0)) : 0u;
-      q_frag[kk][2] = lo_ok ? q_pair_from<T>(q_lo, q_dim<T>(kk, c, 1)) : 0u;
-      q_frag[kk][3] = hi_ok ? q_pair_from<T>(q_hi, q_dim<T>(kk, c, 1)) : 0u;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const bool ok = (j % 2) ? hi_ok : lo_ok;
+        f[kk][j] = ok ? q_pair<T>((j % 2) ? q_hi : q_lo, q_dim<T>(kk, c, j / 2)) : make_float2(0.f, 0.f);
+      }
+    }
+    float sc[2] = {1.f, 1.f};
+    if constexpr (T::kScaleQRows) {
+      float amax[2] = {0.f, 0.f};
+#pragma unroll
+      for (int kk = 0; kk < kKSteps; ++kk) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          amax[j % 2] = fmaxf(amax[j % 2], fmaxf(fabsf(f[kk][j].x), fabsf(f[kk][j].y)));
+        }
+      }
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        amax[h] = fmaxf(amax[h], __shfl_xor_sync(0xffffffffu, amax[h], 1));
+        amax[h] = fmaxf(amax[h], __shfl_xor_sync(0xffffffffu, amax[h], 2));
+        sc[h] = q_row_scale(amax[h]);
+        row_inv[h] = 1.f / sc[h];  // exact: a power of two
+      }
+    }
+#pragma unroll
+    for (int kk = 0; kk < kKSteps; ++kk) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        q_frag[kk][j] = ptx::pack2<kFp16>(f[kk][j].x * sc[j % 2], f[kk][j].y * sc[j % 2]);
+      }
     }
   } else {
-    // Natural order, compute type, one row per kQRowStride bytes.
+    // Natural order, compute type, one row per kQRowStride bytes, each row at its own scale.
+    __shared__ float q_scale_smem[T::kRows];
+    for (int r = tid; r < T::kRows; r += T::kThreads) {
+      float amax = 0.f;
+      if (T::kScaleQRows && row0 + r < rows_total) {
+        const void* qr = q_row_ptr(row0 + r);
+        for (int d = 0; d < D; d += 2) {
+          const float2 v = q_pair<T>(qr, d);
+          amax = fmaxf(amax, fmaxf(fabsf(v.x), fabsf(v.y)));
+        }
+      }
+      q_scale_smem[r] = T::kScaleQRows ? q_row_scale(amax) : 1.f;
+    }
+    __syncthreads();
     for (int i = tid; i < T::kRows * (D / 2); i += T::kThreads) {
       const int r = i / (D / 2);
       const int d = (i % (D / 2)) * 2;
       const int row = row0 + r;
-      const unsigned v = row < rows_total ? q_pair_from<T>(q_row_ptr(row), d) : 0u;
-      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(q_smem + r * T::kQRowStride + d * 2), "r"(v));
+      const float2 v = row < rows_total ? q_pair<T>(q_row_ptr(row), d) : make_float2(0.f, 0.f);
+      const float sc = q_scale_smem[r];
+      const unsigned packed = ptx::pack2<kFp16>(v.x * sc, v.y * sc);
+      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(q_smem + r * T::kQRowStride + d * 2), "r"(packed));
     }
     __syncthreads();
+    row_inv[0] = 1.f / q_scale_smem[warp_m * 16 + g];
+    row_inv[1] = 1.f / q_scale_smem[warp_m * 16 + g + 8];
   }
   auto load_q = [&](int kk, unsigned (&a)[4]) {
     if constexpr (T::kQInRegs) {
@@ -216,6 +270,9 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
     const int head = kv_head * T::kGroup + (row < rows_total ? row % T::kGroup : 0);
     sink_log2[h] = p.sinks ? p.sinks[head] * kLog2e : kNegInf;
   }
+
+  const float row_qk_scale[2] = {qk_scale * row_inv[0], qk_scale * row_inv[1]};
+  const float row_log2_scale[2] = {log2_scale * row_inv[0], log2_scale * row_inv[1]};
 
   // ---- Softmax state and output accumulators ----
   float m_run[2] = {kNegInf, kNegInf};
@@ -330,8 +387,8 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
           for (int j = 0; j < kN8; ++j) {
             const int tok = local0 + j * 8 + g;
             const unsigned w = ptx::lds32(ks + tok * T::kRowStride + kk * 16 + 4 * c);
-            const unsigned b0 = kv::pair<T::kKvKind, kFp16>(w, 0u, 0, 1);
-            const unsigned b1 = kv::pair<T::kKvKind, kFp16>(w, 0u, 2, 3);
+            const unsigned b0 = kv::widen2<T::kKvKind>(w, 0);
+            const unsigned b1 = kv::widen2<T::kKvKind>(w, 1);
             ptx::mma_16816<kFp16>(s_acc[j], a, b0, b1);
           }
         }
@@ -346,9 +403,9 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
         for (int e = 0; e < 4; ++e) {
           float x = s_acc[j][e];
           if constexpr (T::kSoftcap) {
-            x = p.softcap * tanhf(x * qk_scale / p.softcap) * kLog2e;
+            x = p.softcap * tanhf(x * row_qk_scale[e / 2] / p.softcap) * kLog2e;
           } else {
-            x *= log2_scale;
+            x *= row_log2_scale[e / 2];
           }
           if (need_mask) {
             const int h = e / 2;
@@ -394,12 +451,16 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
         }
         l_run[h] = l_run[h] * alpha[h] + sum;  // per-thread partial; summed over the group at the end
       }
+      // Once a row's max settles (the common case after the first tiles) alpha is exactly 1:
+      // skip the head_dim / 2 multiplies when no row of the warp moved.
+      if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
 #pragma unroll
-      for (int o = 0; o < kOTiles; ++o) {
-        o_acc[o][0] *= alpha[0];
-        o_acc[o][1] *= alpha[0];
-        o_acc[o][2] *= alpha[1];
-        o_acc[o][3] *= alpha[1];
+        for (int o = 0; o < kOTiles; ++o) {
+          o_acc[o][0] *= alpha[0];
+          o_acc[o][1] *= alpha[0];
+          o_acc[o][2] *= alpha[1];
+          o_acc[o][3] *= alpha[1];
+        }
       }
 
       // O += P V, 16 tokens per k step.
@@ -436,8 +497,8 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
             const unsigned w2 = ptx::lds32(r2 + off), w3 = ptx::lds32(r3 + off);
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
-              const unsigned b0 = kv::pair<T::kKvKind, kFp16>(w0, w1, i, 4 + i);
-              const unsigned b1 = kv::pair<T::kKvKind, kFp16>(w2, w3, i, 4 + i);
+              unsigned b0, b1;
+              kv::widen_column<T::kKvKind>(w0, w1, w2, w3, i, b0, b1);
               ptx::mma_16816<kFp16>(o_acc[grp * 4 + i], a, b0, b1);
             }
           }
@@ -447,8 +508,8 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
             const unsigned w2 = ptx::lds16(r2 + off), w3 = ptx::lds16(r3 + off);
 #pragma unroll
             for (int i = 0; i < 2; ++i) {
-              const unsigned b0 = kv::pair<T::kKvKind, kFp16>(w0, w1, i, 4 + i);
-              const unsigned b1 = kv::pair<T::kKvKind, kFp16>(w2, w3, i, 4 + i);
+              unsigned b0, b1;
+              kv::widen_column<T::kKvKind>(w0, w1, w2, w3, i, b0, b1);
               ptx::mma_16816<kFp16>(o_acc[T::kVGroups32 * 4 + i], a, b0, b1);
             }
           }
@@ -467,6 +528,9 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
   }
   float* merge_o = reinterpret_cast<float*>(smem);                    // [kWarpsN][kRows][D]
   float* merge_ml = merge_o + T::kWarpsN * T::kRows * D;              // [kWarpsN][kRows][2]
+  float* row_m = merge_ml + T::kWarpsN * T::kRows * 2;                // [kRows] (log2 units)
+  float* row_l = row_m + T::kRows;                                    // [kRows]
+  float* row_w = row_l + T::kRows;                                    // [kRows][kWarpsN]
   {
     const int lrow_lo = warp_m * 16 + g;
 #pragma unroll
@@ -490,43 +554,35 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
   __syncthreads();
 
   const int rows_here = rows_total - row0 < T::kRows ? rows_total - row0 : T::kRows;
-  const bool split_mode = p.num_splits > 1;
-  const long long unit = (static_cast<long long>(batch) * p.num_kv_heads + kv_head) * row_blocks + row_block;
-  float* ws_o = split_mode ? p.ws_partial_o + (unit * p.num_splits + split) * T::kRows * D : nullptr;
-  float* ws_ml = split_mode ? p.ws_partial_ml + (unit * p.num_splits + split) * T::kRows * 2 : nullptr;
-
-  // Row results of this CTA: m (log2 units), l, and unnormalised o.
-  auto cta_row = [&](int lrow, float& m, float& l) {
-    m = kNegInf;
+  // Per row: the CTA's max and sum over its warps, and each warp's weight.
+  for (int r = tid; r < rows_here; r += T::kThreads) {
+    float m = kNegInf;
 #pragma unroll
-    for (int w = 0; w < T::kWarpsN; ++w) m = fmaxf(m, merge_ml[(w * T::kRows + lrow) * 2]);
-    const float m_use = m == kNegInf ? 0.f : m;
-    l = 0.f;
+    for (int w = 0; w < T::kWarpsN; ++w) m = fmaxf(m, merge_ml[(w * T::kRows + r) * 2]);
+    const float m_use = m == kNegInf ? 0.f : m;  // empty row: weights 0, not NaN
+    float l = 0.f;
 #pragma unroll
     for (int w = 0; w < T::kWarpsN; ++w) {
-      l += merge_ml[(w * T::kRows + lrow) * 2 + 1] * ptx::ex2(merge_ml[(w * T::kRows + lrow) * 2] - m_use);
+      const float wt = ptx::ex2(merge_ml[(w * T::kRows + r) * 2] - m_use);
+      row_w[r * T::kWarpsN + w] = wt;
+      l += merge_ml[(w * T::kRows + r) * 2 + 1] * wt;
     }
-  };
-  auto cta_o = [&](int lrow, int d, float m) {
-    const float m_use = m == kNegInf ? 0.f : m;
+    row_m[r] = m;
+    row_l[r] = l;
+  }
+  __syncthreads();
+  auto cta_o = [&](int r, int d) {
     float acc = 0.f;
 #pragma unroll
-    for (int w = 0; w < T::kWarpsN; ++w) {
-      acc += merge_o[(w * T::kRows + lrow) * D + d] * ptx::ex2(merge_ml[(w * T::kRows + lrow) * 2] - m_use);
-    }
+    for (int w = 0; w < T::kWarpsN; ++w) acc += merge_o[(w * T::kRows + r) * D + d] * row_w[r * T::kWarpsN + w];
     return acc;
   };
 
-  auto write_final = [&](int lrow, int d, float o, float m, float l) {
-    const int row = row0 + lrow;
+  // Output element: real value = o * v_scale / (l + the sink's share), then the output dtype.
+  auto store_out = [&](int r, int d, float val) {
+    const int row = row0 + r;
     const int tok = row / T::kGroup;
     const int head = kv_head * T::kGroup + row % T::kGroup;
-    float denom = l;
-    if (p.sinks) {
-      const float m_use = m == kNegInf ? 0.f : m;
-      denom += ptx::ex2(p.sinks[head] * kLog2e - m_use);
-    }
-    const float val = denom > 0.f ? o * v_scale / denom : 0.f;
     const long long off = batch * p.out_stride_batch + tok * p.out_stride_token + head * p.out_stride_head + d;
     if constexpr (T::kOutDtype == kv::kFP8) {
       static_cast<unsigned char*>(p.out)[off] = ptx::float_to_fp8_bits(val / p.out_scale);
@@ -535,34 +591,43 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
     } else {
       static_cast<unsigned short*>(p.out)[off] = ptx::float_to_bf16_bits(val);
     }
-    if (d == 0 && p.lse) {
+  };
+  // 1 / denominator (with the sink) times v_scale, for row r with max m and sum l; writes LSE.
+  auto finish_row = [&](int r, float m, float l) {
+    const int row = row0 + r;
+    const int tok = row / T::kGroup;
+    const int head = kv_head * T::kGroup + row % T::kGroup;
+    float denom = l;
+    if (p.sinks) denom += ptx::ex2(p.sinks[head] * kLog2e - (m == kNegInf ? 0.f : m));
+    if (p.lse) {
       p.lse[batch * p.lse_stride_batch + tok * p.lse_stride_token + head * p.lse_stride_head] =
           l > 0.f ? (m + ptx::lg2(l)) * kLn2 : kNegInf;
     }
+    return denom > 0.f ? v_scale / denom : 0.f;
   };
 
-  if (!split_mode) {
+  if (p.num_splits <= 1) {
+    for (int r = tid; r < rows_here; r += T::kThreads) row_l[r] = finish_row(r, row_m[r], row_l[r]);
+    __syncthreads();
     for (int i = tid; i < rows_here * D; i += T::kThreads) {
-      const int lrow = i / D;
-      const int d = i % D;
-      float m, l;
-      cta_row(lrow, m, l);
-      write_final(lrow, d, cta_o(lrow, d, m), m, l);
+      const int r = i / D, d = i % D;
+      store_out(r, d, cta_o(r, d) * row_l[r]);
     }
     return;
   }
 
-  // ---- Split-KV: publish this split's partial result ----
+  // ---- Split-KV: publish this split's partial result (o unnormalised, relative to m) ----
+  const long long unit =
+      (static_cast<long long>(batch) * p.num_kv_heads + kv_head) * row_blocks + row_block;
+  float* unit_o = p.ws_partial_o + unit * p.num_splits * T::kRows * D;
+  float* unit_ml = p.ws_partial_ml + unit * p.num_splits * T::kRows * 2;
   for (int i = tid; i < rows_here * D; i += T::kThreads) {
-    const int lrow = i / D;
-    const int d = i % D;
-    float m, l;
-    cta_row(lrow, m, l);
-    if (l > 0.f) ws_o[lrow * D + d] = cta_o(lrow, d, m);  // empty rows are never read back
-    if (d == 0) {
-      ws_ml[lrow * 2] = m;
-      ws_ml[lrow * 2 + 1] = l;
-    }
+    const int r = i / D, d = i % D;
+    if (row_l[r] > 0.f) unit_o[(split * T::kRows + r) * D + d] = cta_o(r, d);  // empty: never read
+  }
+  for (int r = tid; r < rows_here; r += T::kThreads) {
+    unit_ml[(split * T::kRows + r) * 2] = row_m[r];
+    unit_ml[(split * T::kRows + r) * 2 + 1] = row_l[r];
   }
   __threadfence();  // partials visible device-wide before the arrival is counted
   __syncthreads();
@@ -576,25 +641,47 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
   if (!is_last) return;
   __threadfence();  // acquire side: the other splits' partials are read after their arrivals
 
-  // ---- The last CTA merges every split, in split order (deterministic) ----
-  const float* unit_o = p.ws_partial_o + unit * p.num_splits * T::kRows * D;
-  const float* unit_ml = p.ws_partial_ml + unit * p.num_splits * T::kRows * 2;
-  for (int i = tid; i < rows_here * D; i += T::kThreads) {
-    const int lrow = i / D;
-    const int d = i % D;
+  // ---- The last CTA merges every split, in split order (bitwise reproducible) ----
+  // Stage (m, l) of all splits in shared memory, turn them into weights per row, then stream the
+  // partial outputs with independent 16-byte loads.
+  const int ns = p.num_splits;
+  float* split_w = reinterpret_cast<float*>(smem);  // [kRows][ns]: weight of split s for row r
+  float* split_l = split_w + T::kRows * ns;         // [kRows][ns]
+  for (int i = tid; i < rows_here * ns; i += T::kThreads) {
+    const int r = i / ns, sp = i % ns;
+    split_w[i] = __ldcg(unit_ml + (sp * T::kRows + r) * 2);
+    split_l[i] = __ldcg(unit_ml + (sp * T::kRows + r) * 2 + 1);
+  }
+  __syncthreads();
+  for (int r = tid; r < rows_here; r += T::kThreads) {
     float m = kNegInf;
-    for (int s = 0; s < p.num_splits; ++s) m = fmaxf(m, __ldcg(unit_ml + (s * T::kRows + lrow) * 2));
+    for (int sp = 0; sp < ns; ++sp) m = fmaxf(m, split_w[r * ns + sp]);
     const float m_use = m == kNegInf ? 0.f : m;
-    float l = 0.f, o = 0.f;
-    for (int s = 0; s < p.num_splits; ++s) {
-      const float ls = __ldcg(unit_ml + (s * T::kRows + lrow) * 2 + 1);
-      if (ls > 0.f) {
-        const float w = ptx::ex2(__ldcg(unit_ml + (s * T::kRows + lrow) * 2) - m_use);
-        l += ls * w;
-        o += __ldcg(unit_o + (s * T::kRows + lrow) * D + d) * w;
+    float l = 0.f;
+    for (int sp = 0; sp < ns; ++sp) {
+      const float ls = split_l[r * ns + sp];
+      const float w = ls > 0.f ? ptx::ex2(split_w[r * ns + sp] - m_use) : 0.f;
+      split_w[r * ns + sp] = w;
+      l += ls * w;
+    }
+    const float inv = finish_row(r, m, l);
+    for (int sp = 0; sp < ns; ++sp) split_w[r * ns + sp] *= inv;
+  }
+  __syncthreads();
+  for (int i = tid; i < rows_here * (D / 4); i += T::kThreads) {
+    const int r = i / (D / 4), d = (i % (D / 4)) * 4;
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int sp = 0; sp < ns; ++sp) {
+      const float w = split_w[r * ns + sp];
+      if (w != 0.f) {  // an empty split's partial was never written: do not read it
+        const float4 o = __ldcg(reinterpret_cast<const float4*>(unit_o + (sp * T::kRows + r) * D + d));
+        acc.x += w * o.x, acc.y += w * o.y, acc.z += w * o.z, acc.w += w * o.w;
       }
     }
-    write_final(lrow, d, o, m, l);
+    store_out(r, d, acc.x);
+    store_out(r, d + 1, acc.y);
+    store_out(r, d + 2, acc.z);
+    store_out(r, d + 3, acc.w);
   }
 }
 

@@ -66,10 +66,15 @@ DECA_HD constexpr Shape make_shape(int head_dim, int rows, int kv_dtype) {
   const int for1 = (smem_per_sm - s.q_bytes) / (2 * s.stage_bytes);
   s.stages = for2 >= 3 ? 3 : (for1 >= 3 ? 3 : 2);
   s.pipe_bytes = 2 * s.stages * s.stage_bytes;
-  s.merge_bytes = s.warps_n * rows * (head_dim + 2) * 4;
+  // The warps' partial rows, then per row: max, sum and a weight per warp.
+  s.merge_bytes = s.warps_n * rows * (head_dim + 2) * 4 + rows * (2 + s.warps_n) * 4;
   s.smem_bytes = (s.pipe_bytes > s.merge_bytes ? s.pipe_bytes : s.merge_bytes) + s.q_bytes;
   return s;
 }
+
+// Most splits the last CTA can merge: it stages (weight, sum) of every split of its rows in
+// shared memory.
+DECA_HD constexpr int max_merge_splits(const Shape& s, int rows) { return s.smem_bytes / (rows * 8); }
 
 template <class Cfg>
 struct Traits {
@@ -86,7 +91,8 @@ struct Traits {
 
   static constexpr int kKvKind = kv::kind_of(kKvDtype);
   static constexpr bool kComputeFp16 = kv::compute_fp16(kQDtype, kKvDtype);
-  static constexpr float kKvFactor = kv::widen_factor(kKvKind, kComputeFp16);
+  // 8-bit caches scale q per row into fp16 range (kernels/common/kv_kind.cuh).
+  static constexpr bool kScaleQRows = kKvKind != kv::kKv16;
 
   static constexpr Shape kShape = make_shape(kHeadDim, kRows, kKvDtype);
   static constexpr int kThreads = kShape.threads;

@@ -76,15 +76,16 @@ void plan_gqa_decode(GqaPlan& plan) {
 
   plan.sm_count = sm_count(device);
   plan.kernel_name = key.name();
+  const int max_splits = std::min(kMaxSplits, gqa::max_merge_splits(shape, key.rows));
   if (c.split_mode == SplitMode::kFixed) {
     plan.split_tokens = plan::fixed_split_tokens(c.split_tokens, shape.tile);
     plan.num_splits = plan::fixed_num_splits(c.max_seq_len, plan.split_tokens);
-    if (plan.num_splits > kMaxSplits) {
+    if (plan.num_splits > max_splits) {
       throw Error("plan_gqa_decode: config.split_tokens: expected at least " +
-                  std::to_string((c.max_seq_len + kMaxSplits - 1) / kMaxSplits) +
+                  std::to_string((c.max_seq_len + max_splits - 1) / max_splits) +
                   " keys per split for max_seq_len " + std::to_string(c.max_seq_len) +
-                  " (at most " + std::to_string(kMaxSplits) + " splits), got " +
-                  std::to_string(c.split_tokens));
+                  " (at most " + std::to_string(max_splits) + " splits for kernel " +
+                  key.name() + "), got " + std::to_string(c.split_tokens));
     }
   } else {
     plan::SplitInputs in;
@@ -93,7 +94,7 @@ void plan_gqa_decode(GqaPlan& plan) {
     in.tile = shape.tile;
     in.sm_count = plan.sm_count;
     in.ctas_per_sm = resident;
-    in.max_splits = kMaxSplits;
+    in.max_splits = max_splits;
     plan.split_tokens = 0;
     plan.num_splits = plan::choose_num_splits(in);
   }
