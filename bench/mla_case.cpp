@@ -125,9 +125,9 @@ std::optional<std::string> cuda_mla_rejection(bool sparse, int device) {
   return why;
 }
 
-void fill_shape_json(const MlaShape& s, const HostMla& h, CaseResult& r) {
+void fill_shape_json(const MlaShape& s, CaseResult& r) {
   double mean_len = 0;
-  for (int len : h.lengths) mean_len += len;
+  for (int len : request_lengths(s)) mean_len += len;
   mean_len /= s.batch;
   r.shape = {{"family", s.sparse ? "mla_sparse" : "mla_dense"},
              {"num_heads", s.num_heads},
@@ -152,6 +152,7 @@ CaseResult run_mla_case(const BenchCase& bc, const RunOptions& opt) {
   r.name = bc.name;
   r.backend = opt.cuda ? "cuda" : "cpu";
   r.kv_dtype = s.sparse ? "fp8_e4m3 (656 B token)" : "bf16";
+  fill_shape_json(s, r);
   if (opt.cuda) {
     if (auto why = cuda_mla_rejection(s.sparse, opt.device)) {
       r.skipped = "no CUDA MLA kernel in this build (" + *why + ")";
@@ -248,7 +249,6 @@ CaseResult run_mla_case(const BenchCase& bc, const RunOptions& opt) {
   }
 
   r.num_splits = plan.num_splits;
-  fill_shape_json(s, h, r);
   // FLOPs: 2 * h * (576 + 512) per visible (query row, key); bytes: each visible or selected
   // token once in its stored size (BENCH_SHAPES.md).
   const double flops_per_key = 2.0 * H * (kMlaDimQK + kMlaDimV);

@@ -99,7 +99,7 @@ void Report::write_json(const std::string& path) const {
   j["cases"] = nlohmann::json::array();
   for (const CaseResult& r : results_) {
     nlohmann::json c = {{"name", r.name}, {"backend", r.backend}, {"kv_dtype", r.kv_dtype}};
-    c.update(r.shape);
+    if (r.shape.is_object()) c.update(r.shape);  // a case that failed early has no shape
     if (r.error) {
       c["error"] = *r.error;
     } else if (r.skipped) {

@@ -43,7 +43,7 @@ deca_check_cuda() {
 deca_install_pip() {
   DECA_PYTHON=${DECA_PYTHON:-$(command -v python3)}
   export DECA_PYTHON
-  "$DECA_PYTHON" -m pip install -q --disable-pip-version-check "${deca_pip_packages[@]}"
+  "$DECA_PYTHON" -m pip install -q --disable-pip-version-check --root-user-action=ignore "${deca_pip_packages[@]}"
 }
 
 deca_install_apt
