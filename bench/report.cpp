@@ -84,6 +84,7 @@ void Report::add(CaseResult r) {
     for (const std::string& c : cols) out_ << std::right << std::setw(kWidths[i++]) << c << " ";
     out_ << std::left << (r.kernel_name.empty() ? "-" : r.kernel_name) << "\n";
     if (!r.graph_note.empty()) out_ << "    (no graph figure: " << r.graph_note << ")\n";
+    if (r.check_failed) out_ << "    CHECK FAILED: " << *r.check_failed << "\n";
   }
   out_.flush();
   results_.push_back(std::move(r));
@@ -119,6 +120,7 @@ void Report::write_json(const std::string& path) const {
       c["rel_rms_err"] = optional_json(r.rel_rms_err);
       c["num_splits"] = r.num_splits;
       c["kernel_name"] = r.kernel_name;
+      if (r.check_failed) c["check_failed"] = *r.check_failed;
     }
     j["cases"].push_back(std::move(c));
   }

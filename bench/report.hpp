@@ -17,6 +17,7 @@ struct CaseResult {
   nlohmann::json shape;         // the shape fields (heads, head_dim, batch, lengths, ...)
   std::optional<std::string> skipped;  // why the case did not run (not a failure)
   std::optional<std::string> error;    // the deca::Error (or CUDA error) that stopped it
+  std::optional<std::string> check_failed;  // --check: error above tolerance or non-finite
 
   double time_us = 0;                  // median single launch (GPU: cold L2) / wall clock (CPU)
   std::optional<double> time_us_graph; // GPU: median per launch inside a CUDA graph
