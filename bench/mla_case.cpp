@@ -125,6 +125,83 @@ std::optional<std::string> cuda_mla_rejection(bool sparse, int device) {
   return why;
 }
 
+// Runs the CPU reference on the requests `picked` and compares with their rows of h.out.
+ErrorStats check_against_reference(const MlaShape& s, const HostMla& h, int max_blocks,
+                                   float scale, const std::vector<int>& picked) {
+  const std::int64_t Q = s.q_len, H = s.num_heads;
+  const int n = static_cast<int>(picked.size());
+  const std::size_t q_row = static_cast<std::size_t>(Q) * H * kMlaDimQK;
+  const std::size_t o_row = static_cast<std::size_t>(Q) * H * kMlaDimV;
+  std::vector<std::uint16_t> sub_q(n * q_row), ref(n * o_row);
+  std::vector<int> sub_table(static_cast<std::size_t>(n) * max_blocks), sub_lens(n);
+  std::vector<std::int32_t> sub_idx(s.sparse ? static_cast<std::size_t>(n) * Q * s.topk : 0);
+  const auto* q_all = reinterpret_cast<const std::uint16_t*>(h.q.get());
+  for (int i = 0; i < n; ++i) {
+    const int b = picked[i];
+    std::copy_n(q_all + b * q_row, q_row, sub_q.begin() + i * q_row);
+    std::copy_n(h.blocks.ids.begin() + static_cast<std::size_t>(b) * max_blocks, max_blocks,
+                sub_table.begin() + static_cast<std::size_t>(i) * max_blocks);
+    sub_lens[i] = h.lengths[b];
+    if (s.sparse) {
+      const std::size_t m = static_cast<std::size_t>(Q) * s.topk;
+      std::copy_n(h.indices.begin() + b * m, m, sub_idx.begin() + i * m);
+    }
+  }
+  if (s.sparse) {
+    MlaSparseParams p{};
+    p.batch = n;
+    p.q_len = s.q_len;
+    p.num_heads = s.num_heads;
+    p.page_size = s.page_size;
+    p.topk = s.topk;
+    p.num_blocks = h.blocks.num_pages;
+    p.q = sub_q.data();
+    p.q_stride_batch = static_cast<long long>(q_row);
+    p.q_stride_token = H * kMlaDimQK;
+    p.q_stride_head = kMlaDimQK;
+    p.kv = h.kv.get();
+    p.kv_stride_block = static_cast<long long>(s.page_size) * kMlaFp8TokenBytes;
+    p.kv_stride_slot = kMlaFp8TokenBytes;
+    p.indices = sub_idx.data();
+    p.indices_stride_batch = static_cast<long long>(Q) * s.topk;
+    p.indices_stride_token = s.topk;
+    p.out = ref.data();
+    p.out_stride_batch = static_cast<long long>(o_row);
+    p.out_stride_token = H * kMlaDimV;
+    p.out_stride_head = kMlaDimV;
+    p.softmax_scale = scale;
+    deca::cpu::mla_sparse_decode(p);
+  } else {
+    MlaDenseParams p{};
+    p.batch = n;
+    p.q_len = s.q_len;
+    p.num_heads = s.num_heads;
+    p.page_size = s.page_size;
+    p.max_blocks = max_blocks;
+    p.num_blocks = h.blocks.num_pages;
+    p.q = sub_q.data();
+    p.q_stride_batch = static_cast<long long>(q_row);
+    p.q_stride_token = H * kMlaDimQK;
+    p.q_stride_head = kMlaDimQK;
+    p.kv = h.kv.get();
+    p.kv_stride_block = static_cast<long long>(s.page_size) * kMlaDimQK;
+    p.kv_stride_slot = kMlaDimQK;
+    p.block_table = sub_table.data();
+    p.block_table_stride = max_blocks;
+    p.seq_lens = sub_lens.data();
+    p.out = ref.data();
+    p.out_stride_batch = static_cast<long long>(o_row);
+    p.out_stride_token = H * kMlaDimV;
+    p.out_stride_head = kMlaDimV;
+    p.softmax_scale = scale;
+    deca::cpu::mla_dense_decode(p);
+  }
+  ErrorAccumulator acc;
+  const auto* got = reinterpret_cast<const std::uint16_t*>(h.out.get());
+  for (int i = 0; i < n; ++i) acc.add(got + picked[i] * o_row, ref.data() + i * o_row, DType::kBF16, o_row);
+  return acc.finish();
+}
+
 void fill_shape_json(const MlaShape& s, CaseResult& r) {
   double mean_len = 0;
   for (int len : request_lengths(s)) mean_len += len;
@@ -282,78 +359,9 @@ CaseResult run_mla_case(const BenchCase& bc, const RunOptions& opt) {
       check_cuda(cudaMemcpy(h.out.get(), out_ptr, h.out_elems * 2, cudaMemcpyDeviceToHost),
                  "download of out (cudaMemcpy D2H)");
     }
-    const std::vector<int> picked = sample_requests(s.batch, opt.cuda ? opt.check_requests : s.batch);
-    const int n = static_cast<int>(picked.size());
-    const std::size_t q_row = static_cast<std::size_t>(Q) * H * kMlaDimQK;
-    const std::size_t o_row = static_cast<std::size_t>(Q) * H * kMlaDimV;
-    std::vector<std::uint16_t> sub_q(n * q_row), ref(n * o_row);
-    std::vector<int> sub_table(static_cast<std::size_t>(n) * max_blocks), sub_lens(n);
-    std::vector<std::int32_t> sub_idx(s.sparse ? static_cast<std::size_t>(n) * Q * s.topk : 0);
-    const auto* q_all = reinterpret_cast<const std::uint16_t*>(h.q.get());
-    for (int i = 0; i < n; ++i) {
-      const int b = picked[i];
-      std::copy_n(q_all + b * q_row, q_row, sub_q.begin() + i * q_row);
-      std::copy_n(h.blocks.ids.begin() + static_cast<std::size_t>(b) * max_blocks, max_blocks,
-                  sub_table.begin() + static_cast<std::size_t>(i) * max_blocks);
-      sub_lens[i] = h.lengths[b];
-      if (s.sparse) {
-        const std::size_t m = static_cast<std::size_t>(Q) * s.topk;
-        std::copy_n(h.indices.begin() + b * m, m, sub_idx.begin() + i * m);
-      }
-    }
-    if (s.sparse) {
-      MlaSparseParams p{};
-      p.batch = n;
-      p.q_len = s.q_len;
-      p.num_heads = s.num_heads;
-      p.page_size = s.page_size;
-      p.topk = s.topk;
-      p.num_blocks = h.blocks.num_pages;
-      p.q = sub_q.data();
-      p.q_stride_batch = static_cast<long long>(q_row);
-      p.q_stride_token = H * kMlaDimQK;
-      p.q_stride_head = kMlaDimQK;
-      p.kv = h.kv.get();
-      p.kv_stride_block = static_cast<long long>(s.page_size) * kMlaFp8TokenBytes;
-      p.kv_stride_slot = kMlaFp8TokenBytes;
-      p.indices = sub_idx.data();
-      p.indices_stride_batch = static_cast<long long>(Q) * s.topk;
-      p.indices_stride_token = s.topk;
-      p.out = ref.data();
-      p.out_stride_batch = static_cast<long long>(o_row);
-      p.out_stride_token = H * kMlaDimV;
-      p.out_stride_head = kMlaDimV;
-      p.softmax_scale = scale;
-      deca::cpu::mla_sparse_decode(p);
-    } else {
-      MlaDenseParams p{};
-      p.batch = n;
-      p.q_len = s.q_len;
-      p.num_heads = s.num_heads;
-      p.page_size = s.page_size;
-      p.max_blocks = max_blocks;
-      p.num_blocks = h.blocks.num_pages;
-      p.q = sub_q.data();
-      p.q_stride_batch = static_cast<long long>(q_row);
-      p.q_stride_token = H * kMlaDimQK;
-      p.q_stride_head = kMlaDimQK;
-      p.kv = h.kv.get();
-      p.kv_stride_block = static_cast<long long>(s.page_size) * kMlaDimQK;
-      p.kv_stride_slot = kMlaDimQK;
-      p.block_table = sub_table.data();
-      p.block_table_stride = max_blocks;
-      p.seq_lens = sub_lens.data();
-      p.out = ref.data();
-      p.out_stride_batch = static_cast<long long>(o_row);
-      p.out_stride_token = H * kMlaDimV;
-      p.out_stride_head = kMlaDimV;
-      p.softmax_scale = scale;
-      deca::cpu::mla_dense_decode(p);
-    }
-    ErrorAccumulator acc;
-    const auto* got = reinterpret_cast<const std::uint16_t*>(h.out.get());
-    for (int i = 0; i < n; ++i) acc.add(got + picked[i] * o_row, ref.data() + i * o_row, DType::kBF16, o_row);
-    const ErrorStats e = acc.finish();
+    const std::vector<int> picked =
+        sample_requests(s.batch, opt.cuda ? opt.check_requests : s.batch);
+    const ErrorStats e = check_against_reference(s, h, max_blocks, scale, picked);
     r.max_abs_err = e.max_abs;
     r.rel_rms_err = e.rel_rms;
   }
