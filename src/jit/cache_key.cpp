@@ -25,8 +25,10 @@ std::uint64_t embedded_sources_hash() {
 CacheKey cache_key(const JitSpec& spec) {
   validate(spec);
   Fnv1a64 h;
-  // A format tag: bump it when the meaning of the fields below changes.
-  h.field("deca-jit-key-v1");
+  // A format tag: bump it when the meaning of the fields below changes, or when entries written
+  // before may be wrong. v2: v1 entries could hold a log without the ptxas report (NVRTC's own
+  // cache had answered the compile; see nvrtc_options), so their disk hits had no PtxasInfo.
+  h.field("deca-jit-key-v2");
   h.field(static_cast<std::int64_t>(embedded_sources_hash()));
   h.field(spec.name).field(spec.source).field(spec.entry);
   h.field(static_cast<std::int64_t>(spec.arch));

@@ -63,6 +63,17 @@ std::string nvrtc_version() {
   return std::to_string(major) + "." + std::to_string(minor);
 }
 
+std::vector<std::string> nvrtc_options(const JitSpec& spec) {
+  std::vector<std::string> opts = codegen_options(spec);
+  // Older NVRTC has no cache and would reject the option.
+  int major = 0, minor = 0;
+  const bool has_cache = nvrtcVersion(&major, &minor) == NVRTC_SUCCESS &&
+                         (major > 12 || (major == 12 && minor >= 9));
+  if (has_cache) opts.push_back("--no-cache");
+  for (const std::string& dir : toolkit_include_dirs()) opts.push_back("-I" + dir);
+  return opts;
+}
+
 CompileResult compile(const JitSpec& spec) {
   validate(spec);
   const auto start = std::chrono::steady_clock::now();
@@ -76,8 +87,7 @@ CompileResult compile(const JitSpec& spec) {
     names.push_back(files[i].path);
   }
 
-  std::vector<std::string> opts = codegen_options(spec);
-  for (const std::string& dir : toolkit_include_dirs()) opts.push_back("-I" + dir);
+  const std::vector<std::string> opts = nvrtc_options(spec);
   std::vector<const char*> argv;
   for (const std::string& o : opts) argv.push_back(o.c_str());
 

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "jit/disk_cache.hpp"
+#include "scoped_env.hpp"
 #include "test_kernels.hpp"
 
 namespace deca::jit {
@@ -212,20 +213,17 @@ TEST(DiskCache, StaleTempFilesOfCrashedWritersAreRemoved) {
 }
 
 TEST(DiskCache, DefaultDirFollowsEnvironment) {
-  const char* old_deca = std::getenv("DECA_CACHE_DIR");
-  const char* old_xdg = std::getenv("XDG_CACHE_HOME");
-  const std::string saved_deca = old_deca ? old_deca : "", saved_xdg = old_xdg ? old_xdg : "";
-  ::setenv("DECA_CACHE_DIR", "/tmp/deca_explicit", 1);
-  ::setenv("XDG_CACHE_HOME", "/tmp/xdg", 1);
+  testing::ScopedEnv deca("DECA_CACHE_DIR", "/tmp/deca_explicit");
+  testing::ScopedEnv xdg("XDG_CACHE_HOME", "/tmp/xdg");
   EXPECT_EQ(DiskCache::default_dir(), fs::path("/tmp/deca_explicit"));
-  ::unsetenv("DECA_CACHE_DIR");
+  deca.set(nullptr);
   EXPECT_EQ(DiskCache::default_dir(), fs::path("/tmp/xdg/deca"));
-  ::unsetenv("XDG_CACHE_HOME");
+  deca.set("");  // empty counts as unset
+  EXPECT_EQ(DiskCache::default_dir(), fs::path("/tmp/xdg/deca"));
+  xdg.set(nullptr);
   if (const char* home = std::getenv("HOME")) {
     EXPECT_EQ(DiskCache::default_dir(), fs::path(home) / ".cache" / "deca");
   }
-  if (old_deca) ::setenv("DECA_CACHE_DIR", saved_deca.c_str(), 1);
-  if (old_xdg) ::setenv("XDG_CACHE_HOME", saved_xdg.c_str(), 1);
 }
 
 }  // namespace

@@ -18,7 +18,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// A spec no earlier test (or earlier run, through a shared disk cache) has compiled.
+// A spec whose deca cache key no earlier test or run has used: the comment changes the key, so
+// no disk cache (a shared DECA_CACHE_DIR included) can answer for it. NVRTC's own cache, which a
+// comment does not fool, is bypassed by jit::compile itself (see nvrtc_options).
 JitSpec unique_spec(int arch, const std::string& what) {
   JitSpec s = testing::axpy_spec(arch, "_" + what);
   s.source += "// " + std::to_string(::getpid()) + " " +
@@ -81,8 +83,9 @@ TEST(KernelCache, SecondProcessReadsFromDisk) {
   EXPECT_EQ(test_hooks::nvrtc_compile_count(), before);
   EXPECT_EQ(loaded.origin, KernelOrigin::disk);
   EXPECT_EQ(loaded.cubin, compiled.cubin);
-  EXPECT_EQ(loaded.ptxas.registers, compiled.ptxas.registers);  // the log travels with it
-  EXPECT_TRUE(loaded.ptxas.found);
+  EXPECT_EQ(loaded.log, compiled.log);  // the log travels with it
+  EXPECT_TRUE(loaded.ptxas.found) << loaded.log;
+  EXPECT_EQ(loaded.ptxas.registers, compiled.ptxas.registers);
 }
 
 TEST(KernelCache, CorruptDiskEntryIsRecompiledAndRewritten) {
@@ -93,6 +96,9 @@ TEST(KernelCache, CorruptDiskEntryIsRecompiledAndRewritten) {
   const CompiledKernel& good = first.get_cubin(spec);
   const fs::path path = disk1.path_for(good.key.str());
   const auto good_size = fs::file_size(path);
+  ASSERT_TRUE(good.ptxas.found) << good.log;
+  ASSERT_EQ(good_size, disk_format::kHeaderSize + good.key.str().size() + good.log.size() +
+                           good.cubin.size());
   fs::resize_file(path, good_size / 2);  // a crash mid-copy, say
 
   const std::uint64_t before = test_hooks::nvrtc_compile_count();
@@ -105,10 +111,19 @@ TEST(KernelCache, CorruptDiskEntryIsRecompiledAndRewritten) {
   EXPECT_EQ(test_hooks::nvrtc_compile_count() - before, 1u);
   EXPECT_EQ(again.origin, KernelOrigin::compile);
   EXPECT_EQ(again.cubin, good.cubin);
-  EXPECT_EQ(fs::file_size(path), good_size);  // rewritten whole
+  // The recompile ran ptxas again, so the rewritten entry carries the ptxas report too. (The
+  // logs may differ in length: ptxas -v reports its own compile time.)
+  EXPECT_TRUE(again.ptxas.found) << again.log;
+  EXPECT_EQ(again.ptxas.registers, good.ptxas.registers);
+  // Rewritten whole: exactly the header, key, new log and cubin.
+  EXPECT_EQ(fs::file_size(path), disk_format::kHeaderSize + again.key.str().size() +
+                                     again.log.size() + again.cubin.size());
 
   DiskEntry entry;
-  EXPECT_EQ(DiskCache(dir).read(good.key.str(), &entry), DiskRead::hit);
+  ASSERT_EQ(DiskCache(dir).read(good.key.str(), &entry), DiskRead::hit);
+  EXPECT_EQ(entry.cubin, good.cubin);
+  EXPECT_EQ(entry.log, again.log);
+  EXPECT_EQ(parse_ptxas_info(entry.log, spec.entry).registers, good.ptxas.registers);
 }
 
 TEST(KernelCache, UnwritableDiskStillCompilesInMemory) {
@@ -160,6 +175,8 @@ TEST(KernelCacheTiming, ColdCompileAndCachedLoad) {
     ASSERT_EQ(c.origin, KernelOrigin::compile);
     ASSERT_EQ(w.origin, KernelOrigin::disk);
     EXPECT_EQ(w.cubin, c.cubin);
+    EXPECT_TRUE(c.ptxas.found) << s.name << ": " << c.log;
+    EXPECT_EQ(w.ptxas.registers, c.ptxas.registers) << s.name;
     std::printf("[jit timing] %-22s cold compile %8.1f ms (nvrtc %8.1f ms)  disk load %6.2f ms  "
                 "cubin %6zu B  %s\n",
                 s.name.c_str(), cold_ms, c.compile_ms, warm_ms, c.cubin.size(),

@@ -1,4 +1,7 @@
 #include <gtest/gtest.h>
+#include <nvrtc.h>
+
+#include <algorithm>
 
 #include "deca/error.hpp"
 #include "elf_symbols.hpp"
@@ -26,6 +29,23 @@ TEST_P(NvrtcCompile, CubinHoldsTheEntrySymbol) {
   EXPECT_GT(r.compile_ms, 0.0);
 }
 
+// Compiling the same program again, in this process or another, must run ptxas again: NVRTC's
+// own cache (12.9+, live only where a CUDA driver is loadable) returned the cached CUBIN with a
+// log that had no ptxas report, so the second compile of a spec lost its PtxasInfo.
+TEST_P(NvrtcCompile, RepeatedCompileKeepsThePtxasReport) {
+  const JitSpec spec = testing::axpy_spec(GetParam(), "_again");
+  const CompileResult first = compile(spec);
+  const CompileResult second = compile(spec);
+  ASSERT_TRUE(first.ptxas.found) << first.log;
+  EXPECT_TRUE(second.ptxas.found) << second.log;
+  EXPECT_NE(second.log.find(gpu_arch_name(spec.arch)), std::string::npos) << second.log;
+  // Not the logs byte for byte: ptxas -v also reports its own compile time.
+  EXPECT_EQ(second.ptxas.registers, first.ptxas.registers);
+  EXPECT_EQ(second.ptxas.stack_bytes, first.ptxas.stack_bytes);
+  EXPECT_EQ(second.ptxas.spill_store_bytes, first.ptxas.spill_store_bytes);
+  EXPECT_EQ(second.cubin, first.cubin);
+}
+
 INSTANTIATE_TEST_SUITE_P(Archs, NvrtcCompile, ::testing::Values(80, 86, 89, 90),
                          [](const auto& info) { return "sm" + std::to_string(info.param); });
 
@@ -39,6 +59,22 @@ TEST(NvrtcCompileOptions, StandardOptions) {
     EXPECT_NE(std::find(o.begin(), o.end(), want), o.end()) << want;
   }
   EXPECT_EQ(std::find(o.begin(), o.end(), "--use_fast_math"), o.end());
+}
+
+TEST(NvrtcCompileOptions, NvrtcOwnCacheIsBypassed) {
+  const JitSpec spec = testing::axpy_spec(90);
+  const std::vector<std::string> codegen = codegen_options(spec);
+  const std::vector<std::string> all = nvrtc_options(spec);
+  ASSERT_GT(all.size(), codegen.size());
+  EXPECT_TRUE(std::equal(codegen.begin(), codegen.end(), all.begin()));
+  int major = 0, minor = 0;
+  ASSERT_EQ(nvrtcVersion(&major, &minor), NVRTC_SUCCESS);
+  const bool has_cache = major > 12 || (major == 12 && minor >= 9);
+  EXPECT_EQ(std::find(all.begin(), all.end(), "--no-cache") != all.end(), has_cache)
+      << "NVRTC " << major << "." << minor;
+  // Not a codegen option: it changes no generated code, so it stays out of the cache key.
+  EXPECT_EQ(std::find(codegen.begin(), codegen.end(), "--no-cache"), codegen.end());
+  EXPECT_EQ(all.back().rfind("-I", 0), 0u) << all.back();
 }
 
 TEST(NvrtcCompileOptions, ExtraOptionsReachTheCompiler) {

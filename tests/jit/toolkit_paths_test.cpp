@@ -4,6 +4,7 @@
 
 #include "deca/error.hpp"
 #include "jit/toolkit_paths.hpp"
+#include "scoped_env.hpp"
 #include "test_kernels.hpp"
 
 namespace deca::jit {
@@ -48,16 +49,13 @@ TEST(ToolkitPaths, NoneFoundListsEveryPathTried) {
 }
 
 TEST(ToolkitPaths, CudaHomeComesFirst) {
-  const char* old = std::getenv("CUDA_HOME");
-  const std::string saved = old ? old : "";
-  ::setenv("CUDA_HOME", "/opt/deca_fake_cuda", 1);
+  testing::ScopedEnv cuda_home("CUDA_HOME", "/opt/deca_fake_cuda");
   const std::vector<std::string> c = toolkit_include_candidates();
   ASSERT_FALSE(c.empty());
   EXPECT_EQ(c[0], "/opt/deca_fake_cuda/include");
   // The libnvrtc-relative guesses and /usr/local/cuda follow.
   EXPECT_NE(std::find(c.begin(), c.end(), "/usr/local/cuda/include"), c.end());
   EXPECT_GT(c.size(), 2u);
-  if (old) ::setenv("CUDA_HOME", saved.c_str(), 1); else ::unsetenv("CUDA_HOME");
 }
 
 }  // namespace
