@@ -45,6 +45,7 @@ cmake --build $build -j "$jobs" --target deca-bench >> "$out/build.log" 2>&1 ||
   { have_bench=0; log "deca-bench did not build"; grep -E "error" "$out/build.log" | head -10; }
 
 export DECA_CACHE_DIR=/tmp/deca-cache
+export DECA_GIT_COMMIT=${DECA_GIT_COMMIT:-$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)}
 if [ "${DECA_SKIP_TESTS:-0}" != 1 ]; then
   log "GPU tests"
   $build/tests/deca_test_gpu --gtest_output=json:"$out/gpu_tests.json" ${DECA_GTEST_FILTER:+--gtest_filter=$DECA_GTEST_FILTER} \
@@ -54,6 +55,19 @@ if [ "${DECA_SKIP_TESTS:-0}" != 1 ]; then
   log "JIT tests (compile + cached load times)"
   $build/tests/deca_test_jit > "$out/jit_tests.log" 2>&1
   log "jit tests rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$out/jit_tests.log" | tr '\n' ' ')"
+fi
+# Hardware counters for chosen cases (DECA_NCU_CASES="l70-b99-4k/fp8 ..."): one decode launch each.
+if [ -n "${DECA_NCU_CASES:-}" ] && [ $have_bench = 1 ] && command -v ncu > /dev/null; then
+  for c in $DECA_NCU_CASES; do
+    log "ncu $c"
+    ncu --clock-control none --kernel-name deca_gqa_decode --launch-skip 2 --launch-count 1 \
+      --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy \
+      --section SchedulerStats --section WarpStateStats --section LaunchStats \
+      $build/bench/deca-bench --preset "$c" --iters 1 --warmup 1 \
+      > "$out/ncu_$(echo "$c" | tr '/' '_').log" 2>&1
+    grep -E "Duration|Memory Throughput|DRAM Throughput|Registers Per|Achieved Occupancy|Theoretical Occupancy|Issued Warp|No Eligible|Stall|Warp Cycles Per Issued|Block Limit|Compute \(SM\)" \
+      "$out/ncu_$(echo "$c" | tr '/' '_').log" | head -40
+  done
 fi
 if [ "${DECA_SKIP_BENCH:-0}" != 1 ] && [ $have_bench = 1 ]; then
   for p in "${presets[@]}"; do
