@@ -4,7 +4,10 @@
 
 #include "kernels/gqa/decode.cuh"
 
-extern "C" __global__ void __launch_bounds__(deca::gqa::Traits<Cfg>::kThreads)
+// The register budget is told the occupancy the shared memory allows (2 CTAs per SM for most
+// shapes): without it ptxas may aim at 3 and spill.
+extern "C" __global__ void __launch_bounds__(deca::gqa::Traits<Cfg>::kThreads,
+                                             deca::gqa::Traits<Cfg>::kMinCtas)
     deca_gqa_decode(const __grid_constant__ deca::GqaParams params) {
   extern __shared__ __align__(128) unsigned char deca_smem[];
   deca::gqa::gqa_decode_kernel<Cfg>(params, deca_smem);

@@ -26,6 +26,7 @@ struct Shape {
   int pipe_bytes;
   int merge_bytes;
   int smem_bytes;      // dynamic shared memory per CTA
+  int min_ctas;        // CTAs per SM the shared memory is sized for: the register budget follows
 };
 
 // Rows (query token x group head) per CTA for `rows_needed` = q_len * group: 16, 32 or 64.
@@ -69,6 +70,7 @@ DECA_HD constexpr Shape make_shape(int head_dim, int rows, int kv_dtype) {
   // The warps' partial rows, then per row: max, sum and a weight per warp.
   s.merge_bytes = s.warps_n * rows * (head_dim + 2) * 4 + rows * (2 + s.warps_n) * 4;
   s.smem_bytes = (s.pipe_bytes > s.merge_bytes ? s.pipe_bytes : s.merge_bytes) + s.q_bytes;
+  s.min_ctas = 2 * (s.smem_bytes + 1024) <= smem_per_sm ? 2 : 1;
   return s;
 }
 
@@ -111,6 +113,7 @@ struct Traits {
   static constexpr int kPipeBytes = kShape.pipe_bytes;
   static constexpr int kMergeBytes = kShape.merge_bytes;
   static constexpr int kSmemBytes = kShape.smem_bytes;
+  static constexpr int kMinCtas = kShape.min_ctas;
 
   // The 8-bit V path walks head_dim in groups of 32 dims (4 n8 tiles from one 32-bit load per
   // row) and a last group of 16 (2 tiles from a 16-bit load) when head_dim % 32 == 16.

@@ -48,6 +48,7 @@ TEST(GqaNvrtcMatrix, CompilesForSm90aAndSm80) {
       const jit::JitSpec spec = k.spec();
       const jit::CompileResult r = jit::compile(spec);
       ASSERT_FALSE(r.cubin.empty()) << spec.name;
+      ASSERT_TRUE(r.ptxas.found) << spec.name << ": no ptxas report in the NVRTC log";
       EXPECT_TRUE(jit::testing::elf_has_symbol(r.cubin, spec.entry)) << spec.name;
       std::printf("[nvrtc] %-52s %7.0f ms  regs=%d spill_stores=%d stack=%d\n", spec.name.c_str(),
                   r.compile_ms, r.ptxas.registers, r.ptxas.spill_store_bytes,
