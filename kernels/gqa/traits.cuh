@@ -34,7 +34,10 @@ DECA_HD constexpr int rows_per_cta(int rows_needed) {
   return rows_needed <= 16 ? 16 : (rows_needed <= 32 ? 32 : 64);
 }
 
-DECA_HD constexpr Shape make_shape(int head_dim, int rows, int kv_dtype) {
+// `ctas` is the occupancy the kernel is built for: 2 CTAs per SM (Q in registers, three stages)
+// or 3 (Q in shared memory so the registers fit 168 per thread, stages sized to a third of the
+// SM). More warps per SM hide more instruction latency; fewer registers cost some spills.
+DECA_HD constexpr Shape make_shape(int head_dim, int rows, int kv_dtype, int ctas = 2) {
   Shape s{};
   s.threads = 128;
   s.warps_m = rows / 16;
@@ -58,19 +61,25 @@ DECA_HD constexpr Shape make_shape(int head_dim, int rows, int kv_dtype) {
   s.loads_per_thread = (s.tile * s.chunks_per_row + s.threads - 1) / s.threads;
   // Q stays in registers up to head_dim 128; beyond, it is read from shared memory per use so
   // that the output accumulators (head_dim / 2 registers) do not spill.
-  s.q_in_regs = head_dim <= 128;
+  s.q_in_regs = head_dim <= 128 && ctas < 3;
   s.q_row_stride = (head_dim * 2 / 16 + 1) * 16;
   s.q_bytes = s.q_in_regs ? 0 : rows * s.q_row_stride;
   // Three stages when two CTAs still fit on an SM (227 KB), else as many as fit in one (>= 2).
   const int smem_per_sm = 227 * 1024;
   const int for2 = (smem_per_sm / 2 - s.q_bytes) / (2 * s.stage_bytes);
   const int for1 = (smem_per_sm - s.q_bytes) / (2 * s.stage_bytes);
-  s.stages = for2 >= 3 ? 3 : (for1 >= 3 ? 3 : 2);
+  const int for3 = (smem_per_sm / 3 - 1024 - s.q_bytes) / (2 * s.stage_bytes);
+  if (ctas >= 3) {
+    s.stages = for3 >= 3 ? 3 : 2;
+  } else {
+    s.stages = for2 >= 3 ? 3 : (for1 >= 3 ? 3 : 2);
+  }
   s.pipe_bytes = 2 * s.stages * s.stage_bytes;
   // The warps' partial rows, then per row: max, sum and a weight per warp.
   s.merge_bytes = s.warps_n * rows * (head_dim + 2) * 4 + rows * (2 + s.warps_n) * 4;
   s.smem_bytes = (s.pipe_bytes > s.merge_bytes ? s.pipe_bytes : s.merge_bytes) + s.q_bytes;
-  s.min_ctas = 2 * (s.smem_bytes + 1024) <= smem_per_sm ? 2 : 1;
+  const int fit = smem_per_sm / (s.smem_bytes + 1024);
+  s.min_ctas = fit < ctas ? (fit < 1 ? 1 : fit) : ctas;
   return s;
 }
 
@@ -96,7 +105,7 @@ struct Traits {
   // 8-bit caches scale q per row into fp16 range (kernels/common/kv_kind.cuh).
   static constexpr bool kScaleQRows = kKvKind != kv::kKv16;
 
-  static constexpr Shape kShape = make_shape(kHeadDim, kRows, kKvDtype);
+  static constexpr Shape kShape = make_shape(kHeadDim, kRows, kKvDtype, Cfg::kCtasPerSm);
   static constexpr int kThreads = kShape.threads;
   static constexpr int kWarpsN = kShape.warps_n;
   static constexpr int kKvBytes = kShape.kv_bytes;

@@ -1,5 +1,6 @@
 #include "cuda/gqa_spec.hpp"
 
+#include <cstdlib>
 #include <sstream>
 
 namespace deca::cuda {
@@ -16,6 +17,7 @@ std::string GqaKernelKey::name() const {
   if (window) s << "_win";
   if (tree) s << "_tree";
   if (softcap) s << "_cap";
+  if (ctas_per_sm != 2) s << "_c" << ctas_per_sm;
   return s.str();
 }
 
@@ -34,6 +36,7 @@ jit::JitSpec GqaKernelKey::spec() const {
       << "  static constexpr bool kWindow = " << b(window) << ";\n"
       << "  static constexpr bool kTree = " << b(tree) << ";\n"
       << "  static constexpr bool kSoftcap = " << b(softcap) << ";\n"
+      << "  static constexpr int kCtasPerSm = " << ctas_per_sm << ";\n"
       << "};\n"
       << "#include \"kernels/gqa/entry.cuh\"\n";
   jit::JitSpec spec;
@@ -57,6 +60,11 @@ GqaKernelKey make_gqa_key(const GqaConfig& config, int arch) {
   key.window = config.window > 0;
   key.tree = config.tree_mask;
   key.softcap = config.softcap > 0.f;
+  key.ctas_per_sm = 2;
+  if (const char* env = std::getenv("DECA_GQA_CTAS")) {
+    const int v = std::atoi(env);
+    if (v == 2 || v == 3) key.ctas_per_sm = v;
+  }
   return key;
 }
 

@@ -22,15 +22,17 @@ struct GqaKernelKey {
   bool window = false;
   bool tree = false;
   bool softcap = false;
+  int ctas_per_sm = 2;  // occupancy the kernel is built for (kernels/gqa/traits.cuh make_shape)
 
   // e.g. "gqa_sm90_d128_g8_r16_p32_qbf16_kvfp8_obf16_win_tree_cap"
   std::string name() const;
   // The generated prologue + #include "kernels/gqa/entry.cuh".
   jit::JitSpec spec() const;
-  gqa::Shape shape() const { return gqa::make_shape(head_dim, rows, kv_dtype); }
+  gqa::Shape shape() const { return gqa::make_shape(head_dim, rows, kv_dtype, ctas_per_sm); }
 };
 
-// The key a plan needs on a device of compute capability `arch`.
+// The key a plan needs on a device of compute capability `arch`. DECA_GQA_CTAS=2|3 in the
+// environment overrides the occupancy choice (a tuning knob; it is part of the kernel name).
 GqaKernelKey make_gqa_key(const GqaConfig& config, int arch);
 
 }  // namespace deca::cuda
