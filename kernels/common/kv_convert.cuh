@@ -49,15 +49,44 @@ __device__ __forceinline__ unsigned widen2(unsigned w, int half) {
   }
 }
 
-// Byte `i` of four words (one per token row) -> two fp16 pairs: lo = (w0, w1), hi = (w2, w3).
+// All four bytes of `w` -> two fp16 pairs: lo = (byte 0, byte 1), hi = (byte 2, byte 3). The
+// e4m3 path splits the register into its 16-bit halves inside the asm, which costs nothing,
+// where a C++ shift would cost an instruction per pair.
 template <int kKind>
-__device__ __forceinline__ void widen_column(unsigned w0, unsigned w1, unsigned w2, unsigned w3,
-                                             int i, unsigned& lo, unsigned& hi) {
-  const unsigned a = ptx::prmt(w0, w1, static_cast<unsigned>(i | ((4 + i) << 4)));  // bytes 0,1
-  const unsigned b = ptx::prmt(w2, w3, static_cast<unsigned>(i | ((4 + i) << 4)));
-  const unsigned packed = ptx::prmt(a, b, 0x5410u);  // [w0.i, w1.i, w2.i, w3.i]
-  lo = widen2<kKind>(packed, 0);
-  hi = widen2<kKind>(packed, 1);
+__device__ __forceinline__ void widen4(unsigned w, unsigned& lo, unsigned& hi) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  if constexpr (kKind == kKvFp8) {
+    asm("{\n"
+        "  .reg .b16 l, h;\n"
+        "  mov.b32 {l, h}, %2;\n"
+        "  cvt.rn.f16x2.e4m3x2 %0, l;\n"
+        "  cvt.rn.f16x2.e4m3x2 %1, h;\n"
+        "}\n"
+        : "=r"(lo), "=r"(hi)
+        : "r"(w));
+    return;
+  }
+#endif
+  lo = widen2<kKind>(w, 0);
+  hi = widen2<kKind>(w, 1);
+}
+
+// Four words, one per token row (4 dims each), -> for each dim i two fp16 pairs over the rows:
+// lo[i] = (w0.i, w1.i), hi[i] = (w2.i, w3.i). A 4 x 4 byte transpose in two rounds of prmt
+// (8 instructions), then the widening.
+template <int kKind, int kDims = 4>
+__device__ __forceinline__ void widen_rows(unsigned w0, unsigned w1, unsigned w2, unsigned w3,
+                                           unsigned (&lo)[kDims], unsigned (&hi)[kDims]) {
+  const unsigned t0 = ptx::prmt(w0, w1, 0x5140u);  // [w0.0, w1.0, w0.1, w1.1]
+  const unsigned t2 = ptx::prmt(w2, w3, 0x5140u);  // [w2.0, w3.0, w2.1, w3.1]
+  widen4<kKind>(ptx::prmt(t0, t2, 0x5410u), lo[0], hi[0]);  // [w0.0, w1.0, w2.0, w3.0]
+  widen4<kKind>(ptx::prmt(t0, t2, 0x7632u), lo[1], hi[1]);  // [w0.1, w1.1, w2.1, w3.1]
+  if constexpr (kDims == 4) {
+    const unsigned t1 = ptx::prmt(w0, w1, 0x7362u);  // [w0.2, w1.2, w0.3, w1.3]
+    const unsigned t3 = ptx::prmt(w2, w3, 0x7362u);
+    widen4<kKind>(ptx::prmt(t1, t3, 0x5410u), lo[2], hi[2]);
+    widen4<kKind>(ptx::prmt(t1, t3, 0x7632u), lo[3], hi[3]);
+  }
 }
 
 }  // namespace deca::kv

@@ -287,45 +287,61 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
   const unsigned char* v_base = static_cast<const unsigned char*>(p.v_cache) +
                                 static_cast<long long>(kv_head) * p.v_stride_head * T::kKvBytes;
   const int* page_row = p.page_table + batch * p.page_table_stride;
-  const long long k_page_bytes = p.k_stride_page * T::kKvBytes;
-  const long long k_slot_bytes = p.k_stride_slot * T::kKvBytes;
-  const long long v_page_bytes = p.v_stride_page * T::kKvBytes;
-  const long long v_slot_bytes = p.v_stride_slot * T::kKvBytes;
+  // Byte strides fit 32 bits (the backend checks before launch); only page * page_bytes needs 64
+  // bits, which one wide multiply-add gives. Unsigned token math: / and % by the constant page
+  // size are shifts and masks for powers of two.
+  const unsigned k_page_bytes = static_cast<unsigned>(p.k_stride_page * T::kKvBytes);
+  const unsigned k_slot_bytes = static_cast<unsigned>(p.k_stride_slot * T::kKvBytes);
+  const unsigned v_page_bytes = static_cast<unsigned>(p.v_stride_page * T::kKvBytes);
+  const unsigned v_slot_bytes = static_cast<unsigned>(p.v_stride_slot * T::kKvBytes);
+  // This thread's slots in every tile: rows row0_ld + i * kRowStep, one 16-byte chunk each.
+  constexpr bool kEvenLoads = T::kThreads % T::kChunksPerRow == 0;
+  const unsigned chunk_ld = static_cast<unsigned>(tid % T::kChunksPerRow);
+  const unsigned row0_ld = static_cast<unsigned>(tid / T::kChunksPerRow);
+  constexpr unsigned kRowStep = T::kThreads / T::kChunksPerRow;
+  auto load_row = [&](int i) -> unsigned {
+    if constexpr (kEvenLoads) return row0_ld + i * kRowStep;
+    return static_cast<unsigned>((tid + i * T::kThreads) / T::kChunksPerRow);
+  };
+  auto load_chunk = [&](int i) -> unsigned {
+    if constexpr (kEvenLoads) return chunk_ld;
+    return static_cast<unsigned>((tid + i * T::kThreads) % T::kChunksPerRow);
+  };
 
   int pages_next[T::kLoadsPerThread];
   auto fetch_pages = [&](int tile) {
-    const int t0 = range.begin + tile * T::kTile;
+    const unsigned t0 = static_cast<unsigned>(range.begin + tile * T::kTile);
+    const bool tile_ok = tile < num_tiles;
 #pragma unroll
     for (int i = 0; i < T::kLoadsPerThread; ++i) {
-      const int idx = tid + i * T::kThreads;
-      const int row = idx / T::kChunksPerRow;
-      const int tok = t0 + row;
+      const unsigned row = load_row(i);
+      const unsigned tok = t0 + row;
       // Pages past the request's last key are never read: their table entries may be anything.
-      pages_next[i] = (row < T::kTile && tok < range.end && tile < num_tiles)
+      pages_next[i] = (row < T::kTile && tile_ok && tok < static_cast<unsigned>(range.end))
                           ? __ldg(page_row + tok / T::kPageSize)
                           : -1;
     }
   };
   auto issue_tile = [&](int tile, int stage) {
-    const int t0 = range.begin + tile * T::kTile;
+    const unsigned t0 = static_cast<unsigned>(range.begin + tile * T::kTile);
     const unsigned ks = SharedStorage<T>::k_stage(smem_base, stage);
     const unsigned vs = SharedStorage<T>::v_stage(smem_base, stage);
 #pragma unroll
     for (int i = 0; i < T::kLoadsPerThread; ++i) {
-      const int idx = tid + i * T::kThreads;
-      const int row = idx / T::kChunksPerRow;
-      const int chunk = idx % T::kChunksPerRow;
+      const unsigned row = load_row(i);
+      const unsigned chunk = load_chunk(i);
       if (T::kTile * T::kChunksPerRow % T::kThreads == 0 || row < T::kTile) {
-        const int tok = t0 + row;
         const int page = pages_next[i];
         const bool valid = page >= 0;
-        const int slot = tok % T::kPageSize;
-        const long long page_l = valid ? page : 0;
-        const unsigned char* ksrc = k_base + page_l * k_page_bytes + slot * k_slot_bytes + chunk * 16;
-        const unsigned char* vsrc = v_base + page_l * v_page_bytes + slot * v_slot_bytes + chunk * 16;
+        const unsigned slot = (t0 + row) % T::kPageSize;
+        const unsigned upage = valid ? static_cast<unsigned>(page) : 0u;
+        const unsigned char* ksrc = k_base + (static_cast<unsigned long long>(upage) * k_page_bytes +
+                                              (slot * k_slot_bytes + chunk * 16));
+        const unsigned char* vsrc = v_base + (static_cast<unsigned long long>(upage) * v_page_bytes +
+                                              (slot * v_slot_bytes + chunk * 16));
         const unsigned off = row * T::kRowStride + chunk * 16;
-        ptx::cp_async_16(ks + off, valid ? ksrc : k_base, valid);
-        ptx::cp_async_16(vs + off, valid ? vsrc : v_base, valid);
+        ptx::cp_async_16(ks + off, ksrc, valid);
+        ptx::cp_async_16(vs + off, vsrc, valid);
       }
     }
   };
@@ -387,8 +403,8 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
           for (int j = 0; j < kN8; ++j) {
             const int tok = local0 + j * 8 + g;
             const unsigned w = ptx::lds32(ks + tok * T::kRowStride + kk * 16 + 4 * c);
-            const unsigned b0 = kv::widen2<T::kKvKind>(w, 0);
-            const unsigned b1 = kv::widen2<T::kKvKind>(w, 1);
+            unsigned b0, b1;
+            kv::widen4<T::kKvKind>(w, b0, b1);
             ptx::mma_16816<kFp16>(s_acc[j], a, b0, b1);
           }
         }
@@ -495,23 +511,19 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
             const unsigned off = grp * 32 + 4 * g;
             const unsigned w0 = ptx::lds32(r0 + off), w1 = ptx::lds32(r1 + off);
             const unsigned w2 = ptx::lds32(r2 + off), w3 = ptx::lds32(r3 + off);
+            unsigned b0[4], b1[4];
+            kv::widen_rows<T::kKvKind, 4>(w0, w1, w2, w3, b0, b1);
 #pragma unroll
-            for (int i = 0; i < 4; ++i) {
-              unsigned b0, b1;
-              kv::widen_column<T::kKvKind>(w0, w1, w2, w3, i, b0, b1);
-              ptx::mma_16816<kFp16>(o_acc[grp * 4 + i], a, b0, b1);
-            }
+            for (int i = 0; i < 4; ++i) ptx::mma_16816<kFp16>(o_acc[grp * 4 + i], a, b0[i], b1[i]);
           }
           if constexpr (T::kVTail16) {
             const unsigned off = T::kVGroups32 * 32 + 2 * g;
             const unsigned w0 = ptx::lds16(r0 + off), w1 = ptx::lds16(r1 + off);
             const unsigned w2 = ptx::lds16(r2 + off), w3 = ptx::lds16(r3 + off);
+            unsigned b0[2], b1[2];
+            kv::widen_rows<T::kKvKind, 2>(w0, w1, w2, w3, b0, b1);
 #pragma unroll
-            for (int i = 0; i < 2; ++i) {
-              unsigned b0, b1;
-              kv::widen_column<T::kKvKind>(w0, w1, w2, w3, i, b0, b1);
-              ptx::mma_16816<kFp16>(o_acc[T::kVGroups32 * 4 + i], a, b0, b1);
-            }
+            for (int i = 0; i < 2; ++i) ptx::mma_16816<kFp16>(o_acc[T::kVGroups32 * 4 + i], a, b0[i], b1[i]);
           }
         }
       }

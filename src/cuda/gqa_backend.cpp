@@ -117,6 +117,20 @@ void gqa_decode(const GqaPlan& plan, const GqaParams& params, void* stream) {
   const gqa::Shape shape = key.shape();
   const jit::LoadedKernel& kernel = jit::get_kernel(key.spec(), device);
 
+  // The kernel keeps byte strides in 32 bits (only page * page stride is 64-bit).
+  const long long esz = static_cast<long long>(dtype_size(plan.config.kv_dtype));
+  const struct {
+    const char* name;
+    long long elems;
+  } strides[] = {{"k_cache page stride", params.k_stride_page}, {"k_cache slot stride", params.k_stride_slot},
+                 {"v_cache page stride", params.v_stride_page}, {"v_cache slot stride", params.v_stride_slot}};
+  for (const auto& st : strides) {
+    if (st.elems < 0 || st.elems * esz >= (1LL << 32)) {
+      throw Error(std::string("gqa_decode: ") + st.name + ": expected 0 <= stride * element size < 4 GiB " +
+                  "on the GPU, got " + std::to_string(st.elems) + " elements of " + std::to_string(esz) +
+                  " bytes");
+    }
+  }
   GqaParams p = params;
   p.num_splits = plan.num_splits;
   p.split_tokens = plan.split_tokens;
