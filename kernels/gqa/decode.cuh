@@ -309,6 +309,10 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
   };
 
   int pages_next[T::kLoadsPerThread];
+  // The kChunksPerRow threads that copy one row sit side by side in a warp when that count divides
+  // 32: one of them reads the page id and passes it on, an eighth (fp8) or a sixteenth (bf16) of
+  // the table reads.
+  constexpr bool kShareRows = kEvenLoads && (32 % T::kChunksPerRow == 0);
   auto fetch_pages = [&](int tile) {
     const unsigned t0 = static_cast<unsigned>(range.begin + tile * T::kTile);
     const bool tile_ok = tile < num_tiles;
@@ -317,9 +321,13 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
       const unsigned row = load_row(i);
       const unsigned tok = t0 + row;
       // Pages past the request's last key are never read: their table entries may be anything.
-      pages_next[i] = (row < T::kTile && tile_ok && tok < static_cast<unsigned>(range.end))
-                          ? __ldg(page_row + tok / T::kPageSize)
-                          : -1;
+      const bool needed = row < T::kTile && tile_ok && tok < static_cast<unsigned>(range.end);
+      if constexpr (kShareRows) {
+        const int page = (needed && chunk_ld == 0) ? __ldg(page_row + tok / T::kPageSize) : -1;
+        pages_next[i] = __shfl_sync(0xffffffffu, page, lane - static_cast<int>(chunk_ld));
+      } else {
+        pages_next[i] = needed ? __ldg(page_row + tok / T::kPageSize) : -1;
+      }
     }
   };
   auto issue_tile = [&](int tile, int stage) {
