@@ -311,7 +311,8 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
   int pages_next[T::kLoadsPerThread];
   // The kChunksPerRow threads that copy one row sit side by side in a warp when that count divides
   // 32: one of them reads the page id and passes it on, an eighth (fp8) or a sixteenth (bf16) of
-  // the table reads.
+  // the table reads. The hand-over waits for the read, so it happens when the tile is issued, an
+  // iteration after the read (a shuffle right after the load stalled every tile on it: -9% fp8).
   constexpr bool kShareRows = kEvenLoads && (32 % T::kChunksPerRow == 0);
   auto fetch_pages = [&](int tile) {
     const unsigned t0 = static_cast<unsigned>(range.begin + tile * T::kTile);
@@ -323,8 +324,7 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
       // Pages past the request's last key are never read: their table entries may be anything.
       const bool needed = row < T::kTile && tile_ok && tok < static_cast<unsigned>(range.end);
       if constexpr (kShareRows) {
-        const int page = (needed && chunk_ld == 0) ? __ldg(page_row + tok / T::kPageSize) : -1;
-        pages_next[i] = __shfl_sync(0xffffffffu, page, lane - static_cast<int>(chunk_ld));
+        pages_next[i] = (needed && chunk_ld == 0) ? __ldg(page_row + tok / T::kPageSize) : -1;
       } else {
         pages_next[i] = needed ? __ldg(page_row + tok / T::kPageSize) : -1;
       }
@@ -338,8 +338,9 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
     for (int i = 0; i < T::kLoadsPerThread; ++i) {
       const unsigned row = load_row(i);
       const unsigned chunk = load_chunk(i);
+      int page = pages_next[i];
+      if constexpr (kShareRows) page = __shfl_sync(0xffffffffu, page, lane - static_cast<int>(chunk_ld));
       if (T::kTile * T::kChunksPerRow % T::kThreads == 0 || row < T::kTile) {
-        const int page = pages_next[i];
         const bool valid = page >= 0;
         const unsigned slot = (t0 + row) % T::kPageSize;
         const unsigned upage = valid ? static_cast<unsigned>(page) : 0u;
