@@ -52,9 +52,11 @@ if [ "${DECA_SKIP_TESTS:-0}" != 1 ]; then
     > "$out/gpu_tests.log" 2>&1
   log "gpu tests rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$out/gpu_tests.log" | tr '\n' ' ')"
   grep -E "^\[gpu\]|FAILED" "$out/gpu_tests.log" | tail -80
-  log "JIT tests (compile + cached load times)"
-  $build/tests/deca_test_jit > "$out/jit_tests.log" 2>&1
-  log "jit tests rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$out/jit_tests.log" | tr '\n' ' ')"
+  if [ "${DECA_SKIP_JIT:-0}" != 1 ]; then
+    log "JIT tests (compile + cached load times)"
+    $build/tests/deca_test_jit > "$out/jit_tests.log" 2>&1
+    log "jit tests rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$out/jit_tests.log" | tr '\n' ' ')"
+  fi
 fi
 # Hardware counters for chosen cases (DECA_NCU_CASES="l70-b99-4k/fp8 ..."): one decode launch each.
 if [ -n "${DECA_NCU_CASES:-}" ] && [ $have_bench = 1 ] && command -v ncu > /dev/null; then

@@ -31,12 +31,13 @@ struct KeyRange {
   int end;    // one past the last key
 };
 
+// `seq_min` / `seq_len`: the shortest and longest sequence of the CTA's rows (equal without beams).
 template <class T>
-__device__ __forceinline__ KeyRange split_range(const GqaParams& p, int seq_len, int split) {
+__device__ __forceinline__ KeyRange split_range(const GqaParams& p, int seq_min, int seq_len, int split) {
   // First key any row of the request can see: the window bounds it from below.
   int first = 0;
   if constexpr (T::kWindow) {
-    const int p0 = seq_len - p.q_len;  // position of the first new token
+    const int p0 = seq_min - p.q_len;  // position of the first new token of the shortest beam
     first = p0 - p.window + 1;
     if (first < 0) first = 0;
   }
@@ -134,17 +135,62 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
   const int row_blocks = gridDim.y / p.num_kv_heads;
   const int kv_head = blockIdx.y / row_blocks;
   const int row_block = blockIdx.y % row_blocks;
-  const int batch = blockIdx.z;
-
-  const int seq_len = p.seq_lens[batch];
+  // Beam search: the B beams of a request (adjacent batch entries) share a CTA, rows ordered
+  // (beam, token, head), so pages the beams share are read once for all of them.
+  constexpr int kBeams = T::kBeamWidth;
+  const int request = blockIdx.z;
+  const int batch = request * kBeams;  // the first beam's batch entry
   const int q_len = p.q_len;
-  const int rows_total = q_len * T::kGroup;
+  const int rows_per_beam = q_len * T::kGroup;
+  const int rows_total = kBeams * rows_per_beam;
+  auto row_batch = [&](int row) { return kBeams == 1 ? batch : batch + row / rows_per_beam; };
+  auto row_tok = [&](int row) { return (kBeams == 1 ? row : row % rows_per_beam) / T::kGroup; };
+  int seq_len = p.seq_lens[batch];
+  int seq_min = seq_len;
+  if constexpr (kBeams > 1) {
+#pragma unroll
+    for (int j = 1; j < kBeams; ++j) {
+      const int l = p.seq_lens[batch + j];
+      seq_len = l > seq_len ? l : seq_len;
+      seq_min = l < seq_min ? l : seq_min;
+    }
+  }
   const int row0 = row_block * T::kRows;  // first row of this CTA
   // Row blocks are sized from the plan's max q_len; with a shorter q_len the tail blocks have no
   // rows. All CTAs of such a block leave together, so its split counter stays untouched.
   if (row0 >= rows_total) return;
-  const KeyRange range = split_range<T>(p, seq_len, split);
+  const KeyRange range = split_range<T>(p, seq_min, seq_len, split);
   const int num_tiles = range.end > range.begin ? (range.end - range.begin + T::kTile - 1) / T::kTile : 0;
+
+  // Work items: one per tile, except that with beams a tile whose pages differ between beams (or
+  // that reaches past the shortest beam) is one item per beam, its keys masked for the other
+  // beams' rows. The beams' shared prefix (tiles 0 .. shared_tiles-1) is found once, in parallel.
+  int shared_tiles = num_tiles;
+  if constexpr (kBeams > 1) {
+    __shared__ int first_diverged;
+    if (threadIdx.x == 0) first_diverged = num_tiles;
+    __syncthreads();
+    const int* table0 = p.page_table + batch * p.page_table_stride;
+    const int page_lo = range.begin / T::kPageSize;
+    const int full_tiles = seq_min > range.begin ? (seq_min - range.begin) / T::kTile : 0;
+    const int check_tiles = full_tiles < num_tiles ? full_tiles : num_tiles;
+    const int page_hi = check_tiles > 0 ? (range.begin + check_tiles * T::kTile - 1) / T::kPageSize : page_lo - 1;
+    for (int pg = page_lo + static_cast<int>(threadIdx.x); pg <= page_hi; pg += T::kThreads) {
+      const int id = __ldg(table0 + pg);
+      bool same = true;
+#pragma unroll
+      for (int j = 1; j < kBeams; ++j) same = same && __ldg(table0 + j * p.page_table_stride + pg) == id;
+      if (!same) atomicMin(&first_diverged, (pg * T::kPageSize - range.begin) / T::kTile);
+    }
+    __syncthreads();
+    shared_tiles = first_diverged < check_tiles ? first_diverged : check_tiles;
+  }
+  const int num_items = shared_tiles + (num_tiles - shared_tiles) * kBeams;
+  // Item -> (tile, beam); beam -1: all beams.
+  auto item_tile = [&](int item) {
+    return item < shared_tiles ? item : shared_tiles + (item - shared_tiles) / kBeams;
+  };
+  auto item_beam = [&](int item) { return item < shared_tiles ? -1 : (item - shared_tiles) % kBeams; };
 
   constexpr float kWiden = kv::widen_factor<T::kKvKind>();
   const float k_scale = (p.k_scales ? p.k_scales[kv_head] : p.k_scale) * kWiden;
@@ -162,10 +208,9 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
   const int my_row_lo = row0 + warp_m * 16 + g;  // rows g and g+8 of the warp's slice
   const int my_row_hi = my_row_lo + 8;
   auto q_row_ptr = [&](int row) -> const void* {
-    const int tok = row / T::kGroup;
     const int head = kv_head * T::kGroup + row % T::kGroup;
-    return static_cast<const unsigned short*>(p.q) + batch * p.q_stride_batch +
-           tok * p.q_stride_token + head * p.q_stride_head;
+    return static_cast<const unsigned short*>(p.q) + row_batch(row) * p.q_stride_batch +
+           row_tok(row) * p.q_stride_token + head * p.q_stride_head;
   };
   // row_inv[h]: the inverse of the power of two q row h was scaled by (8-bit caches), applied
   // to that row's logits.
@@ -255,17 +300,25 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
   };
 
   // ---- Per-row masking facts (rows g and g+8 of this warp) ----
-  const int causal_start = seq_len - q_len;  // keys below are visible to every row (window aside)
+  // Keys below causal_start are visible to every row (window aside).
+  const int causal_start = seq_min - q_len;
   int row_pos[2];
+  int row_len[2];   // the row's own sequence length (its beam's)
+  int row_beam[2];
+  int row_drafts[2];  // first draft key of the row's beam
   const unsigned* row_tree[2] = {nullptr, nullptr};
   float sink_log2[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int row = h ? my_row_hi : my_row_lo;
-    const int tok = row < rows_total ? row / T::kGroup : 0;
-    row_pos[h] = causal_start + tok;
+    const int rr = row < rows_total ? row : 0;
+    const int tok = row_tok(rr);
+    row_beam[h] = kBeams == 1 ? 0 : rr / rows_per_beam;
+    row_len[h] = kBeams == 1 ? seq_len : p.seq_lens[row_batch(rr)];
+    row_drafts[h] = row_len[h] - q_len;
+    row_pos[h] = row_drafts[h] + tok;
     if constexpr (T::kTree) {
-      row_tree[h] = p.tree_mask + batch * p.mask_stride_batch + tok * p.mask_stride_token;
+      row_tree[h] = p.tree_mask + row_batch(rr) * p.mask_stride_batch + tok * p.mask_stride_token;
     }
     const int head = kv_head * T::kGroup + (row < rows_total ? row % T::kGroup : 0);
     sink_log2[h] = p.sinks ? p.sinks[head] * kLog2e : kNegInf;
@@ -286,7 +339,7 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
                                 static_cast<long long>(kv_head) * p.k_stride_head * T::kKvBytes;
   const unsigned char* v_base = static_cast<const unsigned char*>(p.v_cache) +
                                 static_cast<long long>(kv_head) * p.v_stride_head * T::kKvBytes;
-  const int* page_row = p.page_table + batch * p.page_table_stride;
+  const int* page_rows = p.page_table + batch * p.page_table_stride;
   // Byte strides fit 32 bits (the backend checks before launch); only page * page_bytes needs 64
   // bits, which one wide multiply-add gives. Unsigned token math: / and % by the constant page
   // size are shifts and masks for powers of two.
@@ -314,15 +367,23 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
   // the table reads. The hand-over waits for the read, so it happens when the tile is issued, an
   // iteration after the read (a shuffle right after the load stalled every tile on it: -9% fp8).
   constexpr bool kShareRows = kEvenLoads && (32 % T::kChunksPerRow == 0);
-  auto fetch_pages = [&](int tile) {
+  auto fetch_pages = [&](int item) {
+    const bool tile_ok = item < num_items;
+    const int tile = item_tile(item);
+    const int beam = item_beam(item);
     const unsigned t0 = static_cast<unsigned>(range.begin + tile * T::kTile);
-    const bool tile_ok = tile < num_tiles;
+    const int* page_row = page_rows + (beam > 0 ? beam * p.page_table_stride : 0);
+    int end = range.end;
+    if (kBeams > 1 && beam >= 0) {
+      const int own = p.seq_lens[batch + beam];
+      end = own < end ? own : end;
+    }
 #pragma unroll
     for (int i = 0; i < T::kLoadsPerThread; ++i) {
       const unsigned row = load_row(i);
       const unsigned tok = t0 + row;
       // Pages past the request's last key are never read: their table entries may be anything.
-      const bool needed = row < T::kTile && tile_ok && tok < static_cast<unsigned>(range.end);
+      const bool needed = row < T::kTile && tile_ok && tok < static_cast<unsigned>(end);
       if constexpr (kShareRows) {
         pages_next[i] = (needed && chunk_ld == 0) ? __ldg(page_row + tok / T::kPageSize) : -1;
       } else {
@@ -330,8 +391,8 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
       }
     }
   };
-  auto issue_tile = [&](int tile, int stage) {
-    const unsigned t0 = static_cast<unsigned>(range.begin + tile * T::kTile);
+  auto issue_tile = [&](int item, int stage) {
+    const unsigned t0 = static_cast<unsigned>(range.begin + item_tile(item) * T::kTile);
     const unsigned ks = SharedStorage<T>::k_stage(smem_base, stage);
     const unsigned vs = SharedStorage<T>::v_stage(smem_base, stage);
 #pragma unroll
@@ -359,25 +420,26 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
   fetch_pages(0);
 #pragma unroll
   for (int s = 0; s < T::kStages - 1; ++s) {
-    if (s < num_tiles) issue_tile(s, s);
+    if (s < num_items) issue_tile(s, s);
     ptx::cp_async_commit();
     fetch_pages(s + 1);
   }
 
   // ---- Main loop ----
-  for (int tile = 0; tile < num_tiles; ++tile) {
+  for (int item = 0; item < num_items; ++item) {
     ptx::cp_async_wait<T::kStages - 2>();
-    __syncthreads();  // tile `tile` landed for everyone; stage (tile - 1) % kStages is free
+    __syncthreads();  // item `item` landed for everyone; stage (item - 1) % kStages is free
     {
-      const int next = tile + T::kStages - 1;
-      if (next < num_tiles) issue_tile(next, next % T::kStages);
+      const int next = item + T::kStages - 1;
+      if (next < num_items) issue_tile(next, next % T::kStages);
       ptx::cp_async_commit();
       fetch_pages(next + 1);
     }
-    const int stage = tile % T::kStages;
+    const int stage = item % T::kStages;
     const unsigned ks = SharedStorage<T>::k_stage(smem_base, stage);
     const unsigned vs = SharedStorage<T>::v_stage(smem_base, stage);
-    const int tile_t0 = range.begin + tile * T::kTile;
+    const int tile_t0 = range.begin + item_tile(item) * T::kTile;
+    const int beam_only = kBeams == 1 ? -1 : item_beam(item);  // >= 0: keys of that beam only
 
 #pragma unroll 1
     for (int ch = 0; ch < T::kWarpTokens / T::kChunk; ++ch) {
@@ -420,7 +482,7 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
       }
 
       // Scale (log2 units), soft-cap, mask.
-      const bool need_mask = (t0 + T::kChunk > causal_start) ||
+      const bool need_mask = (kBeams > 1 && beam_only >= 0) || (t0 + T::kChunk > causal_start) ||
                              (T::kWindow && t0 < seq_len - p.window);
 #pragma unroll
       for (int j = 0; j < kN8; ++j) {
@@ -436,10 +498,13 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
             const int h = e / 2;
             const int t = t0 + j * 8 + 2 * c + (e % 2);
             bool visible = t < range.end;
+            if constexpr (kBeams > 1) {
+              visible = visible && t < row_len[h] && (beam_only < 0 || beam_only == row_beam[h]);
+            }
             const int pos = row_pos[h];
             if constexpr (T::kTree) {
-              if (t >= causal_start) {
-                const int jd = t - causal_start;
+              if (t >= row_drafts[h]) {
+                const int jd = t - row_drafts[h];
                 visible = visible && ((row_tree[h][jd / 32] >> (jd % 32)) & 1u);
               }
             } else {
@@ -602,9 +667,10 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
   // Output element: real value = o * v_scale / (l + the sink's share), then the output dtype.
   auto store_out = [&](int r, int d, float val) {
     const int row = row0 + r;
-    const int tok = row / T::kGroup;
+    const int tok = row_tok(row);
     const int head = kv_head * T::kGroup + row % T::kGroup;
-    const long long off = batch * p.out_stride_batch + tok * p.out_stride_token + head * p.out_stride_head + d;
+    const long long off = row_batch(row) * p.out_stride_batch + tok * p.out_stride_token +
+                          head * p.out_stride_head + d;
     if constexpr (T::kOutDtype == kv::kFP8) {
       static_cast<unsigned char*>(p.out)[off] = ptx::float_to_fp8_bits(val / p.out_scale);
     } else if constexpr (T::kOutDtype == kv::kFP16) {
@@ -616,12 +682,12 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
   // 1 / denominator (with the sink) times v_scale, for row r with max m and sum l; writes LSE.
   auto finish_row = [&](int r, float m, float l) {
     const int row = row0 + r;
-    const int tok = row / T::kGroup;
+    const int tok = row_tok(row);
     const int head = kv_head * T::kGroup + row % T::kGroup;
     float denom = l;
     if (p.sinks) denom += ptx::ex2(p.sinks[head] * kLog2e - (m == kNegInf ? 0.f : m));
     if (p.lse) {
-      p.lse[batch * p.lse_stride_batch + tok * p.lse_stride_token + head * p.lse_stride_head] =
+      p.lse[row_batch(row) * p.lse_stride_batch + tok * p.lse_stride_token + head * p.lse_stride_head] =
           l > 0.f ? (m + ptx::lg2(l)) * kLn2 : kNegInf;
     }
     return denom > 0.f ? v_scale / denom : 0.f;
@@ -639,7 +705,7 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
 
   // ---- Split-KV: publish this split's partial result (o unnormalised, relative to m) ----
   const long long unit =
-      (static_cast<long long>(batch) * p.num_kv_heads + kv_head) * row_blocks + row_block;
+      (static_cast<long long>(request) * p.num_kv_heads + kv_head) * row_blocks + row_block;
   float* unit_o = p.ws_partial_o + unit * p.num_splits * T::kRows * D;
   float* unit_ml = p.ws_partial_ml + unit * p.num_splits * T::kRows * 2;
   for (int i = tid; i < rows_here * D; i += T::kThreads) {

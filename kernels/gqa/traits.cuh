@@ -99,6 +99,7 @@ struct Traits {
   static constexpr bool kWindow = Cfg::kWindow;
   static constexpr bool kTree = Cfg::kTree;
   static constexpr bool kSoftcap = Cfg::kSoftcap;
+  static constexpr int kBeamWidth = Cfg::kBeamWidth;  // beams per request sharing one CTA (1: none)
 
   static constexpr int kKvKind = kv::kind_of(kKvDtype);
   static constexpr bool kComputeFp16 = kv::compute_fp16(kQDtype, kKvDtype);

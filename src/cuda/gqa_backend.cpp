@@ -25,13 +25,14 @@ struct WorkspaceLayout {
   std::size_t total() const { return o_bytes + ml_bytes + counter_bytes; }
 };
 
+// Rows of one CTA's unit: (beam, q token, group head) of one request and kv head.
 int row_blocks(const GqaConfig& c, const GqaKernelKey& key) {
-  const int rows_needed = c.max_q_len * key.group;
+  const int rows_needed = key.beam_width * c.max_q_len * key.group;
   return (rows_needed + key.rows - 1) / key.rows;
 }
 
 long long units(const GqaConfig& c, const GqaKernelKey& key) {
-  return static_cast<long long>(c.max_batch) * c.num_kv_heads * row_blocks(c, key);
+  return static_cast<long long>(c.max_batch / key.beam_width) * c.num_kv_heads * row_blocks(c, key);
 }
 
 WorkspaceLayout layout(const GqaPlan& plan, const GqaKernelKey& key) {
@@ -131,6 +132,10 @@ void gqa_decode(const GqaPlan& plan, const GqaParams& params, void* stream) {
                   " bytes");
     }
   }
+  if (params.batch % key.beam_width != 0) {
+    throw Error("gqa_decode: q: dim 0 (batch): expected a multiple of plan.config.beam_width (" +
+                std::to_string(key.beam_width) + "), got " + std::to_string(params.batch));
+  }
   GqaParams p = params;
   p.num_splits = plan.num_splits;
   p.split_tokens = plan.split_tokens;
@@ -138,7 +143,7 @@ void gqa_decode(const GqaPlan& plan, const GqaParams& params, void* stream) {
   jit::Dim3 grid;
   grid.x = static_cast<unsigned>(plan.num_splits);
   grid.y = static_cast<unsigned>(p.num_kv_heads * row_blocks(plan.config, key));
-  grid.z = static_cast<unsigned>(p.batch);
+  grid.z = static_cast<unsigned>(p.batch / key.beam_width);  // one CTA column per request
   jit::Dim3 block;
   block.x = static_cast<unsigned>(shape.threads);
   void* args[] = {&p};

@@ -17,6 +17,7 @@ std::string GqaKernelKey::name() const {
   if (window) s << "_win";
   if (tree) s << "_tree";
   if (softcap) s << "_cap";
+  if (beam_width > 1) s << "_beam" << beam_width;
   if (ctas_per_sm != 2) s << "_c" << ctas_per_sm;
   return s.str();
 }
@@ -37,6 +38,7 @@ jit::JitSpec GqaKernelKey::spec() const {
       << "  static constexpr bool kTree = " << b(tree) << ";\n"
       << "  static constexpr bool kSoftcap = " << b(softcap) << ";\n"
       << "  static constexpr int kCtasPerSm = " << ctas_per_sm << ";\n"
+      << "  static constexpr int kBeamWidth = " << beam_width << ";\n"
       << "};\n"
       << "#include \"kernels/gqa/entry.cuh\"\n";
   jit::JitSpec spec;
@@ -52,7 +54,8 @@ GqaKernelKey make_gqa_key(const GqaConfig& config, int arch) {
   key.arch = arch;
   key.head_dim = config.head_dim;
   key.group = config.num_q_heads / config.num_kv_heads;
-  key.rows = gqa::rows_per_cta(config.max_q_len * key.group);
+  key.beam_width = config.beam_width;
+  key.rows = gqa::rows_per_cta(config.beam_width * config.max_q_len * key.group);
   key.page_size = config.page_size;
   key.q_dtype = static_cast<int>(config.q_dtype);
   key.kv_dtype = static_cast<int>(config.kv_dtype);

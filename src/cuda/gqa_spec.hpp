@@ -23,6 +23,7 @@ struct GqaKernelKey {
   bool tree = false;
   bool softcap = false;
   int ctas_per_sm = 2;  // occupancy the kernel is built for (kernels/gqa/traits.cuh make_shape)
+  int beam_width = 1;   // beams of a request sharing one CTA (their common pages read once)
 
   // e.g. "gqa_sm90_d128_g8_r16_p32_qbf16_kvfp8_obf16_win_tree_cap"
   std::string name() const;

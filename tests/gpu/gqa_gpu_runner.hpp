@@ -26,6 +26,7 @@ struct GpuOptions {
   int max_batch = 0;     // 0: the case's batch
   int max_seq_len = 0;   // 0: the longest request
   int run_batch = 0;     // 0: the case's batch (fewer: run a prefix of the requests)
+  int beam_width = 1;    // beams per request (adjacent batch entries)
 };
 
 inline GqaConfig gpu_config(const GqaCase& c, const GpuOptions& o) {
@@ -52,6 +53,7 @@ inline GqaConfig gpu_config(const GqaCase& c, const GpuOptions& o) {
   cfg.softcap = s.softcap;
   cfg.split_mode = o.split_mode;
   cfg.split_tokens = o.split_tokens;
+  cfg.beam_width = o.beam_width;
   cfg.device = Device::cuda(0);
   return cfg;
 }

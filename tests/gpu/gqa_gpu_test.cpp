@@ -324,3 +324,100 @@ TEST(GqaGpu, CapturedInCudaGraph) {
 
 }  // namespace
 }  // namespace deca::test
+
+namespace deca::test {
+namespace {
+
+// Beam search: the beams of a request share their first pages (the common prefix) and own their
+// last ones. The kernel reads shared pages once for all beams; the results must equal the CPU
+// reference, which treats every beam as an independent request.
+struct BeamCase {
+  std::string name;
+  GqaCaseSpec spec;
+  int beams;
+  int own_pages;  // trailing pages each beam owns (the rest are beam 0's)
+  GpuOptions opt;
+};
+
+void share_prefix_pages(GqaCase& c, int beams, int own_pages) {
+  const auto& s = c.spec;
+  const std::int64_t cols = c.page_table.shape()[1];
+  int* table = c.page_table.data<int>();
+  for (int r = 0; r < s.batch / beams; ++r) {
+    for (int j = 1; j < beams; ++j) {
+      const int b = r * beams + j;
+      const int pages = (c.lens[b] + s.page_size - 1) / s.page_size;
+      const int pages0 = (c.lens[r * beams] + s.page_size - 1) / s.page_size;
+      for (int pg = 0; pg < std::min(pages - own_pages, pages0); ++pg) {
+        table[b * cols + pg] = table[r * beams * cols + pg];
+      }
+    }
+  }
+}
+
+std::vector<BeamCase> beam_cases() {
+  std::vector<BeamCase> m;
+  {
+    GqaCaseSpec s = base(32, 4, 128, 16, DType::kBF16);
+    s.batch = 12, s.seq_lens = {500, 500, 500, 500, 130, 131, 129, 135, 17, 17, 17, 17};
+    GpuOptions o;
+    o.beam_width = 4;
+    m.push_back({"beam4_bf16", s, 4, 2, o});
+    s.kv_dtype = DType::kFP8E4M3;
+    s.layout = KvLayout::kHND;
+    m.push_back({"beam4_fp8_hnd", s, 4, 1, o});
+  }
+  {
+    GqaCaseSpec s = base(64, 8, 128, 32, DType::kFP8E4M3);
+    s.batch = 4, s.seq_lens = {9000, 9000, 9003, 8990};
+    s.window = 300;
+    s.sinks = true;
+    GpuOptions o;
+    o.beam_width = 4;
+    m.push_back({"beam4_split_window_sinks", s, 4, 3, o});
+    s.window = 0, s.sinks = false;
+    m.push_back({"beam4_split", s, 4, 3, o});
+  }
+  {
+    GqaCaseSpec s = base(16, 2, 64, 16, DType::kBF16);
+    s.batch = 4, s.q_len = 2, s.seq_lens = {100, 101, 40, 40};
+    s.tree_mask = true;
+    GpuOptions o;
+    o.beam_width = 2;
+    m.push_back({"beam2_tree_qlen2", s, 2, 1, o});
+  }
+  {
+    GqaCaseSpec s = base(64, 4, 128, 16, DType::kBF16);  // 4 beams x 16 heads: two row blocks
+    s.batch = 4, s.seq_lens = {333, 333, 333, 333};
+    GpuOptions o;
+    o.beam_width = 4;
+    m.push_back({"beam4_two_row_blocks", s, 4, 1, o});
+  }
+  return m;
+}
+
+class GqaGpuBeams : public ::testing::TestWithParam<BeamCase> {};
+
+TEST_P(GqaGpuBeams, MatchesCpuReference) {
+  DECA_REQUIRE_GPU();
+  const BeamCase& bc = GetParam();
+  auto rng = make_rng(std::hash<std::string>{}(bc.name));
+  GqaCase c = build_gqa_case(bc.spec, rng);
+  share_prefix_pages(c, bc.beams, bc.own_pages);
+  const GpuRun gpu = run_gqa_on_gpu(c, bc.opt);
+  poison_outputs(c);
+  cpu::gqa_decode(c.params);
+  const Diff d = compare(c, gpu);
+  std::printf("[gpu] %-28s %-56s splits=%-3d %s\n", bc.name.c_str(), gpu.plan.kernel_name.c_str(),
+              gpu.plan.num_splits, describe(d).c_str());
+  EXPECT_EQ(d.nan, 0) << seed_message();
+  EXPECT_EQ(d.mismatched_inf, 0) << seed_message();
+  EXPECT_LE(d.rel_l2, out_tolerance(bc.spec.out_dtype)) << seed_message();
+  EXPECT_LE(d.lse_max_abs, lse_tolerance(bc.spec)) << seed_message();
+}
+
+INSTANTIATE_TEST_SUITE_P(Beams, GqaGpuBeams, ::testing::ValuesIn(beam_cases()),
+                         [](const auto& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace deca::test

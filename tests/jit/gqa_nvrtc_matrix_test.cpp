@@ -37,6 +37,9 @@ std::vector<GqaKernelKey> representative_keys() {
   GqaKernelKey t = key(128, 8, 32, 64, bf16, fp8, bf16);   // tree mask + soft-cap
   t.tree = true, t.softcap = true;
   keys.push_back(t);
+  GqaKernelKey beam = key(128, 8, 32, 16, bf16, fp8, bf16);  // beam search: 4 beams share a CTA
+  beam.beam_width = 4, beam.window = true;
+  keys.push_back(beam);
   return keys;
 }
 
