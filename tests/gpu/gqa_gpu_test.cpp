@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -183,6 +184,9 @@ double lse_tolerance(const GqaCaseSpec& s) {
   const bool q_rounded = s.kv_dtype == DType::kBF16 && s.q_dtype == DType::kFP16;
   return q_rounded ? 1e-2 : 2e-3;
 }
+
+// Test logs name a case, not its bytes.
+void PrintTo(const MatrixCase& c, std::ostream* os) { *os << c.name; }
 
 class GqaGpuMatrix : public ::testing::TestWithParam<MatrixCase> {};
 
@@ -395,6 +399,8 @@ std::vector<BeamCase> beam_cases() {
   }
   return m;
 }
+
+void PrintTo(const BeamCase& c, std::ostream* os) { *os << c.name; }
 
 class GqaGpuBeams : public ::testing::TestWithParam<BeamCase> {};
 
