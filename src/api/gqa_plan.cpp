@@ -20,7 +20,7 @@ std::string field(std::string_view prefix, std::string_view name) {
 
 void expect_int(std::string_view fn, std::string_view prefix, std::string_view name, int value,
                 bool ok, std::string_view expected) {
-  if (!ok) fail(fn, field(prefix, name), expected, float_string(value));
+  if (!ok) fail(fn, field(prefix, name), expected, std::to_string(value));
 }
 
 }  // namespace
@@ -37,8 +37,10 @@ void validate_gqa_config(std::string_view fn, std::string_view prefix, const Gqa
   expect_int(fn, prefix, "head_dim", c.head_dim,
              c.head_dim >= 16 && c.head_dim <= 256 && c.head_dim % 16 == 0,
              "a multiple of 16 in 16..256");
-  expect_int(fn, prefix, "page_size", c.page_size, c.page_size >= 1 && c.page_size <= 256,
-             "1..256");
+  // Up to 2^22 keys per page: a contiguous cache is one page per request (page_size = its
+  // capacity, page_table[b][0] = b).
+  expect_int(fn, prefix, "page_size", c.page_size, c.page_size >= 1 && c.page_size <= (1 << 22),
+             "1..4194304");
   if (c.layout != KvLayout::kNHD && c.layout != KvLayout::kHND) {
     fail(fn, field(prefix, "layout"), "KvLayout::kNHD or KvLayout::kHND",
          "value " + std::to_string(static_cast<int>(c.layout)));

@@ -47,11 +47,13 @@ TEST_F(GqaPlanConfig, HeadDimUnsupported) {
   }
 }
 TEST_F(GqaPlanConfig, PageSizeRange) {
-  for (int ps : {0, 257, -1}) {
+  for (int ps : {0, (1 << 22) + 1, -1}) {
     c.config.page_size = ps;
-    EXPECT_TRUE(c.plan_rejects({"config.page_size", "1..256", "got " + std::to_string(ps)}));
+    EXPECT_TRUE(c.plan_rejects({"config.page_size", "1..4194304", "got " + std::to_string(ps)}));
   }
   c.config.page_size = 1;
+  EXPECT_NO_THROW(c.plan());
+  c.config.page_size = 1 << 22;  // a contiguous cache: one page per request
   EXPECT_NO_THROW(c.plan());
 }
 TEST_F(GqaPlanConfig, DtypesAllowed) {
