@@ -185,6 +185,20 @@ double lse_tolerance(const GqaCaseSpec& s) {
   return q_rounded ? 1e-2 : 2e-3;
 }
 
+// Runs the CPU reference on the case (outputs poisoned first) and checks the GPU run against it:
+// every element written (no NaN), -inf LSE where the reference has it, the error bounds.
+void expect_matches_reference(const std::string& name, GqaCase& c, const GpuRun& gpu) {
+  poison_outputs(c);
+  cpu::gqa_decode(c.params);
+  const Diff d = compare(c, gpu);
+  std::printf("[gpu] %-28s %-56s splits=%-3d %s\n", name.c_str(), gpu.plan.kernel_name.c_str(),
+              gpu.plan.num_splits, describe(d).c_str());
+  EXPECT_EQ(d.nan, 0) << seed_message();
+  EXPECT_EQ(d.mismatched_inf, 0) << seed_message();
+  EXPECT_LE(d.rel_l2, out_tolerance(c.spec.out_dtype)) << seed_message();
+  EXPECT_LE(d.lse_max_abs, lse_tolerance(c.spec)) << seed_message();
+}
+
 // Test logs name a case, not its bytes.
 void PrintTo(const MatrixCase& c, std::ostream* os) { *os << c.name; }
 
@@ -195,16 +209,7 @@ TEST_P(GqaGpuMatrix, MatchesCpuReference) {
   const MatrixCase& mc = GetParam();
   auto rng = make_rng(std::hash<std::string>{}(mc.name));
   GqaCase c = build_gqa_case(mc.spec, rng);
-  const GpuRun gpu = run_gqa_on_gpu(c, mc.opt);
-  poison_outputs(c);
-  cpu::gqa_decode(c.params);
-  const Diff d = compare(c, gpu);
-  std::printf("[gpu] %-28s %-56s splits=%-3d %s\n", mc.name.c_str(), gpu.plan.kernel_name.c_str(),
-              gpu.plan.num_splits, describe(d).c_str());
-  EXPECT_EQ(d.nan, 0) << seed_message();
-  EXPECT_EQ(d.mismatched_inf, 0) << seed_message();
-  EXPECT_LE(d.rel_l2, out_tolerance(mc.spec.out_dtype)) << seed_message();
-  EXPECT_LE(d.lse_max_abs, lse_tolerance(mc.spec)) << seed_message();
+  expect_matches_reference(mc.name, c, run_gqa_on_gpu(c, mc.opt));
 }
 
 INSTANTIATE_TEST_SUITE_P(Matrix, GqaGpuMatrix, ::testing::ValuesIn(matrix()),
@@ -410,16 +415,7 @@ TEST_P(GqaGpuBeams, MatchesCpuReference) {
   auto rng = make_rng(std::hash<std::string>{}(bc.name));
   GqaCase c = build_gqa_case(bc.spec, rng);
   share_prefix_pages(c, bc.beams, bc.own_pages);
-  const GpuRun gpu = run_gqa_on_gpu(c, bc.opt);
-  poison_outputs(c);
-  cpu::gqa_decode(c.params);
-  const Diff d = compare(c, gpu);
-  std::printf("[gpu] %-28s %-56s splits=%-3d %s\n", bc.name.c_str(), gpu.plan.kernel_name.c_str(),
-              gpu.plan.num_splits, describe(d).c_str());
-  EXPECT_EQ(d.nan, 0) << seed_message();
-  EXPECT_EQ(d.mismatched_inf, 0) << seed_message();
-  EXPECT_LE(d.rel_l2, out_tolerance(bc.spec.out_dtype)) << seed_message();
-  EXPECT_LE(d.lse_max_abs, lse_tolerance(bc.spec)) << seed_message();
+  expect_matches_reference(bc.name, c, run_gqa_on_gpu(c, bc.opt));
 }
 
 INSTANTIATE_TEST_SUITE_P(Beams, GqaGpuBeams, ::testing::ValuesIn(beam_cases()),
