@@ -58,58 +58,81 @@ inline GqaConfig gpu_config(const GqaCase& c, const GpuOptions& o) {
   return cfg;
 }
 
-// Copies the case to the device, runs it `repeats` times (outputs poisoned before each run) and
-// returns the last run's outputs.
+// A case's inputs and outputs on the device, a zeroed workspace for `plan`, and the params that
+// point at them (outputs poisoned).
+struct DeviceCase {
+  DeviceBuffer q, k, v, pt, sl, out, lse, mask, sinks, ks, vs, ws;
+  GqaParams params{};
+
+  DeviceCase(const GqaCase& c, const GqaPlan& plan)
+      : q(c.q), k(c.k_pool), pt(c.page_table), sl(c.seq_lens), out(c.out.bytes()),
+        lse(c.lse.bytes()), ws(plan.workspace_bytes) {
+    GqaParams& p = params;
+    p = c.params;
+    p.q = q.get();
+    p.k_cache = k.get();
+    if (c.spec.kv_one_allocation) {
+      p.v_cache = static_cast<const char*>(k.get()) +
+                  (static_cast<const char*>(c.params.v_cache) - static_cast<const char*>(c.params.k_cache));
+    } else {
+      v = DeviceBuffer(c.v_pool);
+      p.v_cache = v.get();
+    }
+    p.page_table = pt.as<int>();
+    p.seq_lens = sl.as<int>();
+    p.out = out.get();
+    p.lse = c.spec.lse ? lse.as<float>() : nullptr;
+    if (c.spec.tree_mask) {
+      mask = DeviceBuffer(c.tree_mask);
+      p.tree_mask = mask.as<unsigned>();
+    }
+    if (c.spec.sinks) {
+      sinks = DeviceBuffer(c.sinks);
+      p.sinks = sinks.as<float>();
+    }
+    if (c.spec.per_head_scales) {
+      ks = DeviceBuffer(c.k_scales);
+      vs = DeviceBuffer(c.v_scales);
+      p.k_scales = ks.as<float>();
+      p.v_scales = vs.as<float>();
+    }
+    ws.fill(0);
+    cuda::carve_gqa_workspace(plan, ws.get(), p);
+    out.fill(0xFF);
+    lse.fill(0xFF);
+  }
+
+  // The outputs, copied back into a GpuRun.
+  GpuRun results(const GqaCase& c, const GqaPlan& plan) const {
+    GpuRun r;
+    r.plan = plan;
+    r.out = HostTensor(c.out.dtype(), c.out.shape());
+    r.lse = HostTensor(DType::kFP32, c.lse.shape());
+    out.to_host(r.out);
+    lse.to_host(r.lse);
+    return r;
+  }
+};
+
+inline GqaPlan gpu_plan(const GqaCase& c, const GpuOptions& o = {}) {
+  GqaPlan plan;
+  plan.config = gpu_config(c, o);
+  cuda::plan_gqa_decode(plan);
+  return plan;
+}
+
+// Copies the case to the device, runs it once and returns the outputs.
 inline GpuRun run_gqa_on_gpu(const GqaCase& c, const GpuOptions& o = {}) {
-  GpuRun r;
-  r.plan.config = gpu_config(c, o);
-  cuda::plan_gqa_decode(r.plan);
-  DeviceBuffer q(c.q), k(c.k_pool), v, pt(c.page_table), sl(c.seq_lens), out(c.out.bytes()),
-      lse(c.lse.bytes()), mask, sinks, ks, vs, ws(r.plan.workspace_bytes);
-  GqaParams p = c.params;
-  p.q = q.get();
-  p.k_cache = k.get();
-  if (c.spec.kv_one_allocation) {
-    p.v_cache = static_cast<const char*>(k.get()) +
-                (static_cast<const char*>(c.params.v_cache) - static_cast<const char*>(c.params.k_cache));
-  } else {
-    v = DeviceBuffer(c.v_pool);
-    p.v_cache = v.get();
-  }
-  p.page_table = pt.as<int>();
-  p.seq_lens = sl.as<int>();
-  p.out = out.get();
-  p.lse = c.spec.lse ? lse.as<float>() : nullptr;
-  if (c.spec.tree_mask) {
-    mask = DeviceBuffer(c.tree_mask);
-    p.tree_mask = mask.as<unsigned>();
-  }
-  if (c.spec.sinks) {
-    sinks = DeviceBuffer(c.sinks);
-    p.sinks = sinks.as<float>();
-  }
-  if (c.spec.per_head_scales) {
-    ks = DeviceBuffer(c.k_scales);
-    vs = DeviceBuffer(c.v_scales);
-    p.k_scales = ks.as<float>();
-    p.v_scales = vs.as<float>();
-  }
-  if (o.run_batch) p.batch = o.run_batch;
-  ws.fill(0);
-  cuda::carve_gqa_workspace(r.plan, ws.get(), p);
-  out.fill(0xFF);
-  lse.fill(0xFF);
-  cuda::gqa_decode(r.plan, p, nullptr);
+  const GqaPlan plan = gpu_plan(c, o);
+  DeviceCase dev(c, plan);
+  if (o.run_batch) dev.params.batch = o.run_batch;
+  cuda::gqa_decode(plan, dev.params, nullptr);
   const cudaError_t rc = cudaDeviceSynchronize();
   if (rc != cudaSuccess) {
-    ADD_FAILURE() << "kernel " << r.plan.kernel_name << ": " << cudaGetErrorName(rc) << " "
+    ADD_FAILURE() << "kernel " << plan.kernel_name << ": " << cudaGetErrorName(rc) << " "
                   << cudaGetErrorString(rc);
   }
-  r.out = HostTensor(c.out.dtype(), c.out.shape());
-  r.lse = HostTensor(DType::kFP32, c.lse.shape());
-  out.to_host(r.out);
-  lse.to_host(r.lse);
-  return r;
+  return dev.results(c, plan);
 }
 
 struct Diff {

@@ -259,31 +259,14 @@ TEST(GqaGpu, WorkspaceReusedWithoutReset) {
   GqaCaseSpec s = base(64, 8, 128, 64, DType::kBF16);
   s.batch = 1, s.seq_lens = {12000};
   GqaCase c = build_gqa_case(s, rng);
-  GqaPlan plan;
-  plan.config = gpu_config(c, {});
-  cuda::plan_gqa_decode(plan);
+  const GqaPlan plan = gpu_plan(c);
   ASSERT_GT(plan.num_splits, 1);
-  DeviceBuffer q(c.q), k(c.k_pool), v(c.v_pool), pt(c.page_table), sl(c.seq_lens),
-      out(c.out.bytes()), lse(c.lse.bytes()), ws(plan.workspace_bytes);
-  GqaParams p = c.params;
-  p.q = q.get(), p.k_cache = k.get(), p.v_cache = v.get();
-  p.page_table = pt.as<int>(), p.seq_lens = sl.as<int>(), p.out = out.get(), p.lse = lse.as<float>();
-  ws.fill(0);
-  cuda::carve_gqa_workspace(plan, ws.get(), p);
-  for (int i = 0; i < 5; ++i) cuda::gqa_decode(plan, p, nullptr);
-  out.fill(0xFF);
-  cuda::gqa_decode(plan, p, nullptr);
+  DeviceCase dev(c, plan);
+  for (int i = 0; i < 5; ++i) cuda::gqa_decode(plan, dev.params, nullptr);
+  dev.out.fill(0xFF);
+  cuda::gqa_decode(plan, dev.params, nullptr);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  GpuRun r;
-  r.out = HostTensor(c.out.dtype(), c.out.shape());
-  r.lse = HostTensor(DType::kFP32, c.lse.shape());
-  out.to_host(r.out);
-  lse.to_host(r.lse);
-  poison_outputs(c);
-  cpu::gqa_decode(c.params);
-  const Diff d = compare(c, r);
-  EXPECT_EQ(d.nan, 0);
-  EXPECT_LE(d.rel_l2, out_tolerance(s.out_dtype)) << describe(d);
+  expect_matches_reference("workspace_reused", c, dev.results(c, plan));
 }
 
 // The launch allocates nothing and syncs nothing: it can be captured in a CUDA graph and replayed.
@@ -293,42 +276,25 @@ TEST(GqaGpu, CapturedInCudaGraph) {
   GqaCaseSpec s = base(32, 8, 128, 16, DType::kFP8E4M3);
   s.batch = 3, s.seq_lens = {4000, 20, 900};
   GqaCase c = build_gqa_case(s, rng);
-  GqaPlan plan;
-  plan.config = gpu_config(c, {});
-  cuda::plan_gqa_decode(plan);
-  DeviceBuffer q(c.q), k(c.k_pool), v(c.v_pool), pt(c.page_table), sl(c.seq_lens),
-      out(c.out.bytes()), lse(c.lse.bytes()), ws(plan.workspace_bytes);
-  GqaParams p = c.params;
-  p.q = q.get(), p.k_cache = k.get(), p.v_cache = v.get();
-  p.page_table = pt.as<int>(), p.seq_lens = sl.as<int>(), p.out = out.get(), p.lse = lse.as<float>();
-  ws.fill(0);
-  cuda::carve_gqa_workspace(plan, ws.get(), p);
+  const GqaPlan plan = gpu_plan(c);
+  DeviceCase dev(c, plan);
   cudaStream_t stream;
   ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
-  cuda::gqa_decode(plan, p, stream);  // first use loads the module outside the capture
+  cuda::gqa_decode(plan, dev.params, stream);  // first use loads the module outside the capture
   ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
   cudaGraph_t graph;
   ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
-  cuda::gqa_decode(plan, p, stream);
+  cuda::gqa_decode(plan, dev.params, stream);
   ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
   cudaGraphExec_t exec;
   ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-  out.fill(0xFF);
+  dev.out.fill(0xFF);
   for (int i = 0; i < 3; ++i) ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
   ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-  GpuRun r;
-  r.out = HostTensor(c.out.dtype(), c.out.shape());
-  r.lse = HostTensor(DType::kFP32, c.lse.shape());
-  out.to_host(r.out);
-  lse.to_host(r.lse);
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaStreamDestroy(stream);
-  poison_outputs(c);
-  cpu::gqa_decode(c.params);
-  const Diff d = compare(c, r);
-  EXPECT_EQ(d.nan, 0);
-  EXPECT_LE(d.rel_l2, out_tolerance(s.out_dtype)) << describe(d);
+  expect_matches_reference("cuda_graph", c, dev.results(c, plan));
 }
 
 }  // namespace
