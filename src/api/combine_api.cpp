@@ -4,6 +4,7 @@
 #include <string>
 
 #include "api/check.hpp"
+#include "api/params_fill.hpp"
 #include "cpu/reference.hpp"
 #include "deca/error.hpp"
 #include "deca/mla.hpp"
@@ -76,16 +77,7 @@ void combine(const CombineArgs& a) {
   p.pl_stride_token = a.partial_lse.stride[2];
   p.pl_stride_head = a.partial_lse.stride[3];
   if (sink) p.attn_sink = static_cast<const float*>(a.attn_sink.data);
-  p.out = a.out.data;
-  p.out_stride_batch = a.out.stride[0];
-  p.out_stride_token = a.out.stride[1];
-  p.out_stride_head = a.out.stride[2];
-  if (lse) {
-    p.lse = static_cast<float*>(a.lse.data);
-    p.lse_stride_batch = a.lse.stride[0];
-    p.lse_stride_token = a.lse.stride[1];
-    p.lse_stride_head = a.lse.stride[2];
-  }
+  fill_out_lse(p, a.out, a.lse, lse);
   if (a.out.numel() == 0) return;
   cpu::combine(p);
 }

@@ -6,6 +6,8 @@
 #include "api/check.hpp"
 #include "api/gqa_config.hpp"
 #include "api/gqa_prepare.hpp"
+#include "api/paged_check.hpp"
+#include "api/params_fill.hpp"
 #include "cpu/reference.hpp"
 #include "cuda/backend.hpp"
 #include "deca/error.hpp"
@@ -161,41 +163,12 @@ void check_host_data(const GqaConfig& c, const GqaDecodeArgs& a) {
   if (c.device.kind != DeviceKind::kCPU) return;
   const std::int64_t batch = a.q.shape[0];
   const std::int64_t q_len = a.q.shape[1];
-  const std::int64_t max_pages = a.page_table.shape[1];
   const std::int64_t num_pages = a.k_cache.shape[0];
-  const std::int64_t capacity = max_pages * c.page_size;
   for (std::int64_t b = 0; b < batch; ++b) {
-    const std::int64_t len = load_i32(a.seq_lens, b);
-    if (len < 0) fail(kFn, entry("seq_lens", b), ">= 0", s(len));
-    // 0 marks an inactive (padding) request: it outputs zeros, like any row with no visible key.
+    const std::int64_t len = expect_paged_request(
+        kFn, {"seq_lens", "page_table", "page", "k_cache's num_pages"}, a.seq_lens, a.page_table, b,
+        q_len, c.page_size, c.max_seq_len, num_pages);
     if (len == 0) continue;
-    if (len < q_len) {
-      fail(
-          kFn, entry("seq_lens", b),
-          ">= q_len (" + s(q_len) + "): the new tokens are already in the cache; 0 = empty request",
-          s(len));
-    }
-    if (len > capacity) {
-      fail(kFn, entry("seq_lens", b),
-           "<= max_pages * page_size = " + s(max_pages) + " * " + s(c.page_size) + " = " +
-               s(capacity) + " (the pages page_table provides)",
-           s(len));
-    }
-    if (len > c.max_seq_len) {
-      fail(kFn, entry("seq_lens", b), "<= plan.config.max_seq_len (" + s(c.max_seq_len) + ")",
-           s(len));
-    }
-    // Every page holding one of the request's keys is checked, even those before a sliding
-    // window: the reference gathers them all, and a stale id there would be read.
-    for (std::int64_t j = 0; j <= (len - 1) / c.page_size; ++j) {
-      const std::int64_t page = load_i32(a.page_table, b, j);
-      if (page < 0 || page >= num_pages) {
-        fail(kFn, entry("page_table", b, j),
-             "a page id in [0, " + s(num_pages) + ") (k_cache's num_pages; seq_lens[" + s(b) +
-                 "] = " + s(len) + " uses this entry)",
-             s(page));
-      }
-    }
     // DESIGN.md: bit i of row i is always set (a draft token sees itself). A mask without it
     // would leave the kernels and the reference free to disagree, so it is refused here.
     if (c.tree_mask) {
@@ -236,10 +209,7 @@ GqaParams prepare_gqa_decode(const GqaPlan& plan, const GqaDecodeArgs& a, bool c
   p.kv_dtype = static_cast<int>(c.kv_dtype);
   p.out_dtype = static_cast<int>(c.out_dtype);
 
-  p.q = a.q.data;
-  p.q_stride_batch = a.q.stride[0];
-  p.q_stride_token = a.q.stride[1];
-  p.q_stride_head = a.q.stride[2];
+  fill_q(p, a.q);
 
   p.k_cache = a.k_cache.data;
   p.k_stride_page = a.k_cache.stride[0];
@@ -254,17 +224,7 @@ GqaParams prepare_gqa_decode(const GqaPlan& plan, const GqaDecodeArgs& a, bool c
   p.page_table_stride = a.page_table.stride[0];
   p.seq_lens = static_cast<const int*>(a.seq_lens.data);
 
-  p.out = a.out.data;
-  p.out_stride_batch = a.out.stride[0];
-  p.out_stride_token = a.out.stride[1];
-  p.out_stride_head = a.out.stride[2];
-
-  if (c.lse) {
-    p.lse = static_cast<float*>(a.lse.data);
-    p.lse_stride_batch = a.lse.stride[0];
-    p.lse_stride_token = a.lse.stride[1];
-    p.lse_stride_head = a.lse.stride[2];
-  }
+  fill_out_lse(p, a.out, a.lse, c.lse);
   if (c.tree_mask) {
     p.tree_mask = static_cast<const unsigned*>(a.tree_mask.data);
     p.mask_stride_batch = a.tree_mask.stride[0];
@@ -278,9 +238,7 @@ GqaParams prepare_gqa_decode(const GqaPlan& plan, const GqaDecodeArgs& a, bool c
   p.k_scale = a.k_scale;
   p.v_scale = a.v_scale;
 
-  p.softmax_scale = a.softmax_scale != 0.f
-                        ? a.softmax_scale
-                        : static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_dim)));
+  p.softmax_scale = softmax_scale_or_default(a.softmax_scale, c.head_dim);
   p.softcap = c.softcap;
   p.out_scale = a.out_scale;
   p.window = c.window;

@@ -6,6 +6,8 @@
 #include <string>
 
 #include "api/check.hpp"
+#include "api/paged_check.hpp"
+#include "api/params_fill.hpp"
 #include "cpu/reference.hpp"
 #include "deca/error.hpp"
 #include "deca/mla.hpp"
@@ -102,15 +104,26 @@ void check_softmax_scale(const char* fn, float v) {
   }
 }
 
-float softmax_scale_or_default(float v) {
-  return v != 0.f ? v : static_cast<float>(1.0 / std::sqrt(static_cast<double>(kMlaDimQK)));
-}
-
 void expect_plan_mode(const char* fn, const MlaPlan& plan, bool sparse) {
   if (plan.config.sparse != sparse) {
     fail(fn, "plan.config.sparse",
          sparse ? "true (a plan made for sparse decode)" : "false (a plan made for dense decode)",
          plan.config.sparse ? "true" : "false");
+  }
+}
+
+// What dense and sparse decode check alike, in this order: the plan (its config, and that it was
+// made for this mode), q / out / lse, and the cache (bf16 rows dense, FP8 token bytes sparse).
+void check_plan_and_common(const char* fn, const MlaPlan& plan, bool sparse, const TensorView& q,
+                           const TensorView& out, const TensorView& lse, const TensorView& kv) {
+  const MlaConfig& c = plan.config;
+  validate_mla_config(fn, "plan.config", c);
+  expect_plan_mode(fn, plan, sparse);
+  check_q_out_lse(fn, c, q, out, lse);
+  if (sparse) {
+    check_cache(fn, c, kv, DType::kUINT8, kMlaFp8TokenBytes);
+  } else {
+    check_cache(fn, c, kv, DType::kBF16, kMlaDimQK);
   }
 }
 
@@ -134,12 +147,9 @@ void mla_decode_dense(const MlaPlan& plan, const MlaDenseArgs& a) {
   using namespace api;
   constexpr const char* fn = "mla_decode_dense";
   const MlaConfig& c = plan.config;
-  validate_mla_config(fn, "plan.config", c);
-  expect_plan_mode(fn, plan, false);
-  check_q_out_lse(fn, c, a.q, a.out, a.lse);
+  check_plan_and_common(fn, plan, false, a.q, a.out, a.lse, a.kv_cache);
   const std::int64_t batch = a.q.shape[0];
   const std::int64_t q_len = a.q.shape[1];
-  check_cache(fn, c, a.kv_cache, DType::kBF16, kMlaDimQK);
   expect_tensor(fn, "block_table", a.block_table, c.device, kCpuOnly, {DType::kINT32}, "", 2,
                 "[batch, max_blocks]");
   expect_dim(fn, "block_table", a.block_table, 0, "batch", batch, "q's batch");
@@ -151,36 +161,10 @@ void mla_decode_dense(const MlaPlan& plan, const MlaDenseArgs& a) {
   // Host data (every tensor is on the CPU here): lengths, and the blocks they use.
   const std::int64_t max_blocks = a.block_table.shape[1];
   const std::int64_t num_blocks = a.kv_cache.shape[0];
-  const std::int64_t capacity = max_blocks * c.page_size;
   for (std::int64_t b = 0; b < batch; ++b) {
-    const std::string name = "cache_seqlens[" + s(b) + "]";
-    const std::int64_t len = load_i32(a.cache_seqlens, b);
-    if (len < 0) fail(fn, name, ">= 0", s(len));
-    if (len == 0) continue;  // an empty (padding) request: zeros, LSE -inf
-    if (len < q_len) {
-      fail(
-          fn, name,
-          ">= q_len (" + s(q_len) + "): the new tokens are already in the cache; 0 = empty request",
-          s(len));
-    }
-    if (len > capacity) {
-      fail(fn, name,
-           "<= max_blocks * page_size = " + s(max_blocks) + " * " + s(c.page_size) + " = " +
-               s(capacity) + " (the blocks block_table provides)",
-           s(len));
-    }
-    if (len > c.max_seq_len) {
-      fail(fn, name, "<= plan.config.max_seq_len (" + s(c.max_seq_len) + ")", s(len));
-    }
-    for (std::int64_t j = 0; j <= (len - 1) / c.page_size; ++j) {
-      const std::int64_t block = load_i32(a.block_table, b, j);
-      if (block < 0 || block >= num_blocks) {
-        fail(fn, "block_table[" + s(b) + "][" + s(j) + "]",
-             "a block id in [0, " + s(num_blocks) + ") (kv_cache's num_blocks; " + name + " = " +
-                 s(len) + " uses this entry)",
-             s(block));
-      }
-    }
+    expect_paged_request(fn, {"cache_seqlens", "block_table", "block", "kv_cache's num_blocks"},
+                         a.cache_seqlens, a.block_table, b, q_len, c.page_size, c.max_seq_len,
+                         num_blocks);
   }
 
   MlaDenseParams p{};
@@ -190,27 +174,15 @@ void mla_decode_dense(const MlaPlan& plan, const MlaDenseArgs& a) {
   p.page_size = c.page_size;
   p.max_blocks = static_cast<int>(max_blocks);
   p.num_blocks = static_cast<int>(num_blocks);
-  p.q = a.q.data;
-  p.q_stride_batch = a.q.stride[0];
-  p.q_stride_token = a.q.stride[1];
-  p.q_stride_head = a.q.stride[2];
+  fill_q(p, a.q);
   p.kv = a.kv_cache.data;
   p.kv_stride_block = a.kv_cache.stride[0];
   p.kv_stride_slot = a.kv_cache.stride[1];
   p.block_table = static_cast<const int*>(a.block_table.data);
   p.block_table_stride = a.block_table.stride[0];
   p.seq_lens = static_cast<const int*>(a.cache_seqlens.data);
-  p.out = a.out.data;
-  p.out_stride_batch = a.out.stride[0];
-  p.out_stride_token = a.out.stride[1];
-  p.out_stride_head = a.out.stride[2];
-  if (c.lse) {
-    p.lse = static_cast<float*>(a.lse.data);
-    p.lse_stride_batch = a.lse.stride[0];
-    p.lse_stride_token = a.lse.stride[1];
-    p.lse_stride_head = a.lse.stride[2];
-  }
-  p.softmax_scale = softmax_scale_or_default(a.softmax_scale);
+  fill_out_lse(p, a.out, a.lse, c.lse);
+  p.softmax_scale = softmax_scale_or_default(a.softmax_scale, kMlaDimQK);
   if (p.batch == 0) return;
   cpu::mla_dense_decode(p);
 }
@@ -219,12 +191,9 @@ void mla_decode_sparse(const MlaPlan& plan, const MlaSparseArgs& a) {
   using namespace api;
   constexpr const char* fn = "mla_decode_sparse";
   const MlaConfig& c = plan.config;
-  validate_mla_config(fn, "plan.config", c);
-  expect_plan_mode(fn, plan, true);
-  check_q_out_lse(fn, c, a.q, a.out, a.lse);
+  check_plan_and_common(fn, plan, true, a.q, a.out, a.lse, a.kv_cache);
   const std::int64_t batch = a.q.shape[0];
   const std::int64_t q_len = a.q.shape[1];
-  check_cache(fn, c, a.kv_cache, DType::kUINT8, kMlaFp8TokenBytes);
   expect_tensor(fn, "indices", a.indices, c.device, kCpuOnly, {DType::kINT32}, "", 3,
                 "[batch, q_len, topk]");
   expect_dim(fn, "indices", a.indices, 0, "batch", batch, "q's batch");
@@ -275,10 +244,7 @@ void mla_decode_sparse(const MlaPlan& plan, const MlaSparseArgs& a) {
   p.page_size = c.page_size;
   p.topk = c.topk;
   p.num_blocks = static_cast<int>(num_blocks);
-  p.q = a.q.data;
-  p.q_stride_batch = a.q.stride[0];
-  p.q_stride_token = a.q.stride[1];
-  p.q_stride_head = a.q.stride[2];
+  fill_q(p, a.q);
   p.kv = static_cast<const unsigned char*>(a.kv_cache.data);
   p.kv_stride_block = a.kv_cache.stride[0];
   p.kv_stride_slot = a.kv_cache.stride[1];
@@ -287,17 +253,8 @@ void mla_decode_sparse(const MlaPlan& plan, const MlaSparseArgs& a) {
   p.indices_stride_token = a.indices.stride[1];
   if (c.topk_length) p.topk_length = static_cast<const int*>(a.topk_length.data);
   if (c.attn_sink) p.attn_sink = static_cast<const float*>(a.attn_sink.data);
-  p.out = a.out.data;
-  p.out_stride_batch = a.out.stride[0];
-  p.out_stride_token = a.out.stride[1];
-  p.out_stride_head = a.out.stride[2];
-  if (c.lse) {
-    p.lse = static_cast<float*>(a.lse.data);
-    p.lse_stride_batch = a.lse.stride[0];
-    p.lse_stride_token = a.lse.stride[1];
-    p.lse_stride_head = a.lse.stride[2];
-  }
-  p.softmax_scale = softmax_scale_or_default(a.softmax_scale);
+  fill_out_lse(p, a.out, a.lse, c.lse);
+  p.softmax_scale = softmax_scale_or_default(a.softmax_scale, kMlaDimQK);
   if (p.batch == 0) return;
   cpu::mla_sparse_decode(p);
 }
