@@ -4,11 +4,18 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "deca/tensor.hpp"
 
 namespace deca::bench {
+
+// Host buffers of raw bytes; never zero-sized, so that an empty tensor still has a pointer.
+using Bytes = std::unique_ptr<std::uint8_t[]>;
+inline Bytes alloc_bytes(std::size_t n) {
+  return Bytes(new std::uint8_t[n > 0 ? n : 1]);
+}
 
 // splitmix64: tiny, fast, and good enough to make data that no kernel can special-case.
 struct Rng {

@@ -89,6 +89,20 @@ void DeviceBuffer::download(void* host, std::size_t bytes) const {
   check_cuda(cudaMemcpy(host, ptr_, bytes, cudaMemcpyDeviceToHost), "download (cudaMemcpy D2H)");
 }
 
+void* CaseMemory::place(const void* host, std::size_t bytes) {
+  if (!cuda_) return const_cast<void*>(host);
+  buffers_.emplace_back(bytes);
+  buffers_.back().upload(host, bytes);
+  return buffers_.back().get();
+}
+
+void* CaseMemory::workspace(std::size_t bytes) {
+  if (!cuda_ || bytes == 0) return nullptr;
+  buffers_.emplace_back(bytes);
+  check_cuda(cudaMemset(buffers_.back().get(), 0, bytes), "cudaMemset (workspace)");
+  return buffers_.back().get();
+}
+
 GpuTimer::GpuTimer(int device) {
   check_cuda(cudaSetDevice(device), "cudaSetDevice (--device)");
   cudaDeviceProp prop{};

@@ -13,6 +13,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <cuda_runtime.h>
 
@@ -40,6 +41,21 @@ class DeviceBuffer {
  private:
   void* ptr_ = nullptr;
   std::size_t bytes_ = 0;
+};
+
+// Where a case's tensors live: the host buffers themselves on the CPU, device copies of them on
+// CUDA. Owns the copies (and the workspace) until the case ends.
+class CaseMemory {
+ public:
+  explicit CaseMemory(bool cuda) : cuda_(cuda) {}
+  // The host buffer itself (CPU), or a device copy of its `bytes` (CUDA).
+  void* place(const void* host, std::size_t bytes);
+  // CUDA and bytes > 0: a zeroed device workspace of `bytes`; otherwise null.
+  void* workspace(std::size_t bytes);
+
+ private:
+  bool cuda_;
+  std::vector<DeviceBuffer> buffers_;
 };
 
 struct DeviceInfo {

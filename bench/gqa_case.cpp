@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
-#include <optional>
 
 #include "cpu/reference.hpp"
 #include "data.hpp"
@@ -14,9 +13,6 @@
 
 namespace deca::bench {
 namespace {
-
-using Bytes = std::unique_ptr<std::uint8_t[]>;
-Bytes alloc_bytes(std::size_t n) { return Bytes(new std::uint8_t[std::max<std::size_t>(n, 1)]); }
 
 // Draft trees of speculative decoding: draft i hangs under a random earlier draft (or the
 // context), and sees itself and its ancestors.
@@ -197,40 +193,31 @@ CaseResult run_gqa_case(const BenchCase& bc, const RunOptions& opt) {
   const float kv_scale = random_kv_scale(s.kv_dtype);
 
   // Views on the backend's memory (host buffers, or device copies of them).
-  std::vector<DeviceBuffer> dev;
-  auto place = [&](const void* host, std::size_t bytes) -> void* {
-    if (!opt.cuda) return const_cast<void*>(host);
-    dev.emplace_back(bytes);
-    dev.back().upload(host, bytes);
-    return dev.back().get();
-  };
+  CaseMemory mem(opt.cuda);
   const int words = (s.q_len + 31) / 32;
   GqaDecodeArgs args;
-  args.q = make_tensor(place(h.q.get(), h.q_elems * 2), DType::kBF16,
+  args.q = make_tensor(mem.place(h.q.get(), h.q_elems * 2), DType::kBF16,
                        {s.batch, s.q_len, s.num_q_heads, D}, device);
-  args.k_cache = make_tensor(place(h.k.get(), h.cache_elems * kv_elt), s.kv_dtype, 4,
+  args.k_cache = make_tensor(mem.place(h.k.get(), h.cache_elems * kv_elt), s.kv_dtype, 4,
                              h.cache_shape, h.cache_stride, device);
-  args.v_cache = make_tensor(place(h.v.get(), h.cache_elems * kv_elt), s.kv_dtype, 4,
+  args.v_cache = make_tensor(mem.place(h.v.get(), h.cache_elems * kv_elt), s.kv_dtype, 4,
                              h.cache_shape, h.cache_stride, device);
-  args.page_table = make_tensor(place(h.pages.ids.data(), h.pages.ids.size() * 4), DType::kINT32,
-                                {s.batch, max_pages}, device);
-  args.seq_lens = make_tensor(place(h.lengths.data(), h.lengths.size() * 4), DType::kINT32,
+  args.page_table = make_tensor(mem.place(h.pages.ids.data(), h.pages.ids.size() * 4),
+                                DType::kINT32, {s.batch, max_pages}, device);
+  args.seq_lens = make_tensor(mem.place(h.lengths.data(), h.lengths.size() * 4), DType::kINT32,
                               {s.batch}, device);
-  void* out_ptr = place(h.out.get(), h.q_elems * 2);
+  void* out_ptr = mem.place(h.out.get(), h.q_elems * 2);
   args.out = make_tensor(out_ptr, DType::kBF16, {s.batch, s.q_len, s.num_q_heads, D}, device);
   if (s.sinks)
-    args.sinks = make_tensor(place(h.sinks.data(), h.sinks.size() * 4), DType::kFP32,
+    args.sinks = make_tensor(mem.place(h.sinks.data(), h.sinks.size() * 4), DType::kFP32,
                              {s.num_q_heads}, device);
   if (s.tree_mask)
-    args.tree_mask = make_tensor(place(h.mask.data(), h.mask.size() * 4), DType::kUINT32,
+    args.tree_mask = make_tensor(mem.place(h.mask.data(), h.mask.size() * 4), DType::kUINT32,
                                  {s.batch, s.q_len, words}, device);
   args.k_scale = args.v_scale = kv_scale;
   args.softmax_scale = 1.f / std::sqrt(static_cast<float>(s.head_dim));
-  std::optional<DeviceBuffer> workspace;
-  if (opt.cuda && plan.workspace_bytes > 0) {
-    workspace.emplace(plan.workspace_bytes);
-    check_cuda(cudaMemset(workspace->get(), 0, plan.workspace_bytes), "cudaMemset (workspace)");
-    args.workspace = workspace->get();
+  if (void* ws = mem.workspace(plan.workspace_bytes)) {
+    args.workspace = ws;
     args.workspace_bytes = plan.workspace_bytes;
   }
 
@@ -274,24 +261,17 @@ CaseResult run_gqa_case(const BenchCase& bc, const RunOptions& opt) {
   }
   r.total_bytes = r.kv_bytes + 2.0 * h.q_elems * 2;
 
-  if (opt.cuda) check_cuda(cudaMemset(out_ptr, 0xFF, h.q_elems * 2), "cudaMemset (out)");
-  time_op(opt, [&](void* stream) {
-    GqaDecodeArgs a = args;
-    a.stream = stream;
-    gqa_decode(plan, a);
-  }, r);
-
-  if (opt.check) {
-    if (opt.cuda) {
-      check_cuda(cudaMemcpy(h.out.get(), out_ptr, h.q_elems * 2, cudaMemcpyDeviceToHost),
-                 "download of out (cudaMemcpy D2H)");
-    }
-    const std::vector<int> picked =
-        sample_requests(s.batch, opt.cuda ? opt.check_requests : s.batch);
-    const ErrorStats e = check_against_reference(s, cfg, h, kv_scale, picked);
-    r.max_abs_err = e.max_abs;
-    r.rel_rms_err = e.rel_rms;
-  }
+  time_and_check(
+      opt, s.batch, out_ptr, h.out.get(), h.q_elems * 2,
+      [&](void* stream) {
+        GqaDecodeArgs a = args;
+        a.stream = stream;
+        gqa_decode(plan, a);
+      },
+      [&](const std::vector<int>& picked) {
+        return check_against_reference(s, cfg, h, kv_scale, picked);
+      },
+      r);
   return r;
 }
 

@@ -17,9 +17,6 @@
 namespace deca::bench {
 namespace {
 
-using Bytes = std::unique_ptr<std::uint8_t[]>;
-Bytes alloc_bytes(std::size_t n) { return Bytes(new std::uint8_t[std::max<std::size_t>(n, 1)]); }
-
 constexpr std::size_t kDenseTokenBytes = kMlaDimQK * 2;  // 1152
 
 // Random 656-byte tokens: e4m3 NoPE codes (values uniform in [-448, 448)), four power-of-two
@@ -147,53 +144,42 @@ ErrorStats check_against_reference(const MlaShape& s, const HostMla& h, int max_
       std::copy_n(h.indices.begin() + b * m, m, sub_idx.begin() + i * m);
     }
   }
-  if (s.sparse) {
-    MlaSparseParams p{};
+  // The fields dense and sparse params share; the cache row is `row` elements of its own dtype
+  // (bf16 dense, bytes sparse).
+  auto fill_common = [&](auto& p, std::int64_t row) {
     p.batch = n;
     p.q_len = s.q_len;
     p.num_heads = s.num_heads;
     p.page_size = s.page_size;
-    p.topk = s.topk;
     p.num_blocks = h.blocks.num_pages;
     p.q = sub_q.data();
     p.q_stride_batch = static_cast<long long>(q_row);
     p.q_stride_token = H * kMlaDimQK;
     p.q_stride_head = kMlaDimQK;
     p.kv = h.kv.get();
-    p.kv_stride_block = static_cast<long long>(s.page_size) * kMlaFp8TokenBytes;
-    p.kv_stride_slot = kMlaFp8TokenBytes;
+    p.kv_stride_block = static_cast<long long>(s.page_size) * row;
+    p.kv_stride_slot = row;
+    p.out = ref.data();
+    p.out_stride_batch = static_cast<long long>(o_row);
+    p.out_stride_token = H * kMlaDimV;
+    p.out_stride_head = kMlaDimV;
+    p.softmax_scale = scale;
+  };
+  if (s.sparse) {
+    MlaSparseParams p{};
+    fill_common(p, kMlaFp8TokenBytes);
+    p.topk = s.topk;
     p.indices = sub_idx.data();
     p.indices_stride_batch = static_cast<long long>(Q) * s.topk;
     p.indices_stride_token = s.topk;
-    p.out = ref.data();
-    p.out_stride_batch = static_cast<long long>(o_row);
-    p.out_stride_token = H * kMlaDimV;
-    p.out_stride_head = kMlaDimV;
-    p.softmax_scale = scale;
     deca::cpu::mla_sparse_decode(p);
   } else {
     MlaDenseParams p{};
-    p.batch = n;
-    p.q_len = s.q_len;
-    p.num_heads = s.num_heads;
-    p.page_size = s.page_size;
+    fill_common(p, kMlaDimQK);
     p.max_blocks = max_blocks;
-    p.num_blocks = h.blocks.num_pages;
-    p.q = sub_q.data();
-    p.q_stride_batch = static_cast<long long>(q_row);
-    p.q_stride_token = H * kMlaDimQK;
-    p.q_stride_head = kMlaDimQK;
-    p.kv = h.kv.get();
-    p.kv_stride_block = static_cast<long long>(s.page_size) * kMlaDimQK;
-    p.kv_stride_slot = kMlaDimQK;
     p.block_table = sub_table.data();
     p.block_table_stride = max_blocks;
     p.seq_lens = sub_lens.data();
-    p.out = ref.data();
-    p.out_stride_batch = static_cast<long long>(o_row);
-    p.out_stride_token = H * kMlaDimV;
-    p.out_stride_head = kMlaDimV;
-    p.softmax_scale = scale;
     deca::cpu::mla_dense_decode(p);
   }
   ErrorAccumulator acc;
@@ -271,32 +257,21 @@ CaseResult run_mla_case(const BenchCase& bc, const RunOptions& opt) {
   std::vector<long long> unique;
   if (s.sparse) h.indices = draw_indices(s, h, rng, unique);
 
-  std::vector<DeviceBuffer> dev;
-  auto place = [&](const void* host, std::size_t bytes) -> void* {
-    if (!opt.cuda) return const_cast<void*>(host);
-    dev.emplace_back(bytes);
-    dev.back().upload(host, bytes);
-    return dev.back().get();
-  };
+  CaseMemory mem(opt.cuda);
   const std::int64_t B = s.batch, Q = s.q_len, H = s.num_heads;
-  const TensorView q = make_tensor(place(h.q.get(), h.q_elems * 2), DType::kBF16,
+  const TensorView q = make_tensor(mem.place(h.q.get(), h.q_elems * 2), DType::kBF16,
                                    {B, Q, H, kMlaDimQK}, device);
-  void* out_ptr = place(h.out.get(), h.out_elems * 2);
+  void* out_ptr = mem.place(h.out.get(), h.out_elems * 2);
   const TensorView out = make_tensor(out_ptr, DType::kBF16, {B, Q, H, kMlaDimV}, device);
-  const TensorView lse = make_tensor(place(h.lse.data(), h.lse.size() * 4), DType::kFP32,
+  const TensorView lse = make_tensor(mem.place(h.lse.data(), h.lse.size() * 4), DType::kFP32,
                                      {B, Q, H}, device);
   const std::int64_t pool = h.blocks.num_pages;
   const TensorView kv =
-      s.sparse ? make_tensor(place(h.kv.get(), h.kv_bytes), DType::kUINT8,
+      s.sparse ? make_tensor(mem.place(h.kv.get(), h.kv_bytes), DType::kUINT8,
                              {pool, s.page_size, 1, kMlaFp8TokenBytes}, device)
-               : make_tensor(place(h.kv.get(), h.kv_bytes), DType::kBF16,
+               : make_tensor(mem.place(h.kv.get(), h.kv_bytes), DType::kBF16,
                              {pool, s.page_size, 1, kMlaDimQK}, device);
-  std::optional<DeviceBuffer> workspace;
-  if (opt.cuda && plan.workspace_bytes > 0) {
-    workspace.emplace(plan.workspace_bytes);
-    check_cuda(cudaMemset(workspace->get(), 0, plan.workspace_bytes), "cudaMemset (workspace)");
-  }
-  void* ws = workspace ? workspace->get() : nullptr;
+  void* ws = mem.workspace(plan.workspace_bytes);
   const float scale = 1.f / std::sqrt(static_cast<float>(kMlaDimQK));
 
   MlaDenseArgs dense;
@@ -304,7 +279,7 @@ CaseResult run_mla_case(const BenchCase& bc, const RunOptions& opt) {
   if (s.sparse) {
     sparse.q = q;
     sparse.kv_cache = kv;
-    sparse.indices = make_tensor(place(h.indices.data(), h.indices.size() * 4), DType::kINT32,
+    sparse.indices = make_tensor(mem.place(h.indices.data(), h.indices.size() * 4), DType::kINT32,
                                  {B, Q, s.topk}, device);
     sparse.out = out;
     sparse.lse = lse;
@@ -314,9 +289,9 @@ CaseResult run_mla_case(const BenchCase& bc, const RunOptions& opt) {
   } else {
     dense.q = q;
     dense.kv_cache = kv;
-    dense.block_table = make_tensor(place(h.blocks.ids.data(), h.blocks.ids.size() * 4),
+    dense.block_table = make_tensor(mem.place(h.blocks.ids.data(), h.blocks.ids.size() * 4),
                                     DType::kINT32, {B, max_blocks}, device);
-    dense.cache_seqlens = make_tensor(place(h.lengths.data(), h.lengths.size() * 4),
+    dense.cache_seqlens = make_tensor(mem.place(h.lengths.data(), h.lengths.size() * 4),
                                       DType::kINT32, {B}, device);
     dense.out = out;
     dense.lse = lse;
@@ -341,30 +316,23 @@ CaseResult run_mla_case(const BenchCase& bc, const RunOptions& opt) {
   }
   r.total_bytes = r.kv_bytes + 2.0 * (h.q_elems + h.out_elems);
 
-  if (opt.cuda) check_cuda(cudaMemset(out_ptr, 0xFF, h.out_elems * 2), "cudaMemset (out)");
-  time_op(opt, [&](void* stream) {
-    if (s.sparse) {
-      MlaSparseArgs a = sparse;
-      a.stream = stream;
-      mla_decode_sparse(plan, a);
-    } else {
-      MlaDenseArgs a = dense;
-      a.stream = stream;
-      mla_decode_dense(plan, a);
-    }
-  }, r);
-
-  if (opt.check) {
-    if (opt.cuda) {
-      check_cuda(cudaMemcpy(h.out.get(), out_ptr, h.out_elems * 2, cudaMemcpyDeviceToHost),
-                 "download of out (cudaMemcpy D2H)");
-    }
-    const std::vector<int> picked =
-        sample_requests(s.batch, opt.cuda ? opt.check_requests : s.batch);
-    const ErrorStats e = check_against_reference(s, h, max_blocks, scale, picked);
-    r.max_abs_err = e.max_abs;
-    r.rel_rms_err = e.rel_rms;
-  }
+  time_and_check(
+      opt, s.batch, out_ptr, h.out.get(), h.out_elems * 2,
+      [&](void* stream) {
+        if (s.sparse) {
+          MlaSparseArgs a = sparse;
+          a.stream = stream;
+          mla_decode_sparse(plan, a);
+        } else {
+          MlaDenseArgs a = dense;
+          a.stream = stream;
+          mla_decode_dense(plan, a);
+        }
+      },
+      [&](const std::vector<int>& picked) {
+        return check_against_reference(s, h, max_blocks, scale, picked);
+      },
+      r);
   return r;
 }
 

@@ -30,4 +30,20 @@ void time_op(const RunOptions& options, const std::function<void(void*)>& run,
   result.graph_note = why;
 }
 
+void time_and_check(const RunOptions& options, int batch, void* out, void* host_out,
+                    std::size_t out_bytes, const std::function<void(void*)>& run,
+                    const std::function<ErrorStats(const std::vector<int>&)>& check,
+                    CaseResult& result) {
+  if (options.cuda) check_cuda(cudaMemset(out, 0xFF, out_bytes), "cudaMemset (out)");
+  time_op(options, run, result);
+  if (!options.check) return;
+  if (options.cuda) {
+    check_cuda(cudaMemcpy(host_out, out, out_bytes, cudaMemcpyDeviceToHost),
+               "download of out (cudaMemcpy D2H)");
+  }
+  const ErrorStats e = check(sample_requests(batch, options.cuda ? options.check_requests : batch));
+  result.max_abs_err = e.max_abs;
+  result.rel_rms_err = e.rel_rms;
+}
+
 }  // namespace deca::bench
