@@ -5,6 +5,7 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -36,6 +37,18 @@ DType parse_dtype(const std::string& name, const std::string& where);
 // Optional tensor argument: an absent view for None.
 inline TensorView view_or_absent(const Tensor* tensor) {
   return tensor ? tensor->view : TensorView{};
+}
+
+// The run fields the args of every decode op share: the optional workspace (its pointer and size
+// in bytes; left unset for None) and the stream (a cudaStream_t passed as an integer).
+template <typename Args>
+void set_workspace_and_stream(Args& a, const Tensor* workspace, std::uintptr_t stream) {
+  if (workspace) {
+    a.workspace = workspace->view.data;
+    a.workspace_bytes =
+        static_cast<std::size_t>(workspace->view.numel()) * dtype_size(workspace->view.dtype);
+  }
+  a.stream = reinterpret_cast<void*>(stream);
 }
 
 void register_tensor(nb::module_& m);

@@ -45,23 +45,33 @@ GqaDecodeArgs make_args(const Tensor& q, const Tensor& k_cache, const Tensor& v_
   a.v_scale = v_scale;
   a.softmax_scale = softmax_scale;
   a.out_scale = out_scale;
-  if (workspace) {
-    a.workspace = workspace->view.data;
-    a.workspace_bytes =
-        static_cast<std::size_t>(workspace->view.numel()) * dtype_size(workspace->view.dtype);
-  }
-  a.stream = reinterpret_cast<void*>(stream);
+  set_workspace_and_stream(a, workspace, stream);
   return a;
 }
 
-template <typename Fn>
-auto run_args_def(nb::module_& m, const char* name, Fn fn, const char* first) {
-  return m.def(name, fn, nb::arg(first), nb::arg("q"), nb::arg("k_cache"), nb::arg("v_cache"),
-               nb::arg("page_table"), nb::arg("seq_lens"), nb::arg("out"),
-               nb::arg("lse").none(), nb::arg("tree_mask").none(), nb::arg("sinks").none(),
-               nb::arg("k_scales").none(), nb::arg("v_scales").none(), nb::arg("k_scale"),
-               nb::arg("v_scale"), nb::arg("softmax_scale"), nb::arg("out_scale"),
-               nb::arg("workspace").none(), nb::arg("stream"));
+// One run entry point per way to name what runs: a GqaPlan (engines; workspace passed in) or a
+// GqaConfig (one-off calls); gqa_decode has an overload for each. `first` names that argument.
+template <typename First>
+void def_run(nb::module_& m, const char* name, const char* first) {
+  m.def(
+      name,
+      [](const First& what, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+         const Tensor& page_table, const Tensor& seq_lens, const Tensor& out, const Tensor* lse,
+         const Tensor* tree_mask, const Tensor* sinks, const Tensor* k_scales,
+         const Tensor* v_scales, float k_scale, float v_scale, float softmax_scale,
+         float out_scale, const Tensor* workspace, std::uintptr_t stream) {
+        const GqaDecodeArgs a =
+            make_args(q, k_cache, v_cache, page_table, seq_lens, out, lse, tree_mask, sinks,
+                      k_scales, v_scales, k_scale, v_scale, softmax_scale, out_scale, workspace,
+                      stream);
+        nb::gil_scoped_release release;
+        gqa_decode(what, a);
+      },
+      nb::arg(first), nb::arg("q"), nb::arg("k_cache"), nb::arg("v_cache"), nb::arg("page_table"),
+      nb::arg("seq_lens"), nb::arg("out"), nb::arg("lse").none(), nb::arg("tree_mask").none(),
+      nb::arg("sinks").none(), nb::arg("k_scales").none(), nb::arg("v_scales").none(),
+      nb::arg("k_scale"), nb::arg("v_scale"), nb::arg("softmax_scale"), nb::arg("out_scale"),
+      nb::arg("workspace").none(), nb::arg("stream"));
 }
 
 }  // namespace
@@ -117,37 +127,8 @@ void register_gqa(nb::module_& m) {
   m.def("plan_gqa_decode", [](const GqaConfig& config) { return plan_gqa_decode(config); },
         nb::arg("config"));
 
-  run_args_def(
-      m, "gqa_decode_planned",
-      [](const GqaPlan& plan, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
-         const Tensor& page_table, const Tensor& seq_lens, const Tensor& out, const Tensor* lse,
-         const Tensor* tree_mask, const Tensor* sinks, const Tensor* k_scales,
-         const Tensor* v_scales, float k_scale, float v_scale, float softmax_scale,
-         float out_scale, const Tensor* workspace, std::uintptr_t stream) {
-        const GqaDecodeArgs a =
-            make_args(q, k_cache, v_cache, page_table, seq_lens, out, lse, tree_mask, sinks,
-                      k_scales, v_scales, k_scale, v_scale, softmax_scale, out_scale, workspace,
-                      stream);
-        nb::gil_scoped_release release;
-        gqa_decode(plan, a);
-      },
-      "plan");
-
-  run_args_def(
-      m, "gqa_decode_oneoff",
-      [](const GqaConfig& config, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
-         const Tensor& page_table, const Tensor& seq_lens, const Tensor& out, const Tensor* lse,
-         const Tensor* tree_mask, const Tensor* sinks, const Tensor* k_scales,
-         const Tensor* v_scales, float k_scale, float v_scale, float softmax_scale,
-         float out_scale, const Tensor* workspace, std::uintptr_t stream) {
-        const GqaDecodeArgs a =
-            make_args(q, k_cache, v_cache, page_table, seq_lens, out, lse, tree_mask, sinks,
-                      k_scales, v_scales, k_scale, v_scale, softmax_scale, out_scale, workspace,
-                      stream);
-        nb::gil_scoped_release release;
-        gqa_decode(config, a);
-      },
-      "config");
+  def_run<GqaPlan>(m, "gqa_decode_planned", "plan");
+  def_run<GqaConfig>(m, "gqa_decode_oneoff", "config");
 }
 
 }  // namespace deca::python

@@ -8,10 +8,17 @@
 namespace deca::python {
 namespace {
 
-void set_workspace(const Tensor* workspace, void*& ptr, std::size_t& bytes) {
-  if (!workspace) return;
-  ptr = workspace->view.data;
-  bytes = static_cast<std::size_t>(workspace->view.numel()) * dtype_size(workspace->view.dtype);
+// The fields dense and sparse args share.
+template <typename Args>
+void set_common(Args& a, const Tensor& q, const Tensor& kv_cache, const Tensor& out,
+                const Tensor* lse, float softmax_scale, const Tensor* workspace,
+                std::uintptr_t stream) {
+  a.q = q.view;
+  a.kv_cache = kv_cache.view;
+  a.out = out.view;
+  a.lse = view_or_absent(lse);
+  a.softmax_scale = softmax_scale;
+  set_workspace_and_stream(a, workspace, stream);
 }
 
 }  // namespace
@@ -52,15 +59,9 @@ void register_mla(nb::module_& m) {
          const Tensor& cache_seqlens, const Tensor& out, const Tensor* lse, float softmax_scale,
          const Tensor* workspace, std::uintptr_t stream) {
         MlaDenseArgs a;
-        a.q = q.view;
-        a.kv_cache = kv_cache.view;
+        set_common(a, q, kv_cache, out, lse, softmax_scale, workspace, stream);
         a.block_table = block_table.view;
         a.cache_seqlens = cache_seqlens.view;
-        a.out = out.view;
-        a.lse = view_or_absent(lse);
-        a.softmax_scale = softmax_scale;
-        set_workspace(workspace, a.workspace, a.workspace_bytes);
-        a.stream = reinterpret_cast<void*>(stream);
         nb::gil_scoped_release release;
         mla_decode_dense(plan, a);
       },
@@ -74,16 +75,10 @@ void register_mla(nb::module_& m) {
          const Tensor* topk_length, const Tensor* attn_sink, const Tensor& out, const Tensor* lse,
          float softmax_scale, const Tensor* workspace, std::uintptr_t stream) {
         MlaSparseArgs a;
-        a.q = q.view;
-        a.kv_cache = kv_cache.view;
+        set_common(a, q, kv_cache, out, lse, softmax_scale, workspace, stream);
         a.indices = indices.view;
         a.topk_length = view_or_absent(topk_length);
         a.attn_sink = view_or_absent(attn_sink);
-        a.out = out.view;
-        a.lse = view_or_absent(lse);
-        a.softmax_scale = softmax_scale;
-        set_workspace(workspace, a.workspace, a.workspace_bytes);
-        a.stream = reinterpret_cast<void*>(stream);
         nb::gil_scoped_release release;
         mla_decode_sparse(plan, a);
       },
