@@ -43,6 +43,31 @@ struct MlaCaseSpec {
 
 inline float mla_default_scale(float s) { return s != 0.f ? s : 1.f / std::sqrt(576.f); }
 
+// The params fields dense and sparse cases share, for contiguous tensors: sizes, q, out, lse,
+// the scale, and the cache strides (rows of `row` elements of the cache's own dtype). The cache
+// pointer is the caller's: its type differs.
+template <class Params>
+void bind_mla_common(Params& p, const MlaCaseSpec& s, HostTensor& q, const HostTensor& kv,
+                     int row, HostTensor& out, HostTensor& lse) {
+  p.batch = s.batch, p.q_len = s.q_len, p.num_heads = s.num_heads, p.page_size = s.page_size;
+  p.num_blocks = static_cast<int>(kv.shape()[0]);
+  p.q = q.raw();
+  p.q_stride_head = kMlaQk;
+  p.q_stride_token = p.q_stride_head * s.num_heads;
+  p.q_stride_batch = p.q_stride_token * s.q_len;
+  p.kv_stride_slot = row;
+  p.kv_stride_block = static_cast<std::int64_t>(row) * s.page_size;
+  p.out = out.raw();
+  p.out_stride_head = kMlaV;
+  p.out_stride_token = p.out_stride_head * s.num_heads;
+  p.out_stride_batch = p.out_stride_token * s.q_len;
+  p.lse = s.lse ? lse.data<float>() : nullptr;
+  p.lse_stride_head = 1;
+  p.lse_stride_token = s.num_heads;
+  p.lse_stride_batch = static_cast<std::int64_t>(s.num_heads) * s.q_len;
+  p.softmax_scale = mla_default_scale(s.softmax_scale);
+}
+
 struct MlaDenseCase {
   MlaCaseSpec spec;
   std::vector<int> lens;
@@ -58,28 +83,12 @@ struct MlaDenseCase {
     const auto& s = spec;
     auto& p = params;
     p = MlaDenseParams{};
-    p.batch = s.batch, p.q_len = s.q_len, p.num_heads = s.num_heads, p.page_size = s.page_size;
+    bind_mla_common(p, s, q, kv, kMlaQk, out, lse);
     p.max_blocks = static_cast<int>(block_table.shape()[1]);
-    p.num_blocks = static_cast<int>(kv.shape()[0]);
-    p.q = q.raw();
-    p.q_stride_head = kMlaQk;
-    p.q_stride_token = p.q_stride_head * s.num_heads;
-    p.q_stride_batch = p.q_stride_token * s.q_len;
     p.kv = kv.raw();
-    p.kv_stride_slot = kMlaQk;
-    p.kv_stride_block = static_cast<std::int64_t>(kMlaQk) * s.page_size;
     p.block_table = block_table.data<int>();
     p.block_table_stride = block_table.shape()[1];
     p.seq_lens = seq_lens.data<int>();
-    p.out = out.raw();
-    p.out_stride_head = kMlaV;
-    p.out_stride_token = p.out_stride_head * s.num_heads;
-    p.out_stride_batch = p.out_stride_token * s.q_len;
-    p.lse = s.lse ? lse.data<float>() : nullptr;
-    p.lse_stride_head = 1;
-    p.lse_stride_token = s.num_heads;
-    p.lse_stride_batch = static_cast<std::int64_t>(s.num_heads) * s.q_len;
-    p.softmax_scale = mla_default_scale(s.softmax_scale);
   }
 };
 
@@ -143,30 +152,14 @@ struct MlaSparseCase {
     const auto& s = spec;
     auto& p = params;
     p = MlaSparseParams{};
-    p.batch = s.batch, p.q_len = s.q_len, p.num_heads = s.num_heads, p.page_size = s.page_size;
+    bind_mla_common(p, s, q, kv, kMlaTokenBytes, out, lse);
     p.topk = s.topk;
-    p.num_blocks = static_cast<int>(kv.shape()[0]);
-    p.q = q.raw();
-    p.q_stride_head = kMlaQk;
-    p.q_stride_token = p.q_stride_head * s.num_heads;
-    p.q_stride_batch = p.q_stride_token * s.q_len;
     p.kv = kv.data<unsigned char>();
-    p.kv_stride_slot = kMlaTokenBytes;
-    p.kv_stride_block = static_cast<std::int64_t>(kMlaTokenBytes) * s.page_size;
     p.indices = indices.data<int>();
     p.indices_stride_token = s.topk;
     p.indices_stride_batch = static_cast<std::int64_t>(s.topk) * s.q_len;
     p.topk_length = s.topk_length ? topk_length.data<int>() : nullptr;
     p.attn_sink = s.attn_sink ? attn_sink.data<float>() : nullptr;
-    p.out = out.raw();
-    p.out_stride_head = kMlaV;
-    p.out_stride_token = p.out_stride_head * s.num_heads;
-    p.out_stride_batch = p.out_stride_token * s.q_len;
-    p.lse = s.lse ? lse.data<float>() : nullptr;
-    p.lse_stride_head = 1;
-    p.lse_stride_token = s.num_heads;
-    p.lse_stride_batch = static_cast<std::int64_t>(s.num_heads) * s.q_len;
-    p.softmax_scale = mla_default_scale(s.softmax_scale);
   }
 };
 
