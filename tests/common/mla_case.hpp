@@ -12,6 +12,7 @@
 #include <random>
 #include <vector>
 
+#include "common/contiguous_params.hpp"
 #include "common/host_tensor.hpp"
 #include "deca/quant.hpp"
 #include "kernels/mla/params.cuh"
@@ -43,28 +44,16 @@ struct MlaCaseSpec {
 
 inline float mla_default_scale(float s) { return s != 0.f ? s : 1.f / std::sqrt(576.f); }
 
-// The params fields dense and sparse cases share, for contiguous tensors: sizes, q, out, lse,
-// the scale, and the cache strides (rows of `row` elements of the cache's own dtype). The cache
+// The params fields dense and sparse cases share: sizes, q, out, lse, the scale, and the cache strides (rows of `row` elements of the cache's own dtype). The cache
 // pointer is the caller's: its type differs.
 template <class Params>
 void bind_mla_common(Params& p, const MlaCaseSpec& s, HostTensor& q, const HostTensor& kv,
                      int row, HostTensor& out, HostTensor& lse) {
   p.batch = s.batch, p.q_len = s.q_len, p.num_heads = s.num_heads, p.page_size = s.page_size;
   p.num_blocks = static_cast<int>(kv.shape()[0]);
-  p.q = q.raw();
-  p.q_stride_head = kMlaQk;
-  p.q_stride_token = p.q_stride_head * s.num_heads;
-  p.q_stride_batch = p.q_stride_token * s.q_len;
+  bind_contiguous_q_out_lse(p, s.num_heads, s.q_len, q, kMlaQk, out, kMlaV, lse, s.lse);
   p.kv_stride_slot = row;
   p.kv_stride_block = static_cast<std::int64_t>(row) * s.page_size;
-  p.out = out.raw();
-  p.out_stride_head = kMlaV;
-  p.out_stride_token = p.out_stride_head * s.num_heads;
-  p.out_stride_batch = p.out_stride_token * s.q_len;
-  p.lse = s.lse ? lse.data<float>() : nullptr;
-  p.lse_stride_head = 1;
-  p.lse_stride_token = s.num_heads;
-  p.lse_stride_batch = static_cast<std::int64_t>(s.num_heads) * s.q_len;
   p.softmax_scale = mla_default_scale(s.softmax_scale);
 }
 

@@ -14,6 +14,7 @@
 #include <random>
 #include <vector>
 
+#include "common/contiguous_params.hpp"
 #include "common/host_tensor.hpp"
 #include "deca/gqa.hpp"
 #include "kernels/gqa/params.cuh"
@@ -118,10 +119,8 @@ inline void GqaCase::bind() {
   p.kv_dtype = static_cast<int>(s.kv_dtype);
   p.out_dtype = static_cast<int>(s.out_dtype);
 
-  p.q = q.raw();
-  p.q_stride_head = s.head_dim;
-  p.q_stride_token = p.q_stride_head * s.num_q_heads;
-  p.q_stride_batch = p.q_stride_token * s.q_len;
+  bind_contiguous_q_out_lse(p, s.num_q_heads, s.q_len, q, s.head_dim, out, s.head_dim, lse,
+                            s.lse);
 
   const std::int64_t page = gqa_page_elems(s);
   const bool nhd = s.layout == KvLayout::kNHD;
@@ -138,15 +137,6 @@ inline void GqaCase::bind() {
   p.page_table = page_table.data<int>();
   p.page_table_stride = page_table.shape()[1];
   p.seq_lens = seq_lens.data<int>();
-
-  p.out = out.raw();
-  p.out_stride_head = s.head_dim;
-  p.out_stride_token = p.out_stride_head * s.num_q_heads;
-  p.out_stride_batch = p.out_stride_token * s.q_len;
-  p.lse = s.lse ? lse.data<float>() : nullptr;
-  p.lse_stride_head = 1;
-  p.lse_stride_token = s.num_q_heads;
-  p.lse_stride_batch = static_cast<std::int64_t>(s.num_q_heads) * s.q_len;
 
   const int words = (s.q_len + 31) / 32;
   p.tree_mask = s.tree_mask ? tree_mask.data<unsigned>() : nullptr;
