@@ -9,6 +9,7 @@
 #include <limits>
 #include <vector>
 
+#include "common/contiguous_params.hpp"
 #include "common/host_tensor.hpp"
 #include "common/paged_gqa_case.hpp"
 #include "common/test_seed.hpp"
@@ -43,14 +44,7 @@ struct CombineCase {
     p.pl_stride_token = h;
     p.pl_stride_batch = static_cast<std::int64_t>(h) * q;
     p.pl_stride_split = p.pl_stride_batch * b;
-    p.out = out.raw();
-    p.out_stride_head = d;
-    p.out_stride_token = p.out_stride_head * h;
-    p.out_stride_batch = p.out_stride_token * q;
-    p.lse = lse.data<float>();
-    p.lse_stride_head = 1;
-    p.lse_stride_token = h;
-    p.lse_stride_batch = static_cast<std::int64_t>(h) * q;
+    bind_contiguous_out_lse(p, h, q, out, d, lse, true);
   }
 };
 
