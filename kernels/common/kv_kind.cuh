@@ -24,9 +24,8 @@ DECA_HD constexpr int kind_of(int kv_dtype) {
 // bf16 on sm_90), int8 -> fp16 is exact with a magic number, and fp16 keeps more of q's mantissa
 // than bf16. q is brought into fp16 range by a power-of-two scale per row (folded back into that
 // row's logits), so bf16 activations of any magnitude cannot overflow.
-DECA_HD constexpr bool compute_fp16(int q_dtype, int kv_dtype) {
+DECA_HD constexpr bool compute_fp16(int /*q_dtype*/, int kv_dtype) {
   return kind_of(kv_dtype) == kKv16 ? kv_dtype == kFP16 : true;
-  (void)q_dtype;
 }
 
 }  // namespace deca::kv
