@@ -1,6 +1,10 @@
 // GQA decode on the GPU: plan (kernel key, occupancy, split count, workspace) and launch.
 #include <algorithm>
 #include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
 
 #include "cuda/backend.hpp"
 #include "cuda/gqa_spec.hpp"
@@ -54,6 +58,35 @@ int max_visible_keys(const GqaConfig& c, int tile) {
 
 int plan_device(const GqaPlan& plan) { return plan.config.device.index; }
 
+// What a run needs from its plan's kernel: the key (shape, rows, beams) and the loaded function.
+struct Prepared {
+  GqaKernelKey key;
+  const jit::LoadedKernel* kernel;
+};
+
+// Runs look their kernel up by the plan's name once per (name, device) and then keep the answer:
+// rebuilding the key, its source text and its cache hash (and two device-attribute queries) on
+// every launch is host time in every decode step.
+const Prepared& prepared(const GqaPlan& plan) {
+  static std::mutex mu;
+  static std::map<std::pair<std::string, int>, Prepared> memo;
+  const int device = plan_device(plan);
+  const auto id = std::make_pair(plan.kernel_name, device);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (auto it = memo.find(id); it != memo.end()) return it->second;
+  }
+  const GqaKernelKey key = make_gqa_key(plan.config, compute_capability(device));
+  if (key.name() != plan.kernel_name) {
+    throw Error("gqa_decode: plan.kernel_name: expected \"" + key.name() +
+                "\" (what the plan's config gives on this device now), got \"" + plan.kernel_name +
+                "\": make the plan again with plan_gqa_decode");
+  }
+  const jit::LoadedKernel& kernel = jit::get_kernel(key.spec(), device);
+  std::lock_guard<std::mutex> lock(mu);
+  return memo.try_emplace(id, Prepared{key, &kernel}).first->second;
+}
+
 }  // namespace
 
 void plan_gqa_decode(GqaPlan& plan) {
@@ -103,8 +136,7 @@ void plan_gqa_decode(GqaPlan& plan) {
 }
 
 void carve_gqa_workspace(const GqaPlan& plan, void* workspace, GqaParams& params) {
-  const GqaKernelKey key = make_gqa_key(plan.config, compute_capability(plan_device(plan)));
-  const WorkspaceLayout w = layout(plan, key);
+  const WorkspaceLayout w = layout(plan, prepared(plan).key);
   auto* base = static_cast<unsigned char*>(workspace);
   params.ws_partial_o = w.total() ? reinterpret_cast<float*>(base) : nullptr;
   params.ws_partial_ml = w.total() ? reinterpret_cast<float*>(base + w.o_bytes) : nullptr;
@@ -114,9 +146,10 @@ void carve_gqa_workspace(const GqaPlan& plan, void* workspace, GqaParams& params
 
 void gqa_decode(const GqaPlan& plan, const GqaParams& params, void* stream) {
   const int device = plan_device(plan);
-  const GqaKernelKey key = make_gqa_key(plan.config, compute_capability(device));
+  const Prepared& prep = prepared(plan);
+  const GqaKernelKey& key = prep.key;
   const gqa::Shape shape = key.shape();
-  const jit::LoadedKernel& kernel = jit::get_kernel(key.spec(), device);
+  const jit::LoadedKernel& kernel = *prep.kernel;
 
   // The kernel keeps byte strides in 32 bits (only page * page stride is 64-bit).
   const long long esz = static_cast<long long>(dtype_size(plan.config.kv_dtype));
