@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Installs what building and testing deca needs, skipping what is already there (safe to rerun):
-# Debian packages (apt-get update runs once, only when something is missing), pinned PyPI
-# packages, and a check that the CUDA toolkit (headers + NVRTC) is present.
+# Debian packages (apt-get update runs once, only when something is missing), the CUDA toolkit
+# located (headers + NVRTC) and exported for CMake, and pinned PyPI packages in a virtual
+# environment.
 # Sourced by tools/test.sh and tools/bench.sh; sets DECA_PYTHON.
 set -euo pipefail
 
-deca_apt_packages=(cmake g++ git libgtest-dev libgmock-dev libcli11-dev nlohmann-json3-dev python3-dev)
+deca_apt_packages=(cmake g++ git libgtest-dev libgmock-dev libcli11-dev nlohmann-json3-dev python3-dev python3-venv)
 deca_pip_packages=(scikit-build-core==0.11.6 nanobind==2.9.2 numpy==2.4.6 pytest==9.2.0 ml_dtypes==0.6.0)
 
 deca_install_apt() {
@@ -21,29 +22,59 @@ deca_install_apt() {
   DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
 }
 
+# The toolkit root is where bin/nvcc and NVRTC live together. `nvcc` on PATH may be a wrapper
+# script (this machine kind has /usr/local/bin/nvcc exec'ing the real one), so its directory is not
+# the root: candidates are tried in order and the first with both wins. The root is exported for
+# CMake's FindCUDAToolkit (CUDAToolkit_ROOT, CUDACXX) and put first on PATH.
+deca_cuda_has_nvrtc() {
+  ls "$1"/lib64/libnvrtc.so* "$1"/lib/libnvrtc.so* "$1"/targets/*/lib/libnvrtc.so* > /dev/null 2>&1
+}
+
 deca_check_cuda() {
-  local cuda=${CUDA_HOME:-${CUDA_PATH:-/usr/local/cuda}}
-  if ! command -v nvcc > /dev/null && [ -x "$cuda/bin/nvcc" ]; then
-    export PATH="$cuda/bin:$PATH"
+  local candidates=()
+  [ -n "${CUDA_HOME:-}" ] && candidates+=("$CUDA_HOME")
+  [ -n "${CUDA_PATH:-}" ] && candidates+=("$CUDA_PATH")
+  candidates+=(/usr/local/cuda)
+  local nvcc
+  if nvcc=$(command -v nvcc 2> /dev/null); then
+    candidates+=("$(dirname "$(readlink -f "$nvcc")")/..")
+    # nvcc reports its own install root (TOP) in a dry run, whatever wraps it.
+    local top
+    top=$(nvcc --dryrun -x cu -c /dev/null -o /dev/null 2>&1 | sed -n 's/^#\$ TOP=//p' | head -n 1 || true)
+    [ -n "$top" ] && candidates+=("$top")
   fi
-  if ! command -v nvcc > /dev/null; then
-    echo "install_deps: the CUDA toolkit was not found (no nvcc on PATH nor in $cuda/bin)." >&2
+  candidates+=(/usr/local/cuda-*)
+  local root="" c
+  for c in "${candidates[@]}"; do
+    if [ -x "$c/bin/nvcc" ] && deca_cuda_has_nvrtc "$c"; then
+      root=$(cd "$c" && pwd -P)
+      break
+    fi
+  done
+  if [ -z "$root" ]; then
+    echo "install_deps: no CUDA toolkit with nvcc and NVRTC (libnvrtc.so) was found; looked in:" >&2
+    printf '  %s\n' "${candidates[@]}" >&2
     echo "  deca needs CUDA 12.4+ (headers, cudart, NVRTC); install it, or set CUDA_HOME." >&2
     return 1
   fi
-  local root
-  root=$(cd "$(dirname "$(command -v nvcc)")/.." && pwd)
-  if ! ls "$root"/lib64/libnvrtc.so* "$root"/lib/libnvrtc.so* "$root"/targets/*/lib/libnvrtc.so* \
-       > /dev/null 2>&1; then
-    echo "install_deps: NVRTC (libnvrtc.so) is missing from the CUDA toolkit at $root." >&2
-    return 1
-  fi
+  export CUDA_HOME="$root" CUDAToolkit_ROOT="$root" CUDACXX="$root/bin/nvcc"
+  export PATH="$root/bin:$PATH"
 }
 
+# Python packages go into a virtual environment (.venv in the repository unless DECA_PYTHON names
+# an interpreter): Debian's own python3 refuses pip installs (PEP 668), and CI must not depend on
+# which python3 comes first on its PATH.
 deca_install_pip() {
-  DECA_PYTHON=${DECA_PYTHON:-$(command -v python3)}
+  if [ -z "${DECA_PYTHON:-}" ]; then
+    local venv=${DECA_VENV:-$PWD/.venv}
+    if [ ! -x "$venv/bin/python" ]; then
+      echo "install_deps: creating the Python environment $venv"
+      python3 -m venv "$venv"
+    fi
+    DECA_PYTHON="$venv/bin/python"
+  fi
   export DECA_PYTHON
-  "$DECA_PYTHON" -m pip install -q --disable-pip-version-check --root-user-action=ignore "${deca_pip_packages[@]}"
+  "$DECA_PYTHON" -m pip install -q --disable-pip-version-check "${deca_pip_packages[@]}"
 }
 
 deca_install_apt

@@ -16,6 +16,6 @@ cmake --build --preset default --parallel "$jobs"
 status=0
 ctest --preset default || status=1
 
-"$DECA_PYTHON" -m pip install -q --disable-pip-version-check --root-user-action=ignore --no-build-isolation . || status=1
+"$DECA_PYTHON" -m pip install -q --disable-pip-version-check --no-build-isolation . || status=1
 "$DECA_PYTHON" -m pytest tests/python -q || status=1
 exit $status
