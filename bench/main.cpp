@@ -44,30 +44,31 @@ std::vector<BenchCase> collect(const std::vector<std::string>& presets) {
   return cases;
 }
 
-// Compiles every GQA kernel specialization the preset needs, once each, without running.
-int precompile(const std::string& preset, deca::KvLayout layout, int device) {
-  std::vector<std::pair<std::string, deca::GqaPlan>> plans;
-  std::set<std::string> kernels;
+// Compiles every GQA kernel specialization the preset needs, once each, without running: for
+// compute capability `arch` (0: that of `device`).
+int precompile(const std::string& preset, deca::KvLayout layout, int device, int arch) {
+  std::vector<std::pair<std::string, deca::GqaConfig>> configs;
   int mla = 0;
   for (const BenchCase& c : collect({preset})) {
     if (c.family != Family::kGqa) {
       ++mla;
       continue;
     }
-    deca::GqaPlan plan =
-        deca::plan_gqa_decode(gqa_config(c.gqa, layout, deca::Device::cuda(device)));
-    if (kernels.insert(plan.kernel_name).second) plans.emplace_back(c.name, std::move(plan));
+    configs.emplace_back(c.name, gqa_config(c.gqa, layout, deca::Device::cuda(device)));
   }
   if (mla > 0) std::cout << "(" << mla << " MLA cases: no MLA kernels to compile in this build)\n";
-  for (std::size_t i = 0; i < plans.size(); ++i) {
-    std::cerr << "[" << i + 1 << "/" << plans.size() << "] " << plans[i].first << " ..."
-              << std::endl;
+  std::set<std::string> kernels;
+  for (std::size_t i = 0; i < configs.size(); ++i) {
     const auto t0 = std::chrono::steady_clock::now();
-    deca::cuda::precompile_gqa(plans[i].second);
+    const std::string name = deca::precompile_gqa_decode(configs[i].second, arch);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::cout << plans[i].second.kernel_name << "  " << s << " s\n";
+    // Cases sharing a kernel find it in memory the second time: only new ones are reported.
+    if (kernels.insert(name).second) {
+      std::cout << "[" << i + 1 << "/" << configs.size() << "] " << configs[i].first << ": " << name
+                << "  " << s << " s" << std::endl;
+    }
   }
-  std::cout << plans.size() << " kernel specializations ready\n";
+  std::cout << kernels.size() << " kernel specializations ready\n";
   return 0;
 }
 
@@ -92,7 +93,7 @@ int run(int argc, char** argv) {
   bool list = false, check = false;
   std::vector<std::string> presets;
   std::string json_path, backend = "auto", precompile_preset, layout_name = "nhd";
-  int iters = 0, warmup = -1, device = 0, check_requests = 8;
+  int iters = 0, warmup = -1, device = 0, check_requests = 8, arch = 0;
   double check_tol = 0.01;
   app.add_flag("--list", list, "list the presets and groups, then exit");
   app.add_option("--preset", presets,
@@ -114,8 +115,14 @@ int run(int argc, char** argv) {
       ->check(CLI::Range(1, 1 << 30));
   app.add_option("--warmup", warmup, "untimed runs first (default: 5 GPU, 1 CPU)")
       ->check(CLI::Range(0, 1 << 30));
-  app.add_option("--precompile", precompile_preset,
-                 "compile every GPU kernel specialization of this preset (or all), then exit");
+  CLI::Option* precompile_opt = app.add_option("--precompile", precompile_preset,
+                 "compile every GPU kernel specialization of this preset (or all) into the "
+                 "kernel cache, then exit");
+  app.add_option("--arch", arch,
+                 "with --precompile: the compute capability to compile for (80, 86, 89, 90, ...); "
+                 "needs no GPU (default: the device's)")
+      ->check(CLI::Range(1, 1000))
+      ->needs(precompile_opt);
   app.add_option("--device", device, "CUDA device index")->check(CLI::Range(0, 1 << 30));
   app.add_option("--layout", layout_name, "GQA KV cache layout: nhd (vLLM) or hnd")
       ->check(CLI::IsMember({"nhd", "hnd"}));
@@ -128,12 +135,12 @@ int run(int argc, char** argv) {
   const deca::KvLayout layout = layout_name == "hnd" ? deca::KvLayout::kHND : deca::KvLayout::kNHD;
   const bool gpu = deca::cuda::available();
   if (!precompile_preset.empty()) {
-    if (!gpu) {
-      std::cerr << "deca-bench: --precompile: needs a CUDA device (plans and kernels are made "
-                   "for its SM count and architecture); none found\n";
+    if (!gpu && arch == 0) {
+      std::cerr << "deca-bench: --precompile: no CUDA device found: name the compute capability "
+                   "to compile for with --arch (e.g. --arch 90 for Hopper)\n";
       return 2;
     }
-    return precompile(precompile_preset, layout, device);
+    return precompile(precompile_preset, layout, device, arch);
   }
 
   RunOptions opt;

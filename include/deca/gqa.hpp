@@ -70,6 +70,14 @@ struct GqaPlan {
 // Validates the config (throws deca::Error naming the field) and derives the plan.
 GqaPlan plan_gqa_decode(const GqaConfig& config);
 
+// Compiles ahead of time the GPU kernel that a plan of `config` runs on devices of compute
+// capability `compute_capability` (80, 86, 89, 90, ...; 0 = that of config.device), or finds it
+// in the on-disk kernel cache (DECA_CACHE_DIR, else ~/.cache/deca), and returns its name (what
+// GqaPlan::kernel_name will be there). Nothing is launched and, with an explicit capability, no
+// GPU is needed: a build machine or a server's start-up fills the cache so that no request
+// waits for NVRTC. With an explicit capability config.device is not used.
+std::string precompile_gqa_decode(const GqaConfig& config, int compute_capability = 0);
+
 struct GqaDecodeArgs {
   TensorView q;           // [batch, q_len, num_q_heads, head_dim] bf16|fp16, head_dim contiguous
   TensorView k_cache;     // NHD or HND (config.layout), head_dim contiguous, any page stride

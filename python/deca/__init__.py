@@ -12,7 +12,7 @@ argument, what was expected and what came.
 from . import _C
 from ._tensors import Error
 from ._tensors import tensor as _tensor
-from .gqa import GqaPlan, gqa_decode
+from .gqa import GqaPlan, gqa_decode, precompile_gqa_decode
 from .mla import MlaPlan, combine, mla_decode_dense, mla_decode_sparse
 from .quant import (choose_fp8_scale, choose_int8_scale, pack_mla_fp8, quantize_fp8,
                     quantize_int8, unpack_mla_fp8)
@@ -34,7 +34,7 @@ def version():
 __version__ = _C.version()
 
 __all__ = [
-    "Error", "Tensor", "as_tensor", "version", "GqaPlan", "gqa_decode", "MlaPlan", "mla_decode_dense",
-    "mla_decode_sparse", "combine", "choose_fp8_scale", "choose_int8_scale", "quantize_fp8",
+    "Error", "Tensor", "as_tensor", "version", "GqaPlan", "gqa_decode", "precompile_gqa_decode",
+    "MlaPlan", "mla_decode_dense", "mla_decode_sparse", "combine", "choose_fp8_scale", "choose_int8_scale", "quantize_fp8",
     "quantize_int8", "pack_mla_fp8", "unpack_mla_fp8",
 ]

@@ -101,6 +101,44 @@ def gqa_decode(q, k_cache, v_cache, page_table, seq_lens, out=None, *, layout="N
     return (out, lse) if want_lse else out
 
 
+def _config(fn, num_q_heads, num_kv_heads, head_dim, page_size, *, layout="NHD", q_dtype="bf16",
+            kv_dtype="bf16", out_dtype=None, max_batch=1, max_q_len=1, max_seq_len=0,
+            tree_mask=False, sinks=False, lse=False, per_head_kv_scale=False, window=0,
+            softcap=0.0, beam_width=1, split_mode="auto", split_tokens=0, device="cpu"):
+    """The _C.GqaConfig of GqaPlan's arguments (validated in C++ when it is used)."""
+    choice(fn, "layout", layout, _LAYOUTS)
+    choice(fn, "split_mode", split_mode, _SPLIT_MODES)
+    c = _C.GqaConfig()
+    c.num_q_heads, c.num_kv_heads, c.head_dim, c.page_size = (num_q_heads, num_kv_heads,
+                                                              head_dim, page_size)
+    c.layout = layout
+    c.q_dtype = _C.parse_dtype(q_dtype, f"{fn}: q_dtype")
+    c.kv_dtype = _C.parse_dtype(kv_dtype, f"{fn}: kv_dtype")
+    c.out_dtype = _C.parse_dtype(out_dtype or q_dtype, f"{fn}: out_dtype")
+    c.max_batch, c.max_q_len, c.max_seq_len = max_batch, max_q_len, max_seq_len
+    c.tree_mask, c.sinks, c.lse = tree_mask, sinks, lse
+    c.per_head_kv_scale = per_head_kv_scale
+    c.window, c.softcap, c.beam_width = window, softcap, beam_width
+    c.split_mode, c.split_tokens = split_mode, split_tokens
+    c.device = parse_device(device, fn)
+    return c
+
+
+def precompile_gqa_decode(num_q_heads, num_kv_heads, head_dim=128, page_size=16, *,
+                          compute_capability=0, **options):
+    """Compiles the GPU kernel a GqaPlan of these arguments runs (options: GqaPlan's keywords)
+    into the on-disk kernel cache (DECA_CACHE_DIR, else ~/.cache/deca) and returns its name.
+
+    compute_capability: 80, 86, 89, 90, ... to compile without a GPU (the device option is then
+    not used); 0 compiles for the device option's GPU. Nothing is launched: a build step or a
+    server's start-up warms the cache so that no request waits for NVRTC.
+    """
+    fn = "precompile_gqa_decode"
+    return _C.precompile_gqa_decode(
+        _config(fn, num_q_heads, num_kv_heads, head_dim, page_size, **options),
+        compute_capability)
+
+
 class GqaPlan:
     """A plan for one model layer's decode shape: made once, run per layer and step.
 
@@ -110,28 +148,13 @@ class GqaPlan:
     `workspace_bytes` bytes once (zeroed) and pass them to every run.
     """
 
-    def __init__(self, num_q_heads, num_kv_heads, head_dim=128, page_size=16, *, layout="NHD",
-                 q_dtype="bf16", kv_dtype="bf16", out_dtype=None, max_batch=1, max_q_len=1,
-                 max_seq_len=0, tree_mask=False, sinks=False, lse=False,
-                 per_head_kv_scale=False, window=0, softcap=0.0, beam_width=1,
-                 split_mode="auto", split_tokens=0, device="cpu"):
-        fn = "GqaPlan"
-        choice(fn, "layout", layout, _LAYOUTS)
-        choice(fn, "split_mode", split_mode, _SPLIT_MODES)
-        c = _C.GqaConfig()
-        c.num_q_heads, c.num_kv_heads, c.head_dim, c.page_size = (num_q_heads, num_kv_heads,
-                                                                  head_dim, page_size)
-        c.layout = layout
-        c.q_dtype = _C.parse_dtype(q_dtype, f"{fn}: q_dtype")
-        c.kv_dtype = _C.parse_dtype(kv_dtype, f"{fn}: kv_dtype")
-        c.out_dtype = _C.parse_dtype(out_dtype or q_dtype, f"{fn}: out_dtype")
-        c.max_batch, c.max_q_len, c.max_seq_len = max_batch, max_q_len, max_seq_len
-        c.tree_mask, c.sinks, c.lse = tree_mask, sinks, lse
-        c.per_head_kv_scale = per_head_kv_scale
-        c.window, c.softcap, c.beam_width = window, softcap, beam_width
-        c.split_mode, c.split_tokens = split_mode, split_tokens
-        c.device = parse_device(device, fn)
-        self._plan = _C.plan_gqa_decode(c)
+    def __init__(self, num_q_heads, num_kv_heads, head_dim=128, page_size=16, **options):
+        """options: layout="NHD", q_dtype="bf16", kv_dtype="bf16", out_dtype=None (= q_dtype),
+        max_batch=1, max_q_len=1, max_seq_len=0, tree_mask=False, sinks=False, lse=False,
+        per_head_kv_scale=False, window=0, softcap=0.0, beam_width=1, split_mode="auto",
+        split_tokens=0, device="cpu"."""
+        self._plan = _C.plan_gqa_decode(
+            _config("GqaPlan", num_q_heads, num_kv_heads, head_dim, page_size, **options))
 
     config = property(lambda self: self._plan.config, doc="the validated _C.GqaConfig")
     workspace_bytes = property(lambda self: self._plan.workspace_bytes,

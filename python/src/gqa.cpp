@@ -126,6 +126,13 @@ void register_gqa(nb::module_& m) {
 
   m.def("plan_gqa_decode", [](const GqaConfig& config) { return plan_gqa_decode(config); },
         nb::arg("config"));
+  m.def(
+      "precompile_gqa_decode",
+      [](const GqaConfig& config, int compute_capability) {
+        nb::gil_scoped_release release;  // NVRTC takes a second or two
+        return precompile_gqa_decode(config, compute_capability);
+      },
+      nb::arg("config"), nb::arg("compute_capability"));
 
   def_run<GqaPlan>(m, "gqa_decode_planned", "plan");
   def_run<GqaConfig>(m, "gqa_decode_oneoff", "config");

@@ -2,6 +2,8 @@
 // here is called only after src/api/ has validated the arguments.
 #pragma once
 
+#include <string>
+
 #include "deca/gqa.hpp"
 #include "kernels/gqa/params.cuh"
 #include "plan/gqa_split.hpp"
@@ -29,8 +31,8 @@ void carve_gqa_workspace(const GqaPlan& plan, void* workspace, GqaParams& params
 // Launches on `stream` (a cudaStream_t). params.ws_* already point into the caller's workspace.
 void gqa_decode(const GqaPlan& plan, const GqaParams& params, void* stream);
 
-// Compiles (or loads from the cubin cache) every kernel specialization `plan` needs, without
-// launching anything: deca-bench --precompile uses it so that a server starts warm.
-void precompile_gqa(const GqaPlan& plan);
+// Compiles (or finds in the cubin cache) the kernel a plan of `config` runs on devices of compute
+// capability `arch`, without launching anything or needing a GPU; returns its name.
+std::string precompile_gqa(const GqaConfig& config, int arch);
 
 }  // namespace deca::cuda

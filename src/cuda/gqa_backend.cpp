@@ -184,10 +184,10 @@ void gqa_decode(const GqaPlan& plan, const GqaParams& params, void* stream) {
   jit::launch(kernel, grid, block, static_cast<std::size_t>(shape.smem_bytes), stream, args);
 }
 
-void precompile_gqa(const GqaPlan& plan) {
-  const int device = plan_device(plan);
-  const int arch = available() ? compute_capability(device) : 90;
-  (void)jit::compile_only(make_gqa_key(plan.config, arch).spec());
+std::string precompile_gqa(const GqaConfig& config, int arch) {
+  const GqaKernelKey key = make_gqa_key(config, arch);
+  (void)jit::compile_only(key.spec());
+  return key.name();
 }
 
 }  // namespace deca::cuda

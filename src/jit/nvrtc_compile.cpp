@@ -57,6 +57,14 @@ std::vector<std::string> codegen_options(const JitSpec& spec) {
   return opts;
 }
 
+std::vector<int> nvrtc_supported_archs() {
+  int count = 0;
+  if (nvrtcGetNumSupportedArchs(&count) != NVRTC_SUCCESS || count <= 0) return {};
+  std::vector<int> archs(static_cast<std::size_t>(count));
+  if (nvrtcGetSupportedArchs(archs.data()) != NVRTC_SUCCESS) return {};
+  return archs;
+}
+
 std::string nvrtc_version() {
   int major = 0, minor = 0;
   if (nvrtcVersion(&major, &minor) != NVRTC_SUCCESS) return "unknown";

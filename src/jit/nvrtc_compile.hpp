@@ -21,6 +21,10 @@ struct CompileResult {
 // --use_fast_math: kernels keep IEEE semantics and call fast intrinsics where they mean to.
 std::vector<std::string> codegen_options(const JitSpec& spec);
 
+// The compute capabilities this NVRTC can target (e.g. 75, 80, 86, 87, 89, 90, 100, 120),
+// ascending; empty if NVRTC cannot say.
+std::vector<int> nvrtc_supported_archs();
+
 // "13.0": part of the cache key, since a new NVRTC may generate different code.
 std::string nvrtc_version();
 

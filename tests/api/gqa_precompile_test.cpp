@@ -1,0 +1,62 @@
+// precompile_gqa_decode: the config is validated as a plan's is, the compute capability must be
+// one NVRTC targets (>= 8.0), and without one the config must name a present CUDA device. These
+// are rejected before NVRTC runs; tests/jit/ checks what a successful call leaves in the cache.
+#include <gtest/gtest.h>
+
+#include "api/api_fixtures.hpp"
+
+namespace deca::test {
+namespace {
+
+::testing::AssertionResult precompile_rejects(const GqaConfig& config, int cc,
+                                              std::initializer_list<std::string> needles) {
+  return rejected([&] { precompile_gqa_decode(config, cc); }, needles, {});
+}
+
+// The small valid config of the API tests (CPU device).
+GqaConfig valid_config() { return GqaCase{}.config; }
+
+TEST(GqaPrecompile, ConfigFieldsAreValidated) {
+  GqaConfig c = valid_config();
+  c.num_q_heads = 6;
+  c.num_kv_heads = 4;
+  EXPECT_TRUE(precompile_rejects(c, 90,
+                                 {"precompile_gqa_decode: config.num_q_heads",
+                                  "multiple of num_kv_heads (4)", "got 6"}));
+  c = valid_config();
+  c.head_dim = 40;
+  EXPECT_TRUE(precompile_rejects(c, 90, {"config.head_dim", "got 40"}));
+  c = valid_config();
+  c.kv_dtype = DType::kFP32;
+  EXPECT_TRUE(precompile_rejects(c, 80, {"config.kv_dtype", "fp8_e4m3", "got fp32"}));
+}
+
+TEST(GqaPrecompile, CapabilityBelowAmpereOrUnknownIsRejected) {
+  const GqaConfig c = valid_config();
+  for (int cc : {-90, 52, 75, 79, 91, 95}) {
+    EXPECT_TRUE(precompile_rejects(
+        c, cc, {"precompile_gqa_decode: compute_capability", "80", "got " + std::to_string(cc)}))
+        << cc;
+  }
+}
+
+TEST(GqaPrecompile, WithoutCapabilityTheDeviceMustBeCuda) {
+  const GqaConfig c = valid_config();  // a CPU config: nothing to compile for
+  EXPECT_TRUE(precompile_rejects(c, 0,
+                                 {"precompile_gqa_decode: config.device", "a CUDA device",
+                                  "compute_capability", "got cpu"}));
+}
+
+TEST(GqaPrecompile, WithCapabilityTheDeviceIsNotUsed) {
+  // A CUDA device index that cannot exist: with an explicit capability the call must not look.
+  GqaConfig c = valid_config();
+  c.device = Device::cuda(4096);
+  c.num_q_heads = 5;  // still validated
+  c.num_kv_heads = 2;
+  EXPECT_TRUE(precompile_rejects(c, 90, {"config.num_q_heads", "got 5"}));
+  c.num_q_heads = 4;
+  EXPECT_TRUE(precompile_rejects(c, 0, {"config.device", "got cuda:4096"}));
+}
+
+}  // namespace
+}  // namespace deca::test
