@@ -52,12 +52,7 @@ std::string precompile_gqa_decode(const GqaConfig& config, int compute_capabilit
               "a CUDA device (or a compute_capability to compile for without one)",
               to_string(config.device));
   }
-  const int cc = cuda::compute_capability(config.device.index);
-  if (cc < 80) {
-    api::fail(kFn, "config.device", "compute capability >= 8.0 (mma.sync, cp.async)",
-              to_string(config.device) + " of compute capability " + std::to_string(cc / 10) +
-                  "." + std::to_string(cc % 10));
-  }
+  const int cc = cuda::gqa_arch(config, kFn);
   return cuda::precompile_gqa(config, cc);
 }
 

@@ -19,6 +19,10 @@ int compute_capability(int device);
 // Per-SM resource limits of `device`, for occupancy.
 plan::SmLimits sm_limits(int device);
 
+// The compute capability of config.device (a CUDA device) for the GQA kernel; throws a
+// deca::Error from `fn` naming config.device when it is absent or older than 8.0.
+int gqa_arch(const GqaConfig& config, const std::string& fn);
+
 // Fills plan.num_splits, split_tokens, workspace_bytes, kernel_name, sm_count for a config whose
 // device is CUDA.
 void plan_gqa_decode(GqaPlan& plan);

@@ -89,18 +89,24 @@ const Prepared& prepared(const GqaPlan& plan) {
 
 }  // namespace
 
-void plan_gqa_decode(GqaPlan& plan) {
-  const GqaConfig& c = plan.config;
-  const int device = plan_device(plan);
+int gqa_arch(const GqaConfig& c, const std::string& fn) {
+  const int device = c.device.index;
   if (device < 0 || device >= device_count()) {
-    throw Error("plan_gqa_decode: config.device: expected a CUDA device index in [0, " +
+    throw Error(fn + ": config.device: expected a CUDA device index in [0, " +
                 std::to_string(device_count()) + "), got " + to_string(c.device));
   }
   const int arch = compute_capability(device);
   if (arch < 80) {
-    throw Error("plan_gqa_decode: config.device: expected compute capability >= 8.0 (mma.sync, "
-                "cp.async), got " + std::to_string(arch / 10) + "." + std::to_string(arch % 10));
+    throw Error(fn + ": config.device: expected compute capability >= 8.0 (mma.sync, cp.async), "
+                "got " + std::to_string(arch / 10) + "." + std::to_string(arch % 10));
   }
+  return arch;
+}
+
+void plan_gqa_decode(GqaPlan& plan) {
+  const GqaConfig& c = plan.config;
+  const int device = plan_device(plan);
+  const int arch = gqa_arch(c, "plan_gqa_decode");
   const GqaKernelKey key = make_gqa_key(c, arch);
   const gqa::Shape shape = key.shape();
   // Occupancy comes from the compiled kernel itself (its registers), not from a guess.
