@@ -1,7 +1,8 @@
 #include "cuda/gqa_spec.hpp"
 
 #include <cstdlib>
-#include <sstream>
+#include <string>
+#include <utility>
 
 namespace deca::cuda {
 
@@ -9,41 +10,46 @@ namespace {
 const char* short_dtype(int dtype) { return dtype_name(static_cast<DType>(dtype)); }
 }  // namespace
 
+// Names and sources are built with std::to_string and string appends, never iostreams: a module
+// that links libstdc++ statically (manylinux-style builds, some default toolchains) can run with
+// an uninitialised iostream locale, where `stream << int` drops the digits or crashes.
 std::string GqaKernelKey::name() const {
-  std::ostringstream s;
-  s << "gqa_sm" << arch << "_d" << head_dim << "_g" << group << "_r" << rows << "_p" << page_size
-    << "_q" << short_dtype(q_dtype) << "_kv" << short_dtype(kv_dtype) << "_o"
-    << short_dtype(out_dtype);
-  if (window) s << "_win";
-  if (tree) s << "_tree";
-  if (softcap) s << "_cap";
-  if (beam_width > 1) s << "_beam" << beam_width;
-  if (ctas_per_sm != 2) s << "_c" << ctas_per_sm;
-  return s.str();
+  using std::to_string;
+  std::string s = "gqa_sm" + to_string(arch) + "_d" + to_string(head_dim) + "_g" +
+                  to_string(group) + "_r" + to_string(rows) + "_p" + to_string(page_size) + "_q" +
+                  short_dtype(q_dtype) + "_kv" + short_dtype(kv_dtype) + "_o" +
+                  short_dtype(out_dtype);
+  if (window) s += "_win";
+  if (tree) s += "_tree";
+  if (softcap) s += "_cap";
+  if (beam_width > 1) s += "_beam" + to_string(beam_width);
+  if (ctas_per_sm != 2) s += "_c" + to_string(ctas_per_sm);
+  return s;
 }
 
 jit::JitSpec GqaKernelKey::spec() const {
-  std::ostringstream src;
-  const auto b = [](bool v) { return v ? "true" : "false"; };
-  src << "// " << name() << "\n"
-      << "struct Cfg {\n"
-      << "  static constexpr int kHeadDim = " << head_dim << ";\n"
-      << "  static constexpr int kGroup = " << group << ";\n"
-      << "  static constexpr int kRows = " << rows << ";\n"
-      << "  static constexpr int kPageSize = " << page_size << ";\n"
-      << "  static constexpr int kQDtype = " << q_dtype << ";\n"
-      << "  static constexpr int kKvDtype = " << kv_dtype << ";\n"
-      << "  static constexpr int kOutDtype = " << out_dtype << ";\n"
-      << "  static constexpr bool kWindow = " << b(window) << ";\n"
-      << "  static constexpr bool kTree = " << b(tree) << ";\n"
-      << "  static constexpr bool kSoftcap = " << b(softcap) << ";\n"
-      << "  static constexpr int kCtasPerSm = " << ctas_per_sm << ";\n"
-      << "  static constexpr int kBeamWidth = " << beam_width << ";\n"
-      << "};\n"
-      << "#include \"kernels/gqa/entry.cuh\"\n";
+  using std::to_string;
+  const auto b = [](bool v) { return std::string(v ? "true" : "false"); };
+  const auto constant = [](const char* type, const char* field, const std::string& value) {
+    return std::string("  static constexpr ") + type + " " + field + " = " + value + ";\n";
+  };
+  std::string src = "// " + name() + "\nstruct Cfg {\n";
+  src += constant("int", "kHeadDim", to_string(head_dim));
+  src += constant("int", "kGroup", to_string(group));
+  src += constant("int", "kRows", to_string(rows));
+  src += constant("int", "kPageSize", to_string(page_size));
+  src += constant("int", "kQDtype", to_string(q_dtype));
+  src += constant("int", "kKvDtype", to_string(kv_dtype));
+  src += constant("int", "kOutDtype", to_string(out_dtype));
+  src += constant("bool", "kWindow", b(window));
+  src += constant("bool", "kTree", b(tree));
+  src += constant("bool", "kSoftcap", b(softcap));
+  src += constant("int", "kCtasPerSm", to_string(ctas_per_sm));
+  src += constant("int", "kBeamWidth", to_string(beam_width));
+  src += "};\n#include \"kernels/gqa/entry.cuh\"\n";
   jit::JitSpec spec;
   spec.name = name();
-  spec.source = src.str();
+  spec.source = std::move(src);
   spec.entry = "deca_gqa_decode";
   spec.arch = arch;
   return spec;
