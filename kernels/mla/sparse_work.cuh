@@ -1,0 +1,55 @@
+// MLA sparse decode on the GPU: how the work is split, and what every sparse decode kernel reads
+// besides MlaSparseParams. This is the contract between the scheduler, the decode kernels (the
+// portable one and the sm90a warp-specialized one) and the combine kernel. No includes (host
+// compiler, nvcc and NVRTC alike).
+//
+// Units of work. Request r lists len(r) indices per query token (len = topk, or
+// min(max(topk_length[r], 0), topk) when topk_length is given); they are processed in blocks of
+// kTopkBlock = 64 indices, n(r) = ceil(len(r) / 64) blocks (0 for an empty request). A request
+// costs n(r) + kFixedOverheadBlocks units (loading q, softmax state, the write-back): the
+// scheduler walks the requests in order and fills num_parts SM partitions with about
+// ceil(sum of costs / num_parts) + kFixedOverheadBlocks units each, cutting a request between two
+// partitions where a partition fills (FlashMLA's scheme, seed 001 step 3).
+//
+// Splits. A request whose blocks all sit in one partition is unsplit: that partition writes its
+// final bf16 output and LSE (the attention sink applied). A request cut into k pieces has k
+// split slots, split_offsets[r] .. split_offsets[r + 1] - 1 (every request owns at least one slot,
+// so the slot count is at most batch + num_parts); piece j writes its normalised partial output
+// (fp32, O / l of its own keys) and its natural-log LSE (-inf when it saw no valid key) to slot
+// split_offsets[r] + j, and the combine kernel merges the pieces by LSE (and the sink).
+// An empty request (n(r) = 0) still gets one partition, which writes zeros and LSE = -inf.
+//
+// Grid of a decode kernel: x = head blocks of 64 heads (num_heads padded inside; a cluster of 2
+// along x may share dequantized tokens), y = query token (q_len), z = partition.
+#pragma once
+
+namespace deca::mla {
+
+inline constexpr int kTopkBlock = 64;
+inline constexpr int kFixedOverheadBlocks = 5;
+
+// One SM partition's work: requests begin_req..end_req (inclusive); blocks [begin_block, n) of
+// begin_req, every block of the requests between, and blocks [0, end_block) of end_req (when
+// begin_req == end_req: blocks [begin_block, end_block)). begin_req > end_req: nothing to do.
+struct SparsePart {
+  int begin_req;
+  int begin_block;
+  int end_req;
+  int end_block;
+  int begin_split;  // the slot of begin_req's piece in this partition (a global slot index)
+  int begin_split_count;  // how many pieces begin_req has in all (1 = unsplit)
+  int end_split_count;    // how many pieces end_req has in all (1 = unsplit)
+  int pad;
+};
+
+// What the decode and combine kernels read besides MlaSparseParams (all in the workspace).
+struct SparseRun {
+  const SparsePart* parts;   // [num_parts]
+  const int* split_offsets;  // [batch + 1]: slots of request r are [split_offsets[r], split_offsets[r + 1])
+  float* partial_o;          // [slots, q_len, num_heads, 512] fp32, normalised per piece
+  float* partial_lse;        // [slots, q_len, num_heads] fp32, natural log, -inf = no valid key
+  int num_parts;
+  int max_slots;             // capacity of partial_o / partial_lse in slots (checked by the scheduler)
+};
+
+}  // namespace deca::mla
