@@ -1,7 +1,7 @@
 // MLA sparse decode on the GPU: how the work is split, and what every sparse decode kernel reads
 // besides MlaSparseParams. This is the contract between the scheduler, the decode kernels (the
-// portable one and the sm90a warp-specialized one) and the combine kernel. No includes (host
-// compiler, nvcc and NVRTC alike).
+// portable one and the sm90a warp-specialized one) and the combine kernel. Plain structs only
+// (host compiler, nvcc and NVRTC alike).
 //
 // Units of work. Request r lists len(r) indices per query token (len = topk, or
 // min(max(topk_length[r], 0), topk) when topk_length is given); they are processed in blocks of
@@ -22,6 +22,8 @@
 // Grid of a decode kernel: x = head blocks of 64 heads (num_heads padded inside; a cluster of 2
 // along x may share dequantized tokens), y = query token (q_len), z = partition.
 #pragma once
+
+#include "kernels/mla/params.cuh"
 
 namespace deca::mla {
 
@@ -50,6 +52,12 @@ struct SparseRun {
   float* partial_lse;        // [slots, q_len, num_heads] fp32, natural log, -inf = no valid key
   int num_parts;
   int max_slots;             // capacity of partial_o / partial_lse in slots (checked by the scheduler)
+};
+
+// The one parameter of every sparse decode kernel entry (passed as const __grid_constant__).
+struct SparseKernelParams {
+  MlaSparseParams p;
+  SparseRun run;
 };
 
 }  // namespace deca::mla
