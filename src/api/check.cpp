@@ -3,8 +3,8 @@
 #include <array>
 #include <climits>
 #include <cmath>
+#include <charconv>
 #include <cstdio>
-#include <sstream>
 #include <utility>
 
 #include "deca/error.hpp"
@@ -54,17 +54,31 @@ void fail(std::string_view fn, std::string_view arg, std::string_view expected,
 }
 
 std::string shape_string(const TensorView& t) {
-  std::ostringstream s;
-  s << "[";
-  for (int i = 0; i < t.rank; ++i) s << (i ? ", " : "") << t.shape[i];
-  s << "]";
-  return s.str();
+  std::string s = "[";
+  for (int i = 0; i < t.rank; ++i) {
+    if (i) s += ", ";
+    s += std::to_string(t.shape[i]);
+  }
+  s += "]";
+  return s;
 }
 
+// std::to_chars, not an ostream: a module that links libstdc++ statically may run before (or
+// without) iostream's locale set-up, and then `<<` drops digits or crashes (issue 6).
 std::string float_string(double value) {
-  std::ostringstream s;
-  s << value;
-  return s.str();
+  // Whole numbers print every digit (sizes and counts pass through here); others take the
+  // shortest form that reads back to the same value ("0.5", "1e+30", "nan", "-inf"), as a float
+  // when it is one (a float argument 0.1f prints "0.1", not its 17-digit double expansion).
+  char buf[64];
+  std::to_chars_result r;
+  if (std::isfinite(value) && value == std::trunc(value) && std::fabs(value) < 1e15) {
+    r = std::to_chars(buf, buf + sizeof buf, value, std::chars_format::fixed);
+  } else if (std::isfinite(value) && static_cast<double>(static_cast<float>(value)) == value) {
+    r = std::to_chars(buf, buf + sizeof buf, static_cast<float>(value));
+  } else {
+    r = std::to_chars(buf, buf + sizeof buf, value);
+  }
+  return std::string(buf, r.ptr);
 }
 
 void expect_present(std::string_view fn, std::string_view arg, const TensorView& t,

@@ -1,6 +1,6 @@
 #include "deca/tensor.hpp"
 
-#include <sstream>
+#include <string>
 
 #include "deca/error.hpp"
 #include "deca/version.hpp"
@@ -62,11 +62,17 @@ bool TensorView::is_contiguous() const {
 
 std::string TensorView::describe() const {
   if (!defined()) return "absent";
-  std::ostringstream s;
-  s << "[";
-  for (int i = 0; i < rank; ++i) s << (i ? ", " : "") << shape[i];
-  s << "] " << dtype_name(dtype) << " on " << to_string(device);
-  return s.str();
+  // String appends, not an ostream (see float_string in src/api/check.cpp).
+  std::string s = "[";
+  for (int i = 0; i < rank; ++i) {
+    if (i) s += ", ";
+    s += std::to_string(shape[i]);
+  }
+  s += "] ";
+  s += dtype_name(dtype);
+  s += " on ";
+  s += to_string(device);
+  return s;
 }
 
 TensorView make_tensor(void* data, DType dtype, int rank, const std::int64_t* shape,
