@@ -25,14 +25,19 @@ int attribute(cudaDeviceAttr attr, int device, const char* what) {
 
 }  // namespace
 
+// The runtime fixes its device list (CUDA_VISIBLE_DEVICES) at its first call, so the count is
+// asked once: validation calls this on every gqa_decode.
 int device_count() {
-  int n = 0;
-  // No driver or no device: the runtime says so with an error; both mean "no CUDA here".
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return 0;
-  }
-  return n;
+  static const int count = [] {
+    int n = 0;
+    // No driver or no device: the runtime says so with an error; both mean "no CUDA here".
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return 0;
+    }
+    return n;
+  }();
+  return count;
 }
 
 bool available() { return device_count() > 0 && jit::driver_available(); }

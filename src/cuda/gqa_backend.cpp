@@ -67,14 +67,14 @@ struct Prepared {
 // Runs look their kernel up by the plan's name once per (name, device) and then keep the answer:
 // rebuilding the key, its source text and its cache hash (and two device-attribute queries) on
 // every launch is host time in every decode step.
-const Prepared& prepared(const GqaPlan& plan) {
+const Prepared& prepared_slow(const GqaPlan& plan, int device) {
   static std::mutex mu;
   static std::map<std::pair<std::string, int>, Prepared> memo;
-  const int device = plan_device(plan);
-  const auto id = std::make_pair(plan.kernel_name, device);
   {
     std::lock_guard<std::mutex> lock(mu);
-    if (auto it = memo.find(id); it != memo.end()) return it->second;
+    if (auto it = memo.find(std::make_pair(plan.kernel_name, device)); it != memo.end()) {
+      return it->second;
+    }
   }
   const GqaKernelKey key = make_gqa_key(plan.config, compute_capability(device));
   if (key.name() != plan.kernel_name) {
@@ -84,7 +84,31 @@ const Prepared& prepared(const GqaPlan& plan) {
   }
   const jit::LoadedKernel& kernel = jit::get_kernel(key.spec(), device);
   std::lock_guard<std::mutex> lock(mu);
-  return memo.try_emplace(id, Prepared{key, &kernel}).first->second;
+  return memo.try_emplace(std::make_pair(plan.kernel_name, device), Prepared{key, &kernel})
+      .first->second;
+}
+
+// A decode step calls every layer with the same few plans from one thread: the last answer per
+// thread, compared by name and device, skips the shared map's lock, its string-keyed search and
+// the key copy it needs. Entries of the map never move, so the pointer stays valid.
+const Prepared& prepared(const GqaPlan& plan) {
+  struct Last {
+    std::string name;
+    int device = -1;
+    const Prepared* prep = nullptr;
+  };
+  thread_local Last last[4];
+  thread_local unsigned next = 0;
+  const int device = plan_device(plan);
+  for (const Last& l : last) {
+    if (l.prep && l.device == device && l.name == plan.kernel_name) return *l.prep;
+  }
+  const Prepared& p = prepared_slow(plan, device);
+  Last& slot = last[next++ % 4];
+  slot.name = plan.kernel_name;
+  slot.device = device;
+  slot.prep = &p;
+  return p;
 }
 
 }  // namespace
