@@ -228,8 +228,8 @@ double GpuTimer::measure_copy_bandwidth() {
   return 2.0 * static_cast<double>(bytes) / (median(ms) * 1e-3) / 1e9;
 }
 
-double GpuTimer::time_cold(const std::function<void(cudaStream_t)>& launch, int warmup,
-                           int iters) {
+std::vector<double> GpuTimer::time_cold(const std::function<void(cudaStream_t)>& launch,
+                                        int warmup, int iters) {
   // One ungated call first: a first call may compile and load its kernel, and a module load
   // must not wait behind the spinning hold kernel.
   launch(stream_);
@@ -253,7 +253,7 @@ double GpuTimer::time_cold(const std::function<void(cudaStream_t)>& launch, int 
     check_cuda(cudaEventElapsedTime(&ms, start_, stop_), "cudaEventElapsedTime");
     if (i >= warmup) us.push_back(ms * 1e3);
   }
-  return median(us);
+  return us;
 }
 
 std::optional<double> GpuTimer::time_graph(const std::function<void(cudaStream_t)>& launch,

@@ -89,8 +89,9 @@ class GpuTimer {
   // short), counting bytes read + written.
   double measure_copy_bandwidth();
 
-  // Median microseconds of one launch with a cold L2.
-  double time_cold(const std::function<void(cudaStream_t)>& launch, int warmup, int iters);
+  // Microseconds of each of `iters` launches with a cold L2 (after `warmup` untimed ones).
+  std::vector<double> time_cold(const std::function<void(cudaStream_t)>& launch, int warmup,
+                                int iters);
 
   // Median microseconds per launch of `launches` back-to-back launches in one CUDA graph;
   // nullopt (and `why`) when the launch cannot be captured.

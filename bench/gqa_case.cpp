@@ -272,6 +272,23 @@ CaseResult run_gqa_case(const BenchCase& bc, const RunOptions& opt) {
         return check_against_reference(s, cfg, h, kv_scale, picked);
       },
       r);
+  if (opt.host_calls > 0) {
+    GqaDecodeArgs a = args;
+    if (!opt.cuda) {
+      // The CPU backend computes inside the call: a batch of 0 requests over the same tensors
+      // times what a call costs besides the attention itself (every argument check, dispatch).
+      for (TensorView* t : {&a.q, &a.page_table, &a.seq_lens, &a.out, &a.tree_mask}) {
+        if (t->defined()) t->shape[0] = 0;
+      }
+      r.host_note = "CPU: validation + dispatch of a 0-request call (no attention computed)";
+    } else {
+      r.host_note = "CUDA: validation + kernel lookup + launch, no synchronisation";
+    }
+    r.host_us = host_cost_us(opt, opt.host_calls, [&](void* stream) {
+      a.stream = stream;
+      gqa_decode(plan, a);
+    });
+  }
   return r;
 }
 

@@ -1,9 +1,14 @@
 // deca-bench: decode-attention benchmark over the named shapes of shared/BENCH_SHAPES.md.
 // Without flags it runs the GQA table on the GPU, or the small preset on the CPU backend when
 // no GPU is present. See --help.
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <set>
 #include <string>
@@ -21,6 +26,7 @@
 #include "options.hpp"
 #include "presets.hpp"
 #include "report.hpp"
+#include "shape_spec.hpp"
 
 #ifndef DECA_BENCH_GIT_COMMIT
 #define DECA_BENCH_GIT_COMMIT "unknown"
@@ -44,12 +50,15 @@ std::vector<BenchCase> collect(const std::vector<std::string>& presets) {
   return cases;
 }
 
-// Compiles every GQA kernel specialization the preset needs, once each, without running: for
-// compute capability `arch` (0: that of `device`).
-int precompile(const std::string& preset, deca::KvLayout layout, int device, int arch) {
+// Compiles every GQA kernel specialization the cases need, once each, without running: for
+// compute capability `arch` (0: that of `device`). NVRTC runs on `jobs` threads at once (the
+// kernel cache makes each specialization once even when two cases share it); the wall time of
+// the whole set is what a server's start-up or a build machine waits.
+int precompile(const std::vector<BenchCase>& cases, deca::KvLayout layout, int device, int arch,
+               unsigned jobs) {
   std::vector<std::pair<std::string, deca::GqaConfig>> configs;
   int mla = 0;
-  for (const BenchCase& c : collect({preset})) {
+  for (const BenchCase& c : cases) {
     if (c.family != Family::kGqa) {
       ++mla;
       continue;
@@ -57,19 +66,66 @@ int precompile(const std::string& preset, deca::KvLayout layout, int device, int
     configs.emplace_back(c.name, gqa_config(c.gqa, layout, deca::Device::cuda(device)));
   }
   if (mla > 0) std::cout << "(" << mla << " MLA cases: no MLA kernels to compile in this build)\n";
+  struct Outcome {
+    std::string name, error;
+    double seconds = 0;
+  };
+  std::vector<Outcome> outcomes(configs.size());
+  std::atomic<std::size_t> next{0};
+  auto work = [&] {
+    for (std::size_t i = next++; i < configs.size(); i = next++) {
+      const auto t0 = std::chrono::steady_clock::now();
+      try {
+        outcomes[i].name = deca::precompile_gqa_decode(configs[i].second, arch);
+      } catch (const std::exception& e) {
+        outcomes[i].error = e.what();
+      }
+      outcomes[i].seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
+  };
+  jobs = std::max(1u, std::min<unsigned>(jobs, static_cast<unsigned>(configs.size())));
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::thread> pool;
+  for (unsigned t = 1; t < jobs; ++t) pool.emplace_back(work);
+  work();
+  for (std::thread& t : pool) t.join();
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
   std::set<std::string> kernels;
+  int failed = 0;
   for (std::size_t i = 0; i < configs.size(); ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
-    const std::string name = deca::precompile_gqa_decode(configs[i].second, arch);
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    // Cases sharing a kernel find it in memory the second time: only new ones are reported.
-    if (kernels.insert(name).second) {
-      std::cout << "[" << i + 1 << "/" << configs.size() << "] " << configs[i].first << ": " << name
-                << "  " << s << " s" << std::endl;
+    const Outcome& o = outcomes[i];
+    if (!o.error.empty()) {
+      ++failed;
+      std::cout << "[" << i + 1 << "/" << configs.size() << "] " << configs[i].first
+                << ": FAILED: " << o.error << "\n";
+    } else if (kernels.insert(o.name).second) {
+      // Cases sharing a kernel wait for the same compilation: only the first is listed.
+      std::cout << "[" << i + 1 << "/" << configs.size() << "] " << configs[i].first << ": "
+                << o.name << "  " << o.seconds << " s\n";
     }
   }
-  std::cout << kernels.size() << " kernel specializations ready\n";
-  return 0;
+  std::cout << kernels.size() << " kernel specializations ready in " << wall << " s wall ("
+            << jobs << " threads)" << (failed ? ", " + std::to_string(failed) + " failed" : "")
+            << "\n";
+  return failed ? 1 : 0;
+}
+
+// --json is checked before any case runs: a long GPU run must not end in "cannot open".
+std::string json_path_problem(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path p(path);
+  if (fs::is_directory(p, ec)) return "is a directory";
+  const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
+  if (!fs::is_directory(dir, ec)) return "its directory '" + dir.string() + "' does not exist";
+  if (fs::exists(p, ec)) {
+    if (::access(path.c_str(), W_OK) != 0) return "exists and is not writable";
+  } else if (::access(dir.c_str(), W_OK) != 0) {
+    return "its directory '" + dir.string() + "' is not writable";
+  }
+  return "";
 }
 
 nlohmann::json device_json(const DeviceInfo& d) {
@@ -90,15 +146,23 @@ int run(int argc, char** argv) {
   CLI::App app{"deca-bench: decode-attention benchmark (GQA paged decode, MLA decode).\n"
                "Shapes: shared/BENCH_SHAPES.md; timing: one launch with a cold L2, median of "
                "--iters after --warmup, plus back-to-back launches in a CUDA graph."};
-  bool list = false, check = false;
-  std::vector<std::string> presets;
+  bool list = false, check = false, host_cost = false;
+  std::vector<std::string> presets, shapes;
   std::string json_path, backend = "auto", precompile_preset, layout_name = "nhd";
-  int iters = 0, warmup = -1, device = 0, check_requests = 8, arch = 0;
+  int iters = 0, warmup = -1, device = 0, check_requests = 8, arch = 0, host_calls = 2000;
+  unsigned jobs = std::max(1u, std::thread::hardware_concurrency());
   double check_tol = 0.01;
   app.add_flag("--list", list, "list the presets and groups, then exit");
   app.add_option("--preset", presets,
                  "group (small, gqa, anchors, mla, all), shape or case name; repeatable "
                  "(default: gqa on a GPU, small on the CPU)");
+  app.add_option("--shape", shapes, kShapeHelp);
+  app.add_flag("--host-cost", host_cost,
+               "also time the host side of one gqa_decode call (argument checks, kernel lookup, "
+               "launch; no synchronisation): median of --host-calls calls. On the CPU backend "
+               "the calls have 0 requests, so no attention is computed in the timed part");
+  app.add_option("--host-calls", host_calls, "calls timed by --host-cost (default 2000)")
+      ->check(CLI::Range(1, 1 << 30));
   app.add_option("--json", json_path, "write the results to this JSON file");
   app.add_option("--backend", backend, "auto (the GPU when present), cpu or cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
@@ -116,8 +180,10 @@ int run(int argc, char** argv) {
   app.add_option("--warmup", warmup, "untimed runs first (default: 5 GPU, 1 CPU)")
       ->check(CLI::Range(0, 1 << 30));
   CLI::Option* precompile_opt = app.add_option("--precompile", precompile_preset,
-                 "compile every GPU kernel specialization of this preset (or all) into the "
-                 "kernel cache, then exit");
+                 "compile every GPU kernel specialization of this preset (or all; with --shape "
+                 "too) into the kernel cache, in parallel (--jobs), then exit");
+  app.add_option("--jobs", jobs, "threads for --precompile (default: every core)")
+      ->check(CLI::Range(1, 1024));
   app.add_option("--arch", arch,
                  "with --precompile: the compute capability to compile for (80, 86, 89, 90, ...); "
                  "needs no GPU (default: the device's)")
@@ -132,6 +198,15 @@ int run(int argc, char** argv) {
     print_presets(std::cout);
     return 0;
   }
+  if (!json_path.empty()) {
+    if (const std::string why = json_path_problem(json_path); !why.empty()) {
+      std::cerr << "deca-bench: --json: expected a path where a file can be written, got '"
+                << json_path << "': " << why << "\n";
+      return 2;
+    }
+  }
+  std::vector<BenchCase> shape_cases;
+  for (const std::string& spec : shapes) shape_cases.push_back(parse_shape(spec));
   const deca::KvLayout layout = layout_name == "hnd" ? deca::KvLayout::kHND : deca::KvLayout::kNHD;
   const bool gpu = deca::cuda::available();
   if (!precompile_preset.empty()) {
@@ -140,7 +215,9 @@ int run(int argc, char** argv) {
                    "to compile for with --arch (e.g. --arch 90 for Hopper)\n";
       return 2;
     }
-    return precompile(precompile_preset, layout, device, arch);
+    std::vector<BenchCase> cases = collect({precompile_preset});
+    cases.insert(cases.end(), shape_cases.begin(), shape_cases.end());
+    return precompile(cases, layout, device, arch, jobs);
   }
 
   RunOptions opt;
@@ -149,7 +226,7 @@ int run(int argc, char** argv) {
     std::cerr << "deca-bench: --backend cuda: no CUDA GPU found (driver or device missing)\n";
     return 2;
   }
-  const bool default_run = presets.empty();
+  const bool default_run = presets.empty() && shape_cases.empty();
   if (default_run) {
     if (opt.cuda) {
       presets = {"gqa"};
@@ -164,8 +241,10 @@ int run(int argc, char** argv) {
   opt.warmup = warmup >= 0 ? warmup : (opt.cuda ? 5 : 1);
   opt.check = check || (default_run && !opt.cuda);
   opt.check_requests = check_requests;
+  opt.host_calls = host_cost ? host_calls : 0;
   opt.seed = run_seed();
-  const std::vector<BenchCase> cases = collect(presets);
+  std::vector<BenchCase> cases = collect(presets);
+  cases.insert(cases.end(), shape_cases.begin(), shape_cases.end());
 
   RunInfo info;
   info.git_commit = git_commit();
@@ -190,9 +269,12 @@ int run(int argc, char** argv) {
     info.l2_flush = "none (CPU wall clock)";
     std::cout << "backend: cpu (the reference backend), wall clock, median of " << opt.iters
               << " after " << opt.warmup << " warm-up"
-              << (opt.check ? "; the check compares the API path with a direct reference call"
-                            : "")
               << "\n";
+    if (opt.check) {
+      std::cout << "note: on the CPU backend --check compares the reference with itself (the API "
+                   "path against a direct reference call): it tests the plumbing, not the "
+                   "numerics; run it on a GPU to check kernels\n";
+    }
   }
   std::cout << "commit " << info.git_commit << ", seed " << info.seed
             << (opt.check ? ", checking against the CPU reference" : "") << "\n\n";

@@ -17,6 +17,7 @@ struct RunOptions {
   bool check = false;          // compare with the CPU reference
   int check_requests = 8;      // GPU: requests sampled for --check (the CPU checks all)
   KvLayout layout = KvLayout::kNHD;
+  int host_calls = 0;          // --host-cost: gqa_decode calls timed for the host cost (0: off)
   std::uint64_t seed = 0;      // fresh per run; each case derives its own from it
   GpuTimer* timer = nullptr;   // set when cuda
 };

@@ -4,22 +4,12 @@
 #include <iomanip>
 #include <ostream>
 #include <random>
+#include <set>
 
 #include "deca/error.hpp"
 
 namespace deca::bench {
 namespace {
-
-// Fixed seed: a ragged case must have the same lengths in every run and on every machine, so
-// that its figures compare across commits. std::mt19937 is specified bit-exactly; the
-// distribution is not, so the draw is done by hand.
-std::vector<int> draw_lengths(int count, int lo, int hi, std::uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::vector<int> lengths(count);
-  const std::uint32_t span = static_cast<std::uint32_t>(hi - lo + 1);
-  for (int& len : lengths) len = lo + static_cast<int>(gen() % span);
-  return lengths;
-}
 
 const char* dtype_suffix(DType dtype) { return dtype == DType::kFP8E4M3 ? "fp8" : "bf16"; }
 
@@ -148,6 +138,14 @@ std::vector<BenchCase> build_table() {
   }
   t.gqa("anchor-l70-b4-128k", llama(64, 8, 4, 131072, 64), {bf16, fp8}, "ANCHORS.md row");
 
+  // sweep: KV bandwidth against batch and length (tools/plot_bench.py draws it).
+  for (int batch : {1, 4, 16, 64, 128, 256}) {
+    for (int seq_len : {512, 2048, 8192, 32768}) {
+      t.gqa("sweep-b" + std::to_string(batch) + "-s" + std::to_string(seq_len),
+            llama(64, 8, batch, seq_len, 64), {bf16, fp8}, "sweep: 64/8 heads, d128, page 64");
+    }
+  }
+
   // MLA decode: d_qk 576, d_v 512, page 64, q bf16.
   t.mla("mla-dense-b128-h16-4k", mla_shape(16, 128, 4096, 1, false, 0), "memory-bound");
   for (int q_len : {1, 2}) {
@@ -183,17 +181,69 @@ const Group kGroups[] = {
     {"gqa", "every GQA shape of BENCH_SHAPES.md (+ the issue-3 target rows)",
      [](const BenchCase& c) {
        return c.family == Family::kGqa && !starts_with(c.name, "small-") &&
-              !starts_with(c.name, "anchor-");
+              !starts_with(c.name, "anchor-") && !starts_with(c.name, "sweep-");
      }},
     {"anchors", "the extra GQA rows of ANCHORS.md",
      [](const BenchCase& c) { return starts_with(c.name, "anchor-"); }},
+    {"sweep", "GQA 64/8 d128 page 64, batch 1..256 x seq_len 512..32k, bf16 and fp8",
+     [](const BenchCase& c) { return starts_with(c.name, "sweep-"); }},
     {"mla", "every MLA shape of BENCH_SHAPES.md",
      [](const BenchCase& c) { return c.family == Family::kMla && !starts_with(c.name, "small-"); }},
-    {"all", "gqa + anchors + mla",
-     [](const BenchCase& c) { return !starts_with(c.name, "small-"); }},
+    {"all", "gqa + anchors + mla (not sweep)",
+     [](const BenchCase& c) { return !starts_with(c.name, "small-") && !starts_with(c.name, "sweep-"); }},
 };
 
+std::size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diag = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
 }  // namespace
+
+// Fixed seed: a ragged case must have the same lengths in every run and on every machine, so
+// that its figures compare across commits. std::mt19937 is specified bit-exactly; the
+// distribution is not, so the draw is done by hand.
+std::vector<int> draw_lengths(int count, int lo, int hi, std::uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::vector<int> lengths(count);
+  const std::uint32_t span = static_cast<std::uint32_t>(hi - lo + 1);
+  for (int& len : lengths) len = lo + static_cast<int>(gen() % span);
+  return lengths;
+}
+
+std::vector<std::string> nearest_presets(const std::string& name, std::size_t count) {
+  std::vector<std::pair<std::size_t, std::string>> scored;
+  auto consider = [&](const std::string& candidate) {
+    scored.emplace_back(edit_distance(name, candidate), candidate);
+  };
+  for (const Group& g : kGroups) consider(g.name);
+  std::set<std::string> shapes;
+  for (const BenchCase& c : all_cases()) {
+    consider(c.name);
+    // A shape name without its /variant selects all variants: suggest it too.
+    const auto slash = c.name.find('/');
+    if (slash != std::string::npos && shapes.insert(c.name.substr(0, slash)).second) {
+      consider(c.name.substr(0, slash));
+    }
+  }
+  std::stable_sort(scored.begin(), scored.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < scored.size() && out.size() < count; ++i) {
+    out.push_back(scored[i].second);
+  }
+  return out;
+}
 
 const std::vector<BenchCase>& all_cases() {
   static const std::vector<BenchCase> cases = build_table();
@@ -212,8 +262,10 @@ std::vector<BenchCase> resolve_preset(const std::string& name) {
   for (const BenchCase& c : all_cases())
     if (c.name == name || starts_with(c.name, name + "/")) out.push_back(c);
   if (out.empty()) {
-    throw Error("deca-bench: --preset: expected a group (small, gqa, anchors, mla, all) or a "
-                "case name from --list, got '" + name + "'");
+    std::string near;
+    for (const std::string& n : nearest_presets(name)) near += (near.empty() ? "" : ", ") + n;
+    throw Error("deca-bench: --preset: expected a group (small, gqa, anchors, sweep, mla, all) or "
+                "a case name from --list, got '" + name + "'; did you mean: " + near + "?");
   }
   return out;
 }

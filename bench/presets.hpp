@@ -59,6 +59,12 @@ std::vector<BenchCase> resolve_preset(const std::string& name);
 // The groups and every case, for --list.
 void print_presets(std::ostream& os);
 
+// `count` lengths drawn uniformly from lo..hi with a fixed seed (the same on every machine).
+std::vector<int> draw_lengths(int count, int lo, int hi, std::uint32_t seed);
+
+// The preset names (groups and cases) closest to a mistyped `name` by edit distance, best first.
+std::vector<std::string> nearest_presets(const std::string& name, std::size_t count = 3);
+
 // Per-request lengths of a shape (the ragged ones drawn from a fixed seed).
 std::vector<int> request_lengths(const GqaShape& shape);
 std::vector<int> request_lengths(const MlaShape& shape);

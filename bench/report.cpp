@@ -37,7 +37,7 @@ nlohmann::json optional_json(std::optional<double> v) {
 }
 
 constexpr int kNameWidth = 30;
-const int kWidths[] = {kNameWidth, 5, 10, 10, 9, 9, 8, 6, 9, 9, 6};
+const int kWidths[] = {kNameWidth, 5, 10, 10, 10, 10, 8, 9, 9, 8, 6, 9, 9, 6};
 
 }  // namespace
 
@@ -51,12 +51,13 @@ std::string utc_now_iso8601() {
 }
 
 void Report::print_header() {
-  const char* heads[] = {"case", "bknd", "time us", "graph us", "KV GB/s", "tot GB/s",
+  const char* heads[] = {"case", "bknd", "min us", "median us", "p90 us", "graph us", "host us",
+                         "KV GB/s", "tot GB/s",
                          "TFLOP/s", "ratio", "max abs", "rel rms", "splits"};
   int i = 0;
   for (const char* h : heads) out_ << std::left << std::setw(kWidths[i++]) << h << " ";
   out_ << "kernel\n";
-  out_ << std::string(kNameWidth + 100, '-') << "\n";
+  out_ << std::string(kNameWidth + 130, '-') << "\n";
 }
 
 void Report::add(CaseResult r) {
@@ -71,8 +72,11 @@ void Report::add(CaseResult r) {
     const std::string ratio =
         info_.copy_bandwidth_gbs ? fixed(kv / *info_.copy_bandwidth_gbs, 3) : "-";
     const std::string cols[] = {
+        fixed(r.time_us_min, 1),
         fixed(r.time_us, 1),
+        fixed(r.time_us_p90, 1),
         r.time_us_graph ? fixed(*r.time_us_graph, 1) : "-",
+        r.host_us ? fixed(*r.host_us, 2) : "-",
         fixed(kv, 1),
         fixed(gbs(r.total_bytes, r.time_us), 1),
         flops_text(r.time_us > 0 ? r.flops / (r.time_us * 1e-6) / 1e12 : 0),
@@ -108,6 +112,10 @@ void Report::write_json(const std::string& path) const {
     } else {
       const double kv = gbs(r.kv_bytes, r.time_us);
       c["time_us"] = r.time_us;
+      c["time_us_min"] = r.time_us_min;
+      c["time_us_p90"] = r.time_us_p90;
+      c["host_us_per_call"] = optional_json(r.host_us);
+      if (r.host_us) c["host_note"] = r.host_note;
       c["time_us_graph"] = optional_json(r.time_us_graph);
       c["kv_bytes"] = r.kv_bytes;
       c["total_bytes"] = r.total_bytes;

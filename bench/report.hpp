@@ -20,6 +20,10 @@ struct CaseResult {
   std::optional<std::string> check_failed;  // --check: error above tolerance or non-finite
 
   double time_us = 0;                  // median single launch (GPU: cold L2) / wall clock (CPU)
+  double time_us_min = 0;              // spread of the same samples
+  double time_us_p90 = 0;
+  std::optional<double> host_us;       // --host-cost: host wall time of one gqa_decode call
+  std::string host_note;               // what host_us measures on this backend
   std::optional<double> time_us_graph; // GPU: median per launch inside a CUDA graph
   std::string graph_note;              // why there is no graph figure
   double kv_bytes = 0;                 // K and V of the visible tokens, each once, stored dtype
