@@ -3,13 +3,15 @@
 # the GQA table on the GPU when there is one, else the CPU backend on the small preset.
 # Arguments go to deca-bench, e.g.  bash tools/bench.sh --preset l70-b99-4k --check
 #                                    bash tools/bench.sh --json bench/results/h200.json
+# Installs only what deca-bench needs (build packages and the CUDA toolkit: no test stack, no
+# Python) and builds it in its own folder (build-bench/, without the test suites).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source tools/install_deps.sh
+DECA_DEPS=bench source tools/install_deps.sh
 
 jobs=${DECA_JOBS:-$(nproc)}
-cmake --preset default
-cmake --build --preset default --parallel "$jobs" --target deca-bench
+cmake --preset bench
+cmake --build --preset bench --parallel "$jobs" --target deca-bench
 
 # The commit recorded in --json output: the current one, marked when the tree has edits.
 commit=$(git rev-parse HEAD 2>/dev/null || echo unknown)
@@ -17,4 +19,4 @@ if [ "$commit" != unknown ] && [ -n "$(git status --porcelain --untracked-files=
   commit="$commit-dirty"
 fi
 export DECA_GIT_COMMIT=${DECA_GIT_COMMIT:-$commit}
-exec build/bench/deca-bench "$@"
+exec build-bench/bench/deca-bench "$@"

@@ -7,7 +7,7 @@
 #   bash tools/check_static_libstdcxx.sh        (DECA_JOBS=N, DECA_STATIC_BUILD_DIR=dir)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[ -n "${DECA_PYTHON:-}" ] || source tools/install_deps.sh
+[ -n "${DECA_PYTHON:-}" ] || DECA_DEPS=all source tools/install_deps.sh
 
 build=${DECA_STATIC_BUILD_DIR:-build-static-runtime}
 jobs=${DECA_JOBS:-$(nproc)}

@@ -3,16 +3,20 @@
 # Debian packages (apt-get update runs once, only when something is missing), the CUDA toolkit
 # located (headers + NVRTC) and exported for CMake, and pinned PyPI packages in a virtual
 # environment.
-# Sourced by tools/test.sh and tools/bench.sh; sets DECA_PYTHON.
+# Sourced by tools/test.sh (everything; sets DECA_PYTHON) and tools/bench.sh, which sets
+# DECA_DEPS=bench first: deca-bench needs only the build packages and the toolkit, no Python.
 set -euo pipefail
 
-deca_apt_packages=(cmake g++ git libgtest-dev libgmock-dev libcli11-dev nlohmann-json3-dev python3-dev python3-venv)
+# deca-bench and the library: compiler, CMake, CLI11, nlohmann-json.
+deca_apt_build_packages=(cmake g++ git libcli11-dev nlohmann-json3-dev)
+# The test suites and the Python module on top of those.
+deca_apt_test_packages=(libgtest-dev libgmock-dev python3-dev python3-venv)
 deca_pip_packages=(scikit-build-core==0.11.6 nanobind==2.9.2 numpy==2.4.6 pytest==9.2.0 ml_dtypes==0.6.0
   jax==0.10.2 jaxlib==0.10.2 scipy==1.17.1 opt_einsum==3.4.0)
 
 deca_install_apt() {
   local missing=()
-  for p in "${deca_apt_packages[@]}"; do
+  for p in "$@"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
   done
   [ ${#missing[@]} -eq 0 ] && return 0
@@ -78,6 +82,18 @@ deca_install_pip() {
   "$DECA_PYTHON" -m pip install -q --disable-pip-version-check "${deca_pip_packages[@]}"
 }
 
-deca_install_apt
-deca_check_cuda
-deca_install_pip
+case "${DECA_DEPS:-all}" in
+  bench)
+    deca_install_apt "${deca_apt_build_packages[@]}"
+    deca_check_cuda
+    ;;
+  all)
+    deca_install_apt "${deca_apt_build_packages[@]}" "${deca_apt_test_packages[@]}"
+    deca_check_cuda
+    deca_install_pip
+    ;;
+  *)
+    echo "install_deps: DECA_DEPS: expected bench or all, got '$DECA_DEPS'" >&2
+    return 1 2> /dev/null || exit 1
+    ;;
+esac

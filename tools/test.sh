@@ -8,7 +8,7 @@
 #   bash tools/test.sh            (DECA_JOBS=N to choose the build parallelism)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source tools/install_deps.sh
+DECA_DEPS=all source tools/install_deps.sh
 
 jobs=${DECA_JOBS:-$(nproc)}
 cmake --preset default
