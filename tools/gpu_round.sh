@@ -1,7 +1,21 @@
 #!/usr/bin/env bash
-# One whole round on a GPU machine: build, GPU tests, benchmarks; logs and JSON into $1 (or $OUT).
+# One whole round on a GPU machine: build, GPU tests (C++ and Python), host costs, benchmarks;
+# logs and JSON packed into OUTDIR/round.tgz (the device tool returns at most 8 files), with the
+# short summary in OUTDIR/round.log.
 #
 #   tools/gpu_round.sh OUTDIR [bench presets...]      (default presets: the GQA table)
+#
+# Knobs (environment):
+#   DECA_SKIP_TESTS=1 / DECA_SKIP_JIT=1 / DECA_SKIP_PYTHON=1 / DECA_SKIP_BENCH=1   leave a step out
+#   DECA_GTEST_FILTER=...        filter of the C++ GPU suite
+#   DECA_PYTEST_ARGS="..."       extra pytest arguments (e.g. -k cuda)
+#   DECA_BENCH_ARGS="..."        extra deca-bench arguments (e.g. --host-cost)
+#   DECA_BENCH_VARIANTS="A=1 B=2,C=3"   run every preset once per variant: a comma-separated list of
+#                                env assignments per variant (space between variants); the JSON
+#                                and log of each carry the variant in their names
+#   DECA_NCU_CASES="l70-b99-4k/fp8 ..."  ncu counters for one launch per case
+#   DECA_SANITIZE=1              compute-sanitizer (memcheck, racecheck, initcheck, synccheck) over
+#                                the C++ GPU suite (DECA_SANITIZE_FILTER narrows it)
 #
 # The machine has the CUDA toolkit, CMake and ninja but maybe not GoogleTest, CLI11 or
 # nlohmann-json: when .deps/ (made by tools/make_deps.sh on a machine that has them) is present,
@@ -12,13 +26,18 @@ shift || true
 presets=("$@")
 [ ${#presets[@]} -eq 0 ] && presets=(gqa)
 mkdir -p "$out"
+logs=/tmp/deca-round
+rm -rf "$logs"
+mkdir -p "$logs"
 root=$(cd "$(dirname "$0")/.." && pwd)
 jobs=$(nproc)
 log() { echo "[$(date +%H:%M:%S)] $*" | tee -a "$out/round.log"; }
+pack() { tar czf "$out/round.tgz" -C "$logs" . 2> /dev/null; }
+trap pack EXIT
 
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,memory.total,driver_version \
-  --format=csv > "$out/gpu.csv" 2>&1 || true
-log "gpu: $(tail -1 "$out/gpu.csv")"
+  --format=csv > "$logs/gpu.csv" 2>&1 || true
+log "gpu: $(tail -1 "$logs/gpu.csv")"
 
 prefix_args=()
 if [ -d "$root/.deps" ]; then
@@ -26,9 +45,9 @@ if [ -d "$root/.deps" ]; then
   if [ ! -f "$deps/lib/cmake/GTest/GTestConfig.cmake" ] && [ ! -f "$deps/lib64/cmake/GTest/GTestConfig.cmake" ]; then
     log "building GoogleTest from .deps"
     cmake -S "$root/.deps/src/googletest" -B /tmp/gtest-build -G Ninja -DCMAKE_BUILD_TYPE=Release \
-      -DCMAKE_INSTALL_PREFIX=$deps -DBUILD_GMOCK=ON > "$out/deps.log" 2>&1 &&
-      cmake --build /tmp/gtest-build -j "$jobs" >> "$out/deps.log" 2>&1 &&
-      cmake --install /tmp/gtest-build >> "$out/deps.log" 2>&1 || log "GoogleTest build failed (deps.log)"
+      -DCMAKE_INSTALL_PREFIX=$deps -DBUILD_GMOCK=ON > "$logs/deps.log" 2>&1 &&
+      cmake --build /tmp/gtest-build -j "$jobs" >> "$logs/deps.log" 2>&1 &&
+      cmake --install /tmp/gtest-build >> "$logs/deps.log" 2>&1 || log "GoogleTest build failed (deps.log)"
   fi
   prefix_args=(-DCMAKE_PREFIX_PATH="$deps;$root/.deps/prefix")
 fi
@@ -36,47 +55,85 @@ fi
 build=/tmp/deca-build
 log "configure"
 cmake -S "$root" -B $build -G Ninja -DCMAKE_BUILD_TYPE=Release "${prefix_args[@]}" \
-  > "$out/configure.log" 2>&1 || { log "configure failed"; tail -30 "$out/configure.log"; exit 1; }
+  > "$logs/configure.log" 2>&1 || { log "configure failed"; tail -30 "$logs/configure.log"; exit 1; }
 log "build"
 cmake --build $build -j "$jobs" --target deca_test_gpu deca_test_jit \
-  > "$out/build.log" 2>&1 || { log "build failed"; grep -E "error" "$out/build.log" | head -30; exit 1; }
+  > "$logs/build.log" 2>&1 || { log "build failed"; grep -E "error" "$logs/build.log" | head -30; exit 1; }
 have_bench=1
-cmake --build $build -j "$jobs" --target deca-bench >> "$out/build.log" 2>&1 ||
-  { have_bench=0; log "deca-bench did not build"; grep -E "error" "$out/build.log" | head -10; }
+cmake --build $build -j "$jobs" --target deca-bench >> "$logs/build.log" 2>&1 ||
+  { have_bench=0; log "deca-bench did not build"; grep -E "error" "$logs/build.log" | head -10; }
 
 export DECA_CACHE_DIR=/tmp/deca-cache
 export DECA_GIT_COMMIT=${DECA_GIT_COMMIT:-$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)}
 if [ "${DECA_SKIP_TESTS:-0}" != 1 ]; then
   log "GPU tests"
-  $build/tests/deca_test_gpu --gtest_output=json:"$out/gpu_tests.json" ${DECA_GTEST_FILTER:+--gtest_filter=$DECA_GTEST_FILTER} \
-    > "$out/gpu_tests.log" 2>&1
-  log "gpu tests rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$out/gpu_tests.log" | tr '\n' ' ')"
-  grep -E "^\[gpu\]|FAILED" "$out/gpu_tests.log" | tail -80
+  $build/tests/deca_test_gpu --gtest_output=json:"$logs/gpu_tests.json" ${DECA_GTEST_FILTER:+--gtest_filter=$DECA_GTEST_FILTER} \
+    > "$logs/gpu_tests.log" 2>&1
+  log "gpu tests rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$logs/gpu_tests.log" | tr '\n' ' ')"
+  grep -E "FAILED|^\[err\]" "$logs/gpu_tests.log" | tail -40
   if [ "${DECA_SKIP_JIT:-0}" != 1 ]; then
     log "JIT tests (compile + cached load times)"
-    $build/tests/deca_test_jit > "$out/jit_tests.log" 2>&1
-    log "jit tests rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$out/jit_tests.log" | tr '\n' ' ')"
+    $build/tests/deca_test_jit > "$logs/jit_tests.log" 2>&1
+    log "jit tests rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$logs/jit_tests.log" | tr '\n' ' ')"
+    grep -E "FAILED" "$logs/jit_tests.log" | tail -10
+  fi
+fi
+if [ "${DECA_SANITIZE:-0}" = 1 ] && command -v compute-sanitizer > /dev/null; then
+  for tool in memcheck racecheck initcheck synccheck; do
+    log "compute-sanitizer $tool"
+    timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 \
+      $build/tests/deca_test_gpu ${DECA_SANITIZE_FILTER:+--gtest_filter=$DECA_SANITIZE_FILTER} \
+      > "$logs/sanitize_$tool.log" 2>&1
+    log "$tool rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|^\[  (PASSED|FAILED)' "$logs/sanitize_$tool.log" | tr '\n' ' ')"
+  done
+fi
+if [ "${DECA_SKIP_PYTHON:-0}" != 1 ]; then
+  # The machine's own python3 (torch, cupy, jax) and its default compiler, as a user would build.
+  log "python: pip install ."
+  (cd "$root" && python3 -m pip install -q --no-build-isolation --no-deps --root-user-action=ignore \
+    --target /tmp/deca-py . ) > "$logs/pip.log" 2>&1 || { log "pip install failed"; tail -20 "$logs/pip.log"; }
+  readelf -d /tmp/deca-py/deca/_C*.so 2> /dev/null | grep NEEDED > "$logs/module_needed.txt"
+  log "module NEEDED: $(awk '{print $5}' "$logs/module_needed.txt" | tr '\n' ' ')"
+  log "python tests"
+  (cd "$root" && PYTHONPATH=/tmp/deca-py timeout 420 python3 -m pytest tests/python -q -rs \
+      -p no:cacheprovider ${DECA_PYTEST_ARGS:-}) > "$logs/pytest.log" 2>&1
+  log "pytest rc=$? $(tail -1 "$logs/pytest.log")"
+  grep -E "^FAILED|^ERROR" "$logs/pytest.log" | head -30
+  if [ -f "$root/tools/py_host_cost.py" ]; then
+    (cd "$root" && PYTHONPATH=/tmp/deca-py timeout 120 python3 tools/py_host_cost.py) > "$logs/py_host_cost.log" 2>&1
+    log "python host cost rc=$?"
+    tail -15 "$logs/py_host_cost.log"
   fi
 fi
 # Hardware counters for chosen cases (DECA_NCU_CASES="l70-b99-4k/fp8 ..."): one decode launch each.
 if [ -n "${DECA_NCU_CASES:-}" ] && [ $have_bench = 1 ] && command -v ncu > /dev/null; then
   for c in $DECA_NCU_CASES; do
     log "ncu $c"
-    ncu --clock-control none --kernel-name deca_gqa_decode --launch-skip 2 --launch-count 1 \
+    f="$logs/ncu_$(echo "$c" | tr '/' '_').log"
+    ncu --clock-control none --kernel-name regex:deca_ --launch-skip 2 --launch-count 1 \
       --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy \
       --section SchedulerStats --section WarpStateStats --section LaunchStats \
-      $build/bench/deca-bench --preset "$c" --iters 1 --warmup 1 \
-      > "$out/ncu_$(echo "$c" | tr '/' '_').log" 2>&1
-    grep -E "Duration|Memory Throughput|DRAM Throughput|Registers Per|Achieved Occupancy|Theoretical Occupancy|Issued Warp|No Eligible|Stall|Warp Cycles Per Issued|Block Limit|Compute \(SM\)" \
-      "$out/ncu_$(echo "$c" | tr '/' '_').log" | head -40
+      $build/bench/deca-bench --preset "$c" --iters 1 --warmup 1 > "$f" 2>&1
+    grep -E "Duration|Memory Throughput|DRAM Throughput|Registers Per|Achieved Occupancy|Issued Warp|No Eligible|Compute \(SM\)" "$f" | head -20
   done
 fi
 if [ "${DECA_SKIP_BENCH:-0}" != 1 ] && [ $have_bench = 1 ]; then
+  read -r -a variants <<< "${DECA_BENCH_VARIANTS:-default}"
   for p in "${presets[@]}"; do
-    log "bench $p"
-    $build/bench/deca-bench --preset "$p" --check --json "$out/bench_$p.json" > "$out/bench_$p.log" 2>&1
-    log "bench $p rc=$?"
-    tail -40 "$out/bench_$p.log"
+    for v in "${variants[@]}"; do
+      tag=$(echo "$p" | tr '/' '_')
+      envs=()
+      if [ "$v" != default ]; then
+        IFS=, read -r -a envs <<< "$v"
+        tag="$tag-$(echo "$v" | tr ',=' '_-')"
+      fi
+      log "bench $p ${envs[*]:-}"
+      env "${envs[@]}" $build/bench/deca-bench --preset "$p" --check ${DECA_BENCH_ARGS:-} \
+        --json "$logs/bench_$tag.json" > "$logs/bench_$tag.log" 2>&1
+      log "bench $p rc=$?"
+      grep -vE "^\s*$" "$logs/bench_$tag.log" | tail -30
+    done
   done
 fi
 log "done"
+cp "$out/round.log" "$logs/round.log"
