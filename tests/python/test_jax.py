@@ -13,7 +13,11 @@ jnp = pytest.importorskip("jax.numpy")
 
 
 def _j(a):
-    return jnp.asarray(a)  # keeps ml_dtypes bf16 / fp8 as jnp.bfloat16 / jnp.float8_e4m3fn
+    # On the host device: these cases check the CPU backend's numpy outputs. jax arrays are
+    # immutable, so deca cannot allocate a jax output on a GPU (it says so); a machine with a GPU
+    # would otherwise place jnp.asarray on it.
+    cpu = jax.devices("cpu")[0]
+    return jax.device_put(jnp.asarray(a), cpu)  # ml_dtypes bf16 / fp8 stay jnp.bfloat16 / float8_e4m3fn
 
 
 def test_jax_bf16_and_native_fp8_cache(rng):
