@@ -1,0 +1,72 @@
+"""What the compat wrappers share: refusing what deca does not do, by name, and one call path
+that becomes a torch custom op for torch tensors and a direct cached-plan call otherwise."""
+
+from __future__ import annotations
+
+import math
+import sys
+
+from .. import _cached_ops
+from .._tensors import Error
+
+LOG2_E = 1.0 / math.log(2.0)
+
+
+def refuse(fn, **arguments):
+    """Raises deca.Error for the first argument that is given (not None) and that deca cannot
+    honour; the keyword names it as the caller spelled it."""
+    for name, value in arguments.items():
+        if value is not None:
+            raise Error(f"{fn}: {name}: expected None (deca does not support it), got "
+                        f"{_describe(value)}")
+
+
+def _describe(value):
+    shape = getattr(value, "shape", None)
+    if shape is not None:
+        return f"a {type(value).__name__} of shape {tuple(shape)}"
+    return repr(value)
+
+
+def torch_ops(x):
+    """torch.ops.deca when x is a torch tensor (the custom ops registered on first use), else
+    None. deca never imports torch itself: a torch tensor means torch is already loaded."""
+    torch = sys.modules.get("torch")
+    if torch is None or not isinstance(x, torch.Tensor):
+        return None
+    from .. import _torch_ops  # noqa: F401  (registers the ops once)
+    return torch.ops.deca
+
+
+def gqa(q, k_cache, v_cache, page_table, seq_lens, out, lse, *, fn, layout="NHD",
+        max_seq_len=0, kv_dtype=None, k_scale=1.0, v_scale=1.0, k_scales=None, v_scales=None,
+        softmax_scale=0.0, softcap=0.0, window=0, sinks=None, split_mode="auto",
+        split_tokens=0):
+    """One paged GQA decode into out / lse: torch.ops.deca.gqa_decode for torch tensors, the
+    cached-plan call for others."""
+    ops = torch_ops(q)
+    if ops is not None:
+        ops.gqa_decode(q, k_cache, v_cache, page_table, seq_lens, out, lse, sinks, k_scales,
+                       v_scales, layout, int(max_seq_len), kv_dtype or "", float(k_scale),
+                       float(v_scale), float(softmax_scale or 0.0), float(softcap), int(window),
+                       1.0, split_mode, int(split_tokens))
+        return
+    _cached_ops.gqa(q, k_cache, v_cache, page_table, seq_lens, out, lse, fn=fn, layout=layout,
+                    max_seq_len=max_seq_len, kv_dtype=kv_dtype, k_scale=k_scale,
+                    v_scale=v_scale, k_scales=k_scales, v_scales=v_scales,
+                    softmax_scale=softmax_scale, softcap=softcap, window=window, sinks=sinks,
+                    split_mode=split_mode, split_tokens=split_tokens)
+
+
+def scale_float(fn, name, value):
+    """A per-tensor scale given as a float, an int or a one-element tensor on the host."""
+    if value is None:
+        return 1.0
+    if isinstance(value, (int, float)):
+        return float(value)
+    shape = tuple(getattr(value, "shape", ()))
+    device = str(getattr(value, "device", "cpu"))
+    if math.prod(shape) == 1 and device == "cpu":
+        return float(value.reshape(-1)[0])
+    raise Error(f"{fn}: {name}: expected a float (or a one-element CPU tensor: reading a GPU "
+                f"tensor would synchronise), got {_describe(value)}")
