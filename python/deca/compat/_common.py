@@ -7,7 +7,7 @@ import math
 import sys
 
 from .. import _cached_ops
-from .._tensors import Error
+from .._tensors import Error, empty, tensor
 
 LOG2_E = 1.0 / math.log(2.0)
 
@@ -70,3 +70,30 @@ def scale_float(fn, name, value):
         return float(value.reshape(-1)[0])
     raise Error(f"{fn}: {name}: expected a float (or a one-element CPU tensor: reading a GPU "
                 f"tensor would synchronise), got {_describe(value)}")
+
+
+def is_torch(x):
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(x, torch.Tensor)
+
+
+def alloc(like, shape, dtype, where):
+    """A new tensor beside `like`: dtype "same" (like's), "fp32" or "bf16". torch tensors are
+    made with torch alone, so that torch.compile traces the wrappers without calling into
+    deca outside its custom ops."""
+    if is_torch(like):
+        torch = sys.modules["torch"]
+        dt = like.dtype if dtype == "same" else {"fp32": torch.float32,
+                                                 "bf16": torch.bfloat16}[dtype]
+        return torch.empty(tuple(shape), dtype=dt, device=like.device)
+    t = tensor(like, where)
+    return empty(like, t, shape, t.dtype if dtype == "same" else dtype, where)
+
+
+def rank(fn, name, x, n, layout):
+    """x's shape (any array library's .shape), checked to have n dimensions."""
+    shape = tuple(getattr(x, "shape", ()))
+    if len(shape) != n:
+        raise Error(f"{fn}: {name}: expected rank {n} {layout}, got {list(shape)} "
+                    f"({type(x).__name__})")
+    return shape

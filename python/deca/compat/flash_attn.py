@@ -10,7 +10,7 @@ softmax_lse is the natural log, [batch, nheads, seqlen_q] fp32, as deca's (trans
 
 from __future__ import annotations
 
-from .._tensors import Error, empty, tensor
+from .._tensors import Error, tensor
 from . import _common
 
 
@@ -53,15 +53,12 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
                     f"the same argument), got both")
     table = block_table if block_table is not None else page_table
 
-    qt = tensor(q, f"{fn}: q")
-    if len(qt.shape) != 4:
-        raise Error(f"{fn}: q: expected rank 4 [batch, seqlen_q, nheads, headdim], got "
-                    f"{list(qt.shape)}")
-    batch, seqlen_q, nheads, _ = qt.shape
-    kt = tensor(k_cache, f"{fn}: k_cache")
-    if len(kt.shape) != 4:
-        raise Error(f"{fn}: k_cache: expected rank 4 [num_blocks, page_block_size, nheads_k, "
-                    f"headdim], got {list(kt.shape)}")
+    # Shapes through .shape only: with torch tensors this function is traced by
+    # torch.compile, and deca is entered through its custom op alone.
+    batch, seqlen_q, nheads, head_dim = _common.rank(fn, "q", q, 4,
+                                                     "[batch, seqlen_q, nheads, headdim]")
+    k_shape = _common.rank(fn, "k_cache", k_cache, 4,
+                           "[num_blocks, page_block_size, nheads_k, headdim]")
 
     window = _window(fn, window_size, causal, seqlen_q)
     k_scale, k_scales = _descale(fn, "k_descale", k_descale)
@@ -73,23 +70,23 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
 
     if table is None:
         # A contiguous cache is one page per request: page b is request b's whole row.
-        if kt.shape[0] < batch:
+        if k_shape[0] < batch:
             raise Error(f"{fn}: k_cache: expected at least batch ({batch}) rows without a "
-                        f"block_table, got {kt.shape[0]}")
+                        f"block_table, got {k_shape[0]}")
         table = _arange_column(q, batch)
     if cache_seqlens is None:
         if block_table is not None or page_table is not None:
             raise Error(f"{fn}: cache_seqlens: expected [batch] int32 key counts with a "
                         f"paged cache, got None")
-        cache_seqlens = kt.shape[1]
+        cache_seqlens = k_shape[1]
     if isinstance(cache_seqlens, int):
         cache_seqlens = _full(q, batch, cache_seqlens)
 
     if out is None:
-        out = empty(q, qt, (batch, seqlen_q, nheads, qt.shape[3]), qt.dtype, f"{fn}: out")
+        out = _common.alloc(q, (batch, seqlen_q, nheads, head_dim), "same", f"{fn}: out")
     lse = None
     if return_softmax_lse:
-        lse = empty(q, qt, (batch, seqlen_q, nheads), "fp32", f"{fn}: softmax_lse")
+        lse = _common.alloc(q, (batch, seqlen_q, nheads), "fp32", f"{fn}: softmax_lse")
     _common.gqa(q, k_cache, v_cache, table, cache_seqlens, out, lse, fn=fn, layout="NHD",
                 k_scale=k_scale, v_scale=v_scale, k_scales=k_scales, v_scales=v_scales,
                 softmax_scale=softmax_scale, softcap=softcap, window=window)
@@ -122,7 +119,7 @@ def _descale(fn, name, value):
         return 1.0, value
     if shape is not None and len(shape) == 1 and shape[0] > 1:
         return 1.0, value
-    if shape is not None and len(shape) == 2 and tensor(value, f"{fn}: {name}").strides[0] == 0:
+    if shape is not None and len(shape) == 2 and _batch_stride(value) == 0:
         # vLLM passes one scale expanded to [batch, nheads_k] (batch stride 0): every request
         # has the same row, so row 0 is the per-head scale exactly.
         return 1.0, value[0]
@@ -130,6 +127,12 @@ def _descale(fn, name, value):
         raise Error(f"{fn}: {name}: expected a float or per-head scales [nheads_k] (deca's "
                     f"scales do not vary per request), got {_common._describe(value)}")
     return _common.scale_float(fn, name, value), None
+
+
+def _batch_stride(x):
+    if _common.is_torch(x):
+        return x.stride(0)
+    return tensor(x, "k_descale").strides[0]
 
 
 def _arange_column(like, n):
@@ -157,6 +160,7 @@ def _full(like, n, value):
 
 def _contiguous(x):
     if hasattr(x, "contiguous"):
-        return x.contiguous()
+        # Through a flat view, so that size-1 dimensions get standard strides too.
+        return x.contiguous().view(-1).view(x.shape)
     import numpy as np
     return np.ascontiguousarray(x) if isinstance(x, np.ndarray) else x.copy()

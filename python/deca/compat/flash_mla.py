@@ -15,7 +15,7 @@ from __future__ import annotations
 import sys
 
 from .. import _cached_ops
-from .._tensors import Error, empty, tensor
+from .._tensors import Error
 from . import _common
 
 DIM_V = 512
@@ -76,15 +76,12 @@ def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v,
                     f"deca.compat.get_mla_metadata returned, got "
                     f"{type(tile_scheduler_metadata).__name__}")
     meta = tile_scheduler_metadata
-    qt = tensor(q, f"{fn}: q")
-    if len(qt.shape) != 4:
-        raise Error(f"{fn}: q: expected rank 4 [batch, s_q, h_q, 576], got {list(qt.shape)}")
-    batch, s_q, h_q, _ = qt.shape
+    batch, s_q, h_q, _ = _common.rank(fn, "q", q, 4, "[batch, s_q, h_q, 576]")
     if meta is not None and meta.num_heads_q is not None and meta.num_heads_q != h_q:
         raise Error(f"{fn}: q: expected {meta.num_heads_q} heads (get_mla_metadata's "
                     f"num_heads_q), got {h_q}")
-    out = empty(q, qt, (batch, s_q, h_q, DIM_V), "bf16", f"{fn}: out")
-    lse = empty(q, qt, (batch, s_q, h_q), "fp32", f"{fn}: softmax_lse")
+    out = _common.alloc(q, (batch, s_q, h_q, DIM_V), "bf16", f"{fn}: out")
+    lse = _common.alloc(q, (batch, s_q, h_q), "fp32", f"{fn}: softmax_lse")
     ops = _common.torch_ops(q)
     if indices is not None:
         if not is_fp8_kvcache:
@@ -94,10 +91,10 @@ def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v,
             raise Error(f"{fn}: causal: expected False with indices (the indices choose the "
                         f"keys), got True")
         if meta is not None and meta.topk is not None:
-            it = tensor(indices, f"{fn}: indices")
-            if len(it.shape) == 3 and it.shape[2] != meta.topk:
+            shape = tuple(getattr(indices, "shape", ()))
+            if len(shape) == 3 and shape[2] != meta.topk:
                 raise Error(f"{fn}: indices: expected topk {meta.topk} (get_mla_metadata's "
-                            f"topk), got {it.shape[2]}")
+                            f"topk), got {shape[2]}")
         cache = _bytes(k_cache)
         if ops is not None:
             ops.mla_decode_sparse(q, cache, indices, out, lse, topk_length, attn_sink,
@@ -129,8 +126,8 @@ def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v,
 def _bytes(cache):
     """FlashMLA keeps the FP8 cache as float8_e4m3fn or uint8; deca reads its bytes."""
     torch = sys.modules.get("torch")
-    if torch is not None and isinstance(cache, torch.Tensor) and cache.dtype != torch.uint8:
-        return cache.view(torch.uint8)
+    if torch is not None and isinstance(cache, torch.Tensor):
+        return cache if cache.dtype == torch.uint8 else cache.view(torch.uint8)
     dtype = getattr(cache, "dtype", None)
     if dtype is not None and getattr(dtype, "itemsize", 0) == 1 and str(dtype) != "uint8":
         return cache.view("uint8")
@@ -141,5 +138,5 @@ def _swap(lse):
     """[batch, s_q, h] -> FlashMLA's [batch, h, s_q], contiguous."""
     t = lse.swapaxes(1, 2)
     if hasattr(t, "contiguous"):
-        return t.contiguous()
+        return t.contiguous().view(-1).view(t.shape)
     return t.copy()

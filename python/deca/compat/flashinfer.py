@@ -22,7 +22,7 @@ import sys
 
 import numpy as np
 
-from .._tensors import Error, empty, tensor
+from .._tensors import Error, tensor
 from . import _common
 
 _DTYPE_NAMES = {
@@ -146,19 +146,15 @@ class BatchDecodeWithPagedKVCacheWrapper:
             raise Error(f"{fn}: window_left: expected the planned {p['window'] - 1} (or "
                         f"None), got {window_left!r}")
         k_cache, v_cache = _split_cache(fn, paged_kv_cache, self._layout)
-        qt = tensor(q, f"{fn}: q")
-        if len(qt.shape) != 3:
-            raise Error(f"{fn}: q: expected rank 3 [batch, num_qo_heads, head_dim], got "
-                        f"{list(qt.shape)}")
-        batch, heads, dim = qt.shape
+        batch, heads, dim = _common.rank(fn, "q", q, 3, "[batch, num_qo_heads, head_dim]")
         if batch != self._seq_lens.shape[0]:
             raise Error(f"{fn}: q: expected batch {self._seq_lens.shape[0]} (the planned "
                         f"indptr), got {batch}")
         want_lse = return_lse or lse is not None
         if out is None:
-            out = empty(q, qt, (batch, heads, dim), qt.dtype, f"{fn}: out")
+            out = _common.alloc(q, (batch, heads, dim), "same", f"{fn}: out")
         if want_lse and lse is None:
-            lse = empty(q, qt, (batch, heads), "fp32", f"{fn}: lse")
+            lse = _common.alloc(q, (batch, heads), "fp32", f"{fn}: lse")
         softmax_scale = (p["sm_scale"] or 1.0 / math.sqrt(dim)) * \
             _common.scale_float(fn, "q_scale", q_scale)
         _common.gqa(q[:, None], k_cache, v_cache, self._page_table, self._seq_lens,
