@@ -91,16 +91,27 @@ def main():
             "deca.compat", fromlist=["x"]).flash_attn_with_kvcache(
                 q, k, v, cache_seqlens=lens, block_table=table, causal=True),
     }
+    # FlashInfer's plan(): the CSR page list -> deca's page table, once per batch composition.
+    from deca.compat import BatchDecodeWithPagedKVCacheWrapper
+    crng = np.random.default_rng(1)
+    counts = crng.integers(1, 65, 256)
+    indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+    csr = (indptr, crng.permutation(int(indptr[-1])).astype(np.int32),
+           crng.integers(1, 17, 256).astype(np.int32))
+    wrapper = BatchDecodeWithPagedKVCacheWrapper(q if device == "cuda" else np.zeros(16, np.uint8))
+    cases["FlashInfer wrapper plan() (batch 256 x 1..64 pages)"] = lambda: wrapper.plan(
+        *csr, 8, 1, 128, 16, q_data_type="bfloat16")
     if torch is not None:
         a = torch.ones(16, device="cuda" if device == "cuda" else "cpu")
         cases["torch.add (scale)"] = lambda: torch.add(a, a)
     results = {}
+    iters = {"FlashInfer wrapper plan() (batch 256 x 1..64 pages)": max(args.iters // 20, 10)}
     for name, fn in cases.items():
         fn()
         sync()
-        results[name] = per_call_us(fn, args.iters)
+        results[name] = per_call_us(fn, iters.get(name, args.iters))
         sync()
-        print(f"{name:40s} {results[name]:8.2f} us/call")
+        print(f"{name:52s} {results[name]:8.2f} us/call")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": device, "deca": deca.version(), "us_per_call": results}, f,

@@ -1,5 +1,5 @@
 """Decode calls without a plan argument, over _plan_cache: the bodies of the torch custom ops
-(deca._torch_ops) and of the compat wrappers on numpy / cupy inputs.
+(deca.torch_ops) and of the compat wrappers on numpy / cupy inputs.
 
 Each takes the tensors and the scalar options a custom op can carry (no plan objects), derives
 the plan's config from the tensors' shapes and dtypes, and runs the cached plan into the
@@ -7,6 +7,8 @@ caller's out / lse.
 """
 
 from __future__ import annotations
+
+import sys
 
 from . import _plan_cache
 from ._tensors import Error, expect_rank, tensor
@@ -18,31 +20,58 @@ def gqa(q, k_cache, v_cache, page_table, seq_lens, out, lse=None, *, fn="gqa_dec
         split_mode="auto", split_tokens=0):
     """Paged GQA decode of q [batch, q_len, hq, d] into out (and lse [batch, q_len, hq]).
     max_seq_len 0: the page table's capacity (max_pages * page_size)."""
-    qt = tensor(q, f"{fn}: q")
-    kt = tensor(k_cache, f"{fn}: k_cache", kv_dtype or None)
-    ot = tensor(out, f"{fn}: out", writable=True)
-    expect_rank(fn, "q", qt, 4, "[batch, q_len, num_q_heads, head_dim]")
-    expect_rank(fn, "k_cache", kt, 4, "[num_pages, page_size, num_kv_heads, head_dim]"
-                if layout == "NHD" else "[num_pages, num_kv_heads, page_size, head_dim]")
-    batch, q_len, hq, d = qt.shape
-    page_size, hkv = (kt.shape[1], kt.shape[2]) if layout == "NHD" else (kt.shape[2],
-                                                                         kt.shape[1])
+    q_shape, q_dtype, device = _meta(q, f"{fn}: q")
+    k_shape, k_dtype, _ = _meta(k_cache, f"{fn}: k_cache", kv_dtype or None)
+    _, out_dtype, _ = _meta(out, f"{fn}: out")
+    expect_rank(fn, "q", _Shape(q_shape, q_dtype), 4, "[batch, q_len, num_q_heads, head_dim]")
+    expect_rank(fn, "k_cache", _Shape(k_shape, k_dtype), 4,
+                "[num_pages, page_size, num_kv_heads, head_dim]" if layout == "NHD" else
+                "[num_pages, num_kv_heads, page_size, head_dim]")
+    batch, q_len, hq, d = q_shape
+    page_size, hkv = (k_shape[1], k_shape[2]) if layout == "NHD" else (k_shape[2], k_shape[1])
     if not max_seq_len:
-        ptt = tensor(page_table, f"{fn}: page_table")
-        max_seq_len = ptt.shape[-1] * page_size if len(ptt.shape) == 2 else 1
-    plan, ws = _plan_cache.gqa(
-        q, qt, fn, num_q_heads=hq, num_kv_heads=hkv, head_dim=d, page_size=page_size,
-        layout=layout, q_dtype=qt.dtype, kv_dtype=kt.dtype, out_dtype=ot.dtype,
-        max_batch=max(batch, 1), max_q_len=q_len, max_seq_len=max(int(max_seq_len), 1),
-        lse=lse is not None, sinks=sinks is not None,
-        per_head_kv_scale=k_scales is not None or v_scales is not None, window=int(window),
-        softcap=float(softcap), split_mode=split_mode, split_tokens=int(split_tokens),
-        device=_plan_cache.device_text(qt))
-    # The caller's objects, not the imports: GqaPlan.run's fast path takes them directly.
+        pt_shape = tuple(getattr(page_table, "shape", ()))
+        max_seq_len = pt_shape[-1] * page_size if len(pt_shape) == 2 else 1
+    plan, ws = _plan_cache.gqa(q, fn, (
+        hq, hkv, d, page_size, layout, q_dtype, k_dtype, out_dtype, max(batch, 1), q_len,
+        max(int(max_seq_len), 1), lse is not None, sinks is not None,
+        k_scales is not None or v_scales is not None, int(window), float(softcap), split_mode,
+        int(split_tokens), device))
+    # The caller's objects, not imports: GqaPlan.run's fast path takes them directly.
     plan.run(q, k_cache, v_cache, page_table, seq_lens, out, workspace=ws, lse=lse,
              sinks=sinks, k_scale=k_scale, v_scale=v_scale, k_scales=k_scales,
              v_scales=v_scales, softmax_scale=softmax_scale or None, out_scale=out_scale)
     return out
+
+
+_TORCH_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32",
+                 "float8_e4m3fn": "fp8_e4m3", "int8": "int8", "uint8": "uint8",
+                 "int32": "int32"}
+
+
+class _Shape:
+    """What expect_rank reads of a tensor."""
+
+    def __init__(self, shape, dtype):
+        self.shape, self.dtype = shape, dtype
+
+
+def _meta(x, where, dtype=None):
+    """(shape, deca dtype name, device text) of x. torch tensors are read through their own
+    attributes (DLPack export costs microseconds a tensor); anything else, or a torch dtype
+    deca has no name for, through deca's import, which raises the message naming `where`."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(x, torch.Tensor):
+        name = _TORCH_DTYPES.get(str(x.dtype)[6:])
+        if name is not None:
+            if dtype is not None and dtype != name and not (dtype == "fp8_e4m3" and
+                                                            name == "uint8"):
+                tensor(x, where, dtype)  # raises the dtype mismatch by name
+            dev = x.device
+            return (tuple(x.shape), dtype or name,
+                    "cpu" if dev.type == "cpu" else f"cuda:{dev.index or 0}")
+    t = tensor(x, where, dtype)
+    return t.shape, t.dtype, _plan_cache.device_text(t)
 
 
 def mla_sparse(q, kv_cache, indices, out, lse=None, *, fn="mla_decode_sparse",

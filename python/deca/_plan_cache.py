@@ -12,6 +12,7 @@ engines that do so pass their own workspace through deca's plan API instead.
 from __future__ import annotations
 
 from . import _C
+from ._tensors import tensor as _tensor
 from ._tensors import zeros_bytes
 from .gqa import GqaPlan
 from .mla import MlaPlan
@@ -26,14 +27,19 @@ def device_text(t):
     return "cpu" if d.kind == _C.DeviceKind.CPU else f"cuda:{d.index}"
 
 
-def gqa(like, like_t, where, **config):
-    """(GqaPlan, workspace or None) for `config` (GqaPlan's keywords plus the four positional
-    ones by name), the workspace a zeroed buffer from the library of `like`."""
-    key = tuple(sorted(config.items()))
+_GQA_KEYS = ("num_q_heads", "num_kv_heads", "head_dim", "page_size", "layout", "q_dtype",
+             "kv_dtype", "out_dtype", "max_batch", "max_q_len", "max_seq_len", "lse", "sinks",
+             "per_head_kv_scale", "window", "softcap", "split_mode", "split_tokens", "device")
+
+
+def gqa(like, where, key):
+    """(GqaPlan, workspace or None) for key, the values of _GQA_KEYS in that order (a plain
+    tuple: the lookup is the per-call cost); the workspace a zeroed buffer beside `like`."""
     hit = _GQA.get(key)
     if hit is None:
-        plan = GqaPlan(**config)
-        hit = (plan, zeros_bytes(like, like_t, plan.workspace_bytes, f"{where}: workspace"))
+        plan = GqaPlan(**dict(zip(_GQA_KEYS, key)))
+        hit = (plan, zeros_bytes(like, _tensor(like, where), plan.workspace_bytes,
+                                 f"{where}: workspace"))
         _GQA[key] = hit
     return hit
 

@@ -6,12 +6,12 @@ a CUDA-graph capture of the FlashAttention call."""
 import numpy as np
 import pytest
 
-import deca
-import deca.compat as compat
-import numpy_reference as ref
-from cases import PagedCase
-
 torch = pytest.importorskip("torch")
+
+import deca  # noqa: E402  (torch first, as engines import it: deca.compat registers its ops)
+import deca.compat as compat  # noqa: E402
+import numpy_reference as ref  # noqa: E402
+from cases import PagedCase  # noqa: E402
 DEV = "cuda:0" if torch.cuda.is_available() else "cpu"
 
 
@@ -40,7 +40,7 @@ def _fa_inputs(rng, q_len=1, kv_dtype="bf16"):
 
 
 def test_ops_are_registered():
-    import deca._torch_ops  # noqa: F401
+    import deca.torch_ops  # noqa: F401
     for name in ("gqa_decode", "mla_decode_sparse", "mla_decode_dense"):
         assert hasattr(torch.ops.deca, name)
 
@@ -78,7 +78,7 @@ def test_torch_compile_fullgraph_holds_the_op(rng):
 
 
 def test_opcheck_gqa_decode(rng):
-    import deca._torch_ops  # noqa: F401
+    import deca.torch_ops  # noqa: F401
     case, (q, k, v, lens, table) = _fa_inputs(rng)
     out = torch.empty_like(q)
     lse = torch.empty(q.shape[:3], dtype=torch.float32, device=DEV)

@@ -157,9 +157,9 @@ def test_per_head_scales(rng):
 def test_causal_and_tree_mask(rng, q_len):
     case = PagedCase(rng, seq_lens=[500, q_len, q_len + 3], q_len=q_len, hq=32, hkv=8, d=128,
                      page=64)
-    run_case(case, plan_kw=dict(max_q_len=q_len))
+    run_case(case)
     mask = tree_mask(rng, 3, q_len)
-    run_case(case, plan_kw=dict(max_q_len=q_len, tree_mask=True, window=64),
+    run_case(case, plan_kw=dict(tree_mask=True, window=64),
              run_kw=dict(tree_mask=cuda(mask)), ref_kw=dict(tree_mask=mask, window=64))
 
 

@@ -29,21 +29,31 @@ def _describe(value):
 
 
 def torch_ops(x):
-    """torch.ops.deca when x is a torch tensor (the custom ops registered on first use), else
-    None. deca never imports torch itself: a torch tensor means torch is already loaded."""
+    """torch.ops.deca while torch.compile traces a call on torch tensors (the custom ops are
+    registered on first use), else None: in eager mode the wrappers call deca directly, which
+    skips torch's dispatcher (tens of microseconds a call in eager mode) and is what a CUDA-graph
+    capture records either way. deca never imports torch itself."""
     torch = sys.modules.get("torch")
     if torch is None or not isinstance(x, torch.Tensor):
         return None
-    from .. import _torch_ops  # noqa: F401  (registers the ops once)
-    return torch.ops.deca
+    if torch.compiler.is_compiling():
+        # Registering inside a trace would change what the trace guards on.
+        if "deca.torch_ops" not in sys.modules:
+            raise Error("deca.compat: torch.compile: expected the deca custom ops registered "
+                        "before tracing (import torch before deca.compat, or import "
+                        "deca.torch_ops), got a first call inside a trace")
+        return torch.ops.deca
+    if "deca.torch_ops" not in sys.modules:
+        from .. import torch_ops  # noqa: F401  (registers the ops for later traces)
+    return None
 
 
 def gqa(q, k_cache, v_cache, page_table, seq_lens, out, lse, *, fn, layout="NHD",
         max_seq_len=0, kv_dtype=None, k_scale=1.0, v_scale=1.0, k_scales=None, v_scales=None,
         softmax_scale=0.0, softcap=0.0, window=0, sinks=None, split_mode="auto",
         split_tokens=0):
-    """One paged GQA decode into out / lse: torch.ops.deca.gqa_decode for torch tensors, the
-    cached-plan call for others."""
+    """One paged GQA decode into out / lse: torch.ops.deca.gqa_decode under torch.compile, the
+    cached-plan call otherwise."""
     ops = torch_ops(q)
     if ops is not None:
         ops.gqa_decode(q, k_cache, v_cache, page_table, seq_lens, out, lse, sinks, k_scales,

@@ -1,8 +1,9 @@
 """deca's decode calls as torch custom ops: torch.ops.deca.gqa_decode, .mla_decode_sparse and
 .mla_decode_dense, so that torch.compile'd models keep them as single graph nodes (no graph
-break) and CUDA-graph captures hold them.
+break) and CUDA-graph captures of compiled models hold them.
 
-Registered on first use of deca.compat with torch importable (deca itself never imports torch).
+Registered by `import deca.torch_ops`, or by deca.compat the first time torch.compile traces one
+of its calls (deca itself never imports torch).
 Each op writes the caller's out (and lse when given) in place and returns nothing: torch's rule
 for ops that mutate their arguments, declared through mutates_args. The fake (meta)
 implementations only check nothing and return None, which is all torch.compile needs from an op
