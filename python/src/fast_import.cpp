@@ -36,6 +36,8 @@ struct TorchHooks {
   PyObject* stride_name = nullptr;
   PyObject* data_ptr_name = nullptr;
   PyObject* get_device_name = nullptr;
+  PyObject* is_cpu_name = nullptr;
+  PyObject* is_cuda_name = nullptr;
 };
 
 const TorchHooks& torch_hooks() {
@@ -67,6 +69,8 @@ const TorchHooks& torch_hooks() {
   hooks.stride_name = PyUnicode_InternFromString("stride");
   hooks.data_ptr_name = PyUnicode_InternFromString("data_ptr");
   hooks.get_device_name = PyUnicode_InternFromString("get_device");
+  hooks.is_cpu_name = PyUnicode_InternFromString("is_cpu");
+  hooks.is_cuda_name = PyUnicode_InternFromString("is_cuda");
   hooks.tensor_type = type;
   return hooks;
 }
@@ -142,6 +146,13 @@ Tensor torch_view(const TorchHooks& torch, nb::handle object, const char* declar
     steps[i] = as_int(PyTuple_GET_ITEM(strides.ptr(), i), where, "stride");
   }
   const std::int64_t index = as_int(device.ptr(), where, "device");
+  // get_device() is -1 for CPU tensors and the index for CUDA ones, but also -1 for meta
+  // tensors and an index for other accelerators: confirm the kind.
+  const nb::object kind = checked(
+      PyObject_GetAttr(o, index < 0 ? torch.is_cpu_name : torch.is_cuda_name), where, "device");
+  if (kind.ptr() != Py_True) {
+    throw Error(where + ": expected a CPU or CUDA torch tensor");
+  }
   void* pointer = PyLong_AsVoidPtr(data.ptr());
   if (!pointer && PyErr_Occurred()) {
     PyErr_Clear();
@@ -149,7 +160,6 @@ Tensor torch_view(const TorchHooks& torch, nb::handle object, const char* declar
   }
   Tensor t;
   t.origin_dtype = dtype_name(*dtype);
-  // get_device() is -1 for CPU tensors, the CUDA index otherwise.
   t.view = make_tensor(pointer, *dtype, static_cast<int>(rank), sizes, steps,
                        index < 0 ? Device::cpu() : Device::cuda(static_cast<int>(index)));
   return t;

@@ -121,7 +121,10 @@ def test_plan_without_max_seq_len_says_what_to_pass():
     _expect(r"max_seq_len: expected > 0 .*got 0", deca.GqaPlan, 4, 2, 64, 16, max_seq_len=0)
 
 
-def test_fixed_split_mode_needs_no_split_tokens():
+def test_fixed_split_mode_needs_no_split_tokens(case):
+    # The one-off call too: same bits as the default split on the CPU (one split there).
+    np.testing.assert_array_equal(_run(case, split_mode="fixed").view(np.uint16),
+                                  _run(case).view(np.uint16))
     plan = deca.GqaPlan(4, 2, 64, 16, max_seq_len=64, split_mode="fixed")
     assert plan.config.split_tokens == deca.gqa.DEFAULT_FIXED_SPLIT_TOKENS
     assert deca.GqaPlan(4, 2, 64, 16, max_seq_len=64).config.split_tokens == 0

@@ -114,6 +114,8 @@ def _window(fn, window_size, causal, seqlen_q):
 
 def _descale(fn, name, value):
     """(per-tensor scale, per-head tensor or None) of k_descale / v_descale."""
+    if value is None:
+        return 1.0, None
     shape = getattr(value, "shape", None)
     if shape is not None and len(shape) == 1 and str(getattr(value, "device", "cpu")) != "cpu":
         return 1.0, value
