@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import sys
+
+import numpy as np
+
 from . import _C
 from ._tensors import (Error, check_dtype_keywords, choice, empty, expect_rank, parse_device, stream_handle,
                        tensor)
 
 _LAYOUTS = ("NHD", "HND")
+# Keys per split when split_mode="fixed" is asked for without split_tokens: a few kernel tiles,
+# so short requests stay one split and long ones still spread over the SMs; any fixed value
+# gives batch invariance, this one is merely a reasonable cost.
+DEFAULT_FIXED_SPLIT_TOKENS = 1024
 _SPLIT_MODES = ("auto", "fixed")
 _CACHE_SHAPE = {
     "NHD": "[num_pages, page_size, num_kv_heads, head_dim]",
@@ -35,7 +43,7 @@ def gqa_decode(q, k_cache, v_cache, page_table, seq_lens, out=None, *, layout="N
                q_dtype=None, kv_dtype=None, k_scale=1.0, v_scale=1.0, k_scales=None,
                v_scales=None, softmax_scale=None, softcap=0.0, window=0, sinks=None,
                tree_mask=None, return_lse=False, lse=None, out_dtype=None, out_scale=1.0,
-               max_seq_len=None, split_mode="auto", split_tokens=0, beam_width=1,
+               max_seq_len=None, split_mode="auto", split_tokens=None, beam_width=1,
                stream=None):
     """Paged decode attention for one batch; returns out, or (out, lse) when return_lse or lse.
 
@@ -91,7 +99,7 @@ def gqa_decode(q, k_cache, v_cache, page_table, seq_lens, out=None, *, layout="N
     c.lse = want_lse
     c.per_head_kv_scale = k_scales is not None or v_scales is not None
     c.window, c.softcap, c.beam_width = window, softcap, beam_width
-    c.split_mode, c.split_tokens = split_mode, split_tokens
+    c.split_mode, c.split_tokens = split_mode, _split_tokens(split_mode, split_tokens)
     c.device = qt.device
 
     _C.gqa_decode_oneoff(
@@ -101,13 +109,39 @@ def gqa_decode(q, k_cache, v_cache, page_table, seq_lens, out=None, *, layout="N
     return (out, lse) if want_lse else out
 
 
-def _config(fn, num_q_heads, num_kv_heads, head_dim, page_size, *, layout="NHD", q_dtype="bf16",
-            kv_dtype="bf16", out_dtype=None, max_batch=1, max_q_len=1, max_seq_len=0,
-            tree_mask=False, sinks=False, lse=False, per_head_kv_scale=False, window=0,
-            softcap=0.0, beam_width=1, split_mode="auto", split_tokens=0, device="cpu"):
+def _stream_int(stream):
+    """A cudaStream_t as an int from an int-like or an object with .cuda_stream / .ptr."""
+    if isinstance(stream, (int, np.integer)):
+        return int(stream)
+    for attr in ("cuda_stream", "ptr"):
+        if hasattr(stream, attr):
+            return int(getattr(stream, attr))
+    raise Error(f"gqa_decode: stream: expected an int handle or an object with .cuda_stream or "
+                f".ptr, got {type(stream).__name__}")
+
+
+def _split_tokens(split_mode, split_tokens):
+    """split_tokens=None: 0 for "auto" (the plan chooses), DEFAULT_FIXED_SPLIT_TOKENS for
+    "fixed"; a value given is passed on as it is (and checked in C++)."""
+    if split_tokens is not None:
+        return split_tokens
+    return DEFAULT_FIXED_SPLIT_TOKENS if split_mode == "fixed" else 0
+
+
+def _config(fn, num_q_heads, num_kv_heads, head_dim, page_size, *, max_seq_len=None,
+            layout="NHD", q_dtype="bf16", kv_dtype="bf16", out_dtype=None, max_batch=1,
+            max_q_len=1, tree_mask=False, sinks=False, lse=False, per_head_kv_scale=False,
+            window=0, softcap=0.0, beam_width=1, split_mode="auto", split_tokens=None,
+            device="cpu"):
     """The _C.GqaConfig of GqaPlan's arguments (validated in C++ when it is used)."""
     choice(fn, "layout", layout, _LAYOUTS)
     choice(fn, "split_mode", split_mode, _SPLIT_MODES)
+    if max_seq_len is None:
+        # No default can be right: too small refuses runs, too large over-splits short requests
+        # and sizes the workspace for nothing.
+        raise Error(f"{fn}: max_seq_len: expected the longest KV length (tokens, new ones "
+                    f"included) any run of this plan will see, e.g. max_seq_len=32768 (a "
+                    f"required keyword), got none")
     c = _C.GqaConfig()
     c.num_q_heads, c.num_kv_heads, c.head_dim, c.page_size = (num_q_heads, num_kv_heads,
                                                               head_dim, page_size)
@@ -119,7 +153,7 @@ def _config(fn, num_q_heads, num_kv_heads, head_dim, page_size, *, layout="NHD",
     c.tree_mask, c.sinks, c.lse = tree_mask, sinks, lse
     c.per_head_kv_scale = per_head_kv_scale
     c.window, c.softcap, c.beam_width = window, softcap, beam_width
-    c.split_mode, c.split_tokens = split_mode, split_tokens
+    c.split_mode, c.split_tokens = split_mode, _split_tokens(split_mode, split_tokens)
     c.device = parse_device(device, fn)
     return c
 
@@ -148,13 +182,19 @@ class GqaPlan:
     `workspace_bytes` bytes once (zeroed) and pass them to every run.
     """
 
-    def __init__(self, num_q_heads, num_kv_heads, head_dim=128, page_size=16, **options):
-        """options: layout="NHD", q_dtype="bf16", kv_dtype="bf16", out_dtype=None (= q_dtype),
-        max_batch=1, max_q_len=1, max_seq_len=0, tree_mask=False, sinks=False, lse=False,
+    def __init__(self, num_q_heads, num_kv_heads, head_dim=128, page_size=16, *, max_seq_len=None,
+                 **options):
+        """max_seq_len (required): the longest KV length any run will see (new tokens included).
+        options: layout="NHD", q_dtype="bf16", kv_dtype="bf16", out_dtype=None (= q_dtype),
+        max_batch=1, max_q_len=1, tree_mask=False, sinks=False, lse=False,
         per_head_kv_scale=False, window=0, softcap=0.0, beam_width=1, split_mode="auto",
-        split_tokens=0, device="cpu"."""
+        split_tokens=None (0 for "auto"; DEFAULT_FIXED_SPLIT_TOKENS = 1024 for "fixed"),
+        device="cpu"."""
         self._plan = _C.plan_gqa_decode(
-            _config("GqaPlan", num_q_heads, num_kv_heads, head_dim, page_size, **options))
+            _config("GqaPlan", num_q_heads, num_kv_heads, head_dim, page_size,
+                    max_seq_len=max_seq_len, **options))
+        d = self._plan.config.device
+        self._cuda_index = d.index if d.kind == _C.DeviceKind.CUDA else -1
 
     config = property(lambda self: self._plan.config, doc="the validated _C.GqaConfig")
     workspace_bytes = property(lambda self: self._plan.workspace_bytes,
@@ -181,7 +221,46 @@ class GqaPlan:
 
         Dtypes come from the plan, so raw-bit arrays (uint16 for bf16/fp16, uint8 for fp8) need
         no keyword here. workspace: a tensor of at least workspace_bytes bytes on the device.
+        stream: a cudaStream_t as int, or an object with .cuda_stream / .ptr; by default the
+        current stream of q's library (torch, cupy), else the legacy default stream.
+
+        The per-call cost is one C++ call: the tensors go straight to it (torch ones through
+        torch's C DLPack export). Anything that call cannot take (ml_dtypes arrays, a dtype
+        torch cannot export, a wrong argument) is retried on the checked path, which imports
+        each argument by name and raises the message the user sees. Every error is raised
+        before a launch, so the retry never runs a kernel twice.
         """
+        if stream is None:
+            stream = self._current_stream(q)
+        elif type(stream) is not int:
+            stream = _stream_int(stream)
+        try:
+            _C.gqa_decode_planned_fast(
+                self._plan, q, k_cache, v_cache, page_table, seq_lens, out, lse, tree_mask,
+                sinks, k_scales, v_scales, k_scale, v_scale, softmax_scale or 0.0, out_scale,
+                workspace, stream)
+        except (Error, TypeError):
+            self._run_checked(q, k_cache, v_cache, page_table, seq_lens, out, workspace, lse,
+                              tree_mask, sinks, k_scale, v_scale, k_scales, v_scales,
+                              softmax_scale, out_scale, stream)
+        return out
+
+    def _current_stream(self, q):
+        if self._cuda_index < 0:
+            return 0
+        torch = sys.modules.get("torch")
+        if torch is not None and isinstance(q, torch.Tensor):
+            # The raw handle without building a torch.cuda.Stream object (what torch's own
+            # kernel launchers read).
+            return torch._C._cuda_getCurrentRawStream(self._cuda_index)
+        cupy = sys.modules.get("cupy")
+        if cupy is not None and isinstance(q, cupy.ndarray):
+            return int(cupy.cuda.get_current_stream().ptr)
+        return 0
+
+    def _run_checked(self, q, k_cache, v_cache, page_table, seq_lens, out, workspace, lse,
+                     tree_mask, sinks, k_scale, v_scale, k_scales, v_scales, softmax_scale,
+                     out_scale, stream):
         fn = "gqa_decode"
         c = self._plan.config
         t = _run_tensors(fn, q, k_cache, v_cache, page_table, seq_lens, c.q_dtype, c.kv_dtype,
@@ -191,7 +270,4 @@ class GqaPlan:
         _C.gqa_decode_planned(
             self._plan, t["q"], t["k_cache"], t["v_cache"], t["page_table"], t["seq_lens"],
             out_t, t["lse"], t["tree_mask"], t["sinks"], t["k_scales"], t["v_scales"], k_scale,
-            v_scale, softmax_scale or 0.0, out_scale, ws_t,
-            stream_handle(stream, q, t["q"], fn))
-        return out
-
+            v_scale, softmax_scale or 0.0, out_scale, ws_t, stream)

@@ -34,6 +34,12 @@ Tensor import_tensor(nb::handle object, const std::optional<std::string>& declar
 
 DType parse_dtype(const std::string& name, const std::string& where);
 
+// import_tensor for the per-call fast path (GqaPlan.run): torch tensors through their C DLPack
+// export, jax arrays refused as outputs; `declared` may be nullptr. Throws deca::Error on
+// anything it cannot take, and the Python layer then retries on its checked path.
+Tensor import_fast(nb::handle object, const char* declared, const std::string& where,
+                   bool writable);
+
 // Optional tensor argument: an absent view for None.
 inline TensorView view_or_absent(const Tensor* tensor) {
   return tensor ? tensor->view : TensorView{};

@@ -3,6 +3,11 @@ import os
 import numpy as np
 import pytest
 
+# The jax tests are about DLPack dtype codes on the CPU. On a GPU machine jax would otherwise
+# put arrays on the GPU and reserve most of its memory, starving the torch CUDA tests.
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+
 
 @pytest.fixture
 def rng(request):

@@ -109,9 +109,25 @@ def test_sinks_wrong_length(case):
 
 
 def test_plan_config_errors():
-    _expect(r"num_kv_heads|num_q_heads", deca.GqaPlan, 6, 4, 64, 16)
-    _expect(r"GqaPlan: kv_dtype", deca.GqaPlan, 4, 2, 64, 16, kv_dtype="e5m2")
-    _expect(r"GqaPlan: device", deca.GqaPlan, 4, 2, 64, 16, device="tpu")
+    _expect(r"num_kv_heads|num_q_heads", deca.GqaPlan, 6, 4, 64, 16, max_seq_len=64)
+    _expect(r"GqaPlan: kv_dtype", deca.GqaPlan, 4, 2, 64, 16, kv_dtype="e5m2", max_seq_len=64)
+    _expect(r"GqaPlan: device", deca.GqaPlan, 4, 2, 64, 16, device="tpu", max_seq_len=64)
+
+
+def test_plan_without_max_seq_len_says_what_to_pass():
+    # A deca.Error (not a TypeError) that names the keyword and gives an example value.
+    _expect(r"GqaPlan: max_seq_len: expected the longest KV length .* max_seq_len=32768",
+            deca.GqaPlan, 4, 2, 64, 16, device="cpu")
+    _expect(r"max_seq_len: expected > 0 .*got 0", deca.GqaPlan, 4, 2, 64, 16, max_seq_len=0)
+
+
+def test_fixed_split_mode_needs_no_split_tokens(case):
+    # The one-off call too: same bits as the default split on the CPU (one split there).
+    np.testing.assert_array_equal(_run(case, split_mode="fixed").view(np.uint16),
+                                  _run(case).view(np.uint16))
+    plan = deca.GqaPlan(4, 2, 64, 16, max_seq_len=64, split_mode="fixed")
+    assert plan.config.split_tokens == deca.gqa.DEFAULT_FIXED_SPLIT_TOKENS
+    assert deca.GqaPlan(4, 2, 64, 16, max_seq_len=64).config.split_tokens == 0
 
 
 def test_plan_run_checks_dtypes_against_the_plan(case):

@@ -1,0 +1,116 @@
+"""Decode calls without a plan argument, over _plan_cache: the bodies of the torch custom ops
+(deca.torch_ops) and of the compat wrappers on numpy / cupy inputs.
+
+Each takes the tensors and the scalar options a custom op can carry (no plan objects), derives
+the plan's config from the tensors' shapes and dtypes, and runs the cached plan into the
+caller's out / lse.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from . import _plan_cache
+from ._tensors import Error, expect_rank, tensor
+
+
+def gqa(q, k_cache, v_cache, page_table, seq_lens, out, lse=None, *, fn="gqa_decode",
+        layout="NHD", max_seq_len=0, kv_dtype=None, k_scale=1.0, v_scale=1.0, k_scales=None,
+        v_scales=None, softmax_scale=0.0, softcap=0.0, window=0, sinks=None, out_scale=1.0,
+        split_mode="auto", split_tokens=0):
+    """Paged GQA decode of q [batch, q_len, hq, d] into out (and lse [batch, q_len, hq]).
+    max_seq_len 0: the page table's capacity (max_pages * page_size)."""
+    q_shape, q_dtype, device = _meta(q, f"{fn}: q")
+    k_shape, k_dtype, _ = _meta(k_cache, f"{fn}: k_cache", kv_dtype or None)
+    _, out_dtype, _ = _meta(out, f"{fn}: out")
+    expect_rank(fn, "q", _Shape(q_shape, q_dtype), 4, "[batch, q_len, num_q_heads, head_dim]")
+    expect_rank(fn, "k_cache", _Shape(k_shape, k_dtype), 4,
+                "[num_pages, page_size, num_kv_heads, head_dim]" if layout == "NHD" else
+                "[num_pages, num_kv_heads, page_size, head_dim]")
+    batch, q_len, hq, d = q_shape
+    page_size, hkv = (k_shape[1], k_shape[2]) if layout == "NHD" else (k_shape[2], k_shape[1])
+    if not max_seq_len:
+        pt_shape = tuple(getattr(page_table, "shape", ()))
+        max_seq_len = pt_shape[-1] * page_size if len(pt_shape) == 2 else 1
+    plan, ws = _plan_cache.gqa(q, fn, (
+        hq, hkv, d, page_size, layout, q_dtype, k_dtype, out_dtype, max(batch, 1), q_len,
+        max(int(max_seq_len), 1), lse is not None, sinks is not None,
+        k_scales is not None or v_scales is not None, int(window), float(softcap), split_mode,
+        int(split_tokens), device))
+    # The caller's objects, not imports: GqaPlan.run's fast path takes them directly.
+    plan.run(q, k_cache, v_cache, page_table, seq_lens, out, workspace=ws, lse=lse,
+             sinks=sinks, k_scale=k_scale, v_scale=v_scale, k_scales=k_scales,
+             v_scales=v_scales, softmax_scale=softmax_scale or None, out_scale=out_scale)
+    return out
+
+
+_TORCH_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32",
+                 "float8_e4m3fn": "fp8_e4m3", "int8": "int8", "uint8": "uint8",
+                 "int32": "int32"}
+
+
+class _Shape:
+    """What expect_rank reads of a tensor."""
+
+    def __init__(self, shape, dtype):
+        self.shape, self.dtype = shape, dtype
+
+
+def _meta(x, where, dtype=None):
+    """(shape, deca dtype name, device text) of x. torch tensors are read through their own
+    attributes (DLPack export costs microseconds a tensor); anything else, or a torch dtype
+    deca has no name for, through deca's import, which raises the message naming `where`."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(x, torch.Tensor):
+        name = _TORCH_DTYPES.get(str(x.dtype)[6:])
+        if name is not None:
+            if dtype is not None and dtype != name and not (dtype == "fp8_e4m3" and
+                                                            name == "uint8"):
+                tensor(x, where, dtype)  # raises the dtype mismatch by name
+            dev = x.device
+            return (tuple(x.shape), dtype or name,
+                    "cpu" if dev.type == "cpu" else f"cuda:{dev.index or 0}")
+    t = tensor(x, where, dtype)
+    return t.shape, t.dtype, _plan_cache.device_text(t)
+
+
+def mla_sparse(q, kv_cache, indices, out, lse=None, *, fn="mla_decode_sparse",
+               topk_length=None, attn_sink=None, softmax_scale=0.0):
+    """Sparse FP8 MLA decode of q [batch, q_len, heads, 576] into out [.., 512] (and lse)."""
+    qt = tensor(q, f"{fn}: q")
+    kvt = tensor(kv_cache, f"{fn}: kv_cache")
+    it = tensor(indices, f"{fn}: indices")
+    expect_rank(fn, "q", qt, 4, "[batch, q_len, num_heads, 576]")
+    expect_rank(fn, "kv_cache", kvt, 4, "[num_blocks, page_size, 1, 656]")
+    expect_rank(fn, "indices", it, 3, "[batch, q_len, topk]")
+    plan, ws = _plan_cache.mla(
+        q, qt, fn, num_heads=qt.shape[2], sparse=True, page_size=kvt.shape[1],
+        max_batch=max(qt.shape[0], 1), max_q_len=qt.shape[1],
+        max_seq_len=max(kvt.shape[0] * kvt.shape[1], 1), topk=it.shape[2],
+        lse=lse is not None, attn_sink=attn_sink is not None,
+        topk_length=topk_length is not None, device=_plan_cache.device_text(qt))
+    plan.run_sparse(qt, kvt, it, out, topk_length=topk_length, attn_sink=attn_sink, lse=lse,
+                    softmax_scale=softmax_scale or None, workspace=ws)
+    return out
+
+
+def mla_dense(q, kv_cache, block_table, cache_seqlens, out, lse=None, *,
+              fn="mla_decode_dense", softmax_scale=0.0):
+    """Dense bf16 MLA decode of q [batch, q_len, heads, 576] into out [.., 512] (and lse)."""
+    qt = tensor(q, f"{fn}: q")
+    kvt = tensor(kv_cache, f"{fn}: kv_cache")
+    btt = tensor(block_table, f"{fn}: block_table")
+    expect_rank(fn, "q", qt, 4, "[batch, q_len, num_heads, 576]")
+    expect_rank(fn, "kv_cache", kvt, 4, "[num_blocks, page_size, 1, 576]")
+    expect_rank(fn, "block_table", btt, 2, "[batch, max_blocks]")
+    plan, ws = _plan_cache.mla(
+        q, qt, fn, num_heads=qt.shape[2], sparse=False, page_size=kvt.shape[1],
+        max_batch=max(qt.shape[0], 1), max_q_len=qt.shape[1],
+        max_seq_len=max(btt.shape[1] * kvt.shape[1], 1), lse=lse is not None,
+        device=_plan_cache.device_text(qt))
+    plan.run_dense(qt, kvt, btt, cache_seqlens, out, lse=lse,
+                   softmax_scale=softmax_scale or None, workspace=ws)
+    return out
+
+
+__all__ = ["gqa", "mla_sparse", "mla_dense", "Error"]

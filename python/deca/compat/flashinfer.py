@@ -1,0 +1,266 @@
+"""FlashInfer's BatchDecodeWithPagedKVCacheWrapper on deca's paged GQA decode.
+
+FlashInfer names each request's pages in CSR form (indptr [batch + 1], indices [nnz],
+last_page_len [batch]); deca reads a page table [batch, max_pages] and seq_lens [batch]. plan()
+converts once, on the host, into two device buffers that run() only reads, so run() is
+CUDA-graph safe; the kernel never sees the CSR form. The conversion is a few vectorised numpy
+operations plus two host-to-device copies. Measured on the 2-core development VM (host buffers):
+csr_to_page_table 22 us for batch 64 x 1..32 pages, 34 us for 256 x 1..64, 0.37 ms for
+1024 x 1..256 (133k pages); the whole plan() 38 us, 99 us, 0.58 ms. On a GPU the two copies
+add a synchronous host-to-device transfer (the page table is 4 bytes a page slot).
+FlashInfer's own plan() also works on the host. Buffers are reused across plan() calls (copied into) while the batch size stays and
+the pages per request fit; with use_cuda_graph=True they never move, and a plan that would not
+fit raises instead (pass max_seq_len= to size them).
+
+FlashInfer's window_left w shows keys p - w .. p (deca's window w + 1); logits_soft_cap is
+deca's softcap; FlashInfer's LSE is base 2 (its kernels fold log2(e) into the scale), deca's
+natural: run() rescales it by log2(e) in place.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+
+import numpy as np
+
+from .._tensors import Error, tensor
+from . import _common
+
+_DTYPE_NAMES = {
+    "float16": "fp16", "half": "fp16", "bfloat16": "bf16", "float8_e4m3fn": "fp8_e4m3",
+    "int8": "int8", "uint8": "uint8",
+}
+
+
+class BatchDecodeWithPagedKVCacheWrapper:
+    """plan() once per batch composition, run() per layer.
+
+    float_workspace_buffer: FlashInfer's scratch buffer; deca keeps its own zeroed workspace
+    per plan (its split counters must persist between calls and FlashInfer's buffer is shared
+    and never zeroed), and uses this buffer only to learn the tensor library and device of the
+    page-table buffers. use_tensor_cores, backend, jit_args and the paged_kv_*_buffer
+    arguments are FlashInfer's tuning and graph plumbing, which deca does itself (accepted,
+    unused). max_seq_len (deca's): the longest request, for sizing graph-safe buffers.
+    """
+
+    def __init__(self, float_workspace_buffer, kv_layout="NHD", use_cuda_graph=False,
+                 use_tensor_cores=False, paged_kv_indptr_buffer=None,
+                 paged_kv_indices_buffer=None, paged_kv_last_page_len_buffer=None,
+                 backend="auto", jit_args=None, *, max_seq_len=None):
+        fn = "BatchDecodeWithPagedKVCacheWrapper"
+        if kv_layout not in ("NHD", "HND"):
+            raise Error(f"{fn}: kv_layout: expected \"NHD\" or \"HND\", got {kv_layout!r}")
+        self._like = float_workspace_buffer
+        self._like_t = tensor(float_workspace_buffer, f"{fn}: float_workspace_buffer")
+        self._layout = kv_layout
+        self._graph = bool(use_cuda_graph)
+        self._max_seq_len = max_seq_len
+        self._page_table = None  # [batch, capacity] int32 on the workspace's device
+        self._seq_lens = None  # [batch] int32
+        self._planned = None
+
+    @property
+    def is_cuda_graph_enabled(self):
+        return self._graph
+
+    def plan(self, indptr, indices, last_page_len, num_qo_heads, num_kv_heads, head_dim,
+             page_size, pos_encoding_mode="NONE", window_left=-1, logits_soft_cap=None,
+             q_data_type="float16", kv_data_type=None, data_type=None, sm_scale=None,
+             rope_scale=None, rope_theta=None, non_blocking=True, block_tables=None,
+             seq_lens=None, fixed_split_size=None, disable_split_kv=False):
+        """Reads the CSR page list (indptr [batch + 1], indices, last_page_len [batch], on the
+        host or the device: a device copy is read once here) into the page table run() uses.
+        block_tables [batch, max_pages] with seq_lens [batch] may replace the CSR form."""
+        fn = "BatchDecodeWithPagedKVCacheWrapper.plan"
+        if pos_encoding_mode != "NONE":
+            raise Error(f"{fn}: pos_encoding_mode: expected \"NONE\" (deca applies no "
+                        f"positional encoding), got {pos_encoding_mode!r}")
+        if window_left is None or window_left < -1:
+            raise Error(f"{fn}: window_left: expected -1 (none) or >= 0, got "
+                        f"{window_left!r}")
+        if num_qo_heads % num_kv_heads:
+            raise Error(f"{fn}: num_qo_heads: expected a multiple of num_kv_heads "
+                        f"({num_kv_heads}), got {num_qo_heads}")
+        if block_tables is not None:
+            if seq_lens is None:
+                raise Error(f"{fn}: seq_lens: expected [batch] int32 with block_tables, got "
+                            f"None")
+            table = _host(block_tables).astype(np.int32)
+            lens = _host(seq_lens).astype(np.int32)
+        else:
+            table, lens = csr_to_page_table(_host(indptr), _host(indices),
+                                            _host(last_page_len), page_size, fn)
+        self._store(fn, table, lens, page_size)
+        q_dtype = _dtype(fn, "q_data_type", data_type if data_type is not None else
+                         q_data_type)
+        kv_dtype = _dtype(fn, "kv_data_type", kv_data_type) if kv_data_type is not None \
+            else q_dtype
+        split_mode, split_tokens = "auto", 0
+        if fixed_split_size is not None and fixed_split_size > 0:
+            split_mode, split_tokens = "fixed", int(fixed_split_size)
+        elif disable_split_kv:
+            # One split per request: a fixed split as long as the longest request.
+            split_mode, split_tokens = "fixed", self._page_table.shape[1] * page_size
+        self._planned = dict(
+            num_qo_heads=num_qo_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
+            page_size=page_size, window=0 if window_left < 0 else window_left + 1,
+            softcap=float(logits_soft_cap or 0.0), sm_scale=sm_scale, q_dtype=q_dtype,
+            kv_dtype=kv_dtype, split_mode=split_mode, split_tokens=split_tokens)
+
+    def _store(self, fn, table, lens, page_size):
+        batch, pages = table.shape
+        capacity = pages
+        if self._max_seq_len is not None:
+            capacity = max(capacity, -(-int(self._max_seq_len) // page_size))
+        old = self._page_table
+        fits = old is not None and old.shape[0] == batch and old.shape[1] >= pages
+        if not fits and old is not None and self._graph:
+            raise Error(f"{fn}: indptr: expected batch {old.shape[0]} and at most "
+                        f"{old.shape[1]} pages per request with use_cuda_graph=True (the "
+                        f"buffers captured graphs read), got batch {batch} and {pages} pages "
+                        f"(pass max_seq_len= to the wrapper to size them)")
+        if not fits:
+            self._page_table = _device_zeros(self._like, self._like_t, (batch, capacity))
+            self._seq_lens = _device_zeros(self._like, self._like_t, (batch,))
+        padded = np.zeros((batch, self._page_table.shape[1]), np.int32)
+        padded[:, :pages] = table
+        _copy_into(self._page_table, padded)
+        _copy_into(self._seq_lens, lens)
+
+    def run(self, q, paged_kv_cache, *args, q_scale=None, k_scale=None, v_scale=None,
+            out=None, lse=None, return_lse=False, enable_pdl=None, window_left=None,
+            sinks=None):
+        """q [batch, num_qo_heads, head_dim]; paged_kv_cache: one tensor [max_pages, 2,
+        page_size, num_kv_heads, head_dim] (NHD) / [max_pages, 2, num_kv_heads, page_size,
+        head_dim] (HND), or a (k_cache, v_cache) pair of [max_pages, page_size, num_kv_heads,
+        head_dim] (NHD) tensors. Returns out [batch, num_qo_heads, head_dim], or (out, lse
+        [batch, num_qo_heads] fp32, base-2 log) with return_lse or lse given."""
+        fn = "BatchDecodeWithPagedKVCacheWrapper.run"
+        p = self._planned
+        if p is None:
+            raise Error(f"{fn}: self: expected plan() to have been called, got no plan")
+        if args:
+            raise Error(f"{fn}: args: expected no extra positional arguments (deca takes "
+                        f"k_scale / v_scale by keyword), got {len(args)}")
+        if window_left is not None and (0 if window_left < 0 else window_left + 1) != \
+                p["window"]:
+            raise Error(f"{fn}: window_left: expected the planned {p['window'] - 1} (or "
+                        f"None), got {window_left!r}")
+        k_cache, v_cache = _split_cache(fn, paged_kv_cache, self._layout)
+        batch, heads, dim = _common.rank(fn, "q", q, 3, "[batch, num_qo_heads, head_dim]")
+        if batch != self._seq_lens.shape[0]:
+            raise Error(f"{fn}: q: expected batch {self._seq_lens.shape[0]} (the planned "
+                        f"indptr), got {batch}")
+        want_lse = return_lse or lse is not None
+        if out is None:
+            out = _common.alloc(q, (batch, heads, dim), "same", f"{fn}: out")
+        if want_lse and lse is None:
+            lse = _common.alloc(q, (batch, heads), "fp32", f"{fn}: lse")
+        softmax_scale = (p["sm_scale"] or 1.0 / math.sqrt(dim)) * \
+            _common.scale_float(fn, "q_scale", q_scale)
+        _common.gqa(q[:, None], k_cache, v_cache, self._page_table, self._seq_lens,
+                    out[:, None], lse[:, None] if want_lse else None, fn=fn,
+                    layout=self._layout, max_seq_len=self._page_table.shape[1] * p["page_size"],
+                    k_scale=_common.scale_float(fn, "k_scale", k_scale),
+                    v_scale=_common.scale_float(fn, "v_scale", v_scale),
+                    softmax_scale=softmax_scale, softcap=p["softcap"], window=p["window"],
+                    sinks=sinks, split_mode=p["split_mode"], split_tokens=p["split_tokens"])
+        if not want_lse:
+            return out
+        lse *= _common.LOG2_E  # deca's natural log -> FlashInfer's base 2
+        return out, lse
+
+    forward = run
+
+
+def csr_to_page_table(indptr, indices, last_page_len, page_size, fn="csr_to_page_table"):
+    """FlashInfer's CSR page list (numpy) -> (page_table [batch, max_pages], seq_lens [batch])
+    int32: request b owns pages indices[indptr[b]:indptr[b + 1]], all full but the last, which
+    holds last_page_len[b] tokens (a request with no pages has length 0)."""
+    indptr = np.asarray(indptr, np.int64).reshape(-1)
+    last = np.asarray(last_page_len, np.int64).reshape(-1)
+    batch = indptr.shape[0] - 1
+    if batch < 0 or last.shape[0] != batch:
+        raise Error(f"{fn}: last_page_len: expected [batch] with indptr [batch + 1], got "
+                    f"{last.shape[0]} entries and indptr of {indptr.shape[0]}")
+    counts = np.diff(indptr)
+    if (counts < 0).any():
+        raise Error(f"{fn}: indptr: expected non-decreasing offsets, got {indptr.tolist()}")
+    if indptr[-1] > np.asarray(indices).size or indptr[0] < 0:
+        raise Error(f"{fn}: indices: expected at least indptr[-1] = {int(indptr[-1])} "
+                    f"entries, got {np.asarray(indices).size}")
+    bad = (counts > 0) & ((last < 1) | (last > page_size))
+    if bad.any():
+        b = int(np.argmax(bad))
+        raise Error(f"{fn}: last_page_len: expected 1..page_size ({page_size}) for a request "
+                    f"with pages, got {int(last[b])} at request {b}")
+    max_pages = max(int(counts.max()) if batch else 0, 1)
+    table = np.zeros((batch, max_pages), np.int32)
+    owned = np.arange(max_pages)[None, :] < counts[:, None]
+    # Row-major order of the mask is CSR order: row b's True cells take its pages in turn.
+    table[owned] = np.asarray(indices).reshape(-1)[indptr[0]:indptr[-1]]
+    lens = np.where(counts > 0, (counts - 1) * page_size + last, 0).astype(np.int32)
+    return table, lens
+
+
+def _split_cache(fn, cache, layout):
+    if isinstance(cache, (tuple, list)):
+        if len(cache) != 2:
+            raise Error(f"{fn}: paged_kv_cache: expected a (k_cache, v_cache) pair, got "
+                        f"{len(cache)} tensors")
+        return cache[0], cache[1]
+    shape = tuple(getattr(cache, "shape", ()))
+    if len(shape) != 5 or shape[1] != 2:
+        want = ("[max_pages, 2, page_size, num_kv_heads, head_dim]" if layout == "NHD" else
+                "[max_pages, 2, num_kv_heads, page_size, head_dim]")
+        raise Error(f"{fn}: paged_kv_cache: expected {want} or a (k, v) pair, got shape "
+                    f"{list(shape)}")
+    # Two strided views of one allocation: deca reads any page stride.
+    return cache[:, 0], cache[:, 1]
+
+
+def _dtype(fn, name, value):
+    text = str(value).replace("torch.", "").replace("<class 'numpy.", "").rstrip("'>")
+    if text in ("bf16", "fp16", "fp8_e4m3", "int8"):
+        return text
+    if text in _DTYPE_NAMES:
+        return _DTYPE_NAMES[text]
+    raise Error(f"{fn}: {name}: expected torch.float16, torch.bfloat16, "
+                f"torch.float8_e4m3fn, torch.int8 (or their names), got {value!r}")
+
+
+def _host(x):
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(x, torch.Tensor):
+        return x.detach().cpu().numpy()
+    cupy = sys.modules.get("cupy")
+    if cupy is not None and isinstance(x, cupy.ndarray):
+        return cupy.asnumpy(x)
+    return np.asarray(x)
+
+
+def _device_zeros(like, like_t, shape):
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(like, torch.Tensor):
+        return torch.zeros(shape, dtype=torch.int32, device=like.device)
+    cupy = sys.modules.get("cupy")
+    if cupy is not None and isinstance(like, cupy.ndarray):
+        with cupy.cuda.Device(like_t.device.index):
+            return cupy.zeros(shape, dtype=np.int32)
+    return np.zeros(shape, np.int32)
+
+
+def _copy_into(dst, host):
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(dst, torch.Tensor):
+        if dst.device.type == "cpu":
+            dst.numpy()[...] = host  # torch's CPU copy_ spins up its thread pool: slower
+        else:
+            dst.copy_(torch.from_numpy(np.ascontiguousarray(host)))
+        return
+    cupy = sys.modules.get("cupy")
+    if cupy is not None and isinstance(dst, cupy.ndarray):
+        dst.set(np.ascontiguousarray(host))
+        return
+    dst[...] = host

@@ -1,0 +1,188 @@
+// The per-call import of GqaPlan.run's fast path: Python objects straight to deca::TensorView.
+//
+// torch tensors: DLPack costs microseconds per tensor even through torch's C export
+// (torch._C._to_dlpack: ~2 us here, a managed tensor allocated and freed; Tensor.__dlpack__,
+// what nanobind calls, ~5 us of Python checks), six tensors per call. Reading the five facts
+// deca needs -- data_ptr(), shape, stride(), dtype, get_device() -- through the C API costs a few
+// hundred nanoseconds. Anything unusual (a dtype deca has no name for, a non-strided layout, a
+// declared dtype that is not the tensor's) throws, and the Python layer retries on its checked
+// path. Everything else goes through nanobind's own import (numpy, cupy, jax) and the same
+// import_tensor rules as every other argument.
+#include <optional>
+#include <utility>
+#include <string>
+#include <string_view>
+
+#include "bindings.hpp"
+
+namespace deca::python {
+namespace {
+
+// torch.Tensor and torch's dtype objects once torch has been imported by the caller (deca never
+// imports torch itself). Held as raw new references that are never released: objects that
+// outlive the interpreter must not be decref'd by static destructors at exit.
+struct TorchHooks {
+  PyObject* tensor_type = nullptr;
+  // torch dtype objects (singletons, compared by identity) and the deca dtype of each.
+  struct Dtype {
+    PyObject* object;
+    DType dtype;
+  };
+  Dtype dtypes[8] = {};
+  int num_dtypes = 0;
+  // Interned attribute names: a C-string name would be turned into a new str on every call.
+  PyObject* dtype_name = nullptr;
+  PyObject* shape_name = nullptr;
+  PyObject* stride_name = nullptr;
+  PyObject* data_ptr_name = nullptr;
+  PyObject* get_device_name = nullptr;
+  PyObject* is_cpu_name = nullptr;
+  PyObject* is_cuda_name = nullptr;
+};
+
+const TorchHooks& torch_hooks() {
+  static TorchHooks hooks;
+  if (hooks.tensor_type) return hooks;
+  PyObject* modules = PyImport_GetModuleDict();  // borrowed
+  PyObject* torch = PyDict_GetItemString(modules, "torch");  // borrowed
+  if (!torch) return hooks;
+  PyObject* type = PyObject_GetAttrString(torch, "Tensor");
+  if (!type || !PyType_Check(type)) {
+    PyErr_Clear();
+    Py_XDECREF(type);
+    return hooks;
+  }
+  static constexpr std::pair<const char*, DType> kNames[] = {
+      {"bfloat16", DType::kBF16}, {"float16", DType::kFP16},         {"float32", DType::kFP32},
+      {"float8_e4m3fn", DType::kFP8E4M3}, {"int8", DType::kINT8},   {"uint8", DType::kUINT8},
+      {"int32", DType::kINT32},  {"uint32", DType::kUINT32}};
+  for (const auto& [name, dtype] : kNames) {
+    PyObject* object = PyObject_GetAttrString(torch, name);
+    if (!object) {
+      PyErr_Clear();  // an older torch without uint32 or float8: those go the checked path
+      continue;
+    }
+    hooks.dtypes[hooks.num_dtypes++] = {object, dtype};
+  }
+  hooks.dtype_name = PyUnicode_InternFromString("dtype");
+  hooks.shape_name = PyUnicode_InternFromString("shape");
+  hooks.stride_name = PyUnicode_InternFromString("stride");
+  hooks.data_ptr_name = PyUnicode_InternFromString("data_ptr");
+  hooks.get_device_name = PyUnicode_InternFromString("get_device");
+  hooks.is_cpu_name = PyUnicode_InternFromString("is_cpu");
+  hooks.is_cuda_name = PyUnicode_InternFromString("is_cuda");
+  hooks.tensor_type = type;
+  return hooks;
+}
+
+bool is_jax_array(nb::handle object) {
+  PyObject* module = PyObject_GetAttrString(reinterpret_cast<PyObject*>(Py_TYPE(object.ptr())),
+                                            "__module__");
+  if (!module) {
+    PyErr_Clear();
+    return false;
+  }
+  const char* name = PyUnicode_Check(module) ? PyUnicode_AsUTF8(module) : nullptr;
+  const bool jax = name && (std::string_view(name).starts_with("jax"));
+  Py_DECREF(module);
+  return jax;
+}
+
+// Steals a new reference; throws (after clearing the Python error) when it is null.
+nb::object checked(PyObject* result, const std::string& where, const char* what) {
+  if (!result) {
+    PyErr_Clear();
+    throw Error(where + ": could not read the torch tensor's " + what);
+  }
+  return nb::steal(result);
+}
+
+std::int64_t as_int(PyObject* object, const std::string& where, const char* what) {
+  const long long value = PyLong_AsLongLong(object);
+  if (value == -1 && PyErr_Occurred()) {
+    PyErr_Clear();
+    throw Error(where + ": could not read the torch tensor's " + what);
+  }
+  return value;
+}
+
+Tensor torch_view(const TorchHooks& torch, nb::handle object, const char* declared,
+                  const std::string& where) {
+  PyObject* o = object.ptr();
+  const nb::object dtype_object = checked(PyObject_GetAttr(o, torch.dtype_name), where, "dtype");
+  std::optional<DType> dtype;
+  for (int i = 0; i < torch.num_dtypes; ++i) {
+    if (torch.dtypes[i].object == dtype_object.ptr()) dtype = torch.dtypes[i].dtype;
+  }
+  if (!dtype) throw Error(where + ": a torch dtype deca reads through its checked path");
+  if (declared) {
+    const DType want = parse_dtype(declared, where);
+    // fp8 bits in uint8 are the one relabelling the fast path takes; the rest is checked.
+    if (*dtype != want && !(*dtype == DType::kUINT8 && want == DType::kFP8E4M3)) {
+      throw Error(where + ": expected dtype " + dtype_name(want) + ", got " +
+                  dtype_name(*dtype));
+    }
+    dtype = want;
+  }
+  const nb::object shape = checked(PyObject_GetAttr(o, torch.shape_name), where, "shape");
+  const nb::object strides =
+      checked(PyObject_CallMethodNoArgs(o, torch.stride_name), where, "stride");
+  const nb::object data =
+      checked(PyObject_CallMethodNoArgs(o, torch.data_ptr_name), where, "data_ptr");
+  const nb::object device =
+      checked(PyObject_CallMethodNoArgs(o, torch.get_device_name), where, "device");
+  if (!PyTuple_Check(shape.ptr()) || !PyTuple_Check(strides.ptr())) {
+    throw Error(where + ": could not read the torch tensor's shape");
+  }
+  const Py_ssize_t rank = PyTuple_GET_SIZE(shape.ptr());
+  if (rank > kMaxRank || PyTuple_GET_SIZE(strides.ptr()) != rank) {
+    throw Error(where + ": expected rank <= " + std::to_string(kMaxRank) + ", got " +
+                std::to_string(rank));
+  }
+  std::int64_t sizes[kMaxRank];
+  std::int64_t steps[kMaxRank];
+  for (Py_ssize_t i = 0; i < rank; ++i) {
+    sizes[i] = as_int(PyTuple_GET_ITEM(shape.ptr(), i), where, "shape");
+    steps[i] = as_int(PyTuple_GET_ITEM(strides.ptr(), i), where, "stride");
+  }
+  const std::int64_t index = as_int(device.ptr(), where, "device");
+  // get_device() is -1 for CPU tensors and the index for CUDA ones, but also -1 for meta
+  // tensors and an index for other accelerators: confirm the kind.
+  const nb::object kind = checked(
+      PyObject_GetAttr(o, index < 0 ? torch.is_cpu_name : torch.is_cuda_name), where, "device");
+  if (kind.ptr() != Py_True) {
+    throw Error(where + ": expected a CPU or CUDA torch tensor");
+  }
+  void* pointer = PyLong_AsVoidPtr(data.ptr());
+  if (!pointer && PyErr_Occurred()) {
+    PyErr_Clear();
+    throw Error(where + ": could not read the torch tensor's data_ptr");
+  }
+  Tensor t;
+  t.origin_dtype = dtype_name(*dtype);
+  t.view = make_tensor(pointer, *dtype, static_cast<int>(rank), sizes, steps,
+                       index < 0 ? Device::cpu() : Device::cuda(static_cast<int>(index)));
+  return t;
+}
+
+}  // namespace
+
+Tensor import_fast(nb::handle object, const char* declared, const std::string& where,
+                   bool writable) {
+  // jax arrays are immutable but DLPack cannot say so: refuse them as outputs here, as the
+  // Python import does.
+  if (writable && is_jax_array(object)) {
+    throw Error(where + ": expected a writable array, got an immutable jax array");
+  }
+  const TorchHooks& torch = torch_hooks();
+  const std::optional<std::string> dtype =
+      declared ? std::optional<std::string>(declared) : std::nullopt;
+  if (torch.tensor_type &&
+      PyObject_TypeCheck(object.ptr(), reinterpret_cast<PyTypeObject*>(torch.tensor_type))) {
+    // The caller's frame holds the tensor for the whole call, so the view needs no owner.
+    return torch_view(torch, object, declared, where);
+  }
+  return import_tensor(object, dtype, where, writable);
+}
+
+}  // namespace deca::python

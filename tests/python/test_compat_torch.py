@@ -1,0 +1,147 @@
+"""deca.compat and the torch custom ops with torch tensors: on CUDA when a GPU is present, else
+on the CPU backend. Same inputs through the wrappers and through deca's own API (bitwise),
+torch.compile(fullgraph=True) holding the ops, torch.library.opcheck of their registration, and
+a CUDA-graph capture of the FlashAttention call."""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import deca  # noqa: E402  (torch first, as engines import it: deca.compat registers its ops)
+import deca.compat as compat  # noqa: E402
+import numpy_reference as ref  # noqa: E402
+from cases import PagedCase  # noqa: E402
+DEV = "cuda:0" if torch.cuda.is_available() else "cpu"
+
+
+def T(a):
+    """numpy (ml_dtypes included) -> torch tensor on DEV with the same dtype and bits."""
+    if a.dtype == ref.BF16:
+        t = torch.from_numpy(a.view(np.uint16).copy()).view(torch.bfloat16)
+    elif a.dtype == ref.FP8:
+        t = torch.from_numpy(a.view(np.uint8).copy()).view(torch.float8_e4m3fn)
+    else:
+        t = torch.from_numpy(np.ascontiguousarray(a))
+    return t.to(DEV)
+
+
+def same_bits(a, b):
+    assert a.shape == b.shape and a.dtype == b.dtype
+    a, b = a.contiguous().reshape(-1), b.contiguous().reshape(-1)
+    assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+
+
+def _fa_inputs(rng, q_len=1, kv_dtype="bf16"):
+    case = PagedCase(rng, seq_lens=[70, 3, 33], q_len=q_len, hq=8, hkv=2, d=64, page=16,
+                     kv_dtype=kv_dtype, k_scale=0.05 if kv_dtype != "bf16" else 1.0,
+                     v_scale=0.05 if kv_dtype != "bf16" else 1.0)
+    return case, [T(x) for x in (case.q, case.k, case.v, case.seq_lens, case.page_table)]
+
+
+def test_ops_are_registered():
+    import deca.torch_ops  # noqa: F401
+    for name in ("gqa_decode", "mla_decode_sparse", "mla_decode_dense"):
+        assert hasattr(torch.ops.deca, name)
+
+
+def test_flash_attn_torch_matches_gqa_decode(rng):
+    case, (q, k, v, lens, table) = _fa_inputs(rng, q_len=2)
+    out, lse = compat.flash_attn_with_kvcache(q, k, v, cache_seqlens=lens, block_table=table,
+                                              causal=True, window_size=(20, 0),
+                                              return_softmax_lse=True)
+    want, want_lse = deca.gqa_decode(q, k, v, table, lens, window=21, return_lse=True)
+    same_bits(out, want)
+    same_bits(lse, want_lse.transpose(1, 2))
+
+
+def test_flash_attn_fp8_cache_with_descale(rng):
+    case, (q, k, v, lens, table) = _fa_inputs(rng, kv_dtype="fp8_e4m3")
+    out = compat.flash_attn_with_kvcache(q, k, v, cache_seqlens=lens, block_table=table,
+                                         causal=True, k_descale=0.05, v_descale=0.05)
+    want = deca.gqa_decode(q, k, v, table, lens, k_scale=0.05, v_scale=0.05)
+    same_bits(out, want)
+
+
+def test_torch_compile_fullgraph_holds_the_op(rng):
+    case, (q, k, v, lens, table) = _fa_inputs(rng)
+
+    def attend(q, k, v, lens, table):
+        return compat.flash_attn_with_kvcache(q, k, v, cache_seqlens=lens, block_table=table,
+                                              causal=True, return_softmax_lse=True)
+
+    compiled = torch.compile(attend, fullgraph=True, backend="aot_eager")
+    out, lse = compiled(q, k, v, lens, table)
+    want, want_lse = attend(q, k, v, lens, table)
+    same_bits(out, want)
+    same_bits(lse, want_lse)
+
+
+def test_opcheck_gqa_decode(rng):
+    import deca.torch_ops  # noqa: F401
+    case, (q, k, v, lens, table) = _fa_inputs(rng)
+    out = torch.empty_like(q)
+    lse = torch.empty(q.shape[:3], dtype=torch.float32, device=DEV)
+    args = (q, k, v, table, lens, out, lse, None, None, None, "NHD", 0, "", 1.0, 1.0, 0.0,
+            0.0, 0, 1.0, "auto", 0)
+    torch.library.opcheck(torch.ops.deca.gqa_decode.default, args)
+
+
+def test_flashinfer_torch_matches_gqa_decode(rng):
+    page = 16
+    case = PagedCase(rng, seq_lens=[40, 1, 0, 16], hq=8, hkv=2, d=64, page=page, layout="HND")
+    counts = [-(-int(n) // page) for n in case.seq_lens]
+    indptr = torch.tensor(np.concatenate([[0], np.cumsum(counts)]), dtype=torch.int32)
+    indices = torch.tensor(np.concatenate([case.page_table[b, :c] for b, c in
+                                           enumerate(counts)]), dtype=torch.int32)
+    last = torch.tensor([(n - 1) % page + 1 if n else 0 for n in case.seq_lens],
+                        dtype=torch.int32)
+    ws = torch.empty(1 << 20, dtype=torch.uint8, device=DEV)
+    w = compat.BatchDecodeWithPagedKVCacheWrapper(ws, "HND")
+    w.plan(indptr.to(DEV), indices.to(DEV), last.to(DEV), 8, 2, 64, page,
+           q_data_type=torch.bfloat16)
+    kv = torch.stack([T(case.k), T(case.v)], dim=1)
+    out, lse = w.run(T(case.q)[:, 0], kv, return_lse=True)
+    want, want_lse = deca.gqa_decode(T(case.q), T(case.k), T(case.v), T(case.page_table),
+                                     T(case.seq_lens), layout="HND", return_lse=True)
+    same_bits(out, want[:, 0])
+    torch.testing.assert_close(lse, want_lse[:, 0] / np.log(2.0), rtol=1e-6, atol=0)
+
+
+def test_flash_mla_sparse_torch(rng):
+    from test_mla import _sparse_case
+    q, kv, indices = _sparse_case(rng, 2, 1, 16, 64, 16, num_blocks=6)
+    meta, splits = compat.get_mla_metadata()
+    try:
+        out, lse = compat.flash_mla_with_kvcache(T(q), T(kv), None, None, 512, meta, splits,
+                                                 is_fp8_kvcache=True, indices=T(indices))
+    except deca.Error as e:
+        if DEV != "cpu" and "cuda" in str(e).lower():
+            pytest.skip(f"mla_decode_sparse has no CUDA kernel in this build: {e}")
+        raise
+    want, want_lse = deca.mla_decode_sparse(T(q), T(kv), T(indices), return_lse=True)
+    same_bits(out, want)
+    same_bits(lse, want_lse.transpose(1, 2))
+
+
+@pytest.mark.skipif(DEV == "cpu", reason="needs a CUDA device")
+def test_flash_attn_in_cuda_graph(rng):
+    case, (q, k, v, lens, table) = _fa_inputs(rng)
+    out = torch.empty_like(q)
+
+    def step():
+        out.copy_(compat.flash_attn_with_kvcache(q, k, v, cache_seqlens=lens,
+                                                 block_table=table, causal=True))
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        step()  # warm-up: plan, workspace and kernel made outside the capture
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    same_bits(out, deca.gqa_decode(q, k, v, table, lens))

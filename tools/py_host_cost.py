@@ -1,0 +1,122 @@
+#!/usr/bin/env python3
+"""Host time per call of deca's Python entry points, against torch.add for scale.
+
+    python tools/py_host_cost.py [--iters N] [--device cuda|cpu] [--json FILE]
+
+On a GPU machine with torch the tensors are CUDA torch tensors (a tiny decode, so the GPU keeps
+up and the time measured is the Python + binding + launch cost of each call); without one,
+numpy arrays on the CPU backend (the time then includes the CPU reference decode and its
+thread start-up, tens of microseconds: compare GqaPlan.run with its checked path there, not with
+the GPU target). GqaPlan.run gets raw bf16 bits (uint16) on the CPU, which its fast path takes;
+ml_dtypes arrays go through the checked path. Each figure is the median over 7 repeats of the mean of --iters calls in
+a loop, without synchronising inside the loop.
+"""
+
+import argparse
+import json
+import statistics
+import sys
+import time
+
+import numpy as np
+
+import deca
+
+
+def per_call_us(fn, iters):
+    for _ in range(max(iters // 10, 10)):
+        fn()
+    runs = []
+    for _ in range(7):
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            fn()
+        runs.append((time.perf_counter() - t0) / iters * 1e6)
+    return statistics.median(runs)
+
+
+def inputs(device, torch):
+    batch, hq, hkv, d, page, pages = 1, 8, 1, 128, 16, 4
+    rng = np.random.default_rng(0)
+    q = rng.standard_normal((batch, 1, hq, d)).astype(np.float32)
+    k = rng.standard_normal((pages, page, hkv, d)).astype(np.float32)
+    table = np.arange(pages, dtype=np.int32).reshape(1, pages)
+    lens = np.array([17], np.int32)
+    if device == "cuda":
+        bf = dict(dtype=torch.bfloat16, device="cuda")
+        return (torch.from_numpy(q).to(**bf), torch.from_numpy(k).to(**bf),
+                torch.from_numpy(k).to(**bf), torch.from_numpy(table).cuda(),
+                torch.from_numpy(lens).cuda())
+    import ml_dtypes
+    qb, kb = q.astype(ml_dtypes.bfloat16), k.astype(ml_dtypes.bfloat16)
+    return qb, kb, kb.copy(), table, lens
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--iters", type=int, default=2000)
+    ap.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto")
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    torch = None
+    try:
+        import torch  # noqa: F811
+    except ImportError:
+        pass
+    device = args.device
+    if device == "auto":
+        device = "cuda" if torch is not None and torch.cuda.is_available() else "cpu"
+    if device == "cuda" and (torch is None or not torch.cuda.is_available()):
+        sys.exit("py_host_cost: --device cuda needs torch with a CUDA device")
+
+    q, k, v, table, lens = inputs(device, torch)
+    where = "cuda:0" if device == "cuda" else "cpu"
+    plan = deca.GqaPlan(8, 1, 128, 16, max_batch=1, max_seq_len=64, device=where)
+    ws = None
+    if plan.workspace_bytes:
+        ws = torch.zeros(plan.workspace_bytes, dtype=torch.uint8, device="cuda")
+    out = torch.empty_like(q) if device == "cuda" else np.empty_like(q)
+    # The plan's own path: raw bits on the CPU (numpy's DLPack has no bf16), tensors on CUDA.
+    bits = (lambda x: x) if device == "cuda" else (lambda x: x.view(np.uint16))
+    pq, pk, pv, pout = bits(q), bits(k), bits(v), bits(out)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+
+    cases = {
+        "GqaPlan.run": lambda: plan.run(pq, pk, pv, table, lens, pout, workspace=ws),
+        "GqaPlan.run (checked path)": lambda: plan._run_checked(
+            pq, pk, pv, table, lens, pout, ws, None, None, None, 1.0, 1.0, None, None, None, 1.0,
+            plan._current_stream(q)),
+        "gqa_decode (one-off)": lambda: deca.gqa_decode(q, k, v, table, lens, out),
+        "deca.compat.flash_attn_with_kvcache": lambda: __import__(
+            "deca.compat", fromlist=["x"]).flash_attn_with_kvcache(
+                q, k, v, cache_seqlens=lens, block_table=table, causal=True),
+    }
+    # FlashInfer's plan(): the CSR page list -> deca's page table, once per batch composition.
+    from deca.compat import BatchDecodeWithPagedKVCacheWrapper
+    crng = np.random.default_rng(1)
+    counts = crng.integers(1, 65, 256)
+    indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+    csr = (indptr, crng.permutation(int(indptr[-1])).astype(np.int32),
+           crng.integers(1, 17, 256).astype(np.int32))
+    wrapper = BatchDecodeWithPagedKVCacheWrapper(q if device == "cuda" else np.zeros(16, np.uint8))
+    cases["FlashInfer wrapper plan() (batch 256 x 1..64 pages)"] = lambda: wrapper.plan(
+        *csr, 8, 1, 128, 16, q_data_type="bfloat16")
+    if torch is not None:
+        a = torch.ones(16, device="cuda" if device == "cuda" else "cpu")
+        cases["torch.add (scale)"] = lambda: torch.add(a, a)
+    results = {}
+    iters = {"FlashInfer wrapper plan() (batch 256 x 1..64 pages)": max(args.iters // 20, 10)}
+    for name, fn in cases.items():
+        fn()
+        sync()
+        results[name] = per_call_us(fn, iters.get(name, args.iters))
+        sync()
+        print(f"{name:52s} {results[name]:8.2f} us/call")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"device": device, "deca": deca.version(), "us_per_call": results}, f,
+                      indent=1)
+
+
+if __name__ == "__main__":
+    main()
