@@ -13,9 +13,11 @@
 namespace deca::cpu {
 
 // Threads parallel_for uses for `count` items.
+// hardware_concurrency() reads /sys on every call (about half the cost of a tiny CPU-backend
+// call): ask once.
 inline int worker_count(std::int64_t count) {
-  return static_cast<int>(std::clamp<std::int64_t>(
-      count, 1, std::max(1u, std::thread::hardware_concurrency())));
+  static const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  return static_cast<int>(std::clamp<std::int64_t>(count, 1, cores));
 }
 
 // Calls fn(item, worker) for item in [0, count) on worker_count(count) threads; worker is in
