@@ -28,4 +28,9 @@ DECA_HD constexpr bool compute_fp16(int /*q_dtype*/, int kv_dtype) {
   return kind_of(kv_dtype) == kKv16 ? kv_dtype == kFP16 : true;
 }
 
+// How an fp8 e4m3 cache meets the tensor cores. kWiden: widened to fp16 in registers (sm_80+).
+// kTwoTerm: kept 8-bit, multiplied on the e4m3 tensor cores (m16n8k32, sm_89+) against q and P
+// each split into two e4m3 terms (kernels/common/kv_convert.cuh split_e4m3_*).
+enum Fp8Mma : int { kWiden = 0, kTwoTerm = 1 };
+
 }  // namespace deca::kv
