@@ -73,8 +73,9 @@ struct SharedStorage {
 // load per row feeds four n8 tiles (see pv_chunk).
 template <class T>
 __device__ __forceinline__ int out_dim(int o, int col) {
-  if constexpr (T::kTwoTerm) {
-    // Tile pairs per 16-dim block: even dims of the block, then odd (pv_two_term's byte split).
+  if constexpr (T::kVPairs16) {
+    // Tile pairs per 16-dim block: even dims of the block, then odd (the ldmatrix.trans + prmt
+    // byte split of the 8-bit V paths).
     return (o / 2) * 16 + 2 * col + (o % 2);
   } else if constexpr (T::kKvKind == kv::kKv16) {
     return o * 8 + col;
@@ -566,6 +567,41 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
             ptx::mma_e4m3_16832(s_acc[j + 1], ql, b2, b3);
           }
         }
+      } else if constexpr (T::kLdsm8) {
+        // ldmatrix on 8-bit rows: thread (g, c) gets bytes 4c..4c+3 of token g per matrix, what
+        // a 32-bit load per tile and 16-dim step gave; one x4 feeds two tiles x two k steps.
+#pragma unroll
+        for (int kk = 0; kk < kKSteps; kk += 2) {
+          const bool pair = kk + 1 < kKSteps;  // compile-time after unrolling
+          unsigned a0[4], a1[4];
+          load_q(kk, a0);
+          if (pair) load_q(kk + 1, a1);
+#pragma unroll
+          for (int j = 0; j < kN8; j += 2) {
+            const int m = lane / 8;
+            unsigned w0, w1, w2, w3;
+            if (pair) {
+              // x4: (tokens 0-7, step kk), (tokens 0-7, kk + 1), (tokens 8-15, kk), (8-15, kk + 1).
+              const int tok = local0 + j * 8 + (m / 2) * 8 + lane % 8;
+              ptx::ldmatrix_x4(ks + tok * T::kRowStride + kk * 16 + (m % 2) * 16, w0, w1, w2, w3);
+            } else {
+              const int tok = local0 + j * 8 + (m % 2) * 8 + lane % 8;
+              ptx::ldmatrix_x2(ks + tok * T::kRowStride + kk * 16, w0, w2);
+              w1 = w3 = 0u;
+            }
+            unsigned b0, b1;
+            kv::widen4<T::kKvKind>(w0, b0, b1);
+            ptx::mma_16816<kFp16>(s_acc[j], a0, b0, b1);
+            kv::widen4<T::kKvKind>(w2, b0, b1);
+            ptx::mma_16816<kFp16>(s_acc[j + 1], a0, b0, b1);
+            if (pair) {
+              kv::widen4<T::kKvKind>(w1, b0, b1);
+              ptx::mma_16816<kFp16>(s_acc[j], a1, b0, b1);
+              kv::widen4<T::kKvKind>(w3, b0, b1);
+              ptx::mma_16816<kFp16>(s_acc[j + 1], a1, b0, b1);
+            }
+          }
+        }
       } else {
 #pragma unroll
       for (int kk = 0; kk < kKSteps; ++kk) {
@@ -709,6 +745,47 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
             ptx::mma_e4m3_16832(o_acc[2 * blk], pl, even0, even1);
             ptx::mma_e4m3_16832(o_acc[2 * blk + 1], ph, odd0, odd1);
             ptx::mma_e4m3_16832(o_acc[2 * blk + 1], pl, odd0, odd1);
+          }
+        }
+      } else if constexpr (T::kLdsm8) {
+        // O += P V, two 16-token k steps per ldmatrix.x4.trans (one when the chunk is 16): per
+        // 8-token matrix thread (g, c) gets bytes (2g, 2g+1) of tokens 2c, 2c+1; one prmt per
+        // register gives one dim of tokens 2c, 2c+1, 2c+8, 2c+9, which widen to the k16 B pair.
+#pragma unroll
+        for (int st = 0; st < T::kChunk / 16; st += 2) {
+          const bool pair = st + 1 < T::kChunk / 16;
+          unsigned a0[4], a1[4];
+          a0[0] = ptx::pack2<kFp16>(s_acc[2 * st][0], s_acc[2 * st][1]);
+          a0[1] = ptx::pack2<kFp16>(s_acc[2 * st][2], s_acc[2 * st][3]);
+          a0[2] = ptx::pack2<kFp16>(s_acc[2 * st + 1][0], s_acc[2 * st + 1][1]);
+          a0[3] = ptx::pack2<kFp16>(s_acc[2 * st + 1][2], s_acc[2 * st + 1][3]);
+          if (pair) {
+            a1[0] = ptx::pack2<kFp16>(s_acc[2 * st + 2][0], s_acc[2 * st + 2][1]);
+            a1[1] = ptx::pack2<kFp16>(s_acc[2 * st + 2][2], s_acc[2 * st + 2][3]);
+            a1[2] = ptx::pack2<kFp16>(s_acc[2 * st + 3][0], s_acc[2 * st + 3][1]);
+            a1[3] = ptx::pack2<kFp16>(s_acc[2 * st + 3][2], s_acc[2 * st + 3][3]);
+          }
+          const int tok0 = local0 + st * 16;
+#pragma unroll
+          for (int blk = 0; blk < D / 16; ++blk) {
+            unsigned r0, r1, r2 = 0u, r3 = 0u;
+            if (pair) {
+              ptx::ldmatrix_x4_trans(vs + (tok0 + lane) * T::kRowStride + blk * 16, r0, r1, r2, r3);
+            } else {
+              const int tok = tok0 + ((lane / 8) % 2) * 8 + lane % 8;
+              ptx::ldmatrix_x2_trans(vs + tok * T::kRowStride + blk * 16, r0, r1);
+            }
+            unsigned b0, b1;
+            kv::widen4<T::kKvKind>(ptx::prmt(r0, r1, 0x6420u), b0, b1);
+            ptx::mma_16816<kFp16>(o_acc[2 * blk], a0, b0, b1);
+            kv::widen4<T::kKvKind>(ptx::prmt(r0, r1, 0x7531u), b0, b1);
+            ptx::mma_16816<kFp16>(o_acc[2 * blk + 1], a0, b0, b1);
+            if (pair) {
+              kv::widen4<T::kKvKind>(ptx::prmt(r2, r3, 0x6420u), b0, b1);
+              ptx::mma_16816<kFp16>(o_acc[2 * blk], a1, b0, b1);
+              kv::widen4<T::kKvKind>(ptx::prmt(r2, r3, 0x7531u), b0, b1);
+              ptx::mma_16816<kFp16>(o_acc[2 * blk + 1], a1, b0, b1);
+            }
           }
         }
       } else {

@@ -24,11 +24,13 @@ struct GqaKernelKey {
   bool softcap = false;
   int ctas_per_sm = 2;  // occupancy the kernel is built for (kernels/gqa/traits.cuh make_shape)
   int beam_width = 1;   // beams of a request sharing one CTA (their common pages read once)
-  // fp8 caches: kv::kWiden (fp16 mma, sm_80+) or kv::kTwoTerm (e4m3 mma, sm_89+); ignored (and
-  // not named) for other caches.
+  // fp8 caches: kv::kWiden / kv::kWidenLdsm (fp16 mma, sm_80+) or kv::kTwoTerm (e4m3 mma,
+  // sm_89+); ignored (and not named) for other caches.
   int fp8_mma = kv::kWiden;
 
-  bool two_term() const { return fp8_mma == kv::kTwoTerm && kv::kind_of(kv_dtype) == kv::kKvFp8; }
+  // The path the kernel takes: fp8_mma for an fp8 cache, widening (the only one) otherwise.
+  int fp8_path() const { return kv::kind_of(kv_dtype) == kv::kKvFp8 ? fp8_mma : kv::kWiden; }
+  bool two_term() const { return fp8_path() == kv::kTwoTerm; }
 
   // e.g. "gqa_sm90_d128_g8_r16_p32_qbf16_kvfp8_obf16_win_tree_cap"
   std::string name() const;
@@ -39,10 +41,10 @@ struct GqaKernelKey {
 
 // The key a plan needs on a device of compute capability `arch`. DECA_GQA_CTAS=2|3 in the
 // environment overrides the occupancy choice (a tuning knob; it is part of the kernel name).
-// fp8 caches take the two-term e4m3 path on sm_89 (native e4m3 mma.sync) and widen elsewhere
-// (sm_90a emulates e4m3 mma.sync with fp16 HMMA; gqa_spec.cpp says why);
-// DECA_GQA_FP8_MMA=widen|two_term overrides the choice on sm_89+ (the name carries "_2term" when
-// the two-term path is taken).
+// fp8 caches take the two-term e4m3 path on sm_89 (native e4m3 mma.sync) and the ldmatrix-fed
+// widening elsewhere (sm_90a emulates e4m3 mma.sync with fp16 HMMA; gqa_spec.cpp says why);
+// DECA_GQA_FP8_MMA=widen|widen_ldsm|two_term overrides the choice (two_term on sm_89+ only). The
+// name carries "_2term" or "_ldsm" for those paths, nothing for the lds32-fed widening.
 GqaKernelKey make_gqa_key(const GqaConfig& config, int arch);
 
 }  // namespace deca::cuda

@@ -44,26 +44,28 @@ std::vector<GqaKernelKey> representative_keys() {
   return keys;
 }
 
-// Every fp8 key again with the two-term e4m3 path (sm_89+ only), plus the shapes only it treats
-// differently: head_dim % 32 == 16 (a 16-dim last QK step), chunks of 16 tokens (head_dim 256:
-// half-k PV steps, q in shared memory), fp16 q.
+// Every fp8 key again on the ldmatrix-fed widening and (sm_89+) the two-term e4m3 path, plus the
+// shapes those treat differently: head_dim % 32 == 16 (a lone last 16-dim k step), chunks of 16
+// tokens (head_dim 256: half PV steps, q in shared memory), fp16 q.
 std::vector<GqaKernelKey> keys_for(int arch) {
   std::vector<GqaKernelKey> keys = representative_keys();
-  if (arch < 89) return keys;
-  std::vector<GqaKernelKey> two;
-  for (GqaKernelKey k : keys) {
-    if (k.kv_dtype != 3) continue;
-    k.fp8_mma = kv::kTwoTerm;
-    two.push_back(k);
+  std::vector<GqaKernelKey> fp8 = {};
+  for (const GqaKernelKey& k : keys) {
+    if (k.kv_dtype == 3) fp8.push_back(k);
   }
   GqaKernelKey d256;
-  d256.head_dim = 256, d256.group = 2, d256.rows = 16, d256.page_size = 64;
-  d256.kv_dtype = 3, d256.fp8_mma = kv::kTwoTerm;
-  two.push_back(d256);
+  d256.head_dim = 256, d256.group = 2, d256.rows = 16, d256.page_size = 64, d256.kv_dtype = 3;
+  fp8.push_back(d256);
   GqaKernelKey d112 = d256;
   d112.head_dim = 112, d112.group = 16, d112.q_dtype = 1, d112.out_dtype = 1;
-  two.push_back(d112);
-  keys.insert(keys.end(), two.begin(), two.end());
+  fp8.push_back(d112);
+  for (int mode : {kv::kWidenLdsm, kv::kTwoTerm}) {
+    if (mode == kv::kTwoTerm && arch < 89) continue;
+    for (GqaKernelKey k : fp8) {
+      k.fp8_mma = mode;
+      keys.push_back(k);
+    }
+  }
   return keys;
 }
 
@@ -73,6 +75,7 @@ TEST(GqaNvrtcMatrix, CompilesForSm90aSm89AndSm80) {
     for (GqaKernelKey k : keys_for(arch)) {
       k.arch = arch;
       EXPECT_EQ(k.name().find("_2term") != std::string::npos, k.two_term()) << k.name();
+      EXPECT_EQ(k.name().find("_ldsm") != std::string::npos, k.fp8_path() == kv::kWidenLdsm) << k.name();
       const jit::JitSpec spec = k.spec();
       const jit::CompileResult r = jit::compile(spec);
       ASSERT_FALSE(r.cubin.empty()) << spec.name;
