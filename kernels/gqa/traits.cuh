@@ -108,8 +108,8 @@ struct Traits {
   static constexpr bool kScaleQRows = kKvKind != kv::kKv16;
   // fp8 cache on the e4m3 tensor cores, q and P as two e4m3 terms (kv_kind.cuh Fp8Mma).
   static constexpr bool kTwoTerm = kKvKind == kv::kKvFp8 && Cfg::kFp8Mma == kv::kTwoTerm;
-  // fp8 cache widened to fp16, operands loaded with ldmatrix (kv_kind.cuh Fp8Mma).
-  static constexpr bool kLdsm8 = kKvKind == kv::kKvFp8 && Cfg::kFp8Mma == kv::kWidenLdsm;
+  // 8-bit cache (fp8 or int8) widened to fp16, operands loaded with ldmatrix (kv_kind.cuh Fp8Mma).
+  static constexpr bool kLdsm8 = kKvKind != kv::kKv16 && Cfg::kFp8Mma == kv::kWidenLdsm;
   // Both ldmatrix-fed 8-bit V paths put a 16-dim block's even dims in one n8 tile, odd in the next.
   static constexpr bool kVPairs16 = kTwoTerm || kLdsm8;
 

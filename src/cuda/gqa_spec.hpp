@@ -24,12 +24,19 @@ struct GqaKernelKey {
   bool softcap = false;
   int ctas_per_sm = 2;  // occupancy the kernel is built for (kernels/gqa/traits.cuh make_shape)
   int beam_width = 1;   // beams of a request sharing one CTA (their common pages read once)
-  // fp8 caches: kv::kWiden / kv::kWidenLdsm (fp16 mma, sm_80+) or kv::kTwoTerm (e4m3 mma,
-  // sm_89+); ignored (and not named) for other caches.
+  // 8-bit caches: kv::kWiden / kv::kWidenLdsm (fp16 mma, sm_80+) or, fp8 only, kv::kTwoTerm
+  // (e4m3 mma, sm_89+); ignored (and not named) for 16-bit caches.
   int fp8_mma = kv::kWiden;
 
-  // The path the kernel takes: fp8_mma for an fp8 cache, widening (the only one) otherwise.
-  int fp8_path() const { return kv::kind_of(kv_dtype) == kv::kKvFp8 ? fp8_mma : kv::kWiden; }
+  // The path the kernel takes: fp8_mma for an fp8 cache; an int8 cache widens, through ldmatrix
+  // unless fp8_mma says kWiden; 16-bit caches have one path.
+  int fp8_path() const {
+    switch (kv::kind_of(kv_dtype)) {
+      case kv::kKvFp8: return fp8_mma;
+      case kv::kKvInt8: return fp8_mma == kv::kWiden ? kv::kWiden : kv::kWidenLdsm;
+      default: return kv::kWiden;
+    }
+  }
   bool two_term() const { return fp8_path() == kv::kTwoTerm; }
 
   // e.g. "gqa_sm90_d128_g8_r16_p32_qbf16_kvfp8_obf16_win_tree_cap"

@@ -44,14 +44,14 @@ std::vector<GqaKernelKey> representative_keys() {
   return keys;
 }
 
-// Every fp8 key again on the ldmatrix-fed widening and (sm_89+) the two-term e4m3 path, plus the
+// Every 8-bit key again on the ldmatrix-fed widening and (fp8, sm_89+) the two-term e4m3 path, plus the
 // shapes those treat differently: head_dim % 32 == 16 (a lone last 16-dim k step), chunks of 16
 // tokens (head_dim 256: half PV steps, q in shared memory), fp16 q.
 std::vector<GqaKernelKey> keys_for(int arch) {
   std::vector<GqaKernelKey> keys = representative_keys();
   std::vector<GqaKernelKey> fp8 = {};
   for (const GqaKernelKey& k : keys) {
-    if (k.kv_dtype == 3) fp8.push_back(k);
+    if (k.kv_dtype == 3 || k.kv_dtype == 4) fp8.push_back(k);  // int8 takes the ldmatrix path too
   }
   GqaKernelKey d256;
   d256.head_dim = 256, d256.group = 2, d256.rows = 16, d256.page_size = 64, d256.kv_dtype = 3;
@@ -62,6 +62,7 @@ std::vector<GqaKernelKey> keys_for(int arch) {
   for (int mode : {kv::kWidenLdsm, kv::kTwoTerm}) {
     if (mode == kv::kTwoTerm && arch < 89) continue;
     for (GqaKernelKey k : fp8) {
+      if (mode == kv::kTwoTerm && k.kv_dtype != 3) continue;
       k.fp8_mma = mode;
       keys.push_back(k);
     }
