@@ -224,7 +224,7 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
   // row_inv[h]: the inverse of the power of two q row h was scaled by (8-bit caches), applied
   // to that row's logits.
   float row_inv[2] = {1.f, 1.f};
-  unsigned q_frag[T::kQInRegs && !T::kTwoTerm ? kKSteps : 1][4];
+  unsigned q_frag[T::kQInRegs && !T::kTwoTerm ? kKSteps : 1][4] = {};  // unused by two-term
   // Two-term: per 32-dim k step, the hi and lo terms of the A fragment (rows g / g+8, dims
   // 4c..4c+3 and 16 + 4c..), natural dim order; dims past head_dim are zero.
   unsigned q8_frag[T::kQInRegs && T::kTwoTerm ? T::kK32Steps : 1][2][4];
