@@ -89,4 +89,65 @@ __device__ __forceinline__ void widen_rows(unsigned w0, unsigned w1, unsigned w2
   }
 }
 
+// ---- Two-term e4m3 operands (sm_89+) ----------------------------------------------------------
+// An operand that is not 8-bit (q, the softmax weights P) meets an e4m3 cache on the e4m3 tensor
+// cores as x = hi + lo, hi = e4m3(x), lo = e4m3(x - hi): both products go into one fp32
+// accumulator, and the sum keeps ~7 significant bits where one e4m3 term keeps 4
+// (tools/sim_two_term.py: 0.18 % relative RMS against 3.5 % for one term). The caller scales x
+// into e4m3 range first (q per row by a power of two into [128, 256), P by 256).
+//
+// Four floats -> hi and lo, each four e4m3 bytes in order (x0 in byte 0). For P, once per
+// token and row of every tile: the residual is formed in fp16 (x is rounded to 11 bits first,
+// far below what the low term keeps), five instructions per pair: pack, cvt down, cvt back up
+// (exact), subtract (exact: hi is within a factor 2 of x), cvt down.
+__device__ __forceinline__ void split_e4m3_f16(float x0, float x1, float x2, float x3,
+                                               unsigned& hi, unsigned& lo) {
+  asm("{\n"
+      "  .reg .b16 h0, h1, l0, l1;\n"
+      "  .reg .b32 f0, f1, r0, r1;\n"
+      "  cvt.rn.f16x2.f32 f0, %3, %2;\n"
+      "  cvt.rn.f16x2.f32 f1, %5, %4;\n"
+      "  cvt.rn.satfinite.e4m3x2.f16x2 h0, f0;\n"
+      "  cvt.rn.satfinite.e4m3x2.f16x2 h1, f1;\n"
+      "  cvt.rn.f16x2.e4m3x2 r0, h0;\n"
+      "  cvt.rn.f16x2.e4m3x2 r1, h1;\n"
+      "  sub.rn.f16x2 r0, f0, r0;\n"
+      "  sub.rn.f16x2 r1, f1, r1;\n"
+      "  cvt.rn.satfinite.e4m3x2.f16x2 l0, r0;\n"
+      "  cvt.rn.satfinite.e4m3x2.f16x2 l1, r1;\n"
+      "  mov.b32 %0, {h0, h1};\n"
+      "  mov.b32 %1, {l0, l1};\n"
+      "}\n"
+      : "=r"(hi), "=r"(lo)
+      : "f"(x0), "f"(x1), "f"(x2), "f"(x3));
+}
+
+// The same with the residual in fp32, for q (once per CTA, so exactness is free): x keeps its
+// full bf16/fp16 precision up to what the two terms hold.
+__device__ __forceinline__ void split_e4m3_f32(float x0, float x1, float x2, float x3,
+                                               unsigned& hi, unsigned& lo) {
+  unsigned short h[2], l[2];
+  const float x[4] = {x0, x1, x2, x3};
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(h[i]) : "f"(x[2 * i + 1]), "f"(x[2 * i]));
+    float b0, b1;
+    asm("{\n"
+        "  .reg .b32 r;\n"
+        "  .reg .b16 u, v;\n"
+        "  cvt.rn.f16x2.e4m3x2 r, %2;\n"
+        "  mov.b32 {u, v}, r;\n"
+        "  cvt.f32.f16 %0, u;\n"
+        "  cvt.f32.f16 %1, v;\n"
+        "}\n"
+        : "=f"(b0), "=f"(b1)
+        : "h"(h[i]));
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n"
+        : "=h"(l[i])
+        : "f"(x[2 * i + 1] - b1), "f"(x[2 * i] - b0));
+  }
+  hi = static_cast<unsigned>(h[0]) | (static_cast<unsigned>(h[1]) << 16);
+  lo = static_cast<unsigned>(l[0]) | (static_cast<unsigned>(l[1]) << 16);
+}
+
 }  // namespace deca::kv

@@ -82,6 +82,18 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const unsigned (&a)[4],
   }
 }
 
+// ---- mma.sync m16n8k32 e4m3 x e4m3, fp32 accumulate (PTX ISA 9.7.14.5.8, sm_89+) ------------
+// A: 4 regs of 4 bytes (row-major 16x32: a0 row g, k 4c..4c+3; a1 row g+8; a2/a3 the same at
+// k + 16), B: 2 regs (col-major 32x8: b0 column g, k 4c..4c+3; b1 k + 16), C/D as m16n8k16.
+__device__ __forceinline__ void mma_e4m3_16832(float (&d)[4], const unsigned (&a)[4], unsigned b0,
+                                               unsigned b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
 // ---- Arithmetic helpers -----------------------------------------------------------------------
 // 2^x with the SFU (PTX ISA 9.7.4.x ex2.approx, relative error ~2^-22); ex2(-inf) = +0.
 __device__ __forceinline__ float ex2(float x) {

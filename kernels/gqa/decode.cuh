@@ -73,7 +73,11 @@ struct SharedStorage {
 // load per row feeds four n8 tiles (see pv_chunk).
 template <class T>
 __device__ __forceinline__ int out_dim(int o, int col) {
-  if constexpr (T::kKvKind == kv::kKv16) {
+  if constexpr (T::kVPairs16) {
+    // Tile pairs per 16-dim block: even dims of the block, then odd (the ldmatrix.trans + prmt
+    // byte split of the 8-bit V paths).
+    return (o / 2) * 16 + 2 * col + (o % 2);
+  } else if constexpr (T::kKvKind == kv::kKv16) {
     return o * 8 + col;
   } else {
     const int group = o / 4;
@@ -96,12 +100,13 @@ __device__ __forceinline__ float2 q_pair(const void* q_row, int d) {
   }
 }
 
-// Power of two that brings a row whose largest |q| is `amax` to [2^14, 2^15) in fp16 (8-bit
-// caches only): no overflow, and the small elements keep their bits. 1 for an all-zero row.
-__device__ __forceinline__ float q_row_scale(float amax) {
+// Power of two that brings a row whose largest |q| is `amax` to [2^top, 2^(top+1)) (8-bit caches
+// only): top 14 for fp16 (no overflow, and the small elements keep their bits), 7 for e4m3
+// (max 448: the rounded largest term stays finite). 1 for an all-zero row.
+__device__ __forceinline__ float q_row_scale(float amax, int top) {
   if (!(amax > 0.f) || amax > 3.0e38f) return 1.f;
   const int e = static_cast<int>((__float_as_uint(amax) >> 23) & 0xFF) - 127;  // floor(log2)
-  int k = 14 - e;
+  int k = top - e;
   k = k < -126 ? -126 : (k > 127 ? 127 : k);
   return __uint_as_float(static_cast<unsigned>(k + 127) << 23);
 }
@@ -118,7 +123,11 @@ __device__ __forceinline__ int q_dim(int kk, int c, int half) {
 template <class Cfg>
 __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned char* smem) {
   using T = Traits<Cfg>;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 890
+  static_assert(!T::kTwoTerm, "the two-term e4m3 path needs sm_89+ (e4m3 mma.sync)");
+#endif
   constexpr int D = T::kHeadDim;
+  constexpr int kQTop = T::kTwoTerm ? 7 : 14;
   constexpr int kKSteps = D / 16;
   constexpr int kOTiles = D / 8;
   constexpr bool kFp16 = T::kComputeFp16;
@@ -215,8 +224,48 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
   // row_inv[h]: the inverse of the power of two q row h was scaled by (8-bit caches), applied
   // to that row's logits.
   float row_inv[2] = {1.f, 1.f};
-  unsigned q_frag[T::kQInRegs ? kKSteps : 1][4];
-  if constexpr (T::kQInRegs) {
+  unsigned q_frag[T::kQInRegs && !T::kTwoTerm ? kKSteps : 1][4] = {};  // unused by two-term
+  // Two-term: per 32-dim k step, the hi and lo terms of the A fragment (rows g / g+8, dims
+  // 4c..4c+3 and 16 + 4c..), natural dim order; dims past head_dim are zero.
+  unsigned q8_frag[T::kQInRegs && T::kTwoTerm ? T::kK32Steps : 1][2][4];
+  if constexpr (T::kQInRegs && T::kTwoTerm) {
+    const bool lo_ok = my_row_lo < rows_total;
+    const bool hi_ok = my_row_hi < rows_total;
+    const void* q_lo = lo_ok ? q_row_ptr(my_row_lo) : nullptr;
+    const void* q_hi = hi_ok ? q_row_ptr(my_row_hi) : nullptr;
+    float4 f[T::kK32Steps][4];
+    float amax[2] = {0.f, 0.f};
+#pragma unroll
+    for (int kk = 0; kk < T::kK32Steps; ++kk) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int d = kk * 32 + (j / 2) * 16 + 4 * c;
+        const bool ok = ((j % 2) ? hi_ok : lo_ok) && d < D;
+        const void* qr = (j % 2) ? q_hi : q_lo;
+        const float2 a = ok ? q_pair<T>(qr, d) : make_float2(0.f, 0.f);
+        const float2 b = ok ? q_pair<T>(qr, d + 2) : make_float2(0.f, 0.f);
+        f[kk][j] = make_float4(a.x, a.y, b.x, b.y);
+        amax[j % 2] = fmaxf(amax[j % 2], fmaxf(fmaxf(fabsf(a.x), fabsf(a.y)), fmaxf(fabsf(b.x), fabsf(b.y))));
+      }
+    }
+    float sc[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      amax[h] = fmaxf(amax[h], __shfl_xor_sync(0xffffffffu, amax[h], 1));
+      amax[h] = fmaxf(amax[h], __shfl_xor_sync(0xffffffffu, amax[h], 2));
+      sc[h] = q_row_scale(amax[h], kQTop);
+      row_inv[h] = 1.f / sc[h];  // exact: a power of two
+    }
+#pragma unroll
+    for (int kk = 0; kk < T::kK32Steps; ++kk) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float s = sc[j % 2];
+        kv::split_e4m3_f32(f[kk][j].x * s, f[kk][j].y * s, f[kk][j].z * s, f[kk][j].w * s,
+                           q8_frag[kk][0][j], q8_frag[kk][1][j]);
+      }
+    }
+  } else if constexpr (T::kQInRegs) {
     const bool lo_ok = my_row_lo < rows_total;
     const bool hi_ok = my_row_hi < rows_total;
     const void* q_lo = lo_ok ? q_row_ptr(my_row_lo) : nullptr;
@@ -244,7 +293,7 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
       for (int h = 0; h < 2; ++h) {
         amax[h] = fmaxf(amax[h], __shfl_xor_sync(0xffffffffu, amax[h], 1));
         amax[h] = fmaxf(amax[h], __shfl_xor_sync(0xffffffffu, amax[h], 2));
-        sc[h] = q_row_scale(amax[h]);
+        sc[h] = q_row_scale(amax[h], kQTop);
         row_inv[h] = 1.f / sc[h];  // exact: a power of two
       }
     }
@@ -267,17 +316,35 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
           amax = fmaxf(amax, fmaxf(fabsf(v.x), fabsf(v.y)));
         }
       }
-      q_scale_smem[r] = T::kScaleQRows ? q_row_scale(amax) : 1.f;
+      q_scale_smem[r] = T::kScaleQRows ? q_row_scale(amax, kQTop) : 1.f;
     }
     __syncthreads();
-    for (int i = tid; i < T::kRows * (D / 2); i += T::kThreads) {
-      const int r = i / (D / 2);
-      const int d = (i % (D / 2)) * 2;
-      const int row = row0 + r;
-      const float2 v = row < rows_total ? q_pair<T>(q_row_ptr(row), d) : make_float2(0.f, 0.f);
-      const float sc = q_scale_smem[r];
-      const unsigned packed = ptx::pack2<kFp16>(v.x * sc, v.y * sc);
-      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(q_smem + r * T::kQRowStride + d * 2), "r"(packed));
+    if constexpr (T::kTwoTerm) {
+      // Two-term: per row the hi bytes of every dim, then the lo bytes (2 * head_dim bytes fit
+      // the 16-bit row stride).
+      for (int i = tid; i < T::kRows * (D / 4); i += T::kThreads) {
+        const int r = i / (D / 4);
+        const int d = (i % (D / 4)) * 4;
+        const int row = row0 + r;
+        const bool ok = row < rows_total;
+        const float2 a = ok ? q_pair<T>(q_row_ptr(row), d) : make_float2(0.f, 0.f);
+        const float2 b = ok ? q_pair<T>(q_row_ptr(row), d + 2) : make_float2(0.f, 0.f);
+        const float sc = q_scale_smem[r];
+        unsigned hi, lo;
+        kv::split_e4m3_f32(a.x * sc, a.y * sc, b.x * sc, b.y * sc, hi, lo);
+        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(q_smem + r * T::kQRowStride + d), "r"(hi));
+        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(q_smem + r * T::kQRowStride + D + d), "r"(lo));
+      }
+    } else {
+      for (int i = tid; i < T::kRows * (D / 2); i += T::kThreads) {
+        const int r = i / (D / 2);
+        const int d = (i % (D / 2)) * 2;
+        const int row = row0 + r;
+        const float2 v = row < rows_total ? q_pair<T>(q_row_ptr(row), d) : make_float2(0.f, 0.f);
+        const float sc = q_scale_smem[r];
+        const unsigned packed = ptx::pack2<kFp16>(v.x * sc, v.y * sc);
+        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(q_smem + r * T::kQRowStride + d * 2), "r"(packed));
+      }
     }
     __syncthreads();
     row_inv[0] = 1.f / q_scale_smem[warp_m * 16 + g];
@@ -296,6 +363,21 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
       a[1] = ptx::lds32(hi + q_dim<T>(kk, c, 0) * 2);
       a[2] = ptx::lds32(lo + q_dim<T>(kk, c, 1) * 2);
       a[3] = ptx::lds32(hi + q_dim<T>(kk, c, 1) * 2);
+    }
+  };
+  // Two-term q, 32-dim step kk, term 0 (hi) or 1 (lo).
+  auto load_q8 = [&](int kk, int term, unsigned (&a)[4]) {
+    if constexpr (T::kQInRegs) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) a[j] = q8_frag[kk][term][j];
+    } else {
+      const unsigned lo = q_smem + (warp_m * 16 + g) * T::kQRowStride + term * D + kk * 32 + 4 * c;
+      const unsigned hi = lo + 8 * T::kQRowStride;
+      a[0] = ptx::lds32(lo);
+      a[1] = ptx::lds32(hi);
+      const bool full = kk * 32 + 16 < D;  // compile-time after unrolling
+      a[2] = full ? ptx::lds32(lo + 16) : 0u;
+      a[3] = full ? ptx::lds32(hi + 16) : 0u;
     }
   };
 
@@ -325,6 +407,7 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
   }
 
   const float row_qk_scale[2] = {qk_scale * row_inv[0], qk_scale * row_inv[1]};
+  constexpr float kPShift = T::kTwoTerm ? 8.f : 0.f;
   const float row_log2_scale[2] = {log2_scale * row_inv[0], log2_scale * row_inv[1]};
 
   // ---- Softmax state and output accumulators ----
@@ -453,6 +536,73 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
 #pragma unroll
       for (int j = 0; j < kN8; ++j) s_acc[j][0] = s_acc[j][1] = s_acc[j][2] = s_acc[j][3] = 0.f;
 
+      if constexpr (T::kTwoTerm) {
+        // K bytes straight from shared memory: ldmatrix on 8-bit rows gives thread (g, c) bytes
+        // 4c..4c+3 of row g, exactly the m16n8k32 B fragment (dims in natural order). Both q
+        // terms share every K fragment.
+#pragma unroll
+        for (int kk = 0; kk < T::kK32Steps; ++kk) {
+          unsigned qh[4], ql[4];
+          load_q8(kk, 0, qh);
+          load_q8(kk, 1, ql);
+          const bool full = kk * 32 + 16 < D;
+#pragma unroll
+          for (int j = 0; j < kN8; j += 2) {
+            const int m = lane / 8;
+            unsigned b0, b1, b2, b3;
+            if (full) {
+              // x4: (tokens 0-7, dims 0-15), (tokens 0-7, dims 16-31), (tokens 8-15, ...) x2.
+              const int tok = local0 + j * 8 + (m / 2) * 8 + lane % 8;
+              ptx::ldmatrix_x4(ks + tok * T::kRowStride + kk * 32 + (m % 2) * 16, b0, b1, b2, b3);
+            } else {
+              // 16 dims left: (tokens 0-7), (tokens 8-15); the upper k half is zero on both
+              // sides (padding bytes of the row could hold anything, NaN codes included).
+              const int tok = local0 + j * 8 + (m % 2) * 8 + lane % 8;
+              ptx::ldmatrix_x2(ks + tok * T::kRowStride + kk * 32, b0, b2);
+              b1 = b3 = 0u;
+            }
+            ptx::mma_e4m3_16832(s_acc[j], qh, b0, b1);
+            ptx::mma_e4m3_16832(s_acc[j], ql, b0, b1);
+            ptx::mma_e4m3_16832(s_acc[j + 1], qh, b2, b3);
+            ptx::mma_e4m3_16832(s_acc[j + 1], ql, b2, b3);
+          }
+        }
+      } else if constexpr (T::kLdsm8) {
+        // ldmatrix on 8-bit rows: thread (g, c) gets bytes 4c..4c+3 of token g per matrix, what
+        // a 32-bit load per tile and 16-dim step gave; one x4 feeds two tiles x two k steps.
+#pragma unroll
+        for (int kk = 0; kk < kKSteps; kk += 2) {
+          const bool pair = kk + 1 < kKSteps;  // compile-time after unrolling
+          unsigned a0[4], a1[4];
+          load_q(kk, a0);
+          if (pair) load_q(kk + 1, a1);
+#pragma unroll
+          for (int j = 0; j < kN8; j += 2) {
+            const int m = lane / 8;
+            unsigned w0, w1, w2, w3;
+            if (pair) {
+              // x4: (tokens 0-7, step kk), (tokens 0-7, kk + 1), (tokens 8-15, kk), (8-15, kk + 1).
+              const int tok = local0 + j * 8 + (m / 2) * 8 + lane % 8;
+              ptx::ldmatrix_x4(ks + tok * T::kRowStride + kk * 16 + (m % 2) * 16, w0, w1, w2, w3);
+            } else {
+              const int tok = local0 + j * 8 + (m % 2) * 8 + lane % 8;
+              ptx::ldmatrix_x2(ks + tok * T::kRowStride + kk * 16, w0, w2);
+              w1 = w3 = 0u;
+            }
+            unsigned b0, b1;
+            kv::widen4<T::kKvKind>(w0, b0, b1);
+            ptx::mma_16816<kFp16>(s_acc[j], a0, b0, b1);
+            kv::widen4<T::kKvKind>(w2, b0, b1);
+            ptx::mma_16816<kFp16>(s_acc[j + 1], a0, b0, b1);
+            if (pair) {
+              kv::widen4<T::kKvKind>(w1, b0, b1);
+              ptx::mma_16816<kFp16>(s_acc[j], a1, b0, b1);
+              kv::widen4<T::kKvKind>(w3, b0, b1);
+              ptx::mma_16816<kFp16>(s_acc[j + 1], a1, b0, b1);
+            }
+          }
+        }
+      } else {
 #pragma unroll
       for (int kk = 0; kk < kKSteps; ++kk) {
         unsigned a[4];
@@ -479,6 +629,7 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
             ptx::mma_16816<kFp16>(s_acc[j], a, b0, b1);
           }
         }
+      }
       }
 
       // Scale (log2 units), soft-cap, mask.
@@ -532,11 +683,15 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
         const float m_use = m_new == kNegInf ? 0.f : m_new;
         alpha[h] = ptx::ex2(m_run[h] - m_use);
         m_run[h] = m_new;
+        // Two-term: P comes out times 2^kPShift (in [0, 256], e4m3 range); l and O carry the
+        // same factor, and the max this warp reports is lowered by it, so the merge, the sink,
+        // LSE and the splits see consistent (m, l, o) with no extra multiply.
+        const float m_p = m_use - kPShift;
         float sum = 0.f;
 #pragma unroll
         for (int j = 0; j < kN8; ++j) {
-          s_acc[j][2 * h] = ptx::ex2(s_acc[j][2 * h] - m_use);
-          s_acc[j][2 * h + 1] = ptx::ex2(s_acc[j][2 * h + 1] - m_use);
+          s_acc[j][2 * h] = ptx::ex2(s_acc[j][2 * h] - m_p);
+          s_acc[j][2 * h + 1] = ptx::ex2(s_acc[j][2 * h + 1] - m_p);
           sum += s_acc[j][2 * h] + s_acc[j][2 * h + 1];
         }
         l_run[h] = l_run[h] * alpha[h] + sum;  // per-thread partial; summed over the group at the end
@@ -553,6 +708,87 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
         }
       }
 
+      if constexpr (T::kTwoTerm) {
+        // O += (P_hi + P_lo) V, 32 tokens per m16n8k32 (16 when a warp's chunk is 16: the upper
+        // k half is zero on both sides). A's k order is the S fragment's own: k 4c..4c+3 holds
+        // tokens 2c, 2c+1 of n8 tiles 0 and 1 (k + 16: tiles 2 and 3), so P needs no shuffle.
+        // V: ldmatrix.trans on 8-bit rows gives thread (g, c), per 8-token matrix, the bytes
+        // (2g, 2g+1) of tokens 2c and 2c+1; one prmt per B register picks one dim of four tokens.
+#pragma unroll
+        for (int st = 0; st < (T::kChunk + 31) / 32; ++st) {
+          constexpr bool kHalf = T::kChunk % 32 != 0;
+          const int j0 = 4 * st;
+          unsigned ph[4], pl[4];
+          kv::split_e4m3_f16(s_acc[j0][0], s_acc[j0][1], s_acc[j0 + 1][0], s_acc[j0 + 1][1], ph[0], pl[0]);
+          kv::split_e4m3_f16(s_acc[j0][2], s_acc[j0][3], s_acc[j0 + 1][2], s_acc[j0 + 1][3], ph[1], pl[1]);
+          if constexpr (kHalf) {
+            ph[2] = ph[3] = pl[2] = pl[3] = 0u;
+          } else {
+            kv::split_e4m3_f16(s_acc[j0 + 2][0], s_acc[j0 + 2][1], s_acc[j0 + 3][0], s_acc[j0 + 3][1], ph[2], pl[2]);
+            kv::split_e4m3_f16(s_acc[j0 + 2][2], s_acc[j0 + 2][3], s_acc[j0 + 3][2], s_acc[j0 + 3][3], ph[3], pl[3]);
+          }
+          const int tok0 = local0 + st * 32;
+#pragma unroll
+          for (int blk = 0; blk < D / 16; ++blk) {
+            unsigned r0, r1, r2 = 0u, r3 = 0u;
+            if constexpr (kHalf) {
+              const int tok = tok0 + ((lane / 8) % 2) * 8 + lane % 8;
+              ptx::ldmatrix_x2_trans(vs + tok * T::kRowStride + blk * 16, r0, r1);
+            } else {
+              const int tok = tok0 + lane;  // matrix lane / 8 = tokens 8 (lane / 8) ..
+              ptx::ldmatrix_x4_trans(vs + tok * T::kRowStride + blk * 16, r0, r1, r2, r3);
+            }
+            const unsigned even0 = ptx::prmt(r0, r1, 0x6420u), odd0 = ptx::prmt(r0, r1, 0x7531u);
+            const unsigned even1 = kHalf ? 0u : ptx::prmt(r2, r3, 0x6420u);
+            const unsigned odd1 = kHalf ? 0u : ptx::prmt(r2, r3, 0x7531u);
+            ptx::mma_e4m3_16832(o_acc[2 * blk], ph, even0, even1);
+            ptx::mma_e4m3_16832(o_acc[2 * blk], pl, even0, even1);
+            ptx::mma_e4m3_16832(o_acc[2 * blk + 1], ph, odd0, odd1);
+            ptx::mma_e4m3_16832(o_acc[2 * blk + 1], pl, odd0, odd1);
+          }
+        }
+      } else if constexpr (T::kLdsm8) {
+        // O += P V, two 16-token k steps per ldmatrix.x4.trans (one when the chunk is 16): per
+        // 8-token matrix thread (g, c) gets bytes (2g, 2g+1) of tokens 2c, 2c+1; one prmt per
+        // register gives one dim of tokens 2c, 2c+1, 2c+8, 2c+9, which widen to the k16 B pair.
+#pragma unroll
+        for (int st = 0; st < T::kChunk / 16; st += 2) {
+          const bool pair = st + 1 < T::kChunk / 16;
+          unsigned a0[4], a1[4];
+          a0[0] = ptx::pack2<kFp16>(s_acc[2 * st][0], s_acc[2 * st][1]);
+          a0[1] = ptx::pack2<kFp16>(s_acc[2 * st][2], s_acc[2 * st][3]);
+          a0[2] = ptx::pack2<kFp16>(s_acc[2 * st + 1][0], s_acc[2 * st + 1][1]);
+          a0[3] = ptx::pack2<kFp16>(s_acc[2 * st + 1][2], s_acc[2 * st + 1][3]);
+          if (pair) {
+            a1[0] = ptx::pack2<kFp16>(s_acc[2 * st + 2][0], s_acc[2 * st + 2][1]);
+            a1[1] = ptx::pack2<kFp16>(s_acc[2 * st + 2][2], s_acc[2 * st + 2][3]);
+            a1[2] = ptx::pack2<kFp16>(s_acc[2 * st + 3][0], s_acc[2 * st + 3][1]);
+            a1[3] = ptx::pack2<kFp16>(s_acc[2 * st + 3][2], s_acc[2 * st + 3][3]);
+          }
+          const int tok0 = local0 + st * 16;
+#pragma unroll
+          for (int blk = 0; blk < D / 16; ++blk) {
+            unsigned r0, r1, r2 = 0u, r3 = 0u;
+            if (pair) {
+              ptx::ldmatrix_x4_trans(vs + (tok0 + lane) * T::kRowStride + blk * 16, r0, r1, r2, r3);
+            } else {
+              const int tok = tok0 + ((lane / 8) % 2) * 8 + lane % 8;
+              ptx::ldmatrix_x2_trans(vs + tok * T::kRowStride + blk * 16, r0, r1);
+            }
+            unsigned b0, b1;
+            kv::widen4<T::kKvKind>(ptx::prmt(r0, r1, 0x6420u), b0, b1);
+            ptx::mma_16816<kFp16>(o_acc[2 * blk], a0, b0, b1);
+            kv::widen4<T::kKvKind>(ptx::prmt(r0, r1, 0x7531u), b0, b1);
+            ptx::mma_16816<kFp16>(o_acc[2 * blk + 1], a0, b0, b1);
+            if (pair) {
+              kv::widen4<T::kKvKind>(ptx::prmt(r2, r3, 0x6420u), b0, b1);
+              ptx::mma_16816<kFp16>(o_acc[2 * blk], a1, b0, b1);
+              kv::widen4<T::kKvKind>(ptx::prmt(r2, r3, 0x7531u), b0, b1);
+              ptx::mma_16816<kFp16>(o_acc[2 * blk + 1], a1, b0, b1);
+            }
+          }
+        }
+      } else {
       // O += P V, 16 tokens per k step.
 #pragma unroll
       for (int st = 0; st < T::kChunk / 16; ++st) {
@@ -601,6 +837,7 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
           }
         }
       }
+      }
     }
   }
   ptx::cp_async_wait<0>();
@@ -632,7 +869,7 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int lrow = lrow_lo + h * 8;
-        merge_ml[(warp_n * T::kRows + lrow) * 2 + 0] = m_run[h];
+        merge_ml[(warp_n * T::kRows + lrow) * 2 + 0] = m_run[h] - kPShift;  // P's scale, see above
         merge_ml[(warp_n * T::kRows + lrow) * 2 + 1] = l_run[h];
       }
     }

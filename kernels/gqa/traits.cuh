@@ -103,8 +103,15 @@ struct Traits {
 
   static constexpr int kKvKind = kv::kind_of(kKvDtype);
   static constexpr bool kComputeFp16 = kv::compute_fp16(kQDtype, kKvDtype);
-  // 8-bit caches scale q per row into fp16 range (kernels/common/kv_kind.cuh).
+  // 8-bit caches scale q per row into fp16 range (kernels/common/kv_kind.cuh), or into e4m3
+  // range for the two-term path.
   static constexpr bool kScaleQRows = kKvKind != kv::kKv16;
+  // fp8 cache on the e4m3 tensor cores, q and P as two e4m3 terms (kv_kind.cuh Fp8Mma).
+  static constexpr bool kTwoTerm = kKvKind == kv::kKvFp8 && Cfg::kFp8Mma == kv::kTwoTerm;
+  // 8-bit cache (fp8 or int8) widened to fp16, operands loaded with ldmatrix (kv_kind.cuh Fp8Mma).
+  static constexpr bool kLdsm8 = kKvKind != kv::kKv16 && Cfg::kFp8Mma == kv::kWidenLdsm;
+  // Both ldmatrix-fed 8-bit V paths put a 16-dim block's even dims in one n8 tile, odd in the next.
+  static constexpr bool kVPairs16 = kTwoTerm || kLdsm8;
 
   static constexpr Shape kShape = make_shape(kHeadDim, kRows, kKvDtype, Cfg::kCtasPerSm);
   static constexpr int kThreads = kShape.threads;
@@ -129,6 +136,9 @@ struct Traits {
   // row) and a last group of 16 (2 tiles from a 16-bit load) when head_dim % 32 == 16.
   static constexpr int kVGroups32 = kHeadDim / 32;
   static constexpr bool kVTail16 = (kHeadDim % 32) != 0;
+  // The two-term path's k steps: 32 dims (QK) or 32 tokens (PV) per m16n8k32; a last QK step of
+  // 16 dims when head_dim % 32 == 16, and 16-token PV steps when a warp's chunk is 16 tokens.
+  static constexpr int kK32Steps = (kHeadDim + 31) / 32;
 
   static_assert(kHeadDim % 16 == 0 && kHeadDim >= 16 && kHeadDim <= 256, "head_dim");
   static_assert(kRows == 16 || kRows == 32 || kRows == 64, "rows per CTA");

@@ -24,6 +24,8 @@ std::string GqaKernelKey::name() const {
   if (softcap) s += "_cap";
   if (beam_width > 1) s += "_beam" + to_string(beam_width);
   if (ctas_per_sm != 2) s += "_c" + to_string(ctas_per_sm);
+  if (two_term()) s += "_2term";
+  if (fp8_path() == kv::kWidenLdsm) s += "_ldsm";
   return s;
 }
 
@@ -46,6 +48,7 @@ jit::JitSpec GqaKernelKey::spec() const {
   src += constant("bool", "kSoftcap", b(softcap));
   src += constant("int", "kCtasPerSm", to_string(ctas_per_sm));
   src += constant("int", "kBeamWidth", to_string(beam_width));
+  src += constant("int", "kFp8Mma", to_string(fp8_path()));
   src += "};\n#include \"kernels/gqa/entry.cuh\"\n";
   jit::JitSpec spec;
   spec.name = name();
@@ -73,6 +76,20 @@ GqaKernelKey make_gqa_key(const GqaConfig& config, int arch) {
   if (const char* env = std::getenv("DECA_GQA_CTAS")) {
     const int v = std::atoi(env);
     if (v == 2 || v == 3) key.ctas_per_sm = v;
+  }
+  // mma.sync m16n8k32 .e4m3 exists from sm_89 on, but only sm_89 (Ada) runs it on the tensor
+  // cores (QMMA.16832.F32.E4M3). ptxas for sm_90a lowers it to an e4m3 -> fp16 unpack of both
+  // operands and two HMMA.16816 into zeroed accumulators plus FADDs (Hopper's fp8 tensor cores
+  // are reached through wgmma only): the widening path's conversions with twice its mma work.
+  // So the default is two-term on sm_89 and the ldmatrix-fed widening elsewhere
+  // (docs/perf-notes.md, issue 8).
+  const bool e4m3_mma = arch >= 89;
+  key.fp8_mma = arch == 89 ? kv::kTwoTerm : kv::kWidenLdsm;
+  if (const char* env = std::getenv("DECA_GQA_FP8_MMA")) {
+    const std::string v = env;
+    if (v == "widen") key.fp8_mma = kv::kWiden;
+    if (v == "widen_ldsm") key.fp8_mma = kv::kWidenLdsm;
+    if (v == "two_term" && e4m3_mma) key.fp8_mma = kv::kTwoTerm;
   }
   return key;
 }

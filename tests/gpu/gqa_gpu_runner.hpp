@@ -12,6 +12,7 @@
 #include "cpu/reference.hpp"
 #include "cuda/backend.hpp"
 #include "gpu/device_buffer.hpp"
+#include "jit/scoped_env.hpp"
 
 namespace deca::test {
 
@@ -27,6 +28,9 @@ struct GpuOptions {
   int max_seq_len = 0;   // 0: the longest request
   int run_batch = 0;     // 0: the case's batch (fewer: run a prefix of the requests)
   int beam_width = 1;    // beams per request (adjacent batch entries)
+  // fp8 caches: "widen", "widen_ldsm" or "two_term" forces that path (DECA_GQA_FP8_MMA) for the plan and the
+  // run; null: the device's default. two_term is honoured on sm_89+ only (else it widens).
+  const char* fp8_mma = nullptr;
 };
 
 inline GqaConfig gpu_config(const GqaCase& c, const GpuOptions& o) {
@@ -123,6 +127,8 @@ inline GqaPlan gpu_plan(const GqaCase& c, const GpuOptions& o = {}) {
 
 // Copies the case to the device, runs it once and returns the outputs.
 inline GpuRun run_gqa_on_gpu(const GqaCase& c, const GpuOptions& o = {}) {
+  // Plan and run must see the same choice: the run checks the plan's kernel name against it.
+  jit::testing::ScopedEnv mma("DECA_GQA_FP8_MMA", o.fp8_mma);
   const GqaPlan plan = gpu_plan(c, o);
   DeviceCase dev(c, plan);
   if (o.run_batch) dev.params.batch = o.run_batch;

@@ -1,5 +1,6 @@
-// NVRTC compiles a representative matrix of GQA kernel specializations for sm_90a and sm_80
-// (no GPU needed: this runs in CI) and each cubin exports the expected kernel symbol without
+// NVRTC compiles a representative matrix of GQA kernel specializations for sm_90a, sm_89 and
+// sm_80, fp8 caches on both the widening and (sm_89+) the two-term e4m3 path (no GPU needed: this
+// runs in CI) and each cubin exports the expected kernel symbol without
 // spilling. Prints cold compile time, registers and spills per specialization.
 #include <gtest/gtest.h>
 
@@ -43,11 +44,39 @@ std::vector<GqaKernelKey> representative_keys() {
   return keys;
 }
 
-TEST(GqaNvrtcMatrix, CompilesForSm90aAndSm80) {
+// Every 8-bit key again on the ldmatrix-fed widening and (fp8, sm_89+) the two-term e4m3 path, plus the
+// shapes those treat differently: head_dim % 32 == 16 (a lone last 16-dim k step), chunks of 16
+// tokens (head_dim 256: half PV steps, q in shared memory), fp16 q.
+std::vector<GqaKernelKey> keys_for(int arch) {
+  std::vector<GqaKernelKey> keys = representative_keys();
+  std::vector<GqaKernelKey> fp8 = {};
+  for (const GqaKernelKey& k : keys) {
+    if (k.kv_dtype == 3 || k.kv_dtype == 4) fp8.push_back(k);  // int8 takes the ldmatrix path too
+  }
+  GqaKernelKey d256;
+  d256.head_dim = 256, d256.group = 2, d256.rows = 16, d256.page_size = 64, d256.kv_dtype = 3;
+  fp8.push_back(d256);
+  GqaKernelKey d112 = d256;
+  d112.head_dim = 112, d112.group = 16, d112.q_dtype = 1, d112.out_dtype = 1;
+  fp8.push_back(d112);
+  for (int mode : {kv::kWidenLdsm, kv::kTwoTerm}) {
+    if (mode == kv::kTwoTerm && arch < 89) continue;
+    for (GqaKernelKey k : fp8) {
+      if (mode == kv::kTwoTerm && k.kv_dtype != 3) continue;
+      k.fp8_mma = mode;
+      keys.push_back(k);
+    }
+  }
+  return keys;
+}
+
+TEST(GqaNvrtcMatrix, CompilesForSm90aSm89AndSm80) {
   const int bf16 = 0, fp8 = 3;
-  for (int arch : {90, 80}) {
-    for (GqaKernelKey k : representative_keys()) {
+  for (int arch : {90, 89, 80}) {
+    for (GqaKernelKey k : keys_for(arch)) {
       k.arch = arch;
+      EXPECT_EQ(k.name().find("_2term") != std::string::npos, k.two_term()) << k.name();
+      EXPECT_EQ(k.name().find("_ldsm") != std::string::npos, k.fp8_path() == kv::kWidenLdsm) << k.name();
       const jit::JitSpec spec = k.spec();
       const jit::CompileResult r = jit::compile(spec);
       ASSERT_FALSE(r.cubin.empty()) << spec.name;
@@ -57,8 +86,11 @@ TEST(GqaNvrtcMatrix, CompilesForSm90aAndSm80) {
                   r.compile_ms, r.ptxas.registers, r.ptxas.spill_store_bytes,
                   r.ptxas.stack_bytes);
       // The benchmarked shapes (bf16 / fp8 cache, head_dim <= 128) must not spill: a spill is a
-      // local-memory round trip per tile.
-      if (k.head_dim <= 128 && (k.kv_dtype == bf16 || k.kv_dtype == fp8)) {
+      // local-memory round trip per tile. The two-term path on sm_90a is not a default (ptxas
+      // emulates e4m3 mma.sync there with fp16 HMMA and unpacks q's terms, 255 registers: a few
+      // bytes spill); it is compiled for the side-by-side timing knob DECA_GQA_FP8_MMA only.
+      const bool sm90_two_term = arch == 90 && k.two_term();
+      if (k.head_dim <= 128 && (k.kv_dtype == bf16 || k.kv_dtype == fp8) && !sm90_two_term) {
         EXPECT_EQ(r.ptxas.spill_store_bytes, 0) << spec.name;
       }
     }
