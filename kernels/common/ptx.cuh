@@ -167,4 +167,20 @@ __device__ __forceinline__ unsigned char float_to_fp8_bits(float f) {
 #endif
 }
 
+// ---- Programmatic dependent launch (PTX ISA 9.7.13.x griddepcontrol, sm_90+) ------------------
+// launch_dependents: this CTA's writes that the next kernel reads are done, so a kernel launched
+// with programmatic stream serialization may start. wait: block until the grids this one depends
+// on have completed and their memory is visible. Both are no-ops without PDL, and compile to
+// nothing below sm_90 (where launches never overlap).
+__device__ __forceinline__ void griddep_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void griddep_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
 }  // namespace deca::ptx

@@ -38,13 +38,13 @@ DECA_MLA_HD inline int sparse_request_blocks(const int* topk_length, int topk, i
 // (split_offsets[batch]). split_offsets doubles as the per-request piece counter during the walk.
 DECA_MLA_HD inline int schedule_sparse(int batch, int topk, const int* topk_length, int num_parts,
                                        SparsePart* parts, int* split_offsets) {
-  long long total = 0;
+  int total = 0;  // batch * (512 + 5) at most: no overflow below four million requests
   for (int r = 0; r < batch; ++r) {
     total += sparse_request_blocks(topk_length, topk, r) + kFixedOverheadBlocks;
     split_offsets[r + 1] = 0;
   }
   split_offsets[0] = 0;
-  const long long payload = (total + num_parts - 1) / num_parts + kFixedOverheadBlocks;
+  const int payload = (total + num_parts - 1) / num_parts + kFixedOverheadBlocks;
 
   // Pass 1: the walk. parts[i].begin_split holds begin_req's piece index until pass 2.
   int req = 0;
@@ -56,7 +56,7 @@ DECA_MLA_HD inline int schedule_sparse(int batch, int topk, const int* topk_leng
     part.begin_block = block;
     part.begin_split = piece;
     part.pad = 0;
-    long long remain = payload;
+    int remain = payload;
     int end_req = req - 1;
     int end_block = 0;
     while (req < batch) {
@@ -73,7 +73,7 @@ DECA_MLA_HD inline int schedule_sparse(int batch, int topk, const int* topk_leng
         continue;
       }
       if (remain - kFixedOverheadBlocks > 0) {
-        block += static_cast<int>(remain - kFixedOverheadBlocks);
+        block += remain - kFixedOverheadBlocks;
         ++split_offsets[req + 1];
         ++piece;
         end_req = req;
