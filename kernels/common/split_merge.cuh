@@ -40,7 +40,7 @@ __device__ __forceinline__ RowWeights row_weights(const float* lse, long long st
   }
   w.lse = m + __logf(sum);
   const float denom = sum + (sink != nullptr ? __expf(*sink - m) : 0.f);
-  w.inv_denom = 1.f / denom;
+  w.inv_denom = __frcp_rn(denom);  // no IEEE-division slow path (a call that spills)
   return w;
 }
 

@@ -3,7 +3,8 @@
 
 #include "kernels/mla/sparse_combine.cuh"
 
-extern "C" __global__ void __launch_bounds__(deca::mla::kCombineThreads)
+// No __launch_bounds__: with one, ptxas aims at 8 CTAs per SM (32 registers) and spills.
+extern "C" __global__ void
     deca_combine(const __grid_constant__ deca::CombineParams p) {
   deca::mla::generic_combine(p);
 }

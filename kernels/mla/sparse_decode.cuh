@@ -234,9 +234,20 @@ __device__ __forceinline__ void sparse_decode(const SparseKernelParams& kp, unsi
         st.m[h] = m_new;
         st.l[h] *= alpha[h];
       }
-      unsigned pa[4][4];
 #pragma unroll
+      for (int n = 0; n < 16; ++n) {
+        o[n][0] *= alpha[0];
+        o[n][1] *= alpha[0];
+        o[n][2] *= alpha[1];
+        o[n][3] *= alpha[1];
+      }
+      // PV: 16 heads x 128 value dims per warp; V rows are K's first 512 dims. Each k-step makes
+      // its P fragment (exp2 of 16 scores, packed to bf16) right before its eight ldmatrix + 16
+      // mma: holding all of P would cost 16 registers next to the 64 accumulators and spill. The
+      // loop stays rolled for the same reason (unrolled, ptxas hoists the next step's ldmatrix).
+#pragma unroll 1
       for (int kt = 0; kt < 4; ++kt) {
+        unsigned a[4];
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const float* row = sm.s + (16 * rg + g + 8 * h) * kSStride + 16 * kt + 2 * t;
@@ -247,26 +258,8 @@ __device__ __forceinline__ void sparse_decode(const SparseKernelParams& kp, unsi
           const float e2 = ptx::ex2(hi.x * scale_log2 - m_use[h]);
           const float e3 = ptx::ex2(hi.y * scale_log2 - m_use[h]);
           st.l[h] += (e0 + e1) + (e2 + e3);
-          pa[kt][h] = ptx::pack2<false>(e0, e1);
-          pa[kt][2 + h] = ptx::pack2<false>(e2, e3);
-        }
-      }
-#pragma unroll
-      for (int n = 0; n < 16; ++n) {
-        o[n][0] *= alpha[0];
-        o[n][1] *= alpha[0];
-        o[n][2] *= alpha[1];
-        o[n][3] *= alpha[1];
-      }
-      // PV: 16 heads x 128 value dims per warp; V rows are K's first 512 dims. The k-step loop
-      // stays rolled (its P fragment picked by selects, which keep it in registers): unrolled,
-      // ptxas hoists the ldmatrix of all four steps and spills around the 64 accumulators.
-#pragma unroll 1
-      for (int kt = 0; kt < 4; ++kt) {
-        unsigned a[4];
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          a[j] = kt == 0 ? pa[0][j] : kt == 1 ? pa[1][j] : kt == 2 ? pa[2][j] : pa[3][j];
+          a[h] = ptx::pack2<false>(e0, e1);
+          a[2 + h] = ptx::pack2<false>(e2, e3);
         }
         const unsigned v_kt = v_row + kt * 16 * kRowBytes;
 #pragma unroll
@@ -298,7 +291,7 @@ __device__ __forceinline__ void sparse_decode(const SparseKernelParams& kp, unsi
         if (p.attn_sink != nullptr && !empty) {
           denom += ptx::ex2(__ldg(p.attn_sink + head) * kLog2e - st.m[h]);
         }
-        const float inv = empty ? 0.f : 1.f / denom;
+        const float inv = empty ? 0.f : __frcp_rn(denom);
         auto* out = static_cast<unsigned short*>(p.out) + r * p.out_stride_batch +
                     i * p.out_stride_token + head * p.out_stride_head;
 #pragma unroll
@@ -311,7 +304,7 @@ __device__ __forceinline__ void sparse_decode(const SparseKernelParams& kp, unsi
           p.lse[r * p.lse_stride_batch + i * p.lse_stride_token + head * p.lse_stride_head] = lse;
         }
       } else {
-        const float inv = empty ? 0.f : 1.f / st.l[h];
+        const float inv = empty ? 0.f : __frcp_rn(st.l[h]);
         const long long row = (static_cast<long long>(slot) * p.q_len + i) * p.num_heads + head;
         float* po = run.partial_o + row * kDimV;
 #pragma unroll
