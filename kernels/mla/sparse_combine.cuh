@@ -11,12 +11,10 @@
 
 #include "kernels/common/ptx.cuh"
 #include "kernels/common/split_merge.cuh"
+#include "kernels/mla/sparse_traits.cuh"
 #include "kernels/mla/sparse_work.cuh"
 
 namespace deca::mla {
-
-inline constexpr int kCombineWarps = 8;
-inline constexpr int kCombineThreads = 32 * kCombineWarps;
 
 __device__ __forceinline__ void sparse_combine(const SparseKernelParams& kp) {
   ptx::griddep_wait();

@@ -1,6 +1,15 @@
-// Tile shape and shared-memory plan of the portable MLA sparse decode kernel
-// (kernels/mla/sparse_decode.cuh). Host-compilable: the backend reads kThreads and kSmemBytes.
+// Launch shapes of the MLA sparse kernels: the combine block, and the tile shape and shared-memory
+// plan of the portable decode kernel (kernels/mla/sparse_decode.cuh). Host-compilable: the
+// backend reads kThreads and kSmemBytes.
 #pragma once
+
+namespace deca::mla {
+
+// The combine kernels (kernels/mla/sparse_combine.cuh): one warp per output row.
+inline constexpr int kCombineWarps = 8;
+inline constexpr int kCombineThreads = 32 * kCombineWarps;
+
+}  // namespace deca::mla
 
 namespace deca::mla::portable {
 
