@@ -183,4 +183,11 @@ __device__ __forceinline__ void griddep_wait() {
 #endif
 }
 
+// ---- prefetch.global.L2 (PTX ISA 9.7.9.15, sm_20+) ---------------------------------------------
+// Brings the line holding `p` into L2 without a register result: a later load of it waits for an
+// L2 hit rather than a DRAM round trip.
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
+}
+
 }  // namespace deca::ptx

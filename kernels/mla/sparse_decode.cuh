@@ -2,8 +2,9 @@
 // warp-specialized kernels/mla/sm90/ one; this is its reference and fallback).
 //
 // CTA = (block of 64 heads, query token, SM partition of the scheduler, sparse_work.cuh). It walks
-// the partition's (request, block of 64 indices) work in order. Per block: 64 threads turn the
-// indices into byte offsets (-1, indices past len(r) and ids outside the pool are masked); all
+// the partition's (request, block of 64 indices) work in order. Per block: 128 threads turn this
+// block's and the next block's indices into byte offsets (-1, indices past len(r) and ids outside
+// the pool are masked; the next block's tokens are prefetched into L2 during the math); all
 // 512 threads gather the 64 tokens with 16-byte loads, dequantize e4m3 * scale to bf16 exactly as
 // the CPU reference rounds (fp32 product, then bf16) and copy the bf16 RoPE part into K in shared
 // memory (masked tokens become zero rows, so V never carries garbage into 0 * x); QK^T (64 x 64
@@ -78,19 +79,49 @@ __device__ __forceinline__ void load_q(const MlaSparseParams& p, Smem& sm, int r
   }
 }
 
-// Byte offsets of block `blk`'s tokens (threads 0..63); -1 where the entry does not count.
+// Byte offset of entry k of the request's list in kv; -1 where the entry does not count.
+__device__ __forceinline__ long long token_offset(const MlaSparseParams& p, const int* ids, int len,
+                                                  int k) {
+  const int id = k < len ? __ldg(ids + k) : -1;
+  const long long pool = static_cast<long long>(p.num_blocks) * p.page_size;
+  if (id < 0 || id >= pool) return -1;
+  return static_cast<long long>(id / p.page_size) * p.kv_stride_block +
+         static_cast<long long>(id % p.page_size) * p.kv_stride_slot;
+}
+
+// Threads 0..63: offsets of block `blk`; threads 64..127: those of block `blk + 1` when this
+// partition processes it (-1 otherwise), for the L2 prefetch of the next block.
 __device__ __forceinline__ void load_offsets(const MlaSparseParams& p, Smem& sm, const int* ids,
-                                             int len, int blk) {
-  if (threadIdx.x < kKeys) {
-    const int k = blk * kKeys + static_cast<int>(threadIdx.x);
-    const int id = k < len ? __ldg(ids + k) : -1;
-    const long long pool = static_cast<long long>(p.num_blocks) * p.page_size;
-    long long off = -1;
-    if (id >= 0 && id < pool) {
-      off = static_cast<long long>(id / p.page_size) * p.kv_stride_block +
-            static_cast<long long>(id % p.page_size) * p.kv_stride_slot;
-    }
-    sm.token_offset[threadIdx.x] = off;
+                                             int len, int blk, int last) {
+  const int tid = static_cast<int>(threadIdx.x);
+  if (tid < kKeys) {
+    sm.token_offset[tid] = token_offset(p, ids, len, blk * kKeys + tid);
+  } else if (tid < 2 * kKeys) {
+    const int k = (blk + 1) * kKeys + tid - kKeys;
+    sm.next_offset[tid - kKeys] = blk + 1 < last ? token_offset(p, ids, len, k) : -1;
+  }
+}
+
+// Byte offset inside a token of gather chunk `part` (0..31 NoPE, 32..39 RoPE).
+__device__ __forceinline__ int chunk_byte(int part) {
+  return part < kNopeChunks ? 16 * part : 528 + 16 * (part - kNopeChunks);
+}
+
+// L2 prefetch of the chunks (and each token's scales) this thread gathers from `offsets`. For the
+// next block, issued before QK^T and PV: the lines land while the tensor cores work, so the next
+// gather waits for L2 rather than DRAM, at no register cost across the math (a register double
+// buffer would spill the accumulators). For the current block, issued before its loads: the
+// gather loop stays rolled (registers again), and this keeps its five loads from each paying a
+// DRAM round trip in turn.
+__device__ __forceinline__ void prefetch(const MlaSparseParams& p, const long long* offsets) {
+#pragma unroll 1
+  for (int n = 0; n < 5; ++n) {
+    const int c = threadIdx.x + n * kThreads;
+    const long long off = offsets[c / kChunksPerToken];
+    const int part = c % kChunksPerToken;
+    if (off < 0) continue;
+    ptx::prefetch_l2(p.kv + off + chunk_byte(part));
+    if (part == 0) ptx::prefetch_l2(p.kv + off + 512);
   }
 }
 
@@ -117,10 +148,9 @@ __device__ __forceinline__ void gather(const MlaSparseParams& p, Smem& sm) {
       sts128(base + swz(token, 2 * part), lo);
       sts128(base + swz(token, 2 * part + 1), hi);
     } else {
-      const int j = part - kNopeChunks;
       uint4 v = make_uint4(0, 0, 0, 0);
-      if (off >= 0) v = __ldg(reinterpret_cast<const uint4*>(src + 528 + 16 * j));
-      sts128(base + swz(token, 64 + j), v);
+      if (off >= 0) v = __ldg(reinterpret_cast<const uint4*>(src + chunk_byte(part)));
+      sts128(base + swz(token, 64 + part - kNopeChunks), v);
     }
   }
 }
@@ -178,9 +208,11 @@ __device__ __forceinline__ void sparse_decode(const SparseKernelParams& kp, unsi
 
     for (int blk = first; blk < last; ++blk) {
       __syncthreads();  // PV of the previous block is done with K and the scores
-      load_offsets(p, sm, ids, len, blk);
+      load_offsets(p, sm, ids, len, blk, last);
       __syncthreads();
+      prefetch(p, sm.token_offset);
       gather(p, sm);
+      prefetch(p, sm.next_offset);
       __syncthreads();
 
       // QK^T: 16 heads (rg) x 16 tokens (cg) per warp, 36 k-steps of 16 dims in 9 rounds of 4.

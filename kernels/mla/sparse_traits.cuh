@@ -33,6 +33,7 @@ struct Smem {
   unsigned char k[kKeys * kRowBytes];      // bf16 [64 tokens][576], dequantized; V = dims 0..511
   float s[kRows * kSStride];               // raw logits of the current block
   long long token_offset[kKeys];           // byte offset of each token in kv, -1 = masked
+  long long next_offset[kKeys];            // the same for the partition's next block (prefetch)
 };
 
 inline constexpr int kSmemBytes = static_cast<int>(sizeof(Smem));
