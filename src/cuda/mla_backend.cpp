@@ -49,6 +49,7 @@ Layout layout(const MlaConfig& c, int num_parts) {
 int head_blocks(int num_heads) { return (num_heads + 63) / 64; }
 
 struct Kernels {
+  int arch = 0;
   MlaDecodeShape shape;
   const jit::LoadedKernel* schedule;
   const jit::LoadedKernel* decode;
@@ -63,7 +64,8 @@ MlaKernelKey key(int arch, MlaKernelRole role, const std::string& variant = "por
   return k;
 }
 
-// Loaded once per (decode kernel name, device) and kept: a run does no hashing or lookups.
+// Loaded once per (decode kernel name, head count, device) and kept: a run after the first does
+// one map lookup, no hashing, compiling or device queries.
 const Kernels& kernels(const std::string& variant, int arch, int num_heads, int device) {
   static std::mutex mu;
   static std::map<std::pair<std::string, int>, Kernels> memo;
@@ -74,12 +76,38 @@ const Kernels& kernels(const std::string& variant, int arch, int num_heads, int 
     if (auto it = memo.find(id); it != memo.end()) return it->second;
   }
   Kernels k;
+  k.arch = arch;
   k.shape = mla_decode_shape(variant, num_heads);
   k.schedule = &jit::get_kernel(key(arch, MlaKernelRole::kSchedule).spec(), device);
   k.decode = &jit::get_kernel(dk.spec(), device);
   k.combine = &jit::get_kernel(key(arch, MlaKernelRole::kCombine).spec(), device);
   std::lock_guard<std::mutex> lock(mu);
   return memo.try_emplace(id, k).first->second;
+}
+
+// The kernels a run of `plan` launches: those its plan named. A plan made before DECA_MLA_KERNEL
+// changed keeps its kernel; one from another device kind is refused.
+const Kernels& plan_kernels(const MlaPlan& plan) {
+  static std::mutex mu;
+  static std::map<std::pair<std::string, int>, const Kernels*> by_plan;
+  const int device = plan.config.device.index;
+  const auto id =
+      std::make_pair(plan.kernel_name + "_h" + std::to_string(plan.config.num_heads), device);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (auto it = by_plan.find(id); it != by_plan.end()) return *it->second;
+  }
+  const int arch = compute_capability(device);
+  for (const char* variant : {"portable", "sm90"}) {
+    if (key(arch, MlaKernelRole::kDecode, variant).name() != plan.kernel_name) continue;
+    if (std::string(variant) == "sm90" && !kMlaSm90KernelEnabled) break;
+    const Kernels& k = kernels(variant, arch, plan.config.num_heads, device);
+    std::lock_guard<std::mutex> lock(mu);
+    return *by_plan.try_emplace(id, &k).first->second;
+  }
+  throw Error("mla_decode_sparse: plan.kernel_name: expected the name of a decode kernel this "
+              "device runs (e.g. \"" + key(arch, MlaKernelRole::kDecode, "portable").name() +
+              "\"), got \"" + plan.kernel_name + "\": make the plan again with plan_mla_decode");
 }
 
 int device_attribute(cudaDeviceAttr attr, int device) {
@@ -137,18 +165,13 @@ void plan_mla_sparse(MlaPlan& plan) {
 void mla_sparse_decode(const MlaPlan& plan, const MlaSparseParams& params, void* workspace,
                        void* stream) {
   const MlaConfig& c = plan.config;
-  const int device = c.device.index;
-  const int arch = compute_capability(device);
-  const std::string variant = mla_decode_variant(arch);
-  if (key(arch, MlaKernelRole::kDecode, variant).name() != plan.kernel_name ||
-      plan.num_parts < 1) {
-    throw Error("mla_decode_sparse: plan.kernel_name: expected \"" +
-                key(arch, MlaKernelRole::kDecode, variant).name() +
-                "\" (what the plan's config gives on this device now), got \"" + plan.kernel_name +
-                "\": make the plan again with plan_mla_decode");
+  if (plan.num_parts < 1) {
+    throw Error("mla_decode_sparse: plan.num_parts: expected >= 1 (a plan made by "
+                "plan_mla_decode for a CUDA device), got " + std::to_string(plan.num_parts));
   }
+  const Kernels& k = plan_kernels(plan);
   if (params.batch == 0) return;
-  const Kernels& k = kernels(variant, arch, c.num_heads, device);
+  const int device = c.device.index;
   const Layout w = layout(c, plan.num_parts);
   auto* base = static_cast<unsigned char*>(workspace);
 
@@ -191,7 +214,7 @@ void mla_sparse_decode(const MlaPlan& plan, const MlaSparseParams& params, void*
   cblock.x = mla::kCombineThreads;
   jit::LaunchOptions combine_options;
   // PDL needs sm_90; below, the attribute would be ignored at best.
-  combine_options.pdl = arch >= 90;
+  combine_options.pdl = k.arch >= 90;
   jit::launch(*k.combine, cgrid, cblock, 0, stream, args, combine_options);
 }
 
