@@ -79,7 +79,8 @@ struct MlaSparseArgs {
 // block_table entries they use; indices (-1 or a token id < num_blocks * page_size, only the
 // first topk_length[b] of each row) and topk_length. Sparse decode also runs on CUDA (a plan made
 // for a CUDA device; every tensor on it; `workspace` = plan.workspace_bytes of device memory,
-// 256-byte aligned; launches on `stream`, nothing allocated, graph-capturable). There,
+// 16-byte aligned, contents irrelevant; launches on `stream`, nothing allocated,
+// graph-capturable; one run at a time per workspace). There,
 // indices and topk_length are device-resident and not read on the host: keeping them in range is
 // the caller's contract (the kernels clamp topk_length to [0, topk] and skip ids outside the
 // pool, where the CPU backend raises). Dense decode runs on the CPU only in this build.

@@ -118,8 +118,8 @@ void check_softmax_scale(const char* fn, float v) {
   }
 }
 
-// A CUDA run's scratch: plan.workspace_bytes on the plan's device, 256-byte aligned (the
-// partials are loaded as 16-byte vectors; 256 keeps every sub-buffer on its own lines).
+// A CUDA run's scratch: plan.workspace_bytes on the plan's device, 16-byte aligned (the partials
+// are loaded as 16-byte vectors; the backend keeps its sub-buffers 256 bytes apart from there).
 void check_workspace(const char* fn, const MlaPlan& plan, const void* ws, std::size_t bytes) {
   if (plan.workspace_bytes == 0) return;
   if (ws == nullptr) {
@@ -133,10 +133,10 @@ void check_workspace(const char* fn, const MlaPlan& plan, const void* ws, std::s
          ">= " + s(static_cast<std::int64_t>(plan.workspace_bytes)) + " (plan.workspace_bytes)",
          s(static_cast<std::int64_t>(bytes)));
   }
-  const auto misalign = reinterpret_cast<std::uintptr_t>(ws) % 256;
+  const auto misalign = reinterpret_cast<std::uintptr_t>(ws) % kRowAlignBytes;
   if (misalign != 0) {
-    fail(fn, "workspace", "a pointer aligned to 256 bytes",
-         "an address " + s(static_cast<std::int64_t>(misalign)) + " bytes past a 256-byte boundary");
+    fail(fn, "workspace", "a pointer aligned to 16 bytes",
+         "an address " + s(static_cast<std::int64_t>(misalign)) + " bytes past a 16-byte boundary");
   }
 }
 

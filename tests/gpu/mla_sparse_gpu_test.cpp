@@ -9,6 +9,7 @@
 
 #include <string>
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <vector>
@@ -186,8 +187,20 @@ TEST(MlaSparseGpu, WorkspaceIsChecked) {
     EXPECT_NE(std::string(e.what()).find("workspace_bytes"), std::string::npos) << e.what();
   }
   a = dev.args;
+  a.workspace = static_cast<char*>(dev.workspace.get()) + 8;
+  try {
+    mla_decode_sparse(dev.plan, a);
+    ADD_FAILURE() << "a misaligned workspace was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("aligned to 16 bytes"), std::string::npos) << e.what();
+  }
+  a = dev.args;
   a.q.device = Device::cpu();
   EXPECT_THROW(mla_decode_sparse(dev.plan, a), Error);
+  // None of the rejected calls wrote anything.
+  HostTensor out, lse;
+  dev.results(c, out, lse);
+  for (std::int64_t i = 0; i < out.numel(); ++i) ASSERT_TRUE(std::isnan(out.get(i))) << i;
 }
 
 TEST(MlaSparseGpu, PlanReportsPartitionsAndKernel) {
