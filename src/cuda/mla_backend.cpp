@@ -186,10 +186,17 @@ void mla_sparse_decode(const MlaPlan& plan, const MlaSparseParams& params, void*
   void* args[] = {&kp};
 
   jit::ScopedDevice scope(device);
+  // The scheduler stages lengths, partitions and offsets in shared memory when they fit
+  // (schedule_entry.cuh says why); 0 bytes selects its global-memory path.
+  const std::size_t schedule_smem = static_cast<std::size_t>(plan.num_parts) *
+                                        sizeof(mla::SparsePart) +
+                                    (2 * static_cast<std::size_t>(params.batch) + 1) * sizeof(int);
   jit::Dim3 one;
-  jit::Dim3 warp;
-  warp.x = 32;
-  jit::launch(*k.schedule, one, warp, 0, stream, args);
+  jit::Dim3 schedule_block;
+  schedule_block.x = mla::kScheduleThreads;
+  jit::launch(*k.schedule, one, schedule_block,
+              schedule_smem <= static_cast<std::size_t>(mla::kScheduleSmemLimit) ? schedule_smem : 0,
+              stream, args);
 
   jit::Dim3 grid;
   grid.x = static_cast<unsigned>(head_blocks(params.num_heads));
