@@ -33,6 +33,22 @@ TEST(MlaNvrtc, EveryKernelCompilesForSm90aAndSm80WithoutSpilling) {
   }
 }
 
+// The warp-specialized sm90 decode kernel, once enabled (src/cuda/mla_spec.hpp), compiles for
+// sm_90a and exports its entry. Register and spill figures are printed for the record; its own
+// budget (setmaxnreg per warpgroup) is that kernel's business.
+TEST(MlaNvrtc, Sm90DecodeCompilesWhenEnabled) {
+  if (!kMlaSm90KernelEnabled) GTEST_SKIP() << "the sm90 MLA kernel is not enabled in this build";
+  MlaKernelKey key;
+  key.arch = 90;
+  key.variant = "sm90";
+  const jit::JitSpec spec = key.spec();
+  const jit::CompileResult r = jit::compile(spec);
+  ASSERT_FALSE(r.cubin.empty()) << spec.name;
+  EXPECT_TRUE(jit::testing::elf_has_symbol(r.cubin, spec.entry)) << spec.name;
+  std::printf("[nvrtc] %-36s %7.0f ms  regs=%d spill_stores=%d stack=%d\n", spec.name.c_str(),
+              r.compile_ms, r.ptxas.registers, r.ptxas.spill_store_bytes, r.ptxas.stack_bytes);
+}
+
 TEST(MlaNvrtc, NamesAreDistinctCacheKeys) {
   MlaKernelKey a;
   MlaKernelKey b = a;
