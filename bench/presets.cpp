@@ -162,6 +162,16 @@ std::vector<BenchCase> build_table() {
   t.mla("mla-sparse-b128-h64-t2k", mla_shape(64, 128, 32768, 2, true, 2048), "64 heads");
   t.mla("mla-sparse-b148-h128-t16k", mla_shape(128, 148, 65536, 1, true, 16384),
         "FlashMLA's peak case");
+  // ANCHORS.md's FlashMLA sparse rows (q_len 1, page 64, topk 2048 of 32768 tokens), and 16 heads
+  // (tensor parallelism 8), which FlashMLA does not run.
+  for (int batch : {128, 64}) {
+    for (int heads : {128, 64}) {
+      t.mla("mla-sparse-anchor-b" + std::to_string(batch) + "-h" + std::to_string(heads) + "-t2k",
+            mla_shape(heads, batch, 32768, 1, true, 2048), "ANCHORS.md FlashMLA sparse row");
+    }
+  }
+  t.mla("mla-sparse-anchor-b128-h16-t2k", mla_shape(16, 128, 32768, 1, true, 2048),
+        "16 heads: selected-token GB/s target");
   return t.cases;
 }
 
@@ -189,6 +199,10 @@ const Group kGroups[] = {
      [](const BenchCase& c) { return starts_with(c.name, "sweep-"); }},
     {"mla", "every MLA shape of BENCH_SHAPES.md",
      [](const BenchCase& c) { return c.family == Family::kMla && !starts_with(c.name, "small-"); }},
+    {"mla-sparse", "every sparse MLA shape (BENCH_SHAPES.md + ANCHORS.md rows)",
+     [](const BenchCase& c) {
+       return c.family == Family::kMla && starts_with(c.name, "mla-sparse-");
+     }},
     {"all", "gqa + anchors + mla (not sweep)",
      [](const BenchCase& c) { return !starts_with(c.name, "small-") && !starts_with(c.name, "sweep-"); }},
 };
@@ -262,10 +276,15 @@ std::vector<BenchCase> resolve_preset(const std::string& name) {
   for (const BenchCase& c : all_cases())
     if (c.name == name || starts_with(c.name, name + "/")) out.push_back(c);
   if (out.empty()) {
+<<<<<<< HEAD
     std::string near;
     for (const std::string& n : nearest_presets(name)) near += (near.empty() ? "" : ", ") + n;
     throw Error("deca-bench: --preset: expected a group (small, gqa, anchors, sweep, mla, all) or "
                 "a case name from --list, got '" + name + "'; did you mean: " + near + "?");
+=======
+    throw Error("deca-bench: --preset: expected a group (small, gqa, anchors, mla, mla-sparse, all) or a "
+                "case name from --list, got '" + name + "'");
+>>>>>>> i7mla
   }
   return out;
 }
@@ -275,7 +294,7 @@ void print_presets(std::ostream& os) {
   for (const Group& g : kGroups) {
     int n = 0;
     for (const BenchCase& c : all_cases()) n += g.member(c) ? 1 : 0;
-    os << "  " << std::left << std::setw(10) << g.name << std::setw(4) << n << g.description
+    os << "  " << std::left << std::setw(12) << g.name << std::setw(4) << n << g.description
        << "\n";
   }
   os << "cases (a shape name without its /suffix selects all its variants):\n";

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "deca/tensor.hpp"
 
@@ -33,9 +34,15 @@ struct MlaConfig {
 
 struct MlaPlan {
   MlaConfig config;
+  // CUDA sparse: the most pieces the scheduler may cut one request into (= num_parts); 1 on CPU.
   int num_splits = 1;
+  // CUDA sparse: bytes of device memory a run needs (scheduler metadata, split partials), sized
+  // for max_batch and max_q_len; 0 on the CPU.
   std::size_t workspace_bytes = 0;
   int sm_count = 0;
+  // CUDA sparse: SM partitions the scheduler fills (sm_count / (max_q_len * head blocks of 64)).
+  int num_parts = 0;
+  std::string kernel_name;  // CUDA sparse: the decode kernel, e.g. "mla_sparse_decode_portable_sm90"
 };
 
 MlaPlan plan_mla_decode(const MlaConfig& config);
@@ -70,14 +77,20 @@ struct MlaSparseArgs {
 // Both validate every argument before anything is written (deca::Error naming the argument,
 // the expectation and the value). Host-memory contents are checked too: cache_seqlens and the
 // block_table entries they use; indices (-1 or a token id < num_blocks * page_size, only the
-// first topk_length[b] of each row) and topk_length. Device-resident index tensors would be the
-// caller's contract; this build has no GPU MLA kernel, so every tensor must be on the CPU.
+// first topk_length[b] of each row) and topk_length. Sparse decode also runs on CUDA (a plan made
+// for a CUDA device; every tensor on it; `workspace` = plan.workspace_bytes of device memory,
+// 16-byte aligned, contents irrelevant; launches on `stream`, nothing allocated,
+// graph-capturable; one run at a time per workspace). There,
+// indices and topk_length are device-resident and not read on the host: keeping them in range is
+// the caller's contract (the kernels clamp topk_length to [0, topk] and skip ids outside the
+// pool, where the CPU backend raises). Dense decode runs on the CPU only in this build.
 void mla_decode_dense(const MlaPlan& plan, const MlaDenseArgs& args);
 void mla_decode_sparse(const MlaPlan& plan, const MlaSparseArgs& args);
 
 // Merge split-KV partial results: out = sum_i exp(lse_i - lse) * partial_out_i with
 // lse = log(sum_i exp(lse_i)) (+ the sink in the denominator when given). A split with
 // lse_i = -inf contributes nothing; a row whose splits are all -inf outputs zeros, lse -inf.
+// Runs on the CPU or on CUDA (every tensor on one device; launches on `stream`).
 struct CombineArgs {
   TensorView partial_out;  // [num_splits, batch, q_len, num_heads, dim_v] fp32
   TensorView partial_lse;  // [num_splits, batch, q_len, num_heads] fp32

@@ -179,4 +179,27 @@ __device__ __forceinline__ unsigned char float_to_fp8_bits(float f) {
 #endif
 }
 
+// ---- Programmatic dependent launch (PTX ISA 9.7.13.x griddepcontrol, sm_90+) ------------------
+// launch_dependents: this CTA's writes that the next kernel reads are done, so a kernel launched
+// with programmatic stream serialization may start. wait: block until the grids this one depends
+// on have completed and their memory is visible. Both are no-ops without PDL, and compile to
+// nothing below sm_90 (where launches never overlap).
+__device__ __forceinline__ void griddep_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void griddep_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
+// ---- prefetch.global.L2 (PTX ISA 9.7.9.15, sm_20+) ---------------------------------------------
+// Brings the line holding `p` into L2 without a register result: a later load of it waits for an
+// L2 hit rather than a DRAM round trip.
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
+}
+
 }  // namespace deca::ptx

@@ -1,10 +1,11 @@
-// combine: merge split-KV partial results by LSE. Validation, params, CPU dispatch (there is no
-// GPU combine in this build: tensors must be on the CPU, and the messages say so).
+// combine: merge split-KV partial results by LSE. Validation, params, dispatch to the CPU
+// reference or the CUDA kernel (kernels/mla/sparse_combine.cuh) by the tensors' device.
 #include <cstdint>
 #include <string>
 
 #include "api/check.hpp"
 #include "api/params_fill.hpp"
+#include "cuda/backend.hpp"
 #include "cpu/reference.hpp"
 #include "deca/error.hpp"
 #include "deca/mla.hpp"
@@ -15,8 +16,19 @@ namespace deca {
 void combine(const CombineArgs& a) {
   using namespace api;
   constexpr const char* fn = "combine";
-  constexpr const char* cpu_only = "combine runs on the CPU only in this build";
-  const Device dev = Device::cpu();
+  constexpr const char* cpu_only = "every tensor on partial_out's device";
+  const Device dev = a.partial_out.device;
+  if (dev.kind == DeviceKind::kCUDA) {
+    const int count = cuda::device_count();
+    if (dev.index < 0 || dev.index >= count) {
+      fail(fn, "partial_out",
+           count > 0 ? "a tensor on cpu or cuda:0..cuda:" + std::to_string(count - 1)
+                     : std::string("a tensor on cpu (no CUDA device is present)"),
+           "a tensor on " + to_string(dev));
+    }
+  } else if (dev != Device::cpu()) {
+    fail(fn, "partial_out", "a tensor on cpu or cuda:N", "a tensor on " + to_string(dev));
+  }
 
   expect_tensor(fn, "partial_out", a.partial_out, dev, cpu_only, {DType::kFP32}, "", 5,
                 "[num_splits, batch, q_len, num_heads, dim_v]");
@@ -79,6 +91,10 @@ void combine(const CombineArgs& a) {
   if (sink) p.attn_sink = static_cast<const float*>(a.attn_sink.data);
   fill_out_lse(p, a.out, a.lse, lse);
   if (a.out.numel() == 0) return;
+  if (dev.kind == DeviceKind::kCUDA) {
+    cuda::combine(p, dev.index, a.stream);
+    return;
+  }
   cpu::combine(p);
 }
 

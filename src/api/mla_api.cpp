@@ -1,6 +1,6 @@
 // MLA decode: plan, dense (bf16 cache + block table) and sparse (656-byte FP8 tokens + top-k
-// indices). Validation, params, dispatch. There is no GPU MLA kernel in this build yet, so plans
-// and tensors must be on the CPU; the messages say so.
+// indices). Validation, params, dispatch. Sparse decode runs on the CPU and on CUDA; dense decode
+// runs on the CPU only in this build, and the messages say so.
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -8,6 +8,7 @@
 #include "api/check.hpp"
 #include "api/paged_check.hpp"
 #include "api/params_fill.hpp"
+#include "cuda/backend.hpp"
 #include "cpu/reference.hpp"
 #include "deca/error.hpp"
 #include "deca/mla.hpp"
@@ -17,7 +18,8 @@ namespace deca::api {
 
 namespace {
 
-constexpr const char* kCpuOnly = "MLA decode runs on the CPU only in this build";
+constexpr const char* kCpuOnly = "dense MLA decode runs on the CPU only in this build";
+constexpr const char* kPlanDevice = "plan.config.device";
 constexpr const char* kRowWhy =
     "row starts 16-byte aligned: GPU kernels load rows as 16-byte vectors";
 
@@ -51,24 +53,36 @@ void validate_mla_config(const char* fn, std::string_view prefix, const MlaConfi
            "true");
     }
   }
-  if (c.device != Device::cpu()) {
-    fail(fn, std::string(prefix) + ".device", std::string("cpu (") + kCpuOnly + ")",
+  if (c.device.kind == DeviceKind::kCUDA && c.sparse) {
+    const int count = cuda::device_count();
+    if (c.device.index < 0 || c.device.index >= count) {
+      fail(fn, std::string(prefix) + ".device",
+           count > 0 ? "cpu or cuda:0..cuda:" + std::to_string(count - 1)
+                     : std::string("cpu (no CUDA device is present)"),
+           to_string(c.device));
+    }
+  } else if (c.device != Device::cpu()) {
+    fail(fn, std::string(prefix) + ".device",
+         c.sparse ? std::string("cpu or cuda:N")
+                  : std::string("cpu (") + kCpuOnly + ")",
          to_string(c.device));
   }
 }
+
+const char* device_why(const MlaConfig& c) { return c.sparse ? kPlanDevice : kCpuOnly; }
 
 // q, out and lse are shaped alike for dense and sparse decode; returns nothing, checks all three.
 void check_q_out_lse(const char* fn, const MlaConfig& c, const TensorView& q, const TensorView& out,
                      const TensorView& lse) {
   const Device dev = c.device;
-  expect_tensor(fn, "q", q, dev, kCpuOnly, {DType::kBF16}, "", 4, "[batch, q_len, num_heads, 576]");
+  expect_tensor(fn, "q", q, dev, device_why(c), {DType::kBF16}, "", 4, "[batch, q_len, num_heads, 576]");
   expect_dim_range(fn, "q", q, 0, "batch", 0, c.max_batch, "plan.config.max_batch");
   expect_dim_range(fn, "q", q, 1, "q_len", 1, c.max_q_len, "plan.config.max_q_len");
   expect_dim(fn, "q", q, 2, "num_heads", c.num_heads, "plan.config.num_heads");
   expect_dim(fn, "q", q, 3, "head_dim", kMlaDimQK, "512 NoPE + 64 RoPE");
   expect_aligned(fn, "q", q, kRowAlignBytes, kRowWhy);
 
-  expect_tensor(fn, "out", out, dev, kCpuOnly, {DType::kBF16}, "", 4,
+  expect_tensor(fn, "out", out, dev, device_why(c), {DType::kBF16}, "", 4,
                 "[batch, q_len, num_heads, 512]");
   expect_dim(fn, "out", out, 0, "batch", q.shape[0], "q's batch");
   expect_dim(fn, "out", out, 1, "q_len", q.shape[1], "q's q_len");
@@ -79,7 +93,7 @@ void check_q_out_lse(const char* fn, const MlaConfig& c, const TensorView& q, co
 
   expect_presence(fn, "lse", lse, c.lse, "plan.config.lse");
   if (c.lse) {
-    expect_tensor(fn, "lse", lse, dev, kCpuOnly, {DType::kFP32}, "", 3,
+    expect_tensor(fn, "lse", lse, dev, device_why(c), {DType::kFP32}, "", 3,
                   "[batch, q_len, num_heads]");
     expect_dim(fn, "lse", lse, 0, "batch", q.shape[0], "q's batch");
     expect_dim(fn, "lse", lse, 1, "q_len", q.shape[1], "q's q_len");
@@ -89,7 +103,7 @@ void check_q_out_lse(const char* fn, const MlaConfig& c, const TensorView& q, co
 }
 
 void check_cache(const char* fn, const MlaConfig& c, const TensorView& kv, DType dtype, int row) {
-  expect_tensor(fn, "kv_cache", kv, c.device, kCpuOnly, {dtype}, "", 4,
+  expect_tensor(fn, "kv_cache", kv, c.device, device_why(c), {dtype}, "", 4,
                 "[num_blocks, page_size, 1, " + s(row) + "]");
   expect_dim(fn, "kv_cache", kv, 1, "page_size", c.page_size, "plan.config.page_size");
   expect_dim(fn, "kv_cache", kv, 2, "kv_heads", 1, "one shared latent head");
@@ -101,6 +115,28 @@ void check_cache(const char* fn, const MlaConfig& c, const TensorView& kv, DType
 void check_softmax_scale(const char* fn, float v) {
   if (!std::isfinite(v) || v < 0.f) {
     fail(fn, "softmax_scale", "a finite value >= 0 (0 = 1 / sqrt(576))", float_string(v));
+  }
+}
+
+// A CUDA run's scratch: plan.workspace_bytes on the plan's device, 16-byte aligned (the partials
+// are loaded as 16-byte vectors; the backend keeps its sub-buffers 256 bytes apart from there).
+void check_workspace(const char* fn, const MlaPlan& plan, const void* ws, std::size_t bytes) {
+  if (plan.workspace_bytes == 0) return;
+  if (ws == nullptr) {
+    fail(fn, "workspace",
+         s(static_cast<std::int64_t>(plan.workspace_bytes)) + " bytes on " +
+             to_string(plan.config.device) + " (plan.workspace_bytes)",
+         "nullptr");
+  }
+  if (bytes < plan.workspace_bytes) {
+    fail(fn, "workspace_bytes",
+         ">= " + s(static_cast<std::int64_t>(plan.workspace_bytes)) + " (plan.workspace_bytes)",
+         s(static_cast<std::int64_t>(bytes)));
+  }
+  const auto misalign = reinterpret_cast<std::uintptr_t>(ws) % kRowAlignBytes;
+  if (misalign != 0) {
+    fail(fn, "workspace", "a pointer aligned to 16 bytes",
+         "an address " + s(static_cast<std::int64_t>(misalign)) + " bytes past a 16-byte boundary");
   }
 }
 
@@ -137,6 +173,10 @@ MlaPlan plan_mla_decode(const MlaConfig& config) {
   api::validate_mla_config("plan_mla_decode", "config", config);
   MlaPlan plan;
   plan.config = config;
+  if (config.device.kind == DeviceKind::kCUDA) {
+    cuda::plan_mla_sparse(plan);
+    return plan;
+  }
   plan.num_splits = 1;
   plan.workspace_bytes = 0;
   plan.sm_count = 0;
@@ -194,29 +234,35 @@ void mla_decode_sparse(const MlaPlan& plan, const MlaSparseArgs& a) {
   check_plan_and_common(fn, plan, true, a.q, a.out, a.lse, a.kv_cache);
   const std::int64_t batch = a.q.shape[0];
   const std::int64_t q_len = a.q.shape[1];
-  expect_tensor(fn, "indices", a.indices, c.device, kCpuOnly, {DType::kINT32}, "", 3,
+  expect_tensor(fn, "indices", a.indices, c.device, kPlanDevice, {DType::kINT32}, "", 3,
                 "[batch, q_len, topk]");
   expect_dim(fn, "indices", a.indices, 0, "batch", batch, "q's batch");
   expect_dim(fn, "indices", a.indices, 1, "q_len", q_len, "q's q_len");
   expect_dim(fn, "indices", a.indices, 2, "topk", c.topk, "plan.config.topk");
   expect_presence(fn, "topk_length", a.topk_length, c.topk_length, "plan.config.topk_length");
   if (c.topk_length) {
-    expect_tensor(fn, "topk_length", a.topk_length, c.device, kCpuOnly, {DType::kINT32}, "", 1,
+    expect_tensor(fn, "topk_length", a.topk_length, c.device, kPlanDevice, {DType::kINT32}, "", 1,
                   "[batch]");
     expect_dim(fn, "topk_length", a.topk_length, 0, "batch", batch, "q's batch");
   }
   expect_presence(fn, "attn_sink", a.attn_sink, c.attn_sink, "plan.config.attn_sink");
   if (c.attn_sink) {
-    expect_tensor(fn, "attn_sink", a.attn_sink, c.device, kCpuOnly, {DType::kFP32}, "", 1,
+    expect_tensor(fn, "attn_sink", a.attn_sink, c.device, kPlanDevice, {DType::kFP32}, "", 1,
                   "[num_heads]");
     expect_dim(fn, "attn_sink", a.attn_sink, 0, "num_heads", c.num_heads, "plan.config.num_heads");
   }
   check_softmax_scale(fn, a.softmax_scale);
 
+  const bool on_gpu = c.device.kind == DeviceKind::kCUDA;
+  if (on_gpu) check_workspace(fn, plan, a.workspace, a.workspace_bytes);
+
   // Host data: topk_length within [0, topk]; the indices that count are -1 or a token id.
+  // Device-resident indices and topk_length are the caller's contract (reading them would cost
+  // a copy and a sync per call, and break graph capture): the GPU kernels clamp topk_length to
+  // [0, topk] and skip ids outside the pool, where the CPU path raises.
   const std::int64_t num_blocks = a.kv_cache.shape[0];
   const std::int64_t num_tokens = num_blocks * c.page_size;
-  for (std::int64_t b = 0; b < batch; ++b) {
+  for (std::int64_t b = 0; !on_gpu && b < batch; ++b) {
     std::int64_t used = c.topk;
     if (c.topk_length) {
       used = load_i32(a.topk_length, b);
@@ -256,6 +302,10 @@ void mla_decode_sparse(const MlaPlan& plan, const MlaSparseArgs& a) {
   fill_out_lse(p, a.out, a.lse, c.lse);
   p.softmax_scale = softmax_scale_or_default(a.softmax_scale, kMlaDimQK);
   if (p.batch == 0) return;
+  if (on_gpu) {
+    cuda::mla_sparse_decode(plan, p, a.workspace, a.stream);
+    return;
+  }
   cpu::mla_sparse_decode(p);
 }
 

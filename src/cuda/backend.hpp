@@ -5,7 +5,9 @@
 #include <string>
 
 #include "deca/gqa.hpp"
+#include "deca/mla.hpp"
 #include "kernels/gqa/params.cuh"
+#include "kernels/mla/params.cuh"
 #include "plan/gqa_split.hpp"
 
 namespace deca::cuda {
@@ -38,5 +40,21 @@ void gqa_decode(const GqaPlan& plan, const GqaParams& params, void* stream);
 // Compiles (or finds in the cubin cache) the kernel a plan of `config` runs on devices of compute
 // capability `arch`, without launching anything or needing a GPU; returns its name.
 std::string precompile_gqa(const GqaConfig& config, int arch);
+
+// ---- MLA sparse decode and the combine op (src/cuda/mla_backend.cpp) --------------------------
+
+// Fills plan.sm_count, num_parts, num_splits, workspace_bytes and kernel_name for a sparse config
+// whose device is CUDA, and loads (compiling on first use) the scheduler, decode and combine
+// kernels. Throws a deca::Error from plan_mla_decode naming config.device when the device is
+// absent, older than 8.0 or short of the decode kernel's shared memory.
+void plan_mla_sparse(MlaPlan& plan);
+
+// Scheduler -> decode -> combine (PDL) on `stream`, their metadata and partials in `workspace`
+// (plan.workspace_bytes on the plan's device). Allocates nothing: safe in CUDA graph capture.
+void mla_sparse_decode(const MlaPlan& plan, const MlaSparseParams& params, void* workspace,
+                       void* stream);
+
+// The `combine` op on CUDA tensors of `device`.
+void combine(const CombineParams& params, int device, void* stream);
 
 }  // namespace deca::cuda

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "api/api_fixtures.hpp"
+#include "cuda/backend.hpp"
 
 namespace deca::test {
 namespace {
@@ -41,12 +42,22 @@ TEST(MlaPlan, ConfigFields) {
   EXPECT_TRUE(plan_rejects(s.config, {"config.max_batch", "> 0", "got -2"}));
 }
 
-TEST(MlaPlan, CudaDeviceIsRejectedInThisBuild) {
+TEST(MlaPlan, DenseOnCudaIsRejectedInThisBuild) {
   MlaCase d(false);
   d.config.device = Device::cuda(0);
-  EXPECT_TRUE(
-      plan_rejects(d.config, {"config.device", "expected cpu",
-                              "MLA decode runs on the CPU only in this build", "got cuda:0"}));
+  EXPECT_TRUE(plan_rejects(d.config, {"config.device", "expected cpu",
+                                      "dense MLA decode runs on the CPU only in this build",
+                                      "got cuda:0"}));
+}
+
+TEST(MlaPlan, SparseOnAMissingCudaDeviceIsRejected) {
+  MlaCase s(true);
+  s.config.device = Device::cuda(7);
+  if (cuda::device_count() > 7) GTEST_SKIP() << "this machine has a cuda:7";
+  EXPECT_TRUE(plan_rejects(s.config, {"plan_mla_decode: config.device", "got cuda:7"}));
+  if (cuda::device_count() == 0) {
+    EXPECT_TRUE(plan_rejects(s.config, {"cpu (no CUDA device is present)"}));
+  }
 }
 
 // ---------------------------------------------------------------- dense

@@ -1,0 +1,355 @@
+// Portable MLA sparse FP8 decode kernel: mma.sync tensor cores, sm_80 and newer (Hopper runs the
+// warp-specialized kernels/mla/sm90/ one; this is its reference and fallback).
+//
+// CTA = (block of 64 heads, query token, SM partition of the scheduler, sparse_work.cuh). It walks
+// the partition's (request, block of 64 indices) work in order. Per block: 128 threads turn this
+// block's and the next block's indices into byte offsets (-1, indices past len(r) and ids outside
+// the pool are masked; the next block's tokens are prefetched into L2 during the math); all
+// 512 threads gather the 64 tokens with 16-byte loads, dequantize e4m3 * scale to bf16 exactly as
+// the CPU reference rounds (fp32 product, then bf16) and copy the bf16 RoPE part into K in shared
+// memory (masked tokens become zero rows, so V never carries garbage into 0 * x); QK^T (64 x 64
+// over 576 dims) is split over the 16 warps, 16 heads x 16 tokens each, into fp32 scores in
+// shared memory; then each warp owns 16 heads x 128 value dims: it reads its heads' 64 scores,
+// runs the online softmax in exp2 with the scale folded in (the four warps of a head group
+// compute the same max and sum), and accumulates P V from the K tile's first 512 dims.
+//
+// Output: a request whose blocks all sit in this partition is finished here (bf16 out scaled by
+// 1 / (l + sink), LSE natural log, sink excluded); a piece of a split request writes O / l and its
+// LSE to its slot for the combine kernel. After its last write the CTA lets a PDL-launched
+// combine start.
+#pragma once
+
+#include "kernels/common/kv_convert.cuh"
+#include "kernels/common/ptx.cuh"
+#include "kernels/mla/sparse_schedule.cuh"
+#include "kernels/mla/sparse_traits.cuh"
+
+namespace deca::mla::portable {
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+constexpr float kNegInf = __builtin_bit_cast(float, 0xff800000u);
+
+__device__ __forceinline__ unsigned swz(int row, int chunk) {
+  return static_cast<unsigned>(row * kRowBytes + ((chunk ^ (row & 7)) << 4));
+}
+
+// 16 e4m3 values and their group's scale -> 16 bf16 values in two 16-byte chunks. e4m3 -> fp16 is
+// exact (sm_89+ cvt; below, the bit trick with its 2^8 folded into the scale), fp16 -> fp32 too,
+// so bf16(fp32(value * scale)) is the CPU reference's rounding bit for bit.
+__device__ __forceinline__ void dequant16(const uint4& raw, float scale, uint4& lo, uint4& hi) {
+  const float s = scale * kv::widen_factor<kv::kKvFp8>();
+  const unsigned w[4] = {raw.x, raw.y, raw.z, raw.w};
+  unsigned out[8];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    unsigned a, b;
+    kv::widen4<kv::kKvFp8>(w[i], a, b);
+    const float f0 = ptx::fp16_bits_to_float(static_cast<unsigned short>(a & 0xFFFFu));
+    const float f1 = ptx::fp16_bits_to_float(static_cast<unsigned short>(a >> 16));
+    const float f2 = ptx::fp16_bits_to_float(static_cast<unsigned short>(b & 0xFFFFu));
+    const float f3 = ptx::fp16_bits_to_float(static_cast<unsigned short>(b >> 16));
+    out[2 * i] = ptx::pack2<false>(__fmul_rn(f0, s), __fmul_rn(f1, s));
+    out[2 * i + 1] = ptx::pack2<false>(__fmul_rn(f2, s), __fmul_rn(f3, s));
+  }
+  lo = make_uint4(out[0], out[1], out[2], out[3]);
+  hi = make_uint4(out[4], out[5], out[6], out[7]);
+}
+
+__device__ __forceinline__ void sts128(unsigned addr, const uint4& v) {
+  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(v.x), "r"(v.y),
+               "r"(v.z), "r"(v.w));
+}
+
+// Q rows of this CTA's heads for query token i of request r; rows past num_heads are zeros.
+__device__ __forceinline__ void load_q(const MlaSparseParams& p, Smem& sm, int r, int i, int head0) {
+  const unsigned base = ptx::smem_addr(sm.q);
+  for (int c = threadIdx.x; c < kRows * 72; c += kThreads) {
+    const int row = c / 72;
+    const int chunk = c % 72;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (head0 + row < p.num_heads) {
+      const auto* src = static_cast<const unsigned char*>(p.q) +
+                        2 * (r * p.q_stride_batch + i * p.q_stride_token +
+                             (head0 + row) * p.q_stride_head) +
+                        16 * chunk;
+      v = __ldg(reinterpret_cast<const uint4*>(src));
+    }
+    sts128(base + swz(row, chunk), v);
+  }
+}
+
+// Byte offset of entry k of the request's list in kv; -1 where the entry does not count.
+__device__ __forceinline__ long long token_offset(const MlaSparseParams& p, const int* ids, int len,
+                                                  int k) {
+  const int id = k < len ? __ldg(ids + k) : -1;
+  const long long pool = static_cast<long long>(p.num_blocks) * p.page_size;
+  if (id < 0 || id >= pool) return -1;
+  return static_cast<long long>(id / p.page_size) * p.kv_stride_block +
+         static_cast<long long>(id % p.page_size) * p.kv_stride_slot;
+}
+
+// Threads 0..63: offsets of block `blk`; threads 64..127: those of block `blk + 1` when this
+// partition processes it (-1 otherwise), for the L2 prefetch of the next block.
+__device__ __forceinline__ void load_offsets(const MlaSparseParams& p, Smem& sm, const int* ids,
+                                             int len, int blk, int last) {
+  const int tid = static_cast<int>(threadIdx.x);
+  if (tid < kKeys) {
+    sm.token_offset[tid] = token_offset(p, ids, len, blk * kKeys + tid);
+  } else if (tid < 2 * kKeys) {
+    const int k = (blk + 1) * kKeys + tid - kKeys;
+    sm.next_offset[tid - kKeys] = blk + 1 < last ? token_offset(p, ids, len, k) : -1;
+  }
+}
+
+// Byte offset inside a token of gather chunk `part` (0..31 NoPE, 32..39 RoPE).
+__device__ __forceinline__ int chunk_byte(int part) {
+  return part < kNopeChunks ? 16 * part : 528 + 16 * (part - kNopeChunks);
+}
+
+// L2 prefetch of the chunks (and each token's scales) this thread gathers from `offsets`. For the
+// next block, issued before QK^T and PV: the lines land while the tensor cores work, so the next
+// gather waits for L2 rather than DRAM, at no register cost across the math (a register double
+// buffer would spill the accumulators). For the current block, issued before its loads: the
+// gather loop stays rolled (registers again), and this keeps its five loads from each paying a
+// DRAM round trip in turn.
+__device__ __forceinline__ void prefetch(const MlaSparseParams& p, const long long* offsets) {
+#pragma unroll 1
+  for (int n = 0; n < 5; ++n) {
+    const int c = threadIdx.x + n * kThreads;
+    const long long off = offsets[c / kChunksPerToken];
+    const int part = c % kChunksPerToken;
+    if (off < 0) continue;
+    ptx::prefetch_l2(p.kv + off + chunk_byte(part));
+    if (part == 0) ptx::prefetch_l2(p.kv + off + 512);
+  }
+}
+
+// Gathers and dequantizes the 64 tokens into K: five 16-byte chunks per thread, consecutive
+// threads on consecutive chunks of one token.
+__device__ __forceinline__ void gather(const MlaSparseParams& p, Smem& sm) {
+  const unsigned base = ptx::smem_addr(sm.k);
+  // Rolled: the O accumulators stay live across the gather, and an unrolled loop's registers
+  // would push them into local memory.
+#pragma unroll 1
+  for (int n = 0; n < 5; ++n) {
+    const int c = threadIdx.x + n * kThreads;
+    const int token = c / kChunksPerToken;
+    const int part = c % kChunksPerToken;
+    const long long off = sm.token_offset[token];
+    const unsigned char* src = p.kv + (off < 0 ? 0 : off);
+    if (part < kNopeChunks) {
+      uint4 lo = make_uint4(0, 0, 0, 0), hi = lo;
+      if (off >= 0) {
+        const uint4 raw = __ldg(reinterpret_cast<const uint4*>(src + 16 * part));
+        const float scale = __ldg(reinterpret_cast<const float*>(src + 512 + 4 * (part >> 3)));
+        dequant16(raw, scale, lo, hi);
+      }
+      sts128(base + swz(token, 2 * part), lo);
+      sts128(base + swz(token, 2 * part + 1), hi);
+    } else {
+      uint4 v = make_uint4(0, 0, 0, 0);
+      if (off >= 0) v = __ldg(reinterpret_cast<const uint4*>(src + chunk_byte(part)));
+      sts128(base + swz(token, 64 + part - kNopeChunks), v);
+    }
+  }
+}
+
+// Per-thread online-softmax state for rows g and g + 8 of the warp's head group.
+struct RowState {
+  float m[2];  // running max of scaled logits, log2 units
+  float l[2];  // this thread's share of the running sum (reduced over the quad at the end)
+};
+
+__device__ __forceinline__ void sparse_decode(const SparseKernelParams& kp, unsigned char* smem) {
+  Smem& sm = *reinterpret_cast<Smem*>(smem);
+  const MlaSparseParams& p = kp.p;
+  const SparseRun& run = kp.run;
+  const SparsePart& part = run.parts[blockIdx.z];  // read in place: registers go to O
+  const int i = blockIdx.y;
+  const int head0 = blockIdx.x * kRows;
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int rg = warp % 4;  // head group: rows 16 rg .. 16 rg + 15
+  const int cg = warp / 4;  // QK^T: tokens 16 cg ..; PV: value dims 128 cg ..
+  const int g = lane / 4;
+  const int t = lane % 4;
+  const float scale_log2 = p.softmax_scale * kLog2e;
+  // ldmatrix addresses: a row base per operand plus the swizzled chunk offsets of one round of
+  // 8 chunks (chunk c of a row r sits at (c ^ (r & 7)); r & 7 == lane & 7 for every operand).
+  const int x = lane & 7;
+  const unsigned qa_row = ptx::smem_addr(sm.q) + (16 * rg + (lane & 15)) * kRowBytes;
+  const unsigned kb_row =
+      ptx::smem_addr(sm.k) + (16 * cg + (lane & 7) + ((lane >> 4) << 3)) * kRowBytes;
+  const unsigned v_row =
+      ptx::smem_addr(sm.k) + ((lane & 7) + (((lane >> 3) & 1) << 3)) * kRowBytes + cg * 256;
+  unsigned qa_off[4], kb_off[4];  // V's offsets are Q's: both take chunk half lane >> 4
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    qa_off[j] = ((2 * j + (lane >> 4)) ^ x) << 4;
+    kb_off[j] = ((2 * j + ((lane >> 3) & 1)) ^ x) << 4;
+  }
+
+  for (int r = part.begin_req; r <= part.end_req; ++r) {
+    int first, last;
+    sparse_piece_blocks(part, p.topk_length, p.topk, r, first, last);
+    const int len = sparse_request_len(p.topk_length, p.topk, r);
+    const int* ids = p.indices + r * p.indices_stride_batch + i * p.indices_stride_token;
+
+    __syncthreads();  // the previous request's last QK^T is done with Q
+    load_q(p, sm, r, i, head0);
+
+    RowState st;
+    st.m[0] = st.m[1] = kNegInf;
+    st.l[0] = st.l[1] = 0.f;
+    float o[16][4];
+#pragma unroll
+    for (int n = 0; n < 16; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+
+    for (int blk = first; blk < last; ++blk) {
+      __syncthreads();  // PV of the previous block is done with K and the scores
+      load_offsets(p, sm, ids, len, blk, last);
+      __syncthreads();
+      prefetch(p, sm.token_offset);
+      gather(p, sm);
+      prefetch(p, sm.next_offset);
+      __syncthreads();
+
+      // QK^T: 16 heads (rg) x 16 tokens (cg) per warp, 36 k-steps of 16 dims in 9 rounds of 4.
+      // Within a round of 8 chunks the swizzle is a fixed permutation, so four offsets per
+      // operand serve every round (computed ones get hoisted 36-fold and spill).
+      float s[2][4] = {};
+#pragma unroll 1
+      for (int round = 0; round < kDimQK / 64; ++round) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          unsigned a[4], b0, b1, b2, b3;
+          ptx::ldmatrix_x4(qa_row + round * 128 + qa_off[j], a[0], a[1], a[2], a[3]);
+          ptx::ldmatrix_x4(kb_row + round * 128 + kb_off[j], b0, b1, b2, b3);
+          ptx::mma_16816<false>(s[0], a, b0, b1);
+          ptx::mma_16816<false>(s[1], a, b2, b3);
+        }
+      }
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+        const int key = 16 * cg + 8 * nt + 2 * t;
+        const bool v0 = sm.token_offset[key] >= 0;
+        const bool v1 = sm.token_offset[key + 1] >= 0;
+        float* row0 = sm.s + (16 * rg + g) * kSStride + key;
+        float* row1 = row0 + 8 * kSStride;
+        *reinterpret_cast<float2*>(row0) = make_float2(v0 ? s[nt][0] : kNegInf, v1 ? s[nt][1] : kNegInf);
+        *reinterpret_cast<float2*>(row1) = make_float2(v0 ? s[nt][2] : kNegInf, v1 ? s[nt][3] : kNegInf);
+      }
+      __syncthreads();
+
+      // Online softmax over the 64 scores of rows g, g + 8, read twice from shared memory (max,
+      // then exp2 straight into mma A fragments) rather than held: registers go to O.
+      float alpha[2];
+      float m_use[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float* row = sm.s + (16 * rg + g + 8 * h) * kSStride + 2 * t;
+        float mx = kNegInf;
+#pragma unroll
+        for (int kt = 0; kt < 4; ++kt) {
+          const float2 lo = *reinterpret_cast<const float2*>(row + 16 * kt);
+          const float2 hi = *reinterpret_cast<const float2*>(row + 16 * kt + 8);
+          mx = fmaxf(mx, fmaxf(fmaxf(lo.x, lo.y), fmaxf(hi.x, hi.y)));
+        }
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float m_new = fmaxf(st.m[h], mx * scale_log2);
+        // -inf guards: no valid key yet keeps the subtrahend finite (every p is then 0), and a
+        // state that saw nothing rescales by 0 rather than exp2(-inf + inf).
+        m_use[h] = m_new == kNegInf ? 0.f : m_new;
+        alpha[h] = st.m[h] == kNegInf ? 0.f : ptx::ex2(st.m[h] - m_use[h]);
+        st.m[h] = m_new;
+        st.l[h] *= alpha[h];
+      }
+#pragma unroll
+      for (int n = 0; n < 16; ++n) {
+        o[n][0] *= alpha[0];
+        o[n][1] *= alpha[0];
+        o[n][2] *= alpha[1];
+        o[n][3] *= alpha[1];
+      }
+      // PV: 16 heads x 128 value dims per warp; V rows are K's first 512 dims. Each k-step makes
+      // its P fragment (exp2 of 16 scores, packed to bf16) right before its eight ldmatrix + 16
+      // mma: holding all of P would cost 16 registers next to the 64 accumulators and spill. The
+      // loop stays rolled for the same reason (unrolled, ptxas hoists the next step's ldmatrix).
+#pragma unroll 1
+      for (int kt = 0; kt < 4; ++kt) {
+        unsigned a[4];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const float* row = sm.s + (16 * rg + g + 8 * h) * kSStride + 16 * kt + 2 * t;
+          const float2 lo = *reinterpret_cast<const float2*>(row);
+          const float2 hi = *reinterpret_cast<const float2*>(row + 8);
+          const float e0 = ptx::ex2(lo.x * scale_log2 - m_use[h]);
+          const float e1 = ptx::ex2(lo.y * scale_log2 - m_use[h]);
+          const float e2 = ptx::ex2(hi.x * scale_log2 - m_use[h]);
+          const float e3 = ptx::ex2(hi.y * scale_log2 - m_use[h]);
+          st.l[h] += (e0 + e1) + (e2 + e3);
+          a[h] = ptx::pack2<false>(e0, e1);
+          a[2 + h] = ptx::pack2<false>(e2, e3);
+        }
+        const unsigned v_kt = v_row + kt * 16 * kRowBytes;
+#pragma unroll
+        for (int np = 0; np < 8; ++np) {
+          unsigned b0, b1, b2, b3;
+          ptx::ldmatrix_x4_trans(v_kt + (np >> 2) * 128 + qa_off[np & 3], b0, b1, b2, b3);
+          ptx::mma_16816<false>(o[2 * np], a, b0, b1);
+          ptx::mma_16816<false>(o[2 * np + 1], a, b2, b3);
+        }
+      }
+    }
+
+    // Epilogue: the quad's partial sums, then out (unsplit) or the piece's partial.
+    const int count = run.split_offsets[r + 1] - run.split_offsets[r];
+    const int slot = sparse_piece_slot(part, run.split_offsets, r);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      st.l[h] += __shfl_xor_sync(0xffffffffu, st.l[h], 1);
+      st.l[h] += __shfl_xor_sync(0xffffffffu, st.l[h], 2);
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int head = head0 + 16 * rg + g + 8 * h;
+      if (head >= p.num_heads) continue;
+      const bool empty = st.l[h] == 0.f;
+      const float lse = empty ? kNegInf : (st.m[h] + ptx::lg2(st.l[h])) * kLn2;
+      if (count == 1) {
+        float denom = st.l[h];
+        if (p.attn_sink != nullptr && !empty) {
+          denom += ptx::ex2(__ldg(p.attn_sink + head) * kLog2e - st.m[h]);
+        }
+        const float inv = empty ? 0.f : __frcp_rn(denom);
+        auto* out = static_cast<unsigned short*>(p.out) + r * p.out_stride_batch +
+                    i * p.out_stride_token + head * p.out_stride_head;
+#pragma unroll
+        for (int n = 0; n < 16; ++n) {
+          const int d = 128 * cg + 8 * n + 2 * t;
+          *reinterpret_cast<unsigned*>(out + d) =
+              ptx::pack2<false>(o[n][2 * h] * inv, o[n][2 * h + 1] * inv);
+        }
+        if (p.lse != nullptr && cg == 0 && t == 0) {
+          p.lse[r * p.lse_stride_batch + i * p.lse_stride_token + head * p.lse_stride_head] = lse;
+        }
+      } else {
+        const float inv = empty ? 0.f : __frcp_rn(st.l[h]);
+        const long long row = (static_cast<long long>(slot) * p.q_len + i) * p.num_heads + head;
+        float* po = run.partial_o + row * kDimV;
+#pragma unroll
+        for (int n = 0; n < 16; ++n) {
+          const int d = 128 * cg + 8 * n + 2 * t;
+          *reinterpret_cast<float2*>(po + d) = make_float2(o[n][2 * h] * inv, o[n][2 * h + 1] * inv);
+        }
+        if (cg == 0 && t == 0) run.partial_lse[row] = lse;
+      }
+    }
+  }
+  // Every write of this CTA is issued: a PDL-launched combine may start.
+  ptx::griddep_launch_dependents();
+}
+
+}  // namespace deca::mla::portable

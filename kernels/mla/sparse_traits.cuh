@@ -1,0 +1,47 @@
+// Launch shapes of the MLA sparse kernels: the scheduler and combine blocks, and the tile shape and shared-memory
+// plan of the portable decode kernel (kernels/mla/sparse_decode.cuh). Host-compilable: the
+// backend reads kThreads and kSmemBytes.
+#pragma once
+
+namespace deca::mla {
+
+// The combine kernels (kernels/mla/sparse_combine.cuh): one warp per output row.
+inline constexpr int kCombineWarps = 8;
+inline constexpr int kCombineThreads = 32 * kCombineWarps;
+
+// The scheduler kernel (kernels/mla/schedule_entry.cuh): one thread walks, all copy.
+inline constexpr int kScheduleThreads = 128;
+inline constexpr int kScheduleSmemLimit = 48 * 1024;  // staged in shared memory up to this
+
+}  // namespace deca::mla
+
+namespace deca::mla::portable {
+
+inline constexpr int kRows = 64;        // heads per CTA (num_heads padded inside)
+inline constexpr int kKeys = 64;        // one scheduler block of indices per step
+inline constexpr int kDimQK = 576;
+inline constexpr int kDimV = 512;
+inline constexpr int kWarps = 16;       // 4 row groups of 16 heads x 4 column groups
+inline constexpr int kThreads = 32 * kWarps;
+inline constexpr int kRowBytes = kDimQK * 2;      // bf16 row of Q or K: 72 chunks of 16 bytes
+inline constexpr int kSStride = kKeys + 4;        // fp32 scores row, padded against conflicts
+inline constexpr int kTokenBytes = 656;
+inline constexpr int kNopeChunks = 32;            // 16 e4m3 values per 16-byte chunk
+inline constexpr int kRopeChunks = 8;             // 8 bf16 values per 16-byte chunk
+inline constexpr int kChunksPerToken = kNopeChunks + kRopeChunks;
+
+// Q and K rows are XOR-swizzled by 16-byte chunk (chunk ^ (row & 7)), not padded: padding would
+// push the plan past the 163 KB an A100 CTA may have.
+struct Smem {
+  unsigned char q[kRows * kRowBytes];      // bf16 [64 heads][576]
+  unsigned char k[kKeys * kRowBytes];      // bf16 [64 tokens][576], dequantized; V = dims 0..511
+  float s[kRows * kSStride];               // raw logits of the current block
+  long long token_offset[kKeys];           // byte offset of each token in kv, -1 = masked
+  long long next_offset[kKeys];            // the same for the partition's next block (prefetch)
+};
+
+inline constexpr int kSmemBytes = static_cast<int>(sizeof(Smem));
+static_assert(kSmemBytes <= 166912, "the portable MLA kernel must fit an A100 CTA (163 KB)");
+static_assert(kThreads * 5 == kKeys * kChunksPerToken, "gather: five chunks per thread");
+
+}  // namespace deca::mla::portable

@@ -1,0 +1,248 @@
+// MLA sparse decode on the GPU: plan (partitions, workspace, kernels) and the three launches of a
+// run (scheduler, decode, combine), plus the generic combine op.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+
+#include "cuda/backend.hpp"
+#include "cuda/mla_spec.hpp"
+#include "deca/error.hpp"
+#include "jit/driver.hpp"
+#include "jit/kernel_cache.hpp"
+#include "kernels/mla/sparse_schedule.cuh"
+#include "kernels/mla/sparse_traits.cuh"
+#include "kernels/mla/sparse_work.cuh"
+
+namespace deca::cuda {
+
+namespace {
+
+constexpr std::size_t kAlign = 256;
+constexpr unsigned kMaxGridYZ = 65535;
+
+std::size_t align_up(std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+// Workspace: partial outputs first (the big, 16-byte-loaded buffer at the aligned base), then
+// partial LSEs, the partitions and the split offsets. Sized for the plan's maxima: slots are at
+// most batch + num_parts (sparse_schedule.cuh).
+struct Layout {
+  std::size_t o = 0, lse = 0, parts = 0, offsets = 0;
+  int max_slots = 0;
+  std::size_t total() const { return o + lse + parts + offsets; }
+};
+
+Layout layout(const MlaConfig& c, int num_parts) {
+  Layout w;
+  w.max_slots = c.max_batch + num_parts;
+  const auto rows = static_cast<std::size_t>(w.max_slots) * c.max_q_len * c.num_heads;
+  w.o = align_up(rows * kMlaDimV * sizeof(float));
+  w.lse = align_up(rows * sizeof(float));
+  w.parts = align_up(static_cast<std::size_t>(num_parts) * sizeof(mla::SparsePart));
+  w.offsets = align_up((static_cast<std::size_t>(c.max_batch) + 1) * sizeof(int));
+  return w;
+}
+
+int head_blocks(int num_heads) { return (num_heads + 63) / 64; }
+
+struct Kernels {
+  int arch = 0;
+  MlaDecodeShape shape;
+  const jit::LoadedKernel* schedule;
+  const jit::LoadedKernel* decode;
+  const jit::LoadedKernel* combine;
+};
+
+MlaKernelKey key(int arch, MlaKernelRole role, const std::string& variant = "portable") {
+  MlaKernelKey k;
+  k.arch = arch;
+  k.role = role;
+  k.variant = variant;
+  return k;
+}
+
+// Loaded once per (decode kernel name, head count, device) and kept: a run after the first does
+// one map lookup, no hashing, compiling or device queries.
+const Kernels& kernels(const std::string& variant, int arch, int num_heads, int device) {
+  static std::mutex mu;
+  static std::map<std::pair<std::string, int>, Kernels> memo;
+  const MlaKernelKey dk = key(arch, MlaKernelRole::kDecode, variant);
+  const auto id = std::make_pair(dk.name() + "_h" + std::to_string(num_heads), device);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (auto it = memo.find(id); it != memo.end()) return it->second;
+  }
+  Kernels k;
+  k.arch = arch;
+  k.shape = mla_decode_shape(variant, num_heads);
+  k.schedule = &jit::get_kernel(key(arch, MlaKernelRole::kSchedule).spec(), device);
+  k.decode = &jit::get_kernel(dk.spec(), device);
+  k.combine = &jit::get_kernel(key(arch, MlaKernelRole::kCombine).spec(), device);
+  std::lock_guard<std::mutex> lock(mu);
+  return memo.try_emplace(id, k).first->second;
+}
+
+// The kernels a run of `plan` launches: those its plan named. A plan made before DECA_MLA_KERNEL
+// changed keeps its kernel; one from another device kind is refused.
+const Kernels& plan_kernels(const MlaPlan& plan) {
+  static std::mutex mu;
+  static std::map<std::pair<std::string, int>, const Kernels*> by_plan;
+  const int device = plan.config.device.index;
+  const auto id =
+      std::make_pair(plan.kernel_name + "_h" + std::to_string(plan.config.num_heads), device);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (auto it = by_plan.find(id); it != by_plan.end()) return *it->second;
+  }
+  const int arch = compute_capability(device);
+  for (const char* variant : {"portable", "sm90"}) {
+    if (key(arch, MlaKernelRole::kDecode, variant).name() != plan.kernel_name) continue;
+    if (std::string(variant) == "sm90" && !kMlaSm90KernelEnabled) break;
+    const Kernels& k = kernels(variant, arch, plan.config.num_heads, device);
+    std::lock_guard<std::mutex> lock(mu);
+    return *by_plan.try_emplace(id, &k).first->second;
+  }
+  throw Error("mla_decode_sparse: plan.kernel_name: expected the name of a decode kernel this "
+              "device runs (e.g. \"" + key(arch, MlaKernelRole::kDecode, "portable").name() +
+              "\"), got \"" + plan.kernel_name + "\": make the plan again with plan_mla_decode");
+}
+
+int device_attribute(cudaDeviceAttr attr, int device) {
+  int v = 0;
+  if (cudaDeviceGetAttribute(&v, attr, device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return v;
+}
+
+int checked_arch(const Device& dev, const std::string& fn) {
+  const int device = dev.index;
+  if (device < 0 || device >= device_count()) {
+    throw Error(fn + ": config.device: expected a CUDA device index in [0, " +
+                std::to_string(device_count()) + "), got " + to_string(dev));
+  }
+  const int arch = compute_capability(device);
+  if (arch < 80) {
+    throw Error(fn + ": config.device: expected compute capability >= 8.0 (mma.sync, bf16), got " +
+                std::to_string(arch / 10) + "." + std::to_string(arch % 10));
+  }
+  return arch;
+}
+
+}  // namespace
+
+void plan_mla_sparse(MlaPlan& plan) {
+  const MlaConfig& c = plan.config;
+  constexpr const char* fn = "plan_mla_decode";
+  const int device = c.device.index;
+  const int arch = checked_arch(c.device, fn);
+  if (c.max_batch > static_cast<int>(kMaxGridYZ) || c.max_q_len > static_cast<int>(kMaxGridYZ)) {
+    throw Error(std::string(fn) + ": config.max_batch / max_q_len: expected <= 65535 on CUDA " +
+                "(grid extents), got " + std::to_string(c.max_batch) + " / " +
+                std::to_string(c.max_q_len));
+  }
+  const std::string variant = mla_decode_variant(arch);
+  const MlaDecodeShape shape = mla_decode_shape(variant, c.num_heads);
+  const int smem_optin = device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  if (smem_optin < shape.smem_bytes) {
+    throw Error(std::string(fn) + ": config.device: expected a GPU whose CTAs may use " +
+                std::to_string(shape.smem_bytes) + " bytes of shared memory (the " + variant +
+                " MLA sparse decode kernel; A100 / H100 class), got " + to_string(c.device) +
+                " with " + std::to_string(smem_optin));
+  }
+  plan.sm_count = sm_count(device);
+  plan.num_parts = mla::sparse_num_parts(plan.sm_count, c.max_q_len, c.num_heads);
+  plan.num_splits = plan.num_parts;
+  plan.workspace_bytes = layout(c, plan.num_parts).total();
+  plan.kernel_name = key(arch, MlaKernelRole::kDecode, variant).name();
+  (void)kernels(variant, arch, c.num_heads, device);
+}
+
+void mla_sparse_decode(const MlaPlan& plan, const MlaSparseParams& params, void* workspace,
+                       void* stream) {
+  const MlaConfig& c = plan.config;
+  if (plan.num_parts < 1) {
+    throw Error("mla_decode_sparse: plan.num_parts: expected >= 1 (a plan made by "
+                "plan_mla_decode for a CUDA device), got " + std::to_string(plan.num_parts));
+  }
+  const Kernels& k = plan_kernels(plan);
+  if (params.batch == 0) return;
+  const int device = c.device.index;
+  const Layout w = layout(c, plan.num_parts);
+  auto* base = static_cast<unsigned char*>(workspace);
+
+  mla::SparseKernelParams kp{};
+  kp.p = params;
+  kp.run.partial_o = reinterpret_cast<float*>(base);
+  kp.run.partial_lse = reinterpret_cast<float*>(base + w.o);
+  kp.run.parts = reinterpret_cast<const mla::SparsePart*>(base + w.o + w.lse);
+  kp.run.split_offsets = reinterpret_cast<const int*>(base + w.o + w.lse + w.parts);
+  kp.run.num_parts = plan.num_parts;
+  kp.run.max_slots = w.max_slots;
+  void* args[] = {&kp};
+
+  jit::ScopedDevice scope(device);
+  // The scheduler stages lengths, partitions and offsets in shared memory when they fit
+  // (schedule_entry.cuh says why); 0 bytes selects its global-memory path.
+  const std::size_t schedule_smem = static_cast<std::size_t>(plan.num_parts) *
+                                        sizeof(mla::SparsePart) +
+                                    (2 * static_cast<std::size_t>(params.batch) + 1) * sizeof(int);
+  jit::Dim3 one;
+  jit::Dim3 schedule_block;
+  schedule_block.x = mla::kScheduleThreads;
+  jit::launch(*k.schedule, one, schedule_block,
+              schedule_smem <= static_cast<std::size_t>(mla::kScheduleSmemLimit) ? schedule_smem : 0,
+              stream, args);
+
+  jit::Dim3 grid;
+  grid.x = static_cast<unsigned>(head_blocks(params.num_heads));
+  grid.y = static_cast<unsigned>(params.q_len);
+  grid.z = static_cast<unsigned>(plan.num_parts);
+  jit::Dim3 block;
+  block.x = static_cast<unsigned>(k.shape.threads);
+  jit::LaunchOptions decode_options;
+  if (k.shape.cluster_x > 1) {
+    decode_options.cluster.x = static_cast<unsigned>(k.shape.cluster_x);
+    decode_options.cluster.y = 1;
+    decode_options.cluster.z = 1;
+  }
+  jit::launch(*k.decode, grid, block, static_cast<std::size_t>(k.shape.smem_bytes), stream, args,
+              decode_options);
+
+  jit::Dim3 cgrid;
+  cgrid.x = static_cast<unsigned>((params.num_heads + mla::kCombineWarps - 1) / mla::kCombineWarps);
+  cgrid.y = static_cast<unsigned>(params.q_len);
+  cgrid.z = static_cast<unsigned>(params.batch);
+  jit::Dim3 cblock;
+  cblock.x = mla::kCombineThreads;
+  jit::LaunchOptions combine_options;
+  // PDL needs sm_90; below, the attribute would be ignored at best.
+  combine_options.pdl = k.arch >= 90;
+  jit::launch(*k.combine, cgrid, cblock, 0, stream, args, combine_options);
+}
+
+void combine(const CombineParams& params, int device, void* stream) {
+  if (params.batch > static_cast<int>(kMaxGridYZ) || params.q_len > static_cast<int>(kMaxGridYZ)) {
+    throw Error("combine: partial_out: expected batch and q_len <= 65535 on CUDA (grid extents), "
+                "got " + std::to_string(params.batch) + " and " + std::to_string(params.q_len));
+  }
+  const int arch = checked_arch(Device::cuda(device), "combine");
+  const jit::LoadedKernel& k =
+      jit::get_kernel(key(arch, MlaKernelRole::kGenericCombine).spec(), device);
+  CombineParams p = params;
+  void* args[] = {&p};
+  jit::Dim3 grid;
+  grid.x = static_cast<unsigned>((p.num_heads + mla::kCombineWarps - 1) / mla::kCombineWarps);
+  grid.y = static_cast<unsigned>(p.q_len);
+  grid.z = static_cast<unsigned>(p.batch);
+  jit::Dim3 block;
+  block.x = mla::kCombineThreads;
+  jit::ScopedDevice scope(device);
+  jit::launch(k, grid, block, 0, stream, args);
+}
+
+}  // namespace deca::cuda

@@ -1,0 +1,98 @@
+#include "cuda/mla_spec.hpp"
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include "kernels/mla/sparse_traits.cuh"
+
+#if __has_include("kernels/mla/sm90/traits.cuh")
+#include "kernels/mla/sm90/traits.cuh"
+#define DECA_MLA_HAVE_SM90 1
+#else
+#define DECA_MLA_HAVE_SM90 0
+#endif
+
+namespace deca::cuda {
+
+namespace {
+
+const char* role_name(MlaKernelRole role) {
+  switch (role) {
+    case MlaKernelRole::kSchedule: return "mla_sparse_schedule";
+    case MlaKernelRole::kDecode: return "mla_sparse_decode";
+    case MlaKernelRole::kCombine: return "mla_sparse_combine";
+    case MlaKernelRole::kGenericCombine: return "combine";
+  }
+  return "unknown";
+}
+
+}  // namespace
+
+// Built with std::to_string and appends, never iostreams (see gqa_spec.cpp for the locale trap).
+std::string MlaKernelKey::name() const {
+  std::string s = role_name(role);
+  if (role == MlaKernelRole::kDecode) s += "_" + variant;
+  s += "_sm" + std::to_string(arch);
+  return s;
+}
+
+jit::JitSpec MlaKernelKey::spec() const {
+  jit::JitSpec spec;
+  spec.name = name();
+  spec.arch = arch;
+  std::string header;
+  switch (role) {
+    case MlaKernelRole::kSchedule:
+      header = "kernels/mla/schedule_entry.cuh";
+      spec.entry = "deca_mla_sparse_schedule";
+      break;
+    case MlaKernelRole::kDecode:
+      if (variant == "sm90") {
+        header = "kernels/mla/sm90/entry.cuh";
+        spec.entry = "deca_mla_sparse_decode_sm90";
+      } else {
+        header = "kernels/mla/sparse_entry.cuh";
+        spec.entry = "deca_mla_sparse_decode";
+      }
+      break;
+    case MlaKernelRole::kCombine:
+      header = "kernels/mla/combine_entry.cuh";
+      spec.entry = "deca_mla_sparse_combine";
+      break;
+    case MlaKernelRole::kGenericCombine:
+      header = "kernels/mla/generic_combine_entry.cuh";
+      spec.entry = "deca_combine";
+      break;
+  }
+  spec.source = "// " + spec.name + "\n#include \"" + header + "\"\n";
+  return spec;
+}
+
+std::string mla_decode_variant(int arch) {
+  if (!kMlaSm90KernelEnabled || !DECA_MLA_HAVE_SM90 || arch != 90) return "portable";
+  const char* env = std::getenv("DECA_MLA_KERNEL");
+  if (env != nullptr && std::strcmp(env, "portable") == 0) return "portable";
+  return "sm90";
+}
+
+MlaDecodeShape mla_decode_shape(const std::string& variant, int num_heads) {
+  MlaDecodeShape s;
+#if DECA_MLA_HAVE_SM90
+  if (variant == "sm90") {
+    s.threads = mla::sm90::kThreads;
+    s.smem_bytes = mla::sm90::kSmemBytes;
+    s.cluster_x = mla::sm90::kClusterX(num_heads);
+    return s;
+  }
+#endif
+  (void)variant;
+  (void)num_heads;
+  s.threads = mla::portable::kThreads;
+  s.smem_bytes = mla::portable::kSmemBytes;
+  s.cluster_x = 1;
+  return s;
+}
+
+}  // namespace deca::cuda

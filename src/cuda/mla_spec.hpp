@@ -1,0 +1,42 @@
+// MLA sparse decode kernel specializations: the small value type the JIT compiles, caches and
+// names. One key per kernel of a run (scheduler, decode, combine) and the generic combine op.
+#pragma once
+
+#include <string>
+
+#include "deca/mla.hpp"
+#include "jit/spec.hpp"
+
+namespace deca::cuda {
+
+enum class MlaKernelRole { kSchedule, kDecode, kCombine, kGenericCombine };
+
+// The sm90 warp-specialized decode kernel (kernels/mla/sm90/, written alongside this backend).
+// Flip to true once kernels/mla/sm90/entry.cuh and traits.cuh are in the tree: every sm_90 plan
+// then runs it unless DECA_MLA_KERNEL=portable.
+inline constexpr bool kMlaSm90KernelEnabled = false;
+
+struct MlaKernelKey {
+  int arch = 90;                       // compute capability, 90 = sm_90a
+  MlaKernelRole role = MlaKernelRole::kDecode;
+  std::string variant = "portable";    // decode only: "portable" (sm_80+) or "sm90"
+
+  // e.g. "mla_sparse_decode_portable_sm90", "mla_sparse_combine_sm90", "combine_sm80"
+  std::string name() const;
+  // "// <name>" + #include of the role's entry header.
+  jit::JitSpec spec() const;
+};
+
+// The decode variant a plan runs on a device of compute capability `arch`: "sm90" when the
+// sm90 kernel is enabled, arch == 90 and DECA_MLA_KERNEL is not "portable"; else "portable".
+std::string mla_decode_variant(int arch);
+
+// Launch shape of a decode variant.
+struct MlaDecodeShape {
+  int threads = 0;
+  int smem_bytes = 0;
+  int cluster_x = 1;  // CTAs of a cluster along x (1: no cluster attribute)
+};
+MlaDecodeShape mla_decode_shape(const std::string& variant, int num_heads);
+
+}  // namespace deca::cuda

@@ -1,0 +1,221 @@
+// MLA sparse decode through the public API on the CPU (the reference) and on CUDA, for the GPU
+// tests: case preparation (poisoned never-indexed tokens and a poisoned spare block, an index in
+// the pool's last page, whole rows of -1, an empty request), device copies, and the comparison.
+#pragma once
+
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/mla_case.hpp"
+#include "cuda/mla_spec.hpp"
+#include "deca/mla.hpp"
+#include "gpu/device_buffer.hpp"
+
+namespace deca::test {
+
+// The decode variants this machine runs: the portable kernel everywhere, the sm90 one on Hopper
+// when it is enabled. Selected through DECA_MLA_KERNEL, as a user would.
+inline std::vector<std::string> mla_variants() {
+  std::vector<std::string> v = {"portable"};
+  if (cuda::available() && cuda::kMlaSm90KernelEnabled && cuda::compute_capability(0) == 90) {
+    v.push_back("sm90");
+  }
+  return v;
+}
+
+class ScopedMlaKernel {
+ public:
+  explicit ScopedMlaKernel(const std::string& variant) {
+    if (const char* old = std::getenv("DECA_MLA_KERNEL")) old_ = old, had_ = true;
+    if (variant == "portable") setenv("DECA_MLA_KERNEL", "portable", 1);
+    else unsetenv("DECA_MLA_KERNEL");
+  }
+  ~ScopedMlaKernel() {
+    if (had_) setenv("DECA_MLA_KERNEL", old_.c_str(), 1);
+    else unsetenv("DECA_MLA_KERNEL");
+  }
+
+ private:
+  std::string old_;
+  bool had_ = false;
+};
+
+struct SparseEdges {
+  bool rows_of_skips = true;  // request 1 (if any), token 0: every index -1
+  bool empty_request = true;  // topk_length: the last request gets 0
+  bool poison = true;         // never-indexed tokens and one spare block all 0xFF (NaN)
+};
+
+// Applies the edges to a built case and rebinds it; the reference then runs on exactly this data.
+inline void add_sparse_edges(MlaSparseCase& c, const SparseEdges& e) {
+  auto& s = c.spec;
+  const int pool = s.pool_blocks * s.page_size;
+  int* idx = c.indices.data<int>();
+  auto row = [&](int b, int i) { return idx + (static_cast<std::int64_t>(b) * s.q_len + i) * s.topk; };
+  auto len = [&](int b) { return s.topk_length ? c.topk_length.data<int>()[b] : s.topk; };
+  if (s.topk_length && s.batch > 1 && e.empty_request) c.topk_length.data<int>()[s.batch - 1] = 0;
+  if (s.topk_length) c.topk_length.data<int>()[0] = std::max(1, c.topk_length.data<int>()[0]);
+  for (int i = 0; i < s.q_len; ++i) row(0, i)[0] = pool - 1;  // the last slot of the last page
+  if (e.rows_of_skips && s.batch > 1) {
+    for (int k = 0; k < s.topk; ++k) row(1, 0)[k] = -1;
+  }
+  if (!e.poison) {
+    c.bind();
+    return;
+  }
+  std::set<int> used;
+  for (int b = 0; b < s.batch; ++b) {
+    for (int i = 0; i < s.q_len; ++i) {
+      for (int k = 0; k < len(b); ++k) {
+        if (row(b, i)[k] >= 0) used.insert(row(b, i)[k]);
+      }
+    }
+  }
+  // A spare block in front, then the pool with every token no counted index names poisoned; the
+  // ids move up by one page.
+  HostTensor kv(DType::kUINT8, {s.pool_blocks + 1, s.page_size, 1, kMlaTokenBytes});
+  kv.fill_bytes(0xFF);
+  for (int t = 0; t < pool; ++t) {
+    if (!used.count(t)) continue;
+    std::memcpy(kv.data<unsigned char>() + static_cast<std::size_t>(t + s.page_size) * kMlaTokenBytes,
+                c.kv.data<unsigned char>() + static_cast<std::size_t>(t) * kMlaTokenBytes,
+                kMlaTokenBytes);
+  }
+  for (std::int64_t n = 0; n < c.indices.numel(); ++n) {
+    if (idx[n] >= 0) idx[n] += s.page_size;
+  }
+  c.kv = std::move(kv);
+  s.pool_blocks += 1;
+  c.bind();
+}
+
+inline MlaConfig sparse_config(const MlaCaseSpec& s, Device device) {
+  MlaConfig cfg;
+  cfg.num_heads = s.num_heads;
+  cfg.page_size = s.page_size;
+  cfg.sparse = true;
+  cfg.max_batch = s.batch;
+  cfg.max_q_len = s.q_len;
+  cfg.topk = s.topk;
+  cfg.lse = s.lse;
+  cfg.attn_sink = s.attn_sink;
+  cfg.topk_length = s.topk_length;
+  cfg.device = device;
+  return cfg;
+}
+
+inline MlaSparseArgs host_args(MlaSparseCase& c) {
+  MlaSparseArgs a;
+  a.q = c.q.view();
+  a.kv_cache = c.kv.view();
+  a.indices = c.indices.view();
+  if (c.spec.topk_length) a.topk_length = c.topk_length.view();
+  if (c.spec.attn_sink) a.attn_sink = c.attn_sink.view();
+  a.out = c.out.view();
+  if (c.spec.lse) a.lse = c.lse.view();
+  a.softmax_scale = c.spec.softmax_scale;
+  return a;
+}
+
+// The CPU reference into c.out / c.lse (poisoned first).
+inline void run_reference(MlaSparseCase& c) {
+  c.out.fill_bytes(0xFF);
+  c.lse.fill_bytes(0xFF);
+  mla_decode_sparse(plan_mla_decode(sparse_config(c.spec, Device::cpu())), host_args(c));
+}
+
+inline TensorView on_device(TensorView v, const DeviceBuffer& b) {
+  v.data = b.get();
+  v.device = Device::cuda(0);
+  return v;
+}
+
+// The case's inputs on the GPU, outputs poisoned, a plan and its workspace.
+struct DeviceSparse {
+  MlaPlan plan;
+  DeviceBuffer q, kv, indices, topk_length, attn_sink, out, lse, workspace;
+  MlaSparseArgs args;
+
+  explicit DeviceSparse(MlaSparseCase& c)
+      : plan(plan_mla_decode(sparse_config(c.spec, Device::cuda(0)))),
+        q(c.q), kv(c.kv), indices(c.indices), topk_length(c.topk_length), attn_sink(c.attn_sink),
+        out(c.out.bytes()), lse(c.lse.bytes()), workspace(plan.workspace_bytes) {
+    const MlaSparseArgs h = host_args(c);
+    args.q = on_device(h.q, q);
+    args.kv_cache = on_device(h.kv_cache, kv);
+    args.indices = on_device(h.indices, indices);
+    if (c.spec.topk_length) args.topk_length = on_device(h.topk_length, topk_length);
+    if (c.spec.attn_sink) args.attn_sink = on_device(h.attn_sink, attn_sink);
+    args.out = on_device(h.out, out);
+    if (c.spec.lse) args.lse = on_device(h.lse, lse);
+    args.softmax_scale = c.spec.softmax_scale;
+    args.workspace = workspace.get();
+    args.workspace_bytes = workspace.bytes();
+    poison();
+  }
+  void poison() const {
+    out.fill(0xFF);
+    lse.fill(0xFF);
+  }
+  void run(void* stream = nullptr) {
+    args.stream = stream;
+    mla_decode_sparse(plan, args);
+  }
+  // Synchronizes, then copies out / lse into host tensors shaped like the case's.
+  void results(const MlaSparseCase& c, HostTensor& o, HostTensor& l) const {
+    const cudaError_t rc = cudaDeviceSynchronize();
+    if (rc != cudaSuccess) {
+      ADD_FAILURE() << plan.kernel_name << ": " << cudaGetErrorName(rc) << " "
+                    << cudaGetErrorString(rc);
+    }
+    o = HostTensor(DType::kBF16, c.out.shape());
+    l = HostTensor(DType::kFP32, c.lse.shape());
+    out.to_host(o);
+    lse.to_host(l);
+  }
+};
+
+// Output: relative L2 over the whole tensor within bf16's few units of last place, every element
+// within a bound of two bf16 ulps plus a little (both sides round to bf16, and the kernel's P is
+// bf16), no NaN; LSE: -inf exactly where the reference has it, else close.
+inline void expect_sparse_matches(const std::string& what, const MlaSparseCase& ref,
+                                  const HostTensor& out, const HostTensor& lse) {
+  double num = 0, den = 0, max_abs = 0, lse_abs = 0;
+  long long nan = 0, inf_mismatch = 0, worst = -1, outside = 0;
+  for (std::int64_t i = 0; i < ref.out.numel(); ++i) {
+    const double a = out.get(i), b = ref.out.get(i);
+    if (std::isnan(a) || std::isnan(b)) {
+      ++nan;
+      continue;
+    }
+    num += (a - b) * (a - b);
+    den += b * b;
+    if (std::fabs(a - b) > 1e-2 + 1.6e-2 * std::fabs(b)) ++outside, worst = i;
+    max_abs = std::max(max_abs, std::fabs(a - b));
+  }
+  if (ref.spec.lse) {
+    for (std::int64_t i = 0; i < ref.lse.numel(); ++i) {
+      const float a = lse.data<float>()[i], b = ref.lse.data<float>()[i];
+      if (std::isnan(a) || std::isnan(b)) ++nan;
+      else if (std::isinf(a) || std::isinf(b)) inf_mismatch += a != b;
+      else lse_abs = std::max(lse_abs, static_cast<double>(std::fabs(a - b)));
+    }
+  }
+  const double rel = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+  EXPECT_EQ(nan, 0) << what;
+  EXPECT_EQ(inf_mismatch, 0) << what;
+  EXPECT_LT(rel, 1e-2) << what << " rel_l2";
+  EXPECT_EQ(outside, 0) << what << " elements off by more than 1e-2 + 1.6e-2 |ref| (last at flat "
+                        << "index " << worst << "; max_abs " << max_abs << ")";
+  EXPECT_LT(lse_abs, 2e-3) << what << " lse";
+}
+
+}  // namespace deca::test

@@ -1,0 +1,223 @@
+// MLA sparse FP8 decode on the GPU against the CPU reference (DESIGN.md "MLA decode"; issue 7
+// item 6), for every decode variant this machine runs (DECA_MLA_KERNEL): heads 8..128 and odd
+// counts, q_len 1..4, topk 64..4096, ragged topk_length with an empty request, -1 holes and a
+// whole row of -1, duplicates, an index in the last page, the sink on and off, page sizes 1..128;
+// never-indexed tokens and a spare block poisoned with NaN, outputs poisoned before each run.
+// Then bitwise run-to-run identity, CUDA graph capture + replay, and the workspace checks.
+// Seed: DECA_TEST_SEED. Skipped where no GPU is present.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "common/test_seed.hpp"
+#include "deca/error.hpp"
+#include "gpu/mla_sparse_gpu_runner.hpp"
+
+namespace deca::test {
+namespace {
+
+struct Case {
+  std::string name;
+  MlaCaseSpec spec;
+};
+
+MlaCaseSpec spec(int heads, int q_len, int topk, int page, int batch) {
+  MlaCaseSpec s;
+  s.num_heads = heads;
+  s.q_len = q_len;
+  s.topk = topk;
+  s.page_size = page;
+  s.batch = batch;
+  // A pool a few times larger than one row's picks, so most tokens stay unindexed (poisoned).
+  const int tokens = std::max(4 * topk, 256);
+  s.pool_blocks = (tokens + page - 1) / page;
+  s.duplicates = 3;
+  return s;
+}
+
+std::vector<Case> matrix() {
+  std::vector<Case> m;
+  auto add = [&](std::string name, MlaCaseSpec s) { m.push_back({std::move(name), s}); };
+  for (int heads : {8, 16, 24, 64, 100, 128}) {
+    for (int q_len : {1, 2, 4}) {
+      MlaCaseSpec s = spec(heads, q_len, 128, 64, 3);
+      s.topk_length = true;
+      s.attn_sink = q_len == 2;
+      add("h" + std::to_string(heads) + "_q" + std::to_string(q_len) + "_k128", s);
+    }
+  }
+  for (int topk : {64, 2048, 4096}) {
+    for (int heads : {16, 128}) {
+      MlaCaseSpec s = spec(heads, 1, topk, 64, 4);
+      s.topk_length = topk != 64;
+      s.attn_sink = heads == 128;
+      add("h" + std::to_string(heads) + "_k" + std::to_string(topk), s);
+    }
+  }
+  for (int page : {1, 16, 32, 128}) {
+    MlaCaseSpec s = spec(64, 2, 256, page, 3);
+    s.topk_length = page != 32;
+    s.attn_sink = page == 1;
+    add("p" + std::to_string(page), s);
+  }
+  {
+    MlaCaseSpec s = spec(64, 1, 2048, 64, 1);  // one request over every partition
+    add("b1_k2048", s);
+    MlaCaseSpec many = spec(128, 1, 128, 64, 40);  // many small requests per partition
+    many.topk_length = true;
+    many.attn_sink = true;
+    add("b40_k128", many);
+    // 6000 requests: the scheduler's state outgrows 48 KB of shared memory and it walks in
+    // global memory instead (schedule_entry.cuh).
+    MlaCaseSpec huge = spec(8, 1, 64, 16, 6000);
+    huge.topk_length = true;
+    add("b6000_global_schedule", huge);
+    MlaCaseSpec nolse = spec(16, 2, 192, 64, 2);
+    nolse.lse = false;
+    add("no_lse", nolse);
+  }
+  return m;
+}
+
+TEST(MlaSparseGpu, MatchesCpuReference) {
+  DECA_REQUIRE_GPU();
+  DECA_SEED_TRACE();
+  for (const std::string& variant : mla_variants()) {
+    ScopedMlaKernel scoped(variant);
+    std::uint64_t salt = 0;
+    for (const Case& k : matrix()) {
+      auto rng = make_rng(++salt);
+      MlaSparseCase c = build_mla_sparse_case(k.spec, rng);
+      add_sparse_edges(c, SparseEdges{});
+      run_reference(c);
+      DeviceSparse dev(c);
+      dev.run();
+      HostTensor out, lse;
+      dev.results(c, out, lse);
+      expect_sparse_matches(variant + "/" + k.name + " (" + dev.plan.kernel_name + ")", c, out,
+                            lse);
+      if (HasFatalFailure()) return;
+    }
+  }
+}
+
+// The same inputs give the same bytes: the scheduler is deterministic and every merge runs in a
+// fixed order.
+TEST(MlaSparseGpu, RunToRunBitwiseIdentical) {
+  DECA_REQUIRE_GPU();
+  for (const std::string& variant : mla_variants()) {
+    ScopedMlaKernel scoped(variant);
+    auto rng = make_rng(101);
+    MlaCaseSpec s = spec(128, 2, 2048, 64, 6);
+    s.topk_length = true;
+    s.attn_sink = true;
+    MlaSparseCase c = build_mla_sparse_case(s, rng);
+    add_sparse_edges(c, SparseEdges{});
+    DeviceSparse dev(c);
+    HostTensor out0, lse0, out1, lse1;
+    dev.run();
+    dev.results(c, out0, lse0);
+    dev.poison();
+    dev.run();
+    dev.results(c, out1, lse1);
+    EXPECT_EQ(0, std::memcmp(out0.raw(), out1.raw(), out0.bytes())) << variant;
+    EXPECT_EQ(0, std::memcmp(lse0.raw(), lse1.raw(), lse0.bytes())) << variant;
+  }
+}
+
+// Nothing allocated or synchronized: the three launches are captured and replayed, and a replay
+// schedules the topk_length found in device memory at replay time.
+TEST(MlaSparseGpu, CapturedInCudaGraph) {
+  DECA_REQUIRE_GPU();
+  for (const std::string& variant : mla_variants()) {
+    ScopedMlaKernel scoped(variant);
+    auto rng = make_rng(102);
+    MlaCaseSpec s = spec(64, 1, 1024, 64, 5);
+    s.topk_length = true;
+    MlaSparseCase c = build_mla_sparse_case(s, rng);
+    add_sparse_edges(c, SparseEdges{});
+    DeviceSparse dev(c);
+    cudaStream_t stream;
+    ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+    dev.run(stream);  // first use loads the modules outside the capture
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    cudaGraph_t graph;
+    ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+    dev.run(stream);
+    ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+    cudaGraphExec_t exec;
+    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+
+    // New lengths written to the device after capture: the replay must use them. Shorter ones
+    // only: longer would count tokens the poisoning treated as never indexed.
+    for (int b = 0; b < s.batch; ++b) {
+      int& l = c.topk_length.data<int>()[b];
+      l = b % 2 ? l / 3 : (l + 1) / 2;
+    }
+    cuda_ok(cudaMemcpy(dev.topk_length.get(), c.topk_length.raw(), c.topk_length.bytes(),
+                       cudaMemcpyHostToDevice), "topk_length");
+    run_reference(c);
+    dev.poison();
+    for (int i = 0; i < 3; ++i) ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(stream);
+    HostTensor out, lse;
+    dev.results(c, out, lse);
+    expect_sparse_matches(variant + "/cuda_graph", c, out, lse);
+  }
+}
+
+TEST(MlaSparseGpu, WorkspaceIsChecked) {
+  DECA_REQUIRE_GPU();
+  auto rng = make_rng(103);
+  MlaSparseCase c = build_mla_sparse_case(spec(16, 1, 128, 64, 2), rng);
+  DeviceSparse dev(c);
+  ASSERT_GT(dev.plan.workspace_bytes, 0u);
+  MlaSparseArgs a = dev.args;
+  a.workspace = nullptr;
+  EXPECT_THROW(mla_decode_sparse(dev.plan, a), Error);
+  a = dev.args;
+  a.workspace_bytes = dev.plan.workspace_bytes - 1;
+  try {
+    mla_decode_sparse(dev.plan, a);
+    ADD_FAILURE() << "a short workspace was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("workspace_bytes"), std::string::npos) << e.what();
+  }
+  a = dev.args;
+  a.workspace = static_cast<char*>(dev.workspace.get()) + 8;
+  try {
+    mla_decode_sparse(dev.plan, a);
+    ADD_FAILURE() << "a misaligned workspace was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("aligned to 16 bytes"), std::string::npos) << e.what();
+  }
+  a = dev.args;
+  a.q.device = Device::cpu();
+  EXPECT_THROW(mla_decode_sparse(dev.plan, a), Error);
+  // None of the rejected calls wrote anything.
+  HostTensor out, lse;
+  dev.results(c, out, lse);
+  for (std::int64_t i = 0; i < out.numel(); ++i) ASSERT_TRUE(std::isnan(out.get(i))) << i;
+}
+
+TEST(MlaSparseGpu, PlanReportsPartitionsAndKernel) {
+  DECA_REQUIRE_GPU();
+  MlaCaseSpec s = spec(128, 1, 2048, 64, 128);
+  const MlaPlan plan = plan_mla_decode(sparse_config(s, Device::cuda(0)));
+  EXPECT_EQ(plan.sm_count, cuda::sm_count(0));
+  EXPECT_EQ(plan.num_parts, std::max(1, plan.sm_count / 2));
+  EXPECT_NE(plan.kernel_name.find("mla_sparse_decode_"), std::string::npos);
+  std::printf("[mla] plan: %s, %d partitions, workspace %zu bytes\n", plan.kernel_name.c_str(),
+              plan.num_parts, plan.workspace_bytes);
+}
+
+}  // namespace
+}  // namespace deca::test

@@ -1,0 +1,173 @@
+// Table tests of the sparse decode scheduler (kernels/mla/sparse_schedule.cuh), run on the host:
+// the seed's worked example partition by partition, then coverage invariants over ragged, empty
+// and long requests.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "kernels/mla/sparse_schedule.cuh"
+#include "common/test_seed.hpp"
+
+namespace deca::mla {
+namespace {
+
+struct Schedule {
+  std::vector<SparsePart> parts;
+  std::vector<int> offsets;
+  int slots = 0;
+};
+
+Schedule run(int batch, int topk, const std::vector<int>* lengths, int num_parts) {
+  Schedule s;
+  s.parts.assign(num_parts, SparsePart{-7, -7, -7, -7, -7, -7, -7, -7});
+  s.offsets.assign(batch + 1, -7);
+  s.slots = schedule_sparse(batch, topk, lengths ? lengths->data() : nullptr, num_parts,
+                            s.parts.data(), s.offsets.data());
+  return s;
+}
+
+// Every block of every request is processed exactly once, each piece has its own slot inside
+// the request's range, pieces of a request take its slots in order, the counts the kernels read
+// match, and an empty request still gets exactly one piece.
+void expect_consistent(const Schedule& s, int batch, int topk, const std::vector<int>* lengths,
+                       int num_parts) {
+  const int* len = lengths ? lengths->data() : nullptr;
+  ASSERT_EQ(s.offsets[0], 0);
+  ASSERT_EQ(s.slots, s.offsets[batch]);
+  EXPECT_LE(s.slots, batch + num_parts);
+  std::vector<std::vector<int>> seen(batch);
+  std::vector<std::vector<int>> slots(batch);
+  for (int r = 0; r < batch; ++r) {
+    seen[r].assign(sparse_request_blocks(len, topk, r), 0);
+  }
+  for (int i = 0; i < num_parts; ++i) {
+    const SparsePart& p = s.parts[i];
+    if (p.begin_req > p.end_req) {
+      continue;
+    }
+    ASSERT_GE(p.begin_req, 0);
+    ASSERT_LT(p.end_req, batch);
+    EXPECT_EQ(p.begin_split_count, s.offsets[p.begin_req + 1] - s.offsets[p.begin_req]) << i;
+    EXPECT_EQ(p.end_split_count, s.offsets[p.end_req + 1] - s.offsets[p.end_req]) << i;
+    for (int r = p.begin_req; r <= p.end_req; ++r) {
+      int first = 0, last = 0;
+      sparse_piece_blocks(p, len, topk, r, first, last);
+      ASSERT_LE(0, first);
+      ASSERT_LE(first, last);
+      ASSERT_LE(last, static_cast<int>(seen[r].size()));
+      if (seen[r].empty()) EXPECT_EQ(first, last);
+      else EXPECT_LT(first, last) << "partition " << i << " holds an empty piece of request " << r;
+      for (int b = first; b < last; ++b) ++seen[r][b];
+      slots[r].push_back(sparse_piece_slot(p, s.offsets.data(), r));
+    }
+  }
+  for (int r = 0; r < batch; ++r) {
+    for (std::size_t b = 0; b < seen[r].size(); ++b) {
+      EXPECT_EQ(seen[r][b], 1) << "request " << r << " block " << b;
+    }
+    const int count = s.offsets[r + 1] - s.offsets[r];
+    ASSERT_EQ(static_cast<int>(slots[r].size()), count) << "request " << r;
+    ASSERT_GE(count, 1) << "request " << r;
+    for (int j = 0; j < count; ++j) EXPECT_EQ(slots[r][j], s.offsets[r] + j) << "request " << r;
+  }
+}
+
+TEST(MlaSchedule, SeedExampleTwoRequestsOf128On66Partitions) {
+  const Schedule s = run(2, 128, nullptr, 66);
+  const SparsePart expected[] = {
+      // begin_req, begin_block, end_req, end_block, begin_split, begin_count, end_count, pad
+      {0, 0, 0, 1, 0, 2, 2, 0},
+      {0, 1, 0, 2, 1, 2, 2, 0},
+      {1, 0, 1, 1, 2, 2, 2, 0},
+      {1, 1, 1, 2, 3, 2, 2, 0},
+  };
+  for (int i = 0; i < 4; ++i) {
+    const SparsePart& p = s.parts[i];
+    const SparsePart& e = expected[i];
+    EXPECT_EQ(p.begin_req, e.begin_req) << i;
+    EXPECT_EQ(p.begin_block, e.begin_block) << i;
+    EXPECT_EQ(p.end_req, e.end_req) << i;
+    EXPECT_EQ(p.end_block, e.end_block) << i;
+    EXPECT_EQ(p.begin_split, e.begin_split) << i;
+    EXPECT_EQ(p.begin_split_count, e.begin_split_count) << i;
+    EXPECT_EQ(p.end_split_count, e.end_split_count) << i;
+  }
+  for (int i = 4; i < 66; ++i) {
+    EXPECT_GT(s.parts[i].begin_req, s.parts[i].end_req) << "partition " << i << " has work";
+    EXPECT_EQ(s.parts[i].begin_req, 2) << i;
+  }
+  EXPECT_EQ(s.offsets, (std::vector<int>{0, 2, 4}));
+  EXPECT_EQ(s.slots, 4);
+  expect_consistent(s, 2, 128, nullptr, 66);
+}
+
+TEST(MlaSchedule, OneLongRequestSpreadsOverAllPartitions) {
+  // 512 blocks + 5 = 517 units over 132 partitions: payload 4 + 5, four blocks per partition.
+  const Schedule s = run(1, 32768, nullptr, 132);
+  EXPECT_EQ(s.slots, 128);
+  for (int i = 0; i < 128; ++i) {
+    EXPECT_EQ(s.parts[i].begin_block, 4 * i) << i;
+    EXPECT_EQ(s.parts[i].end_block, 4 * i + 4) << i;
+    EXPECT_EQ(s.parts[i].begin_split, i) << i;
+  }
+  expect_consistent(s, 1, 32768, nullptr, 132);
+}
+
+TEST(MlaSchedule, RaggedLengthsIncludingZeroAndClamped) {
+  // topk_length outside [0, topk] is clamped the way the kernels clamp it.
+  const std::vector<int> lengths = {0, 1, 64, 65, 2048, 0, -3, 5000, 127, 4096, 0};
+  for (int parts : {1, 2, 3, 7, 66, 132}) {
+    const Schedule s = run(static_cast<int>(lengths.size()), 4096, &lengths, parts);
+    expect_consistent(s, static_cast<int>(lengths.size()), 4096, &lengths, parts);
+  }
+  const Schedule one = run(static_cast<int>(lengths.size()), 4096, &lengths, 1);
+  EXPECT_EQ(one.slots, static_cast<int>(lengths.size())) << "one partition never cuts";
+}
+
+TEST(MlaSchedule, AllEmptyAndBatchZero) {
+  const std::vector<int> zeros(5, 0);
+  const Schedule s = run(5, 2048, &zeros, 132);
+  EXPECT_EQ(s.slots, 5);
+  expect_consistent(s, 5, 2048, &zeros, 132);
+  const Schedule none = run(0, 2048, nullptr, 8);
+  EXPECT_EQ(none.slots, 0);
+  for (const SparsePart& p : none.parts) EXPECT_GT(p.begin_req, p.end_req);
+}
+
+TEST(MlaSchedule, RandomShapesKeepTheInvariants) {
+  std::mt19937_64 rng = test::make_rng(7);
+  DECA_SEED_TRACE();
+  for (int trial = 0; trial < 300; ++trial) {
+    const int batch = 1 + static_cast<int>(rng() % 200);
+    const int topk = 64 * (1 + static_cast<int>(rng() % 64));
+    const int parts = 1 + static_cast<int>(rng() % 140);
+    std::vector<int> lengths(batch);
+    for (int& l : lengths) l = static_cast<int>(rng() % (topk + 1));
+    const bool ragged = rng() % 2;
+    const Schedule s = run(batch, topk, ragged ? &lengths : nullptr, parts);
+    expect_consistent(s, batch, topk, ragged ? &lengths : nullptr, parts);
+    // Same inputs, same bytes.
+    const Schedule again = run(batch, topk, ragged ? &lengths : nullptr, parts);
+    EXPECT_EQ(0, std::memcmp(s.parts.data(), again.parts.data(), parts * sizeof(SparsePart)));
+    EXPECT_EQ(s.offsets, again.offsets);
+    if (HasFailure()) {
+      ADD_FAILURE() << "batch " << batch << " topk " << topk << " parts " << parts
+                    << " ragged " << ragged;
+      return;
+    }
+  }
+}
+
+TEST(MlaSchedule, NumPartsFillsTheSmsOnce) {
+  EXPECT_EQ(sparse_num_parts(132, 1, 128), 66);
+  EXPECT_EQ(sparse_num_parts(132, 1, 64), 132);
+  EXPECT_EQ(sparse_num_parts(132, 2, 128), 33);
+  EXPECT_EQ(sparse_num_parts(132, 1, 100), 66);
+  EXPECT_EQ(sparse_num_parts(132, 4, 16), 33);
+  EXPECT_EQ(sparse_num_parts(4, 4, 128), 1);
+}
+
+}  // namespace
+}  // namespace deca::mla
