@@ -276,15 +276,11 @@ std::vector<BenchCase> resolve_preset(const std::string& name) {
   for (const BenchCase& c : all_cases())
     if (c.name == name || starts_with(c.name, name + "/")) out.push_back(c);
   if (out.empty()) {
-<<<<<<< HEAD
     std::string near;
     for (const std::string& n : nearest_presets(name)) near += (near.empty() ? "" : ", ") + n;
-    throw Error("deca-bench: --preset: expected a group (small, gqa, anchors, sweep, mla, all) or "
-                "a case name from --list, got '" + name + "'; did you mean: " + near + "?");
-=======
-    throw Error("deca-bench: --preset: expected a group (small, gqa, anchors, mla, mla-sparse, all) or a "
-                "case name from --list, got '" + name + "'");
->>>>>>> i7mla
+    throw Error("deca-bench: --preset: expected a group (small, gqa, anchors, sweep, mla, "
+                "mla-sparse, all) or a case name from --list, got '" + name + "'; did you mean: " +
+                near + "?");
   }
   return out;
 }
