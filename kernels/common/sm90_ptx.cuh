@@ -235,6 +235,12 @@ __device__ __forceinline__ int ldg_nc_s32(const int* p) {
   return v;
 }
 
+// prefetch.global.L2 [addr]; -- starts the HBM read of a line a block ahead of its ld; no
+// register is tied up while it is in flight.
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
+}
+
 // ---- Conversions (PTX ISA 9.7.9.21, cvt) ---------------------------------------------------------
 // cvt.rn.f16x2.e4m3x2 d, a; -- two e4m3 (low byte -> low half) to two f16, exact (sm_89+).
 __device__ __forceinline__ unsigned e4m3x2_to_f16x2(unsigned short pair) {

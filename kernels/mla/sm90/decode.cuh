@@ -175,6 +175,30 @@ __device__ __forceinline__ void produce_block(const MlaSparseParams& p, const Sm
   }
 }
 
+// Two threads per token: the 656-byte record spans six or seven 128-byte lines (one
+// prefetch per 128 bytes of it, and its last byte).
+template <class Cfg>
+__device__ __forceinline__ void prefetch_block(const MlaSparseParams& p, const int* row, int len,
+                                               long long pool, int blk, int t) {
+  if (blk < 0) return;
+  const int pos = blk * kTokens + (t >> 1);
+  if (pos >= len) return;
+  const int id = ldg_nc_s32(row + pos);
+  if (id < 0 || id >= pool) return;
+  const unsigned char* rec = p.kv + static_cast<long long>(id / Cfg::kPageSize) * p.kv_stride_block +
+                             static_cast<long long>(id % Cfg::kPageSize) * p.kv_stride_slot;
+  if (t & 1) {
+    prefetch_l2(rec + 384);
+    prefetch_l2(rec + 512);
+    prefetch_l2(rec + 640);
+    prefetch_l2(rec + kTokenBytes - 1);
+  } else {
+    prefetch_l2(rec);
+    prefetch_l2(rec + 128);
+    prefetch_l2(rec + 256);
+  }
+}
+
 template <class Cfg>
 __device__ __forceinline__ void producer(const SparseKernelParams& kp, const SparsePart& part,
                                          int tok, const Smem& sm) {
@@ -198,6 +222,11 @@ __device__ __forceinline__ void producer(const SparseKernelParams& kp, const Spa
         sm.ids(stage)[t] = id < 0 ? -1 : id;
       }
       named_bar_sync(kBarIds, 128);
+      // The gather's loads wait a full memory latency per round; records of the block after
+      // next are pulled into L2 now so that those rounds hit L2 (a block of work is ~2000 clk,
+      // about one loaded HBM latency).
+      prefetch_block<Cfg>(p, row, len, pool, blk + 2 < pc.blk_end ? blk + 2 : -1, t);
+      if (blk == pc.blk_begin) prefetch_block<Cfg>(p, row, len, pool, blk + 1 < pc.blk_end ? blk + 1 : -1, t);
       produce_block<Cfg>(p, sm, stage, t);
       fence_proxy_async_smem();
       mbar_arrive(sm.full(stage));
