@@ -188,6 +188,18 @@ __device__ __forceinline__ void mbar_wait(mbar_t* bar, unsigned parity) {
   while (!cuda::ptx::mbarrier_try_wait_parity(bar, parity)) {
   }
 }
+// mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 state, [addr], tx_count; -- one arrival
+// that also raises the phase's expected transaction bytes (st.async / bulk copies complete them).
+__device__ __forceinline__ void mbar_arrive_expect_tx(mbar_t* bar, unsigned bytes) {
+  (void)cuda::ptx::mbarrier_arrive_expect_tx(cuda::ptx::sem_release, cuda::ptx::scope_cta,
+                                             cuda::ptx::space_shared, bar, bytes);
+}
+// mbarrier.arrive.release.cluster.shared::cluster.b64 _, [addr]; -- arrival on a barrier of
+// another CTA of the cluster (`addr` from mapa).
+__device__ __forceinline__ void mbar_arrive_cluster(unsigned cluster_addr) {
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(cluster_addr)
+               : "memory");
+}
 // fence.mbarrier_init.release.cluster; -- makes the inits visible before any other thread
 // (or the async proxy) uses the barriers.
 __device__ __forceinline__ void fence_mbar_init() {
@@ -197,6 +209,33 @@ __device__ __forceinline__ void fence_mbar_init() {
 // async proxy (wgmma reads its shared operands through it).
 __device__ __forceinline__ void fence_proxy_async_smem() {
   cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);
+}
+
+// ---- Thread-block clusters (PTX ISA 9.7.13.4 barrier.cluster, 9.7.9.24 mapa, 9.7.9.12 st.async) --
+// %cluster_ctarank through cuda::ptx.
+__device__ __forceinline__ unsigned cluster_ctarank() { return cuda::ptx::get_sreg_cluster_ctarank(); }
+// barrier.cluster.arrive.release; barrier.cluster.wait.acquire; -- every thread of every CTA of
+// the cluster; also a barrier for the CTA's own threads.
+__device__ __forceinline__ void cluster_sync() {
+  cuda::ptx::barrier_cluster_arrive(cuda::ptx::sem_release);
+  cuda::ptx::barrier_cluster_wait(cuda::ptx::sem_acquire);
+}
+// mapa.shared::cluster.u32 d, a, rank; -- the address of `a` (shared::cta) in CTA `rank`'s
+// window; a CTA's window is contiguous, so the result minus `a` is a constant offset.
+__device__ __forceinline__ unsigned mapa_shared(unsigned smem_addr, unsigned rank) {
+  unsigned d;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(d) : "r"(smem_addr), "r"(rank));
+  return d;
+}
+// st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [addr], {a, b, c, d}, [mbar];
+// -- 16 bytes into another CTA's shared memory; the 16 bytes complete on that CTA's mbarrier,
+// whose waiters then see the data.
+__device__ __forceinline__ void st_async_v4(unsigned cluster_addr, uint4 v, unsigned cluster_mbar) {
+  asm volatile(
+      "st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];\n" ::"r"(
+          cluster_addr),
+      "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "r"(cluster_mbar)
+      : "memory");
 }
 
 // ---- Programmatic dependent launch (PTX ISA 9.7.13.13, griddepcontrol, sm_90) --------------------

@@ -107,6 +107,7 @@ struct Sm90Case {
   int cap = 1 << 20;
   bool one_request = true;
   bool empty_row = false;  // one (request, token) row of all -1
+  int cluster = 1;         // 2: the two head blocks share dequantized tokens (65..128 heads)
   std::string name;
 };
 
@@ -166,11 +167,13 @@ void run_case(const Sm90Case& tc) {
   kp.run.num_parts = static_cast<int>(lay.parts.size());
   kp.run.max_slots = lay.slots;
 
-  const jit::LoadedKernel& k = jit::get_kernel(mla_sm90_spec(s.page_size), 0);
+  const jit::LoadedKernel& k = jit::get_kernel(mla_sm90_spec(s.page_size, tc.cluster), 0);
   void* args[] = {&kp};
+  jit::LaunchOptions opts;
+  if (tc.cluster == 2) opts.cluster = {2, 1, 1};
   jit::launch(k, {static_cast<unsigned>(mla::sm90::head_blocks(s.num_heads)),
                   static_cast<unsigned>(s.q_len), static_cast<unsigned>(lay.parts.size())},
-              {mla::sm90::kThreads, 1, 1}, mla::sm90::kSmemBytes, nullptr, args);
+              {mla::sm90::kThreads, 1, 1}, mla::sm90::kSmemBytes, nullptr, args, opts);
   cuda_ok(cudaDeviceSynchronize(), "mla sm90 kernel");
 
   HostTensor gout(DType::kBF16, c.out.shape()), glse(DType::kFP32, c.lse.shape());
@@ -321,6 +324,29 @@ TEST(MlaSm90Kernel, ManyRequestsPerPartition) {
   b.one_request = false;
   b.spec.attn_sink = true;
   run_case(b);
+}
+
+// The 2-CTA cluster variant: each CTA dequantizes 32 of a block's tokens into both tiles.
+TEST(MlaSm90Kernel, ClusterOfTwoSharesTokens) {
+  REQUIRE_SM90();
+  for (Sm90Case c : {make("c2_h128_q1_p64_topk2048", 2, 1, 128, 64, 2048),
+                     make("c2_h100_q2_p1_topk192", 2, 2, 100, 1, 192),
+                     make("c2_h128_q2_p64_topk64", 3, 2, 128, 64, 64)}) {
+    c.cluster = 2;
+    run_case(c);
+  }
+  Sm90Case split = make("c2_h128_split_cap3_sink_topklen", 5, 2, 128, 64, 448);
+  split.cluster = 2;
+  split.cap = 3;
+  split.one_request = false;
+  split.spec.attn_sink = true;
+  split.spec.topk_length = true;
+  run_case(split);
+  Sm90Case empty = make("c2_h128_empty_row_skips", 2, 1, 128, 16, 256);
+  empty.cluster = 2;
+  empty.empty_row = true;
+  empty.spec.skip_fraction = 0.6f;
+  run_case(empty);
 }
 
 }  // namespace

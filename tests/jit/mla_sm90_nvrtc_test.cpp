@@ -1,5 +1,5 @@
-// NVRTC compiles the sm90a MLA sparse FP8 decode kernel (no GPU needed: runs in CI) for the page
-// sizes the op supports; each cubin exports the entry, and ptxas reports no spills, no stack and
+// NVRTC compiles the sm90a MLA sparse FP8 decode kernel (no GPU needed: runs in CI) for page sizes
+// 1, 64 and 128 (the page size only changes a division) and both cluster sizes; each cubin exports the entry, and ptxas reports no spills, no stack and
 // none of the warnings that silently cost the design its point: setmaxnreg ignored (C7508) or
 // wgmma serialized (the accumulators touched inside a wgmma pipeline stage).
 #include <gtest/gtest.h>
@@ -15,24 +15,30 @@
 namespace deca {
 namespace {
 
-TEST(MlaSm90Nvrtc, CompilesWithoutSpillsForEveryPageSize) {
-  for (int page : {1, 16, 32, 64, 128}) {
-    const jit::JitSpec spec = test::mla_sm90_spec(page);
-    const jit::CompileResult r = jit::compile(spec);
-    ASSERT_FALSE(r.cubin.empty()) << spec.name;
-    ASSERT_TRUE(r.ptxas.found) << spec.name << ": no ptxas report in the NVRTC log:\n" << r.log;
-    EXPECT_TRUE(jit::testing::elf_has_symbol(r.cubin, spec.entry)) << spec.name;
-    std::printf("[nvrtc] %-32s %7.0f ms  regs=%d spill_stores=%d spill_loads=%d stack=%d\n",
-                spec.name.c_str(), r.compile_ms, r.ptxas.registers, r.ptxas.spill_store_bytes,
-                r.ptxas.spill_load_bytes, r.ptxas.stack_bytes);
-    EXPECT_EQ(r.ptxas.spill_store_bytes, 0) << spec.name;
-    EXPECT_EQ(r.ptxas.spill_load_bytes, 0) << spec.name;
-    EXPECT_EQ(r.ptxas.stack_bytes, 0) << spec.name;
-    // 384 threads, one CTA per SM: the launch budget setmaxnreg redistributes.
-    EXPECT_LE(r.ptxas.registers, 168) << spec.name;
-    EXPECT_EQ(r.log.find("C7508"), std::string::npos) << spec.name << ":\n" << r.log;
-    EXPECT_EQ(r.log.find("serialized"), std::string::npos) << spec.name << ":\n" << r.log;
-  }
+void expect_clean_compile(const jit::JitSpec& spec) {
+  const jit::CompileResult r = jit::compile(spec);
+  ASSERT_FALSE(r.cubin.empty()) << spec.name;
+  ASSERT_TRUE(r.ptxas.found) << spec.name << ": no ptxas report in the NVRTC log:\n" << r.log;
+  EXPECT_TRUE(jit::testing::elf_has_symbol(r.cubin, spec.entry)) << spec.name;
+  std::printf("[nvrtc] %-32s %7.0f ms  regs=%d spill_stores=%d spill_loads=%d stack=%d\n",
+              spec.name.c_str(), r.compile_ms, r.ptxas.registers, r.ptxas.spill_store_bytes,
+              r.ptxas.spill_load_bytes, r.ptxas.stack_bytes);
+  EXPECT_EQ(r.ptxas.spill_store_bytes, 0) << spec.name;
+  EXPECT_EQ(r.ptxas.spill_load_bytes, 0) << spec.name;
+  EXPECT_EQ(r.ptxas.stack_bytes, 0) << spec.name;
+  // 384 threads, one CTA per SM: the launch budget setmaxnreg redistributes.
+  EXPECT_LE(r.ptxas.registers, 168) << spec.name;
+  EXPECT_EQ(r.log.find("C7508"), std::string::npos) << spec.name << ":\n" << r.log;
+  EXPECT_EQ(r.log.find("serialized"), std::string::npos) << spec.name << ":\n" << r.log;
+}
+
+TEST(MlaSm90Nvrtc, CompilesWithoutSpillsForPageSizes) {
+  for (int page : {1, 64, 128}) expect_clean_compile(test::mla_sm90_spec(page));
+}
+
+// The 2-CTA cluster variant (128 heads: the two head blocks share the dequantized tokens).
+TEST(MlaSm90Nvrtc, ClusterVariantCompilesWithoutSpills) {
+  for (int page : {1, 64}) expect_clean_compile(test::mla_sm90_spec(page, 2));
 }
 
 TEST(MlaSm90Nvrtc, SharedMemoryPlanFitsOneCta) {

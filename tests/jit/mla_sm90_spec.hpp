@@ -1,5 +1,6 @@
-// The JitSpec of the sm90a MLA sparse decode kernel for one page size, as the tests build it
-// (the CUDA backend renders its own from the same prologue: Cfg::kPageSize, then the entry).
+// The JitSpec of the sm90a MLA sparse decode kernel for one page size and cluster size, as the
+// tests build it (the CUDA backend renders its own from the same prologue: Cfg::kPageSize and
+// Cfg::kCluster, then the entry).
 #pragma once
 
 #include <string>
@@ -8,10 +9,11 @@
 
 namespace deca::test {
 
-inline jit::JitSpec mla_sm90_spec(int page_size) {
+inline jit::JitSpec mla_sm90_spec(int page_size, int cluster = 1) {
   jit::JitSpec spec;
-  spec.name = "mla_sparse_sm90_test_p" + std::to_string(page_size);
+  spec.name = "mla_sparse_sm90_test_p" + std::to_string(page_size) + "_c" + std::to_string(cluster);
   spec.source = "struct Cfg {\n  static constexpr int kPageSize = " + std::to_string(page_size) +
+                ";\n  static constexpr int kCluster = " + std::to_string(cluster) +
                 ";\n};\n#include \"kernels/mla/sm90/entry.cuh\"\n";
   spec.entry = "deca_mla_sparse_decode_sm90";
   spec.arch = 90;

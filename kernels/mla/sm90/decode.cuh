@@ -20,6 +20,11 @@
 //       reference's rounding) and copies the bf16 RoPE part into a 128 B-swizzled K tile; V is
 //       the same tile read MN-major (no second copy). Invalid ids leave zero rows.
 //
+// Cluster of 2 (Cfg::kCluster = 2, two head blocks of 65..128 heads): the two CTAs of a request
+// token need the same tiles, so each producer gathers and dequantizes 32 of the 64 tokens and
+// writes them into its own tile (st.shared) and the peer's (st.async, completing on the peer's
+// `remote` barrier with kPeerBytes per block); the empty barriers count both CTAs' consumers.
+//
 // Pipeline: kStages = 2 K tiles. Per tile two mbarriers: full (128 producer arrivals, after
 // fence.proxy.async so wgmma's async proxy sees the generic stores) and empty (one arrival per
 // consumer warp once its wgmmas reading the tile completed). Named barriers (NamedBarrier below)
@@ -90,9 +95,20 @@ __device__ __forceinline__ uint2 dequant4(unsigned w, float scale) {
   return make_uint2(f32x2_to_bf16x2(a.x * scale, a.y * scale), f32x2_to_bf16x2(b.x * scale, b.y * scale));
 }
 
+// Cfg::kCluster when the prologue defines it, else 1.
+template <class C, class = void>
+struct ClusterOf {
+  static constexpr int value = 1;
+};
+template <class C>
+struct ClusterOf<C, decltype(void(C::kCluster))> {
+  static constexpr int value = C::kCluster;
+};
+
 struct Smem {
   unsigned base;  // shared-window address of the 1024-aligned plan
   unsigned char* ptr;
+  unsigned peer_delta;  // cluster of 2: the peer CTA's address of X is X + peer_delta
   __device__ __forceinline__ unsigned q() const { return base + SmemPlan::kQ; }
   __device__ __forceinline__ unsigned k(int stage) const {
     return base + SmemPlan::kK + stage * kTileBytes;
@@ -113,16 +129,33 @@ struct Smem {
   __device__ __forceinline__ mbar_t* empty(int stage) const {
     return reinterpret_cast<mbar_t*>(ptr + SmemPlan::kBarEmpty) + stage;
   }
+  // Completed by the peer's st.async bytes (cluster of 2).
+  __device__ __forceinline__ mbar_t* remote(int stage) const {
+    return reinterpret_cast<mbar_t*>(ptr + SmemPlan::kBarRemote) + stage;
+  }
+  __device__ __forceinline__ unsigned peer(unsigned smem_addr) const { return smem_addr + peer_delta; }
 };
 
+// Writes 16 bytes of the tile here and, in a cluster of 2, at the same place in the peer's tile
+// (completing on the peer's remote barrier of that stage).
+template <int kCl>
+__device__ __forceinline__ void store_tile(const Smem& sm, unsigned addr, uint4 v, unsigned peer_bar) {
+  sts128(addr, v);
+  if constexpr (kCl == 2) st_async_v4(sm.peer(addr), v, peer_bar);
+}
+
 // ---- Producer (WG2) -------------------------------------------------------------------------------
-// Thread t gathers, for 16 tokens (t / 32 + 4 i), the 16 NoPE bytes 16 (t % 32) .. + 15 (one
-// warp reads one token's 512 contiguous bytes per load), and 4 of the 512 16-byte RoPE units.
-template <class Cfg>
+// The CTA's tokens: all 64, or in a cluster of 2 the 32 of its rank (32 rank ..). Thread t
+// gathers, for tokens t / 32 + 4 i of them, the 16 NoPE bytes 16 (t % 32) .. + 15 (one warp
+// reads one token's 512 contiguous bytes per load), and kRope of the 16-byte RoPE units.
+template <class Cfg, int kCl>
 __device__ __forceinline__ void produce_block(const MlaSparseParams& p, const Smem& sm, int stage,
-                                              int t) {
+                                              int t, int first_token) {
+  constexpr int kRounds = 4 / kCl;  // 4 tokens per thread per round
+  constexpr int kRope = 4 / kCl;    // (tokens x 8 units) / 128 threads
   const unsigned tile = sm.k(stage);
-  const int* ids = sm.ids(stage);
+  const unsigned peer_bar = sm.peer(ptx::smem_addr(sm.remote(stage)));
+  const int* ids = sm.ids(stage) + first_token;
   const int j = t & 31;
   const int g = t >> 5;
   auto record = [&](int id) {
@@ -130,9 +163,9 @@ __device__ __forceinline__ void produce_block(const MlaSparseParams& p, const Sm
            static_cast<long long>(id % Cfg::kPageSize) * p.kv_stride_slot;
   };
   // RoPE first: its loads are in flight while the first NoPE round converts.
-  uint4 rope[4];
+  uint4 rope[kRope];
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
+  for (int i = 0; i < kRope; ++i) {
     const int job = t + 128 * i;
     const int id = ids[job >> 3];
     rope[i] = id >= 0 ? ldg_nc_na_v4(record(id) + kDimNope + 16 + 16 * (job & 7)) : make_uint4(0, 0, 0, 0);
@@ -140,7 +173,7 @@ __device__ __forceinline__ void produce_block(const MlaSparseParams& p, const Sm
   const unsigned chunk = tile + (j >> 2) * kChunkBytes;
   const int unit0 = (j & 3) * 2;
 #pragma unroll
-  for (int round = 0; round < 4; ++round) {
+  for (int round = 0; round < kRounds; ++round) {
     uint4 raw[4];
     float scale[4];
 #pragma unroll
@@ -157,54 +190,51 @@ __device__ __forceinline__ void produce_block(const MlaSparseParams& p, const Sm
     }
     if (round == 0) {
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
+      for (int i = 0; i < kRope; ++i) {
         const int job = t + 128 * i;
-        sts128(tile + 8 * kChunkBytes + swz(job >> 3, job & 7), rope[i]);
+        store_tile<kCl>(sm, tile + 8 * kChunkBytes + swz(first_token + (job >> 3), job & 7), rope[i],
+                        peer_bar);
       }
     }
 #pragma unroll
     for (int u = 0; u < 4; ++u) {
-      const int n = g + 4 * (round * 4 + u);
+      const int n = first_token + g + 4 * (round * 4 + u);
       const uint2 a = dequant4(raw[u].x, scale[u]);
       const uint2 b = dequant4(raw[u].y, scale[u]);
       const uint2 c = dequant4(raw[u].z, scale[u]);
       const uint2 d = dequant4(raw[u].w, scale[u]);
-      sts128(chunk + swz(n, unit0), make_uint4(a.x, a.y, b.x, b.y));
-      sts128(chunk + swz(n, unit0 + 1), make_uint4(c.x, c.y, d.x, d.y));
+      store_tile<kCl>(sm, chunk + swz(n, unit0), make_uint4(a.x, a.y, b.x, b.y), peer_bar);
+      store_tile<kCl>(sm, chunk + swz(n, unit0 + 1), make_uint4(c.x, c.y, d.x, d.y), peer_bar);
     }
   }
 }
 
-// Two threads per token: the 656-byte record spans six or seven 128-byte lines (one
-// prefetch per 128 bytes of it, and its last byte).
-template <class Cfg>
+// 128 / kThreadsPerToken tokens from `first_token` of block `blk`: the 656-byte record spans six
+// or seven 128-byte lines, so seven prefetches (every 128 bytes and the last byte) shared by the
+// token's threads.
+template <class Cfg, int kThreadsPerToken>
 __device__ __forceinline__ void prefetch_block(const MlaSparseParams& p, const int* row, int len,
-                                               long long pool, int blk, int t) {
+                                               long long pool, int blk, int first_token, int t) {
   if (blk < 0) return;
-  const int pos = blk * kTokens + (t >> 1);
+  const int pos = blk * kTokens + first_token + t / kThreadsPerToken;
   if (pos >= len) return;
   const int id = ldg_nc_s32(row + pos);
   if (id < 0 || id >= pool) return;
   const unsigned char* rec = p.kv + static_cast<long long>(id / Cfg::kPageSize) * p.kv_stride_block +
                              static_cast<long long>(id % Cfg::kPageSize) * p.kv_stride_slot;
-  if (t & 1) {
-    prefetch_l2(rec + 384);
-    prefetch_l2(rec + 512);
-    prefetch_l2(rec + 640);
-    prefetch_l2(rec + kTokenBytes - 1);
-  } else {
-    prefetch_l2(rec);
-    prefetch_l2(rec + 128);
-    prefetch_l2(rec + 256);
+#pragma unroll
+  for (int k = t % kThreadsPerToken; k < 7; k += kThreadsPerToken) {
+    prefetch_l2(rec + (k < 6 ? 128 * k : kTokenBytes - 1));
   }
 }
 
-template <class Cfg>
+template <class Cfg, int kCl>
 __device__ __forceinline__ void producer(const SparseKernelParams& kp, const SparsePart& part,
-                                         int tok, const Smem& sm) {
+                                         int tok, const Smem& sm, int rank) {
   const MlaSparseParams& p = kp.p;
   const int t = threadIdx.x - 256;
   const long long pool = static_cast<long long>(p.num_blocks) * Cfg::kPageSize;
+  const int first_token = rank * (kTokens / kCl);
   int it = 0;
   for (int r = part.begin_req; r <= part.end_req; ++r) {
     const Piece pc = piece_of(kp, part, r);
@@ -212,8 +242,13 @@ __device__ __forceinline__ void producer(const SparseKernelParams& kp, const Spa
     const int* row = p.indices + r * p.indices_stride_batch + tok * p.indices_stride_token;
     for (int blk = pc.blk_begin; blk < pc.blk_end; ++blk, ++it) {
       const int stage = it & 1;
-      // Fresh barriers complete "the phase before phase 0", so the first two waits pass.
+      // Fresh barriers complete "the phase before phase 0", so the first two waits pass. In a
+      // cluster the barrier also counts the peer's consumers: this producer writes their tile.
       mbar_wait(sm.empty(stage), ((it >> 1) & 1) ^ 1);
+      // The peer's bytes for this stage may land before this; the phase still cannot complete
+      // until this arrival, and the tx count may dip below zero meanwhile (PTX allows it).
+      if (kCl == 2 && t == 0) mbar_arrive_expect_tx(sm.remote(stage), kPeerBytes);
+      // Every CTA keeps all 64 ids: the consumers mask with them.
       if (t < kTokens) {
         const int pos = blk * kTokens + t;
         int id = pos < len ? ldg_nc_s32(row + pos) : -1;
@@ -225,9 +260,11 @@ __device__ __forceinline__ void producer(const SparseKernelParams& kp, const Spa
       // The gather's loads wait a full memory latency per round; records of the block after
       // next are pulled into L2 now so that those rounds hit L2 (a block of work is ~2000 clk,
       // about one loaded HBM latency).
-      prefetch_block<Cfg>(p, row, len, pool, blk + 2 < pc.blk_end ? blk + 2 : -1, t);
-      if (blk == pc.blk_begin) prefetch_block<Cfg>(p, row, len, pool, blk + 1 < pc.blk_end ? blk + 1 : -1, t);
-      produce_block<Cfg>(p, sm, stage, t);
+      prefetch_block<Cfg, 2 * kCl>(p, row, len, pool, blk + 2 < pc.blk_end ? blk + 2 : -1, first_token, t);
+      if (blk == pc.blk_begin) {
+        prefetch_block<Cfg, 2 * kCl>(p, row, len, pool, blk + 1 < pc.blk_end ? blk + 1 : -1, first_token, t);
+      }
+      produce_block<Cfg, kCl>(p, sm, stage, t, first_token);
       fence_proxy_async_smem();
       mbar_arrive(sm.full(stage));
     }
@@ -235,6 +272,19 @@ __device__ __forceinline__ void producer(const SparseKernelParams& kp, const Spa
 }
 
 // ---- Consumers ------------------------------------------------------------------------------------
+// A tile is ready when the local producer's 128 arrivals (and, in a cluster, the peer's bytes)
+// completed its phase; it is released to both producers of a cluster (each writes it).
+template <int kCl>
+__device__ __forceinline__ void wait_tile(const Smem& sm, int stage, unsigned parity) {
+  mbar_wait(sm.full(stage), parity);
+  if constexpr (kCl == 2) mbar_wait(sm.remote(stage), parity);
+}
+template <int kCl>
+__device__ __forceinline__ void release_tile(const Smem& sm, int stage) {
+  mbar_arrive(sm.empty(stage));
+  if constexpr (kCl == 2) mbar_arrive_cluster(sm.peer(ptx::smem_addr(sm.empty(stage))));
+}
+
 // Accumulator fragment of wgmma m64nN (PTX ISA "wgmma .m64nNk16 register fragment layout for
 // accumulator D"): thread (warp w, lane l) holds rows r0 = 16 w + l / 4 and r0 + 8; for each n8
 // block i, d[4i + 0, 1] = row r0, columns 8i + 2 (l % 4) + {0, 1}; d[4i + 2, 3] = row r0 + 8.
@@ -293,6 +343,7 @@ __device__ __forceinline__ void load_q(const MlaSparseParams& p, const Smem& sm,
   named_bar_sync(kBarQReady, 128);
 }
 
+template <int kCl>
 __device__ __forceinline__ void consumer0(const SparseKernelParams& kp, const SparsePart& part,
                                           int tok, int head0, const Smem& sm) {
   const MlaSparseParams& p = kp.p;
@@ -316,7 +367,7 @@ __device__ __forceinline__ void consumer0(const SparseKernelParams& kp, const Sp
     for (int blk = pc.blk_begin; blk < pc.blk_end; ++blk, ++it) {
       const int stage = it & 1;
       const unsigned tile = sm.k(stage);
-      mbar_wait(sm.full(stage), (it >> 1) & 1);
+      wait_tile<kCl>(sm, stage, (it >> 1) & 1);
 
       // S = Q K^T: A = Q (K-major, rows = heads), B = K (K-major, rows = tokens); k step kk
       // reads 16 columns = 32 B at byte 32 (kk % 4) of chunk kk / 4.
@@ -417,7 +468,7 @@ __device__ __forceinline__ void consumer0(const SparseKernelParams& kp, const Sp
       wgmma_commit();
       wgmma_wait<0>();
       fence_regs(o);
-      if (lane == 0) mbar_arrive(sm.empty(stage));
+      if (lane == 0) release_tile<kCl>(sm, stage);
     }
 
     // Epilogue: full row sums, then the output factor (1 / l, with the sink for a final
@@ -468,6 +519,7 @@ __device__ __forceinline__ void consumer0(const SparseKernelParams& kp, const Sp
   if (it > 0) named_bar_sync(kBarPFree, 256);
 }
 
+template <int kCl>
 __device__ __forceinline__ void consumer1(const SparseKernelParams& kp, const SparsePart& part,
                                           int tok, int head0, const Smem& sm) {
   const int t = threadIdx.x - 128;
@@ -485,7 +537,7 @@ __device__ __forceinline__ void consumer1(const SparseKernelParams& kp, const Sp
       const int stage = it & 1;
       const unsigned tile = sm.k(stage);
       // Acquire the producer's tile for this warpgroup's own async-proxy reads.
-      mbar_wait(sm.full(stage), (it >> 1) & 1);
+      wait_tile<kCl>(sm, stage, (it >> 1) & 1);
       named_bar_sync(kBarPReady, 256);
       const float a0 = sm.row_scale()[r0];
       const float a1 = sm.row_scale()[r0 + 8];
@@ -509,7 +561,7 @@ __device__ __forceinline__ void consumer1(const SparseKernelParams& kp, const Sp
       wgmma_wait<0>();
       fence_regs(o);
       named_bar_arrive(kBarPFree, 256);
-      if (lane == 0) mbar_arrive(sm.empty(stage));
+      if (lane == 0) release_tile<kCl>(sm, stage);
     }
     named_bar_sync(kBarEpilogue, 256);
     const float* out_scale = sm.out_scale(nreq & 1);
@@ -520,20 +572,35 @@ __device__ __forceinline__ void consumer1(const SparseKernelParams& kp, const Sp
 template <class Cfg>
 __device__ __forceinline__ void mla_sparse_decode_sm90(const SparseKernelParams& kp,
                                                        unsigned char* smem_raw) {
+  constexpr int kCl = ClusterOf<Cfg>::value;
+  static_assert(kCl == 1 || kCl == 2, "Cfg::kCluster: 1, or 2 for two head blocks");
   const unsigned raw = ptx::smem_addr(smem_raw);
   Smem sm;
   sm.base = (raw + 1023u) & ~1023u;
   sm.ptr = smem_raw + (sm.base - raw);
+  // Both CTAs of a cluster run the same kernel, so their plans sit at the same offsets.
+  unsigned rank = 0;
+  sm.peer_delta = 0;
+  if constexpr (kCl == 2) {
+    rank = cluster_ctarank();
+    sm.peer_delta = mapa_shared(sm.base, rank ^ 1u) - sm.base;
+  }
 
   if (threadIdx.x == 0) {
 #pragma unroll
     for (int s = 0; s < kStages; ++s) {
-      mbar_init(sm.full(s), 128);  // every producer thread
-      mbar_init(sm.empty(s), 8);   // lane 0 of each of the 8 consumer warps
+      mbar_init(sm.full(s), 128);       // every producer thread
+      mbar_init(sm.empty(s), 8 * kCl);  // lane 0 of each consumer warp (of both CTAs)
+      mbar_init(sm.remote(s), 1);       // the local expect_tx arrival (+ the peer's bytes)
     }
     fence_mbar_init();
   }
-  __syncthreads();
+  // In a cluster the peer's barriers must be initialised before its first remote arrival.
+  if constexpr (kCl == 2) {
+    cluster_sync();
+  } else {
+    __syncthreads();
+  }
   // Under programmatic dependent launch the scheduler's metadata may still be in flight.
   grid_dependency_wait();
 
@@ -543,17 +610,20 @@ __device__ __forceinline__ void mla_sparse_decode_sm90(const SparseKernelParams&
   const int wg = threadIdx.x / 128;
   if (wg == 2) {
     setmaxnreg_dec<kRegsProducer>();
-    producer<Cfg>(kp, part, tok, sm);
+    producer<Cfg, kCl>(kp, part, tok, sm, static_cast<int>(rank));
   } else if (wg == 0) {
     setmaxnreg_inc<kRegsConsumer0>();
-    consumer0(kp, part, tok, head0, sm);
+    consumer0<kCl>(kp, part, tok, head0, sm);
   } else {
     setmaxnreg_inc<kRegsConsumer1>();
-    consumer1(kp, part, tok, head0, sm);
+    consumer1<kCl>(kp, part, tok, head0, sm);
   }
   // The combine kernel (launched with programmatic dependent launch) may start; its
   // griddepcontrol.wait still sees every write of this grid.
   launch_dependents();
+  // Neither CTA of a cluster may leave while the other can still write its tiles or arrive on
+  // its barriers.
+  if constexpr (kCl == 2) cluster_sync();
 }
 
 }  // namespace deca::mla::sm90

@@ -2,9 +2,11 @@
 // including this file:
 //   struct Cfg {
 //     static constexpr int kPageSize = 64;  // tokens per cache block: id / kPageSize, id % kPageSize
+//     static constexpr int kCluster = 1;    // optional (default 1); 2 only for 65..128 heads
 //   };
 // Launch: grid (head_blocks(num_heads), q_len, num_parts), kThreads threads, kSmemBytes dynamic
-// shared memory (all from kernels/mla/sm90/traits.cuh), no cluster; may be launched with
+// shared memory (all from kernels/mla/sm90/traits.cuh); with kCluster = 2 a cluster dimension
+// attribute (2, 1, 1) (jit::LaunchOptions::cluster). May be launched with
 // programmatic dependent launch (it waits on griddepcontrol before reading the metadata) and
 // releases its dependents (the combine kernel) when done.
 #pragma once

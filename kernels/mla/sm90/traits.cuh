@@ -47,7 +47,8 @@ struct SmemPlan {
   static constexpr int kIdx = kOutScale + 2 * 64 * 4;          // int[kStages][64]: id, -1 invalid
   static constexpr int kBarFull = kIdx + kStages * 64 * 4;     // u64[kStages]
   static constexpr int kBarEmpty = kBarFull + kStages * 8;     // u64[kStages]
-  static constexpr int kEnd = kBarEmpty + kStages * 8;
+  static constexpr int kBarRemote = kBarEmpty + kStages * 8;   // u64[kStages], cluster of 2 only
+  static constexpr int kEnd = kBarRemote + kStages * 8;
 };
 
 // The dynamic size asked at launch: the plan plus 1 KiB to align its base to the 1024 B the
@@ -58,10 +59,14 @@ static_assert(SmemPlan::kK % 1024 == 0 && SmemPlan::kP % 1024 == 0, "swizzle ato
 static_assert(SmemPlan::kBarFull % 8 == 0, "mbarrier alignment");
 static_assert(kSmemBytes <= 227 * 1024, "shared memory per CTA on sm_90");
 
-// CTAs per cluster along x. Every CTA gathers and dequantizes its own tokens for now (two head
-// blocks of one request read the same records, the second mostly from L2); the cluster variant
-// that shares the dequantized tile through distributed shared memory is not written yet.
+// CTAs per cluster along x, the default the backend should launch (and put in Cfg::kCluster).
+// Cfg::kCluster = 2 (num_heads 65..128: exactly two head blocks) makes the two CTAs of a cluster
+// dequantize 32 tokens each and write them into both tiles through distributed shared memory.
+// 1 until the cluster variant has passed the GPU suite: then num_heads > 64 ? 2 : 1.
 DECA_HD constexpr int kClusterX(int /*num_heads*/) { return 1; }
+
+// Bytes one CTA of a 2-CTA cluster receives from its peer per block: 32 tokens x 576 bf16.
+constexpr int kPeerBytes = (kTokens / 2) * kDimQK * 2;
 
 // Head blocks (grid x) for num_heads.
 DECA_HD constexpr int head_blocks(int num_heads) {
