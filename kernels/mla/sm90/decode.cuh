@@ -87,7 +87,7 @@ __device__ __forceinline__ unsigned swz(int row, int unit) {
   return static_cast<unsigned>(row * 128 + ((unit ^ (row & 7)) << 4));
 }
 
-// Eight e4m3 (two words) times `scale`, rounded to bf16 once: bf16(float(e4m3) * scale) as the
+// Four e4m3 (one word) times `scale`, rounded to bf16 once: bf16(float(e4m3) * scale) as the
 // reference computes it (e4m3 -> f16 -> f32 are exact; the product rounds in f32, then to bf16).
 __device__ __forceinline__ uint2 dequant4(unsigned w, float scale) {
   const float2 a = f16x2_to_f32x2(e4m3x2_to_f16x2(static_cast<unsigned short>(w & 0xFFFF)));
@@ -607,7 +607,9 @@ __device__ __forceinline__ void mla_sparse_decode_sm90(const SparseKernelParams&
   const SparsePart part = kp.run.parts[blockIdx.z];
   const int tok = blockIdx.y;
   const int head0 = blockIdx.x * kHeadsPerCta;
-  const int wg = threadIdx.x / 128;
+  // Read through a shuffle so that ptxas sees a warp-uniform role: wgmma in a path it takes for
+  // divergent is serialized (C7518: a wait after every wgmma).
+  const int wg = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / 128, 0);
   if (wg == 2) {
     setmaxnreg_dec<kRegsProducer>();
     producer<Cfg, kCl>(kp, part, tok, sm, static_cast<int>(rank));
