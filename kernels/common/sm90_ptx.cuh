@@ -188,10 +188,11 @@ __device__ __forceinline__ void mbar_wait(mbar_t* bar, unsigned parity) {
   while (!cuda::ptx::mbarrier_try_wait_parity(bar, parity)) {
   }
 }
-// mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 state, [addr], tx_count; -- one arrival
-// that also raises the phase's expected transaction bytes (st.async / bulk copies complete them).
+// mbarrier.arrive.expect_tx.release.cluster.shared::cta.b64 state, [addr], tx_count; -- one
+// arrival that also raises the phase's expected transaction bytes (completed by another CTA's
+// st.async, hence the cluster scope).
 __device__ __forceinline__ void mbar_arrive_expect_tx(mbar_t* bar, unsigned bytes) {
-  (void)cuda::ptx::mbarrier_arrive_expect_tx(cuda::ptx::sem_release, cuda::ptx::scope_cta,
+  (void)cuda::ptx::mbarrier_arrive_expect_tx(cuda::ptx::sem_release, cuda::ptx::scope_cluster,
                                              cuda::ptx::space_shared, bar, bytes);
 }
 // mbarrier.arrive.release.cluster.shared::cluster.b64 _, [addr]; -- arrival on a barrier of
@@ -199,6 +200,14 @@ __device__ __forceinline__ void mbar_arrive_expect_tx(mbar_t* bar, unsigned byte
 __device__ __forceinline__ void mbar_arrive_cluster(unsigned cluster_addr) {
   asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(cluster_addr)
                : "memory");
+}
+// mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [addr], parity; in a loop: for
+// barriers that other CTAs of the cluster arrive on or complete bytes on (their writes, and the
+// reads they finished before arriving, are ordered before what follows).
+__device__ __forceinline__ void mbar_wait_cluster(mbar_t* bar, unsigned parity) {
+  while (!cuda::ptx::mbarrier_try_wait_parity(cuda::ptx::sem_acquire, cuda::ptx::scope_cluster, bar,
+                                              parity)) {
+  }
 }
 // fence.mbarrier_init.release.cluster; -- makes the inits visible before any other thread
 // (or the async proxy) uses the barriers.

@@ -244,7 +244,11 @@ __device__ __forceinline__ void producer(const SparseKernelParams& kp, const Spa
       const int stage = it & 1;
       // Fresh barriers complete "the phase before phase 0", so the first two waits pass. In a
       // cluster the barrier also counts the peer's consumers: this producer writes their tile.
-      mbar_wait(sm.empty(stage), ((it >> 1) & 1) ^ 1);
+      if constexpr (kCl == 2) {
+        mbar_wait_cluster(sm.empty(stage), ((it >> 1) & 1) ^ 1);
+      } else {
+        mbar_wait(sm.empty(stage), ((it >> 1) & 1) ^ 1);
+      }
       // The peer's bytes for this stage may land before this; the phase still cannot complete
       // until this arrival, and the tx count may dip below zero meanwhile (PTX allows it).
       if (kCl == 2 && t == 0) mbar_arrive_expect_tx(sm.remote(stage), kPeerBytes);
@@ -277,7 +281,7 @@ __device__ __forceinline__ void producer(const SparseKernelParams& kp, const Spa
 template <int kCl>
 __device__ __forceinline__ void wait_tile(const Smem& sm, int stage, unsigned parity) {
   mbar_wait(sm.full(stage), parity);
-  if constexpr (kCl == 2) mbar_wait(sm.remote(stage), parity);
+  if constexpr (kCl == 2) mbar_wait_cluster(sm.remote(stage), parity);
 }
 template <int kCl>
 __device__ __forceinline__ void release_tile(const Smem& sm, int stage) {
