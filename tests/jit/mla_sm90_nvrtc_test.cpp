@@ -41,6 +41,11 @@ TEST(MlaSm90Nvrtc, ClusterVariantCompilesWithoutSpills) {
   for (int page : {1, 64}) expect_clean_compile(test::mla_sm90_spec(page, 2));
 }
 
+// The timing variants that leave the dequantization or the tensor cores out.
+TEST(MlaSm90Nvrtc, AblationVariantsCompileWithoutSpills) {
+  for (int ablate : {1, 2}) expect_clean_compile(test::mla_sm90_spec(64, 1, ablate));
+}
+
 TEST(MlaSm90Nvrtc, SharedMemoryPlanFitsOneCta) {
   static_assert(mla::sm90::kSmemBytes <= 227 * 1024);
   EXPECT_EQ(mla::sm90::kThreads, 384);

@@ -9,11 +9,14 @@
 
 namespace deca::test {
 
-inline jit::JitSpec mla_sm90_spec(int page_size, int cluster = 1) {
+// `ablate`: 0 the kernel, 1 without the dequantization, 2 without the tensor cores (timing only).
+inline jit::JitSpec mla_sm90_spec(int page_size, int cluster = 1, int ablate = 0) {
   jit::JitSpec spec;
-  spec.name = "mla_sparse_sm90_test_p" + std::to_string(page_size) + "_c" + std::to_string(cluster);
+  spec.name = "mla_sparse_sm90_test_p" + std::to_string(page_size) + "_c" + std::to_string(cluster) +
+              "_a" + std::to_string(ablate);
   spec.source = "struct Cfg {\n  static constexpr int kPageSize = " + std::to_string(page_size) +
                 ";\n  static constexpr int kCluster = " + std::to_string(cluster) +
+                ";\n  static constexpr int kAblate = " + std::to_string(ablate) +
                 ";\n};\n#include \"kernels/mla/sm90/entry.cuh\"\n";
   spec.entry = "deca_mla_sparse_decode_sm90";
   spec.arch = 90;

@@ -105,6 +105,19 @@ struct ClusterOf<C, decltype(void(C::kCluster))> {
   static constexpr int value = C::kCluster;
 };
 
+// Cfg::kAblate when the prologue defines it, else kAblateNone: variants that leave one stage
+// out, for timing only (their numbers are wrong): what the kernel costs without the
+// e4m3 -> bf16 conversion (the raw bytes are stored instead), or without the tensor cores.
+enum Ablate : int { kAblateNone = 0, kAblateNoDequant = 1, kAblateNoMma = 2 };
+template <class C, class = void>
+struct AblateOf {
+  static constexpr int value = kAblateNone;
+};
+template <class C>
+struct AblateOf<C, decltype(void(C::kAblate))> {
+  static constexpr int value = C::kAblate;
+};
+
 struct Smem {
   unsigned base;  // shared-window address of the 1024-aligned plan
   unsigned char* ptr;
@@ -199,6 +212,11 @@ __device__ __forceinline__ void produce_block(const MlaSparseParams& p, const Sm
 #pragma unroll
     for (int u = 0; u < 4; ++u) {
       const int n = first_token + g + 4 * (round * 4 + u);
+      if constexpr (AblateOf<Cfg>::value == kAblateNoDequant) {
+        store_tile<kCl>(sm, chunk + swz(n, unit0), raw[u], peer_bar);
+        store_tile<kCl>(sm, chunk + swz(n, unit0 + 1), raw[u], peer_bar);
+        continue;
+      }
       const uint2 a = dequant4(raw[u].x, scale[u]);
       const uint2 b = dequant4(raw[u].y, scale[u]);
       const uint2 c = dequant4(raw[u].z, scale[u]);
@@ -347,7 +365,7 @@ __device__ __forceinline__ void load_q(const MlaSparseParams& p, const Smem& sm,
   named_bar_sync(kBarQReady, 128);
 }
 
-template <int kCl>
+template <int kCl, int kAblate>
 __device__ __forceinline__ void consumer0(const SparseKernelParams& kp, const SparsePart& part,
                                           int tok, int head0, const Smem& sm) {
   const MlaSparseParams& p = kp.p;
@@ -375,16 +393,21 @@ __device__ __forceinline__ void consumer0(const SparseKernelParams& kp, const Sp
 
       // S = Q K^T: A = Q (K-major, rows = heads), B = K (K-major, rows = tokens); k step kk
       // reads 16 columns = 32 B at byte 32 (kk % 4) of chunk kk / 4.
-      wgmma_fence();
+      if constexpr (kAblate == kAblateNoMma) {
 #pragma unroll
-      for (int kk = 0; kk < kDimQK / 16; ++kk) {
-        const unsigned off = (kk >> 2) * kChunkBytes + (kk & 3) * 32;
-        wgmma_m64n64k16_ss<0>(s, smem_desc_sw128(sm.q() + off, 16, 1024),
-                              smem_desc_sw128(tile + off, 16, 1024), kk > 0);
+        for (int i = 0; i < 32; ++i) s[i] = 0.f;
+      } else {
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < kDimQK / 16; ++kk) {
+          const unsigned off = (kk >> 2) * kChunkBytes + (kk & 3) * 32;
+          wgmma_m64n64k16_ss<0>(s, smem_desc_sw128(sm.q() + off, 16, 1024),
+                                smem_desc_sw128(tile + off, 16, 1024), kk > 0);
+        }
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_regs(s);
       }
-      wgmma_commit();
-      wgmma_wait<0>();
-      fence_regs(s);
 
       // Invalid ids (-1, past topk_length, outside the pool) never count: -inf before the max.
       const int* ids = sm.ids(stage);
@@ -464,14 +487,16 @@ __device__ __forceinline__ void consumer0(const SparseKernelParams& kp, const Sp
       // O[:, 0:256] += P V: B = V (MN-major: rows = tokens, 64 columns per chunk), k step kk is
       // tokens 16 kk .. 16 kk + 15 = two 8-row groups (SBO 1024 B) at byte 2048 kk; the 256
       // columns are chunks 0..3 (LBO 8192 B).
-      wgmma_fence();
+      if constexpr (kAblate != kAblateNoMma) {
+        wgmma_fence();
 #pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
-        wgmma_m64n256k16_rs<1>(o, pa[kk], smem_desc_sw128(tile + 2048 * kk, kChunkBytes, 1024), true);
+        for (int kk = 0; kk < 4; ++kk) {
+          wgmma_m64n256k16_rs<1>(o, pa[kk], smem_desc_sw128(tile + 2048 * kk, kChunkBytes, 1024), true);
+        }
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_regs(o);
       }
-      wgmma_commit();
-      wgmma_wait<0>();
-      fence_regs(o);
       if (lane == 0) release_tile<kCl>(sm, stage);
     }
 
@@ -523,7 +548,7 @@ __device__ __forceinline__ void consumer0(const SparseKernelParams& kp, const Sp
   if (it > 0) named_bar_sync(kBarPFree, 256);
 }
 
-template <int kCl>
+template <int kCl, int kAblate>
 __device__ __forceinline__ void consumer1(const SparseKernelParams& kp, const SparsePart& part,
                                           int tok, int head0, const Smem& sm) {
   const int t = threadIdx.x - 128;
@@ -554,16 +579,18 @@ __device__ __forceinline__ void consumer1(const SparseKernelParams& kp, const Sp
       }
       // O[:, 256:512] += P V: A = P (K-major 64 x 64, k step kk at byte 32 kk), B = V chunks
       // 4..7 as in consumer 0.
-      wgmma_fence();
+      if constexpr (kAblate != kAblateNoMma) {
+        wgmma_fence();
 #pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
-        wgmma_m64n256k16_ss<1>(o, smem_desc_sw128(sm.p() + 32 * kk, 16, 1024),
-                               smem_desc_sw128(tile + 4 * kChunkBytes + 2048 * kk, kChunkBytes, 1024),
-                               true);
+        for (int kk = 0; kk < 4; ++kk) {
+          wgmma_m64n256k16_ss<1>(o, smem_desc_sw128(sm.p() + 32 * kk, 16, 1024),
+                                 smem_desc_sw128(tile + 4 * kChunkBytes + 2048 * kk, kChunkBytes, 1024),
+                                 true);
+        }
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_regs(o);
       }
-      wgmma_commit();
-      wgmma_wait<0>();
-      fence_regs(o);
       named_bar_arrive(kBarPFree, 256);
       if (lane == 0) release_tile<kCl>(sm, stage);
     }
@@ -619,10 +646,10 @@ __device__ __forceinline__ void mla_sparse_decode_sm90(const SparseKernelParams&
     producer<Cfg, kCl>(kp, part, tok, sm, static_cast<int>(rank));
   } else if (wg == 0) {
     setmaxnreg_inc<kRegsConsumer0>();
-    consumer0<kCl>(kp, part, tok, head0, sm);
+    consumer0<kCl, AblateOf<Cfg>::value>(kp, part, tok, head0, sm);
   } else {
     setmaxnreg_inc<kRegsConsumer1>();
-    consumer1<kCl>(kp, part, tok, head0, sm);
+    consumer1<kCl, AblateOf<Cfg>::value>(kp, part, tok, head0, sm);
   }
   // The combine kernel (launched with programmatic dependent launch) may start; its
   // griddepcontrol.wait still sees every write of this grid.
