@@ -160,12 +160,16 @@ __device__ __forceinline__ void store_tile(const Smem& sm, unsigned addr, uint4 
 // ---- Producer (WG2) -------------------------------------------------------------------------------
 // The CTA's tokens: all 64, or in a cluster of 2 the 32 of its rank (32 rank ..). Thread t
 // gathers, for tokens t / 32 + 4 i of them, the 16 NoPE bytes 16 (t % 32) .. + 15 (one warp
-// reads one token's 512 contiguous bytes per load), and kRope of the 16-byte RoPE units.
+// reads one token's 512 contiguous bytes per load), and kRope of the 16-byte RoPE units. Loads
+// go out kPerRound tokens at a time (16 KB per CTA in flight), converted when they land: two
+// rounds per block, so two memory latencies (L2 hits after the prefetch) per block.
 template <class Cfg, int kCl>
 __device__ __forceinline__ void produce_block(const MlaSparseParams& p, const Smem& sm, int stage,
                                               int t, int first_token) {
-  constexpr int kRounds = 4 / kCl;  // 4 tokens per thread per round
+  constexpr int kPerRound = 8;       // tokens per thread per round: 8 x 16 B loads in flight
+  constexpr int kRounds = 16 / kCl / kPerRound;
   constexpr int kRope = 4 / kCl;    // (tokens x 8 units) / 128 threads
+  static_assert(kRounds * kPerRound * 4 * kCl == kTokens, "every token of the block, once");
   const unsigned tile = sm.k(stage);
   const unsigned peer_bar = sm.peer(ptx::smem_addr(sm.remote(stage)));
   const int* ids = sm.ids(stage) + first_token;
@@ -187,11 +191,11 @@ __device__ __forceinline__ void produce_block(const MlaSparseParams& p, const Sm
   const int unit0 = (j & 3) * 2;
 #pragma unroll
   for (int round = 0; round < kRounds; ++round) {
-    uint4 raw[4];
-    float scale[4];
+    uint4 raw[kPerRound];
+    float scale[kPerRound];
 #pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      const int id = ids[g + 4 * (round * 4 + u)];
+    for (int u = 0; u < kPerRound; ++u) {
+      const int id = ids[g + 4 * (round * kPerRound + u)];
       if (id >= 0) {
         const unsigned char* rec = record(id);
         raw[u] = ldg_nc_na_v4(rec + 16 * j);
@@ -210,8 +214,8 @@ __device__ __forceinline__ void produce_block(const MlaSparseParams& p, const Sm
       }
     }
 #pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      const int n = first_token + g + 4 * (round * 4 + u);
+    for (int u = 0; u < kPerRound; ++u) {
+      const int n = first_token + g + 4 * (round * kPerRound + u);
       if constexpr (AblateOf<Cfg>::value == kAblateNoDequant) {
         store_tile<kCl>(sm, chunk + swz(n, unit0), raw[u], peer_bar);
         store_tile<kCl>(sm, chunk + swz(n, unit0 + 1), raw[u], peer_bar);

@@ -25,10 +25,11 @@ constexpr int kStages = 2;        // K/V tiles in flight between the producer an
 
 // Register budgets after setmaxnreg (multiples of 8; the three sum to 3 x 168, what one CTA of
 // 384 threads gets at launch): consumer 0 holds S (32), P (16) and half of O (128); consumer 1
-// half of O; the producer only addresses and a few 16-byte loads in flight.
-constexpr int kRegsConsumer0 = 240;
+// half of O; the producer 8 x (16-byte load + scale) in flight per round plus the RoPE loads
+// (96 spills 64 bytes there, 104 spills 12).
+constexpr int kRegsConsumer0 = 224;
 constexpr int kRegsConsumer1 = 168;
-constexpr int kRegsProducer = 96;
+constexpr int kRegsProducer = 112;
 static_assert(kRegsConsumer0 + kRegsConsumer1 + kRegsProducer <= 3 * 168, "register file");
 
 // One bf16 tile of 64 rows x 576 columns as the wgmma wants it: 9 column chunks of 64 bf16
