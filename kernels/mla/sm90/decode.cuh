@@ -250,6 +250,27 @@ __device__ __forceinline__ void prefetch_block(const MlaSparseParams& p, const i
   }
 }
 
+// Prefetches the block two places after (r, blk) in the partition's order, crossing into the
+// next requests of the partition when this one ends (their first blocks would otherwise start
+// from cold HBM).
+template <class Cfg, int kCl>
+__device__ __forceinline__ void prefetch_ahead(const SparseKernelParams& kp, const SparsePart& part,
+                                               int tok, int r, int blk, int blk_end, int steps,
+                                               long long pool, int first_token, int t) {
+  for (int step = 0; step < steps; ++step) {
+    ++blk;
+    while (blk >= blk_end) {
+      if (++r > part.end_req) return;
+      const Piece next = piece_of(kp, part, r);
+      blk = next.blk_begin;
+      blk_end = next.blk_end;
+    }
+  }
+  const MlaSparseParams& p = kp.p;
+  const int* row = p.indices + r * p.indices_stride_batch + tok * p.indices_stride_token;
+  prefetch_block<Cfg, 2 * kCl>(p, row, request_len(p, r), pool, blk, first_token, t);
+}
+
 template <class Cfg, int kCl>
 __device__ __forceinline__ void producer(const SparseKernelParams& kp, const SparsePart& part,
                                          int tok, const Smem& sm, int rank) {
@@ -286,10 +307,8 @@ __device__ __forceinline__ void producer(const SparseKernelParams& kp, const Spa
       // The gather's loads wait a full memory latency per round; records of the block after
       // next are pulled into L2 now so that those rounds hit L2 (a block of work is ~2000 clk,
       // about one loaded HBM latency).
-      prefetch_block<Cfg, 2 * kCl>(p, row, len, pool, blk + 2 < pc.blk_end ? blk + 2 : -1, first_token, t);
-      if (blk == pc.blk_begin) {
-        prefetch_block<Cfg, 2 * kCl>(p, row, len, pool, blk + 1 < pc.blk_end ? blk + 1 : -1, first_token, t);
-      }
+      prefetch_ahead<Cfg, kCl>(kp, part, tok, r, blk, pc.blk_end, 2, pool, first_token, t);
+      if (it == 0) prefetch_ahead<Cfg, kCl>(kp, part, tok, r, blk, pc.blk_end, 1, pool, first_token, t);
       produce_block<Cfg, kCl>(p, sm, stage, t, first_token);
       fence_proxy_async_smem();
       mbar_arrive(sm.full(stage));
@@ -347,6 +366,18 @@ __device__ __forceinline__ void store_o(const SparseKernelParams& kp, const Piec
   }
 }
 
+// Pulls the next request's Q rows (64 x 1152 B = 576 lines of 128 B) into L2 while this one
+// runs: load_q then waits for L2, not HBM.
+__device__ __forceinline__ void prefetch_q(const MlaSparseParams& p, int r, int tok, int head0, int t) {
+  const char* q = static_cast<const char*>(p.q);
+  for (int line = t; line < kHeadsPerCta * 9; line += 128) {
+    const int head = head0 + line / 9;
+    if (head >= p.num_heads) break;
+    prefetch_l2(q + 2 * (r * p.q_stride_batch + tok * p.q_stride_token + head * p.q_stride_head) +
+                128 * (line % 9));
+  }
+}
+
 __device__ __forceinline__ void load_q(const MlaSparseParams& p, const Smem& sm, int r, int tok,
                                        int head0, int t) {
   const char* q = static_cast<const char*>(p.q);
@@ -387,6 +418,7 @@ __device__ __forceinline__ void consumer0(const SparseKernelParams& kp, const Sp
   for (int r = part.begin_req; r <= part.end_req; ++r, ++nreq) {
     const Piece pc = piece_of(kp, part, r);
     if (pc.blk_begin < pc.blk_end) load_q(p, sm, r, tok, head0, t);
+    if (r < part.end_req) prefetch_q(p, r + 1, tok, head0, t);
 #pragma unroll
     for (int i = 0; i < 128; ++i) o[i] = 0.f;
     float m0 = kNegInf, m1 = kNegInf, l0 = 0.f, l1 = 0.f;
