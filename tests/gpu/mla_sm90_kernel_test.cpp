@@ -1,7 +1,8 @@
 // The sm90a MLA sparse FP8 decode kernel alone, launched through the JIT with SparseKernelParams
 // built here by hand (partitions cut by a tiny test scheduler), against the CPU reference. Split
 // pieces are merged here by LSE (and the sink) before the comparison, so the partial_o /
-// partial_lse contract is checked too. Skips without an sm_90 GPU.
+// partial_lse contract is checked too; every case also runs twice and must match bit for bit.
+// Skips without an sm_90 GPU.
 //
 // Every case prints max abs / relative L2 error of the output and the LSE error: all heads wrong
 // points at a descriptor or layout, some heads at masking or padding, split cases only at the
@@ -12,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <string>
@@ -182,6 +184,28 @@ void run_case(const Sm90Case& tc) {
   std::vector<float> hpo(lay.slots * per_slot * 512), hpl(lay.slots * per_slot);
   cudaMemcpy(hpo.data(), po.get(), hpo.size() * 4, cudaMemcpyDeviceToHost);
   cudaMemcpy(hpl.data(), pl.get(), hpl.size() * 4, cudaMemcpyDeviceToHost);
+
+  // Run to run, bit for bit: a second launch into re-poisoned outputs writes the same bytes.
+  out.fill(0xFF);
+  lse.fill(0xFF);
+  po.fill(0xFF);
+  pl.fill(0xFF);
+  jit::launch(k, {static_cast<unsigned>(mla::sm90::head_blocks(s.num_heads)),
+                  static_cast<unsigned>(s.q_len), static_cast<unsigned>(lay.parts.size())},
+              {mla::sm90::kThreads, 1, 1}, mla::sm90::kSmemBytes, nullptr, args, opts);
+  cuda_ok(cudaDeviceSynchronize(), "mla sm90 kernel, second launch");
+  {
+    HostTensor again(DType::kBF16, c.out.shape()), again_lse(DType::kFP32, c.lse.shape());
+    out.to_host(again);
+    lse.to_host(again_lse);
+    std::vector<float> again_po(hpo.size()), again_pl(hpl.size());
+    cudaMemcpy(again_po.data(), po.get(), again_po.size() * 4, cudaMemcpyDeviceToHost);
+    cudaMemcpy(again_pl.data(), pl.get(), again_pl.size() * 4, cudaMemcpyDeviceToHost);
+    EXPECT_EQ(std::memcmp(again.raw(), gout.raw(), gout.bytes()), 0) << "output differs between runs";
+    EXPECT_EQ(std::memcmp(again_lse.raw(), glse.raw(), glse.bytes()), 0) << "LSE differs between runs";
+    EXPECT_EQ(std::memcmp(again_po.data(), hpo.data(), hpo.size() * 4), 0) << "partial_o differs";
+    EXPECT_EQ(std::memcmp(again_pl.data(), hpl.data(), hpl.size() * 4), 0) << "partial_lse differs";
+  }
 
   // Split requests: merge their pieces by LSE here (what the combine kernel will do).
   for (int b = 0; b < s.batch; ++b) {
