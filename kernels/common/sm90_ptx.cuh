@@ -1,0 +1,324 @@
+// PTX wrappers for the Hopper (sm_90a) kernels: wgmma and its shared-memory descriptors, register
+// reallocation, named barriers, programmatic dependent launch, non-coherent global loads with
+// cache hints and the e4m3 conversion. One wrapper per instruction, each stating its PTX syntax.
+// mbarrier and fence.proxy.async come from CCCL's cuda::ptx (NVRTC-clean); what it does not have
+// is written here in the same manner. Everything here needs sm_90a (wgmma, setmaxnreg).
+#pragma once
+
+#include <cuda/ptx>
+#include <cuda/std/cstdint>
+
+namespace deca::sm90 {
+
+// ---- wgmma shared-memory matrix descriptor (PTX ISA 9.7.15.5.1.2, "Matrix Descriptor Format") --
+//   bits  0-13  start address >> 4 (shared window offset, 16-byte aligned)
+//   bits 16-29  leading-dimension byte offset >> 4 (LBO)
+//   bits 32-45  stride-dimension byte offset >> 4 (SBO)
+//   bits 49-51  matrix base offset (0: every 8-row x 128 B swizzle atom starts 1024-aligned)
+//   bits 62-63  swizzle: 0 none, 1 = 128 B, 2 = 64 B, 3 = 32 B
+// With the 128 B swizzle an atom is 8 rows of 128 B (1024 B) whose 16-byte units are permuted by
+// unit ^ (row % 8); the hardware applies the XOR to the address bits [4:6] ^ [7:9], so a start
+// address advanced by 32 B inside an atom (the next k16 step of a K-major operand) stays valid.
+//   K-major  (A always; B when tnspB = 0): rows are M or N, 64 bf16 of K per 128 B row;
+//            SBO = byte distance between consecutive groups of 8 rows; LBO unused ("assumed 1").
+//   MN-major (B with tnspB = 1): rows are K, 64 bf16 of N per 128 B row;
+//            LBO = byte distance between consecutive 64-element blocks of N,
+//            SBO = byte distance between consecutive groups of 8 rows of K.
+__device__ __forceinline__ unsigned long long smem_desc_sw128(unsigned smem_byte_addr, unsigned lbo,
+                                                              unsigned sbo) {
+  return static_cast<unsigned long long>((smem_byte_addr & 0x3FFFFu) >> 4) |
+         (static_cast<unsigned long long>((lbo >> 4) & 0x3FFFu) << 16) |
+         (static_cast<unsigned long long>((sbo >> 4) & 0x3FFFu) << 32) | (1ull << 62);
+}
+
+// ---- wgmma synchronisation (PTX ISA 9.7.15.6) ----------------------------------------------------
+// wgmma.fence.sync.aligned; -- orders this warpgroup's register/shared accesses before the next
+// wgmma.mma_async (needed before the first one and whenever accumulators were touched).
+__device__ __forceinline__ void wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+// wgmma.commit_group.sync.aligned; -- closes the wgmma-group of the preceding mma_async.
+__device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+// wgmma.wait_group.sync.aligned N; -- waits until at most N groups are pending.
+template <int kPending>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+}
+// Keeps the compiler from moving accumulator reads/writes across a wgmma wait: the asm above
+// touches no C++ object, so the accumulators are tied to it through an empty asm.
+template <int N>
+__device__ __forceinline__ void fence_regs(float (&d)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// ---- wgmma.mma_async bf16 x bf16 -> f32 (PTX ISA 9.7.15.5.2) -------------------------------------
+// imm-scale-a = imm-scale-b = 1 (no negation); imm-trans-a = 0 (A K-major); tnspB as templated.
+// wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 d, a-desc, b-desc, scale-d, 1, 1, 0, tnspB;
+// A and B from shared memory (descriptors); `accumulate` false overwrites d (scale-d = 0).
+template <int kTransB>
+__device__ __forceinline__ void wgmma_m64n64k16_ss(float (&d)[32], unsigned long long desc_a,
+                                                   unsigned long long desc_b, bool accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+      "%32, %33, p, 1, 1, 0, %35;\n}\n"
+      :
+          "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)), "n"(kTransB));
+}
+
+// wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 d, a-desc, b-desc, scale-d, 1, 1, 0, tnspB;
+// A and B from shared memory (descriptors); `accumulate` false overwrites d (scale-d = 0).
+template <int kTransB>
+__device__ __forceinline__ void wgmma_m64n256k16_ss(float (&d)[128], unsigned long long desc_a,
+                                                   unsigned long long desc_b, bool accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,"
+      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"
+      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95,"
+      "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111,"
+      "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "
+      "%128, %129, p, 1, 1, 0, %131;\n}\n"
+      :
+          "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+          "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+          "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+          "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+          "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+      : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)), "n"(kTransB));
+}
+
+// wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 d, {a0, a1, a2, a3}, b-desc, scale-d, 1, 1, tnspB;
+// A from registers (the m64k16 fragment: a0 rows r / cols 2c, a1 rows r+8, a2 cols 2c+8, a3 both),
+// B from shared memory.
+template <int kTransB>
+__device__ __forceinline__ void wgmma_m64n256k16_rs(float (&d)[128], const unsigned (&a)[4],
+                                                   unsigned long long desc_b, bool accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,"
+      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"
+      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95,"
+      "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111,"
+      "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "
+      "{%128, %129, %130, %131}, %132, p, 1, 1, %134;\n}\n"
+      :
+          "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+          "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+          "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+          "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+          "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(static_cast<int>(accumulate)),
+        "n"(kTransB));
+}
+
+// ---- Register reallocation (PTX ISA 9.7.19.5, setmaxnreg, sm_90a) --------------------------------
+// setmaxnreg.inc.sync.aligned.u32 N; / setmaxnreg.dec.sync.aligned.u32 N; -- warpgroup-wide.
+template <int kRegs>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+template <int kRegs>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+
+// ---- Named barriers (PTX ISA 9.7.13.1, bar / barrier) --------------------------------------------
+// bar.sync id, count;   -- arrive and wait until `count` threads (a multiple of 32) arrived.
+// bar.arrive id, count; -- arrive without waiting (the producer side of a one-way signal).
+__device__ __forceinline__ void named_bar_sync(int id, int count) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+__device__ __forceinline__ void named_bar_arrive(int id, int count) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+
+// ---- mbarrier (through cuda::ptx, PTX ISA 9.7.13.15) ---------------------------------------------
+using mbar_t = cuda::std::uint64_t;  // an mbarrier object in shared memory (8-byte aligned)
+// mbarrier.init.shared::cta.b64 [addr], count;
+__device__ __forceinline__ void mbar_init(mbar_t* bar, unsigned count) {
+  cuda::ptx::mbarrier_init(bar, count);
+}
+// mbarrier.arrive.shared::cta.b64 state, [addr]; (release, cta scope)
+__device__ __forceinline__ void mbar_arrive(mbar_t* bar) {
+  (void)cuda::ptx::mbarrier_arrive(bar);
+}
+// mbarrier.try_wait.parity.shared::cta.b64 done, [addr], parity; in a loop until the phase with
+// that parity has completed (acquire, cta scope).
+__device__ __forceinline__ void mbar_wait(mbar_t* bar, unsigned parity) {
+  while (!cuda::ptx::mbarrier_try_wait_parity(bar, parity)) {
+  }
+}
+// mbarrier.arrive.expect_tx.release.cluster.shared::cta.b64 state, [addr], tx_count; -- one
+// arrival that also raises the phase's expected transaction bytes (completed by another CTA's
+// st.async, hence the cluster scope).
+__device__ __forceinline__ void mbar_arrive_expect_tx(mbar_t* bar, unsigned bytes) {
+  (void)cuda::ptx::mbarrier_arrive_expect_tx(cuda::ptx::sem_release, cuda::ptx::scope_cluster,
+                                             cuda::ptx::space_shared, bar, bytes);
+}
+// mbarrier.arrive.release.cluster.shared::cluster.b64 _, [addr]; -- arrival on a barrier of
+// another CTA of the cluster (`addr` from mapa).
+__device__ __forceinline__ void mbar_arrive_cluster(unsigned cluster_addr) {
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(cluster_addr)
+               : "memory");
+}
+// mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [addr], parity; in a loop: for
+// barriers that other CTAs of the cluster arrive on or complete bytes on (their writes, and the
+// reads they finished before arriving, are ordered before what follows).
+__device__ __forceinline__ void mbar_wait_cluster(mbar_t* bar, unsigned parity) {
+  while (!cuda::ptx::mbarrier_try_wait_parity(cuda::ptx::sem_acquire, cuda::ptx::scope_cluster, bar,
+                                              parity)) {
+  }
+}
+// fence.mbarrier_init.release.cluster; -- makes the inits visible before any other thread
+// (or the async proxy) uses the barriers.
+__device__ __forceinline__ void fence_mbar_init() {
+  cuda::ptx::fence_mbarrier_init(cuda::ptx::sem_release, cuda::ptx::scope_cluster);
+}
+// fence.proxy.async.shared::cta; -- generic-proxy writes to shared memory become visible to the
+// async proxy (wgmma reads its shared operands through it).
+__device__ __forceinline__ void fence_proxy_async_smem() {
+  cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);
+}
+
+// ---- Thread-block clusters (PTX ISA 9.7.13.4 barrier.cluster, 9.7.9.24 mapa, 9.7.9.12 st.async) --
+// %cluster_ctarank through cuda::ptx.
+__device__ __forceinline__ unsigned cluster_ctarank() { return cuda::ptx::get_sreg_cluster_ctarank(); }
+// barrier.cluster.arrive.release; barrier.cluster.wait.acquire; -- every thread of every CTA of
+// the cluster; also a barrier for the CTA's own threads.
+__device__ __forceinline__ void cluster_sync() {
+  cuda::ptx::barrier_cluster_arrive(cuda::ptx::sem_release);
+  cuda::ptx::barrier_cluster_wait(cuda::ptx::sem_acquire);
+}
+// mapa.shared::cluster.u32 d, a, rank; -- the address of `a` (shared::cta) in CTA `rank`'s
+// window; a CTA's window is contiguous, so the result minus `a` is a constant offset.
+__device__ __forceinline__ unsigned mapa_shared(unsigned smem_addr, unsigned rank) {
+  unsigned d;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(d) : "r"(smem_addr), "r"(rank));
+  return d;
+}
+// st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [addr], {a, b, c, d}, [mbar];
+// -- 16 bytes into another CTA's shared memory; the 16 bytes complete on that CTA's mbarrier,
+// whose waiters then see the data.
+__device__ __forceinline__ void st_async_v4(unsigned cluster_addr, uint4 v, unsigned cluster_mbar) {
+  asm volatile(
+      "st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];\n" ::"r"(
+          cluster_addr),
+      "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "r"(cluster_mbar)
+      : "memory");
+}
+
+// ---- Programmatic dependent launch (PTX ISA 9.7.13.13, griddepcontrol, sm_90) --------------------
+// griddepcontrol.launch_dependents; -- the dependent grid may start once every CTA executed this
+// (or exited); its griddepcontrol.wait still waits for this grid's memory to be flushed.
+__device__ __forceinline__ void launch_dependents() {
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+}
+// griddepcontrol.wait; -- waits for the prerequisite grids to complete and their memory to be
+// visible (a no-op without programmatic dependent launch).
+__device__ __forceinline__ void grid_dependency_wait() {
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+}
+
+// ---- Global loads (PTX ISA 9.7.9.8, ld with cache hints) -----------------------------------------
+// ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {a, b, c, d}, [addr];
+// Read-only gathered cache rows: nothing is reused through L1 (each CTA reads a token once), and
+// the 256 B L2 prefetch brings the neighbouring sectors of the same 656-byte record.
+__device__ __forceinline__ uint4 ldg_nc_na_v4(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+// ld.global.nc.L1::no_allocate.f32 d, [addr];
+__device__ __forceinline__ float ldg_nc_na_f32(const void* p) {
+  float v;
+  asm volatile("ld.global.nc.L1::no_allocate.f32 %0, [%1];\n" : "=f"(v) : "l"(p));
+  return v;
+}
+// ld.global.nc.s32 d, [addr]; (indices: several threads read the same word, L1 may keep it)
+__device__ __forceinline__ int ldg_nc_s32(const int* p) {
+  int v;
+  asm volatile("ld.global.nc.s32 %0, [%1];\n" : "=r"(v) : "l"(p));
+  return v;
+}
+
+// prefetch.global.L2 [addr]; -- starts the HBM read of a line a block ahead of its ld; no
+// register is tied up while it is in flight.
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
+}
+
+// ---- Conversions (PTX ISA 9.7.9.21, cvt) ---------------------------------------------------------
+// cvt.rn.f16x2.e4m3x2 d, a; -- two e4m3 (low byte -> low half) to two f16, exact (sm_89+).
+__device__ __forceinline__ unsigned e4m3x2_to_f16x2(unsigned short pair) {
+  unsigned d;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(d) : "h"(pair));
+  return d;
+}
+// cvt.f32.f16 d, a; for both halves of an f16x2 (exact).
+__device__ __forceinline__ float2 f16x2_to_f32x2(unsigned h2) {
+  float lo, hi;
+  asm("{\n.reg .b16 l, h;\nmov.b32 {l, h}, %2;\ncvt.f32.f16 %0, l;\ncvt.f32.f16 %1, h;\n}\n"
+      : "=f"(lo), "=f"(hi)
+      : "r"(h2));
+  return make_float2(lo, hi);
+}
+// cvt.rn.bf16x2.f32 d, hi, lo; -- `lo` lands in the low half.
+__device__ __forceinline__ unsigned f32x2_to_bf16x2(float lo, float hi) {
+  unsigned d;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(d) : "f"(hi), "f"(lo));
+  return d;
+}
+
+// ---- Shared-memory stores (PTX ISA 9.7.9.9, st) --------------------------------------------------
+__device__ __forceinline__ void sts128(unsigned addr, uint4 v) {
+  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(v.x), "r"(v.y),
+               "r"(v.z), "r"(v.w)
+               : "memory");
+}
+__device__ __forceinline__ void sts32(unsigned addr, unsigned v) {
+  asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
+}
+
+}  // namespace deca::sm90

@@ -1,0 +1,698 @@
+// MLA sparse FP8 decode, Hopper (sm_90a), warp-specialized: wgmma tensor cores fed by a producer
+// warpgroup that gathers and dequantizes the selected tokens.
+//
+// Unit of work: one CTA = (block of 64 heads = grid x, query token = grid y, SM partition = grid
+// z). The partition's SparsePart (kernels/mla/sparse_work.cuh) lists the requests and blocks of
+// 64 top-k indices it owns; the CTA walks them in order and, per request piece, writes either the
+// final bf16 output + LSE (unsplit request, sink applied) or the normalised fp32 partial + LSE of
+// its slot (split request; the combine kernel merges the slots).
+//
+// Warp roles (384 threads, registers rebalanced with setmaxnreg after the setup):
+//   WG0 (consumer 0): loads Q [64 heads x 576] of the request into shared memory (cp.async,
+//       rows past num_heads zero-filled), S = Q K^T (36 x wgmma m64n64k16, both operands in
+//       shared memory), masking of invalid ids, online softmax in base 2 with the scale folded
+//       in, P (bf16) to registers and to shared memory, O[:, 0:256] += P V (4 x m64n256k16,
+//       A = P from registers), and the softmax state for the epilogue.
+//   WG1 (consumer 1): O[:, 256:512] += P V with P read from shared memory, after rescaling its
+//       O by WG0's per-row factors.
+//   WG2 (producer): per block, reads the 64 ids, gathers each token's 656-byte record with
+//       16-byte non-coherent loads, dequantizes e4m3 x fp32 scale -> bf16 (exactly the
+//       reference's rounding) and copies the bf16 RoPE part into a 128 B-swizzled K tile; V is
+//       the same tile read MN-major (no second copy). Invalid ids leave zero rows.
+//
+// Cluster of 2 (Cfg::kCluster = 2, two head blocks of 65..128 heads): the two CTAs of a request
+// token need the same tiles, so each producer gathers and dequantizes 32 of the 64 tokens and
+// writes them into its own tile (st.shared) and the peer's (st.async, completing on the peer's
+// `remote` barrier with kPeerBytes per block); the empty barriers count both CTAs' consumers.
+//
+// Pipeline: kStages = 2 K tiles. Per tile two mbarriers: full (128 producer arrivals, after
+// fence.proxy.async so wgmma's async proxy sees the generic stores) and empty (one arrival per
+// consumer warp once its wgmmas reading the tile completed). Named barriers (NamedBarrier below)
+// order the P / row-scale hand-over between the consumers and the Q and id staging.
+#pragma once
+
+#include "kernels/common/ptx.cuh"
+#include "kernels/common/sm90_ptx.cuh"
+#include "kernels/mla/sm90/traits.cuh"
+#include "kernels/mla/sparse_work.cuh"
+
+namespace deca::mla::sm90 {
+
+using namespace ::deca::sm90;  // the Hopper PTX wrappers
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+constexpr float kNegInf = __builtin_bit_cast(float, 0xff800000u);
+
+// Hardware barrier ids (0 is __syncthreads). Counts are threads; arrive/sync pairs are one-way
+// signals, sync/sync pairs rendezvous.
+enum NamedBarrier : int {
+  kBarQReady = 1,    // WG0 x 128, sync: Q tile landed and fenced, wgmma may read it
+  kBarPReady = 2,    // WG0 arrives, WG1 syncs (256): P and the row rescale factors of a block
+  kBarPFree = 3,     // WG1 arrives, WG0 syncs (256): WG1's wgmmas reading P have completed
+  kBarEpilogue = 4,  // WG0 + WG1 sync (256): the final per-row output factors are in smem
+  kBarIds = 5,       // WG2 x 128, sync: the block's ids are in smem
+};
+
+// One request's share of this partition.
+struct Piece {
+  int blk_begin;
+  int blk_end;
+  int slot;    // partial slot when split
+  bool split;
+};
+
+__device__ __forceinline__ int request_len(const MlaSparseParams& p, int r) {
+  if (p.topk_length == nullptr) return p.topk;
+  int l = p.topk_length[r];
+  l = l < 0 ? 0 : l;
+  return l > p.topk ? p.topk : l;
+}
+
+__device__ __forceinline__ Piece piece_of(const SparseKernelParams& kp, const SparsePart& part,
+                                          int r) {
+  const int n = (request_len(kp.p, r) + kTokens - 1) / kTokens;
+  Piece pc;
+  pc.blk_begin = r == part.begin_req ? part.begin_block : 0;
+  pc.blk_end = r == part.end_req ? part.end_block : n;
+  const int count = r == part.begin_req ? part.begin_split_count
+                                        : (r == part.end_req ? part.end_split_count : 1);
+  pc.split = count > 1;
+  pc.slot = r == part.begin_req ? part.begin_split : kp.run.split_offsets[r];
+  return pc;
+}
+
+// Byte offset of 16-byte unit `unit` (0..7) of row `row` inside a 64-row x 128 B swizzled chunk.
+__device__ __forceinline__ unsigned swz(int row, int unit) {
+  return static_cast<unsigned>(row * 128 + ((unit ^ (row & 7)) << 4));
+}
+
+// Four e4m3 (one word) times `scale`, rounded to bf16 once: bf16(float(e4m3) * scale) as the
+// reference computes it (e4m3 -> f16 -> f32 are exact; the product rounds in f32, then to bf16).
+__device__ __forceinline__ uint2 dequant4(unsigned w, float scale) {
+  const float2 a = f16x2_to_f32x2(e4m3x2_to_f16x2(static_cast<unsigned short>(w & 0xFFFF)));
+  const float2 b = f16x2_to_f32x2(e4m3x2_to_f16x2(static_cast<unsigned short>(w >> 16)));
+  return make_uint2(f32x2_to_bf16x2(a.x * scale, a.y * scale), f32x2_to_bf16x2(b.x * scale, b.y * scale));
+}
+
+// Cfg::kCluster when the prologue defines it, else 1.
+template <class C, class = void>
+struct ClusterOf {
+  static constexpr int value = 1;
+};
+template <class C>
+struct ClusterOf<C, decltype(void(C::kCluster))> {
+  static constexpr int value = C::kCluster;
+};
+
+// Cfg::kAblate when the prologue defines it, else kAblateNone: variants that leave one stage
+// out, for timing only (their numbers are wrong): what the kernel costs without the
+// e4m3 -> bf16 conversion (the raw bytes are stored instead), or without the tensor cores.
+enum Ablate : int { kAblateNone = 0, kAblateNoDequant = 1, kAblateNoMma = 2 };
+template <class C, class = void>
+struct AblateOf {
+  static constexpr int value = kAblateNone;
+};
+template <class C>
+struct AblateOf<C, decltype(void(C::kAblate))> {
+  static constexpr int value = C::kAblate;
+};
+
+struct Smem {
+  unsigned base;  // shared-window address of the 1024-aligned plan
+  unsigned char* ptr;
+  unsigned peer_delta;  // cluster of 2: the peer CTA's address of X is X + peer_delta
+  __device__ __forceinline__ unsigned q() const { return base + SmemPlan::kQ; }
+  __device__ __forceinline__ unsigned k(int stage) const {
+    return base + SmemPlan::kK + stage * kTileBytes;
+  }
+  __device__ __forceinline__ unsigned p() const { return base + SmemPlan::kP; }
+  __device__ __forceinline__ float* row_scale() const {
+    return reinterpret_cast<float*>(ptr + SmemPlan::kRowScale);
+  }
+  __device__ __forceinline__ float* out_scale(int parity) const {
+    return reinterpret_cast<float*>(ptr + SmemPlan::kOutScale) + parity * 64;
+  }
+  __device__ __forceinline__ int* ids(int stage) const {
+    return reinterpret_cast<int*>(ptr + SmemPlan::kIdx) + stage * 64;
+  }
+  __device__ __forceinline__ mbar_t* full(int stage) const {
+    return reinterpret_cast<mbar_t*>(ptr + SmemPlan::kBarFull) + stage;
+  }
+  __device__ __forceinline__ mbar_t* empty(int stage) const {
+    return reinterpret_cast<mbar_t*>(ptr + SmemPlan::kBarEmpty) + stage;
+  }
+  // Completed by the peer's st.async bytes (cluster of 2).
+  __device__ __forceinline__ mbar_t* remote(int stage) const {
+    return reinterpret_cast<mbar_t*>(ptr + SmemPlan::kBarRemote) + stage;
+  }
+  __device__ __forceinline__ unsigned peer(unsigned smem_addr) const { return smem_addr + peer_delta; }
+};
+
+// Writes 16 bytes of the tile here and, in a cluster of 2, at the same place in the peer's tile
+// (completing on the peer's remote barrier of that stage).
+template <int kCl>
+__device__ __forceinline__ void store_tile(const Smem& sm, unsigned addr, uint4 v, unsigned peer_bar) {
+  sts128(addr, v);
+  if constexpr (kCl == 2) st_async_v4(sm.peer(addr), v, peer_bar);
+}
+
+// ---- Producer (WG2) -------------------------------------------------------------------------------
+// The CTA's tokens: all 64, or in a cluster of 2 the 32 of its rank (32 rank ..). Thread t
+// gathers, for tokens t / 32 + 4 i of them, the 16 NoPE bytes 16 (t % 32) .. + 15 (one warp
+// reads one token's 512 contiguous bytes per load), and kRope of the 16-byte RoPE units. Loads
+// go out kPerRound tokens at a time (16 KB per CTA in flight), converted when they land: two
+// rounds per block, so two memory latencies (L2 hits after the prefetch) per block.
+template <class Cfg, int kCl>
+__device__ __forceinline__ void produce_block(const MlaSparseParams& p, const Smem& sm, int stage,
+                                              int t, int first_token) {
+  constexpr int kPerRound = 8;       // tokens per thread per round: 8 x 16 B loads in flight
+  constexpr int kRounds = 16 / kCl / kPerRound;
+  constexpr int kRope = 4 / kCl;    // (tokens x 8 units) / 128 threads
+  static_assert(kRounds * kPerRound * 4 * kCl == kTokens, "every token of the block, once");
+  const unsigned tile = sm.k(stage);
+  const unsigned peer_bar = sm.peer(ptx::smem_addr(sm.remote(stage)));
+  const int* ids = sm.ids(stage) + first_token;
+  const int j = t & 31;
+  const int g = t >> 5;
+  auto record = [&](int id) {
+    return p.kv + static_cast<long long>(id / Cfg::kPageSize) * p.kv_stride_block +
+           static_cast<long long>(id % Cfg::kPageSize) * p.kv_stride_slot;
+  };
+  // RoPE first: its loads are in flight while the first NoPE round converts.
+  uint4 rope[kRope];
+#pragma unroll
+  for (int i = 0; i < kRope; ++i) {
+    const int job = t + 128 * i;
+    const int id = ids[job >> 3];
+    rope[i] = id >= 0 ? ldg_nc_na_v4(record(id) + kDimNope + 16 + 16 * (job & 7)) : make_uint4(0, 0, 0, 0);
+  }
+  const unsigned chunk = tile + (j >> 2) * kChunkBytes;
+  const int unit0 = (j & 3) * 2;
+#pragma unroll
+  for (int round = 0; round < kRounds; ++round) {
+    uint4 raw[kPerRound];
+    float scale[kPerRound];
+#pragma unroll
+    for (int u = 0; u < kPerRound; ++u) {
+      const int id = ids[g + 4 * (round * kPerRound + u)];
+      if (id >= 0) {
+        const unsigned char* rec = record(id);
+        raw[u] = ldg_nc_na_v4(rec + 16 * j);
+        scale[u] = ldg_nc_na_f32(rec + kDimNope + 4 * (j >> 3));
+      } else {
+        raw[u] = make_uint4(0, 0, 0, 0);  // a zero row: P V must never meet a NaN
+        scale[u] = 0.f;
+      }
+    }
+    if (round == 0) {
+#pragma unroll
+      for (int i = 0; i < kRope; ++i) {
+        const int job = t + 128 * i;
+        store_tile<kCl>(sm, tile + 8 * kChunkBytes + swz(first_token + (job >> 3), job & 7), rope[i],
+                        peer_bar);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kPerRound; ++u) {
+      const int n = first_token + g + 4 * (round * kPerRound + u);
+      if constexpr (AblateOf<Cfg>::value == kAblateNoDequant) {
+        store_tile<kCl>(sm, chunk + swz(n, unit0), raw[u], peer_bar);
+        store_tile<kCl>(sm, chunk + swz(n, unit0 + 1), raw[u], peer_bar);
+        continue;
+      }
+      const uint2 a = dequant4(raw[u].x, scale[u]);
+      const uint2 b = dequant4(raw[u].y, scale[u]);
+      const uint2 c = dequant4(raw[u].z, scale[u]);
+      const uint2 d = dequant4(raw[u].w, scale[u]);
+      store_tile<kCl>(sm, chunk + swz(n, unit0), make_uint4(a.x, a.y, b.x, b.y), peer_bar);
+      store_tile<kCl>(sm, chunk + swz(n, unit0 + 1), make_uint4(c.x, c.y, d.x, d.y), peer_bar);
+    }
+  }
+}
+
+// 128 / kThreadsPerToken tokens from `first_token` of block `blk`: the 656-byte record spans six
+// or seven 128-byte lines, so seven prefetches (every 128 bytes and the last byte) shared by the
+// token's threads.
+template <class Cfg, int kThreadsPerToken>
+__device__ __forceinline__ void prefetch_block(const MlaSparseParams& p, const int* row, int len,
+                                               long long pool, int blk, int first_token, int t) {
+  if (blk < 0) return;
+  const int pos = blk * kTokens + first_token + t / kThreadsPerToken;
+  if (pos >= len) return;
+  const int id = ldg_nc_s32(row + pos);
+  if (id < 0 || id >= pool) return;
+  const unsigned char* rec = p.kv + static_cast<long long>(id / Cfg::kPageSize) * p.kv_stride_block +
+                             static_cast<long long>(id % Cfg::kPageSize) * p.kv_stride_slot;
+#pragma unroll
+  for (int k = t % kThreadsPerToken; k < 7; k += kThreadsPerToken) {
+    prefetch_l2(rec + (k < 6 ? 128 * k : kTokenBytes - 1));
+  }
+}
+
+// Prefetches the block two places after (r, blk) in the partition's order, crossing into the
+// next requests of the partition when this one ends (their first blocks would otherwise start
+// from cold HBM).
+template <class Cfg, int kCl>
+__device__ __forceinline__ void prefetch_ahead(const SparseKernelParams& kp, const SparsePart& part,
+                                               int tok, int r, int blk, int blk_end, int steps,
+                                               long long pool, int first_token, int t) {
+  for (int step = 0; step < steps; ++step) {
+    ++blk;
+    while (blk >= blk_end) {
+      if (++r > part.end_req) return;
+      const Piece next = piece_of(kp, part, r);
+      blk = next.blk_begin;
+      blk_end = next.blk_end;
+    }
+  }
+  const MlaSparseParams& p = kp.p;
+  const int* row = p.indices + r * p.indices_stride_batch + tok * p.indices_stride_token;
+  prefetch_block<Cfg, 2 * kCl>(p, row, request_len(p, r), pool, blk, first_token, t);
+}
+
+template <class Cfg, int kCl>
+__device__ __forceinline__ void producer(const SparseKernelParams& kp, const SparsePart& part,
+                                         int tok, const Smem& sm, int rank) {
+  const MlaSparseParams& p = kp.p;
+  const int t = threadIdx.x - 256;
+  const long long pool = static_cast<long long>(p.num_blocks) * Cfg::kPageSize;
+  const int first_token = rank * (kTokens / kCl);
+  int it = 0;
+  for (int r = part.begin_req; r <= part.end_req; ++r) {
+    const Piece pc = piece_of(kp, part, r);
+    const int len = request_len(p, r);
+    const int* row = p.indices + r * p.indices_stride_batch + tok * p.indices_stride_token;
+    for (int blk = pc.blk_begin; blk < pc.blk_end; ++blk, ++it) {
+      const int stage = it & 1;
+      // Fresh barriers complete "the phase before phase 0", so the first two waits pass. In a
+      // cluster the barrier also counts the peer's consumers: this producer writes their tile.
+      if constexpr (kCl == 2) {
+        mbar_wait_cluster(sm.empty(stage), ((it >> 1) & 1) ^ 1);
+      } else {
+        mbar_wait(sm.empty(stage), ((it >> 1) & 1) ^ 1);
+      }
+      // The peer's bytes for this stage may land before this; the phase still cannot complete
+      // until this arrival, and the tx count may dip below zero meanwhile (PTX allows it).
+      if (kCl == 2 && t == 0) mbar_arrive_expect_tx(sm.remote(stage), kPeerBytes);
+      // Every CTA keeps all 64 ids: the consumers mask with them.
+      if (t < kTokens) {
+        const int pos = blk * kTokens + t;
+        int id = pos < len ? ldg_nc_s32(row + pos) : -1;
+        // Ids outside the pool are skipped like -1 rather than read out of bounds.
+        if (id >= pool) id = -1;
+        sm.ids(stage)[t] = id < 0 ? -1 : id;
+      }
+      named_bar_sync(kBarIds, 128);
+      // The gather's loads wait a full memory latency per round; records of the block after
+      // next are pulled into L2 now so that those rounds hit L2 (a block of work is ~2000 clk,
+      // about one loaded HBM latency).
+      prefetch_ahead<Cfg, kCl>(kp, part, tok, r, blk, pc.blk_end, 2, pool, first_token, t);
+      if (it == 0) prefetch_ahead<Cfg, kCl>(kp, part, tok, r, blk, pc.blk_end, 1, pool, first_token, t);
+      produce_block<Cfg, kCl>(p, sm, stage, t, first_token);
+      fence_proxy_async_smem();
+      mbar_arrive(sm.full(stage));
+    }
+  }
+}
+
+// ---- Consumers ------------------------------------------------------------------------------------
+// A tile is ready when the local producer's 128 arrivals (and, in a cluster, the peer's bytes)
+// completed its phase; it is released to both producers of a cluster (each writes it).
+template <int kCl>
+__device__ __forceinline__ void wait_tile(const Smem& sm, int stage, unsigned parity) {
+  mbar_wait(sm.full(stage), parity);
+  if constexpr (kCl == 2) mbar_wait_cluster(sm.remote(stage), parity);
+}
+template <int kCl>
+__device__ __forceinline__ void release_tile(const Smem& sm, int stage) {
+  mbar_arrive(sm.empty(stage));
+  if constexpr (kCl == 2) mbar_arrive_cluster(sm.peer(ptx::smem_addr(sm.empty(stage))));
+}
+
+// Accumulator fragment of wgmma m64nN (PTX ISA "wgmma .m64nNk16 register fragment layout for
+// accumulator D"): thread (warp w, lane l) holds rows r0 = 16 w + l / 4 and r0 + 8; for each n8
+// block i, d[4i + 0, 1] = row r0, columns 8i + 2 (l % 4) + {0, 1}; d[4i + 2, 3] = row r0 + 8.
+
+// Writes this warpgroup's half of O (columns col0 .. col0 + 255) scaled per row, for rows that
+// are real heads.
+__device__ __forceinline__ void store_o(const SparseKernelParams& kp, const Piece& pc, int r,
+                                        int tok, int head0, int r0, int c, int col0,
+                                        const float (&o)[128], float f0, float f1) {
+  const MlaSparseParams& p = kp.p;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int head = head0 + r0 + 8 * half;
+    if (head >= p.num_heads) continue;
+    const float f = half == 0 ? f0 : f1;
+    if (pc.split) {
+      float* dst = kp.run.partial_o +
+                   ((static_cast<long long>(pc.slot) * p.q_len + tok) * p.num_heads + head) * kDimV +
+                   col0 + 2 * c;
+#pragma unroll
+      for (int i = 0; i < 32; ++i) {
+        *reinterpret_cast<float2*>(dst + 8 * i) =
+            make_float2(o[4 * i + 2 * half] * f, o[4 * i + 2 * half + 1] * f);
+      }
+    } else {
+      unsigned short* dst = static_cast<unsigned short*>(p.out) + r * p.out_stride_batch +
+                            tok * p.out_stride_token + head * p.out_stride_head + col0 + 2 * c;
+#pragma unroll
+      for (int i = 0; i < 32; ++i) {
+        *reinterpret_cast<unsigned*>(dst + 8 * i) =
+            f32x2_to_bf16x2(o[4 * i + 2 * half] * f, o[4 * i + 2 * half + 1] * f);
+      }
+    }
+  }
+}
+
+// Pulls the next request's Q rows (64 x 1152 B = 576 lines of 128 B) into L2 while this one
+// runs: load_q then waits for L2, not HBM.
+__device__ __forceinline__ void prefetch_q(const MlaSparseParams& p, int r, int tok, int head0, int t) {
+  const char* q = static_cast<const char*>(p.q);
+  for (int line = t; line < kHeadsPerCta * 9; line += 128) {
+    const int head = head0 + line / 9;
+    if (head >= p.num_heads) break;
+    prefetch_l2(q + 2 * (r * p.q_stride_batch + tok * p.q_stride_token + head * p.q_stride_head) +
+                128 * (line % 9));
+  }
+}
+
+__device__ __forceinline__ void load_q(const MlaSparseParams& p, const Smem& sm, int r, int tok,
+                                       int head0, int t) {
+  const char* q = static_cast<const char*>(p.q);
+  // 64 rows x 72 units of 16 B; rows past num_heads are zero-filled, their q never read.
+#pragma unroll 4
+  for (int i = 0; i < 36; ++i) {
+    const int job = t + 128 * i;
+    const int row = job / 72;
+    const int u = job % 72;
+    const int head = head0 + row;
+    const bool valid = head < p.num_heads;
+    const char* src = valid ? q + 2 * (r * p.q_stride_batch + tok * p.q_stride_token +
+                                       head * p.q_stride_head) + 16 * u
+                            : q;
+    ptx::cp_async_16(sm.q() + (u >> 3) * kChunkBytes + swz(row, u & 7), src, valid);
+  }
+  ptx::cp_async_commit();
+  ptx::cp_async_wait<0>();
+  fence_proxy_async_smem();
+  named_bar_sync(kBarQReady, 128);
+}
+
+template <int kCl, int kAblate>
+__device__ __forceinline__ void consumer0(const SparseKernelParams& kp, const SparsePart& part,
+                                          int tok, int head0, const Smem& sm) {
+  const MlaSparseParams& p = kp.p;
+  const int t = threadIdx.x;
+  const int warp = t >> 5, lane = t & 31;
+  const int r0 = warp * 16 + (lane >> 2);
+  const int c = lane & 3;
+  const float scale = p.softmax_scale != 0.f ? p.softmax_scale : 0.041666666666666664f;  // 1/sqrt(576)
+  const float sl2 = scale * kLog2e;
+
+  float o[128];
+  float s[32];
+  int it = 0;
+  int nreq = 0;
+  for (int r = part.begin_req; r <= part.end_req; ++r, ++nreq) {
+    const Piece pc = piece_of(kp, part, r);
+    if (pc.blk_begin < pc.blk_end) load_q(p, sm, r, tok, head0, t);
+    if (r < part.end_req) prefetch_q(p, r + 1, tok, head0, t);
+#pragma unroll
+    for (int i = 0; i < 128; ++i) o[i] = 0.f;
+    float m0 = kNegInf, m1 = kNegInf, l0 = 0.f, l1 = 0.f;
+    for (int blk = pc.blk_begin; blk < pc.blk_end; ++blk, ++it) {
+      const int stage = it & 1;
+      const unsigned tile = sm.k(stage);
+      wait_tile<kCl>(sm, stage, (it >> 1) & 1);
+
+      // S = Q K^T: A = Q (K-major, rows = heads), B = K (K-major, rows = tokens); k step kk
+      // reads 16 columns = 32 B at byte 32 (kk % 4) of chunk kk / 4.
+      if constexpr (kAblate == kAblateNoMma) {
+#pragma unroll
+        for (int i = 0; i < 32; ++i) s[i] = 0.f;
+      } else {
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < kDimQK / 16; ++kk) {
+          const unsigned off = (kk >> 2) * kChunkBytes + (kk & 3) * 32;
+          wgmma_m64n64k16_ss<0>(s, smem_desc_sw128(sm.q() + off, 16, 1024),
+                                smem_desc_sw128(tile + off, 16, 1024), kk > 0);
+        }
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_regs(s);
+      }
+
+      // Invalid ids (-1, past topk_length, outside the pool) never count: -inf before the max.
+      const int* ids = sm.ids(stage);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const int2 v = *reinterpret_cast<const int2*>(ids + 8 * i + 2 * c);
+        if (v.x < 0) s[4 * i] = s[4 * i + 2] = kNegInf;
+        if (v.y < 0) s[4 * i + 1] = s[4 * i + 3] = kNegInf;
+      }
+      float mx0 = kNegInf, mx1 = kNegInf;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        mx0 = fmaxf(mx0, fmaxf(s[4 * i], s[4 * i + 1]));
+        mx1 = fmaxf(mx1, fmaxf(s[4 * i + 2], s[4 * i + 3]));
+      }
+      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+      const float mn0 = fmaxf(m0, mx0 * sl2);
+      const float mn1 = fmaxf(m1, mx1 * sl2);
+      // A row with no valid key yet keeps max -inf; 0 as reference avoids -inf - -inf = NaN and
+      // still gives exp2(-inf) = 0 for the masked entries and the (empty) old state.
+      const float ref0 = mn0 == kNegInf ? 0.f : mn0;
+      const float ref1 = mn1 == kNegInf ? 0.f : mn1;
+      const float a0 = ptx::ex2(m0 - ref0);
+      const float a1 = ptx::ex2(m1 - ref1);
+      m0 = mn0;
+      m1 = mn1;
+      float sum0 = 0.f, sum1 = 0.f;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        s[4 * i] = ptx::ex2(fmaf(s[4 * i], sl2, -ref0));
+        s[4 * i + 1] = ptx::ex2(fmaf(s[4 * i + 1], sl2, -ref0));
+        s[4 * i + 2] = ptx::ex2(fmaf(s[4 * i + 2], sl2, -ref1));
+        s[4 * i + 3] = ptx::ex2(fmaf(s[4 * i + 3], sl2, -ref1));
+        sum0 += s[4 * i] + s[4 * i + 1];
+        sum1 += s[4 * i + 2] + s[4 * i + 3];
+      }
+      l0 = l0 * a0 + sum0;
+      l1 = l1 * a1 + sum1;
+
+      // P as the A fragment of k step kk (tokens 16 kk ..): n8 blocks 2 kk and 2 kk + 1.
+      unsigned pa[4][4];
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        pa[kk][0] = f32x2_to_bf16x2(s[8 * kk + 0], s[8 * kk + 1]);
+        pa[kk][1] = f32x2_to_bf16x2(s[8 * kk + 2], s[8 * kk + 3]);
+        pa[kk][2] = f32x2_to_bf16x2(s[8 * kk + 4], s[8 * kk + 5]);
+        pa[kk][3] = f32x2_to_bf16x2(s[8 * kk + 6], s[8 * kk + 7]);
+      }
+      // WG1 may still be reading the previous block's P and factors.
+      if (it > 0) named_bar_sync(kBarPFree, 256);
+      // sP: 64 rows x 64 bf16 = one K-major swizzled chunk; element (row, col) at unit col / 8.
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        const unsigned base = sm.p() + 4 * (c & 3);
+        sts32(base + swz(r0, 2 * kk), pa[kk][0]);
+        sts32(base + swz(r0 + 8, 2 * kk), pa[kk][1]);
+        sts32(base + swz(r0, 2 * kk + 1), pa[kk][2]);
+        sts32(base + swz(r0 + 8, 2 * kk + 1), pa[kk][3]);
+      }
+      if (c == 0) {
+        sm.row_scale()[r0] = a0;
+        sm.row_scale()[r0 + 8] = a1;
+      }
+      fence_proxy_async_smem();
+      named_bar_arrive(kBarPReady, 256);
+
+#pragma unroll
+      for (int i = 0; i < 32; ++i) {
+        o[4 * i] *= a0;
+        o[4 * i + 1] *= a0;
+        o[4 * i + 2] *= a1;
+        o[4 * i + 3] *= a1;
+      }
+      // O[:, 0:256] += P V: B = V (MN-major: rows = tokens, 64 columns per chunk), k step kk is
+      // tokens 16 kk .. 16 kk + 15 = two 8-row groups (SBO 1024 B) at byte 2048 kk; the 256
+      // columns are chunks 0..3 (LBO 8192 B).
+      if constexpr (kAblate != kAblateNoMma) {
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+          wgmma_m64n256k16_rs<1>(o, pa[kk], smem_desc_sw128(tile + 2048 * kk, kChunkBytes, 1024), true);
+        }
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_regs(o);
+      }
+      if (lane == 0) release_tile<kCl>(sm, stage);
+    }
+
+    // Epilogue: full row sums, then the output factor (1 / l, with the sink for a final
+    // output) shared with WG1 and the LSE.
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+    float f[2], lse[2];
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const float l = half == 0 ? l0 : l1;
+      const float m = half == 0 ? m0 : m1;
+      const int head = head0 + r0 + 8 * half;
+      if (l == 0.f) {  // no valid key: zeros and LSE -inf (DESIGN.md), sink or not
+        f[half] = 0.f;
+        lse[half] = kNegInf;
+      } else {
+        lse[half] = (m + ptx::lg2(l)) * kLn2;
+        float denom = l;
+        if (!pc.split && p.attn_sink != nullptr && head < p.num_heads) {
+          denom += ptx::ex2(p.attn_sink[head] * kLog2e - m);
+        }
+        f[half] = 1.f / denom;
+      }
+    }
+    float* out_scale = sm.out_scale(nreq & 1);
+    if (c == 0) {
+      out_scale[r0] = f[0];
+      out_scale[r0 + 8] = f[1];
+    }
+    named_bar_sync(kBarEpilogue, 256);
+    store_o(kp, pc, r, tok, head0, r0, c, 0, o, f[0], f[1]);
+    if (c == 0) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int head = head0 + r0 + 8 * half;
+        if (head >= p.num_heads) continue;
+        if (pc.split) {
+          kp.run.partial_lse[(static_cast<long long>(pc.slot) * p.q_len + tok) * p.num_heads + head] = lse[half];
+        } else if (p.lse != nullptr) {
+          p.lse[r * p.lse_stride_batch + tok * p.lse_stride_token + head * p.lse_stride_head] = lse[half];
+        }
+      }
+    }
+  }
+  // Matches WG1's arrival after the partition's last block.
+  if (it > 0) named_bar_sync(kBarPFree, 256);
+}
+
+template <int kCl, int kAblate>
+__device__ __forceinline__ void consumer1(const SparseKernelParams& kp, const SparsePart& part,
+                                          int tok, int head0, const Smem& sm) {
+  const int t = threadIdx.x - 128;
+  const int warp = t >> 5, lane = t & 31;
+  const int r0 = warp * 16 + (lane >> 2);
+  const int c = lane & 3;
+  float o[128];
+  int it = 0;
+  int nreq = 0;
+  for (int r = part.begin_req; r <= part.end_req; ++r, ++nreq) {
+    const Piece pc = piece_of(kp, part, r);
+#pragma unroll
+    for (int i = 0; i < 128; ++i) o[i] = 0.f;
+    for (int blk = pc.blk_begin; blk < pc.blk_end; ++blk, ++it) {
+      const int stage = it & 1;
+      const unsigned tile = sm.k(stage);
+      // Acquire the producer's tile for this warpgroup's own async-proxy reads.
+      wait_tile<kCl>(sm, stage, (it >> 1) & 1);
+      named_bar_sync(kBarPReady, 256);
+      const float a0 = sm.row_scale()[r0];
+      const float a1 = sm.row_scale()[r0 + 8];
+#pragma unroll
+      for (int i = 0; i < 32; ++i) {
+        o[4 * i] *= a0;
+        o[4 * i + 1] *= a0;
+        o[4 * i + 2] *= a1;
+        o[4 * i + 3] *= a1;
+      }
+      // O[:, 256:512] += P V: A = P (K-major 64 x 64, k step kk at byte 32 kk), B = V chunks
+      // 4..7 as in consumer 0.
+      if constexpr (kAblate != kAblateNoMma) {
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+          wgmma_m64n256k16_ss<1>(o, smem_desc_sw128(sm.p() + 32 * kk, 16, 1024),
+                                 smem_desc_sw128(tile + 4 * kChunkBytes + 2048 * kk, kChunkBytes, 1024),
+                                 true);
+        }
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_regs(o);
+      }
+      named_bar_arrive(kBarPFree, 256);
+      if (lane == 0) release_tile<kCl>(sm, stage);
+    }
+    named_bar_sync(kBarEpilogue, 256);
+    const float* out_scale = sm.out_scale(nreq & 1);
+    store_o(kp, pc, r, tok, head0, r0, c, 256, o, out_scale[r0], out_scale[r0 + 8]);
+  }
+}
+
+template <class Cfg>
+__device__ __forceinline__ void mla_sparse_decode_sm90(const SparseKernelParams& kp,
+                                                       unsigned char* smem_raw) {
+  constexpr int kCl = ClusterOf<Cfg>::value;
+  static_assert(kCl == 1 || kCl == 2, "Cfg::kCluster: 1, or 2 for two head blocks");
+  const unsigned raw = ptx::smem_addr(smem_raw);
+  Smem sm;
+  sm.base = (raw + 1023u) & ~1023u;
+  sm.ptr = smem_raw + (sm.base - raw);
+  // Both CTAs of a cluster run the same kernel, so their plans sit at the same offsets.
+  unsigned rank = 0;
+  sm.peer_delta = 0;
+  if constexpr (kCl == 2) {
+    rank = cluster_ctarank();
+    sm.peer_delta = mapa_shared(sm.base, rank ^ 1u) - sm.base;
+  }
+
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(sm.full(s), 128);       // every producer thread
+      mbar_init(sm.empty(s), 8 * kCl);  // lane 0 of each consumer warp (of both CTAs)
+      mbar_init(sm.remote(s), 1);       // the local expect_tx arrival (+ the peer's bytes)
+    }
+    fence_mbar_init();
+  }
+  // In a cluster the peer's barriers must be initialised before its first remote arrival.
+  if constexpr (kCl == 2) {
+    cluster_sync();
+  } else {
+    __syncthreads();
+  }
+  // Under programmatic dependent launch the scheduler's metadata may still be in flight.
+  grid_dependency_wait();
+
+  const SparsePart part = kp.run.parts[blockIdx.z];
+  const int tok = blockIdx.y;
+  const int head0 = blockIdx.x * kHeadsPerCta;
+  // Read through a shuffle so that ptxas sees a warp-uniform role: wgmma in a path it takes for
+  // divergent is serialized (C7518: a wait after every wgmma).
+  const int wg = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / 128, 0);
+  if (wg == 2) {
+    setmaxnreg_dec<kRegsProducer>();
+    producer<Cfg, kCl>(kp, part, tok, sm, static_cast<int>(rank));
+  } else if (wg == 0) {
+    setmaxnreg_inc<kRegsConsumer0>();
+    consumer0<kCl, AblateOf<Cfg>::value>(kp, part, tok, head0, sm);
+  } else {
+    setmaxnreg_inc<kRegsConsumer1>();
+    consumer1<kCl, AblateOf<Cfg>::value>(kp, part, tok, head0, sm);
+  }
+  // The combine kernel (launched with programmatic dependent launch) may start; its
+  // griddepcontrol.wait still sees every write of this grid.
+  launch_dependents();
+  // Neither CTA of a cluster may leave while the other can still write its tiles or arrive on
+  // its barriers.
+  if constexpr (kCl == 2) cluster_sync();
+}
+
+}  // namespace deca::mla::sm90

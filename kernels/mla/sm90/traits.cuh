@@ -1,0 +1,77 @@
+// Launch facts and the shared-memory plan of the sm90a warp-specialized MLA sparse FP8 decode
+// kernel (kernels/mla/sm90/decode.cuh). Host and device code read the same constexpr lines: the
+// backend launches kThreads threads with kSmemBytes of dynamic shared memory and clusters of
+// kClusterX(num_heads) CTAs along x.
+#pragma once
+
+#ifndef DECA_HD
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+#define DECA_HD __host__ __device__
+#else
+#define DECA_HD
+#endif
+#endif
+
+namespace deca::mla::sm90 {
+
+constexpr int kThreads = 384;     // three warpgroups: consumer 0, consumer 1, producer
+constexpr int kHeadsPerCta = 64;  // the M of every wgmma; num_heads is padded to it inside
+constexpr int kTokens = 64;       // tokens per pipeline block (= kTopkBlock of sparse_work.cuh)
+constexpr int kDimQK = 576;
+constexpr int kDimV = 512;
+constexpr int kDimNope = 512;
+constexpr int kTokenBytes = 656;  // 512 e4m3, 4 fp32 scales, 64 bf16 RoPE
+constexpr int kStages = 2;        // K/V tiles in flight between the producer and the consumers
+
+// Register budgets after setmaxnreg (multiples of 8; the three sum to 3 x 168, what one CTA of
+// 384 threads gets at launch): consumer 0 holds S (32), P (16) and half of O (128); consumer 1
+// half of O; the producer 8 x (16-byte load + scale) in flight per round plus the RoPE loads
+// (96 spills 64 bytes there, 104 spills 12).
+constexpr int kRegsConsumer0 = 224;
+constexpr int kRegsConsumer1 = 168;
+constexpr int kRegsProducer = 112;
+static_assert(kRegsConsumer0 + kRegsConsumer1 + kRegsProducer <= 3 * 168, "register file");
+
+// One bf16 tile of 64 rows x 576 columns as the wgmma wants it: 9 column chunks of 64 bf16
+// (128 B), each chunk 64 rows x 128 B with the 128 B swizzle (16-byte unit u of row r stored at
+// unit u ^ (r % 8)), chunks 8192 B apart. Q (rows = heads) and K/V (rows = tokens) share it.
+constexpr int kChunkBytes = 64 * 128;
+constexpr int kTileBytes = (kDimQK / 64) * kChunkBytes;  // 73728
+
+// Byte offsets from the 1024-aligned base of dynamic shared memory.
+struct SmemPlan {
+  static constexpr int kQ = 0;                                 // Q tile of this (request, token)
+  static constexpr int kK = kQ + kTileBytes;                   // kStages K/V tiles
+  static constexpr int kP = kK + kStages * kTileBytes;         // P (bf16 64 x 64) for consumer 1
+  static constexpr int kRowScale = kP + kChunkBytes;           // float[64]: O rescale per block
+  static constexpr int kOutScale = kRowScale + 64 * 4;         // float[2][64]: final O factor
+  static constexpr int kIdx = kOutScale + 2 * 64 * 4;          // int[kStages][64]: id, -1 invalid
+  static constexpr int kBarFull = kIdx + kStages * 64 * 4;     // u64[kStages]
+  static constexpr int kBarEmpty = kBarFull + kStages * 8;     // u64[kStages]
+  static constexpr int kBarRemote = kBarEmpty + kStages * 8;   // u64[kStages], cluster of 2 only
+  static constexpr int kEnd = kBarRemote + kStages * 8;
+};
+
+// The dynamic size asked at launch: the plan plus 1 KiB to align its base to the 1024 B the
+// 128 B-swizzle atoms need (the runtime guarantees only 16 B).
+constexpr int kSmemBytes = SmemPlan::kEnd + 1024;
+
+static_assert(SmemPlan::kK % 1024 == 0 && SmemPlan::kP % 1024 == 0, "swizzle atoms 1024-aligned");
+static_assert(SmemPlan::kBarFull % 8 == 0, "mbarrier alignment");
+static_assert(kSmemBytes <= 227 * 1024, "shared memory per CTA on sm_90");
+
+// CTAs per cluster along x, the default the backend should launch (and put in Cfg::kCluster).
+// Cfg::kCluster = 2 (num_heads 65..128: exactly two head blocks) makes the two CTAs of a cluster
+// dequantize 32 tokens each and write them into both tiles through distributed shared memory.
+// 1 until the cluster variant has passed the GPU suite: then num_heads > 64 ? 2 : 1.
+DECA_HD constexpr int kClusterX(int /*num_heads*/) { return 1; }
+
+// Bytes one CTA of a 2-CTA cluster receives from its peer per block: 32 tokens x 576 bf16.
+constexpr int kPeerBytes = (kTokens / 2) * kDimQK * 2;
+
+// Head blocks (grid x) for num_heads.
+DECA_HD constexpr int head_blocks(int num_heads) {
+  return (num_heads + kHeadsPerCta - 1) / kHeadsPerCta;
+}
+
+}  // namespace deca::mla::sm90

@@ -1,0 +1,59 @@
+// NVRTC compiles the sm90a MLA sparse FP8 decode kernel (no GPU needed: runs in CI) for page sizes
+// 1, 64 and 128 (the page size only changes a division) and both cluster sizes; each cubin exports the entry, and ptxas reports no spills, no stack and
+// none of the warnings that silently cost the design its point: setmaxnreg ignored (C7508) or
+// wgmma serialized (the accumulators touched inside a wgmma pipeline stage).
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <string>
+
+#include "jit/elf_symbols.hpp"
+#include "jit/mla_sm90_spec.hpp"
+#include "jit/nvrtc_compile.hpp"
+#include "kernels/mla/sm90/traits.cuh"
+
+namespace deca {
+namespace {
+
+void expect_clean_compile(const jit::JitSpec& spec) {
+  const jit::CompileResult r = jit::compile(spec);
+  ASSERT_FALSE(r.cubin.empty()) << spec.name;
+  ASSERT_TRUE(r.ptxas.found) << spec.name << ": no ptxas report in the NVRTC log:\n" << r.log;
+  EXPECT_TRUE(jit::testing::elf_has_symbol(r.cubin, spec.entry)) << spec.name;
+  std::printf("[nvrtc] %-32s %7.0f ms  regs=%d spill_stores=%d spill_loads=%d stack=%d\n",
+              spec.name.c_str(), r.compile_ms, r.ptxas.registers, r.ptxas.spill_store_bytes,
+              r.ptxas.spill_load_bytes, r.ptxas.stack_bytes);
+  EXPECT_EQ(r.ptxas.spill_store_bytes, 0) << spec.name;
+  EXPECT_EQ(r.ptxas.spill_load_bytes, 0) << spec.name;
+  EXPECT_EQ(r.ptxas.stack_bytes, 0) << spec.name;
+  // 384 threads, one CTA per SM: the launch budget setmaxnreg redistributes.
+  EXPECT_LE(r.ptxas.registers, 168) << spec.name;
+  EXPECT_EQ(r.log.find("C7508"), std::string::npos) << spec.name << ":\n" << r.log;
+  EXPECT_EQ(r.log.find("serialized"), std::string::npos) << spec.name << ":\n" << r.log;
+}
+
+TEST(MlaSm90Nvrtc, CompilesWithoutSpillsForPageSizes) {
+  for (int page : {1, 64, 128}) expect_clean_compile(test::mla_sm90_spec(page));
+}
+
+// The 2-CTA cluster variant (128 heads: the two head blocks share the dequantized tokens).
+TEST(MlaSm90Nvrtc, ClusterVariantCompilesWithoutSpills) {
+  for (int page : {1, 64}) expect_clean_compile(test::mla_sm90_spec(page, 2));
+}
+
+// The timing variants that leave the dequantization or the tensor cores out.
+TEST(MlaSm90Nvrtc, AblationVariantsCompileWithoutSpills) {
+  for (int ablate : {1, 2}) expect_clean_compile(test::mla_sm90_spec(64, 1, ablate));
+}
+
+TEST(MlaSm90Nvrtc, SharedMemoryPlanFitsOneCta) {
+  static_assert(mla::sm90::kSmemBytes <= 227 * 1024);
+  EXPECT_EQ(mla::sm90::kThreads, 384);
+  EXPECT_EQ(mla::sm90::head_blocks(64), 1);
+  EXPECT_EQ(mla::sm90::head_blocks(100), 2);
+  EXPECT_EQ(mla::sm90::head_blocks(128), 2);
+  std::printf("[smem] %d bytes dynamic per CTA\n", mla::sm90::kSmemBytes);
+}
+
+}  // namespace
+}  // namespace deca
