@@ -50,6 +50,7 @@ int head_blocks(int num_heads) { return (num_heads + 63) / 64; }
 
 struct Kernels {
   int arch = 0;
+  std::string variant;
   MlaDecodeShape shape;
   const jit::LoadedKernel* schedule;
   const jit::LoadedKernel* decode;
@@ -66,21 +67,22 @@ MlaKernelKey key(int arch, MlaKernelRole role, const std::string& variant = "por
 
 // Loaded once per (decode kernel name, head count, device) and kept: a run after the first does
 // one map lookup, no hashing, compiling or device queries.
-const Kernels& kernels(const std::string& variant, int arch, int num_heads, int device) {
+const Kernels& kernels(const MlaKernelKey& dk, int num_heads, int device) {
   static std::mutex mu;
   static std::map<std::pair<std::string, int>, Kernels> memo;
-  const MlaKernelKey dk = key(arch, MlaKernelRole::kDecode, variant);
   const auto id = std::make_pair(dk.name() + "_h" + std::to_string(num_heads), device);
   {
     std::lock_guard<std::mutex> lock(mu);
     if (auto it = memo.find(id); it != memo.end()) return it->second;
   }
   Kernels k;
-  k.arch = arch;
-  k.shape = mla_decode_shape(variant, num_heads);
-  k.schedule = &jit::get_kernel(key(arch, MlaKernelRole::kSchedule).spec(), device);
+  k.arch = dk.arch;
+  k.variant = dk.variant;
+  k.shape = mla_decode_shape(dk.variant, num_heads);
+  k.shape.cluster_x = dk.cluster;
+  k.schedule = &jit::get_kernel(key(dk.arch, MlaKernelRole::kSchedule).spec(), device);
   k.decode = &jit::get_kernel(dk.spec(), device);
-  k.combine = &jit::get_kernel(key(arch, MlaKernelRole::kCombine).spec(), device);
+  k.combine = &jit::get_kernel(key(dk.arch, MlaKernelRole::kCombine).spec(), device);
   std::lock_guard<std::mutex> lock(mu);
   return memo.try_emplace(id, k).first->second;
 }
@@ -99,14 +101,20 @@ const Kernels& plan_kernels(const MlaPlan& plan) {
   }
   const int arch = compute_capability(device);
   for (const char* variant : {"portable", "sm90"}) {
-    if (key(arch, MlaKernelRole::kDecode, variant).name() != plan.kernel_name) continue;
     if (std::string(variant) == "sm90" && !kMlaSm90KernelEnabled) break;
-    const Kernels& k = kernels(variant, arch, plan.config.num_heads, device);
-    std::lock_guard<std::mutex> lock(mu);
-    return *by_plan.try_emplace(id, &k).first->second;
+    MlaKernelKey dk = mla_decode_key(arch, variant, plan.config);
+    // The plan may have been made under another DECA_MLA_CLUSTER: accept either pairing.
+    for (int cluster : {dk.cluster, 3 - dk.cluster}) {
+      if (cluster == 2 && !(plan.config.num_heads > 64 && plan.config.num_heads <= 128)) continue;
+      dk.cluster = std::string(variant) == "sm90" ? cluster : 1;
+      if (dk.name() != plan.kernel_name) continue;
+      const Kernels& k = kernels(dk, plan.config.num_heads, device);
+      std::lock_guard<std::mutex> lock(mu);
+      return *by_plan.try_emplace(id, &k).first->second;
+    }
   }
   throw Error("mla_decode_sparse: plan.kernel_name: expected the name of a decode kernel this "
-              "device runs (e.g. \"" + key(arch, MlaKernelRole::kDecode, "portable").name() +
+              "device runs (e.g. \"" + mla_decode_key(arch, "portable", plan.config).name() +
               "\"), got \"" + plan.kernel_name + "\": make the plan again with plan_mla_decode");
 }
 
@@ -158,8 +166,9 @@ void plan_mla_sparse(MlaPlan& plan) {
   plan.num_parts = mla::sparse_num_parts(plan.sm_count, c.max_q_len, c.num_heads);
   plan.num_splits = plan.num_parts;
   plan.workspace_bytes = layout(c, plan.num_parts).total();
-  plan.kernel_name = key(arch, MlaKernelRole::kDecode, variant).name();
-  (void)kernels(variant, arch, c.num_heads, device);
+  const MlaKernelKey dk = mla_decode_key(arch, variant, c);
+  plan.kernel_name = dk.name();
+  (void)kernels(dk, c.num_heads, device);
 }
 
 void mla_sparse_decode(const MlaPlan& plan, const MlaSparseParams& params, void* workspace,
@@ -205,6 +214,10 @@ void mla_sparse_decode(const MlaPlan& plan, const MlaSparseParams& params, void*
   jit::Dim3 block;
   block.x = static_cast<unsigned>(k.shape.threads);
   jit::LaunchOptions decode_options;
+  // The sm90 kernel waits on griddepcontrol before it reads the scheduler's output, so its
+  // prologue (barrier setup, Q loads) may overlap the scheduler's tail; the portable one does
+  // not wait and must not be launched early.
+  decode_options.pdl = k.variant == "sm90";
   if (k.shape.cluster_x > 1) {
     decode_options.cluster.x = static_cast<unsigned>(k.shape.cluster_x);
     decode_options.cluster.y = 1;

@@ -34,6 +34,10 @@ const char* role_name(MlaKernelRole role) {
 std::string MlaKernelKey::name() const {
   std::string s = role_name(role);
   if (role == MlaKernelRole::kDecode) s += "_" + variant;
+  if (role == MlaKernelRole::kDecode && variant == "sm90") {
+    s += "_p" + std::to_string(page_size);
+    if (cluster > 1) s += "_c" + std::to_string(cluster);
+  }
   s += "_sm" + std::to_string(arch);
   return s;
 }
@@ -66,7 +70,12 @@ jit::JitSpec MlaKernelKey::spec() const {
       spec.entry = "deca_combine";
       break;
   }
-  spec.source = "// " + spec.name + "\n#include \"" + header + "\"\n";
+  std::string prologue;
+  if (role == MlaKernelRole::kDecode && variant == "sm90") {
+    prologue = "struct Cfg {\n  static constexpr int kPageSize = " + std::to_string(page_size) +
+               ";\n  static constexpr int kCluster = " + std::to_string(cluster) + ";\n};\n";
+  }
+  spec.source = "// " + spec.name + "\n" + prologue + "#include \"" + header + "\"\n";
   return spec;
 }
 
@@ -75,6 +84,25 @@ std::string mla_decode_variant(int arch) {
   const char* env = std::getenv("DECA_MLA_KERNEL");
   if (env != nullptr && std::strcmp(env, "portable") == 0) return "portable";
   return "sm90";
+}
+
+MlaKernelKey mla_decode_key(int arch, const std::string& variant, const MlaConfig& config) {
+  MlaKernelKey k;
+  k.arch = arch;
+  k.role = MlaKernelRole::kDecode;
+  k.variant = variant;
+  if (variant != "sm90") return k;
+  k.page_size = config.page_size;
+#if DECA_MLA_HAVE_SM90
+  k.cluster = mla::sm90::kClusterX(config.num_heads);
+#endif
+  const bool two_blocks = config.num_heads > 64 && config.num_heads <= 128;
+  if (const char* env = std::getenv("DECA_MLA_CLUSTER")) {
+    if (std::strcmp(env, "1") == 0) k.cluster = 1;
+    if (std::strcmp(env, "2") == 0 && two_blocks) k.cluster = 2;
+  }
+  if (!two_blocks) k.cluster = 1;
+  return k;
 }
 
 MlaDecodeShape mla_decode_shape(const std::string& variant, int num_heads) {

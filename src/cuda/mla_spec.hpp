@@ -14,12 +14,14 @@ enum class MlaKernelRole { kSchedule, kDecode, kCombine, kGenericCombine };
 // The sm90 warp-specialized decode kernel (kernels/mla/sm90/, written alongside this backend).
 // Flip to true once kernels/mla/sm90/entry.cuh and traits.cuh are in the tree: every sm_90 plan
 // then runs it unless DECA_MLA_KERNEL=portable.
-inline constexpr bool kMlaSm90KernelEnabled = false;
+inline constexpr bool kMlaSm90KernelEnabled = true;
 
 struct MlaKernelKey {
   int arch = 90;                       // compute capability, 90 = sm_90a
   MlaKernelRole role = MlaKernelRole::kDecode;
   std::string variant = "portable";    // decode only: "portable" (sm_80+) or "sm90"
+  int page_size = 0;                   // sm90 decode only: compiled in (Cfg::kPageSize)
+  int cluster = 1;                     // sm90 decode only: CTAs sharing dequantized tokens (Cfg::kCluster)
 
   // e.g. "mla_sparse_decode_portable_sm90", "mla_sparse_combine_sm90", "combine_sm80"
   std::string name() const;
@@ -38,5 +40,10 @@ struct MlaDecodeShape {
   int cluster_x = 1;  // CTAs of a cluster along x (1: no cluster attribute)
 };
 MlaDecodeShape mla_decode_shape(const std::string& variant, int num_heads);
+
+// The decode key a plan of `config` runs with `variant` on compute capability `arch`: the sm90
+// kernel compiles the page size in and, for 65..128 heads, may pair its two head blocks in a
+// cluster (traits' kClusterX; DECA_MLA_CLUSTER=1|2 overrides it, a tuning knob in the name).
+MlaKernelKey mla_decode_key(int arch, const std::string& variant, const MlaConfig& config);
 
 }  // namespace deca::cuda
