@@ -31,8 +31,10 @@ rm -rf "$logs"
 mkdir -p "$logs"
 root=$(cd "$(dirname "$0")/.." && pwd)
 jobs=$(nproc)
-log() { echo "[$(date +%H:%M:%S)] $*" | tee -a "$out/round.log"; }
-pack() { tar czf "$out/round.tgz" -C "$logs" . 2> /dev/null; }
+# Every log line also repacks the archive, so a round stopped at the call's time limit still
+# returns what it had.
+pack() { cp "$out/round.log" "$logs/round.log" 2> /dev/null; tar czf "$out/round.tgz" -C "$logs" . 2> /dev/null; }
+log() { echo "[$(date +%H:%M:%S)] $*" | tee -a "$out/round.log"; pack; }
 trap pack EXIT
 
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,memory.total,driver_version \
@@ -136,4 +138,3 @@ if [ "${DECA_SKIP_BENCH:-0}" != 1 ] && [ $have_bench = 1 ]; then
   done
 fi
 log "done"
-cp "$out/round.log" "$logs/round.log"
