@@ -157,6 +157,12 @@ void mla_decode_dense(const MlaPlan& plan, const MlaDenseArgs& a) {
                 "[batch]");
   expect_dim(fn, "cache_seqlens", a.cache_seqlens, 0, "batch", batch, "q's batch");
   check_softmax_scale(fn, a.softmax_scale);
+  // The overlap rule (check.hpp): a table or length overwritten mid-run would be read unchecked.
+  expect_disjoint(fn, {{"out", &a.out}, {"lse", &a.lse}},
+                  {{"q", &a.q},
+                   {"kv_cache", &a.kv_cache},
+                   {"block_table", &a.block_table},
+                   {"cache_seqlens", &a.cache_seqlens}});
 
   // Host data (every tensor is on the CPU here): lengths, and the blocks they use.
   const std::int64_t max_blocks = a.block_table.shape[1];
@@ -212,6 +218,12 @@ void mla_decode_sparse(const MlaPlan& plan, const MlaSparseArgs& a) {
     expect_dim(fn, "attn_sink", a.attn_sink, 0, "num_heads", c.num_heads, "plan.config.num_heads");
   }
   check_softmax_scale(fn, a.softmax_scale);
+  expect_disjoint(fn, {{"out", &a.out}, {"lse", &a.lse}},
+                  {{"q", &a.q},
+                   {"kv_cache", &a.kv_cache},
+                   {"indices", &a.indices},
+                   {"topk_length", &a.topk_length},
+                   {"attn_sink", &a.attn_sink}});
 
   // Host data: topk_length within [0, topk]; the indices that count are -1 or a token id.
   const std::int64_t num_blocks = a.kv_cache.shape[0];
