@@ -73,6 +73,13 @@ def tensor(x, where, dtype=None, writable=False):
     if x is None:
         return None
     if isinstance(x, _C.Tensor):
+        # A deca.Tensor carries its dtype and its writability: a keyword must match the first
+        # (README), and an output must have the second.
+        if dtype is not None and _C.parse_dtype(dtype, where) != x.dtype:
+            raise Error(f"{where}: expected dtype {dtype}, got {x.dtype} (a deca.Tensor)")
+        if writable and not x.writable:
+            raise Error(f"{where}: expected a writable tensor, got a deca.Tensor of read-only "
+                        f"memory")
         return x
     if isinstance(x, np.ndarray) and x.dtype in _ML_DTYPES:
         native, bits = _ML_DTYPES[x.dtype]

@@ -57,12 +57,14 @@ def pack_mla_fp8(src, out=None, *, src_dtype=None):
     return out
 
 
-def unpack_mla_fp8(src, out=None, *, out_dtype="fp32"):
-    """The inverse of pack_mla_fp8: src [..., 656] uint8 -> out [..., 576] fp32 | bf16."""
+def unpack_mla_fp8(src, out=None, *, out_dtype=None):
+    """The inverse of pack_mla_fp8: src [..., 656] uint8 -> out [..., 576] fp32 | bf16.
+
+    out_dtype: the dtype of the allocated out (default fp32); with out given it must match."""
     fn = "unpack_mla_fp8"
     check_dtype_keywords(fn, out_dtype=out_dtype)
     st = tensor(src, f"{fn}: src")
     if out is None:
-        out = empty(src, st, tuple(st.shape[:-1]) + (_DIM_QK,), out_dtype, f"{fn}: out")
-    _C.unpack_mla_fp8(st, tensor(out, f"{fn}: out", writable=True))
+        out = empty(src, st, tuple(st.shape[:-1]) + (_DIM_QK,), out_dtype or "fp32", f"{fn}: out")
+    _C.unpack_mla_fp8(st, tensor(out, f"{fn}: out", out_dtype, writable=True))
     return out
