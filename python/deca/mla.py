@@ -38,8 +38,8 @@ class MlaPlan:
         qt = tensor(q, f"{fn}: q")
         _C.mla_decode_dense_planned(
             self._plan, qt, tensor(kv_cache, f"{fn}: kv_cache"),
-            tensor(block_table, f"{fn}: block_table"),
-            tensor(cache_seqlens, f"{fn}: cache_seqlens"),
+            tensor(block_table, f"{fn}: block_table", "int32"),
+            tensor(cache_seqlens, f"{fn}: cache_seqlens", "int32"),
             tensor(out, f"{fn}: out", writable=True), tensor(lse, f"{fn}: lse", writable=True),
             softmax_scale or 0.0, tensor(workspace, f"{fn}: workspace", writable=True),
             stream_handle(stream, q, qt, fn))
@@ -51,8 +51,8 @@ class MlaPlan:
         fn = "mla_decode_sparse"
         qt = tensor(q, f"{fn}: q")
         _C.mla_decode_sparse_planned(
-            self._plan, qt, tensor(kv_cache, f"{fn}: kv_cache"), tensor(indices, f"{fn}: indices"),
-            tensor(topk_length, f"{fn}: topk_length"), tensor(attn_sink, f"{fn}: attn_sink"),
+            self._plan, qt, tensor(kv_cache, f"{fn}: kv_cache"), tensor(indices, f"{fn}: indices", "int32"),
+            tensor(topk_length, f"{fn}: topk_length", "int32"), tensor(attn_sink, f"{fn}: attn_sink"),
             tensor(out, f"{fn}: out", writable=True), tensor(lse, f"{fn}: lse", writable=True),
             softmax_scale or 0.0, tensor(workspace, f"{fn}: workspace", writable=True),
             stream_handle(stream, q, qt, fn))
@@ -81,14 +81,14 @@ def mla_decode_dense(q, kv_cache, block_table, cache_seqlens, out=None, *, softm
     fn = "mla_decode_dense"
     qt = tensor(q, f"{fn}: q")
     kvt = tensor(kv_cache, f"{fn}: kv_cache")
-    btt = tensor(block_table, f"{fn}: block_table")
+    btt = tensor(block_table, f"{fn}: block_table", "int32")
     out, lse, want_lse = _outputs(fn, q, qt, out, lse, return_lse)
     expect_rank(fn, "kv_cache", kvt, 4, "[num_blocks, page_size, 1, 576]")
     page_size = kvt.shape[1]
     if max_seq_len is None:
         max_seq_len = btt.shape[1] * page_size if len(btt.shape) == 2 else 0
-    plan = MlaPlan(qt.shape[2], sparse=False, page_size=page_size, max_batch=qt.shape[0],
-                   max_q_len=qt.shape[1], max_seq_len=max_seq_len, lse=want_lse,
+    plan = MlaPlan(qt.shape[2], sparse=False, page_size=page_size, max_batch=max(qt.shape[0], 1),
+                   max_q_len=qt.shape[1], max_seq_len=max(max_seq_len, 1), lse=want_lse,
                    device=_device_text(qt))
     ws = workspace
     if ws is None:
@@ -112,11 +112,11 @@ def mla_decode_sparse(q, kv_cache, indices, out=None, *, topk_length=None, attn_
     fn = "mla_decode_sparse"
     qt = tensor(q, f"{fn}: q")
     kvt = tensor(kv_cache, f"{fn}: kv_cache")
-    it = tensor(indices, f"{fn}: indices")
+    it = tensor(indices, f"{fn}: indices", "int32")
     out, lse, want_lse = _outputs(fn, q, qt, out, lse, return_lse)
     expect_rank(fn, "kv_cache", kvt, 4, "[num_blocks, page_size, 1, 656]")
     expect_rank(fn, "indices", it, 3, "[batch, q_len, topk]")
-    plan = MlaPlan(qt.shape[2], sparse=True, page_size=kvt.shape[1], max_batch=qt.shape[0],
+    plan = MlaPlan(qt.shape[2], sparse=True, page_size=kvt.shape[1], max_batch=max(qt.shape[0], 1),
                    max_q_len=qt.shape[1], max_seq_len=kvt.shape[0] * kvt.shape[1],
                    topk=it.shape[2], lse=want_lse, attn_sink=attn_sink is not None,
                    topk_length=topk_length is not None, device=_device_text(qt))
@@ -131,7 +131,7 @@ def mla_decode_sparse(q, kv_cache, indices, out=None, *, topk_length=None, attn_
 
 
 def combine(partial_out, partial_lse, out=None, *, attn_sink=None, return_lse=False, lse=None,
-            out_dtype="fp32", stream=None):
+            out_dtype=None, stream=None):
     """Merges split-KV partial results by their LSE; returns out, or (out, lse).
 
     partial_out [num_splits, batch, q_len, num_heads, dim_v] fp32; partial_lse [num_splits,
@@ -144,12 +144,13 @@ def combine(partial_out, partial_lse, out=None, *, attn_sink=None, return_lse=Fa
     expect_rank(fn, "partial_out", pot, 5, "[num_splits, batch, q_len, num_heads, dim_v]")
     shape = tuple(pot.shape[1:])
     if out is None:
-        out = empty(partial_out, pot, shape, out_dtype, f"{fn}: out")
+        out = empty(partial_out, pot, shape, out_dtype or "fp32", f"{fn}: out")
     want_lse = return_lse or lse is not None
     if want_lse and lse is None:
         lse = empty(partial_out, pot, shape[:3], "fp32", f"{fn}: lse")
     _C.combine(pot, tensor(partial_lse, f"{fn}: partial_lse"),
-               tensor(attn_sink, f"{fn}: attn_sink"), tensor(out, f"{fn}: out", writable=True),
+               tensor(attn_sink, f"{fn}: attn_sink"),
+               tensor(out, f"{fn}: out", out_dtype, writable=True),
                tensor(lse, f"{fn}: lse", writable=True),
                stream_handle(stream, partial_out, pot, fn))
     return (out, lse) if want_lse else out
