@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from . import _C
-from ._tensors import check_dtype_keywords, empty, tensor
+from ._tensors import check_dtype_keywords, check_scalars, empty, tensor
 
 _FP8_TOKEN_BYTES = _C.MLA_FP8_TOKEN_BYTES
 _DIM_QK = _C.MLA_DIM_QK
@@ -35,6 +35,7 @@ def quantize_int8(src, scale, out=None, *, src_dtype=None):
 
 def _quantize(fn, op, dst_dtype, src, scale, out, src_dtype):
     check_dtype_keywords(fn, src_dtype=src_dtype)
+    check_scalars(fn, floats=dict(scale=scale))
     st = tensor(src, f"{fn}: src", src_dtype)
     if out is None:
         out = empty(src, st, st.shape, dst_dtype, f"{fn}: out")
