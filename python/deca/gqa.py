@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from . import _C
-from ._tensors import (Error, check_dtype_keywords, choice, empty, expect_rank, parse_device, stream_handle,
-                       tensor)
+from ._tensors import (Error, check_dtype_keywords, check_scalars, choice, empty, expect_rank,
+                       parse_device, stream_handle, tensor)
 
 _LAYOUTS = ("NHD", "HND")
 _SPLIT_MODES = ("auto", "fixed")
@@ -51,6 +51,11 @@ def gqa_decode(q, k_cache, v_cache, page_table, seq_lens, out=None, *, layout="N
     choice(fn, "layout", layout, _LAYOUTS)
     choice(fn, "split_mode", split_mode, _SPLIT_MODES)
     check_dtype_keywords(fn, q_dtype=q_dtype, kv_dtype=kv_dtype, out_dtype=out_dtype)
+    check_scalars(fn, ints=dict(window=window, max_seq_len=max_seq_len, split_tokens=split_tokens,
+                                beam_width=beam_width),
+                  floats=dict(k_scale=k_scale, v_scale=v_scale, softmax_scale=softmax_scale,
+                              softcap=softcap, out_scale=out_scale),
+                  bools=dict(return_lse=return_lse))
     t = _run_tensors(fn, q, k_cache, v_cache, page_table, seq_lens, q_dtype, kv_dtype, lse,
                      tree_mask, sinks, k_scales, v_scales)
     qt, kt = t["q"], t["k_cache"]
@@ -108,6 +113,14 @@ def _config(fn, num_q_heads, num_kv_heads, head_dim, page_size, *, layout="NHD",
     """The _C.GqaConfig of GqaPlan's arguments (validated in C++ when it is used)."""
     choice(fn, "layout", layout, _LAYOUTS)
     choice(fn, "split_mode", split_mode, _SPLIT_MODES)
+    check_dtype_keywords(fn, q_dtype=q_dtype, kv_dtype=kv_dtype, out_dtype=out_dtype)
+    check_scalars(fn, ints=dict(num_q_heads=num_q_heads, num_kv_heads=num_kv_heads,
+                                head_dim=head_dim, page_size=page_size, max_batch=max_batch,
+                                max_q_len=max_q_len, max_seq_len=max_seq_len, window=window,
+                                beam_width=beam_width, split_tokens=split_tokens),
+                  floats=dict(softcap=softcap),
+                  bools=dict(tree_mask=tree_mask, sinks=sinks, lse=lse,
+                             per_head_kv_scale=per_head_kv_scale))
     c = _C.GqaConfig()
     c.num_q_heads, c.num_kv_heads, c.head_dim, c.page_size = (num_q_heads, num_kv_heads,
                                                               head_dim, page_size)
@@ -183,6 +196,8 @@ class GqaPlan:
         no keyword here. workspace: a tensor of at least workspace_bytes bytes on the device.
         """
         fn = "gqa_decode"
+        check_scalars(fn, floats=dict(k_scale=k_scale, v_scale=v_scale,
+                                      softmax_scale=softmax_scale, out_scale=out_scale))
         c = self._plan.config
         t = _run_tensors(fn, q, k_cache, v_cache, page_table, seq_lens, c.q_dtype, c.kv_dtype,
                          lse, tree_mask, sinks, k_scales, v_scales)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from . import _C
-from ._tensors import check_dtype_keywords, empty, expect_rank, parse_device, stream_handle, tensor, zeros_bytes
+from ._tensors import (check_dtype_keywords, check_scalars, empty, expect_rank, parse_device,
+                       stream_handle, tensor, zeros_bytes)
 
 DIM_QK = _C.MLA_DIM_QK  # 576 = 512 latent ("NoPE") + 64 RoPE
 DIM_V = _C.MLA_DIM_V  # 512
@@ -19,6 +20,11 @@ class MlaPlan:
     def __init__(self, num_heads, *, sparse=False, page_size=64, max_batch=1, max_q_len=1,
                  max_seq_len=0, topk=0, lse=True, attn_sink=False, topk_length=False,
                  device="cpu"):
+        check_scalars("MlaPlan", ints=dict(num_heads=num_heads, page_size=page_size,
+                                           max_batch=max_batch, max_q_len=max_q_len,
+                                           max_seq_len=max_seq_len, topk=topk),
+                      bools=dict(sparse=sparse, lse=lse, attn_sink=attn_sink,
+                                 topk_length=topk_length))
         c = _C.MlaConfig()
         c.num_heads, c.page_size, c.sparse = num_heads, page_size, sparse
         c.max_batch, c.max_q_len, c.max_seq_len, c.topk = max_batch, max_q_len, max_seq_len, topk
@@ -35,6 +41,7 @@ class MlaPlan:
                   softmax_scale=None, workspace=None, stream=None):
         """Dense MLA decode into out (and lse when given); returns out."""
         fn = "mla_decode_dense"
+        check_scalars(fn, floats=dict(softmax_scale=softmax_scale))
         qt = tensor(q, f"{fn}: q")
         _C.mla_decode_dense_planned(
             self._plan, qt, tensor(kv_cache, f"{fn}: kv_cache"),
@@ -49,6 +56,7 @@ class MlaPlan:
                    lse=None, softmax_scale=None, workspace=None, stream=None):
         """Sparse FP8 MLA decode into out (and lse when given); returns out."""
         fn = "mla_decode_sparse"
+        check_scalars(fn, floats=dict(softmax_scale=softmax_scale))
         qt = tensor(q, f"{fn}: q")
         _C.mla_decode_sparse_planned(
             self._plan, qt, tensor(kv_cache, f"{fn}: kv_cache"), tensor(indices, f"{fn}: indices", "int32"),
@@ -60,6 +68,7 @@ class MlaPlan:
 
 
 def _outputs(fn, q, qt, out, lse, return_lse):
+    check_scalars(fn, bools=dict(return_lse=return_lse))
     expect_rank(fn, "q", qt, 4, "[batch, q_len, num_heads, 576]")
     shape = tuple(qt.shape[:3]) + (DIM_V,)
     if out is None:
@@ -140,6 +149,7 @@ def combine(partial_out, partial_lse, out=None, *, attn_sink=None, return_lse=Fa
     """
     fn = "combine"
     check_dtype_keywords(fn, out_dtype=out_dtype)
+    check_scalars(fn, bools=dict(return_lse=return_lse))
     pot = tensor(partial_out, f"{fn}: partial_out")
     expect_rank(fn, "partial_out", pot, 5, "[num_splits, batch, q_len, num_heads, dim_v]")
     shape = tuple(pot.shape[1:])
