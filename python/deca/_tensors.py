@@ -183,6 +183,14 @@ def expect_rank(where, name, t, rank, layout):
                     f"{list(t.shape)} {t.dtype}")
 
 
+def expect_dim_range(where, name, t, dim, dim_name, lo, hi):
+    """A size a one-shot wrapper derives a plan field from, checked on the tensor that carries
+    it, so that the message names the caller's argument and not the derived config field."""
+    size = t.shape[dim]
+    if not lo <= size <= hi:
+        raise Error(f"{where}: {name}: dim {dim} ({dim_name}): expected {lo}..{hi}, got {size}")
+
+
 def parse_device(value, where):
     """'cpu', 'cuda', 'cuda:N', an int N (CUDA device N) or a torch.device -> _C.Device."""
     d = _C.Device()

@@ -258,3 +258,15 @@ def test_messages_name_the_callers_argument(case):
     _expect(r"combine: out_dtype: expected a dtype name", deca.combine,
             np.zeros((1, 1, 1, 1, 4), np.float32), np.zeros((1, 1, 1, 1), np.float32),
             out_dtype=5)
+
+
+def test_mla_one_shot_messages_name_the_tensors():
+    q = np.zeros((1, 1, 2, 576), ref.BF16)
+    packed = deca.pack_mla_fp8(np.zeros((1, 4, 1, 576), ref.BF16))
+    _expect(r"mla_decode_sparse: indices: dim 2 \(topk\): expected 1\.\.", deca.mla_decode_sparse,
+            q, packed, np.zeros((1, 1, 0), np.int32))
+    _expect(r"mla_decode_dense: kv_cache: dim 1 \(page_size\): expected 1\.\.256, got 300",
+            deca.mla_decode_dense, q, np.zeros((1, 300, 1, 576), ref.BF16),
+            np.zeros((1, 1), np.int32), np.ones(1, np.int32))
+    _expect(r"mla_decode_dense: block_table: expected rank 2", deca.mla_decode_dense, q,
+            np.zeros((1, 4, 1, 576), ref.BF16), np.zeros(1, np.int32), np.ones(1, np.int32))
