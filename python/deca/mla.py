@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from . import _C
-from ._tensors import (check_dtype_keywords, check_scalars, empty, expect_rank, parse_device,
-                       stream_handle, tensor, zeros_bytes)
+from ._tensors import (check_dtype_keywords, check_scalars, empty, expect_dim_range, expect_rank,
+                       parse_device, stream_handle, tensor, zeros_bytes)
+
+_INT32_MAX = 2 ** 31 - 1
 
 DIM_QK = _C.MLA_DIM_QK  # 576 = 512 latent ("NoPE") + 64 RoPE
 DIM_V = _C.MLA_DIM_V  # 512
@@ -93,9 +95,11 @@ def mla_decode_dense(q, kv_cache, block_table, cache_seqlens, out=None, *, softm
     btt = tensor(block_table, f"{fn}: block_table", "int32")
     out, lse, want_lse = _outputs(fn, q, qt, out, lse, return_lse)
     expect_rank(fn, "kv_cache", kvt, 4, "[num_blocks, page_size, 1, 576]")
+    expect_rank(fn, "block_table", btt, 2, "[batch, max_blocks]")
+    _expect_plan_sizes(fn, qt, kvt)
     page_size = kvt.shape[1]
     if max_seq_len is None:
-        max_seq_len = btt.shape[1] * page_size if len(btt.shape) == 2 else 0
+        max_seq_len = min(btt.shape[1] * page_size, _INT32_MAX)
     plan = MlaPlan(qt.shape[2], sparse=False, page_size=page_size, max_batch=max(qt.shape[0], 1),
                    max_q_len=qt.shape[1], max_seq_len=max(max_seq_len, 1), lse=want_lse,
                    device=_device_text(qt))
@@ -125,8 +129,11 @@ def mla_decode_sparse(q, kv_cache, indices, out=None, *, topk_length=None, attn_
     out, lse, want_lse = _outputs(fn, q, qt, out, lse, return_lse)
     expect_rank(fn, "kv_cache", kvt, 4, "[num_blocks, page_size, 1, 656]")
     expect_rank(fn, "indices", it, 3, "[batch, q_len, topk]")
+    _expect_plan_sizes(fn, qt, kvt)
+    expect_dim_range(fn, "indices", it, 2, "topk", 1, _INT32_MAX)
     plan = MlaPlan(qt.shape[2], sparse=True, page_size=kvt.shape[1], max_batch=max(qt.shape[0], 1),
-                   max_q_len=qt.shape[1], max_seq_len=kvt.shape[0] * kvt.shape[1],
+                   max_q_len=qt.shape[1],
+                   max_seq_len=min(kvt.shape[0] * kvt.shape[1], _INT32_MAX),
                    topk=it.shape[2], lse=want_lse, attn_sink=attn_sink is not None,
                    topk_length=topk_length is not None, device=_device_text(qt))
     ws = workspace
@@ -164,6 +171,13 @@ def combine(partial_out, partial_lse, out=None, *, attn_sink=None, return_lse=Fa
                tensor(lse, f"{fn}: lse", writable=True),
                stream_handle(stream, partial_out, pot, fn))
     return (out, lse) if want_lse else out
+
+
+def _expect_plan_sizes(fn, qt, kvt):
+    """The sizes the one-shot plan takes from q and kv_cache, checked on those tensors."""
+    expect_dim_range(fn, "q", qt, 1, "q_len", 1, _INT32_MAX)
+    expect_dim_range(fn, "q", qt, 2, "num_heads", 1, _INT32_MAX)
+    expect_dim_range(fn, "kv_cache", kvt, 1, "page_size", 1, 256)
 
 
 def _named(x, fn, name):
