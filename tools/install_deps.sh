@@ -12,7 +12,7 @@ deca_apt_build_packages=(cmake g++ git libcli11-dev nlohmann-json3-dev)
 # The test suites and the Python module on top of those.
 deca_apt_test_packages=(libgtest-dev libgmock-dev python3-dev python3-venv)
 deca_pip_packages=(scikit-build-core==0.11.6 nanobind==2.9.2 numpy==2.4.6 pytest==9.2.0 ml_dtypes==0.6.0
-  jax==0.10.2 jaxlib==0.10.2 scipy==1.17.1 opt_einsum==3.4.0)
+  jax==0.10.2 jaxlib==0.10.2 scipy==1.17.1 opt_einsum==3.4.0 hypothesis==6.155.2)
 
 deca_install_apt() {
   local missing=()

@@ -111,7 +111,9 @@ struct GqaDecodeArgs {
 // caller's contract: reading them would cost a synchronisation per call and break graph capture.
 void gqa_decode(const GqaPlan& plan, const GqaDecodeArgs& args);
 
-// Convenience for one-off calls: plans from the argument shapes (max_* = this call's sizes).
+// Convenience for one-off calls: plans from the argument shapes (num_q_heads from q; head_dim,
+// page_size, num_kv_heads from k_cache; max_* = this call's sizes, max_seq_len only when
+// config.max_seq_len is 0); dtypes, features and scalars are the config's.
 // On the GPU it allocates and frees a workspace per call: use plan + run in a server.
 void gqa_decode(const GqaConfig& config, const GqaDecodeArgs& args);
 

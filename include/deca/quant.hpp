@@ -21,16 +21,16 @@ std::uint8_t float_to_fp8e4m3(float value);
 float choose_fp8_scale(const TensorView& src);
 float choose_int8_scale(const TensorView& src);
 
-// dst = round(src / scale) in the target format; src bf16|fp16|fp32, dst fp8_e4m3|int8 of the
-// same shape (any strides). real value = stored * scale.
-void quantize_fp8(const TensorView& src, const TensorView& dst, float scale);
-void quantize_int8(const TensorView& src, const TensorView& dst, float scale);
+// out = round(src / scale) in the target format; src bf16|fp16|fp32, out fp8_e4m3|int8 of the
+// same shape (any non-negative strides, sharing no byte with src). real value = stored * scale.
+void quantize_fp8(const TensorView& src, const TensorView& out, float scale);
+void quantize_int8(const TensorView& src, const TensorView& out, float scale);
 
-// MLA sparse FP8 token packer: src [..., 576] bf16 -> dst [..., 656] uint8. Per token: bytes
+// MLA sparse FP8 token packer: src [..., 576] bf16 -> out [..., 656] uint8. Per token: bytes
 // 0..511 e4m3 NoPE values, 512..527 four fp32 scales (one per 128 values, powers of two:
 // 2^ceil(log2(max|x| / 448))), 528..655 the 64 bf16 RoPE values unchanged.
-void pack_mla_fp8(const TensorView& src, const TensorView& dst);
-// The inverse (for tests and the reference): dst [..., 576] fp32 | bf16.
-void unpack_mla_fp8(const TensorView& src, const TensorView& dst);
+void pack_mla_fp8(const TensorView& src, const TensorView& out);
+// The inverse (for tests and the reference): out [..., 576] fp32 | bf16.
+void unpack_mla_fp8(const TensorView& src, const TensorView& out);
 
 }  // namespace deca

@@ -68,11 +68,27 @@ def _cupy_of(x):
     return None
 
 
+# Tensor arguments that may be None (absent). Any other tensor argument given as None is refused
+# here, by name, rather than by nanobind's unnamed "incompatible function arguments".
+_OPTIONAL = frozenset({"lse", "tree_mask", "sinks", "k_scales", "v_scales", "workspace",
+                       "topk_length", "attn_sink"})
+
+
 def tensor(x, where, dtype=None, writable=False):
-    """Imports x as a deca._C.Tensor named `where` ("gqa_decode: q"); None stays None."""
+    """Imports x as a deca._C.Tensor named `where` ("gqa_decode: q"); None stays None for the
+    optional arguments."""
     if x is None:
-        return None
+        if where.rsplit(": ", 1)[-1] in _OPTIONAL:
+            return None
+        raise Error(f"{where}: expected a tensor, got None")
     if isinstance(x, _C.Tensor):
+        # A deca.Tensor carries its dtype and its writability: a keyword must match the first
+        # (README), and an output must have the second.
+        if dtype is not None and _C.parse_dtype(dtype, where) != x.dtype:
+            raise Error(f"{where}: expected dtype {dtype}, got {x.dtype} (a deca.Tensor)")
+        if writable and not x.writable:
+            raise Error(f"{where}: expected a writable tensor, got a deca.Tensor of read-only "
+                        f"memory")
         return x
     if isinstance(x, np.ndarray) and x.dtype in _ML_DTYPES:
         native, bits = _ML_DTYPES[x.dtype]
@@ -167,6 +183,14 @@ def expect_rank(where, name, t, rank, layout):
                     f"{list(t.shape)} {t.dtype}")
 
 
+def expect_dim_range(where, name, t, dim, dim_name, lo, hi):
+    """A size a one-shot wrapper derives a plan field from, checked on the tensor that carries
+    it, so that the message names the caller's argument and not the derived config field."""
+    size = t.shape[dim]
+    if not lo <= size <= hi:
+        raise Error(f"{where}: {name}: dim {dim} ({dim_name}): expected {lo}..{hi}, got {size}")
+
+
 def parse_device(value, where):
     """'cpu', 'cuda', 'cuda:N', an int N (CUDA device N) or a torch.device -> _C.Device."""
     d = _C.Device()
@@ -186,5 +210,36 @@ def parse_device(value, where):
 def check_dtype_keywords(where, **keywords):
     """Names a bad dtype keyword itself ("gqa_decode: kv_dtype: ...") before any tensor is read."""
     for name, value in keywords.items():
-        if value is not None:
-            _C.parse_dtype(value, f"{where}: {name}")
+        if value is None:
+            continue
+        if not isinstance(value, str):
+            raise Error(f"{where}: {name}: expected a dtype name such as \"bf16\", got "
+                        f"{type(value).__name__} {value!r}")
+        _C.parse_dtype(value, f"{where}: {name}")
+
+
+_INT32_MAX = 2 ** 31 - 1
+
+
+def check_scalars(where, ints=None, floats=None, bools=None):
+    """Names a scalar argument of the wrong type or range ("gqa_decode: window: ...") before it
+    reaches a C++ field, where nanobind would raise an unnamed TypeError. None is left alone
+    (it means the default)."""
+    for name, value in (ints or {}).items():
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise Error(f"{where}: {name}: expected an int, got {type(value).__name__} {value!r}")
+        if not -_INT32_MAX - 1 <= int(value) <= _INT32_MAX:
+            raise Error(f"{where}: {name}: expected an int32 value, got {int(value)}")
+    for name, value in (floats or {}).items():
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+            raise Error(f"{where}: {name}: expected a float, got {type(value).__name__} {value!r}")
+    for name, value in (bools or {}).items():
+        if value is None:
+            continue
+        if not isinstance(value, (bool, np.bool_)):
+            raise Error(f"{where}: {name}: expected True or False, got {type(value).__name__} "
+                        f"{value!r}")

@@ -7,8 +7,8 @@ import sys
 import numpy as np
 
 from . import _C
-from ._tensors import (Error, check_dtype_keywords, choice, empty, expect_rank, parse_device, stream_handle,
-                       tensor)
+from ._tensors import (Error, check_dtype_keywords, check_scalars, choice, empty, expect_rank,
+                       parse_device, stream_handle, tensor)
 
 _LAYOUTS = ("NHD", "HND")
 # Keys per split when split_mode="fixed" is asked for without split_tokens: a few kernel tiles,
@@ -29,10 +29,10 @@ def _run_tensors(fn, q, k_cache, v_cache, page_table, seq_lens, q_dtype, kv_dtyp
         q=tensor(q, f"{fn}: q", q_dtype),
         k_cache=tensor(k_cache, f"{fn}: k_cache", kv_dtype),
         v_cache=tensor(v_cache, f"{fn}: v_cache", kv_dtype),
-        page_table=tensor(page_table, f"{fn}: page_table"),
-        seq_lens=tensor(seq_lens, f"{fn}: seq_lens"),
+        page_table=tensor(page_table, f"{fn}: page_table", "int32"),
+        seq_lens=tensor(seq_lens, f"{fn}: seq_lens", "int32"),
         lse=tensor(lse, f"{fn}: lse", writable=True),
-        tree_mask=tensor(tree_mask, f"{fn}: tree_mask"),
+        tree_mask=tensor(tree_mask, f"{fn}: tree_mask", "uint32"),
         sinks=tensor(sinks, f"{fn}: sinks"),
         k_scales=tensor(k_scales, f"{fn}: k_scales"),
         v_scales=tensor(v_scales, f"{fn}: v_scales"),
@@ -59,6 +59,11 @@ def gqa_decode(q, k_cache, v_cache, page_table, seq_lens, out=None, *, layout="N
     choice(fn, "layout", layout, _LAYOUTS)
     choice(fn, "split_mode", split_mode, _SPLIT_MODES)
     check_dtype_keywords(fn, q_dtype=q_dtype, kv_dtype=kv_dtype, out_dtype=out_dtype)
+    check_scalars(fn, ints=dict(window=window, max_seq_len=max_seq_len, split_tokens=split_tokens,
+                                beam_width=beam_width),
+                  floats=dict(k_scale=k_scale, v_scale=v_scale, softmax_scale=softmax_scale,
+                              softcap=softcap, out_scale=out_scale),
+                  bools=dict(return_lse=return_lse))
     t = _run_tensors(fn, q, k_cache, v_cache, page_table, seq_lens, q_dtype, kv_dtype, lse,
                      tree_mask, sinks, k_scales, v_scales)
     qt, kt = t["q"], t["k_cache"]
@@ -136,6 +141,14 @@ def _config(fn, num_q_heads, num_kv_heads, head_dim, page_size, *, max_seq_len=N
     """The _C.GqaConfig of GqaPlan's arguments (validated in C++ when it is used)."""
     choice(fn, "layout", layout, _LAYOUTS)
     choice(fn, "split_mode", split_mode, _SPLIT_MODES)
+    check_dtype_keywords(fn, q_dtype=q_dtype, kv_dtype=kv_dtype, out_dtype=out_dtype)
+    check_scalars(fn, ints=dict(num_q_heads=num_q_heads, num_kv_heads=num_kv_heads,
+                                head_dim=head_dim, page_size=page_size, max_batch=max_batch,
+                                max_q_len=max_q_len, max_seq_len=max_seq_len, window=window,
+                                beam_width=beam_width, split_tokens=split_tokens),
+                  floats=dict(softcap=softcap),
+                  bools=dict(tree_mask=tree_mask, sinks=sinks, lse=lse,
+                             per_head_kv_scale=per_head_kv_scale))
     if max_seq_len is None:
         # No default can be right: too small refuses runs, too large over-splits short requests
         # and sizes the workspace for nothing.
@@ -262,6 +275,8 @@ class GqaPlan:
                      tree_mask, sinks, k_scale, v_scale, k_scales, v_scales, softmax_scale,
                      out_scale, stream):
         fn = "gqa_decode"
+        check_scalars(fn, floats=dict(k_scale=k_scale, v_scale=v_scale,
+                                      softmax_scale=softmax_scale, out_scale=out_scale))
         c = self._plan.config
         t = _run_tensors(fn, q, k_cache, v_cache, page_table, seq_lens, c.q_dtype, c.kv_dtype,
                          lse, tree_mask, sinks, k_scales, v_scales)

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from . import _C
-from ._tensors import check_dtype_keywords, empty, expect_rank, parse_device, stream_handle, tensor, zeros_bytes
+from ._tensors import (check_dtype_keywords, check_scalars, empty, expect_dim_range, expect_rank,
+                       parse_device, stream_handle, tensor, zeros_bytes)
+
+_INT32_MAX = 2 ** 31 - 1
 
 DIM_QK = _C.MLA_DIM_QK  # 576 = 512 latent ("NoPE") + 64 RoPE
 DIM_V = _C.MLA_DIM_V  # 512
@@ -19,6 +22,11 @@ class MlaPlan:
     def __init__(self, num_heads, *, sparse=False, page_size=64, max_batch=1, max_q_len=1,
                  max_seq_len=0, topk=0, lse=True, attn_sink=False, topk_length=False,
                  device="cpu"):
+        check_scalars("MlaPlan", ints=dict(num_heads=num_heads, page_size=page_size,
+                                           max_batch=max_batch, max_q_len=max_q_len,
+                                           max_seq_len=max_seq_len, topk=topk),
+                      bools=dict(sparse=sparse, lse=lse, attn_sink=attn_sink,
+                                 topk_length=topk_length))
         c = _C.MlaConfig()
         c.num_heads, c.page_size, c.sparse = num_heads, page_size, sparse
         c.max_batch, c.max_q_len, c.max_seq_len, c.topk = max_batch, max_q_len, max_seq_len, topk
@@ -35,11 +43,12 @@ class MlaPlan:
                   softmax_scale=None, workspace=None, stream=None):
         """Dense MLA decode into out (and lse when given); returns out."""
         fn = "mla_decode_dense"
+        check_scalars(fn, floats=dict(softmax_scale=softmax_scale))
         qt = tensor(q, f"{fn}: q")
         _C.mla_decode_dense_planned(
             self._plan, qt, tensor(kv_cache, f"{fn}: kv_cache"),
-            tensor(block_table, f"{fn}: block_table"),
-            tensor(cache_seqlens, f"{fn}: cache_seqlens"),
+            tensor(block_table, f"{fn}: block_table", "int32"),
+            tensor(cache_seqlens, f"{fn}: cache_seqlens", "int32"),
             tensor(out, f"{fn}: out", writable=True), tensor(lse, f"{fn}: lse", writable=True),
             softmax_scale or 0.0, tensor(workspace, f"{fn}: workspace", writable=True),
             stream_handle(stream, q, qt, fn))
@@ -49,10 +58,11 @@ class MlaPlan:
                    lse=None, softmax_scale=None, workspace=None, stream=None):
         """Sparse FP8 MLA decode into out (and lse when given); returns out."""
         fn = "mla_decode_sparse"
+        check_scalars(fn, floats=dict(softmax_scale=softmax_scale))
         qt = tensor(q, f"{fn}: q")
         _C.mla_decode_sparse_planned(
-            self._plan, qt, tensor(kv_cache, f"{fn}: kv_cache"), tensor(indices, f"{fn}: indices"),
-            tensor(topk_length, f"{fn}: topk_length"), tensor(attn_sink, f"{fn}: attn_sink"),
+            self._plan, qt, tensor(kv_cache, f"{fn}: kv_cache"), tensor(indices, f"{fn}: indices", "int32"),
+            tensor(topk_length, f"{fn}: topk_length", "int32"), tensor(attn_sink, f"{fn}: attn_sink"),
             tensor(out, f"{fn}: out", writable=True), tensor(lse, f"{fn}: lse", writable=True),
             softmax_scale or 0.0, tensor(workspace, f"{fn}: workspace", writable=True),
             stream_handle(stream, q, qt, fn))
@@ -60,6 +70,7 @@ class MlaPlan:
 
 
 def _outputs(fn, q, qt, out, lse, return_lse):
+    check_scalars(fn, bools=dict(return_lse=return_lse))
     expect_rank(fn, "q", qt, 4, "[batch, q_len, num_heads, 576]")
     shape = tuple(qt.shape[:3]) + (DIM_V,)
     if out is None:
@@ -81,14 +92,16 @@ def mla_decode_dense(q, kv_cache, block_table, cache_seqlens, out=None, *, softm
     fn = "mla_decode_dense"
     qt = tensor(q, f"{fn}: q")
     kvt = tensor(kv_cache, f"{fn}: kv_cache")
-    btt = tensor(block_table, f"{fn}: block_table")
+    btt = tensor(block_table, f"{fn}: block_table", "int32")
     out, lse, want_lse = _outputs(fn, q, qt, out, lse, return_lse)
     expect_rank(fn, "kv_cache", kvt, 4, "[num_blocks, page_size, 1, 576]")
+    expect_rank(fn, "block_table", btt, 2, "[batch, max_blocks]")
+    _expect_plan_sizes(fn, qt, kvt)
     page_size = kvt.shape[1]
     if max_seq_len is None:
-        max_seq_len = btt.shape[1] * page_size if len(btt.shape) == 2 else 0
-    plan = MlaPlan(qt.shape[2], sparse=False, page_size=page_size, max_batch=qt.shape[0],
-                   max_q_len=qt.shape[1], max_seq_len=max_seq_len, lse=want_lse,
+        max_seq_len = min(btt.shape[1] * page_size, _INT32_MAX)
+    plan = MlaPlan(qt.shape[2], sparse=False, page_size=page_size, max_batch=max(qt.shape[0], 1),
+                   max_q_len=qt.shape[1], max_seq_len=max(max_seq_len, 1), lse=want_lse,
                    device=_device_text(qt))
     ws = workspace
     if ws is None:
@@ -112,12 +125,15 @@ def mla_decode_sparse(q, kv_cache, indices, out=None, *, topk_length=None, attn_
     fn = "mla_decode_sparse"
     qt = tensor(q, f"{fn}: q")
     kvt = tensor(kv_cache, f"{fn}: kv_cache")
-    it = tensor(indices, f"{fn}: indices")
+    it = tensor(indices, f"{fn}: indices", "int32")
     out, lse, want_lse = _outputs(fn, q, qt, out, lse, return_lse)
     expect_rank(fn, "kv_cache", kvt, 4, "[num_blocks, page_size, 1, 656]")
     expect_rank(fn, "indices", it, 3, "[batch, q_len, topk]")
-    plan = MlaPlan(qt.shape[2], sparse=True, page_size=kvt.shape[1], max_batch=qt.shape[0],
-                   max_q_len=qt.shape[1], max_seq_len=kvt.shape[0] * kvt.shape[1],
+    _expect_plan_sizes(fn, qt, kvt)
+    expect_dim_range(fn, "indices", it, 2, "topk", 1, _INT32_MAX)
+    plan = MlaPlan(qt.shape[2], sparse=True, page_size=kvt.shape[1], max_batch=max(qt.shape[0], 1),
+                   max_q_len=qt.shape[1],
+                   max_seq_len=min(kvt.shape[0] * kvt.shape[1], _INT32_MAX),
                    topk=it.shape[2], lse=want_lse, attn_sink=attn_sink is not None,
                    topk_length=topk_length is not None, device=_device_text(qt))
     ws = workspace
@@ -131,7 +147,7 @@ def mla_decode_sparse(q, kv_cache, indices, out=None, *, topk_length=None, attn_
 
 
 def combine(partial_out, partial_lse, out=None, *, attn_sink=None, return_lse=False, lse=None,
-            out_dtype="fp32", stream=None):
+            out_dtype=None, stream=None):
     """Merges split-KV partial results by their LSE; returns out, or (out, lse).
 
     partial_out [num_splits, batch, q_len, num_heads, dim_v] fp32; partial_lse [num_splits,
@@ -140,19 +156,28 @@ def combine(partial_out, partial_lse, out=None, *, attn_sink=None, return_lse=Fa
     """
     fn = "combine"
     check_dtype_keywords(fn, out_dtype=out_dtype)
+    check_scalars(fn, bools=dict(return_lse=return_lse))
     pot = tensor(partial_out, f"{fn}: partial_out")
     expect_rank(fn, "partial_out", pot, 5, "[num_splits, batch, q_len, num_heads, dim_v]")
     shape = tuple(pot.shape[1:])
     if out is None:
-        out = empty(partial_out, pot, shape, out_dtype, f"{fn}: out")
+        out = empty(partial_out, pot, shape, out_dtype or "fp32", f"{fn}: out")
     want_lse = return_lse or lse is not None
     if want_lse and lse is None:
         lse = empty(partial_out, pot, shape[:3], "fp32", f"{fn}: lse")
     _C.combine(pot, tensor(partial_lse, f"{fn}: partial_lse"),
-               tensor(attn_sink, f"{fn}: attn_sink"), tensor(out, f"{fn}: out", writable=True),
+               tensor(attn_sink, f"{fn}: attn_sink"),
+               tensor(out, f"{fn}: out", out_dtype, writable=True),
                tensor(lse, f"{fn}: lse", writable=True),
                stream_handle(stream, partial_out, pot, fn))
     return (out, lse) if want_lse else out
+
+
+def _expect_plan_sizes(fn, qt, kvt):
+    """The sizes the one-shot plan takes from q and kv_cache, checked on those tensors."""
+    expect_dim_range(fn, "q", qt, 1, "q_len", 1, _INT32_MAX)
+    expect_dim_range(fn, "q", qt, 2, "num_heads", 1, _INT32_MAX)
+    expect_dim_range(fn, "kv_cache", kvt, 1, "page_size", 1, 256)
 
 
 def _named(x, fn, name):

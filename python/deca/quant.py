@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from . import _C
-from ._tensors import check_dtype_keywords, empty, tensor
+from ._tensors import check_dtype_keywords, check_scalars, empty, tensor
 
 _FP8_TOKEN_BYTES = _C.MLA_FP8_TOKEN_BYTES
 _DIM_QK = _C.MLA_DIM_QK
@@ -35,6 +35,7 @@ def quantize_int8(src, scale, out=None, *, src_dtype=None):
 
 def _quantize(fn, op, dst_dtype, src, scale, out, src_dtype):
     check_dtype_keywords(fn, src_dtype=src_dtype)
+    check_scalars(fn, floats=dict(scale=scale))
     st = tensor(src, f"{fn}: src", src_dtype)
     if out is None:
         out = empty(src, st, st.shape, dst_dtype, f"{fn}: out")
@@ -57,12 +58,14 @@ def pack_mla_fp8(src, out=None, *, src_dtype=None):
     return out
 
 
-def unpack_mla_fp8(src, out=None, *, out_dtype="fp32"):
-    """The inverse of pack_mla_fp8: src [..., 656] uint8 -> out [..., 576] fp32 | bf16."""
+def unpack_mla_fp8(src, out=None, *, out_dtype=None):
+    """The inverse of pack_mla_fp8: src [..., 656] uint8 -> out [..., 576] fp32 | bf16.
+
+    out_dtype: the dtype of the allocated out (default fp32); with out given it must match."""
     fn = "unpack_mla_fp8"
     check_dtype_keywords(fn, out_dtype=out_dtype)
     st = tensor(src, f"{fn}: src")
     if out is None:
-        out = empty(src, st, tuple(st.shape[:-1]) + (_DIM_QK,), out_dtype, f"{fn}: out")
-    _C.unpack_mla_fp8(st, tensor(out, f"{fn}: out", writable=True))
+        out = empty(src, st, tuple(st.shape[:-1]) + (_DIM_QK,), out_dtype or "fp32", f"{fn}: out")
+    _C.unpack_mla_fp8(st, tensor(out, f"{fn}: out", out_dtype, writable=True))
     return out

@@ -10,32 +10,32 @@ void register_quant(nb::module_& m) {
         nb::arg("src"));
   m.def(
       "quantize_fp8",
-      [](const Tensor& src, const Tensor& dst, float scale) {
+      [](const Tensor& src, const Tensor& out, float scale) {
         nb::gil_scoped_release release;
-        quantize_fp8(src.view, dst.view, scale);
+        quantize_fp8(src.view, out.view, scale);
       },
-      nb::arg("src"), nb::arg("dst"), nb::arg("scale"));
+      nb::arg("src"), nb::arg("out"), nb::arg("scale"));
   m.def(
       "quantize_int8",
-      [](const Tensor& src, const Tensor& dst, float scale) {
+      [](const Tensor& src, const Tensor& out, float scale) {
         nb::gil_scoped_release release;
-        quantize_int8(src.view, dst.view, scale);
+        quantize_int8(src.view, out.view, scale);
       },
-      nb::arg("src"), nb::arg("dst"), nb::arg("scale"));
+      nb::arg("src"), nb::arg("out"), nb::arg("scale"));
   m.def(
       "pack_mla_fp8",
-      [](const Tensor& src, const Tensor& dst) {
+      [](const Tensor& src, const Tensor& out) {
         nb::gil_scoped_release release;
-        pack_mla_fp8(src.view, dst.view);
+        pack_mla_fp8(src.view, out.view);
       },
-      nb::arg("src"), nb::arg("dst"));
+      nb::arg("src"), nb::arg("out"));
   m.def(
       "unpack_mla_fp8",
-      [](const Tensor& src, const Tensor& dst) {
+      [](const Tensor& src, const Tensor& out) {
         nb::gil_scoped_release release;
-        unpack_mla_fp8(src.view, dst.view);
+        unpack_mla_fp8(src.view, out.view);
       },
-      nb::arg("src"), nb::arg("dst"));
+      nb::arg("src"), nb::arg("out"));
 }
 
 }  // namespace deca::python

@@ -135,6 +135,13 @@ std::string python_type_name(nb::handle object) {
   return nb::cast<std::string>(nb::type_name(object.type()));
 }
 
+bool is_jax(nb::handle object) {
+  nb::object module = nb::getattr(object.type(), "__module__", nb::none());
+  if (!nb::isinstance<nb::str>(module)) return false;
+  const std::string name = nb::cast<std::string>(module);
+  return name.rfind("jax", 0) == 0;  // jax, jaxlib
+}
+
 }  // namespace
 
 DType parse_dtype(const std::string& name, const std::string& where) {
@@ -166,6 +173,11 @@ Tensor import_tensor(nb::handle object, const std::optional<std::string>& declar
   }
   Tensor t = view_of(array, declared, where);
   t.input = array;
+  // Whether the memory could also be imported for writing: a deca.Tensor made for reading may
+  // later be passed as an output, and must not then write into read-only memory. jax arrays
+  // are immutable although plain DLPack does not say so.
+  nb::ndarray<> writable_array;
+  if (!is_jax(object) && nb::try_cast(object, writable_array, false)) t.output = writable_array;
   return t;
 }
 
@@ -207,6 +219,8 @@ void register_tensor(nb::module_& m) {
                      return nb::tuple(s);
                    })
       .def_prop_ro("device", [](const Tensor& t) { return t.view.device; })
+      .def_prop_ro("writable", [](const Tensor& t) { return t.output.is_valid(); },
+                   "whether the memory may be written (an output may be given as this tensor)")
       .def_prop_ro("data_ptr",
                    [](const Tensor& t) { return reinterpret_cast<std::uintptr_t>(t.view.data); })
       .def_prop_ro("nbytes",

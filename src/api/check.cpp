@@ -142,6 +142,13 @@ void expect_sizes(std::string_view fn, std::string_view arg, const TensorView& t
            cat(std::to_string(t.shape[i]), " (shape ", cat(shape_string(t), ")")));
     }
   }
+  if (has_no_elements(t)) return;
+  std::int64_t n = 1;
+  for (int i = 0; i < t.rank; ++i) {
+    if (__builtin_mul_overflow(n, t.shape[i], &n)) {
+      fail(fn, arg, "an element count below 2^63", cat("shape ", shape_string(t)));
+    }
+  }
 }
 
 void expect_dim(std::string_view fn, std::string_view arg, const TensorView& t, int dim,
@@ -164,13 +171,20 @@ void expect_dim_range(std::string_view fn, std::string_view arg, const TensorVie
   }
 }
 
-void expect_strides(std::string_view fn, std::string_view arg, const TensorView& t) {
+void expect_non_negative_strides(std::string_view fn, std::string_view arg, const TensorView& t) {
+  // numpy 2 gives empty arrays zero strides; an empty view is never walked, so any strides do.
+  if (has_no_elements(t)) return;
   for (int i = 0; i < t.rank; ++i) {
     if (t.stride[i] < 0) {
       fail(fn, arg, cat("a non-negative stride for dim ", std::to_string(i)),
            cat("stride ", std::to_string(t.stride[i])));
     }
   }
+}
+
+void expect_strides(std::string_view fn, std::string_view arg, const TensorView& t) {
+  if (has_no_elements(t)) return;
+  expect_non_negative_strides(fn, arg, t);
   const int last = t.rank - 1;
   if (t.rank > 0 && t.shape[last] > 1 && t.stride[last] != 1) {
     fail(fn, arg, cat("the last dim (", std::to_string(last), ") contiguous, stride 1"),
@@ -202,6 +216,58 @@ void expect_no_overlap(std::string_view fn, std::string_view arg, const TensorVi
                cat(", stride ", std::to_string(t.stride[d]), cat(" of dim ", std::to_string(d)))));
     }
     reach += (t.shape[d] - 1) * t.stride[d];
+  }
+}
+
+ByteSpan expect_byte_span(std::string_view fn, std::string_view arg, const TensorView& t) {
+  ByteSpan span;
+  if (!t.defined() || has_no_elements(t)) return span;
+  const auto too_large = [&] {
+    fail(fn, arg, "a byte extent (sum of (size - 1) * |stride| * element size) below 2^63",
+         cat("shape ", shape_string(t), cat(", element size ", std::to_string(dtype_size(t.dtype)))));
+  };
+  std::int64_t low = 0, high = 0;  // element offsets of the lowest and highest element
+  for (int i = 0; i < t.rank; ++i) {
+    std::int64_t reach = 0;
+    if (__builtin_mul_overflow(t.shape[i] - 1, t.stride[i], &reach)) too_large();
+    if (__builtin_add_overflow(reach < 0 ? low : high, reach, reach < 0 ? &low : &high)) too_large();
+  }
+  const auto elem = static_cast<std::int64_t>(dtype_size(t.dtype));
+  std::int64_t low_bytes = 0, high_bytes = 0;
+  if (__builtin_mul_overflow(low, elem, &low_bytes)) too_large();
+  if (__builtin_mul_overflow(high, elem, &high_bytes)) too_large();
+  if (__builtin_add_overflow(high_bytes, elem - 1, &high_bytes)) too_large();
+  const auto base = reinterpret_cast<std::uintptr_t>(t.data);
+  // Unsigned arithmetic: a span that wraps around the address space is refused like an overflow.
+  const std::uintptr_t below = static_cast<std::uintptr_t>(-low_bytes);
+  const std::uintptr_t above = static_cast<std::uintptr_t>(high_bytes);
+  if (below > base || above > UINTPTR_MAX - base) too_large();
+  span.first = base - below;
+  span.last = base + above;
+  span.empty = false;
+  return span;
+}
+
+void expect_disjoint(std::string_view fn, std::initializer_list<NamedView> outputs,
+                     std::initializer_list<NamedView> inputs) {
+  const auto span_text = [](const ByteSpan& s) {
+    return cat("bytes [", pointer_string(reinterpret_cast<const void*>(s.first)),
+               cat(", ", pointer_string(reinterpret_cast<const void*>(s.last)), "]"));
+  };
+  const auto against = [&](const NamedView& out, const ByteSpan& os, const NamedView& other,
+                           const char* kind) {
+    const ByteSpan s = expect_byte_span(fn, other.name, *other.view);
+    if (s.empty || s.last < os.first || os.last < s.first) return;
+    fail(fn, out.name,
+         cat("memory that shares no byte with ", other.name,
+             cat(" (", kind, " must not overlap)")),
+         cat(span_text(os), cat(" against ", other.name, cat("'s ", span_text(s)))));
+  };
+  for (auto o = outputs.begin(); o != outputs.end(); ++o) {
+    const ByteSpan os = expect_byte_span(fn, o->name, *o->view);
+    if (os.empty) continue;
+    for (const NamedView& in : inputs) against(*o, os, in, "an output and an input");
+    for (auto p = outputs.begin(); p != o; ++p) against(*o, os, *p, "two outputs");
   }
 }
 
@@ -237,7 +303,18 @@ void expect_tensor(std::string_view fn, std::string_view arg, const TensorView& 
   expect_rank(fn, arg, t, rank, dims);
   expect_sizes(fn, arg, t);
   expect_strides(fn, arg, t);
+  expect_byte_span(fn, arg, t);
   expect_aligned(fn, arg, t, dtype_size(t.dtype), "the element size");
+}
+
+void expect_finite_host(std::string_view fn, std::string_view arg, const TensorView& t) {
+  const auto* base = static_cast<const float*>(t.data);
+  for (std::int64_t i = 0; i < t.shape[0]; ++i) {
+    const float v = base[i * t.stride[0]];
+    if (!std::isfinite(v)) {
+      fail(fn, cat(arg, "[", cat(std::to_string(i), "]")), "a finite value", float_string(v));
+    }
+  }
 }
 
 }  // namespace deca::api

@@ -42,7 +42,8 @@ void expect_dtype_in(std::string_view fn, std::string_view arg, const TensorView
 // `dims` names the dimensions, e.g. "[batch, q_len, num_q_heads, head_dim]".
 void expect_rank(std::string_view fn, std::string_view arg, const TensorView& t, int rank,
                  std::string_view dims);
-// Sizes: non-negative and small enough for the int fields of the params structs.
+// Sizes: non-negative and small enough for the int fields of the params structs, and an element
+// count that fits 64 bits (six dims of 2^31 do not).
 void expect_sizes(std::string_view fn, std::string_view arg, const TensorView& t);
 void expect_dim(std::string_view fn, std::string_view arg, const TensorView& t, int dim,
                 std::string_view dim_name, std::int64_t expected, std::string_view why);
@@ -50,20 +51,49 @@ void expect_dim_range(std::string_view fn, std::string_view arg, const TensorVie
                       std::string_view dim_name, std::int64_t lo, std::int64_t hi,
                       std::string_view why);
 
+// Strides non-negative: deca walks every view forwards (the README says so).
+void expect_non_negative_strides(std::string_view fn, std::string_view arg, const TensorView& t);
 // Strides non-negative; the last dimension contiguous (stride 1) when it has more than one
 // element: the params structs carry no stride for it.
 void expect_strides(std::string_view fn, std::string_view arg, const TensorView& t);
 // An output must not map two indices onto one element (the result would depend on write order).
 void expect_no_overlap(std::string_view fn, std::string_view arg, const TensorView& t);
+// The bytes a view can touch, [first, last] inclusive, from its pointer, shape, strides and element
+// size: what the overlap rule compares. `empty` views (no element) touch nothing.
+struct ByteSpan {
+  std::uintptr_t first = 0;
+  std::uintptr_t last = 0;
+  bool empty = true;
+};
+// Refuses a view whose byte extent overflows 64 bits or wraps the address space: every later
+// offset computation (the reference's and the kernels') may then assume it does not.
+ByteSpan expect_byte_span(std::string_view fn, std::string_view arg, const TensorView& t);
+
+// A tensor argument by the name the caller gave it; absent and empty views are skipped.
+struct NamedView {
+  std::string_view name;
+  const TensorView* view;
+};
+// The overlap rule of every op, checked before anything runs: no output shares a byte with any
+// input, nor with another output. Byte spans are compared, not elements: views whose spans
+// intersect are refused even where their elements would interleave without touching (no op
+// needs such layouts, and an exact test would cost a walk over both views). Inputs may overlap
+// each other freely (K and V as views of one allocation).
+void expect_disjoint(std::string_view fn, std::initializer_list<NamedView> outputs,
+                     std::initializer_list<NamedView> inputs);
+
 // Data pointer and the byte stride of every dimension but the last are multiples of `bytes`.
 void expect_aligned(std::string_view fn, std::string_view arg, const TensorView& t,
                     std::size_t bytes, std::string_view why);
 
 // The checks every tensor argument gets, in this order: presence (non-null data), device, dtype,
-// rank, sizes, strides, element-size alignment.
+// rank, sizes, strides, byte extent, element-size alignment.
 void expect_tensor(std::string_view fn, std::string_view arg, const TensorView& t, Device device,
                    std::string_view device_why, std::initializer_list<DType> dtypes,
                    std::string_view dtype_why, int rank, std::string_view dims);
+
+// Every value of a 1-D fp32 host tensor finite: per-head scales, like the scalar ones they replace.
+void expect_finite_host(std::string_view fn, std::string_view arg, const TensorView& t);
 
 // Whole host tensors of int32: value at a flat index, for data checks on CPU tensors.
 inline std::int32_t load_i32(const TensorView& t, std::int64_t i0, std::int64_t i1 = 0,

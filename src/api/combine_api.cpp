@@ -13,6 +13,10 @@
 
 namespace deca {
 
+namespace {
+constexpr std::int64_t kMaxCombineSplits = 65536;
+}  // namespace
+
 void combine(const CombineArgs& a) {
   using namespace api;
   constexpr const char* fn = "combine";
@@ -33,7 +37,10 @@ void combine(const CombineArgs& a) {
   expect_tensor(fn, "partial_out", a.partial_out, dev, cpu_only, {DType::kFP32}, "", 5,
                 "[num_splits, batch, q_len, num_heads, dim_v]");
   const TensorView& po = a.partial_out;
-  expect_dim_range(fn, "partial_out", po, 0, "num_splits", 1, INT32_MAX, "at least one split");
+  // A bound on the splits keeps a stride-0 view of 2^31 splits from running for hours; split-KV
+  // runs use at most a few per SM.
+  expect_dim_range(fn, "partial_out", po, 0, "num_splits", 1, kMaxCombineSplits,
+                   "at least one split, at most 65536");
   expect_dim_range(fn, "partial_out", po, 4, "dim_v", 1, INT32_MAX, "at least one value dim");
 
   expect_tensor(fn, "partial_lse", a.partial_lse, dev, cpu_only, {DType::kFP32}, "", 4,
@@ -70,6 +77,11 @@ void combine(const CombineArgs& a) {
     }
     expect_no_overlap(fn, "lse", a.lse);
   }
+
+  expect_disjoint(fn, {{"out", &a.out}, {"lse", &a.lse}},
+                  {{"partial_out", &a.partial_out},
+                   {"partial_lse", &a.partial_lse},
+                   {"attn_sink", &a.attn_sink}});
 
   CombineParams p{};
   p.num_splits = static_cast<int>(po.shape[0]);

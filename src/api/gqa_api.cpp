@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -135,6 +136,25 @@ void check_tensors(const GqaPlan& plan, const GqaDecodeArgs& a, bool check_works
   check_scale("out_scale", a.out_scale, true,
               "a finite value > 0 (fp8 output stores real / out_scale)");
 
+  // The overlap rule (check.hpp): out, lse and the workspace share no byte with any input or
+  // with each other. An index tensor overwritten mid-run would be dereferenced unchecked.
+  TensorView ws;
+  if (dev.kind == DeviceKind::kCUDA && a.workspace != nullptr && a.workspace_bytes > 0) {
+    // Only the plan's bytes are written, however large a buffer the caller passed.
+    const std::size_t used = std::min(a.workspace_bytes, plan.workspace_bytes);
+    ws = make_tensor(a.workspace, DType::kUINT8, {static_cast<std::int64_t>(used)}, dev);
+  }
+  expect_disjoint(kFn, {{"out", &a.out}, {"lse", &a.lse}, {"workspace", &ws}},
+                  {{"q", &a.q},
+                   {"k_cache", &a.k_cache},
+                   {"v_cache", &a.v_cache},
+                   {"page_table", &a.page_table},
+                   {"seq_lens", &a.seq_lens},
+                   {"tree_mask", &a.tree_mask},
+                   {"sinks", &a.sinks},
+                   {"k_scales", &a.k_scales},
+                   {"v_scales", &a.v_scales}});
+
   if (check_workspace && dev.kind == DeviceKind::kCUDA && plan.workspace_bytes > 0) {
     if (a.workspace == nullptr) {
       fail(kFn, "workspace",
@@ -164,6 +184,10 @@ void check_host_data(const GqaConfig& c, const GqaDecodeArgs& a) {
   const std::int64_t batch = a.q.shape[0];
   const std::int64_t q_len = a.q.shape[1];
   const std::int64_t num_pages = a.k_cache.shape[0];
+  if (c.per_head_kv_scale) {
+    expect_finite_host(kFn, "k_scales", a.k_scales);
+    expect_finite_host(kFn, "v_scales", a.v_scales);
+  }
   for (std::int64_t b = 0; b < batch; ++b) {
     const std::int64_t len = expect_paged_request(
         kFn, {"seq_lens", "page_table", "page", "k_cache's num_pages"}, a.seq_lens, a.page_table, b,

@@ -12,4 +12,13 @@ namespace deca::api {
 // `prefix` names the config in messages: "config" or "plan.config".
 void validate_gqa_config(std::string_view fn, std::string_view prefix, const GqaConfig& config);
 
+// The config the one-shot gqa_decode(config, args) plans with: the caller's (dtypes, features,
+// scalars), with the maxima and the sizes taken from the tensors (num_q_heads from q; head_dim,
+// page_size and num_kv_heads from k_cache, the model's truth, so that a q that differs is
+// blamed on q). A field taken from a tensor is checked on that tensor first, so
+// that a message names the caller's argument ("gqa_decode: q: ...") and never a config field
+// the caller did not write. max_seq_len stays the caller's when > 0 (a promise every request
+// must keep), else it is what page_table can address.
+GqaConfig oneshot_gqa_config(const GqaConfig& config, const GqaDecodeArgs& args);
+
 }  // namespace deca::api

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "api/check.hpp"
+#include "api/gqa_config.hpp"
 #include "api/gqa_prepare.hpp"
 #include "deca/error.hpp"
 #include "deca/gqa.hpp"
@@ -17,8 +18,6 @@ namespace deca {
 namespace {
 
 constexpr const char* kFn = "gqa_decode";
-
-int clamp_int(std::int64_t v) { return static_cast<int>(std::clamp<std::int64_t>(v, 1, INT_MAX)); }
 
 void cuda_check(cudaError_t err, const char* what) {
   if (err != cudaSuccess) {
@@ -65,20 +64,7 @@ class ScopedWorkspace {
 }  // namespace
 
 void gqa_decode(const GqaConfig& config, const GqaDecodeArgs& args) {
-  // Maxima from this call's shapes. Where an argument is malformed the config's own value stays,
-  // so that the argument check (not the plan check) names the culprit.
-  GqaConfig c = config;
-  if (args.q.rank == 4) {
-    c.max_q_len = clamp_int(args.q.shape[1]);
-    if (c.beam_width >= 1) {
-      const std::int64_t beams = c.beam_width;
-      c.max_batch = clamp_int((args.q.shape[0] + beams - 1) / beams * beams);
-      c.max_batch = std::max(c.max_batch, c.beam_width);
-    }
-  }
-  if (args.page_table.rank == 2 && config.page_size > 0) {
-    c.max_seq_len = clamp_int(args.page_table.shape[1] * config.page_size);
-  }
+  const GqaConfig c = api::oneshot_gqa_config(config, args);
   const GqaPlan plan = plan_gqa_decode(c);
   // A workspace the caller passed along is used (and checked); otherwise one is made below.
   const bool caller_workspace =

@@ -1,4 +1,7 @@
+#include <algorithm>
+#include <climits>
 #include <cmath>
+#include <cstdint>
 #include <string>
 
 #include "api/check.hpp"
@@ -98,6 +101,63 @@ void validate_gqa_config(std::string_view fn, std::string_view prefix, const Gqa
          "kind " + std::to_string(static_cast<int>(c.device.kind)) + " index " +
              std::to_string(c.device.index));
   }
+}
+
+GqaConfig oneshot_gqa_config(const GqaConfig& config, const GqaDecodeArgs& a) {
+  constexpr const char* fn = "gqa_decode";
+  const bool nhd = config.layout == KvLayout::kNHD;
+  const char* cache_dims = nhd ? "[num_pages, page_size, num_kv_heads, head_dim] (NHD)"
+                               : "[num_pages, num_kv_heads, page_size, head_dim] (HND)";
+  const auto present = [&](const char* name, const TensorView& t, int rank, const char* dims) {
+    expect_present(fn, name, t, dims);
+    expect_rank(fn, name, t, rank, dims);
+    expect_sizes(fn, name, t);
+  };
+  present("q", a.q, 4, "[batch, q_len, num_q_heads, head_dim]");
+  expect_dtype_in(fn, "q", a.q, {DType::kBF16, DType::kFP16}, "");
+  present("k_cache", a.k_cache, 4, cache_dims);
+  expect_dtype_in(fn, "k_cache", a.k_cache,
+                  {DType::kBF16, DType::kFP16, DType::kFP8E4M3, DType::kINT8}, "");
+  present("page_table", a.page_table, 2, "[batch, max_pages]");
+  expect_dtype(fn, "page_table", a.page_table, DType::kINT32, "");
+  if (a.out.defined()) {
+    expect_dtype_in(fn, "out", a.out, {DType::kBF16, DType::kFP16, DType::kFP8E4M3}, "");
+  }
+  const TensorView& k = a.k_cache;
+  expect_dim_range(fn, "k_cache", k, nhd ? 1 : 2, "page_size", 1, 1 << 22, "");
+  expect_dim_range(fn, "k_cache", k, nhd ? 2 : 1, "num_kv_heads", 1, INT32_MAX, "");
+  if (k.shape[3] < 16 || k.shape[3] > 256 || k.shape[3] % 16 != 0) {
+    fail(fn, "k_cache: dim 3 (head_dim)", "a multiple of 16 in 16..256",
+         std::to_string(k.shape[3]));
+  }
+  expect_dim_range(fn, "q", a.q, 2, "num_q_heads", 1, INT32_MAX, "");
+  const std::int64_t kv_heads = k.shape[nhd ? 2 : 1];
+  if (a.q.shape[2] % kv_heads != 0) {
+    fail(fn, "q: dim 2 (num_q_heads)",
+         "a multiple of k_cache's num_kv_heads (" + std::to_string(kv_heads) +
+             "): each KV head serves a whole group of query heads",
+         std::to_string(a.q.shape[2]));
+  }
+
+  const auto at_least_one = [](std::int64_t v) {
+    return static_cast<int>(std::clamp<std::int64_t>(v, 1, INT32_MAX));
+  };
+  GqaConfig c = config;
+  c.num_q_heads = static_cast<int>(a.q.shape[2]);
+  c.num_kv_heads = static_cast<int>(kv_heads);
+  c.head_dim = static_cast<int>(k.shape[3]);
+  c.page_size = static_cast<int>(k.shape[nhd ? 1 : 2]);
+  c.max_q_len = at_least_one(a.q.shape[1]);
+  if (c.beam_width >= 1) {
+    const std::int64_t beams = c.beam_width;
+    c.max_batch = at_least_one((a.q.shape[0] + beams - 1) / beams * beams);
+    c.max_batch = std::max(c.max_batch, c.beam_width);
+  }
+  if (config.max_seq_len <= 0) {
+    c.max_seq_len = at_least_one(a.page_table.shape[1] * static_cast<std::int64_t>(c.page_size));
+  }
+  validate_gqa_config(fn, "config", c);
+  return c;
 }
 
 }  // namespace deca::api

@@ -197,6 +197,12 @@ void mla_decode_dense(const MlaPlan& plan, const MlaDenseArgs& a) {
                 "[batch]");
   expect_dim(fn, "cache_seqlens", a.cache_seqlens, 0, "batch", batch, "q's batch");
   check_softmax_scale(fn, a.softmax_scale);
+  // The overlap rule (check.hpp): a table or length overwritten mid-run would be read unchecked.
+  expect_disjoint(fn, {{"out", &a.out}, {"lse", &a.lse}},
+                  {{"q", &a.q},
+                   {"kv_cache", &a.kv_cache},
+                   {"block_table", &a.block_table},
+                   {"cache_seqlens", &a.cache_seqlens}});
 
   // Host data (every tensor is on the CPU here): lengths, and the blocks they use.
   const std::int64_t max_blocks = a.block_table.shape[1];
@@ -252,6 +258,12 @@ void mla_decode_sparse(const MlaPlan& plan, const MlaSparseArgs& a) {
     expect_dim(fn, "attn_sink", a.attn_sink, 0, "num_heads", c.num_heads, "plan.config.num_heads");
   }
   check_softmax_scale(fn, a.softmax_scale);
+  expect_disjoint(fn, {{"out", &a.out}, {"lse", &a.lse}},
+                  {{"q", &a.q},
+                   {"kv_cache", &a.kv_cache},
+                   {"indices", &a.indices},
+                   {"topk_length", &a.topk_length},
+                   {"attn_sink", &a.attn_sink}});
 
   const bool on_gpu = c.device.kind == DeviceKind::kCUDA;
   if (on_gpu) check_workspace(fn, plan, a.workspace, a.workspace_bytes);

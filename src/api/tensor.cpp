@@ -46,9 +46,11 @@ std::string to_string(Device device) {
 }
 
 std::int64_t TensorView::numel() const {
-  std::int64_t n = 1;
-  for (int i = 0; i < rank; ++i) n *= shape[i];
-  return n;
+  // Unsigned for the same reason as make_tensor's strides: expect_sizes refuses a count that
+  // does not fit 64 bits before an op uses it.
+  std::uint64_t n = 1;
+  for (int i = 0; i < rank; ++i) n *= static_cast<std::uint64_t>(shape[i]);
+  return static_cast<std::int64_t>(n);
 }
 
 bool TensorView::is_contiguous() const {
@@ -90,7 +92,10 @@ TensorView make_tensor(void* data, DType dtype, int rank, const std::int64_t* sh
   for (int i = rank - 1; i >= 0; --i) {
     t.shape[i] = shape[i];
     t.stride[i] = strides ? strides[i] : expected;
-    expected *= shape[i];
+    // Unsigned: a row-major stride of an absurd shape wraps instead of overflowing (undefined
+    // behaviour); the ops' size checks refuse such views before any stride is used.
+    expected = static_cast<std::int64_t>(static_cast<std::uint64_t>(expected) *
+                                         static_cast<std::uint64_t>(shape[i]));
   }
   return t;
 }

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <string>
 
 #include "deca/error.hpp"
 
@@ -45,6 +46,48 @@ TEST(CheckStrides, LastDimOfSizeOneMayHaveAnyStride) {
   EXPECT_NO_THROW(expect_strides("f", "t", view(DType::kFP32, {4, 1}, {1, 7})));
   EXPECT_THROW(expect_strides("f", "t", view(DType::kFP32, {4, 2}, {2, 3})), Error);
   EXPECT_THROW(expect_strides("f", "t", view(DType::kFP32, {4, 2}, {-2, 1})), Error);
+}
+
+TEST(CheckStrides, EmptyViewsMayHaveZeroStrides) {
+  // numpy 2 gives every empty array zero strides.
+  EXPECT_NO_THROW(expect_strides("f", "t", view(DType::kFP32, {0, 4, 8}, {0, 0, 0})));
+}
+
+TEST(CheckByteSpan, CoversTheTrueExtentOfStridedViews) {
+  const ByteSpan s = expect_byte_span("f", "t", view(DType::kFP32, {2, 3}, {8, 2}, 16));
+  const auto base = reinterpret_cast<std::uintptr_t>(g_buffer);
+  EXPECT_FALSE(s.empty);
+  EXPECT_EQ(s.first, base + 16);
+  EXPECT_EQ(s.last, base + 16 + (8 + 2 * 2) * 4 + 3);
+  EXPECT_TRUE(expect_byte_span("f", "t", view(DType::kFP32, {0, 3}, {0, 0})).empty);
+}
+
+TEST(CheckByteSpan, RefusesExtentsAndCountsThatOverflow64Bits) {
+  const std::int64_t big = std::int64_t{1} << 31;
+  EXPECT_THROW(expect_byte_span("f", "t", view(DType::kFP32, {big - 1, 2}, {INT64_MAX / 4, 1})),
+               Error);
+  EXPECT_THROW(expect_sizes("f", "t", view(DType::kUINT8, {big - 1, big - 1, big - 1}, {0, 0, 0})),
+               Error);
+  EXPECT_NO_THROW(expect_sizes("f", "t", view(DType::kUINT8, {big - 1, big - 1}, {0, 0})));
+}
+
+TEST(CheckDisjoint, RefusesAnySharedByteAndAcceptsNeighbours) {
+  const TensorView a = view(DType::kFP32, {4}, {1}, 0);        // bytes 0..15
+  const TensorView b = view(DType::kFP32, {4}, {1}, 16);       // bytes 16..31
+  const TensorView c = view(DType::kFP32, {2, 2}, {4, 1}, 12);  // bytes 12..31 (first row 12..19)
+  const TensorView absent;
+  EXPECT_NO_THROW(expect_disjoint("f", {{"out", &a}}, {{"in", &b}, {"none", &absent}}));
+  EXPECT_THROW(expect_disjoint("f", {{"out", &a}}, {{"in", &c}}), Error);
+  EXPECT_THROW(expect_disjoint("f", {{"out", &b}, {"lse", &c}}, {}), Error);
+  try {
+    expect_disjoint("op", {{"out", &b}}, {{"page_table", &c}});
+    FAIL() << "no throw";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("op: out: expected memory that shares no byte with "
+                                         "page_table"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(CheckPresent, NullDataIsAllowedOnlyWithoutElements) {

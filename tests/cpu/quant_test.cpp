@@ -119,9 +119,9 @@ TEST(Quant, ArgumentErrorsNameTheArgumentAndWriteNothing) {
   HostTensor small(DType::kFP8E4M3, {4, 7});
   f8.fill_bytes(0x5A);
   q8.fill_bytes(0x5A);
-  expect_error([&] { quantize_fp8(x.view(), q8.view(), 1.f); }, {"quantize_fp8", "dst", "fp8_e4m3", "int8"});
-  expect_error([&] { quantize_int8(x.view(), f8.view(), 1.f); }, {"quantize_int8", "dst", "int8", "fp8_e4m3"});
-  expect_error([&] { quantize_fp8(x.view(), small.view(), 1.f); }, {"quantize_fp8", "dst", "[4, 7]"});
+  expect_error([&] { quantize_fp8(x.view(), q8.view(), 1.f); }, {"quantize_fp8", "out", "fp8_e4m3", "int8"});
+  expect_error([&] { quantize_int8(x.view(), f8.view(), 1.f); }, {"quantize_int8", "out", "int8", "fp8_e4m3"});
+  expect_error([&] { quantize_fp8(x.view(), small.view(), 1.f); }, {"quantize_fp8", "out", "[4, 7]"});
   expect_error([&] { quantize_fp8(x.view(), f8.view(), 0.f); }, {"quantize_fp8", "scale"});
   expect_error([&] { quantize_int8(x.view(), q8.view(), NAN); }, {"quantize_int8", "scale"});
   expect_error([&] { quantize_fp8(q8.view(), f8.view(), 1.f); }, {"quantize_fp8", "src", "int8"});
@@ -222,13 +222,13 @@ TEST(MlaPack, ArgumentErrors) {
   HostTensor x(DType::kBF16, {2, 576}), xf(DType::kFP32, {2, 576}), p(DType::kUINT8, {2, 656});
   HostTensor bad(DType::kUINT8, {2, 655}), three(DType::kUINT8, {3, 656});
   expect_error([&] { pack_mla_fp8(xf.view(), p.view()); }, {"pack_mla_fp8", "src", "bf16", "fp32"});
-  expect_error([&] { pack_mla_fp8(x.view(), bad.view()); }, {"pack_mla_fp8", "dst", "656"});
-  expect_error([&] { pack_mla_fp8(x.view(), three.view()); }, {"pack_mla_fp8", "dst", "[3, 656]"});
+  expect_error([&] { pack_mla_fp8(x.view(), bad.view()); }, {"pack_mla_fp8", "out", "656"});
+  expect_error([&] { pack_mla_fp8(x.view(), three.view()); }, {"pack_mla_fp8", "out", "[3, 656]"});
   // Never read: the stride check comes first.
   TensorView strided = make_tensor(p.raw(), DType::kUINT8, {1, 656}, {1312, 2});
   HostTensor one(DType::kFP32, {1, 576});
   expect_error([&] { unpack_mla_fp8(strided, one.view()); }, {"unpack_mla_fp8", "src", "stride 2"});
-  expect_error([&] { unpack_mla_fp8(p.view(), bad.view()); }, {"unpack_mla_fp8", "dst"});
+  expect_error([&] { unpack_mla_fp8(p.view(), bad.view()); }, {"unpack_mla_fp8", "out"});
 }
 
 }  // namespace

@@ -1,0 +1,18 @@
+// The quantisers' element loops (deca/quant.hpp). Arguments arrive validated by
+// src/api/quant_api.cpp: host tensors of matching shapes, outputs that overlap nothing.
+#pragma once
+
+#include "deca/tensor.hpp"
+
+namespace deca::cpu {
+
+// max |x| over a bf16|fp16|fp32 view; NaN or infinity when any value is not finite.
+float max_abs(const TensorView& src);
+void quantize_fp8(const TensorView& src, const TensorView& out, float scale);
+void quantize_int8(const TensorView& src, const TensorView& out, float scale);
+// src [..., 576] bf16 -> out [..., 656] uint8 (out's last dim contiguous).
+void pack_mla_fp8(const TensorView& src, const TensorView& out);
+// src [..., 656] uint8 (last dim contiguous) -> out [..., 576] fp32 | bf16.
+void unpack_mla_fp8(const TensorView& src, const TensorView& out);
+
+}  // namespace deca::cpu
