@@ -110,6 +110,7 @@ struct Sm90Case {
   bool one_request = true;
   bool empty_row = false;  // one (request, token) row of all -1
   int cluster = 1;         // 2: the two head blocks share dequantized tokens (65..128 heads)
+  int pipe = 0;            // Cfg::kPipe: the producer pipeline variant (sm90/traits.cuh)
   std::string name;
 };
 
@@ -169,7 +170,7 @@ void run_case(const Sm90Case& tc) {
   kp.run.num_parts = static_cast<int>(lay.parts.size());
   kp.run.max_slots = lay.slots;
 
-  const jit::LoadedKernel& k = jit::get_kernel(mla_sm90_spec(s.page_size, tc.cluster), 0);
+  const jit::LoadedKernel& k = jit::get_kernel(mla_sm90_spec(s.page_size, tc.cluster, 0, tc.pipe), 0);
   void* args[] = {&kp};
   jit::LaunchOptions opts;
   if (tc.cluster == 2) opts.cluster = {2, 1, 1};
@@ -371,6 +372,50 @@ TEST(MlaSm90Kernel, ClusterOfTwoSharesTokens) {
   empty.empty_row = true;
   empty.spec.skip_fraction = 0.6f;
   run_case(empty);
+}
+
+// The producer pipeline variants (Cfg::kPipe 1..3: ids a block ahead, one gather round, loads
+// before the tile is free), over the same variety as the default: long rows, padded heads, page
+// 1, heavy skips and a row of -1, split pieces with ragged lengths and the sink, many (and empty)
+// requests per partition, both cluster sizes. The producer walks the partition's blocks with its
+// own cursors, so a walk that disagrees with the consumers' must fail here.
+TEST(MlaSm90Kernel, ProducerPipeVariants) {
+  REQUIRE_SM90();
+  for (int pipe : {1, 2, 3}) {
+    const std::string k = "k" + std::to_string(pipe) + "_";
+    std::vector<Sm90Case> cases = {make(k + "h64_q1_p64_topk2048", 2, 1, 64, 64, 2048),
+                                   make(k + "h16_q2_p1_topk448", 2, 2, 16, 1, 448)};
+    Sm90Case skips = make(k + "h64_heavy_skips_empty_row", 2, 1, 64, 1, 256);
+    skips.spec.skip_fraction = 0.9f;
+    skips.empty_row = true;
+    cases.push_back(skips);
+    Sm90Case split = make(k + "h128_split_cap3_sink_topklen", 5, 2, 128, 64, 448);
+    split.cap = 3;
+    split.one_request = false;
+    split.spec.attn_sink = true;
+    split.spec.topk_length = true;
+    cases.push_back(split);
+    Sm90Case many = make(k + "h64_all_in_one_part_topklen", 6, 1, 64, 64, 128);
+    many.one_request = false;
+    many.spec.topk_length = true;
+    cases.push_back(many);
+    Sm90Case c2 = make(k + "c2_h128_q1_p64_topk2048", 2, 1, 128, 64, 2048);
+    c2.cluster = 2;
+    cases.push_back(c2);
+    Sm90Case c2split = split;
+    c2split.name = k + "c2_h128_split_cap3_sink_topklen";
+    c2split.cluster = 2;
+    cases.push_back(c2split);
+    Sm90Case c2many = make(k + "c2_h100_all_in_one_part_sink", 4, 2, 100, 16, 192);
+    c2many.one_request = false;
+    c2many.spec.attn_sink = true;
+    c2many.cluster = 2;
+    cases.push_back(c2many);
+    for (Sm90Case& c : cases) {
+      c.pipe = pipe;
+      run_case(c);
+    }
+  }
 }
 
 }  // namespace
