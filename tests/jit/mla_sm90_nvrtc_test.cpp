@@ -57,6 +57,9 @@ TEST(MlaSm90Nvrtc, PipeVariantsCompileWithoutSpills) {
     for (int cluster : {1, 2}) expect_clean_compile(test::mla_sm90_spec(64, cluster, 0, pipe));
   }
   expect_clean_compile(test::mla_sm90_spec(1, 1, 0, 3));
+  // The integer e4m3 placement (Cfg::kDequant = 1) with pipe 3 (at the 112 producer registers of
+  // pipes 0-1 it spills 24 B without a cluster: not offered there).
+  for (int cluster : {1, 2}) expect_clean_compile(test::mla_sm90_spec(64, cluster, 0, 3, 1));
   // The ablations of pipe 3 that the timing test runs (without a cluster, storing the raw
   // bytes twice spills 32 B in the producer: timing only).
   for (int ablate : {1, 2}) {

@@ -95,6 +95,30 @@ __device__ __forceinline__ uint2 dequant4(unsigned w, float scale) {
   return make_uint2(f32x2_to_bf16x2(a.x * scale, a.y * scale), f32x2_to_bf16x2(b.x * scale, b.y * scale));
 }
 
+// The same four values without the e4m3 and f16 -> f32 conversions (Cfg::kDequant = 1): byte
+// s eeee mmm placed at bits 31 and 26..20 of an f32 (the byte at the top, an arithmetic shift
+// by 4, one AND) is the e4m3 value times 2^-120 exactly, subnormals included (they become f32
+// denormals, hence mul.rn.f32 without .ftz); times `scale_hi` = scale * 2^120 (exact while
+// scale < 2^8, which the caller checks) the real product is the reference's, so its rounding to
+// f32 and then bf16 is too. Integer ops on the ALU pipe replace two conversions per value on
+// the conversion pipe. The e4m3 NaN byte (0x7F / 0xFF) would read 480 (x scale): the cache
+// never holds it (448 is the largest finite e4m3).
+__device__ __forceinline__ float e4m3_placed(unsigned top_byte_word) {
+  return __int_as_float((static_cast<int>(top_byte_word) >> 4) & static_cast<int>(0x87F00000u));
+}
+__device__ __forceinline__ float mul_rn_noftz(float a, float b) {
+  float d;
+  asm("mul.rn.f32 %0, %1, %2;\n" : "=f"(d) : "f"(a), "f"(b));
+  return d;
+}
+__device__ __forceinline__ uint2 dequant4_int(unsigned w, float scale_hi) {
+  const float v0 = mul_rn_noftz(e4m3_placed(w << 24), scale_hi);
+  const float v1 = mul_rn_noftz(e4m3_placed(w << 16), scale_hi);
+  const float v2 = mul_rn_noftz(e4m3_placed(w << 8), scale_hi);
+  const float v3 = mul_rn_noftz(e4m3_placed(w), scale_hi);
+  return make_uint2(f32x2_to_bf16x2(v0, v1), f32x2_to_bf16x2(v2, v3));
+}
+
 // Cfg::kCluster when the prologue defines it, else 1.
 template <class C, class = void>
 struct ClusterOf {
@@ -127,6 +151,17 @@ struct PipeOf {
 template <class C>
 struct PipeOf<C, decltype(void(C::kPipe))> {
   static constexpr int value = C::kPipe;
+};
+
+// Cfg::kDequant when the prologue defines it, else 0: 0 the hardware conversions (dequant4), 1
+// the integer placement (dequant4_int) for every scale below 2^8, dequant4 for the others.
+template <class C, class = void>
+struct DequantOf {
+  static constexpr int value = 0;
+};
+template <class C>
+struct DequantOf<C, decltype(void(C::kDequant))> {
+  static constexpr int value = C::kDequant;
 };
 
 struct Smem {
@@ -238,10 +273,19 @@ __device__ __forceinline__ void produce_block(const MlaSparseParams& p, const Sm
         store_tile<kCl>(sm, chunk + swz(n, unit0 + 1), raw[u], peer_bar);
         continue;
       }
-      const uint2 a = dequant4(raw[u].x, scale[u]);
-      const uint2 b = dequant4(raw[u].y, scale[u]);
-      const uint2 c = dequant4(raw[u].z, scale[u]);
-      const uint2 d = dequant4(raw[u].w, scale[u]);
+      uint2 a, b, c, d;
+      if (DequantOf<Cfg>::value == 1 && scale[u] < 256.f) {
+        const float hi = mul_rn_noftz(scale[u], 0x1p120f);  // exact: no overflow below 2^8
+        a = dequant4_int(raw[u].x, hi);
+        b = dequant4_int(raw[u].y, hi);
+        c = dequant4_int(raw[u].z, hi);
+        d = dequant4_int(raw[u].w, hi);
+      } else {
+        a = dequant4(raw[u].x, scale[u]);
+        b = dequant4(raw[u].y, scale[u]);
+        c = dequant4(raw[u].z, scale[u]);
+        d = dequant4(raw[u].w, scale[u]);
+      }
       store_tile<kCl>(sm, chunk + swz(n, unit0), make_uint4(a.x, a.y, b.x, b.y), peer_bar);
       store_tile<kCl>(sm, chunk + swz(n, unit0 + 1), make_uint4(c.x, c.y, d.x, d.y), peer_bar);
     }
@@ -792,6 +836,7 @@ __device__ __forceinline__ void mla_sparse_decode_sm90(const SparseKernelParams&
   constexpr int kCl = ClusterOf<Cfg>::value;
   static_assert(kCl == 1 || kCl == 2, "Cfg::kCluster: 1, or 2 for two head blocks");
   static_assert(PipeOf<Cfg>::value >= kPipeBase && PipeOf<Cfg>::value <= kPipeEarly, "Cfg::kPipe");
+  static_assert(DequantOf<Cfg>::value == 0 || DequantOf<Cfg>::value == 1, "Cfg::kDequant");
   const unsigned raw = ptx::smem_addr(smem_raw);
   Smem sm;
   sm.base = (raw + 1023u) & ~1023u;
