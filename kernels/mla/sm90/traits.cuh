@@ -35,19 +35,23 @@ static_assert(kRegsConsumer0 + kRegsConsumer1 + kRegsProducer <= 3 * 168, "regis
 // Producer pipeline variants (Cfg::kPipe, default kPipeBase; decode.cuh says what each does).
 // kPipeWhole and kPipeEarly hold a CTA's whole share of a block's records in registers at once
 // (16 tokens x (16 B + scale) + 4 RoPE units per thread without a cluster), so the producer
-// gets 136 registers, from consumer 0 (208: S 32, P 16, O 128; 200 spills) and consumer 1 (160:
-// at 152 ptxas ignores the setmaxnreg, C7507, and serializes the wgmma, C7512). Even so ptxas
-// issues 13 of the 20 16-byte loads before the first conversion (7 at 128 registers).
+// gets more registers from consumer 0 (S 32, P 16, O 128) and consumer 1 (160: at 152 ptxas
+// ignores the setmaxnreg, C7507, and serializes the wgmma, C7512): kPipeEarly 208/160/136
+// (ptxas issues 13 of the 20 16-byte loads before the first conversion; consumer 0 at 200
+// spills), kPipeWhole 216/160/128 (7 of 20; at 136 NVRTC spills 4 B there).
 enum Pipe : int { kPipeBase = 0, kPipeAhead = 1, kPipeWhole = 2, kPipeEarly = 3 };
 struct RegBudget {
   int consumer0, consumer1, producer;
 };
 DECA_HD constexpr RegBudget reg_budget(int pipe) {
-  return pipe >= kPipeWhole ? RegBudget{208, 160, 136}
-                            : RegBudget{kRegsConsumer0, kRegsConsumer1, kRegsProducer};
+  return pipe == kPipeEarly   ? RegBudget{208, 160, 136}
+         : pipe == kPipeWhole ? RegBudget{216, 160, 128}
+                              : RegBudget{kRegsConsumer0, kRegsConsumer1, kRegsProducer};
 }
 static_assert(reg_budget(kPipeWhole).consumer0 + reg_budget(kPipeWhole).consumer1 +
-                      reg_budget(kPipeWhole).producer <= 3 * 168,
+                      reg_budget(kPipeWhole).producer <= 3 * 168 &&
+                  reg_budget(kPipeEarly).consumer0 + reg_budget(kPipeEarly).consumer1 +
+                      reg_budget(kPipeEarly).producer <= 3 * 168,
               "register file");
 
 // One bf16 tile of 64 rows x 576 columns as the wgmma wants it: 9 column chunks of 64 bf16
