@@ -17,6 +17,7 @@
 #include <functional>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/mla_case.hpp"
@@ -110,6 +111,8 @@ struct Sm90Case {
   bool one_request = true;
   bool empty_row = false;  // one (request, token) row of all -1
   int cluster = 1;         // 2: the two head blocks share dequantized tokens (65..128 heads)
+  int pipe = 0;            // Cfg::kPipe: the producer pipeline variant (sm90/traits.cuh)
+  int dequant = 0;         // Cfg::kDequant: 1 the integer e4m3 placement (exact: same bytes as 0)
   std::string name;
 };
 
@@ -169,7 +172,7 @@ void run_case(const Sm90Case& tc) {
   kp.run.num_parts = static_cast<int>(lay.parts.size());
   kp.run.max_slots = lay.slots;
 
-  const jit::LoadedKernel& k = jit::get_kernel(mla_sm90_spec(s.page_size, tc.cluster), 0);
+  const jit::LoadedKernel& k = jit::get_kernel(mla_sm90_spec(s.page_size, tc.cluster, 0, tc.pipe, tc.dequant), 0);
   void* args[] = {&kp};
   jit::LaunchOptions opts;
   if (tc.cluster == 2) opts.cluster = {2, 1, 1};
@@ -205,6 +208,29 @@ void run_case(const Sm90Case& tc) {
     EXPECT_EQ(std::memcmp(again_lse.raw(), glse.raw(), glse.bytes()), 0) << "LSE differs between runs";
     EXPECT_EQ(std::memcmp(again_po.data(), hpo.data(), hpo.size() * 4), 0) << "partial_o differs";
     EXPECT_EQ(std::memcmp(again_pl.data(), hpl.data(), hpl.size() * 4), 0) << "partial_lse differs";
+  }
+  // The integer dequantization claims the reference's rounding exactly (subnormal e4m3 included):
+  // the same variant with the hardware conversions must write the same bytes.
+  if (tc.dequant != 0) {
+    const jit::LoadedKernel& k0 = jit::get_kernel(mla_sm90_spec(s.page_size, tc.cluster, 0, tc.pipe, 0), 0);
+    out.fill(0xFF);
+    lse.fill(0xFF);
+    po.fill(0xFF);
+    pl.fill(0xFF);
+    jit::launch(k0, {static_cast<unsigned>(mla::sm90::head_blocks(s.num_heads)),
+                     static_cast<unsigned>(s.q_len), static_cast<unsigned>(lay.parts.size())},
+                {mla::sm90::kThreads, 1, 1}, mla::sm90::kSmemBytes, nullptr, args, opts);
+    cuda_ok(cudaDeviceSynchronize(), "mla sm90 kernel, hardware conversions");
+    HostTensor hw(DType::kBF16, c.out.shape()), hw_lse(DType::kFP32, c.lse.shape());
+    out.to_host(hw);
+    lse.to_host(hw_lse);
+    std::vector<float> hw_po(hpo.size()), hw_pl(hpl.size());
+    cudaMemcpy(hw_po.data(), po.get(), hw_po.size() * 4, cudaMemcpyDeviceToHost);
+    cudaMemcpy(hw_pl.data(), pl.get(), hw_pl.size() * 4, cudaMemcpyDeviceToHost);
+    EXPECT_EQ(std::memcmp(hw.raw(), gout.raw(), gout.bytes()), 0) << "output differs from kDequant 0";
+    EXPECT_EQ(std::memcmp(hw_lse.raw(), glse.raw(), glse.bytes()), 0) << "LSE differs from kDequant 0";
+    EXPECT_EQ(std::memcmp(hw_po.data(), hpo.data(), hpo.size() * 4), 0) << "partial_o differs from kDequant 0";
+    EXPECT_EQ(std::memcmp(hw_pl.data(), hpl.data(), hpl.size() * 4), 0) << "partial_lse differs from kDequant 0";
   }
 
   // Split requests: merge their pieces by LSE here (what the combine kernel will do).
@@ -371,6 +397,53 @@ TEST(MlaSm90Kernel, ClusterOfTwoSharesTokens) {
   empty.empty_row = true;
   empty.spec.skip_fraction = 0.6f;
   run_case(empty);
+}
+
+// The producer pipeline variants (Cfg::kPipe 1..3: ids a block ahead, one gather round, loads
+// before the tile is free), over the same variety as the default: long rows, padded heads, page
+// 1, heavy skips and a row of -1, split pieces with ragged lengths and the sink, many (and empty)
+// requests per partition, both cluster sizes. The producer walks the partition's blocks with its
+// own cursors, so a walk that disagrees with the consumers' must fail here.
+TEST(MlaSm90Kernel, ProducerPipeVariants) {
+  REQUIRE_SM90();
+  // {pipe, dequant}: the last is pipe 3 with the integer e4m3 placement (Cfg::kDequant = 1),
+  // checked bit for bit against pipe 3 with the hardware conversions as well.
+  for (const auto [pipe, dequant] : {std::pair{1, 0}, std::pair{2, 0}, std::pair{3, 0}, std::pair{3, 1}}) {
+    const std::string k = "k" + std::to_string(pipe) + (dequant != 0 ? "_d1_" : "_");
+    std::vector<Sm90Case> cases = {make(k + "h64_q1_p64_topk2048", 2, 1, 64, 64, 2048),
+                                   make(k + "h16_q2_p1_topk448", 2, 2, 16, 1, 448)};
+    Sm90Case skips = make(k + "h64_heavy_skips_empty_row", 2, 1, 64, 1, 256);
+    skips.spec.skip_fraction = 0.9f;
+    skips.empty_row = true;
+    cases.push_back(skips);
+    Sm90Case split = make(k + "h128_split_cap3_sink_topklen", 5, 2, 128, 64, 448);
+    split.cap = 3;
+    split.one_request = false;
+    split.spec.attn_sink = true;
+    split.spec.topk_length = true;
+    cases.push_back(split);
+    Sm90Case many = make(k + "h64_all_in_one_part_topklen", 6, 1, 64, 64, 128);
+    many.one_request = false;
+    many.spec.topk_length = true;
+    cases.push_back(many);
+    Sm90Case c2 = make(k + "c2_h128_q1_p64_topk2048", 2, 1, 128, 64, 2048);
+    c2.cluster = 2;
+    cases.push_back(c2);
+    Sm90Case c2split = split;
+    c2split.name = k + "c2_h128_split_cap3_sink_topklen";
+    c2split.cluster = 2;
+    cases.push_back(c2split);
+    Sm90Case c2many = make(k + "c2_h100_all_in_one_part_sink", 4, 2, 100, 16, 192);
+    c2many.one_request = false;
+    c2many.spec.attn_sink = true;
+    c2many.cluster = 2;
+    cases.push_back(c2many);
+    for (Sm90Case& c : cases) {
+      c.pipe = pipe;
+      c.dequant = dequant;
+      run_case(c);
+    }
+  }
 }
 
 }  // namespace

@@ -122,11 +122,24 @@ TEST(MlaSm90Timing, AnchorShapesAndStageVariants) {
     kp.run.max_slots = slots;
 
     const double flop = 2.0 * sh.batch * sh.heads * kTopk * (576 + 512);
-    struct Variant { int cluster, ablate; const char* name; };
-    std::vector<Variant> variants = {{1, 0, "kernel"}, {1, 1, "no-dequant"}, {1, 2, "no-mma"}};
-    if (hb == 2) variants.push_back({2, 0, "cluster2"});
+    // pipe = Cfg::kPipe (sm90/traits.cuh): 1 ids a block ahead, 2 also one gather round,
+    // 3 also the loads issued before the tile is free; dequant = Cfg::kDequant, 1 the integer
+    // e4m3 placement. The ablations of the fastest-predicted pipe say what bounds it next.
+    struct Variant { int cluster, ablate, pipe, dequant; const char* name; };
+    std::vector<Variant> variants = {{1, 0, 0, 0, "kernel"},    {1, 1, 0, 0, "no-dequant"},
+                                     {1, 2, 0, 0, "no-mma"},    {1, 0, 1, 0, "pipe1"},
+                                     {1, 0, 2, 0, "pipe2"},     {1, 0, 3, 0, "pipe3"},
+                                     {1, 0, 3, 1, "p3-int-deq"}, {1, 1, 3, 0, "p3-no-deq"},
+                                     {1, 2, 3, 0, "p3-no-mma"}};
+    if (hb == 2) {
+      for (const Variant& v : {Variant{2, 0, 0, 0, "cluster2"}, Variant{2, 0, 1, 0, "c2-pipe1"},
+                               Variant{2, 0, 3, 0, "c2-pipe3"}, Variant{2, 0, 3, 1, "c2p3-int-deq"},
+                               Variant{2, 1, 3, 0, "c2p3-no-deq"}, Variant{2, 2, 3, 0, "c2p3-no-mma"}}) {
+        variants.push_back(v);
+      }
+    }
     for (const Variant& v : variants) {
-      const jit::LoadedKernel& k = jit::get_kernel(mla_sm90_spec(64, v.cluster, v.ablate), 0);
+      const jit::LoadedKernel& k = jit::get_kernel(mla_sm90_spec(64, v.cluster, v.ablate, v.pipe, v.dequant), 0);
       void* args[] = {&kp};
       jit::LaunchOptions opts;
       if (v.cluster == 2) opts.cluster = {2, 1, 1};
@@ -149,7 +162,7 @@ TEST(MlaSm90Timing, AnchorShapesAndStageVariants) {
       cudaEventDestroy(e1);
       std::sort(ms.begin(), ms.end());
       const double us = 1e3 * ms[ms.size() / 2];
-      std::printf("[mla_sm90 timing] b%d h%d topk%d %-10s parts=%zu slots=%d  %8.1f us  %6.1f TFLOP/s"
+      std::printf("[mla_sm90 timing] b%d h%d topk%d %-12s parts=%zu slots=%d  %8.1f us  %6.1f TFLOP/s"
                   "  %6.0f GB/s selected\n",
                   sh.batch, sh.heads, kTopk, v.name, parts.size(), slots, us, flop / us * 1e-6,
                   sh.batch * static_cast<double>(kTopk) * 656 / us * 1e-3);

@@ -95,6 +95,30 @@ __device__ __forceinline__ uint2 dequant4(unsigned w, float scale) {
   return make_uint2(f32x2_to_bf16x2(a.x * scale, a.y * scale), f32x2_to_bf16x2(b.x * scale, b.y * scale));
 }
 
+// The same four values without the e4m3 and f16 -> f32 conversions (Cfg::kDequant = 1): byte
+// s eeee mmm placed at bits 31 and 26..20 of an f32 (the byte at the top, an arithmetic shift
+// by 4, one AND) is the e4m3 value times 2^-120 exactly, subnormals included (they become f32
+// denormals, hence mul.rn.f32 without .ftz); times `scale_hi` = scale * 2^120 (exact while
+// scale < 2^8, which the caller checks) the real product is the reference's, so its rounding to
+// f32 and then bf16 is too. Integer ops on the ALU pipe replace two conversions per value on
+// the conversion pipe. The e4m3 NaN byte (0x7F / 0xFF) would read 480 (x scale): the cache
+// never holds it (448 is the largest finite e4m3).
+__device__ __forceinline__ float e4m3_placed(unsigned top_byte_word) {
+  return __int_as_float((static_cast<int>(top_byte_word) >> 4) & static_cast<int>(0x87F00000u));
+}
+__device__ __forceinline__ float mul_rn_noftz(float a, float b) {
+  float d;
+  asm("mul.rn.f32 %0, %1, %2;\n" : "=f"(d) : "f"(a), "f"(b));
+  return d;
+}
+__device__ __forceinline__ uint2 dequant4_int(unsigned w, float scale_hi) {
+  const float v0 = mul_rn_noftz(e4m3_placed(w << 24), scale_hi);
+  const float v1 = mul_rn_noftz(e4m3_placed(w << 16), scale_hi);
+  const float v2 = mul_rn_noftz(e4m3_placed(w << 8), scale_hi);
+  const float v3 = mul_rn_noftz(e4m3_placed(w), scale_hi);
+  return make_uint2(f32x2_to_bf16x2(v0, v1), f32x2_to_bf16x2(v2, v3));
+}
+
 // Cfg::kCluster when the prologue defines it, else 1.
 template <class C, class = void>
 struct ClusterOf {
@@ -118,6 +142,28 @@ struct AblateOf<C, decltype(void(C::kAblate))> {
   static constexpr int value = C::kAblate;
 };
 
+// Cfg::kPipe when the prologue defines it, else kPipeBase (traits.cuh): how the producer orders
+// its global loads against the tile handshake; see producer_ahead.
+template <class C, class = void>
+struct PipeOf {
+  static constexpr int value = kPipeBase;
+};
+template <class C>
+struct PipeOf<C, decltype(void(C::kPipe))> {
+  static constexpr int value = C::kPipe;
+};
+
+// Cfg::kDequant when the prologue defines it, else 0: 0 the hardware conversions (dequant4), 1
+// the integer placement (dequant4_int) for every scale below 2^8, dequant4 for the others.
+template <class C, class = void>
+struct DequantOf {
+  static constexpr int value = 0;
+};
+template <class C>
+struct DequantOf<C, decltype(void(C::kDequant))> {
+  static constexpr int value = C::kDequant;
+};
+
 struct Smem {
   unsigned base;  // shared-window address of the 1024-aligned plan
   unsigned char* ptr;
@@ -133,8 +179,9 @@ struct Smem {
   __device__ __forceinline__ float* out_scale(int parity) const {
     return reinterpret_cast<float*>(ptr + SmemPlan::kOutScale) + parity * 64;
   }
-  __device__ __forceinline__ int* ids(int stage) const {
-    return reinterpret_cast<int*>(ptr + SmemPlan::kIdx) + stage * 64;
+  // The ids of the block with running index `it` (slot it % kIdSlots).
+  __device__ __forceinline__ int* ids(int it) const {
+    return reinterpret_cast<int*>(ptr + SmemPlan::kIdx) + (it & (kIdSlots - 1)) * 64;
   }
   __device__ __forceinline__ mbar_t* full(int stage) const {
     return reinterpret_cast<mbar_t*>(ptr + SmemPlan::kBarFull) + stage;
@@ -163,16 +210,20 @@ __device__ __forceinline__ void store_tile(const Smem& sm, unsigned addr, uint4 
 // reads one token's 512 contiguous bytes per load), and kRope of the 16-byte RoPE units. Loads
 // go out kPerRound tokens at a time (16 KB per CTA in flight), converted when they land: two
 // rounds per block, so two memory latencies (L2 hits after the prefetch) per block.
-template <class Cfg, int kCl>
+// kPerRound = 16 / kCl (Cfg::kPipe >= kPipeWhole) gathers the CTA's whole share in one round:
+// one latency per block, at 128 producer registers. `before_store` runs after the first round's
+// loads are issued and before the first store into the tile (kPipeEarly waits there for the
+// tile to be free, so that the loads' latency overlaps the consumers still reading it).
+template <class Cfg, int kCl, int kPerRound, class BeforeStore>
 __device__ __forceinline__ void produce_block(const MlaSparseParams& p, const Smem& sm, int stage,
-                                              int t, int first_token) {
-  constexpr int kPerRound = 8;       // tokens per thread per round: 8 x 16 B loads in flight
+                                              const int* block_ids, int t, int first_token,
+                                              BeforeStore before_store) {
   constexpr int kRounds = 16 / kCl / kPerRound;
   constexpr int kRope = 4 / kCl;    // (tokens x 8 units) / 128 threads
   static_assert(kRounds * kPerRound * 4 * kCl == kTokens, "every token of the block, once");
   const unsigned tile = sm.k(stage);
   const unsigned peer_bar = sm.peer(ptx::smem_addr(sm.remote(stage)));
-  const int* ids = sm.ids(stage) + first_token;
+  const int* ids = block_ids + first_token;
   const int j = t & 31;
   const int g = t >> 5;
   auto record = [&](int id) {
@@ -206,6 +257,7 @@ __device__ __forceinline__ void produce_block(const MlaSparseParams& p, const Sm
       }
     }
     if (round == 0) {
+      before_store();
 #pragma unroll
       for (int i = 0; i < kRope; ++i) {
         const int job = t + 128 * i;
@@ -221,13 +273,34 @@ __device__ __forceinline__ void produce_block(const MlaSparseParams& p, const Sm
         store_tile<kCl>(sm, chunk + swz(n, unit0 + 1), raw[u], peer_bar);
         continue;
       }
-      const uint2 a = dequant4(raw[u].x, scale[u]);
-      const uint2 b = dequant4(raw[u].y, scale[u]);
-      const uint2 c = dequant4(raw[u].z, scale[u]);
-      const uint2 d = dequant4(raw[u].w, scale[u]);
+      uint2 a, b, c, d;
+      if (DequantOf<Cfg>::value == 1 && scale[u] < 256.f) {
+        const float hi = mul_rn_noftz(scale[u], 0x1p120f);  // exact: no overflow below 2^8
+        a = dequant4_int(raw[u].x, hi);
+        b = dequant4_int(raw[u].y, hi);
+        c = dequant4_int(raw[u].z, hi);
+        d = dequant4_int(raw[u].w, hi);
+      } else {
+        a = dequant4(raw[u].x, scale[u]);
+        b = dequant4(raw[u].y, scale[u]);
+        c = dequant4(raw[u].z, scale[u]);
+        d = dequant4(raw[u].w, scale[u]);
+      }
       store_tile<kCl>(sm, chunk + swz(n, unit0), make_uint4(a.x, a.y, b.x, b.y), peer_bar);
       store_tile<kCl>(sm, chunk + swz(n, unit0 + 1), make_uint4(c.x, c.y, d.x, d.y), peer_bar);
     }
+  }
+}
+
+// The seven 128-byte lines of record `id` (>= 0, inside the pool), shared by kThreadsPerToken
+// consecutive threads.
+template <class Cfg, int kThreadsPerToken>
+__device__ __forceinline__ void prefetch_record(const MlaSparseParams& p, int id, int t) {
+  const unsigned char* rec = p.kv + static_cast<long long>(id / Cfg::kPageSize) * p.kv_stride_block +
+                             static_cast<long long>(id % Cfg::kPageSize) * p.kv_stride_slot;
+#pragma unroll
+  for (int k = t % kThreadsPerToken; k < 7; k += kThreadsPerToken) {
+    prefetch_l2(rec + (k < 6 ? 128 * k : kTokenBytes - 1));
   }
 }
 
@@ -242,12 +315,7 @@ __device__ __forceinline__ void prefetch_block(const MlaSparseParams& p, const i
   if (pos >= len) return;
   const int id = ldg_nc_s32(row + pos);
   if (id < 0 || id >= pool) return;
-  const unsigned char* rec = p.kv + static_cast<long long>(id / Cfg::kPageSize) * p.kv_stride_block +
-                             static_cast<long long>(id % Cfg::kPageSize) * p.kv_stride_slot;
-#pragma unroll
-  for (int k = t % kThreadsPerToken; k < 7; k += kThreadsPerToken) {
-    prefetch_l2(rec + (k < 6 ? 128 * k : kTokenBytes - 1));
-  }
+  prefetch_record<Cfg, kThreadsPerToken>(p, id, t);
 }
 
 // Prefetches the block two places after (r, blk) in the partition's order, crossing into the
@@ -301,7 +369,7 @@ __device__ __forceinline__ void producer(const SparseKernelParams& kp, const Spa
         int id = pos < len ? ldg_nc_s32(row + pos) : -1;
         // Ids outside the pool are skipped like -1 rather than read out of bounds.
         if (id >= pool) id = -1;
-        sm.ids(stage)[t] = id < 0 ? -1 : id;
+        sm.ids(it)[t] = id < 0 ? -1 : id;
       }
       named_bar_sync(kBarIds, 128);
       // The gather's loads wait a full memory latency per round; records of the block after
@@ -309,10 +377,136 @@ __device__ __forceinline__ void producer(const SparseKernelParams& kp, const Spa
       // about one loaded HBM latency).
       prefetch_ahead<Cfg, kCl>(kp, part, tok, r, blk, pc.blk_end, 2, pool, first_token, t);
       if (it == 0) prefetch_ahead<Cfg, kCl>(kp, part, tok, r, blk, pc.blk_end, 1, pool, first_token, t);
-      produce_block<Cfg, kCl>(p, sm, stage, t, first_token);
+      produce_block<Cfg, kCl, 8>(p, sm, stage, sm.ids(it), t, first_token, [] {});
       fence_proxy_async_smem();
       mbar_arrive(sm.full(stage));
     }
+  }
+}
+
+// ---- Producer, Cfg::kPipe >= kPipeAhead ---------------------------------------------------------
+// The base producer's block is a chain of dependent memory round trips: the block's ids (global
+// -> shared -> barrier), then the id of the block two ahead for its L2 prefetch (a cold index
+// line: the prefetch instruction waits for it, and nothing after it is issued meanwhile), then
+// the two gather rounds. kPipeAhead loads both ids a block before they are used (registers
+// carried across the loop), so that only the gather rounds remain on the block's path;
+// kPipeWhole also gathers the share in one round; kPipeEarly also issues that round's loads
+// before waiting for the tile to be free (its ids go to a slot of their own, kIdSlots).
+//
+// A position in the partition's order of blocks, as the consumers walk it.
+struct BlockPos {
+  int r, blk, blk_end, len;
+};
+
+__device__ __forceinline__ void settle(const SparseKernelParams& kp, const SparsePart& part,
+                                       BlockPos& c) {
+  while (c.r <= part.end_req && c.blk >= c.blk_end) {
+    if (++c.r > part.end_req) break;
+    const Piece pc = piece_of(kp, part, c.r);
+    c.blk = pc.blk_begin;
+    c.blk_end = pc.blk_end;
+    c.len = request_len(kp.p, c.r);
+  }
+}
+
+__device__ __forceinline__ BlockPos first_block(const SparseKernelParams& kp, const SparsePart& part) {
+  BlockPos c{part.begin_req, 0, 0, 0};
+  if (c.r <= part.end_req) {
+    const Piece pc = piece_of(kp, part, c.r);
+    c.blk = pc.blk_begin;
+    c.blk_end = pc.blk_end;
+    c.len = request_len(kp.p, c.r);
+  }
+  settle(kp, part, c);
+  return c;
+}
+
+__device__ __forceinline__ void next_block(const SparseKernelParams& kp, const SparsePart& part,
+                                           BlockPos& c) {
+  if (c.r > part.end_req) return;
+  ++c.blk;
+  settle(kp, part, c);
+}
+
+// Id `k` of the block at `c` as stored (-1 past the partition or past the request's length),
+// not yet checked: the check reads the loaded value, so it is done where the id is used, a block
+// later (checked_id), or the load's latency is waited for here (ptxas puts the compare right
+// after the load).
+__device__ __forceinline__ int raw_id_at(const SparseKernelParams& kp, const SparsePart& part,
+                                         int tok, const BlockPos& c, int k) {
+  const MlaSparseParams& p = kp.p;
+  const int pos = c.blk * kTokens + k;
+  if (c.r > part.end_req || pos >= c.len) return -1;
+  return ldg_nc_s32(p.indices + c.r * p.indices_stride_batch + tok * p.indices_stride_token + pos);
+}
+
+// Ids outside the pool are skipped like -1 rather than read out of bounds.
+__device__ __forceinline__ int checked_id(int id, long long pool) {
+  return id < 0 || id >= pool ? -1 : id;
+}
+
+template <class Cfg, int kCl>
+__device__ __forceinline__ void producer_ahead(const SparseKernelParams& kp, const SparsePart& part,
+                                               int tok, const Smem& sm, int rank) {
+  constexpr int kPipe = PipeOf<Cfg>::value;
+  constexpr int kPerRound = kPipe >= kPipeWhole ? 16 / kCl : 8;
+  constexpr int kTpt = 2 * kCl;  // prefetching threads per token (prefetch_record)
+  const MlaSparseParams& p = kp.p;
+  const int t = threadIdx.x - 256;
+  const long long pool = static_cast<long long>(p.num_blocks) * Cfg::kPageSize;
+  const int first_token = rank * (kTokens / kCl);
+  const int pf_k = first_token + t / kTpt;  // the token this thread prefetches in a block
+
+  // Cursors at blocks i (produced now), i + 1 (whose ids are loaded now) and i + 3 (whose
+  // prefetch id is loaded now, for the prefetch issued at block i + 1).
+  BlockPos cur = first_block(kp, part);
+  BlockPos nxt = cur;
+  next_block(kp, part, nxt);
+  BlockPos far = nxt;
+  next_block(kp, part, far);  // i + 2 for now
+  // Block 1 is prefetched before the loop (as the base producer does at its first block); the
+  // loop prefetches i + 2 at block i.
+  {
+    const int b = checked_id(raw_id_at(kp, part, tok, nxt, pf_k), pool);
+    if (b >= 0) prefetch_record<Cfg, kTpt>(p, b, t);
+  }
+  int pf_id = raw_id_at(kp, part, tok, far, pf_k);  // block 2, prefetched at block 0
+  next_block(kp, part, far);                        // i + 3
+  int my_id = t < kTokens ? raw_id_at(kp, part, tok, cur, t) : -1;
+
+  for (int it = 0; cur.r <= part.end_req; ++it) {
+    const int stage = it & 1;
+    // Fresh barriers complete "the phase before phase 0", so the first two waits pass. In a
+    // cluster the barrier also counts the peer's consumers: this producer writes their tile.
+    auto wait_free = [&] {
+      if constexpr (kCl == 2) {
+        mbar_wait_cluster(sm.empty(stage), ((it >> 1) & 1) ^ 1);
+      } else {
+        mbar_wait(sm.empty(stage), ((it >> 1) & 1) ^ 1);
+      }
+      // The peer's bytes may land before this arrival; the phase cannot complete without it.
+      if (kCl == 2 && t == 0) mbar_arrive_expect_tx(sm.remote(stage), kPeerBytes);
+    };
+    if constexpr (kPipe != kPipeEarly) wait_free();
+    // Every CTA keeps all 64 ids: the consumers mask with them. The slot of block it was last
+    // read by the consumers of block it - kIdSlots, done before the wait for block it - 2.
+    if (t < kTokens) sm.ids(it)[t] = checked_id(my_id, pool);
+    pf_id = checked_id(pf_id, pool);
+    named_bar_sync(kBarIds, 128);
+    // A block ahead: the next block's ids, and the id of the block three ahead.
+    if (t < kTokens) my_id = raw_id_at(kp, part, tok, nxt, t);
+    if (pf_id >= 0) prefetch_record<Cfg, kTpt>(p, pf_id, t);
+    pf_id = raw_id_at(kp, part, tok, far, pf_k);
+    if constexpr (kPipe == kPipeEarly) {
+      produce_block<Cfg, kCl, kPerRound>(p, sm, stage, sm.ids(it), t, first_token, wait_free);
+    } else {
+      produce_block<Cfg, kCl, kPerRound>(p, sm, stage, sm.ids(it), t, first_token, [] {});
+    }
+    fence_proxy_async_smem();
+    mbar_arrive(sm.full(stage));
+    cur = nxt;
+    next_block(kp, part, nxt);
+    next_block(kp, part, far);
   }
 }
 
@@ -446,7 +640,7 @@ __device__ __forceinline__ void consumer0(const SparseKernelParams& kp, const Sp
       }
 
       // Invalid ids (-1, past topk_length, outside the pool) never count: -inf before the max.
-      const int* ids = sm.ids(stage);
+      const int* ids = sm.ids(it);
 #pragma unroll
       for (int i = 0; i < 8; ++i) {
         const int2 v = *reinterpret_cast<const int2*>(ids + 8 * i + 2 * c);
@@ -641,6 +835,8 @@ __device__ __forceinline__ void mla_sparse_decode_sm90(const SparseKernelParams&
                                                        unsigned char* smem_raw) {
   constexpr int kCl = ClusterOf<Cfg>::value;
   static_assert(kCl == 1 || kCl == 2, "Cfg::kCluster: 1, or 2 for two head blocks");
+  static_assert(PipeOf<Cfg>::value >= kPipeBase && PipeOf<Cfg>::value <= kPipeEarly, "Cfg::kPipe");
+  static_assert(DequantOf<Cfg>::value == 0 || DequantOf<Cfg>::value == 1, "Cfg::kDequant");
   const unsigned raw = ptx::smem_addr(smem_raw);
   Smem sm;
   sm.base = (raw + 1023u) & ~1023u;
@@ -677,14 +873,23 @@ __device__ __forceinline__ void mla_sparse_decode_sm90(const SparseKernelParams&
   // Read through a shuffle so that ptxas sees a warp-uniform role: wgmma in a path it takes for
   // divergent is serialized (C7518: a wait after every wgmma).
   const int wg = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / 128, 0);
+  constexpr RegBudget kRegs = reg_budget(PipeOf<Cfg>::value);
   if (wg == 2) {
-    setmaxnreg_dec<kRegsProducer>();
-    producer<Cfg, kCl>(kp, part, tok, sm, static_cast<int>(rank));
+    setmaxnreg_dec<kRegs.producer>();
+    if constexpr (PipeOf<Cfg>::value == kPipeBase) {
+      producer<Cfg, kCl>(kp, part, tok, sm, static_cast<int>(rank));
+    } else {
+      producer_ahead<Cfg, kCl>(kp, part, tok, sm, static_cast<int>(rank));
+    }
   } else if (wg == 0) {
-    setmaxnreg_inc<kRegsConsumer0>();
+    setmaxnreg_inc<kRegs.consumer0>();
     consumer0<kCl, AblateOf<Cfg>::value>(kp, part, tok, head0, sm);
   } else {
-    setmaxnreg_inc<kRegsConsumer1>();
+    if constexpr (kRegs.consumer1 > 168) {
+      setmaxnreg_inc<kRegs.consumer1>();
+    } else {
+      setmaxnreg_dec<kRegs.consumer1>();
+    }
     consumer1<kCl, AblateOf<Cfg>::value>(kp, part, tok, head0, sm);
   }
   // The combine kernel (launched with programmatic dependent launch) may start; its

@@ -32,11 +32,38 @@ constexpr int kRegsConsumer1 = 168;
 constexpr int kRegsProducer = 112;
 static_assert(kRegsConsumer0 + kRegsConsumer1 + kRegsProducer <= 3 * 168, "register file");
 
+// Producer pipeline variants (Cfg::kPipe, default kPipeBase; decode.cuh says what each does).
+// kPipeWhole and kPipeEarly hold a CTA's whole share of a block's records in registers at once
+// (16 tokens x (16 B + scale) + 4 RoPE units per thread without a cluster), so the producer
+// gets more registers from consumer 0 (S 32, P 16, O 128) and consumer 1 (160: at 152 ptxas
+// ignores the setmaxnreg, C7507, and serializes the wgmma, C7512): kPipeEarly 208/160/136
+// (ptxas issues 13 of the 20 16-byte loads before the first conversion; consumer 0 at 200
+// spills), kPipeWhole 216/160/128 (7 of 20; at 136 NVRTC spills 4 B there).
+enum Pipe : int { kPipeBase = 0, kPipeAhead = 1, kPipeWhole = 2, kPipeEarly = 3 };
+struct RegBudget {
+  int consumer0, consumer1, producer;
+};
+DECA_HD constexpr RegBudget reg_budget(int pipe) {
+  return pipe == kPipeEarly   ? RegBudget{208, 160, 136}
+         : pipe == kPipeWhole ? RegBudget{216, 160, 128}
+                              : RegBudget{kRegsConsumer0, kRegsConsumer1, kRegsProducer};
+}
+static_assert(reg_budget(kPipeWhole).consumer0 + reg_budget(kPipeWhole).consumer1 +
+                      reg_budget(kPipeWhole).producer <= 3 * 168 &&
+                  reg_budget(kPipeEarly).consumer0 + reg_budget(kPipeEarly).consumer1 +
+                      reg_budget(kPipeEarly).producer <= 3 * 168,
+              "register file");
+
 // One bf16 tile of 64 rows x 576 columns as the wgmma wants it: 9 column chunks of 64 bf16
 // (128 B), each chunk 64 rows x 128 B with the 128 B swizzle (16-byte unit u of row r stored at
 // unit u ^ (r % 8)), chunks 8192 B apart. Q (rows = heads) and K/V (rows = tokens) share it.
 constexpr int kChunkBytes = 64 * 128;
 constexpr int kTileBytes = (kDimQK / 64) * kChunkBytes;  // 73728
+
+// Id slots in shared memory: block it uses slot it % kIdSlots. Two would do for kStages = 2;
+// Cfg::kPipe = kPipeEarly writes block it's ids before waiting for its tile to be free (while the
+// consumers may still mask block it - 2 with theirs), so it needs more than kStages slots.
+constexpr int kIdSlots = 4;
 
 // Byte offsets from the 1024-aligned base of dynamic shared memory.
 struct SmemPlan {
@@ -45,8 +72,8 @@ struct SmemPlan {
   static constexpr int kP = kK + kStages * kTileBytes;         // P (bf16 64 x 64) for consumer 1
   static constexpr int kRowScale = kP + kChunkBytes;           // float[64]: O rescale per block
   static constexpr int kOutScale = kRowScale + 64 * 4;         // float[2][64]: final O factor
-  static constexpr int kIdx = kOutScale + 2 * 64 * 4;          // int[kStages][64]: id, -1 invalid
-  static constexpr int kBarFull = kIdx + kStages * 64 * 4;     // u64[kStages]
+  static constexpr int kIdx = kOutScale + 2 * 64 * 4;          // int[kIdSlots][64]: id, -1 invalid
+  static constexpr int kBarFull = kIdx + kIdSlots * 64 * 4;    // u64[kStages]
   static constexpr int kBarEmpty = kBarFull + kStages * 8;     // u64[kStages]
   static constexpr int kBarRemote = kBarEmpty + kStages * 8;   // u64[kStages], cluster of 2 only
   static constexpr int kEnd = kBarRemote + kStages * 8;
