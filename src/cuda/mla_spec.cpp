@@ -37,6 +37,8 @@ std::string MlaKernelKey::name() const {
   if (role == MlaKernelRole::kDecode && variant == "sm90") {
     s += "_p" + std::to_string(page_size);
     if (cluster > 1) s += "_c" + std::to_string(cluster);
+    if (pipe > 0) s += "_pipe" + std::to_string(pipe);
+    if (dequant > 0) s += "_ideq";
   }
   s += "_sm" + std::to_string(arch);
   return s;
@@ -73,7 +75,9 @@ jit::JitSpec MlaKernelKey::spec() const {
   std::string prologue;
   if (role == MlaKernelRole::kDecode && variant == "sm90") {
     prologue = "struct Cfg {\n  static constexpr int kPageSize = " + std::to_string(page_size) +
-               ";\n  static constexpr int kCluster = " + std::to_string(cluster) + ";\n};\n";
+               ";\n  static constexpr int kCluster = " + std::to_string(cluster) +
+               ";\n  static constexpr int kPipe = " + std::to_string(pipe) +
+               ";\n  static constexpr int kDequant = " + std::to_string(dequant) + ";\n};\n";
   }
   spec.source = "// " + spec.name + "\n" + prologue + "#include \"" + header + "\"\n";
   return spec;
@@ -102,6 +106,16 @@ MlaKernelKey mla_decode_key(int arch, const std::string& variant, const MlaConfi
     if (std::strcmp(env, "2") == 0 && two_blocks) k.cluster = 2;
   }
   if (!two_blocks) k.cluster = 1;
+  k.pipe = kMlaSm90Pipe;
+  k.dequant = kMlaSm90Dequant;
+  if (const char* env = std::getenv("DECA_MLA_PIPE")) {
+    if (env[0] >= '0' && env[0] <= '3' && env[1] == '\0') k.pipe = env[0] - '0';
+  }
+  if (const char* env = std::getenv("DECA_MLA_DEQUANT")) {
+    if (std::strcmp(env, "0") == 0) k.dequant = 0;
+    if (std::strcmp(env, "1") == 0) k.dequant = 1;
+  }
+  if (k.pipe != 3) k.dequant = 0;  // the integer route is built only with pipe 3 (registers)
   return k;
 }
 

@@ -15,6 +15,10 @@ enum class MlaKernelRole { kSchedule, kDecode, kCombine, kGenericCombine };
 // Flip to true once kernels/mla/sm90/entry.cuh and traits.cuh are in the tree: every sm_90 plan
 // then runs it unless DECA_MLA_KERNEL=portable.
 inline constexpr bool kMlaSm90KernelEnabled = true;
+// The sm90 kernel's producer variant a plan compiles unless the environment says otherwise
+// (kernels/mla/sm90/traits.cuh: Cfg::kPipe, Cfg::kDequant; docs/perf-notes-mla.md the timings).
+inline constexpr int kMlaSm90Pipe = 0;
+inline constexpr int kMlaSm90Dequant = 0;
 
 struct MlaKernelKey {
   int arch = 90;                       // compute capability, 90 = sm_90a
@@ -22,6 +26,8 @@ struct MlaKernelKey {
   std::string variant = "portable";    // decode only: "portable" (sm_80+) or "sm90"
   int page_size = 0;                   // sm90 decode only: compiled in (Cfg::kPageSize)
   int cluster = 1;                     // sm90 decode only: CTAs sharing dequantized tokens (Cfg::kCluster)
+  int pipe = 0;                        // sm90 decode only: producer pipelining (Cfg::kPipe, 0..3)
+  int dequant = 0;                     // sm90 decode only: 1 = integer e4m3 placement (Cfg::kDequant)
 
   // e.g. "mla_sparse_decode_portable_sm90", "mla_sparse_combine_sm90", "combine_sm80"
   std::string name() const;
@@ -43,7 +49,9 @@ MlaDecodeShape mla_decode_shape(const std::string& variant, int num_heads);
 
 // The decode key a plan of `config` runs with `variant` on compute capability `arch`: the sm90
 // kernel compiles the page size in and, for 65..128 heads, may pair its two head blocks in a
-// cluster (traits' kClusterX; DECA_MLA_CLUSTER=1|2 overrides it, a tuning knob in the name).
+// cluster (traits' kClusterX; DECA_MLA_CLUSTER=1|2 overrides it, a tuning knob in the name), and
+// picks the producer's pipelining (DECA_MLA_PIPE=0..3) and dequantization route
+// (DECA_MLA_DEQUANT=0|1, with pipe 3 only), defaults kMlaSm90Pipe / kMlaSm90Dequant.
 MlaKernelKey mla_decode_key(int arch, const std::string& variant, const MlaConfig& config);
 
 }  // namespace deca::cuda
