@@ -17,7 +17,7 @@ enum class MlaKernelRole { kSchedule, kDecode, kCombine, kGenericCombine };
 inline constexpr bool kMlaSm90KernelEnabled = true;
 // The sm90 kernel's producer variant a plan compiles unless the environment says otherwise
 // (kernels/mla/sm90/traits.cuh: Cfg::kPipe, Cfg::kDequant; docs/perf-notes-mla.md the timings).
-inline constexpr int kMlaSm90Pipe = 0;
+inline constexpr int kMlaSm90Pipe = 2;
 inline constexpr int kMlaSm90Dequant = 0;
 
 struct MlaKernelKey {
