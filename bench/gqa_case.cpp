@@ -160,7 +160,8 @@ CaseResult run_gqa_case(const BenchCase& bc, const RunOptions& opt) {
   const GqaShape& s = bc.gqa;
   Rng rng(opt.seed ^ std::hash<std::string>{}(bc.name));
   const Device device = opt.cuda ? Device::cuda(opt.device) : Device::cpu();
-  const GqaConfig cfg = gqa_config(s, opt.layout, device);
+  GqaConfig cfg = gqa_config(s, opt.layout, device);
+  cfg.checked = opt.checked;  // explicit: the bench measures what its row says, not DECA_CHECKED
   const GqaPlan plan = plan_gqa_decode(cfg);
 
   // Host data: every case gets fresh random values and a freshly shuffled page pool.
@@ -245,7 +246,8 @@ CaseResult run_gqa_case(const BenchCase& bc, const RunOptions& opt) {
              {"window", s.window},
              {"sinks", s.sinks},
              {"q_dtype", "bf16"},
-             {"out_dtype", "bf16"}};
+             {"out_dtype", "bf16"},
+             {"checked", opt.checked}};
 
   // Bytes and FLOPs of what the op must do: K and V of the visible keys once each.
   const double token_kv_bytes = 2.0 * Hk * D * kv_elt;
@@ -272,6 +274,8 @@ CaseResult run_gqa_case(const BenchCase& bc, const RunOptions& opt) {
         return check_against_reference(s, cfg, h, kv_scale, picked);
       },
       r);
+  // Checked runs over valid data must leave no record: a false positive fails the case.
+  check_gqa_run(plan, args.workspace, nullptr);
   if (opt.host_calls > 0) {
     GqaDecodeArgs a = args;
     if (!opt.cuda) {

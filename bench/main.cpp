@@ -9,7 +9,9 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <iomanip>
 #include <iostream>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -146,7 +148,7 @@ int run(int argc, char** argv) {
   CLI::App app{"deca-bench: decode-attention benchmark (GQA paged decode, MLA decode).\n"
                "Shapes: shared/BENCH_SHAPES.md; timing: one launch with a cold L2, median of "
                "--iters after --warmup, plus back-to-back launches in a CUDA graph."};
-  bool list = false, check = false, host_cost = false;
+  bool list = false, check = false, host_cost = false, checked = false;
   std::vector<std::string> presets, shapes;
   std::string json_path, backend = "auto", precompile_preset, layout_name = "nhd";
   int iters = 0, warmup = -1, device = 0, check_requests = 8, arch = 0, host_calls = 2000;
@@ -169,6 +171,10 @@ int run(int argc, char** argv) {
   app.add_flag("--check", check,
                "compare with the CPU reference (GPU: --check-requests sampled requests per case; "
                "on by default for the CPU default run)");
+  app.add_flag("--checked", checked,
+               "run every case twice, unchecked then checked (GqaConfig / MlaConfig::checked: "
+               "the kernels range-test the page ids, lengths and indices they read; names end in "
+               "_chk, the row in \" chk\"), and print the checked mode's cost per case");
   app.add_option("--check-requests", check_requests, "requests compared per case on the GPU")
       ->check(CLI::Range(1, 1 << 30));
   app.add_option("--check-tol", check_tol,
@@ -282,12 +288,25 @@ int run(int argc, char** argv) {
   Report report(std::cout, info);
   report.print_header();
   int failed = 0, skipped = 0;
-  for (std::size_t i = 0; i < cases.size(); ++i) {
+  // --checked: (case, unchecked median, checked median, graph medians) for the closing table.
+  struct CheckedCost {
+    std::string name;
+    double plain_us, checked_us;
+    std::optional<double> plain_graph_us, checked_graph_us;
+  };
+  std::vector<CheckedCost> costs;
+  std::optional<CaseResult> plain;  // the unchecked row of the current pair
+  const int passes = checked ? 2 : 1;
+  for (std::size_t n = 0; n < cases.size() * passes; ++n) {
+    const std::size_t i = n / passes;
+    opt.checked = checked && n % passes == 1;
     const BenchCase& c = cases[i];
-    std::cerr << "[" << i + 1 << "/" << cases.size() << "] " << c.name << " ..." << std::endl;
+    std::cerr << "[" << i + 1 << "/" << cases.size() << "] " << c.name
+              << (opt.checked ? " (checked)" : "") << " ..." << std::endl;
     CaseResult r;
     try {
       r = c.family == Family::kGqa ? run_gqa_case(c, opt) : run_mla_case(c, opt);
+      if (opt.checked) r.name += " chk";
       if (r.rel_rms_err && std::isnan(*r.rel_rms_err)) {
         r.check_failed = "non-finite output (rows left unwritten, or NaN produced)";
       } else if (r.rel_rms_err && *r.rel_rms_err > check_tol) {
@@ -302,10 +321,33 @@ int run(int argc, char** argv) {
     }
     failed += (r.error || r.check_failed) ? 1 : 0;
     skipped += (r.skipped && !r.error) ? 1 : 0;
+    if (checked && !opt.checked) plain = r;
+    if (opt.checked && plain && !plain->error && !r.error && !r.skipped && plain->time_us > 0) {
+      costs.push_back({c.name, plain->time_us, r.time_us, plain->time_us_graph, r.time_us_graph});
+    }
     report.add(std::move(r));
   }
-  std::cout << "\n" << cases.size() << " cases: " << cases.size() - failed - skipped << " ran, "
+  const std::size_t rows = cases.size() * passes;
+  std::cout << "\n" << rows << " cases: " << rows - failed - skipped << " ran, "
             << skipped << " skipped, " << failed << " failed\n";
+  if (!costs.empty()) {
+    // The checked mode's price per case: median single launch (cold L2) and, on the GPU, the
+    // per-launch median inside a CUDA graph, checked over unchecked. MLA sparse rows compare the
+    // portable checked kernel with whatever the unchecked plan ran (the sm90 kernel on Hopper
+    // unless DECA_MLA_KERNEL=portable).
+    std::cout << "\nchecked mode cost (checked / unchecked - 1):\n";
+    for (const CheckedCost& k : costs) {
+      std::cout << "  " << std::left << std::setw(28) << k.name << std::right << std::fixed
+                << std::setprecision(2) << std::setw(8) << 100.0 * (k.checked_us / k.plain_us - 1.0)
+                << " %  (" << k.plain_us << " -> " << k.checked_us << " us)";
+      if (k.plain_graph_us && k.checked_graph_us && *k.plain_graph_us > 0) {
+        std::cout << "   graph " << std::setw(7)
+                  << 100.0 * (*k.checked_graph_us / *k.plain_graph_us - 1.0) << " %";
+      }
+      std::cout << "\n";
+    }
+    std::cout.unsetf(std::ios::floatfield);
+  }
   if (!json_path.empty()) {
     report.write_json(json_path);
     std::cout << "results written to " << json_path << "\n";

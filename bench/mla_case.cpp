@@ -234,6 +234,7 @@ CaseResult run_mla_case(const BenchCase& bc, const RunOptions& opt) {
   cfg.max_seq_len = s.seq_len;
   cfg.topk = s.topk;
   cfg.lse = true;
+  cfg.checked = opt.checked;  // explicit: the bench measures what its row says, not DECA_CHECKED
   cfg.device = device;
   const MlaPlan plan = plan_mla_decode(cfg);
 
@@ -334,6 +335,9 @@ CaseResult run_mla_case(const BenchCase& bc, const RunOptions& opt) {
         return check_against_reference(s, h, max_blocks, scale, picked);
       },
       r);
+  // Checked runs over valid data must leave no record: a false positive fails the case.
+  if (s.sparse) check_mla_run(plan, ws, nullptr);
+  if (r.shape.is_object()) r.shape["checked"] = opt.checked;
   return r;
 }
 

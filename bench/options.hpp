@@ -18,6 +18,7 @@ struct RunOptions {
   int check_requests = 8;      // GPU: requests sampled for --check (the CPU checks all)
   KvLayout layout = KvLayout::kNHD;
   int host_calls = 0;          // --host-cost: gqa_decode calls timed for the host cost (0: off)
+  bool checked = false;        // plans with GqaConfig / MlaConfig::checked (--checked's second pass)
   std::uint64_t seed = 0;      // fresh per run; each case derives its own from it
   GpuTimer* timer = nullptr;   // set when cuda
 };

@@ -1,6 +1,7 @@
 // Umbrella header: everything a C++ caller of deca needs.
 #pragma once
 
+#include "deca/checked.hpp"
 #include "deca/error.hpp"
 #include "deca/gqa.hpp"
 #include "deca/mla.hpp"

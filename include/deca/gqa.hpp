@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <string>
 
+#include "deca/checked.hpp"
 #include "deca/tensor.hpp"
 
 namespace deca {
@@ -54,6 +55,14 @@ struct GqaConfig {
 
   SplitMode split_mode = SplitMode::kAuto;
   int split_tokens = 0;  // kFixed: keys per split (a multiple of the kernel tile, rounded up)
+
+  // Checked mode (deca/checked.hpp; GPU only, the CPU backend checks everything on the host):
+  // the kernel tests every page id it reads against [0, num_pages) and every seq_lens entry
+  // against 0 or [q_len, min(max_pages * page_size, max_seq_len)]; a bad page's keys are masked,
+  // a bad length reads as 0 (zeros, LSE -inf), nothing out of range is dereferenced, and the first
+  // offender is recorded in the workspace (256 bytes more of it) for check_gqa_run. The kernel
+  // name ends in "_chk".
+  bool checked = checked_by_default();
 
   Device device = Device::cpu();
 };
@@ -116,5 +125,14 @@ void gqa_decode(const GqaPlan& plan, const GqaDecodeArgs& args);
 // config.max_seq_len is 0); dtypes, features and scalars are the config's.
 // On the GPU it allocates and frees a workspace per call: use plan + run in a server.
 void gqa_decode(const GqaConfig& config, const GqaDecodeArgs& args);
+
+// Checked mode: reads what the checked runs of `plan` on `workspace` recorded since the last
+// check. Synchronises `stream` (cudaStream_t; the runs' stream), copies the 32-byte record from
+// the workspace's last bytes and, when an index was out of range, zeroes it again and throws
+// deca::Error, e.g. "gqa_decode: page_table[3][17]: expected a page id in [0, 4096), got 99999
+// (found by the checked GPU run)". Does nothing for an unchecked or CPU plan. Not inside CUDA
+// graph capture (it synchronises): call it after the graph's launch, once per step or per layer.
+// The one-shot gqa_decode(config, args) calls it itself.
+void check_gqa_run(const GqaPlan& plan, const void* workspace, void* stream = nullptr);
 
 }  // namespace deca

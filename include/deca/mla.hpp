@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string>
 
+#include "deca/checked.hpp"
 #include "deca/tensor.hpp"
 
 namespace deca {
@@ -29,6 +30,13 @@ struct MlaConfig {
   bool lse = true;
   bool attn_sink = false;    // sparse: args.attn_sink given
   bool topk_length = false;  // sparse: args.topk_length given
+  // Checked mode (deca/checked.hpp; CUDA sparse only, the CPU backend checks on the host): the
+  // decode kernel tests every index it reads against -1 or [0, num_blocks * page_size) and every
+  // topk_length entry against [0, topk], records the first offender in the workspace (kCheckBytes
+  // more of it, zeroed once at allocation) for check_mla_run, and skips it as the unchecked one
+  // does. Runs the portable decode kernel ("mla_sparse_decode_portable_chk_smXX"): the sm90 kernel
+  // has no checked variant yet.
+  bool checked = checked_by_default();
   Device device = Device::cpu();
 };
 
@@ -79,13 +87,19 @@ struct MlaSparseArgs {
 // block_table entries they use; indices (-1 or a token id < num_blocks * page_size, only the
 // first topk_length[b] of each row) and topk_length. Sparse decode also runs on CUDA (a plan made
 // for a CUDA device; every tensor on it; `workspace` = plan.workspace_bytes of device memory,
-// 16-byte aligned, contents irrelevant; launches on `stream`, nothing allocated,
-// graph-capturable; one run at a time per workspace). There,
-// indices and topk_length are device-resident and not read on the host: keeping them in range is
-// the caller's contract (the kernels clamp topk_length to [0, topk] and skip ids outside the
-// pool, where the CPU backend raises). Dense decode runs on the CPU only in this build.
+// 16-byte aligned, zeroed once at allocation (only a checked plan's record, its last 256 bytes,
+// needs it); launches on `stream`, nothing allocated, graph-capturable; one run at a time per
+// workspace). There, indices and topk_length are device-resident and not read on the host:
+// keeping them in range is the caller's contract (the kernels clamp topk_length to [0, topk] and
+// skip ids outside the pool, where the CPU backend raises), which a checked plan verifies
+// (MlaConfig::checked, check_mla_run). Dense decode runs on the CPU only in this build.
 void mla_decode_dense(const MlaPlan& plan, const MlaDenseArgs& args);
 void mla_decode_sparse(const MlaPlan& plan, const MlaSparseArgs& args);
+
+// Checked mode: as check_gqa_run (synchronises `stream`, reads and zeroes the record, throws
+// e.g. "mla_decode_sparse: indices[1][0][5]: expected -1 or a token id in [0, 8192), got 8192
+// (found by the checked GPU run)"); nothing for an unchecked, dense or CPU plan.
+void check_mla_run(const MlaPlan& plan, const void* workspace, void* stream = nullptr);
 
 // Merge split-KV partial results: out = sum_i exp(lse_i - lse) * partial_out_i with
 // lse = log(sum_i exp(lse_i)) (+ the sink in the denominator when given). A split with

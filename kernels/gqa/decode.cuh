@@ -11,8 +11,14 @@
 // Split-KV: CTAs of one (request, kv head, row block) take disjoint tile ranges, write partial
 // (max, sum, unnormalised output) to the workspace, and the last to arrive (atomic counter, which
 // it resets to zero for the next launch) merges them in split order: bitwise reproducible.
+//
+// Checked mode (Cfg::kChecked, issue 9): every page id is range-tested where it is read, once per
+// page slot per CTA; a bad one is never dereferenced (its keys load as zeros and are masked) and
+// is recorded in the workspace (kernels/common/check_record.cuh), as is a sequence length out of
+// range (the request is then treated as empty). Unchecked kernels compile to the code without it.
 #pragma once
 
+#include "kernels/common/check_record.cuh"
 #include "kernels/common/ptx.cuh"
 #include "kernels/gqa/params.cuh"
 #include "kernels/common/kv_convert.cuh"
@@ -120,6 +126,31 @@ __device__ __forceinline__ int q_dim(int kk, int c, int half) {
   return kk * 16 + 4 * c + 2 * half;
 }
 
+// Request b's length. Checked mode: a length that is neither 0 nor in [q_len, min(max_pages *
+// page_size, max_seq_len)] is recorded and read as 0 (an empty request: zeros, LSE -inf); a longer
+// one would walk past its page_table row.
+template <class T>
+__device__ __forceinline__ int load_seq_len(const GqaParams& p, int b) {
+  const int len = p.seq_lens[b];
+  if constexpr (T::kChecked) {
+    long long hi = static_cast<long long>(p.max_pages) * T::kPageSize;
+    if (p.max_seq_len > 0 && p.max_seq_len < hi) hi = p.max_seq_len;
+    if (len != 0 && (len < p.q_len || len > hi)) {
+      check_report(static_cast<CheckRecord*>(p.check), kCheckSeqLen, b, 0, 0, len, hi);
+      return 0;
+    }
+  }
+  return len;
+}
+
+// Checked mode's per-CTA slots (see "bad_item" in the kernel); instantiated only when called, so
+// an unchecked kernel declares no extra shared memory.
+template <int N>
+__device__ __forceinline__ int* checked_item_slots() {
+  __shared__ int slots[N];
+  return slots;
+}
+
 template <class Cfg>
 __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned char* smem) {
   using T = Traits<Cfg>;
@@ -154,12 +185,12 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
   const int rows_total = kBeams * rows_per_beam;
   auto row_batch = [&](int row) { return kBeams == 1 ? batch : batch + row / rows_per_beam; };
   auto row_tok = [&](int row) { return (kBeams == 1 ? row : row % rows_per_beam) / T::kGroup; };
-  int seq_len = p.seq_lens[batch];
+  int seq_len = load_seq_len<T>(p, batch);
   int seq_min = seq_len;
   if constexpr (kBeams > 1) {
 #pragma unroll
     for (int j = 1; j < kBeams; ++j) {
-      const int l = p.seq_lens[batch + j];
+      const int l = load_seq_len<T>(p, batch + j);
       seq_len = l > seq_len ? l : seq_len;
       seq_min = l < seq_min ? l : seq_min;
     }
@@ -168,6 +199,16 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
   // Row blocks are sized from the plan's max q_len; with a shorter q_len the tail blocks have no
   // rows. All CTAs of such a block leave together, so its split counter stays untouched.
   if (row0 >= rows_total) return;
+  // Checked mode: bad_item[item % (kStages + 1)] == item when a page id of work item `item` was out
+  // of range, so that the warps mask its keys. An item's ids are read kStages iterations before it
+  // is consumed; with kStages + 1 slots that write never lands on a slot still being read (the
+  // item kStages + 1 earlier was consumed before the __syncthreads that precedes the write).
+  int* bad_item = nullptr;
+  if constexpr (T::kChecked) {
+    bad_item = checked_item_slots<T::kStages + 1>();
+    if (tid <= T::kStages) bad_item[tid] = -1;
+    __syncthreads();  // initialised before the prologue's first page reads
+  }
   const KeyRange range = split_range<T>(p, seq_min, seq_len, split);
   const int num_tiles = range.end > range.begin ? (range.end - range.begin + T::kTile - 1) / T::kTile : 0;
 
@@ -396,7 +437,7 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
     const int rr = row < rows_total ? row : 0;
     const int tok = row_tok(rr);
     row_beam[h] = kBeams == 1 ? 0 : rr / rows_per_beam;
-    row_len[h] = kBeams == 1 ? seq_len : p.seq_lens[row_batch(rr)];
+    row_len[h] = kBeams == 1 ? seq_len : load_seq_len<T>(p, row_batch(rr));
     row_drafts[h] = row_len[h] - q_len;
     row_pos[h] = row_drafts[h] + tok;
     if constexpr (T::kTree) {
@@ -450,6 +491,21 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
   // the table reads. The hand-over waits for the read, so it happens when the tile is issued, an
   // iteration after the read (a shuffle right after the load stalled every tile on it: -9% fp8).
   constexpr bool kShareRows = kEvenLoads && (32 % T::kChunksPerRow == 0);
+  // The page id of token `tok` in `page_row` (beam `beam`'s row, -1: all beams'). Checked mode: an
+  // id outside [0, num_pages) is recorded, flagged for the item's masking and replaced by -1 (the
+  // loads then zero-fill), so it is never dereferenced: one compare and a not-taken branch.
+  auto read_page = [&](const int* page_row, unsigned tok, int item, int beam) -> int {
+    const int id = __ldg(page_row + tok / T::kPageSize);
+    if constexpr (T::kChecked) {
+      if (static_cast<unsigned>(id) >= static_cast<unsigned>(p.num_pages)) {
+        check_report(static_cast<CheckRecord*>(p.check), kCheckPageId, batch + (beam > 0 ? beam : 0),
+                     0, static_cast<int>(tok / T::kPageSize), id, p.num_pages);
+        bad_item[item % (T::kStages + 1)] = item;
+        return -1;
+      }
+    }
+    return id;
+  };
   auto fetch_pages = [&](int item) {
     const bool tile_ok = item < num_items;
     const int tile = item_tile(item);
@@ -458,7 +514,7 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
     const int* page_row = page_rows + (beam > 0 ? beam * p.page_table_stride : 0);
     int end = range.end;
     if (kBeams > 1 && beam >= 0) {
-      const int own = p.seq_lens[batch + beam];
+      const int own = load_seq_len<T>(p, batch + beam);
       end = own < end ? own : end;
     }
 #pragma unroll
@@ -468,9 +524,9 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
       // Pages past the request's last key are never read: their table entries may be anything.
       const bool needed = row < T::kTile && tile_ok && tok < static_cast<unsigned>(end);
       if constexpr (kShareRows) {
-        pages_next[i] = (needed && chunk_ld == 0) ? __ldg(page_row + tok / T::kPageSize) : -1;
+        pages_next[i] = (needed && chunk_ld == 0) ? read_page(page_row, tok, item, beam) : -1;
       } else {
-        pages_next[i] = needed ? __ldg(page_row + tok / T::kPageSize) : -1;
+        pages_next[i] = needed ? read_page(page_row, tok, item, beam) : -1;
       }
     }
   };
@@ -523,6 +579,14 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
     const unsigned vs = SharedStorage<T>::v_stage(smem_base, stage);
     const int tile_t0 = range.begin + item_tile(item) * T::kTile;
     const int beam_only = kBeams == 1 ? -1 : item_beam(item);  // >= 0: keys of that beam only
+    // Checked mode: a page id of this item was out of range. Its keys loaded as zeros; they are
+    // masked below by testing each key's page id again (only on this rare path).
+    bool bad_tile = false;
+    if constexpr (T::kChecked) bad_tile = bad_item[item % (T::kStages + 1)] == item;
+    auto page_ok = [&](int t) {
+      const int* row = page_rows + (beam_only > 0 ? beam_only * p.page_table_stride : 0);
+      return static_cast<unsigned>(__ldg(row + t / T::kPageSize)) < static_cast<unsigned>(p.num_pages);
+    };
 
 #pragma unroll 1
     for (int ch = 0; ch < T::kWarpTokens / T::kChunk; ++ch) {
@@ -634,7 +698,7 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
 
       // Scale (log2 units), soft-cap, mask.
       const bool need_mask = (kBeams > 1 && beam_only >= 0) || (t0 + T::kChunk > causal_start) ||
-                             (T::kWindow && t0 < seq_len - p.window);
+                             (T::kWindow && t0 < seq_len - p.window) || (T::kChecked && bad_tile);
 #pragma unroll
       for (int j = 0; j < kN8; ++j) {
 #pragma unroll
@@ -662,6 +726,10 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
               visible = visible && t <= pos;
             }
             if constexpr (T::kWindow) visible = visible && t > pos - p.window;
+            if constexpr (T::kChecked) {
+              // t < range.end here, so its page_table entry is one the request's length uses.
+              if (bad_tile && visible) visible = page_ok(t);
+            }
             if (!visible) x = kNegInf;
           }
           s_acc[j][e] = x;

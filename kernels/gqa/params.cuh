@@ -75,6 +75,11 @@ struct GqaParams {
   float* ws_partial_o;         // [batch, num_kv_heads, num_splits, rows, head_dim]
   float* ws_partial_ml;        // [batch, num_kv_heads, num_splits, rows, 2] (max, sum)
   unsigned* ws_counters;       // [batch, num_kv_heads]: arrivals; the last CTA resets it to 0
+
+  // Checked mode (Cfg::kChecked, kernels/common/check_record.cuh); unchecked kernels never read
+  // these. Set by the backend with the workspace (carve_gqa_workspace).
+  int max_seq_len;             // the plan's promise: a longer seq_lens entry is reported
+  void* check;                 // the CheckRecord in the workspace's last bytes
 };
 
 }  // namespace deca

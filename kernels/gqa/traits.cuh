@@ -87,6 +87,17 @@ DECA_HD constexpr Shape make_shape(int head_dim, int rows, int kv_dtype, int cta
 // shared memory.
 DECA_HD constexpr int max_merge_splits(const Shape& s, int rows) { return s.smem_bytes / (rows * 8); }
 
+// Cfg::kChecked when the prologue defines it, else false: the generated source of an unchecked
+// kernel stays what it was (same text, same cache key, same code).
+template <class C, class = void>
+struct CheckedOf {
+  static constexpr bool value = false;
+};
+template <class C>
+struct CheckedOf<C, decltype(static_cast<void>(C::kChecked))> {
+  static constexpr bool value = C::kChecked;
+};
+
 template <class Cfg>
 struct Traits {
   static constexpr int kHeadDim = Cfg::kHeadDim;
@@ -100,6 +111,8 @@ struct Traits {
   static constexpr bool kTree = Cfg::kTree;
   static constexpr bool kSoftcap = Cfg::kSoftcap;
   static constexpr int kBeamWidth = Cfg::kBeamWidth;  // beams per request sharing one CTA (1: none)
+  // Checked mode: page ids and lengths tested as read, bad ones masked and recorded.
+  static constexpr bool kChecked = CheckedOf<Cfg>::value;
 
   static constexpr int kKvKind = kv::kind_of(kKvDtype);
   static constexpr bool kComputeFp16 = kv::compute_fp16(kQDtype, kKvDtype);

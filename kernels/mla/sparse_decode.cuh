@@ -17,8 +17,14 @@
 // 1 / (l + sink), LSE natural log, sink excluded); a piece of a split request writes O / l and its
 // LSE to its slot for the combine kernel. After its last write the CTA lets a PDL-launched
 // combine start.
+//
+// Checked mode (kChecked, issue 9; entry kernels/mla/sparse_entry_checked.cuh): an index that is
+// neither -1 nor in [0, num_blocks * page_size), and a topk_length entry outside [0, topk], are
+// recorded in the workspace (kernels/common/check_record.cuh); both are skipped or clamped as in
+// the unchecked kernel, which compiles without the tests.
 #pragma once
 
+#include "kernels/common/check_record.cuh"
 #include "kernels/common/kv_convert.cuh"
 #include "kernels/common/ptx.cuh"
 #include "kernels/mla/sparse_schedule.cuh"
@@ -79,26 +85,44 @@ __device__ __forceinline__ void load_q(const MlaSparseParams& p, Smem& sm, int r
   }
 }
 
+// Where a checked kernel reports an index: request r, query token i, and the record.
+struct IndexSite {
+  int r;
+  int i;
+  void* check;
+};
+
 // Byte offset of entry k of the request's list in kv; -1 where the entry does not count.
+// Checked: an entry that counts and is neither -1 nor in the pool is recorded (then skipped).
+template <bool kChecked>
 __device__ __forceinline__ long long token_offset(const MlaSparseParams& p, const int* ids, int len,
-                                                  int k) {
+                                                  int k, const IndexSite& site) {
   const int id = k < len ? __ldg(ids + k) : -1;
   const long long pool = static_cast<long long>(p.num_blocks) * p.page_size;
-  if (id < 0 || id >= pool) return -1;
+  if (id < 0 || id >= pool) {
+    if constexpr (kChecked) {
+      if (id != -1) {
+        check_report(static_cast<CheckRecord*>(site.check), kCheckIndex, site.r, site.i, k, id,
+                     pool);
+      }
+    }
+    return -1;
+  }
   return static_cast<long long>(id / p.page_size) * p.kv_stride_block +
          static_cast<long long>(id % p.page_size) * p.kv_stride_slot;
 }
 
 // Threads 0..63: offsets of block `blk`; threads 64..127: those of block `blk + 1` when this
 // partition processes it (-1 otherwise), for the L2 prefetch of the next block.
+template <bool kChecked>
 __device__ __forceinline__ void load_offsets(const MlaSparseParams& p, Smem& sm, const int* ids,
-                                             int len, int blk, int last) {
+                                             int len, int blk, int last, const IndexSite& site) {
   const int tid = static_cast<int>(threadIdx.x);
   if (tid < kKeys) {
-    sm.token_offset[tid] = token_offset(p, ids, len, blk * kKeys + tid);
+    sm.token_offset[tid] = token_offset<kChecked>(p, ids, len, blk * kKeys + tid, site);
   } else if (tid < 2 * kKeys) {
     const int k = (blk + 1) * kKeys + tid - kKeys;
-    sm.next_offset[tid - kKeys] = blk + 1 < last ? token_offset(p, ids, len, k) : -1;
+    sm.next_offset[tid - kKeys] = blk + 1 < last ? token_offset<kChecked>(p, ids, len, k, site) : -1;
   }
 }
 
@@ -161,6 +185,7 @@ struct RowState {
   float l[2];  // this thread's share of the running sum (reduced over the quad at the end)
 };
 
+template <bool kChecked>
 __device__ __forceinline__ void sparse_decode(const SparseKernelParams& kp, unsigned char* smem) {
   Smem& sm = *reinterpret_cast<Smem*>(smem);
   const MlaSparseParams& p = kp.p;
@@ -195,6 +220,16 @@ __device__ __forceinline__ void sparse_decode(const SparseKernelParams& kp, unsi
     sparse_piece_blocks(part, p.topk_length, p.topk, r, first, last);
     const int len = sparse_request_len(p.topk_length, p.topk, r);
     const int* ids = p.indices + r * p.indices_stride_batch + i * p.indices_stride_token;
+    const IndexSite site{r, i, run.check};
+    if constexpr (kChecked) {
+      // The length was clamped to [0, topk] above (and by the scheduler); report it once per CTA.
+      if (threadIdx.x == 0 && p.topk_length != nullptr) {
+        const int raw = p.topk_length[r];
+        if (raw < 0 || raw > p.topk) {
+          check_report(static_cast<CheckRecord*>(run.check), kCheckTopkLength, r, 0, 0, raw, p.topk);
+        }
+      }
+    }
 
     __syncthreads();  // the previous request's last QK^T is done with Q
     load_q(p, sm, r, i, head0);
@@ -208,7 +243,7 @@ __device__ __forceinline__ void sparse_decode(const SparseKernelParams& kp, unsi
 
     for (int blk = first; blk < last; ++blk) {
       __syncthreads();  // PV of the previous block is done with K and the scores
-      load_offsets(p, sm, ids, len, blk, last);
+      load_offsets<kChecked>(p, sm, ids, len, blk, last, site);
       __syncthreads();
       prefetch(p, sm.token_offset);
       gather(p, sm);

@@ -55,6 +55,9 @@ struct SparseRun {
   float* partial_lse;        // [slots, q_len, num_heads] fp32, natural log, -inf = no valid key
   int num_parts;
   int max_slots;             // capacity of partial_o / partial_lse in slots (checked by the scheduler)
+  // Checked decode kernels only (kernels/common/check_record.cuh): the CheckRecord in the
+  // workspace's last bytes; null for unchecked plans.
+  void* check;
 };
 
 // The one parameter of every sparse decode kernel entry (passed as const __grid_constant__).

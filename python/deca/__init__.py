@@ -31,10 +31,16 @@ def version():
     return _C.version()
 
 
+def checked_by_default():
+    """The default of GqaPlan / MlaPlan / gqa_decode / mla_decode_sparse's checked keyword:
+    DECA_CHECKED=1 or 0 in the environment when set, else whether the library is a debug build."""
+    return _C.checked_by_default()
+
+
 __version__ = _C.version()
 
 __all__ = [
-    "Error", "Tensor", "as_tensor", "version", "GqaPlan", "gqa_decode", "precompile_gqa_decode",
+    "Error", "Tensor", "as_tensor", "version", "checked_by_default", "GqaPlan", "gqa_decode", "precompile_gqa_decode",
     "MlaPlan", "mla_decode_dense", "mla_decode_sparse", "combine", "choose_fp8_scale", "choose_int8_scale", "quantize_fp8",
     "quantize_int8", "pack_mla_fp8", "unpack_mla_fp8",
 ]

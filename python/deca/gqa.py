@@ -44,7 +44,7 @@ def gqa_decode(q, k_cache, v_cache, page_table, seq_lens, out=None, *, layout="N
                v_scales=None, softmax_scale=None, softcap=0.0, window=0, sinks=None,
                tree_mask=None, return_lse=False, lse=None, out_dtype=None, out_scale=1.0,
                max_seq_len=None, split_mode="auto", split_tokens=None, beam_width=1,
-               stream=None):
+               checked=None, stream=None):
     """Paged decode attention for one batch; returns out, or (out, lse) when return_lse or lse.
 
     q [batch, q_len, num_q_heads, head_dim] bf16|fp16; k_cache / v_cache in `layout` ("NHD":
@@ -54,6 +54,9 @@ def gqa_decode(q, k_cache, v_cache, page_table, seq_lens, out=None, *, layout="N
     Optional: sinks [num_q_heads] fp32, tree_mask [batch, q_len, ceil(q_len/32)] uint32,
     lse [batch, q_len, num_q_heads] fp32. out is allocated (numpy / torch) when None.
     This one-off form plans per call; engines use GqaPlan once and GqaPlan.run per layer.
+    checked (None: deca.checked_by_default()): on a GPU, the kernel tests the page ids and
+    lengths it reads and this call raises deca.Error for the first bad one after the run (the
+    call synchronises its stream; see GqaPlan.check).
     """
     fn = "gqa_decode"
     choice(fn, "layout", layout, _LAYOUTS)
@@ -63,7 +66,7 @@ def gqa_decode(q, k_cache, v_cache, page_table, seq_lens, out=None, *, layout="N
                                 beam_width=beam_width),
                   floats=dict(k_scale=k_scale, v_scale=v_scale, softmax_scale=softmax_scale,
                               softcap=softcap, out_scale=out_scale),
-                  bools=dict(return_lse=return_lse))
+                  bools=dict(return_lse=return_lse, checked=checked))
     t = _run_tensors(fn, q, k_cache, v_cache, page_table, seq_lens, q_dtype, kv_dtype, lse,
                      tree_mask, sinks, k_scales, v_scales)
     qt, kt = t["q"], t["k_cache"]
@@ -105,6 +108,8 @@ def gqa_decode(q, k_cache, v_cache, page_table, seq_lens, out=None, *, layout="N
     c.per_head_kv_scale = k_scales is not None or v_scales is not None
     c.window, c.softcap, c.beam_width = window, softcap, beam_width
     c.split_mode, c.split_tokens = split_mode, _split_tokens(split_mode, split_tokens)
+    if checked is not None:
+        c.checked = checked
     c.device = qt.device
 
     _C.gqa_decode_oneoff(
@@ -137,7 +142,7 @@ def _config(fn, num_q_heads, num_kv_heads, head_dim, page_size, *, max_seq_len=N
             layout="NHD", q_dtype="bf16", kv_dtype="bf16", out_dtype=None, max_batch=1,
             max_q_len=1, tree_mask=False, sinks=False, lse=False, per_head_kv_scale=False,
             window=0, softcap=0.0, beam_width=1, split_mode="auto", split_tokens=None,
-            device="cpu"):
+            checked=None, device="cpu"):
     """The _C.GqaConfig of GqaPlan's arguments (validated in C++ when it is used)."""
     choice(fn, "layout", layout, _LAYOUTS)
     choice(fn, "split_mode", split_mode, _SPLIT_MODES)
@@ -148,7 +153,7 @@ def _config(fn, num_q_heads, num_kv_heads, head_dim, page_size, *, max_seq_len=N
                                 beam_width=beam_width, split_tokens=split_tokens),
                   floats=dict(softcap=softcap),
                   bools=dict(tree_mask=tree_mask, sinks=sinks, lse=lse,
-                             per_head_kv_scale=per_head_kv_scale))
+                             per_head_kv_scale=per_head_kv_scale, checked=checked))
     if max_seq_len is None:
         # No default can be right: too small refuses runs, too large over-splits short requests
         # and sizes the workspace for nothing.
@@ -167,6 +172,8 @@ def _config(fn, num_q_heads, num_kv_heads, head_dim, page_size, *, max_seq_len=N
     c.per_head_kv_scale = per_head_kv_scale
     c.window, c.softcap, c.beam_width = window, softcap, beam_width
     c.split_mode, c.split_tokens = split_mode, _split_tokens(split_mode, split_tokens)
+    if checked is not None:
+        c.checked = checked
     c.device = parse_device(device, fn)
     return c
 
@@ -202,7 +209,8 @@ class GqaPlan:
         max_batch=1, max_q_len=1, tree_mask=False, sinks=False, lse=False,
         per_head_kv_scale=False, window=0, softcap=0.0, beam_width=1, split_mode="auto",
         split_tokens=None (0 for "auto"; DEFAULT_FIXED_SPLIT_TOKENS = 1024 for "fixed"),
-        device="cpu"."""
+        checked=None (deca.checked_by_default(): on in a debug build or with DECA_CHECKED=1; see
+        check()), device="cpu"."""
         self._plan = _C.plan_gqa_decode(
             _config("GqaPlan", num_q_heads, num_kv_heads, head_dim, page_size,
                     max_seq_len=max_seq_len, **options))
@@ -219,6 +227,26 @@ class GqaPlan:
     kernel_name = property(lambda self: self._plan.kernel_name,
                            doc="the kernel specialization (its JIT cache key); '' on the CPU")
     sm_count = property(lambda self: self._plan.sm_count)
+    checked = property(lambda self: self._plan.config.checked,
+                       doc="whether the kernel tests the page ids and lengths it reads")
+
+    def check(self, workspace, *, stream=None):
+        """Checked mode: raises deca.Error for the first out-of-range page id or length that the
+        runs on `workspace` met since the last check, e.g. "gqa_decode: page_table[3][17]:
+        expected a page id in [0, 4096), got 99999 (found by the checked GPU run)", and clears
+        the record. Synchronises `stream` (by default the current stream of the runs' library,
+        else the legacy default stream): call it outside CUDA-graph capture, once per step or per
+        layer, not inside a hot loop. run() never synchronises by itself. Nothing happens for an
+        unchecked plan or on the CPU (which checks every index on the host before the run).
+        """
+        if not self.checked or self._cuda_index < 0:
+            return
+        if stream is None:
+            stream = self._current_stream(workspace)
+        elif type(stream) is not int:
+            stream = _stream_int(stream)
+        _C.check_gqa_run(self._plan, tensor(workspace, "check_gqa_run: workspace", writable=True),
+                         stream)
 
     def __repr__(self):
         c = self._plan.config

@@ -21,16 +21,20 @@ class MlaPlan:
 
     def __init__(self, num_heads, *, sparse=False, page_size=64, max_batch=1, max_q_len=1,
                  max_seq_len=0, topk=0, lse=True, attn_sink=False, topk_length=False,
-                 device="cpu"):
+                 checked=None, device="cpu"):
+        """checked (None: deca.checked_by_default()): CUDA sparse plans test every index and
+        topk_length entry they read (see check()) and run the portable decode kernel."""
         check_scalars("MlaPlan", ints=dict(num_heads=num_heads, page_size=page_size,
                                            max_batch=max_batch, max_q_len=max_q_len,
                                            max_seq_len=max_seq_len, topk=topk),
                       bools=dict(sparse=sparse, lse=lse, attn_sink=attn_sink,
-                                 topk_length=topk_length))
+                                 topk_length=topk_length, checked=checked))
         c = _C.MlaConfig()
         c.num_heads, c.page_size, c.sparse = num_heads, page_size, sparse
         c.max_batch, c.max_q_len, c.max_seq_len, c.topk = max_batch, max_q_len, max_seq_len, topk
         c.lse, c.attn_sink, c.topk_length = lse, attn_sink, topk_length
+        if checked is not None:
+            c.checked = checked
         c.device = parse_device(device, "MlaPlan")
         self._plan = _C.plan_mla_decode(c)
 
@@ -38,6 +42,20 @@ class MlaPlan:
     workspace_bytes = property(lambda self: self._plan.workspace_bytes)
     num_splits = property(lambda self: self._plan.num_splits)
     sm_count = property(lambda self: self._plan.sm_count)
+    kernel_name = property(lambda self: self._plan.kernel_name)
+    checked = property(lambda self: self._plan.config.checked)
+
+    def check(self, workspace, *, stream=None):
+        """Checked mode: raises deca.Error for the first bad sparse index or topk_length entry the
+        runs on `workspace` met since the last check ("mla_decode_sparse: indices[1][0][5]:
+        expected -1 or a token id in [0, 8192) ..."), and clears the record. Synchronises
+        `stream` (legacy default stream when None): outside CUDA-graph capture, once per step.
+        Nothing happens for an unchecked, dense or CPU plan."""
+        c = self._plan.config
+        if not c.checked or not c.sparse or c.device.kind != _C.DeviceKind.CUDA:
+            return
+        wt = tensor(workspace, "check_mla_run: workspace", writable=True)
+        _C.check_mla_run(self._plan, wt, stream_handle(stream, workspace, wt, "check_mla_run"))
 
     def run_dense(self, q, kv_cache, block_table, cache_seqlens, out, *, lse=None,
                   softmax_scale=None, workspace=None, stream=None):
@@ -114,13 +132,16 @@ def mla_decode_dense(q, kv_cache, block_table, cache_seqlens, out=None, *, softm
 
 def mla_decode_sparse(q, kv_cache, indices, out=None, *, topk_length=None, attn_sink=None,
                       softmax_scale=None, return_lse=False, lse=None, workspace=None,
-                      stream=None):
+                      checked=None, stream=None):
     """Sparse FP8 MLA decode; returns out, or (out, lse) when return_lse or lse is given.
 
     q [batch, q_len, num_heads, 576] bf16; kv_cache [num_blocks, page_size, 1, 656] uint8 (see
     pack_mla_fp8); indices [batch, q_len, topk] int32 global token ids (block * page_size +
     slot), -1 = skip; topk_length [batch] int32 (only the first topk_length[b] count);
     attn_sink [num_heads] fp32 (joins the denominator; lse excludes it).
+    checked (None: deca.checked_by_default()): on a GPU, the kernel tests every index and
+    topk_length entry it reads and this call raises deca.Error for the first bad one after the
+    run (it then synchronises the stream; see MlaPlan.check).
     """
     fn = "mla_decode_sparse"
     qt = tensor(q, f"{fn}: q")
@@ -135,7 +156,8 @@ def mla_decode_sparse(q, kv_cache, indices, out=None, *, topk_length=None, attn_
                    max_q_len=qt.shape[1],
                    max_seq_len=min(kvt.shape[0] * kvt.shape[1], _INT32_MAX),
                    topk=it.shape[2], lse=want_lse, attn_sink=attn_sink is not None,
-                   topk_length=topk_length is not None, device=_device_text(qt))
+                   topk_length=topk_length is not None, checked=checked,
+                   device=_device_text(qt))
     ws = workspace
     if ws is None:
         ws = zeros_bytes(q, qt, plan.workspace_bytes, f"{fn}: workspace")
@@ -143,6 +165,7 @@ def mla_decode_sparse(q, kv_cache, indices, out=None, *, topk_length=None, attn_
                     attn_sink=attn_sink, lse=_named(lse, fn, "lse"),
                     softmax_scale=softmax_scale, workspace=ws,
                     stream=stream_handle(stream, q, qt, fn))
+    plan.check(ws, stream=stream_handle(stream, q, qt, fn))
     return (out, lse) if want_lse else out
 
 

@@ -61,5 +61,6 @@ void register_tensor(nb::module_& m);
 void register_gqa(nb::module_& m);
 void register_mla(nb::module_& m);
 void register_quant(nb::module_& m);
+void register_checked(nb::module_& m);
 
 }  // namespace deca::python

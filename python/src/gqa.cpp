@@ -151,6 +151,7 @@ void register_gqa(nb::module_& m) {
           [](const GqaConfig& c) { return c.split_mode == SplitMode::kAuto ? "auto" : "fixed"; },
           [](GqaConfig& c, const std::string& v) { c.split_mode = parse_split_mode(v); })
       .def_rw("split_tokens", &GqaConfig::split_tokens)
+      .def_rw("checked", &GqaConfig::checked)
       .def_rw("device", &GqaConfig::device);
 
   nb::class_<GqaPlan>(m, "GqaPlan")

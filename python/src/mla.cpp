@@ -42,6 +42,7 @@ void register_mla(nb::module_& m) {
       .def_rw("lse", &MlaConfig::lse)
       .def_rw("attn_sink", &MlaConfig::attn_sink)
       .def_rw("topk_length", &MlaConfig::topk_length)
+      .def_rw("checked", &MlaConfig::checked)
       .def_rw("device", &MlaConfig::device);
 
   nb::class_<MlaPlan>(m, "MlaPlan")

@@ -19,4 +19,5 @@ NB_MODULE(_C, m) {
   deca::python::register_gqa(m);
   deca::python::register_mla(m);
   deca::python::register_quant(m);
+  deca::python::register_checked(m);
 }

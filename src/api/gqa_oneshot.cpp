@@ -73,11 +73,15 @@ void gqa_decode(const GqaConfig& config, const GqaDecodeArgs& args) {
   if (c.device.kind == DeviceKind::kCPU || plan.workspace_bytes == 0 || caller_workspace ||
       params.batch == 0) {
     api::dispatch_gqa_decode(plan, params, args.workspace, args.stream);
+    // Checked mode: this call synchronises anyway when it owns the workspace; with the caller's
+    // it reads the record too, so that a one-shot call reports its own bad indices.
+    if (caller_workspace && params.batch > 0) check_gqa_run(plan, args.workspace, args.stream);
     return;
   }
   ScopedWorkspace workspace(c.device.index, plan.workspace_bytes, args.stream);
   api::dispatch_gqa_decode(plan, params, workspace.get(), args.stream);
   workspace.finish();
+  check_gqa_run(plan, workspace.get(), args.stream);
 }
 
 }  // namespace deca

@@ -6,6 +6,7 @@
 
 #include "deca/gqa.hpp"
 #include "deca/mla.hpp"
+#include "kernels/common/check_record.cuh"
 #include "kernels/gqa/params.cuh"
 #include "kernels/mla/params.cuh"
 #include "plan/gqa_split.hpp"
@@ -56,5 +57,13 @@ void mla_sparse_decode(const MlaPlan& plan, const MlaSparseParams& params, void*
 
 // The `combine` op on CUDA tensors of `device`.
 void combine(const CombineParams& params, int device, void* stream);
+
+// ---- Checked mode (src/cuda/check_record.cpp) ---------------------------------------------------
+
+// Synchronises `stream` on `device`, copies the CheckRecord at `record` (device memory) into
+// `out` and, when it is set, zeroes it on the device again; true when a kernel recorded one.
+// CUDA failures throw a deca::Error from `fn` naming the stream.
+bool take_check_record(int device, const void* record, void* stream, CheckRecord& out,
+                       const std::string& fn);
 
 }  // namespace deca::cuda

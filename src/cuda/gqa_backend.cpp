@@ -11,6 +11,7 @@
 #include "deca/error.hpp"
 #include "jit/driver.hpp"
 #include "jit/kernel_cache.hpp"
+#include "kernels/common/check_record.cuh"
 #include "plan/gqa_split.hpp"
 
 namespace deca::cuda {
@@ -26,7 +27,9 @@ struct WorkspaceLayout {
   std::size_t o_bytes = 0;
   std::size_t ml_bytes = 0;
   std::size_t counter_bytes = 0;
-  std::size_t total() const { return o_bytes + ml_bytes + counter_bytes; }
+  std::size_t check_bytes = 0;  // checked plans: the CheckRecord, last (check_record.cuh)
+  std::size_t split_total() const { return o_bytes + ml_bytes + counter_bytes; }
+  std::size_t total() const { return split_total() + check_bytes; }
 };
 
 // Rows of one CTA's unit: (beam, q token, group head) of one request and kv head.
@@ -41,6 +44,7 @@ long long units(const GqaConfig& c, const GqaKernelKey& key) {
 
 WorkspaceLayout layout(const GqaPlan& plan, const GqaKernelKey& key) {
   WorkspaceLayout w;
+  if (plan.config.checked) w.check_bytes = static_cast<std::size_t>(kCheckBytes);
   if (plan.num_splits <= 1) return w;
   const auto u = static_cast<std::size_t>(units(plan.config, key));
   const auto per_split = static_cast<std::size_t>(plan.num_splits) * key.rows;
@@ -168,10 +172,14 @@ void plan_gqa_decode(GqaPlan& plan) {
 void carve_gqa_workspace(const GqaPlan& plan, void* workspace, GqaParams& params) {
   const WorkspaceLayout w = layout(plan, prepared(plan).key);
   auto* base = static_cast<unsigned char*>(workspace);
-  params.ws_partial_o = w.total() ? reinterpret_cast<float*>(base) : nullptr;
-  params.ws_partial_ml = w.total() ? reinterpret_cast<float*>(base + w.o_bytes) : nullptr;
+  params.ws_partial_o = w.split_total() ? reinterpret_cast<float*>(base) : nullptr;
+  params.ws_partial_ml = w.split_total() ? reinterpret_cast<float*>(base + w.o_bytes) : nullptr;
   params.ws_counters =
-      w.total() ? reinterpret_cast<unsigned*>(base + w.o_bytes + w.ml_bytes) : nullptr;
+      w.split_total() ? reinterpret_cast<unsigned*>(base + w.o_bytes + w.ml_bytes) : nullptr;
+  // Checked mode's fields: the record (last in the workspace, where check_gqa_run reads it) and
+  // the promise a length is tested against.
+  params.check = w.check_bytes ? base + w.split_total() : nullptr;
+  params.max_seq_len = plan.config.max_seq_len;
 }
 
 void gqa_decode(const GqaPlan& plan, const GqaParams& params, void* stream) {

@@ -26,6 +26,7 @@ std::string GqaKernelKey::name() const {
   if (ctas_per_sm != 2) s += "_c" + to_string(ctas_per_sm);
   if (two_term()) s += "_2term";
   if (fp8_path() == kv::kWidenLdsm) s += "_ldsm";
+  if (checked) s += "_chk";
   return s;
 }
 
@@ -49,6 +50,8 @@ jit::JitSpec GqaKernelKey::spec() const {
   src += constant("int", "kCtasPerSm", to_string(ctas_per_sm));
   src += constant("int", "kBeamWidth", to_string(beam_width));
   src += constant("int", "kFp8Mma", to_string(fp8_path()));
+  // Only when set: an unchecked kernel's source (so its cache key and code) stays what it was.
+  if (checked) src += constant("bool", "kChecked", "true");
   src += "};\n#include \"kernels/gqa/entry.cuh\"\n";
   jit::JitSpec spec;
   spec.name = name();
@@ -72,6 +75,7 @@ GqaKernelKey make_gqa_key(const GqaConfig& config, int arch) {
   key.window = config.window > 0;
   key.tree = config.tree_mask;
   key.softcap = config.softcap > 0.f;
+  key.checked = config.checked;
   key.ctas_per_sm = 2;
   if (const char* env = std::getenv("DECA_GQA_CTAS")) {
     const int v = std::atoi(env);

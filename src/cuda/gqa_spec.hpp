@@ -27,6 +27,8 @@ struct GqaKernelKey {
   // 8-bit caches: kv::kWiden / kv::kWidenLdsm (fp16 mma, sm_80+) or, fp8 only, kv::kTwoTerm
   // (e4m3 mma, sm_89+); ignored (and not named) for 16-bit caches.
   int fp8_mma = kv::kWiden;
+  // Checked mode (GqaConfig::checked): page ids and lengths range-tested in the kernel; "_chk".
+  bool checked = false;
 
   // The path the kernel takes: fp8_mma for an fp8 cache; an int8 cache widens, through ldmatrix
   // unless fp8_mma says kWiden; 16-bit caches have one path.

@@ -13,6 +13,7 @@
 #include "deca/error.hpp"
 #include "jit/driver.hpp"
 #include "jit/kernel_cache.hpp"
+#include "kernels/common/check_record.cuh"
 #include "kernels/mla/sparse_schedule.cuh"
 #include "kernels/mla/sparse_traits.cuh"
 #include "kernels/mla/sparse_work.cuh"
@@ -28,11 +29,12 @@ std::size_t align_up(std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign;
 
 // Workspace: partial outputs first (the big, 16-byte-loaded buffer at the aligned base), then
 // partial LSEs, the partitions and the split offsets. Sized for the plan's maxima: slots are at
-// most batch + num_parts (sparse_schedule.cuh).
+// most batch + num_parts (sparse_schedule.cuh). A checked plan's CheckRecord comes last, where
+// check_mla_run reads it.
 struct Layout {
-  std::size_t o = 0, lse = 0, parts = 0, offsets = 0;
+  std::size_t o = 0, lse = 0, parts = 0, offsets = 0, check = 0;
   int max_slots = 0;
-  std::size_t total() const { return o + lse + parts + offsets; }
+  std::size_t total() const { return o + lse + parts + offsets + check; }
 };
 
 Layout layout(const MlaConfig& c, int num_parts) {
@@ -43,6 +45,7 @@ Layout layout(const MlaConfig& c, int num_parts) {
   w.lse = align_up(rows * sizeof(float));
   w.parts = align_up(static_cast<std::size_t>(num_parts) * sizeof(mla::SparsePart));
   w.offsets = align_up((static_cast<std::size_t>(c.max_batch) + 1) * sizeof(int));
+  if (c.checked) w.check = static_cast<std::size_t>(kCheckBytes);
   return w;
 }
 
@@ -153,7 +156,7 @@ void plan_mla_sparse(MlaPlan& plan) {
                 "(grid extents), got " + std::to_string(c.max_batch) + " / " +
                 std::to_string(c.max_q_len));
   }
-  const std::string variant = mla_decode_variant(arch);
+  const std::string variant = mla_plan_variant(arch, c);
   const MlaDecodeShape shape = mla_decode_shape(variant, c.num_heads);
   const int smem_optin = device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
   if (smem_optin < shape.smem_bytes) {
@@ -192,6 +195,7 @@ void mla_sparse_decode(const MlaPlan& plan, const MlaSparseParams& params, void*
   kp.run.split_offsets = reinterpret_cast<const int*>(base + w.o + w.lse + w.parts);
   kp.run.num_parts = plan.num_parts;
   kp.run.max_slots = w.max_slots;
+  kp.run.check = w.check ? base + (w.total() - w.check) : nullptr;
   void* args[] = {&kp};
 
   jit::ScopedDevice scope(device);

@@ -34,6 +34,7 @@ const char* role_name(MlaKernelRole role) {
 std::string MlaKernelKey::name() const {
   std::string s = role_name(role);
   if (role == MlaKernelRole::kDecode) s += "_" + variant;
+  if (role == MlaKernelRole::kDecode && checked) s += "_chk";
   if (role == MlaKernelRole::kDecode && variant == "sm90") {
     s += "_p" + std::to_string(page_size);
     if (cluster > 1) s += "_c" + std::to_string(cluster);
@@ -59,7 +60,7 @@ jit::JitSpec MlaKernelKey::spec() const {
         header = "kernels/mla/sm90/entry.cuh";
         spec.entry = "deca_mla_sparse_decode_sm90";
       } else {
-        header = "kernels/mla/sparse_entry.cuh";
+        header = checked ? "kernels/mla/sparse_entry_checked.cuh" : "kernels/mla/sparse_entry.cuh";
         spec.entry = "deca_mla_sparse_decode";
       }
       break;
@@ -90,11 +91,16 @@ std::string mla_decode_variant(int arch) {
   return "sm90";
 }
 
+std::string mla_plan_variant(int arch, const MlaConfig& config) {
+  return config.checked ? "portable" : mla_decode_variant(arch);
+}
+
 MlaKernelKey mla_decode_key(int arch, const std::string& variant, const MlaConfig& config) {
   MlaKernelKey k;
   k.arch = arch;
   k.role = MlaKernelRole::kDecode;
   k.variant = variant;
+  k.checked = config.checked && variant == "portable";
   if (variant != "sm90") return k;
   k.page_size = config.page_size;
 #if DECA_MLA_HAVE_SM90

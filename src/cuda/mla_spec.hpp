@@ -28,6 +28,7 @@ struct MlaKernelKey {
   int cluster = 1;                     // sm90 decode only: CTAs sharing dequantized tokens (Cfg::kCluster)
   int pipe = 0;                        // sm90 decode only: producer pipelining (Cfg::kPipe, 0..3)
   int dequant = 0;                     // sm90 decode only: 1 = integer e4m3 placement (Cfg::kDequant)
+  bool checked = false;                // portable decode only: MlaConfig::checked, "_chk"
 
   // e.g. "mla_sparse_decode_portable_sm90", "mla_sparse_combine_sm90", "combine_sm80"
   std::string name() const;
@@ -46,6 +47,10 @@ struct MlaDecodeShape {
   int cluster_x = 1;  // CTAs of a cluster along x (1: no cluster attribute)
 };
 MlaDecodeShape mla_decode_shape(const std::string& variant, int num_heads);
+
+// The decode variant of a plan: a checked plan runs the portable kernel (the sm90 one has no
+// checked variant yet), others mla_decode_variant(arch).
+std::string mla_plan_variant(int arch, const MlaConfig& config);
 
 // The decode key a plan of `config` runs with `variant` on compute capability `arch`: the sm90
 // kernel compiles the page size in and, for 65..128 heads, may pair its two head blocks in a

@@ -11,6 +11,8 @@
 #include "common/paged_gqa_case.hpp"
 #include "cpu/reference.hpp"
 #include "cuda/backend.hpp"
+#include "deca/error.hpp"
+#include "deca/gqa.hpp"
 #include "gpu/device_buffer.hpp"
 #include "jit/scoped_env.hpp"
 
@@ -137,6 +139,12 @@ inline GpuRun run_gqa_on_gpu(const GqaCase& c, const GpuOptions& o = {}) {
   if (rc != cudaSuccess) {
     ADD_FAILURE() << "kernel " << plan.kernel_name << ": " << cudaGetErrorName(rc) << " "
                   << cudaGetErrorString(rc);
+  }
+  // Checked plans (the tests' default): valid inputs leave no record (no false positive).
+  try {
+    check_gqa_run(plan, dev.ws.get(), nullptr);
+  } catch (const Error& e) {
+    ADD_FAILURE() << "kernel " << plan.kernel_name << ": " << e.what();
   }
   return dev.results(c, plan);
 }

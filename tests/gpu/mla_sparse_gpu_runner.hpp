@@ -16,13 +16,16 @@
 
 #include "common/mla_case.hpp"
 #include "cuda/mla_spec.hpp"
+#include "deca/error.hpp"
 #include "deca/mla.hpp"
 #include "gpu/device_buffer.hpp"
 
 namespace deca::test {
 
 // The decode variants this machine runs: the portable kernel everywhere, the sm90 one on Hopper
-// when it is enabled. Selected through DECA_MLA_KERNEL, as a user would.
+// when it is enabled. Selected through DECA_MLA_KERNEL, as a user would. The tests run checked
+// plans by default (tests/common/checked_on.cpp), and a checked plan runs the portable kernel:
+// the sm90 variant is therefore tested with DECA_CHECKED=0, so that it keeps its coverage.
 inline std::vector<std::string> mla_variants() {
   std::vector<std::string> v = {"portable"};
   if (cuda::available() && cuda::kMlaSm90KernelEnabled && cuda::compute_capability(0) == 90) {
@@ -35,17 +38,21 @@ class ScopedMlaKernel {
  public:
   explicit ScopedMlaKernel(const std::string& variant) {
     if (const char* old = std::getenv("DECA_MLA_KERNEL")) old_ = old, had_ = true;
+    if (const char* old = std::getenv("DECA_CHECKED")) old_checked_ = old, had_checked_ = true;
     if (variant == "portable") setenv("DECA_MLA_KERNEL", "portable", 1);
     else unsetenv("DECA_MLA_KERNEL");
+    if (variant == "sm90") setenv("DECA_CHECKED", "0", 1);
   }
   ~ScopedMlaKernel() {
     if (had_) setenv("DECA_MLA_KERNEL", old_.c_str(), 1);
     else unsetenv("DECA_MLA_KERNEL");
+    if (had_checked_) setenv("DECA_CHECKED", old_checked_.c_str(), 1);
+    else unsetenv("DECA_CHECKED");
   }
 
  private:
-  std::string old_;
-  bool had_ = false;
+  std::string old_, old_checked_;
+  bool had_ = false, had_checked_ = false;
 };
 
 struct SparseEdges {
@@ -159,6 +166,7 @@ struct DeviceSparse {
     args.softmax_scale = c.spec.softmax_scale;
     args.workspace = workspace.get();
     args.workspace_bytes = workspace.bytes();
+    workspace.fill(0);  // zeroed once at allocation (a checked plan's record starts clean)
     poison();
   }
   void poison() const {
@@ -169,8 +177,9 @@ struct DeviceSparse {
     args.stream = stream;
     mla_decode_sparse(plan, args);
   }
-  // Synchronizes, then copies out / lse into host tensors shaped like the case's.
-  void results(const MlaSparseCase& c, HostTensor& o, HostTensor& l) const {
+  // Synchronizes, then copies out / lse into host tensors shaped like the case's; a checked
+  // plan's record must be clean unless `expect_clean` is false (the caller checks it itself).
+  void results(const MlaSparseCase& c, HostTensor& o, HostTensor& l, bool expect_clean = true) const {
     const cudaError_t rc = cudaDeviceSynchronize();
     if (rc != cudaSuccess) {
       ADD_FAILURE() << plan.kernel_name << ": " << cudaGetErrorName(rc) << " "
@@ -180,6 +189,13 @@ struct DeviceSparse {
     l = HostTensor(DType::kFP32, c.lse.shape());
     out.to_host(o);
     lse.to_host(l);
+    // Checked plans: valid inputs leave no record (no false positive).
+    if (!expect_clean) return;
+    try {
+      check_mla_run(plan, workspace.get(), nullptr);
+    } catch (const Error& e) {
+      ADD_FAILURE() << plan.kernel_name << ": " << e.what();
+    }
   }
 };
 

@@ -7,6 +7,8 @@ import pytest
 # put arrays on the GPU and reserve most of its memory, starving the torch CUDA tests.
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+# Checked mode on by default in the tests (issue 9), as in the C++ suites; set before deca loads.
+os.environ.setdefault("DECA_CHECKED", "1")
 
 
 @pytest.fixture

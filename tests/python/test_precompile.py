@@ -13,7 +13,7 @@ import deca
 def test_precompile_fills_the_cache_dir(tmp_path):
     # A fresh process: the kernel cache's directory is fixed at its first use in a process.
     code = ("import deca; print(deca.precompile_gqa_decode(64, 8, 128, 64, kv_dtype='fp8_e4m3', "
-            "max_batch=128, max_seq_len=4096, compute_capability=90))")
+            "max_batch=128, max_seq_len=4096, checked=False, compute_capability=90))")
     env = dict(os.environ, DECA_CACHE_DIR=str(tmp_path))
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                           timeout=300)
