@@ -5,10 +5,12 @@
 #include <cstring>
 #include <memory>
 
+#include "api/gqa_prepare.hpp"
 #include "cpu/reference.hpp"
 #include "data.hpp"
 #include "deca/error.hpp"
 #include "gpu_timer.hpp"
+#include "launch_floor.hpp"
 #include "timing.hpp"
 
 namespace deca::bench {
@@ -292,6 +294,15 @@ CaseResult run_gqa_case(const BenchCase& bc, const RunOptions& opt) {
       a.stream = stream;
       gqa_decode(plan, a);
     });
+    // deca's own part, timed directly: the same call up to (not including) the driver call.
+    r.host_deca_us = host_cost_us(opt, opt.host_calls, [&](void* stream) {
+      a.stream = stream;
+      api::gqa_decode_without_launch(plan, a);
+    });
+    if (opt.cuda) {
+      r.host_launch_floor_us = host_cost_us(
+          opt, opt.host_calls, empty_kernel_launcher(opt.device, sizeof(GqaParams)));
+    }
   }
   return r;
 }

@@ -161,8 +161,10 @@ int run(int argc, char** argv) {
   app.add_option("--shape", shapes, kShapeHelp);
   app.add_flag("--host-cost", host_cost,
                "also time the host side of one gqa_decode call (argument checks, kernel lookup, "
-               "launch; no synchronisation): median of --host-calls calls. On the CPU backend "
-               "the calls have 0 requests, so no attention is computed in the timed part");
+               "launch; no synchronisation): median of --host-calls calls, printed with its two "
+               "parts: the launch floor (cuLaunchKernelEx of an empty kernel with a parameter "
+               "struct of the same size) and deca's own (the call without the launch). On the CPU "
+               "backend the calls have 0 requests, so no attention is computed in the timed part");
   app.add_option("--host-calls", host_calls, "calls timed by --host-cost (default 2000)")
       ->check(CLI::Range(1, 1 << 30));
   app.add_option("--json", json_path, "write the results to this JSON file");

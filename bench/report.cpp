@@ -87,6 +87,16 @@ void Report::add(CaseResult r) {
     int i = 2;
     for (const std::string& c : cols) out_ << std::right << std::setw(kWidths[i++]) << c << " ";
     out_ << std::left << (r.kernel_name.empty() ? "-" : r.kernel_name) << "\n";
+    if (r.host_us) {
+      // The host figure split in its two parts, so that one run says where the time goes.
+      out_ << "    host us/call: " << fixed(*r.host_us, 2) << " total";
+      if (r.host_launch_floor_us) {
+        out_ << " = launch floor " << fixed(*r.host_launch_floor_us, 2) << " + deca "
+             << fixed(*r.host_us - *r.host_launch_floor_us, 2) << " (by difference)";
+      }
+      if (r.host_deca_us) out_ << "; deca without the launch, timed: " << fixed(*r.host_deca_us, 2);
+      out_ << "  [" << r.host_note << "]\n";
+    }
     if (!r.graph_note.empty()) out_ << "    (no graph figure: " << r.graph_note << ")\n";
     if (r.check_failed) out_ << "    CHECK FAILED: " << *r.check_failed << "\n";
   }
@@ -116,6 +126,8 @@ void Report::write_json(const std::string& path) const {
       c["time_us_p90"] = r.time_us_p90;
       c["host_us_per_call"] = optional_json(r.host_us);
       if (r.host_us) c["host_note"] = r.host_note;
+      c["host_launch_floor_us"] = optional_json(r.host_launch_floor_us);
+      c["host_deca_us"] = optional_json(r.host_deca_us);
       c["time_us_graph"] = optional_json(r.time_us_graph);
       c["kv_bytes"] = r.kv_bytes;
       c["total_bytes"] = r.total_bytes;

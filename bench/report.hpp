@@ -24,6 +24,11 @@ struct CaseResult {
   double time_us_p90 = 0;
   std::optional<double> host_us;       // --host-cost: host wall time of one gqa_decode call
   std::string host_note;               // what host_us measures on this backend
+  // --host-cost on CUDA: the same timing of the driver call alone (cuLaunchKernelEx of an empty
+  // kernel taking a parameter struct of the same size, same stream), and of gqa_decode without
+  // that call (checks, kernel lookup, params, grid, current device). floor + deca ~ host.
+  std::optional<double> host_launch_floor_us;
+  std::optional<double> host_deca_us;
   std::optional<double> time_us_graph; // GPU: median per launch inside a CUDA graph
   std::string graph_note;              // why there is no graph figure
   double kv_bytes = 0;                 // K and V of the visible tokens, each once, stored dtype

@@ -10,6 +10,12 @@ thread start-up, tens of microseconds: compare GqaPlan.run with its checked path
 the GPU target). GqaPlan.run gets raw bf16 bits (uint16) on the CPU, which its fast path takes;
 ml_dtypes arrays go through the checked path. Each figure is the median over 7 repeats of the mean of --iters calls in
 a loop, without synchronising inside the loop.
+
+A second table splits one GqaPlan.run into its stages, each timed alone with the same arguments:
+the floor of a nanobind call of the same 18 arguments that does nothing, then the tensor import,
+then deca's checks, kernel lookup and params (no launch), then the launch, then the Python
+wrapper (defaults, stream lookup). On the CPU those calls get 0-request views, so no attention
+is computed and every stage is host cost only.
 """
 
 import argparse
@@ -112,10 +118,42 @@ def main():
         results[name] = per_call_us(fn, iters.get(name, args.iters))
         sync()
         print(f"{name:52s} {results[name]:8.2f} us/call")
+    stages = breakdown(device, plan, pq, pk, pv, table, lens, pout, ws, q, args.iters)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"device": device, "deca": deca.version(), "us_per_call": results}, f,
-                      indent=1)
+            json.dump({"device": device, "deca": deca.version(), "us_per_call": results,
+                       "gqa_plan_run_stages_us": stages}, f, indent=1)
+
+
+def breakdown(device, plan, pq, pk, pv, table, lens, pout, ws, q, iters):
+    """GqaPlan.run split into stages: each line is one call of a probe that stops after that
+    stage (deca._C._gqa_fast_*), so the difference between lines is that stage's cost."""
+    from deca import _C
+    if device == "cpu":
+        # 0-request views: the checks run in full, the CPU reference has nothing to compute.
+        pq, table, lens, pout = pq[:0], table[:0], lens[:0], pout[:0]
+    stream = plan._current_stream(q)
+    a = (plan._plan, pq, pk, pv, table, lens, pout, None, None, None, None, None, 1.0, 1.0, 0.0,
+         1.0, ws, stream)
+    cases = {
+        "nanobind floor: same 18 arguments, does nothing": lambda: _C._gqa_fast_nothing(*a),
+        "+ import of the 6 tensors": lambda: _C._gqa_fast_import(*a),
+        "+ checks, kernel lookup, params (no launch)": lambda: _C._gqa_fast_without_launch(*a),
+        "+ launch (_C.gqa_decode_planned_fast)": lambda: _C.gqa_decode_planned_fast(*a),
+        "GqaPlan.run (+ Python wrapper, stream lookup)": lambda: plan.run(
+            pq, pk, pv, table, lens, pout, workspace=ws),
+        "stream lookup alone (GqaPlan._current_stream)": lambda: plan._current_stream(q),
+    }
+    sync = (__import__("torch").cuda.synchronize if device == "cuda" else (lambda: None))
+    print(f"\nGqaPlan.run by stage ({'CUDA tensors' if device == 'cuda' else 'CPU, 0 requests'})")
+    stages = {}
+    for name, fn in cases.items():
+        fn()
+        sync()
+        stages[name] = per_call_us(fn, iters)
+        sync()
+        print(f"{name:52s} {stages[name]:8.2f} us/call")
+    return stages
 
 
 if __name__ == "__main__":

@@ -272,7 +272,8 @@ class GqaPlan:
         before a launch, so the retry never runs a kernel twice.
         """
         if stream is None:
-            stream = self._current_stream(q)
+            # CPU plans need no stream: skip the lookup (a method call and module probes).
+            stream = self._current_stream(q) if self._cuda_index >= 0 else 0
         elif type(stream) is not int:
             stream = _stream_int(stream)
         try:

@@ -34,10 +34,19 @@ Tensor import_tensor(nb::handle object, const std::optional<std::string>& declar
 
 DType parse_dtype(const std::string& name, const std::string& where);
 
-// import_tensor for the per-call fast path (GqaPlan.run): torch tensors through their C DLPack
-// export, jax arrays refused as outputs; `declared` may be nullptr. Throws deca::Error on
-// anything it cannot take, and the Python layer then retries on its checked path.
-Tensor import_fast(nb::handle object, const char* declared, const std::string& where,
+// "<fn>: <arg>" for a message, built only when one is thrown: the fast path makes no string
+// per tensor on success (most names are past the small-string buffer: a heap allocation each).
+struct FastWhere {
+  const char* fn;
+  const char* arg;
+  std::string str() const { return std::string(fn) + ": " + arg; }
+};
+
+// import_tensor for the per-call fast path (GqaPlan.run): torch tensors read through their C
+// API (fast_import.cpp), jax arrays refused as outputs; `declared` is the dtype the plan
+// expects, if any. Throws deca::Error on anything it cannot take, and the Python layer then
+// retries on its checked path.
+Tensor import_fast(nb::handle object, std::optional<DType> declared, const FastWhere& where,
                    bool writable);
 
 // Optional tensor argument: an absent view for None.

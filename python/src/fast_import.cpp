@@ -89,37 +89,37 @@ bool is_jax_array(nb::handle object) {
 }
 
 // Steals a new reference; throws (after clearing the Python error) when it is null.
-nb::object checked(PyObject* result, const std::string& where, const char* what) {
+nb::object checked(PyObject* result, const FastWhere& where, const char* what) {
   if (!result) {
     PyErr_Clear();
-    throw Error(where + ": could not read the torch tensor's " + what);
+    throw Error(where.str() + ": could not read the torch tensor's " + what);
   }
   return nb::steal(result);
 }
 
-std::int64_t as_int(PyObject* object, const std::string& where, const char* what) {
+std::int64_t as_int(PyObject* object, const FastWhere& where, const char* what) {
   const long long value = PyLong_AsLongLong(object);
   if (value == -1 && PyErr_Occurred()) {
     PyErr_Clear();
-    throw Error(where + ": could not read the torch tensor's " + what);
+    throw Error(where.str() + ": could not read the torch tensor's " + what);
   }
   return value;
 }
 
-Tensor torch_view(const TorchHooks& torch, nb::handle object, const char* declared,
-                  const std::string& where) {
+Tensor torch_view(const TorchHooks& torch, nb::handle object, std::optional<DType> declared,
+                  const FastWhere& where) {
   PyObject* o = object.ptr();
   const nb::object dtype_object = checked(PyObject_GetAttr(o, torch.dtype_name), where, "dtype");
   std::optional<DType> dtype;
   for (int i = 0; i < torch.num_dtypes; ++i) {
     if (torch.dtypes[i].object == dtype_object.ptr()) dtype = torch.dtypes[i].dtype;
   }
-  if (!dtype) throw Error(where + ": a torch dtype deca reads through its checked path");
+  if (!dtype) throw Error(where.str() + ": a torch dtype deca reads through its checked path");
   if (declared) {
-    const DType want = parse_dtype(declared, where);
+    const DType want = *declared;
     // fp8 bits in uint8 are the one relabelling the fast path takes; the rest is checked.
     if (*dtype != want && !(*dtype == DType::kUINT8 && want == DType::kFP8E4M3)) {
-      throw Error(where + ": expected dtype " + dtype_name(want) + ", got " +
+      throw Error(where.str() + ": expected dtype " + dtype_name(want) + ", got " +
                   dtype_name(*dtype));
     }
     dtype = want;
@@ -132,11 +132,11 @@ Tensor torch_view(const TorchHooks& torch, nb::handle object, const char* declar
   const nb::object device =
       checked(PyObject_CallMethodNoArgs(o, torch.get_device_name), where, "device");
   if (!PyTuple_Check(shape.ptr()) || !PyTuple_Check(strides.ptr())) {
-    throw Error(where + ": could not read the torch tensor's shape");
+    throw Error(where.str() + ": could not read the torch tensor's shape");
   }
   const Py_ssize_t rank = PyTuple_GET_SIZE(shape.ptr());
   if (rank > kMaxRank || PyTuple_GET_SIZE(strides.ptr()) != rank) {
-    throw Error(where + ": expected rank <= " + std::to_string(kMaxRank) + ", got " +
+    throw Error(where.str() + ": expected rank <= " + std::to_string(kMaxRank) + ", got " +
                 std::to_string(rank));
   }
   std::int64_t sizes[kMaxRank];
@@ -151,12 +151,12 @@ Tensor torch_view(const TorchHooks& torch, nb::handle object, const char* declar
   const nb::object kind = checked(
       PyObject_GetAttr(o, index < 0 ? torch.is_cpu_name : torch.is_cuda_name), where, "device");
   if (kind.ptr() != Py_True) {
-    throw Error(where + ": expected a CPU or CUDA torch tensor");
+    throw Error(where.str() + ": expected a CPU or CUDA torch tensor");
   }
   void* pointer = PyLong_AsVoidPtr(data.ptr());
   if (!pointer && PyErr_Occurred()) {
     PyErr_Clear();
-    throw Error(where + ": could not read the torch tensor's data_ptr");
+    throw Error(where.str() + ": could not read the torch tensor's data_ptr");
   }
   Tensor t;
   t.origin_dtype = dtype_name(*dtype);
@@ -167,22 +167,22 @@ Tensor torch_view(const TorchHooks& torch, nb::handle object, const char* declar
 
 }  // namespace
 
-Tensor import_fast(nb::handle object, const char* declared, const std::string& where,
+Tensor import_fast(nb::handle object, std::optional<DType> declared, const FastWhere& where,
                    bool writable) {
-  // jax arrays are immutable but DLPack cannot say so: refuse them as outputs here, as the
-  // Python import does.
-  if (writable && is_jax_array(object)) {
-    throw Error(where + ": expected a writable array, got an immutable jax array");
-  }
   const TorchHooks& torch = torch_hooks();
-  const std::optional<std::string> dtype =
-      declared ? std::optional<std::string>(declared) : std::nullopt;
   if (torch.tensor_type &&
       PyObject_TypeCheck(object.ptr(), reinterpret_cast<PyTypeObject*>(torch.tensor_type))) {
     // The caller's frame holds the tensor for the whole call, so the view needs no owner.
     return torch_view(torch, object, declared, where);
   }
-  return import_tensor(object, dtype, where, writable);
+  // jax arrays are immutable but DLPack cannot say so: refuse them as outputs here, as the
+  // Python import does. (After the torch test: the module lookup is not free.)
+  if (writable && is_jax_array(object)) {
+    throw Error(where.str() + ": expected a writable array, got an immutable jax array");
+  }
+  const std::optional<std::string> dtype =
+      declared ? std::optional<std::string>(dtype_name(*declared)) : std::nullopt;
+  return import_tensor(object, dtype, where.str(), writable);
 }
 
 }  // namespace deca::python

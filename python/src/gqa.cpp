@@ -4,6 +4,7 @@
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 
+#include "api/gqa_prepare.hpp"
 #include "bindings.hpp"
 
 namespace deca::python {
@@ -74,29 +75,40 @@ void def_run(nb::module_& m, const char* name, const char* first) {
       nb::arg("workspace").none(), nb::arg("stream"));
 }
 
+// How far a fast-path call goes. Only kRun is GqaPlan.run; the others are the stages
+// tools/py_host_cost.py times to split a call's host cost (same signature, same arguments).
+enum class FastStage {
+  kNothing,        // the binding's own floor: nanobind converts the arguments and returns
+  kImport,         // + the import of every tensor (torch ones through their C API)
+  kWithoutLaunch,  // + every check, the kernel lookup and the params: all but the launch
+  kRun,            // + the launch (or, on the CPU, the computation)
+};
+
 // GqaPlan.run's fast path: Python objects in, one import each (dtypes from the plan), one
 // gqa_decode call. Messages still name "gqa_decode: <argument>"; any failure makes the Python
 // layer retry through its checked import, which raises the message a user sees.
+template <FastStage stage>
 void run_planned_fast(const GqaPlan& plan, nb::handle q, nb::handle k_cache, nb::handle v_cache,
                       nb::handle page_table, nb::handle seq_lens, nb::handle out, nb::handle lse,
                       nb::handle tree_mask, nb::handle sinks, nb::handle k_scales,
                       nb::handle v_scales, float k_scale, float v_scale, float softmax_scale,
                       float out_scale, nb::handle workspace, std::uintptr_t stream) {
+  if constexpr (stage == FastStage::kNothing) return;
   const GqaConfig& c = plan.config;
-  const auto in = [](nb::handle h, const char* dtype, const char* name) {
-    return import_fast(h, dtype, std::string("gqa_decode: ") + name, false);
+  constexpr const char* fn = "gqa_decode";
+  const auto in = [](nb::handle h, std::optional<DType> dtype, const char* name) {
+    return import_fast(h, dtype, {fn, name}, false);
   };
   const auto maybe = [](nb::handle h, const char* name, bool writable) {
     return h.is_none() ? std::optional<Tensor>()
-                       : std::optional<Tensor>(import_fast(
-                             h, nullptr, std::string("gqa_decode: ") + name, writable));
+                       : std::optional<Tensor>(import_fast(h, std::nullopt, {fn, name}, writable));
   };
-  const Tensor tq = in(q, dtype_name(c.q_dtype), "q");
-  const Tensor tk = in(k_cache, dtype_name(c.kv_dtype), "k_cache");
-  const Tensor tv = in(v_cache, dtype_name(c.kv_dtype), "v_cache");
-  const Tensor tpt = in(page_table, nullptr, "page_table");
-  const Tensor tsl = in(seq_lens, nullptr, "seq_lens");
-  const Tensor tout = import_fast(out, dtype_name(c.out_dtype), "gqa_decode: out", true);
+  const Tensor tq = in(q, c.q_dtype, "q");
+  const Tensor tk = in(k_cache, c.kv_dtype, "k_cache");
+  const Tensor tv = in(v_cache, c.kv_dtype, "v_cache");
+  const Tensor tpt = in(page_table, std::nullopt, "page_table");
+  const Tensor tsl = in(seq_lens, std::nullopt, "seq_lens");
+  const Tensor tout = import_fast(out, c.out_dtype, {fn, "out"}, true);
   const std::optional<Tensor> tlse = maybe(lse, "lse", true);
   const std::optional<Tensor> tmask = maybe(tree_mask, "tree_mask", false);
   const std::optional<Tensor> tsinks = maybe(sinks, "sinks", false);
@@ -107,8 +119,23 @@ void run_planned_fast(const GqaPlan& plan, nb::handle q, nb::handle k_cache, nb:
   const GqaDecodeArgs a =
       make_args(tq, tk, tv, tpt, tsl, tout, ptr(tlse), ptr(tmask), ptr(tsinks), ptr(tks),
                 ptr(tvs), k_scale, v_scale, softmax_scale, out_scale, ptr(tws), stream);
+  if constexpr (stage == FastStage::kImport) return;
   nb::gil_scoped_release release;
-  gqa_decode(plan, a);
+  if constexpr (stage == FastStage::kWithoutLaunch) {
+    api::gqa_decode_without_launch(plan, a);
+  } else {
+    gqa_decode(plan, a);
+  }
+}
+
+template <FastStage stage>
+void def_fast(nb::module_& m, const char* name) {
+  m.def(name, &run_planned_fast<stage>, nb::arg("plan"), nb::arg("q"), nb::arg("k_cache"),
+        nb::arg("v_cache"), nb::arg("page_table"), nb::arg("seq_lens"), nb::arg("out"),
+        nb::arg("lse").none(), nb::arg("tree_mask").none(), nb::arg("sinks").none(),
+        nb::arg("k_scales").none(), nb::arg("v_scales").none(), nb::arg("k_scale"),
+        nb::arg("v_scale"), nb::arg("softmax_scale"), nb::arg("out_scale"),
+        nb::arg("workspace").none(), nb::arg("stream"));
 }
 
 }  // namespace
@@ -174,12 +201,11 @@ void register_gqa(nb::module_& m) {
 
   def_run<GqaPlan>(m, "gqa_decode_planned", "plan");
   def_run<GqaConfig>(m, "gqa_decode_oneoff", "config");
-  m.def("gqa_decode_planned_fast", &run_planned_fast, nb::arg("plan"), nb::arg("q"),
-        nb::arg("k_cache"), nb::arg("v_cache"), nb::arg("page_table"), nb::arg("seq_lens"),
-        nb::arg("out"), nb::arg("lse").none(), nb::arg("tree_mask").none(),
-        nb::arg("sinks").none(), nb::arg("k_scales").none(), nb::arg("v_scales").none(),
-        nb::arg("k_scale"), nb::arg("v_scale"), nb::arg("softmax_scale"), nb::arg("out_scale"),
-        nb::arg("workspace").none(), nb::arg("stream"));
+  def_fast<FastStage::kRun>(m, "gqa_decode_planned_fast");
+  // Host-cost probes for tools/py_host_cost.py (not API): the fast path stopped early.
+  def_fast<FastStage::kNothing>(m, "_gqa_fast_nothing");
+  def_fast<FastStage::kImport>(m, "_gqa_fast_import");
+  def_fast<FastStage::kWithoutLaunch>(m, "_gqa_fast_without_launch");
 }
 
 }  // namespace deca::python

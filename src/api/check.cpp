@@ -151,8 +151,8 @@ void expect_sizes(std::string_view fn, std::string_view arg, const TensorView& t
   }
 }
 
-void expect_dim(std::string_view fn, std::string_view arg, const TensorView& t, int dim,
-                std::string_view dim_name, std::int64_t expected, std::string_view why) {
+void expect_dim_checked(std::string_view fn, std::string_view arg, const TensorView& t, int dim,
+                        std::string_view dim_name, std::int64_t expected, std::string_view why) {
   if (t.shape[dim] != expected) {
     std::string where = cat(arg, ": dim ", std::to_string(dim));
     where = cat(where, " (", cat(dim_name, ")"));
@@ -160,9 +160,9 @@ void expect_dim(std::string_view fn, std::string_view arg, const TensorView& t, 
   }
 }
 
-void expect_dim_range(std::string_view fn, std::string_view arg, const TensorView& t, int dim,
-                      std::string_view dim_name, std::int64_t lo, std::int64_t hi,
-                      std::string_view why) {
+void expect_dim_range_checked(std::string_view fn, std::string_view arg, const TensorView& t,
+                              int dim, std::string_view dim_name, std::int64_t lo,
+                              std::int64_t hi, std::string_view why) {
   if (t.shape[dim] < lo || t.shape[dim] > hi) {
     std::string where = cat(arg, ": dim ", std::to_string(dim));
     where = cat(where, " (", cat(dim_name, ")"));
@@ -255,19 +255,39 @@ void expect_disjoint(std::string_view fn, std::initializer_list<NamedView> outpu
                cat(", ", pointer_string(reinterpret_cast<const void*>(s.last)), "]"));
   };
   const auto against = [&](const NamedView& out, const ByteSpan& os, const NamedView& other,
-                           const char* kind) {
-    const ByteSpan s = expect_byte_span(fn, other.name, *other.view);
+                           const ByteSpan& s, const char* kind) {
     if (s.empty || s.last < os.first || os.last < s.first) return;
     fail(fn, out.name,
          cat("memory that shares no byte with ", other.name,
              cat(" (", kind, " must not overlap)")),
          cat(span_text(os), cat(" against ", other.name, cat("'s ", span_text(s)))));
   };
-  for (auto o = outputs.begin(); o != outputs.end(); ++o) {
-    const ByteSpan os = expect_byte_span(fn, o->name, *o->view);
+  // Every span once (a call has a dozen views; per pair it was the larger part of this check).
+  constexpr std::size_t kMaxViews = 16;
+  if (inputs.size() > kMaxViews || outputs.size() > kMaxViews) {
+    fail(fn, "expect_disjoint", "at most 16 inputs and 16 outputs (an internal limit)",
+         cat(std::to_string(inputs.size()), " inputs, ",
+             cat(std::to_string(outputs.size()), " outputs")));
+  }
+  std::array<ByteSpan, kMaxViews> out_spans{}, in_spans{};
+  bool any_output = false;
+  std::size_t i = 0;
+  for (const NamedView& o : outputs) {
+    out_spans[i] = expect_byte_span(fn, o.name, *o.view);
+    any_output = any_output || !out_spans[i].empty;
+    ++i;
+  }
+  if (!any_output) return;
+  i = 0;
+  for (const NamedView& in : inputs) in_spans[i++] = expect_byte_span(fn, in.name, *in.view);
+  std::size_t k = 0;
+  for (auto o = outputs.begin(); o != outputs.end(); ++o, ++k) {
+    const ByteSpan& os = out_spans[k];
     if (os.empty) continue;
-    for (const NamedView& in : inputs) against(*o, os, in, "an output and an input");
-    for (auto p = outputs.begin(); p != o; ++p) against(*o, os, *p, "two outputs");
+    i = 0;
+    for (const NamedView& in : inputs) against(*o, os, in, in_spans[i++], "an output and an input");
+    i = 0;
+    for (auto p = outputs.begin(); p != o; ++p) against(*o, os, *p, out_spans[i++], "two outputs");
   }
 }
 
@@ -294,9 +314,44 @@ void expect_aligned(std::string_view fn, std::string_view arg, const TensorView&
   }
 }
 
-void expect_tensor(std::string_view fn, std::string_view arg, const TensorView& t, Device device,
-                   std::string_view device_why, std::initializer_list<DType> dtypes,
-                   std::string_view dtype_why, int rank, std::string_view dims) {
+bool tensor_passes_fast(const TensorView& t, Device device, std::initializer_list<DType> dtypes,
+                        int rank) {
+  if (t.rank != rank || rank < 1 || rank > kMaxRank || t.device != device) return false;
+  bool dtype_ok = false;
+  for (DType d : dtypes) dtype_ok = dtype_ok || d == t.dtype;
+  if (!dtype_ok) return false;
+  bool empty = false;
+  for (int i = 0; i < rank; ++i) {
+    if (t.shape[i] < 0 || t.shape[i] > INT_MAX) return false;
+    empty = empty || t.shape[i] == 0;
+  }
+  // No element: presence, strides, extent and alignment have nothing to check (as above).
+  if (empty) return true;
+  if (t.data == nullptr) return false;
+  if (t.shape[rank - 1] > 1 && t.stride[rank - 1] != 1) return false;
+  const auto elem = static_cast<std::int64_t>(dtype_size(t.dtype));
+  if (reinterpret_cast<std::uintptr_t>(t.data) % static_cast<std::uintptr_t>(elem) != 0) {
+    return false;
+  }
+  // Sizes below 2^31 and strides below 2^31 keep every product below 2^62: a view with a larger
+  // stride goes through the exact overflow checks.
+  std::int64_t count = 1, high = 0;
+  for (int i = 0; i < rank; ++i) {
+    if (t.stride[i] < 0 || t.stride[i] > INT_MAX) return false;
+    if (__builtin_mul_overflow(count, t.shape[i], &count)) return false;
+    if (__builtin_add_overflow(high, (t.shape[i] - 1) * t.stride[i], &high)) return false;
+  }
+  std::int64_t high_bytes = 0;
+  if (__builtin_mul_overflow(high, elem, &high_bytes)) return false;
+  if (__builtin_add_overflow(high_bytes, elem - 1, &high_bytes)) return false;
+  return static_cast<std::uintptr_t>(high_bytes) <=
+         UINTPTR_MAX - reinterpret_cast<std::uintptr_t>(t.data);
+}
+
+void expect_tensor_checked(std::string_view fn, std::string_view arg, const TensorView& t,
+                           Device device, std::string_view device_why,
+                           std::initializer_list<DType> dtypes, std::string_view dtype_why,
+                           int rank, std::string_view dims) {
   expect_present(fn, arg, t, dims);
   expect_device(fn, arg, t, device, device_why);
   expect_dtype_in(fn, arg, t, dtypes, dtype_why);

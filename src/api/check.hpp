@@ -45,11 +45,28 @@ void expect_rank(std::string_view fn, std::string_view arg, const TensorView& t,
 // Sizes: non-negative and small enough for the int fields of the params structs, and an element
 // count that fits 64 bits (six dims of 2^31 do not).
 void expect_sizes(std::string_view fn, std::string_view arg, const TensorView& t);
-void expect_dim(std::string_view fn, std::string_view arg, const TensorView& t, int dim,
-                std::string_view dim_name, std::int64_t expected, std::string_view why);
-void expect_dim_range(std::string_view fn, std::string_view arg, const TensorView& t, int dim,
-                      std::string_view dim_name, std::int64_t lo, std::int64_t hi,
-                      std::string_view why);
+void expect_dim_checked(std::string_view fn, std::string_view arg, const TensorView& t, int dim,
+                        std::string_view dim_name, std::int64_t expected, std::string_view why);
+void expect_dim_range_checked(std::string_view fn, std::string_view arg, const TensorView& t,
+                              int dim, std::string_view dim_name, std::int64_t lo,
+                              std::int64_t hi, std::string_view why);
+
+// The checks a decode call makes per argument (a few dozen per call) are inline: the test is a
+// compare, and the out-of-line *_checked function, which repeats it and builds the message, runs
+// only when it fails. Per call that is host time in every layer of every decode step.
+inline void expect_dim(std::string_view fn, std::string_view arg, const TensorView& t, int dim,
+                       std::string_view dim_name, std::int64_t expected, std::string_view why) {
+  if (t.shape[dim] != expected) [[unlikely]] {
+    expect_dim_checked(fn, arg, t, dim, dim_name, expected, why);
+  }
+}
+inline void expect_dim_range(std::string_view fn, std::string_view arg, const TensorView& t,
+                             int dim, std::string_view dim_name, std::int64_t lo, std::int64_t hi,
+                             std::string_view why) {
+  if (t.shape[dim] < lo || t.shape[dim] > hi) [[unlikely]] {
+    expect_dim_range_checked(fn, arg, t, dim, dim_name, lo, hi, why);
+  }
+}
 
 // Strides non-negative: deca walks every view forwards (the README says so).
 void expect_non_negative_strides(std::string_view fn, std::string_view arg, const TensorView& t);
@@ -88,9 +105,25 @@ void expect_aligned(std::string_view fn, std::string_view arg, const TensorView&
 
 // The checks every tensor argument gets, in this order: presence (non-null data), device, dtype,
 // rank, sizes, strides, byte extent, element-size alignment.
-void expect_tensor(std::string_view fn, std::string_view arg, const TensorView& t, Device device,
-                   std::string_view device_why, std::initializer_list<DType> dtypes,
-                   std::string_view dtype_why, int rank, std::string_view dims);
+void expect_tensor_checked(std::string_view fn, std::string_view arg, const TensorView& t,
+                           Device device, std::string_view device_why,
+                           std::initializer_list<DType> dtypes, std::string_view dtype_why,
+                           int rank, std::string_view dims);
+
+// True only where every check of expect_tensor_checked passes (the converse need not hold: a
+// false sends the tensor through those checks, which decide). One pass over the dims instead of
+// eight calls; check_test.cpp runs both on the same views.
+bool tensor_passes_fast(const TensorView& t, Device device, std::initializer_list<DType> dtypes,
+                        int rank);
+
+inline void expect_tensor(std::string_view fn, std::string_view arg, const TensorView& t,
+                          Device device, std::string_view device_why,
+                          std::initializer_list<DType> dtypes, std::string_view dtype_why,
+                          int rank, std::string_view dims) {
+  if (!tensor_passes_fast(t, device, dtypes, rank)) [[unlikely]] {
+    expect_tensor_checked(fn, arg, t, device, device_why, dtypes, dtype_why, rank, dims);
+  }
+}
 
 // Every value of a 1-D fp32 host tensor finite: per-head scales, like the scalar ones they replace.
 void expect_finite_host(std::string_view fn, std::string_view arg, const TensorView& t);

@@ -275,14 +275,20 @@ GqaParams prepare_gqa_decode(const GqaPlan& plan, const GqaDecodeArgs& a, bool c
   return p;
 }
 
-void dispatch_gqa_decode(const GqaPlan& plan, GqaParams& params, void* workspace, void* stream) {
+void dispatch_gqa_decode(const GqaPlan& plan, GqaParams& params, void* workspace, void* stream,
+                         bool launch) {
   if (params.batch == 0) return;  // nothing to compute; a zero-sized grid is not launchable
   if (plan.config.device.kind == DeviceKind::kCPU) {
-    cpu::gqa_decode(params);
+    if (launch) cpu::gqa_decode(params);
     return;
   }
   cuda::carve_gqa_workspace(plan, workspace, params);
-  cuda::gqa_decode(plan, params, stream);
+  cuda::gqa_decode(plan, params, stream, launch);
+}
+
+void gqa_decode_without_launch(const GqaPlan& plan, const GqaDecodeArgs& args) {
+  GqaParams params = prepare_gqa_decode(plan, args, /*check_workspace=*/true);
+  dispatch_gqa_decode(plan, params, args.workspace, args.stream, /*launch=*/false);
 }
 
 }  // namespace deca::api

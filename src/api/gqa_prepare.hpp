@@ -13,6 +13,13 @@ namespace deca::api {
 GqaParams prepare_gqa_decode(const GqaPlan& plan, const GqaDecodeArgs& args, bool check_workspace);
 
 // Runs validated params: the CPU reference, or (CUDA) carves `workspace` and launches on `stream`.
-void dispatch_gqa_decode(const GqaPlan& plan, GqaParams& params, void* workspace, void* stream);
+// With `launch` false it stops before the computation (the CPU reference) or the driver call.
+void dispatch_gqa_decode(const GqaPlan& plan, GqaParams& params, void* workspace, void* stream,
+                         bool launch = true);
+
+// gqa_decode(plan, args) without its computation: every check, the kernel lookup, the params,
+// the grid and the current device, but no cuLaunchKernelEx (nor CPU reference). What a call costs
+// deca itself, for deca-bench --host-cost and tools/py_host_cost.py; it writes nothing.
+void gqa_decode_without_launch(const GqaPlan& plan, const GqaDecodeArgs& args);
 
 }  // namespace deca::api

@@ -36,7 +36,9 @@ void plan_gqa_decode(GqaPlan& plan);
 void carve_gqa_workspace(const GqaPlan& plan, void* workspace, GqaParams& params);
 
 // Launches on `stream` (a cudaStream_t). params.ws_* already point into the caller's workspace.
-void gqa_decode(const GqaPlan& plan, const GqaParams& params, void* stream);
+// With `launch` false it does everything but the driver call (kernel lookup, checks, grid, the
+// current device): what deca-bench --host-cost reports as deca's own part of a call.
+void gqa_decode(const GqaPlan& plan, const GqaParams& params, void* stream, bool launch = true);
 
 // Compiles (or finds in the cubin cache) the kernel a plan of `config` runs on devices of compute
 // capability `arch`, without launching anything or needing a GPU; returns its name.

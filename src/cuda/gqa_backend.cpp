@@ -182,7 +182,7 @@ void carve_gqa_workspace(const GqaPlan& plan, void* workspace, GqaParams& params
   params.max_seq_len = plan.config.max_seq_len;
 }
 
-void gqa_decode(const GqaPlan& plan, const GqaParams& params, void* stream) {
+void gqa_decode(const GqaPlan& plan, const GqaParams& params, void* stream, bool launch) {
   const int device = plan_device(plan);
   const Prepared& prep = prepared(plan);
   const GqaKernelKey& key = prep.key;
@@ -219,6 +219,7 @@ void gqa_decode(const GqaPlan& plan, const GqaParams& params, void* stream) {
   block.x = static_cast<unsigned>(shape.threads);
   void* args[] = {&p};
   jit::ScopedDevice scope(device);
+  if (!launch) return;  // deca-bench --host-cost: deca's own part, without the driver call
   jit::launch(kernel, grid, block, static_cast<std::size_t>(shape.smem_bytes), stream, args);
 }
 

@@ -2,6 +2,7 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <mutex>
 
 #include "deca/error.hpp"
@@ -54,6 +55,7 @@ const Loaded& loaded() {
     ok &= resolve("cuCtxGetCurrent", &d.CtxGetCurrent, &l.error);
     ok &= resolve("cuDeviceGet", &d.DeviceGet, &l.error);
     ok &= resolve("cuDeviceGetAttribute", &d.DeviceGetAttribute, &l.error);
+    ok &= resolve("cuDevicePrimaryCtxRetain", &d.DevicePrimaryCtxRetain, &l.error);
     ok &= resolve("cuModuleLoadData", &d.ModuleLoadData, &l.error);
     ok &= resolve("cuModuleUnload", &d.ModuleUnload, &l.error);
     ok &= resolve("cuModuleGetFunction", &d.ModuleGetFunction, &l.error);
@@ -98,8 +100,25 @@ int device_arch(int device) {
   return major * 10 + minor;
 }
 
+namespace {
+
+// The primary context of each device, retained (never released: it lives as long as the
+// process, as the modules loaded into it do) the first time ScopedDevice made it current.
+constexpr int kMaxDevices = 64;
+std::atomic<CUcontext> primary_contexts[kMaxDevices];
+
+}  // namespace
+
 ScopedDevice::ScopedDevice(int device) {
   const Driver& d = driver();  // throws a clear error before any runtime call without a driver
+  const bool cached = device >= 0 && device < kMaxDevices;
+  // The common case of every launch: the caller (torch, an engine) keeps the device current.
+  // One driver query of this thread's context instead of cudaGetDevice + cuCtxGetCurrent.
+  if (cached) {
+    const CUcontext primary = primary_contexts[device].load(std::memory_order_acquire);
+    CUcontext ctx = nullptr;
+    if (primary != nullptr && d.CtxGetCurrent(&ctx) == CUDA_SUCCESS && ctx == primary) return;
+  }
   int current = -1;
   cudaError_t rc = cudaGetDevice(&current);
   CUcontext ctx = nullptr;
@@ -117,6 +136,15 @@ ScopedDevice::ScopedDevice(int device) {
   if (rc != cudaSuccess) {
     throw Error("jit::ScopedDevice: device " + std::to_string(device) +
                 ": expected it to become current, got " + cudaGetErrorName(rc));
+  }
+  if (cached && primary_contexts[device].load(std::memory_order_acquire) == nullptr) {
+    // Once per device (a race retains twice, harmlessly: the context is never released).
+    CUdevice dev = 0;
+    CUcontext primary = nullptr;
+    if (d.DeviceGet(&dev, device) == CUDA_SUCCESS &&
+        d.DevicePrimaryCtxRetain(&primary, dev) == CUDA_SUCCESS) {
+      primary_contexts[device].store(primary, std::memory_order_release);
+    }
   }
 }
 

@@ -14,6 +14,7 @@ struct Driver {
   decltype(&::cuCtxGetCurrent) CtxGetCurrent;
   decltype(&::cuDeviceGet) DeviceGet;
   decltype(&::cuDeviceGetAttribute) DeviceGetAttribute;
+  decltype(&::cuDevicePrimaryCtxRetain) DevicePrimaryCtxRetain;
   decltype(&::cuModuleLoadData) ModuleLoadData;
   decltype(&::cuModuleUnload) ModuleUnload;
   decltype(&::cuModuleGetFunction) ModuleGetFunction;
@@ -36,6 +37,10 @@ int device_arch(int device);
 
 // Makes `device`'s primary context current for this scope (initialising it on first use: the
 // driver calls below act on the current context) and restores the caller's device afterwards.
+// Per launch this is one cuCtxGetCurrent when the thread's current context already is that
+// primary context (its handle is kept after the first call; the thread's state is asked every
+// time, so a cudaSetDevice in between is seen). deca does not survive cudaDeviceReset (its
+// loaded modules would be gone), so the kept handles need no invalidation.
 class ScopedDevice {
  public:
   explicit ScopedDevice(int device);

@@ -98,6 +98,52 @@ TEST(CheckPresent, NullDataIsAllowedOnlyWithoutElements) {
   EXPECT_THROW(expect_present("f", "t", TensorView{}, ""), Error);
 }
 
+// expect_tensor's inline test must never accept what its full checks refuse (it would let a bad
+// view through unchecked), and must accept the ordinary views (else every call is slow).
+TEST(CheckTensorFast, AcceptsOnlyWhatTheFullChecksAccept) {
+  const auto cpu = Device::cpu();
+  const TensorView huge_stride = view(DType::kBF16, {2, 8}, {std::int64_t{1} << 40, 1});
+  TensorView null_data = view(DType::kBF16, {2, 8}, {8, 1});
+  null_data.data = nullptr;
+  TensorView null_empty = view(DType::kBF16, {0, 8}, {8, 1});
+  null_empty.data = nullptr;
+  TensorView wraps = view(DType::kFP32, {2, 4}, {4, 1});
+  wraps.data = reinterpret_cast<void*>(UINTPTR_MAX - 15);
+  const struct {
+    TensorView t;
+    bool fast;  // what tensor_passes_fast must answer (false: the full checks decide)
+  } cases[] = {
+      {view(DType::kBF16, {2, 1, 4, 8}, {32, 32, 8, 1}), true},
+      {view(DType::kBF16, {2, 1, 4, 8}, {64, 32, 8, 1}), true},   // padded rows
+      {view(DType::kBF16, {0, 1, 4, 8}, {0, 0, 0, 0}), true},     // empty: nothing to walk
+      {view(DType::kBF16, {2, 8}, {8, 2}), false},                // last dim not contiguous
+      {view(DType::kBF16, {2, 8}, {-8, 1}), false},               // negative stride
+      {view(DType::kBF16, {2, 8}, {8, 1}, 1), false},             // misaligned element
+      {view(DType::kFP16, {2, 8}, {8, 1}), false},                // wrong dtype
+      {view(DType::kBF16, {2, 8, 1}, {8, 1, 1}), false},          // wrong rank
+      {huge_stride, false},                                       // exact overflow checks decide
+      {null_data, false},
+      {null_empty, true},
+      {wraps, false},
+  };
+  for (const auto& c : cases) {
+    const int rank = c.t.rank == 3 ? 2 : c.t.rank;  // the rank-3 case is asked for rank 2
+    const bool fast = tensor_passes_fast(c.t, cpu, {DType::kBF16, DType::kFP32}, rank);
+    EXPECT_EQ(fast, c.fast) << c.t.describe();
+    if (fast) {
+      EXPECT_NO_THROW(expect_tensor_checked("f", "t", c.t, cpu, "", {DType::kBF16, DType::kFP32},
+                                            "", rank, "[dims]"))
+          << c.t.describe();
+    }
+  }
+  EXPECT_FALSE(tensor_passes_fast(view(DType::kBF16, {2, 8}, {8, 1}), Device::cuda(0),
+                                  {DType::kBF16}, 2));
+  // The refusals still carry the full message.
+  EXPECT_THROW(expect_tensor("f", "t", view(DType::kBF16, {2, 8}, {8, 2}), cpu, "",
+                             {DType::kBF16}, "", 2, "[a, b]"),
+               Error);
+}
+
 TEST(CheckMessage, NamesFunctionArgumentExpectedAndActual) {
   try {
     expect_dim("gqa_decode", "q", view(DType::kBF16, {2, 1, 32, 128}, {4096, 4096, 128, 1}), 2,
