@@ -14,8 +14,9 @@
 #                                env assignments per variant (space between variants); the JSON
 #                                and log of each carry the variant in their names
 #   DECA_NCU_CASES="l70-b99-4k/fp8 ..."  ncu counters for one launch per case
-#   DECA_SANITIZE=1              compute-sanitizer (memcheck, racecheck, initcheck, synccheck) over
-#                                the C++ GPU suite (DECA_SANITIZE_FILTER narrows it)
+#   DECA_SANITIZE=1              compute-sanitizer over the C++ GPU suite: DECA_SANITIZE_TOOLS (default
+#                                "memcheck racecheck initcheck synccheck"), DECA_SANITIZE_FILTER
+#                                narrows the tests, DECA_SANITIZE_TIMEOUT (s, default 300) per tool
 #
 # The machine has the CUDA toolkit, CMake and ninja but maybe not GoogleTest, CLI11 or
 # nlohmann-json: when .deps/ (made by tools/make_deps.sh on a machine that has them) is present,
@@ -81,9 +82,9 @@ if [ "${DECA_SKIP_TESTS:-0}" != 1 ]; then
   fi
 fi
 if [ "${DECA_SANITIZE:-0}" = 1 ] && command -v compute-sanitizer > /dev/null; then
-  for tool in memcheck racecheck initcheck synccheck; do
+  for tool in ${DECA_SANITIZE_TOOLS:-memcheck racecheck initcheck synccheck}; do
     log "compute-sanitizer $tool"
-    timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 \
+    timeout "${DECA_SANITIZE_TIMEOUT:-300}" compute-sanitizer --tool $tool --error-exitcode 9 \
       $build/tests/deca_test_gpu ${DECA_SANITIZE_FILTER:+--gtest_filter=$DECA_SANITIZE_FILTER} \
       > "$logs/sanitize_$tool.log" 2>&1
     log "$tool rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|^\[  (PASSED|FAILED)' "$logs/sanitize_$tool.log" | tr '\n' ' ')"
