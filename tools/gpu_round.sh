@@ -8,13 +8,16 @@
 # Knobs (environment):
 #   DECA_SKIP_TESTS=1 / DECA_SKIP_JIT=1 / DECA_SKIP_PYTHON=1 / DECA_SKIP_BENCH=1   leave a step out
 #   DECA_GTEST_FILTER=...        filter of the C++ GPU suite
+#   DECA_GTEST_TIMEOUT / DECA_PYTEST_TIMEOUT / DECA_BENCH_TIMEOUT   seconds per step (a round must
+#                                fit the device call's limit)
 #   DECA_PYTEST_ARGS="..."       extra pytest arguments (e.g. -k cuda)
 #   DECA_BENCH_ARGS="..."        extra deca-bench arguments (e.g. --host-cost)
 #   DECA_BENCH_VARIANTS="A=1 B=2,C=3"   run every preset once per variant: a comma-separated list of
 #                                env assignments per variant (space between variants); the JSON
 #                                and log of each carry the variant in their names
+#   DECA_BENCH_EXTRA="name:args;..."   further deca-bench runs (no --check), after the presets
 #   DECA_NCU_CASES="l70-b99-4k/fp8 ..."  ncu counters for one launch per case
-#   DECA_SANITIZE=1              compute-sanitizer over the C++ GPU suite: DECA_SANITIZE_TOOLS (default
+#   DECA_SANITIZE=1              (last) compute-sanitizer over the C++ GPU suite: DECA_SANITIZE_TOOLS (default
 #                                "memcheck racecheck initcheck synccheck"), DECA_SANITIZE_FILTER
 #                                narrows the tests, DECA_SANITIZE_TIMEOUT (s, default 300) per tool
 #
@@ -70,7 +73,7 @@ export DECA_CACHE_DIR=/tmp/deca-cache
 export DECA_GIT_COMMIT=${DECA_GIT_COMMIT:-$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)}
 if [ "${DECA_SKIP_TESTS:-0}" != 1 ]; then
   log "GPU tests"
-  $build/tests/deca_test_gpu --gtest_output=json:"$logs/gpu_tests.json" ${DECA_GTEST_FILTER:+--gtest_filter=$DECA_GTEST_FILTER} \
+  timeout "${DECA_GTEST_TIMEOUT:-1800}" $build/tests/deca_test_gpu --gtest_output=json:"$logs/gpu_tests.json" ${DECA_GTEST_FILTER:+--gtest_filter=$DECA_GTEST_FILTER} \
     > "$logs/gpu_tests.log" 2>&1
   log "gpu tests rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$logs/gpu_tests.log" | tr '\n' ' ')"
   grep -E "FAILED|^\[err\]" "$logs/gpu_tests.log" | tail -40
@@ -81,15 +84,6 @@ if [ "${DECA_SKIP_TESTS:-0}" != 1 ]; then
     grep -E "FAILED" "$logs/jit_tests.log" | tail -10
   fi
 fi
-if [ "${DECA_SANITIZE:-0}" = 1 ] && command -v compute-sanitizer > /dev/null; then
-  for tool in ${DECA_SANITIZE_TOOLS:-memcheck racecheck initcheck synccheck}; do
-    log "compute-sanitizer $tool"
-    timeout "${DECA_SANITIZE_TIMEOUT:-300}" compute-sanitizer --tool $tool --error-exitcode 9 \
-      $build/tests/deca_test_gpu ${DECA_SANITIZE_FILTER:+--gtest_filter=$DECA_SANITIZE_FILTER} \
-      > "$logs/sanitize_$tool.log" 2>&1
-    log "$tool rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|^\[  (PASSED|FAILED)' "$logs/sanitize_$tool.log" | tr '\n' ' ')"
-  done
-fi
 if [ "${DECA_SKIP_PYTHON:-0}" != 1 ]; then
   # The machine's own python3 (torch, cupy, jax) and its default compiler, as a user would build.
   log "python: pip install ."
@@ -98,7 +92,7 @@ if [ "${DECA_SKIP_PYTHON:-0}" != 1 ]; then
   readelf -d /tmp/deca-py/deca/_C*.so 2> /dev/null | grep NEEDED > "$logs/module_needed.txt"
   log "module NEEDED: $(awk '{print $5}' "$logs/module_needed.txt" | tr '\n' ' ')"
   log "python tests"
-  (cd "$root" && PYTHONPATH=/tmp/deca-py timeout 420 python3 -m pytest tests/python -q -rs \
+  (cd "$root" && PYTHONPATH=/tmp/deca-py timeout "${DECA_PYTEST_TIMEOUT:-420}" python3 -m pytest tests/python -q -rs \
       -p no:cacheprovider ${DECA_PYTEST_ARGS:-}) > "$logs/pytest.log" 2>&1
   log "pytest rc=$? $(tail -1 "$logs/pytest.log")"
   grep -E "^FAILED|^ERROR" "$logs/pytest.log" | head -30
@@ -131,11 +125,33 @@ if [ "${DECA_SKIP_BENCH:-0}" != 1 ] && [ $have_bench = 1 ]; then
         tag="$tag-$(echo "$v" | tr ',=' '_-')"
       fi
       log "bench $p ${envs[*]:-}"
-      env "${envs[@]}" $build/bench/deca-bench --preset "$p" --check ${DECA_BENCH_ARGS:-} \
+      env "${envs[@]}" timeout "${DECA_BENCH_TIMEOUT:-600}" $build/bench/deca-bench --preset "$p" --check ${DECA_BENCH_ARGS:-} \
         --json "$logs/bench_$tag.json" > "$logs/bench_$tag.log" 2>&1
       log "bench $p rc=$?"
       grep -vE "^\s*$" "$logs/bench_$tag.log" | tail -30
     done
+  done
+fi
+# Extra deca-bench runs without --check (DECA_BENCH_EXTRA="name:args;name:args"), e.g. the sweep
+# behind the plot or --checked / --host-cost on a few cases: bench_<name>.json / .log.
+if [ -n "${DECA_BENCH_EXTRA:-}" ] && [ $have_bench = 1 ]; then
+  IFS=';' read -r -a extras <<< "$DECA_BENCH_EXTRA"
+  for e in "${extras[@]}"; do
+    name=${e%%:*}
+    read -r -a eargs <<< "${e#*:}"
+    log "bench $name: ${eargs[*]}"
+    timeout "${DECA_BENCH_TIMEOUT:-600}" $build/bench/deca-bench "${eargs[@]}" --json "$logs/bench_$name.json" > "$logs/bench_$name.log" 2>&1
+    log "bench $name rc=$?"
+    grep -vE "^\s*$" "$logs/bench_$name.log" | grep -vE "^\[[0-9]+/" | tail -25
+  done
+fi
+if [ "${DECA_SANITIZE:-0}" = 1 ] && command -v compute-sanitizer > /dev/null; then
+  for tool in ${DECA_SANITIZE_TOOLS:-memcheck racecheck initcheck synccheck}; do
+    log "compute-sanitizer $tool"
+    timeout "${DECA_SANITIZE_TIMEOUT:-300}" compute-sanitizer --tool $tool --error-exitcode 9 \
+      $build/tests/deca_test_gpu ${DECA_SANITIZE_FILTER:+--gtest_filter=$DECA_SANITIZE_FILTER} \
+      > "$logs/sanitize_$tool.log" 2>&1
+    log "$tool rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|^\[  (PASSED|FAILED)' "$logs/sanitize_$tool.log" | tr '\n' ' ')"
   done
 fi
 log "done"
