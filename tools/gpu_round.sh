@@ -20,6 +20,7 @@
 #   DECA_SANITIZE=1              (last) compute-sanitizer over the C++ GPU suite: DECA_SANITIZE_TOOLS (default
 #                                "memcheck racecheck initcheck synccheck"), DECA_SANITIZE_FILTER
 #                                narrows the tests, DECA_SANITIZE_TIMEOUT (s, default 300) per tool
+#   DECA_JIT_STRESS=1            tools/jit_cache_stress.sh: processes sharing one JIT cache directory
 #
 # The machine has the CUDA toolkit, CMake and ninja but maybe not GoogleTest, CLI11 or
 # nlohmann-json: when .deps/ (made by tools/make_deps.sh on a machine that has them) is present,
@@ -144,6 +145,12 @@ if [ -n "${DECA_BENCH_EXTRA:-}" ] && [ $have_bench = 1 ]; then
     log "bench $name rc=$?"
     grep -vE "^\s*$" "$logs/bench_$name.log" | grep -vE "^\[[0-9]+/" | tail -25
   done
+fi
+# The JIT cache under concurrent processes, with damaged entries planted (tools/jit_cache_stress.sh).
+if [ "${DECA_JIT_STRESS:-0}" = 1 ] && [ $have_bench = 1 ]; then
+  log "JIT cache stress"
+  DECA_JIT_STRESS_DIR=$logs timeout "${DECA_JIT_STRESS_TIMEOUT:-300}" bash "$root/tools/jit_cache_stress.sh" $build > "$logs/jit_stress.log" 2>&1
+  log "jit stress rc=$? $(tail -1 "$logs/jit_stress.log")"
 fi
 if [ "${DECA_SANITIZE:-0}" = 1 ] && command -v compute-sanitizer > /dev/null; then
   for tool in ${DECA_SANITIZE_TOOLS:-memcheck racecheck initcheck synccheck}; do
