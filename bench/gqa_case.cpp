@@ -302,6 +302,10 @@ CaseResult run_gqa_case(const BenchCase& bc, const RunOptions& opt) {
     if (opt.cuda) {
       r.host_launch_floor_us = host_cost_us(
           opt, opt.host_calls, empty_kernel_launcher(opt.device, sizeof(GqaParams)));
+      r.host_floor_plain_us = host_cost_us(
+          opt, opt.host_calls, empty_kernel_launcher(opt.device, sizeof(GqaParams), false));
+      r.host_floor_small_us =
+          host_cost_us(opt, opt.host_calls, empty_kernel_launcher(opt.device, 8));
     }
   }
   return r;

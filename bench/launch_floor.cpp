@@ -8,7 +8,7 @@
 
 namespace deca::bench {
 
-std::function<void(void*)> empty_kernel_launcher(int device, std::size_t param_bytes) {
+std::function<void(void*)> empty_kernel_launcher(int device, std::size_t param_bytes, bool ex) {
   const jit::Driver& d = jit::driver();
   jit::ScopedDevice scope(device);
   // PTX, not CUDA C++: the bench needs no NVRTC or nvcc for it, and the driver JIT-compiles it
@@ -25,6 +25,14 @@ std::function<void(void*)> empty_kernel_launcher(int device, std::size_t param_b
   // The module stays loaded for the process: unloading at exit after the driver shut down
   // would crash (kernel_cache.hpp says the same of deca's own modules).
   auto params = std::make_shared<std::string>(param_bytes, '\0');
+  if (!ex) {
+    return [&d, function, params](void* stream) {
+      void* args[] = {params->data()};
+      jit::check_cu(d.LaunchKernel(function, 1, 1, 1, 32, 1, 1, 0, static_cast<CUstream>(stream),
+                                   args, nullptr),
+                    "bench", "cuLaunchKernel (empty kernel)");
+    };
+  }
   return [&d, function, params](void* stream) {
     CUlaunchConfig config{};
     config.gridDimX = config.gridDimY = config.gridDimZ = 1;

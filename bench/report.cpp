@@ -95,6 +95,10 @@ void Report::add(CaseResult r) {
              << fixed(*r.host_us - *r.host_launch_floor_us, 2) << " (by difference)";
       }
       if (r.host_deca_us) out_ << "; deca without the launch, timed: " << fixed(*r.host_deca_us, 2);
+      if (r.host_floor_plain_us && r.host_floor_small_us) {
+        out_ << "; floor via cuLaunchKernel " << fixed(*r.host_floor_plain_us, 2)
+             << ", with an 8-byte parameter " << fixed(*r.host_floor_small_us, 2);
+      }
       out_ << "  [" << r.host_note << "]\n";
     }
     if (!r.graph_note.empty()) out_ << "    (no graph figure: " << r.graph_note << ")\n";
@@ -127,6 +131,8 @@ void Report::write_json(const std::string& path) const {
       c["host_us_per_call"] = optional_json(r.host_us);
       if (r.host_us) c["host_note"] = r.host_note;
       c["host_launch_floor_us"] = optional_json(r.host_launch_floor_us);
+      c["host_floor_cuLaunchKernel_us"] = optional_json(r.host_floor_plain_us);
+      c["host_floor_8byte_param_us"] = optional_json(r.host_floor_small_us);
       c["host_deca_us"] = optional_json(r.host_deca_us);
       c["time_us_graph"] = optional_json(r.time_us_graph);
       c["kv_bytes"] = r.kv_bytes;

@@ -28,6 +28,9 @@ struct CaseResult {
   // kernel taking a parameter struct of the same size, same stream), and of gqa_decode without
   // that call (checks, kernel lookup, params, grid, current device). floor + deca ~ host.
   std::optional<double> host_launch_floor_us;
+  // The same floor through cuLaunchKernel, and through cuLaunchKernelEx with an 8-byte parameter.
+  std::optional<double> host_floor_plain_us;
+  std::optional<double> host_floor_small_us;
   std::optional<double> host_deca_us;
   std::optional<double> time_us_graph; // GPU: median per launch inside a CUDA graph
   std::string graph_note;              // why there is no graph figure

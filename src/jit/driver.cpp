@@ -62,6 +62,7 @@ const Loaded& loaded() {
     ok &= resolve("cuFuncGetAttribute", &d.FuncGetAttribute, &l.error);
     ok &= resolve("cuFuncSetAttribute", &d.FuncSetAttribute, &l.error);
     ok &= resolve("cuLaunchKernelEx", &d.LaunchKernelEx, &l.error);
+    ok &= resolve("cuLaunchKernel", &d.LaunchKernel, &l.error);
     if (ok) l.error.clear();
     return l;
   }();

@@ -21,6 +21,7 @@ struct Driver {
   decltype(&::cuFuncGetAttribute) FuncGetAttribute;
   decltype(&::cuFuncSetAttribute) FuncSetAttribute;
   decltype(&::cuLaunchKernelEx) LaunchKernelEx;
+  decltype(&::cuLaunchKernel) LaunchKernel;  // the bench's launch-floor comparison
 };
 
 // True when a driver is installed, every entry point above resolved and a device is present.
