@@ -51,6 +51,22 @@ Layout layout(const MlaConfig& c, int num_parts) {
 
 int head_blocks(int num_heads) { return (num_heads + 63) / 64; }
 
+// Both combine kernels (the MLA split merge and the generic op): a warp per (request, token,
+// head), kCombineWarps heads per CTA.
+jit::Dim3 combine_grid(int num_heads, int q_len, int batch) {
+  jit::Dim3 grid;
+  grid.x = static_cast<unsigned>((num_heads + mla::kCombineWarps - 1) / mla::kCombineWarps);
+  grid.y = static_cast<unsigned>(q_len);
+  grid.z = static_cast<unsigned>(batch);
+  return grid;
+}
+
+jit::Dim3 combine_block() {
+  jit::Dim3 block;
+  block.x = mla::kCombineThreads;
+  return block;
+}
+
 struct Kernels {
   int arch = 0;
   std::string variant;
@@ -68,15 +84,22 @@ MlaKernelKey key(int arch, MlaKernelRole role, const std::string& variant = "por
   return k;
 }
 
-// Loaded once per (decode kernel name, head count, device) and kept: a run after the first does
-// one map lookup, no hashing, compiling or device queries.
+// Every decode kernel set a plan made, by (decode kernel name, head count, device): loaded once
+// and kept, so a run does one map lookup, no hashing, compiling or device queries, and finds the
+// kernels its plan named even if the environment knobs (DECA_MLA_KERNEL, _CLUSTER, _PIPE,
+// _DEQUANT) changed since.
+std::mutex registry_mu;
+std::map<std::pair<std::string, int>, Kernels> registry;
+
+std::pair<std::string, int> registry_id(const std::string& decode_name, int num_heads, int device) {
+  return std::make_pair(decode_name + "_h" + std::to_string(num_heads), device);
+}
+
 const Kernels& kernels(const MlaKernelKey& dk, int num_heads, int device) {
-  static std::mutex mu;
-  static std::map<std::pair<std::string, int>, Kernels> memo;
-  const auto id = std::make_pair(dk.name() + "_h" + std::to_string(num_heads), device);
+  const auto id = registry_id(dk.name(), num_heads, device);
   {
-    std::lock_guard<std::mutex> lock(mu);
-    if (auto it = memo.find(id); it != memo.end()) return it->second;
+    std::lock_guard<std::mutex> lock(registry_mu);
+    if (auto it = registry.find(id); it != registry.end()) return it->second;
   }
   Kernels k;
   k.arch = dk.arch;
@@ -86,39 +109,28 @@ const Kernels& kernels(const MlaKernelKey& dk, int num_heads, int device) {
   k.schedule = &jit::get_kernel(key(dk.arch, MlaKernelRole::kSchedule).spec(), device);
   k.decode = &jit::get_kernel(dk.spec(), device);
   k.combine = &jit::get_kernel(key(dk.arch, MlaKernelRole::kCombine).spec(), device);
-  std::lock_guard<std::mutex> lock(mu);
-  return memo.try_emplace(id, k).first->second;
+  std::lock_guard<std::mutex> lock(registry_mu);
+  return registry.try_emplace(id, k).first->second;
 }
 
-// The kernels a run of `plan` launches: those its plan named. A plan made before DECA_MLA_KERNEL
-// changed keeps its kernel; one from another device kind is refused.
+// The kernels a run of `plan` launches: those plan_mla_decode loaded for it. A plan this process
+// did not make (a copy with a hand-set name) is accepted only when its name is what its config
+// gives here now; one from another device kind is refused.
 const Kernels& plan_kernels(const MlaPlan& plan) {
-  static std::mutex mu;
-  static std::map<std::pair<std::string, int>, const Kernels*> by_plan;
   const int device = plan.config.device.index;
-  const auto id =
-      std::make_pair(plan.kernel_name + "_h" + std::to_string(plan.config.num_heads), device);
   {
-    std::lock_guard<std::mutex> lock(mu);
-    if (auto it = by_plan.find(id); it != by_plan.end()) return *it->second;
+    std::lock_guard<std::mutex> lock(registry_mu);
+    const auto it = registry.find(registry_id(plan.kernel_name, plan.config.num_heads, device));
+    if (it != registry.end()) return it->second;
   }
   const int arch = compute_capability(device);
-  for (const char* variant : {"portable", "sm90"}) {
-    if (std::string(variant) == "sm90" && !kMlaSm90KernelEnabled) break;
-    MlaKernelKey dk = mla_decode_key(arch, variant, plan.config);
-    // The plan may have been made under another DECA_MLA_CLUSTER: accept either pairing.
-    for (int cluster : {dk.cluster, 3 - dk.cluster}) {
-      if (cluster == 2 && !(plan.config.num_heads > 64 && plan.config.num_heads <= 128)) continue;
-      dk.cluster = std::string(variant) == "sm90" ? cluster : 1;
-      if (dk.name() != plan.kernel_name) continue;
-      const Kernels& k = kernels(dk, plan.config.num_heads, device);
-      std::lock_guard<std::mutex> lock(mu);
-      return *by_plan.try_emplace(id, &k).first->second;
-    }
+  const MlaKernelKey dk = mla_decode_key(arch, mla_plan_variant(arch, plan.config), plan.config);
+  if (dk.name() != plan.kernel_name) {
+    throw Error("mla_decode_sparse: plan.kernel_name: expected the name of a decode kernel this "
+                "device runs (\"" + dk.name() + "\" for this config here), got \"" +
+                plan.kernel_name + "\": make the plan again with plan_mla_decode");
   }
-  throw Error("mla_decode_sparse: plan.kernel_name: expected the name of a decode kernel this "
-              "device runs (e.g. \"" + mla_decode_key(arch, "portable", plan.config).name() +
-              "\"), got \"" + plan.kernel_name + "\": make the plan again with plan_mla_decode");
+  return kernels(dk, plan.config.num_heads, device);
 }
 
 int device_attribute(cudaDeviceAttr attr, int device) {
@@ -230,16 +242,11 @@ void mla_sparse_decode(const MlaPlan& plan, const MlaSparseParams& params, void*
   jit::launch(*k.decode, grid, block, static_cast<std::size_t>(k.shape.smem_bytes), stream, args,
               decode_options);
 
-  jit::Dim3 cgrid;
-  cgrid.x = static_cast<unsigned>((params.num_heads + mla::kCombineWarps - 1) / mla::kCombineWarps);
-  cgrid.y = static_cast<unsigned>(params.q_len);
-  cgrid.z = static_cast<unsigned>(params.batch);
-  jit::Dim3 cblock;
-  cblock.x = mla::kCombineThreads;
   jit::LaunchOptions combine_options;
   // PDL needs sm_90; below, the attribute would be ignored at best.
   combine_options.pdl = k.arch >= 90;
-  jit::launch(*k.combine, cgrid, cblock, 0, stream, args, combine_options);
+  jit::launch(*k.combine, combine_grid(params.num_heads, params.q_len, params.batch),
+              combine_block(), 0, stream, args, combine_options);
 }
 
 void combine(const CombineParams& params, int device, void* stream) {
@@ -252,14 +259,8 @@ void combine(const CombineParams& params, int device, void* stream) {
       jit::get_kernel(key(arch, MlaKernelRole::kGenericCombine).spec(), device);
   CombineParams p = params;
   void* args[] = {&p};
-  jit::Dim3 grid;
-  grid.x = static_cast<unsigned>((p.num_heads + mla::kCombineWarps - 1) / mla::kCombineWarps);
-  grid.y = static_cast<unsigned>(p.q_len);
-  grid.z = static_cast<unsigned>(p.batch);
-  jit::Dim3 block;
-  block.x = mla::kCombineThreads;
   jit::ScopedDevice scope(device);
-  jit::launch(k, grid, block, 0, stream, args);
+  jit::launch(k, combine_grid(p.num_heads, p.q_len, p.batch), combine_block(), 0, stream, args);
 }
 
 }  // namespace deca::cuda
