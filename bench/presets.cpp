@@ -11,7 +11,14 @@
 namespace deca::bench {
 namespace {
 
-const char* dtype_suffix(DType dtype) { return dtype == DType::kFP8E4M3 ? "fp8" : "bf16"; }
+const char* dtype_suffix(DType dtype) {
+  switch (dtype) {
+    case DType::kFP8E4M3: return "fp8";
+    case DType::kINT8: return "int8";
+    case DType::kFP16: return "fp16";
+    default: return "bf16";
+  }
+}
 
 struct Table {
   std::vector<BenchCase> cases;
@@ -63,6 +70,8 @@ MlaShape mla_shape(int heads, int batch, int seq_len, int q_len, bool sparse, in
 std::vector<BenchCase> build_table() {
   constexpr DType bf16 = DType::kBF16;
   constexpr DType fp8 = DType::kFP8E4M3;
+  // int8 KV on the rows issue 8 tracks: the widening path's speed beside fp8's in one run.
+  constexpr DType int8 = DType::kINT8;
   Table t;
 
   // small: seconds on the CPU reference; lengths off the page grid on purpose.
@@ -90,16 +99,16 @@ std::vector<BenchCase> build_table() {
         "small: MLA sparse FP8");
 
   // GQA decode: BENCH_SHAPES.md, head_dim 128 unless said, q and output bf16.
-  t.gqa("l70-b99-4k", llama(64, 8, 99, 4096, 32), {bf16, fp8}, "XQA perf test (llama 70B)");
-  t.gqa("l70-b560-2k", llama(64, 8, 560, 2048, 32), {bf16, fp8}, "XQA perf test");
+  t.gqa("l70-b99-4k", llama(64, 8, 99, 4096, 32), {bf16, fp8, int8}, "XQA perf test (llama 70B)");
+  t.gqa("l70-b560-2k", llama(64, 8, 560, 2048, 32), {bf16, fp8, int8}, "XQA perf test");
   t.gqa("l70-b960-512", llama(64, 8, 960, 512, 32), {fp8}, "XQA perf test, huge batch");
-  t.gqa("l70-b128-2k", llama(64, 8, 128, 2048, 64), {fp8}, "published H200 figure 3672 GB/s");
+  t.gqa("l70-b128-2k", llama(64, 8, 128, 2048, 64), {fp8, int8}, "published H200 figure 3672 GB/s");
   t.gqa("l70-b1-128k", llama(64, 8, 1, 131072, 64), {bf16, fp8}, "long context, one request");
   t.gqa("l70-b1-16k", llama(64, 8, 1, 16384, 64), {bf16, fp8},
         "issue 3 target row (64/8 heads, 1 x 16384): split-KV");
   t.gqa("l70tp8-b32-8k", llama(8, 1, 32, 8192, 64), {bf16, fp8}, "70B at tensor-parallel 8");
   t.gqa("l8-b64-8k", llama(32, 8, 64, 8192, 16), {bf16}, "Llama-3-8B, page 16");
-  t.gqa("q235-b64-4k", llama(64, 4, 64, 4096, 64), {bf16, fp8}, "group size 16");
+  t.gqa("q235-b64-4k", llama(64, 4, 64, 4096, 64), {bf16, fp8, int8}, "group size 16");
   {
     GqaShape s = llama(64, 8, 64, 4096, 16);
     s.head_dim = 64;

@@ -18,8 +18,10 @@
 #   DECA_BENCH_EXTRA="name:args;..."   further deca-bench runs (no --check), after the presets
 #   DECA_NCU_CASES="l70-b99-4k/fp8 ..."  ncu counters for one launch per case
 #   DECA_SANITIZE=1              (last) compute-sanitizer over the C++ GPU suite: DECA_SANITIZE_TOOLS (default
-#                                "memcheck racecheck initcheck synccheck"), DECA_SANITIZE_FILTER
-#                                narrows the tests, DECA_SANITIZE_TIMEOUT (s, default 300) per tool
+#                                "memcheck racecheck initcheck synccheck"), all at once, each in
+#                                DECA_SANITIZE_SHARDS gtest shards (default 3); DECA_SANITIZE_FILTER
+#                                (default: all but the timing tests), DECA_SANITIZE_TIMEOUT (s, 300)
+#   DECA_NSYS="preset ..."       nsys kernel durations of one deca-bench run per preset
 #   DECA_JIT_STRESS=1            tools/jit_cache_stress.sh: processes sharing one JIT cache directory
 #
 # The machine has the CUDA toolkit, CMake and ninja but maybe not GoogleTest, CLI11 or
@@ -103,6 +105,21 @@ if [ "${DECA_SKIP_PYTHON:-0}" != 1 ]; then
     tail -15 "$logs/py_host_cost.log"
   fi
 fi
+# Kernel durations per preset under nsys (DECA_NSYS="mla-sparse ..."): which launch of an op
+# costs what (scheduler, decode, combine), from the cuda_gpu_kern_sum report.
+nsys_bin=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2> /dev/null | head -1)
+if [ -n "${DECA_NSYS:-}" ] && [ $have_bench = 1 ] && [ -n "$nsys_bin" ]; then
+  for p in $DECA_NSYS; do
+    tag=$(echo "$p" | tr '/' '_')
+    log "nsys $p"
+    timeout 300 "$nsys_bin" profile -o "/tmp/nsys_$tag" --force-overwrite true --trace cuda \
+      $build/bench/deca-bench --preset "$p" --iters 5 --warmup 2 > "$logs/nsys_$tag.run.log" 2>&1
+    "$nsys_bin" stats --report cuda_gpu_kern_sum --format csv "/tmp/nsys_$tag.nsys-rep" \
+      > "$logs/nsys_$tag.csv" 2> /dev/null
+    log "nsys $p rc=$?"
+    cut -c1-220 "$logs/nsys_$tag.csv" | head -40
+  done
+fi
 # Hardware counters for chosen cases (DECA_NCU_CASES="l70-b99-4k/fp8 ..."): one decode launch each.
 if [ -n "${DECA_NCU_CASES:-}" ] && [ $have_bench = 1 ] && command -v ncu > /dev/null; then
   for c in $DECA_NCU_CASES; do
@@ -153,12 +170,28 @@ if [ "${DECA_JIT_STRESS:-0}" = 1 ] && [ $have_bench = 1 ]; then
   log "jit stress rc=$? $(tail -1 "$logs/jit_stress.log")"
 fi
 if [ "${DECA_SANITIZE:-0}" = 1 ] && command -v compute-sanitizer > /dev/null; then
+  # Every tool over the whole suite at once: each tool's run is split into DECA_SANITIZE_SHARDS
+  # gtest shards, and all (tool, shard) processes share the GPU and the cores, so the four
+  # tools over every kernel family fit one device call. The timing tests are left out (they
+  # measure, they check nothing a sanitizer adds to).
+  shards=${DECA_SANITIZE_SHARDS:-3}
+  filter=${DECA_SANITIZE_FILTER:--*Timing*}
+  log "compute-sanitizer: ${DECA_SANITIZE_TOOLS:-memcheck racecheck initcheck synccheck} x $shards shards, filter $filter"
+  pids=()
   for tool in ${DECA_SANITIZE_TOOLS:-memcheck racecheck initcheck synccheck}; do
-    log "compute-sanitizer $tool"
-    timeout "${DECA_SANITIZE_TIMEOUT:-300}" compute-sanitizer --tool $tool --error-exitcode 9 \
-      $build/tests/deca_test_gpu ${DECA_SANITIZE_FILTER:+--gtest_filter=$DECA_SANITIZE_FILTER} \
-      > "$logs/sanitize_$tool.log" 2>&1
-    log "$tool rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|^\[  (PASSED|FAILED)' "$logs/sanitize_$tool.log" | tr '\n' ' ')"
+    for ((s = 0; s < shards; ++s)); do
+      GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$s timeout "${DECA_SANITIZE_TIMEOUT:-300}" \
+        compute-sanitizer --tool $tool --error-exitcode 9 $build/tests/deca_test_gpu \
+        --gtest_filter="$filter" > "$logs/sanitize_${tool}_$s.log" 2>&1 &
+      pids+=($!)
+    done
+  done
+  for p in "${pids[@]}"; do wait "$p"; done
+  for tool in ${DECA_SANITIZE_TOOLS:-memcheck racecheck initcheck synccheck}; do
+    for ((s = 0; s < shards; ++s)); do
+      f="$logs/sanitize_${tool}_$s.log"
+      log "$tool shard $s: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|tests from .* ran|^\[  (PASSED|FAILED)' "$f" | tr '\n' ' ')"
+    done
   done
 fi
 log "done"
