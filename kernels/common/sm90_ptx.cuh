@@ -162,14 +162,18 @@ __device__ __forceinline__ void setmaxnreg_dec() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
 }
 
-// ---- Named barriers (PTX ISA 9.7.13.1, bar / barrier) --------------------------------------------
-// bar.sync id, count;   -- arrive and wait until `count` threads (a multiple of 32) arrived.
-// bar.arrive id, count; -- arrive without waiting (the producer side of a one-way signal).
+// ---- Named barriers (PTX ISA 9.7.13.1, barrier) ---------------------------------------------------
+// barrier.sync id, count;   -- arrive and wait until `count` threads (a multiple of 32) arrived.
+// barrier.arrive id, count; -- arrive without waiting (the producer side of a one-way signal).
+// Not the .aligned forms (bar.sync / bar.arrive): .aligned promises that every thread of the CTA
+// executes the same barrier instruction, and warp-specialized roles meet on one id from different
+// instructions (both consumers' epilogue sync, one side's arrive against the other's sync).
+// compute-sanitizer synccheck reports that as "divergent thread(s) in block" (ab8afe3, H200).
 __device__ __forceinline__ void named_bar_sync(int id, int count) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+  asm volatile("barrier.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 }
 __device__ __forceinline__ void named_bar_arrive(int id, int count) {
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+  asm volatile("barrier.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 }
 
 // ---- mbarrier (through cuda::ptx, PTX ISA 9.7.13.15) ---------------------------------------------

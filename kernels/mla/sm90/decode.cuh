@@ -728,10 +728,6 @@ __device__ __forceinline__ void consumer0(const SparseKernelParams& kp, const Sp
         fence_regs(o);
       }
       if (lane == 0) release_tile<kCl>(sm, stage);
-      // bar.sync is .aligned: every thread of a warp must reach it converged. After the lane-0
-      // release the compiler did not always reconverge before the epilogue barrier
-      // (compute-sanitizer synccheck: "divergent thread(s)" at kBarEpilogue, 2c87f55).
-      __syncwarp();
     }
 
     // Epilogue: full row sums, then the output factor (1 / l, with the sink for a final
@@ -827,10 +823,6 @@ __device__ __forceinline__ void consumer1(const SparseKernelParams& kp, const Sp
       }
       named_bar_arrive(kBarPFree, 256);
       if (lane == 0) release_tile<kCl>(sm, stage);
-      // bar.sync is .aligned: every thread of a warp must reach it converged. After the lane-0
-      // release the compiler did not always reconverge before the epilogue barrier
-      // (compute-sanitizer synccheck: "divergent thread(s)" at kBarEpilogue, 2c87f55).
-      __syncwarp();
     }
     named_bar_sync(kBarEpilogue, 256);
     const float* out_scale = sm.out_scale(nreq & 1);
