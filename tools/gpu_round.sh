@@ -16,7 +16,8 @@
 #                                env assignments per variant (space between variants); the JSON
 #                                and log of each carry the variant in their names
 #   DECA_BENCH_EXTRA="name:args;..."   further deca-bench runs (no --check), after the presets
-#   DECA_NCU_CASES="l70-b99-4k/fp8 ..."  ncu counters for one launch per case
+#   DECA_NCU_CASES="l70-b99-4k/fp8 ..."  ncu counters for one launch per case (DECA_NCU_SKIP deca
+#                                launches skipped first, default 2; DECA_NCU_LAUNCHES profiled, 1)
 #   DECA_SANITIZE=1              (last) compute-sanitizer over the C++ GPU suite: DECA_SANITIZE_TOOLS (default
 #                                "memcheck racecheck initcheck synccheck"), all at once, each in
 #                                DECA_SANITIZE_SHARDS gtest shards (default 3); DECA_SANITIZE_FILTER
@@ -125,11 +126,12 @@ if [ -n "${DECA_NCU_CASES:-}" ] && [ $have_bench = 1 ] && command -v ncu > /dev/
   for c in $DECA_NCU_CASES; do
     log "ncu $c"
     f="$logs/ncu_$(echo "$c" | tr '/' '_').log"
-    ncu --clock-control none --kernel-name regex:deca_ --launch-skip 2 --launch-count 1 \
+    ncu --clock-control none --kernel-name regex:deca_ --launch-skip "${DECA_NCU_SKIP:-2}" \
+      --launch-count "${DECA_NCU_LAUNCHES:-1}" \
       --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy \
       --section SchedulerStats --section WarpStateStats --section LaunchStats \
       $build/bench/deca-bench --preset "$c" --iters 1 --warmup 1 > "$f" 2>&1
-    grep -E "Duration|Memory Throughput|DRAM Throughput|Registers Per|Achieved Occupancy|Issued Warp|No Eligible|Compute \(SM\)" "$f" | head -20
+    grep -E "deca_|Duration|Memory Throughput|DRAM Throughput|Registers Per|Achieved Occupancy|Issued Warp|No Eligible|Compute \(SM\)" "$f" | head -20
   done
 fi
 if [ "${DECA_SKIP_BENCH:-0}" != 1 ] && [ $have_bench = 1 ]; then
