@@ -1,60 +1,106 @@
-// JIT entry of the sparse decode scheduler: schedule_sparse into the workspace on the caller's
-// stream, reading topk_length from device memory (graph-safe: a replay schedules the lengths of
-// the replay).
+// JIT entry of the sparse decode scheduler: the phases of schedule_sparse into the workspace on
+// the caller's stream, reading topk_length from device memory (graph-safe: a replay schedules the
+// lengths of the replay).
 //
-// The walk is serial (each partition starts where the last stopped), so it runs on one thread;
-// its latency is the chain of loads it waits on. With dynamic shared memory for the lengths, the
-// partitions and the offsets (the launcher gives it whenever the batch fits in 48 KB), the whole
-// CTA stages topk_length with coalesced loads first, the walk touches only shared memory, and the
-// CTA writes the results back together: a few microseconds less on the critical path of every
-// decode call. Without it (huge batches) the same function runs on global memory directly.
+// Only the walk (phase 2) is serial: thread 0 carries (request, block) from one partition to the
+// next in registers, with one load per request (none without topk_length). Block counts, piece
+// counts, the offset scan and the slots run on all threads. The one-thread version of every
+// phase (a chain of shared-memory read-modify-writes per step) took 33-39 us on the H200 at
+// 128 requests, on the critical path of every decode call (ncu, ec2-r2 round). The partitions and
+// offsets are staged in dynamic shared memory when they fit (the launcher gives it whenever they
+// fit in 48 KB) and written back together; without it (huge batches) the phases work on global
+// memory directly.
 #pragma once
 
+#include "kernels/common/ptx.cuh"
 #include "kernels/mla/sparse_schedule.cuh"
 #include "kernels/mla/sparse_traits.cuh"
 
+namespace deca::mla {
+
+// Inclusive scan of a[1 .. n] in place by the whole CTA (kScheduleThreads threads, a multiple of
+// 32): each thread scans a contiguous chunk, the chunk totals are scanned with warp shuffles.
+__device__ __forceinline__ void schedule_block_scan(int* a, int n) {
+  constexpr int kWarps = kScheduleThreads / 32;
+  __shared__ int s_warp[kWarps];
+  const int t = threadIdx.x;
+  const int lane = t & 31, warp = t >> 5;
+  const int chunk = (n + kScheduleThreads - 1) / kScheduleThreads;
+  const int lo = 1 + t * chunk;
+  const int hi = min(n, (t + 1) * chunk);
+  int sum = 0;
+  for (int r = lo; r <= hi; ++r) {
+    sum += a[r];
+    a[r] = sum;
+  }
+  int incl = sum;
+#pragma unroll
+  for (int d = 1; d < 32; d <<= 1) {
+    const int v = __shfl_up_sync(0xffffffffu, incl, d);
+    if (lane >= d) incl += v;
+  }
+  if (lane == 31) s_warp[warp] = incl;
+  __syncthreads();
+  int base = incl - sum;
+  for (int w = 0; w < warp; ++w) base += s_warp[w];
+  for (int r = lo; r <= hi; ++r) a[r] += base;
+}
+
+}  // namespace deca::mla
+
 extern "C" __global__ void __launch_bounds__(deca::mla::kScheduleThreads)
     deca_mla_sparse_schedule(const __grid_constant__ deca::mla::SparseKernelParams kp) {
-  using deca::mla::SparsePart;
+  namespace m = deca::mla;
+  // The decode kernel may take its SMs and set up its barriers now; its griddepcontrol.wait
+  // still waits for this grid's writes.
+  deca::ptx::griddep_launch_dependents();
   // The decode kernels read the parts as const; only this kernel writes them.
-  auto* parts = const_cast<SparsePart*>(kp.run.parts);
-  auto* offsets = const_cast<int*>(kp.run.split_offsets);
+  auto* g_parts = const_cast<m::SparsePart*>(kp.run.parts);
+  auto* g_offsets = const_cast<int*>(kp.run.split_offsets);
   const int batch = kp.p.batch;
   const int num_parts = kp.run.num_parts;
+  const int t = threadIdx.x;
+  constexpr int nt = m::kScheduleThreads;
   unsigned dynamic_smem;
   asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dynamic_smem));
-  int slots;
-  if (dynamic_smem == 0) {
-    if (threadIdx.x != 0) return;
-    slots = deca::mla::schedule_sparse(batch, kp.p.topk, kp.p.topk_length, num_parts, parts,
-                                       offsets);
-  } else {
-    // Layout: parts [num_parts], offsets [batch + 1], lengths [batch].
-    extern __shared__ __align__(16) unsigned char deca_smem[];
-    auto* s_parts = reinterpret_cast<SparsePart*>(deca_smem);
-    int* s_offsets = reinterpret_cast<int*>(s_parts + num_parts);
-    int* s_lengths = s_offsets + batch + 1;
-    const int* lengths = nullptr;
-    if (kp.p.topk_length != nullptr) {
-      for (int r = threadIdx.x; r < batch; r += blockDim.x) s_lengths[r] = kp.p.topk_length[r];
-      lengths = s_lengths;
-    }
-    __shared__ int s_slots;
+  // Layout when staged: parts [num_parts], offsets [batch + 1].
+  extern __shared__ __align__(16) unsigned char deca_smem[];
+  m::SparsePart* parts = dynamic_smem ? reinterpret_cast<m::SparsePart*>(deca_smem) : g_parts;
+  int* offsets = dynamic_smem ? reinterpret_cast<int*>(parts + num_parts) : g_offsets;
+  __shared__ int s_total;
+
+  const int uniform =
+      kp.p.topk_length == nullptr ? m::sparse_request_blocks(nullptr, kp.p.topk, 0) : -1;
+  int total = batch * (uniform + m::kFixedOverheadBlocks);
+  if (uniform < 0) {
+    if (t == 0) s_total = 0;
     __syncthreads();
-    if (threadIdx.x == 0) {
-      s_slots = deca::mla::schedule_sparse(batch, kp.p.topk, lengths, num_parts, s_parts,
-                                           s_offsets);
-    }
+    const int mine = m::schedule_stage_blocks(batch, kp.p.topk, kp.p.topk_length, offsets, t, nt);
+    atomicAdd(&s_total, mine);
     __syncthreads();
-    const int* src = reinterpret_cast<const int*>(s_parts);
-    int* dst = reinterpret_cast<int*>(parts);
-    const int part_words = num_parts * static_cast<int>(sizeof(SparsePart) / sizeof(int));
-    for (int w = threadIdx.x; w < part_words; w += blockDim.x) dst[w] = src[w];
-    for (int r = threadIdx.x; r <= batch; r += blockDim.x) offsets[r] = s_offsets[r];
-    if (threadIdx.x != 0) return;
-    slots = s_slots;
+    total = s_total;
+  }
+  if (t == 0) m::schedule_walk(batch, uniform, offsets, total, num_parts, parts);
+  __syncthreads();
+  for (int r = t; r < batch; r += nt) offsets[r + 1] = 1;
+  if (t == 0) offsets[0] = 0;
+  __syncthreads();
+  for (int i = t; i < num_parts; i += nt) {
+    if (m::sparse_part_cuts_in(parts[i])) atomicAdd(&offsets[parts[i].begin_req + 1], 1);
+  }
+  __syncthreads();
+  m::schedule_block_scan(offsets, batch);
+  __syncthreads();
+  m::schedule_fill_slots(num_parts, offsets, parts, t, nt);
+  if (dynamic_smem) {
+    __syncthreads();
+    const int* src = reinterpret_cast<const int*>(parts);
+    int* dst = reinterpret_cast<int*>(g_parts);
+    const int part_words = num_parts * static_cast<int>(sizeof(m::SparsePart) / sizeof(int));
+    for (int w = t; w < part_words; w += nt) dst[w] = src[w];
+    for (int r = t; r <= batch; r += nt) g_offsets[r] = offsets[r];
   }
   // Unreachable when the workspace is sized as plan_mla_decode sizes it (slots <= batch +
   // num_parts): a trap beats writing partials past the end of the workspace.
-  if (slots > kp.run.max_slots) __trap();
+  if (t == 0 && offsets[batch] > kp.run.max_slots) __trap();
 }

@@ -1,5 +1,5 @@
-// The sparse decode scheduler: one plain function, compiled for the host (table tests, the
-// bench's expectations) and for the device (a one-thread kernel runs it per call, reading
+// The sparse decode scheduler: plain functions, compiled for the host (table tests, the bench's
+// expectations) and for the device (a one-CTA kernel runs the same phases per call, reading
 // topk_length from device memory, so a captured graph replays it with the lengths of the replay).
 // Deterministic: the same lengths give the same bytes.
 //
@@ -34,60 +34,67 @@ DECA_MLA_HD inline int sparse_request_blocks(const int* topk_length, int topk, i
   return (sparse_request_len(topk_length, topk, r) + kTopkBlock - 1) / kTopkBlock;
 }
 
-// Fills parts[0 .. num_parts) and split_offsets[0 .. batch]; returns the slot count
-// (split_offsets[batch]). split_offsets doubles as the per-request piece counter during the walk.
-DECA_MLA_HD inline int schedule_sparse(int batch, int topk, const int* topk_length, int num_parts,
-                                       SparsePart* parts, int* split_offsets) {
-  int total = 0;  // batch * (512 + 5) at most: no overflow below four million requests
-  for (int r = 0; r < batch; ++r) {
-    total += sparse_request_blocks(topk_length, topk, r) + kFixedOverheadBlocks;
-    split_offsets[r + 1] = 0;
-  }
-  split_offsets[0] = 0;
-  const int payload = (total + num_parts - 1) / num_parts + kFixedOverheadBlocks;
+// The scheduler in phases, so that the GPU runs every phase but the walk across its threads (the
+// walk is the only serial part, and it touches nothing but registers and one load per request).
+// `first` / `stride` pick a thread's share of a parallel phase; the host runs them with 0 / 1.
+// split_offsets carries the block counts n(r) (phase 1) until the walk is done, then the piece
+// counts (phase 3), then the offsets (phase 4).
 
-  // Pass 1: the walk. parts[i].begin_split holds begin_req's piece index until pass 2.
+// Phase 1, per request: n(r) into split_offsets[r + 1]; returns this share's sum of costs.
+DECA_MLA_HD inline int schedule_stage_blocks(int batch, int topk, const int* topk_length,
+                                             int* split_offsets, int first, int stride) {
+  int cost = 0;  // batch * (512 + 5) at most: no overflow below four million requests
+  for (int r = first; r < batch; r += stride) {
+    const int n = sparse_request_blocks(topk_length, topk, r);
+    split_offsets[r + 1] = n;
+    cost += n + kFixedOverheadBlocks;
+  }
+  return cost;
+}
+
+// Phase 2, one thread: the greedy walk (file comment), bounds only. `uniform_blocks` >= 0: every
+// request has that many blocks (no topk_length) and `blocks` is not read.
+DECA_MLA_HD inline void schedule_walk(int batch, int uniform_blocks, const int* blocks, int total,
+                                      int num_parts, SparsePart* parts) {
+  const int payload = (total + num_parts - 1) / num_parts + kFixedOverheadBlocks;
   int req = 0;
   int block = 0;
-  int piece = 0;  // pieces of `req` already handed out
   for (int i = 0; i < num_parts; ++i) {
-    SparsePart& part = parts[i];
-    part.begin_req = req;
-    part.begin_block = block;
-    part.begin_split = piece;
-    part.pad = 0;
+    SparsePart part{req, block, req - 1, 0, 0, 0, 0, 0};
     int remain = payload;
-    int end_req = req - 1;
-    int end_block = 0;
     while (req < batch) {
-      const int n = sparse_request_blocks(topk_length, topk, req);
+      const int n = uniform_blocks >= 0 ? uniform_blocks : blocks[req + 1];
       const int rest = n - block;
       if (rest + kFixedOverheadBlocks <= remain) {
         remain -= rest + kFixedOverheadBlocks;
-        ++split_offsets[req + 1];
-        end_req = req;
-        end_block = n;
+        part.end_req = req;
+        part.end_block = n;
         ++req;
         block = 0;
-        piece = 0;
         continue;
       }
       if (remain - kFixedOverheadBlocks > 0) {
         block += remain - kFixedOverheadBlocks;
-        ++split_offsets[req + 1];
-        ++piece;
-        end_req = req;
-        end_block = block;
+        part.end_req = req;
+        part.end_block = block;
       }
       break;
     }
-    part.end_req = end_req;
-    part.end_block = end_block;
+    parts[i] = part;
   }
+}
 
-  // Pass 2: counts -> offsets, then each partition's slots and split counts.
-  for (int r = 0; r < batch; ++r) split_offsets[r + 1] += split_offsets[r];
-  for (int i = 0; i < num_parts; ++i) {
+// A partition that starts inside a request (begin_block > 0) adds a piece to it; every request
+// has one piece besides (the partition holding its block 0, or its empty piece).
+DECA_MLA_HD inline bool sparse_part_cuts_in(const SparsePart& part) {
+  return part.begin_req <= part.end_req && part.begin_block > 0;
+}
+
+// Phase 5, per partition (after the offsets are final): slot and split counts. A partition that
+// starts inside request b is piece 1 + (the partitions right before it that also start inside b).
+DECA_MLA_HD inline void schedule_fill_slots(int num_parts, const int* split_offsets,
+                                            SparsePart* parts, int first, int stride) {
+  for (int i = first; i < num_parts; i += stride) {
     SparsePart& part = parts[i];
     if (part.begin_req > part.end_req) {
       part.begin_split = 0;
@@ -97,10 +104,31 @@ DECA_MLA_HD inline int schedule_sparse(int batch, int topk, const int* topk_leng
     }
     const int b = part.begin_req;
     const int e = part.end_req;
-    part.begin_split += split_offsets[b];
+    int piece = 0;
+    if (part.begin_block > 0) {
+      piece = 1;
+      for (int j = i - 1; j >= 0 && parts[j].begin_req == b && parts[j].begin_block > 0; --j) ++piece;
+    }
+    part.begin_split = split_offsets[b] + piece;
     part.begin_split_count = split_offsets[b + 1] - split_offsets[b];
     part.end_split_count = split_offsets[e + 1] - split_offsets[e];
   }
+}
+
+// Fills parts[0 .. num_parts) and split_offsets[0 .. batch]; returns the slot count
+// (split_offsets[batch]). The host's serial run of the phases the scheduler kernel runs.
+DECA_MLA_HD inline int schedule_sparse(int batch, int topk, const int* topk_length, int num_parts,
+                                       SparsePart* parts, int* split_offsets) {
+  const int uniform = topk_length == nullptr ? sparse_request_blocks(nullptr, topk, 0) : -1;
+  const int total = schedule_stage_blocks(batch, topk, topk_length, split_offsets, 0, 1);
+  schedule_walk(batch, uniform, split_offsets, total, num_parts, parts);
+  for (int r = 0; r < batch; ++r) split_offsets[r + 1] = 1;                       // phase 3
+  for (int i = 0; i < num_parts; ++i) {
+    if (sparse_part_cuts_in(parts[i])) ++split_offsets[parts[i].begin_req + 1];
+  }
+  split_offsets[0] = 0;                                                            // phase 4
+  for (int r = 0; r < batch; ++r) split_offsets[r + 1] += split_offsets[r];
+  schedule_fill_slots(num_parts, split_offsets, parts, 0, 1);
   return split_offsets[batch];
 }
 

@@ -9,7 +9,7 @@ namespace deca::mla {
 inline constexpr int kCombineWarps = 8;
 inline constexpr int kCombineThreads = 32 * kCombineWarps;
 
-// The scheduler kernel (kernels/mla/schedule_entry.cuh): one thread walks, all copy.
+// The scheduler kernel (kernels/mla/schedule_entry.cuh): one thread walks, all run the rest.
 inline constexpr int kScheduleThreads = 128;
 inline constexpr int kScheduleSmemLimit = 48 * 1024;  // staged in shared memory up to this
 

@@ -211,11 +211,11 @@ void mla_sparse_decode(const MlaPlan& plan, const MlaSparseParams& params, void*
   void* args[] = {&kp};
 
   jit::ScopedDevice scope(device);
-  // The scheduler stages lengths, partitions and offsets in shared memory when they fit
+  // The scheduler stages partitions and offsets in shared memory when they fit
   // (schedule_entry.cuh says why); 0 bytes selects its global-memory path.
   const std::size_t schedule_smem = static_cast<std::size_t>(plan.num_parts) *
                                         sizeof(mla::SparsePart) +
-                                    (2 * static_cast<std::size_t>(params.batch) + 1) * sizeof(int);
+                                    (static_cast<std::size_t>(params.batch) + 1) * sizeof(int);
   jit::Dim3 one;
   jit::Dim3 schedule_block;
   schedule_block.x = mla::kScheduleThreads;

@@ -160,6 +160,101 @@ TEST(MlaSchedule, RandomShapesKeepTheInvariants) {
   }
 }
 
+// The one-pass walk the phased scheduler replaced (counts and slots kept during the walk): the
+// phases must give the same bytes.
+int one_pass_schedule(int batch, int topk, const int* len, int num_parts, SparsePart* parts,
+                      int* offsets) {
+  int total = 0;
+  for (int r = 0; r < batch; ++r) {
+    total += sparse_request_blocks(len, topk, r) + kFixedOverheadBlocks;
+    offsets[r + 1] = 0;
+  }
+  offsets[0] = 0;
+  const int payload = (total + num_parts - 1) / num_parts + kFixedOverheadBlocks;
+  int req = 0, block = 0, piece = 0;
+  for (int i = 0; i < num_parts; ++i) {
+    SparsePart& part = parts[i];
+    part = SparsePart{req, block, req - 1, 0, piece, 0, 0, 0};
+    int remain = payload;
+    while (req < batch) {
+      const int n = sparse_request_blocks(len, topk, req);
+      const int rest = n - block;
+      if (rest + kFixedOverheadBlocks <= remain) {
+        remain -= rest + kFixedOverheadBlocks;
+        ++offsets[req + 1];
+        part.end_req = req;
+        part.end_block = n;
+        ++req;
+        block = 0;
+        piece = 0;
+        continue;
+      }
+      if (remain - kFixedOverheadBlocks > 0) {
+        block += remain - kFixedOverheadBlocks;
+        ++offsets[req + 1];
+        ++piece;
+        part.end_req = req;
+        part.end_block = block;
+      }
+      break;
+    }
+  }
+  for (int r = 0; r < batch; ++r) offsets[r + 1] += offsets[r];
+  for (int i = 0; i < num_parts; ++i) {
+    SparsePart& part = parts[i];
+    if (part.begin_req > part.end_req) {
+      part.begin_split = part.begin_split_count = part.end_split_count = 0;
+      continue;
+    }
+    part.begin_split += offsets[part.begin_req];
+    part.begin_split_count = offsets[part.begin_req + 1] - offsets[part.begin_req];
+    part.end_split_count = offsets[part.end_req + 1] - offsets[part.end_req];
+  }
+  return offsets[batch];
+}
+
+// The phases as the kernel runs them (each parallel phase split over several "threads", run in
+// reverse thread order) give the bytes of the one-pass walk, ragged or not.
+TEST(MlaSchedule, PhasesInAnyThreadOrderMatchTheOnePassWalk) {
+  std::mt19937_64 rng = test::make_rng(11);
+  DECA_SEED_TRACE();
+  for (int trial = 0; trial < 400; ++trial) {
+    const int batch = 1 + static_cast<int>(rng() % 300);
+    const int topk = 64 * (1 + static_cast<int>(rng() % 64));
+    const int num_parts = 1 + static_cast<int>(rng() % 140);
+    const int threads = 1 + static_cast<int>(rng() % 9);
+    std::vector<int> lengths(batch);
+    for (int& l : lengths) l = static_cast<int>(rng() % (topk + 80)) - 40;
+    const int* len = rng() % 2 ? lengths.data() : nullptr;
+
+    std::vector<SparsePart> want(num_parts);
+    std::vector<int> want_off(batch + 1);
+    const int want_slots = one_pass_schedule(batch, topk, len, num_parts, want.data(), want_off.data());
+
+    std::vector<SparsePart> parts(num_parts, SparsePart{-7, -7, -7, -7, -7, -7, -7, -7});
+    std::vector<int> off(batch + 1, -7);
+    int total = 0;
+    for (int t = threads - 1; t >= 0; --t) {
+      total += schedule_stage_blocks(batch, topk, len, off.data(), t, threads);
+    }
+    const int uniform = len == nullptr ? sparse_request_blocks(nullptr, topk, 0) : -1;
+    if (uniform >= 0) EXPECT_EQ(total, batch * (uniform + kFixedOverheadBlocks));
+    schedule_walk(batch, uniform, off.data(), total, num_parts, parts.data());
+    for (int r = 0; r < batch; ++r) off[r + 1] = 1;
+    off[0] = 0;
+    for (int i = num_parts - 1; i >= 0; --i) {
+      if (sparse_part_cuts_in(parts[i])) ++off[parts[i].begin_req + 1];
+    }
+    for (int r = 0; r < batch; ++r) off[r + 1] += off[r];
+    for (int t = threads - 1; t >= 0; --t) schedule_fill_slots(num_parts, off.data(), parts.data(), t, threads);
+
+    ASSERT_EQ(off, want_off) << "trial " << trial;
+    ASSERT_EQ(off[batch], want_slots);
+    ASSERT_EQ(0, std::memcmp(parts.data(), want.data(), num_parts * sizeof(SparsePart)))
+        << "trial " << trial << " batch " << batch << " parts " << num_parts;
+  }
+}
+
 TEST(MlaSchedule, NumPartsFillsTheSmsOnce) {
   EXPECT_EQ(sparse_num_parts(132, 1, 128), 66);
   EXPECT_EQ(sparse_num_parts(132, 1, 64), 132);
