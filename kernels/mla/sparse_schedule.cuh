@@ -53,28 +53,66 @@ DECA_MLA_HD inline int schedule_stage_blocks(int batch, int topk, const int* top
 }
 
 // Phase 2, one thread: the greedy walk (file comment), bounds only. `uniform_blocks` >= 0: every
-// request has that many blocks (no topk_length) and `blocks` is not read.
+// request has that many blocks (no topk_length) and `blocks` is not read; a partition is then a
+// few integer operations (the whole requests it takes are one division), not a step per request.
+// Ragged: one step per request, the next request's count loaded a step ahead so that the chain
+// is the compare, not the shared-memory latency.
 DECA_MLA_HD inline void schedule_walk(int batch, int uniform_blocks, const int* blocks, int total,
                                       int num_parts, SparsePart* parts) {
-  const int payload = (total + num_parts - 1) / num_parts + kFixedOverheadBlocks;
+  constexpr int kOver = kFixedOverheadBlocks;
+  const int payload = (total + num_parts - 1) / num_parts + kOver;
   int req = 0;
   int block = 0;
+  if (uniform_blocks >= 0) {
+    const int n = uniform_blocks;
+    const int cost = n + kOver;
+    for (int i = 0; i < num_parts; ++i) {
+      SparsePart part{req, block, req - 1, 0, 0, 0, 0, 0};
+      if (req < batch) {
+        int remain = payload;
+        if (n - block + kOver <= remain) {
+          remain -= n - block + kOver;
+          int take = remain / cost;
+          if (take > batch - req - 1) take = batch - req - 1;
+          remain -= take * cost;
+          req += take + 1;
+          block = 0;
+          part.end_req = req - 1;
+          part.end_block = n;
+          if (req < batch && remain - kOver > 0) {
+            block = remain - kOver;
+            part.end_req = req;
+            part.end_block = block;
+          }
+        } else if (remain - kOver > 0) {
+          block += remain - kOver;
+          part.end_req = req;
+          part.end_block = block;
+        }
+      }
+      parts[i] = part;
+    }
+    return;
+  }
+  int n = batch > 0 ? blocks[1] : 0;
+  int n_next = batch > 1 ? blocks[2] : 0;
   for (int i = 0; i < num_parts; ++i) {
     SparsePart part{req, block, req - 1, 0, 0, 0, 0, 0};
     int remain = payload;
     while (req < batch) {
-      const int n = uniform_blocks >= 0 ? uniform_blocks : blocks[req + 1];
       const int rest = n - block;
-      if (rest + kFixedOverheadBlocks <= remain) {
-        remain -= rest + kFixedOverheadBlocks;
+      if (rest + kOver <= remain) {
+        remain -= rest + kOver;
         part.end_req = req;
         part.end_block = n;
         ++req;
         block = 0;
+        n = n_next;
+        n_next = req + 1 < batch ? blocks[req + 2] : 0;
         continue;
       }
-      if (remain - kFixedOverheadBlocks > 0) {
-        block += remain - kFixedOverheadBlocks;
+      if (remain - kOver > 0) {
+        block += remain - kOver;
         part.end_req = req;
         part.end_block = block;
       }
