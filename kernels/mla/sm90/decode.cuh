@@ -27,8 +27,13 @@
 //
 // Pipeline: kStages = 2 K tiles. Per tile two mbarriers: full (128 producer arrivals, after
 // fence.proxy.async so wgmma's async proxy sees the generic stores) and empty (one arrival per
-// consumer warp once its wgmmas reading the tile completed). Named barriers (NamedBarrier below)
-// order the P / row-scale hand-over between the consumers and the Q and id staging.
+// consumer warp once its wgmmas reading the tile completed). Two more mbarriers hand P and the
+// row rescale factors from consumer 0 to consumer 1 (p_ready: 128 arrivals of consumer 0) and
+// back (p_free: 128 arrivals of consumer 1 once its wgmmas reading P completed). They were named
+// barriers (bar.arrive one side, bar.sync the other) until compute-sanitizer racecheck, which
+// does not order an arrive before the matching sync (tools/racecheck_probe.cu), reported every
+// hand-over as a race; an mbarrier arrive / wait is release / acquire for each thread, which it
+// follows. Named barriers (NamedBarrier below) remain for the rendezvous and the Q and id staging.
 #pragma once
 
 #include "kernels/common/ptx.cuh"
@@ -48,8 +53,6 @@ constexpr float kNegInf = __builtin_bit_cast(float, 0xff800000u);
 // signals, sync/sync pairs rendezvous.
 enum NamedBarrier : int {
   kBarQReady = 1,    // WG0 x 128, sync: Q tile landed and fenced, wgmma may read it
-  kBarPReady = 2,    // WG0 arrives, WG1 syncs (256): P and the row rescale factors of a block
-  kBarPFree = 3,     // WG1 arrives, WG0 syncs (256): WG1's wgmmas reading P have completed
   kBarEpilogue = 4,  // WG0 + WG1 sync (256): the final per-row output factors are in smem
   kBarIds = 5,       // WG2 x 128, sync: the block's ids are in smem
 };
@@ -192,6 +195,12 @@ struct Smem {
   // Completed by the peer's st.async bytes (cluster of 2).
   __device__ __forceinline__ mbar_t* remote(int stage) const {
     return reinterpret_cast<mbar_t*>(ptr + SmemPlan::kBarRemote) + stage;
+  }
+  __device__ __forceinline__ mbar_t* p_ready() const {
+    return reinterpret_cast<mbar_t*>(ptr + SmemPlan::kBarPReady);
+  }
+  __device__ __forceinline__ mbar_t* p_free() const {
+    return reinterpret_cast<mbar_t*>(ptr + SmemPlan::kBarPFree);
   }
   __device__ __forceinline__ unsigned peer(unsigned smem_addr) const { return smem_addr + peer_delta; }
 };
@@ -689,8 +698,8 @@ __device__ __forceinline__ void consumer0(const SparseKernelParams& kp, const Sp
         pa[kk][2] = f32x2_to_bf16x2(s[8 * kk + 4], s[8 * kk + 5]);
         pa[kk][3] = f32x2_to_bf16x2(s[8 * kk + 6], s[8 * kk + 7]);
       }
-      // WG1 may still be reading the previous block's P and factors.
-      if (it > 0) named_bar_sync(kBarPFree, 256);
+      // WG1 may still be reading the previous block's P and factors (phase it - 1 of p_free).
+      if (it > 0) mbar_wait(sm.p_free(), (it - 1) & 1);
       // sP: 64 rows x 64 bf16 = one K-major swizzled chunk; element (row, col) at unit col / 8.
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) {
@@ -705,7 +714,7 @@ __device__ __forceinline__ void consumer0(const SparseKernelParams& kp, const Sp
         sm.row_scale()[r0 + 8] = a1;
       }
       fence_proxy_async_smem();
-      named_bar_arrive(kBarPReady, 256);
+      mbar_arrive(sm.p_ready());
 
 #pragma unroll
       for (int i = 0; i < 32; ++i) {
@@ -775,7 +784,7 @@ __device__ __forceinline__ void consumer0(const SparseKernelParams& kp, const Sp
     }
   }
   // Matches WG1's arrival after the partition's last block.
-  if (it > 0) named_bar_sync(kBarPFree, 256);
+  if (it > 0) mbar_wait(sm.p_free(), (it - 1) & 1);
 }
 
 template <int kCl, int kAblate>
@@ -797,7 +806,7 @@ __device__ __forceinline__ void consumer1(const SparseKernelParams& kp, const Sp
       const unsigned tile = sm.k(stage);
       // Acquire the producer's tile for this warpgroup's own async-proxy reads.
       wait_tile<kCl>(sm, stage, (it >> 1) & 1);
-      named_bar_sync(kBarPReady, 256);
+      mbar_wait(sm.p_ready(), it & 1);
       const float a0 = sm.row_scale()[r0];
       const float a1 = sm.row_scale()[r0 + 8];
 #pragma unroll
@@ -821,7 +830,7 @@ __device__ __forceinline__ void consumer1(const SparseKernelParams& kp, const Sp
         wgmma_wait<0>();
         fence_regs(o);
       }
-      named_bar_arrive(kBarPFree, 256);
+      mbar_arrive(sm.p_free());
       if (lane == 0) release_tile<kCl>(sm, stage);
     }
     named_bar_sync(kBarEpilogue, 256);
@@ -856,6 +865,8 @@ __device__ __forceinline__ void mla_sparse_decode_sm90(const SparseKernelParams&
       mbar_init(sm.empty(s), 8 * kCl);  // lane 0 of each consumer warp (of both CTAs)
       mbar_init(sm.remote(s), 1);       // the local expect_tx arrival (+ the peer's bytes)
     }
+    mbar_init(sm.p_ready(), 128);  // every consumer-0 thread
+    mbar_init(sm.p_free(), 128);   // every consumer-1 thread
     fence_mbar_init();
   }
   // In a cluster the peer's barriers must be initialised before its first remote arrival.

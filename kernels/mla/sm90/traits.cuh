@@ -76,7 +76,9 @@ struct SmemPlan {
   static constexpr int kBarFull = kIdx + kIdSlots * 64 * 4;    // u64[kStages]
   static constexpr int kBarEmpty = kBarFull + kStages * 8;     // u64[kStages]
   static constexpr int kBarRemote = kBarEmpty + kStages * 8;   // u64[kStages], cluster of 2 only
-  static constexpr int kEnd = kBarRemote + kStages * 8;
+  static constexpr int kBarPReady = kBarRemote + kStages * 8;  // u64: P of a block is in smem
+  static constexpr int kBarPFree = kBarPReady + 8;             // u64: consumer 1 is done with it
+  static constexpr int kEnd = kBarPFree + 8;
 };
 
 // The dynamic size asked at launch: the plan plus 1 KiB to align its base to the 1024 B the
