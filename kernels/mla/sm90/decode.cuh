@@ -29,11 +29,13 @@
 // fence.proxy.async so wgmma's async proxy sees the generic stores) and empty (one arrival per
 // consumer warp once its wgmmas reading the tile completed). Two more mbarriers hand P and the
 // row rescale factors from consumer 0 to consumer 1 (p_ready: 128 arrivals of consumer 0) and
-// back (p_free: 128 arrivals of consumer 1 once its wgmmas reading P completed). They were named
-// barriers (bar.arrive one side, bar.sync the other) until compute-sanitizer racecheck, which
-// does not order an arrive before the matching sync (tools/racecheck_probe.cu), reported every
-// hand-over as a race; an mbarrier arrive / wait is release / acquire for each thread, which it
-// follows. Named barriers (NamedBarrier below) remain for the rendezvous and the Q and id staging.
+// back (p_free: 128 arrivals of consumer 1 once its wgmmas reading P completed); out_ready /
+// out_free do the same for a request's final output factors. They were named barriers
+// (bar.arrive / bar.sync of 256 of the 384 threads) until compute-sanitizer racecheck, which
+// orders nothing by a named barrier of part of the CTA (tools/racecheck_probe.cu), reported
+// every hand-over as a race; an mbarrier arrive / wait is release / acquire for each thread,
+// which it follows. Named barriers (NamedBarrier below) remain for the Q and id staging, inside
+// one warpgroup.
 #pragma once
 
 #include "kernels/common/ptx.cuh"
@@ -53,7 +55,6 @@ constexpr float kNegInf = __builtin_bit_cast(float, 0xff800000u);
 // signals, sync/sync pairs rendezvous.
 enum NamedBarrier : int {
   kBarQReady = 1,    // WG0 x 128, sync: Q tile landed and fenced, wgmma may read it
-  kBarEpilogue = 4,  // WG0 + WG1 sync (256): the final per-row output factors are in smem
   kBarIds = 5,       // WG2 x 128, sync: the block's ids are in smem
 };
 
@@ -179,8 +180,8 @@ struct Smem {
   __device__ __forceinline__ float* row_scale() const {
     return reinterpret_cast<float*>(ptr + SmemPlan::kRowScale);
   }
-  __device__ __forceinline__ float* out_scale(int parity) const {
-    return reinterpret_cast<float*>(ptr + SmemPlan::kOutScale) + parity * 64;
+  __device__ __forceinline__ float* out_scale() const {
+    return reinterpret_cast<float*>(ptr + SmemPlan::kOutScale);
   }
   // The ids of the block with running index `it` (slot it % kIdSlots).
   __device__ __forceinline__ int* ids(int it) const {
@@ -201,6 +202,12 @@ struct Smem {
   }
   __device__ __forceinline__ mbar_t* p_free() const {
     return reinterpret_cast<mbar_t*>(ptr + SmemPlan::kBarPFree);
+  }
+  __device__ __forceinline__ mbar_t* out_ready() const {
+    return reinterpret_cast<mbar_t*>(ptr + SmemPlan::kBarOutReady);
+  }
+  __device__ __forceinline__ mbar_t* out_free() const {
+    return reinterpret_cast<mbar_t*>(ptr + SmemPlan::kBarOutFree);
   }
   __device__ __forceinline__ unsigned peer(unsigned smem_addr) const { return smem_addr + peer_delta; }
 };
@@ -763,12 +770,15 @@ __device__ __forceinline__ void consumer0(const SparseKernelParams& kp, const Sp
         f[half] = 1.f / denom;
       }
     }
-    float* out_scale = sm.out_scale(nreq & 1);
+    // Consumer 1 copies the previous request's factors to registers first thing, so this wait
+    // (phase nreq - 1 of out_free) has long completed by now.
+    float* out_scale = sm.out_scale();
+    if (nreq > 0) mbar_wait(sm.out_free(), (nreq - 1) & 1);
     if (c == 0) {
       out_scale[r0] = f[0];
       out_scale[r0 + 8] = f[1];
     }
-    named_bar_sync(kBarEpilogue, 256);
+    mbar_arrive(sm.out_ready());
     store_o(kp, pc, r, tok, head0, r0, c, 0, o, f[0], f[1]);
     if (c == 0) {
 #pragma unroll
@@ -833,9 +843,11 @@ __device__ __forceinline__ void consumer1(const SparseKernelParams& kp, const Sp
       mbar_arrive(sm.p_free());
       if (lane == 0) release_tile<kCl>(sm, stage);
     }
-    named_bar_sync(kBarEpilogue, 256);
-    const float* out_scale = sm.out_scale(nreq & 1);
-    store_o(kp, pc, r, tok, head0, r0, c, 256, o, out_scale[r0], out_scale[r0 + 8]);
+    mbar_wait(sm.out_ready(), nreq & 1);
+    const float* out_scale = sm.out_scale();
+    const float f0 = out_scale[r0], f1 = out_scale[r0 + 8];
+    mbar_arrive(sm.out_free());
+    store_o(kp, pc, r, tok, head0, r0, c, 256, o, f0, f1);
   }
 }
 
@@ -867,6 +879,8 @@ __device__ __forceinline__ void mla_sparse_decode_sm90(const SparseKernelParams&
     }
     mbar_init(sm.p_ready(), 128);  // every consumer-0 thread
     mbar_init(sm.p_free(), 128);   // every consumer-1 thread
+    mbar_init(sm.out_ready(), 128);
+    mbar_init(sm.out_free(), 128);
     fence_mbar_init();
   }
   // In a cluster the peer's barriers must be initialised before its first remote arrival.

@@ -71,14 +71,16 @@ struct SmemPlan {
   static constexpr int kK = kQ + kTileBytes;                   // kStages K/V tiles
   static constexpr int kP = kK + kStages * kTileBytes;         // P (bf16 64 x 64) for consumer 1
   static constexpr int kRowScale = kP + kChunkBytes;           // float[64]: O rescale per block
-  static constexpr int kOutScale = kRowScale + 64 * 4;         // float[2][64]: final O factor
-  static constexpr int kIdx = kOutScale + 2 * 64 * 4;          // int[kIdSlots][64]: id, -1 invalid
+  static constexpr int kOutScale = kRowScale + 64 * 4;         // float[64]: final O factor
+  static constexpr int kIdx = kOutScale + 64 * 4;          // int[kIdSlots][64]: id, -1 invalid
   static constexpr int kBarFull = kIdx + kIdSlots * 64 * 4;    // u64[kStages]
   static constexpr int kBarEmpty = kBarFull + kStages * 8;     // u64[kStages]
   static constexpr int kBarRemote = kBarEmpty + kStages * 8;   // u64[kStages], cluster of 2 only
   static constexpr int kBarPReady = kBarRemote + kStages * 8;  // u64: P of a block is in smem
   static constexpr int kBarPFree = kBarPReady + 8;             // u64: consumer 1 is done with it
-  static constexpr int kEnd = kBarPFree + 8;
+  static constexpr int kBarOutReady = kBarPFree + 8;           // u64: a request's out factors
+  static constexpr int kBarOutFree = kBarOutReady + 8;         // u64: consumer 1 read them
+  static constexpr int kEnd = kBarOutFree + 8;
 };
 
 // The dynamic size asked at launch: the plan plus 1 KiB to align its base to the 1024 B the
