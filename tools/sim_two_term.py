@@ -24,6 +24,7 @@ int8 cache (symmetric codes, scale max|x| / 127), int8 mma.sync (IMMA, int32 sum
   two-term: q_hi = round(q_s), q_lo = round((q_s - q_hi) * 2^7) (|q_lo| <= 64); the same for
             P_s. One int32 sum per product: acc = q_lo . k + 64, then (acc >> 7) + q_hi . k
             (an arithmetic shift: the rounding of the low term is the only inexact step).
+  two-term QK: q as two-term, P and V through the fp16 widening (DECA_GQA_FP8_MMA=two_term_qk).
 
   python tools/sim_two_term.py            (prints relative RMS per case, fp8 then int8)
 """
@@ -115,8 +116,9 @@ def imma_two_term(hi, lo, b):
     return hi @ b + np.floor((lo @ b + 64.0) / 128.0)
 
 
-def simulate_int8(q, k8, k_scale, v8, v_scale, scale, terms, chunk=32):
-    """The int8 kernel: q and P as int8 terms on IMMA (terms 1 or 2), or widened (terms 0)."""
+def simulate_int8(q, k8, k_scale, v8, v_scale, scale, terms, chunk=32, pv_widen=False):
+    """The int8 kernel: q and P as int8 terms on IMMA (terms 1 or 2), or widened (terms 0);
+    pv_widen: q as int8 terms, P and V widened to fp16."""
     rows, d = q.shape
     amax = np.max(np.abs(q), axis=-1, keepdims=True)
     if terms == 0:
@@ -125,7 +127,7 @@ def simulate_int8(q, k8, k_scale, v8, v_scale, scale, terms, chunk=32):
     else:
         qs = f32(np.where(amax > 0, 127.0 / np.where(amax > 0, amax, 1.0), 1.0))
         q_hi, q_lo = split_int8(f32(q * qs), terms)
-    p_scale = 1.0 if terms == 0 else 127.0
+    p_scale = 1.0 if terms == 0 or pv_widen else 127.0
     m = np.full((rows, 1), -np.inf)
     l = np.zeros((rows, 1))
     o = np.zeros((rows, d))
@@ -137,7 +139,7 @@ def simulate_int8(q, k8, k_scale, v8, v_scale, scale, terms, chunk=32):
         alpha = np.exp(m - m_new)
         p = f32(np.exp(s - m_new) * p_scale)
         l = l * alpha + p.sum(axis=-1, keepdims=True)
-        if terms == 0:
+        if terms == 0 or pv_widen:
             pv = fp16(p) @ vc
         else:
             p_hi, p_lo = split_int8(p, terms)
@@ -201,6 +203,7 @@ def errors_int8(seed, head_dim, group, keys, outliers=False):
         "widen": rel_rms(simulate_int8(q, k8, ks, v8, vs, scale, 0), ref),
         "one_term": rel_rms(simulate_int8(q, k8, ks, v8, vs, scale, 1), ref),
         "two_term": rel_rms(simulate_int8(q, k8, ks, v8, vs, scale, 2), ref),
+        "two_term_qk": rel_rms(simulate_int8(q, k8, ks, v8, vs, scale, 2, pv_widen=True), ref),
     }
 
 
@@ -225,10 +228,10 @@ def main():
         e = errors(args.seed, d, g, n, out)
         print(f"{d:>8} {g:>5} {n:>6} {str(out):>8}  {e['bf16_out']:9.3%} {e['one_term']:9.3%} {e['two_term']:9.3%}")
     print("\nint8 cache, IMMA (one-/two-term) against the fp16 widening")
-    print(f"{'head_dim':>8} {'group':>5} {'keys':>6} {'outliers':>8}  {'bf16 out':>9} {'widen':>9} {'one-term':>9} {'two-term':>9}")
+    print(f"{'head_dim':>8} {'group':>5} {'keys':>6} {'outliers':>8}  {'bf16 out':>9} {'widen':>9} {'one-term':>9} {'two-term':>9} {'2term QK':>9}")
     for d, g, n, out in CASES:
         e = errors_int8(args.seed, d, g, n, out)
-        print(f"{d:>8} {g:>5} {n:>6} {str(out):>8}  {e['bf16_out']:9.3%} {e['widen']:9.3%} {e['one_term']:9.3%} {e['two_term']:9.3%}")
+        print(f"{d:>8} {g:>5} {n:>6} {str(out):>8}  {e['bf16_out']:9.3%} {e['widen']:9.3%} {e['one_term']:9.3%} {e['two_term']:9.3%} {e['two_term_qk']:9.3%}")
 
 
 if __name__ == "__main__":

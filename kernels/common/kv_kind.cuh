@@ -34,7 +34,10 @@ DECA_HD constexpr bool compute_fp16(int /*q_dtype*/, int kv_dtype) {
 // loads and half the prmt). kTwoTerm: kept 8-bit and multiplied on the tensor cores of the
 // cache's own type against q and P each split into two terms: fp8 on the e4m3 mma (m16n8k32,
 // sm_89+; kernels/common/kv_convert.cuh split_e4m3_*), int8 on the int8 mma (IMMA m16n8k32,
-// sm_80+; split_s8_*). The name says fp8 for history: every value applies to int8 as well.
-enum Fp8Mma : int { kWiden = 0, kTwoTerm = 1, kWidenLdsm = 2 };
+// sm_80+; split_s8_*). kTwoTermQk (int8 only): QK as kTwoTerm, PV as kWidenLdsm (P in fp16):
+// the IMMA PV needs three conversions per output element and 32-token step to leave int32, about
+// what widening V costs, while the QK side saves the widening of K outright (docs/perf-notes.md).
+// The name says fp8 for history: the other values apply to int8 as well.
+enum Fp8Mma : int { kWiden = 0, kTwoTerm = 1, kWidenLdsm = 2, kTwoTermQk = 3 };
 
 }  // namespace deca::kv

@@ -467,7 +467,7 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
 
   const float row_qk_scale[2] = {qk_scale * row_inv[0], qk_scale * row_inv[1]};
   // P comes out of ex2 times 2^kPShift (see the softmax): 256 for e4m3 terms, 127 for int8.
-  constexpr float kPShift = T::kTwoTermI8 ? 6.988684686772166f : (T::kTwoTerm ? 8.f : 0.f);
+  constexpr float kPShift = !T::kPvTwoTerm ? 0.f : (T::kTwoTermI8 ? 6.988684686772166f : 8.f);
   const float row_log2_scale[2] = {log2_scale * row_inv[0], log2_scale * row_inv[1]};
 
   // ---- Softmax state and output accumulators ----
@@ -836,7 +836,7 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
         }
       }
 
-      if constexpr (T::kTwoTerm) {
+      if constexpr (T::kPvTwoTerm) {
         // O += (P_hi + P_lo) V, 32 tokens per m16n8k32 (16 when a warp's chunk is 16: the upper
         // k half is zero on both sides). A's k order is the S fragment's own: k 4c..4c+3 holds
         // tokens 2c, 2c+1 of n8 tiles 0 and 1 (k + 16: tiles 2 and 3), so P needs no shuffle.

@@ -25,6 +25,7 @@ std::string GqaKernelKey::name() const {
   if (beam_width > 1) s += "_beam" + to_string(beam_width);
   if (ctas_per_sm != 2) s += "_c" + to_string(ctas_per_sm);
   if (two_term()) s += "_2term";
+  if (fp8_path() == kv::kTwoTermQk) s += "_2tqk";
   if (fp8_path() == kv::kWidenLdsm) s += "_ldsm";
   if (checked) s += "_chk";
   return s;
@@ -97,6 +98,7 @@ GqaKernelKey make_gqa_key(const GqaConfig& config, int arch) {
     if (v == "widen") key.fp8_mma = kv::kWiden;
     if (v == "widen_ldsm") key.fp8_mma = kv::kWidenLdsm;
     if (v == "two_term" && two_term_ok) key.fp8_mma = kv::kTwoTerm;
+    if (v == "two_term_qk" && !fp8) key.fp8_mma = kv::kTwoTermQk;
   }
   return key;
 }

@@ -181,7 +181,8 @@ std::vector<MatrixCase> matrix() {
   for (std::size_t i = 0; i < n; ++i) {
     const DType kv = m[i].spec.kv_dtype;
     if (kv != DType::kFP8E4M3 && kv != DType::kINT8) continue;
-    for (const char* mode : {"widen", "widen_ldsm", "two_term"}) {
+    for (const char* mode : {"widen", "widen_ldsm", "two_term", "two_term_qk"}) {
+      if (kv != DType::kINT8 && std::string(mode) == "two_term_qk") continue;  // int8 only
       MatrixCase v = m[i];
       v.name += std::string("_") + mode;
       v.opt.fp8_mma = mode;
@@ -193,10 +194,13 @@ std::vector<MatrixCase> matrix() {
   // d256), groups (non-powers of two), pages, q_len 4/8 causal and tree, splits with window and
   // sinks, fixed splits, soft-cap, fp8 output. Two-term only: the widening of int8 shares its code
   // with fp8's, which the cases above run on every path.
+  // Each also as two_term_qk (QK on IMMA, PV widened), the other candidate for int8's default.
   auto add_int8 = [&](std::string name, GqaCaseSpec s, GpuOptions o = {}) {
     s.kv_dtype = DType::kINT8;
     o.fp8_mma = "two_term";
-    add("int8_" + name + "_two_term", std::move(s), o);
+    add("int8_" + name + "_two_term", s, o);
+    o.fp8_mma = "two_term_qk";
+    add("int8_" + name + "_two_term_qk", std::move(s), o);
   };
   for (int d : {64, 80, 96, 256}) {
     GqaCaseSpec s = base(8, 2, d, 16, DType::kINT8);
@@ -312,6 +316,10 @@ TEST_P(GqaGpuMatrix, MatchesCpuReference) {
     if (mc.spec.out_dtype != DType::kFP8E4M3) {
       EXPECT_LE(compare(c, gpu).rel_l2, 4e-3) << seed_message();
     }
+  }
+  if (mc.opt.fp8_mma && std::string(mc.opt.fp8_mma) == "two_term_qk") {
+    EXPECT_NE(gpu.plan.kernel_name.find("_2tqk"), std::string::npos) << gpu.plan.kernel_name;
+    if (mc.spec.out_dtype != DType::kFP8E4M3) EXPECT_LE(compare(c, gpu).rel_l2, 4e-3) << seed_message();
   }
 }
 
@@ -464,6 +472,8 @@ std::vector<BeamCase> beam_cases() {
     m.push_back({"beam4_int8_split_window_sinks_two_term", s, 4, 3, o});
     s.window = 0, s.sinks = false;
     m.push_back({"beam4_int8_split_two_term", s, 4, 3, o});
+    o.fp8_mma = "two_term_qk";
+    m.push_back({"beam4_int8_split_two_term_qk", s, 4, 3, o});
   }
   {
     GqaCaseSpec s = base(32, 4, 128, 16, DType::kINT8);

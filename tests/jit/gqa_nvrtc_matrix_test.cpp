@@ -103,8 +103,8 @@ TEST(GqaNvrtcMatrix, CompilesForSm90aSm89AndSm80) {
   }
 }
 
-// The int8 two-term path (IMMA) beside the int8 widening on the shapes the GPU suite runs it on:
-// both compile for every arch without spilling; registers side by side (the two-term kernel
+// The int8 two-term paths (IMMA for QK and PV, or QK only) beside the int8 widening on the shapes
+// the GPU suite runs them on: all compile for every arch without spilling; registers side by side (the two-term kernel
 // takes what the 2-CTA launch bound leaves: ptxas keeps the IMMA temporaries of many n8 blocks
 // in flight; capped at 216 it still does not spill).
 TEST(GqaNvrtcMatrix, Int8TwoTermBesideWidening) {
@@ -128,21 +128,23 @@ TEST(GqaNvrtcMatrix, Int8TwoTermBesideWidening) {
   for (int arch : {90, 89, 80}) {
     for (GqaKernelKey k : keys) {
       k.arch = arch;
-      int regs[2] = {0, 0};
-      for (int mode : {kv::kWidenLdsm, kv::kTwoTerm}) {
+      int regs[4] = {0, 0, 0, 0};  // by kv::Fp8Mma
+      for (int mode : {kv::kWidenLdsm, kv::kTwoTerm, kv::kTwoTermQk}) {
         k.fp8_mma = mode;
         EXPECT_EQ(k.two_term(), mode == kv::kTwoTerm) << k.name();
         EXPECT_EQ(k.name().find("_2term") != std::string::npos, mode == kv::kTwoTerm) << k.name();
+        EXPECT_EQ(k.name().find("_2tqk") != std::string::npos, mode == kv::kTwoTermQk) << k.name();
         const jit::JitSpec spec = k.spec();
         const jit::CompileResult r = jit::compile(spec);
         ASSERT_FALSE(r.cubin.empty()) << spec.name;
         ASSERT_TRUE(r.ptxas.found) << spec.name;
         EXPECT_TRUE(jit::testing::elf_has_symbol(r.cubin, spec.entry)) << spec.name;
         EXPECT_EQ(r.ptxas.spill_store_bytes, 0) << spec.name;
-        regs[mode == kv::kTwoTerm] = r.ptxas.registers;
+        regs[mode] = r.ptxas.registers;
       }
       k.fp8_mma = kv::kTwoTerm;
-      std::printf("[int8] %-58s regs widen_ldsm=%d two_term=%d\n", k.name().c_str(), regs[0], regs[1]);
+      std::printf("[int8] %-58s regs widen_ldsm=%d two_term=%d two_term_qk=%d\n", k.name().c_str(),
+                  regs[kv::kWidenLdsm], regs[kv::kTwoTerm], regs[kv::kTwoTermQk]);
     }
   }
 }
@@ -171,6 +173,15 @@ TEST(GqaNvrtcMatrix, Int8TwoTermSelectedByTheKnobOnEveryArch) {
       EXPECT_NE(k.spec().source.find("kFp8Mma = 1;"), std::string::npos) << k.spec().source;
       c.kv_dtype = DType::kFP8E4M3;
       EXPECT_EQ(make_gqa_key(c, arch).two_term(), arch >= 89) << arch;
+    }
+    {
+      jit::testing::ScopedEnv env("DECA_GQA_FP8_MMA", "two_term_qk");
+      c.kv_dtype = DType::kINT8;
+      const GqaKernelKey k = make_gqa_key(c, arch);
+      EXPECT_EQ(k.fp8_path(), kv::kTwoTermQk) << k.name();
+      EXPECT_NE(k.name().find("_2tqk"), std::string::npos) << k.name();
+      c.kv_dtype = DType::kFP8E4M3;  // int8 only: an fp8 cache keeps its default
+      EXPECT_EQ(make_gqa_key(c, arch).fp8_path(), arch == 89 ? kv::kTwoTerm : kv::kWidenLdsm) << arch;
     }
   }
 }

@@ -54,6 +54,7 @@ def test_int8_two_term_as_accurate_as_widening(head_dim, group, keys, outliers):
     assert e["two_term"] < 4e-3, e
     assert e["one_term"] > 2 * e["two_term"], e
     assert e["two_term"] < e["widen"] + 2e-4, e
+    assert e["two_term_qk"] < e["widen"] + 2e-4, e
 
 
 def test_int8_split_terms_fit_int8():
