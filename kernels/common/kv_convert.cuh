@@ -150,4 +150,84 @@ __device__ __forceinline__ void split_e4m3_f32(float x0, float x1, float x2, flo
   lo = static_cast<unsigned>(l[0]) | (static_cast<unsigned>(l[1]) << 16);
 }
 
+// ---- Two-term int8 operands (IMMA, sm_80+) ----------------------------------------------------
+// An int8 cache meets q and the softmax weights P on the int8 tensor cores (mma.sync m16n8k32
+// .s8.s8.s32, native IMMA.16832 on sm_80 to sm_90): x (scaled to |x| <= 127) = hi + lo * 2^-7,
+// hi = round(x), lo = round((x - hi) * 2^7), |lo| <= 64. The products are exact int32 sums; the
+// low one is folded into the high one as (lo . b + 64) >> 7, the only rounding (half a unit of
+// the high term: tools/sim_two_term.py, 0.17 % relative RMS with bf16 output, as the widening).
+//
+// Sums leave the integer pipe through the float magic number 1.5 * 2^23: its bits plus an int32
+// x with |x| < 2^22 are the float 1.5 * 2^23 + x exactly, so one float subtract converts (full
+// rate, where I2F is a quarter-rate conversion). An accumulator starts at kMagicBits (or the
+// shifted low sum plus kMagicBits) and every bound below keeps |x| < 2^22: QK <= 127 * 128 *
+// 256 + 2^14, PV <= 127 * 128 * 32 per 32-token step.
+constexpr int kMagicBits = 0x4B400000;
+constexpr float kMagic = 12582912.f;  // 1.5 * 2^23
+
+__device__ __forceinline__ float magic_to_float(int biased) {
+  return __fsub_rn(__int_as_float(biased), kMagic);
+}
+
+// d = a . b + c (int8 x int8 -> int32, k = 32).
+__device__ __forceinline__ void mma_s8_16832(int (&d)[4], const unsigned (&a)[4], unsigned b0,
+                                             unsigned b1, int c0, int c1, int c2, int c3) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%10, %11, %12, %13};\n"
+      : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(c0), "r"(c1),
+        "r"(c2), "r"(c3));
+}
+
+// d += a . b.
+__device__ __forceinline__ void mma_s8_16832(int (&d)[4], const unsigned (&a)[4], unsigned b0,
+                                             unsigned b1) {
+  mma_s8_16832(d, a, b0, b1, d[0], d[1], d[2], d[3]);
+}
+
+// d = hi . b + ((lo . b + 64) >> 7) + kMagicBits: the two-term product against one 8-bit B
+// fragment in one int32 tile (magic_to_float turns it into the float hi . b + lo . b * 2^-7).
+__device__ __forceinline__ void mma_s8_two_term(int (&d)[4], const unsigned (&hi)[4],
+                                                const unsigned (&lo)[4], unsigned b0, unsigned b1) {
+  int t[4];
+  mma_s8_16832(t, lo, b0, b1, 64, 64, 64, 64);
+#pragma unroll
+  for (int e = 0; e < 4; ++e) t[e] = (t[e] >> 7) + kMagicBits;
+  mma_s8_16832(d, hi, b0, b1, t[0], t[1], t[2], t[3]);
+}
+
+// Four floats (|x| <= 127) -> hi and lo, four int8 bytes each in order (x0 in byte 0). For q,
+// once per CTA.
+__device__ __forceinline__ void split_s8_f32(float x0, float x1, float x2, float x3,
+                                             unsigned& hi, unsigned& lo) {
+  const float x[4] = {x0, x1, x2, x3};
+  hi = lo = 0u;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int h = __float2int_rn(x[i]);
+    const int l = __float2int_rn((x[i] - static_cast<float>(h)) * 128.f);  // x - h is exact
+    hi |= (static_cast<unsigned>(h) & 0xFFu) << (8 * i);
+    lo |= (static_cast<unsigned>(l) & 0xFFu) << (8 * i);
+  }
+}
+
+// The same for P (0 <= x <= 127), once per token and row of every tile, without conversions:
+// y = x + 1.5 * 2^23 holds round(x) in its low byte, z = x * 2^7 + 1.5 * 2^23 holds
+// round(x * 2^7); lo = round(x * 2^7) - 2^7 * round(x), whose low byte is z's low byte with its
+// top bit flipped when round(x) is odd. Two FP32 ops per value, then 8 byte-level ops per four.
+__device__ __forceinline__ void split_s8_p(float x0, float x1, float x2, float x3, unsigned& hi,
+                                           unsigned& lo) {
+  const unsigned y0 = __float_as_uint(__fadd_rn(x0, kMagic)), y1 = __float_as_uint(__fadd_rn(x1, kMagic));
+  const unsigned y2 = __float_as_uint(__fadd_rn(x2, kMagic)), y3 = __float_as_uint(__fadd_rn(x3, kMagic));
+  const unsigned z0 = __float_as_uint(__fmaf_rn(x0, 128.f, kMagic));
+  const unsigned z1 = __float_as_uint(__fmaf_rn(x1, 128.f, kMagic));
+  const unsigned z2 = __float_as_uint(__fmaf_rn(x2, 128.f, kMagic));
+  const unsigned z3 = __float_as_uint(__fmaf_rn(x3, 128.f, kMagic));
+  // Low bytes of four words into one: [w0.0, w1.0, 0, 0] twice, then the halves side by side.
+  hi = ptx::prmt(ptx::prmt(y0, y1, 0x0040u), ptx::prmt(y2, y3, 0x0040u), 0x5410u);
+  const unsigned z = ptx::prmt(ptx::prmt(z0, z1, 0x0040u), ptx::prmt(z2, z3, 0x0040u), 0x5410u);
+  lo = z ^ ((hi << 7) & 0x80808080u);
+}
+
 }  // namespace deca::kv

@@ -117,6 +117,15 @@ __device__ __forceinline__ float q_row_scale(float amax, int top) {
   return __uint_as_float(static_cast<unsigned>(k + 127) << 23);
 }
 
+// The int8 two-term path's q scale: 127 / amax, so that the row's largest |q| is the largest
+// int8 term (not a power of two: the inverse applied to the logits is rounded, a relative 2^-24
+// on every logit of the row, which the softmax does not see). Capped at 2^126 (no inf for
+// subnormal rows); 1 for an all-zero row.
+__device__ __forceinline__ float q_row_scale_s8(float amax) {
+  if (!(amax > 0.f) || amax > 3.0e38f) return 1.f;
+  return fminf(127.f / amax, __uint_as_float(253u << 23));
+}
+
 // K-dimension order inside a 16-wide k step: the 16-bit path is the mma's own (pairs at 2c and
 // 2c+8); the 8-bit K path reads 4 consecutive bytes per thread (dims 4c..4c+3), so q is permuted
 // the same way: the dot product does not care about the order of its terms.
@@ -155,10 +164,19 @@ template <class Cfg>
 __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned char* smem) {
   using T = Traits<Cfg>;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 890
-  static_assert(!T::kTwoTerm, "the two-term e4m3 path needs sm_89+ (e4m3 mma.sync)");
+  static_assert(!(T::kTwoTerm && !T::kTwoTermI8), "the two-term e4m3 path needs sm_89+ (e4m3 mma.sync)");
 #endif
   constexpr int D = T::kHeadDim;
   constexpr int kQTop = T::kTwoTerm ? 7 : 14;
+  auto q_scale = [](float amax) { return T::kTwoTermI8 ? q_row_scale_s8(amax) : q_row_scale(amax, kQTop); };
+  // Four scaled q values -> the two terms of the cache's type (once per CTA).
+  auto split_q = [](float x0, float x1, float x2, float x3, unsigned& hi, unsigned& lo) {
+    if constexpr (T::kTwoTermI8) {
+      kv::split_s8_f32(x0, x1, x2, x3, hi, lo);
+    } else {
+      kv::split_e4m3_f32(x0, x1, x2, x3, hi, lo);
+    }
+  };
   constexpr int kKSteps = D / 16;
   constexpr int kOTiles = D / 8;
   constexpr bool kFp16 = T::kComputeFp16;
@@ -294,15 +312,15 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
     for (int h = 0; h < 2; ++h) {
       amax[h] = fmaxf(amax[h], __shfl_xor_sync(0xffffffffu, amax[h], 1));
       amax[h] = fmaxf(amax[h], __shfl_xor_sync(0xffffffffu, amax[h], 2));
-      sc[h] = q_row_scale(amax[h], kQTop);
-      row_inv[h] = 1.f / sc[h];  // exact: a power of two
+      sc[h] = q_scale(amax[h]);
+      row_inv[h] = 1.f / sc[h];  // exact for e4m3 (a power of two); int8: see q_row_scale_s8
     }
 #pragma unroll
     for (int kk = 0; kk < T::kK32Steps; ++kk) {
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const float s = sc[j % 2];
-        kv::split_e4m3_f32(f[kk][j].x * s, f[kk][j].y * s, f[kk][j].z * s, f[kk][j].w * s,
+        split_q(f[kk][j].x * s, f[kk][j].y * s, f[kk][j].z * s, f[kk][j].w * s,
                            q8_frag[kk][0][j], q8_frag[kk][1][j]);
       }
     }
@@ -357,7 +375,7 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
           amax = fmaxf(amax, fmaxf(fabsf(v.x), fabsf(v.y)));
         }
       }
-      q_scale_smem[r] = T::kScaleQRows ? q_row_scale(amax, kQTop) : 1.f;
+      q_scale_smem[r] = T::kScaleQRows ? q_scale(amax) : 1.f;
     }
     __syncthreads();
     if constexpr (T::kTwoTerm) {
@@ -372,7 +390,7 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
         const float2 b = ok ? q_pair<T>(q_row_ptr(row), d + 2) : make_float2(0.f, 0.f);
         const float sc = q_scale_smem[r];
         unsigned hi, lo;
-        kv::split_e4m3_f32(a.x * sc, a.y * sc, b.x * sc, b.y * sc, hi, lo);
+        split_q(a.x * sc, a.y * sc, b.x * sc, b.y * sc, hi, lo);
         asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(q_smem + r * T::kQRowStride + d), "r"(hi));
         asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(q_smem + r * T::kQRowStride + D + d), "r"(lo));
       }
@@ -448,7 +466,8 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
   }
 
   const float row_qk_scale[2] = {qk_scale * row_inv[0], qk_scale * row_inv[1]};
-  constexpr float kPShift = T::kTwoTerm ? 8.f : 0.f;
+  // P comes out of ex2 times 2^kPShift (see the softmax): 256 for e4m3 terms, 127 for int8.
+  constexpr float kPShift = !T::kPvTwoTerm ? 0.f : (T::kTwoTermI8 ? 6.988684686772166f : 8.f);
   const float row_log2_scale[2] = {log2_scale * row_inv[0], log2_scale * row_inv[1]};
 
   // ---- Softmax state and output accumulators ----
@@ -600,7 +619,48 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
 #pragma unroll
       for (int j = 0; j < kN8; ++j) s_acc[j][0] = s_acc[j][1] = s_acc[j][2] = s_acc[j][3] = 0.f;
 
-      if constexpr (T::kTwoTerm) {
+      if constexpr (T::kTwoTermI8) {
+        // The fp8 two-term loop below with the loops swapped: per pair of n8 tiles, every k step,
+        // so that only this pair's int32 sums are live (16 registers, not 2 * kN8 * 4): one per
+        // q term, each starting at its bias; the low one is shifted into the high one after the
+        // last step (kv_convert.cuh mma_s8_two_term). q is in registers, or (head_dim > 128) the
+        // chunk is 16 tokens: one pair, so nothing is loaded twice.
+#pragma unroll
+        for (int j = 0; j < kN8; j += 2) {
+          int s_hi[2][4], s_lo[2][4];
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            s_hi[0][e] = s_hi[1][e] = kv::kMagicBits;
+            s_lo[0][e] = s_lo[1][e] = 64;
+          }
+#pragma unroll
+          for (int kk = 0; kk < T::kK32Steps; ++kk) {
+            unsigned qh[4], ql[4];
+            load_q8(kk, 0, qh);
+            load_q8(kk, 1, ql);
+            const bool full = kk * 32 + 16 < D;
+            const int m = lane / 8;
+            unsigned b0, b1, b2, b3;
+            if (full) {
+              const int tok = local0 + j * 8 + (m / 2) * 8 + lane % 8;
+              ptx::ldmatrix_x4(ks + tok * T::kRowStride + kk * 32 + (m % 2) * 16, b0, b1, b2, b3);
+            } else {
+              const int tok = local0 + j * 8 + (m % 2) * 8 + lane % 8;
+              ptx::ldmatrix_x2(ks + tok * T::kRowStride + kk * 32, b0, b2);
+              b1 = b3 = 0u;
+            }
+            kv::mma_s8_16832(s_hi[0], qh, b0, b1);
+            kv::mma_s8_16832(s_lo[0], ql, b0, b1);
+            kv::mma_s8_16832(s_hi[1], qh, b2, b3);
+            kv::mma_s8_16832(s_lo[1], ql, b2, b3);
+          }
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            s_acc[j][e] = kv::magic_to_float(s_hi[0][e] + (s_lo[0][e] >> 7));
+            s_acc[j + 1][e] = kv::magic_to_float(s_hi[1][e] + (s_lo[1][e] >> 7));
+          }
+        }
+      } else if constexpr (T::kTwoTerm) {
         // K bytes straight from shared memory: ldmatrix on 8-bit rows gives thread (g, c) bytes
         // 4c..4c+3 of row g, exactly the m16n8k32 B fragment (dims in natural order). Both q
         // terms share every K fragment.
@@ -751,8 +811,8 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
         const float m_use = m_new == kNegInf ? 0.f : m_new;
         alpha[h] = ptx::ex2(m_run[h] - m_use);
         m_run[h] = m_new;
-        // Two-term: P comes out times 2^kPShift (in [0, 256], e4m3 range); l and O carry the
-        // same factor, and the max this warp reports is lowered by it, so the merge, the sink,
+        // Two-term: P comes out times 2^kPShift (in [0, 256], e4m3 range; [0, 127] for int8
+        // terms); l and O carry the same factor, and the max this warp reports is lowered by it, so the merge, the sink,
         // LSE and the splits see consistent (m, l, o) with no extra multiply.
         const float m_p = m_use - kPShift;
         float sum = 0.f;
@@ -776,7 +836,7 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
         }
       }
 
-      if constexpr (T::kTwoTerm) {
+      if constexpr (T::kPvTwoTerm) {
         // O += (P_hi + P_lo) V, 32 tokens per m16n8k32 (16 when a warp's chunk is 16: the upper
         // k half is zero on both sides). A's k order is the S fragment's own: k 4c..4c+3 holds
         // tokens 2c, 2c+1 of n8 tiles 0 and 1 (k + 16: tiles 2 and 3), so P needs no shuffle.
@@ -787,13 +847,20 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
           constexpr bool kHalf = T::kChunk % 32 != 0;
           const int j0 = 4 * st;
           unsigned ph[4], pl[4];
-          kv::split_e4m3_f16(s_acc[j0][0], s_acc[j0][1], s_acc[j0 + 1][0], s_acc[j0 + 1][1], ph[0], pl[0]);
-          kv::split_e4m3_f16(s_acc[j0][2], s_acc[j0][3], s_acc[j0 + 1][2], s_acc[j0 + 1][3], ph[1], pl[1]);
+          auto split_p = [](float x0, float x1, float x2, float x3, unsigned& hi, unsigned& lo) {
+            if constexpr (T::kTwoTermI8) {
+              kv::split_s8_p(x0, x1, x2, x3, hi, lo);
+            } else {
+              kv::split_e4m3_f16(x0, x1, x2, x3, hi, lo);
+            }
+          };
+          split_p(s_acc[j0][0], s_acc[j0][1], s_acc[j0 + 1][0], s_acc[j0 + 1][1], ph[0], pl[0]);
+          split_p(s_acc[j0][2], s_acc[j0][3], s_acc[j0 + 1][2], s_acc[j0 + 1][3], ph[1], pl[1]);
           if constexpr (kHalf) {
             ph[2] = ph[3] = pl[2] = pl[3] = 0u;
           } else {
-            kv::split_e4m3_f16(s_acc[j0 + 2][0], s_acc[j0 + 2][1], s_acc[j0 + 3][0], s_acc[j0 + 3][1], ph[2], pl[2]);
-            kv::split_e4m3_f16(s_acc[j0 + 2][2], s_acc[j0 + 2][3], s_acc[j0 + 3][2], s_acc[j0 + 3][3], ph[3], pl[3]);
+            split_p(s_acc[j0 + 2][0], s_acc[j0 + 2][1], s_acc[j0 + 3][0], s_acc[j0 + 3][1], ph[2], pl[2]);
+            split_p(s_acc[j0 + 2][2], s_acc[j0 + 2][3], s_acc[j0 + 3][2], s_acc[j0 + 3][3], ph[3], pl[3]);
           }
           const int tok0 = local0 + st * 32;
 #pragma unroll
@@ -809,10 +876,23 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
             const unsigned even0 = ptx::prmt(r0, r1, 0x6420u), odd0 = ptx::prmt(r0, r1, 0x7531u);
             const unsigned even1 = kHalf ? 0u : ptx::prmt(r2, r3, 0x6420u);
             const unsigned odd1 = kHalf ? 0u : ptx::prmt(r2, r3, 0x7531u);
-            ptx::mma_e4m3_16832(o_acc[2 * blk], ph, even0, even1);
-            ptx::mma_e4m3_16832(o_acc[2 * blk], pl, even0, even1);
-            ptx::mma_e4m3_16832(o_acc[2 * blk + 1], ph, odd0, odd1);
-            ptx::mma_e4m3_16832(o_acc[2 * blk + 1], pl, odd0, odd1);
+            if constexpr (T::kTwoTermI8) {
+              // One int32 tile per n8 block of V columns, into the fp32 O at once: the online
+              // softmax rescales O between chunks, so an int32 O could not outlive a chunk, and
+              // four temporaries cost no registers where an int32 copy of O would cost D / 2.
+              int t[4];
+              kv::mma_s8_two_term(t, ph, pl, even0, even1);
+#pragma unroll
+              for (int e = 0; e < 4; ++e) o_acc[2 * blk][e] += kv::magic_to_float(t[e]);
+              kv::mma_s8_two_term(t, ph, pl, odd0, odd1);
+#pragma unroll
+              for (int e = 0; e < 4; ++e) o_acc[2 * blk + 1][e] += kv::magic_to_float(t[e]);
+            } else {
+              ptx::mma_e4m3_16832(o_acc[2 * blk], ph, even0, even1);
+              ptx::mma_e4m3_16832(o_acc[2 * blk], pl, even0, even1);
+              ptx::mma_e4m3_16832(o_acc[2 * blk + 1], ph, odd0, odd1);
+              ptx::mma_e4m3_16832(o_acc[2 * blk + 1], pl, odd0, odd1);
+            }
           }
         }
       } else if constexpr (T::kLdsm8) {

@@ -117,12 +117,19 @@ struct Traits {
   static constexpr int kKvKind = kv::kind_of(kKvDtype);
   static constexpr bool kComputeFp16 = kv::compute_fp16(kQDtype, kKvDtype);
   // 8-bit caches scale q per row into fp16 range (kernels/common/kv_kind.cuh), or into e4m3
-  // range for the two-term path.
+  // (int8) range for the two-term path.
   static constexpr bool kScaleQRows = kKvKind != kv::kKv16;
-  // fp8 cache on the e4m3 tensor cores, q and P as two e4m3 terms (kv_kind.cuh Fp8Mma).
-  static constexpr bool kTwoTerm = kKvKind == kv::kKvFp8 && Cfg::kFp8Mma == kv::kTwoTerm;
-  // 8-bit cache (fp8 or int8) widened to fp16, operands loaded with ldmatrix (kv_kind.cuh Fp8Mma).
-  static constexpr bool kLdsm8 = kKvKind != kv::kKv16 && Cfg::kFp8Mma == kv::kWidenLdsm;
+  // 8-bit cache kept 8-bit on the tensor cores, q and P as two terms of the cache's type
+  // (kv_kind.cuh Fp8Mma): e4m3 mma for fp8 (sm_89+), int8 IMMA for int8 (kTwoTermI8, sm_80+).
+  // kTwoTerm: q two-term and QK on the 8-bit mma; kPvTwoTerm: P two-term and PV too (all but
+  // kTwoTermQk, an int8-only mode).
+  static constexpr bool kQkI8Only = kKvKind == kv::kKvInt8 && Cfg::kFp8Mma == kv::kTwoTermQk;
+  static constexpr bool kTwoTerm = kKvKind != kv::kKv16 && (Cfg::kFp8Mma == kv::kTwoTerm || kQkI8Only);
+  static constexpr bool kTwoTermI8 = kTwoTerm && kKvKind == kv::kKvInt8;
+  static constexpr bool kPvTwoTerm = kTwoTerm && !kQkI8Only;
+  // 8-bit cache (fp8 or int8) widened to fp16, operands loaded with ldmatrix (kv_kind.cuh Fp8Mma);
+  // under kTwoTermQk for V only (QK takes the two-term branch first).
+  static constexpr bool kLdsm8 = kKvKind != kv::kKv16 && (Cfg::kFp8Mma == kv::kWidenLdsm || kQkI8Only);
   // Both ldmatrix-fed 8-bit V paths put a 16-dim block's even dims in one n8 tile, odd in the next.
   static constexpr bool kVPairs16 = kTwoTerm || kLdsm8;
 

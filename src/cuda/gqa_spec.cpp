@@ -25,6 +25,7 @@ std::string GqaKernelKey::name() const {
   if (beam_width > 1) s += "_beam" + to_string(beam_width);
   if (ctas_per_sm != 2) s += "_c" + to_string(ctas_per_sm);
   if (two_term()) s += "_2term";
+  if (fp8_path() == kv::kTwoTermQk) s += "_2tqk";
   if (fp8_path() == kv::kWidenLdsm) s += "_ldsm";
   if (checked) s += "_chk";
   return s;
@@ -87,13 +88,17 @@ GqaKernelKey make_gqa_key(const GqaConfig& config, int arch) {
   // are reached through wgmma only): the widening path's conversions with twice its mma work.
   // So the default is two-term on sm_89 and the ldmatrix-fed widening elsewhere
   // (docs/perf-notes.md, issue 8).
-  const bool e4m3_mma = arch >= 89;
-  key.fp8_mma = arch == 89 ? kv::kTwoTerm : kv::kWidenLdsm;
+  // int8 mma.sync m16n8k32 (IMMA.16832.S8.S8) is native on sm_80 and every later arch, so the
+  // int8 two-term path may run anywhere; until it is measured, int8 defaults to the widening.
+  const bool fp8 = kv::kind_of(key.kv_dtype) == kv::kKvFp8;
+  const bool two_term_ok = fp8 ? arch >= 89 : true;
+  key.fp8_mma = fp8 && arch == 89 ? kv::kTwoTerm : kv::kWidenLdsm;
   if (const char* env = std::getenv("DECA_GQA_FP8_MMA")) {
     const std::string v = env;
     if (v == "widen") key.fp8_mma = kv::kWiden;
     if (v == "widen_ldsm") key.fp8_mma = kv::kWidenLdsm;
-    if (v == "two_term" && e4m3_mma) key.fp8_mma = kv::kTwoTerm;
+    if (v == "two_term" && two_term_ok) key.fp8_mma = kv::kTwoTerm;
+    if (v == "two_term_qk" && !fp8) key.fp8_mma = kv::kTwoTermQk;
   }
   return key;
 }

@@ -24,18 +24,18 @@ struct GqaKernelKey {
   bool softcap = false;
   int ctas_per_sm = 2;  // occupancy the kernel is built for (kernels/gqa/traits.cuh make_shape)
   int beam_width = 1;   // beams of a request sharing one CTA (their common pages read once)
-  // 8-bit caches: kv::kWiden / kv::kWidenLdsm (fp16 mma, sm_80+) or, fp8 only, kv::kTwoTerm
-  // (e4m3 mma, sm_89+); ignored (and not named) for 16-bit caches.
+  // 8-bit caches: kv::kWiden / kv::kWidenLdsm (fp16 mma, sm_80+) or kv::kTwoTerm (fp8: e4m3
+  // mma, sm_89+; int8: int8 mma, sm_80+); int8 also kv::kTwoTermQk (QK on int8 mma, PV widened);
+  // ignored (and not named) for 16-bit caches.
   int fp8_mma = kv::kWiden;
   // Checked mode (GqaConfig::checked): page ids and lengths range-tested in the kernel; "_chk".
   bool checked = false;
 
-  // The path the kernel takes: fp8_mma for an fp8 cache; an int8 cache widens, through ldmatrix
-  // unless fp8_mma says kWiden; 16-bit caches have one path.
+  // The path the kernel takes: fp8_mma for an 8-bit cache; 16-bit caches have one path.
   int fp8_path() const {
     switch (kv::kind_of(kv_dtype)) {
-      case kv::kKvFp8: return fp8_mma;
-      case kv::kKvInt8: return fp8_mma == kv::kWiden ? kv::kWiden : kv::kWidenLdsm;
+      case kv::kKvFp8: return fp8_mma == kv::kTwoTermQk ? kv::kWidenLdsm : fp8_mma;  // int8 only
+      case kv::kKvInt8: return fp8_mma;
       default: return kv::kWiden;
     }
   }
@@ -52,8 +52,11 @@ struct GqaKernelKey {
 // environment overrides the occupancy choice (a tuning knob; it is part of the kernel name).
 // fp8 caches take the two-term e4m3 path on sm_89 (native e4m3 mma.sync) and the ldmatrix-fed
 // widening elsewhere (sm_90a emulates e4m3 mma.sync with fp16 HMMA; gqa_spec.cpp says why);
-// DECA_GQA_FP8_MMA=widen|widen_ldsm|two_term overrides the choice (two_term on sm_89+ only). The
-// name carries "_2term" or "_ldsm" for those paths, nothing for the lds32-fed widening.
+// int8 caches take the ldmatrix-fed widening everywhere (the int8 two-term path is not measured
+// yet). DECA_GQA_FP8_MMA=widen|widen_ldsm|two_term overrides the choice for both (two_term: fp8
+// on sm_89+ only, int8 on every arch; elsewhere the default stays), and two_term_qk for int8 (QK
+// on IMMA, PV widened). The name carries "_2term", "_2tqk" or "_ldsm" for those paths,
+// nothing for the lds32-fed widening.
 GqaKernelKey make_gqa_key(const GqaConfig& config, int arch);
 
 }  // namespace deca::cuda

@@ -30,8 +30,9 @@ struct GpuOptions {
   int max_seq_len = 0;   // 0: the longest request
   int run_batch = 0;     // 0: the case's batch (fewer: run a prefix of the requests)
   int beam_width = 1;    // beams per request (adjacent batch entries)
-  // fp8 caches: "widen", "widen_ldsm" or "two_term" forces that path (DECA_GQA_FP8_MMA) for the plan and the
-  // run; null: the device's default. two_term is honoured on sm_89+ only (else it widens).
+  // 8-bit caches: "widen", "widen_ldsm" or "two_term" forces that path (DECA_GQA_FP8_MMA) for the plan and
+  // the run; null: the device's default. two_term is honoured for int8 everywhere, for fp8 on
+  // sm_89+ only (else it widens); "two_term_qk" (QK on IMMA, PV widened) is int8 only.
   const char* fp8_mma = nullptr;
 };
 

@@ -175,19 +175,99 @@ std::vector<MatrixCase> matrix() {
     add("promised_maxima", s, o);
   }
   // Every 8-bit case once more on each path (issue 8; the unsuffixed case runs the device's
-  // default; int8 has no two-term path): the two-term e4m3 products must meet the same tolerance
+  // default): the two-term products (e4m3 for fp8, IMMA for int8) must meet the same tolerance
   // as widening (simulated 0.18 % relative RMS against 1 % allowed for bf16 out).
   const std::size_t n = m.size();
   for (std::size_t i = 0; i < n; ++i) {
     const DType kv = m[i].spec.kv_dtype;
     if (kv != DType::kFP8E4M3 && kv != DType::kINT8) continue;
-    for (const char* mode : {"widen", "widen_ldsm", "two_term"}) {
-      if (kv == DType::kINT8 && std::string(mode) == "two_term") continue;  // fp8 only
+    for (const char* mode : {"widen", "widen_ldsm", "two_term", "two_term_qk"}) {
+      if (kv != DType::kINT8 && std::string(mode) == "two_term_qk") continue;  // int8 only
       MatrixCase v = m[i];
       v.name += std::string("_") + mode;
       v.opt.fp8_mma = mode;
       m.push_back(std::move(v));
     }
+  }
+  // The int8 two-term path (IMMA) over the features the fp8 cases above cover and the int8 ones
+  // do not: head dims (a lone 16-dim k step at d80, 16-token chunks and q in shared memory at
+  // d256), groups (non-powers of two), pages, q_len 4/8 causal and tree, splits with window and
+  // sinks, fixed splits, soft-cap, fp8 output. Two-term only: the widening of int8 shares its code
+  // with fp8's, which the cases above run on every path.
+  // Each also as two_term_qk (QK on IMMA, PV widened), the other candidate for int8's default.
+  auto add_int8 = [&](std::string name, GqaCaseSpec s, GpuOptions o = {}) {
+    s.kv_dtype = DType::kINT8;
+    o.fp8_mma = "two_term";
+    add("int8_" + name + "_two_term", s, o);
+    o.fp8_mma = "two_term_qk";
+    add("int8_" + name + "_two_term_qk", std::move(s), o);
+  };
+  for (int d : {64, 80, 96, 256}) {
+    GqaCaseSpec s = base(8, 2, d, 16, DType::kINT8);
+    s.batch = 2, s.seq_lens = {200, 33};
+    add_int8("d" + std::to_string(d), s);
+  }
+  for (int g : {3, 6, 12, 16}) {
+    GqaCaseSpec s = base(g * 2, 2, 128, 32, DType::kINT8);
+    s.batch = 2, s.seq_lens = {250, 70};
+    add_int8("group" + std::to_string(g), s);
+  }
+  for (int page : {1, 8, 64, 256}) {
+    GqaCaseSpec s = base(8, 1, 128, page, DType::kINT8);
+    s.batch = 3, s.seq_lens = {page + 1, 2 * page - 1, 5};
+    add_int8("page" + std::to_string(page), s);
+  }
+  for (int q_len : {4, 8}) {
+    GqaCaseSpec s = base(64, 8, 128, 64, DType::kINT8);
+    s.batch = 3, s.q_len = q_len, s.seq_lens = {500, q_len, q_len + 3};
+    add_int8("causal_qlen" + std::to_string(q_len), s);
+    s.tree_mask = true;
+    add_int8("tree_qlen" + std::to_string(q_len), s);
+    s.window = 64;
+    add_int8("tree_window_qlen" + std::to_string(q_len), s);
+  }
+  {
+    GqaCaseSpec s = base(64, 8, 64, 16, DType::kINT8);
+    s.batch = 3, s.seq_lens = {1000, 100, 5};
+    s.window = 128;
+    s.sinks = true;
+    add_int8("window_sinks_gptoss", s);
+    s.window = 0, s.sinks = false;
+    s.softcap = 30.f;
+    add_int8("softcap", s);
+  }
+  {
+    GqaCaseSpec s = base(64, 8, 128, 64, DType::kINT8);
+    s.batch = 1, s.seq_lens = {20000};
+    add_int8("split_long", s);
+    s.batch = 4, s.seq_lens = {9000, 1, 0, 64};
+    s.window = 200;
+    s.sinks = true;
+    add_int8("split_window_sinks", s);
+    s.layout = KvLayout::kHND;
+    add_int8("split_window_sinks_hnd", s);
+  }
+  {
+    GqaCaseSpec s = base(8, 1, 128, 16, DType::kINT8);
+    s.batch = 5, s.seq_lens = {3000, 10, 1500, 64, 65};
+    GpuOptions o;
+    o.split_mode = SplitMode::kFixed;
+    o.split_tokens = 256;
+    add_int8("fixed_split", s, o);
+  }
+  {
+    GqaCaseSpec s = base(8, 1, 128, 32, DType::kINT8);
+    s.batch = 3, s.seq_lens = {100, 1, 777};
+    s.out_dtype = DType::kFP8E4M3;
+    s.out_scale = 0.01f;
+    add_int8("out_fp8", s);
+  }
+  {
+    GqaCaseSpec s = base(16, 4, 128, 32, DType::kINT8);
+    s.batch = 2, s.seq_lens = {400, 40};
+    s.per_head_scales = true;
+    s.layout = KvLayout::kHND;
+    add_int8("per_head_scales_hnd", s);
   }
   return m;
 }
@@ -227,13 +307,19 @@ TEST_P(GqaGpuMatrix, MatchesCpuReference) {
   const GpuRun gpu = run_gqa_on_gpu(c, mc.opt);
   expect_matches_reference(mc.name, c, gpu);
   const bool two_term = mc.opt.fp8_mma && std::string(mc.opt.fp8_mma) == "two_term";
-  if (two_term && cuda::compute_capability(0) >= 89) {
-    // The knob took effect, and the error stays within issue 8's budget (0.4 % relative RMS
-    // against the reference on the same stored cache) wherever the output is 16-bit.
+  const bool int8 = mc.spec.kv_dtype == DType::kINT8;
+  if (two_term && (int8 || cuda::compute_capability(0) >= 89)) {
+    // The knob took effect (int8: IMMA on every arch; fp8: e4m3 mma on sm_89+), and the error
+    // stays within issue 8's budget (0.4 % relative RMS against the reference on the same stored
+    // cache) wherever the output is 16-bit.
     EXPECT_NE(gpu.plan.kernel_name.find("_2term"), std::string::npos) << gpu.plan.kernel_name;
     if (mc.spec.out_dtype != DType::kFP8E4M3) {
       EXPECT_LE(compare(c, gpu).rel_l2, 4e-3) << seed_message();
     }
+  }
+  if (mc.opt.fp8_mma && std::string(mc.opt.fp8_mma) == "two_term_qk") {
+    EXPECT_NE(gpu.plan.kernel_name.find("_2tqk"), std::string::npos) << gpu.plan.kernel_name;
+    if (mc.spec.out_dtype != DType::kFP8E4M3) EXPECT_LE(compare(c, gpu).rel_l2, 4e-3) << seed_message();
   }
 }
 
@@ -381,6 +467,22 @@ std::vector<BeamCase> beam_cases() {
     m.push_back({"beam4_split_two_term", s, 4, 3, o});
     s.window = 300, s.sinks = true;
     m.push_back({"beam4_split_window_sinks_two_term", s, 4, 3, o});
+    // int8 on IMMA: the beams' shared pages read once, items per beam masked for the others.
+    s.kv_dtype = DType::kINT8;
+    m.push_back({"beam4_int8_split_window_sinks_two_term", s, 4, 3, o});
+    s.window = 0, s.sinks = false;
+    m.push_back({"beam4_int8_split_two_term", s, 4, 3, o});
+    o.fp8_mma = "two_term_qk";
+    m.push_back({"beam4_int8_split_two_term_qk", s, 4, 3, o});
+  }
+  {
+    GqaCaseSpec s = base(32, 4, 128, 16, DType::kINT8);
+    s.batch = 12, s.seq_lens = {500, 500, 500, 500, 130, 131, 129, 135, 17, 17, 17, 17};
+    s.layout = KvLayout::kHND;
+    GpuOptions o;
+    o.beam_width = 4;
+    o.fp8_mma = "two_term";
+    m.push_back({"beam4_int8_hnd_two_term", s, 4, 1, o});
   }
   {
     GqaCaseSpec s = base(16, 2, 64, 16, DType::kBF16);
@@ -410,7 +512,13 @@ TEST_P(GqaGpuBeams, MatchesCpuReference) {
   auto rng = make_rng(std::hash<std::string>{}(bc.name));
   GqaCase c = build_gqa_case(bc.spec, rng);
   share_prefix_pages(c, bc.beams, bc.own_pages);
-  expect_matches_reference(bc.name, c, run_gqa_on_gpu(c, bc.opt));
+  const GpuRun gpu = run_gqa_on_gpu(c, bc.opt);
+  expect_matches_reference(bc.name, c, gpu);
+  const bool two_term = bc.opt.fp8_mma && std::string(bc.opt.fp8_mma) == "two_term";
+  if (two_term && (bc.spec.kv_dtype == DType::kINT8 || cuda::compute_capability(0) >= 89)) {
+    EXPECT_NE(gpu.plan.kernel_name.find("_2term"), std::string::npos) << gpu.plan.kernel_name;
+    EXPECT_LE(compare(c, gpu).rel_l2, 4e-3) << seed_message();
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Beams, GqaGpuBeams, ::testing::ValuesIn(beam_cases()),

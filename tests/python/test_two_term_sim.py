@@ -40,3 +40,25 @@ def test_split_recovers_e4m3_precision_squared():
     two = np.max(np.abs(sim.split(x, 2) - x) / x)
     assert one > 2 ** -5          # 3 mantissa bits: up to 2^-4 relative
     assert two < 2 ** -7          # the low term captures the residual to its own 3 bits
+
+
+@pytest.mark.parametrize("head_dim,group,keys,outliers", [
+    (128, 8, 1024, False),
+    (64, 16, 1024, True),
+    (256, 8, 512, False),
+])
+def test_int8_two_term_as_accurate_as_widening(head_dim, group, keys, outliers):
+    # int8 cache on IMMA: q and P as two int8 terms with the low product shifted into one int32
+    # sum cost no more than widening to fp16 (both sit at the bf16 output floor).
+    e = sim.errors_int8(7, head_dim, group, keys, outliers)
+    assert e["two_term"] < 4e-3, e
+    assert e["one_term"] > 2 * e["two_term"], e
+    assert e["two_term"] < e["widen"] + 2e-4, e
+    assert e["two_term_qk"] < e["widen"] + 2e-4, e
+
+
+def test_int8_split_terms_fit_int8():
+    import numpy as np
+    x = np.linspace(-127.0, 127.0, 100001)
+    hi, lo = sim.split_int8(x, 2)
+    assert np.max(np.abs(hi + lo / 128.0 - x)) <= 2 ** -8 + 1e-12
