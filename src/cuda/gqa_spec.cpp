@@ -89,10 +89,17 @@ GqaKernelKey make_gqa_key(const GqaConfig& config, int arch) {
   // So the default is two-term on sm_89 and the ldmatrix-fed widening elsewhere
   // (docs/perf-notes.md, issue 8).
   // int8 mma.sync m16n8k32 (IMMA.16832.S8.S8) is native on sm_80 and every later arch, so the
-  // int8 two-term path may run anywhere; until it is measured, int8 defaults to the widening.
-  const bool fp8 = kv::kind_of(key.kv_dtype) == kv::kKvFp8;
+  // int8 two-term paths may run anywhere. Measured on the H200 (356eea9, KV GB/s, copy 4295):
+  // QK on IMMA with PV widened (two_term_qk) 3241 / 3096 / 2888 / 2961 on l70-b99-4k /
+  // l70-b560-2k / l70-b128-2k / q235-b64-4k, both products on IMMA (two_term) 3210 / 3048 /
+  // 2820 / 2895, the widening 2905 / 2825 / 2636 / 2643: two_term_qk is the sm_90 default; the
+  // other arches keep the widening until measured there.
+  const int kind = kv::kind_of(key.kv_dtype);
+  const bool fp8 = kind == kv::kKvFp8;
   const bool two_term_ok = fp8 ? arch >= 89 : true;
-  key.fp8_mma = fp8 && arch == 89 ? kv::kTwoTerm : kv::kWidenLdsm;
+  key.fp8_mma = fp8 && arch == 89                  ? kv::kTwoTerm
+                : kind == kv::kKvInt8 && arch == 90 ? kv::kTwoTermQk
+                                                    : kv::kWidenLdsm;
   if (const char* env = std::getenv("DECA_GQA_FP8_MMA")) {
     const std::string v = env;
     if (v == "widen") key.fp8_mma = kv::kWiden;
