@@ -169,32 +169,15 @@ __device__ __forceinline__ float magic_to_float(int biased) {
   return __fsub_rn(__int_as_float(biased), kMagic);
 }
 
-// d = a . b + c (int8 x int8 -> int32, k = 32).
-__device__ __forceinline__ void mma_s8_16832(int (&d)[4], const unsigned (&a)[4], unsigned b0,
-                                             unsigned b1, int c0, int c1, int c2, int c3) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, {%10, %11, %12, %13};\n"
-      : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(c0), "r"(c1),
-        "r"(c2), "r"(c3));
-}
-
-// d += a . b.
-__device__ __forceinline__ void mma_s8_16832(int (&d)[4], const unsigned (&a)[4], unsigned b0,
-                                             unsigned b1) {
-  mma_s8_16832(d, a, b0, b1, d[0], d[1], d[2], d[3]);
-}
-
 // d = hi . b + ((lo . b + 64) >> 7) + kMagicBits: the two-term product against one 8-bit B
 // fragment in one int32 tile (magic_to_float turns it into the float hi . b + lo . b * 2^-7).
 __device__ __forceinline__ void mma_s8_two_term(int (&d)[4], const unsigned (&hi)[4],
                                                 const unsigned (&lo)[4], unsigned b0, unsigned b1) {
   int t[4];
-  mma_s8_16832(t, lo, b0, b1, 64, 64, 64, 64);
+  ptx::mma_s8_16832(t, lo, b0, b1, 64, 64, 64, 64);
 #pragma unroll
   for (int e = 0; e < 4; ++e) t[e] = (t[e] >> 7) + kMagicBits;
-  mma_s8_16832(d, hi, b0, b1, t[0], t[1], t[2], t[3]);
+  ptx::mma_s8_16832(d, hi, b0, b1, t[0], t[1], t[2], t[3]);
 }
 
 // Four floats (|x| <= 127) -> hi and lo, four int8 bytes each in order (x0 in byte 0). For q,

@@ -94,6 +94,24 @@ __device__ __forceinline__ void mma_e4m3_16832(float (&d)[4], const unsigned (&a
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// ---- mma.sync m16n8k32 s8 x s8, int32 accumulate (PTX ISA 9.7.14.5.8, sm_80+) ---------------
+// Fragments as mma_e4m3_16832 (8-bit A and B); native IMMA.16832 on sm_80 to sm_90, where the
+// e4m3 form above is emulated on sm_90. d = a . b + c:
+__device__ __forceinline__ void mma_s8_16832(int (&d)[4], const unsigned (&a)[4], unsigned b0,
+                                             unsigned b1, int c0, int c1, int c2, int c3) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%10, %11, %12, %13};\n"
+      : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(c0), "r"(c1),
+        "r"(c2), "r"(c3));
+}
+// d += a . b.
+__device__ __forceinline__ void mma_s8_16832(int (&d)[4], const unsigned (&a)[4], unsigned b0,
+                                             unsigned b1) {
+  mma_s8_16832(d, a, b0, b1, d[0], d[1], d[2], d[3]);
+}
+
 // ---- Arithmetic helpers -----------------------------------------------------------------------
 // 2^x with the SFU (PTX ISA 9.7.4.x ex2.approx, relative error ~2^-22); ex2(-inf) = +0.
 __device__ __forceinline__ float ex2(float x) {

@@ -649,10 +649,10 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
               ptx::ldmatrix_x2(ks + tok * T::kRowStride + kk * 32, b0, b2);
               b1 = b3 = 0u;
             }
-            kv::mma_s8_16832(s_hi[0], qh, b0, b1);
-            kv::mma_s8_16832(s_lo[0], ql, b0, b1);
-            kv::mma_s8_16832(s_hi[1], qh, b2, b3);
-            kv::mma_s8_16832(s_lo[1], ql, b2, b3);
+            ptx::mma_s8_16832(s_hi[0], qh, b0, b1);
+            ptx::mma_s8_16832(s_lo[0], ql, b0, b1);
+            ptx::mma_s8_16832(s_hi[1], qh, b2, b3);
+            ptx::mma_s8_16832(s_lo[1], ql, b2, b3);
           }
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
