@@ -65,7 +65,9 @@ def split(x_s, terms):
     return hi + e4m3(fp16(fp16(x_s) - hi))
 
 
-def make_case(rng, head_dim, group, keys, outliers=False):
+def make_case(rng, head_dim, group, keys, outliers=False, cache="fp8"):
+    """q (bf16) and K / V stored as `cache` codes with per-tensor scales: fp8 e4m3 (largest
+    magnitude at 448), or int8 as deca's quantize_int8 stores it (round, clamp to +-127)."""
     q = rng.standard_normal((group, head_dim))
     k = rng.standard_normal((keys, head_dim))
     v = rng.standard_normal((keys, head_dim))
@@ -75,27 +77,14 @@ def make_case(rng, head_dim, group, keys, outliers=False):
         q[:, ch] *= 20.0
         k[:, ch] *= 20.0
     q = bf16(q)
-    k_scale = np.max(np.abs(k)) / 448.0
-    v_scale = np.max(np.abs(v)) / 448.0
-    k8 = e4m3(k / k_scale)  # stored codes' values
-    v8 = e4m3(v / v_scale)
-    return q, k8, k_scale, v8, v_scale
-
-
-def make_case_int8(rng, head_dim, group, keys, outliers=False):
-    """As make_case, quantized the way deca's quantize_int8 stores int8: round, clamp to +-127."""
-    q = rng.standard_normal((group, head_dim))
-    k = rng.standard_normal((keys, head_dim))
-    v = rng.standard_normal((keys, head_dim))
-    if outliers:
-        ch = rng.choice(head_dim, size=max(1, head_dim // 32), replace=False)
-        q[:, ch] *= 20.0
-        k[:, ch] *= 20.0
-    q = bf16(q)
-    k_scale = np.max(np.abs(k)) / 127.0
-    v_scale = np.max(np.abs(v)) / 127.0
-    k8 = np.clip(np.rint(k / k_scale), -127, 127)
-    v8 = np.clip(np.rint(v / v_scale), -127, 127)
+    top = 448.0 if cache == "fp8" else 127.0
+    k_scale = np.max(np.abs(k)) / top
+    v_scale = np.max(np.abs(v)) / top
+    if cache == "fp8":
+        k8, v8 = e4m3(k / k_scale), e4m3(v / v_scale)  # stored codes' values
+    else:
+        k8 = np.clip(np.rint(k / k_scale), -127, 127)
+        v8 = np.clip(np.rint(v / v_scale), -127, 127)
     return q, k8, k_scale, v8, v_scale
 
 
@@ -195,7 +184,7 @@ def errors(seed, head_dim, group, keys, outliers=False):
 
 def errors_int8(seed, head_dim, group, keys, outliers=False):
     rng = np.random.default_rng(seed)
-    q, k8, ks, v8, vs = make_case_int8(rng, head_dim, group, keys, outliers)
+    q, k8, ks, v8, vs = make_case(rng, head_dim, group, keys, outliers, cache="int8")
     scale = 1.0 / np.sqrt(head_dim)
     ref = reference(q, k8, ks, v8, vs, scale)
     return {

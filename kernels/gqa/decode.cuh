@@ -618,6 +618,23 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
       float s_acc[kN8][4];
 #pragma unroll
       for (int j = 0; j < kN8; ++j) s_acc[j][0] = s_acc[j][1] = s_acc[j][2] = s_acc[j][3] = 0.f;
+      // Two-term paths: the m16n8k32 B fragments of n8 tiles j and j + 1 at k step kk, K bytes
+      // straight from shared memory (ldmatrix on 8-bit rows gives thread (g, c) bytes 4c..4c+3 of
+      // row g, dims in natural order).
+      auto load_k8 = [&](int j, int kk, unsigned& b0, unsigned& b1, unsigned& b2, unsigned& b3) {
+        const int m = lane / 8;
+        if (kk * 32 + 16 < D) {
+          // x4: (tokens 0-7, dims 0-15), (tokens 0-7, dims 16-31), (tokens 8-15, ...) x2.
+          const int tok = local0 + j * 8 + (m / 2) * 8 + lane % 8;
+          ptx::ldmatrix_x4(ks + tok * T::kRowStride + kk * 32 + (m % 2) * 16, b0, b1, b2, b3);
+        } else {
+          // 16 dims left: (tokens 0-7), (tokens 8-15); the upper k half is zero on both sides
+          // (padding bytes of the row could hold anything, NaN codes included).
+          const int tok = local0 + j * 8 + (m % 2) * 8 + lane % 8;
+          ptx::ldmatrix_x2(ks + tok * T::kRowStride + kk * 32, b0, b2);
+          b1 = b3 = 0u;
+        }
+      };
 
       if constexpr (T::kTwoTermI8) {
         // The fp8 two-term loop below with the loops swapped: per pair of n8 tiles, every k step,
@@ -638,17 +655,8 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
             unsigned qh[4], ql[4];
             load_q8(kk, 0, qh);
             load_q8(kk, 1, ql);
-            const bool full = kk * 32 + 16 < D;
-            const int m = lane / 8;
             unsigned b0, b1, b2, b3;
-            if (full) {
-              const int tok = local0 + j * 8 + (m / 2) * 8 + lane % 8;
-              ptx::ldmatrix_x4(ks + tok * T::kRowStride + kk * 32 + (m % 2) * 16, b0, b1, b2, b3);
-            } else {
-              const int tok = local0 + j * 8 + (m % 2) * 8 + lane % 8;
-              ptx::ldmatrix_x2(ks + tok * T::kRowStride + kk * 32, b0, b2);
-              b1 = b3 = 0u;
-            }
+            load_k8(j, kk, b0, b1, b2, b3);
             ptx::mma_s8_16832(s_hi[0], qh, b0, b1);
             ptx::mma_s8_16832(s_lo[0], ql, b0, b1);
             ptx::mma_s8_16832(s_hi[1], qh, b2, b3);
@@ -661,30 +669,16 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
           }
         }
       } else if constexpr (T::kTwoTerm) {
-        // K bytes straight from shared memory: ldmatrix on 8-bit rows gives thread (g, c) bytes
-        // 4c..4c+3 of row g, exactly the m16n8k32 B fragment (dims in natural order). Both q
-        // terms share every K fragment.
+        // Both q terms share every K fragment (load_k8).
 #pragma unroll
         for (int kk = 0; kk < T::kK32Steps; ++kk) {
           unsigned qh[4], ql[4];
           load_q8(kk, 0, qh);
           load_q8(kk, 1, ql);
-          const bool full = kk * 32 + 16 < D;
 #pragma unroll
           for (int j = 0; j < kN8; j += 2) {
-            const int m = lane / 8;
             unsigned b0, b1, b2, b3;
-            if (full) {
-              // x4: (tokens 0-7, dims 0-15), (tokens 0-7, dims 16-31), (tokens 8-15, ...) x2.
-              const int tok = local0 + j * 8 + (m / 2) * 8 + lane % 8;
-              ptx::ldmatrix_x4(ks + tok * T::kRowStride + kk * 32 + (m % 2) * 16, b0, b1, b2, b3);
-            } else {
-              // 16 dims left: (tokens 0-7), (tokens 8-15); the upper k half is zero on both
-              // sides (padding bytes of the row could hold anything, NaN codes included).
-              const int tok = local0 + j * 8 + (m % 2) * 8 + lane % 8;
-              ptx::ldmatrix_x2(ks + tok * T::kRowStride + kk * 32, b0, b2);
-              b1 = b3 = 0u;
-            }
+            load_k8(j, kk, b0, b1, b2, b3);
             ptx::mma_e4m3_16832(s_acc[j], qh, b0, b1);
             ptx::mma_e4m3_16832(s_acc[j], ql, b0, b1);
             ptx::mma_e4m3_16832(s_acc[j + 1], qh, b2, b3);

@@ -86,6 +86,18 @@ __device__ __forceinline__ Piece piece_of(const SparseKernelParams& kp, const Sp
   return pc;
 }
 
+// O *= the rescale factor of its row: a warp's m64n256 accumulator holds rows r0 (a0) and
+// r0 + 8 (a1) in alternating pairs.
+__device__ __forceinline__ void scale_rows(float (&o)[128], float a0, float a1) {
+#pragma unroll
+  for (int i = 0; i < 32; ++i) {
+    o[4 * i] *= a0;
+    o[4 * i + 1] *= a0;
+    o[4 * i + 2] *= a1;
+    o[4 * i + 3] *= a1;
+  }
+}
+
 // Byte offset of 16-byte unit `unit` (0..7) of row `row` inside a 64-row x 128 B swizzled chunk.
 __device__ __forceinline__ unsigned swz(int row, int unit) {
   return static_cast<unsigned>(row * 128 + ((unit ^ (row & 7)) << 4));
@@ -723,13 +735,7 @@ __device__ __forceinline__ void consumer0(const SparseKernelParams& kp, const Sp
       fence_proxy_async_smem();
       mbar_arrive(sm.p_ready());
 
-#pragma unroll
-      for (int i = 0; i < 32; ++i) {
-        o[4 * i] *= a0;
-        o[4 * i + 1] *= a0;
-        o[4 * i + 2] *= a1;
-        o[4 * i + 3] *= a1;
-      }
+      scale_rows(o, a0, a1);
       // O[:, 0:256] += P V: B = V (MN-major: rows = tokens, 64 columns per chunk), k step kk is
       // tokens 16 kk .. 16 kk + 15 = two 8-row groups (SBO 1024 B) at byte 2048 kk; the 256
       // columns are chunks 0..3 (LBO 8192 B).
@@ -819,13 +825,7 @@ __device__ __forceinline__ void consumer1(const SparseKernelParams& kp, const Sp
       mbar_wait(sm.p_ready(), it & 1);
       const float a0 = sm.row_scale()[r0];
       const float a1 = sm.row_scale()[r0 + 8];
-#pragma unroll
-      for (int i = 0; i < 32; ++i) {
-        o[4 * i] *= a0;
-        o[4 * i + 1] *= a0;
-        o[4 * i + 2] *= a1;
-        o[4 * i + 3] *= a1;
-      }
+      scale_rows(o, a0, a1);
       // O[:, 256:512] += P V: A = P (K-major 64 x 64, k step kk at byte 32 kk), B = V chunks
       // 4..7 as in consumer 0.
       if constexpr (kAblate != kAblateNoMma) {
