@@ -22,7 +22,6 @@
 #                                "memcheck racecheck initcheck synccheck"), all at once, each in
 #                                DECA_SANITIZE_SHARDS gtest shards (default 3); DECA_SANITIZE_FILTER
 #                                (default: all but the timing tests), DECA_SANITIZE_TIMEOUT (s, 300)
-#   DECA_NSYS="preset ..."       nsys kernel durations of one deca-bench run per preset
 #   DECA_JIT_STRESS=1            tools/jit_cache_stress.sh: processes sharing one JIT cache directory
 #
 # The machine has the CUDA toolkit, CMake and ninja but maybe not GoogleTest, CLI11 or
@@ -105,21 +104,6 @@ if [ "${DECA_SKIP_PYTHON:-0}" != 1 ]; then
     log "python host cost rc=$?"
     tail -15 "$logs/py_host_cost.log"
   fi
-fi
-# Kernel durations per preset under nsys (DECA_NSYS="mla-sparse ..."): which launch of an op
-# costs what (scheduler, decode, combine), from the cuda_gpu_kern_sum report.
-nsys_bin=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2> /dev/null | head -1)
-if [ -n "${DECA_NSYS:-}" ] && [ $have_bench = 1 ] && [ -n "$nsys_bin" ]; then
-  for p in $DECA_NSYS; do
-    tag=$(echo "$p" | tr '/' '_')
-    log "nsys $p"
-    timeout 300 "$nsys_bin" profile -o "/tmp/nsys_$tag" --force-overwrite true --trace cuda \
-      $build/bench/deca-bench --preset "$p" --iters 5 --warmup 2 > "$logs/nsys_$tag.run.log" 2>&1
-    "$nsys_bin" stats --report cuda_gpu_kern_sum --format csv "/tmp/nsys_$tag.nsys-rep" \
-      > "$logs/nsys_$tag.csv" 2> /dev/null
-    log "nsys $p rc=$?"
-    cut -c1-220 "$logs/nsys_$tag.csv" | head -40
-  done
 fi
 # Hardware counters for chosen cases (DECA_NCU_CASES="l70-b99-4k/fp8 ..."): one decode launch each.
 if [ -n "${DECA_NCU_CASES:-}" ] && [ $have_bench = 1 ] && command -v ncu > /dev/null; then
