@@ -62,20 +62,26 @@ def _output(shape, dtype):
 # call(inputs, outputs, **kw), reference(inputs) -> {name: (expected, compare)}, and the
 # names of index inputs a bad_index mutation may corrupt.
 
+def _page_table(rng, lens, page):
+    """A page table for requests of `lens` tokens over shuffled pages, one spare page (in every
+    unused slot) past what they need; returns (table, num_pages)."""
+    need = [math.ceil(n / page) for n in lens]
+    num_pages = sum(need) + 1
+    ids = rng.permutation(num_pages)
+    table = np.full((len(lens), max(need + [1])), ids[-1], np.int32)
+    at = 0
+    for b, n in enumerate(need):
+        table[b, :n] = ids[at:at + n]
+        at += n
+    return table, num_pages
+
+
 def _gqa(rng, p, planned):
     batch, q_len, hkv, group = p["batch"], p["q_len"], p["hkv"], p["group"]
     d, page, layout, kv_dtype = p["d"], p["page"], p["layout"], p["kv_dtype"]
     hq = hkv * group
     lens = [int(rng.integers(q_len, 20)) if rng.random() < 0.85 else 0 for _ in range(batch)]
-    need = [math.ceil(n / page) for n in lens]
-    max_pages = max(need + [1])
-    num_pages = sum(need) + 1
-    ids = rng.permutation(num_pages)
-    table = np.full((batch, max_pages), ids[-1], np.int32)
-    at = 0
-    for b in range(batch):
-        table[b, :need[b]] = ids[at:at + need[b]]
-        at += need[b]
+    table, num_pages = _page_table(rng, lens, page)
     shape = (num_pages, page, hkv, d) if layout == "NHD" else (num_pages, hkv, page, d)
     kv_np = {"bf16": ref.BF16, "fp16": np.float16, "fp8_e4m3": ref.FP8, "int8": np.int8}[kv_dtype]
     if kv_dtype == "int8":
@@ -103,7 +109,7 @@ def _gqa(rng, p, planned):
         if planned:
             plan = deca.GqaPlan(hq, hkv, d, page, layout=layout, kv_dtype=kv_dtype,
                                 max_batch=max(batch, 1), max_q_len=q_len,
-                                max_seq_len=max_seq_len or max_pages * page, lse=p["lse"],
+                                max_seq_len=max_seq_len or table.shape[1] * page, lse=p["lse"],
                                 per_head_kv_scale=p["per_head"])
             return plan.run(i["q"], i["k_cache"], i["v_cache"], i["page_table"], i["seq_lens"],
                             o["out"], lse=o.get("lse"), **scales(i))
@@ -134,15 +140,7 @@ def _gqa(rng, p, planned):
 def _mla_dense(rng, p):
     batch, q_len, heads, page = p["batch"], p["q_len"], p["hkv"], p["page"]
     lens = [int(rng.integers(q_len, 12)) if rng.random() < 0.85 else 0 for _ in range(batch)]
-    need = [math.ceil(n / page) for n in lens]
-    max_blocks = max(need + [1])
-    blocks = sum(need) + 1
-    ids = rng.permutation(blocks)
-    table = np.full((batch, max_blocks), ids[-1], np.int32)
-    at = 0
-    for b in range(batch):
-        table[b, :need[b]] = ids[at:at + need[b]]
-        at += need[b]
+    table, blocks = _page_table(rng, lens, page)
     inputs = dict(q=(rng.standard_normal((batch, q_len, heads, 576)) * 0.1).astype(ref.BF16),
                   kv_cache=rng.standard_normal((blocks, page, 1, 576)).astype(ref.BF16),
                   block_table=table, cache_seqlens=np.asarray(lens, np.int32))
