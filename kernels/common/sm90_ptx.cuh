@@ -205,6 +205,14 @@ __device__ __forceinline__ void mbar_arrive_cluster(unsigned cluster_addr) {
   asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(cluster_addr)
                : "memory");
 }
+// mbarrier.arrive.relaxed.cluster.shared::cluster.b64 _, [addr]; -- the same arrival without
+// the release: no ordering of this thread's earlier memory operations, so no MEMBAR.ALL.GPU in
+// front of it (the release form costs one per arrival). For "I finished reading my tile"
+// signals whose reads were already completed (wgmma.wait_group) before the arrival issues.
+__device__ __forceinline__ void mbar_arrive_cluster_relaxed(unsigned cluster_addr) {
+  asm volatile("mbarrier.arrive.relaxed.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(cluster_addr)
+               : "memory");
+}
 // mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [addr], parity; in a loop: for
 // barriers that other CTAs of the cluster arrive on or complete bytes on (their writes, and the
 // reads they finished before arriving, are ordered before what follows).
@@ -212,6 +220,13 @@ __device__ __forceinline__ void mbar_wait_cluster(mbar_t* bar, unsigned parity) 
   while (!cuda::ptx::mbarrier_try_wait_parity(cuda::ptx::sem_acquire, cuda::ptx::scope_cluster, bar,
                                               parity)) {
   }
+}
+// mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 state, [addr], tx_count; -- as
+// mbar_arrive_expect_tx at CTA scope (no MEMBAR.ALL.GPU): the bytes that complete the phase are
+// counted by the barrier whatever the scope of this arrival.
+__device__ __forceinline__ void mbar_arrive_expect_tx_cta(mbar_t* bar, unsigned bytes) {
+  (void)cuda::ptx::mbarrier_arrive_expect_tx(cuda::ptx::sem_release, cuda::ptx::scope_cta,
+                                             cuda::ptx::space_shared, bar, bytes);
 }
 // fence.mbarrier_init.release.cluster; -- makes the inits visible before any other thread
 // (or the async proxy) uses the barriers.
@@ -291,6 +306,12 @@ __device__ __forceinline__ int ldg_nc_s32(const int* p) {
 // register is tied up while it is in flight.
 __device__ __forceinline__ void prefetch_l2(const void* p) {
   asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
+}
+// cp.async.bulk.prefetch.L2.global [addr], bytes; -- the whole range (16-byte aligned, a
+// multiple of 16 bytes) into L2 by the copy engine, one instruction and no register for a
+// record that spans several lines (prefetch.global.L2 pulls one line per instruction).
+__device__ __forceinline__ void prefetch_l2_bulk(const void* p, unsigned bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p), "r"(bytes) : "memory");
 }
 
 // ---- Conversions (PTX ISA 9.7.9.21, cvt) ---------------------------------------------------------

@@ -40,6 +40,8 @@ std::string MlaKernelKey::name() const {
     if (cluster > 1) s += "_c" + std::to_string(cluster);
     if (pipe > 0) s += "_pipe" + std::to_string(pipe);
     if (dequant > 0) s += "_ideq";
+    if (sync > 0) s += "_sync" + std::to_string(sync);
+    if (prefetch > 0) s += "_pf" + std::to_string(prefetch);
   }
   s += "_sm" + std::to_string(arch);
   return s;
@@ -78,7 +80,9 @@ jit::JitSpec MlaKernelKey::spec() const {
     prologue = "struct Cfg {\n  static constexpr int kPageSize = " + std::to_string(page_size) +
                ";\n  static constexpr int kCluster = " + std::to_string(cluster) +
                ";\n  static constexpr int kPipe = " + std::to_string(pipe) +
-               ";\n  static constexpr int kDequant = " + std::to_string(dequant) + ";\n};\n";
+               ";\n  static constexpr int kDequant = " + std::to_string(dequant) +
+               ";\n  static constexpr int kSync = " + std::to_string(sync) +
+               ";\n  static constexpr int kPrefetch = " + std::to_string(prefetch) + ";\n};\n";
   }
   spec.source = "// " + spec.name + "\n" + prologue + "#include \"" + header + "\"\n";
   return spec;
@@ -122,6 +126,16 @@ MlaKernelKey mla_decode_key(int arch, const std::string& variant, const MlaConfi
     if (std::strcmp(env, "1") == 0) k.dequant = 1;
   }
   if (k.pipe != 3) k.dequant = 0;  // the integer route is built only with pipe 3 (registers)
+  k.sync = kMlaSm90Sync;
+  k.prefetch = kMlaSm90Prefetch;
+  if (const char* env = std::getenv("DECA_MLA_SYNC")) {
+    if (std::strcmp(env, "0") == 0) k.sync = 0;
+    if (std::strcmp(env, "1") == 0) k.sync = 1;
+  }
+  if (const char* env = std::getenv("DECA_MLA_PREFETCH")) {
+    if (env[0] >= '0' && env[0] <= '2' && env[1] == '\0') k.prefetch = env[0] - '0';
+  }
+  if (k.cluster != 2) k.sync = 0;  // only a cluster has hand-overs between CTAs
   return k;
 }
 

@@ -113,6 +113,8 @@ struct Sm90Case {
   int cluster = 1;         // 2: the two head blocks share dequantized tokens (65..128 heads)
   int pipe = 0;            // Cfg::kPipe: the producer pipeline variant (sm90/traits.cuh)
   int dequant = 0;         // Cfg::kDequant: 1 the integer e4m3 placement (exact: same bytes as 0)
+  int sync = 0;            // Cfg::kSync: 1 the light cluster hand-overs
+  int prefetch = 0;        // Cfg::kPrefetch: 1 bulk record prefetch, 2 none
   std::string name;
 };
 
@@ -172,7 +174,7 @@ void run_case(const Sm90Case& tc) {
   kp.run.num_parts = static_cast<int>(lay.parts.size());
   kp.run.max_slots = lay.slots;
 
-  const jit::LoadedKernel& k = jit::get_kernel(mla_sm90_spec(s.page_size, tc.cluster, 0, tc.pipe, tc.dequant), 0);
+  const jit::LoadedKernel& k = jit::get_kernel(mla_sm90_spec(s.page_size, tc.cluster, 0, tc.pipe, tc.dequant, tc.sync, tc.prefetch), 0);
   void* args[] = {&kp};
   jit::LaunchOptions opts;
   if (tc.cluster == 2) opts.cluster = {2, 1, 1};
@@ -441,6 +443,34 @@ TEST(MlaSm90Kernel, ProducerPipeVariants) {
     for (Sm90Case& c : cases) {
       c.pipe = pipe;
       c.dequant = dequant;
+      run_case(c);
+    }
+  }
+}
+
+// The light cluster hand-overs (Cfg::kSync = 1) and the L2 prefetch routes (Cfg::kPrefetch 1
+// bulk, 2 none) with the default pipe: many blocks per partition (the hand-overs' phases wrap
+// many times), page 1 and 64, splits with the sink, a request of all -1.
+TEST(MlaSm90Kernel, SyncAndPrefetchVariants) {
+  REQUIRE_SM90();
+  for (const auto [sync, prefetch] : {std::pair{1, 0}, std::pair{0, 1}, std::pair{1, 1}, std::pair{0, 2}}) {
+    const std::string k = "s" + std::to_string(sync) + "_f" + std::to_string(prefetch) + "_";
+    Sm90Case c2 = make(k + "c2_h128_q1_p64_topk2048", 2, 1, 128, 64, 2048);
+    Sm90Case c2split = make(k + "c2_h128_split_cap3_sink_topklen", 5, 2, 128, 64, 448);
+    c2split.cap = 3;
+    c2split.one_request = false;
+    c2split.spec.attn_sink = true;
+    c2split.spec.topk_length = true;
+    Sm90Case c2skips = make(k + "c2_h96_p1_heavy_skips_empty_row", 3, 1, 96, 1, 512);
+    c2skips.spec.skip_fraction = 0.9f;
+    c2skips.empty_row = true;
+    std::vector<Sm90Case> cases = {c2, c2split, c2skips};
+    for (Sm90Case& c : cases) c.cluster = 2;
+    cases.push_back(make(k + "h64_q1_p64_topk2048", 2, 1, 64, 64, 2048));
+    for (Sm90Case& c : cases) {
+      c.pipe = 2;
+      c.sync = sync;
+      c.prefetch = prefetch;
       run_case(c);
     }
   }

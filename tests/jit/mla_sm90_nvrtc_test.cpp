@@ -67,6 +67,20 @@ TEST(MlaSm90Nvrtc, PipeVariantsCompileWithoutSpills) {
   }
 }
 
+// The cluster hand-overs at light scope (Cfg::kSync = 1) and the L2 prefetch routes
+// (Cfg::kPrefetch 1 bulk, 2 none), with the default pipe.
+TEST(MlaSm90Nvrtc, SyncAndPrefetchVariantsCompileWithoutSpills) {
+  for (int prefetch : {0, 1, 2}) {
+    for (int cluster : {1, 2}) {
+      for (int sync : {0, 1}) {
+        if (sync == 1 && cluster == 1) continue;
+        expect_clean_compile(test::mla_sm90_spec(64, cluster, 0, 2, 0, sync, prefetch));
+      }
+    }
+  }
+  expect_clean_compile(test::mla_sm90_spec(1, 2, 0, 2, 0, 1, 1));
+}
+
 TEST(MlaSm90Nvrtc, SharedMemoryPlanFitsOneCta) {
   static_assert(mla::sm90::kSmemBytes <= 227 * 1024);
   EXPECT_EQ(mla::sm90::kThreads, 384);

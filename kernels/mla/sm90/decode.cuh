@@ -135,50 +135,50 @@ __device__ __forceinline__ uint2 dequant4_int(unsigned w, float scale_hi) {
   return make_uint2(f32x2_to_bf16x2(v0, v1), f32x2_to_bf16x2(v2, v3));
 }
 
-// Cfg::kCluster when the prologue defines it, else 1.
-template <class C, class = void>
-struct ClusterOf {
-  static constexpr int value = 1;
-};
-template <class C>
-struct ClusterOf<C, decltype(void(C::kCluster))> {
-  static constexpr int value = C::kCluster;
-};
+// Cfg knobs: Cfg::member when the prologue defines it, else the fallback.
+#define DECA_MLA_SM90_KNOB(Trait, member, fallback)           \
+  template <class C, class = void>                            \
+  struct Trait {                                              \
+    static constexpr int value = fallback;                    \
+  };                                                          \
+  template <class C>                                          \
+  struct Trait<C, decltype(void(C::member))> {                \
+    static constexpr int value = C::member;                   \
+  };
 
-// Cfg::kAblate when the prologue defines it, else kAblateNone: variants that leave one stage
-// out, for timing only (their numbers are wrong): what the kernel costs without the
-// e4m3 -> bf16 conversion (the raw bytes are stored instead), or without the tensor cores.
+// CTAs per cluster (traits.cuh kClusterX).
+DECA_MLA_SM90_KNOB(ClusterOf, kCluster, 1)
+
+// Variants that leave one stage out, for timing only (their numbers are wrong): what the kernel
+// costs without the e4m3 -> bf16 conversion (the raw bytes are stored instead), or without the
+// tensor cores.
 enum Ablate : int { kAblateNone = 0, kAblateNoDequant = 1, kAblateNoMma = 2 };
-template <class C, class = void>
-struct AblateOf {
-  static constexpr int value = kAblateNone;
-};
-template <class C>
-struct AblateOf<C, decltype(void(C::kAblate))> {
-  static constexpr int value = C::kAblate;
-};
+DECA_MLA_SM90_KNOB(AblateOf, kAblate, kAblateNone)
 
-// Cfg::kPipe when the prologue defines it, else kPipeBase (traits.cuh): how the producer orders
-// its global loads against the tile handshake; see producer_ahead.
-template <class C, class = void>
-struct PipeOf {
-  static constexpr int value = kPipeBase;
-};
-template <class C>
-struct PipeOf<C, decltype(void(C::kPipe))> {
-  static constexpr int value = C::kPipe;
-};
+// How the producer orders its global loads against the tile handshake (traits.cuh Pipe; see
+// producer_ahead).
+DECA_MLA_SM90_KNOB(PipeOf, kPipe, kPipeBase)
 
-// Cfg::kDequant when the prologue defines it, else 0: 0 the hardware conversions (dequant4), 1
-// the integer placement (dequant4_int) for every scale below 2^8, dequant4 for the others.
-template <class C, class = void>
-struct DequantOf {
-  static constexpr int value = 0;
-};
-template <class C>
-struct DequantOf<C, decltype(void(C::kDequant))> {
-  static constexpr int value = C::kDequant;
-};
+// 0 the hardware conversions (dequant4), 1 the integer placement (dequant4_int) for every scale
+// below 2^8, dequant4 for the others.
+DECA_MLA_SM90_KNOB(DequantOf, kDequant, 0)
+
+// The cluster's tile hand-overs (cluster of 2 only). 0: release / acquire at cluster scope;
+// every consumer warp's arrival on the peer's empty barrier then costs a MEMBAR.ALL.GPU and
+// every cluster-scope wait a CCTL.IVALL (L1 invalidation), ~12 % of the warp-state samples at
+// b128 h128 (ncu, 2026-12-01). 1: the remote arrival relaxed (the tile's reads completed at
+// wgmma.wait_group, before it issues), the waits at CTA scope (the peer's st.async bytes are
+// made visible by the barrier's transaction count, not by the wait's scope).
+enum ClusterSync : int { kSyncCluster = 0, kSyncLight = 1 };
+DECA_MLA_SM90_KNOB(SyncOf, kSync, kSyncCluster)
+
+// The L2 prefetch of the records two blocks ahead. 0: prefetch.global.L2 of each of a record's
+// seven 128-byte lines (shared by the token's threads); 1: one cp.async.bulk.prefetch.L2 of the
+// whole 656-byte record per token; 2: none (the loads' L2::256B hint alone).
+enum Prefetch : int { kPrefetchLines = 0, kPrefetchBulk = 1, kPrefetchNone = 2 };
+DECA_MLA_SM90_KNOB(PrefetchOf, kPrefetch, kPrefetchLines)
+
+#undef DECA_MLA_SM90_KNOB
 
 struct Smem {
   unsigned base;  // shared-window address of the 1024-aligned plan
@@ -230,6 +230,24 @@ template <int kCl>
 __device__ __forceinline__ void store_tile(const Smem& sm, unsigned addr, uint4 v, unsigned peer_bar) {
   sts128(addr, v);
   if constexpr (kCl == 2) st_async_v4(sm.peer(addr), v, peer_bar);
+}
+
+// The cluster's hand-overs at the scope SyncOf<Cfg> picks (kCl == 1: local barriers only).
+template <class Cfg, int kCl>
+__device__ __forceinline__ void wait_empty(const Smem& sm, int stage, unsigned parity) {
+  if constexpr (kCl == 2 && SyncOf<Cfg>::value == kSyncCluster) {
+    mbar_wait_cluster(sm.empty(stage), parity);
+  } else {
+    mbar_wait(sm.empty(stage), parity);
+  }
+}
+template <class Cfg>
+__device__ __forceinline__ void expect_peer_bytes(const Smem& sm, int stage) {
+  if constexpr (SyncOf<Cfg>::value == kSyncCluster) {
+    mbar_arrive_expect_tx(sm.remote(stage), kPeerBytes);
+  } else {
+    mbar_arrive_expect_tx_cta(sm.remote(stage), kPeerBytes);
+  }
 }
 
 // ---- Producer (WG2) -------------------------------------------------------------------------------
@@ -326,9 +344,14 @@ template <class Cfg, int kThreadsPerToken>
 __device__ __forceinline__ void prefetch_record(const MlaSparseParams& p, int id, int t) {
   const unsigned char* rec = p.kv + static_cast<long long>(id / Cfg::kPageSize) * p.kv_stride_block +
                              static_cast<long long>(id % Cfg::kPageSize) * p.kv_stride_slot;
+  if constexpr (PrefetchOf<Cfg>::value == kPrefetchBulk) {
+    // Records are 16-byte aligned and 41 x 16 bytes (the gather's 16-byte loads need it too).
+    if (t % kThreadsPerToken == 0) prefetch_l2_bulk(rec, kTokenBytes);
+  } else if constexpr (PrefetchOf<Cfg>::value == kPrefetchLines) {
 #pragma unroll
-  for (int k = t % kThreadsPerToken; k < 7; k += kThreadsPerToken) {
-    prefetch_l2(rec + (k < 6 ? 128 * k : kTokenBytes - 1));
+    for (int k = t % kThreadsPerToken; k < 7; k += kThreadsPerToken) {
+      prefetch_l2(rec + (k < 6 ? 128 * k : kTokenBytes - 1));
+    }
   }
 }
 
@@ -383,14 +406,10 @@ __device__ __forceinline__ void producer(const SparseKernelParams& kp, const Spa
       const int stage = it & 1;
       // Fresh barriers complete "the phase before phase 0", so the first two waits pass. In a
       // cluster the barrier also counts the peer's consumers: this producer writes their tile.
-      if constexpr (kCl == 2) {
-        mbar_wait_cluster(sm.empty(stage), ((it >> 1) & 1) ^ 1);
-      } else {
-        mbar_wait(sm.empty(stage), ((it >> 1) & 1) ^ 1);
-      }
+      wait_empty<Cfg, kCl>(sm, stage, ((it >> 1) & 1) ^ 1);
       // The peer's bytes for this stage may land before this; the phase still cannot complete
       // until this arrival, and the tx count may dip below zero meanwhile (PTX allows it).
-      if (kCl == 2 && t == 0) mbar_arrive_expect_tx(sm.remote(stage), kPeerBytes);
+      if (kCl == 2 && t == 0) expect_peer_bytes<Cfg>(sm, stage);
       // Every CTA keeps all 64 ids: the consumers mask with them.
       if (t < kTokens) {
         const int pos = blk * kTokens + t;
@@ -507,13 +526,9 @@ __device__ __forceinline__ void producer_ahead(const SparseKernelParams& kp, con
     // Fresh barriers complete "the phase before phase 0", so the first two waits pass. In a
     // cluster the barrier also counts the peer's consumers: this producer writes their tile.
     auto wait_free = [&] {
-      if constexpr (kCl == 2) {
-        mbar_wait_cluster(sm.empty(stage), ((it >> 1) & 1) ^ 1);
-      } else {
-        mbar_wait(sm.empty(stage), ((it >> 1) & 1) ^ 1);
-      }
+      wait_empty<Cfg, kCl>(sm, stage, ((it >> 1) & 1) ^ 1);
       // The peer's bytes may land before this arrival; the phase cannot complete without it.
-      if (kCl == 2 && t == 0) mbar_arrive_expect_tx(sm.remote(stage), kPeerBytes);
+      if (kCl == 2 && t == 0) expect_peer_bytes<Cfg>(sm, stage);
     };
     if constexpr (kPipe != kPipeEarly) wait_free();
     // Every CTA keeps all 64 ids: the consumers mask with them. The slot of block it was last
@@ -541,15 +556,18 @@ __device__ __forceinline__ void producer_ahead(const SparseKernelParams& kp, con
 // ---- Consumers ------------------------------------------------------------------------------------
 // A tile is ready when the local producer's 128 arrivals (and, in a cluster, the peer's bytes)
 // completed its phase; it is released to both producers of a cluster (each writes it).
-template <int kCl>
+template <class Cfg, int kCl>
 __device__ __forceinline__ void wait_tile(const Smem& sm, int stage, unsigned parity) {
   mbar_wait(sm.full(stage), parity);
-  if constexpr (kCl == 2) mbar_wait_cluster(sm.remote(stage), parity);
+  if constexpr (kCl == 2 && SyncOf<Cfg>::value == kSyncCluster) mbar_wait_cluster(sm.remote(stage), parity);
+  if constexpr (kCl == 2 && SyncOf<Cfg>::value == kSyncLight) mbar_wait(sm.remote(stage), parity);
 }
-template <int kCl>
+template <class Cfg, int kCl>
 __device__ __forceinline__ void release_tile(const Smem& sm, int stage) {
   mbar_arrive(sm.empty(stage));
-  if constexpr (kCl == 2) mbar_arrive_cluster(sm.peer(ptx::smem_addr(sm.empty(stage))));
+  const unsigned peer_empty = sm.peer(ptx::smem_addr(sm.empty(stage)));
+  if constexpr (kCl == 2 && SyncOf<Cfg>::value == kSyncCluster) mbar_arrive_cluster(peer_empty);
+  if constexpr (kCl == 2 && SyncOf<Cfg>::value == kSyncLight) mbar_arrive_cluster_relaxed(peer_empty);
 }
 
 // Accumulator fragment of wgmma m64nN (PTX ISA "wgmma .m64nNk16 register fragment layout for
@@ -647,7 +665,7 @@ __device__ __forceinline__ void consumer0(const SparseKernelParams& kp, const Sp
     for (int blk = pc.blk_begin; blk < pc.blk_end; ++blk, ++it) {
       const int stage = it & 1;
       const unsigned tile = sm.k(stage);
-      wait_tile<kCl>(sm, stage, (it >> 1) & 1);
+      wait_tile<Cfg, kCl>(sm, stage, (it >> 1) & 1);
 
       // S = Q K^T: A = Q (K-major, rows = heads), B = K (K-major, rows = tokens); k step kk
       // reads 16 columns = 32 B at byte 32 (kk % 4) of chunk kk / 4.
@@ -749,7 +767,7 @@ __device__ __forceinline__ void consumer0(const SparseKernelParams& kp, const Sp
         wgmma_wait<0>();
         fence_regs(o);
       }
-      if (lane == 0) release_tile<kCl>(sm, stage);
+      if (lane == 0) release_tile<Cfg, kCl>(sm, stage);
     }
 
     // Epilogue: full row sums, then the output factor (1 / l, with the sink for a final
@@ -821,7 +839,7 @@ __device__ __forceinline__ void consumer1(const SparseKernelParams& kp, const Sp
       const int stage = it & 1;
       const unsigned tile = sm.k(stage);
       // Acquire the producer's tile for this warpgroup's own async-proxy reads.
-      wait_tile<kCl>(sm, stage, (it >> 1) & 1);
+      wait_tile<Cfg, kCl>(sm, stage, (it >> 1) & 1);
       mbar_wait(sm.p_ready(), it & 1);
       const float a0 = sm.row_scale()[r0];
       const float a1 = sm.row_scale()[r0 + 8];
@@ -841,7 +859,7 @@ __device__ __forceinline__ void consumer1(const SparseKernelParams& kp, const Sp
         fence_regs(o);
       }
       mbar_arrive(sm.p_free());
-      if (lane == 0) release_tile<kCl>(sm, stage);
+      if (lane == 0) release_tile<Cfg, kCl>(sm, stage);
     }
     mbar_wait(sm.out_ready(), nreq & 1);
     const float* out_scale = sm.out_scale();
