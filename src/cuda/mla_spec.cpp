@@ -42,6 +42,7 @@ std::string MlaKernelKey::name() const {
     if (dequant > 0) s += "_ideq";
     if (sync > 0) s += "_sync" + std::to_string(sync);
     if (prefetch > 0) s += "_pf" + std::to_string(prefetch);
+    if (ahead != 2) s += "_ahead" + std::to_string(ahead);
   }
   s += "_sm" + std::to_string(arch);
   return s;
@@ -82,7 +83,8 @@ jit::JitSpec MlaKernelKey::spec() const {
                ";\n  static constexpr int kPipe = " + std::to_string(pipe) +
                ";\n  static constexpr int kDequant = " + std::to_string(dequant) +
                ";\n  static constexpr int kSync = " + std::to_string(sync) +
-               ";\n  static constexpr int kPrefetch = " + std::to_string(prefetch) + ";\n};\n";
+               ";\n  static constexpr int kPrefetch = " + std::to_string(prefetch) +
+               ";\n  static constexpr int kAhead = " + std::to_string(ahead) + ";\n};\n";
   }
   spec.source = "// " + spec.name + "\n" + prologue + "#include \"" + header + "\"\n";
   return spec;
@@ -133,8 +135,13 @@ MlaKernelKey mla_decode_key(int arch, const std::string& variant, const MlaConfi
     if (std::strcmp(env, "1") == 0) k.sync = 1;
   }
   if (const char* env = std::getenv("DECA_MLA_PREFETCH")) {
-    if (env[0] >= '0' && env[0] <= '2' && env[1] == '\0') k.prefetch = env[0] - '0';
+    if (env[0] >= '0' && env[0] <= '3' && env[1] == '\0') k.prefetch = env[0] - '0';
   }
+  k.ahead = kMlaSm90Ahead;
+  if (const char* env = std::getenv("DECA_MLA_AHEAD")) {
+    if (env[0] >= '1' && env[0] <= '8' && env[1] == '\0') k.ahead = env[0] - '0';
+  }
+  if (k.pipe == 0) k.ahead = 2;  // the base producer prefetches two blocks ahead, fixed
   if (k.cluster != 2) k.sync = 0;  // only a cluster has hand-overs between CTAs
   return k;
 }

@@ -19,8 +19,9 @@ inline constexpr bool kMlaSm90KernelEnabled = true;
 // (kernels/mla/sm90/traits.cuh: Cfg::kPipe, Cfg::kDequant; docs/perf-notes-mla.md the timings).
 inline constexpr int kMlaSm90Pipe = 2;
 inline constexpr int kMlaSm90Dequant = 0;
-inline constexpr int kMlaSm90Sync = 0;      // Cfg::kSync: the cluster hand-overs' scope
-inline constexpr int kMlaSm90Prefetch = 0;  // Cfg::kPrefetch: lines, bulk record, none
+inline constexpr int kMlaSm90Sync = 1;      // Cfg::kSync: the cluster hand-overs' scope (1: light; 240 vs 258 us at b128 h128)
+inline constexpr int kMlaSm90Prefetch = 0;  // Cfg::kPrefetch: lines, bulk record, none, sectors
+inline constexpr int kMlaSm90Ahead = 2;     // Cfg::kAhead: blocks between prefetch and gather
 
 struct MlaKernelKey {
   int arch = 90;                       // compute capability, 90 = sm_90a
@@ -31,7 +32,8 @@ struct MlaKernelKey {
   int pipe = 0;                        // sm90 decode only: producer pipelining (Cfg::kPipe, 0..3)
   int dequant = 0;                     // sm90 decode only: 1 = integer e4m3 placement (Cfg::kDequant)
   int sync = 0;                        // sm90 decode, cluster of 2: 1 = light hand-overs (Cfg::kSync)
-  int prefetch = 0;                    // sm90 decode only: L2 prefetch route (Cfg::kPrefetch, 0..2)
+  int prefetch = 0;                    // sm90 decode only: L2 prefetch route (Cfg::kPrefetch, 0..3)
+  int ahead = 2;                       // sm90 decode, pipe >= 1: prefetch distance in blocks (Cfg::kAhead)
   bool checked = false;                // portable decode only: MlaConfig::checked, "_chk"
 
   // e.g. "mla_sparse_decode_portable_sm90", "mla_sparse_combine_sm90", "combine_sm80"
@@ -61,8 +63,8 @@ std::string mla_plan_variant(int arch, const MlaConfig& config);
 // cluster (traits' kClusterX; DECA_MLA_CLUSTER=1|2 overrides it, a tuning knob in the name), and
 // picks the producer's pipelining (DECA_MLA_PIPE=0..3) and dequantization route
 // (DECA_MLA_DEQUANT=0|1, with pipe 3 only), the cluster hand-overs' scope (DECA_MLA_SYNC=0|1)
-// and the L2 prefetch route (DECA_MLA_PREFETCH=0..2); defaults kMlaSm90Pipe, kMlaSm90Dequant,
-// kMlaSm90Sync, kMlaSm90Prefetch.
+// and the L2 prefetch route and distance (DECA_MLA_PREFETCH=0..3, DECA_MLA_AHEAD=1..8); defaults
+// kMlaSm90Pipe, kMlaSm90Dequant, kMlaSm90Sync, kMlaSm90Prefetch, kMlaSm90Ahead.
 MlaKernelKey mla_decode_key(int arch, const std::string& variant, const MlaConfig& config);
 
 }  // namespace deca::cuda

@@ -114,7 +114,8 @@ struct Sm90Case {
   int pipe = 0;            // Cfg::kPipe: the producer pipeline variant (sm90/traits.cuh)
   int dequant = 0;         // Cfg::kDequant: 1 the integer e4m3 placement (exact: same bytes as 0)
   int sync = 0;            // Cfg::kSync: 1 the light cluster hand-overs
-  int prefetch = 0;        // Cfg::kPrefetch: 1 bulk record prefetch, 2 none
+  int prefetch = 0;        // Cfg::kPrefetch: 1 bulk record prefetch, 2 none, 3 sectors
+  int ahead = 2;           // Cfg::kAhead: prefetch distance in blocks
   std::string name;
 };
 
@@ -174,7 +175,7 @@ void run_case(const Sm90Case& tc) {
   kp.run.num_parts = static_cast<int>(lay.parts.size());
   kp.run.max_slots = lay.slots;
 
-  const jit::LoadedKernel& k = jit::get_kernel(mla_sm90_spec(s.page_size, tc.cluster, 0, tc.pipe, tc.dequant, tc.sync, tc.prefetch), 0);
+  const jit::LoadedKernel& k = jit::get_kernel(mla_sm90_spec(s.page_size, tc.cluster, 0, tc.pipe, tc.dequant, tc.sync, tc.prefetch, tc.ahead), 0);
   void* args[] = {&kp};
   jit::LaunchOptions opts;
   if (tc.cluster == 2) opts.cluster = {2, 1, 1};
@@ -448,13 +449,19 @@ TEST(MlaSm90Kernel, ProducerPipeVariants) {
   }
 }
 
-// The light cluster hand-overs (Cfg::kSync = 1) and the L2 prefetch routes (Cfg::kPrefetch 1
-// bulk, 2 none) with the default pipe: many blocks per partition (the hand-overs' phases wrap
+// The light cluster hand-overs (Cfg::kSync = 1), the L2 prefetch routes (Cfg::kPrefetch 1 bulk,
+// 2 none, 3 sectors) and distances (Cfg::kAhead 1, 4) with the default pipe: many blocks per partition (the hand-overs' phases wrap
 // many times), page 1 and 64, splits with the sink, a request of all -1.
 TEST(MlaSm90Kernel, SyncAndPrefetchVariants) {
   REQUIRE_SM90();
-  for (const auto [sync, prefetch] : {std::pair{1, 0}, std::pair{0, 1}, std::pair{1, 1}, std::pair{0, 2}}) {
-    const std::string k = "s" + std::to_string(sync) + "_f" + std::to_string(prefetch) + "_";
+  struct Knobs {
+    int sync, prefetch, ahead;
+  };
+  for (const Knobs v : {Knobs{1, 0, 2}, Knobs{0, 1, 2}, Knobs{1, 1, 2}, Knobs{0, 2, 2}, Knobs{1, 3, 2},
+                        Knobs{1, 0, 1}, Knobs{1, 0, 4}}) {
+    const auto [sync, prefetch, ahead] = v;
+    const std::string k = "s" + std::to_string(sync) + "_f" + std::to_string(prefetch) + "_a" +
+                          std::to_string(ahead) + "_";
     Sm90Case c2 = make(k + "c2_h128_q1_p64_topk2048", 2, 1, 128, 64, 2048);
     Sm90Case c2split = make(k + "c2_h128_split_cap3_sink_topklen", 5, 2, 128, 64, 448);
     c2split.cap = 3;
@@ -471,6 +478,7 @@ TEST(MlaSm90Kernel, SyncAndPrefetchVariants) {
       c.pipe = 2;
       c.sync = sync;
       c.prefetch = prefetch;
+      c.ahead = ahead;
       run_case(c);
     }
   }

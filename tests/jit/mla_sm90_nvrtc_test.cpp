@@ -67,10 +67,10 @@ TEST(MlaSm90Nvrtc, PipeVariantsCompileWithoutSpills) {
   }
 }
 
-// The cluster hand-overs at light scope (Cfg::kSync = 1) and the L2 prefetch routes
-// (Cfg::kPrefetch 1 bulk, 2 none), with the default pipe.
+// The cluster hand-overs at light scope (Cfg::kSync = 1), the L2 prefetch routes (Cfg::kPrefetch
+// 1 bulk, 2 none, 3 sectors) and distances (Cfg::kAhead), with the default pipe.
 TEST(MlaSm90Nvrtc, SyncAndPrefetchVariantsCompileWithoutSpills) {
-  for (int prefetch : {0, 1, 2}) {
+  for (int prefetch : {0, 1, 2, 3}) {
     for (int cluster : {1, 2}) {
       for (int sync : {0, 1}) {
         if (sync == 1 && cluster == 1) continue;
@@ -79,6 +79,7 @@ TEST(MlaSm90Nvrtc, SyncAndPrefetchVariantsCompileWithoutSpills) {
     }
   }
   expect_clean_compile(test::mla_sm90_spec(1, 2, 0, 2, 0, 1, 1));
+  for (int ahead : {1, 4}) expect_clean_compile(test::mla_sm90_spec(64, 1, 0, 2, 0, 0, 0, ahead));
 }
 
 TEST(MlaSm90Nvrtc, SharedMemoryPlanFitsOneCta) {

@@ -172,11 +172,15 @@ DECA_MLA_SM90_KNOB(DequantOf, kDequant, 0)
 enum ClusterSync : int { kSyncCluster = 0, kSyncLight = 1 };
 DECA_MLA_SM90_KNOB(SyncOf, kSync, kSyncCluster)
 
-// The L2 prefetch of the records two blocks ahead. 0: prefetch.global.L2 of each of a record's
-// seven 128-byte lines (shared by the token's threads); 1: one cp.async.bulk.prefetch.L2 of the
-// whole 656-byte record per token; 2: none (the loads' L2::256B hint alone).
-enum Prefetch : int { kPrefetchLines = 0, kPrefetchBulk = 1, kPrefetchNone = 2 };
+// The L2 prefetch of the records kAhead blocks ahead. 0: prefetch.global.L2 at every 128 bytes
+// of a record (seven, shared by the token's threads); 1: one cp.async.bulk.prefetch.L2 of the
+// whole 656-byte record per token; 2: none (the loads' L2::256B hint alone); 3: prefetch.global.L2
+// at every 32 bytes (22 per record), in case a prefetch fetches one sector rather than a line.
+// Measured at b128 h64 (c811419, whole op): lines 166 us, bulk 182, none 183.
+enum Prefetch : int { kPrefetchLines = 0, kPrefetchBulk = 1, kPrefetchNone = 2, kPrefetchSectors = 3 };
 DECA_MLA_SM90_KNOB(PrefetchOf, kPrefetch, kPrefetchLines)
+// How many blocks ahead of the one it gathers the producer prefetches (pipe >= kPipeAhead).
+DECA_MLA_SM90_KNOB(AheadOf, kAhead, 2)
 
 #undef DECA_MLA_SM90_KNOB
 
@@ -352,6 +356,11 @@ __device__ __forceinline__ void prefetch_record(const MlaSparseParams& p, int id
     for (int k = t % kThreadsPerToken; k < 7; k += kThreadsPerToken) {
       prefetch_l2(rec + (k < 6 ? 128 * k : kTokenBytes - 1));
     }
+  } else if constexpr (PrefetchOf<Cfg>::value == kPrefetchSectors) {
+#pragma unroll
+    for (int k = t % kThreadsPerToken; k < 22; k += kThreadsPerToken) {
+      prefetch_l2(rec + (k < 21 ? 32 * k : kTokenBytes - 1));
+    }
   }
 }
 
@@ -504,21 +513,22 @@ __device__ __forceinline__ void producer_ahead(const SparseKernelParams& kp, con
   const int first_token = rank * (kTokens / kCl);
   const int pf_k = first_token + t / kTpt;  // the token this thread prefetches in a block
 
-  // Cursors at blocks i (produced now), i + 1 (whose ids are loaded now) and i + 3 (whose
-  // prefetch id is loaded now, for the prefetch issued at block i + 1).
+  // Cursors at blocks i (produced now), i + 1 (whose ids are loaded now) and i + A + 1 (A =
+  // kAhead; whose prefetch id is loaded now, for the prefetch issued at block i + 1).
+  constexpr int kAhead = AheadOf<Cfg>::value;
+  static_assert(kAhead >= 1, "prefetch at least the next block");
   BlockPos cur = first_block(kp, part);
   BlockPos nxt = cur;
   next_block(kp, part, nxt);
+  // Blocks 1 .. A - 1 are prefetched before the loop (the loop prefetches i + A at block i).
   BlockPos far = nxt;
-  next_block(kp, part, far);  // i + 2 for now
-  // Block 1 is prefetched before the loop (as the base producer does at its first block); the
-  // loop prefetches i + 2 at block i.
-  {
-    const int b = checked_id(raw_id_at(kp, part, tok, nxt, pf_k), pool);
+  for (int a = 1; a < kAhead; ++a) {
+    const int b = checked_id(raw_id_at(kp, part, tok, far, pf_k), pool);
     if (b >= 0) prefetch_record<Cfg, kTpt>(p, b, t);
+    next_block(kp, part, far);
   }
-  int pf_id = raw_id_at(kp, part, tok, far, pf_k);  // block 2, prefetched at block 0
-  next_block(kp, part, far);                        // i + 3
+  int pf_id = raw_id_at(kp, part, tok, far, pf_k);  // block A, prefetched at block 0
+  next_block(kp, part, far);                        // i + A + 1
   int my_id = t < kTokens ? raw_id_at(kp, part, tok, cur, t) : -1;
 
   for (int it = 0; cur.r <= part.end_req; ++it) {
