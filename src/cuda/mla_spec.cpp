@@ -43,6 +43,7 @@ std::string MlaKernelKey::name() const {
     if (sync > 0) s += "_sync" + std::to_string(sync);
     if (prefetch > 0) s += "_pf" + std::to_string(prefetch);
     if (ahead != 2) s += "_ahead" + std::to_string(ahead);
+    if (map > 0) s += "_map" + std::to_string(map);
   }
   s += "_sm" + std::to_string(arch);
   return s;
@@ -84,7 +85,8 @@ jit::JitSpec MlaKernelKey::spec() const {
                ";\n  static constexpr int kDequant = " + std::to_string(dequant) +
                ";\n  static constexpr int kSync = " + std::to_string(sync) +
                ";\n  static constexpr int kPrefetch = " + std::to_string(prefetch) +
-               ";\n  static constexpr int kAhead = " + std::to_string(ahead) + ";\n};\n";
+               ";\n  static constexpr int kAhead = " + std::to_string(ahead) +
+               ";\n  static constexpr int kMap = " + std::to_string(map) + ";\n};\n";
   }
   spec.source = "// " + spec.name + "\n" + prologue + "#include \"" + header + "\"\n";
   return spec;
@@ -142,6 +144,12 @@ MlaKernelKey mla_decode_key(int arch, const std::string& variant, const MlaConfi
     if (env[0] >= '1' && env[0] <= '8' && env[1] == '\0') k.ahead = env[0] - '0';
   }
   if (k.pipe == 0) k.ahead = 2;  // the base producer prefetches two blocks ahead, fixed
+  k.map = kMlaSm90Map;
+  if (const char* env = std::getenv("DECA_MLA_MAP")) {
+    if (std::strcmp(env, "0") == 0) k.map = 0;
+    if (std::strcmp(env, "1") == 0) k.map = 1;
+  }
+  if (k.pipe == 0) k.map = 0;  // the base producer has the unit split only
   if (k.cluster != 2) k.sync = 0;  // only a cluster has hand-overs between CTAs
   return k;
 }

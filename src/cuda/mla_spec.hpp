@@ -22,6 +22,7 @@ inline constexpr int kMlaSm90Dequant = 0;
 inline constexpr int kMlaSm90Sync = 1;      // Cfg::kSync: the cluster hand-overs' scope (1: light; 240 vs 258 us at b128 h128)
 inline constexpr int kMlaSm90Prefetch = 0;  // Cfg::kPrefetch: lines, bulk record, none, sectors
 inline constexpr int kMlaSm90Ahead = 2;     // Cfg::kAhead: blocks between prefetch and gather
+inline constexpr int kMlaSm90Map = 0;       // Cfg::kMap: how the producer's threads split a block
 
 struct MlaKernelKey {
   int arch = 90;                       // compute capability, 90 = sm_90a
@@ -34,6 +35,7 @@ struct MlaKernelKey {
   int sync = 0;                        // sm90 decode, cluster of 2: 1 = light hand-overs (Cfg::kSync)
   int prefetch = 0;                    // sm90 decode only: L2 prefetch route (Cfg::kPrefetch, 0..3)
   int ahead = 2;                       // sm90 decode, pipe >= 1: prefetch distance in blocks (Cfg::kAhead)
+  int map = 0;                         // sm90 decode, pipe >= 1: 1 = a token per four lanes (Cfg::kMap)
   bool checked = false;                // portable decode only: MlaConfig::checked, "_chk"
 
   // e.g. "mla_sparse_decode_portable_sm90", "mla_sparse_combine_sm90", "combine_sm80"
@@ -63,8 +65,9 @@ std::string mla_plan_variant(int arch, const MlaConfig& config);
 // cluster (traits' kClusterX; DECA_MLA_CLUSTER=1|2 overrides it, a tuning knob in the name), and
 // picks the producer's pipelining (DECA_MLA_PIPE=0..3) and dequantization route
 // (DECA_MLA_DEQUANT=0|1, with pipe 3 only), the cluster hand-overs' scope (DECA_MLA_SYNC=0|1)
-// and the L2 prefetch route and distance (DECA_MLA_PREFETCH=0..3, DECA_MLA_AHEAD=1..8); defaults
-// kMlaSm90Pipe, kMlaSm90Dequant, kMlaSm90Sync, kMlaSm90Prefetch, kMlaSm90Ahead.
+// the L2 prefetch route and distance (DECA_MLA_PREFETCH=0..3, DECA_MLA_AHEAD=1..8) and the
+// producer's split of a block (DECA_MLA_MAP=0|1); defaults kMlaSm90Pipe, kMlaSm90Dequant,
+// kMlaSm90Sync, kMlaSm90Prefetch, kMlaSm90Ahead, kMlaSm90Map.
 MlaKernelKey mla_decode_key(int arch, const std::string& variant, const MlaConfig& config);
 
 }  // namespace deca::cuda

@@ -116,6 +116,7 @@ struct Sm90Case {
   int sync = 0;            // Cfg::kSync: 1 the light cluster hand-overs
   int prefetch = 0;        // Cfg::kPrefetch: 1 bulk record prefetch, 2 none, 3 sectors
   int ahead = 2;           // Cfg::kAhead: prefetch distance in blocks
+  int map = 0;             // Cfg::kMap: 1 the producer's token split
   std::string name;
 };
 
@@ -175,7 +176,7 @@ void run_case(const Sm90Case& tc) {
   kp.run.num_parts = static_cast<int>(lay.parts.size());
   kp.run.max_slots = lay.slots;
 
-  const jit::LoadedKernel& k = jit::get_kernel(mla_sm90_spec(s.page_size, tc.cluster, 0, tc.pipe, tc.dequant, tc.sync, tc.prefetch, tc.ahead), 0);
+  const jit::LoadedKernel& k = jit::get_kernel(mla_sm90_spec(s.page_size, tc.cluster, 0, tc.pipe, tc.dequant, tc.sync, tc.prefetch, tc.ahead, tc.map), 0);
   void* args[] = {&kp};
   jit::LaunchOptions opts;
   if (tc.cluster == 2) opts.cluster = {2, 1, 1};
@@ -212,10 +213,12 @@ void run_case(const Sm90Case& tc) {
     EXPECT_EQ(std::memcmp(again_po.data(), hpo.data(), hpo.size() * 4), 0) << "partial_o differs";
     EXPECT_EQ(std::memcmp(again_pl.data(), hpl.data(), hpl.size() * 4), 0) << "partial_lse differs";
   }
-  // The integer dequantization claims the reference's rounding exactly (subnormal e4m3 included):
-  // the same variant with the hardware conversions must write the same bytes.
-  if (tc.dequant != 0) {
-    const jit::LoadedKernel& k0 = jit::get_kernel(mla_sm90_spec(s.page_size, tc.cluster, 0, tc.pipe, 0), 0);
+  // The integer dequantization claims the reference's rounding exactly (subnormal e4m3 included),
+  // and the producer's token split fills the same tiles: the variant with the hardware conversions
+  // and the unit split must write the same bytes.
+  if (tc.dequant != 0 || tc.map != 0) {
+    const jit::LoadedKernel& k0 = jit::get_kernel(
+        mla_sm90_spec(s.page_size, tc.cluster, 0, tc.pipe, 0, tc.sync, tc.prefetch, tc.ahead, 0), 0);
     out.fill(0xFF);
     lse.fill(0xFF);
     po.fill(0xFF);
@@ -230,10 +233,10 @@ void run_case(const Sm90Case& tc) {
     std::vector<float> hw_po(hpo.size()), hw_pl(hpl.size());
     cudaMemcpy(hw_po.data(), po.get(), hw_po.size() * 4, cudaMemcpyDeviceToHost);
     cudaMemcpy(hw_pl.data(), pl.get(), hw_pl.size() * 4, cudaMemcpyDeviceToHost);
-    EXPECT_EQ(std::memcmp(hw.raw(), gout.raw(), gout.bytes()), 0) << "output differs from kDequant 0";
-    EXPECT_EQ(std::memcmp(hw_lse.raw(), glse.raw(), glse.bytes()), 0) << "LSE differs from kDequant 0";
-    EXPECT_EQ(std::memcmp(hw_po.data(), hpo.data(), hpo.size() * 4), 0) << "partial_o differs from kDequant 0";
-    EXPECT_EQ(std::memcmp(hw_pl.data(), hpl.data(), hpl.size() * 4), 0) << "partial_lse differs from kDequant 0";
+    EXPECT_EQ(std::memcmp(hw.raw(), gout.raw(), gout.bytes()), 0) << "output differs from kDequant 0, kMap 0";
+    EXPECT_EQ(std::memcmp(hw_lse.raw(), glse.raw(), glse.bytes()), 0) << "LSE differs from kDequant 0, kMap 0";
+    EXPECT_EQ(std::memcmp(hw_po.data(), hpo.data(), hpo.size() * 4), 0) << "partial_o differs from kDequant 0, kMap 0";
+    EXPECT_EQ(std::memcmp(hw_pl.data(), hpl.data(), hpl.size() * 4), 0) << "partial_lse differs from kDequant 0, kMap 0";
   }
 
   // Split requests: merge their pieces by LSE here (what the combine kernel will do).
@@ -407,43 +410,61 @@ TEST(MlaSm90Kernel, ClusterOfTwoSharesTokens) {
 // 1, heavy skips and a row of -1, split pieces with ragged lengths and the sink, many (and empty)
 // requests per partition, both cluster sizes. The producer walks the partition's blocks with its
 // own cursors, so a walk that disagrees with the consumers' must fail here.
+std::vector<Sm90Case> pipe_cases(const std::string& k) {
+  std::vector<Sm90Case> cases = {make(k + "h64_q1_p64_topk2048", 2, 1, 64, 64, 2048),
+                                 make(k + "h16_q2_p1_topk448", 2, 2, 16, 1, 448)};
+  Sm90Case skips = make(k + "h64_heavy_skips_empty_row", 2, 1, 64, 1, 256);
+  skips.spec.skip_fraction = 0.9f;
+  skips.empty_row = true;
+  cases.push_back(skips);
+  Sm90Case split = make(k + "h128_split_cap3_sink_topklen", 5, 2, 128, 64, 448);
+  split.cap = 3;
+  split.one_request = false;
+  split.spec.attn_sink = true;
+  split.spec.topk_length = true;
+  cases.push_back(split);
+  Sm90Case many = make(k + "h64_all_in_one_part_topklen", 6, 1, 64, 64, 128);
+  many.one_request = false;
+  many.spec.topk_length = true;
+  cases.push_back(many);
+  Sm90Case c2 = make(k + "c2_h128_q1_p64_topk2048", 2, 1, 128, 64, 2048);
+  c2.cluster = 2;
+  cases.push_back(c2);
+  Sm90Case c2split = split;
+  c2split.name = k + "c2_h128_split_cap3_sink_topklen";
+  c2split.cluster = 2;
+  cases.push_back(c2split);
+  Sm90Case c2many = make(k + "c2_h100_all_in_one_part_sink", 4, 2, 100, 16, 192);
+  c2many.one_request = false;
+  c2many.spec.attn_sink = true;
+  c2many.cluster = 2;
+  cases.push_back(c2many);
+  return cases;
+}
+
 TEST(MlaSm90Kernel, ProducerPipeVariants) {
   REQUIRE_SM90();
   // {pipe, dequant}: the last is pipe 3 with the integer e4m3 placement (Cfg::kDequant = 1),
   // checked bit for bit against pipe 3 with the hardware conversions as well.
   for (const auto [pipe, dequant] : {std::pair{1, 0}, std::pair{2, 0}, std::pair{3, 0}, std::pair{3, 1}}) {
-    const std::string k = "k" + std::to_string(pipe) + (dequant != 0 ? "_d1_" : "_");
-    std::vector<Sm90Case> cases = {make(k + "h64_q1_p64_topk2048", 2, 1, 64, 64, 2048),
-                                   make(k + "h16_q2_p1_topk448", 2, 2, 16, 1, 448)};
-    Sm90Case skips = make(k + "h64_heavy_skips_empty_row", 2, 1, 64, 1, 256);
-    skips.spec.skip_fraction = 0.9f;
-    skips.empty_row = true;
-    cases.push_back(skips);
-    Sm90Case split = make(k + "h128_split_cap3_sink_topklen", 5, 2, 128, 64, 448);
-    split.cap = 3;
-    split.one_request = false;
-    split.spec.attn_sink = true;
-    split.spec.topk_length = true;
-    cases.push_back(split);
-    Sm90Case many = make(k + "h64_all_in_one_part_topklen", 6, 1, 64, 64, 128);
-    many.one_request = false;
-    many.spec.topk_length = true;
-    cases.push_back(many);
-    Sm90Case c2 = make(k + "c2_h128_q1_p64_topk2048", 2, 1, 128, 64, 2048);
-    c2.cluster = 2;
-    cases.push_back(c2);
-    Sm90Case c2split = split;
-    c2split.name = k + "c2_h128_split_cap3_sink_topklen";
-    c2split.cluster = 2;
-    cases.push_back(c2split);
-    Sm90Case c2many = make(k + "c2_h100_all_in_one_part_sink", 4, 2, 100, 16, 192);
-    c2many.one_request = false;
-    c2many.spec.attn_sink = true;
-    c2many.cluster = 2;
-    cases.push_back(c2many);
-    for (Sm90Case& c : cases) {
+    for (Sm90Case& c : pipe_cases("k" + std::to_string(pipe) + (dequant != 0 ? "_d1_" : "_"))) {
       c.pipe = pipe;
       c.dequant = dequant;
+      run_case(c);
+    }
+  }
+}
+
+// The producer's token split (Cfg::kMap = 1) over the same cases, every pipe that offers it and
+// the integer dequantization, each checked bit for bit against the unit split as well.
+TEST(MlaSm90Kernel, TokenMapVariants) {
+  REQUIRE_SM90();
+  for (const auto [pipe, dequant] : {std::pair{1, 0}, std::pair{2, 0}, std::pair{3, 0}, std::pair{3, 1}}) {
+    for (Sm90Case& c : pipe_cases("m1_k" + std::to_string(pipe) + (dequant != 0 ? "_d1_" : "_"))) {
+      c.pipe = pipe;
+      c.dequant = dequant;
+      c.map = 1;
+      c.sync = c.cluster == 2 ? 1 : 0;
       run_case(c);
     }
   }

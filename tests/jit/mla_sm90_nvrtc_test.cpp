@@ -82,6 +82,17 @@ TEST(MlaSm90Nvrtc, SyncAndPrefetchVariantsCompileWithoutSpills) {
   for (int ahead : {1, 4}) expect_clean_compile(test::mla_sm90_spec(64, 1, 0, 2, 0, 0, 0, ahead));
 }
 
+// The token split of the producer (Cfg::kMap = 1) with every pipe that offers it, both cluster
+// sizes, the integer dequantization (pipe 3) and the no-dequant ablation.
+TEST(MlaSm90Nvrtc, TokenMapVariantsCompileWithoutSpills) {
+  for (int pipe : {1, 2, 3}) {
+    for (int cluster : {1, 2}) expect_clean_compile(test::mla_sm90_spec(64, cluster, 0, pipe, 0, cluster - 1, 0, 2, 1));
+  }
+  for (int cluster : {1, 2}) expect_clean_compile(test::mla_sm90_spec(64, cluster, 0, 3, 1, cluster - 1, 0, 2, 1));
+  expect_clean_compile(test::mla_sm90_spec(1, 1, 0, 2, 0, 0, 0, 2, 1));
+  expect_clean_compile(test::mla_sm90_spec(64, 1, 1, 2, 0, 0, 0, 2, 1), true);
+}
+
 TEST(MlaSm90Nvrtc, SharedMemoryPlanFitsOneCta) {
   static_assert(mla::sm90::kSmemBytes <= 227 * 1024);
   EXPECT_EQ(mla::sm90::kThreads, 384);

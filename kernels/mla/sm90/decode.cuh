@@ -182,6 +182,16 @@ DECA_MLA_SM90_KNOB(PrefetchOf, kPrefetch, kPrefetchLines)
 // How many blocks ahead of the one it gathers the producer prefetches (pipe >= kPipeAhead).
 DECA_MLA_SM90_KNOB(AheadOf, kAhead, 2)
 
+// How the producer's threads split a block's records. 0: thread t takes 16-byte unit t % 32 of
+// every fourth token (16 tokens per thread without a cluster: a record address, a scale load and
+// two swizzled store addresses per token and unit); 1: four lanes take one token (lane % 8 picks
+// the token of the warp's eight, lane / 8 a quarter of each 64-byte group), eight 16-byte units
+// of it each (one address and one 16-byte scale load per token, store addresses one XOR apart):
+// ncu at b128 h64 counted ~1600 producer instructions per block and thread with map 0, 48 %
+// of them the conversion, most of the rest the per-token addressing.
+enum Map : int { kMapUnits = 0, kMapTokens = 1 };
+DECA_MLA_SM90_KNOB(MapOf, kMap, kMapUnits)
+
 #undef DECA_MLA_SM90_KNOB
 
 struct Smem {
@@ -338,6 +348,94 @@ __device__ __forceinline__ void produce_block(const MlaSparseParams& p, const Sm
       }
       store_tile<kCl>(sm, chunk + swz(n, unit0), make_uint4(a.x, a.y, b.x, b.y), peer_bar);
       store_tile<kCl>(sm, chunk + swz(n, unit0 + 1), make_uint4(c.x, c.y, d.x, d.y), peer_bar);
+    }
+  }
+}
+
+// Sixteen e4m3 of `raw` times `scale` as two 16-byte bf16 units (dequant4's rounding).
+template <class Cfg>
+__device__ __forceinline__ void dequant16(uint4 raw, float scale, uint4& lo, uint4& hi) {
+  uint2 a, b, c, d;
+  if (DequantOf<Cfg>::value == 1 && scale < 256.f) {
+    const float sh = mul_rn_noftz(scale, 0x1p120f);  // exact: no overflow below 2^8
+    a = dequant4_int(raw.x, sh);
+    b = dequant4_int(raw.y, sh);
+    c = dequant4_int(raw.z, sh);
+    d = dequant4_int(raw.w, sh);
+  } else {
+    a = dequant4(raw.x, scale);
+    b = dequant4(raw.y, scale);
+    c = dequant4(raw.z, scale);
+    d = dequant4(raw.w, scale);
+  }
+  lo = make_uint4(a.x, a.y, b.x, b.y);
+  hi = make_uint4(c.x, c.y, d.x, d.y);
+}
+
+// Cfg::kMap = kMapTokens: lane l of warp w takes token w * 8 + l % 8 + 32 i of the CTA's share
+// (i < kPer: 2 without a cluster, 1 with) and, of its record, the 16 bytes at 16 (l / 8) + 64 k
+// for k < 8 (chunk k of the tile, units 2 (l / 8) and + 1), the 16-byte scale group and RoPE
+// units 2 (l / 8), + 1. A warp's load covers eight 64-byte pieces; a quarter warp's stores hit
+// eight distinct 16-byte bank groups (row n, unit u ^ (n % 8) with n % 8 = l % 8). kPerRound
+// tokens per thread are loaded before the first is converted.
+template <class Cfg, int kCl, int kPerRound, class BeforeStore>
+__device__ __forceinline__ void produce_block_tokens(const MlaSparseParams& p, const Smem& sm, int stage,
+                                                     const int* block_ids, int t, int first_token,
+                                                     BeforeStore before_store) {
+  constexpr int kPer = kTokens / kCl / 32;  // tokens per thread
+  constexpr int kRounds = kPer / kPerRound;
+  static_assert(kRounds * kPerRound == kPer, "every token of the share, once");
+  const unsigned tile = sm.k(stage);
+  const unsigned peer_bar = sm.peer(ptx::smem_addr(sm.remote(stage)));
+  const int lane = t & 31;
+  const int q = lane >> 3;
+  const int local0 = (t >> 5) * 8 + (lane & 7);  // + 32 i
+  // Units 2q and 2q + 1 of a 128-byte row, swizzled by the row's n % 8 = lane % 8.
+  const unsigned u0 = static_cast<unsigned>(((2 * q) ^ (lane & 7)) << 4);
+  const unsigned u1 = static_cast<unsigned>(((2 * q + 1) ^ (lane & 7)) << 4);
+#pragma unroll
+  for (int round = 0; round < kRounds; ++round) {
+    uint4 raw[kPerRound][8];
+    uint4 sc[kPerRound];
+    uint4 rope[kPerRound][2];
+#pragma unroll
+    for (int u = 0; u < kPerRound; ++u) {
+      const int id = block_ids[first_token + local0 + 32 * (round * kPerRound + u)];
+      if (id >= 0) {
+        const unsigned char* rec = p.kv + static_cast<long long>(id / Cfg::kPageSize) * p.kv_stride_block +
+                                   static_cast<long long>(id % Cfg::kPageSize) * p.kv_stride_slot;
+#pragma unroll
+        for (int k = 0; k < 8; ++k) raw[u][k] = ldg_nc_na_v4(rec + 16 * q + 64 * k);
+        sc[u] = ldg_nc_na_v4(rec + kDimNope);
+        rope[u][0] = ldg_nc_na_v4(rec + kDimNope + 16 + 32 * q);
+        rope[u][1] = ldg_nc_na_v4(rec + kDimNope + 32 + 32 * q);
+      } else {
+        // A zero row: P V must never meet a NaN.
+#pragma unroll
+        for (int k = 0; k < 8; ++k) raw[u][k] = make_uint4(0, 0, 0, 0);
+        sc[u] = make_uint4(0, 0, 0, 0);
+        rope[u][0] = rope[u][1] = make_uint4(0, 0, 0, 0);
+      }
+    }
+    if (round == 0) before_store();
+#pragma unroll
+    for (int u = 0; u < kPerRound; ++u) {
+      const unsigned row = tile + static_cast<unsigned>(first_token + local0 + 32 * (round * kPerRound + u)) * 128u;
+      const float scale[4] = {__uint_as_float(sc[u].x), __uint_as_float(sc[u].y), __uint_as_float(sc[u].z),
+                              __uint_as_float(sc[u].w)};
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        uint4 lo, hi;
+        if constexpr (AblateOf<Cfg>::value == kAblateNoDequant) {
+          lo = hi = raw[u][k];
+        } else {
+          dequant16<Cfg>(raw[u][k], scale[k >> 1], lo, hi);
+        }
+        store_tile<kCl>(sm, row + k * kChunkBytes + u0, lo, peer_bar);
+        store_tile<kCl>(sm, row + k * kChunkBytes + u1, hi, peer_bar);
+      }
+      store_tile<kCl>(sm, row + 8 * kChunkBytes + u0, rope[u][0], peer_bar);
+      store_tile<kCl>(sm, row + 8 * kChunkBytes + u1, rope[u][1], peer_bar);
     }
   }
 }
@@ -550,7 +648,15 @@ __device__ __forceinline__ void producer_ahead(const SparseKernelParams& kp, con
     if (t < kTokens) my_id = raw_id_at(kp, part, tok, nxt, t);
     if (pf_id >= 0) prefetch_record<Cfg, kTpt>(p, pf_id, t);
     pf_id = raw_id_at(kp, part, tok, far, pf_k);
-    if constexpr (kPipe == kPipeEarly) {
+    if constexpr (MapOf<Cfg>::value == kMapTokens) {
+      // The whole share in one round for kPipeWhole and later, else a token per round.
+      constexpr int kTokRound = kPipe >= kPipeWhole ? kTokens / kCl / 32 : 1;
+      if constexpr (kPipe == kPipeEarly) {
+        produce_block_tokens<Cfg, kCl, kTokRound>(p, sm, stage, sm.ids(it), t, first_token, wait_free);
+      } else {
+        produce_block_tokens<Cfg, kCl, kTokRound>(p, sm, stage, sm.ids(it), t, first_token, [] {});
+      }
+    } else if constexpr (kPipe == kPipeEarly) {
       produce_block<Cfg, kCl, kPerRound>(p, sm, stage, sm.ids(it), t, first_token, wait_free);
     } else {
       produce_block<Cfg, kCl, kPerRound>(p, sm, stage, sm.ids(it), t, first_token, [] {});
