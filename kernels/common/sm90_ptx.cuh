@@ -295,6 +295,20 @@ __device__ __forceinline__ float ldg_nc_na_f32(const void* p) {
   asm volatile("ld.global.nc.L1::no_allocate.f32 %0, [%1];\n" : "=f"(v) : "l"(p));
   return v;
 }
+// ld.global.nc.L1::evict_last.L2::256B.v4.u32 / .f32: the same loads allocating in L1 with the
+// evict-last policy (what FlashMLA's gather uses).
+__device__ __forceinline__ uint4 ldg_nc_el_v4(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::evict_last.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+__device__ __forceinline__ float ldg_nc_el_f32(const void* p) {
+  float v;
+  asm volatile("ld.global.nc.L1::evict_last.f32 %0, [%1];\n" : "=f"(v) : "l"(p));
+  return v;
+}
 // ld.global.nc.s32 d, [addr]; (indices: several threads read the same word, L1 may keep it)
 __device__ __forceinline__ int ldg_nc_s32(const int* p) {
   int v;

@@ -44,6 +44,7 @@ std::string MlaKernelKey::name() const {
     if (prefetch > 0) s += "_pf" + std::to_string(prefetch);
     if (ahead != 2) s += "_ahead" + std::to_string(ahead);
     if (map > 0) s += "_map" + std::to_string(map);
+    if (l1 > 0) s += "_l1e" + std::to_string(l1);
   }
   s += "_sm" + std::to_string(arch);
   return s;
@@ -86,7 +87,8 @@ jit::JitSpec MlaKernelKey::spec() const {
                ";\n  static constexpr int kSync = " + std::to_string(sync) +
                ";\n  static constexpr int kPrefetch = " + std::to_string(prefetch) +
                ";\n  static constexpr int kAhead = " + std::to_string(ahead) +
-               ";\n  static constexpr int kMap = " + std::to_string(map) + ";\n};\n";
+               ";\n  static constexpr int kMap = " + std::to_string(map) +
+               ";\n  static constexpr int kL1 = " + std::to_string(l1) + ";\n};\n";
   }
   spec.source = "// " + spec.name + "\n" + prologue + "#include \"" + header + "\"\n";
   return spec;
@@ -150,6 +152,11 @@ MlaKernelKey mla_decode_key(int arch, const std::string& variant, const MlaConfi
     if (std::strcmp(env, "1") == 0) k.map = 1;
   }
   if (k.pipe == 0) k.map = 0;  // the base producer has the unit split only
+  k.l1 = kMlaSm90L1;
+  if (const char* env = std::getenv("DECA_MLA_L1")) {
+    if (std::strcmp(env, "0") == 0) k.l1 = 0;
+    if (std::strcmp(env, "1") == 0) k.l1 = 1;
+  }
   if (k.cluster != 2) k.sync = 0;  // only a cluster has hand-overs between CTAs
   return k;
 }

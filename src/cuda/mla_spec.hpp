@@ -23,6 +23,7 @@ inline constexpr int kMlaSm90Sync = 1;      // Cfg::kSync: the cluster hand-over
 inline constexpr int kMlaSm90Prefetch = 0;  // Cfg::kPrefetch: lines, bulk record, none, sectors
 inline constexpr int kMlaSm90Ahead = 2;     // Cfg::kAhead: blocks between prefetch and gather
 inline constexpr int kMlaSm90Map = 0;       // Cfg::kMap: how the producer's threads split a block
+inline constexpr int kMlaSm90L1 = 0;        // Cfg::kL1: the gather's L1 policy
 
 struct MlaKernelKey {
   int arch = 90;                       // compute capability, 90 = sm_90a
@@ -36,6 +37,7 @@ struct MlaKernelKey {
   int prefetch = 0;                    // sm90 decode only: L2 prefetch route (Cfg::kPrefetch, 0..3)
   int ahead = 2;                       // sm90 decode, pipe >= 1: prefetch distance in blocks (Cfg::kAhead)
   int map = 0;                         // sm90 decode, pipe >= 1: 1 = a token per four lanes (Cfg::kMap)
+  int l1 = 0;                          // sm90 decode only: 1 = gather loads L1::evict_last (Cfg::kL1)
   bool checked = false;                // portable decode only: MlaConfig::checked, "_chk"
 
   // e.g. "mla_sparse_decode_portable_sm90", "mla_sparse_combine_sm90", "combine_sm80"
@@ -66,8 +68,9 @@ std::string mla_plan_variant(int arch, const MlaConfig& config);
 // picks the producer's pipelining (DECA_MLA_PIPE=0..3) and dequantization route
 // (DECA_MLA_DEQUANT=0|1, with pipe 3 only), the cluster hand-overs' scope (DECA_MLA_SYNC=0|1)
 // the L2 prefetch route and distance (DECA_MLA_PREFETCH=0..3, DECA_MLA_AHEAD=1..8) and the
-// producer's split of a block (DECA_MLA_MAP=0|1); defaults kMlaSm90Pipe, kMlaSm90Dequant,
-// kMlaSm90Sync, kMlaSm90Prefetch, kMlaSm90Ahead, kMlaSm90Map.
+// producer's split of a block (DECA_MLA_MAP=0|1) and L1 policy (DECA_MLA_L1=0|1); defaults
+// kMlaSm90Pipe, kMlaSm90Dequant, kMlaSm90Sync, kMlaSm90Prefetch, kMlaSm90Ahead, kMlaSm90Map,
+// kMlaSm90L1.
 MlaKernelKey mla_decode_key(int arch, const std::string& variant, const MlaConfig& config);
 
 }  // namespace deca::cuda

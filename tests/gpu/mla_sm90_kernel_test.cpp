@@ -117,6 +117,7 @@ struct Sm90Case {
   int prefetch = 0;        // Cfg::kPrefetch: 1 bulk record prefetch, 2 none, 3 sectors
   int ahead = 2;           // Cfg::kAhead: prefetch distance in blocks
   int map = 0;             // Cfg::kMap: 1 the producer's token split
+  int l1 = 0;              // Cfg::kL1: 1 the gather's L1 evict-last policy
   std::string name;
 };
 
@@ -176,7 +177,7 @@ void run_case(const Sm90Case& tc) {
   kp.run.num_parts = static_cast<int>(lay.parts.size());
   kp.run.max_slots = lay.slots;
 
-  const jit::LoadedKernel& k = jit::get_kernel(mla_sm90_spec(s.page_size, tc.cluster, 0, tc.pipe, tc.dequant, tc.sync, tc.prefetch, tc.ahead, tc.map), 0);
+  const jit::LoadedKernel& k = jit::get_kernel(mla_sm90_spec(s.page_size, tc.cluster, 0, tc.pipe, tc.dequant, tc.sync, tc.prefetch, tc.ahead, tc.map, tc.l1), 0);
   void* args[] = {&kp};
   jit::LaunchOptions opts;
   if (tc.cluster == 2) opts.cluster = {2, 1, 1};
@@ -476,13 +477,13 @@ TEST(MlaSm90Kernel, TokenMapVariants) {
 TEST(MlaSm90Kernel, SyncAndPrefetchVariants) {
   REQUIRE_SM90();
   struct Knobs {
-    int sync, prefetch, ahead;
+    int sync, prefetch, ahead, l1;
   };
-  for (const Knobs v : {Knobs{1, 0, 2}, Knobs{0, 1, 2}, Knobs{1, 1, 2}, Knobs{0, 2, 2}, Knobs{1, 3, 2},
-                        Knobs{1, 0, 1}, Knobs{1, 0, 4}}) {
-    const auto [sync, prefetch, ahead] = v;
+  for (const Knobs v : {Knobs{1, 0, 2, 0}, Knobs{0, 1, 2, 0}, Knobs{1, 1, 2, 0}, Knobs{0, 2, 2, 0},
+                        Knobs{1, 3, 2, 0}, Knobs{1, 0, 1, 0}, Knobs{1, 0, 4, 0}, Knobs{1, 0, 2, 1}}) {
+    const auto [sync, prefetch, ahead, l1] = v;
     const std::string k = "s" + std::to_string(sync) + "_f" + std::to_string(prefetch) + "_a" +
-                          std::to_string(ahead) + "_";
+                          std::to_string(ahead) + "_l" + std::to_string(l1) + "_";
     Sm90Case c2 = make(k + "c2_h128_q1_p64_topk2048", 2, 1, 128, 64, 2048);
     Sm90Case c2split = make(k + "c2_h128_split_cap3_sink_topklen", 5, 2, 128, 64, 448);
     c2split.cap = 3;
@@ -500,6 +501,7 @@ TEST(MlaSm90Kernel, SyncAndPrefetchVariants) {
       c.sync = sync;
       c.prefetch = prefetch;
       c.ahead = ahead;
+      c.l1 = l1;
       run_case(c);
     }
   }

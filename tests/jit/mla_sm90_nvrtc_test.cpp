@@ -80,6 +80,8 @@ TEST(MlaSm90Nvrtc, SyncAndPrefetchVariantsCompileWithoutSpills) {
   }
   expect_clean_compile(test::mla_sm90_spec(1, 2, 0, 2, 0, 1, 1));
   for (int ahead : {1, 4}) expect_clean_compile(test::mla_sm90_spec(64, 1, 0, 2, 0, 0, 0, ahead));
+  // The gather's L1 evict-last policy (Cfg::kL1 = 1), both splits.
+  for (int map : {0, 1}) expect_clean_compile(test::mla_sm90_spec(64, 1, 0, 2, 0, 0, 0, 2, map, 1));
 }
 
 // The token split of the producer (Cfg::kMap = 1) with every pipe that offers it, both cluster

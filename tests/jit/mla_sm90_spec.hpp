@@ -14,13 +14,14 @@ namespace deca::test {
 // `dequant`: Cfg::kDequant, 0 the hardware conversions, 1 the integer placement (decode.cuh).
 inline jit::JitSpec mla_sm90_spec(int page_size, int cluster = 1, int ablate = 0, int pipe = 0,
                                   int dequant = 0, int sync = 0, int prefetch = 0, int ahead = 2,
-                                  int map = 0) {
+                                  int map = 0, int l1 = 0) {
   jit::JitSpec spec;
   spec.name = "mla_sparse_sm90_test_p" + std::to_string(page_size) + "_c" + std::to_string(cluster) +
               "_a" + std::to_string(ablate) + (pipe != 0 ? "_k" + std::to_string(pipe) : "") +
               (dequant != 0 ? "_d" + std::to_string(dequant) : "") +
               (sync != 0 ? "_s" + std::to_string(sync) : "") + (prefetch != 0 ? "_f" + std::to_string(prefetch) : "") +
-              (ahead != 2 ? "_a" + std::to_string(ahead) : "") + (map != 0 ? "_m" + std::to_string(map) : "");
+              (ahead != 2 ? "_a" + std::to_string(ahead) : "") + (map != 0 ? "_m" + std::to_string(map) : "") +
+              (l1 != 0 ? "_l" + std::to_string(l1) : "");
   spec.source = "struct Cfg {\n  static constexpr int kPageSize = " + std::to_string(page_size) +
                 ";\n  static constexpr int kCluster = " + std::to_string(cluster) +
                 ";\n  static constexpr int kAblate = " + std::to_string(ablate) +
@@ -30,6 +31,7 @@ inline jit::JitSpec mla_sm90_spec(int page_size, int cluster = 1, int ablate = 0
                 ";\n  static constexpr int kPrefetch = " + std::to_string(prefetch) +
                 ";\n  static constexpr int kAhead = " + std::to_string(ahead) +
                 ";\n  static constexpr int kMap = " + std::to_string(map) +
+                ";\n  static constexpr int kL1 = " + std::to_string(l1) +
                 ";\n};\n#include \"kernels/mla/sm90/entry.cuh\"\n";
   spec.entry = "deca_mla_sparse_decode_sm90";
   spec.arch = 90;

@@ -192,7 +192,22 @@ DECA_MLA_SM90_KNOB(AheadOf, kAhead, 2)
 enum Map : int { kMapUnits = 0, kMapTokens = 1 };
 DECA_MLA_SM90_KNOB(MapOf, kMap, kMapUnits)
 
+// The gather's L1 policy: 0 L1::no_allocate (each CTA reads a token once), 1 L1::evict_last.
+DECA_MLA_SM90_KNOB(L1Of, kL1, 0)
+
 #undef DECA_MLA_SM90_KNOB
+
+// A 16-byte / 4-byte load of a cache record with the L1 policy of L1Of<Cfg>.
+template <class Cfg>
+__device__ __forceinline__ uint4 load_rec16(const unsigned char* p) {
+  if constexpr (L1Of<Cfg>::value == 1) return ldg_nc_el_v4(p);
+  return ldg_nc_na_v4(p);
+}
+template <class Cfg>
+__device__ __forceinline__ float load_rec4(const unsigned char* p) {
+  if constexpr (L1Of<Cfg>::value == 1) return ldg_nc_el_f32(p);
+  return ldg_nc_na_f32(p);
+}
 
 struct Smem {
   unsigned base;  // shared-window address of the 1024-aligned plan
@@ -296,7 +311,7 @@ __device__ __forceinline__ void produce_block(const MlaSparseParams& p, const Sm
   for (int i = 0; i < kRope; ++i) {
     const int job = t + 128 * i;
     const int id = ids[job >> 3];
-    rope[i] = id >= 0 ? ldg_nc_na_v4(record(id) + kDimNope + 16 + 16 * (job & 7)) : make_uint4(0, 0, 0, 0);
+    rope[i] = id >= 0 ? load_rec16<Cfg>(record(id) + kDimNope + 16 + 16 * (job & 7)) : make_uint4(0, 0, 0, 0);
   }
   const unsigned chunk = tile + (j >> 2) * kChunkBytes;
   const int unit0 = (j & 3) * 2;
@@ -309,8 +324,8 @@ __device__ __forceinline__ void produce_block(const MlaSparseParams& p, const Sm
       const int id = ids[g + 4 * (round * kPerRound + u)];
       if (id >= 0) {
         const unsigned char* rec = record(id);
-        raw[u] = ldg_nc_na_v4(rec + 16 * j);
-        scale[u] = ldg_nc_na_f32(rec + kDimNope + 4 * (j >> 3));
+        raw[u] = load_rec16<Cfg>(rec + 16 * j);
+        scale[u] = load_rec4<Cfg>(rec + kDimNope + 4 * (j >> 3));
       } else {
         raw[u] = make_uint4(0, 0, 0, 0);  // a zero row: P V must never meet a NaN
         scale[u] = 0.f;
@@ -405,10 +420,10 @@ __device__ __forceinline__ void produce_block_tokens(const MlaSparseParams& p, c
         const unsigned char* rec = p.kv + static_cast<long long>(id / Cfg::kPageSize) * p.kv_stride_block +
                                    static_cast<long long>(id % Cfg::kPageSize) * p.kv_stride_slot;
 #pragma unroll
-        for (int k = 0; k < 8; ++k) raw[u][k] = ldg_nc_na_v4(rec + 16 * q + 64 * k);
-        sc[u] = ldg_nc_na_v4(rec + kDimNope);
-        rope[u][0] = ldg_nc_na_v4(rec + kDimNope + 16 + 32 * q);
-        rope[u][1] = ldg_nc_na_v4(rec + kDimNope + 32 + 32 * q);
+        for (int k = 0; k < 8; ++k) raw[u][k] = load_rec16<Cfg>(rec + 16 * q + 64 * k);
+        sc[u] = load_rec16<Cfg>(rec + kDimNope);
+        rope[u][0] = load_rec16<Cfg>(rec + kDimNope + 16 + 32 * q);
+        rope[u][1] = load_rec16<Cfg>(rec + kDimNope + 32 + 32 * q);
       } else {
         // A zero row: P V must never meet a NaN.
 #pragma unroll
