@@ -165,6 +165,13 @@ int run(int argc, char** argv) {
                "parts: the launch floor (cuLaunchKernelEx of an empty kernel with a parameter "
                "struct of the same size) and deca's own (the call without the launch). On the CPU "
                "backend the calls have 0 requests, so no attention is computed in the timed part");
+  std::string mla_schedule = "once";
+  app.add_option("--mla-schedule", mla_schedule,
+                 "MLA sparse on the GPU: 'once' (default) schedules in the first run of a case and "
+                 "reuses that schedule in the timed ones, as the layers of a decode step do "
+                 "(MlaSparseArgs::reuse_schedule; FlashMLA is timed so, its metadata made ahead); "
+                 "'every' schedules in every run (one layer alone)")
+      ->check(CLI::IsMember({"once", "every"}));
   app.add_option("--host-calls", host_calls, "calls timed by --host-cost (default 2000)")
       ->check(CLI::Range(1, 1 << 30));
   app.add_option("--json", json_path, "write the results to this JSON file");
@@ -250,6 +257,7 @@ int run(int argc, char** argv) {
   opt.check = check || (default_run && !opt.cuda);
   opt.check_requests = check_requests;
   opt.host_calls = host_cost ? host_calls : 0;
+  opt.mla_schedule_every = mla_schedule == "every";
   opt.seed = run_seed();
   std::vector<BenchCase> cases = collect(presets);
   cases.insert(cases.end(), shape_cases.begin(), shape_cases.end());

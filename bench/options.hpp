@@ -19,6 +19,10 @@ struct RunOptions {
   KvLayout layout = KvLayout::kNHD;
   int host_calls = 0;          // --host-cost: gqa_decode calls timed for the host cost (0: off)
   bool checked = false;        // plans with GqaConfig / MlaConfig::checked (--checked's second pass)
+  // MLA sparse on the GPU: schedule in every timed run (true) or once, the later runs reusing
+  // it as the other layers of a decode step do (MlaSparseArgs::reuse_schedule; how FlashMLA is
+  // timed, its metadata made outside the timed calls).
+  bool mla_schedule_every = false;
   std::uint64_t seed = 0;      // fresh per run; each case derives its own from it
   GpuTimer* timer = nullptr;   // set when cuda
 };

@@ -80,6 +80,14 @@ struct MlaSparseArgs {
   void* workspace = nullptr;
   std::size_t workspace_bytes = 0;
   void* stream = nullptr;
+  // CUDA: skip the scheduler and run on the schedule an earlier run of this plan left in
+  // `workspace` (FlashMLA's tile-scheduler metadata made once per decode step): for the other
+  // layers of a step, whose batch, q_len, topk and topk_length contents are the first layer's.
+  // The kernels compare the call shape (batch, q_len, topk, topk_length given or not) with the
+  // one the schedule was made for; on a mismatch nothing is computed, out and lse are filled
+  // with NaN, and a checked plan reports it (check_mla_run). Other topk_length contents under an
+  // equal shape are the caller's contract. Ignored on the CPU.
+  bool reuse_schedule = false;
 };
 
 // Both validate every argument before anything is written (deca::Error naming the argument,

@@ -20,6 +20,8 @@ enum CheckKind : unsigned {
   kCheckSeqLen = 2,      // GQA seq_lens[request] = value, not 0 nor in [lo, hi]
   kCheckIndex = 3,       // MLA indices[request][token][position] = value, not -1 nor in [lo, hi)
   kCheckTopkLength = 4,  // MLA topk_length[request] = value, not in [lo, hi]
+  kCheckSchedule = 5,    // MLA reuse_schedule: the workspace's schedule was for batch = request,
+                         // q_len = token, topk = position, num_parts = value, topk_length = hi
 };
 
 struct CheckRecord {

@@ -25,6 +25,19 @@ __device__ __forceinline__ void sparse_combine(const SparseKernelParams& kp) {
   const int h = blockIdx.x * kCombineWarps + static_cast<int>(threadIdx.x) / 32;
   const int lane = static_cast<int>(threadIdx.x) % 32;
   if (h >= p.num_heads) return;
+  auto* out = static_cast<unsigned short*>(p.out) + r * p.out_stride_batch +
+              i * p.out_stride_token + h * p.out_stride_head + lane * 4;
+  if (!schedule_matches(p, run)) {
+    // A reused schedule of another call shape (ScheduleStamp): the decode kernel wrote nothing.
+    const uint2 nan2 = make_uint2(0x7FC07FC0u, 0x7FC07FC0u);  // bf16 NaN pairs
+#pragma unroll
+    for (int k = 0; k < 4; ++k) *reinterpret_cast<uint2*>(out + 128 * k) = nan2;
+    if (p.lse != nullptr && lane == 0) {
+      p.lse[r * p.lse_stride_batch + i * p.lse_stride_token + h * p.lse_stride_head] =
+          __int_as_float(0x7FC00000);
+    }
+    return;
+  }
   const int first = run.split_offsets[r];
   const int count = run.split_offsets[r + 1] - first;
   if (count <= 1) return;
@@ -53,8 +66,6 @@ __device__ __forceinline__ void sparse_combine(const SparseKernelParams& kp) {
       }
     }
   }
-  auto* out = static_cast<unsigned short*>(p.out) + r * p.out_stride_batch +
-              i * p.out_stride_token + h * p.out_stride_head + lane * 4;
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
     uint2 packed;

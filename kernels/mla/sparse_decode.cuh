@@ -190,6 +190,18 @@ __device__ __forceinline__ void sparse_decode(const SparseKernelParams& kp, unsi
   Smem& sm = *reinterpret_cast<Smem*>(smem);
   const MlaSparseParams& p = kp.p;
   const SparseRun& run = kp.run;
+  if (!schedule_matches(p, run)) {
+    // A reused schedule of another call shape: write nothing (the combine fills NaN), and in
+    // checked mode record what the workspace held.
+    if constexpr (kChecked) {
+      if (blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0 && threadIdx.x == 0) {
+        const ScheduleStamp st = *run.stamp;
+        check_report(static_cast<CheckRecord*>(run.check), kCheckSchedule, st.batch, st.q_len, st.topk,
+                     st.num_parts, st.has_topk_length);
+      }
+    }
+    return;
+  }
   const SparsePart& part = run.parts[blockIdx.z];  // read in place: registers go to O
   const int i = blockIdx.y;
   const int head0 = blockIdx.x * kRows;

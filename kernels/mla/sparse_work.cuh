@@ -47,6 +47,22 @@ struct SparsePart {
   int pad;
 };
 
+// The call shape a schedule was made for, written by the scheduler beside its output. A run that
+// reuses the workspace's schedule (MlaSparseArgs::reuse_schedule: the other layers of a decode
+// step) has its decode and combine kernels compare it with their own call first: on a mismatch
+// the decode kernel writes nothing and the combine kernel fills out and lse with NaN, so that a
+// schedule of another shape can neither send a partition past this call's tensors nor pass
+// unnoticed. (Equal shapes with other topk_length contents are the caller's contract, as the
+// contents of indices are.)
+struct ScheduleStamp {
+  int batch;
+  int q_len;
+  int topk;
+  int num_parts;
+  int has_topk_length;
+  int pad[3];
+};
+
 // What the decode and combine kernels read besides MlaSparseParams (all in the workspace).
 struct SparseRun {
   const SparsePart* parts;   // [num_parts]
@@ -58,7 +74,17 @@ struct SparseRun {
   // Checked decode kernels only (kernels/common/check_record.cuh): the CheckRecord in the
   // workspace's last bytes; null for unchecked plans.
   void* check;
+  ScheduleStamp* stamp;  // written by the scheduler, compared by the readers (schedule_matches)
 };
+
+// Whether the workspace's schedule was made for this call (see ScheduleStamp).
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+__device__ __forceinline__ bool schedule_matches(const MlaSparseParams& p, const SparseRun& run) {
+  const ScheduleStamp s = *run.stamp;
+  return s.batch == p.batch && s.q_len == p.q_len && s.topk == p.topk && s.num_parts == run.num_parts &&
+         s.has_topk_length == (p.topk_length != nullptr ? 1 : 0);
+}
+#endif
 
 // The one parameter of every sparse decode kernel entry (passed as const __grid_constant__).
 struct SparseKernelParams {

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 
 from . import _plan_cache
-from ._tensors import Error, expect_rank, tensor
+from ._tensors import Error, expect_rank, tensor, zeros_bytes
 
 
 def gqa(q, k_cache, v_cache, page_table, seq_lens, out, lse=None, *, fn="gqa_decode",
@@ -74,9 +74,8 @@ def _meta(x, where, dtype=None):
     return t.shape, t.dtype, _plan_cache.device_text(t)
 
 
-def mla_sparse(q, kv_cache, indices, out, lse=None, *, fn="mla_decode_sparse",
-               topk_length=None, attn_sink=None, softmax_scale=0.0):
-    """Sparse FP8 MLA decode of q [batch, q_len, heads, 576] into out [.., 512] (and lse)."""
+def _sparse_plan(q, kv_cache, indices, lse, topk_length, attn_sink, fn):
+    """(plan, cached workspace or None, q, kv_cache, indices as deca tensors) of a sparse call."""
     qt = tensor(q, f"{fn}: q")
     kvt = tensor(kv_cache, f"{fn}: kv_cache")
     it = tensor(indices, f"{fn}: indices")
@@ -89,9 +88,62 @@ def mla_sparse(q, kv_cache, indices, out, lse=None, *, fn="mla_decode_sparse",
         max_seq_len=max(kvt.shape[0] * kvt.shape[1], 1), topk=it.shape[2],
         lse=lse is not None, attn_sink=attn_sink is not None,
         topk_length=topk_length is not None, device=_plan_cache.device_text(qt))
+    return plan, ws, qt, kvt, it
+
+
+def mla_sparse(q, kv_cache, indices, out, lse=None, *, fn="mla_decode_sparse",
+               topk_length=None, attn_sink=None, softmax_scale=0.0):
+    """Sparse FP8 MLA decode of q [batch, q_len, heads, 576] into out [.., 512] (and lse)."""
+    plan, ws, qt, kvt, it = _sparse_plan(q, kv_cache, indices, lse, topk_length, attn_sink, fn)
     plan.run_sparse(qt, kvt, it, out, topk_length=topk_length, attn_sink=attn_sink, lse=lse,
                     softmax_scale=softmax_scale or None, workspace=ws)
     return out
+
+
+def mla_sparse_step(q, kv_cache, indices, out, lse, workspace, reuse_schedule, *,
+                    fn="mla_decode_sparse", topk_length=None, attn_sink=None, softmax_scale=0.0):
+    """mla_sparse on `workspace` (a StepSchedule's), scheduling into it or reusing its schedule."""
+    plan, _, qt, kvt, it = _sparse_plan(q, kv_cache, indices, lse, topk_length, attn_sink, fn)
+    plan.run_sparse(qt, kvt, it, out, topk_length=topk_length, attn_sink=attn_sink, lse=lse,
+                    softmax_scale=softmax_scale or None, workspace=workspace,
+                    reuse_schedule=bool(reuse_schedule))
+    return out
+
+
+def step_workspace(schedule, q, kv_cache, indices, lse=None, topk_length=None, attn_sink=None,
+                   fn="mla_decode_sparse"):
+    """(plan, workspace, reuse_schedule) for a call made with StepSchedule `schedule`; the
+    workspace is None on the CPU (nothing to schedule there)."""
+    plan, ws, qt, _, _ = _sparse_plan(q, kv_cache, indices, lse, topk_length, attn_sink, fn)
+    if ws is None:
+        return plan, None, False
+    ws, reuse = schedule.workspace_for(plan, q, qt, fn)
+    return plan, ws, reuse
+
+
+class StepSchedule:
+    """A decode step's MLA sparse schedule (what FlashMLA's tile-scheduler metadata holds): a
+    workspace of its own, scheduled by the first call made with it and reused by the later ones,
+    whose batch, q_len, topk and topk_length contents must be the first's (the layers of one
+    step; a schedule of another shape computes nothing: NaN out). A call with another plan
+    (another shape) gets a workspace of that plan's size and schedules again."""
+
+    def __init__(self):
+        self._plan = None
+        self._ws = None
+        self._done = False
+
+    def workspace_for(self, plan, like, like_t, where):
+        """(workspace, reuse_schedule) for a run of `plan`."""
+        if self._plan is not plan:
+            self._plan, self._done = plan, False
+            self._ws = zeros_bytes(like, like_t, plan.workspace_bytes, f"{where}: workspace")
+        return self._ws, self._done
+
+    def scheduled(self, plan):
+        """Marks the workspace as holding a schedule of `plan` (after a run that made one)."""
+        if self._plan is plan:
+            self._done = True
 
 
 def mla_dense(q, kv_cache, block_table, cache_seqlens, out, lse=None, *,

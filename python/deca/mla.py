@@ -73,17 +73,25 @@ class MlaPlan:
         return out
 
     def run_sparse(self, q, kv_cache, indices, out, *, topk_length=None, attn_sink=None,
-                   lse=None, softmax_scale=None, workspace=None, stream=None):
-        """Sparse FP8 MLA decode into out (and lse when given); returns out."""
+                   lse=None, softmax_scale=None, workspace=None, stream=None,
+                   reuse_schedule=False):
+        """Sparse FP8 MLA decode into out (and lse when given); returns out.
+
+        reuse_schedule=True (CUDA) skips the scheduler and runs on the schedule an earlier run
+        of this plan left in `workspace`: the other layers of a decode step, whose batch, q_len,
+        topk and topk_length contents are the first layer's. A schedule made for another call
+        shape computes nothing (out and lse NaN; a checked plan's check() says so).
+        """
         fn = "mla_decode_sparse"
-        check_scalars(fn, floats=dict(softmax_scale=softmax_scale))
+        check_scalars(fn, floats=dict(softmax_scale=softmax_scale),
+                      bools=dict(reuse_schedule=reuse_schedule))
         qt = tensor(q, f"{fn}: q")
         _C.mla_decode_sparse_planned(
             self._plan, qt, tensor(kv_cache, f"{fn}: kv_cache"), tensor(indices, f"{fn}: indices", "int32"),
             tensor(topk_length, f"{fn}: topk_length", "int32"), tensor(attn_sink, f"{fn}: attn_sink"),
             tensor(out, f"{fn}: out", writable=True), tensor(lse, f"{fn}: lse", writable=True),
             softmax_scale or 0.0, tensor(workspace, f"{fn}: workspace", writable=True),
-            stream_handle(stream, q, qt, fn))
+            stream_handle(stream, q, qt, fn), reuse_schedule)
         return out
 
 

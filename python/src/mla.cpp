@@ -74,19 +74,20 @@ void register_mla(nb::module_& m) {
       "mla_decode_sparse_planned",
       [](const MlaPlan& plan, const Tensor& q, const Tensor& kv_cache, const Tensor& indices,
          const Tensor* topk_length, const Tensor* attn_sink, const Tensor& out, const Tensor* lse,
-         float softmax_scale, const Tensor* workspace, std::uintptr_t stream) {
+         float softmax_scale, const Tensor* workspace, std::uintptr_t stream, bool reuse_schedule) {
         MlaSparseArgs a;
         set_common(a, q, kv_cache, out, lse, softmax_scale, workspace, stream);
         a.indices = indices.view;
         a.topk_length = view_or_absent(topk_length);
         a.attn_sink = view_or_absent(attn_sink);
+        a.reuse_schedule = reuse_schedule;
         nb::gil_scoped_release release;
         mla_decode_sparse(plan, a);
       },
       nb::arg("plan"), nb::arg("q"), nb::arg("kv_cache"), nb::arg("indices"),
       nb::arg("topk_length").none(), nb::arg("attn_sink").none(), nb::arg("out"),
       nb::arg("lse").none(), nb::arg("softmax_scale"), nb::arg("workspace").none(),
-      nb::arg("stream"));
+      nb::arg("stream"), nb::arg("reuse_schedule") = false);
 
   m.def(
       "combine",

@@ -315,7 +315,7 @@ void mla_decode_sparse(const MlaPlan& plan, const MlaSparseArgs& a) {
   p.softmax_scale = softmax_scale_or_default(a.softmax_scale, kMlaDimQK);
   if (p.batch == 0) return;
   if (on_gpu) {
-    cuda::mla_sparse_decode(plan, p, a.workspace, a.stream);
+    cuda::mla_sparse_decode(plan, p, a.workspace, a.stream, a.reuse_schedule);
     return;
   }
   cpu::mla_sparse_decode(p);

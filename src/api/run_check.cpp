@@ -90,6 +90,13 @@ void check_mla_run(const MlaPlan& plan, const void* workspace, void* stream) {
     throw Error(std::string(fn) + ": topk_length[" + s(rec.request) + "]: expected a length in [0, " +
                 s(rec.hi) + "] (topk), got " + s(rec.value) + kFound);
   }
+  if (rec.kind == kCheckSchedule) {
+    throw Error(std::string(fn) + ": reuse_schedule: expected the workspace to hold the schedule of "
+                "this call's shape, got one of batch " + s(rec.request) + ", q_len " + s(rec.token) +
+                ", topk " + s(rec.position) + ", " + s(rec.value) + " partitions" +
+                (rec.hi != 0 ? ", with topk_length" : ", without topk_length") +
+                " (nothing was written; out and lse hold NaN)" + kFound);
+  }
   throw Error(std::string(kCheckFn) + ": workspace: expected a check record of an MLA sparse run, "
               "got kind " + s(rec.kind) + " (a workspace shared with another plan?)");
 }

@@ -53,9 +53,10 @@ std::string precompile_gqa(const GqaConfig& config, int arch);
 void plan_mla_sparse(MlaPlan& plan);
 
 // Scheduler -> decode -> combine (PDL) on `stream`, their metadata and partials in `workspace`
-// (plan.workspace_bytes on the plan's device). Allocates nothing: safe in CUDA graph capture.
+// (plan.workspace_bytes on the plan's device); `reuse_schedule` leaves the scheduler out
+// (MlaSparseArgs::reuse_schedule). Allocates nothing: safe in CUDA graph capture.
 void mla_sparse_decode(const MlaPlan& plan, const MlaSparseParams& params, void* workspace,
-                       void* stream);
+                       void* stream, bool reuse_schedule = false);
 
 // The `combine` op on CUDA tensors of `device`.
 void combine(const CombineParams& params, int device, void* stream);

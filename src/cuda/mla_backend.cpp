@@ -28,13 +28,13 @@ constexpr unsigned kMaxGridYZ = 65535;
 std::size_t align_up(std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
 // Workspace: partial outputs first (the big, 16-byte-loaded buffer at the aligned base), then
-// partial LSEs, the partitions and the split offsets. Sized for the plan's maxima: slots are at
+// partial LSEs, the partitions, the split offsets and the schedule's stamp. Sized for the plan's maxima: slots are at
 // most batch + num_parts (sparse_schedule.cuh). A checked plan's CheckRecord comes last, where
 // check_mla_run reads it.
 struct Layout {
-  std::size_t o = 0, lse = 0, parts = 0, offsets = 0, check = 0;
+  std::size_t o = 0, lse = 0, parts = 0, offsets = 0, stamp = 0, check = 0;
   int max_slots = 0;
-  std::size_t total() const { return o + lse + parts + offsets + check; }
+  std::size_t total() const { return o + lse + parts + offsets + stamp + check; }
 };
 
 Layout layout(const MlaConfig& c, int num_parts) {
@@ -45,6 +45,7 @@ Layout layout(const MlaConfig& c, int num_parts) {
   w.lse = align_up(rows * sizeof(float));
   w.parts = align_up(static_cast<std::size_t>(num_parts) * sizeof(mla::SparsePart));
   w.offsets = align_up((static_cast<std::size_t>(c.max_batch) + 1) * sizeof(int));
+  w.stamp = align_up(sizeof(mla::ScheduleStamp));
   if (c.checked) w.check = static_cast<std::size_t>(kCheckBytes);
   return w;
 }
@@ -187,7 +188,7 @@ void plan_mla_sparse(MlaPlan& plan) {
 }
 
 void mla_sparse_decode(const MlaPlan& plan, const MlaSparseParams& params, void* workspace,
-                       void* stream) {
+                       void* stream, bool reuse_schedule) {
   const MlaConfig& c = plan.config;
   if (plan.num_parts < 1) {
     throw Error("mla_decode_sparse: plan.num_parts: expected >= 1 (a plan made by "
@@ -208,20 +209,23 @@ void mla_sparse_decode(const MlaPlan& plan, const MlaSparseParams& params, void*
   kp.run.num_parts = plan.num_parts;
   kp.run.max_slots = w.max_slots;
   kp.run.check = w.check ? base + (w.total() - w.check) : nullptr;
+  kp.run.stamp = reinterpret_cast<mla::ScheduleStamp*>(base + w.o + w.lse + w.parts + w.offsets);
   void* args[] = {&kp};
 
   jit::ScopedDevice scope(device);
-  // The scheduler stages partitions and offsets in shared memory when they fit
-  // (schedule_entry.cuh says why); 0 bytes selects its global-memory path.
-  const std::size_t schedule_smem = static_cast<std::size_t>(plan.num_parts) *
-                                        sizeof(mla::SparsePart) +
-                                    (static_cast<std::size_t>(params.batch) + 1) * sizeof(int);
-  jit::Dim3 one;
-  jit::Dim3 schedule_block;
-  schedule_block.x = mla::kScheduleThreads;
-  jit::launch(*k.schedule, one, schedule_block,
-              schedule_smem <= static_cast<std::size_t>(mla::kScheduleSmemLimit) ? schedule_smem : 0,
-              stream, args);
+  if (!reuse_schedule) {
+    // The scheduler stages partitions and offsets in shared memory when they fit
+    // (schedule_entry.cuh says why); 0 bytes selects its global-memory path.
+    const std::size_t schedule_smem = static_cast<std::size_t>(plan.num_parts) *
+                                          sizeof(mla::SparsePart) +
+                                      (static_cast<std::size_t>(params.batch) + 1) * sizeof(int);
+    jit::Dim3 one;
+    jit::Dim3 schedule_block;
+    schedule_block.x = mla::kScheduleThreads;
+    jit::launch(*k.schedule, one, schedule_block,
+                schedule_smem <= static_cast<std::size_t>(mla::kScheduleSmemLimit) ? schedule_smem : 0,
+                stream, args);
+  }
 
   jit::Dim3 grid;
   grid.x = static_cast<unsigned>(head_blocks(params.num_heads));

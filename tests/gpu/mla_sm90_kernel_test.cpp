@@ -176,6 +176,16 @@ void run_case(const Sm90Case& tc) {
   kp.run.partial_lse = pl.as<float>();
   kp.run.num_parts = static_cast<int>(lay.parts.size());
   kp.run.max_slots = lay.slots;
+  // The stamp the scheduler would have written for this call (the layout is the host's).
+  mla::ScheduleStamp st{};
+  st.batch = kp.p.batch;
+  st.q_len = kp.p.q_len;
+  st.topk = kp.p.topk;
+  st.num_parts = kp.run.num_parts;
+  st.has_topk_length = kp.p.topk_length != nullptr ? 1 : 0;
+  DeviceBuffer stamp(sizeof(st));
+  cudaMemcpy(stamp.get(), &st, sizeof(st), cudaMemcpyHostToDevice);
+  kp.run.stamp = stamp.as<mla::ScheduleStamp>();
 
   const jit::LoadedKernel& k = jit::get_kernel(mla_sm90_spec(s.page_size, tc.cluster, 0, tc.pipe, tc.dequant, tc.sync, tc.prefetch, tc.ahead, tc.map, tc.l1), 0);
   void* args[] = {&kp};

@@ -174,6 +174,104 @@ TEST(MlaSparseGpu, CapturedInCudaGraph) {
   }
 }
 
+// The schedule made once per decode step (MlaSparseArgs::reuse_schedule): a second "layer" with
+// other q and cache contents but the first layer's indices and topk_length runs on the schedule
+// the first left in the workspace, and writes what its own scheduled run writes, bit for bit.
+TEST(MlaSparseGpu, ReusedScheduleServesTheNextLayer) {
+  DECA_REQUIRE_GPU();
+  for (const std::string& variant : mla_variants()) {
+    ScopedMlaKernel scoped(variant);
+    auto rng = make_rng(104);
+    MlaCaseSpec s = spec(128, 2, 2048, 64, 6);
+    s.topk_length = true;
+    s.attn_sink = true;
+    MlaSparseCase first = build_mla_sparse_case(s, rng);
+    add_sparse_edges(first, SparseEdges{});
+    MlaSparseCase second = build_mla_sparse_case(s, rng);
+    std::memcpy(second.indices.raw(), first.indices.raw(), first.indices.bytes());
+    std::memcpy(second.topk_length.raw(), first.topk_length.raw(), first.topk_length.bytes());
+    run_reference(second);
+    DeviceSparse a(first), b(second);
+    a.run();  // schedules into a's workspace
+    HostTensor own_out, own_lse, out, lse;
+    b.run();  // b's own schedule, for the bitwise comparison
+    b.results(second, own_out, own_lse);
+    b.poison();
+    MlaSparseArgs reuse = b.args;
+    reuse.workspace = a.args.workspace;
+    reuse.reuse_schedule = true;
+    mla_decode_sparse(a.plan, reuse);
+    b.results(second, out, lse, false);
+    expect_sparse_matches(variant + "/reused_schedule", second, out, lse);
+    EXPECT_EQ(0, std::memcmp(out.raw(), own_out.raw(), out.bytes())) << variant;
+    EXPECT_EQ(0, std::memcmp(lse.raw(), own_lse.raw(), lse.bytes())) << variant;
+  }
+}
+
+// A reused schedule made for another call shape, or none at all (a fresh workspace), computes
+// nothing: out and lse come back NaN (they were zeroed before), and a checked plan says why.
+TEST(MlaSparseGpu, ReusedScheduleOfAnotherShapeIsRefused) {
+  DECA_REQUIRE_GPU();
+  for (const std::string& variant : mla_variants()) {
+    ScopedMlaKernel scoped(variant);
+    auto rng = make_rng(105);
+    MlaSparseCase big = build_mla_sparse_case(spec(64, 1, 256, 64, 4), rng);
+    MlaSparseCase small = build_mla_sparse_case(spec(64, 1, 256, 64, 2), rng);
+    DeviceSparse a(big), b(small);
+    auto expect_nan = [&](const std::string& what) {
+      HostTensor out, lse;
+      b.results(small, out, lse, false);
+      for (std::int64_t i = 0; i < out.numel(); ++i) ASSERT_TRUE(std::isnan(out.get(i))) << what << " out " << i;
+      for (std::int64_t i = 0; i < lse.numel(); ++i) ASSERT_TRUE(std::isnan(lse.get(i))) << what << " lse " << i;
+    };
+    // Never scheduled: the fresh (zeroed) workspace holds no schedule.
+    MlaSparseArgs reuse = b.args;
+    reuse.workspace = a.args.workspace;
+    reuse.reuse_schedule = true;
+    b.out.fill(0);
+    b.lse.fill(0);
+    mla_decode_sparse(a.plan, reuse);
+    expect_nan(variant + "/never_scheduled");
+    // Scheduled for batch 4, reused for batch 2 under the same plan.
+    a.run();
+    b.out.fill(0);
+    b.lse.fill(0);
+    mla_decode_sparse(a.plan, reuse);
+    expect_nan(variant + "/batch_4_for_2");
+  }
+  // A checked plan reports the mismatch (and records nothing for a matching reuse).
+  auto rng = make_rng(106);
+  MlaSparseCase big = build_mla_sparse_case(spec(16, 1, 128, 64, 4), rng);
+  MlaSparseCase small = build_mla_sparse_case(spec(16, 1, 128, 64, 2), rng);
+  MlaConfig cfg = sparse_config(big.spec, Device::cuda(0));
+  cfg.checked = true;
+  const MlaPlan plan = plan_mla_decode(cfg);
+  DeviceSparse a(big), b(small);
+  DeviceBuffer ws(plan.workspace_bytes);
+  ws.fill(0);
+  MlaSparseArgs first = a.args;
+  first.workspace = ws.get();
+  first.workspace_bytes = ws.bytes();
+  mla_decode_sparse(plan, first);
+  first.reuse_schedule = true;
+  mla_decode_sparse(plan, first);
+  EXPECT_NO_THROW(check_mla_run(plan, ws.get(), nullptr));
+  MlaSparseArgs other = b.args;
+  other.workspace = ws.get();
+  other.workspace_bytes = ws.bytes();
+  other.reuse_schedule = true;
+  mla_decode_sparse(plan, other);
+  try {
+    check_mla_run(plan, ws.get(), nullptr);
+    ADD_FAILURE() << "a reused schedule of batch 4 for batch 2 passed the check";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("reuse_schedule: expected the workspace to hold the schedule "
+                                         "of this call's shape, got one of batch 4, q_len 1, topk 128"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(MlaSparseGpu, WorkspaceIsChecked) {
   DECA_REQUIRE_GPU();
   auto rng = make_rng(103);

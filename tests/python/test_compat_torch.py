@@ -124,6 +124,31 @@ def test_flash_mla_sparse_torch(rng):
     same_bits(lse, want_lse.transpose(1, 2))
 
 
+def test_flash_mla_metadata_schedules_once_per_step(rng):
+    """FlashMLA's metadata: the first sparse call of a step schedules, the later layers (same
+    indices and topk_length, other q) reuse it, and each layer's output is deca's own call's."""
+    from test_mla import _sparse_case
+    q, kv, indices = _sparse_case(rng, 3, 2, 16, 64, 16, num_blocks=6)
+    lengths = T(np.array([64, 9, 0], np.int32))
+    meta, splits = compat.get_mla_metadata()
+    for layer in range(3):
+        ql = T(q) if layer == 0 else T(rng.standard_normal(q.shape).astype(ref.BF16))
+        try:
+            out, lse = compat.flash_mla_with_kvcache(ql, T(kv), None, None, 512, meta, splits,
+                                                     is_fp8_kvcache=True, indices=T(indices),
+                                                     topk_length=lengths)
+        except deca.Error as e:
+            if DEV != "cpu" and "cuda" in str(e).lower():
+                pytest.skip(f"mla_decode_sparse has no CUDA kernel in this build: {e}")
+            raise
+        want, want_lse = deca.mla_decode_sparse(ql, T(kv), T(indices), topk_length=lengths,
+                                                return_lse=True)
+        same_bits(out, want)
+        same_bits(lse, want_lse.transpose(1, 2))
+        # On CUDA the metadata holds a scheduled workspace from the first layer on.
+        assert meta._schedule._done == (DEV != "cpu")
+
+
 @pytest.mark.skipif(DEV == "cpu", reason="needs a CUDA device")
 def test_flash_attn_in_cuda_graph(rng):
     case, (q, k, v, lens, table) = _fa_inputs(rng)

@@ -324,3 +324,41 @@ def test_mla_sparse_cuda(rng):
         raise
     want, want_lse = ref.mla_sparse(q.astype(np.float64), kv, indices)
     check(out, want, "bf16", lse, want_lse, lse_tol=1e-2)
+
+
+def test_mla_sparse_schedule_reused_by_the_next_layer(rng):
+    """MlaPlan.run_sparse(reuse_schedule=True): the second layer of a step runs on the first's
+    schedule (same indices and topk_length) and writes what its own scheduled run writes; a
+    schedule made for another batch computes nothing (NaN), and a checked plan says why."""
+    from test_mla import _sparse_case
+    batch, heads, topk, page = 4, 16, 128, 64
+    q1, kv, indices = _sparse_case(rng, batch, 1, heads, topk, page, num_blocks=4)
+    q2 = rng.standard_normal(q1.shape).astype(ref.BF16)
+    lengths = cuda(np.array([topk, 70, 0, 3], np.int32))
+    for checked in (False, True):
+        plan = deca.MlaPlan(heads, sparse=True, page_size=page, max_batch=batch, topk=topk,
+                            topk_length=True, checked=checked, device="cuda:0")
+        ws = torch.zeros(plan.workspace_bytes, dtype=torch.uint8, device="cuda:0")
+        own = torch.zeros(plan.workspace_bytes, dtype=torch.uint8, device="cuda:0")
+        out = [torch.zeros(batch, 1, heads, 512, dtype=torch.bfloat16, device="cuda:0")
+               for _ in range(3)]
+        args = dict(topk_length=lengths)
+        plan.run_sparse(cuda(q1), cuda(kv), cuda(indices), out[0], workspace=ws, **args)
+        plan.run_sparse(cuda(q2), cuda(kv), cuda(indices), out[1], workspace=ws,
+                        reuse_schedule=True, **args)
+        plan.run_sparse(cuda(q2), cuda(kv), cuda(indices), out[2], workspace=own, **args)
+        plan.check(ws)
+        assert torch.equal(out[1].view(torch.int16), out[2].view(torch.int16))
+        assert not torch.equal(out[0].view(torch.int16), out[1].view(torch.int16))
+        # The same workspace reused for batch 2: nothing computed, NaN out.
+        half = torch.zeros(2, 1, heads, 512, dtype=torch.bfloat16, device="cuda:0")
+        plan.run_sparse(cuda(q2[:2]), cuda(kv), cuda(indices[:2]), half, workspace=ws,
+                        reuse_schedule=True, topk_length=lengths[:2])
+        assert torch.isnan(half.float()).all()
+        if checked:
+            with pytest.raises(deca.Error, match="reuse_schedule: expected the workspace to hold "
+                                                 "the schedule of this call's shape, got one of "
+                                                 "batch 4, q_len 1, topk 128"):
+                plan.check(ws)
+        else:
+            plan.check(ws)  # unchecked plans record nothing

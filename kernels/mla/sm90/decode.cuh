@@ -1040,6 +1040,9 @@ __device__ __forceinline__ void mla_sparse_decode_sm90(const SparseKernelParams&
   }
   // Under programmatic dependent launch the scheduler's metadata may still be in flight.
   grid_dependency_wait();
+  // A reused schedule of another call shape (ScheduleStamp): write nothing. Every CTA of a
+  // cluster reads the same stamp, so both leave here or neither does.
+  if (!schedule_matches(kp.p, kp.run)) return;
 
   const SparsePart part = kp.run.parts[blockIdx.z];
   const int tok = blockIdx.y;

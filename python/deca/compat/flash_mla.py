@@ -5,9 +5,9 @@ dense bf16 call (no indices) runs deca.mla_decode_dense. Shapes are FlashMLA's: 
 s_q, h_q, 576], k_cache [num_blocks, page_block_size, 1, 656] (FP8, bytes) or [.., 576]
 (bf16), out [batch, s_q, h_q, 512], softmax_lse [batch, h_q, s_q] fp32 (natural log; with an
 attention sink the sink is left out of it, as deca's is). get_mla_metadata returns (metadata,
-None) as FlashMLA's current interface does: deca's scheduling is part of its plan, made from
-the first call's shapes and cached per shape, so there is nothing to compute ahead and the
-num_splits slot stays None.
+None) as FlashMLA's current interface does: the metadata object is scheduled by the first
+sparse call made with it (on CUDA) and that schedule serves the later calls of the step, as
+FlashMLA's lazily initialised metadata does; the num_splits slot stays None.
 """
 
 from __future__ import annotations
@@ -22,8 +22,11 @@ DIM_V = 512
 
 
 class MlaMetadata:
-    """What get_mla_metadata promises about the calls it serves (heads, FP8, topk); checked
-    against each call. `plan` is the deca MlaPlan of the last call made with it."""
+    """What get_mla_metadata promises about the calls it serves (heads, FP8, topk), checked
+    against each call, and, as FlashMLA's metadata, the decode step's schedule: the first sparse
+    CUDA call made with it schedules into a workspace the object owns, the later calls (the
+    other layers of the step: same batch, s_q, topk and topk_length contents) reuse it. Make one
+    per decode step, as FlashMLA asks."""
 
     def __init__(self, num_q_tokens_per_head_k, num_heads_k, num_heads_q, is_fp8_kvcache,
                  topk):
@@ -32,6 +35,7 @@ class MlaMetadata:
         self.num_heads_q = num_heads_q
         self.is_fp8_kvcache = is_fp8_kvcache
         self.topk = topk
+        self._schedule = _cached_ops.StepSchedule()
 
     def __repr__(self):
         return (f"deca.compat.MlaMetadata(num_heads_q={self.num_heads_q}, "
@@ -96,12 +100,27 @@ def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v,
                 raise Error(f"{fn}: indices: expected topk {meta.topk} (get_mla_metadata's "
                             f"topk), got {shape[2]}")
         cache = _bytes(k_cache)
-        if ops is not None:
-            ops.mla_decode_sparse(q, cache, indices, out, lse, topk_length, attn_sink,
-                                  float(softmax_scale or 0.0))
+        plan = ws = None
+        reuse = False
+        if meta is not None:
+            # FlashMLA's metadata: the first call of a step schedules, the later layers reuse.
+            plan, ws, reuse = _cached_ops.step_workspace(meta._schedule, q, cache, indices, lse,
+                                                         topk_length, attn_sink, fn)
+        scale = float(softmax_scale or 0.0)
+        if ws is not None and ops is not None:
+            ops.mla_decode_sparse_step(q, cache, indices, out, lse, topk_length, attn_sink, scale,
+                                       ws, reuse)
+        elif ws is not None:
+            _cached_ops.mla_sparse_step(q, cache, indices, out, lse, ws, reuse, fn=fn,
+                                        topk_length=topk_length, attn_sink=attn_sink,
+                                        softmax_scale=scale)
+        elif ops is not None:
+            ops.mla_decode_sparse(q, cache, indices, out, lse, topk_length, attn_sink, scale)
         else:
             _cached_ops.mla_sparse(q, cache, indices, out, lse, fn=fn, topk_length=topk_length,
-                                   attn_sink=attn_sink, softmax_scale=softmax_scale or 0.0)
+                                   attn_sink=attn_sink, softmax_scale=scale)
+        if ws is not None:
+            meta._schedule.scheduled(plan)
     else:
         if is_fp8_kvcache:
             raise Error(f"{fn}: is_fp8_kvcache: expected False without indices (deca's dense "
