@@ -181,15 +181,20 @@ TEST(MlaSparseGpu, ReusedScheduleServesTheNextLayer) {
   DECA_REQUIRE_GPU();
   for (const std::string& variant : mla_variants()) {
     ScopedMlaKernel scoped(variant);
-    auto rng = make_rng(104);
     MlaCaseSpec s = spec(128, 2, 2048, 64, 6);
     s.topk_length = true;
     s.attn_sink = true;
+    // The same seed twice: the same cache, indices and topk_length; then another q.
+    auto rng = make_rng(104);
     MlaSparseCase first = build_mla_sparse_case(s, rng);
     add_sparse_edges(first, SparseEdges{});
-    MlaSparseCase second = build_mla_sparse_case(s, rng);
-    std::memcpy(second.indices.raw(), first.indices.raw(), first.indices.bytes());
-    std::memcpy(second.topk_length.raw(), first.topk_length.raw(), first.topk_length.bytes());
+    auto rng_again = make_rng(104);
+    MlaSparseCase second = build_mla_sparse_case(s, rng_again);
+    add_sparse_edges(second, SparseEdges{});
+    auto rng_q = make_rng(107);
+    const MlaSparseCase other = build_mla_sparse_case(s, rng_q);
+    ASSERT_EQ(other.q.bytes(), second.q.bytes());
+    std::memcpy(second.q.raw(), other.q.raw(), other.q.bytes());
     run_reference(second);
     DeviceSparse a(first), b(second);
     a.run();  // schedules into a's workspace
@@ -199,6 +204,7 @@ TEST(MlaSparseGpu, ReusedScheduleServesTheNextLayer) {
     b.poison();
     MlaSparseArgs reuse = b.args;
     reuse.workspace = a.args.workspace;
+    reuse.workspace_bytes = a.args.workspace_bytes;
     reuse.reuse_schedule = true;
     mla_decode_sparse(a.plan, reuse);
     b.results(second, out, lse, false);
@@ -227,6 +233,7 @@ TEST(MlaSparseGpu, ReusedScheduleOfAnotherShapeIsRefused) {
     // Never scheduled: the fresh (zeroed) workspace holds no schedule.
     MlaSparseArgs reuse = b.args;
     reuse.workspace = a.args.workspace;
+    reuse.workspace_bytes = a.args.workspace_bytes;
     reuse.reuse_schedule = true;
     b.out.fill(0);
     b.lse.fill(0);
