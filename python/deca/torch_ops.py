@@ -1,5 +1,5 @@
-"""deca's decode calls as torch custom ops: torch.ops.deca.gqa_decode, .mla_decode_sparse,
-.mla_decode_sparse_step (on a step's schedule) and .mla_decode_dense, so that torch.compile'd models keep them as single graph nodes (no graph
+"""deca's decode calls as torch custom ops: torch.ops.deca.gqa_decode, .mla_decode_sparse and
+.mla_decode_dense, so that torch.compile'd models keep them as single graph nodes (no graph
 break) and CUDA-graph captures of compiled models hold them.
 
 Registered by `import deca.torch_ops`, or by deca.compat the first time torch.compile traces one
@@ -62,27 +62,6 @@ def mla_decode_sparse(q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Te
 @mla_decode_sparse.register_fake
 def _mla_decode_sparse_fake(q, kv_cache, indices, out, lse, topk_length, attn_sink,
                             softmax_scale):
-    return None
-
-
-@torch.library.custom_op(f"{_LIB}::mla_decode_sparse_step",
-                         mutates_args=("out", "lse", "workspace"))
-def mla_decode_sparse_step(q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Tensor,
-                           out: torch.Tensor, lse: Optional[torch.Tensor],
-                           topk_length: Optional[torch.Tensor], attn_sink: Optional[torch.Tensor],
-                           softmax_scale: float, workspace: torch.Tensor,
-                           reuse_schedule: bool) -> None:
-    """mla_decode_sparse on a caller's workspace that holds (reuse_schedule=True) or receives
-    the decode step's schedule: deca.compat.flash_mla_with_kvcache's calls with one metadata
-    object (MlaPlan.run_sparse's reuse_schedule)."""
-    _cached_ops.mla_sparse_step(q, kv_cache, indices, out, lse, workspace, reuse_schedule,
-                                topk_length=topk_length, attn_sink=attn_sink,
-                                softmax_scale=softmax_scale)
-
-
-@mla_decode_sparse_step.register_fake
-def _mla_decode_sparse_step_fake(q, kv_cache, indices, out, lse, topk_length, attn_sink,
-                                 softmax_scale, workspace, reuse_schedule):
     return None
 
 

@@ -26,7 +26,8 @@ class MlaMetadata:
     against each call, and, as FlashMLA's metadata, the decode step's schedule: the first sparse
     CUDA call made with it schedules into a workspace the object owns, the later calls (the
     other layers of the step: same batch, s_q, topk and topk_length contents) reuse it. Make one
-    per decode step, as FlashMLA asks."""
+    per decode step, as FlashMLA asks. (Traced by torch.compile, each call is one deca op that
+    schedules for itself: engines call attention from an opaque op anyway.)"""
 
     def __init__(self, num_q_tokens_per_head_k, num_heads_k, num_heads_q, is_fp8_kvcache,
                  topk):
@@ -102,15 +103,13 @@ def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v,
         cache = _bytes(k_cache)
         plan = ws = None
         reuse = False
-        if meta is not None:
+        if meta is not None and ops is None:
             # FlashMLA's metadata: the first call of a step schedules, the later layers reuse.
+            # (Under torch.compile the call stays one opaque op that schedules every time.)
             plan, ws, reuse = _cached_ops.step_workspace(meta._schedule, q, cache, indices, lse,
                                                          topk_length, attn_sink, fn)
         scale = float(softmax_scale or 0.0)
-        if ws is not None and ops is not None:
-            ops.mla_decode_sparse_step(q, cache, indices, out, lse, topk_length, attn_sink, scale,
-                                       ws, reuse)
-        elif ws is not None:
+        if ws is not None:
             _cached_ops.mla_sparse_step(q, cache, indices, out, lse, ws, reuse, fn=fn,
                                         topk_length=topk_length, attn_sink=attn_sink,
                                         softmax_scale=scale)
