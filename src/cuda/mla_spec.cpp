@@ -28,7 +28,56 @@ const char* role_name(MlaKernelRole role) {
   return "unknown";
 }
 
+// The sm90 knobs as data: Cfg field, environment variable and its range, and the kernel-name
+// suffix (left out at the `neutral` value; `number`: followed by the value).
+struct Knob {
+  int MlaSm90Knobs::*member;
+  const char* cfg;
+  const char* env;
+  int lo, hi;
+  const char* suffix;
+  int neutral;
+  bool number;
+};
+constexpr Knob kKnobs[] = {
+    {&MlaSm90Knobs::cluster, "kCluster", "DECA_MLA_CLUSTER", 1, 2, "_c", 1, true},
+    {&MlaSm90Knobs::pipe, "kPipe", "DECA_MLA_PIPE", 0, 3, "_pipe", 0, true},
+    {&MlaSm90Knobs::dequant, "kDequant", "DECA_MLA_DEQUANT", 0, 1, "_ideq", 0, false},
+    {&MlaSm90Knobs::sync, "kSync", "DECA_MLA_SYNC", 0, 1, "_sync", 0, true},
+    {&MlaSm90Knobs::prefetch, "kPrefetch", "DECA_MLA_PREFETCH", 0, 3, "_pf", 0, true},
+    {&MlaSm90Knobs::ahead, "kAhead", "DECA_MLA_AHEAD", 1, 8, "_ahead", 2, true},
+    {&MlaSm90Knobs::map, "kMap", "DECA_MLA_MAP", 0, 1, "_map", 0, true},
+    {&MlaSm90Knobs::l1, "kL1", "DECA_MLA_L1", 0, 1, "_l1e", 0, true},
+};
+
 }  // namespace
+
+MlaSm90Knobs mla_sm90_consistent(MlaSm90Knobs k, int num_heads) {
+  const bool two_blocks = num_heads > 64 && num_heads <= 128;
+  if (!two_blocks) k.cluster = 1;
+  if (k.cluster != 2) k.sync = 0;  // only a cluster has hand-overs between CTAs
+  if (k.pipe != 3) k.dequant = 0;  // the integer route is built only with pipe 3 (registers)
+  if (k.pipe == 0) {
+    k.ahead = 2;  // the base producer prefetches two blocks ahead, fixed
+    k.map = 0;    // and has the unit split only
+  }
+  return k;
+}
+
+MlaSm90Knobs mla_sm90_knobs_from_env(int num_heads) {
+  MlaSm90Knobs k;
+#if DECA_MLA_HAVE_SM90
+  k.cluster = mla::sm90::kClusterX(num_heads);
+#endif
+  for (const Knob& knob : kKnobs) {
+    const char* env = std::getenv(knob.env);
+    // One digit in range; anything else leaves the default.
+    if (env != nullptr && env[0] >= '0' + knob.lo && env[0] <= '0' + knob.hi && env[1] == '\0') {
+      k.*knob.member = env[0] - '0';
+    }
+  }
+  return mla_sm90_consistent(k, num_heads);
+}
 
 // Built with std::to_string and appends, never iostreams (see gqa_spec.cpp for the locale trap).
 std::string MlaKernelKey::name() const {
@@ -37,14 +86,12 @@ std::string MlaKernelKey::name() const {
   if (role == MlaKernelRole::kDecode && checked) s += "_chk";
   if (role == MlaKernelRole::kDecode && variant == "sm90") {
     s += "_p" + std::to_string(page_size);
-    if (cluster > 1) s += "_c" + std::to_string(cluster);
-    if (pipe > 0) s += "_pipe" + std::to_string(pipe);
-    if (dequant > 0) s += "_ideq";
-    if (sync > 0) s += "_sync" + std::to_string(sync);
-    if (prefetch > 0) s += "_pf" + std::to_string(prefetch);
-    if (ahead != 2) s += "_ahead" + std::to_string(ahead);
-    if (map > 0) s += "_map" + std::to_string(map);
-    if (l1 > 0) s += "_l1e" + std::to_string(l1);
+    for (const Knob& k : kKnobs) {
+      const int v = sm90.*k.member;
+      if (v == k.neutral) continue;
+      s += k.suffix;
+      if (k.number) s += std::to_string(v);
+    }
   }
   s += "_sm" + std::to_string(arch);
   return s;
@@ -80,15 +127,11 @@ jit::JitSpec MlaKernelKey::spec() const {
   }
   std::string prologue;
   if (role == MlaKernelRole::kDecode && variant == "sm90") {
-    prologue = "struct Cfg {\n  static constexpr int kPageSize = " + std::to_string(page_size) +
-               ";\n  static constexpr int kCluster = " + std::to_string(cluster) +
-               ";\n  static constexpr int kPipe = " + std::to_string(pipe) +
-               ";\n  static constexpr int kDequant = " + std::to_string(dequant) +
-               ";\n  static constexpr int kSync = " + std::to_string(sync) +
-               ";\n  static constexpr int kPrefetch = " + std::to_string(prefetch) +
-               ";\n  static constexpr int kAhead = " + std::to_string(ahead) +
-               ";\n  static constexpr int kMap = " + std::to_string(map) +
-               ";\n  static constexpr int kL1 = " + std::to_string(l1) + ";\n};\n";
+    prologue = "struct Cfg {\n  static constexpr int kPageSize = " + std::to_string(page_size) + ";\n";
+    for (const Knob& k : kKnobs) {
+      prologue += std::string("  static constexpr int ") + k.cfg + " = " + std::to_string(sm90.*k.member) + ";\n";
+    }
+    prologue += "};\n";
   }
   spec.source = "// " + spec.name + "\n" + prologue + "#include \"" + header + "\"\n";
   return spec;
@@ -113,51 +156,7 @@ MlaKernelKey mla_decode_key(int arch, const std::string& variant, const MlaConfi
   k.checked = config.checked && variant == "portable";
   if (variant != "sm90") return k;
   k.page_size = config.page_size;
-#if DECA_MLA_HAVE_SM90
-  k.cluster = mla::sm90::kClusterX(config.num_heads);
-#endif
-  const bool two_blocks = config.num_heads > 64 && config.num_heads <= 128;
-  if (const char* env = std::getenv("DECA_MLA_CLUSTER")) {
-    if (std::strcmp(env, "1") == 0) k.cluster = 1;
-    if (std::strcmp(env, "2") == 0 && two_blocks) k.cluster = 2;
-  }
-  if (!two_blocks) k.cluster = 1;
-  k.pipe = kMlaSm90Pipe;
-  k.dequant = kMlaSm90Dequant;
-  if (const char* env = std::getenv("DECA_MLA_PIPE")) {
-    if (env[0] >= '0' && env[0] <= '3' && env[1] == '\0') k.pipe = env[0] - '0';
-  }
-  if (const char* env = std::getenv("DECA_MLA_DEQUANT")) {
-    if (std::strcmp(env, "0") == 0) k.dequant = 0;
-    if (std::strcmp(env, "1") == 0) k.dequant = 1;
-  }
-  if (k.pipe != 3) k.dequant = 0;  // the integer route is built only with pipe 3 (registers)
-  k.sync = kMlaSm90Sync;
-  k.prefetch = kMlaSm90Prefetch;
-  if (const char* env = std::getenv("DECA_MLA_SYNC")) {
-    if (std::strcmp(env, "0") == 0) k.sync = 0;
-    if (std::strcmp(env, "1") == 0) k.sync = 1;
-  }
-  if (const char* env = std::getenv("DECA_MLA_PREFETCH")) {
-    if (env[0] >= '0' && env[0] <= '3' && env[1] == '\0') k.prefetch = env[0] - '0';
-  }
-  k.ahead = kMlaSm90Ahead;
-  if (const char* env = std::getenv("DECA_MLA_AHEAD")) {
-    if (env[0] >= '1' && env[0] <= '8' && env[1] == '\0') k.ahead = env[0] - '0';
-  }
-  if (k.pipe == 0) k.ahead = 2;  // the base producer prefetches two blocks ahead, fixed
-  k.map = kMlaSm90Map;
-  if (const char* env = std::getenv("DECA_MLA_MAP")) {
-    if (std::strcmp(env, "0") == 0) k.map = 0;
-    if (std::strcmp(env, "1") == 0) k.map = 1;
-  }
-  if (k.pipe == 0) k.map = 0;  // the base producer has the unit split only
-  k.l1 = kMlaSm90L1;
-  if (const char* env = std::getenv("DECA_MLA_L1")) {
-    if (std::strcmp(env, "0") == 0) k.l1 = 0;
-    if (std::strcmp(env, "1") == 0) k.l1 = 1;
-  }
-  if (k.cluster != 2) k.sync = 0;  // only a cluster has hand-overs between CTAs
+  k.sm90 = mla_sm90_knobs_from_env(config.num_heads);
   return k;
 }
 

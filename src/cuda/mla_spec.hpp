@@ -15,29 +15,36 @@ enum class MlaKernelRole { kSchedule, kDecode, kCombine, kGenericCombine };
 // Flip to true once kernels/mla/sm90/entry.cuh and traits.cuh are in the tree: every sm_90 plan
 // then runs it unless DECA_MLA_KERNEL=portable.
 inline constexpr bool kMlaSm90KernelEnabled = true;
-// The sm90 kernel's producer variant a plan compiles unless the environment says otherwise
-// (kernels/mla/sm90/traits.cuh: Cfg::kPipe, Cfg::kDequant; docs/perf-notes-mla.md the timings).
-inline constexpr int kMlaSm90Pipe = 2;
-inline constexpr int kMlaSm90Dequant = 0;
-inline constexpr int kMlaSm90Sync = 1;      // Cfg::kSync: the cluster hand-overs' scope (1: light; 240 vs 258 us at b128 h128)
-inline constexpr int kMlaSm90Prefetch = 0;  // Cfg::kPrefetch: lines, bulk record, none, sectors
-inline constexpr int kMlaSm90Ahead = 2;     // Cfg::kAhead: blocks between prefetch and gather
-inline constexpr int kMlaSm90Map = 0;       // Cfg::kMap: how the producer's threads split a block
-inline constexpr int kMlaSm90L1 = 0;        // Cfg::kL1: the gather's L1 policy
+// The sm90 decode kernel's tuning knobs: one Cfg field each (kernels/mla/sm90/decode.cuh says
+// what each does; docs/perf-notes-mla.md has their timings), the defaults a plan compiles, and
+// the DECA_MLA_* environment variable that overrides each (a tuning aid; the name shows it).
+struct MlaSm90Knobs {
+  int cluster = 1;   // Cfg::kCluster, DECA_MLA_CLUSTER: 2 pairs the two head blocks of 65..128 heads
+  int pipe = 2;      // Cfg::kPipe, DECA_MLA_PIPE 0..3: the producer's pipelining
+  int dequant = 0;   // Cfg::kDequant, DECA_MLA_DEQUANT: 1 the integer e4m3 placement (pipe 3 only)
+  int sync = 1;      // Cfg::kSync, DECA_MLA_SYNC: 1 light cluster hand-overs (240 vs 258 us, b128 h128)
+  int prefetch = 0;  // Cfg::kPrefetch, DECA_MLA_PREFETCH 0..3: lines, bulk record, none, sectors
+  int ahead = 2;     // Cfg::kAhead, DECA_MLA_AHEAD 1..8: blocks between prefetch and gather
+  int map = 0;       // Cfg::kMap, DECA_MLA_MAP: 1 a token per four producer lanes (slower)
+  int l1 = 0;        // Cfg::kL1, DECA_MLA_L1: 1 the gather loads L1::evict_last
+};
+
+// The knobs a key may hold: what was asked, made consistent for `num_heads` (a pure function,
+// table-tested): a cluster only for 65..128 heads, the light hand-overs only in a cluster, the
+// integer dequantization only with pipe 3, the base producer (pipe 0) with its fixed prefetch
+// distance and the unit split.
+MlaSm90Knobs mla_sm90_consistent(MlaSm90Knobs k, int num_heads);
+
+// The defaults for `num_heads` (traits' kClusterX) with every DECA_MLA_* variable that holds a
+// value in its range applied, made consistent.
+MlaSm90Knobs mla_sm90_knobs_from_env(int num_heads);
 
 struct MlaKernelKey {
   int arch = 90;                       // compute capability, 90 = sm_90a
   MlaKernelRole role = MlaKernelRole::kDecode;
   std::string variant = "portable";    // decode only: "portable" (sm_80+) or "sm90"
   int page_size = 0;                   // sm90 decode only: compiled in (Cfg::kPageSize)
-  int cluster = 1;                     // sm90 decode only: CTAs sharing dequantized tokens (Cfg::kCluster)
-  int pipe = 0;                        // sm90 decode only: producer pipelining (Cfg::kPipe, 0..3)
-  int dequant = 0;                     // sm90 decode only: 1 = integer e4m3 placement (Cfg::kDequant)
-  int sync = 0;                        // sm90 decode, cluster of 2: 1 = light hand-overs (Cfg::kSync)
-  int prefetch = 0;                    // sm90 decode only: L2 prefetch route (Cfg::kPrefetch, 0..3)
-  int ahead = 2;                       // sm90 decode, pipe >= 1: prefetch distance in blocks (Cfg::kAhead)
-  int map = 0;                         // sm90 decode, pipe >= 1: 1 = a token per four lanes (Cfg::kMap)
-  int l1 = 0;                          // sm90 decode only: 1 = gather loads L1::evict_last (Cfg::kL1)
+  MlaSm90Knobs sm90;                   // sm90 decode only: the tuning knobs (Cfg fields)
   bool checked = false;                // portable decode only: MlaConfig::checked, "_chk"
 
   // e.g. "mla_sparse_decode_portable_sm90", "mla_sparse_combine_sm90", "combine_sm80"
@@ -63,14 +70,7 @@ MlaDecodeShape mla_decode_shape(const std::string& variant, int num_heads);
 std::string mla_plan_variant(int arch, const MlaConfig& config);
 
 // The decode key a plan of `config` runs with `variant` on compute capability `arch`: the sm90
-// kernel compiles the page size in and, for 65..128 heads, may pair its two head blocks in a
-// cluster (traits' kClusterX; DECA_MLA_CLUSTER=1|2 overrides it, a tuning knob in the name), and
-// picks the producer's pipelining (DECA_MLA_PIPE=0..3) and dequantization route
-// (DECA_MLA_DEQUANT=0|1, with pipe 3 only), the cluster hand-overs' scope (DECA_MLA_SYNC=0|1)
-// the L2 prefetch route and distance (DECA_MLA_PREFETCH=0..3, DECA_MLA_AHEAD=1..8) and the
-// producer's split of a block (DECA_MLA_MAP=0|1) and L1 policy (DECA_MLA_L1=0|1); defaults
-// kMlaSm90Pipe, kMlaSm90Dequant, kMlaSm90Sync, kMlaSm90Prefetch, kMlaSm90Ahead, kMlaSm90Map,
-// kMlaSm90L1.
+// kernel compiles the page size in and mla_sm90_knobs_from_env(config.num_heads).
 MlaKernelKey mla_decode_key(int arch, const std::string& variant, const MlaConfig& config);
 
 }  // namespace deca::cuda

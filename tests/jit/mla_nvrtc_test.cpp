@@ -4,9 +4,12 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "cuda/mla_spec.hpp"
+#include "deca/mla.hpp"
 #include "jit/elf_symbols.hpp"
 #include "jit/nvrtc_compile.hpp"
 
@@ -59,6 +62,74 @@ TEST(MlaNvrtc, NamesAreDistinctCacheKeys) {
   EXPECT_EQ(b.name(), "mla_sparse_decode_portable_sm80");
   EXPECT_EQ(c.name(), "mla_sparse_combine_sm90");
   EXPECT_EQ(a.spec().entry, "deca_mla_sparse_decode");
+}
+
+// The knobs a key may hold (mla_sm90_consistent), as a table: what was asked -> what is kept.
+TEST(MlaSm90Knobs, ConsistentKeepsOnlyCombinationsTheKernelBuilds) {
+  struct Row {
+    int heads;
+    MlaSm90Knobs asked;
+    MlaSm90Knobs kept;
+  };
+  auto knobs = [](int cluster, int pipe, int dequant, int sync, int prefetch, int ahead, int map, int l1) {
+    MlaSm90Knobs k;
+    k.cluster = cluster, k.pipe = pipe, k.dequant = dequant, k.sync = sync;
+    k.prefetch = prefetch, k.ahead = ahead, k.map = map, k.l1 = l1;
+    return k;
+  };
+  const Row rows[] = {
+      // The default for 128 and for 64 heads: a cluster (light hand-overs) only for 128.
+      {128, knobs(2, 2, 0, 1, 0, 2, 0, 0), knobs(2, 2, 0, 1, 0, 2, 0, 0)},
+      {64, knobs(2, 2, 0, 1, 0, 2, 0, 0), knobs(1, 2, 0, 0, 0, 2, 0, 0)},
+      {65, knobs(2, 2, 0, 1, 0, 2, 0, 0), knobs(2, 2, 0, 1, 0, 2, 0, 0)},
+      {129, knobs(2, 2, 0, 1, 0, 2, 0, 0), knobs(1, 2, 0, 0, 0, 2, 0, 0)},
+      {100, knobs(1, 2, 0, 1, 0, 2, 0, 0), knobs(1, 2, 0, 0, 0, 2, 0, 0)},
+      // The integer dequantization with pipe 3 only.
+      {64, knobs(1, 3, 1, 0, 0, 2, 0, 0), knobs(1, 3, 1, 0, 0, 2, 0, 0)},
+      {64, knobs(1, 2, 1, 0, 0, 2, 0, 0), knobs(1, 2, 0, 0, 0, 2, 0, 0)},
+      // The base producer: its own prefetch distance and the unit split.
+      {64, knobs(1, 0, 0, 0, 1, 4, 1, 1), knobs(1, 0, 0, 0, 1, 2, 0, 1)},
+      {64, knobs(1, 1, 0, 0, 3, 4, 1, 1), knobs(1, 1, 0, 0, 3, 4, 1, 1)},
+  };
+  for (const Row& r : rows) {
+    const MlaSm90Knobs k = mla_sm90_consistent(r.asked, r.heads);
+    EXPECT_EQ(k.cluster, r.kept.cluster) << r.heads;
+    EXPECT_EQ(k.pipe, r.kept.pipe) << r.heads;
+    EXPECT_EQ(k.dequant, r.kept.dequant) << r.heads;
+    EXPECT_EQ(k.sync, r.kept.sync) << r.heads;
+    EXPECT_EQ(k.prefetch, r.kept.prefetch) << r.heads;
+    EXPECT_EQ(k.ahead, r.kept.ahead) << r.heads;
+    EXPECT_EQ(k.map, r.kept.map) << r.heads;
+    EXPECT_EQ(k.l1, r.kept.l1) << r.heads;
+  }
+}
+
+// The plan's keys: the names the results and caches know, the environment's overrides in range
+// only, and the Cfg prologue carrying every knob.
+TEST(MlaSm90Knobs, KeysFromTheEnvironment) {
+  if (!kMlaSm90KernelEnabled) GTEST_SKIP() << "the sm90 MLA kernel is not enabled in this build";
+  const char* vars[] = {"DECA_MLA_CLUSTER", "DECA_MLA_PIPE", "DECA_MLA_DEQUANT", "DECA_MLA_SYNC",
+                        "DECA_MLA_PREFETCH", "DECA_MLA_AHEAD", "DECA_MLA_MAP", "DECA_MLA_L1"};
+  for (const char* v : vars) unsetenv(v);
+  MlaConfig c;
+  c.sparse = true, c.topk = 2048, c.page_size = 64, c.checked = false;
+  c.num_heads = 128;
+  EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_c2_pipe2_sync1_sm90");
+  c.num_heads = 64;
+  EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_pipe2_sm90");
+  setenv("DECA_MLA_PIPE", "3", 1);
+  setenv("DECA_MLA_DEQUANT", "1", 1);
+  setenv("DECA_MLA_AHEAD", "9", 1);  // out of range: ignored
+  setenv("DECA_MLA_L1", "yes", 1);   // not a digit: ignored
+  setenv("DECA_MLA_PREFETCH", "3", 1);
+  const MlaKernelKey k = mla_decode_key(90, "sm90", c);
+  EXPECT_EQ(k.name(), "mla_sparse_decode_sm90_p64_pipe3_ideq_pf3_sm90");
+  const std::string src = k.spec().source;
+  for (const char* field : {"kPageSize = 64;", "kCluster = 1;", "kPipe = 3;", "kDequant = 1;", "kSync = 0;",
+                            "kPrefetch = 3;", "kAhead = 2;", "kMap = 0;", "kL1 = 0;"}) {
+    EXPECT_NE(src.find(field), std::string::npos) << field << " in\n" << src;
+  }
+  for (const char* v : vars) unsetenv(v);
 }
 
 TEST(MlaNvrtc, PortableOnAnythingButSm90) {
