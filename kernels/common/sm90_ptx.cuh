@@ -75,6 +75,19 @@ __device__ __forceinline__ void wgmma_m64n64k16_ss(float (&d)[32], unsigned long
       : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)), "n"(kTransB));
 }
 
+// ---- wgmma.mma_async e4m3 x e4m3 -> f32 (PTX ISA 9.7.15.5.2) -------------------------------------
+// wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 d, a-desc, b-desc, scale-d, 1, 1;
+// 8-bit operands have no transpose: A and B K-major in shared memory (32 e4m3 = 32 B of K per
+// k-step). The smallest N: tokens on M, eight query rows on N (docs/design-gqa-sm90.md).
+__device__ __forceinline__ void wgmma_m64n8k32_e4m3_ss(float (&d)[4], unsigned long long desc_a,
+                                                       unsigned long long desc_b, bool accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0, %1, %2, %3}, %4, %5, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)));
+}
+
 // wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 d, a-desc, b-desc, scale-d, 1, 1, 0, tnspB;
 // A and B from shared memory (descriptors); `accumulate` false overwrites d (scale-d = 0).
 template <int kTransB>
