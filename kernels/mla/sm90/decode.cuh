@@ -188,11 +188,14 @@ DECA_MLA_SM90_KNOB(AheadOf, kAhead, 2)
 // the token of the warp's eight, lane / 8 a quarter of each 64-byte group), eight 16-byte units
 // of it each (one address and one 16-byte scale load per token, store addresses one XOR apart):
 // ncu at b128 h64 counted ~1600 producer instructions per block and thread with map 0, 48 %
-// of them the conversion, most of the rest the per-token addressing.
+// of them the conversion, most of the rest the per-token addressing. Map 1 executes 29 % fewer
+// and is still slower (172 vs 165 us at b128 h64, 7409a3c): its loads wait longer (eight
+// records' 64-byte pieces per warp load) and its stores crowd the MIO queue of consumer 0.
 enum Map : int { kMapUnits = 0, kMapTokens = 1 };
 DECA_MLA_SM90_KNOB(MapOf, kMap, kMapUnits)
 
-// The gather's L1 policy: 0 L1::no_allocate (each CTA reads a token once), 1 L1::evict_last.
+// The gather's L1 policy: 0 L1::no_allocate (each CTA reads a token once), 1 L1::evict_last
+// (FlashMLA's; no faster here, d676a5a).
 DECA_MLA_SM90_KNOB(L1Of, kL1, 0)
 
 #undef DECA_MLA_SM90_KNOB
