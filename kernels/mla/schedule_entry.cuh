@@ -103,13 +103,5 @@ extern "C" __global__ void __launch_bounds__(deca::mla::kScheduleThreads)
   // Unreachable when the workspace is sized as plan_mla_decode sizes it (slots <= batch +
   // num_parts): a trap beats writing partials past the end of the workspace.
   if (t == 0 && offsets[batch] > kp.run.max_slots) __trap();
-  if (t == 0) {
-    m::ScheduleStamp st{};
-    st.batch = batch;
-    st.q_len = kp.p.q_len;
-    st.topk = kp.p.topk;
-    st.num_parts = num_parts;
-    st.has_topk_length = kp.p.topk_length != nullptr ? 1 : 0;
-    *kp.run.stamp = st;
-  }
+  if (t == 0) *kp.run.stamp = m::schedule_stamp(kp.p, num_parts);
 }

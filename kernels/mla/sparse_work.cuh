@@ -77,6 +77,20 @@ struct SparseRun {
   ScheduleStamp* stamp;  // written by the scheduler, compared by the readers (schedule_matches)
 };
 
+// The stamp of a call: what the scheduler writes (schedule_matches compares the same fields).
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+__host__ __device__
+#endif
+inline ScheduleStamp schedule_stamp(const MlaSparseParams& p, int num_parts) {
+  ScheduleStamp s{};
+  s.batch = p.batch;
+  s.q_len = p.q_len;
+  s.topk = p.topk;
+  s.num_parts = num_parts;
+  s.has_topk_length = p.topk_length != nullptr ? 1 : 0;
+  return s;
+}
+
 // Whether the workspace's schedule was made for this call (see ScheduleStamp).
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
 __device__ __forceinline__ bool schedule_matches(const MlaSparseParams& p, const SparseRun& run) {

@@ -74,8 +74,13 @@ def _meta(x, where, dtype=None):
     return t.shape, t.dtype, _plan_cache.device_text(t)
 
 
-def _sparse_plan(q, kv_cache, indices, lse, topk_length, attn_sink, fn):
-    """(plan, cached workspace or None, q, kv_cache, indices as deca tensors) of a sparse call."""
+def mla_sparse(q, kv_cache, indices, out, lse=None, *, fn="mla_decode_sparse",
+               topk_length=None, attn_sink=None, softmax_scale=0.0, schedule=None):
+    """Sparse FP8 MLA decode of q [batch, q_len, heads, 576] into out [.., 512] (and lse).
+
+    `schedule` (a StepSchedule): on CUDA the run uses the holder's workspace, schedules on the
+    holder's first call with this shape and reuses that schedule after (the other layers of a
+    decode step)."""
     qt = tensor(q, f"{fn}: q")
     kvt = tensor(kv_cache, f"{fn}: kv_cache")
     it = tensor(indices, f"{fn}: indices")
@@ -88,37 +93,14 @@ def _sparse_plan(q, kv_cache, indices, lse, topk_length, attn_sink, fn):
         max_seq_len=max(kvt.shape[0] * kvt.shape[1], 1), topk=it.shape[2],
         lse=lse is not None, attn_sink=attn_sink is not None,
         topk_length=topk_length is not None, device=_plan_cache.device_text(qt))
-    return plan, ws, qt, kvt, it
-
-
-def mla_sparse(q, kv_cache, indices, out, lse=None, *, fn="mla_decode_sparse",
-               topk_length=None, attn_sink=None, softmax_scale=0.0):
-    """Sparse FP8 MLA decode of q [batch, q_len, heads, 576] into out [.., 512] (and lse)."""
-    plan, ws, qt, kvt, it = _sparse_plan(q, kv_cache, indices, lse, topk_length, attn_sink, fn)
+    reuse = False
+    if schedule is not None and ws is not None:  # no workspace: the CPU, nothing to schedule
+        ws, reuse = schedule.workspace_for(plan, q, qt, fn)
     plan.run_sparse(qt, kvt, it, out, topk_length=topk_length, attn_sink=attn_sink, lse=lse,
-                    softmax_scale=softmax_scale or None, workspace=ws)
+                    softmax_scale=softmax_scale or None, workspace=ws, reuse_schedule=reuse)
+    if schedule is not None:
+        schedule.scheduled(plan)
     return out
-
-
-def mla_sparse_step(q, kv_cache, indices, out, lse, workspace, reuse_schedule, *,
-                    fn="mla_decode_sparse", topk_length=None, attn_sink=None, softmax_scale=0.0):
-    """mla_sparse on `workspace` (a StepSchedule's), scheduling into it or reusing its schedule."""
-    plan, _, qt, kvt, it = _sparse_plan(q, kv_cache, indices, lse, topk_length, attn_sink, fn)
-    plan.run_sparse(qt, kvt, it, out, topk_length=topk_length, attn_sink=attn_sink, lse=lse,
-                    softmax_scale=softmax_scale or None, workspace=workspace,
-                    reuse_schedule=bool(reuse_schedule))
-    return out
-
-
-def step_workspace(schedule, q, kv_cache, indices, lse=None, topk_length=None, attn_sink=None,
-                   fn="mla_decode_sparse"):
-    """(plan, workspace, reuse_schedule) for a call made with StepSchedule `schedule`; the
-    workspace is None on the CPU (nothing to schedule there)."""
-    plan, ws, qt, _, _ = _sparse_plan(q, kv_cache, indices, lse, topk_length, attn_sink, fn)
-    if ws is None:
-        return plan, None, False
-    ws, reuse = schedule.workspace_for(plan, q, qt, fn)
-    return plan, ws, reuse
 
 
 class StepSchedule:

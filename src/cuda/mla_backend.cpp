@@ -28,9 +28,9 @@ constexpr unsigned kMaxGridYZ = 65535;
 std::size_t align_up(std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
 // Workspace: partial outputs first (the big, 16-byte-loaded buffer at the aligned base), then
-// partial LSEs, the partitions, the split offsets and the schedule's stamp. Sized for the plan's maxima: slots are at
-// most batch + num_parts (sparse_schedule.cuh). A checked plan's CheckRecord comes last, where
-// check_mla_run reads it.
+// partial LSEs, the partitions, the split offsets and the schedule's stamp. Sized for the plan's
+// maxima: slots are at most batch + num_parts (sparse_schedule.cuh). A checked plan's
+// CheckRecord comes last, where check_mla_run reads it.
 struct Layout {
   std::size_t o = 0, lse = 0, parts = 0, offsets = 0, stamp = 0, check = 0;
   int max_slots = 0;

@@ -177,12 +177,7 @@ void run_case(const Sm90Case& tc) {
   kp.run.num_parts = static_cast<int>(lay.parts.size());
   kp.run.max_slots = lay.slots;
   // The stamp the scheduler would have written for this call (the layout is the host's).
-  mla::ScheduleStamp st{};
-  st.batch = kp.p.batch;
-  st.q_len = kp.p.q_len;
-  st.topk = kp.p.topk;
-  st.num_parts = kp.run.num_parts;
-  st.has_topk_length = kp.p.topk_length != nullptr ? 1 : 0;
+  const mla::ScheduleStamp st = mla::schedule_stamp(kp.p, kp.run.num_parts);
   DeviceBuffer stamp(sizeof(st));
   cudaMemcpy(stamp.get(), &st, sizeof(st), cudaMemcpyHostToDevice);
   kp.run.stamp = stamp.as<mla::ScheduleStamp>();
@@ -453,32 +448,32 @@ std::vector<Sm90Case> pipe_cases(const std::string& k) {
   return cases;
 }
 
-TEST(MlaSm90Kernel, ProducerPipeVariants) {
-  REQUIRE_SM90();
-  // {pipe, dequant}: the last is pipe 3 with the integer e4m3 placement (Cfg::kDequant = 1),
-  // checked bit for bit against pipe 3 with the hardware conversions as well.
+// Every pipe variant over pipe_cases with the producer's split `map`: {pipe, dequant}, the last
+// pipe 3 with the integer e4m3 placement (Cfg::kDequant = 1), checked bit for bit against the
+// hardware conversions (and map 1 against map 0) in run_case.
+void run_pipe_variants(int map) {
   for (const auto [pipe, dequant] : {std::pair{1, 0}, std::pair{2, 0}, std::pair{3, 0}, std::pair{3, 1}}) {
-    for (Sm90Case& c : pipe_cases("k" + std::to_string(pipe) + (dequant != 0 ? "_d1_" : "_"))) {
+    const std::string k = (map != 0 ? "m1_k" : "k") + std::to_string(pipe) + (dequant != 0 ? "_d1_" : "_");
+    for (Sm90Case& c : pipe_cases(k)) {
       c.pipe = pipe;
       c.dequant = dequant;
+      c.map = map;
+      if (map != 0) c.sync = c.cluster == 2 ? 1 : 0;
       run_case(c);
     }
   }
+}
+
+TEST(MlaSm90Kernel, ProducerPipeVariants) {
+  REQUIRE_SM90();
+  run_pipe_variants(0);
 }
 
 // The producer's token split (Cfg::kMap = 1) over the same cases, every pipe that offers it and
 // the integer dequantization, each checked bit for bit against the unit split as well.
 TEST(MlaSm90Kernel, TokenMapVariants) {
   REQUIRE_SM90();
-  for (const auto [pipe, dequant] : {std::pair{1, 0}, std::pair{2, 0}, std::pair{3, 0}, std::pair{3, 1}}) {
-    for (Sm90Case& c : pipe_cases("m1_k" + std::to_string(pipe) + (dequant != 0 ? "_d1_" : "_"))) {
-      c.pipe = pipe;
-      c.dequant = dequant;
-      c.map = 1;
-      c.sync = c.cluster == 2 ? 1 : 0;
-      run_case(c);
-    }
-  }
+  run_pipe_variants(1);
 }
 
 // The light cluster hand-overs (Cfg::kSync = 1), the L2 prefetch routes (Cfg::kPrefetch 1 bulk,

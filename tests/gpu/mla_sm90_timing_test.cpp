@@ -120,11 +120,7 @@ TEST(MlaSm90Timing, AnchorShapesAndStageVariants) {
     kp.run.partial_lse = pl.as<float>();
     kp.run.num_parts = static_cast<int>(parts.size());
     kp.run.max_slots = slots;
-    mla::ScheduleStamp st{};
-    st.batch = p.batch;
-    st.q_len = p.q_len;
-    st.topk = p.topk;
-    st.num_parts = kp.run.num_parts;
+    const mla::ScheduleStamp st = mla::schedule_stamp(p, kp.run.num_parts);
     DeviceBuffer stamp(sizeof(st));
     cudaMemcpy(stamp.get(), &st, sizeof(st), cudaMemcpyHostToDevice);
     kp.run.stamp = stamp.as<mla::ScheduleStamp>();

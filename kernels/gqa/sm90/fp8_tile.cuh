@@ -44,6 +44,49 @@ __device__ __forceinline__ void transpose4x4(const unsigned (&w)[4], unsigned (&
   out[3] = ptx::prmt(t2, t3, 0x7632u);
 }
 
+// acc[h] = A[h] . (B_hi + B_lo)^T for the two m64 halves h of A (rows 64 h .., 8192 B apart),
+// K = 128 in four k-steps of 32 bytes: 16 wgmma in one group, waited for before returning.
+__device__ __forceinline__ void two_term_product(float (&acc)[2][4], unsigned a, unsigned b_hi,
+                                                 unsigned b_lo) {
+  wgmma_fence();
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      const unsigned long long da = smem_desc_sw128(a + 8192 * h + 32 * kk, 16, 1024);
+      wgmma_m64n8k32_e4m3_ss(acc[h], da, smem_desc_sw128(b_hi + 32 * kk, 16, 1024), kk > 0);
+      wgmma_m64n8k32_e4m3_ss(acc[h], da, smem_desc_sw128(b_lo + 32 * kk, 16, 1024), true);
+    }
+  }
+  wgmma_commit();
+  wgmma_wait<0>();
+  fence_regs(acc[0]);
+  fence_regs(acc[1]);
+}
+
+// This thread's two columns (query rows 2 (l % 4) + c) of an m64n8 accumulator folded down the
+// rows: over the lanes that hold the column (l / 4), then warp w's result into part[8 w + row].
+// The caller synchronises the CTA before column_total reads the four warps' parts.
+template <bool kMax>
+__device__ __forceinline__ void column_partials(float (&v)[2], float* part, int w, int l) {
+#pragma unroll
+  for (int c = 0; c < 2; ++c) {
+    for (int m = 4; m < 32; m <<= 1) {
+      const float o = __shfl_xor_sync(0xffffffffu, v[c], m);
+      v[c] = kMax ? fmaxf(v[c], o) : v[c] + o;
+    }
+  }
+  if (l < 4) {
+    part[w * 8 + 2 * l] = v[0];
+    part[w * 8 + 2 * l + 1] = v[1];
+  }
+}
+template <bool kMax>
+__device__ __forceinline__ float column_total(const float* part, int row) {
+  return kMax ? fmaxf(fmaxf(part[row], part[8 + row]), fmaxf(part[16 + row], part[24 + row]))
+              : part[row] + part[8 + row] + part[16 + row] + part[24 + row];
+}
+
 __device__ __forceinline__ void fp8_tile_probe(const Fp8TileProbeParams& p, unsigned char* smem) {
   const unsigned raw = ptx::smem_addr(smem);
   const unsigned base = (raw + 1023u) & ~1023u;
@@ -109,20 +152,7 @@ __device__ __forceinline__ void fp8_tile_probe(const Fp8TileProbeParams& p, unsi
   // S^T = K (q_hi + q_lo)^T: thread (w, l) holds tokens 64 h + 16 w + l / 4 (+ 8) of rows
   // 2 (l % 4) (+ 1): s[h][0] (token, row), [1] (token, row + 1), [2] (token + 8, row), [3].
   float s[2][4];
-  wgmma_fence();
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-      const unsigned long long a = smem_desc_sw128(base + Fp8TilePlan::kK + 8192 * h + 32 * kk, 16, 1024);
-      wgmma_m64n8k32_e4m3_ss(s[h], a, smem_desc_sw128(base + Fp8TilePlan::kQhi + 32 * kk, 16, 1024), kk > 0);
-      wgmma_m64n8k32_e4m3_ss(s[h], a, smem_desc_sw128(base + Fp8TilePlan::kQlo + 32 * kk, 16, 1024), true);
-    }
-  }
-  wgmma_commit();
-  wgmma_wait<0>();
-  fence_regs(s[0]);
-  fence_regs(s[1]);
+  two_term_product(s, base + Fp8TilePlan::kK, base + Fp8TilePlan::kQhi, base + Fp8TilePlan::kQlo);
 
   // Softmax down the tokens, base 2, the scales folded in per query row.
   const int r0 = 2 * (l & 3);
@@ -139,20 +169,11 @@ __device__ __forceinline__ void fp8_tile_probe(const Fp8TileProbeParams& p, unsi
       mx[i & 1] = fmaxf(mx[i & 1], s[h][i]);
     }
   }
-#pragma unroll
-  for (int c = 0; c < 2; ++c) {
-    for (int m = 4; m < 32; m <<= 1) mx[c] = fmaxf(mx[c], __shfl_xor_sync(0xffffffffu, mx[c], m));
-  }
-  if (l < 4) {
-    s_max[w * 8 + r0] = mx[0];
-    s_max[w * 8 + r0 + 1] = mx[1];
-  }
+  column_partials<true>(mx, s_max, w, l);
   __syncthreads();
   float row_max[2], sum[2] = {0.f, 0.f};
 #pragma unroll
-  for (int c = 0; c < 2; ++c) {
-    row_max[c] = fmaxf(fmaxf(s_max[r0 + c], s_max[8 + r0 + c]), fmaxf(s_max[16 + r0 + c], s_max[24 + r0 + c]));
-  }
+  for (int c = 0; c < 2; ++c) row_max[c] = column_total<true>(s_max, r0 + c);
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     float pr[4];
@@ -173,37 +194,17 @@ __device__ __forceinline__ void fp8_tile_probe(const Fp8TileProbeParams& p, unsi
       sts8(base + Fp8TilePlan::kPlo + swz128(row, tk), (lo >> (8 * i)) & 0xFFu);
     }
   }
-#pragma unroll
-  for (int c = 0; c < 2; ++c) {
-    for (int m = 4; m < 32; m <<= 1) sum[c] += __shfl_xor_sync(0xffffffffu, sum[c], m);
-  }
-  if (l < 4) {
-    s_sum[w * 8 + r0] = sum[0];
-    s_sum[w * 8 + r0 + 1] = sum[1];
-  }
+  column_partials<false>(sum, s_sum, w, l);
   fence_proxy_async_smem();
   __syncthreads();
 
   // O^T = V^T (P_hi + P_lo)^T: thread (w, l) holds d 64 m + 16 w + l / 4 (+ 8) of rows r0, r0 + 1.
   float o[2][4];
-  wgmma_fence();
-#pragma unroll
-  for (int m = 0; m < 2; ++m) {
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-      const unsigned long long a = smem_desc_sw128(base + Fp8TilePlan::kVt + 8192 * m + 32 * kk, 16, 1024);
-      wgmma_m64n8k32_e4m3_ss(o[m], a, smem_desc_sw128(base + Fp8TilePlan::kPhi + 32 * kk, 16, 1024), kk > 0);
-      wgmma_m64n8k32_e4m3_ss(o[m], a, smem_desc_sw128(base + Fp8TilePlan::kPlo + 32 * kk, 16, 1024), true);
-    }
-  }
-  wgmma_commit();
-  wgmma_wait<0>();
-  fence_regs(o[0]);
-  fence_regs(o[1]);
+  two_term_product(o, base + Fp8TilePlan::kVt, base + Fp8TilePlan::kPhi, base + Fp8TilePlan::kPlo);
 
   float total[2];
 #pragma unroll
-  for (int c = 0; c < 2; ++c) total[c] = s_sum[r0 + c] + s_sum[8 + r0 + c] + s_sum[16 + r0 + c] + s_sum[24 + r0 + c];
+  for (int c = 0; c < 2; ++c) total[c] = column_total<false>(s_sum, r0 + c);
 #pragma unroll
   for (int m = 0; m < 2; ++m) {
 #pragma unroll

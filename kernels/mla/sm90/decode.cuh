@@ -264,6 +264,33 @@ __device__ __forceinline__ void store_tile(const Smem& sm, unsigned addr, uint4 
   if constexpr (kCl == 2) st_async_v4(sm.peer(addr), v, peer_bar);
 }
 
+// The 656-byte record of token `id` (>= 0, inside the pool).
+template <class Cfg>
+__device__ __forceinline__ const unsigned char* record_of(const MlaSparseParams& p, int id) {
+  return p.kv + static_cast<long long>(id / Cfg::kPageSize) * p.kv_stride_block +
+         static_cast<long long>(id % Cfg::kPageSize) * p.kv_stride_slot;
+}
+
+// Sixteen e4m3 of `raw` times `scale` as two 16-byte bf16 units (dequant4's rounding).
+template <class Cfg>
+__device__ __forceinline__ void dequant16(uint4 raw, float scale, uint4& lo, uint4& hi) {
+  uint2 a, b, c, d;
+  if (DequantOf<Cfg>::value == 1 && scale < 256.f) {
+    const float sh = mul_rn_noftz(scale, 0x1p120f);  // exact: no overflow below 2^8
+    a = dequant4_int(raw.x, sh);
+    b = dequant4_int(raw.y, sh);
+    c = dequant4_int(raw.z, sh);
+    d = dequant4_int(raw.w, sh);
+  } else {
+    a = dequant4(raw.x, scale);
+    b = dequant4(raw.y, scale);
+    c = dequant4(raw.z, scale);
+    d = dequant4(raw.w, scale);
+  }
+  lo = make_uint4(a.x, a.y, b.x, b.y);
+  hi = make_uint4(c.x, c.y, d.x, d.y);
+}
+
 // The cluster's hand-overs at the scope SyncOf<Cfg> picks (kCl == 1: local barriers only).
 template <class Cfg, int kCl>
 __device__ __forceinline__ void wait_empty(const Smem& sm, int stage, unsigned parity) {
@@ -304,17 +331,13 @@ __device__ __forceinline__ void produce_block(const MlaSparseParams& p, const Sm
   const int* ids = block_ids + first_token;
   const int j = t & 31;
   const int g = t >> 5;
-  auto record = [&](int id) {
-    return p.kv + static_cast<long long>(id / Cfg::kPageSize) * p.kv_stride_block +
-           static_cast<long long>(id % Cfg::kPageSize) * p.kv_stride_slot;
-  };
   // RoPE first: its loads are in flight while the first NoPE round converts.
   uint4 rope[kRope];
 #pragma unroll
   for (int i = 0; i < kRope; ++i) {
     const int job = t + 128 * i;
     const int id = ids[job >> 3];
-    rope[i] = id >= 0 ? load_rec16<Cfg>(record(id) + kDimNope + 16 + 16 * (job & 7)) : make_uint4(0, 0, 0, 0);
+    rope[i] = id >= 0 ? load_rec16<Cfg>(record_of<Cfg>(p, id) + kDimNope + 16 + 16 * (job & 7)) : make_uint4(0, 0, 0, 0);
   }
   const unsigned chunk = tile + (j >> 2) * kChunkBytes;
   const int unit0 = (j & 3) * 2;
@@ -326,7 +349,7 @@ __device__ __forceinline__ void produce_block(const MlaSparseParams& p, const Sm
     for (int u = 0; u < kPerRound; ++u) {
       const int id = ids[g + 4 * (round * kPerRound + u)];
       if (id >= 0) {
-        const unsigned char* rec = record(id);
+        const unsigned char* rec = record_of<Cfg>(p, id);
         raw[u] = load_rec16<Cfg>(rec + 16 * j);
         scale[u] = load_rec4<Cfg>(rec + kDimNope + 4 * (j >> 3));
       } else {
@@ -346,48 +369,16 @@ __device__ __forceinline__ void produce_block(const MlaSparseParams& p, const Sm
 #pragma unroll
     for (int u = 0; u < kPerRound; ++u) {
       const int n = first_token + g + 4 * (round * kPerRound + u);
+      uint4 lo, hi;
       if constexpr (AblateOf<Cfg>::value == kAblateNoDequant) {
-        store_tile<kCl>(sm, chunk + swz(n, unit0), raw[u], peer_bar);
-        store_tile<kCl>(sm, chunk + swz(n, unit0 + 1), raw[u], peer_bar);
-        continue;
-      }
-      uint2 a, b, c, d;
-      if (DequantOf<Cfg>::value == 1 && scale[u] < 256.f) {
-        const float hi = mul_rn_noftz(scale[u], 0x1p120f);  // exact: no overflow below 2^8
-        a = dequant4_int(raw[u].x, hi);
-        b = dequant4_int(raw[u].y, hi);
-        c = dequant4_int(raw[u].z, hi);
-        d = dequant4_int(raw[u].w, hi);
+        lo = hi = raw[u];
       } else {
-        a = dequant4(raw[u].x, scale[u]);
-        b = dequant4(raw[u].y, scale[u]);
-        c = dequant4(raw[u].z, scale[u]);
-        d = dequant4(raw[u].w, scale[u]);
+        dequant16<Cfg>(raw[u], scale[u], lo, hi);
       }
-      store_tile<kCl>(sm, chunk + swz(n, unit0), make_uint4(a.x, a.y, b.x, b.y), peer_bar);
-      store_tile<kCl>(sm, chunk + swz(n, unit0 + 1), make_uint4(c.x, c.y, d.x, d.y), peer_bar);
+      store_tile<kCl>(sm, chunk + swz(n, unit0), lo, peer_bar);
+      store_tile<kCl>(sm, chunk + swz(n, unit0 + 1), hi, peer_bar);
     }
   }
-}
-
-// Sixteen e4m3 of `raw` times `scale` as two 16-byte bf16 units (dequant4's rounding).
-template <class Cfg>
-__device__ __forceinline__ void dequant16(uint4 raw, float scale, uint4& lo, uint4& hi) {
-  uint2 a, b, c, d;
-  if (DequantOf<Cfg>::value == 1 && scale < 256.f) {
-    const float sh = mul_rn_noftz(scale, 0x1p120f);  // exact: no overflow below 2^8
-    a = dequant4_int(raw.x, sh);
-    b = dequant4_int(raw.y, sh);
-    c = dequant4_int(raw.z, sh);
-    d = dequant4_int(raw.w, sh);
-  } else {
-    a = dequant4(raw.x, scale);
-    b = dequant4(raw.y, scale);
-    c = dequant4(raw.z, scale);
-    d = dequant4(raw.w, scale);
-  }
-  lo = make_uint4(a.x, a.y, b.x, b.y);
-  hi = make_uint4(c.x, c.y, d.x, d.y);
 }
 
 // Cfg::kMap = kMapTokens: lane l of warp w takes token w * 8 + l % 8 + 32 i of the CTA's share
@@ -420,8 +411,7 @@ __device__ __forceinline__ void produce_block_tokens(const MlaSparseParams& p, c
     for (int u = 0; u < kPerRound; ++u) {
       const int id = block_ids[first_token + local0 + 32 * (round * kPerRound + u)];
       if (id >= 0) {
-        const unsigned char* rec = p.kv + static_cast<long long>(id / Cfg::kPageSize) * p.kv_stride_block +
-                                   static_cast<long long>(id % Cfg::kPageSize) * p.kv_stride_slot;
+        const unsigned char* rec = record_of<Cfg>(p, id);
 #pragma unroll
         for (int k = 0; k < 8; ++k) raw[u][k] = load_rec16<Cfg>(rec + 16 * q + 64 * k);
         sc[u] = load_rec16<Cfg>(rec + kDimNope);
@@ -462,8 +452,7 @@ __device__ __forceinline__ void produce_block_tokens(const MlaSparseParams& p, c
 // consecutive threads.
 template <class Cfg, int kThreadsPerToken>
 __device__ __forceinline__ void prefetch_record(const MlaSparseParams& p, int id, int t) {
-  const unsigned char* rec = p.kv + static_cast<long long>(id / Cfg::kPageSize) * p.kv_stride_block +
-                             static_cast<long long>(id % Cfg::kPageSize) * p.kv_stride_slot;
+  const unsigned char* rec = record_of<Cfg>(p, id);
   if constexpr (PrefetchOf<Cfg>::value == kPrefetchBulk) {
     // Records are 16-byte aligned and 41 x 16 bytes (the gather's 16-byte loads need it too).
     if (t % kThreadsPerToken == 0) prefetch_l2_bulk(rec, kTokenBytes);
@@ -693,15 +682,25 @@ __device__ __forceinline__ void producer_ahead(const SparseKernelParams& kp, con
 template <class Cfg, int kCl>
 __device__ __forceinline__ void wait_tile(const Smem& sm, int stage, unsigned parity) {
   mbar_wait(sm.full(stage), parity);
-  if constexpr (kCl == 2 && SyncOf<Cfg>::value == kSyncCluster) mbar_wait_cluster(sm.remote(stage), parity);
-  if constexpr (kCl == 2 && SyncOf<Cfg>::value == kSyncLight) mbar_wait(sm.remote(stage), parity);
+  if constexpr (kCl == 2) {
+    if constexpr (SyncOf<Cfg>::value == kSyncLight) {
+      mbar_wait(sm.remote(stage), parity);
+    } else {
+      mbar_wait_cluster(sm.remote(stage), parity);
+    }
+  }
 }
 template <class Cfg, int kCl>
 __device__ __forceinline__ void release_tile(const Smem& sm, int stage) {
   mbar_arrive(sm.empty(stage));
-  const unsigned peer_empty = sm.peer(ptx::smem_addr(sm.empty(stage)));
-  if constexpr (kCl == 2 && SyncOf<Cfg>::value == kSyncCluster) mbar_arrive_cluster(peer_empty);
-  if constexpr (kCl == 2 && SyncOf<Cfg>::value == kSyncLight) mbar_arrive_cluster_relaxed(peer_empty);
+  if constexpr (kCl == 2) {
+    const unsigned peer_empty = sm.peer(ptx::smem_addr(sm.empty(stage)));
+    if constexpr (SyncOf<Cfg>::value == kSyncLight) {
+      mbar_arrive_cluster_relaxed(peer_empty);
+    } else {
+      mbar_arrive_cluster(peer_empty);
+    }
+  }
 }
 
 // Accumulator fragment of wgmma m64nN (PTX ISA "wgmma .m64nNk16 register fragment layout for

@@ -101,25 +101,15 @@ def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v,
                 raise Error(f"{fn}: indices: expected topk {meta.topk} (get_mla_metadata's "
                             f"topk), got {shape[2]}")
         cache = _bytes(k_cache)
-        plan = ws = None
-        reuse = False
-        if meta is not None and ops is None:
-            # FlashMLA's metadata: the first call of a step schedules, the later layers reuse.
-            # (Under torch.compile the call stays one opaque op that schedules every time.)
-            plan, ws, reuse = _cached_ops.step_workspace(meta._schedule, q, cache, indices, lse,
-                                                         topk_length, attn_sink, fn)
         scale = float(softmax_scale or 0.0)
-        if ws is not None:
-            _cached_ops.mla_sparse_step(q, cache, indices, out, lse, ws, reuse, fn=fn,
-                                        topk_length=topk_length, attn_sink=attn_sink,
-                                        softmax_scale=scale)
-        elif ops is not None:
+        if ops is not None:
+            # Traced by torch.compile: one opaque op, which schedules for itself.
             ops.mla_decode_sparse(q, cache, indices, out, lse, topk_length, attn_sink, scale)
         else:
+            # FlashMLA's metadata: the first call of a step schedules, the later layers reuse.
             _cached_ops.mla_sparse(q, cache, indices, out, lse, fn=fn, topk_length=topk_length,
-                                   attn_sink=attn_sink, softmax_scale=scale)
-        if ws is not None:
-            meta._schedule.scheduled(plan)
+                                   attn_sink=attn_sink, softmax_scale=scale,
+                                   schedule=meta._schedule if meta is not None else None)
     else:
         if is_fp8_kvcache:
             raise Error(f"{fn}: is_fp8_kvcache: expected False without indices (deca's dense "
