@@ -37,7 +37,9 @@ DECA_HD constexpr bool compute_fp16(int /*q_dtype*/, int kv_dtype) {
 // sm_80+; split_s8_*). kTwoTermQk (int8 only): QK as kTwoTerm, PV as kWidenLdsm (P in fp16):
 // the IMMA PV needs three conversions per output element and 32-token step to leave int32, about
 // what widening V costs, while the QK side saves the widening of K outright (docs/perf-notes.md).
+// kWgmma (fp8 only, sm_90a): the Hopper kernel (kernels/gqa/sm90/decode.cuh), e4m3 wgmma with
+// two-term q and P, V transposed in shared memory; head_dim 128 without beams.
 // The name says fp8 for history: the other values apply to int8 as well.
-enum Fp8Mma : int { kWiden = 0, kTwoTerm = 1, kWidenLdsm = 2, kTwoTermQk = 3 };
+enum Fp8Mma : int { kWiden = 0, kTwoTerm = 1, kWidenLdsm = 2, kTwoTermQk = 3, kWgmma = 4 };
 
 }  // namespace deca::kv

@@ -88,6 +88,51 @@ __device__ __forceinline__ void wgmma_m64n8k32_e4m3_ss(float (&d)[4], unsigned l
       : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)));
 }
 
+// The same for N = 8, 16, 32 and 64 query rows (the GQA kernel's rows per CTA): d holds N / 2
+// floats per thread. One specialization per N because the asm operand list is fixed.
+template <int N>
+struct WgmmaE4m3;
+template <>
+struct WgmmaE4m3<8> {
+  static __device__ __forceinline__ void mma(float (&d)[4], unsigned long long desc_a,
+                                             unsigned long long desc_b, bool accumulate) {
+    wgmma_m64n8k32_e4m3_ss(d, desc_a, desc_b, accumulate);
+  }
+};
+template <>
+struct WgmmaE4m3<16> {
+  static __device__ __forceinline__ void mma(float (&d)[8], unsigned long long desc_a,
+                                             unsigned long long desc_b, bool accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+        : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)));
+  }
+};
+template <>
+struct WgmmaE4m3<32> {
+  static __device__ __forceinline__ void mma(float (&d)[16], unsigned long long desc_a,
+                                             unsigned long long desc_b, bool accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)));
+  }
+};
+template <>
+struct WgmmaE4m3<64> {
+  static __device__ __forceinline__ void mma(float (&d)[32], unsigned long long desc_a,
+                                             unsigned long long desc_b, bool accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)));
+  }
+};
+
 // wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 d, a-desc, b-desc, scale-d, 1, 1, 0, tnspB;
 // A and B from shared memory (descriptors); `accumulate` false overwrites d (scale-d = 0).
 template <int kTransB>

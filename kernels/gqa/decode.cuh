@@ -22,47 +22,12 @@
 #include "kernels/common/ptx.cuh"
 #include "kernels/gqa/params.cuh"
 #include "kernels/common/kv_convert.cuh"
+#include "kernels/gqa/epilogue.cuh"
+#include "kernels/gqa/request.cuh"
 #include "kernels/gqa/traits.cuh"
 
 namespace deca::gqa {
 
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
-constexpr float kNegInf = __builtin_bit_cast(float, 0xff800000u);  // -inf, no include needed
-
-// Where this CTA's keys start and end: tile-aligned ranges so that only the request's last tile is
-// partial (and zero-filled past the end).
-struct KeyRange {
-  int begin;  // first key (tile aligned), inclusive
-  int end;    // one past the last key
-};
-
-// `seq_min` / `seq_len`: the shortest and longest sequence of the CTA's rows (equal without beams).
-template <class T>
-__device__ __forceinline__ KeyRange split_range(const GqaParams& p, int seq_min, int seq_len, int split) {
-  // First key any row of the request can see: the window bounds it from below.
-  int first = 0;
-  if constexpr (T::kWindow) {
-    const int p0 = seq_min - p.q_len;  // position of the first new token of the shortest beam
-    first = p0 - p.window + 1;
-    if (first < 0) first = 0;
-  }
-  first = (first / T::kTile) * T::kTile;
-  KeyRange r;
-  if (p.split_tokens > 0) {
-    // Fixed split size from key 0: a request's partition depends on its own length only.
-    r.begin = split * p.split_tokens;
-    r.end = r.begin + p.split_tokens;
-    if (r.begin < first) r.begin = first;
-  } else {
-    const int tiles = (seq_len - first + T::kTile - 1) / T::kTile;
-    const int per_split = (tiles + p.num_splits - 1) / p.num_splits;
-    r.begin = first + split * per_split * T::kTile;
-    r.end = r.begin + per_split * T::kTile;
-  }
-  if (r.end > seq_len) r.end = seq_len;
-  return r;
-}
 
 template <class T>
 struct SharedStorage {
@@ -106,17 +71,6 @@ __device__ __forceinline__ float2 q_pair(const void* q_row, int d) {
   }
 }
 
-// Power of two that brings a row whose largest |q| is `amax` to [2^top, 2^(top+1)) (8-bit caches
-// only): top 14 for fp16 (no overflow, and the small elements keep their bits), 7 for e4m3
-// (max 448: the rounded largest term stays finite). 1 for an all-zero row.
-__device__ __forceinline__ float q_row_scale(float amax, int top) {
-  if (!(amax > 0.f) || amax > 3.0e38f) return 1.f;
-  const int e = static_cast<int>((__float_as_uint(amax) >> 23) & 0xFF) - 127;  // floor(log2)
-  int k = top - e;
-  k = k < -126 ? -126 : (k > 127 ? 127 : k);
-  return __uint_as_float(static_cast<unsigned>(k + 127) << 23);
-}
-
 // The int8 two-term path's q scale: 127 / amax, so that the row's largest |q| is the largest
 // int8 term (not a power of two: the inverse applied to the logits is rounded, a relative 2^-24
 // on every logit of the row, which the softmax does not see). Capped at 2^126 (no inf for
@@ -133,31 +87,6 @@ template <class T>
 __device__ __forceinline__ int q_dim(int kk, int c, int half) {
   if constexpr (T::kKvKind == kv::kKv16) return kk * 16 + half * 8 + 2 * c;
   return kk * 16 + 4 * c + 2 * half;
-}
-
-// Request b's length. Checked mode: a length that is neither 0 nor in [q_len, min(max_pages *
-// page_size, max_seq_len)] is recorded and read as 0 (an empty request: zeros, LSE -inf); a longer
-// one would walk past its page_table row.
-template <class T>
-__device__ __forceinline__ int load_seq_len(const GqaParams& p, int b) {
-  const int len = p.seq_lens[b];
-  if constexpr (T::kChecked) {
-    long long hi = static_cast<long long>(p.max_pages) * T::kPageSize;
-    if (p.max_seq_len > 0 && p.max_seq_len < hi) hi = p.max_seq_len;
-    if (len != 0 && (len < p.q_len || len > hi)) {
-      check_report(static_cast<CheckRecord*>(p.check), kCheckSeqLen, b, 0, 0, len, hi);
-      return 0;
-    }
-  }
-  return len;
-}
-
-// Checked mode's per-CTA slots (see "bad_item" in the kernel); instantiated only when called, so
-// an unchecked kernel declares no extra shared memory.
-template <int N>
-__device__ __forceinline__ int* checked_item_slots() {
-  __shared__ int slots[N];
-  return slots;
 }
 
 template <class Cfg>
@@ -991,11 +920,9 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
     l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 1);
     l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 2);
   }
-  float* merge_o = reinterpret_cast<float*>(smem);                    // [kWarpsN][kRows][D]
-  float* merge_ml = merge_o + T::kWarpsN * T::kRows * D;              // [kWarpsN][kRows][2]
-  float* row_m = merge_ml + T::kWarpsN * T::kRows * 2;                // [kRows] (log2 units)
-  float* row_l = row_m + T::kRows;                                    // [kRows]
-  float* row_w = row_l + T::kRows;                                    // [kRows][kWarpsN]
+  const MergeArea<T> area(smem);
+  float* merge_o = area.o;
+  float* merge_ml = area.ml;
   {
     const int lrow_lo = warp_m * 16 + g;
 #pragma unroll
@@ -1018,137 +945,8 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
   }
   __syncthreads();
 
-  const int rows_here = rows_total - row0 < T::kRows ? rows_total - row0 : T::kRows;
-  // Per row: the CTA's max and sum over its warps, and each warp's weight.
-  for (int r = tid; r < rows_here; r += T::kThreads) {
-    float m = kNegInf;
-#pragma unroll
-    for (int w = 0; w < T::kWarpsN; ++w) m = fmaxf(m, merge_ml[(w * T::kRows + r) * 2]);
-    const float m_use = m == kNegInf ? 0.f : m;  // empty row: weights 0, not NaN
-    float l = 0.f;
-#pragma unroll
-    for (int w = 0; w < T::kWarpsN; ++w) {
-      const float wt = ptx::ex2(merge_ml[(w * T::kRows + r) * 2] - m_use);
-      row_w[r * T::kWarpsN + w] = wt;
-      l += merge_ml[(w * T::kRows + r) * 2 + 1] * wt;
-    }
-    row_m[r] = m;
-    row_l[r] = l;
-  }
-  __syncthreads();
-  auto cta_o = [&](int r, int d) {
-    float acc = 0.f;
-#pragma unroll
-    for (int w = 0; w < T::kWarpsN; ++w) acc += merge_o[(w * T::kRows + r) * D + d] * row_w[r * T::kWarpsN + w];
-    return acc;
-  };
-
-  // Output element: real value = o * v_scale / (l + the sink's share), then the output dtype.
-  auto store_out = [&](int r, int d, float val) {
-    const int row = row0 + r;
-    const int tok = row_tok(row);
-    const int head = kv_head * T::kGroup + row % T::kGroup;
-    const long long off = row_batch(row) * p.out_stride_batch + tok * p.out_stride_token +
-                          head * p.out_stride_head + d;
-    if constexpr (T::kOutDtype == kv::kFP8) {
-      static_cast<unsigned char*>(p.out)[off] = ptx::float_to_fp8_bits(val / p.out_scale);
-    } else if constexpr (T::kOutDtype == kv::kFP16) {
-      static_cast<unsigned short*>(p.out)[off] = ptx::float_to_fp16_bits(val);
-    } else {
-      static_cast<unsigned short*>(p.out)[off] = ptx::float_to_bf16_bits(val);
-    }
-  };
-  // 1 / denominator (with the sink) times v_scale, for row r with max m and sum l; writes LSE.
-  auto finish_row = [&](int r, float m, float l) {
-    const int row = row0 + r;
-    const int tok = row_tok(row);
-    const int head = kv_head * T::kGroup + row % T::kGroup;
-    float denom = l;
-    if (p.sinks) denom += ptx::ex2(p.sinks[head] * kLog2e - (m == kNegInf ? 0.f : m));
-    if (p.lse) {
-      p.lse[row_batch(row) * p.lse_stride_batch + tok * p.lse_stride_token + head * p.lse_stride_head] =
-          l > 0.f ? (m + ptx::lg2(l)) * kLn2 : kNegInf;
-    }
-    return denom > 0.f ? v_scale / denom : 0.f;
-  };
-
-  if (p.num_splits <= 1) {
-    for (int r = tid; r < rows_here; r += T::kThreads) row_l[r] = finish_row(r, row_m[r], row_l[r]);
-    __syncthreads();
-    for (int i = tid; i < rows_here * D; i += T::kThreads) {
-      const int r = i / D, d = i % D;
-      store_out(r, d, cta_o(r, d) * row_l[r]);
-    }
-    return;
-  }
-
-  // ---- Split-KV: publish this split's partial result (o unnormalised, relative to m) ----
-  const long long unit =
-      (static_cast<long long>(request) * p.num_kv_heads + kv_head) * row_blocks + row_block;
-  float* unit_o = p.ws_partial_o + unit * p.num_splits * T::kRows * D;
-  float* unit_ml = p.ws_partial_ml + unit * p.num_splits * T::kRows * 2;
-  for (int i = tid; i < rows_here * D; i += T::kThreads) {
-    const int r = i / D, d = i % D;
-    if (row_l[r] > 0.f) unit_o[(split * T::kRows + r) * D + d] = cta_o(r, d);  // empty: never read
-  }
-  for (int r = tid; r < rows_here; r += T::kThreads) {
-    unit_ml[(split * T::kRows + r) * 2] = row_m[r];
-    unit_ml[(split * T::kRows + r) * 2 + 1] = row_l[r];
-  }
-  __threadfence();  // partials visible device-wide before the arrival is counted
-  __syncthreads();
-  __shared__ unsigned is_last;
-  if (tid == 0) {
-    const unsigned prev = atomicAdd(p.ws_counters + unit, 1u);
-    is_last = prev == static_cast<unsigned>(p.num_splits - 1);
-    if (is_last) p.ws_counters[unit] = 0u;  // ready for the next launch: no memset between calls
-  }
-  __syncthreads();
-  if (!is_last) return;
-  __threadfence();  // acquire side: the other splits' partials are read after their arrivals
-
-  // ---- The last CTA merges every split, in split order (bitwise reproducible) ----
-  // Stage (m, l) of all splits in shared memory, turn them into weights per row, then stream the
-  // partial outputs with independent 16-byte loads.
-  const int ns = p.num_splits;
-  float* split_w = reinterpret_cast<float*>(smem);  // [kRows][ns]: weight of split s for row r
-  float* split_l = split_w + T::kRows * ns;         // [kRows][ns]
-  for (int i = tid; i < rows_here * ns; i += T::kThreads) {
-    const int r = i / ns, sp = i % ns;
-    split_w[i] = __ldcg(unit_ml + (sp * T::kRows + r) * 2);
-    split_l[i] = __ldcg(unit_ml + (sp * T::kRows + r) * 2 + 1);
-  }
-  __syncthreads();
-  for (int r = tid; r < rows_here; r += T::kThreads) {
-    float m = kNegInf;
-    for (int sp = 0; sp < ns; ++sp) m = fmaxf(m, split_w[r * ns + sp]);
-    const float m_use = m == kNegInf ? 0.f : m;
-    float l = 0.f;
-    for (int sp = 0; sp < ns; ++sp) {
-      const float ls = split_l[r * ns + sp];
-      const float w = ls > 0.f ? ptx::ex2(split_w[r * ns + sp] - m_use) : 0.f;
-      split_w[r * ns + sp] = w;
-      l += ls * w;
-    }
-    const float inv = finish_row(r, m, l);
-    for (int sp = 0; sp < ns; ++sp) split_w[r * ns + sp] *= inv;
-  }
-  __syncthreads();
-  for (int i = tid; i < rows_here * (D / 4); i += T::kThreads) {
-    const int r = i / (D / 4), d = (i % (D / 4)) * 4;
-    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-    for (int sp = 0; sp < ns; ++sp) {
-      const float w = split_w[r * ns + sp];
-      if (w != 0.f) {  // an empty split's partial was never written: do not read it
-        const float4 o = __ldcg(reinterpret_cast<const float4*>(unit_o + (sp * T::kRows + r) * D + d));
-        acc.x += w * o.x, acc.y += w * o.y, acc.z += w * o.z, acc.w += w * o.w;
-      }
-    }
-    store_out(r, d, acc.x);
-    store_out(r, d + 1, acc.y);
-    store_out(r, d + 2, acc.z);
-    store_out(r, d + 3, acc.w);
-  }
+  const CtaRows cta{batch, request, kv_head, row_blocks, row_block, split, row0, rows_total, rows_per_beam};
+  finish_cta<T>(p, smem, cta, v_scale);
 }
 
 }  // namespace deca::gqa

@@ -27,6 +27,7 @@ std::string GqaKernelKey::name() const {
   if (two_term()) s += "_2term";
   if (fp8_path() == kv::kTwoTermQk) s += "_2tqk";
   if (fp8_path() == kv::kWidenLdsm) s += "_ldsm";
+  if (wgmma()) s += "_wgmma";
   if (checked) s += "_chk";
   return s;
 }
@@ -53,7 +54,7 @@ jit::JitSpec GqaKernelKey::spec() const {
   src += constant("int", "kFp8Mma", to_string(fp8_path()));
   // Only when set: an unchecked kernel's source (so its cache key and code) stays what it was.
   if (checked) src += constant("bool", "kChecked", "true");
-  src += "};\n#include \"kernels/gqa/entry.cuh\"\n";
+  src += wgmma() ? "};\n#include \"kernels/gqa/sm90/entry.cuh\"\n" : "};\n#include \"kernels/gqa/entry.cuh\"\n";
   jit::JitSpec spec;
   spec.name = name();
   spec.source = std::move(src);
@@ -68,7 +69,6 @@ GqaKernelKey make_gqa_key(const GqaConfig& config, int arch) {
   key.head_dim = config.head_dim;
   key.group = config.num_q_heads / config.num_kv_heads;
   key.beam_width = config.beam_width;
-  key.rows = gqa::rows_per_cta(config.beam_width * config.max_q_len * key.group);
   key.page_size = config.page_size;
   key.q_dtype = static_cast<int>(config.q_dtype);
   key.kv_dtype = static_cast<int>(config.kv_dtype);
@@ -97,7 +97,10 @@ GqaKernelKey make_gqa_key(const GqaConfig& config, int arch) {
   const int kind = kv::kind_of(key.kv_dtype);
   const bool fp8 = kind == kv::kKvFp8;
   const bool two_term_ok = fp8 ? arch >= 89 : true;
-  key.fp8_mma = fp8 && arch == 89                  ? kv::kTwoTerm
+  // The Hopper kernel: e4m3 wgmma (QGMMA), the fp8 tensor cores mma.sync cannot reach on sm_90a.
+  const bool wgmma_ok = arch == 90 && gqa::sm90::supports(key.head_dim, key.kv_dtype, key.beam_width);
+  key.fp8_mma = wgmma_ok                            ? kv::kWgmma
+                : fp8 && arch == 89                  ? kv::kTwoTerm
                 : kind == kv::kKvInt8 && arch == 90 ? kv::kTwoTermQk
                                                     : kv::kWidenLdsm;
   if (const char* env = std::getenv("DECA_GQA_FP8_MMA")) {
@@ -106,7 +109,10 @@ GqaKernelKey make_gqa_key(const GqaConfig& config, int arch) {
     if (v == "widen_ldsm") key.fp8_mma = kv::kWidenLdsm;
     if (v == "two_term" && two_term_ok) key.fp8_mma = kv::kTwoTerm;
     if (v == "two_term_qk" && !fp8) key.fp8_mma = kv::kTwoTermQk;
+    if (v == "wgmma" && wgmma_ok) key.fp8_mma = kv::kWgmma;
   }
+  const int rows_needed = config.beam_width * config.max_q_len * key.group;
+  key.rows = key.wgmma() ? gqa::sm90::rows_per_cta(rows_needed) : gqa::rows_per_cta(rows_needed);
   return key;
 }
 

@@ -6,6 +6,7 @@
 
 #include "deca/gqa.hpp"
 #include "jit/spec.hpp"
+#include "kernels/gqa/sm90/traits.cuh"
 #include "kernels/gqa/traits.cuh"
 
 namespace deca::cuda {
@@ -14,7 +15,7 @@ struct GqaKernelKey {
   int arch = 90;        // compute capability, 90 = sm_90a
   int head_dim = 128;
   int group = 8;        // q heads per kv head
-  int rows = 16;        // rows per CTA (kernels/gqa/traits.cuh rows_per_cta)
+  int rows = 16;        // rows per CTA (rows_per_cta of kernels/gqa/traits.cuh or sm90/traits.cuh)
   int page_size = 16;
   int q_dtype = 0;      // deca::DType values
   int kv_dtype = 0;
@@ -35,17 +36,21 @@ struct GqaKernelKey {
   int fp8_path() const {
     switch (kv::kind_of(kv_dtype)) {
       case kv::kKvFp8: return fp8_mma == kv::kTwoTermQk ? kv::kWidenLdsm : fp8_mma;  // int8 only
-      case kv::kKvInt8: return fp8_mma;
+      case kv::kKvInt8: return fp8_mma == kv::kWgmma ? kv::kWidenLdsm : fp8_mma;     // fp8 only
       default: return kv::kWiden;
     }
   }
   bool two_term() const { return fp8_path() == kv::kTwoTerm; }
+  // The Hopper kernel (kernels/gqa/sm90/): fp8, head_dim 128, no beams, sm_90a.
+  bool wgmma() const { return fp8_path() == kv::kWgmma; }
 
   // e.g. "gqa_sm90_d128_g8_r16_p32_qbf16_kvfp8_obf16_win_tree_cap"
   std::string name() const;
   // The generated prologue + #include "kernels/gqa/entry.cuh".
   jit::JitSpec spec() const;
-  gqa::Shape shape() const { return gqa::make_shape(head_dim, rows, kv_dtype, ctas_per_sm); }
+  gqa::Shape shape() const {
+    return wgmma() ? gqa::sm90::make_shape(rows) : gqa::make_shape(head_dim, rows, kv_dtype, ctas_per_sm);
+  }
 };
 
 // The key a plan needs on a device of compute capability `arch`. DECA_GQA_CTAS=2|3 in the
@@ -53,8 +58,10 @@ struct GqaKernelKey {
 // fp8 caches take the two-term e4m3 path on sm_89 (native e4m3 mma.sync) and the ldmatrix-fed
 // widening elsewhere (sm_90a emulates e4m3 mma.sync with fp16 HMMA; gqa_spec.cpp says why);
 // int8 caches take the ldmatrix-fed widening everywhere (the int8 two-term path is not measured
-// yet). DECA_GQA_FP8_MMA=widen|widen_ldsm|two_term overrides the choice for both (two_term: fp8
-// on sm_89+ only, int8 on every arch; elsewhere the default stays), and two_term_qk for int8 (QK
+// yet). On sm_90a fp8 caches with head_dim 128 and no beams take the Hopper kernel (kWgmma, "_wgmma",
+// rows per CTA 8 / 16 / 32 / 64 instead of 16 / 32 / 64). DECA_GQA_FP8_MMA=widen|widen_ldsm|two_term|wgmma overrides the choice for both (two_term: fp8
+// on sm_89+ only, int8 on every arch; wgmma: where the Hopper kernel applies; elsewhere the default
+// stays), and two_term_qk for int8 (QK
 // on IMMA, PV widened). The name carries "_2term", "_2tqk" or "_ldsm" for those paths,
 // nothing for the lds32-fed widening.
 GqaKernelKey make_gqa_key(const GqaConfig& config, int arch);

@@ -174,6 +174,62 @@ std::vector<MatrixCase> matrix() {
     o.max_seq_len = 32768;
     add("promised_maxima", s, o);
   }
+  // The Hopper fp8 kernel (kernels/gqa/sm90/, sm_90a's default for fp8 at head_dim 128) over what
+  // its own code handles differently from the portable kernel: rows on wgmma's N (8 / 16 / 32 / 64,
+  // groups that are not powers of two padded inside), two row blocks of 64, q_len 4 and 8 with
+  // causal and tree masks and a window, page sizes that are not powers of two, splits with empty
+  // and one-token requests, sinks, soft-cap, per-head scales with HND, fp8 output, the fixed split.
+  // Elsewhere these run the portable kernel's default path.
+  {
+    for (int g : {3, 5, 6, 12}) {
+      GqaCaseSpec s = base(g * 2, 2, 128, 32, DType::kFP8E4M3);
+      s.batch = 3, s.seq_lens = {250, 70, 129};
+      add("fp8_group" + std::to_string(g), s);
+    }
+    for (int page : {1, 8, 48}) {
+      GqaCaseSpec s = base(8, 1, 128, page, DType::kFP8E4M3);
+      s.batch = 3, s.seq_lens = {page + 1, 2 * page + 130, 5};
+      add("fp8_page" + std::to_string(page), s);
+    }
+    for (int q_len : {4, 8}) {
+      GqaCaseSpec s = base(q_len == 4 ? 64 : 32, q_len == 4 ? 8 : 2, 128, 64, DType::kFP8E4M3);
+      s.batch = 3, s.q_len = q_len, s.seq_lens = {700, q_len, q_len + 130};
+      add("fp8_causal_qlen" + std::to_string(q_len), s);
+      s.tree_mask = true;
+      add("fp8_tree_qlen" + std::to_string(q_len), s);
+      s.window = 100;
+      s.sinks = true;
+      add("fp8_tree_window_sinks_qlen" + std::to_string(q_len), s);
+    }
+    GqaCaseSpec s = base(64, 4, 128, 64, DType::kFP8E4M3);  // 16 x 8 = 128 rows: two blocks of 64
+    s.batch = 2, s.q_len = 8, s.seq_lens = {300, 9};
+    s.tree_mask = true;
+    add("fp8_tree_two_row_blocks", s);
+  }
+  {
+    GqaCaseSpec s = base(64, 8, 128, 64, DType::kFP8E4M3);
+    s.batch = 4, s.seq_lens = {9000, 1, 0, 64};
+    s.window = 200;
+    s.sinks = true;
+    add("fp8_split_window_sinks", s);
+    s.layout = KvLayout::kHND;
+    s.per_head_scales = true;
+    add("fp8_split_window_sinks_hnd_scales", s);
+    s.window = 0, s.sinks = false;
+    s.softcap = 30.f;
+    add("fp8_split_softcap_hnd", s);
+  }
+  {
+    GqaCaseSpec s = base(8, 1, 128, 16, DType::kFP8E4M3);
+    s.batch = 5, s.seq_lens = {3000, 10, 1500, 0, 65};
+    GpuOptions o;
+    o.split_mode = SplitMode::kFixed;
+    o.split_tokens = 256;
+    add("fp8_fixed_split", s, o);
+    s.out_dtype = DType::kFP8E4M3;
+    s.out_scale = 0.01f;
+    add("fp8_fixed_split_out_fp8", s, o);
+  }
   // Every 8-bit case once more on each path (issue 8; the unsuffixed case runs the device's
   // default): the two-term products (e4m3 for fp8, IMMA for int8) must meet the same tolerance
   // as widening (simulated 0.18 % relative RMS against 1 % allowed for bf16 out).
@@ -316,6 +372,15 @@ TEST_P(GqaGpuMatrix, MatchesCpuReference) {
     if (mc.spec.out_dtype != DType::kFP8E4M3) {
       EXPECT_LE(compare(c, gpu).rel_l2, 4e-3) << seed_message();
     }
+  }
+  // The Hopper fp8 kernel takes every fp8 case at head_dim 128 on sm_90a unless a path is forced,
+  // within the same error budget as the two-term path it computes.
+  const bool wgmma_case = mc.spec.kv_dtype == DType::kFP8E4M3 && mc.spec.head_dim == 128 &&
+                          mc.opt.beam_width == 1 && cuda::compute_capability(0) == 90 &&
+                          (!mc.opt.fp8_mma || std::string(mc.opt.fp8_mma) == "wgmma");
+  if (wgmma_case) {
+    EXPECT_NE(gpu.plan.kernel_name.find("_wgmma"), std::string::npos) << gpu.plan.kernel_name;
+    if (mc.spec.out_dtype != DType::kFP8E4M3) EXPECT_LE(compare(c, gpu).rel_l2, 4e-3) << seed_message();
   }
   if (mc.opt.fp8_mma && std::string(mc.opt.fp8_mma) == "two_term_qk") {
     EXPECT_NE(gpu.plan.kernel_name.find("_2tqk"), std::string::npos) << gpu.plan.kernel_name;

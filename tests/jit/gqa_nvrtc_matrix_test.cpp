@@ -181,7 +181,9 @@ TEST(GqaNvrtcMatrix, Int8TwoTermSelectedByTheKnobOnEveryArch) {
       EXPECT_EQ(k.fp8_path(), kv::kTwoTermQk) << k.name();
       EXPECT_NE(k.name().find("_2tqk"), std::string::npos) << k.name();
       c.kv_dtype = DType::kFP8E4M3;  // int8 only: an fp8 cache keeps its default
-      EXPECT_EQ(make_gqa_key(c, arch).fp8_path(), arch == 89 ? kv::kTwoTerm : kv::kWidenLdsm) << arch;
+      EXPECT_EQ(make_gqa_key(c, arch).fp8_path(),
+                arch == 89 ? kv::kTwoTerm : (arch == 90 ? kv::kWgmma : kv::kWidenLdsm))
+          << arch;
     }
   }
 }

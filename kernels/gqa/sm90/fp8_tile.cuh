@@ -17,32 +17,11 @@
 #include "kernels/common/ptx.cuh"
 #include "kernels/common/sm90_ptx.cuh"
 #include "kernels/gqa/sm90/fp8_tile_traits.cuh"
+#include "kernels/gqa/sm90/tile_ops.cuh"
 
 namespace deca::gqa::sm90 {
 
 using namespace ::deca::sm90;
-
-// Byte `byte` of row `row` in a tile of 128-byte rows in the 128-byte swizzle.
-__device__ __forceinline__ unsigned swz128(int row, int byte) {
-  return static_cast<unsigned>(row * 128 + ((((byte >> 4) ^ (row & 7))) << 4) + (byte & 15));
-}
-
-__device__ __forceinline__ void sts8(unsigned addr, unsigned v) {
-  asm volatile("st.shared.u8 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
-}
-
-// Rows of four tokens' four bytes (w[j] = token j, bytes = d) -> words of four tokens' bytes for
-// each of the four d (out[i] = d i, byte j = token j).
-__device__ __forceinline__ void transpose4x4(const unsigned (&w)[4], unsigned (&out)[4]) {
-  const unsigned t0 = ptx::prmt(w[0], w[1], 0x5140u);  // w0.b0 w1.b0 w0.b1 w1.b1
-  const unsigned t1 = ptx::prmt(w[2], w[3], 0x5140u);
-  const unsigned t2 = ptx::prmt(w[0], w[1], 0x7362u);  // w0.b2 w1.b2 w0.b3 w1.b3
-  const unsigned t3 = ptx::prmt(w[2], w[3], 0x7362u);
-  out[0] = ptx::prmt(t0, t1, 0x5410u);
-  out[1] = ptx::prmt(t0, t1, 0x7632u);
-  out[2] = ptx::prmt(t2, t3, 0x5410u);
-  out[3] = ptx::prmt(t2, t3, 0x7632u);
-}
 
 // acc[h] = A[h] . (B_hi + B_lo)^T for the two m64 halves h of A (rows 64 h .., 8192 B apart),
 // K = 128 in four k-steps of 32 bytes: 16 wgmma in one group, waited for before returning.

@@ -1,0 +1,205 @@
+// The end of a GQA decode CTA, shared by the portable kernel (decode.cuh) and the Hopper one
+// (sm90/decode.cuh): the CTA's warps (or warpgroups) have left their partial rows in shared memory
+// (MergeArea); this merges them per row, then writes the output and LSE, or, under split-KV,
+// publishes the split's partial result, and the last split of the unit to arrive merges every split
+// in split order (bitwise reproducible). Needs of T: kHeadDim, kRows, kWarpsN, kThreads, kGroup,
+// kOutDtype, kBeamWidth.
+#pragma once
+
+#include "kernels/common/kv_kind.cuh"
+#include "kernels/common/ptx.cuh"
+#include "kernels/gqa/params.cuh"
+
+namespace deca::gqa {
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+constexpr float kNegInf = __builtin_bit_cast(float, 0xff800000u);  // -inf, no include needed
+
+// Where the CTA's kWarpsN slices leave their rows: partial outputs [kWarpsN][kRows][D], unnormalised
+// and relative to the slice's max; (max in log2 units, sum) [kWarpsN][kRows][2]; then the epilogue's
+// own per-row max, sum and slice weights.
+template <class T>
+struct MergeArea {
+  float* o;      // [kWarpsN][kRows][D]
+  float* ml;     // [kWarpsN][kRows][2]
+  float* row_m;  // [kRows] (log2 units)
+  float* row_l;  // [kRows]
+  float* row_w;  // [kRows][kWarpsN]
+  __device__ __forceinline__ explicit MergeArea(unsigned char* smem) {
+    o = reinterpret_cast<float*>(smem);
+    ml = o + T::kWarpsN * T::kRows * T::kHeadDim;
+    row_m = ml + T::kWarpsN * T::kRows * 2;
+    row_l = row_m + T::kRows;
+    row_w = row_l + T::kRows;
+  }
+};
+
+// Which rows and which split a CTA holds.
+struct CtaRows {
+  int batch;          // the first beam's batch entry
+  int request;        // blockIdx.z
+  int kv_head;
+  int row_blocks;     // row blocks per kv head
+  int row_block;
+  int split;          // blockIdx.x
+  int row0;           // first row of the CTA
+  int rows_total;     // rows of the request (beams x q_len x group)
+  int rows_per_beam;  // q_len x group
+};
+
+template <class T>
+__device__ __forceinline__ void finish_cta(const GqaParams& p, unsigned char* smem, const CtaRows& cta,
+                                           float v_scale) {
+  constexpr int D = T::kHeadDim;
+  constexpr int kBeams = T::kBeamWidth;
+  const int tid = threadIdx.x;
+  const int row0 = cta.row0;
+  const int rows_total = cta.rows_total;
+  const int kv_head = cta.kv_head;
+  const int request = cta.request;
+  const int row_blocks = cta.row_blocks;
+  const int row_block = cta.row_block;
+  const int split = cta.split;
+  auto row_batch = [&](int row) { return kBeams == 1 ? cta.batch : cta.batch + row / cta.rows_per_beam; };
+  auto row_tok = [&](int row) { return (kBeams == 1 ? row : row % cta.rows_per_beam) / T::kGroup; };
+  const MergeArea<T> area(smem);
+  float* merge_o = area.o;
+  float* merge_ml = area.ml;
+  float* row_m = area.row_m;
+  float* row_l = area.row_l;
+  float* row_w = area.row_w;
+  const int rows_here = rows_total - row0 < T::kRows ? rows_total - row0 : T::kRows;
+  // Per row: the CTA's max and sum over its warps, and each warp's weight.
+  for (int r = tid; r < rows_here; r += T::kThreads) {
+    float m = kNegInf;
+#pragma unroll
+    for (int w = 0; w < T::kWarpsN; ++w) m = fmaxf(m, merge_ml[(w * T::kRows + r) * 2]);
+    const float m_use = m == kNegInf ? 0.f : m;  // empty row: weights 0, not NaN
+    float l = 0.f;
+#pragma unroll
+    for (int w = 0; w < T::kWarpsN; ++w) {
+      const float wt = ptx::ex2(merge_ml[(w * T::kRows + r) * 2] - m_use);
+      row_w[r * T::kWarpsN + w] = wt;
+      l += merge_ml[(w * T::kRows + r) * 2 + 1] * wt;
+    }
+    row_m[r] = m;
+    row_l[r] = l;
+  }
+  __syncthreads();
+  auto cta_o = [&](int r, int d) {
+    float acc = 0.f;
+#pragma unroll
+    for (int w = 0; w < T::kWarpsN; ++w) acc += merge_o[(w * T::kRows + r) * D + d] * row_w[r * T::kWarpsN + w];
+    return acc;
+  };
+
+  // Output element: real value = o * v_scale / (l + the sink's share), then the output dtype.
+  auto store_out = [&](int r, int d, float val) {
+    const int row = row0 + r;
+    const int tok = row_tok(row);
+    const int head = kv_head * T::kGroup + row % T::kGroup;
+    const long long off = row_batch(row) * p.out_stride_batch + tok * p.out_stride_token +
+                          head * p.out_stride_head + d;
+    if constexpr (T::kOutDtype == kv::kFP8) {
+      static_cast<unsigned char*>(p.out)[off] = ptx::float_to_fp8_bits(val / p.out_scale);
+    } else if constexpr (T::kOutDtype == kv::kFP16) {
+      static_cast<unsigned short*>(p.out)[off] = ptx::float_to_fp16_bits(val);
+    } else {
+      static_cast<unsigned short*>(p.out)[off] = ptx::float_to_bf16_bits(val);
+    }
+  };
+  // 1 / denominator (with the sink) times v_scale, for row r with max m and sum l; writes LSE.
+  auto finish_row = [&](int r, float m, float l) {
+    const int row = row0 + r;
+    const int tok = row_tok(row);
+    const int head = kv_head * T::kGroup + row % T::kGroup;
+    float denom = l;
+    if (p.sinks) denom += ptx::ex2(p.sinks[head] * kLog2e - (m == kNegInf ? 0.f : m));
+    if (p.lse) {
+      p.lse[row_batch(row) * p.lse_stride_batch + tok * p.lse_stride_token + head * p.lse_stride_head] =
+          l > 0.f ? (m + ptx::lg2(l)) * kLn2 : kNegInf;
+    }
+    return denom > 0.f ? v_scale / denom : 0.f;
+  };
+
+  if (p.num_splits <= 1) {
+    for (int r = tid; r < rows_here; r += T::kThreads) row_l[r] = finish_row(r, row_m[r], row_l[r]);
+    __syncthreads();
+    for (int i = tid; i < rows_here * D; i += T::kThreads) {
+      const int r = i / D, d = i % D;
+      store_out(r, d, cta_o(r, d) * row_l[r]);
+    }
+    return;
+  }
+
+  // ---- Split-KV: publish this split's partial result (o unnormalised, relative to m) ----
+  const long long unit =
+      (static_cast<long long>(request) * p.num_kv_heads + kv_head) * row_blocks + row_block;
+  float* unit_o = p.ws_partial_o + unit * p.num_splits * T::kRows * D;
+  float* unit_ml = p.ws_partial_ml + unit * p.num_splits * T::kRows * 2;
+  for (int i = tid; i < rows_here * D; i += T::kThreads) {
+    const int r = i / D, d = i % D;
+    if (row_l[r] > 0.f) unit_o[(split * T::kRows + r) * D + d] = cta_o(r, d);  // empty: never read
+  }
+  for (int r = tid; r < rows_here; r += T::kThreads) {
+    unit_ml[(split * T::kRows + r) * 2] = row_m[r];
+    unit_ml[(split * T::kRows + r) * 2 + 1] = row_l[r];
+  }
+  __threadfence();  // partials visible device-wide before the arrival is counted
+  __syncthreads();
+  __shared__ unsigned is_last;
+  if (tid == 0) {
+    const unsigned prev = atomicAdd(p.ws_counters + unit, 1u);
+    is_last = prev == static_cast<unsigned>(p.num_splits - 1);
+    if (is_last) p.ws_counters[unit] = 0u;  // ready for the next launch: no memset between calls
+  }
+  __syncthreads();
+  if (!is_last) return;
+  __threadfence();  // acquire side: the other splits' partials are read after their arrivals
+
+  // ---- The last CTA merges every split, in split order (bitwise reproducible) ----
+  // Stage (m, l) of all splits in shared memory, turn them into weights per row, then stream the
+  // partial outputs with independent 16-byte loads.
+  const int ns = p.num_splits;
+  float* split_w = reinterpret_cast<float*>(smem);  // [kRows][ns]: weight of split s for row r
+  float* split_l = split_w + T::kRows * ns;         // [kRows][ns]
+  for (int i = tid; i < rows_here * ns; i += T::kThreads) {
+    const int r = i / ns, sp = i % ns;
+    split_w[i] = __ldcg(unit_ml + (sp * T::kRows + r) * 2);
+    split_l[i] = __ldcg(unit_ml + (sp * T::kRows + r) * 2 + 1);
+  }
+  __syncthreads();
+  for (int r = tid; r < rows_here; r += T::kThreads) {
+    float m = kNegInf;
+    for (int sp = 0; sp < ns; ++sp) m = fmaxf(m, split_w[r * ns + sp]);
+    const float m_use = m == kNegInf ? 0.f : m;
+    float l = 0.f;
+    for (int sp = 0; sp < ns; ++sp) {
+      const float ls = split_l[r * ns + sp];
+      const float w = ls > 0.f ? ptx::ex2(split_w[r * ns + sp] - m_use) : 0.f;
+      split_w[r * ns + sp] = w;
+      l += ls * w;
+    }
+    const float inv = finish_row(r, m, l);
+    for (int sp = 0; sp < ns; ++sp) split_w[r * ns + sp] *= inv;
+  }
+  __syncthreads();
+  for (int i = tid; i < rows_here * (D / 4); i += T::kThreads) {
+    const int r = i / (D / 4), d = (i % (D / 4)) * 4;
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int sp = 0; sp < ns; ++sp) {
+      const float w = split_w[r * ns + sp];
+      if (w != 0.f) {  // an empty split's partial was never written: do not read it
+        const float4 o = __ldcg(reinterpret_cast<const float4*>(unit_o + (sp * T::kRows + r) * D + d));
+        acc.x += w * o.x, acc.y += w * o.y, acc.z += w * o.z, acc.w += w * o.w;
+      }
+    }
+    store_out(r, d, acc.x);
+    store_out(r, d + 1, acc.y);
+    store_out(r, d + 2, acc.z);
+    store_out(r, d + 3, acc.w);
+  }
+}
+
+}  // namespace deca::gqa

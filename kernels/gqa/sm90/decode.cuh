@@ -1,0 +1,449 @@
+// Hopper (sm_90a) GQA decode for an fp8 (e4m3) KV cache on the e4m3 wgmma (docs/design-gqa-sm90.md,
+// issue 8). One CTA = one warpgroup = (request, kv head, block of up to 64 query rows, split of
+// the keys), as the portable kernel (decode.cuh) whose host side, split policy and epilogue it
+// shares. Per 128-token tile:
+//
+//   S^T [128 tokens x N rows] = K . (q_hi + q_lo)^T      tokens on M (two m64 halves), rows on N
+//   online softmax down the tokens (a row is a column of S^T: a max across the four warps)
+//   O^T [128 d x N]          += V^T . (P_hi + P_lo)^T     d on M, the tile's tokens on K
+//
+// K and V stay as stored (e4m3); q (once per CTA) and the softmax weights P (per tile) are split
+// into two e4m3 terms each (issue 8's two-term products: 0.1-0.2 % relative RMS where e4m3 q and P
+// alone cost 3.5-5 %), the fp32 accumulators take both terms. 8-bit wgmma operands must be K-major,
+// so V is transposed in shared memory once per tile (4 x 4 byte blocks through prmt, in place).
+// Loads: all 128 threads copy 16-byte chunks with cp.async into a ring of kStages stages, each
+// chunk where the 128-byte swizzle of the wgmma descriptors puts it; page ids are read a tile
+// ahead. The merge of the CTA's rows, the output, LSE, sinks and split-KV are the portable
+// kernel's (epilogue.cuh); O comes out times 256 (P's scale) and the max reported 8 lower, the
+// same convention as the portable kernel's two-term path.
+#pragma once
+
+#include "kernels/common/check_record.cuh"
+#include "kernels/common/kv_convert.cuh"
+#include "kernels/common/ptx.cuh"
+#include "kernels/common/sm90_ptx.cuh"
+#include "kernels/gqa/epilogue.cuh"
+#include "kernels/gqa/params.cuh"
+#include "kernels/gqa/request.cuh"
+#include "kernels/gqa/sm90/tile_ops.cuh"
+#include "kernels/gqa/sm90/traits.cuh"
+
+namespace deca::gqa::sm90 {
+
+using namespace ::deca::sm90;
+
+// The four 4 x 4 byte blocks a thread transposes per tile and iteration i (0..7) of warp w: token
+// block tb (tokens 4 tb ..) and d block db (d 4 db ..) of the 32 x 32 blocks of a 128 x 128 tile.
+// Chosen so that the 32 lanes' reads (token rows) and writes (d rows) each hit 32 distinct banks
+// through the swizzle, and the 4 warps x 8 iterations x 32 lanes cover every block once (checked
+// by brute force when written: tools/sim_fp8_tile.py has nothing to do with it).
+__device__ __forceinline__ void transpose_block(int w, int i, int l, int& tb, int& db) {
+  const int k = w * 8 + i;
+  const int quad_d = k & 1, quad_t = (k >> 1) & 1, pattern = k >> 2;
+  db = (l & 3) | (((l >> 3) & 1) << 2) | (((l >> 4) & 1) << 3) | (quad_d << 4);
+  tb = ((l >> 2) & 3) | (((l >> 1) & 1) << 2) | (((l >> 4) & 1) << 3) | (quad_t << 4);
+  tb ^= ((pattern & 1) << 2) | (((pattern >> 1) & 1) << 1) | (((pattern >> 2) & 1) << 3);
+}
+
+template <class Cfg>
+__device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned char* smem_raw) {
+  using T = Traits<Cfg>;
+  constexpr int N = T::kRows;
+  constexpr int kAcc = N / 2;  // accumulator floats per thread per m64 tile
+  constexpr SmemPlan kPlan = T::kPlan;
+  using Mma = WgmmaE4m3<N>;
+
+  const int tid = threadIdx.x;
+  const int w = tid >> 5;
+  const int l = tid & 31;
+  const int split = blockIdx.x;
+  const int row_blocks = gridDim.y / p.num_kv_heads;
+  const int kv_head = blockIdx.y / row_blocks;
+  const int row_block = blockIdx.y % row_blocks;
+  const int request = blockIdx.z;
+  const int batch = request;
+  const int q_len = p.q_len;
+  const int rows_total = q_len * T::kGroup;
+  const int row0 = row_block * N;
+  if (row0 >= rows_total) return;  // a row block past this call's q_len (see decode.cuh)
+  int* bad_item = nullptr;
+  if constexpr (T::kChecked) {
+    bad_item = checked_item_slots<T::kStages + 1>();
+    if (tid <= T::kStages) bad_item[tid] = -1;
+    __syncthreads();
+  }
+  const int seq_len = load_seq_len<T>(p, batch);
+  const KeyRange range = split_range<T>(p, seq_len, seq_len, split);
+  const int num_tiles = range.end > range.begin ? (range.end - range.begin + kTile - 1) / kTile : 0;
+
+  const unsigned raw = ptx::smem_addr(smem_raw);
+  const unsigned base = (raw + 1023u) & ~1023u;
+  unsigned char* smem = smem_raw + (base - raw);
+  float* red = reinterpret_cast<float*>(smem + kPlan.red);      // [4 warps][N]
+  float* q_inv = reinterpret_cast<float*>(smem + kPlan.q_inv);  // [N]
+  auto k_stage = [&](int s) { return base + s * 2 * kStageBytes; };
+  auto v_stage = [&](int s) { return base + s * 2 * kStageBytes + kStageBytes; };
+
+  const float k_scale = p.k_scales ? p.k_scales[kv_head] : p.k_scale;
+  const float v_scale = p.v_scales ? p.v_scales[kv_head] : p.v_scale;
+  const float qk_scale = p.softmax_scale * k_scale;
+
+  // ---- q: rows scaled by a power of two each into [128, 256), split into two e4m3 terms ----
+  for (int i = tid; i < N * 16; i += kThreads) {
+    const int r = i >> 4;
+    const int d0 = 8 * (i & 15);
+    const int row = row0 + r;
+    float x[8];
+    float amax = 0.f;
+    if (row < rows_total) {
+      const int head = kv_head * T::kGroup + row % T::kGroup;
+      const unsigned short* q = static_cast<const unsigned short*>(p.q) + batch * p.q_stride_batch +
+                                (row / T::kGroup) * p.q_stride_token + head * p.q_stride_head + d0;
+#pragma unroll
+      for (int j = 0; j < 8; j += 2) {
+        const unsigned two = *reinterpret_cast<const unsigned*>(q + j);
+        const unsigned short lo = static_cast<unsigned short>(two & 0xFFFFu);
+        const unsigned short hi = static_cast<unsigned short>(two >> 16);
+        if constexpr (T::kQDtype == kv::kFP16) {
+          x[j] = ptx::fp16_bits_to_float(lo), x[j + 1] = ptx::fp16_bits_to_float(hi);
+        } else {
+          x[j] = ptx::bf16_bits_to_float(lo), x[j + 1] = ptx::bf16_bits_to_float(hi);
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < 8; ++j) amax = fmaxf(amax, fabsf(x[j]));
+    } else {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) x[j] = 0.f;
+    }
+    // The 16 threads of a row are 16 consecutive lanes.
+#pragma unroll
+    for (int m = 1; m < 16; m <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, m));
+    const float sc = q_row_scale(amax, 7);
+    unsigned hi[2], lo[2];
+    kv::split_e4m3_f32(x[0] * sc, x[1] * sc, x[2] * sc, x[3] * sc, hi[0], lo[0]);
+    kv::split_e4m3_f32(x[4] * sc, x[5] * sc, x[6] * sc, x[7] * sc, hi[1], lo[1]);
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      sts32(base + kPlan.q_hi + swz128(r, d0 + 4 * j), hi[j]);
+      sts32(base + kPlan.q_lo + swz128(r, d0 + 4 * j), lo[j]);
+    }
+    if ((i & 15) == 0) q_inv[r] = 1.f / sc;  // exact: a power of two
+  }
+
+  // ---- Loader: thread (row tid / 8 + 16 i, chunk tid % 8) of every K and V tile ----
+  const unsigned char* k_base = static_cast<const unsigned char*>(p.k_cache) +
+                                static_cast<long long>(kv_head) * p.k_stride_head;
+  const unsigned char* v_base = static_cast<const unsigned char*>(p.v_cache) +
+                                static_cast<long long>(kv_head) * p.v_stride_head;
+  const int* page_row = p.page_table + batch * p.page_table_stride;
+  const unsigned k_page_bytes = static_cast<unsigned>(p.k_stride_page);
+  const unsigned k_slot_bytes = static_cast<unsigned>(p.k_stride_slot);
+  const unsigned v_page_bytes = static_cast<unsigned>(p.v_stride_page);
+  const unsigned v_slot_bytes = static_cast<unsigned>(p.v_stride_slot);
+  const unsigned chunk_ld = static_cast<unsigned>(tid & 7);
+  const unsigned row0_ld = static_cast<unsigned>(tid >> 3);
+  int pages_next[T::kLoadsPerThread];
+  // One of the 8 threads of a row reads its page id; the others take it by shuffle when the tile
+  // is issued (the portable kernel's scheme, decode.cuh).
+  auto fetch_pages = [&](int item) {
+    const unsigned t0 = static_cast<unsigned>(range.begin + item * kTile);
+#pragma unroll
+    for (int i = 0; i < T::kLoadsPerThread; ++i) {
+      const unsigned tok = t0 + row0_ld + 16 * i;
+      const bool needed = item < num_tiles && tok < static_cast<unsigned>(range.end) && chunk_ld == 0;
+      int id = needed ? __ldg(page_row + tok / T::kPageSize) : -1;
+      if constexpr (T::kChecked) {
+        if (needed && static_cast<unsigned>(id) >= static_cast<unsigned>(p.num_pages)) {
+          check_report(static_cast<CheckRecord*>(p.check), kCheckPageId, batch, 0,
+                       static_cast<int>(tok / T::kPageSize), id, p.num_pages);
+          bad_item[item % (T::kStages + 1)] = item;
+          id = -1;
+        }
+      }
+      pages_next[i] = id;
+    }
+  };
+  auto issue_tile = [&](int item, int stage) {
+    const unsigned t0 = static_cast<unsigned>(range.begin + item * kTile);
+    const unsigned ks = k_stage(stage);
+    const unsigned vs = v_stage(stage);
+#pragma unroll
+    for (int i = 0; i < T::kLoadsPerThread; ++i) {
+      const unsigned row = row0_ld + 16 * i;
+      const int page = __shfl_sync(0xffffffffu, pages_next[i], l - static_cast<int>(chunk_ld));
+      const bool valid = page >= 0;
+      const unsigned slot = (t0 + row) % T::kPageSize;
+      const unsigned upage = valid ? static_cast<unsigned>(page) : 0u;
+      const unsigned char* ksrc =
+          k_base + (static_cast<unsigned long long>(upage) * k_page_bytes + (slot * k_slot_bytes + chunk_ld * 16));
+      const unsigned char* vsrc =
+          v_base + (static_cast<unsigned long long>(upage) * v_page_bytes + (slot * v_slot_bytes + chunk_ld * 16));
+      const unsigned off = swz128(static_cast<int>(row), static_cast<int>(chunk_ld * 16));
+      ptx::cp_async_16(ks + off, ksrc, valid);
+      ptx::cp_async_16(vs + off, vsrc, valid);
+    }
+  };
+
+  // ---- Per-thread accumulator coordinates ----
+  // S^T element e of m64 half h: token 64 h + 16 w + l / 4 + 8 ((e >> 1) & 1), column (query row)
+  // 8 (e / 4) + 2 (l % 4) + (e & 1); column index cc = 2 (e / 4) + (e & 1) of this thread's kCols.
+  // O^T element e of d half m: d 64 m + 16 w + l / 4 + 8 ((e >> 1) & 1), same columns.
+  auto col_row = [&](int cc) { return 8 * (cc >> 1) + 2 * (l & 3) + (cc & 1); };
+  __syncthreads();  // q_inv written
+  // Logit scale of column cc (log2 units, the row's q scale undone): in registers up to 16 rows;
+  // with 32 or 64 rows read from shared memory per tile, which keeps 64 rows free of spills.
+  constexpr bool kScaleRegs = T::kCols <= 4;
+  const float logit_scale = T::kSoftcap ? qk_scale : qk_scale * kLog2e;
+  float row_scale_r[kScaleRegs ? T::kCols : 1];
+#pragma unroll
+  for (int cc = 0; cc < (kScaleRegs ? T::kCols : 1); ++cc) row_scale_r[cc] = logit_scale * q_inv[col_row(cc)];
+  auto row_scale = [&](int cc) { return kScaleRegs ? row_scale_r[cc] : logit_scale * q_inv[col_row(cc)]; };
+  float m_run[T::kCols], l_run[T::kCols];
+#pragma unroll
+  for (int cc = 0; cc < T::kCols; ++cc) m_run[cc] = kNegInf, l_run[cc] = 0.f;
+  float o[2][kAcc];
+#pragma unroll
+  for (int m = 0; m < 2; ++m) {
+#pragma unroll
+    for (int e = 0; e < kAcc; ++e) o[m][e] = 0.f;
+  }
+  const int causal_start = seq_len - q_len;  // keys below are visible to every row (window aside)
+
+  // ---- Prologue: kStages - 1 tiles in flight ----
+  fetch_pages(0);
+#pragma unroll
+  for (int s = 0; s < T::kStages - 1; ++s) {
+    if (s < num_tiles) issue_tile(s, s);
+    ptx::cp_async_commit();
+    fetch_pages(s + 1);
+  }
+
+  for (int item = 0; item < num_tiles; ++item) {
+    ptx::cp_async_wait<T::kStages - 2>();
+    fence_proxy_async_smem();  // this thread's landed chunks, to the wgmma (async proxy) readers
+    __syncthreads();           // tile `item` landed for all; stage (item - 1) % kStages is free
+    {
+      const int next = item + T::kStages - 1;
+      if (next < num_tiles) issue_tile(next, next % T::kStages);
+      ptx::cp_async_commit();
+      fetch_pages(next + 1);
+    }
+    const int stage = item % T::kStages;
+    const unsigned ks = k_stage(stage);
+    const unsigned vs = v_stage(stage);
+    const int tile_t0 = range.begin + item * kTile;
+
+    // S^T = K (q_hi + q_lo)^T (2 halves x 4 k-steps of 32 dims x 2 terms) and V -> V^T in place.
+    // The transpose runs while the tensor cores work, except at 64 rows, where the S^T registers
+    // in flight and the transpose's 32 would not fit beside O^T without spilling.
+    float s[2][kAcc];
+    auto issue_qk = [&] {
+      wgmma_fence();
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+          const unsigned long long da = smem_desc_sw128(ks + 8192 * h + 32 * kk, 16, 1024);
+          Mma::mma(s[h], da, smem_desc_sw128(base + kPlan.q_hi + 32 * kk, 16, 1024), kk > 0);
+          Mma::mma(s[h], da, smem_desc_sw128(base + kPlan.q_lo + 32 * kk, 16, 1024), true);
+        }
+      }
+      wgmma_commit();
+    };
+    auto transpose_v = [&] {
+      unsigned vw[8][4];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        int tb, db;
+        transpose_block(w, i, l, tb, db);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) vw[i][j] = ptx::lds32(vs + swz128(4 * tb + j, 4 * db));
+      }
+      __syncthreads();
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        int tb, db;
+        transpose_block(w, i, l, tb, db);
+        unsigned cols[4];
+        transpose4x4(vw[i], cols);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) sts32(vs + swz128(4 * db + j, 4 * tb), cols[j]);
+      }
+    };
+    if constexpr (N < 64) {
+      issue_qk();
+      transpose_v();
+    } else {
+      transpose_v();
+      issue_qk();
+    }
+    wgmma_wait<0>();
+    fence_regs(s[0]);
+    fence_regs(s[1]);
+
+    // ---- Scale, soft-cap, mask ----
+    const bool bad_tile = T::kChecked && bad_item[item % (T::kStages + 1)] == item;
+    const bool need_mask = tile_t0 + kTile > causal_start || tile_t0 + kTile > range.end ||
+                           (T::kWindow && tile_t0 < seq_len - p.window) || bad_tile;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+      for (int e = 0; e < kAcc; ++e) {
+        const int cc = 2 * (e >> 2) + (e & 1);
+        float x = s[h][e];
+        if constexpr (T::kSoftcap) {
+          x = p.softcap * tanhf(x * row_scale(cc) / p.softcap) * kLog2e;
+        } else {
+          x *= row_scale(cc);
+        }
+        if (need_mask) {
+          const int t = tile_t0 + 64 * h + 16 * w + (l >> 2) + 8 * ((e >> 1) & 1);
+          const int row = row0 + col_row(cc);
+          const int tok = (row < rows_total ? row : 0) / T::kGroup;
+          const int pos = causal_start + tok;
+          bool visible = t < range.end;
+          if constexpr (T::kTree) {
+            if (t >= causal_start) {
+              const int jd = t - causal_start;
+              const unsigned* bits = p.tree_mask + batch * p.mask_stride_batch + tok * p.mask_stride_token;
+              visible = visible && ((bits[jd >> 5] >> (jd & 31)) & 1u);
+            }
+          } else {
+            visible = visible && t <= pos;
+          }
+          if constexpr (T::kWindow) visible = visible && t > pos - p.window;
+          if constexpr (T::kChecked) {
+            if (bad_tile && visible) {
+              visible = static_cast<unsigned>(__ldg(page_row + t / T::kPageSize)) <
+                        static_cast<unsigned>(p.num_pages);
+            }
+          }
+          if (!visible) x = kNegInf;
+        }
+        s[h][e] = x;
+      }
+    }
+
+    // ---- Online softmax down the tokens: column maxima across lanes, then across the warps ----
+    float mx[T::kCols];
+#pragma unroll
+    for (int cc = 0; cc < T::kCols; ++cc) mx[cc] = kNegInf;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+      for (int e = 0; e < kAcc; ++e) {
+        const int cc = 2 * (e >> 2) + (e & 1);
+        mx[cc] = fmaxf(mx[cc], s[h][e]);
+      }
+    }
+#pragma unroll
+    for (int cc = 0; cc < T::kCols; ++cc) {
+#pragma unroll
+      for (int m = 4; m < 32; m <<= 1) mx[cc] = fmaxf(mx[cc], __shfl_xor_sync(0xffffffffu, mx[cc], m));
+    }
+    if (l < 4) {
+#pragma unroll
+      for (int cc = 0; cc < T::kCols; ++cc) red[w * N + col_row(cc)] = mx[cc];
+    }
+    __syncthreads();
+    float alpha[T::kCols];
+    float shift[T::kCols];
+    bool moved = false;
+#pragma unroll
+    for (int cc = 0; cc < T::kCols; ++cc) {
+      const int r = col_row(cc);
+      const float m_tile = fmaxf(fmaxf(red[r], red[N + r]), fmaxf(red[2 * N + r], red[3 * N + r]));
+      const float m_new = fmaxf(m_run[cc], m_tile);
+      // A row that has seen nothing keeps m = -inf; subtracting 0 keeps exp2 at 0, not NaN.
+      const float m_use = m_new == kNegInf ? 0.f : m_new;
+      alpha[cc] = ptx::ex2(m_run[cc] - m_use);
+      moved = moved || alpha[cc] != 1.f;
+      m_run[cc] = m_new;
+      shift[cc] = m_use - 8.f;  // P comes out times 256: e4m3's range, two terms
+    }
+    // P = 2^(x - m + 8), its two e4m3 terms stored as the B operand: query rows of token bytes.
+#pragma unroll
+    for (int cc = 0; cc < T::kCols; ++cc) {
+      const int e0 = 4 * (cc >> 1) + (cc & 1);  // elements e0 (token +0) and e0 + 2 (token +8)
+      float pr[4];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        pr[2 * h] = ptx::ex2(s[h][e0] - shift[cc]);
+        pr[2 * h + 1] = ptx::ex2(s[h][e0 + 2] - shift[cc]);
+      }
+      l_run[cc] = l_run[cc] * alpha[cc] + ((pr[0] + pr[1]) + (pr[2] + pr[3]));
+      unsigned hi, lo;
+      kv::split_e4m3_f32(pr[0], pr[1], pr[2], pr[3], hi, lo);
+      const int r = col_row(cc);
+      const int tk = 16 * w + (l >> 2);
+#pragma unroll
+      for (int b = 0; b < 4; ++b) {
+        const int t = tk + 64 * (b >> 1) + 8 * (b & 1);
+        sts8(base + kPlan.p_hi + swz128(r, t), (hi >> (8 * b)) & 0xFFu);
+        sts8(base + kPlan.p_lo + swz128(r, t), (lo >> (8 * b)) & 0xFFu);
+      }
+    }
+    if (__any_sync(0xffffffffu, moved)) {
+#pragma unroll
+      for (int m = 0; m < 2; ++m) {
+#pragma unroll
+        for (int e = 0; e < kAcc; ++e) o[m][e] *= alpha[2 * (e >> 2) + (e & 1)];
+      }
+    }
+    fence_proxy_async_smem();  // P and V^T, to the wgmma
+    __syncthreads();
+
+    // O^T += V^T (P_hi + P_lo)^T: 2 halves of d x 4 k-steps of 32 tokens x 2 terms.
+    wgmma_fence();
+#pragma unroll
+    for (int m = 0; m < 2; ++m) {
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        const unsigned long long da = smem_desc_sw128(vs + 8192 * m + 32 * kk, 16, 1024);
+        Mma::mma(o[m], da, smem_desc_sw128(base + kPlan.p_hi + 32 * kk, 16, 1024), true);
+        Mma::mma(o[m], da, smem_desc_sw128(base + kPlan.p_lo + 32 * kk, 16, 1024), true);
+      }
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_regs(o[0]);
+    fence_regs(o[1]);
+  }
+  ptx::cp_async_wait<0>();
+
+  // ---- The CTA's rows into the epilogue's merge area (one slice: kWarpsN = 1) ----
+#pragma unroll
+  for (int cc = 0; cc < T::kCols; ++cc) {
+#pragma unroll
+    for (int m = 4; m < 32; m <<= 1) l_run[cc] += __shfl_xor_sync(0xffffffffu, l_run[cc], m);
+  }
+  __syncthreads();  // the last tile's readers are done with the stages and red
+  if (l < 4) {
+#pragma unroll
+    for (int cc = 0; cc < T::kCols; ++cc) red[w * N + col_row(cc)] = l_run[cc];
+  }
+  const MergeArea<T> area(smem);
+#pragma unroll
+  for (int m = 0; m < 2; ++m) {
+#pragma unroll
+    for (int e = 0; e < kAcc; ++e) {
+      const int d = 64 * m + 16 * w + (l >> 2) + 8 * ((e >> 1) & 1);
+      area.o[col_row(2 * (e >> 2) + (e & 1)) * kDim + d] = o[m][e];
+    }
+  }
+  __syncthreads();
+  if (w == 0 && l < 4) {
+#pragma unroll
+    for (int cc = 0; cc < T::kCols; ++cc) {
+      const int r = col_row(cc);
+      area.ml[2 * r] = m_run[cc] - 8.f;  // P's scale, see above
+      area.ml[2 * r + 1] = red[r] + red[N + r] + red[2 * N + r] + red[3 * N + r];
+    }
+  }
+  __syncthreads();
+  const CtaRows cta{batch, request, kv_head, row_blocks, row_block, split, row0, rows_total, rows_total};
+  finish_cta<T>(p, smem, cta, v_scale);
+}
+
+}  // namespace deca::gqa::sm90

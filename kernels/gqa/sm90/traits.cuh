@@ -1,0 +1,122 @@
+// Compile-time shape of the Hopper GQA decode kernel for fp8 KV (kernels/gqa/sm90/decode.cuh,
+// docs/design-gqa-sm90.md): one warpgroup per CTA, 128-token tiles, the query rows of a KV head on
+// wgmma's N. Host-compilable: the planner (src/cuda/gqa_spec.cpp) takes tile, threads and shared
+// memory from the same `make_shape` as the device code, as it does for the portable kernel.
+#pragma once
+
+#include "kernels/common/kv_kind.cuh"
+#include "kernels/gqa/traits.cuh"
+
+namespace deca::gqa::sm90 {
+
+constexpr int kTile = 128;      // tokens per stage: two m64 halves of the S^T wgmma
+constexpr int kDim = 128;       // head_dim: one 128-byte swizzled row per fp8 token
+constexpr int kThreads = 128;   // one warpgroup
+constexpr int kStageBytes = kTile * kDim;  // one of K or V, fp8
+
+// What the kernel covers; other configurations take the portable kernel.
+DECA_HD constexpr bool supports(int head_dim, int kv_dtype, int beam_width) {
+  return head_dim == kDim && kv::kind_of(kv_dtype) == kv::kKvFp8 && beam_width == 1;
+}
+
+// Rows per CTA = wgmma's N: the rows needed (q_len x group) rounded up to 8, 16, 32 or 64; more
+// rows take more row blocks of 64.
+DECA_HD constexpr int rows_per_cta(int rows_needed) {
+  return rows_needed <= 8 ? 8 : (rows_needed <= 16 ? 16 : (rows_needed <= 32 ? 32 : 64));
+}
+
+// Byte offsets from the 1024-aligned base. The stages first (each K then V, 128 token rows of 128
+// B in the 128-byte swizzle; V is transposed in place into 128 d rows of 128 token bytes), then q
+// and P as two e4m3 terms each (rows x 128 B, swizzled), the warps' column maxima and sums, and
+// the inverse q scale per row. The epilogue's merge area (epilogue.cuh) reuses the stages.
+struct SmemPlan {
+  int stages;
+  int q_hi, q_lo, p_hi, p_lo;
+  int red;    // float [4 warps][rows]
+  int q_inv;  // float [rows]
+  int end;
+};
+
+DECA_HD constexpr SmemPlan make_plan(int rows, int stages) {
+  SmemPlan s{};
+  s.stages = stages;
+  s.q_hi = stages * 2 * kStageBytes;
+  s.q_lo = s.q_hi + rows * 128;
+  s.p_hi = s.q_lo + rows * 128;
+  s.p_lo = s.p_hi + rows * 128;
+  s.red = s.p_lo + rows * 128;
+  s.q_inv = s.red + 4 * rows * 4;
+  s.end = s.q_inv + rows * 4;
+  return s;
+}
+
+// Bytes of dynamic shared memory for a plan: its end plus the slack that aligns the base to 1024.
+DECA_HD constexpr int smem_bytes(const SmemPlan& s) { return s.end + 1024; }
+
+// As many stages as leave two CTAs per SM (227 KB with the 1 KB reserved per CTA), at least two.
+DECA_HD constexpr int stages_for(int rows) {
+  const int per_sm = 228 * 1024;
+  int st = 4;
+  while (st > 2 && 2 * (smem_bytes(make_plan(rows, st)) + 1024) > per_sm) --st;
+  return st;
+}
+
+DECA_HD constexpr Shape make_shape(int rows) {
+  const SmemPlan plan = make_plan(rows, stages_for(rows));
+  Shape s{};
+  s.threads = kThreads;
+  s.warps_m = 1;
+  s.warps_n = 1;  // one slice of keys per CTA: the warpgroup's accumulators hold every token
+  s.tile = kTile;
+  s.warp_tokens = kTile;
+  s.chunk = kTile;
+  s.kv_bytes = 1;
+  s.chunks_per_row = kDim / 16;
+  s.row_stride = kDim;
+  s.stage_bytes = kStageBytes;
+  s.loads_per_thread = kTile * (kDim / 16) / kThreads;
+  s.q_in_regs = false;
+  s.q_row_stride = 128;
+  s.q_bytes = 2 * rows * 128;
+  s.stages = plan.stages;
+  s.pipe_bytes = 2 * plan.stages * kStageBytes;
+  s.merge_bytes = rows * (kDim + 2) * 4 + rows * 3 * 4;
+  s.smem_bytes = smem_bytes(plan);
+  s.min_ctas = 228 * 1024 / (s.smem_bytes + 1024) >= 2 ? 2 : 1;
+  return s;
+}
+
+template <class Cfg>
+struct Traits {
+  static constexpr int kHeadDim = Cfg::kHeadDim;
+  static constexpr int kGroup = Cfg::kGroup;
+  static constexpr int kRows = Cfg::kRows;
+  static constexpr int kPageSize = Cfg::kPageSize;
+  static constexpr int kQDtype = Cfg::kQDtype;
+  static constexpr int kKvDtype = Cfg::kKvDtype;
+  static constexpr int kOutDtype = Cfg::kOutDtype;
+  static constexpr bool kWindow = Cfg::kWindow;
+  static constexpr bool kTree = Cfg::kTree;
+  static constexpr bool kSoftcap = Cfg::kSoftcap;
+  static constexpr int kBeamWidth = Cfg::kBeamWidth;
+  static constexpr bool kChecked = CheckedOf<Cfg>::value;
+
+  static constexpr Shape kShape = make_shape(kRows);
+  static constexpr int kTile = kShape.tile;
+  static constexpr int kThreads = kShape.threads;
+  static constexpr int kWarpsN = 1;
+  static constexpr int kStages = kShape.stages;
+  static constexpr int kSmemBytes = kShape.smem_bytes;
+  static constexpr int kMinCtas = kShape.min_ctas;
+  static constexpr SmemPlan kPlan = make_plan(kRows, kStages);
+  static constexpr int kLoadsPerThread = kShape.loads_per_thread;
+  static constexpr int kCols = kRows / 4;  // query rows (accumulator columns) per thread
+
+  static_assert(supports(kHeadDim, kKvDtype, kBeamWidth), "fp8 KV, head_dim 128, no beams");
+  static_assert(kRows == 8 || kRows == 16 || kRows == 32 || kRows == 64, "rows per CTA = wgmma N");
+  static_assert(kStages >= 2, "pipeline");
+  static_assert(kShape.merge_bytes <= kShape.pipe_bytes, "the merge area reuses the stages");
+  static_assert(kSmemBytes <= 227 * 1024, "shared memory");
+};
+
+}  // namespace deca::gqa::sm90

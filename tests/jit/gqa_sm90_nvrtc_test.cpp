@@ -1,0 +1,144 @@
+// The Hopper fp8 GQA kernel (kernels/gqa/sm90/decode.cuh, issue 8) without a GPU (this runs in
+// CI): which configurations a plan sends to it (sm_90a, fp8, head_dim 128, no beams; rows per CTA
+// on wgmma's N), and NVRTC compiles its specializations for sm_90a over every rows value and
+// feature switch: entry exported, nothing spilled, no wgmma serialized, two CTAs per SM.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "cuda/gqa_spec.hpp"
+#include "deca/gqa.hpp"
+#include "jit/elf_symbols.hpp"
+#include "jit/nvrtc_compile.hpp"
+#include "jit/scoped_env.hpp"
+
+namespace deca::cuda {
+namespace {
+
+GqaConfig config(int q_heads, int kv_heads, int head_dim, int q_len, DType kv) {
+  GqaConfig c;
+  c.num_q_heads = q_heads, c.num_kv_heads = kv_heads, c.head_dim = head_dim;
+  c.page_size = 64, c.max_batch = 8, c.max_seq_len = 4096, c.max_q_len = q_len;
+  c.kv_dtype = kv;
+  return c;
+}
+
+TEST(GqaSm90Nvrtc, PlansSendFp8HeadDim128WithoutBeamsToTheHopperKernel) {
+  jit::testing::ScopedEnv env("DECA_GQA_FP8_MMA", nullptr);
+  struct Row {
+    int q_heads, kv_heads, head_dim, q_len, beams;
+    DType kv;
+    int arch;
+    bool wgmma;
+    int rows;
+  };
+  const Row table[] = {
+      {64, 8, 128, 1, 1, DType::kFP8E4M3, 90, true, 8},    // l70: group 8
+      {64, 4, 128, 1, 1, DType::kFP8E4M3, 90, true, 16},   // q235: group 16
+      {64, 8, 128, 4, 1, DType::kFP8E4M3, 90, true, 32},   // spec q4
+      {64, 8, 128, 8, 1, DType::kFP8E4M3, 90, true, 64},   // spec q8
+      {64, 4, 128, 8, 1, DType::kFP8E4M3, 90, true, 64},   // 128 rows: two blocks of 64
+      {10, 2, 128, 1, 1, DType::kFP8E4M3, 90, true, 8},    // group 5, padded to 8
+      {24, 2, 128, 1, 1, DType::kFP8E4M3, 90, true, 16},   // group 12
+      {8, 8, 128, 1, 1, DType::kFP8E4M3, 90, true, 8},     // MHA
+      {64, 8, 128, 1, 2, DType::kFP8E4M3, 90, false, 16},  // beams: portable
+      {64, 8, 64, 1, 1, DType::kFP8E4M3, 90, false, 16},   // head_dim 64: portable
+      {64, 8, 256, 1, 1, DType::kFP8E4M3, 90, false, 16},  // head_dim 256: portable
+      {64, 8, 128, 1, 1, DType::kBF16, 90, false, 16},     // bf16: portable
+      {64, 8, 128, 1, 1, DType::kINT8, 90, false, 16},     // int8: portable
+      {64, 8, 128, 1, 1, DType::kFP8E4M3, 89, false, 16},  // no wgmma below sm_90
+      {64, 8, 128, 1, 1, DType::kFP8E4M3, 80, false, 16},
+  };
+  for (const Row& r : table) {
+    GqaConfig c = config(r.q_heads, r.kv_heads, r.head_dim, r.q_len, r.kv);
+    c.beam_width = r.beams;
+    const GqaKernelKey k = make_gqa_key(c, r.arch);
+    EXPECT_EQ(k.wgmma(), r.wgmma) << k.name();
+    EXPECT_EQ(k.rows, r.rows) << k.name();
+    EXPECT_EQ(k.name().find("_wgmma") != std::string::npos, r.wgmma) << k.name();
+    EXPECT_EQ(k.spec().source.find("kernels/gqa/sm90/entry.cuh") != std::string::npos, r.wgmma)
+        << k.name();
+    EXPECT_EQ(k.shape().tile, r.wgmma ? 128 : k.shape().tile) << k.name();
+  }
+  // The knob forces the portable path (rows back to 16 / 32 / 64) or asks for this one, which
+  // only applies where it can.
+  GqaConfig c = config(64, 8, 128, 1, DType::kFP8E4M3);
+  {
+    jit::testing::ScopedEnv knob("DECA_GQA_FP8_MMA", "widen_ldsm");
+    const GqaKernelKey k = make_gqa_key(c, 90);
+    EXPECT_FALSE(k.wgmma()) << k.name();
+    EXPECT_EQ(k.rows, 16) << k.name();
+  }
+  {
+    jit::testing::ScopedEnv knob("DECA_GQA_FP8_MMA", "wgmma");
+    EXPECT_TRUE(make_gqa_key(c, 90).wgmma());
+    EXPECT_FALSE(make_gqa_key(c, 89).wgmma());
+    c.kv_dtype = DType::kINT8;
+    EXPECT_FALSE(make_gqa_key(c, 90).wgmma());
+  }
+}
+
+// Shared memory: two CTAs per SM at every rows value, at least two stages, the epilogue's merge
+// area inside the stages it reuses.
+TEST(GqaSm90Nvrtc, ShapeKeepsTwoCtasPerSm) {
+  for (int rows : {8, 16, 32, 64}) {
+    const gqa::Shape s = gqa::sm90::make_shape(rows);
+    std::printf("[sm90 shape] rows %2d: stages %d, smem %d B, min_ctas %d\n", rows, s.stages,
+                s.smem_bytes, s.min_ctas);
+    EXPECT_GE(s.stages, 2) << rows;
+    EXPECT_EQ(s.min_ctas, 2) << rows;
+    EXPECT_LE(2 * (s.smem_bytes + 1024), 228 * 1024) << rows;
+    EXPECT_LE(s.merge_bytes, s.pipe_bytes) << rows;
+    EXPECT_EQ(s.tile, 128) << rows;
+  }
+  EXPECT_EQ(gqa::sm90::make_shape(8).stages, 3);
+  EXPECT_EQ(gqa::sm90::make_shape(16).stages, 3);
+}
+
+TEST(GqaSm90Nvrtc, SpecializationsCompileWithoutSpillsOrSerializedWgmma) {
+  std::vector<GqaKernelKey> keys;
+  auto key = [&](int group, int rows) {
+    GqaKernelKey k;
+    k.arch = 90, k.head_dim = 128, k.group = group, k.rows = rows, k.page_size = 64;
+    k.q_dtype = 0, k.kv_dtype = 3, k.out_dtype = 0;
+    k.fp8_mma = kv::kWgmma;
+    return k;
+  };
+  keys.push_back(key(8, 8));    // l70
+  keys.push_back(key(16, 16));  // q235
+  GqaKernelKey spec4 = key(8, 32);
+  spec4.tree = true;
+  keys.push_back(spec4);
+  GqaKernelKey spec8 = key(8, 64);
+  spec8.tree = true, spec8.window = true;
+  keys.push_back(spec8);
+  GqaKernelKey gpt = key(5, 8);  // a group that is not a power of two, window, soft-cap
+  gpt.window = true, gpt.softcap = true, gpt.page_size = 48;
+  keys.push_back(gpt);
+  GqaKernelKey fp16 = key(12, 16);  // fp16 q, fp8 out
+  fp16.q_dtype = 1, fp16.out_dtype = 3, fp16.page_size = 1;
+  keys.push_back(fp16);
+  for (int rows : {8, 64}) {
+    GqaKernelKey chk = key(8, rows);
+    chk.checked = true, chk.tree = rows == 64;
+    keys.push_back(chk);
+  }
+  for (const GqaKernelKey& k : keys) {
+    ASSERT_TRUE(k.wgmma()) << k.name();
+    const jit::JitSpec spec = k.spec();
+    const jit::CompileResult r = jit::compile(spec);
+    ASSERT_FALSE(r.cubin.empty()) << spec.name << ":\n" << r.log;
+    ASSERT_TRUE(r.ptxas.found) << spec.name << ": no ptxas report in the NVRTC log";
+    EXPECT_TRUE(jit::testing::elf_has_symbol(r.cubin, spec.entry)) << spec.name;
+    std::printf("[nvrtc] %-60s %7.0f ms  regs=%d spill_stores=%d stack=%d\n", spec.name.c_str(),
+                r.compile_ms, r.ptxas.registers, r.ptxas.spill_store_bytes, r.ptxas.stack_bytes);
+    EXPECT_EQ(r.ptxas.spill_store_bytes, 0) << spec.name;
+    EXPECT_EQ(r.ptxas.stack_bytes, 0) << spec.name;
+    EXPECT_EQ(r.log.find("serialized"), std::string::npos) << spec.name << ":\n" << r.log;
+  }
+}
+
+}  // namespace
+}  // namespace deca::cuda
