@@ -28,6 +28,7 @@ std::string GqaKernelKey::name() const {
   if (fp8_path() == kv::kTwoTermQk) s += "_2tqk";
   if (fp8_path() == kv::kWidenLdsm) s += "_ldsm";
   if (wgmma()) s += "_wgmma";
+  if (wgmma() && stages > 0) s += "_st" + to_string(stages);
   if (checked) s += "_chk";
   return s;
 }
@@ -54,6 +55,7 @@ jit::JitSpec GqaKernelKey::spec() const {
   src += constant("int", "kFp8Mma", to_string(fp8_path()));
   // Only when set: an unchecked kernel's source (so its cache key and code) stays what it was.
   if (checked) src += constant("bool", "kChecked", "true");
+  if (wgmma() && stages > 0) src += constant("int", "kStages", to_string(stages));
   src += wgmma() ? "};\n#include \"kernels/gqa/sm90/entry.cuh\"\n" : "};\n#include \"kernels/gqa/entry.cuh\"\n";
   jit::JitSpec spec;
   spec.name = name();
@@ -113,6 +115,12 @@ GqaKernelKey make_gqa_key(const GqaConfig& config, int arch) {
   }
   const int rows_needed = config.beam_width * config.max_q_len * key.group;
   key.rows = key.wgmma() ? gqa::sm90::rows_per_cta(rows_needed) : gqa::rows_per_cta(rows_needed);
+  if (const char* env = std::getenv("DECA_GQA_SM90_STAGES"); env && key.wgmma()) {
+    const int v = std::atoi(env);
+    if (v >= 2 && v <= 8 && gqa::sm90::smem_bytes(gqa::sm90::make_plan(key.rows, v)) <= 227 * 1024) {
+      key.stages = v;
+    }
+  }
   return key;
 }
 

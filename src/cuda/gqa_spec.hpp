@@ -29,6 +29,9 @@ struct GqaKernelKey {
   // mma, sm_89+; int8: int8 mma, sm_80+); int8 also kv::kTwoTermQk (QK on int8 mma, PV widened);
   // ignored (and not named) for 16-bit caches.
   int fp8_mma = kv::kWiden;
+  // The Hopper kernel's pipeline stages (0: its default, kernels/gqa/sm90/traits.cuh); "_st<n>".
+  // Set by DECA_GQA_SM90_STAGES, a tuning knob.
+  int stages = 0;
   // Checked mode (GqaConfig::checked): page ids and lengths range-tested in the kernel; "_chk".
   bool checked = false;
 
@@ -49,7 +52,7 @@ struct GqaKernelKey {
   // The generated prologue + #include "kernels/gqa/entry.cuh".
   jit::JitSpec spec() const;
   gqa::Shape shape() const {
-    return wgmma() ? gqa::sm90::make_shape(rows) : gqa::make_shape(head_dim, rows, kv_dtype, ctas_per_sm);
+    return wgmma() ? gqa::sm90::make_shape(rows, stages) : gqa::make_shape(head_dim, rows, kv_dtype, ctas_per_sm);
   }
 };
 

@@ -61,8 +61,10 @@ DECA_HD constexpr int stages_for(int rows) {
   return st;
 }
 
-DECA_HD constexpr Shape make_shape(int rows) {
-  const SmemPlan plan = make_plan(rows, stages_for(rows));
+// `stages` 0: stages_for(rows); else that many (a tuning knob: 2 stages at 8 or 16 rows leave room
+// for three CTAs per SM).
+DECA_HD constexpr Shape make_shape(int rows, int stages = 0) {
+  const SmemPlan plan = make_plan(rows, stages > 0 ? stages : stages_for(rows));
   Shape s{};
   s.threads = kThreads;
   s.warps_m = 1;
@@ -82,9 +84,20 @@ DECA_HD constexpr Shape make_shape(int rows) {
   s.pipe_bytes = 2 * plan.stages * kStageBytes;
   s.merge_bytes = rows * (kDim + 2) * 4 + rows * 3 * 4;
   s.smem_bytes = smem_bytes(plan);
-  s.min_ctas = 228 * 1024 / (s.smem_bytes + 1024) >= 2 ? 2 : 1;
+  const int fit = 228 * 1024 / (s.smem_bytes + 1024);
+  s.min_ctas = fit >= 3 ? 3 : (fit >= 2 ? 2 : 1);
   return s;
 }
+
+// Cfg::kStages when the prologue sets it (GqaKernelKey::stages), else 0: the default.
+template <class C, class = void>
+struct StagesOf {
+  static constexpr int value = 0;
+};
+template <class C>
+struct StagesOf<C, decltype(static_cast<void>(C::kStages))> {
+  static constexpr int value = C::kStages;
+};
 
 template <class Cfg>
 struct Traits {
@@ -101,7 +114,7 @@ struct Traits {
   static constexpr int kBeamWidth = Cfg::kBeamWidth;
   static constexpr bool kChecked = CheckedOf<Cfg>::value;
 
-  static constexpr Shape kShape = make_shape(kRows);
+  static constexpr Shape kShape = make_shape(kRows, StagesOf<Cfg>::value);
   static constexpr int kTile = kShape.tile;
   static constexpr int kThreads = kShape.threads;
   static constexpr int kWarpsN = 1;
