@@ -80,7 +80,7 @@ const Prepared& prepared_slow(const GqaPlan& plan, int device) {
       return it->second;
     }
   }
-  const GqaKernelKey key = make_gqa_key(plan.config, compute_capability(device));
+  const GqaKernelKey key = make_gqa_key(plan.config, compute_capability(device), sm_count(device));
   if (key.name() != plan.kernel_name) {
     throw Error("gqa_decode: plan.kernel_name: expected \"" + key.name() +
                 "\" (what the plan's config gives on this device now), got \"" + plan.kernel_name +
@@ -135,7 +135,7 @@ void plan_gqa_decode(GqaPlan& plan) {
   const GqaConfig& c = plan.config;
   const int device = plan_device(plan);
   const int arch = gqa_arch(c, "plan_gqa_decode");
-  const GqaKernelKey key = make_gqa_key(c, arch);
+  const GqaKernelKey key = make_gqa_key(c, arch, sm_count(device));
   const gqa::Shape shape = key.shape();
   // Occupancy comes from the compiled kernel itself (its registers), not from a guess.
   const jit::LoadedKernel& kernel = jit::get_kernel(key.spec(), device);

@@ -65,7 +65,7 @@ jit::JitSpec GqaKernelKey::spec() const {
   return spec;
 }
 
-GqaKernelKey make_gqa_key(const GqaConfig& config, int arch) {
+GqaKernelKey make_gqa_key(const GqaConfig& config, int arch, int sm_count) {
   GqaKernelKey key;
   key.arch = arch;
   key.head_dim = config.head_dim;
@@ -101,7 +101,8 @@ GqaKernelKey make_gqa_key(const GqaConfig& config, int arch) {
   const bool two_term_ok = fp8 ? arch >= 89 : true;
   // The Hopper kernel: e4m3 wgmma (QGMMA), the fp8 tensor cores mma.sync cannot reach on sm_90a.
   const bool wgmma_ok = arch == 90 && gqa::sm90::supports(key.head_dim, key.kv_dtype, key.beam_width);
-  key.fp8_mma = wgmma_ok                            ? kv::kWgmma
+  const int rows_needed = config.beam_width * config.max_q_len * key.group;
+  key.fp8_mma = wgmma_ok && gqa::sm90::default_for(rows_needed) ? kv::kWgmma
                 : fp8 && arch == 89                  ? kv::kTwoTerm
                 : kind == kv::kKvInt8 && arch == 90 ? kv::kTwoTermQk
                                                     : kv::kWidenLdsm;
@@ -113,8 +114,12 @@ GqaKernelKey make_gqa_key(const GqaConfig& config, int arch) {
     if (v == "two_term_qk" && !fp8) key.fp8_mma = kv::kTwoTermQk;
     if (v == "wgmma" && wgmma_ok) key.fp8_mma = kv::kWgmma;
   }
-  const int rows_needed = config.beam_width * config.max_q_len * key.group;
   key.rows = key.wgmma() ? gqa::sm90::rows_per_cta(rows_needed) : gqa::rows_per_cta(rows_needed);
+  if (key.wgmma()) {
+    const int row_blocks = (rows_needed + key.rows - 1) / key.rows;
+    const long long units = static_cast<long long>(config.max_batch) * config.num_kv_heads * row_blocks;
+    key.stages = gqa::sm90::stages_for_grid(key.rows, units, sm_count);
+  }
   if (const char* env = std::getenv("DECA_GQA_SM90_STAGES"); env && key.wgmma()) {
     const int v = std::atoi(env);
     if (v >= 2 && v <= 8 && gqa::sm90::smem_bytes(gqa::sm90::make_plan(key.rows, v)) <= 227 * 1024) {

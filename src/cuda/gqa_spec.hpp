@@ -67,6 +67,8 @@ struct GqaKernelKey {
 // stays), and two_term_qk for int8 (QK
 // on IMMA, PV widened). The name carries "_2term", "_2tqk" or "_ldsm" for those paths,
 // nothing for the lds32-fed widening.
-GqaKernelKey make_gqa_key(const GqaConfig& config, int arch);
+// `sm_count`: the device's SMs (the Hopper kernel's stage count depends on how full the grid is;
+// 132 is the H100 / H200 SXM's, for compiling ahead of time without a device).
+GqaKernelKey make_gqa_key(const GqaConfig& config, int arch, int sm_count = 132);
 
 }  // namespace deca::cuda

@@ -237,8 +237,11 @@ std::vector<MatrixCase> matrix() {
   for (std::size_t i = 0; i < n; ++i) {
     const DType kv = m[i].spec.kv_dtype;
     if (kv != DType::kFP8E4M3 && kv != DType::kINT8) continue;
-    for (const char* mode : {"widen", "widen_ldsm", "two_term", "two_term_qk"}) {
+    for (const char* mode : {"widen", "widen_ldsm", "two_term", "two_term_qk", "wgmma"}) {
       if (kv != DType::kINT8 && std::string(mode) == "two_term_qk") continue;  // int8 only
+      // The Hopper kernel forced where it is not the default: 32 and 64 rows (q_len x group).
+      const bool more_rows = m[i].spec.q_len * (m[i].spec.num_q_heads / m[i].spec.num_kv_heads) > 16;
+      if (std::string(mode) == "wgmma" && (kv != DType::kFP8E4M3 || !more_rows)) continue;
       MatrixCase v = m[i];
       v.name += std::string("_") + mode;
       v.opt.fp8_mma = mode;
@@ -331,9 +334,13 @@ std::vector<MatrixCase> matrix() {
 // LSE is fp32 on both sides; the kernel's products run in the cache's 16-bit type, so an fp16 q
 // against a bf16 cache is rounded to bf16 first (8 significant bits instead of 11): logits then
 // move by ~2^-9 of their size, which the LSE shows directly.
-double lse_tolerance(const GqaCaseSpec& s) {
+// The Hopper fp8 kernel's logits come from e4m3 wgmma, whose accumulation keeps ~14 bits (the
+// DeepSeek-V3 report's figure for Hopper FP8 GEMM): a logit of size |x| (log2 units) moves by
+// ~|x| 2^-14 per product chain, 2.2e-3 and 2.9e-3 at q_len 8 (H200, c5a0e65); 2e-3 elsewhere.
+double lse_tolerance(const GqaCaseSpec& s, const std::string& kernel) {
   const bool q_rounded = s.kv_dtype == DType::kBF16 && s.q_dtype == DType::kFP16;
-  return q_rounded ? 1e-2 : 2e-3;
+  if (q_rounded) return 1e-2;
+  return kernel.find("_wgmma") != std::string::npos ? 5e-3 : 2e-3;
 }
 
 // Runs the CPU reference on the case (outputs poisoned first) and checks the GPU run against it:
@@ -347,7 +354,7 @@ void expect_matches_reference(const std::string& name, GqaCase& c, const GpuRun&
   EXPECT_EQ(d.nan, 0) << seed_message();
   EXPECT_EQ(d.mismatched_inf, 0) << seed_message();
   EXPECT_LE(d.rel_l2, out_tolerance(c.spec.out_dtype)) << seed_message();
-  EXPECT_LE(d.lse_max_abs, lse_tolerance(c.spec)) << seed_message();
+  EXPECT_LE(d.lse_max_abs, lse_tolerance(c.spec, gpu.plan.kernel_name)) << seed_message();
 }
 
 // Test logs name a case, not its bytes.
@@ -375,9 +382,11 @@ TEST_P(GqaGpuMatrix, MatchesCpuReference) {
   }
   // The Hopper fp8 kernel takes every fp8 case at head_dim 128 on sm_90a unless a path is forced,
   // within the same error budget as the two-term path it computes.
+  const bool forced = mc.opt.fp8_mma && std::string(mc.opt.fp8_mma) == "wgmma";
+  const int rows = mc.spec.q_len * (mc.spec.num_q_heads / mc.spec.num_kv_heads);
   const bool wgmma_case = mc.spec.kv_dtype == DType::kFP8E4M3 && mc.spec.head_dim == 128 &&
                           mc.opt.beam_width == 1 && cuda::compute_capability(0) == 90 &&
-                          (!mc.opt.fp8_mma || std::string(mc.opt.fp8_mma) == "wgmma");
+                          (forced || (!mc.opt.fp8_mma && rows <= 16));
   if (wgmma_case) {
     EXPECT_NE(gpu.plan.kernel_name.find("_wgmma"), std::string::npos) << gpu.plan.kernel_name;
     if (mc.spec.out_dtype != DType::kFP8E4M3) EXPECT_LE(compare(c, gpu).rel_l2, 4e-3) << seed_message();

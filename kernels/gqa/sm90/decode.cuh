@@ -32,17 +32,22 @@ namespace deca::gqa::sm90 {
 
 using namespace ::deca::sm90;
 
-// The four 4 x 4 byte blocks a thread transposes per tile and iteration i (0..7) of warp w: token
-// block tb (tokens 4 tb ..) and d block db (d 4 db ..) of the 32 x 32 blocks of a 128 x 128 tile.
-// Chosen so that the 32 lanes' reads (token rows) and writes (d rows) each hit 32 distinct banks
-// through the swizzle, and the 4 warps x 8 iterations x 32 lanes cover every block once (checked
-// by brute force when written: tools/sim_fp8_tile.py has nothing to do with it).
-__device__ __forceinline__ void transpose_block(int w, int i, int l, int& tb, int& db) {
-  const int k = w * 8 + i;
-  const int quad_d = k & 1, quad_t = (k >> 1) & 1, pattern = k >> 2;
-  db = (l & 3) | (((l >> 3) & 1) << 2) | (((l >> 4) & 1) << 3) | (quad_d << 4);
-  tb = ((l >> 2) & 3) | (((l >> 1) & 1) << 2) | (((l >> 4) & 1) << 3) | (quad_t << 4);
-  tb ^= ((pattern & 1) << 2) | (((pattern >> 1) & 1) << 1) | (((pattern >> 2) & 1) << 3);
+// PV's token order. The PV product sums over the tile's tokens in any order, so V^T and P^T store
+// token 64 h + 16 w + r + 8 e (h, e in {0, 1}, w the warp, r in 0..7) at byte position
+// 4 (8 w + r) + 2 h + e of their rows: the four S^T values a thread holds for one query row (its
+// tokens 16 w + l / 4 + {0, 8, 64, 72}) are then four consecutive bytes of P^T, one 32-bit store
+// per term. V is transposed in the same grouping: a block is the four tokens of one position
+// quad qd (rows t(qd) + {0, 8, 64, 72}, t(qd) = 16 (qd / 8) + qd % 8) times four d.
+__device__ __forceinline__ int quad_token(int qd) { return 16 * (qd >> 3) + (qd & 7); }
+
+// The blocks (quad qd, d block db: d 4 db ..) a thread transposes in iteration i (0..7) of warp w:
+// a linear map of the lane's bits, chosen so that the 32 lanes' 32-bit reads (token rows) and
+// writes (d rows) each hit 32 distinct banks through the swizzle, XORed with w * 8 + i so that the
+// 4 warps x 8 iterations x 32 lanes cover each of the 32 x 32 blocks once (brute-force checked).
+__device__ __forceinline__ void transpose_block(int w, int i, int l, int& qd, int& db) {
+  const int l0 = l & 1, l1 = (l >> 1) & 1, l2 = (l >> 2) & 1, l3 = (l >> 3) & 1, l4 = (l >> 4) & 1;
+  qd = l0 | (l1 << 1) | (l2 << 2) | (l3 << 3) | ((l4 ^ l0) << 4);
+  db = (l0 | (l1 << 1) | ((l2 ^ l0) << 2) | ((l3 ^ l1) << 3) | ((l4 ^ l2) << 4)) ^ (w * 8 + i);
 }
 
 template <class Cfg>
@@ -147,25 +152,48 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
   const unsigned v_slot_bytes = static_cast<unsigned>(p.v_stride_slot);
   const unsigned chunk_ld = static_cast<unsigned>(tid & 7);
   const unsigned row0_ld = static_cast<unsigned>(tid >> 3);
-  int pages_next[T::kLoadsPerThread];
-  // One of the 8 threads of a row reads its page id; the others take it by shuffle when the tile
-  // is issued (the portable kernel's scheme, decode.cuh).
+  // Page ids, read a tile ahead. When a tile spans at most 32 whole pages (page size 4..128), lane
+  // j of every warp reads the tile's page j and each row takes its id by shuffle when the tile is
+  // issued: one load per thread and tile. Otherwise one of the 8 threads of a row reads the row's
+  // id (the portable kernel's scheme, decode.cuh). Ids of pages past the request's last key are
+  // never read (their table entries may be anything): they stay -1, and so do rows past it.
+  constexpr bool kPagePerLane = kTile % T::kPageSize == 0 && kTile / T::kPageSize <= 32;
+  int pages_next[kPagePerLane ? 1 : T::kLoadsPerThread];
+  auto checked_id = [&](int id, int item, unsigned page_index) {
+    if constexpr (T::kChecked) {
+      if (static_cast<unsigned>(id) >= static_cast<unsigned>(p.num_pages)) {
+        check_report(static_cast<CheckRecord*>(p.check), kCheckPageId, batch, 0,
+                     static_cast<int>(page_index), id, p.num_pages);
+        bad_item[item % (T::kStages + 1)] = item;
+        return -1;
+      }
+    }
+    return id;
+  };
   auto fetch_pages = [&](int item) {
     const unsigned t0 = static_cast<unsigned>(range.begin + item * kTile);
+    if constexpr (kPagePerLane) {
+      const unsigned page_index = t0 / T::kPageSize + l;
+      const bool needed = item < num_tiles && l < kTile / T::kPageSize &&
+                          t0 + l * T::kPageSize < static_cast<unsigned>(range.end);
+      pages_next[0] = needed ? checked_id(__ldg(page_row + page_index), item, page_index) : -1;
+    } else {
 #pragma unroll
-    for (int i = 0; i < T::kLoadsPerThread; ++i) {
-      const unsigned tok = t0 + row0_ld + 16 * i;
-      const bool needed = item < num_tiles && tok < static_cast<unsigned>(range.end) && chunk_ld == 0;
-      int id = needed ? __ldg(page_row + tok / T::kPageSize) : -1;
-      if constexpr (T::kChecked) {
-        if (needed && static_cast<unsigned>(id) >= static_cast<unsigned>(p.num_pages)) {
-          check_report(static_cast<CheckRecord*>(p.check), kCheckPageId, batch, 0,
-                       static_cast<int>(tok / T::kPageSize), id, p.num_pages);
-          bad_item[item % (T::kStages + 1)] = item;
-          id = -1;
-        }
+      for (int i = 0; i < T::kLoadsPerThread; ++i) {
+        const unsigned tok = t0 + row0_ld + 16 * i;
+        const bool needed = item < num_tiles && tok < static_cast<unsigned>(range.end) && chunk_ld == 0;
+        const unsigned page_index = tok / T::kPageSize;
+        pages_next[i] = needed ? checked_id(__ldg(page_row + page_index), item, page_index) : -1;
       }
-      pages_next[i] = id;
+    }
+  };
+  auto page_of_row = [&](unsigned t0, int i) {
+    const unsigned row = row0_ld + 16 * i;
+    if constexpr (kPagePerLane) {
+      const int id = __shfl_sync(0xffffffffu, pages_next[0], static_cast<int>(row / T::kPageSize));
+      return t0 + row < static_cast<unsigned>(range.end) ? id : -1;
+    } else {
+      return __shfl_sync(0xffffffffu, pages_next[i], l - static_cast<int>(chunk_ld));
     }
   };
   // Where row row0_ld + 16 i of a tile sits in its page. Tiles start at multiples of 128 (every
@@ -184,7 +212,7 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
 #pragma unroll
     for (int i = 0; i < T::kLoadsPerThread; ++i) {
       const unsigned row = row0_ld + 16 * i;
-      const int page = __shfl_sync(0xffffffffu, pages_next[i], l - static_cast<int>(chunk_ld));
+      const int page = page_of_row(t0, i);
       const bool valid = page >= 0;
       const unsigned upage = valid ? static_cast<unsigned>(page) : 0u;
       unsigned k_in, v_in;  // byte offsets inside the page
@@ -229,18 +257,28 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
     for (int e = 0; e < kAcc; ++e) o[m][e] = 0.f;
   }
   const int causal_start = seq_len - q_len;  // keys below are visible to every row (window aside)
-  // The transpose's blocks (transpose_block): row j of block i is read at ((stage + v_read[i]) ^
-  // 16 j) + 128 j and written likewise from v_write[i]. In swz128(4 b + j, 4 c) the 16-byte unit
-  // is (c / 4) ^ ((4 b + j) % 8) = ((c / 4) ^ 4 (b % 2)) ^ j, so the row's unit is the block's
-  // base unit with j XORed in; stages are 1024-aligned, so the XOR commutes with adding them.
-  unsigned v_read[8], v_write[8];
+  // The transpose's blocks (transpose_block): block i's four token rows are read at stage +
+  // v_read[i] + {0, 1024, 8192, 9216} (rows + 0, 8, 64, 72: the same row % 8, so the same swizzle),
+  // its four d rows j written at ((stage + v_write[i]) ^ 16 j) + 128 j: in swz128(4 db + j, x) the
+  // 16-byte unit is (x / 16) ^ ((4 db + j) % 8) = ((x / 16) ^ 4 (db % 2)) ^ j, and stages are
+  // 1024-aligned, so the XOR commutes with adding them.
+  // Kept in registers up to 32 rows; at 64 rows recomputed per tile (a few logic ops each), where
+  // the 16 registers would spill.
+  constexpr bool kKeepOffsets = N <= 32;
+  unsigned v_read_r[kKeepOffsets ? 8 : 1], v_write_r[kKeepOffsets ? 8 : 1];
+  auto v_read = [&](int i) {
+    int qd, db;
+    transpose_block(w, i, l, qd, db);
+    return swz128(quad_token(qd), 4 * db);
+  };
+  auto v_write = [&](int i) {
+    int qd, db;
+    transpose_block(w, i, l, qd, db);
+    return swz128(4 * db, 4 * qd);
+  };
 #pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    int tb, db;
-    transpose_block(w, i, l, tb, db);
-    v_read[i] = swz128(4 * tb, 4 * db);
-    v_write[i] = swz128(4 * db, 4 * tb);
-  }
+  for (int i = 0; i < (kKeepOffsets ? 8 : 1); ++i) v_read_r[i] = v_read(i), v_write_r[i] = v_write(i);
+  const unsigned p_pos = 4 * (8 * w + (l >> 2));  // this thread's P^T bytes in a row
 
   // ---- Prologue: kStages - 1 tiles in flight ----
   fetch_pages(0);
@@ -288,14 +326,14 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
       unsigned vw[8][4];
 #pragma unroll
       for (int i = 0; i < 8; ++i) {
-        const unsigned a = vs + v_read[i];
+        const unsigned a = vs + (kKeepOffsets ? v_read_r[i] : v_read(i));
 #pragma unroll
-        for (int j = 0; j < 4; ++j) vw[i][j] = ptx::lds32((a ^ (16u * j)) + 128u * j);
+        for (int j = 0; j < 4; ++j) vw[i][j] = ptx::lds32(a + 1024u * (j & 1) + 8192u * (j >> 1));
       }
       __syncthreads();
 #pragma unroll
       for (int i = 0; i < 8; ++i) {
-        const unsigned a = vs + v_write[i];
+        const unsigned a = vs + (kKeepOffsets ? v_write_r[i] : v_write(i));
         unsigned cols[4];
         transpose4x4(vw[i], cols);
 #pragma unroll
@@ -378,9 +416,10 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
       for (int cc = 0; cc < T::kCols; ++cc) red[w * N + col_row(cc)] = mx[cc];
     }
     __syncthreads();
-    float alpha[T::kCols];
-    float shift[T::kCols];
-    bool moved = false;
+    // Per query row (column cc): the new max, P = 2^(x - m + 8) (times 256: e4m3's range) as two
+    // e4m3 terms stored as the B operand (query rows of token bytes in PV's token order,
+    // quad_token: byte i of a term = tokens + 0, 8, 64, 72), the row's sum and O rescaled. One
+    // column at a time keeps no per-column arrays live (64 rows stay free of spills).
 #pragma unroll
     for (int cc = 0; cc < T::kCols; ++cc) {
       const int r = col_row(cc);
@@ -388,39 +427,23 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
       const float m_new = fmaxf(m_run[cc], m_tile);
       // A row that has seen nothing keeps m = -inf; subtracting 0 keeps exp2 at 0, not NaN.
       const float m_use = m_new == kNegInf ? 0.f : m_new;
-      alpha[cc] = ptx::ex2(m_run[cc] - m_use);
-      moved = moved || alpha[cc] != 1.f;
+      const float alpha = ptx::ex2(m_run[cc] - m_use);
       m_run[cc] = m_new;
-      shift[cc] = m_use - 8.f;  // P comes out times 256: e4m3's range, two terms
-    }
-    // P = 2^(x - m + 8), its two e4m3 terms stored as the B operand: query rows of token bytes.
-#pragma unroll
-    for (int cc = 0; cc < T::kCols; ++cc) {
+      const float shift = m_use - 8.f;
       const int e0 = 4 * (cc >> 1) + (cc & 1);  // elements e0 (token +0) and e0 + 2 (token +8)
       float pr[4];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        pr[2 * h] = ptx::ex2(s[h][e0] - shift[cc]);
-        pr[2 * h + 1] = ptx::ex2(s[h][e0 + 2] - shift[cc]);
+        pr[2 * h] = ptx::ex2(s[h][e0] - shift);
+        pr[2 * h + 1] = ptx::ex2(s[h][e0 + 2] - shift);
       }
-      l_run[cc] = l_run[cc] * alpha[cc] + ((pr[0] + pr[1]) + (pr[2] + pr[3]));
+      l_run[cc] = l_run[cc] * alpha + ((pr[0] + pr[1]) + (pr[2] + pr[3]));
       unsigned hi, lo;
       kv::split_e4m3_f32(pr[0], pr[1], pr[2], pr[3], hi, lo);
-      const int r = col_row(cc);
-      const int tk = 16 * w + (l >> 2);
+      sts32(base + kPlan.p_hi + swz128(r, p_pos), hi);
+      sts32(base + kPlan.p_lo + swz128(r, p_pos), lo);
 #pragma unroll
-      for (int b = 0; b < 4; ++b) {
-        const int t = tk + 64 * (b >> 1) + 8 * (b & 1);
-        sts8(base + kPlan.p_hi + swz128(r, t), (hi >> (8 * b)) & 0xFFu);
-        sts8(base + kPlan.p_lo + swz128(r, t), (lo >> (8 * b)) & 0xFFu);
-      }
-    }
-    if (__any_sync(0xffffffffu, moved)) {
-#pragma unroll
-      for (int m = 0; m < 2; ++m) {
-#pragma unroll
-        for (int e = 0; e < kAcc; ++e) o[m][e] *= alpha[2 * (e >> 2) + (e & 1)];
-      }
+      for (int m = 0; m < 2; ++m) o[m][e0] *= alpha, o[m][e0 + 2] *= alpha;
     }
     fence_proxy_async_smem();  // P and V^T, to the wgmma
     __syncthreads();

@@ -19,6 +19,12 @@ DECA_HD constexpr bool supports(int head_dim, int kv_dtype, int beam_width) {
   return head_dim == kDim && kv::kind_of(kv_dtype) == kv::kKvFp8 && beam_width == 1;
 }
 
+// Whether a plan takes this kernel by default for `rows_needed` = q_len x group (x beams): up to 16
+// rows. At 32 and 64 rows (speculative decoding) the portable kernel's fp8 path measured faster on
+// the H200 (spec-b32-4k q4 2119 against 1837 GB/s, q8 1439 against 1061); DECA_GQA_FP8_MMA=wgmma
+// still selects this one there.
+DECA_HD constexpr bool default_for(int rows_needed) { return rows_needed <= 16; }
+
 // Rows per CTA = wgmma's N: the rows needed (q_len x group) rounded up to 8, 16, 32 or 64; more
 // rows take more row blocks of 64.
 DECA_HD constexpr int rows_per_cta(int rows_needed) {
@@ -63,6 +69,16 @@ DECA_HD constexpr int stages_for(int rows) {
 
 // `stages` 0: stages_for(rows); else that many (a tuning knob: 2 stages at 8 or 16 rows leave room
 // for three CTAs per SM).
+// Stages for a launch of `units` CTAs before splitting (requests x kv heads x row blocks) on
+// `sm_count` SMs. At 8 or 16 rows the kernel fits three CTAs per SM by registers; two stages let
+// three fit by shared memory too, which pays when the grid fills three per SM (measured on the
+// H200: l70-b99-4k 3840 -> 4057 GB/s, l70-b560-2k 3743 -> 4053), and costs when it does not (a
+// third of the SMs' slots empty, each CTA with less in flight: q235-b64-4k, 256 units, 3025 ->
+// 2592). 0: stages_for(rows).
+DECA_HD constexpr int stages_for_grid(int rows, long long units, int sm_count) {
+  return rows <= 16 && units >= 3LL * sm_count ? 2 : 0;
+}
+
 DECA_HD constexpr Shape make_shape(int rows, int stages = 0) {
   const SmemPlan plan = make_plan(rows, stages > 0 ? stages : stages_for(rows));
   Shape s{};
