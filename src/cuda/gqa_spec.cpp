@@ -29,6 +29,7 @@ std::string GqaKernelKey::name() const {
   if (fp8_path() == kv::kWidenLdsm) s += "_ldsm";
   if (wgmma()) s += "_wgmma";
   if (wgmma() && stages > 0) s += "_st" + to_string(stages);
+  if (wgmma() && warpgroups == 2) s += "_wg2";
   if (checked) s += "_chk";
   return s;
 }
@@ -56,6 +57,7 @@ jit::JitSpec GqaKernelKey::spec() const {
   // Only when set: an unchecked kernel's source (so its cache key and code) stays what it was.
   if (checked) src += constant("bool", "kChecked", "true");
   if (wgmma() && stages > 0) src += constant("int", "kStages", to_string(stages));
+  if (wgmma() && warpgroups == 2) src += constant("int", "kWarpgroups", "2");
   src += wgmma() ? "};\n#include \"kernels/gqa/sm90/entry.cuh\"\n" : "};\n#include \"kernels/gqa/entry.cuh\"\n";
   jit::JitSpec spec;
   spec.name = name();
@@ -120,9 +122,14 @@ GqaKernelKey make_gqa_key(const GqaConfig& config, int arch, int sm_count) {
     const long long units = static_cast<long long>(config.max_batch) * config.num_kv_heads * row_blocks;
     key.stages = gqa::sm90::stages_for_grid(key.rows, units, sm_count);
   }
+  if (const char* env = std::getenv("DECA_GQA_SM90_WG");
+      env && key.wgmma() && key.rows <= 32 && std::atoi(env) == 2) {
+    key.warpgroups = 2;
+  }
   if (const char* env = std::getenv("DECA_GQA_SM90_STAGES"); env && key.wgmma()) {
     const int v = std::atoi(env);
-    if (v >= 2 && v <= 8 && gqa::sm90::smem_bytes(gqa::sm90::make_plan(key.rows, v)) <= 227 * 1024) {
+    if (v >= 2 && v <= 8 &&
+        gqa::sm90::smem_bytes(gqa::sm90::make_plan(key.rows, v, key.warpgroups)) <= 227 * 1024) {
       key.stages = v;
     }
   }

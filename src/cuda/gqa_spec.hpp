@@ -32,6 +32,9 @@ struct GqaKernelKey {
   // The Hopper kernel's pipeline stages (0: its default, kernels/gqa/sm90/traits.cuh); "_st<n>".
   // Set by DECA_GQA_SM90_STAGES, a tuning knob.
   int stages = 0;
+  // The Hopper kernel's warpgroups per CTA (1, or 2 sharing each tile); "_wg2". Set by
+  // DECA_GQA_SM90_WG, a tuning knob.
+  int warpgroups = 1;
   // Checked mode (GqaConfig::checked): page ids and lengths range-tested in the kernel; "_chk".
   bool checked = false;
 
@@ -52,7 +55,8 @@ struct GqaKernelKey {
   // The generated prologue + #include "kernels/gqa/entry.cuh".
   jit::JitSpec spec() const;
   gqa::Shape shape() const {
-    return wgmma() ? gqa::sm90::make_shape(rows, stages) : gqa::make_shape(head_dim, rows, kv_dtype, ctas_per_sm);
+    return wgmma() ? gqa::sm90::make_shape(rows, stages, warpgroups)
+                   : gqa::make_shape(head_dim, rows, kv_dtype, ctas_per_sm);
   }
 };
 

@@ -167,8 +167,17 @@ TEST(GqaSm90Nvrtc, SpecializationsCompileWithoutSpillsOrSerializedWgmma) {
     chk.checked = true, chk.tree = rows == 64;
     keys.push_back(chk);
   }
+  // Two warpgroups per CTA (DECA_GQA_SM90_WG=2, up to 32 rows: at 64 the 128 registers a thread
+  // has at two CTAs of 256 threads would spill): masks, checked, two stages.
+  for (int rows : {8, 16, 32}) {
+    GqaKernelKey k = key(8, rows);
+    k.warpgroups = 2, k.tree = rows >= 32, k.checked = rows == 16, k.stages = rows == 8 ? 2 : 0;
+    keys.push_back(k);
+  }
   for (const GqaKernelKey& k : keys) {
     ASSERT_TRUE(k.wgmma()) << k.name();
+    EXPECT_EQ(k.name().find("_wg2") != std::string::npos, k.warpgroups == 2) << k.name();
+    EXPECT_EQ(k.shape().threads, 128 * k.warpgroups) << k.name();
     const jit::JitSpec spec = k.spec();
     const jit::CompileResult r = jit::compile(spec);
     ASSERT_FALSE(r.cubin.empty()) << spec.name << ":\n" << r.log;

@@ -58,8 +58,18 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
   constexpr SmemPlan kPlan = T::kPlan;
   using Mma = WgmmaE4m3<N>;
 
+  // Two warpgroups (Cfg::kWarpgroups = 2): warpgroup wg takes m64 half wg of the tile's tokens in
+  // S^T and of d in O^T, both share the softmax (max across all 8 warps) and P; one warpgroup
+  // takes both halves.
+  constexpr int kWG = T::kWarpgroups;
+  constexpr int kHalves = 2 / kWG;  // m64 halves per warpgroup
+  constexpr int kWarps = 4 * kWG;
+  constexpr int kIters = 8 / kWG;   // transpose iterations per thread
+  constexpr int kRowStep = T::kThreads / 8;  // loader rows between a thread's chunks
   const int tid = threadIdx.x;
-  const int w = tid >> 5;
+  const int wg = kWG == 1 ? 0 : tid >> 7;
+  const int w = kWG == 1 ? tid >> 5 : (tid >> 5) & 3;  // warp in the warpgroup
+  const int gw = kWG == 1 ? w : tid >> 5;             // warp in the CTA
   const int l = tid & 31;
   const int split = blockIdx.x;
   const int row_blocks = gridDim.y / p.num_kv_heads;
@@ -98,7 +108,7 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
   const float qk_scale = p.softmax_scale * k_scale;
 
   // ---- q: rows scaled by a power of two each into [128, 256), split into two e4m3 terms ----
-  for (int i = tid; i < N * 16; i += kThreads) {
+  for (int i = tid; i < N * 16; i += T::kThreads) {
     const int r = i >> 4;
     const int d0 = 8 * (i & 15);
     const int row = row0 + r;
@@ -180,7 +190,7 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
     } else {
 #pragma unroll
       for (int i = 0; i < T::kLoadsPerThread; ++i) {
-        const unsigned tok = t0 + row0_ld + 16 * i;
+        const unsigned tok = t0 + row0_ld + kRowStep * i;
         const bool needed = item < num_tiles && tok < static_cast<unsigned>(range.end) && chunk_ld == 0;
         const unsigned page_index = tok / T::kPageSize;
         pages_next[i] = needed ? checked_id(__ldg(page_row + page_index), item, page_index) : -1;
@@ -188,7 +198,7 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
     }
   };
   auto page_of_row = [&](unsigned t0, int i) {
-    const unsigned row = row0_ld + 16 * i;
+    const unsigned row = row0_ld + kRowStep * i;
     if constexpr (kPagePerLane) {
       const int id = __shfl_sync(0xffffffffu, pages_next[0], static_cast<int>(row / T::kPageSize));
       return t0 + row < static_cast<unsigned>(range.end) ? id : -1;
@@ -196,12 +206,13 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
       return __shfl_sync(0xffffffffu, pages_next[i], l - static_cast<int>(chunk_ld));
     }
   };
-  // Where row row0_ld + 16 i of a tile sits in its page. Tiles start at multiples of 128 (every
+  // Where row row0_ld + kRowStep i of a tile sits in its page. Tiles start at multiples of 128 (every
   // split boundary is tile aligned), so when the page size divides 128 the slot of each of the
   // thread's rows is the same in every tile: its offset is computed once, here.
   constexpr bool kFixedSlots = kTile % T::kPageSize == 0;
   auto slot_of = [&](unsigned t0, int i) -> unsigned {
-    return kFixedSlots ? (row0_ld + 16 * i) % T::kPageSize : (t0 + row0_ld + 16 * i) % T::kPageSize;
+    return kFixedSlots ? (row0_ld + kRowStep * i) % T::kPageSize
+                       : (t0 + row0_ld + kRowStep * i) % T::kPageSize;
   };
   const unsigned k_lane = row0_ld % T::kPageSize * k_slot_bytes + chunk_ld * 16;
   const unsigned v_lane = row0_ld % T::kPageSize * v_slot_bytes + chunk_ld * 16;
@@ -211,15 +222,16 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
     const unsigned vs = v_stage(stage);
 #pragma unroll
     for (int i = 0; i < T::kLoadsPerThread; ++i) {
-      const unsigned row = row0_ld + 16 * i;
+      const unsigned row = row0_ld + kRowStep * i;
       const int page = page_of_row(t0, i);
       const bool valid = page >= 0;
       const unsigned upage = valid ? static_cast<unsigned>(page) : 0u;
       unsigned k_in, v_in;  // byte offsets inside the page
       if constexpr (kFixedSlots && T::kPageSize >= 16) {
-        // (row0_ld + 16 i) % P = row0_ld % P + (16 i) % P: the second term is a constant.
-        k_in = k_lane + (16 * i) % T::kPageSize * k_slot_bytes;
-        v_in = v_lane + (16 * i) % T::kPageSize * v_slot_bytes;
+        // (row0_ld + kRowStep i) % P = row0_ld % P + (kRowStep i) % P (both powers of two, one
+        // divides the other): the second term is a constant.
+        k_in = k_lane + (kRowStep * i) % T::kPageSize * k_slot_bytes;
+        v_in = v_lane + (kRowStep * i) % T::kPageSize * v_slot_bytes;
       } else {
         const unsigned slot = slot_of(t0, i);
         k_in = slot * k_slot_bytes + chunk_ld * 16;
@@ -250,9 +262,9 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
   float m_run[T::kCols], l_run[T::kCols];
 #pragma unroll
   for (int cc = 0; cc < T::kCols; ++cc) m_run[cc] = kNegInf, l_run[cc] = 0.f;
-  float o[2][kAcc];
+  float o[kHalves][kAcc];  // O^T of d half wg * kHalves + m
 #pragma unroll
-  for (int m = 0; m < 2; ++m) {
+  for (int m = 0; m < kHalves; ++m) {
 #pragma unroll
     for (int e = 0; e < kAcc; ++e) o[m][e] = 0.f;
   }
@@ -265,20 +277,23 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
   // Kept in registers up to 32 rows; at 64 rows recomputed per tile (a few logic ops each), where
   // the 16 registers would spill.
   constexpr bool kKeepOffsets = N <= 32;
-  unsigned v_read_r[kKeepOffsets ? 8 : 1], v_write_r[kKeepOffsets ? 8 : 1];
+  // Warpgroup wg takes iterations wg * kIters .. of its warps' eight.
+  unsigned v_read_r[kKeepOffsets ? kIters : 1], v_write_r[kKeepOffsets ? kIters : 1];
   auto v_read = [&](int i) {
     int qd, db;
-    transpose_block(w, i, l, qd, db);
+    transpose_block(w, wg * kIters + i, l, qd, db);
     return swz128(quad_token(qd), 4 * db);
   };
   auto v_write = [&](int i) {
     int qd, db;
-    transpose_block(w, i, l, qd, db);
+    transpose_block(w, wg * kIters + i, l, qd, db);
     return swz128(4 * db, 4 * qd);
   };
 #pragma unroll
-  for (int i = 0; i < (kKeepOffsets ? 8 : 1); ++i) v_read_r[i] = v_read(i), v_write_r[i] = v_write(i);
-  const unsigned p_pos = 4 * (8 * w + (l >> 2));  // this thread's P^T bytes in a row
+  for (int i = 0; i < (kKeepOffsets ? kIters : 1); ++i) v_read_r[i] = v_read(i), v_write_r[i] = v_write(i);
+  // This thread's P^T bytes in a row: four (both token halves) or, with two warpgroups, the two of
+  // its half (byte 2 wg + e of the quad).
+  const unsigned p_pos = 4 * (8 * w + (l >> 2)) + 2 * wg;
 
   // ---- Prologue: kStages - 1 tiles in flight ----
   fetch_pages(0);
@@ -308,14 +323,14 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
     // S^T = K (q_hi + q_lo)^T (2 halves x 4 k-steps of 32 dims x 2 terms) and V -> V^T in place.
     // The transpose runs while the tensor cores work, except at 64 rows, where the S^T registers
     // in flight and the transpose's 32 would not fit beside O^T without spilling.
-    float s[2][kAcc];
+    float s[kHalves][kAcc];  // S^T of token half wg * kHalves + h
     auto issue_qk = [&] {
       wgmma_fence();
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
+      for (int h = 0; h < kHalves; ++h) {
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
-          const unsigned long long da = desc(k_off + 8192 * h + 32 * kk);
+          const unsigned long long da = desc(k_off + 8192 * (wg * kHalves + h) + 32 * kk);
           Mma::mma(s[h], da, desc(kPlan.q_hi + 32 * kk), kk > 0);
           Mma::mma(s[h], da, desc(kPlan.q_lo + 32 * kk), true);
         }
@@ -323,16 +338,16 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
       wgmma_commit();
     };
     auto transpose_v = [&] {
-      unsigned vw[8][4];
+      unsigned vw[kIters][4];
 #pragma unroll
-      for (int i = 0; i < 8; ++i) {
+      for (int i = 0; i < kIters; ++i) {
         const unsigned a = vs + (kKeepOffsets ? v_read_r[i] : v_read(i));
 #pragma unroll
         for (int j = 0; j < 4; ++j) vw[i][j] = ptx::lds32(a + 1024u * (j & 1) + 8192u * (j >> 1));
       }
       __syncthreads();
 #pragma unroll
-      for (int i = 0; i < 8; ++i) {
+      for (int i = 0; i < kIters; ++i) {
         const unsigned a = vs + (kKeepOffsets ? v_write_r[i] : v_write(i));
         unsigned cols[4];
         transpose4x4(vw[i], cols);
@@ -348,15 +363,15 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
       issue_qk();
     }
     wgmma_wait<0>();
-    fence_regs(s[0]);
-    fence_regs(s[1]);
+#pragma unroll
+    for (int h = 0; h < kHalves; ++h) fence_regs(s[h]);
 
     // ---- Scale, soft-cap, mask ----
     const bool bad_tile = T::kChecked && bad_item[item % (T::kStages + 1)] == item;
     const bool need_mask = tile_t0 + kTile > causal_start || tile_t0 + kTile > range.end ||
                            (T::kWindow && tile_t0 < seq_len - p.window) || bad_tile;
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
+    for (int h = 0; h < kHalves; ++h) {
 #pragma unroll
       for (int e = 0; e < kAcc; ++e) {
         const int cc = 2 * (e >> 2) + (e & 1);
@@ -367,7 +382,7 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
           x *= row_scale(cc);
         }
         if (need_mask) {
-          const int t = tile_t0 + 64 * h + 16 * w + (l >> 2) + 8 * ((e >> 1) & 1);
+          const int t = tile_t0 + 64 * (wg * kHalves + h) + 16 * w + (l >> 2) + 8 * ((e >> 1) & 1);
           const int row = row0 + col_row(cc);
           const int tok = (row < rows_total ? row : 0) / T::kGroup;
           const int pos = causal_start + tok;
@@ -399,7 +414,7 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
 #pragma unroll
     for (int cc = 0; cc < T::kCols; ++cc) mx[cc] = kNegInf;
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
+    for (int h = 0; h < kHalves; ++h) {
 #pragma unroll
       for (int e = 0; e < kAcc; ++e) {
         const int cc = 2 * (e >> 2) + (e & 1);
@@ -413,7 +428,7 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
     }
     if (l < 4) {
 #pragma unroll
-      for (int cc = 0; cc < T::kCols; ++cc) red[w * N + col_row(cc)] = mx[cc];
+      for (int cc = 0; cc < T::kCols; ++cc) red[gw * N + col_row(cc)] = mx[cc];
     }
     __syncthreads();
     // Per query row (column cc): the new max, P = 2^(x - m + 8) (times 256: e4m3's range) as two
@@ -423,7 +438,10 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
 #pragma unroll
     for (int cc = 0; cc < T::kCols; ++cc) {
       const int r = col_row(cc);
-      const float m_tile = fmaxf(fmaxf(red[r], red[N + r]), fmaxf(red[2 * N + r], red[3 * N + r]));
+      float m_tile = fmaxf(fmaxf(red[r], red[N + r]), fmaxf(red[2 * N + r], red[3 * N + r]));
+      if constexpr (kWG == 2) {
+        m_tile = fmaxf(m_tile, fmaxf(fmaxf(red[4 * N + r], red[5 * N + r]), fmaxf(red[6 * N + r], red[7 * N + r])));
+      }
       const float m_new = fmaxf(m_run[cc], m_tile);
       // A row that has seen nothing keeps m = -inf; subtracting 0 keeps exp2 at 0, not NaN.
       const float m_use = m_new == kNegInf ? 0.f : m_new;
@@ -431,19 +449,24 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
       m_run[cc] = m_new;
       const float shift = m_use - 8.f;
       const int e0 = 4 * (cc >> 1) + (cc & 1);  // elements e0 (token +0) and e0 + 2 (token +8)
-      float pr[4];
+      float pr[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
+      for (int h = 0; h < kHalves; ++h) {
         pr[2 * h] = ptx::ex2(s[h][e0] - shift);
         pr[2 * h + 1] = ptx::ex2(s[h][e0 + 2] - shift);
       }
       l_run[cc] = l_run[cc] * alpha + ((pr[0] + pr[1]) + (pr[2] + pr[3]));
       unsigned hi, lo;
       kv::split_e4m3_f32(pr[0], pr[1], pr[2], pr[3], hi, lo);
-      sts32(base + kPlan.p_hi + swz128(r, p_pos), hi);
-      sts32(base + kPlan.p_lo + swz128(r, p_pos), lo);
+      if constexpr (kWG == 1) {
+        sts32(base + kPlan.p_hi + swz128(r, p_pos), hi);
+        sts32(base + kPlan.p_lo + swz128(r, p_pos), lo);
+      } else {
+        sts16(base + kPlan.p_hi + swz128(r, p_pos), hi & 0xFFFFu);
+        sts16(base + kPlan.p_lo + swz128(r, p_pos), lo & 0xFFFFu);
+      }
 #pragma unroll
-      for (int m = 0; m < 2; ++m) o[m][e0] *= alpha, o[m][e0 + 2] *= alpha;
+      for (int m = 0; m < kHalves; ++m) o[m][e0] *= alpha, o[m][e0 + 2] *= alpha;
     }
     fence_proxy_async_smem();  // P and V^T, to the wgmma
     __syncthreads();
@@ -453,16 +476,16 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
     // when it accumulates (DeepSeek-V3 report, "FP8 GEMM accumulation precision"): carried over
     // a whole sequence in the tensor core, O drifted by 0.3 % relative RMS at 4096 tokens.
     // At 64 rows the two halves go one after the other (the temporaries of both would spill).
-    constexpr int kHalvesInFlight = N < 64 ? 2 : 1;
+    constexpr int kHalvesInFlight = N < 64 ? kHalves : 1;
 #pragma unroll
-    for (int m0 = 0; m0 < 2; m0 += kHalvesInFlight) {
+    for (int m0 = 0; m0 < kHalves; m0 += kHalvesInFlight) {
       float ot[kHalvesInFlight][kAcc];
       wgmma_fence();
 #pragma unroll
       for (int mh = 0; mh < kHalvesInFlight; ++mh) {
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
-          const unsigned long long da = desc(v_off + 8192 * (m0 + mh) + 32 * kk);
+          const unsigned long long da = desc(v_off + 8192 * (wg * kHalves + m0 + mh) + 32 * kk);
           Mma::mma(ot[mh], da, desc(kPlan.p_hi + 32 * kk), kk > 0);
           Mma::mma(ot[mh], da, desc(kPlan.p_lo + 32 * kk), true);
         }
@@ -488,24 +511,26 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
   __syncthreads();  // the last tile's readers are done with the stages and red
   if (l < 4) {
 #pragma unroll
-    for (int cc = 0; cc < T::kCols; ++cc) red[w * N + col_row(cc)] = l_run[cc];
+    for (int cc = 0; cc < T::kCols; ++cc) red[gw * N + col_row(cc)] = l_run[cc];
   }
   const MergeArea<T> area(smem);
 #pragma unroll
-  for (int m = 0; m < 2; ++m) {
+  for (int m = 0; m < kHalves; ++m) {
 #pragma unroll
     for (int e = 0; e < kAcc; ++e) {
-      const int d = 64 * m + 16 * w + (l >> 2) + 8 * ((e >> 1) & 1);
+      const int d = 64 * (wg * kHalves + m) + 16 * w + (l >> 2) + 8 * ((e >> 1) & 1);
       area.o[col_row(2 * (e >> 2) + (e & 1)) * kDim + d] = o[m][e];
     }
   }
   __syncthreads();
-  if (w == 0 && l < 4) {
+  if (gw == 0 && l < 4) {
 #pragma unroll
     for (int cc = 0; cc < T::kCols; ++cc) {
       const int r = col_row(cc);
       area.ml[2 * r] = m_run[cc] - 8.f;  // P's scale, see above
-      area.ml[2 * r + 1] = red[r] + red[N + r] + red[2 * N + r] + red[3 * N + r];
+      float sum = red[r] + red[N + r] + red[2 * N + r] + red[3 * N + r];
+      if constexpr (kWG == 2) sum += red[4 * N + r] + red[5 * N + r] + red[6 * N + r] + red[7 * N + r];
+      area.ml[2 * r + 1] = sum;
     }
   }
   __syncthreads();

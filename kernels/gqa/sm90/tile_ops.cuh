@@ -15,6 +15,9 @@ __device__ __forceinline__ unsigned swz128(int row, int byte) {
 __device__ __forceinline__ void sts8(unsigned addr, unsigned v) {
   asm volatile("st.shared.u8 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
 }
+__device__ __forceinline__ void sts16(unsigned addr, unsigned v) {
+  asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(addr), "h"(static_cast<unsigned short>(v)) : "memory");
+}
 
 // Rows of four tokens' four bytes (w[j] = token j, bytes = d) -> words of four tokens' bytes for
 // each of the four d (out[i] = d i, byte j = token j).

@@ -11,7 +11,7 @@ namespace deca::gqa::sm90 {
 
 constexpr int kTile = 128;      // tokens per stage: two m64 halves of the S^T wgmma
 constexpr int kDim = 128;       // head_dim: one 128-byte swizzled row per fp8 token
-constexpr int kThreads = 128;   // one warpgroup
+constexpr int kWarpgroupThreads = 128;
 constexpr int kStageBytes = kTile * kDim;  // one of K or V, fp8
 
 // What the kernel covers; other configurations take the portable kernel.
@@ -38,12 +38,12 @@ DECA_HD constexpr int rows_per_cta(int rows_needed) {
 struct SmemPlan {
   int stages;
   int q_hi, q_lo, p_hi, p_lo;
-  int red;    // float [4 warps][rows]
+  int red;    // float [warps][rows]
   int q_inv;  // float [rows]
   int end;
 };
 
-DECA_HD constexpr SmemPlan make_plan(int rows, int stages) {
+DECA_HD constexpr SmemPlan make_plan(int rows, int stages, int warpgroups = 1) {
   SmemPlan s{};
   s.stages = stages;
   s.q_hi = stages * 2 * kStageBytes;
@@ -51,7 +51,7 @@ DECA_HD constexpr SmemPlan make_plan(int rows, int stages) {
   s.p_hi = s.q_lo + rows * 128;
   s.p_lo = s.p_hi + rows * 128;
   s.red = s.p_lo + rows * 128;
-  s.q_inv = s.red + 4 * rows * 4;
+  s.q_inv = s.red + 4 * warpgroups * rows * 4;
   s.end = s.q_inv + rows * 4;
   return s;
 }
@@ -79,10 +79,12 @@ DECA_HD constexpr int stages_for_grid(int rows, long long units, int sm_count) {
   return rows <= 16 && units >= 3LL * sm_count ? 2 : 0;
 }
 
-DECA_HD constexpr Shape make_shape(int rows, int stages = 0) {
-  const SmemPlan plan = make_plan(rows, stages > 0 ? stages : stages_for(rows));
+// `warpgroups` 2: two warpgroups share each tile (halves of the tokens in S^T, of d in O^T; a
+// tuning knob, Cfg::kWarpgroups).
+DECA_HD constexpr Shape make_shape(int rows, int stages = 0, int warpgroups = 1) {
+  const SmemPlan plan = make_plan(rows, stages > 0 ? stages : stages_for(rows), warpgroups);
   Shape s{};
-  s.threads = kThreads;
+  s.threads = kWarpgroupThreads * warpgroups;
   s.warps_m = 1;
   s.warps_n = 1;  // one slice of keys per CTA: the warpgroup's accumulators hold every token
   s.tile = kTile;
@@ -92,7 +94,7 @@ DECA_HD constexpr Shape make_shape(int rows, int stages = 0) {
   s.chunks_per_row = kDim / 16;
   s.row_stride = kDim;
   s.stage_bytes = kStageBytes;
-  s.loads_per_thread = kTile * (kDim / 16) / kThreads;
+  s.loads_per_thread = kTile * (kDim / 16) / s.threads;
   s.q_in_regs = false;
   s.q_row_stride = 128;
   s.q_bytes = 2 * rows * 128;
@@ -101,7 +103,8 @@ DECA_HD constexpr Shape make_shape(int rows, int stages = 0) {
   s.merge_bytes = rows * (kDim + 2) * 4 + rows * 3 * 4;
   s.smem_bytes = smem_bytes(plan);
   const int fit = 228 * 1024 / (s.smem_bytes + 1024);
-  s.min_ctas = fit >= 3 ? 3 : (fit >= 2 ? 2 : 1);
+  // Two warpgroups: at most two CTAs' worth of registers (128 per thread) are asked for.
+  s.min_ctas = fit >= 3 && warpgroups == 1 ? 3 : (fit >= 2 ? 2 : 1);
   return s;
 }
 
@@ -113,6 +116,16 @@ struct StagesOf {
 template <class C>
 struct StagesOf<C, decltype(static_cast<void>(C::kStages))> {
   static constexpr int value = C::kStages;
+};
+
+// Cfg::kWarpgroups when the prologue sets it (GqaKernelKey::warpgroups), else 1.
+template <class C, class = void>
+struct WarpgroupsOf {
+  static constexpr int value = 1;
+};
+template <class C>
+struct WarpgroupsOf<C, decltype(static_cast<void>(C::kWarpgroups))> {
+  static constexpr int value = C::kWarpgroups;
 };
 
 template <class Cfg>
@@ -130,20 +143,22 @@ struct Traits {
   static constexpr int kBeamWidth = Cfg::kBeamWidth;
   static constexpr bool kChecked = CheckedOf<Cfg>::value;
 
-  static constexpr Shape kShape = make_shape(kRows, StagesOf<Cfg>::value);
+  static constexpr int kWarpgroups = WarpgroupsOf<Cfg>::value;
+  static constexpr Shape kShape = make_shape(kRows, StagesOf<Cfg>::value, kWarpgroups);
   static constexpr int kTile = kShape.tile;
   static constexpr int kThreads = kShape.threads;
   static constexpr int kWarpsN = 1;
   static constexpr int kStages = kShape.stages;
   static constexpr int kSmemBytes = kShape.smem_bytes;
   static constexpr int kMinCtas = kShape.min_ctas;
-  static constexpr SmemPlan kPlan = make_plan(kRows, kStages);
+  static constexpr SmemPlan kPlan = make_plan(kRows, kStages, kWarpgroups);
   static constexpr int kLoadsPerThread = kShape.loads_per_thread;
   static constexpr int kCols = kRows / 4;  // query rows (accumulator columns) per thread
 
   static_assert(supports(kHeadDim, kKvDtype, kBeamWidth), "fp8 KV, head_dim 128, no beams");
   static_assert(kRows == 8 || kRows == 16 || kRows == 32 || kRows == 64, "rows per CTA = wgmma N");
   static_assert(kStages >= 2, "pipeline");
+  static_assert(kWarpgroups == 1 || kWarpgroups == 2, "warpgroups");
   static_assert(kShape.merge_bytes <= kShape.pipe_bytes, "the merge area reuses the stages");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory");
 };
