@@ -34,6 +34,8 @@ struct GpuOptions {
   // the run; null: the device's default. two_term is honoured for int8 everywhere, for fp8 on
   // sm_89+ only (else it widens); "two_term_qk" (QK on IMMA, PV widened) is int8 only.
   const char* fp8_mma = nullptr;
+  // The Hopper fp8 kernel's warpgroups per CTA (DECA_GQA_SM90_WG): "2" or null (the default, 1).
+  const char* sm90_warpgroups = nullptr;
 };
 
 inline GqaConfig gpu_config(const GqaCase& c, const GpuOptions& o) {
@@ -132,6 +134,7 @@ inline GqaPlan gpu_plan(const GqaCase& c, const GpuOptions& o = {}) {
 inline GpuRun run_gqa_on_gpu(const GqaCase& c, const GpuOptions& o = {}) {
   // Plan and run must see the same choice: the run checks the plan's kernel name against it.
   jit::testing::ScopedEnv mma("DECA_GQA_FP8_MMA", o.fp8_mma);
+  jit::testing::ScopedEnv wg("DECA_GQA_SM90_WG", o.sm90_warpgroups);
   const GqaPlan plan = gpu_plan(c, o);
   DeviceCase dev(c, plan);
   if (o.run_batch) dev.params.batch = o.run_batch;

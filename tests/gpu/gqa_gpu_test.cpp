@@ -248,6 +248,25 @@ std::vector<MatrixCase> matrix() {
       m.push_back(std::move(v));
     }
   }
+  // The Hopper kernel's two-warpgroup variant (DECA_GQA_SM90_WG=2, a knob: measured slower) over
+  // what it splits differently: token and d halves per warpgroup, 16-bit P stores, eight warps'
+  // maxima; 8, 16 and 32 rows (forced), masks, splits, pages, checked runs (the suite's default).
+  {
+    const std::size_t n0 = m.size();
+    for (std::size_t i = 0; i < n0; ++i) {
+      const std::string& name = m[i].name;
+      const bool pick = name == "edges_fp8_e4m3_nhd" || name == "edges_fp8_e4m3_hnd" ||
+                        name == "fp8_group3" || name == "fp8_group12" || name == "fp8_page1" ||
+                        name == "fp8_tree_window_sinks_qlen4" || name == "fp8_split_window_sinks" ||
+                        name == "fp8_split_softcap_hnd" || name == "fp8_fixed_split_out_fp8";
+      if (!pick) continue;
+      MatrixCase v = m[i];
+      v.name += "_wg2";
+      v.opt.sm90_warpgroups = "2";
+      if (v.spec.q_len * (v.spec.num_q_heads / v.spec.num_kv_heads) > 16) v.opt.fp8_mma = "wgmma";
+      m.push_back(std::move(v));
+    }
+  }
   // The int8 two-term path (IMMA) over the features the fp8 cases above cover and the int8 ones
   // do not: head dims (a lone 16-dim k step at d80, 16-token chunks and q in shared memory at
   // d256), groups (non-powers of two), pages, q_len 4/8 causal and tree, splits with window and
@@ -389,6 +408,8 @@ TEST_P(GqaGpuMatrix, MatchesCpuReference) {
                           (forced || (!mc.opt.fp8_mma && rows <= 16));
   if (wgmma_case) {
     EXPECT_NE(gpu.plan.kernel_name.find("_wgmma"), std::string::npos) << gpu.plan.kernel_name;
+    EXPECT_EQ(gpu.plan.kernel_name.find("_wg2") != std::string::npos, mc.opt.sm90_warpgroups != nullptr)
+        << gpu.plan.kernel_name;
     if (mc.spec.out_dtype != DType::kFP8E4M3) EXPECT_LE(compare(c, gpu).rel_l2, 4e-3) << seed_message();
   }
   if (mc.opt.fp8_mma && std::string(mc.opt.fp8_mma) == "two_term_qk") {
