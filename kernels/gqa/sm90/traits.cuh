@@ -159,6 +159,10 @@ struct Traits {
   static_assert(kRows == 8 || kRows == 16 || kRows == 32 || kRows == 64, "rows per CTA = wgmma N");
   static_assert(kStages >= 2, "pipeline");
   static_assert(kWarpgroups == 1 || kWarpgroups == 2, "warpgroups");
+  // Every wgmma operand starts on a swizzle atom (8 rows x 128 B): the descriptors' base offset is 0.
+  static_assert(kPlan.q_hi % 1024 == 0 && kPlan.q_lo % 1024 == 0 && kPlan.p_hi % 1024 == 0 &&
+                    kPlan.p_lo % 1024 == 0 && (2 * kStageBytes) % 1024 == 0,
+                "operands on 1024-byte atoms");
   static_assert(kShape.merge_bytes <= kShape.pipe_bytes, "the merge area reuses the stages");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory");
 };
