@@ -30,6 +30,7 @@ std::string GqaKernelKey::name() const {
   if (wgmma()) s += "_wgmma";
   if (wgmma() && stages > 0) s += "_st" + to_string(stages);
   if (wgmma() && warpgroups == 2) s += "_wg2";
+  if (wgmma() && overlap) s += "_ov";
   if (checked) s += "_chk";
   return s;
 }
@@ -58,6 +59,7 @@ jit::JitSpec GqaKernelKey::spec() const {
   if (checked) src += constant("bool", "kChecked", "true");
   if (wgmma() && stages > 0) src += constant("int", "kStages", to_string(stages));
   if (wgmma() && warpgroups == 2) src += constant("int", "kWarpgroups", "2");
+  if (wgmma() && overlap) src += constant("bool", "kOverlapQk", "true");
   src += wgmma() ? "};\n#include \"kernels/gqa/sm90/entry.cuh\"\n" : "};\n#include \"kernels/gqa/entry.cuh\"\n";
   jit::JitSpec spec;
   spec.name = name();
@@ -125,6 +127,10 @@ GqaKernelKey make_gqa_key(const GqaConfig& config, int arch, int sm_count) {
   if (const char* env = std::getenv("DECA_GQA_SM90_WG");
       env && key.wgmma() && key.rows <= 32 && std::atoi(env) == 2) {
     key.warpgroups = 2;
+  }
+  if (const char* env = std::getenv("DECA_GQA_SM90_OVERLAP");
+      env && key.wgmma() && key.warpgroups == 1 && key.rows <= 16 && std::atoi(env) == 1) {
+    key.overlap = true;
   }
   if (const char* env = std::getenv("DECA_GQA_SM90_STAGES"); env && key.wgmma()) {
     const int v = std::atoi(env);

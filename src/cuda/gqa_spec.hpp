@@ -35,6 +35,9 @@ struct GqaKernelKey {
   // The Hopper kernel's warpgroups per CTA (1, or 2 sharing each tile); "_wg2". Set by
   // DECA_GQA_SM90_WG, a tuning knob.
   int warpgroups = 1;
+  // The Hopper kernel with the next tile's QK issued under this tile's softmax and PV; "_ov". Set
+  // by DECA_GQA_SM90_OVERLAP=1 (one warpgroup, up to 16 rows), a tuning knob.
+  bool overlap = false;
   // Checked mode (GqaConfig::checked): page ids and lengths range-tested in the kernel; "_chk".
   bool checked = false;
 

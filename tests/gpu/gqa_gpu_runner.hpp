@@ -36,6 +36,8 @@ struct GpuOptions {
   const char* fp8_mma = nullptr;
   // The Hopper fp8 kernel's warpgroups per CTA (DECA_GQA_SM90_WG): "2" or null (the default, 1).
   const char* sm90_warpgroups = nullptr;
+  // The Hopper fp8 kernel's overlapped QK (DECA_GQA_SM90_OVERLAP): "1" or null (off).
+  const char* sm90_overlap = nullptr;
 };
 
 inline GqaConfig gpu_config(const GqaCase& c, const GpuOptions& o) {
@@ -135,6 +137,7 @@ inline GpuRun run_gqa_on_gpu(const GqaCase& c, const GpuOptions& o = {}) {
   // Plan and run must see the same choice: the run checks the plan's kernel name against it.
   jit::testing::ScopedEnv mma("DECA_GQA_FP8_MMA", o.fp8_mma);
   jit::testing::ScopedEnv wg("DECA_GQA_SM90_WG", o.sm90_warpgroups);
+  jit::testing::ScopedEnv ov("DECA_GQA_SM90_OVERLAP", o.sm90_overlap);
   const GqaPlan plan = gpu_plan(c, o);
   DeviceCase dev(c, plan);
   if (o.run_batch) dev.params.batch = o.run_batch;

@@ -251,6 +251,9 @@ std::vector<MatrixCase> matrix() {
   // The Hopper kernel's two-warpgroup variant (DECA_GQA_SM90_WG=2, a knob: measured slower) over
   // what it splits differently: token and d halves per warpgroup, 16-bit P stores, eight warps'
   // maxima; 8, 16 and 32 rows (forced), masks, splits, pages, checked runs (the suite's default).
+  // The same cases up to 16 rows with the overlapped QK (DECA_GQA_SM90_OVERLAP=1, "_ov": the
+  // prologue's full ring, a tile's QK issued under the previous one's softmax, a stage refilled at
+  // the end of its tile).
   {
     const std::size_t n0 = m.size();
     for (std::size_t i = 0; i < n0; ++i) {
@@ -263,7 +266,13 @@ std::vector<MatrixCase> matrix() {
       MatrixCase v = m[i];
       v.name += "_wg2";
       v.opt.sm90_warpgroups = "2";
-      if (v.spec.q_len * (v.spec.num_q_heads / v.spec.num_kv_heads) > 16) v.opt.fp8_mma = "wgmma";
+      const bool more_rows = v.spec.q_len * (v.spec.num_q_heads / v.spec.num_kv_heads) > 16;
+      if (more_rows) v.opt.fp8_mma = "wgmma";
+      m.push_back(v);
+      if (more_rows) continue;  // the overlapped QK: up to 16 rows
+      v.name = m[i].name + "_ov";
+      v.opt.sm90_warpgroups = nullptr;
+      v.opt.sm90_overlap = "1";
       m.push_back(std::move(v));
     }
   }
@@ -409,6 +418,8 @@ TEST_P(GqaGpuMatrix, MatchesCpuReference) {
   if (wgmma_case) {
     EXPECT_NE(gpu.plan.kernel_name.find("_wgmma"), std::string::npos) << gpu.plan.kernel_name;
     EXPECT_EQ(gpu.plan.kernel_name.find("_wg2") != std::string::npos, mc.opt.sm90_warpgroups != nullptr)
+        << gpu.plan.kernel_name;
+    EXPECT_EQ(gpu.plan.kernel_name.find("_ov") != std::string::npos, mc.opt.sm90_overlap != nullptr)
         << gpu.plan.kernel_name;
     if (mc.spec.out_dtype != DType::kFP8E4M3) EXPECT_LE(compare(c, gpu).rel_l2, 4e-3) << seed_message();
   }

@@ -72,6 +72,19 @@ TEST(GqaSm90Nvrtc, PlansSendFp8HeadDim128WithoutBeamsToTheHopperKernel) {
     EXPECT_EQ(k.rows, 16) << k.name();
   }
   {
+    // The tuning knobs apply where their variant exists.
+    jit::testing::ScopedEnv ov("DECA_GQA_SM90_OVERLAP", "1");
+    EXPECT_TRUE(make_gqa_key(c, 90).overlap);
+    GqaConfig spec8 = config(64, 8, 128, 8, DType::kFP8E4M3);  // 64 rows: not overlapped
+    jit::testing::ScopedEnv mma("DECA_GQA_FP8_MMA", "wgmma");
+    EXPECT_FALSE(make_gqa_key(spec8, 90).overlap);
+    jit::testing::ScopedEnv wg("DECA_GQA_SM90_WG", "2");
+    const GqaKernelKey k = make_gqa_key(c, 90);
+    EXPECT_EQ(k.warpgroups, 2) << k.name();
+    EXPECT_FALSE(k.overlap) << k.name();  // one warpgroup only
+    EXPECT_EQ(make_gqa_key(spec8, 90).warpgroups, 1);  // 64 rows: one warpgroup
+  }
+  {
     jit::testing::ScopedEnv knob("DECA_GQA_FP8_MMA", "wgmma");
     EXPECT_TRUE(make_gqa_key(c, 90).wgmma());
     EXPECT_FALSE(make_gqa_key(c, 89).wgmma());
@@ -174,8 +187,20 @@ TEST(GqaSm90Nvrtc, SpecializationsCompileWithoutSpillsOrSerializedWgmma) {
     k.warpgroups = 2, k.tree = rows >= 32, k.checked = rows == 16, k.stages = rows == 8 ? 2 : 0;
     keys.push_back(k);
   }
+  // The overlapped QK (DECA_GQA_SM90_OVERLAP=1, one warpgroup, up to 16 rows): two and three
+  // stages, masks with soft-cap, checked.
+  for (int rows : {8, 16}) {
+    GqaKernelKey k = key(rows, rows);
+    k.overlap = true, k.stages = rows == 8 ? 2 : 0;
+    keys.push_back(k);
+  }
+  GqaKernelKey ovm = key(8, 16);
+  ovm.overlap = true, ovm.tree = true, ovm.window = true, ovm.softcap = true, ovm.checked = true;
+  keys.push_back(ovm);
   for (const GqaKernelKey& k : keys) {
     ASSERT_TRUE(k.wgmma()) << k.name();
+    EXPECT_EQ(k.name().find("_ov") != std::string::npos, k.overlap) << k.name();
+    EXPECT_EQ(k.spec().source.find("kOverlapQk = true") != std::string::npos, k.overlap) << k.name();
     EXPECT_EQ(k.name().find("_wg2") != std::string::npos, k.warpgroups == 2) << k.name();
     EXPECT_EQ(k.shape().threads, 128 * k.warpgroups) << k.name();
     const jit::JitSpec spec = k.spec();

@@ -50,6 +50,25 @@ __device__ __forceinline__ void transpose_block(int w, int i, int l, int& qd, in
   db = (l0 | (l1 << 1) | ((l2 ^ l0) << 2) | ((l3 ^ l1) << 3) | ((l4 ^ l2) << 4)) ^ (w * 8 + i);
 }
 
+// S^T = K (q_hi + q_lo)^T for the m64 token halves h0 .. of the K tile at byte offset k_off: 4
+// k-steps of 32 dims x 2 terms per half, one wgmma group, not waited for. desc(offset) gives the
+// descriptor of an operand at that offset from the shared base.
+template <class Mma, int H, int A, class Desc, class Plan>
+__device__ __forceinline__ void qk_chain(float (&s)[H][A], const Desc& desc, unsigned k_off,
+                                         const Plan& plan, int h0) {
+  wgmma_fence();
+#pragma unroll
+  for (int h = 0; h < H; ++h) {
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      const unsigned long long da = desc(k_off + 8192 * (h0 + h) + 32 * kk);
+      Mma::mma(s[h], da, desc(plan.q_hi + 32 * kk), kk > 0);
+      Mma::mma(s[h], da, desc(plan.q_lo + 32 * kk), true);
+    }
+  }
+  wgmma_commit();
+}
+
 template <class Cfg>
 __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned char* smem_raw) {
   using T = Traits<Cfg>;
@@ -295,20 +314,34 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
   // its half (byte 2 wg + e of the quad).
   const unsigned p_pos = 4 * (8 * w + (l >> 2)) + 2 * wg;
 
-  // ---- Prologue: kStages - 1 tiles in flight ----
+  // Overlapped QK (Cfg::kOverlapQk, a knob): the next tile's S^T is issued right after this
+  // tile's maxima, so its wgmma chain runs under this tile's softmax and PV; every stage is
+  // filled up front, and a stage is refilled at the end of the tile that used it.
+  constexpr bool kOverlap = T::kOverlapQk;
+  float s_next[kOverlap ? kHalves : 1][kOverlap ? kAcc : 1];  // the next tile's S^T, in flight
+
+  // ---- Prologue: kStages - 1 tiles in flight (all kStages when overlapped) ----
   fetch_pages(0);
 #pragma unroll
-  for (int s = 0; s < T::kStages - 1; ++s) {
+  for (int s = 0; s < T::kStages - (kOverlap ? 0 : 1); ++s) {
     if (s < num_tiles) issue_tile(s, s);
     ptx::cp_async_commit();
     fetch_pages(s + 1);
   }
+  if constexpr (kOverlap) {
+    if (num_tiles > 0) {
+      ptx::cp_async_wait<T::kStages - 1>();  // tile 0
+      fence_proxy_async_smem();
+      __syncthreads();
+      qk_chain<Mma>(s_next, desc, 0u, kPlan, wg * kHalves);
+    }
+  }
 
   for (int item = 0; item < num_tiles; ++item) {
-    ptx::cp_async_wait<T::kStages - 2>();
-    fence_proxy_async_smem();  // this thread's landed chunks, to the wgmma (async proxy) readers
-    __syncthreads();           // tile `item` landed for all; stage (item - 1) % kStages is free
-    {
+    if constexpr (!kOverlap) {
+      ptx::cp_async_wait<T::kStages - 2>();
+      fence_proxy_async_smem();  // this thread's landed chunks, to the wgmma (async proxy) readers
+      __syncthreads();           // tile `item` landed for all; stage (item - 1) % kStages is free
       const int next = item + T::kStages - 1;
       if (next < num_tiles) issue_tile(next, next % T::kStages);
       ptx::cp_async_commit();
@@ -324,19 +357,7 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
     // The transpose runs while the tensor cores work, except at 64 rows, where the S^T registers
     // in flight and the transpose's 32 would not fit beside O^T without spilling.
     float s[kHalves][kAcc];  // S^T of token half wg * kHalves + h
-    auto issue_qk = [&] {
-      wgmma_fence();
-#pragma unroll
-      for (int h = 0; h < kHalves; ++h) {
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk) {
-          const unsigned long long da = desc(k_off + 8192 * (wg * kHalves + h) + 32 * kk);
-          Mma::mma(s[h], da, desc(kPlan.q_hi + 32 * kk), kk > 0);
-          Mma::mma(s[h], da, desc(kPlan.q_lo + 32 * kk), true);
-        }
-      }
-      wgmma_commit();
-    };
+    auto issue_qk = [&] { qk_chain<Mma>(s, desc, k_off, kPlan, wg * kHalves); };
     auto transpose_v = [&] {
       unsigned vw[kIters][4];
 #pragma unroll
@@ -355,7 +376,16 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
         for (int j = 0; j < 4; ++j) sts32((a ^ (16u * j)) + 128u * j, cols[j]);
       }
     };
-    if constexpr (N < 64) {
+    if constexpr (kOverlap) {
+      transpose_v();  // this tile's S^T is in flight since the last tile (or the prologue)
+      wgmma_wait<0>();
+#pragma unroll
+      for (int h = 0; h < kHalves; ++h) {
+        fence_regs(s_next[h]);
+#pragma unroll
+        for (int e = 0; e < kAcc; ++e) s[h][e] = s_next[h][e];
+      }
+    } else if constexpr (N < 64) {
       issue_qk();
       transpose_v();
     } else {
@@ -430,7 +460,18 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
 #pragma unroll
       for (int cc = 0; cc < T::kCols; ++cc) red[gw * N + col_row(cc)] = mx[cc];
     }
-    __syncthreads();
+    if constexpr (kOverlap) {
+      if (item + 1 < num_tiles) {
+        ptx::cp_async_wait<T::kStages - 2>();  // tile item + 1 (the prologue committed kStages)
+        fence_proxy_async_smem();
+      }
+    }
+    __syncthreads();  // red complete (overlapped: tile item + 1 landed for all too)
+    if constexpr (kOverlap) {
+      if (item + 1 < num_tiles) {
+        qk_chain<Mma>(s_next, desc, ((item + 1) % T::kStages) * 2u * kStageBytes, kPlan, wg * kHalves);
+      }
+    }
     // Per query row (column cc): the new max, P = 2^(x - m + 8) (times 256: e4m3's range) as two
     // e4m3 terms stored as the B operand (query rows of token bytes in PV's token order,
     // quad_token: byte i of a term = tokens + 0, 8, 64, 72), the row's sum and O rescaled. One
@@ -498,6 +539,13 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
 #pragma unroll
         for (int e = 0; e < kAcc; ++e) o[m0 + mh][e] += ot[mh][e];
       }
+    }
+    if constexpr (kOverlap) {
+      __syncthreads();  // every warp's PV of this tile is done: its stage is free
+      const int next = item + T::kStages;
+      if (next < num_tiles) issue_tile(next, next % T::kStages);
+      ptx::cp_async_commit();
+      fetch_pages(next + 1);
     }
   }
   ptx::cp_async_wait<0>();

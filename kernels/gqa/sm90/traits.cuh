@@ -128,6 +128,16 @@ struct WarpgroupsOf<C, decltype(static_cast<void>(C::kWarpgroups))> {
   static constexpr int value = C::kWarpgroups;
 };
 
+// Cfg::kOverlapQk when the prologue sets it (GqaKernelKey::overlap), else false.
+template <class C, class = void>
+struct OverlapOf {
+  static constexpr bool value = false;
+};
+template <class C>
+struct OverlapOf<C, decltype(static_cast<void>(C::kOverlapQk))> {
+  static constexpr bool value = C::kOverlapQk;
+};
+
 template <class Cfg>
 struct Traits {
   static constexpr int kHeadDim = Cfg::kHeadDim;
@@ -144,6 +154,7 @@ struct Traits {
   static constexpr bool kChecked = CheckedOf<Cfg>::value;
 
   static constexpr int kWarpgroups = WarpgroupsOf<Cfg>::value;
+  static constexpr bool kOverlapQk = OverlapOf<Cfg>::value;
   static constexpr Shape kShape = make_shape(kRows, StagesOf<Cfg>::value, kWarpgroups);
   static constexpr int kTile = kShape.tile;
   static constexpr int kThreads = kShape.threads;
@@ -159,6 +170,7 @@ struct Traits {
   static_assert(kRows == 8 || kRows == 16 || kRows == 32 || kRows == 64, "rows per CTA = wgmma N");
   static_assert(kStages >= 2, "pipeline");
   static_assert(kWarpgroups == 1 || kWarpgroups == 2, "warpgroups");
+  static_assert(!kOverlapQk || (kWarpgroups == 1 && kRows <= 16), "overlapped QK: one warpgroup, <= 16 rows");
   // Every wgmma operand starts on a swizzle atom (8 rows x 128 B): the descriptors' base offset is 0.
   static_assert(kPlan.q_hi % 1024 == 0 && kPlan.q_lo % 1024 == 0 && kPlan.p_hi % 1024 == 0 &&
                     kPlan.p_lo % 1024 == 0 && (2 * kStageBytes) % 1024 == 0,
