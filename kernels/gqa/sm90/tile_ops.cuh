@@ -1,16 +1,12 @@
 // Shared-memory helpers of the e4m3 wgmma tiles (the tile probe fp8_tile.cuh and the kernel
-// decode.cuh): the 128-byte swizzle's byte address, byte stores, and the 4 x 4 byte transpose that
-// turns token rows of V into the K-major V^T rows 8-bit wgmma operands need.
+// decode.cuh): narrow stores and the 4 x 4 byte transpose that turns token rows of V into the
+// K-major V^T rows 8-bit wgmma operands need (the layouts themselves: layout.cuh).
 #pragma once
 
 #include "kernels/common/ptx.cuh"
+#include "kernels/gqa/sm90/layout.cuh"
 
 namespace deca::gqa::sm90 {
-
-// Byte `byte` of row `row` in a tile of 128-byte rows in the 128-byte swizzle.
-__device__ __forceinline__ unsigned swz128(int row, int byte) {
-  return static_cast<unsigned>(row * 128 + ((((byte >> 4) ^ (row & 7))) << 4) + (byte & 15));
-}
 
 __device__ __forceinline__ void sts8(unsigned addr, unsigned v) {
   asm volatile("st.shared.u8 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
