@@ -699,16 +699,7 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
             if constexpr (kBeams > 1) {
               visible = visible && t < row_len[h] && (beam_only < 0 || beam_only == row_beam[h]);
             }
-            const int pos = row_pos[h];
-            if constexpr (T::kTree) {
-              if (t >= row_drafts[h]) {
-                const int jd = t - row_drafts[h];
-                visible = visible && ((row_tree[h][jd / 32] >> (jd % 32)) & 1u);
-              }
-            } else {
-              visible = visible && t <= pos;
-            }
-            if constexpr (T::kWindow) visible = visible && t > pos - p.window;
+            visible = visible && row_sees_key<T>(p, t, row_pos[h], row_drafts[h], row_tree[h]);
             if constexpr (T::kChecked) {
               // t < range.end here, so its page_table entry is one the request's length uses.
               if (bad_tile && visible) visible = page_ok(t);

@@ -78,4 +78,21 @@ __device__ __forceinline__ int* checked_item_slots() {
   return slots;
 }
 
+// Whether key t is visible to a query row at position `pos` whose request's draft keys start at
+// `drafts`: causal (t <= pos), or with a tree mask every key before the drafts and the drafts the
+// row's mask bits (`tree`) allow; inside the window when there is one.
+template <class T>
+__device__ __forceinline__ bool row_sees_key(const GqaParams& p, int t, int pos, int drafts,
+                                             const unsigned* tree) {
+  bool visible;
+  if constexpr (T::kTree) {
+    const int jd = t - drafts;
+    visible = jd < 0 || ((tree[jd / 32] >> (jd % 32)) & 1u);
+  } else {
+    visible = t <= pos;
+  }
+  if constexpr (T::kWindow) visible = visible && t > pos - p.window;
+  return visible;
+}
+
 }  // namespace deca::gqa

@@ -98,8 +98,11 @@ struct CheckedOf<C, decltype(static_cast<void>(C::kChecked))> {
   static constexpr bool value = C::kChecked;
 };
 
+// The specialization constants both GQA kernels read (this file's Traits and sm90/traits.cuh's),
+// as a base so that T::kGroup and the like name the same lines; code inside a Traits reads
+// them as Cfg:: (members of a dependent base are not found unqualified).
 template <class Cfg>
-struct Traits {
+struct CfgConstants {
   static constexpr int kHeadDim = Cfg::kHeadDim;
   static constexpr int kGroup = Cfg::kGroup;
   static constexpr int kRows = Cfg::kRows;
@@ -113,9 +116,12 @@ struct Traits {
   static constexpr int kBeamWidth = Cfg::kBeamWidth;  // beams per request sharing one CTA (1: none)
   // Checked mode: page ids and lengths tested as read, bad ones masked and recorded.
   static constexpr bool kChecked = CheckedOf<Cfg>::value;
+};
 
-  static constexpr int kKvKind = kv::kind_of(kKvDtype);
-  static constexpr bool kComputeFp16 = kv::compute_fp16(kQDtype, kKvDtype);
+template <class Cfg>
+struct Traits : CfgConstants<Cfg> {
+  static constexpr int kKvKind = kv::kind_of(Cfg::kKvDtype);
+  static constexpr bool kComputeFp16 = kv::compute_fp16(Cfg::kQDtype, Cfg::kKvDtype);
   // 8-bit caches scale q per row into fp16 range (kernels/common/kv_kind.cuh), or into e4m3
   // (int8) range for the two-term path.
   static constexpr bool kScaleQRows = kKvKind != kv::kKv16;
@@ -133,7 +139,7 @@ struct Traits {
   // Both ldmatrix-fed 8-bit V paths put a 16-dim block's even dims in one n8 tile, odd in the next.
   static constexpr bool kVPairs16 = kTwoTerm || kLdsm8;
 
-  static constexpr Shape kShape = make_shape(kHeadDim, kRows, kKvDtype, Cfg::kCtasPerSm);
+  static constexpr Shape kShape = make_shape(Cfg::kHeadDim, Cfg::kRows, Cfg::kKvDtype, Cfg::kCtasPerSm);
   static constexpr int kThreads = kShape.threads;
   static constexpr int kWarpsN = kShape.warps_n;
   static constexpr int kKvBytes = kShape.kv_bytes;
@@ -154,18 +160,18 @@ struct Traits {
 
   // The 8-bit V path walks head_dim in groups of 32 dims (4 n8 tiles from one 32-bit load per
   // row) and a last group of 16 (2 tiles from a 16-bit load) when head_dim % 32 == 16.
-  static constexpr int kVGroups32 = kHeadDim / 32;
-  static constexpr bool kVTail16 = (kHeadDim % 32) != 0;
+  static constexpr int kVGroups32 = Cfg::kHeadDim / 32;
+  static constexpr bool kVTail16 = (Cfg::kHeadDim % 32) != 0;
   // The two-term path's k steps: 32 dims (QK) or 32 tokens (PV) per m16n8k32; a last QK step of
   // 16 dims when head_dim % 32 == 16, and 16-token PV steps when a warp's chunk is 16 tokens.
-  static constexpr int kK32Steps = (kHeadDim + 31) / 32;
+  static constexpr int kK32Steps = (Cfg::kHeadDim + 31) / 32;
 
-  static_assert(kHeadDim % 16 == 0 && kHeadDim >= 16 && kHeadDim <= 256, "head_dim");
-  static_assert(kRows == 16 || kRows == 32 || kRows == 64, "rows per CTA");
+  static_assert(Cfg::kHeadDim % 16 == 0 && Cfg::kHeadDim >= 16 && Cfg::kHeadDim <= 256, "head_dim");
+  static_assert(Cfg::kRows == 16 || Cfg::kRows == 32 || Cfg::kRows == 64, "rows per CTA");
   static_assert(kTile % (16 * kWarpsN) == 0, "each warp takes whole 16-token steps");
   static_assert(kWarpTokens % kChunk == 0 && kChunk % 16 == 0, "chunking");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory");
-  static_assert(kGroup >= 1, "group");
+  static_assert(Cfg::kGroup >= 1, "group");
 };
 
 }  // namespace deca::gqa

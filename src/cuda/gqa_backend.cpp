@@ -135,14 +135,14 @@ void plan_gqa_decode(GqaPlan& plan) {
   const GqaConfig& c = plan.config;
   const int device = plan_device(plan);
   const int arch = gqa_arch(c, "plan_gqa_decode");
-  const GqaKernelKey key = make_gqa_key(c, arch, sm_count(device));
+  plan.sm_count = sm_count(device);
+  const GqaKernelKey key = make_gqa_key(c, arch, plan.sm_count);
   const gqa::Shape shape = key.shape();
   // Occupancy comes from the compiled kernel itself (its registers), not from a guess.
   const jit::LoadedKernel& kernel = jit::get_kernel(key.spec(), device);
   const int resident = plan::ctas_per_sm(kernel.num_regs, shape.threads, shape.smem_bytes,
                                          sm_limits(device));
 
-  plan.sm_count = sm_count(device);
   plan.kernel_name = key.name();
   const int max_splits = std::min(kMaxSplits, gqa::max_merge_splits(shape, key.rows));
   if (c.split_mode == SplitMode::kFixed) {

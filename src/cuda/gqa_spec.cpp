@@ -57,9 +57,11 @@ jit::JitSpec GqaKernelKey::spec() const {
   src += constant("int", "kFp8Mma", to_string(fp8_path()));
   // Only when set: an unchecked kernel's source (so its cache key and code) stays what it was.
   if (checked) src += constant("bool", "kChecked", "true");
-  if (wgmma() && stages > 0) src += constant("int", "kStages", to_string(stages));
-  if (wgmma() && warpgroups == 2) src += constant("int", "kWarpgroups", "2");
-  if (wgmma() && overlap) src += constant("bool", "kOverlapQk", "true");
+  if (wgmma()) {  // the Hopper kernel's own fields (kernels/gqa/sm90/traits.cuh)
+    src += constant("int", "kStages", to_string(stages));
+    src += constant("int", "kWarpgroups", to_string(warpgroups));
+    src += constant("bool", "kOverlapQk", b(overlap));
+  }
   src += wgmma() ? "};\n#include \"kernels/gqa/sm90/entry.cuh\"\n" : "};\n#include \"kernels/gqa/entry.cuh\"\n";
   jit::JitSpec spec;
   spec.name = name();

@@ -397,18 +397,9 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
           const int t = tile_t0 + 64 * (wg * kHalves + h) + 16 * w + (l >> 2) + 8 * ((e >> 1) & 1);
           const int row = row0 + col_row(cc);
           const int tok = (row < rows_total ? row : 0) / T::kGroup;
-          const int pos = causal_start + tok;
-          bool visible = t < range.end;
-          if constexpr (T::kTree) {
-            if (t >= causal_start) {
-              const int jd = t - causal_start;
-              const unsigned* bits = p.tree_mask + batch * p.mask_stride_batch + tok * p.mask_stride_token;
-              visible = visible && ((bits[jd >> 5] >> (jd & 31)) & 1u);
-            }
-          } else {
-            visible = visible && t <= pos;
-          }
-          if constexpr (T::kWindow) visible = visible && t > pos - p.window;
+          const unsigned* tree =
+              T::kTree ? p.tree_mask + batch * p.mask_stride_batch + tok * p.mask_stride_token : nullptr;
+          bool visible = t < range.end && row_sees_key<T>(p, t, causal_start + tok, causal_start, tree);
           if constexpr (T::kChecked) {
             if (bad_tile && visible) {
               visible = static_cast<unsigned>(__ldg(page_row + t / T::kPageSize)) <

@@ -108,69 +108,29 @@ DECA_HD constexpr Shape make_shape(int rows, int stages = 0, int warpgroups = 1)
   return s;
 }
 
-// Cfg::kStages when the prologue sets it (GqaKernelKey::stages), else 0: the default.
-template <class C, class = void>
-struct StagesOf {
-  static constexpr int value = 0;
-};
-template <class C>
-struct StagesOf<C, decltype(static_cast<void>(C::kStages))> {
-  static constexpr int value = C::kStages;
-};
-
-// Cfg::kWarpgroups when the prologue sets it (GqaKernelKey::warpgroups), else 1.
-template <class C, class = void>
-struct WarpgroupsOf {
-  static constexpr int value = 1;
-};
-template <class C>
-struct WarpgroupsOf<C, decltype(static_cast<void>(C::kWarpgroups))> {
-  static constexpr int value = C::kWarpgroups;
-};
-
-// Cfg::kOverlapQk when the prologue sets it (GqaKernelKey::overlap), else false.
-template <class C, class = void>
-struct OverlapOf {
-  static constexpr bool value = false;
-};
-template <class C>
-struct OverlapOf<C, decltype(static_cast<void>(C::kOverlapQk))> {
-  static constexpr bool value = C::kOverlapQk;
-};
-
+// Beyond the shared constants (CfgConstants), the prologue of this kernel sets kStages (0: the
+// default, stages_for), kWarpgroups (1 or 2) and kOverlapQk (GqaKernelKey::spec).
 template <class Cfg>
-struct Traits {
-  static constexpr int kHeadDim = Cfg::kHeadDim;
-  static constexpr int kGroup = Cfg::kGroup;
-  static constexpr int kRows = Cfg::kRows;
-  static constexpr int kPageSize = Cfg::kPageSize;
-  static constexpr int kQDtype = Cfg::kQDtype;
-  static constexpr int kKvDtype = Cfg::kKvDtype;
-  static constexpr int kOutDtype = Cfg::kOutDtype;
-  static constexpr bool kWindow = Cfg::kWindow;
-  static constexpr bool kTree = Cfg::kTree;
-  static constexpr bool kSoftcap = Cfg::kSoftcap;
-  static constexpr int kBeamWidth = Cfg::kBeamWidth;
-  static constexpr bool kChecked = CheckedOf<Cfg>::value;
-
-  static constexpr int kWarpgroups = WarpgroupsOf<Cfg>::value;
-  static constexpr bool kOverlapQk = OverlapOf<Cfg>::value;
-  static constexpr Shape kShape = make_shape(kRows, StagesOf<Cfg>::value, kWarpgroups);
+struct Traits : CfgConstants<Cfg> {
+  static constexpr int kWarpgroups = Cfg::kWarpgroups;
+  static constexpr bool kOverlapQk = Cfg::kOverlapQk;
+  static constexpr Shape kShape = make_shape(Cfg::kRows, Cfg::kStages, kWarpgroups);
   static constexpr int kTile = kShape.tile;
   static constexpr int kThreads = kShape.threads;
   static constexpr int kWarpsN = 1;
   static constexpr int kStages = kShape.stages;
   static constexpr int kSmemBytes = kShape.smem_bytes;
   static constexpr int kMinCtas = kShape.min_ctas;
-  static constexpr SmemPlan kPlan = make_plan(kRows, kStages, kWarpgroups);
+  static constexpr SmemPlan kPlan = make_plan(Cfg::kRows, kStages, kWarpgroups);
   static constexpr int kLoadsPerThread = kShape.loads_per_thread;
-  static constexpr int kCols = kRows / 4;  // query rows (accumulator columns) per thread
+  static constexpr int kCols = Cfg::kRows / 4;  // query rows (accumulator columns) per thread
 
-  static_assert(supports(kHeadDim, kKvDtype, kBeamWidth), "fp8 KV, head_dim 128, no beams");
-  static_assert(kRows == 8 || kRows == 16 || kRows == 32 || kRows == 64, "rows per CTA = wgmma N");
+  static_assert(supports(Cfg::kHeadDim, Cfg::kKvDtype, Cfg::kBeamWidth), "fp8 KV, head_dim 128, no beams");
+  static_assert(Cfg::kRows == 8 || Cfg::kRows == 16 || Cfg::kRows == 32 || Cfg::kRows == 64,
+                "rows per CTA = wgmma N");
   static_assert(kStages >= 2, "pipeline");
   static_assert(kWarpgroups == 1 || kWarpgroups == 2, "warpgroups");
-  static_assert(!kOverlapQk || (kWarpgroups == 1 && kRows <= 16), "overlapped QK: one warpgroup, <= 16 rows");
+  static_assert(!kOverlapQk || (kWarpgroups == 1 && Cfg::kRows <= 16), "overlapped QK: one warpgroup, <= 16 rows");
   // Every wgmma operand starts on a swizzle atom (8 rows x 128 B): the descriptors' base offset is 0.
   static_assert(kPlan.q_hi % 1024 == 0 && kPlan.q_lo % 1024 == 0 && kPlan.p_hi % 1024 == 0 &&
                     kPlan.p_lo % 1024 == 0 && (2 * kStageBytes) % 1024 == 0,
