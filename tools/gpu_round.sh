@@ -8,6 +8,8 @@
 # Knobs (environment):
 #   DECA_SKIP_TESTS=1 / DECA_SKIP_JIT=1 / DECA_SKIP_PYTHON=1 / DECA_SKIP_BENCH=1   leave a step out
 #   DECA_GTEST_FILTER=...        filter of the C++ GPU suite
+#   DECA_GTEST_SHARDS=N          the suite in N parallel gtest shards (the compiles spread over the
+#                                cores), then the timing tests alone
 #   DECA_GTEST_TIMEOUT / DECA_PYTEST_TIMEOUT / DECA_BENCH_TIMEOUT   seconds per step (a round must
 #                                fit the device call's limit)
 #   DECA_PYTEST_ARGS="..."       extra pytest arguments (e.g. -k cuda)
@@ -75,10 +77,34 @@ cmake --build $build -j "$jobs" --target deca-bench >> "$logs/build.log" 2>&1 ||
 export DECA_CACHE_DIR=/tmp/deca-cache
 export DECA_GIT_COMMIT=${DECA_GIT_COMMIT:-$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)}
 if [ "${DECA_SKIP_TESTS:-0}" != 1 ]; then
-  log "GPU tests"
-  timeout "${DECA_GTEST_TIMEOUT:-1800}" $build/tests/deca_test_gpu --gtest_output=json:"$logs/gpu_tests.json" ${DECA_GTEST_FILTER:+--gtest_filter=$DECA_GTEST_FILTER} \
-    > "$logs/gpu_tests.log" 2>&1
-  log "gpu tests rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$logs/gpu_tests.log" | tr '\n' ' ')"
+  shards=${DECA_GTEST_SHARDS:-1}
+  if [ "$shards" -le 1 ]; then
+    log "GPU tests"
+    timeout "${DECA_GTEST_TIMEOUT:-1800}" $build/tests/deca_test_gpu --gtest_output=json:"$logs/gpu_tests.json" ${DECA_GTEST_FILTER:+--gtest_filter=$DECA_GTEST_FILTER} \
+      > "$logs/gpu_tests.log" 2>&1
+    log "gpu tests rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$logs/gpu_tests.log" | tr '\n' ' ')"
+  else
+    # Most of the suite's time is NVRTC compiling each specialization on first use, one after
+    # another: gtest shards in parallel processes spread the compiles over the cores. The timing
+    # tests run alone afterwards (they measure; sharing the GPU would skew them).
+    filter=${DECA_GTEST_FILTER:-*}
+    case $filter in *-*) sharded="$filter:*Timing*" ;; *) sharded="$filter-*Timing*" ;; esac
+    log "GPU tests: $shards shards in parallel, then the timing tests"
+    pids=()
+    for ((s = 0; s < shards; ++s)); do
+      GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$s timeout "${DECA_GTEST_TIMEOUT:-1800}" \
+        $build/tests/deca_test_gpu --gtest_filter="$sharded" > "$logs/gpu_tests_$s.log" 2>&1 &
+      pids+=($!)
+    done
+    for p in "${pids[@]}"; do wait "$p"; done
+    timeout "${DECA_GTEST_TIMEOUT:-1800}" $build/tests/deca_test_gpu --gtest_filter="*Timing*" \
+      > "$logs/gpu_tests_timing.log" 2>&1
+    cat "$logs"/gpu_tests_[0-9]*.log "$logs/gpu_tests_timing.log" > "$logs/gpu_tests.log"
+    for f in "$logs"/gpu_tests_[0-9]*.log "$logs/gpu_tests_timing.log"; do
+      log "$(basename "$f"): $(grep -E '^\[  (PASSED|FAILED)' "$f" | tr '\n' ' ')"
+    done
+    log "gpu tests: $(grep -cE '^\[       OK' "$logs/gpu_tests.log") OK, $(grep -cE '^\[  FAILED  \] .*\(' "$logs/gpu_tests.log") failed"
+  fi
   grep -E "FAILED|^\[err\]" "$logs/gpu_tests.log" | tail -40
   if [ "${DECA_SKIP_JIT:-0}" != 1 ]; then
     log "JIT tests (compile + cached load times)"
