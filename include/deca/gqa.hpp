@@ -69,7 +69,9 @@ struct GqaConfig {
 
 struct GqaPlan {
   GqaConfig config;
-  int num_splits = 1;         // CTAs per (request, kv head) along the sequence
+  int num_splits = 1;         // CTAs per (request, kv head) along the sequence; the Hopper
+                              // kernel's balanced schedule ("_bal" kernels): the grid's CTAs,
+                              // which share the whole batch's tiles
   int split_tokens = 0;       // kFixed: keys per split; 0 = even split of each request
   std::size_t workspace_bytes = 0;  // what args.workspace must provide (0 on the CPU)
   std::string kernel_name;    // readable specialization name (the JIT cache key), "" on the CPU

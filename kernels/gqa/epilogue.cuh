@@ -1,8 +1,9 @@
 // The end of a GQA decode CTA, shared by the portable kernel (decode.cuh) and the Hopper one
 // (sm90/decode.cuh): the CTA's warps (or warpgroups) have left their partial rows in shared memory
-// (MergeArea); this merges them per row, then writes the output and LSE, or, under split-KV,
-// publishes the split's partial result, and the last split of the unit to arrive merges every split
-// in split order (bitwise reproducible). Needs of T: kHeadDim, kRows, kWarpsN, kThreads, kGroup,
+// (MergeArea); this merges them per row, then writes the output and LSE, or, when the unit is cut
+// into pieces (split-KV, the Hopper kernel's balanced schedule), publishes the piece's partial
+// result, and the last piece of the unit to arrive merges every piece in order (bitwise
+// reproducible). Needs of T: kHeadDim, kRows, kWarpsN, kThreads, kGroup,
 // kOutDtype, kBeamWidth.
 #pragma once
 
@@ -35,7 +36,7 @@ struct MergeArea {
   }
 };
 
-// Which rows and which split a CTA holds.
+// Which rows and which split a CTA holds (the balanced schedule: which unit it finishes).
 struct CtaRows {
   int batch;          // the first beam's batch entry
   int request;        // blockIdx.z
@@ -48,19 +49,37 @@ struct CtaRows {
   int rows_per_beam;  // q_len x group
 };
 
+// A unit cut into pieces (split-KV, or the Hopper kernel's balanced schedule, sm90/balance.cuh):
+// how many, which one this CTA holds, where each leaves its partial result (slot j: [kRows][D] of
+// ws_partial_o, [kRows][2] of ws_partial_ml) and the unit's arrival counter. Split-KV: piece j is
+// split j, in slot unit * num_splits + j; its count is bounded (max_merge_splits), so the merge
+// stages every piece's weights at once.
+struct SplitPieces {
+  static constexpr bool kChunked = false;
+  int count;
+  int index;
+  long long unit;
+  __device__ __forceinline__ long long slot(int j) const { return unit * count + j; }
+};
+
 template <class T>
+__device__ __forceinline__ SplitPieces split_pieces(const GqaParams& p, const CtaRows& cta) {
+  const long long unit =
+      (static_cast<long long>(cta.request) * p.num_kv_heads + cta.kv_head) * cta.row_blocks + cta.row_block;
+  return SplitPieces{p.num_splits, cta.split, unit};
+}
+
+// Pieces: SplitPieces, or a type with the same members and kChunked = true, whose merge takes any
+// number of pieces, `chunk` at a time (2 kRows chunk + kRows (D + 1) floats of `smem`).
+template <class T, class Pieces>
 __device__ __forceinline__ void finish_cta(const GqaParams& p, unsigned char* smem, const CtaRows& cta,
-                                           float v_scale) {
+                                           float v_scale, const Pieces& pieces) {
   constexpr int D = T::kHeadDim;
   constexpr int kBeams = T::kBeamWidth;
   const int tid = threadIdx.x;
   const int row0 = cta.row0;
   const int rows_total = cta.rows_total;
   const int kv_head = cta.kv_head;
-  const int request = cta.request;
-  const int row_blocks = cta.row_blocks;
-  const int row_block = cta.row_block;
-  const int split = cta.split;
   auto row_batch = [&](int row) { return kBeams == 1 ? cta.batch : cta.batch + row / cta.rows_per_beam; };
   auto row_tok = [&](int row) { return (kBeams == 1 ? row : row % cta.rows_per_beam) / T::kGroup; };
   const MergeArea<T> area(smem);
@@ -123,7 +142,7 @@ __device__ __forceinline__ void finish_cta(const GqaParams& p, unsigned char* sm
     return denom > 0.f ? v_scale / denom : 0.f;
   };
 
-  if (p.num_splits <= 1) {
+  if (pieces.count <= 1) {
     for (int r = tid; r < rows_here; r += T::kThreads) row_l[r] = finish_row(r, row_m[r], row_l[r]);
     __syncthreads();
     for (int i = tid; i < rows_here * D; i += T::kThreads) {
@@ -133,73 +152,147 @@ __device__ __forceinline__ void finish_cta(const GqaParams& p, unsigned char* sm
     return;
   }
 
-  // ---- Split-KV: publish this split's partial result (o unnormalised, relative to m) ----
-  const long long unit =
-      (static_cast<long long>(request) * p.num_kv_heads + kv_head) * row_blocks + row_block;
-  float* unit_o = p.ws_partial_o + unit * p.num_splits * T::kRows * D;
-  float* unit_ml = p.ws_partial_ml + unit * p.num_splits * T::kRows * 2;
+  // ---- Split: publish this piece's partial result (o unnormalised, relative to m) ----
+  auto slot_o = [&](int j) { return p.ws_partial_o + pieces.slot(j) * T::kRows * D; };
+  auto slot_ml = [&](int j) { return p.ws_partial_ml + pieces.slot(j) * T::kRows * 2; };
+  float* own_o = slot_o(pieces.index);
+  float* own_ml = slot_ml(pieces.index);
   for (int i = tid; i < rows_here * D; i += T::kThreads) {
     const int r = i / D, d = i % D;
-    if (row_l[r] > 0.f) unit_o[(split * T::kRows + r) * D + d] = cta_o(r, d);  // empty: never read
+    if (row_l[r] > 0.f) own_o[r * D + d] = cta_o(r, d);  // empty: never read
   }
   for (int r = tid; r < rows_here; r += T::kThreads) {
-    unit_ml[(split * T::kRows + r) * 2] = row_m[r];
-    unit_ml[(split * T::kRows + r) * 2 + 1] = row_l[r];
+    own_ml[r * 2] = row_m[r];
+    own_ml[r * 2 + 1] = row_l[r];
   }
   __threadfence();  // partials visible device-wide before the arrival is counted
   __syncthreads();
   __shared__ unsigned is_last;
   if (tid == 0) {
-    const unsigned prev = atomicAdd(p.ws_counters + unit, 1u);
-    is_last = prev == static_cast<unsigned>(p.num_splits - 1);
-    if (is_last) p.ws_counters[unit] = 0u;  // ready for the next launch: no memset between calls
+    const unsigned prev = atomicAdd(p.ws_counters + pieces.unit, 1u);
+    is_last = prev == static_cast<unsigned>(pieces.count - 1);
+    if (is_last) p.ws_counters[pieces.unit] = 0u;  // ready for the next launch: no memset between calls
   }
   __syncthreads();
   if (!is_last) return;
-  __threadfence();  // acquire side: the other splits' partials are read after their arrivals
+  __threadfence();  // acquire side: the other pieces' partials are read after their arrivals
 
-  // ---- The last CTA merges every split, in split order (bitwise reproducible) ----
-  // Stage (m, l) of all splits in shared memory, turn them into weights per row, then stream the
-  // partial outputs with independent 16-byte loads.
-  const int ns = p.num_splits;
-  float* split_w = reinterpret_cast<float*>(smem);  // [kRows][ns]: weight of split s for row r
-  float* split_l = split_w + T::kRows * ns;         // [kRows][ns]
-  for (int i = tid; i < rows_here * ns; i += T::kThreads) {
-    const int r = i / ns, sp = i % ns;
-    split_w[i] = __ldcg(unit_ml + (sp * T::kRows + r) * 2);
-    split_l[i] = __ldcg(unit_ml + (sp * T::kRows + r) * 2 + 1);
-  }
-  __syncthreads();
-  for (int r = tid; r < rows_here; r += T::kThreads) {
-    float m = kNegInf;
-    for (int sp = 0; sp < ns; ++sp) m = fmaxf(m, split_w[r * ns + sp]);
-    const float m_use = m == kNegInf ? 0.f : m;
-    float l = 0.f;
-    for (int sp = 0; sp < ns; ++sp) {
-      const float ls = split_l[r * ns + sp];
-      const float w = ls > 0.f ? ptx::ex2(split_w[r * ns + sp] - m_use) : 0.f;
-      split_w[r * ns + sp] = w;
-      l += ls * w;
+  // ---- The last CTA merges every piece, in piece order (bitwise reproducible) ----
+  const int ns = pieces.count;
+  if constexpr (!Pieces::kChunked) {
+    // Stage (m, l) of all pieces in shared memory, turn them into weights per row, then stream
+    // the partial outputs with independent 16-byte loads.
+    float* split_w = reinterpret_cast<float*>(smem);  // [kRows][ns]: weight of piece s for row r
+    float* split_l = split_w + T::kRows * ns;         // [kRows][ns]
+    for (int i = tid; i < rows_here * ns; i += T::kThreads) {
+      const int r = i / ns, sp = i % ns;
+      split_w[i] = __ldcg(slot_ml(sp) + r * 2);
+      split_l[i] = __ldcg(slot_ml(sp) + r * 2 + 1);
     }
-    const float inv = finish_row(r, m, l);
-    for (int sp = 0; sp < ns; ++sp) split_w[r * ns + sp] *= inv;
-  }
-  __syncthreads();
-  for (int i = tid; i < rows_here * (D / 4); i += T::kThreads) {
-    const int r = i / (D / 4), d = (i % (D / 4)) * 4;
-    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-    for (int sp = 0; sp < ns; ++sp) {
-      const float w = split_w[r * ns + sp];
-      if (w != 0.f) {  // an empty split's partial was never written: do not read it
-        const float4 o = __ldcg(reinterpret_cast<const float4*>(unit_o + (sp * T::kRows + r) * D + d));
-        acc.x += w * o.x, acc.y += w * o.y, acc.z += w * o.z, acc.w += w * o.w;
+    __syncthreads();
+    for (int r = tid; r < rows_here; r += T::kThreads) {
+      float m = kNegInf;
+      for (int sp = 0; sp < ns; ++sp) m = fmaxf(m, split_w[r * ns + sp]);
+      const float m_use = m == kNegInf ? 0.f : m;
+      float l = 0.f;
+      for (int sp = 0; sp < ns; ++sp) {
+        const float ls = split_l[r * ns + sp];
+        const float w = ls > 0.f ? ptx::ex2(split_w[r * ns + sp] - m_use) : 0.f;
+        split_w[r * ns + sp] = w;
+        l += ls * w;
       }
+      const float inv = finish_row(r, m, l);
+      for (int sp = 0; sp < ns; ++sp) split_w[r * ns + sp] *= inv;
     }
-    store_out(r, d, acc.x);
-    store_out(r, d + 1, acc.y);
-    store_out(r, d + 2, acc.z);
-    store_out(r, d + 3, acc.w);
+    __syncthreads();
+    for (int i = tid; i < rows_here * (D / 4); i += T::kThreads) {
+      const int r = i / (D / 4), d = (i % (D / 4)) * 4;
+      float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+      for (int sp = 0; sp < ns; ++sp) {
+        const float w = split_w[r * ns + sp];
+        if (w != 0.f) {  // an empty piece's partial was never written: do not read it
+          const float4 o = __ldcg(reinterpret_cast<const float4*>(slot_o(sp) + r * D + d));
+          acc.x += w * o.x, acc.y += w * o.y, acc.z += w * o.z, acc.w += w * o.w;
+        }
+      }
+      store_out(r, d, acc.x);
+      store_out(r, d + 1, acc.y);
+      store_out(r, d + 2, acc.z);
+      store_out(r, d + 3, acc.w);
+    }
+  } else {
+    // Any number of pieces, `chunk` at a time: the rows' maxima in a first pass, then per chunk
+    // the weights and sums (one thread per row) and the weighted outputs, accumulated in shared
+    // memory (registers here would be taken from the main loop's) and scaled once at the end.
+    const int chunk = pieces.chunk;
+    float* split_w = reinterpret_cast<float*>(smem);  // [kRows][chunk]
+    float* split_l = split_w + T::kRows * chunk;      // [kRows][chunk]
+    float4* acc = reinterpret_cast<float4*>(split_l + T::kRows * chunk);  // [kRows][D / 4]
+    float* row_inv = reinterpret_cast<float*>(acc + T::kRows * (D / 4));  // [kRows]
+    auto stage = [&](int c0, int k, bool with_l) {
+      for (int i = tid; i < rows_here * k; i += T::kThreads) {
+        const int r = i / k, j = i % k;
+        split_w[r * chunk + j] = __ldcg(slot_ml(c0 + j) + r * 2);
+        if (with_l) split_l[r * chunk + j] = __ldcg(slot_ml(c0 + j) + r * 2 + 1);
+      }
+    };
+    float m_row = kNegInf, l_row = 0.f;  // thread r < rows_here: row r
+    for (int c0 = 0; c0 < ns; c0 += chunk) {
+      const int k = ns - c0 < chunk ? ns - c0 : chunk;
+      stage(c0, k, false);
+      __syncthreads();
+      if (tid < rows_here) {
+        for (int j = 0; j < k; ++j) m_row = fmaxf(m_row, split_w[tid * chunk + j]);
+      }
+      __syncthreads();
+    }
+    const float m_use = m_row == kNegInf ? 0.f : m_row;
+    for (int c0 = 0; c0 < ns; c0 += chunk) {
+      const int k = ns - c0 < chunk ? ns - c0 : chunk;
+      stage(c0, k, true);
+      __syncthreads();
+      if (tid < rows_here) {
+        for (int j = 0; j < k; ++j) {
+          const float ls = split_l[tid * chunk + j];
+          const float w = ls > 0.f ? ptx::ex2(split_w[tid * chunk + j] - m_use) : 0.f;
+          split_w[tid * chunk + j] = w;
+          l_row += ls * w;
+        }
+      }
+      __syncthreads();
+      for (int i = tid; i < rows_here * (D / 4); i += T::kThreads) {
+        const int r = i / (D / 4), d = (i % (D / 4)) * 4;
+        float4 a = c0 == 0 ? make_float4(0.f, 0.f, 0.f, 0.f) : acc[i];
+        for (int j = 0; j < k; ++j) {
+          const float w = split_w[r * chunk + j];
+          if (w != 0.f) {  // an empty piece's partial was never written: do not read it
+            const float4 o = __ldcg(reinterpret_cast<const float4*>(slot_o(c0 + j) + r * D + d));
+            a.x += w * o.x, a.y += w * o.y, a.z += w * o.z, a.w += w * o.w;
+          }
+        }
+        acc[i] = a;  // this thread's own element in every chunk
+      }
+      __syncthreads();
+    }
+    if (tid < rows_here) row_inv[tid] = finish_row(tid, m_row, l_row);
+    __syncthreads();
+    for (int i = tid; i < rows_here * (D / 4); i += T::kThreads) {
+      const int r = i / (D / 4), d = (i % (D / 4)) * 4;
+      const float inv = row_inv[r];
+      const float4 a = acc[i];
+      store_out(r, d, a.x * inv);
+      store_out(r, d + 1, a.y * inv);
+      store_out(r, d + 2, a.z * inv);
+      store_out(r, d + 3, a.w * inv);
+    }
   }
+}
+
+// Split-KV (or no split): the pieces are the unit's num_splits splits.
+template <class T>
+__device__ __forceinline__ void finish_cta(const GqaParams& p, unsigned char* smem, const CtaRows& cta,
+                                           float v_scale) {
+  finish_cta<T>(p, smem, cta, v_scale, split_pieces<T>(p, cta));
 }
 
 }  // namespace deca::gqa

@@ -15,17 +15,23 @@ struct KeyRange {
   int end;    // one past the last key
 };
 
-// `seq_min` / `seq_len`: the shortest and longest sequence of the CTA's rows (equal without beams).
+// First key any row of a request can see, tile aligned: the window bounds it from below.
+// `seq_min`: the shortest sequence of the request's rows (its length without beams).
 template <class T>
-__device__ __forceinline__ KeyRange split_range(const GqaParams& p, int seq_min, int seq_len, int split) {
-  // First key any row of the request can see: the window bounds it from below.
+__device__ __forceinline__ int first_visible_key(const GqaParams& p, int seq_min) {
   int first = 0;
   if constexpr (T::kWindow) {
     const int p0 = seq_min - p.q_len;  // position of the first new token of the shortest beam
     first = p0 - p.window + 1;
     if (first < 0) first = 0;
   }
-  first = (first / T::kTile) * T::kTile;
+  return (first / T::kTile) * T::kTile;
+}
+
+// `seq_min` / `seq_len`: the shortest and longest sequence of the CTA's rows (equal without beams).
+template <class T>
+__device__ __forceinline__ KeyRange split_range(const GqaParams& p, int seq_min, int seq_len, int split) {
+  const int first = first_visible_key<T>(p, seq_min);
   KeyRange r;
   if (p.split_tokens > 0) {
     // Fixed split size from key 0: a request's partition depends on its own length only.

@@ -45,11 +45,14 @@ long long units(const GqaConfig& c, const GqaKernelKey& key) {
 WorkspaceLayout layout(const GqaPlan& plan, const GqaKernelKey& key) {
   WorkspaceLayout w;
   if (plan.config.checked) w.check_bytes = static_cast<std::size_t>(kCheckBytes);
-  if (plan.num_splits <= 1) return w;
+  if (plan.num_splits <= 1 && !key.balanced) return w;
   const auto u = static_cast<std::size_t>(units(plan.config, key));
-  const auto per_split = static_cast<std::size_t>(plan.num_splits) * key.rows;
-  w.o_bytes = align_up(u * per_split * plan.config.head_dim * sizeof(float));
-  w.ml_bytes = align_up(u * per_split * 2 * sizeof(float));
+  // Partial results: one slot per (unit, split), or, balanced, two per CTA (a share holds a cut
+  // unit only at its two ends: kernels/gqa/sm90/balance.cuh).
+  const std::size_t slots = key.balanced ? 2 * static_cast<std::size_t>(plan.num_splits)
+                                         : u * static_cast<std::size_t>(plan.num_splits);
+  w.o_bytes = align_up(slots * key.rows * plan.config.head_dim * sizeof(float));
+  w.ml_bytes = align_up(slots * key.rows * 2 * sizeof(float));
   w.counter_bytes = align_up(u * sizeof(unsigned));
   return w;
 }
@@ -145,7 +148,11 @@ void plan_gqa_decode(GqaPlan& plan) {
 
   plan.kernel_name = key.name();
   const int max_splits = std::min(kMaxSplits, gqa::max_merge_splits(shape, key.rows));
-  if (c.split_mode == SplitMode::kFixed) {
+  if (key.balanced) {
+    // One CTA per slot the SMs offer: the kernel shares the batch's tiles among them.
+    plan.split_tokens = 0;
+    plan.num_splits = plan.sm_count * resident;
+  } else if (c.split_mode == SplitMode::kFixed) {
     plan.split_tokens = plan::fixed_split_tokens(c.split_tokens, shape.tile);
     plan.num_splits = plan::fixed_num_splits(c.max_seq_len, plan.split_tokens);
     if (plan.num_splits > max_splits) {
@@ -213,8 +220,13 @@ void gqa_decode(const GqaPlan& plan, const GqaParams& params, void* stream, bool
   if (p.batch == 0) return;
   jit::Dim3 grid;
   grid.x = static_cast<unsigned>(plan.num_splits);
-  grid.y = static_cast<unsigned>(p.num_kv_heads * row_blocks(plan.config, key));
-  grid.z = static_cast<unsigned>(p.batch / key.beam_width);  // one CTA column per request
+  if (key.balanced) {  // the CTAs share the whole batch (kernels/gqa/sm90/balance.cuh)
+    grid.y = 1;
+    grid.z = 1;
+  } else {
+    grid.y = static_cast<unsigned>(p.num_kv_heads * row_blocks(plan.config, key));
+    grid.z = static_cast<unsigned>(p.batch / key.beam_width);  // one CTA column per request
+  }
   jit::Dim3 block;
   block.x = static_cast<unsigned>(shape.threads);
   void* args[] = {&p};

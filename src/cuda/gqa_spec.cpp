@@ -1,5 +1,7 @@
 #include "cuda/gqa_spec.hpp"
 
+#include "kernels/gqa/sm90/balance.cuh"
+
 #include <cstdlib>
 #include <string>
 #include <utility>
@@ -31,6 +33,7 @@ std::string GqaKernelKey::name() const {
   if (wgmma() && stages > 0) s += "_st" + to_string(stages);
   if (wgmma() && warpgroups == 2) s += "_wg2";
   if (wgmma() && overlap) s += "_ov";
+  if (wgmma() && balanced) s += "_bal";
   if (checked) s += "_chk";
   return s;
 }
@@ -61,6 +64,7 @@ jit::JitSpec GqaKernelKey::spec() const {
     src += constant("int", "kStages", to_string(stages));
     src += constant("int", "kWarpgroups", to_string(warpgroups));
     src += constant("bool", "kOverlapQk", b(overlap));
+    src += constant("bool", "kBalanced", b(balanced));
   }
   src += wgmma() ? "};\n#include \"kernels/gqa/sm90/entry.cuh\"\n" : "};\n#include \"kernels/gqa/entry.cuh\"\n";
   jit::JitSpec spec;
@@ -133,6 +137,18 @@ GqaKernelKey make_gqa_key(const GqaConfig& config, int arch, int sm_count) {
   if (const char* env = std::getenv("DECA_GQA_SM90_OVERLAP");
       env && key.wgmma() && key.warpgroups == 1 && key.rows <= 16 && std::atoi(env) == 1) {
     key.overlap = true;
+  }
+  // The balanced schedule wherever it applies: a grid of as many CTAs as the SMs hold (three per
+  // SM at two stages) shares the batch's tiles, so the SMs stream with three CTAs each whatever
+  // the batch's shape (kernels/gqa/sm90/balance.cuh says why). The fixed split keeps its grid:
+  // its promise is a partition that depends on a request's own length only.
+  const long long max_tiles = (config.max_seq_len + gqa::sm90::kTile - 1) / gqa::sm90::kTile;
+  if (key.wgmma() && key.warpgroups == 1 && !key.overlap && key.rows <= 16 &&
+      config.split_mode != SplitMode::kFixed &&
+      gqa::sm90::line_fits(config.max_batch, config.num_kv_heads, max_tiles)) {
+    const char* env = std::getenv("DECA_GQA_SM90_BALANCED");
+    key.balanced = !(env && std::atoi(env) == 0);
+    if (key.balanced) key.stages = 2;
   }
   if (const char* env = std::getenv("DECA_GQA_SM90_STAGES"); env && key.wgmma()) {
     const int v = std::atoi(env);

@@ -38,6 +38,9 @@ struct GpuOptions {
   const char* sm90_warpgroups = nullptr;
   // The Hopper fp8 kernel's overlapped QK (DECA_GQA_SM90_OVERLAP): "1" or null (off).
   const char* sm90_overlap = nullptr;
+  // The Hopper fp8 kernel's balanced schedule (DECA_GQA_SM90_BALANCED): "0" turns it off (one CTA
+  // per request, kv head and split); null: the default (on where it applies).
+  const char* sm90_balanced = nullptr;
 };
 
 inline GqaConfig gpu_config(const GqaCase& c, const GpuOptions& o) {
@@ -138,6 +141,7 @@ inline GpuRun run_gqa_on_gpu(const GqaCase& c, const GpuOptions& o = {}) {
   jit::testing::ScopedEnv mma("DECA_GQA_FP8_MMA", o.fp8_mma);
   jit::testing::ScopedEnv wg("DECA_GQA_SM90_WG", o.sm90_warpgroups);
   jit::testing::ScopedEnv ov("DECA_GQA_SM90_OVERLAP", o.sm90_overlap);
+  jit::testing::ScopedEnv bal("DECA_GQA_SM90_BALANCED", o.sm90_balanced);
   const GqaPlan plan = gpu_plan(c, o);
   DeviceCase dev(c, plan);
   if (o.run_batch) dev.params.batch = o.run_batch;

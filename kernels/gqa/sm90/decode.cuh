@@ -25,6 +25,7 @@
 #include "kernels/gqa/epilogue.cuh"
 #include "kernels/gqa/params.cuh"
 #include "kernels/gqa/request.cuh"
+#include "kernels/gqa/sm90/balance.cuh"
 #include "kernels/gqa/sm90/tile_ops.cuh"
 #include "kernels/gqa/sm90/traits.cuh"
 
@@ -51,6 +52,92 @@ __device__ __forceinline__ void qk_chain(float (&s)[H][A], const Desc& desc, uns
   wgmma_commit();
 }
 
+// The balanced schedule's pieces of a unit (balance.cuh): CTA first_cta + j holds piece j, in its
+// slot 2 c or 2 c + 1; the merge takes them `chunk` at a time.
+struct BalancedPieces {
+  static constexpr bool kChunked = true;
+  int count;
+  int index;
+  long long unit;  // arrival counter: request x kv heads + kv head
+  int first_cta;
+  int ctas;
+  int pos;
+  int total;
+  int chunk;
+  __device__ __forceinline__ long long slot(int j) const { return piece_slot(first_cta + j, pos, ctas, total); }
+};
+
+// This CTA's share of the balanced schedule's line.
+struct Share {
+  int total;  // positions on the line
+  int ctas;   // CTAs taking part
+  int b, e;   // the share [b, e)
+  Unit first;       // the unit b lies in
+};
+
+// The line's length from every request's length (a scan over the CTA's threads, each summing a
+// contiguous run of requests), the share, and the unit it starts in. `words`: 6 ints of shared
+// memory. False for a CTA past the ones taking part (a small batch).
+template <class T, class Fill>
+__device__ __forceinline__ bool balanced_share(const GqaParams& p, int* words, Share& sh,
+                                               const Fill& fill) {
+  constexpr int kWarps = T::kThreads / 32;
+  const int tid = threadIdx.x, l = tid & 31, w = tid >> 5;
+  const int batch = p.batch;
+  auto cost = [&](int r) {
+    const int len = load_seq_len<T>(p, r);
+    return p.num_kv_heads * (kUnitCost + unit_tiles(first_visible_key<T>(p, len), len, T::kTile));
+  };
+  const int per = (batch + T::kThreads - 1) / T::kThreads;
+  const int lo = tid * per < batch ? tid * per : batch;
+  const int hi = lo + per < batch ? lo + per : batch;
+  int mine = 0;
+  for (int r = lo; r < hi; ++r) mine += cost(r);
+  int incl = mine;
+#pragma unroll
+  for (int m = 1; m < 32; m <<= 1) {
+    const int v = __shfl_up_sync(0xffffffffu, incl, m);
+    if (l >= m) incl += v;
+  }
+  if (l == 31) words[w] = incl;
+  __syncthreads();
+  int before = 0, total = 0;
+#pragma unroll
+  for (int i = 0; i < kWarps; ++i) {
+    if (i < w) before += words[i];
+    total += words[i];
+  }
+  const int ctas = active_ctas(static_cast<int>(gridDim.x), total);
+  const int c = static_cast<int>(blockIdx.x);
+  if (c >= ctas) return false;  // the whole CTA
+  sh.total = total;
+  sh.ctas = ctas;
+  sh.b = share_begin(c, ctas, total);
+  sh.e = share_begin(c + 1, ctas, total);
+  int at = before + incl - mine;  // the first position of request lo
+  if (at <= sh.b && sh.b < at + mine) {
+    for (int r = lo; r < hi; ++r) {
+      const int cr = cost(r);
+      if (sh.b < at + cr) {
+        words[4] = r;
+        words[5] = at;
+        break;
+      }
+      at += cr;
+    }
+  }
+  __syncthreads();
+  Unit u{};
+  u.request = words[4];
+  fill(u);
+  const int per_unit = kUnitCost + u.tiles;
+  u.kv_head = (sh.b - words[5]) / per_unit;
+  u.pos = words[5] + u.kv_head * per_unit;
+  sh.first = u;
+  __syncthreads();  // words read by all (they live in the softmax's reduction area)
+  return true;
+}
+
 template <class Cfg>
 __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned char* smem_raw) {
   using T = Traits<Cfg>;
@@ -58,6 +145,7 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
   constexpr int kAcc = N / 2;  // accumulator floats per thread per m64 tile
   constexpr SmemPlan kPlan = T::kPlan;
   using Mma = WgmmaE4m3<N>;
+  constexpr bool kBalanced = T::kBalanced;
 
   // Two warpgroups (Cfg::kWarpgroups = 2): warpgroup wg takes m64 half wg of the tile's tokens in
   // S^T and of d in O^T, both share the softmax (max across all 8 warps) and P; one warpgroup
@@ -72,25 +160,15 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
   const int w = kWG == 1 ? tid >> 5 : (tid >> 5) & 3;  // warp in the warpgroup
   const int gw = kWG == 1 ? w : tid >> 5;             // warp in the CTA
   const int l = tid & 31;
-  const int split = blockIdx.x;
-  const int row_blocks = gridDim.y / p.num_kv_heads;
-  const int kv_head = blockIdx.y / row_blocks;
-  const int row_block = blockIdx.y % row_blocks;
-  const int request = blockIdx.z;
-  const int batch = request;
   const int q_len = p.q_len;
   const int rows_total = q_len * T::kGroup;
-  const int row0 = row_block * N;
-  if (row0 >= rows_total) return;  // a row block past this call's q_len (see decode.cuh)
+  const int heads = p.num_kv_heads;
   int* bad_item = nullptr;
   if constexpr (T::kChecked) {
     bad_item = checked_item_slots<T::kStages + 1>();
     if (tid <= T::kStages) bad_item[tid] = -1;
     __syncthreads();
   }
-  const int seq_len = load_seq_len<T>(p, batch);
-  const KeyRange range = split_range<T>(p, seq_len, seq_len, split);
-  const int num_tiles = range.end > range.begin ? (range.end - range.begin + kTile - 1) / kTile : 0;
 
   const unsigned raw = ptx::smem_addr(smem_raw);
   const unsigned base = (raw + 1023u) & ~1023u;
@@ -104,76 +182,56 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
   const unsigned long long desc0 = smem_desc_sw128(base, 16, 1024);
   auto desc = [&](unsigned offset) { return desc0 + (offset >> 4); };
 
-  const float k_scale = p.k_scales ? p.k_scales[kv_head] : p.k_scale;
-  const float v_scale = p.v_scales ? p.v_scales[kv_head] : p.v_scale;
-  const float qk_scale = p.softmax_scale * k_scale;
-
-  // ---- q: rows scaled by a power of two each into [128, 256), split into two e4m3 terms ----
-  for (int i = tid; i < N * 16; i += T::kThreads) {
-    const int r = i >> 4;
-    const int d0 = 8 * (i & 15);
-    const int row = row0 + r;
-    float x[8];
-    float amax = 0.f;
-    if (row < rows_total) {
-      const int head = kv_head * T::kGroup + row % T::kGroup;
-      const unsigned short* q = static_cast<const unsigned short*>(p.q) + batch * p.q_stride_batch +
-                                (row / T::kGroup) * p.q_stride_token + head * p.q_stride_head + d0;
-#pragma unroll
-      for (int j = 0; j < 8; j += 2) {
-        const unsigned two = *reinterpret_cast<const unsigned*>(q + j);
-        const unsigned short lo = static_cast<unsigned short>(two & 0xFFFFu);
-        const unsigned short hi = static_cast<unsigned short>(two >> 16);
-        if constexpr (T::kQDtype == kv::kFP16) {
-          x[j] = ptx::fp16_bits_to_float(lo), x[j + 1] = ptx::fp16_bits_to_float(hi);
-        } else {
-          x[j] = ptx::bf16_bits_to_float(lo), x[j + 1] = ptx::bf16_bits_to_float(hi);
-        }
-      }
-#pragma unroll
-      for (int j = 0; j < 8; ++j) amax = fmaxf(amax, fabsf(x[j]));
-    } else {
-#pragma unroll
-      for (int j = 0; j < 8; ++j) x[j] = 0.f;
-    }
-    // The 16 threads of a row are 16 consecutive lanes.
-#pragma unroll
-    for (int m = 1; m < 16; m <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, m));
-    const float sc = q_row_scale(amax, 7);
-    unsigned hi[2], lo[2];
-    kv::split_e4m3_f32(x[0] * sc, x[1] * sc, x[2] * sc, x[3] * sc, hi[0], lo[0]);
-    kv::split_e4m3_f32(x[4] * sc, x[5] * sc, x[6] * sc, x[7] * sc, hi[1], lo[1]);
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      sts32(base + kPlan.q_hi + swz128(r, d0 + 4 * j), hi[j]);
-      sts32(base + kPlan.q_lo + swz128(r, d0 + 4 * j), lo[j]);
-    }
-    if ((i & 15) == 0) q_inv[r] = 1.f / sc;  // exact: a power of two
+  // ---- Schedule: the units (request, kv head) and tiles this CTA computes ----
+  // Split-KV (and no split): one unit, the keys of split blockIdx.x. Balanced (balance.cuh): the
+  // units and tiles of this CTA's share of the whole batch's line.
+  auto fill = [&](Unit& u) {
+    u.seq_len = load_seq_len<T>(p, u.request);
+    u.first = first_visible_key<T>(p, u.seq_len);
+    u.end = u.seq_len;
+    u.tiles = unit_tiles(u.first, u.seq_len, kTile);
+  };
+  int row_blocks = 1, row_block = 0, split = 0;
+  Share sh{};
+  Unit unit0{};
+  if constexpr (kBalanced) {
+    if (!balanced_share<T>(p, reinterpret_cast<int*>(red), sh, fill)) return;
+    unit0 = sh.first;
+  } else {
+    split = blockIdx.x;
+    row_blocks = gridDim.y / heads;
+    unit0.kv_head = blockIdx.y / row_blocks;
+    row_block = blockIdx.y % row_blocks;
+    unit0.request = blockIdx.z;
+    if (row_block * N >= rows_total) return;  // a row block past this call's q_len (see decode.cuh)
+    unit0.seq_len = load_seq_len<T>(p, unit0.request);
+    const KeyRange range = split_range<T>(p, unit0.seq_len, unit0.seq_len, split);
+    unit0.first = range.begin;
+    unit0.end = range.end;
+    unit0.tiles = range.end > range.begin ? (range.end - range.begin + kTile - 1) / kTile : 0;
+    unit0.pos = 0;
   }
+  const int row0 = row_block * N;
 
   // ---- Loader: thread (row tid / 8 + 16 i, chunk tid % 8) of every K and V tile ----
-  const unsigned char* k_base = static_cast<const unsigned char*>(p.k_cache) +
-                                static_cast<long long>(kv_head) * p.k_stride_head;
-  const unsigned char* v_base = static_cast<const unsigned char*>(p.v_cache) +
-                                static_cast<long long>(kv_head) * p.v_stride_head;
-  const int* page_row = p.page_table + batch * p.page_table_stride;
   const unsigned k_page_bytes = static_cast<unsigned>(p.k_stride_page);
   const unsigned k_slot_bytes = static_cast<unsigned>(p.k_stride_slot);
   const unsigned v_page_bytes = static_cast<unsigned>(p.v_stride_page);
   const unsigned v_slot_bytes = static_cast<unsigned>(p.v_stride_slot);
   const unsigned chunk_ld = static_cast<unsigned>(tid & 7);
   const unsigned row0_ld = static_cast<unsigned>(tid >> 3);
+  auto page_row_of = [&](int request) { return p.page_table + request * p.page_table_stride; };
   // Page ids, read a tile ahead. When a tile spans at most 32 whole pages (page size 4..128), lane
   // j of every warp reads the tile's page j and each row takes its id by shuffle when the tile is
   // issued: one load per thread and tile. Otherwise one of the 8 threads of a row reads the row's
-  // id (the portable kernel's scheme, decode.cuh). Ids of pages past the request's last key are
+  // id (the portable kernel's scheme, decode.cuh). Ids of pages past the unit's last key are
   // never read (their table entries may be anything): they stay -1, and so do rows past it.
   constexpr bool kPagePerLane = kTile % T::kPageSize == 0 && kTile / T::kPageSize <= 32;
   int pages_next[kPagePerLane ? 1 : T::kLoadsPerThread];
-  auto checked_id = [&](int id, int item, unsigned page_index) {
+  auto checked_id = [&](int id, int item, int request, unsigned page_index) {
     if constexpr (T::kChecked) {
       if (static_cast<unsigned>(id) >= static_cast<unsigned>(p.num_pages)) {
-        check_report(static_cast<CheckRecord*>(p.check), kCheckPageId, batch, 0,
+        check_report(static_cast<CheckRecord*>(p.check), kCheckPageId, request, 0,
                      static_cast<int>(page_index), id, p.num_pages);
         bad_item[item % (T::kStages + 1)] = item;
         return -1;
@@ -181,28 +239,31 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
     }
     return id;
   };
-  auto fetch_pages = [&](int item) {
-    const unsigned t0 = static_cast<unsigned>(range.begin + item * kTile);
+  auto tile_t0 = [&](const TileCursor& c) { return static_cast<unsigned>(c.u.first + c.i * kTile); };
+  // The page ids of cursor c's tile, the ring's tile `item`.
+  auto fetch_pages = [&](const TileCursor& c, int item) {
+    const unsigned t0 = tile_t0(c);
+    const int* page_row = page_row_of(c.u.request);
     if constexpr (kPagePerLane) {
       const unsigned page_index = t0 / T::kPageSize + l;
-      const bool needed = item < num_tiles && l < kTile / T::kPageSize &&
-                          t0 + l * T::kPageSize < static_cast<unsigned>(range.end);
-      pages_next[0] = needed ? checked_id(__ldg(page_row + page_index), item, page_index) : -1;
+      const bool needed = !c.done && l < kTile / T::kPageSize &&
+                          t0 + l * T::kPageSize < static_cast<unsigned>(c.u.end);
+      pages_next[0] = needed ? checked_id(__ldg(page_row + page_index), item, c.u.request, page_index) : -1;
     } else {
 #pragma unroll
       for (int i = 0; i < T::kLoadsPerThread; ++i) {
         const unsigned tok = t0 + row0_ld + kRowStep * i;
-        const bool needed = item < num_tiles && tok < static_cast<unsigned>(range.end) && chunk_ld == 0;
+        const bool needed = !c.done && tok < static_cast<unsigned>(c.u.end) && chunk_ld == 0;
         const unsigned page_index = tok / T::kPageSize;
-        pages_next[i] = needed ? checked_id(__ldg(page_row + page_index), item, page_index) : -1;
+        pages_next[i] = needed ? checked_id(__ldg(page_row + page_index), item, c.u.request, page_index) : -1;
       }
     }
   };
-  auto page_of_row = [&](unsigned t0, int i) {
+  auto page_of_row = [&](unsigned t0, unsigned end, int i) {
     const unsigned row = row0_ld + kRowStep * i;
     if constexpr (kPagePerLane) {
       const int id = __shfl_sync(0xffffffffu, pages_next[0], static_cast<int>(row / T::kPageSize));
-      return t0 + row < static_cast<unsigned>(range.end) ? id : -1;
+      return t0 + row < end ? id : -1;
     } else {
       return __shfl_sync(0xffffffffu, pages_next[i], l - static_cast<int>(chunk_ld));
     }
@@ -217,14 +278,20 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
   };
   const unsigned k_lane = row0_ld % T::kPageSize * k_slot_bytes + chunk_ld * 16;
   const unsigned v_lane = row0_ld % T::kPageSize * v_slot_bytes + chunk_ld * 16;
-  auto issue_tile = [&](int item, int stage) {
-    const unsigned t0 = static_cast<unsigned>(range.begin + item * kTile);
+  // Cursor c's tile into `stage` (its page ids fetched by fetch_pages).
+  auto issue_tile = [&](const TileCursor& c, int stage) {
+    const unsigned t0 = tile_t0(c);
+    const unsigned end = static_cast<unsigned>(c.u.end);
+    const unsigned char* k_base = static_cast<const unsigned char*>(p.k_cache) +
+                                  static_cast<long long>(c.u.kv_head) * p.k_stride_head;
+    const unsigned char* v_base = static_cast<const unsigned char*>(p.v_cache) +
+                                  static_cast<long long>(c.u.kv_head) * p.v_stride_head;
     const unsigned ks = k_stage(stage);
     const unsigned vs = v_stage(stage);
 #pragma unroll
     for (int i = 0; i < T::kLoadsPerThread; ++i) {
       const unsigned row = row0_ld + kRowStep * i;
-      const int page = page_of_row(t0, i);
+      const int page = page_of_row(t0, end, i);
       const bool valid = page >= 0;
       const unsigned upage = valid ? static_cast<unsigned>(page) : 0u;
       unsigned k_in, v_in;  // byte offsets inside the page
@@ -245,31 +312,35 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
       ptx::cp_async_16(vs + off, vsrc, valid);
     }
   };
+  // The loader's cursor: the next tile to issue, whose page ids pages_next holds; `pend_item` is
+  // its index in the ring (tile g of the CTA goes to stage g % kStages).
+  TileCursor pend;
+  if constexpr (kBalanced) {
+    pend = first_tile(unit0, sh.b, sh.e, heads, p.batch, fill);
+  } else {
+    pend = TileCursor{unit0, 0, unit0.tiles, unit0.tiles <= 0};
+  }
+  int pend_item = 0;
+  // Issues the pending tile (nothing past the CTA's last: an empty group keeps the count), moves
+  // the cursor on and fetches the next one's page ids.
+  auto issue_next = [&] {
+    if (!pend.done) issue_tile(pend, pend_item % T::kStages);
+    ptx::cp_async_commit();
+    if constexpr (kBalanced) {
+      next_tile(pend, sh.e, heads, p.batch, fill);
+    } else {
+      ++pend.i;
+      pend.done = pend.i >= pend.hi;
+    }
+    ++pend_item;
+    fetch_pages(pend, pend_item);
+  };
 
   // ---- Per-thread accumulator coordinates ----
   // S^T element e of m64 half h: token 64 h + 16 w + l / 4 + 8 ((e >> 1) & 1), column (query row)
   // 8 (e / 4) + 2 (l % 4) + (e & 1); column index cc = 2 (e / 4) + (e & 1) of this thread's kCols.
   // O^T element e of d half m: d 64 m + 16 w + l / 4 + 8 ((e >> 1) & 1), same columns.
   auto col_row = [&](int cc) { return 8 * (cc >> 1) + 2 * (l & 3) + (cc & 1); };
-  __syncthreads();  // q_inv written
-  // Logit scale of column cc (log2 units, the row's q scale undone): in registers up to 16 rows;
-  // with 32 or 64 rows read from shared memory per tile, which keeps 64 rows free of spills.
-  constexpr bool kScaleRegs = T::kCols <= 4;
-  const float logit_scale = T::kSoftcap ? qk_scale : qk_scale * kLog2e;
-  float row_scale_r[kScaleRegs ? T::kCols : 1];
-#pragma unroll
-  for (int cc = 0; cc < (kScaleRegs ? T::kCols : 1); ++cc) row_scale_r[cc] = logit_scale * q_inv[col_row(cc)];
-  auto row_scale = [&](int cc) { return kScaleRegs ? row_scale_r[cc] : logit_scale * q_inv[col_row(cc)]; };
-  float m_run[T::kCols], l_run[T::kCols];
-#pragma unroll
-  for (int cc = 0; cc < T::kCols; ++cc) m_run[cc] = kNegInf, l_run[cc] = 0.f;
-  float o[kHalves][kAcc];  // O^T of d half wg * kHalves + m
-#pragma unroll
-  for (int m = 0; m < kHalves; ++m) {
-#pragma unroll
-    for (int e = 0; e < kAcc; ++e) o[m][e] = 0.f;
-  }
-  const int causal_start = seq_len - q_len;  // keys below are visible to every row (window aside)
   // The transpose's blocks (transpose_block): block i's four token rows are read at stage +
   // v_read[i] + {0, 1024, 8192, 9216} (rows + 0, 8, 64, 72: the same row % 8, so the same swizzle),
   // its four d rows j written at ((stage + v_write[i]) ^ 16 j) + 128 j: in swz128(4 db + j, x) the
@@ -303,260 +374,347 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
   float s_next[kOverlap ? kHalves : 1][kOverlap ? kAcc : 1];  // the next tile's S^T, in flight
 
   // ---- Prologue: kStages - 1 tiles in flight (all kStages when overlapped) ----
-  fetch_pages(0);
+  fetch_pages(pend, 0);
 #pragma unroll
-  for (int s = 0; s < T::kStages - (kOverlap ? 0 : 1); ++s) {
-    if (s < num_tiles) issue_tile(s, s);
-    ptx::cp_async_commit();
-    fetch_pages(s + 1);
-  }
-  if constexpr (kOverlap) {
-    if (num_tiles > 0) {
-      ptx::cp_async_wait<T::kStages - 1>();  // tile 0
-      fence_proxy_async_smem();
-      __syncthreads();
-      qk_chain<Mma>(s_next, desc, 0u, kPlan, wg * kHalves);
-    }
-  }
+  for (int s = 0; s < T::kStages - (kOverlap ? 0 : 1); ++s) issue_next();
 
-  for (int item = 0; item < num_tiles; ++item) {
-    if constexpr (!kOverlap) {
-      ptx::cp_async_wait<T::kStages - 2>();
-      fence_proxy_async_smem();  // this thread's landed chunks, to the wgmma (async proxy) readers
-      __syncthreads();           // tile `item` landed for all; stage (item - 1) % kStages is free
-      const int next = item + T::kStages - 1;
-      if (next < num_tiles) issue_tile(next, next % T::kStages);
-      ptx::cp_async_commit();
-      fetch_pages(next + 1);
-    }
-    const int stage = item % T::kStages;
-    const unsigned k_off = stage * 2 * kStageBytes;  // from the base
-    const unsigned v_off = k_off + kStageBytes;
-    const unsigned vs = base + v_off;
-    const int tile_t0 = range.begin + item * kTile;
+  // ---- Units: the CTA's one (split-KV) or its share's (balanced), each with its q, its tiles and
+  // its epilogue; the ring runs on across units ----
+  int item = 0;  // tiles computed so far: the ring's index
+  Unit u = unit0;
+  for (;;) {
+    const int batch = u.request;
+    const int kv_head = u.kv_head;
+    const int seq_len = u.seq_len;
+    const int* page_row = page_row_of(batch);
+    const int tile_lo = kBalanced ? share_tile_lo(u.pos, u.tiles, sh.b) : 0;
+    const int tile_hi = kBalanced ? share_tile_hi(u.pos, u.tiles, sh.e) : u.tiles;
+    const float k_scale = p.k_scales ? p.k_scales[kv_head] : p.k_scale;
+    const float v_scale = p.v_scales ? p.v_scales[kv_head] : p.v_scale;
+    const float qk_scale = p.softmax_scale * k_scale;
 
-    // S^T = K (q_hi + q_lo)^T (2 halves x 4 k-steps of 32 dims x 2 terms) and V -> V^T in place.
-    // The transpose runs while the tensor cores work, except at 64 rows, where the S^T registers
-    // in flight and the transpose's 32 would not fit beside O^T without spilling.
-    float s[kHalves][kAcc];  // S^T of token half wg * kHalves + h
-    auto issue_qk = [&] { qk_chain<Mma>(s, desc, k_off, kPlan, wg * kHalves); };
-    auto transpose_v = [&] {
-      unsigned vw[kIters][4];
-#pragma unroll
-      for (int i = 0; i < kIters; ++i) {
-        const unsigned a = vs + (kKeepOffsets ? v_read_r[i] : v_read(i));
-#pragma unroll
-        for (int j = 0; j < 4; ++j) vw[i][j] = ptx::lds32(a + 1024u * (j & 1) + 8192u * (j >> 1));
-      }
-      __syncthreads();
-#pragma unroll
-      for (int i = 0; i < kIters; ++i) {
-        const unsigned a = vs + (kKeepOffsets ? v_write_r[i] : v_write(i));
-        unsigned cols[4];
-        transpose4x4(vw[i], cols);
-#pragma unroll
-        for (int j = 0; j < 4; ++j) sts32((a ^ (16u * j)) + 128u * j, cols[j]);
-      }
-    };
-    if constexpr (kOverlap) {
-      transpose_v();  // this tile's S^T is in flight since the last tile (or the prologue)
-      wgmma_wait<0>();
-#pragma unroll
-      for (int h = 0; h < kHalves; ++h) {
-        fence_regs(s_next[h]);
-#pragma unroll
-        for (int e = 0; e < kAcc; ++e) s[h][e] = s_next[h][e];
-      }
-    } else if constexpr (N < 64) {
-      issue_qk();
-      transpose_v();
-    } else {
-      transpose_v();
-      issue_qk();
-    }
-    wgmma_wait<0>();
-#pragma unroll
-    for (int h = 0; h < kHalves; ++h) fence_regs(s[h]);
-
-    // ---- Scale, soft-cap, mask ----
-    const bool bad_tile = T::kChecked && bad_item[item % (T::kStages + 1)] == item;
-    const bool need_mask = tile_t0 + kTile > causal_start || tile_t0 + kTile > range.end ||
-                           (T::kWindow && tile_t0 < seq_len - p.window) || bad_tile;
-#pragma unroll
-    for (int h = 0; h < kHalves; ++h) {
-#pragma unroll
-      for (int e = 0; e < kAcc; ++e) {
-        const int cc = 2 * (e >> 2) + (e & 1);
-        float x = s[h][e];
-        if constexpr (T::kSoftcap) {
-          x = p.softcap * tanhf(x * row_scale(cc) / p.softcap) * kLog2e;
-        } else {
-          x *= row_scale(cc);
-        }
-        if (need_mask) {
-          const int t = tile_t0 + 64 * (wg * kHalves + h) + 16 * w + (l >> 2) + 8 * ((e >> 1) & 1);
-          const int row = row0 + col_row(cc);
-          const int tok = (row < rows_total ? row : 0) / T::kGroup;
-          const unsigned* tree =
-              T::kTree ? p.tree_mask + batch * p.mask_stride_batch + tok * p.mask_stride_token : nullptr;
-          bool visible = t < range.end && row_sees_key<T>(p, t, causal_start + tok, causal_start, tree);
-          if constexpr (T::kChecked) {
-            if (bad_tile && visible) {
-              visible = static_cast<unsigned>(__ldg(page_row + t / T::kPageSize)) <
-                        static_cast<unsigned>(p.num_pages);
-            }
+    // ---- q: rows scaled by a power of two each into [128, 256), split into two e4m3 terms ----
+    for (int i = tid; i < N * 16; i += T::kThreads) {
+      const int r = i >> 4;
+      const int d0 = 8 * (i & 15);
+      const int row = row0 + r;
+      float x[8];
+      float amax = 0.f;
+      if (row < rows_total) {
+        const int head = kv_head * T::kGroup + row % T::kGroup;
+        const unsigned short* q = static_cast<const unsigned short*>(p.q) + batch * p.q_stride_batch +
+                                  (row / T::kGroup) * p.q_stride_token + head * p.q_stride_head + d0;
+  #pragma unroll
+        for (int j = 0; j < 8; j += 2) {
+          const unsigned two = *reinterpret_cast<const unsigned*>(q + j);
+          const unsigned short lo = static_cast<unsigned short>(two & 0xFFFFu);
+          const unsigned short hi = static_cast<unsigned short>(two >> 16);
+          if constexpr (T::kQDtype == kv::kFP16) {
+            x[j] = ptx::fp16_bits_to_float(lo), x[j + 1] = ptx::fp16_bits_to_float(hi);
+          } else {
+            x[j] = ptx::bf16_bits_to_float(lo), x[j + 1] = ptx::bf16_bits_to_float(hi);
           }
-          if (!visible) x = kNegInf;
         }
-        s[h][e] = x;
+  #pragma unroll
+        for (int j = 0; j < 8; ++j) amax = fmaxf(amax, fabsf(x[j]));
+      } else {
+  #pragma unroll
+        for (int j = 0; j < 8; ++j) x[j] = 0.f;
+      }
+      // The 16 threads of a row are 16 consecutive lanes.
+  #pragma unroll
+      for (int m = 1; m < 16; m <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, m));
+      const float sc = q_row_scale(amax, 7);
+      unsigned hi[2], lo[2];
+      kv::split_e4m3_f32(x[0] * sc, x[1] * sc, x[2] * sc, x[3] * sc, hi[0], lo[0]);
+      kv::split_e4m3_f32(x[4] * sc, x[5] * sc, x[6] * sc, x[7] * sc, hi[1], lo[1]);
+  #pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        sts32(base + kPlan.q_hi + swz128(r, d0 + 4 * j), hi[j]);
+        sts32(base + kPlan.q_lo + swz128(r, d0 + 4 * j), lo[j]);
+      }
+      if ((i & 15) == 0) q_inv[r] = 1.f / sc;  // exact: a power of two
+    }
+    __syncthreads();  // q_inv written
+    // Logit scale of column cc (log2 units, the row's q scale undone): in registers up to 16 rows;
+    // with 32 or 64 rows read from shared memory per tile, which keeps 64 rows free of spills.
+    constexpr bool kScaleRegs = T::kCols <= 4;
+    const float logit_scale = T::kSoftcap ? qk_scale : qk_scale * kLog2e;
+    float row_scale_r[kScaleRegs ? T::kCols : 1];
+#pragma unroll
+    for (int cc = 0; cc < (kScaleRegs ? T::kCols : 1); ++cc) row_scale_r[cc] = logit_scale * q_inv[col_row(cc)];
+    auto row_scale = [&](int cc) { return kScaleRegs ? row_scale_r[cc] : logit_scale * q_inv[col_row(cc)]; };
+    float m_run[T::kCols], l_run[T::kCols];
+#pragma unroll
+    for (int cc = 0; cc < T::kCols; ++cc) m_run[cc] = kNegInf, l_run[cc] = 0.f;
+    float o[kHalves][kAcc];  // O^T of d half wg * kHalves + m
+#pragma unroll
+    for (int m = 0; m < kHalves; ++m) {
+#pragma unroll
+      for (int e = 0; e < kAcc; ++e) o[m][e] = 0.f;
+    }
+    const int causal_start = seq_len - q_len;  // keys below are visible to every row (window aside)
+
+    if constexpr (kOverlap) {
+      if (tile_hi > tile_lo) {
+        ptx::cp_async_wait<T::kStages - 1>();  // the unit's first tile
+        fence_proxy_async_smem();
+        __syncthreads();
+        qk_chain<Mma>(s_next, desc, (item % T::kStages) * 2u * kStageBytes, kPlan, wg * kHalves);
       }
     }
 
-    // ---- Online softmax down the tokens: column maxima across lanes, then across the warps ----
-    float mx[T::kCols];
-#pragma unroll
-    for (int cc = 0; cc < T::kCols; ++cc) mx[cc] = kNegInf;
-#pragma unroll
-    for (int h = 0; h < kHalves; ++h) {
-#pragma unroll
-      for (int e = 0; e < kAcc; ++e) {
-        const int cc = 2 * (e >> 2) + (e & 1);
-        mx[cc] = fmaxf(mx[cc], s[h][e]);
+    for (int i_tile = tile_lo; i_tile < tile_hi; ++i_tile, ++item) {
+      if constexpr (!kOverlap) {
+        ptx::cp_async_wait<T::kStages - 2>();
+        fence_proxy_async_smem();  // this thread's landed chunks, to the wgmma (async proxy) readers
+        __syncthreads();           // tile `item` landed for all; stage (item - 1) % kStages is free
+        issue_next();              // tile item + kStages - 1
+      }
+      const int stage = item % T::kStages;
+      const unsigned k_off = stage * 2 * kStageBytes;  // from the base
+      const unsigned v_off = k_off + kStageBytes;
+      const unsigned vs = base + v_off;
+      const int tile_t0 = u.first + i_tile * kTile;
+
+      // S^T = K (q_hi + q_lo)^T (2 halves x 4 k-steps of 32 dims x 2 terms) and V -> V^T in place.
+      // The transpose runs while the tensor cores work, except at 64 rows, where the S^T registers
+      // in flight and the transpose's 32 would not fit beside O^T without spilling.
+      float s[kHalves][kAcc];  // S^T of token half wg * kHalves + h
+      auto issue_qk = [&] { qk_chain<Mma>(s, desc, k_off, kPlan, wg * kHalves); };
+      auto transpose_v = [&] {
+        unsigned vw[kIters][4];
+  #pragma unroll
+        for (int i = 0; i < kIters; ++i) {
+          const unsigned a = vs + (kKeepOffsets ? v_read_r[i] : v_read(i));
+  #pragma unroll
+          for (int j = 0; j < 4; ++j) vw[i][j] = ptx::lds32(a + 1024u * (j & 1) + 8192u * (j >> 1));
+        }
+        __syncthreads();
+  #pragma unroll
+        for (int i = 0; i < kIters; ++i) {
+          const unsigned a = vs + (kKeepOffsets ? v_write_r[i] : v_write(i));
+          unsigned cols[4];
+          transpose4x4(vw[i], cols);
+  #pragma unroll
+          for (int j = 0; j < 4; ++j) sts32((a ^ (16u * j)) + 128u * j, cols[j]);
+        }
+      };
+      if constexpr (kOverlap) {
+        transpose_v();  // this tile's S^T is in flight since the last tile (or the prologue)
+        wgmma_wait<0>();
+  #pragma unroll
+        for (int h = 0; h < kHalves; ++h) {
+          fence_regs(s_next[h]);
+  #pragma unroll
+          for (int e = 0; e < kAcc; ++e) s[h][e] = s_next[h][e];
+        }
+      } else if constexpr (N < 64) {
+        issue_qk();
+        transpose_v();
+      } else {
+        transpose_v();
+        issue_qk();
+      }
+      wgmma_wait<0>();
+  #pragma unroll
+      for (int h = 0; h < kHalves; ++h) fence_regs(s[h]);
+
+      // ---- Scale, soft-cap, mask ----
+      const bool bad_tile = T::kChecked && bad_item[item % (T::kStages + 1)] == item;
+      const bool need_mask = tile_t0 + kTile > causal_start || tile_t0 + kTile > u.end ||
+                             (T::kWindow && tile_t0 < seq_len - p.window) || bad_tile;
+  #pragma unroll
+      for (int h = 0; h < kHalves; ++h) {
+  #pragma unroll
+        for (int e = 0; e < kAcc; ++e) {
+          const int cc = 2 * (e >> 2) + (e & 1);
+          float x = s[h][e];
+          if constexpr (T::kSoftcap) {
+            x = p.softcap * tanhf(x * row_scale(cc) / p.softcap) * kLog2e;
+          } else {
+            x *= row_scale(cc);
+          }
+          if (need_mask) {
+            const int t = tile_t0 + 64 * (wg * kHalves + h) + 16 * w + (l >> 2) + 8 * ((e >> 1) & 1);
+            const int row = row0 + col_row(cc);
+            const int tok = (row < rows_total ? row : 0) / T::kGroup;
+            const unsigned* tree =
+                T::kTree ? p.tree_mask + batch * p.mask_stride_batch + tok * p.mask_stride_token : nullptr;
+            bool visible = t < u.end && row_sees_key<T>(p, t, causal_start + tok, causal_start, tree);
+            if constexpr (T::kChecked) {
+              if (bad_tile && visible) {
+                visible = static_cast<unsigned>(__ldg(page_row + t / T::kPageSize)) <
+                          static_cast<unsigned>(p.num_pages);
+              }
+            }
+            if (!visible) x = kNegInf;
+          }
+          s[h][e] = x;
+        }
+      }
+
+      // ---- Online softmax down the tokens: column maxima across lanes, then across the warps ----
+      float mx[T::kCols];
+  #pragma unroll
+      for (int cc = 0; cc < T::kCols; ++cc) mx[cc] = kNegInf;
+  #pragma unroll
+      for (int h = 0; h < kHalves; ++h) {
+  #pragma unroll
+        for (int e = 0; e < kAcc; ++e) {
+          const int cc = 2 * (e >> 2) + (e & 1);
+          mx[cc] = fmaxf(mx[cc], s[h][e]);
+        }
+      }
+  #pragma unroll
+      for (int cc = 0; cc < T::kCols; ++cc) {
+  #pragma unroll
+        for (int m = 4; m < 32; m <<= 1) mx[cc] = fmaxf(mx[cc], __shfl_xor_sync(0xffffffffu, mx[cc], m));
+      }
+      if (l < 4) {
+  #pragma unroll
+        for (int cc = 0; cc < T::kCols; ++cc) red[gw * N + col_row(cc)] = mx[cc];
+      }
+      if constexpr (kOverlap) {
+        if (i_tile + 1 < tile_hi) {
+          ptx::cp_async_wait<T::kStages - 2>();  // tile item + 1 (the prologue committed kStages)
+          fence_proxy_async_smem();
+        }
+      }
+      __syncthreads();  // red complete (overlapped: tile item + 1 landed for all too)
+      if constexpr (kOverlap) {
+        if (i_tile + 1 < tile_hi) {
+          qk_chain<Mma>(s_next, desc, ((item + 1) % T::kStages) * 2u * kStageBytes, kPlan, wg * kHalves);
+        }
+      }
+      // Per query row (column cc): the new max, P = 2^(x - m + 8) (times 256: e4m3's range) as two
+      // e4m3 terms stored as the B operand (query rows of token bytes in PV's token order,
+      // quad_token: byte i of a term = tokens + 0, 8, 64, 72), the row's sum and O rescaled. One
+      // column at a time keeps no per-column arrays live (64 rows stay free of spills).
+  #pragma unroll
+      for (int cc = 0; cc < T::kCols; ++cc) {
+        const int r = col_row(cc);
+        float m_tile = fmaxf(fmaxf(red[r], red[N + r]), fmaxf(red[2 * N + r], red[3 * N + r]));
+        if constexpr (kWG == 2) {
+          m_tile = fmaxf(m_tile, fmaxf(fmaxf(red[4 * N + r], red[5 * N + r]), fmaxf(red[6 * N + r], red[7 * N + r])));
+        }
+        const float m_new = fmaxf(m_run[cc], m_tile);
+        // A row that has seen nothing keeps m = -inf; subtracting 0 keeps exp2 at 0, not NaN.
+        const float m_use = m_new == kNegInf ? 0.f : m_new;
+        const float alpha = ptx::ex2(m_run[cc] - m_use);
+        m_run[cc] = m_new;
+        const float shift = m_use - 8.f;
+        const int e0 = 4 * (cc >> 1) + (cc & 1);  // elements e0 (token +0) and e0 + 2 (token +8)
+        float pr[4] = {0.f, 0.f, 0.f, 0.f};
+  #pragma unroll
+        for (int h = 0; h < kHalves; ++h) {
+          pr[2 * h] = ptx::ex2(s[h][e0] - shift);
+          pr[2 * h + 1] = ptx::ex2(s[h][e0 + 2] - shift);
+        }
+        l_run[cc] = l_run[cc] * alpha + ((pr[0] + pr[1]) + (pr[2] + pr[3]));
+        unsigned hi, lo;
+        kv::split_e4m3_f32(pr[0], pr[1], pr[2], pr[3], hi, lo);
+        if constexpr (kWG == 1) {
+          sts32(base + kPlan.p_hi + swz128(r, p_pos), hi);
+          sts32(base + kPlan.p_lo + swz128(r, p_pos), lo);
+        } else {
+          sts16(base + kPlan.p_hi + swz128(r, p_pos), hi & 0xFFFFu);
+          sts16(base + kPlan.p_lo + swz128(r, p_pos), lo & 0xFFFFu);
+        }
+  #pragma unroll
+        for (int m = 0; m < kHalves; ++m) o[m][e0] *= alpha, o[m][e0 + 2] *= alpha;
+      }
+      fence_proxy_async_smem();  // P and V^T, to the wgmma
+      __syncthreads();
+
+      // O^T += V^T (P_hi + P_lo)^T: 2 halves of d x 4 k-steps of 32 tokens x 2 terms, into a fresh
+      // accumulator per tile that is added to O in fp32. Hopper's fp8 wgmma keeps only ~14 bits
+      // when it accumulates (DeepSeek-V3 report, "FP8 GEMM accumulation precision"): carried over
+      // a whole sequence in the tensor core, O drifted by 0.3 % relative RMS at 4096 tokens.
+      // At 64 rows the two halves go one after the other (the temporaries of both would spill).
+      constexpr int kHalvesInFlight = N < 64 ? kHalves : 1;
+  #pragma unroll
+      for (int m0 = 0; m0 < kHalves; m0 += kHalvesInFlight) {
+        float ot[kHalvesInFlight][kAcc];
+        wgmma_fence();
+  #pragma unroll
+        for (int mh = 0; mh < kHalvesInFlight; ++mh) {
+  #pragma unroll
+          for (int kk = 0; kk < 4; ++kk) {
+            const unsigned long long da = desc(v_off + 8192 * (wg * kHalves + m0 + mh) + 32 * kk);
+            Mma::mma(ot[mh], da, desc(kPlan.p_hi + 32 * kk), kk > 0);
+            Mma::mma(ot[mh], da, desc(kPlan.p_lo + 32 * kk), true);
+          }
+        }
+        wgmma_commit();
+        wgmma_wait<0>();
+  #pragma unroll
+        for (int mh = 0; mh < kHalvesInFlight; ++mh) {
+          fence_regs(ot[mh]);
+  #pragma unroll
+          for (int e = 0; e < kAcc; ++e) o[m0 + mh][e] += ot[mh][e];
+        }
+      }
+      if constexpr (kOverlap) {
+        __syncthreads();  // every warp's PV of this tile is done: its stage is free
+        issue_next();     // tile item + kStages
       }
     }
+
+    // ---- The unit's rows into the epilogue's merge area (one slice: kWarpsN = 1) ----
+    // Split-KV: every stage is free once the ring is drained; the area starts at the base.
+    // Balanced: the next units' tiles are in flight in kStages - 1 stages; the last computed
+    // tile's stage, (item - 1) % kStages, is free until the next tile is issued (after the next
+    // barrier at the top of a tile), and the area and the merge's staging fit in it.
+    if constexpr (!kBalanced) ptx::cp_async_wait<0>();
 #pragma unroll
     for (int cc = 0; cc < T::kCols; ++cc) {
 #pragma unroll
-      for (int m = 4; m < 32; m <<= 1) mx[cc] = fmaxf(mx[cc], __shfl_xor_sync(0xffffffffu, mx[cc], m));
+      for (int m = 4; m < 32; m <<= 1) l_run[cc] += __shfl_xor_sync(0xffffffffu, l_run[cc], m);
     }
+    __syncthreads();  // the last tile's readers are done with its stage and red
     if (l < 4) {
 #pragma unroll
-      for (int cc = 0; cc < T::kCols; ++cc) red[gw * N + col_row(cc)] = mx[cc];
+      for (int cc = 0; cc < T::kCols; ++cc) red[gw * N + col_row(cc)] = l_run[cc];
     }
-    if constexpr (kOverlap) {
-      if (item + 1 < num_tiles) {
-        ptx::cp_async_wait<T::kStages - 2>();  // tile item + 1 (the prologue committed kStages)
-        fence_proxy_async_smem();
-      }
-    }
-    __syncthreads();  // red complete (overlapped: tile item + 1 landed for all too)
-    if constexpr (kOverlap) {
-      if (item + 1 < num_tiles) {
-        qk_chain<Mma>(s_next, desc, ((item + 1) % T::kStages) * 2u * kStageBytes, kPlan, wg * kHalves);
-      }
-    }
-    // Per query row (column cc): the new max, P = 2^(x - m + 8) (times 256: e4m3's range) as two
-    // e4m3 terms stored as the B operand (query rows of token bytes in PV's token order,
-    // quad_token: byte i of a term = tokens + 0, 8, 64, 72), the row's sum and O rescaled. One
-    // column at a time keeps no per-column arrays live (64 rows stay free of spills).
+    unsigned char* merge = kBalanced ? smem + ((item + T::kStages - 1) % T::kStages) * 2 * kStageBytes : smem;
+    const MergeArea<T> area(merge);
 #pragma unroll
-    for (int cc = 0; cc < T::kCols; ++cc) {
-      const int r = col_row(cc);
-      float m_tile = fmaxf(fmaxf(red[r], red[N + r]), fmaxf(red[2 * N + r], red[3 * N + r]));
-      if constexpr (kWG == 2) {
-        m_tile = fmaxf(m_tile, fmaxf(fmaxf(red[4 * N + r], red[5 * N + r]), fmaxf(red[6 * N + r], red[7 * N + r])));
-      }
-      const float m_new = fmaxf(m_run[cc], m_tile);
-      // A row that has seen nothing keeps m = -inf; subtracting 0 keeps exp2 at 0, not NaN.
-      const float m_use = m_new == kNegInf ? 0.f : m_new;
-      const float alpha = ptx::ex2(m_run[cc] - m_use);
-      m_run[cc] = m_new;
-      const float shift = m_use - 8.f;
-      const int e0 = 4 * (cc >> 1) + (cc & 1);  // elements e0 (token +0) and e0 + 2 (token +8)
-      float pr[4] = {0.f, 0.f, 0.f, 0.f};
+    for (int m = 0; m < kHalves; ++m) {
 #pragma unroll
-      for (int h = 0; h < kHalves; ++h) {
-        pr[2 * h] = ptx::ex2(s[h][e0] - shift);
-        pr[2 * h + 1] = ptx::ex2(s[h][e0 + 2] - shift);
+      for (int e = 0; e < kAcc; ++e) {
+        const int d = 64 * (wg * kHalves + m) + 16 * w + (l >> 2) + 8 * ((e >> 1) & 1);
+        area.o[col_row(2 * (e >> 2) + (e & 1)) * kDim + d] = o[m][e];
       }
-      l_run[cc] = l_run[cc] * alpha + ((pr[0] + pr[1]) + (pr[2] + pr[3]));
-      unsigned hi, lo;
-      kv::split_e4m3_f32(pr[0], pr[1], pr[2], pr[3], hi, lo);
-      if constexpr (kWG == 1) {
-        sts32(base + kPlan.p_hi + swz128(r, p_pos), hi);
-        sts32(base + kPlan.p_lo + swz128(r, p_pos), lo);
-      } else {
-        sts16(base + kPlan.p_hi + swz128(r, p_pos), hi & 0xFFFFu);
-        sts16(base + kPlan.p_lo + swz128(r, p_pos), lo & 0xFFFFu);
-      }
-#pragma unroll
-      for (int m = 0; m < kHalves; ++m) o[m][e0] *= alpha, o[m][e0 + 2] *= alpha;
     }
-    fence_proxy_async_smem();  // P and V^T, to the wgmma
     __syncthreads();
-
-    // O^T += V^T (P_hi + P_lo)^T: 2 halves of d x 4 k-steps of 32 tokens x 2 terms, into a fresh
-    // accumulator per tile that is added to O in fp32. Hopper's fp8 wgmma keeps only ~14 bits
-    // when it accumulates (DeepSeek-V3 report, "FP8 GEMM accumulation precision"): carried over
-    // a whole sequence in the tensor core, O drifted by 0.3 % relative RMS at 4096 tokens.
-    // At 64 rows the two halves go one after the other (the temporaries of both would spill).
-    constexpr int kHalvesInFlight = N < 64 ? kHalves : 1;
+    if (gw == 0 && l < 4) {
 #pragma unroll
-    for (int m0 = 0; m0 < kHalves; m0 += kHalvesInFlight) {
-      float ot[kHalvesInFlight][kAcc];
-      wgmma_fence();
-#pragma unroll
-      for (int mh = 0; mh < kHalvesInFlight; ++mh) {
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk) {
-          const unsigned long long da = desc(v_off + 8192 * (wg * kHalves + m0 + mh) + 32 * kk);
-          Mma::mma(ot[mh], da, desc(kPlan.p_hi + 32 * kk), kk > 0);
-          Mma::mma(ot[mh], da, desc(kPlan.p_lo + 32 * kk), true);
-        }
-      }
-      wgmma_commit();
-      wgmma_wait<0>();
-#pragma unroll
-      for (int mh = 0; mh < kHalvesInFlight; ++mh) {
-        fence_regs(ot[mh]);
-#pragma unroll
-        for (int e = 0; e < kAcc; ++e) o[m0 + mh][e] += ot[mh][e];
+      for (int cc = 0; cc < T::kCols; ++cc) {
+        const int r = col_row(cc);
+        area.ml[2 * r] = m_run[cc] - 8.f;  // P's scale, see above
+        float sum = red[r] + red[N + r] + red[2 * N + r] + red[3 * N + r];
+        if constexpr (kWG == 2) sum += red[4 * N + r] + red[5 * N + r] + red[6 * N + r] + red[7 * N + r];
+        area.ml[2 * r + 1] = sum;
       }
     }
-    if constexpr (kOverlap) {
-      __syncthreads();  // every warp's PV of this tile is done: its stage is free
-      const int next = item + T::kStages;
-      if (next < num_tiles) issue_tile(next, next % T::kStages);
-      ptx::cp_async_commit();
-      fetch_pages(next + 1);
+    __syncthreads();
+    const CtaRows cta{batch, batch, kv_head, row_blocks, row_block, split, row0, rows_total, rows_total};
+    if constexpr (kBalanced) {
+      const UnitPieces up = unit_pieces(u.pos, u.tiles, sh.ctas, sh.total);
+      // Staging room of the merge in the stage: 2 kRows chunk + kRows (kDim + 1) floats.
+      constexpr int kChunk = (2 * kStageBytes / 4 - N * (kDim + 1)) / (2 * N);
+      const BalancedPieces pieces{up.count, static_cast<int>(blockIdx.x) - up.first_cta,
+                                  static_cast<long long>(batch) * heads + kv_head, up.first_cta, sh.ctas,
+                                  u.pos, sh.total, kChunk};
+      finish_cta<T>(p, merge, cta, v_scale, pieces);
+      next_unit(u, heads, p.batch, fill);
+      if (u.pos >= sh.e) break;
+    } else {
+      finish_cta<T>(p, smem, cta, v_scale);
+      break;
     }
   }
-  ptx::cp_async_wait<0>();
-
-  // ---- The CTA's rows into the epilogue's merge area (one slice: kWarpsN = 1) ----
-#pragma unroll
-  for (int cc = 0; cc < T::kCols; ++cc) {
-#pragma unroll
-    for (int m = 4; m < 32; m <<= 1) l_run[cc] += __shfl_xor_sync(0xffffffffu, l_run[cc], m);
-  }
-  __syncthreads();  // the last tile's readers are done with the stages and red
-  if (l < 4) {
-#pragma unroll
-    for (int cc = 0; cc < T::kCols; ++cc) red[gw * N + col_row(cc)] = l_run[cc];
-  }
-  const MergeArea<T> area(smem);
-#pragma unroll
-  for (int m = 0; m < kHalves; ++m) {
-#pragma unroll
-    for (int e = 0; e < kAcc; ++e) {
-      const int d = 64 * (wg * kHalves + m) + 16 * w + (l >> 2) + 8 * ((e >> 1) & 1);
-      area.o[col_row(2 * (e >> 2) + (e & 1)) * kDim + d] = o[m][e];
-    }
-  }
-  __syncthreads();
-  if (gw == 0 && l < 4) {
-#pragma unroll
-    for (int cc = 0; cc < T::kCols; ++cc) {
-      const int r = col_row(cc);
-      area.ml[2 * r] = m_run[cc] - 8.f;  // P's scale, see above
-      float sum = red[r] + red[N + r] + red[2 * N + r] + red[3 * N + r];
-      if constexpr (kWG == 2) sum += red[4 * N + r] + red[5 * N + r] + red[6 * N + r] + red[7 * N + r];
-      area.ml[2 * r + 1] = sum;
-    }
-  }
-  __syncthreads();
-  const CtaRows cta{batch, request, kv_head, row_blocks, row_block, split, row0, rows_total, rows_total};
-  finish_cta<T>(p, smem, cta, v_scale);
 }
 
 }  // namespace deca::gqa::sm90

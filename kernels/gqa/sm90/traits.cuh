@@ -109,11 +109,12 @@ DECA_HD constexpr Shape make_shape(int rows, int stages = 0, int warpgroups = 1)
 }
 
 // Beyond the shared constants (CfgConstants), the prologue of this kernel sets kStages (0: the
-// default, stages_for), kWarpgroups (1 or 2) and kOverlapQk (GqaKernelKey::spec).
+// default, stages_for), kWarpgroups (1 or 2), kOverlapQk and kBalanced (GqaKernelKey::spec).
 template <class Cfg>
 struct Traits : CfgConstants<Cfg> {
   static constexpr int kWarpgroups = Cfg::kWarpgroups;
   static constexpr bool kOverlapQk = Cfg::kOverlapQk;
+  static constexpr bool kBalanced = Cfg::kBalanced;
   static constexpr Shape kShape = make_shape(Cfg::kRows, Cfg::kStages, kWarpgroups);
   static constexpr int kTile = kShape.tile;
   static constexpr int kThreads = kShape.threads;
@@ -131,6 +132,11 @@ struct Traits : CfgConstants<Cfg> {
   static_assert(kStages >= 2, "pipeline");
   static_assert(kWarpgroups == 1 || kWarpgroups == 2, "warpgroups");
   static_assert(!kOverlapQk || (kWarpgroups == 1 && Cfg::kRows <= 16), "overlapped QK: one warpgroup, <= 16 rows");
+  // The balanced schedule's epilogue takes the stage of the unit's last tile while the next units'
+  // tiles are in flight: the merge area (and its staging) must fit one stage.
+  static_assert(!kBalanced || (kWarpgroups == 1 && !kOverlapQk && Cfg::kRows <= 16 &&
+                               kShape.merge_bytes <= 2 * kStageBytes),
+                "balanced schedule: one warpgroup, no overlapped QK, <= 16 rows");
   // Every wgmma operand starts on a swizzle atom (8 rows x 128 B): the descriptors' base offset is 0.
   static_assert(kPlan.q_hi % 1024 == 0 && kPlan.q_lo % 1024 == 0 && kPlan.p_hi % 1024 == 0 &&
                     kPlan.p_lo % 1024 == 0 && (2 * kStageBytes) % 1024 == 0,
