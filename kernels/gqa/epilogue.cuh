@@ -179,6 +179,29 @@ __device__ __forceinline__ void finish_cta(const GqaParams& p, unsigned char* sm
 
   // ---- The last CTA merges every piece, in piece order (bitwise reproducible) ----
   const int ns = pieces.count;
+  // a + sum of w[j] * (piece c0 + j's quad d of row r) over j < k, in j order. The merge runs on
+  // one CTA while the rest of the GPU may be done: its latency is the launch's tail, so several
+  // pieces' loads are in flight at a time instead of one (an empty piece's partial was never
+  // written: weight 0, not read). Eight after a kernel's main loop; one inside the balanced
+  // schedule's loop over units, where the loop's state stays live beside them.
+  constexpr int kInFlight = Pieces::kChunked ? 1 : 8;
+  auto weighted_sum = [&](float4 a, const float* w, int c0, int k, int r, int d) {
+    for (int j0 = 0; j0 < k; j0 += kInFlight) {
+      float wj[kInFlight];
+      float4 o[kInFlight];
+#pragma unroll
+      for (int j = 0; j < kInFlight; ++j) {
+        wj[j] = j0 + j < k ? w[j0 + j] : 0.f;
+        o[j] = wj[j] != 0.f ? __ldcg(reinterpret_cast<const float4*>(slot_o(c0 + j0 + j) + r * D + d))
+                            : make_float4(0.f, 0.f, 0.f, 0.f);
+      }
+#pragma unroll
+      for (int j = 0; j < kInFlight; ++j) {
+        if (wj[j] != 0.f) a.x += wj[j] * o[j].x, a.y += wj[j] * o[j].y, a.z += wj[j] * o[j].z, a.w += wj[j] * o[j].w;
+      }
+    }
+    return a;
+  };
   if constexpr (!Pieces::kChunked) {
     // Stage (m, l) of all pieces in shared memory, turn them into weights per row, then stream
     // the partial outputs with independent 16-byte loads.
@@ -207,14 +230,7 @@ __device__ __forceinline__ void finish_cta(const GqaParams& p, unsigned char* sm
     __syncthreads();
     for (int i = tid; i < rows_here * (D / 4); i += T::kThreads) {
       const int r = i / (D / 4), d = (i % (D / 4)) * 4;
-      float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-      for (int sp = 0; sp < ns; ++sp) {
-        const float w = split_w[r * ns + sp];
-        if (w != 0.f) {  // an empty piece's partial was never written: do not read it
-          const float4 o = __ldcg(reinterpret_cast<const float4*>(slot_o(sp) + r * D + d));
-          acc.x += w * o.x, acc.y += w * o.y, acc.z += w * o.z, acc.w += w * o.w;
-        }
-      }
+      const float4 acc = weighted_sum(make_float4(0.f, 0.f, 0.f, 0.f), split_w + r * ns, 0, ns, r, d);
       store_out(r, d, acc.x);
       store_out(r, d + 1, acc.y);
       store_out(r, d + 2, acc.z);
@@ -262,15 +278,8 @@ __device__ __forceinline__ void finish_cta(const GqaParams& p, unsigned char* sm
       __syncthreads();
       for (int i = tid; i < rows_here * (D / 4); i += T::kThreads) {
         const int r = i / (D / 4), d = (i % (D / 4)) * 4;
-        float4 a = c0 == 0 ? make_float4(0.f, 0.f, 0.f, 0.f) : acc[i];
-        for (int j = 0; j < k; ++j) {
-          const float w = split_w[r * chunk + j];
-          if (w != 0.f) {  // an empty piece's partial was never written: do not read it
-            const float4 o = __ldcg(reinterpret_cast<const float4*>(slot_o(c0 + j) + r * D + d));
-            a.x += w * o.x, a.y += w * o.y, a.z += w * o.z, a.w += w * o.w;
-          }
-        }
-        acc[i] = a;  // this thread's own element in every chunk
+        const float4 a = c0 == 0 ? make_float4(0.f, 0.f, 0.f, 0.f) : acc[i];
+        acc[i] = weighted_sum(a, split_w + r * chunk, c0, k, r, d);  // this thread's own element in every chunk
       }
       __syncthreads();
     }

@@ -138,16 +138,18 @@ GqaKernelKey make_gqa_key(const GqaConfig& config, int arch, int sm_count) {
       env && key.wgmma() && key.warpgroups == 1 && key.rows <= 16 && std::atoi(env) == 1) {
     key.overlap = true;
   }
-  // The balanced schedule wherever it applies: a grid of as many CTAs as the SMs hold (three per
-  // SM at two stages) shares the batch's tiles, so the SMs stream with three CTAs each whatever
-  // the batch's shape (kernels/gqa/sm90/balance.cuh says why). The fixed split keeps its grid:
-  // its promise is a partition that depends on a request's own length only.
+  // The balanced schedule (DECA_GQA_SM90_BALANCED=1, a knob): a grid of as many CTAs as the SMs
+  // hold (three per SM at two stages) shares the batch's tiles (kernels/gqa/sm90/balance.cuh).
+  // Predicted to help where the grid of units does not fill whole waves of three CTAs per SM, it
+  // measured slower on every fp8 row on the H200 (docs/perf-notes.md), so it stays off by
+  // default. Never with the fixed split: its promise is a partition that depends on a request's
+  // own length only.
   const long long max_tiles = (config.max_seq_len + gqa::sm90::kTile - 1) / gqa::sm90::kTile;
   if (key.wgmma() && key.warpgroups == 1 && !key.overlap && key.rows <= 16 &&
       config.split_mode != SplitMode::kFixed &&
       gqa::sm90::line_fits(config.max_batch, config.num_kv_heads, max_tiles)) {
     const char* env = std::getenv("DECA_GQA_SM90_BALANCED");
-    key.balanced = !(env && std::atoi(env) == 0);
+    key.balanced = env && std::atoi(env) == 1;
     if (key.balanced) key.stages = 2;
   }
   if (const char* env = std::getenv("DECA_GQA_SM90_STAGES"); env && key.wgmma()) {

@@ -39,8 +39,8 @@ struct GqaKernelKey {
   // by DECA_GQA_SM90_OVERLAP=1 (one warpgroup, up to 16 rows), a tuning knob.
   bool overlap = false;
   // The Hopper kernel's balanced schedule (kernels/gqa/sm90/balance.cuh): a grid of as many CTAs
-  // as the SMs hold shares the batch's tiles evenly; "_bal". The default where it applies (one
-  // warpgroup, up to 16 rows, split_mode kAuto); DECA_GQA_SM90_BALANCED=0 turns it off.
+  // as the SMs hold shares the batch's tiles evenly; "_bal". Set by DECA_GQA_SM90_BALANCED=1 (one
+  // warpgroup, up to 16 rows, split_mode kAuto), a tuning knob: measured slower.
   bool balanced = false;
   // Checked mode (GqaConfig::checked): page ids and lengths range-tested in the kernel; "_chk".
   bool checked = false;

@@ -38,8 +38,8 @@ struct GpuOptions {
   const char* sm90_warpgroups = nullptr;
   // The Hopper fp8 kernel's overlapped QK (DECA_GQA_SM90_OVERLAP): "1" or null (off).
   const char* sm90_overlap = nullptr;
-  // The Hopper fp8 kernel's balanced schedule (DECA_GQA_SM90_BALANCED): "0" turns it off (one CTA
-  // per request, kv head and split); null: the default (on where it applies).
+  // The Hopper fp8 kernel's balanced schedule (DECA_GQA_SM90_BALANCED): "1" or null (off: one CTA
+  // per request, kv head and split).
   const char* sm90_balanced = nullptr;
 };
 

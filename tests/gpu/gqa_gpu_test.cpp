@@ -275,44 +275,39 @@ std::vector<MatrixCase> matrix() {
       v.opt.sm90_overlap = "1";
       m.push_back(v);
       if (v.opt.split_mode == SplitMode::kFixed) continue;  // never balanced
-      // One CTA per (request, kv head, split) instead of the balanced schedule (the default).
-      v.name = m[i].name + "_unbal";
+      // The balanced schedule (DECA_GQA_SM90_BALANCED=1, a knob: measured slower).
+      v.name = m[i].name + "_bal";
       v.opt.sm90_overlap = nullptr;
-      v.opt.sm90_balanced = "0";
+      v.opt.sm90_balanced = "1";
       m.push_back(std::move(v));
     }
   }
-  // The balanced schedule (kernels/gqa/sm90/balance.cuh, the default up to 16 rows) over what its
+  // The balanced schedule (kernels/gqa/sm90/balance.cuh, DECA_GQA_SM90_BALANCED=1) over what its
   // walk of the line meets: empty and one-token requests beside long ones (units cut into many
   // pieces, units with no tile), one long request over hundreds of CTAs (more pieces than one
   // merge pass stages at 16 rows), a plan for more requests than the run has, windows with sinks
   // and q_len 2, a page size that is not a power of two, fp8 output, HND with per-head scales.
   {
+    GpuOptions o;
+    o.sm90_balanced = "1";
     GqaCaseSpec s = base(64, 8, 128, 64, DType::kFP8E4M3);
     s.batch = 7, s.seq_lens = {5000, 0, 1, 129, 0, 20000, 128};
-    add("fp8_bal_ragged", s);
+    add("fp8_bal_ragged", s, o);
     s.layout = KvLayout::kHND;
     s.per_head_scales = true;
     s.out_dtype = DType::kFP8E4M3;
     s.out_scale = 0.01f;
-    add("fp8_bal_ragged_hnd_scales_out_fp8", s);
-  }
-  {
-    GqaCaseSpec s = base(16, 1, 128, 64, DType::kFP8E4M3);  // group 16: 16 rows
+    add("fp8_bal_ragged_hnd_scales_out_fp8", s, o);
+    s = base(16, 1, 128, 64, DType::kFP8E4M3);  // group 16: 16 rows
     s.batch = 1, s.seq_lens = {131072};
-    add("fp8_bal_one_long_g16", s);
-  }
-  {
-    GqaCaseSpec s = base(32, 4, 128, 48, DType::kFP8E4M3);
+    add("fp8_bal_one_long_g16", s, o);
+    s = base(32, 4, 128, 48, DType::kFP8E4M3);
     s.batch = 5, s.q_len = 2, s.seq_lens = {3000, 2, 700, 0, 9000};
     s.window = 300;
     s.sinks = true;
-    GpuOptions o;
-    o.max_batch = 40;
+    o.max_batch = 40;  // the plan's grid for 40 requests, a run of 5
     o.max_seq_len = 16384;
     add("fp8_bal_window_sinks_qlen2_page48", s, o);
-    o.run_batch = 3;  // the plan's grid for 40 requests, a run of 3
-    add("fp8_bal_run_fewer", s, o);
   }
   // The int8 two-term path (IMMA) over the features the fp8 cases above cover and the int8 ones
   // do not: head dims (a lone 16-dim k step at d80, 16-token chunks and q in shared memory at
@@ -459,8 +454,7 @@ TEST_P(GqaGpuMatrix, MatchesCpuReference) {
         << gpu.plan.kernel_name;
     EXPECT_EQ(gpu.plan.kernel_name.find("_ov") != std::string::npos, mc.opt.sm90_overlap != nullptr)
         << gpu.plan.kernel_name;
-    const bool balanced = rows <= 16 && !mc.opt.sm90_overlap && !mc.opt.sm90_warpgroups &&
-                          !mc.opt.sm90_balanced && mc.opt.split_mode == SplitMode::kAuto;
+    const bool balanced = rows <= 16 && mc.opt.sm90_balanced && mc.opt.split_mode == SplitMode::kAuto;
     EXPECT_EQ(gpu.plan.kernel_name.find("_bal") != std::string::npos, balanced) << gpu.plan.kernel_name;
     if (mc.spec.out_dtype != DType::kFP8E4M3) EXPECT_LE(compare(c, gpu).rel_l2, 4e-3) << seed_message();
   }
@@ -511,11 +505,14 @@ TEST(GqaGpu, FixedSplitIsBatchInvariant) {
 
 // The split counters reset themselves: many launches on one workspace with no memset between
 // them all give the right answer.
-// bf16: split-KV; fp8 at head_dim 128 on sm_90a: the balanced schedule's pieces.
+// bf16 (the portable kernel's split-KV), fp8 (the Hopper kernel's), and fp8 with the balanced
+// schedule's pieces (DECA_GQA_SM90_BALANCED=1).
 TEST(GqaGpu, WorkspaceReusedWithoutReset) {
   DECA_REQUIRE_GPU();
   auto rng = make_rng(13);
-  for (DType kv : {DType::kBF16, DType::kFP8E4M3}) {
+  for (int variant = 0; variant < 3; ++variant) {
+    const DType kv = variant == 0 ? DType::kBF16 : DType::kFP8E4M3;
+    jit::testing::ScopedEnv bal("DECA_GQA_SM90_BALANCED", variant == 2 ? "1" : nullptr);
     GqaCaseSpec s = base(64, 8, 128, 64, kv);
     s.batch = 2, s.seq_lens = {12000, 300};
     GqaCase c = build_gqa_case(s, rng);

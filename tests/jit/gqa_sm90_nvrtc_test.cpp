@@ -122,8 +122,8 @@ TEST(GqaSm90Nvrtc, ShapeKeepsTwoCtasPerSm) {
 }
 
 // Two stages (three CTAs per SM) where the grid fills three per SM at 8 or 16 rows, else the
-// default; the plan's key carries the choice in its name. The balanced schedule (the default up
-// to 16 rows outside the fixed split) fills every SM with three whatever the grid: two stages.
+// default; the plan's key carries the choice in its name. The balanced schedule (a knob, up to 16
+// rows outside the fixed split) fills every SM with three whatever the grid: two stages.
 TEST(GqaSm90Nvrtc, StagesFollowTheGrid) {
   struct Row {
     int rows;
@@ -142,25 +142,24 @@ TEST(GqaSm90Nvrtc, StagesFollowTheGrid) {
   jit::testing::ScopedEnv stages("DECA_GQA_SM90_STAGES", nullptr);
   GqaConfig c = config(64, 8, 128, 1, DType::kFP8E4M3);
   c.max_batch = 99;  // l70-b99-4k: 792 units
+  jit::testing::ScopedEnv bal_unset("DECA_GQA_SM90_BALANCED", nullptr);
   GqaKernelKey k = make_gqa_key(c, 90, 132);
-  EXPECT_TRUE(k.balanced) << k.name();
+  EXPECT_FALSE(k.balanced) << k.name();
   EXPECT_EQ(k.stages, 2) << k.name();
-  EXPECT_NE(k.name().find("_wgmma_st2_bal"), std::string::npos) << k.name();
+  EXPECT_NE(k.name().find("_wgmma_st2"), std::string::npos) << k.name();
   EXPECT_NE(k.spec().source.find("kStages = 2;"), std::string::npos) << k.spec().source;
-  EXPECT_NE(k.spec().source.find("kBalanced = true;"), std::string::npos) << k.spec().source;
+  EXPECT_NE(k.spec().source.find("kBalanced = false;"), std::string::npos) << k.spec().source;
   EXPECT_EQ(k.shape().min_ctas, 3) << k.name();
   c.num_q_heads = 64, c.num_kv_heads = 4, c.max_batch = 64;  // q235-b64-4k: 256 units
   k = make_gqa_key(c, 90, 132);
+  EXPECT_EQ(k.stages, 0) << k.name();
+  EXPECT_EQ(k.name().find("_st"), std::string::npos) << k.name();
+  jit::testing::ScopedEnv on("DECA_GQA_SM90_BALANCED", "1");
+  k = make_gqa_key(c, 90, 132);
   EXPECT_TRUE(k.balanced) << k.name();
   EXPECT_EQ(k.stages, 2) << k.name();
-  {
-    // Without the balanced schedule (the knob, or the fixed split) the grid decides.
-    jit::testing::ScopedEnv off("DECA_GQA_SM90_BALANCED", "0");
-    k = make_gqa_key(c, 90, 132);
-    EXPECT_FALSE(k.balanced) << k.name();
-    EXPECT_EQ(k.stages, 0) << k.name();
-    EXPECT_EQ(k.name().find("_st"), std::string::npos) << k.name();
-  }
+  EXPECT_NE(k.name().find("_wgmma_st2_bal"), std::string::npos) << k.name();
+  EXPECT_NE(k.spec().source.find("kBalanced = true;"), std::string::npos) << k.spec().source;
   c.split_mode = SplitMode::kFixed, c.split_tokens = 512;
   k = make_gqa_key(c, 90, 132);
   EXPECT_FALSE(k.balanced) << k.name();
@@ -223,7 +222,7 @@ TEST(GqaSm90Nvrtc, SpecializationsCompileWithoutSpillsOrSerializedWgmma) {
   GqaKernelKey ovm = key(8, 16);
   ovm.overlap = true, ovm.tree = true, ovm.window = true, ovm.softcap = true, ovm.checked = true;
   keys.push_back(ovm);
-  // The balanced schedule (the default up to 16 rows): plain at 8 and 16 rows, masks with
+  // The balanced schedule (a knob, up to 16 rows): plain at 8 and 16 rows, masks with
   // soft-cap and checked, a page size that is not a power of two (ids per row), page 1.
   for (int rows : {8, 16}) {
     GqaKernelKey k = key(rows, rows);
@@ -254,12 +253,13 @@ TEST(GqaSm90Nvrtc, SpecializationsCompileWithoutSpillsOrSerializedWgmma) {
                 r.compile_ms, r.ptxas.registers, r.ptxas.spill_store_bytes, r.ptxas.stack_bytes);
     // Up to 32 rows nothing spills. 64 rows are no plan's default (default_for) and hold S^T and
     // O^T in 128 of the 255 registers: a few bytes spill in the masked variants. The balanced
-    // schedule's fullest variant (masks, soft-cap, checked, page ids per row) keeps its walk of
-    // the line beside the loop's state at the 168 registers three CTAs per SM allow: two words
-    // of its epilogue go to the stack, stored before the tile loop and loaded after it (nvdisasm).
+    // schedule's fullest variant (a knob; masks, soft-cap, checked, page ids per row) keeps its
+    // walk of the line beside the loop's state at the 168 registers three CTAs per SM allow: a
+    // few words of its per-unit epilogue go to the stack (nvdisasm: stored before the tile loop,
+    // loaded after it).
     const bool fullest = k.balanced && k.checked && k.tree && k.window && k.page_size == 48;
     if (fullest) {
-      EXPECT_LE(r.ptxas.spill_store_bytes, 16) << spec.name;
+      EXPECT_LE(r.ptxas.spill_store_bytes, 64) << spec.name;
     } else if (k.rows <= 32) {
       EXPECT_EQ(r.ptxas.spill_store_bytes, 0) << spec.name;
       EXPECT_EQ(r.ptxas.stack_bytes, 0) << spec.name;

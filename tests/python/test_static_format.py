@@ -29,8 +29,8 @@ def test_kernel_name():
     # Built from integers (head_dim, group, rows, page size): every digit must be there.
     name = deca.precompile_gqa_decode(64, 8, 128, 32, kv_dtype="fp8_e4m3", max_batch=128,
                                       max_seq_len=4096, checked=False, compute_capability=90)
-    # sm_90a: the Hopper fp8 kernel, 8 rows, two stages, the balanced schedule.
-    assert name == "gqa_sm90_d128_g8_r8_p32_qbf16_kvfp8_e4m3_obf16_wgmma_st2_bal"
+    # sm_90a: the Hopper fp8 kernel, 8 rows, two stages for a grid of 1024 CTAs (128 x 8 kv heads).
+    assert name == "gqa_sm90_d128_g8_r8_p32_qbf16_kvfp8_e4m3_obf16_wgmma_st2"
 
 
 def test_tensor_repr():
