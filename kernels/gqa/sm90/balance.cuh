@@ -1,9 +1,11 @@
-// The balanced schedule of the Hopper GQA kernel (Cfg::kBalanced, "_bal"): a grid of as many CTAs
-// as the SMs hold at once shares the batch's work evenly, whatever the lengths, instead of one CTA
-// (or a fixed number of splits) per (request, kv head). Why: with one warpgroup per CTA a tile's
-// chain of dependent steps is long (~5000 cycles), so an SM streams at the memory's rate only with
-// three CTAs on it; a grid of units leaves SMs at two or one CTA wherever it does not fill whole
-// waves of three (q235-b64-4k: 256 units; l70-b128-2k: 2.6 waves; split requests).
+// The balanced schedule of the Hopper GQA kernel (Cfg::kBalanced, "_bal", DECA_GQA_SM90_BALANCED=1):
+// a grid of as many CTAs as the SMs hold at once shares the batch's work evenly, whatever the
+// lengths, instead of one CTA (or a fixed number of splits) per (request, kv head). Why it was
+// built: with one warpgroup per CTA a tile's chain of dependent steps is long (~5000 cycles), so an
+// SM streams at the memory's rate only with three CTAs on it, and a grid of units leaves SMs at two
+// or one wherever it does not fill whole waves of three (q235-b64-4k: 256 units; l70-b128-2k: 2.6
+// waves; split requests). Measured on the H200 it is slower on every fp8 row (docs/perf-notes.md),
+// so it is a knob.
 //
 // The work is one line of cost positions (fewer than 2^31: the planner checks its bound, the
 // products below are 64-bit): unit after unit (request-major, then kv head), each unit

@@ -1,7 +1,8 @@
 // Hopper (sm_90a) GQA decode for an fp8 (e4m3) KV cache on the e4m3 wgmma (docs/design-gqa-sm90.md,
 // issue 8). One CTA = one warpgroup = (request, kv head, block of up to 64 query rows, split of
 // the keys), as the portable kernel (decode.cuh) whose host side, split policy and epilogue it
-// shares. Per 128-token tile:
+// shares; or, under the balanced schedule (Cfg::kBalanced, balance.cuh, a knob), one share of the
+// whole batch's tiles, unit after unit. Per 128-token tile:
 //
 //   S^T [128 tokens x N rows] = K . (q_hi + q_lo)^T      tokens on M (two m64 halves), rows on N
 //   online softmax down the tokens (a row is a column of S^T: a max across the four warps)
