@@ -19,7 +19,7 @@
 #                                and log of each carry the variant in their names
 #   DECA_BENCH_EXTRA="name:args;..."   further deca-bench runs (no --check), after the presets
 #   DECA_NCU_CASES="l70-b99-4k/fp8 ..."  ncu counters for one launch per case (DECA_NCU_SKIP deca
-#                                launches skipped first, default 2; DECA_NCU_LAUNCHES profiled, 1; DECA_NCU_KERNELS, regex:deca_)
+#                                launches skipped first, default 2; DECA_NCU_LAUNCHES profiled, 1; DECA_NCU_KERNELS, regex:deca_(gqa|mla|combine): the library's kernels, not the bench's L2 flush)
 #   DECA_SANITIZE=1              (last) compute-sanitizer over the C++ GPU suite: DECA_SANITIZE_TOOLS (default
 #                                "memcheck racecheck initcheck synccheck"), all at once, each in
 #                                DECA_SANITIZE_SHARDS gtest shards (default 3); DECA_SANITIZE_FILTER
@@ -136,7 +136,7 @@ if [ -n "${DECA_NCU_CASES:-}" ] && [ $have_bench = 1 ] && command -v ncu > /dev/
   for c in $DECA_NCU_CASES; do
     log "ncu $c"
     f="$logs/ncu_$(echo "$c" | tr '/' '_').log"
-    ncu --clock-control none --kernel-name "${DECA_NCU_KERNELS:-regex:deca_}" --launch-skip "${DECA_NCU_SKIP:-2}" \
+    ncu --clock-control none --kernel-name "${DECA_NCU_KERNELS:-regex:deca_(gqa|mla|combine)}" --launch-skip "${DECA_NCU_SKIP:-2}" \
       --launch-count "${DECA_NCU_LAUNCHES:-1}" \
       --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy \
       --section SchedulerStats --section WarpStateStats --section LaunchStats \
