@@ -62,7 +62,6 @@ struct SplitPieces {
   __device__ __forceinline__ long long slot(int j) const { return unit * count + j; }
 };
 
-template <class T>
 __device__ __forceinline__ SplitPieces split_pieces(const GqaParams& p, const CtaRows& cta) {
   const long long unit =
       (static_cast<long long>(cta.request) * p.num_kv_heads + cta.kv_head) * cta.row_blocks + cta.row_block;
@@ -301,7 +300,7 @@ __device__ __forceinline__ void finish_cta(const GqaParams& p, unsigned char* sm
 template <class T>
 __device__ __forceinline__ void finish_cta(const GqaParams& p, unsigned char* smem, const CtaRows& cta,
                                            float v_scale) {
-  finish_cta<T>(p, smem, cta, v_scale, split_pieces<T>(p, cta));
+  finish_cta<T>(p, smem, cta, v_scale, split_pieces(p, cta));
 }
 
 }  // namespace deca::gqa

@@ -12,6 +12,7 @@
 // memory directly.
 #pragma once
 
+#include "kernels/common/cta_scan.cuh"
 #include "kernels/common/ptx.cuh"
 #include "kernels/mla/sparse_schedule.cuh"
 #include "kernels/mla/sparse_traits.cuh"
@@ -21,10 +22,8 @@ namespace deca::mla {
 // Inclusive scan of a[1 .. n] in place by the whole CTA (kScheduleThreads threads, a multiple of
 // 32): each thread scans a contiguous chunk, the chunk totals are scanned with warp shuffles.
 __device__ __forceinline__ void schedule_block_scan(int* a, int n) {
-  constexpr int kWarps = kScheduleThreads / 32;
-  __shared__ int s_warp[kWarps];
+  __shared__ int s_warp[kScheduleThreads / 32];
   const int t = threadIdx.x;
-  const int lane = t & 31, warp = t >> 5;
   const int chunk = (n + kScheduleThreads - 1) / kScheduleThreads;
   const int lo = 1 + t * chunk;
   const int hi = min(n, (t + 1) * chunk);
@@ -33,16 +32,7 @@ __device__ __forceinline__ void schedule_block_scan(int* a, int n) {
     sum += a[r];
     a[r] = sum;
   }
-  int incl = sum;
-#pragma unroll
-  for (int d = 1; d < 32; d <<= 1) {
-    const int v = __shfl_up_sync(0xffffffffu, incl, d);
-    if (lane >= d) incl += v;
-  }
-  if (lane == 31) s_warp[warp] = incl;
-  __syncthreads();
-  int base = incl - sum;
-  for (int w = 0; w < warp; ++w) base += s_warp[w];
+  const int base = cta_exclusive_scan<kScheduleThreads>(sum, s_warp).before;
   for (int r = lo; r <= hi; ++r) a[r] += base;
 }
 

@@ -20,6 +20,7 @@
 #pragma once
 
 #include "kernels/common/check_record.cuh"
+#include "kernels/common/cta_scan.cuh"
 #include "kernels/common/kv_convert.cuh"
 #include "kernels/common/ptx.cuh"
 #include "kernels/common/sm90_ptx.cuh"
@@ -78,12 +79,11 @@ struct Share {
 
 // The line's length from every request's length (a scan over the CTA's threads, each summing a
 // contiguous run of requests), the share, and the unit it starts in. `words`: 6 ints of shared
-// memory. False for a CTA past the ones taking part (a small batch).
+// memory (the scan's warp totals, then the unit's request and position). False for a CTA past the ones taking part (a small batch).
 template <class T, class Fill>
 __device__ __forceinline__ bool balanced_share(const GqaParams& p, int* words, Share& sh,
                                                const Fill& fill) {
-  constexpr int kWarps = T::kThreads / 32;
-  const int tid = threadIdx.x, l = tid & 31, w = tid >> 5;
+  const int tid = threadIdx.x;
   const int batch = p.batch;
   auto cost = [&](int r) {
     const int len = load_seq_len<T>(p, r);
@@ -94,20 +94,8 @@ __device__ __forceinline__ bool balanced_share(const GqaParams& p, int* words, S
   const int hi = lo + per < batch ? lo + per : batch;
   int mine = 0;
   for (int r = lo; r < hi; ++r) mine += cost(r);
-  int incl = mine;
-#pragma unroll
-  for (int m = 1; m < 32; m <<= 1) {
-    const int v = __shfl_up_sync(0xffffffffu, incl, m);
-    if (l >= m) incl += v;
-  }
-  if (l == 31) words[w] = incl;
-  __syncthreads();
-  int before = 0, total = 0;
-#pragma unroll
-  for (int i = 0; i < kWarps; ++i) {
-    if (i < w) before += words[i];
-    total += words[i];
-  }
+  const CtaScan scan = cta_exclusive_scan<T::kThreads>(mine, words);
+  const int total = scan.total;
   const int ctas = active_ctas(static_cast<int>(gridDim.x), total);
   const int c = static_cast<int>(blockIdx.x);
   if (c >= ctas) return false;  // the whole CTA
@@ -115,7 +103,7 @@ __device__ __forceinline__ bool balanced_share(const GqaParams& p, int* words, S
   sh.ctas = ctas;
   sh.b = share_begin(c, ctas, total);
   sh.e = share_begin(c + 1, ctas, total);
-  int at = before + incl - mine;  // the first position of request lo
+  int at = scan.before;  // the first position of request lo
   if (at <= sh.b && sh.b < at + mine) {
     for (int r = lo; r < hi; ++r) {
       const int cr = cost(r);
