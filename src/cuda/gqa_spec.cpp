@@ -34,6 +34,7 @@ std::string GqaKernelKey::name() const {
   if (wgmma() && warpgroups == 2) s += "_wg2";
   if (wgmma() && overlap) s += "_ov";
   if (wgmma() && balanced) s += "_bal";
+  if (wgmma() && rows_on_m) s += "_rm";
   if (checked) s += "_chk";
   return s;
 }
@@ -65,6 +66,7 @@ jit::JitSpec GqaKernelKey::spec() const {
     src += constant("int", "kWarpgroups", to_string(warpgroups));
     src += constant("bool", "kOverlapQk", b(overlap));
     src += constant("bool", "kBalanced", b(balanced));
+    src += constant("bool", "kRowsOnM", b(rows_on_m));
   }
   src += wgmma() ? "};\n#include \"kernels/gqa/sm90/entry.cuh\"\n" : "};\n#include \"kernels/gqa/entry.cuh\"\n";
   jit::JitSpec spec;
@@ -138,6 +140,11 @@ GqaKernelKey make_gqa_key(const GqaConfig& config, int arch, int sm_count) {
       env && key.wgmma() && key.warpgroups == 1 && key.rows <= 16 && std::atoi(env) == 1) {
     key.overlap = true;
   }
+  // 32 or 64 rows: the rows-on-M kernel (decode_rows.cuh), unless DECA_GQA_SM90_ROWS_M=0.
+  if (key.wgmma() && key.warpgroups == 1 && !key.overlap && (key.rows == 32 || key.rows == 64)) {
+    const char* env = std::getenv("DECA_GQA_SM90_ROWS_M");
+    key.rows_on_m = !(env && std::atoi(env) == 0);
+  }
   // The balanced schedule (DECA_GQA_SM90_BALANCED=1, a knob): a grid of as many CTAs as the SMs
   // hold (three per SM at two stages) shares the batch's tiles (kernels/gqa/sm90/balance.cuh).
   // Predicted to help where the grid of units does not fill whole waves of three CTAs per SM, it
@@ -155,7 +162,7 @@ GqaKernelKey make_gqa_key(const GqaConfig& config, int arch, int sm_count) {
   if (const char* env = std::getenv("DECA_GQA_SM90_STAGES"); env && key.wgmma()) {
     const int v = std::atoi(env);
     if (v >= 2 && v <= 8 &&
-        gqa::sm90::smem_bytes(gqa::sm90::make_plan(key.rows, v, key.warpgroups)) <= 227 * 1024) {
+        gqa::sm90::smem_bytes(gqa::sm90::make_plan(key.rows, v, key.warpgroups, key.rows_on_m)) <= 227 * 1024) {
       key.stages = v;
     }
   }

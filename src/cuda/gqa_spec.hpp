@@ -42,6 +42,10 @@ struct GqaKernelKey {
   // as the SMs hold shares the batch's tiles evenly; "_bal". Set by DECA_GQA_SM90_BALANCED=1 (one
   // warpgroup, up to 16 rows, split_mode kAuto), a tuning knob: measured slower.
   bool balanced = false;
+  // The Hopper kernel with the query rows on wgmma's M (kernels/gqa/sm90/decode_rows.cuh): 32 or
+  // 64 rows, one warpgroup; "_rm". Whenever the Hopper kernel runs 32 or 64 rows, unless
+  // DECA_GQA_SM90_ROWS_M=0 (the tokens-on-M kernel's 32 / 64-row variants, a knob).
+  bool rows_on_m = false;
   // Checked mode (GqaConfig::checked): page ids and lengths range-tested in the kernel; "_chk".
   bool checked = false;
 
@@ -62,7 +66,7 @@ struct GqaKernelKey {
   // The generated prologue + #include "kernels/gqa/entry.cuh".
   jit::JitSpec spec() const;
   gqa::Shape shape() const {
-    return wgmma() ? gqa::sm90::make_shape(rows, stages, warpgroups)
+    return wgmma() ? gqa::sm90::make_shape(rows, stages, warpgroups, rows_on_m)
                    : gqa::make_shape(head_dim, rows, kv_dtype, ctas_per_sm);
   }
 };

@@ -41,6 +41,9 @@ struct GpuOptions {
   // The Hopper fp8 kernel's balanced schedule (DECA_GQA_SM90_BALANCED): "1" or null (off: one CTA
   // per request, kv head and split).
   const char* sm90_balanced = nullptr;
+  // The Hopper fp8 kernel at 32 / 64 rows (DECA_GQA_SM90_ROWS_M): "0" keeps the rows on wgmma's N
+  // (decode.cuh); null: rows on M (decode_rows.cuh).
+  const char* sm90_rows_m = nullptr;
 };
 
 inline GqaConfig gpu_config(const GqaCase& c, const GpuOptions& o) {
@@ -142,6 +145,7 @@ inline GpuRun run_gqa_on_gpu(const GqaCase& c, const GpuOptions& o = {}) {
   jit::testing::ScopedEnv wg("DECA_GQA_SM90_WG", o.sm90_warpgroups);
   jit::testing::ScopedEnv ov("DECA_GQA_SM90_OVERLAP", o.sm90_overlap);
   jit::testing::ScopedEnv bal("DECA_GQA_SM90_BALANCED", o.sm90_balanced);
+  jit::testing::ScopedEnv rows_m("DECA_GQA_SM90_ROWS_M", o.sm90_rows_m);
   const GqaPlan plan = gpu_plan(c, o);
   DeviceCase dev(c, plan);
   if (o.run_batch) dev.params.batch = o.run_batch;

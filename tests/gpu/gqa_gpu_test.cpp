@@ -248,6 +248,55 @@ std::vector<MatrixCase> matrix() {
       m.push_back(std::move(v));
     }
   }
+  // The Hopper kernel at 32 / 64 rows with the rows on wgmma's N (DECA_GQA_SM90_ROWS_M=0, a knob;
+  // the "_wgmma" cases above run the rows-on-M kernel there).
+  {
+    const std::size_t n0 = m.size();
+    for (std::size_t i = 0; i < n0; ++i) {
+      if (!m[i].opt.fp8_mma || std::string(m[i].opt.fp8_mma) != "wgmma") continue;
+      MatrixCase v = m[i];
+      v.name += "_tm";
+      v.opt.sm90_rows_m = "0";
+      m.push_back(std::move(v));
+    }
+  }
+  // The rows-on-M kernel (kernels/gqa/sm90/decode_rows.cuh, 32 or 64 rows) over what it does its
+  // own way: query rows mapped to operand rows (32: one real row per thread, padding skipped),
+  // groups that are not powers of two (30 and 40 rows), masks per (row, token) in the permuted K
+  // order, splits with empty and short requests, two row blocks, page sizes 1 and 48, HND with
+  // per-head scales, fp8 output, soft-cap, sinks, the fixed split.
+  {
+    GpuOptions o;
+    o.fp8_mma = "wgmma";
+    GqaCaseSpec s = base(20, 2, 128, 48, DType::kFP8E4M3);  // group 10, q_len 3: 30 rows
+    s.batch = 3, s.q_len = 3, s.seq_lens = {500, 3, 131};
+    s.tree_mask = true;
+    add("fp8_rm_rows30_tree_page48", s, o);
+    s = base(40, 5, 128, 1, DType::kFP8E4M3);  // group 8, q_len 5: 40 rows
+    s.batch = 2, s.q_len = 5, s.seq_lens = {260, 7};
+    s.window = 90;
+    s.sinks = true;
+    add("fp8_rm_rows40_window_sinks_page1", s, o);
+    s = base(64, 8, 128, 64, DType::kFP8E4M3);  // spec q4: 32 rows, split
+    s.batch = 4, s.q_len = 4, s.seq_lens = {9000, 4, 5, 64};
+    s.layout = KvLayout::kHND;
+    s.per_head_scales = true;
+    s.softcap = 30.f;
+    add("fp8_rm_q4_split_softcap_hnd_scales", s, o);
+    s = base(64, 8, 128, 16, DType::kFP8E4M3);  // spec q8: 64 rows, fixed split, fp8 out
+    s.batch = 3, s.q_len = 8, s.seq_lens = {3000, 8, 700};
+    s.out_dtype = DType::kFP8E4M3;
+    s.out_scale = 0.01f;
+    GpuOptions f = o;
+    f.split_mode = SplitMode::kFixed;
+    f.split_tokens = 256;
+    add("fp8_rm_q8_fixed_split_out_fp8", s, f);
+    s = base(64, 2, 128, 32, DType::kFP8E4M3);  // group 32, q_len 4: two row blocks of 64
+    s.batch = 2, s.q_len = 4, s.seq_lens = {1000, 4};
+    s.tree_mask = true;
+    s.sinks = true;
+    add("fp8_rm_two_row_blocks_tree_sinks", s, o);
+  }
   // The Hopper kernel's two-warpgroup variant (DECA_GQA_SM90_WG=2, a knob: measured slower) over
   // what it splits differently: token and d halves per warpgroup, 16-bit P stores, eight warps'
   // maxima; 8, 16 and 32 rows (forced), masks, splits, pages, checked runs (the suite's default).
@@ -456,6 +505,8 @@ TEST_P(GqaGpuMatrix, MatchesCpuReference) {
         << gpu.plan.kernel_name;
     const bool balanced = rows <= 16 && mc.opt.sm90_balanced && mc.opt.split_mode == SplitMode::kAuto;
     EXPECT_EQ(gpu.plan.kernel_name.find("_bal") != std::string::npos, balanced) << gpu.plan.kernel_name;
+    const bool rows_on_m = rows > 16 && !mc.opt.sm90_warpgroups && !mc.opt.sm90_rows_m;
+    EXPECT_EQ(gpu.plan.kernel_name.find("_rm") != std::string::npos, rows_on_m) << gpu.plan.kernel_name;
     if (mc.spec.out_dtype != DType::kFP8E4M3) EXPECT_LE(compare(c, gpu).rel_l2, 4e-3) << seed_message();
   }
   if (mc.opt.fp8_mma && std::string(mc.opt.fp8_mma) == "two_term_qk") {

@@ -94,18 +94,37 @@ TEST(GqaSm90Nvrtc, PlansSendFp8HeadDim128WithoutBeamsToTheHopperKernel) {
     const int rows[][3] = {{4, 8, 32}, {8, 8, 64}, {8, 16, 64}};  // q_len, group, rows per CTA
     for (const auto& r : rows) {
       GqaConfig s = config(8 * r[1], 8, 128, r[0], DType::kFP8E4M3);
-      const GqaKernelKey k = make_gqa_key(s, 90);
+      GqaKernelKey k = make_gqa_key(s, 90);
       EXPECT_TRUE(k.wgmma()) << k.name();
       EXPECT_EQ(k.rows, r[2]) << k.name();
+      // 32 and 64 rows take the rows-on-M kernel, unless the knob keeps them on N.
+      EXPECT_TRUE(k.rows_on_m) << k.name();
+      EXPECT_NE(k.name().find("_wgmma_rm"), std::string::npos) << k.name();
+      EXPECT_NE(k.spec().source.find("kRowsOnM = true;"), std::string::npos) << k.spec().source;
+      EXPECT_EQ(k.shape().min_ctas, 2) << k.name();
+      jit::testing::ScopedEnv on_n("DECA_GQA_SM90_ROWS_M", "0");
+      k = make_gqa_key(s, 90);
+      EXPECT_FALSE(k.rows_on_m) << k.name();
+      EXPECT_EQ(k.name().find("_rm"), std::string::npos) << k.name();
     }
+    EXPECT_FALSE(make_gqa_key(c, 90).rows_on_m);  // 8 rows: on N
   }
 }
 
-// Shared memory: two CTAs per SM at every rows value, at least two stages, the epilogue's merge
-// area inside the stages it reuses.
+// Shared memory: two CTAs per SM at every rows value (rows on N or, at 32 and 64, on M), at
+// least two stages, the epilogue's merge area inside the stages it reuses.
 TEST(GqaSm90Nvrtc, ShapeKeepsTwoCtasPerSm) {
-  for (int rows : {8, 16, 32, 64}) {
-    const gqa::Shape s = gqa::sm90::make_shape(rows);
+  for (int rows : {8, 16, 32, 64, -32, -64}) {
+    const bool on_m = rows < 0;
+    rows = on_m ? -rows : rows;
+    const gqa::Shape s = gqa::sm90::make_shape(rows, 0, 1, on_m);
+    const gqa::sm90::SmemPlan plan = gqa::sm90::make_plan(rows, s.stages, 1, on_m);
+    if (on_m) {
+      EXPECT_EQ(plan.vt % 1024, 0) << rows;
+      EXPECT_EQ(plan.q_lo - plan.q_hi, 64 * 128) << rows;  // 64 operand rows whatever the rows
+      EXPECT_EQ(plan.p_lo, plan.p_hi) << rows;              // no P tiles
+      EXPECT_EQ(plan.end - plan.q_inv, 64 * 4) << rows;
+    }
     std::printf("[sm90 shape] rows %2d: stages %d, smem %d B, min_ctas %d\n", rows, s.stages,
                 s.smem_bytes, s.min_ctas);
     EXPECT_GE(s.stages, 2) << rows;
@@ -222,6 +241,19 @@ TEST(GqaSm90Nvrtc, SpecializationsCompileWithoutSpillsOrSerializedWgmma) {
   GqaKernelKey ovm = key(8, 16);
   ovm.overlap = true, ovm.tree = true, ovm.window = true, ovm.softcap = true, ovm.checked = true;
   keys.push_back(ovm);
+  // Rows on M (decode_rows.cuh, 32 and 64 rows): plain; masks with soft-cap and checked; a page
+  // size that is not a power of two and page 1 with fp16 q and fp8 out; a group that is not a
+  // power of two.
+  for (int rows : {32, 64}) {
+    GqaKernelKey k = key(8, rows);
+    k.rows_on_m = true;
+    keys.push_back(k);
+    k.tree = true, k.window = true, k.softcap = true, k.checked = true, k.page_size = 48;
+    keys.push_back(k);
+    k = key(rows == 32 ? 10 : 5, rows);
+    k.rows_on_m = true, k.page_size = 1, k.q_dtype = 1, k.out_dtype = 3;
+    keys.push_back(k);
+  }
   // The balanced schedule (a knob, up to 16 rows): plain at 8 and 16 rows, masks with
   // soft-cap and checked, a page size that is not a power of two (ids per row), page 1.
   for (int rows : {8, 16}) {
@@ -243,6 +275,7 @@ TEST(GqaSm90Nvrtc, SpecializationsCompileWithoutSpillsOrSerializedWgmma) {
     EXPECT_EQ(k.name().find("_wg2") != std::string::npos, k.warpgroups == 2) << k.name();
     EXPECT_EQ(k.name().find("_bal") != std::string::npos, k.balanced) << k.name();
     EXPECT_EQ(k.spec().source.find("kBalanced = true") != std::string::npos, k.balanced) << k.name();
+    EXPECT_EQ(k.name().find("_rm") != std::string::npos, k.rows_on_m) << k.name();
     EXPECT_EQ(k.shape().threads, 128 * k.warpgroups) << k.name();
     const jit::JitSpec spec = k.spec();
     const jit::CompileResult r = jit::compile(spec);
@@ -260,7 +293,7 @@ TEST(GqaSm90Nvrtc, SpecializationsCompileWithoutSpillsOrSerializedWgmma) {
     const bool fullest = k.balanced && k.checked && k.tree && k.window && k.page_size == 48;
     if (fullest) {
       EXPECT_LE(r.ptxas.spill_store_bytes, 64) << spec.name;
-    } else if (k.rows <= 32) {
+    } else if (k.rows <= 32 || k.rows_on_m) {
       EXPECT_EQ(r.ptxas.spill_store_bytes, 0) << spec.name;
       EXPECT_EQ(r.ptxas.stack_bytes, 0) << spec.name;
     } else {

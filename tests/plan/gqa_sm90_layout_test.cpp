@@ -1,7 +1,8 @@
 // The Hopper fp8 GQA kernel's shared-memory layouts (kernels/gqa/sm90/layout.cuh) on the host:
 // the in-place V transpose's lane map covers every 4 x 4 byte block of a 128 x 128 tile exactly
 // once and its reads and writes are free of bank conflicts, the P^T stores too, and the PV token
-// order is a permutation whose quads are the tokens a thread holds for one query row.
+// order is a permutation whose quads are the tokens a thread holds for one query row; the
+// rows-on-M kernel's token orders put token k at A position k and V^T position k.
 #include <gtest/gtest.h>
 
 #include <set>
@@ -93,6 +94,46 @@ TEST(GqaSm90Layout, PStoresAreFreeOfBankConflicts) {
       }
       EXPECT_EQ(banks.size(), 32u) << "column " << cc << " warp " << w;
     }
+  }
+}
+
+// Rows on M (decode_rows.cuh): K rows and V rows are permutations of a tile's 128 tokens; the S
+// element a lane holds in K row n is the token that row holds; the four elements a lane packs
+// into A register j of k-step kk (16 kk + 8 (j / 2) + 2 (j % 2) + {0, 1, 4, 5}: rows l / 4 and
+// + 8 alternate with j) are tokens 32 kk + 16 (j / 2) + 4 (l % 4) + 0..3, the A fragment's k
+// positions of that register; and the transpose, reading byte j of block qd from V row
+// quad_token(qd) + {0, 8, 64, 72}[j], finds token 4 qd + j there.
+TEST(GqaSm90Layout, RowsOnMTokenOrdersMatchTheAFragment) {
+  std::set<int> k_rows, v_rows;
+  for (int t = 0; t < 128; ++t) {
+    k_rows.insert(rows_on_m_k_row(t));
+    v_rows.insert(rows_on_m_v_row(t));
+    EXPECT_LT(rows_on_m_k_row(t), 128);
+    EXPECT_LT(rows_on_m_v_row(t), 128);
+  }
+  EXPECT_EQ(k_rows.size(), 128u);
+  EXPECT_EQ(v_rows.size(), 128u);
+  for (int l = 0; l < 32; ++l) {
+    for (int e = 0; e < 64; ++e) {
+      const int column = 8 * (e >> 2) + 2 * (l & 3) + (e & 1);  // the accumulator's layout
+      EXPECT_EQ(rows_on_m_k_row(rows_on_m_token(e, l)), column) << "lane " << l << " element " << e;
+    }
+    for (int kk = 0; kk < 4; ++kk) {
+      for (int j = 0; j < 4; ++j) {
+        const int e0 = 16 * kk + 8 * (j >> 1) + 2 * (j & 1);
+        const int offsets[4] = {0, 1, 4, 5};
+        for (int c = 0; c < 4; ++c) {
+          const int e = e0 + offsets[c];
+          EXPECT_EQ((e >> 1) & 1, j & 1) << "register " << j << " holds one row";
+          EXPECT_EQ(rows_on_m_token(e, l), 32 * kk + 16 * (j >> 1) + 4 * (l & 3) + c)
+              << "lane " << l << " step " << kk << " register " << j << " byte " << c;
+        }
+      }
+    }
+  }
+  const int token_offset[4] = {0, 8, 64, 72};
+  for (int qd = 0; qd < 32; ++qd) {
+    for (int j = 0; j < 4; ++j) EXPECT_EQ(rows_on_m_v_row(4 * qd + j), quad_token(qd) + token_offset[j]);
   }
 }
 

@@ -28,6 +28,8 @@
 #include "kernels/gqa/params.cuh"
 #include "kernels/gqa/request.cuh"
 #include "kernels/gqa/sm90/balance.cuh"
+#include "kernels/gqa/sm90/q_tile.cuh"
+#include "kernels/gqa/sm90/tile_loader.cuh"
 #include "kernels/gqa/sm90/tile_ops.cuh"
 #include "kernels/gqa/sm90/traits.cuh"
 
@@ -143,7 +145,6 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
   constexpr int kHalves = 2 / kWG;  // m64 halves per warpgroup
   constexpr int kWarps = 4 * kWG;
   constexpr int kIters = 8 / kWG;   // transpose iterations per thread
-  constexpr int kRowStep = T::kThreads / 8;  // loader rows between a thread's chunks
   const int tid = threadIdx.x;
   const int wg = kWG == 1 ? 0 : tid >> 7;
   const int w = kWG == 1 ? tid >> 5 : (tid >> 5) & 3;  // warp in the warpgroup
@@ -202,105 +203,11 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
   }
   const int row0 = row_block * N;
 
-  // ---- Loader: thread (row tid / 8 + 16 i, chunk tid % 8) of every K and V tile ----
-  const unsigned k_page_bytes = static_cast<unsigned>(p.k_stride_page);
-  const unsigned k_slot_bytes = static_cast<unsigned>(p.k_stride_slot);
-  const unsigned v_page_bytes = static_cast<unsigned>(p.v_stride_page);
-  const unsigned v_slot_bytes = static_cast<unsigned>(p.v_stride_slot);
-  const unsigned chunk_ld = static_cast<unsigned>(tid & 7);
-  const unsigned row0_ld = static_cast<unsigned>(tid >> 3);
-  auto page_row_of = [&](int request) { return p.page_table + request * p.page_table_stride; };
-  // Page ids, read a tile ahead. When a tile spans at most 32 whole pages (page size 4..128), lane
-  // j of every warp reads the tile's page j and each row takes its id by shuffle when the tile is
-  // issued: one load per thread and tile. Otherwise one of the 8 threads of a row reads the row's
-  // id (the portable kernel's scheme, decode.cuh). Ids of pages past the unit's last key are
-  // never read (their table entries may be anything): they stay -1, and so do rows past it.
-  constexpr bool kPagePerLane = kTile % T::kPageSize == 0 && kTile / T::kPageSize <= 32;
-  int pages_next[kPagePerLane ? 1 : T::kLoadsPerThread];
-  auto checked_id = [&](int id, int item, int request, unsigned page_index) {
-    if constexpr (T::kChecked) {
-      if (static_cast<unsigned>(id) >= static_cast<unsigned>(p.num_pages)) {
-        check_report(static_cast<CheckRecord*>(p.check), kCheckPageId, request, 0,
-                     static_cast<int>(page_index), id, p.num_pages);
-        bad_item[item % (T::kStages + 1)] = item;
-        return -1;
-      }
-    }
-    return id;
-  };
-  auto tile_t0 = [&](const TileCursor& c) { return static_cast<unsigned>(c.u.first + c.i * kTile); };
-  // The page ids of cursor c's tile, the ring's tile `item`.
-  auto fetch_pages = [&](const TileCursor& c, int item) {
-    const unsigned t0 = tile_t0(c);
-    const int* page_row = page_row_of(c.u.request);
-    if constexpr (kPagePerLane) {
-      const unsigned page_index = t0 / T::kPageSize + l;
-      const bool needed = !c.done && l < kTile / T::kPageSize &&
-                          t0 + l * T::kPageSize < static_cast<unsigned>(c.u.end);
-      pages_next[0] = needed ? checked_id(__ldg(page_row + page_index), item, c.u.request, page_index) : -1;
-    } else {
-#pragma unroll
-      for (int i = 0; i < T::kLoadsPerThread; ++i) {
-        const unsigned tok = t0 + row0_ld + kRowStep * i;
-        const bool needed = !c.done && tok < static_cast<unsigned>(c.u.end) && chunk_ld == 0;
-        const unsigned page_index = tok / T::kPageSize;
-        pages_next[i] = needed ? checked_id(__ldg(page_row + page_index), item, c.u.request, page_index) : -1;
-      }
-    }
-  };
-  auto page_of_row = [&](unsigned t0, unsigned end, int i) {
-    const unsigned row = row0_ld + kRowStep * i;
-    if constexpr (kPagePerLane) {
-      const int id = __shfl_sync(0xffffffffu, pages_next[0], static_cast<int>(row / T::kPageSize));
-      return t0 + row < end ? id : -1;
-    } else {
-      return __shfl_sync(0xffffffffu, pages_next[i], l - static_cast<int>(chunk_ld));
-    }
-  };
-  // Where row row0_ld + kRowStep i of a tile sits in its page. Tiles start at multiples of 128 (every
-  // split boundary is tile aligned), so when the page size divides 128 the slot of each of the
-  // thread's rows is the same in every tile: its offset is computed once, here.
-  constexpr bool kFixedSlots = kTile % T::kPageSize == 0;
-  auto slot_of = [&](unsigned t0, int i) -> unsigned {
-    return kFixedSlots ? (row0_ld + kRowStep * i) % T::kPageSize
-                       : (t0 + row0_ld + kRowStep * i) % T::kPageSize;
-  };
-  const unsigned k_lane = row0_ld % T::kPageSize * k_slot_bytes + chunk_ld * 16;
-  const unsigned v_lane = row0_ld % T::kPageSize * v_slot_bytes + chunk_ld * 16;
-  // Cursor c's tile into `stage` (its page ids fetched by fetch_pages).
-  auto issue_tile = [&](const TileCursor& c, int stage) {
-    const unsigned t0 = tile_t0(c);
-    const unsigned end = static_cast<unsigned>(c.u.end);
-    const unsigned char* k_base = static_cast<const unsigned char*>(p.k_cache) +
-                                  static_cast<long long>(c.u.kv_head) * p.k_stride_head;
-    const unsigned char* v_base = static_cast<const unsigned char*>(p.v_cache) +
-                                  static_cast<long long>(c.u.kv_head) * p.v_stride_head;
-    const unsigned ks = k_stage(stage);
-    const unsigned vs = v_stage(stage);
-#pragma unroll
-    for (int i = 0; i < T::kLoadsPerThread; ++i) {
-      const unsigned row = row0_ld + kRowStep * i;
-      const int page = page_of_row(t0, end, i);
-      const bool valid = page >= 0;
-      const unsigned upage = valid ? static_cast<unsigned>(page) : 0u;
-      unsigned k_in, v_in;  // byte offsets inside the page
-      if constexpr (kFixedSlots && T::kPageSize >= 16) {
-        // (row0_ld + kRowStep i) % P = row0_ld % P + (kRowStep i) % P (both powers of two, one
-        // divides the other): the second term is a constant.
-        k_in = k_lane + (kRowStep * i) % T::kPageSize * k_slot_bytes;
-        v_in = v_lane + (kRowStep * i) % T::kPageSize * v_slot_bytes;
-      } else {
-        const unsigned slot = slot_of(t0, i);
-        k_in = slot * k_slot_bytes + chunk_ld * 16;
-        v_in = slot * v_slot_bytes + chunk_ld * 16;
-      }
-      const unsigned char* ksrc = k_base + (static_cast<unsigned long long>(upage) * k_page_bytes + k_in);
-      const unsigned char* vsrc = v_base + (static_cast<unsigned long long>(upage) * v_page_bytes + v_in);
-      const unsigned off = swz128(static_cast<int>(row), static_cast<int>(chunk_ld * 16));
-      ptx::cp_async_16(ks + off, ksrc, valid);
-      ptx::cp_async_16(vs + off, vsrc, valid);
-    }
-  };
+  // ---- Loader (tile_loader.cuh): K and V tiles in token order ----
+  TileLoader<T> loader(p, bad_item, tid);
+  auto page_row_of = [&](int request) { return loader.page_row_of(request); };
+  auto fetch_pages = [&](const TileCursor& c, int item) { loader.fetch_pages(c, item); };
+  auto issue_tile = [&](const TileCursor& c, int stage) { loader.issue_tile(c, k_stage(stage), v_stage(stage)); };
   // The loader's cursor: the next tile to issue, whose page ids pages_next holds; `pend_item` is
   // its index in the ring (tile g of the CTA goes to stage g % kStages).
   TileCursor pend;
@@ -330,26 +237,14 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
   // 8 (e / 4) + 2 (l % 4) + (e & 1); column index cc = 2 (e / 4) + (e & 1) of this thread's kCols.
   // O^T element e of d half m: d 64 m + 16 w + l / 4 + 8 ((e >> 1) & 1), same columns.
   auto col_row = [&](int cc) { return 8 * (cc >> 1) + 2 * (l & 3) + (cc & 1); };
-  // The transpose's blocks (transpose_block): block i's four token rows are read at stage +
-  // v_read[i] + {0, 1024, 8192, 9216} (rows + 0, 8, 64, 72: the same row % 8, so the same swizzle),
-  // its four d rows j written at ((stage + v_write[i]) ^ 16 j) + 128 j: in swz128(4 db + j, x) the
-  // 16-byte unit is (x / 16) ^ ((4 db + j) % 8) = ((x / 16) ^ 4 (db % 2)) ^ j, and stages are
-  // 1024-aligned, so the XOR commutes with adding them.
+  // The transpose's blocks (transpose_block; offsets: layout.cuh's transpose_read/write_offset).
   // Kept in registers up to 32 rows; at 64 rows recomputed per tile (a few logic ops each), where
   // the 16 registers would spill.
   constexpr bool kKeepOffsets = N <= 32;
   // Warpgroup wg takes iterations wg * kIters .. of its warps' eight.
   unsigned v_read_r[kKeepOffsets ? kIters : 1], v_write_r[kKeepOffsets ? kIters : 1];
-  auto v_read = [&](int i) {
-    int qd, db;
-    transpose_block(w, wg * kIters + i, l, qd, db);
-    return swz128(quad_token(qd), 4 * db);
-  };
-  auto v_write = [&](int i) {
-    int qd, db;
-    transpose_block(w, wg * kIters + i, l, qd, db);
-    return swz128(4 * db, 4 * qd);
-  };
+  auto v_read = [&](int i) { return transpose_read_offset(w, wg * kIters + i, l); };
+  auto v_write = [&](int i) { return transpose_write_offset(w, wg * kIters + i, l); };
 #pragma unroll
   for (int i = 0; i < (kKeepOffsets ? kIters : 1); ++i) v_read_r[i] = v_read(i), v_write_r[i] = v_write(i);
   // This thread's P^T bytes in a row: four (both token halves) or, with two warpgroups, the two of
@@ -383,47 +278,8 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
     const float qk_scale = p.softmax_scale * k_scale;
 
     // ---- q: rows scaled by a power of two each into [128, 256), split into two e4m3 terms ----
-    for (int i = tid; i < N * 16; i += T::kThreads) {
-      const int r = i >> 4;
-      const int d0 = 8 * (i & 15);
-      const int row = row0 + r;
-      float x[8];
-      float amax = 0.f;
-      if (row < rows_total) {
-        const int head = kv_head * T::kGroup + row % T::kGroup;
-        const unsigned short* q = static_cast<const unsigned short*>(p.q) + batch * p.q_stride_batch +
-                                  (row / T::kGroup) * p.q_stride_token + head * p.q_stride_head + d0;
-  #pragma unroll
-        for (int j = 0; j < 8; j += 2) {
-          const unsigned two = *reinterpret_cast<const unsigned*>(q + j);
-          const unsigned short lo = static_cast<unsigned short>(two & 0xFFFFu);
-          const unsigned short hi = static_cast<unsigned short>(two >> 16);
-          if constexpr (T::kQDtype == kv::kFP16) {
-            x[j] = ptx::fp16_bits_to_float(lo), x[j + 1] = ptx::fp16_bits_to_float(hi);
-          } else {
-            x[j] = ptx::bf16_bits_to_float(lo), x[j + 1] = ptx::bf16_bits_to_float(hi);
-          }
-        }
-  #pragma unroll
-        for (int j = 0; j < 8; ++j) amax = fmaxf(amax, fabsf(x[j]));
-      } else {
-  #pragma unroll
-        for (int j = 0; j < 8; ++j) x[j] = 0.f;
-      }
-      // The 16 threads of a row are 16 consecutive lanes.
-  #pragma unroll
-      for (int m = 1; m < 16; m <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, m));
-      const float sc = q_row_scale(amax, 7);
-      unsigned hi[2], lo[2];
-      kv::split_e4m3_f32(x[0] * sc, x[1] * sc, x[2] * sc, x[3] * sc, hi[0], lo[0]);
-      kv::split_e4m3_f32(x[4] * sc, x[5] * sc, x[6] * sc, x[7] * sc, hi[1], lo[1]);
-  #pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        sts32(base + kPlan.q_hi + swz128(r, d0 + 4 * j), hi[j]);
-        sts32(base + kPlan.q_lo + swz128(r, d0 + 4 * j), lo[j]);
-      }
-      if ((i & 15) == 0) q_inv[r] = 1.f / sc;  // exact: a power of two
-    }
+    load_q_two_term<T, N>(p, batch, kv_head, row0, rows_total, base + kPlan.q_hi, base + kPlan.q_lo,
+                          q_inv, [](int m) { return m; });
     __syncthreads();  // q_inv written
     // Logit scale of column cc (log2 units, the row's q scale undone): in registers up to 16 rows;
     // with 32 or 64 rows read from shared memory per tile, which keeps 64 rows free of spills.

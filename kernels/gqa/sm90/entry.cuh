@@ -1,13 +1,19 @@
-// The JIT entry of the Hopper fp8 GQA decode kernel (kernels/gqa/sm90/decode.cuh): a generated
-// prologue defines `struct Cfg` (GqaKernelKey::spec, fp8_mma = kv::kWgmma) and includes this file.
+// The JIT entry of the Hopper fp8 GQA decode kernels (kernels/gqa/sm90/decode.cuh, tokens on M;
+// decode_rows.cuh, rows on M when Cfg::kRowsOnM): a generated prologue defines `struct Cfg`
+// (GqaKernelKey::spec, fp8_mma = kv::kWgmma) and includes this file.
 // Same grid, block and parameters as the portable kernel's entry (kernels/gqa/entry.cuh).
 #pragma once
 
 #include "kernels/gqa/sm90/decode.cuh"
+#include "kernels/gqa/sm90/decode_rows.cuh"
 
 extern "C" __global__ void __launch_bounds__(deca::gqa::sm90::Traits<Cfg>::kThreads,
                                              deca::gqa::sm90::Traits<Cfg>::kMinCtas)
     deca_gqa_decode(const __grid_constant__ deca::GqaParams params) {
   extern __shared__ __align__(128) unsigned char deca_smem[];  // aligned to 1024 inside
-  deca::gqa::sm90::gqa_decode_kernel<Cfg>(params, deca_smem);
+  if constexpr (Cfg::kRowsOnM) {
+    deca::gqa::sm90::gqa_decode_rows_kernel<Cfg>(params, deca_smem);
+  } else {
+    deca::gqa::sm90::gqa_decode_kernel<Cfg>(params, deca_smem);
+  }
 }

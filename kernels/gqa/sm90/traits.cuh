@@ -35,24 +35,32 @@ DECA_HD constexpr int rows_per_cta(int rows_needed) {
 // B in the 128-byte swizzle; V is transposed in place into 128 d rows of 128 token bytes), then q
 // and P as two e4m3 terms each (rows x 128 B, swizzled), the warps' column maxima and sums, and
 // the inverse q scale per row. The epilogue's merge area (epilogue.cuh) reuses the stages.
+// The rows-on-M kernel (decode_rows.cuh, `rows_on_m`) keeps P in registers and transposes V into
+// a tile of its own (vt): no P tiles, no cross-warp maxima, q as 64 operand rows whatever the rows.
 struct SmemPlan {
   int stages;
   int q_hi, q_lo, p_hi, p_lo;
+  int vt;     // rows on M: V^T, 128 d rows of 128 token bytes
   int red;    // float [warps][rows]
-  int q_inv;  // float [rows]
+  int q_inv;  // float [operand rows]
   int end;
 };
 
-DECA_HD constexpr SmemPlan make_plan(int rows, int stages, int warpgroups = 1) {
+constexpr int kRowsOnMOperandRows = 64;  // wgmma's M
+
+DECA_HD constexpr SmemPlan make_plan(int rows, int stages, int warpgroups = 1, bool rows_on_m = false) {
   SmemPlan s{};
   s.stages = stages;
+  const int q_rows = rows_on_m ? kRowsOnMOperandRows : rows;
+  const int p_rows = rows_on_m ? 0 : rows;
   s.q_hi = stages * 2 * kStageBytes;
-  s.q_lo = s.q_hi + rows * 128;
-  s.p_hi = s.q_lo + rows * 128;
-  s.p_lo = s.p_hi + rows * 128;
-  s.red = s.p_lo + rows * 128;
-  s.q_inv = s.red + 4 * warpgroups * rows * 4;
-  s.end = s.q_inv + rows * 4;
+  s.q_lo = s.q_hi + q_rows * 128;
+  s.p_hi = s.q_lo + q_rows * 128;
+  s.p_lo = s.p_hi + p_rows * 128;
+  s.vt = s.p_lo + p_rows * 128;
+  s.red = s.vt + (rows_on_m ? kStageBytes : 0);
+  s.q_inv = s.red + (rows_on_m ? 0 : 4 * warpgroups * rows * 4);
+  s.end = s.q_inv + q_rows * 4;
   return s;
 }
 
@@ -60,10 +68,10 @@ DECA_HD constexpr SmemPlan make_plan(int rows, int stages, int warpgroups = 1) {
 DECA_HD constexpr int smem_bytes(const SmemPlan& s) { return s.end + 1024; }
 
 // As many stages as leave two CTAs per SM (227 KB with the 1 KB reserved per CTA), at least two.
-DECA_HD constexpr int stages_for(int rows) {
+DECA_HD constexpr int stages_for(int rows, bool rows_on_m = false) {
   const int per_sm = 228 * 1024;
   int st = 4;
-  while (st > 2 && 2 * (smem_bytes(make_plan(rows, st)) + 1024) > per_sm) --st;
+  while (st > 2 && 2 * (smem_bytes(make_plan(rows, st, 1, rows_on_m)) + 1024) > per_sm) --st;
   return st;
 }
 
@@ -81,8 +89,10 @@ DECA_HD constexpr int stages_for_grid(int rows, long long units, int sm_count) {
 
 // `warpgroups` 2: two warpgroups share each tile (halves of the tokens in S^T, of d in O^T; a
 // tuning knob, Cfg::kWarpgroups).
-DECA_HD constexpr Shape make_shape(int rows, int stages = 0, int warpgroups = 1) {
-  const SmemPlan plan = make_plan(rows, stages > 0 ? stages : stages_for(rows), warpgroups);
+// `rows_on_m`: the rows-on-M kernel (decode_rows.cuh; 32 or 64 rows, one warpgroup).
+DECA_HD constexpr Shape make_shape(int rows, int stages = 0, int warpgroups = 1, bool rows_on_m = false) {
+  const SmemPlan plan =
+      make_plan(rows, stages > 0 ? stages : stages_for(rows, rows_on_m), warpgroups, rows_on_m);
   Shape s{};
   s.threads = kWarpgroupThreads * warpgroups;
   s.warps_m = 1;
@@ -97,32 +107,35 @@ DECA_HD constexpr Shape make_shape(int rows, int stages = 0, int warpgroups = 1)
   s.loads_per_thread = kTile * (kDim / 16) / s.threads;
   s.q_in_regs = false;
   s.q_row_stride = 128;
-  s.q_bytes = 2 * rows * 128;
+  s.q_bytes = 2 * (rows_on_m ? kRowsOnMOperandRows : rows) * 128;
   s.stages = plan.stages;
   s.pipe_bytes = 2 * plan.stages * kStageBytes;
   s.merge_bytes = rows * (kDim + 2) * 4 + rows * 3 * 4;
   s.smem_bytes = smem_bytes(plan);
   const int fit = 228 * 1024 / (s.smem_bytes + 1024);
-  // Two warpgroups: at most two CTAs' worth of registers (128 per thread) are asked for.
-  s.min_ctas = fit >= 3 && warpgroups == 1 ? 3 : (fit >= 2 ? 2 : 1);
+  // Two warpgroups: at most two CTAs' worth of registers (128 per thread) are asked for; rows on
+  // M: O, its per-tile partial and P's fragments take ~200 registers, two CTAs.
+  s.min_ctas = fit >= 3 && warpgroups == 1 && !rows_on_m ? 3 : (fit >= 2 ? 2 : 1);
   return s;
 }
 
 // Beyond the shared constants (CfgConstants), the prologue of this kernel sets kStages (0: the
-// default, stages_for), kWarpgroups (1 or 2), kOverlapQk and kBalanced (GqaKernelKey::spec).
+// default, stages_for), kWarpgroups (1 or 2), kOverlapQk, kBalanced and kRowsOnM
+// (GqaKernelKey::spec).
 template <class Cfg>
 struct Traits : CfgConstants<Cfg> {
   static constexpr int kWarpgroups = Cfg::kWarpgroups;
   static constexpr bool kOverlapQk = Cfg::kOverlapQk;
   static constexpr bool kBalanced = Cfg::kBalanced;
-  static constexpr Shape kShape = make_shape(Cfg::kRows, Cfg::kStages, kWarpgroups);
+  static constexpr bool kRowsOnM = Cfg::kRowsOnM;
+  static constexpr Shape kShape = make_shape(Cfg::kRows, Cfg::kStages, kWarpgroups, kRowsOnM);
   static constexpr int kTile = kShape.tile;
   static constexpr int kThreads = kShape.threads;
   static constexpr int kWarpsN = 1;
   static constexpr int kStages = kShape.stages;
   static constexpr int kSmemBytes = kShape.smem_bytes;
   static constexpr int kMinCtas = kShape.min_ctas;
-  static constexpr SmemPlan kPlan = make_plan(Cfg::kRows, kStages, kWarpgroups);
+  static constexpr SmemPlan kPlan = make_plan(Cfg::kRows, kStages, kWarpgroups, kRowsOnM);
   static constexpr int kLoadsPerThread = kShape.loads_per_thread;
   static constexpr int kCols = Cfg::kRows / 4;  // query rows (accumulator columns) per thread
 
@@ -137,9 +150,12 @@ struct Traits : CfgConstants<Cfg> {
   static_assert(!kBalanced || (kWarpgroups == 1 && !kOverlapQk && Cfg::kRows <= 16 &&
                                kShape.merge_bytes <= 2 * kStageBytes),
                 "balanced schedule: one warpgroup, no overlapped QK, <= 16 rows");
+  static_assert(!kRowsOnM || ((Cfg::kRows == 32 || Cfg::kRows == 64) && kWarpgroups == 1 && !kOverlapQk &&
+                              !kBalanced),
+                "rows on M: 32 or 64 rows, one warpgroup, no overlapped QK, no balanced schedule");
   // Every wgmma operand starts on a swizzle atom (8 rows x 128 B): the descriptors' base offset is 0.
   static_assert(kPlan.q_hi % 1024 == 0 && kPlan.q_lo % 1024 == 0 && kPlan.p_hi % 1024 == 0 &&
-                    kPlan.p_lo % 1024 == 0 && (2 * kStageBytes) % 1024 == 0,
+                    kPlan.p_lo % 1024 == 0 && kPlan.vt % 1024 == 0 && (2 * kStageBytes) % 1024 == 0,
                 "operands on 1024-byte atoms");
   static_assert(kShape.merge_bytes <= kShape.pipe_bytes, "the merge area reuses the stages");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory");

@@ -1,0 +1,313 @@
+// Hopper (sm_90a) GQA decode for an fp8 KV cache with many query rows per KV head (speculative
+// decoding: q_len x group = 32 or 64), query rows on wgmma's M (issue 8, docs/perf-notes.md).
+// One CTA = one warpgroup = (request, kv head, block of 32 or 64 rows, split of the keys), the
+// tokens-on-M kernel's (decode.cuh) grid, loader, q and epilogue. Per 128-token tile:
+//
+//   S [64 rows x 128 tokens] = (q_hi + q_lo) . K^T      rows on M, tokens on N
+//   online softmax along each row: a thread's two rows, a quad of lanes per row (no barrier)
+//   O [64 rows x 128 d]     += (P_hi + P_lo) . V         P from registers (the RS wgmma)
+//
+// Why: with the rows on N (decode.cuh) every query row is a column spread over the four warps,
+// so at 32 / 64 rows each thread runs 8 / 16 column softmaxes per tile with a cross-warp maximum
+// and stores P to shared memory for the PV wgmma; here a row lives in one quad, P goes from the
+// S accumulators to the A fragments in registers, and a tile needs two barriers instead of four.
+// The price at 32 rows: M is 64, so half of every wgmma's rows are padding (the tensor cores are
+// ~4x below the memory rate there); the softmax skips them.
+//
+// Token orders. The S accumulator gives thread (w, l) columns 8 j + 2 (l % 4) + {0, 1}; the 8-bit
+// A fragment of a k32 step wants k 4 (l % 4) + 0..3 and 16 + 4 (l % 4) + 0..3. The loader puts
+// token t of a tile into K row k_row(t) so that the four S values a thread packs into one A
+// register are tokens 4 (l % 4) + 0..3 of the step: then A position k is token k, and V^T needs
+// the plain order. V is stored in v_row(t) order so that the tokens-on-M kernel's conflict-free
+// 4 x 4 transpose (layout.cuh) writes V^T in token order, into a tile of its own (no barrier
+// between its reads and writes).
+#pragma once
+
+#include "kernels/common/check_record.cuh"
+#include "kernels/common/kv_convert.cuh"
+#include "kernels/common/ptx.cuh"
+#include "kernels/common/sm90_ptx.cuh"
+#include "kernels/gqa/epilogue.cuh"
+#include "kernels/gqa/params.cuh"
+#include "kernels/gqa/request.cuh"
+#include "kernels/gqa/sm90/q_tile.cuh"
+#include "kernels/gqa/sm90/tile_loader.cuh"
+#include "kernels/gqa/sm90/tile_ops.cuh"
+#include "kernels/gqa/sm90/traits.cuh"
+
+namespace deca::gqa::sm90 {
+
+using namespace ::deca::sm90;
+
+// The loader's row maps (layout.cuh: rows_on_m_k_row, rows_on_m_v_row).
+struct KRowsOnM {
+  __device__ __forceinline__ unsigned operator()(unsigned t) const {
+    return static_cast<unsigned>(rows_on_m_k_row(static_cast<int>(t)));
+  }
+};
+struct VRowsOnM {
+  __device__ __forceinline__ unsigned operator()(unsigned t) const {
+    return static_cast<unsigned>(rows_on_m_v_row(static_cast<int>(t)));
+  }
+};
+
+template <class Cfg>
+__device__ __forceinline__ void gqa_decode_rows_kernel(const GqaParams& p, unsigned char* smem_raw) {
+  using T = Traits<Cfg>;
+  constexpr int N = T::kRows;                       // query rows of the CTA: 32 or 64
+  constexpr int kHalves = N == 64 ? 2 : 1;          // a thread's rows: l / 4 and, at 64, l / 4 + 8
+  constexpr SmemPlan kPlan = T::kPlan;
+  const int tid = threadIdx.x;
+  const int w = tid >> 5;
+  const int l = tid & 31;
+  const int q_len = p.q_len;
+  const int rows_total = q_len * T::kGroup;
+  const int heads = p.num_kv_heads;
+  int* bad_item = nullptr;
+  if constexpr (T::kChecked) {
+    bad_item = checked_item_slots<T::kStages + 1>();
+    if (tid <= T::kStages) bad_item[tid] = -1;
+    __syncthreads();
+  }
+
+  const unsigned raw = ptx::smem_addr(smem_raw);
+  const unsigned base = (raw + 1023u) & ~1023u;
+  unsigned char* smem = smem_raw + (base - raw);
+  float* q_inv = reinterpret_cast<float*>(smem + kPlan.q_inv);  // [64 operand rows]
+  auto k_stage = [&](int s) { return base + s * 2 * kStageBytes; };
+  auto v_stage = [&](int s) { return base + s * 2 * kStageBytes + kStageBytes; };
+  const unsigned long long desc0 = smem_desc_sw128(base, 16, 1024);
+  auto desc = [&](unsigned offset) { return desc0 + (offset >> 4); };
+
+  // ---- Schedule: one unit (request, kv head, row block), the keys of split blockIdx.x ----
+  const int split = blockIdx.x;
+  const int row_blocks = gridDim.y / heads;
+  const int kv_head = blockIdx.y / row_blocks;
+  const int row_block = blockIdx.y % row_blocks;
+  const int batch = blockIdx.z;
+  if (row_block * N >= rows_total) return;  // a row block past this call's q_len (see decode.cuh)
+  const int seq_len = load_seq_len<T>(p, batch);
+  const KeyRange range = split_range<T>(p, seq_len, seq_len, split);
+  Unit unit{};
+  unit.request = batch;
+  unit.kv_head = kv_head;
+  unit.seq_len = seq_len;
+  unit.first = range.begin;
+  unit.end = range.end;
+  unit.tiles = range.end > range.begin ? (range.end - range.begin + kTile - 1) / kTile : 0;
+  const int row0 = row_block * N;
+
+  TileLoader<T> loader(p, bad_item, tid);
+  const int* page_row = loader.page_row_of(batch);
+  TileCursor pend{unit, 0, unit.tiles, unit.tiles <= 0};
+  int pend_item = 0;
+  auto issue_next = [&] {
+    if (!pend.done) {
+      const int stage = pend_item % T::kStages;
+      loader.issue_tile(pend, k_stage(stage), v_stage(stage), KRowsOnM{}, VRowsOnM{});
+    }
+    ptx::cp_async_commit();
+    ++pend.i;
+    pend.done = pend.i >= pend.hi;
+    ++pend_item;
+    loader.fetch_pages(pend, pend_item);
+  };
+
+  // ---- Operand rows: thread (w, l) holds operand rows 16 w + l / 4 + 8 h. At 64 rows operand row
+  // m is query row m; at 32, query row 8 w + r sits in operand row 16 w + r (r < 8) and the rows
+  // 16 w + 8 .. are padding, so every thread has one real row and the softmax skips the other ----
+  auto row_of_operand = [](int m) { return N == 64 ? m : ((m & 8) ? -1 : 8 * (m >> 4) + (m & 7)); };
+  int qrow[kHalves];  // the CTA's query row of the thread's row h
+#pragma unroll
+  for (int h = 0; h < kHalves; ++h) qrow[h] = row_of_operand(16 * w + (l >> 2) + 8 * h);
+
+  // ---- Prologue: kStages - 1 tiles in flight ----
+  loader.fetch_pages(pend, 0);
+#pragma unroll
+  for (int s = 0; s < T::kStages - 1; ++s) issue_next();
+
+  const float k_scale = p.k_scales ? p.k_scales[kv_head] : p.k_scale;
+  const float v_scale = p.v_scales ? p.v_scales[kv_head] : p.v_scale;
+  const float qk_scale = p.softmax_scale * k_scale;
+  load_q_two_term<T, kRowsOnMOperandRows>(p, batch, kv_head, row0, rows_total, base + kPlan.q_hi,
+                                          base + kPlan.q_lo, q_inv, row_of_operand);
+  __syncthreads();  // q_inv written
+  const float logit_scale = T::kSoftcap ? qk_scale : qk_scale * kLog2e;
+  float row_scale[kHalves], m_run[kHalves], l_run[kHalves];
+  const unsigned* tree[kHalves];
+  int row_pos[kHalves];  // causal position of the row's query token
+  const int causal_start = seq_len - q_len;  // keys below are visible to every row (window aside)
+#pragma unroll
+  for (int h = 0; h < kHalves; ++h) {
+    row_scale[h] = logit_scale * q_inv[16 * w + (l >> 2) + 8 * h];
+    m_run[h] = kNegInf;
+    l_run[h] = 0.f;
+    const int row = row0 + qrow[h];
+    const int tok = (row < rows_total ? row : 0) / T::kGroup;
+    row_pos[h] = causal_start + tok;
+    tree[h] = T::kTree ? p.tree_mask + batch * p.mask_stride_batch + tok * p.mask_stride_token : nullptr;
+  }
+  float o[64];  // O: element e is row h = (e >> 1) & 1, d 8 (e >> 2) + 2 (l % 4) + (e & 1)
+#pragma unroll
+  for (int e = 0; e < 64; ++e) o[e] = 0.f;
+  const unsigned vt = base + kPlan.vt;
+  unsigned v_read_r[8], v_write_r[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) v_read_r[i] = transpose_read_offset(w, i, l), v_write_r[i] = transpose_write_offset(w, i, l);
+
+  for (int i_tile = 0, item = 0; i_tile < unit.tiles; ++i_tile, ++item) {
+    ptx::cp_async_wait<T::kStages - 2>();
+    fence_proxy_async_smem();  // this thread's landed chunks, to the wgmma (async proxy) readers
+    __syncthreads();           // tile `item` landed; the last tile's stage and V^T are free
+    issue_next();              // tile item + kStages - 1
+    const int stage = item % T::kStages;
+    const unsigned k_off = stage * 2 * kStageBytes;
+    const unsigned vs = base + k_off + kStageBytes;
+    const int tile_t0 = unit.first + i_tile * kTile;
+
+    // S = (q_hi + q_lo) K^T: 4 k-steps of 32 dims x 2 terms, under the V transpose.
+    float s[64];
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      const unsigned long long db = desc(k_off + 32 * kk);
+      wgmma_m64n128k32_e4m3_ss(s, desc(kPlan.q_hi + 32 * kk), db, kk > 0);
+      wgmma_m64n128k32_e4m3_ss(s, desc(kPlan.q_lo + 32 * kk), db, true);
+    }
+    wgmma_commit();
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      unsigned vw[4], cols[4];
+      const unsigned a = vs + v_read_r[i];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) vw[j] = ptx::lds32(a + 1024u * (j & 1) + 8192u * (j >> 1));
+      transpose4x4(vw, cols);
+      const unsigned b = vt + v_write_r[i];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) sts32((b ^ (16u * j)) + 128u * j, cols[j]);
+    }
+    wgmma_wait<0>();
+    fence_regs(s);
+
+    // ---- Scale, soft-cap, mask; the rows' maxima (a quad of lanes per row) ----
+    const bool bad_tile = T::kChecked && bad_item[item % (T::kStages + 1)] == item;
+    const bool need_mask = tile_t0 + kTile > causal_start || tile_t0 + kTile > unit.end ||
+                           (T::kWindow && tile_t0 < seq_len - p.window) || bad_tile;
+    float mx[kHalves];
+#pragma unroll
+    for (int h = 0; h < kHalves; ++h) mx[h] = kNegInf;
+#pragma unroll
+    for (int e = 0; e < 64; ++e) {
+      const int h = (e >> 1) & 1;
+      if (h >= kHalves) continue;  // padding row
+      float x = s[e];
+      if constexpr (T::kSoftcap) {
+        x = p.softcap * tanhf(x * row_scale[h] / p.softcap) * kLog2e;
+      } else {
+        x *= row_scale[h];
+      }
+      if (need_mask) {
+        const int t = tile_t0 + rows_on_m_token(e, l);
+        bool visible = t < unit.end && row_sees_key<T>(p, t, row_pos[h], causal_start, tree[h]);
+        if constexpr (T::kChecked) {
+          if (bad_tile && visible) {
+            visible = static_cast<unsigned>(__ldg(page_row + t / T::kPageSize)) <
+                      static_cast<unsigned>(p.num_pages);
+          }
+        }
+        if (!visible) x = kNegInf;
+      }
+      s[e] = x;
+      mx[h] = fmaxf(mx[h], x);
+    }
+    float alpha[kHalves], shift[kHalves];
+#pragma unroll
+    for (int h = 0; h < kHalves; ++h) {
+      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+      const float m_new = fmaxf(m_run[h], mx[h]);
+      // A row that has seen nothing keeps m = -inf; subtracting 0 keeps exp2 at 0, not NaN.
+      const float m_use = m_new == kNegInf ? 0.f : m_new;
+      alpha[h] = ptx::ex2(m_run[h] - m_use);
+      m_run[h] = m_new;
+      shift[h] = m_use - 8.f;  // P times 256: e4m3's range (the max reported 8 lower, as decode.cuh)
+    }
+
+    // ---- P = 2^(x - m + 8) as two e4m3 terms, straight into the A fragments of the k32 steps:
+    // register j of step kk holds elements 16 kk + 8 (j >> 1) + {0, 1, 4, 5} + 2 (j & 1) ----
+    unsigned p_hi[4][4], p_lo[4][4];
+    float sum[kHalves];
+#pragma unroll
+    for (int h = 0; h < kHalves; ++h) sum[h] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int h = j & 1;
+        if (h >= kHalves) {
+          p_hi[kk][j] = 0u, p_lo[kk][j] = 0u;
+          continue;
+        }
+        const int e0 = 16 * kk + 8 * (j >> 1) + 2 * h;
+        float pr[4];
+#pragma unroll
+        for (int c = 0; c < 4; ++c) pr[c] = ptx::ex2(s[e0 + (c & 1) + 4 * (c >> 1)] - shift[h]);
+        sum[h] += (pr[0] + pr[1]) + (pr[2] + pr[3]);
+        kv::split_e4m3_f32(pr[0], pr[1], pr[2], pr[3], p_hi[kk][j], p_lo[kk][j]);
+      }
+    }
+#pragma unroll
+    for (int h = 0; h < kHalves; ++h) l_run[h] = l_run[h] * alpha[h] + sum[h];
+
+    fence_proxy_async_smem();  // this thread's V^T words, to the wgmma
+    __syncthreads();           // V^T complete
+
+    // O = O alpha + (P_hi + P_lo) V, the tile's product in a fresh accumulator added in fp32
+    // (Hopper's fp8 wgmma keeps ~14 bits when it accumulates: decode.cuh).
+    float ot[64];
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      const unsigned long long db = desc(kPlan.vt + 32 * kk);
+      wgmma_m64n128k32_e4m3_rs(ot, p_hi[kk], db, kk > 0);
+      wgmma_m64n128k32_e4m3_rs(ot, p_lo[kk], db, true);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_regs(ot);
+#pragma unroll
+    for (int e = 0; e < 64; ++e) {
+      const int h = (e >> 1) & 1;
+      if (h < kHalves) o[e] = o[e] * alpha[h] + ot[e];
+    }
+  }
+
+  // ---- The rows into the epilogue's merge area (one slice: kWarpsN = 1) ----
+  ptx::cp_async_wait<0>();
+#pragma unroll
+  for (int h = 0; h < kHalves; ++h) {
+    l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 1);
+    l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 2);
+  }
+  __syncthreads();  // every warp's wgmma reads of the stages are done: the area reuses them
+  const MergeArea<T> area(smem);
+#pragma unroll
+  for (int e = 0; e < 64; ++e) {
+    const int h = (e >> 1) & 1;
+    if (h >= kHalves) continue;
+    const int d = 8 * (e >> 2) + 2 * (l & 3) + (e & 1);
+    area.o[qrow[h] * kDim + d] = o[e];
+  }
+  if ((l & 3) == 0) {
+#pragma unroll
+    for (int h = 0; h < kHalves; ++h) {
+      area.ml[2 * qrow[h]] = m_run[h] - 8.f;  // P's scale, see above
+      area.ml[2 * qrow[h] + 1] = l_run[h];
+    }
+  }
+  __syncthreads();
+  const CtaRows cta{batch, batch, kv_head, row_blocks, row_block, split, row0, rows_total, rows_total};
+  finish_cta<T>(p, smem, cta, v_scale);
+}
+
+}  // namespace deca::gqa::sm90

@@ -1,0 +1,68 @@
+// q of the Hopper fp8 GQA kernels (decode.cuh, decode_rows.cuh) as the two e4m3 terms of issue 8:
+// each query row scaled by a power of two into [128, 256), q_hi = e4m3(q_s), q_lo = e4m3(q_s -
+// q_hi), both stored as a K-major wgmma operand (rows of 128 bytes in the 128-byte swizzle) and
+// the inverse scale kept per row.
+#pragma once
+
+#include "kernels/common/kv_convert.cuh"
+#include "kernels/common/kv_kind.cuh"
+#include "kernels/common/ptx.cuh"
+#include "kernels/common/sm90_ptx.cuh"
+#include "kernels/gqa/params.cuh"
+#include "kernels/gqa/request.cuh"
+#include "kernels/gqa/sm90/layout.cuh"
+
+namespace deca::gqa::sm90 {
+
+// Operand rows 0 .. kOperandRows - 1 at shared addresses q_hi and q_lo; operand row m holds query
+// row row0 + row_of(m) of the CTA (rows past rows_total, and row_of(m) < 0, hold zeros), and
+// q_inv[m] its inverse scale. Every thread of the CTA takes part; the caller synchronises.
+template <class T, int kOperandRows, class RowOf>
+__device__ __forceinline__ void load_q_two_term(const GqaParams& p, int batch, int kv_head, int row0,
+                                                int rows_total, unsigned q_hi, unsigned q_lo,
+                                                float* q_inv, const RowOf& row_of) {
+  for (int i = static_cast<int>(threadIdx.x); i < kOperandRows * 16; i += T::kThreads) {
+    const int m = i >> 4;
+    const int d0 = 8 * (i & 15);
+    const int r = row_of(m);
+    const int row = r < 0 ? rows_total : row0 + r;
+    float x[8];
+    float amax = 0.f;
+    if (row < rows_total) {
+      const int head = kv_head * T::kGroup + row % T::kGroup;
+      const unsigned short* q = static_cast<const unsigned short*>(p.q) + batch * p.q_stride_batch +
+                                (row / T::kGroup) * p.q_stride_token + head * p.q_stride_head + d0;
+#pragma unroll
+      for (int j = 0; j < 8; j += 2) {
+        const unsigned two = *reinterpret_cast<const unsigned*>(q + j);
+        const unsigned short lo = static_cast<unsigned short>(two & 0xFFFFu);
+        const unsigned short hi = static_cast<unsigned short>(two >> 16);
+        if constexpr (T::kQDtype == kv::kFP16) {
+          x[j] = ptx::fp16_bits_to_float(lo), x[j + 1] = ptx::fp16_bits_to_float(hi);
+        } else {
+          x[j] = ptx::bf16_bits_to_float(lo), x[j + 1] = ptx::bf16_bits_to_float(hi);
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < 8; ++j) amax = fmaxf(amax, fabsf(x[j]));
+    } else {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) x[j] = 0.f;
+    }
+    // The 16 threads of a row are 16 consecutive lanes.
+#pragma unroll
+    for (int s = 1; s < 16; s <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, s));
+    const float sc = q_row_scale(amax, 7);
+    unsigned hi[2], lo[2];
+    kv::split_e4m3_f32(x[0] * sc, x[1] * sc, x[2] * sc, x[3] * sc, hi[0], lo[0]);
+    kv::split_e4m3_f32(x[4] * sc, x[5] * sc, x[6] * sc, x[7] * sc, hi[1], lo[1]);
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      ::deca::sm90::sts32(q_hi + swz128(m, d0 + 4 * j), hi[j]);
+      ::deca::sm90::sts32(q_lo + swz128(m, d0 + 4 * j), lo[j]);
+    }
+    if ((i & 15) == 0) q_inv[m] = 1.f / sc;  // exact: a power of two
+  }
+}
+
+}  // namespace deca::gqa::sm90

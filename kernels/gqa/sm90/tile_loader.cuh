@@ -1,0 +1,140 @@
+// The cp.async loader of the Hopper fp8 GQA kernels (decode.cuh, decode_rows.cuh): 128 threads
+// copy a 128-token tile of K and of V, 16-byte chunks, each where the 128-byte swizzle of the wgmma
+// descriptors puts it. Thread (row tid / 8 + 16 i, chunk tid % 8) of every tile; page ids read a
+// tile ahead. The kernels choose the shared-memory row of each token of K and V (row maps): the
+// tokens-on-M kernel keeps them in order, the rows-on-M kernel permutes them so that its softmax
+// weights feed the PV wgmma from registers (decode_rows.cuh says how).
+#pragma once
+
+#include "kernels/common/check_record.cuh"
+#include "kernels/common/ptx.cuh"
+#include "kernels/gqa/params.cuh"
+#include "kernels/gqa/request.cuh"
+#include "kernels/gqa/sm90/balance.cuh"
+#include "kernels/gqa/sm90/layout.cuh"
+
+namespace deca::gqa::sm90 {
+
+// Row maps: the shared-memory row of loader row `row` (0..127) of a tile. The identity.
+struct InOrder {
+  __device__ __forceinline__ unsigned operator()(unsigned row) const { return row; }
+};
+
+template <class T>
+struct TileLoader {
+  static constexpr int kRowStep = T::kThreads / 8;  // loader rows between a thread's chunks
+  // When a tile spans at most 32 whole pages (page size 4..128), lane j of every warp reads the
+  // tile's page j and each row takes its id by shuffle when the tile is issued: one load per
+  // thread and tile. Otherwise one of the 8 threads of a row reads the row's id (the portable
+  // kernel's scheme, decode.cuh). Ids of pages past the unit's last key are never read (their
+  // table entries may be anything): they stay -1, and so do rows past it.
+  static constexpr bool kPagePerLane = T::kTile % T::kPageSize == 0 && T::kTile / T::kPageSize <= 32;
+  // Tiles start at multiples of 128 (every split boundary is tile aligned), so when the page size
+  // divides 128 the slot of each of the thread's rows is the same in every tile.
+  static constexpr bool kFixedSlots = T::kTile % T::kPageSize == 0;
+
+  const GqaParams& p;
+  int* bad_item;  // checked mode: the ring's items whose page ids failed the range test
+  unsigned chunk_ld, row0_ld, l;
+  unsigned k_lane, v_lane;
+  int pages_next[kPagePerLane ? 1 : T::kLoadsPerThread];
+
+  __device__ __forceinline__ TileLoader(const GqaParams& params, int* bad, int tid)
+      : p(params), bad_item(bad) {
+    chunk_ld = static_cast<unsigned>(tid & 7);
+    row0_ld = static_cast<unsigned>(tid >> 3);
+    l = static_cast<unsigned>(tid & 31);
+    k_lane = row0_ld % T::kPageSize * static_cast<unsigned>(p.k_stride_slot) + chunk_ld * 16;
+    v_lane = row0_ld % T::kPageSize * static_cast<unsigned>(p.v_stride_slot) + chunk_ld * 16;
+  }
+
+  __device__ __forceinline__ const int* page_row_of(int request) const {
+    return p.page_table + request * p.page_table_stride;
+  }
+  __device__ __forceinline__ int checked_id(int id, int item, int request, unsigned page_index) const {
+    if constexpr (T::kChecked) {
+      if (static_cast<unsigned>(id) >= static_cast<unsigned>(p.num_pages)) {
+        check_report(static_cast<CheckRecord*>(p.check), kCheckPageId, request, 0,
+                     static_cast<int>(page_index), id, p.num_pages);
+        bad_item[item % (T::kStages + 1)] = item;
+        return -1;
+      }
+    }
+    return id;
+  }
+  static __device__ __forceinline__ unsigned tile_t0(const TileCursor& c) {
+    return static_cast<unsigned>(c.u.first + c.i * T::kTile);
+  }
+
+  // The page ids of cursor c's tile, the ring's tile `item`.
+  __device__ __forceinline__ void fetch_pages(const TileCursor& c, int item) {
+    const unsigned t0 = tile_t0(c);
+    const int* page_row = page_row_of(c.u.request);
+    if constexpr (kPagePerLane) {
+      const unsigned page_index = t0 / T::kPageSize + l;
+      const bool needed = !c.done && l < T::kTile / T::kPageSize &&
+                          t0 + l * T::kPageSize < static_cast<unsigned>(c.u.end);
+      pages_next[0] = needed ? checked_id(__ldg(page_row + page_index), item, c.u.request, page_index) : -1;
+    } else {
+#pragma unroll
+      for (int i = 0; i < T::kLoadsPerThread; ++i) {
+        const unsigned tok = t0 + row0_ld + kRowStep * i;
+        const bool needed = !c.done && tok < static_cast<unsigned>(c.u.end) && chunk_ld == 0;
+        const unsigned page_index = tok / T::kPageSize;
+        pages_next[i] = needed ? checked_id(__ldg(page_row + page_index), item, c.u.request, page_index) : -1;
+      }
+    }
+  }
+
+  __device__ __forceinline__ int page_of_row(unsigned t0, unsigned end, int i) const {
+    const unsigned row = row0_ld + kRowStep * i;
+    if constexpr (kPagePerLane) {
+      const int id = __shfl_sync(0xffffffffu, pages_next[0], static_cast<int>(row / T::kPageSize));
+      return t0 + row < end ? id : -1;
+    } else {
+      return __shfl_sync(0xffffffffu, pages_next[i], static_cast<int>(l - chunk_ld));
+    }
+  }
+
+  // Cursor c's tile (its page ids fetched by fetch_pages) into the K tile at shared address ks and
+  // the V tile at vs, token row r of the tile at rows k_row(r) and v_row(r).
+  template <class KRow = InOrder, class VRow = InOrder>
+  __device__ __forceinline__ void issue_tile(const TileCursor& c, unsigned ks, unsigned vs,
+                                             KRow k_row = {}, VRow v_row = {}) const {
+    const unsigned t0 = tile_t0(c);
+    const unsigned end = static_cast<unsigned>(c.u.end);
+    const unsigned char* k_base = static_cast<const unsigned char*>(p.k_cache) +
+                                  static_cast<long long>(c.u.kv_head) * p.k_stride_head;
+    const unsigned char* v_base = static_cast<const unsigned char*>(p.v_cache) +
+                                  static_cast<long long>(c.u.kv_head) * p.v_stride_head;
+    const unsigned k_page_bytes = static_cast<unsigned>(p.k_stride_page);
+    const unsigned k_slot_bytes = static_cast<unsigned>(p.k_stride_slot);
+    const unsigned v_page_bytes = static_cast<unsigned>(p.v_stride_page);
+    const unsigned v_slot_bytes = static_cast<unsigned>(p.v_stride_slot);
+#pragma unroll
+    for (int i = 0; i < T::kLoadsPerThread; ++i) {
+      const unsigned row = row0_ld + kRowStep * i;
+      const int page = page_of_row(t0, end, i);
+      const bool valid = page >= 0;
+      const unsigned upage = valid ? static_cast<unsigned>(page) : 0u;
+      unsigned k_in, v_in;  // byte offsets inside the page
+      if constexpr (kFixedSlots && T::kPageSize >= 16) {
+        // (row0_ld + kRowStep i) % P = row0_ld % P + (kRowStep i) % P (both powers of two, one
+        // divides the other): the second term is a constant.
+        k_in = k_lane + (kRowStep * i) % T::kPageSize * k_slot_bytes;
+        v_in = v_lane + (kRowStep * i) % T::kPageSize * v_slot_bytes;
+      } else {
+        const unsigned slot = kFixedSlots ? row % T::kPageSize : (t0 + row) % T::kPageSize;
+        k_in = slot * k_slot_bytes + chunk_ld * 16;
+        v_in = slot * v_slot_bytes + chunk_ld * 16;
+      }
+      const unsigned char* ksrc = k_base + (static_cast<unsigned long long>(upage) * k_page_bytes + k_in);
+      const unsigned char* vsrc = v_base + (static_cast<unsigned long long>(upage) * v_page_bytes + v_in);
+      const int chunk = static_cast<int>(chunk_ld * 16);
+      ptx::cp_async_16(ks + swz128(static_cast<int>(k_row(row)), chunk), ksrc, valid);
+      ptx::cp_async_16(vs + swz128(static_cast<int>(v_row(row)), chunk), vsrc, valid);
+    }
+  }
+};
+
+}  // namespace deca::gqa::sm90
