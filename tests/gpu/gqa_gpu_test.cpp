@@ -518,6 +518,34 @@ TEST_P(GqaGpuMatrix, MatchesCpuReference) {
 INSTANTIATE_TEST_SUITE_P(Matrix, GqaGpuMatrix, ::testing::ValuesIn(matrix()),
                          [](const auto& info) { return info.param.name; });
 
+// A k_scale of either sign, or zero, through the Hopper kernels: the rows-on-M kernel folds the
+// logit scale's sign into q and takes the rows' maxima before scaling, so a negative scale must
+// flip the logits (the largest raw S is then the smallest logit), and a zero scale give every
+// visible key the same weight with masked keys still at zero weight.
+TEST(GqaGpu, Fp8KScaleOfEitherSignOrZero) {
+  DECA_REQUIRE_GPU();
+  for (const char* rows_m : {"1", "0"}) {
+    for (int q_len : {1, 4, 8}) {
+      for (float factor : {-1.f, 0.f}) {
+        auto rng = make_rng(21 + q_len);
+        GqaCaseSpec s = base(64, 8, 128, 64, DType::kFP8E4M3);
+        s.batch = 2, s.q_len = q_len, s.seq_lens = {700, q_len + 40};
+        s.window = 300;
+        GqaCase c = build_gqa_case(s, rng);
+        c.k_scale *= factor;
+        c.bind();
+        GpuOptions o;
+        o.fp8_mma = "wgmma";
+        o.sm90_rows_m = rows_m;
+        const GpuRun gpu = run_gqa_on_gpu(c, o);
+        expect_matches_reference(std::string("k_scale x") + (factor < 0 ? "-1" : "0") + " q_len " +
+                                     std::to_string(q_len) + " rows_m " + rows_m,
+                                 c, gpu);
+      }
+    }
+  }
+}
+
 // Default mode: the same inputs give bitwise the same outputs, run after run (the split merge
 // goes in split order, not in arrival order).
 TEST(GqaGpu, RunToRunBitwiseIdentical) {

@@ -39,16 +39,24 @@ namespace deca::gqa::sm90 {
 
 using namespace ::deca::sm90;
 
-// The loader's row maps (layout.cuh: rows_on_m_k_row, rows_on_m_v_row).
-struct KRowsOnM {
-  __device__ __forceinline__ unsigned operator()(unsigned t) const {
-    return static_cast<unsigned>(rows_on_m_k_row(static_cast<int>(t)));
-  }
+// The loader's destination maps (tile_loader.cuh) for the token orders of layout.cuh. Thread row
+// row0 + 16 i: rows_on_m_k_row permutes inside 16-token groups, so its K row is
+// rows_on_m_k_row(row0) + 16 i, at swz128(that, chunk) = base + 2048 i; its V row is
+// rows_on_m_v_row(row0) + 16 (i / 2) + 4 (i % 2), whose swizzle depends on i % 2 only.
+struct KDstRowsOnM {
+  unsigned base;
+  __device__ __forceinline__ KDstRowsOnM(unsigned row0, unsigned chunk)
+      : base(swz128(rows_on_m_k_row(static_cast<int>(row0)), static_cast<int>(chunk * 16))) {}
+  __device__ __forceinline__ unsigned operator()(int i) const { return base + 2048u * i; }
 };
-struct VRowsOnM {
-  __device__ __forceinline__ unsigned operator()(unsigned t) const {
-    return static_cast<unsigned>(rows_on_m_v_row(static_cast<int>(t)));
+struct VDstRowsOnM {
+  unsigned even, odd;
+  __device__ __forceinline__ VDstRowsOnM(unsigned row0, unsigned chunk) {
+    const int r = rows_on_m_v_row(static_cast<int>(row0));
+    even = swz128(r, static_cast<int>(chunk * 16));
+    odd = swz128(r + 4, static_cast<int>(chunk * 16));
   }
+  __device__ __forceinline__ unsigned operator()(int i) const { return ((i & 1) ? odd : even) + 2048u * (i >> 1); }
 };
 
 template <class Cfg>
@@ -98,13 +106,15 @@ __device__ __forceinline__ void gqa_decode_rows_kernel(const GqaParams& p, unsig
   const int row0 = row_block * N;
 
   TileLoader<T> loader(p, bad_item, tid);
+  const KDstRowsOnM k_dst(loader.row0_ld, loader.chunk_ld);
+  const VDstRowsOnM v_dst(loader.row0_ld, loader.chunk_ld);
   const int* page_row = loader.page_row_of(batch);
   TileCursor pend{unit, 0, unit.tiles, unit.tiles <= 0};
   int pend_item = 0;
   auto issue_next = [&] {
     if (!pend.done) {
       const int stage = pend_item % T::kStages;
-      loader.issue_tile(pend, k_stage(stage), v_stage(stage), KRowsOnM{}, VRowsOnM{});
+      loader.issue_tile(pend, k_stage(stage), v_stage(stage), k_dst, v_dst);
     }
     ptx::cp_async_commit();
     ++pend.i;
@@ -128,9 +138,14 @@ __device__ __forceinline__ void gqa_decode_rows_kernel(const GqaParams& p, unsig
 
   const float k_scale = p.k_scales ? p.k_scales[kv_head] : p.k_scale;
   const float v_scale = p.v_scales ? p.v_scales[kv_head] : p.v_scale;
-  const float qk_scale = p.softmax_scale * k_scale;
+  // The logit scale's sign goes into q (a negative k_scale flips it), so that the scale is >= 0
+  // and a row's maximum logit is its maximum raw S: the softmax takes the maximum before scaling
+  // and scales inside the exponent's FFMA. A zero scale (k_scale 0: every logit 0) is kept
+  // positive so that masked keys (-inf) stay -inf, not NaN.
+  const float qk_scale_signed = p.softmax_scale * k_scale;
+  const float qk_scale = fmaxf(fabsf(qk_scale_signed), 1e-30f);
   load_q_two_term<T, kRowsOnMOperandRows>(p, batch, kv_head, row0, rows_total, base + kPlan.q_hi,
-                                          base + kPlan.q_lo, q_inv, row_of_operand);
+                                          base + kPlan.q_lo, q_inv, row_of_operand, qk_scale_signed < 0.f);
   __syncthreads();  // q_inv written
   const float logit_scale = T::kSoftcap ? qk_scale : qk_scale * kLog2e;
   float row_scale[kHalves], m_run[kHalves], l_run[kHalves];
@@ -189,24 +204,16 @@ __device__ __forceinline__ void gqa_decode_rows_kernel(const GqaParams& p, unsig
     wgmma_wait<0>();
     fence_regs(s);
 
-    // ---- Scale, soft-cap, mask; the rows' maxima (a quad of lanes per row) ----
+    // ---- Mask (a tile that needs one), then the rows' maxima of the raw logits (a quad of lanes
+    // per row): the scale is >= 0 and the soft-cap monotonic, so they are the scaled maxima ----
     const bool bad_tile = T::kChecked && bad_item[item % (T::kStages + 1)] == item;
     const bool need_mask = tile_t0 + kTile > causal_start || tile_t0 + kTile > unit.end ||
                            (T::kWindow && tile_t0 < seq_len - p.window) || bad_tile;
-    float mx[kHalves];
+    if (need_mask) {
 #pragma unroll
-    for (int h = 0; h < kHalves; ++h) mx[h] = kNegInf;
-#pragma unroll
-    for (int e = 0; e < 64; ++e) {
-      const int h = (e >> 1) & 1;
-      if (h >= kHalves) continue;  // padding row
-      float x = s[e];
-      if constexpr (T::kSoftcap) {
-        x = p.softcap * tanhf(x * row_scale[h] / p.softcap) * kLog2e;
-      } else {
-        x *= row_scale[h];
-      }
-      if (need_mask) {
+      for (int e = 0; e < 64; ++e) {
+        const int h = (e >> 1) & 1;
+        if (h >= kHalves) continue;  // padding row
         const int t = tile_t0 + rows_on_m_token(e, l);
         bool visible = t < unit.end && row_sees_key<T>(p, t, row_pos[h], causal_start, tree[h]);
         if constexpr (T::kChecked) {
@@ -215,17 +222,31 @@ __device__ __forceinline__ void gqa_decode_rows_kernel(const GqaParams& p, unsig
                       static_cast<unsigned>(p.num_pages);
           }
         }
-        if (!visible) x = kNegInf;
+        if (!visible) s[e] = kNegInf;
       }
-      s[e] = x;
-      mx[h] = fmaxf(mx[h], x);
     }
+    float mx[kHalves];
+#pragma unroll
+    for (int h = 0; h < kHalves; ++h) mx[h] = kNegInf;
+#pragma unroll
+    for (int e = 0; e < 64; ++e) {
+      const int h = (e >> 1) & 1;
+      if (h < kHalves) mx[h] = fmaxf(mx[h], s[e]);
+    }
+    // The logit in log2 units of a raw S value (-inf stays -inf).
+    auto logit = [&](float x, int h) {
+      if constexpr (T::kSoftcap) {
+        return x == kNegInf ? kNegInf : p.softcap * tanhf(x * row_scale[h] / p.softcap) * kLog2e;
+      } else {
+        return x * row_scale[h];
+      }
+    };
     float alpha[kHalves], shift[kHalves];
 #pragma unroll
     for (int h = 0; h < kHalves; ++h) {
       mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
       mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
-      const float m_new = fmaxf(m_run[h], mx[h]);
+      const float m_new = fmaxf(m_run[h], logit(mx[h], h));
       // A row that has seen nothing keeps m = -inf; subtracting 0 keeps exp2 at 0, not NaN.
       const float m_use = m_new == kNegInf ? 0.f : m_new;
       alpha[h] = ptx::ex2(m_run[h] - m_use);
@@ -251,7 +272,11 @@ __device__ __forceinline__ void gqa_decode_rows_kernel(const GqaParams& p, unsig
         const int e0 = 16 * kk + 8 * (j >> 1) + 2 * h;
         float pr[4];
 #pragma unroll
-        for (int c = 0; c < 4; ++c) pr[c] = ptx::ex2(s[e0 + (c & 1) + 4 * (c >> 1)] - shift[h]);
+        for (int c = 0; c < 4; ++c) {
+          const float x = s[e0 + (c & 1) + 4 * (c >> 1)];
+          // Without soft-cap one FFMA: x scale - shift.
+          pr[c] = ptx::ex2(T::kSoftcap ? logit(x, h) - shift[h] : fmaf(x, row_scale[h], -shift[h]));
+        }
         sum[h] += (pr[0] + pr[1]) + (pr[2] + pr[3]);
         kv::split_e4m3_f32(pr[0], pr[1], pr[2], pr[3], p_hi[kk][j], p_lo[kk][j]);
       }

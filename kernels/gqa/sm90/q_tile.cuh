@@ -16,11 +16,14 @@ namespace deca::gqa::sm90 {
 
 // Operand rows 0 .. kOperandRows - 1 at shared addresses q_hi and q_lo; operand row m holds query
 // row row0 + row_of(m) of the CTA (rows past rows_total, and row_of(m) < 0, hold zeros), and
-// q_inv[m] its inverse scale. Every thread of the CTA takes part; the caller synchronises.
+// q_inv[m] its inverse scale. `negate`: store -q (the e4m3 sign bits flipped), for a caller that
+// folds the sign of its logit scale into q. Every thread of the CTA takes part; the caller
+// synchronises.
 template <class T, int kOperandRows, class RowOf>
 __device__ __forceinline__ void load_q_two_term(const GqaParams& p, int batch, int kv_head, int row0,
                                                 int rows_total, unsigned q_hi, unsigned q_lo,
-                                                float* q_inv, const RowOf& row_of) {
+                                                float* q_inv, const RowOf& row_of, bool negate = false) {
+  const unsigned sign = negate ? 0x80808080u : 0u;
   for (int i = static_cast<int>(threadIdx.x); i < kOperandRows * 16; i += T::kThreads) {
     const int m = i >> 4;
     const int d0 = 8 * (i & 15);
@@ -58,8 +61,8 @@ __device__ __forceinline__ void load_q_two_term(const GqaParams& p, int batch, i
     kv::split_e4m3_f32(x[4] * sc, x[5] * sc, x[6] * sc, x[7] * sc, hi[1], lo[1]);
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
-      ::deca::sm90::sts32(q_hi + swz128(m, d0 + 4 * j), hi[j]);
-      ::deca::sm90::sts32(q_lo + swz128(m, d0 + 4 * j), lo[j]);
+      ::deca::sm90::sts32(q_hi + swz128(m, d0 + 4 * j), hi[j] ^ sign);
+      ::deca::sm90::sts32(q_lo + swz128(m, d0 + 4 * j), lo[j] ^ sign);
     }
     if ((i & 15) == 0) q_inv[m] = 1.f / sc;  // exact: a power of two
   }

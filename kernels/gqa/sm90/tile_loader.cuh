@@ -15,9 +15,16 @@
 
 namespace deca::gqa::sm90 {
 
-// Row maps: the shared-memory row of loader row `row` (0..127) of a tile. The identity.
+// Destination maps: the byte offset in a tile of the thread's chunk of loader row row0 + step i
+// (the thread's chunk and row0 = tid / 8 fixed; step = threads / 8). Token order:
+// swz128(row0 + step i, chunk) = swz128(row0, chunk) + 128 step i (step is a multiple of 8, so
+// row % 8 and the swizzle stay).
+template <int kStep>
 struct InOrder {
-  __device__ __forceinline__ unsigned operator()(unsigned row) const { return row; }
+  unsigned base;
+  __device__ __forceinline__ InOrder(unsigned row0, unsigned chunk)
+      : base(swz128(static_cast<int>(row0), static_cast<int>(chunk * 16))) {}
+  __device__ __forceinline__ unsigned operator()(int i) const { return base + 128u * kStep * i; }
 };
 
 template <class T>
@@ -97,10 +104,15 @@ struct TileLoader {
   }
 
   // Cursor c's tile (its page ids fetched by fetch_pages) into the K tile at shared address ks and
-  // the V tile at vs, token row r of the tile at rows k_row(r) and v_row(r).
-  template <class KRow = InOrder, class VRow = InOrder>
+  // the V tile at vs, the thread's chunk of its row i at offsets k_dst(i) and v_dst(i)
+  // (destination maps; token order for both when not given).
+  __device__ __forceinline__ void issue_tile(const TileCursor& c, unsigned ks, unsigned vs) const {
+    const InOrder<kRowStep> dst(row0_ld, chunk_ld);
+    issue_tile(c, ks, vs, dst, dst);
+  }
+  template <class KDst, class VDst>
   __device__ __forceinline__ void issue_tile(const TileCursor& c, unsigned ks, unsigned vs,
-                                             KRow k_row = {}, VRow v_row = {}) const {
+                                             const KDst& k_dst, const VDst& v_dst) const {
     const unsigned t0 = tile_t0(c);
     const unsigned end = static_cast<unsigned>(c.u.end);
     const unsigned char* k_base = static_cast<const unsigned char*>(p.k_cache) +
@@ -130,9 +142,8 @@ struct TileLoader {
       }
       const unsigned char* ksrc = k_base + (static_cast<unsigned long long>(upage) * k_page_bytes + k_in);
       const unsigned char* vsrc = v_base + (static_cast<unsigned long long>(upage) * v_page_bytes + v_in);
-      const int chunk = static_cast<int>(chunk_ld * 16);
-      ptx::cp_async_16(ks + swz128(static_cast<int>(k_row(row)), chunk), ksrc, valid);
-      ptx::cp_async_16(vs + swz128(static_cast<int>(v_row(row)), chunk), vsrc, valid);
+      ptx::cp_async_16(ks + k_dst(i), ksrc, valid);
+      ptx::cp_async_16(vs + v_dst(i), vsrc, valid);
     }
   }
 };
