@@ -237,24 +237,24 @@ std::vector<MatrixCase> matrix() {
   for (std::size_t i = 0; i < n; ++i) {
     const DType kv = m[i].spec.kv_dtype;
     if (kv != DType::kFP8E4M3 && kv != DType::kINT8) continue;
-    for (const char* mode : {"widen", "widen_ldsm", "two_term", "two_term_qk", "wgmma"}) {
+    for (const char* mode : {"widen", "widen_ldsm", "two_term", "two_term_qk"}) {
       if (kv != DType::kINT8 && std::string(mode) == "two_term_qk") continue;  // int8 only
-      // The Hopper kernel forced where it is not the default: 32 and 64 rows (q_len x group).
-      const bool more_rows = m[i].spec.q_len * (m[i].spec.num_q_heads / m[i].spec.num_kv_heads) > 16;
-      if (std::string(mode) == "wgmma" && (kv != DType::kFP8E4M3 || !more_rows)) continue;
       MatrixCase v = m[i];
       v.name += std::string("_") + mode;
       v.opt.fp8_mma = mode;
       m.push_back(std::move(v));
     }
   }
-  // The Hopper kernel at 32 / 64 rows with the rows on wgmma's N (DECA_GQA_SM90_ROWS_M=0, a knob;
-  // the "_wgmma" cases above run the rows-on-M kernel there).
+  // The Hopper kernel at more than 16 rows with the rows on wgmma's N (DECA_GQA_SM90_ROWS_M=0, a
+  // knob; by default the rows-on-M kernel takes them).
   {
     const std::size_t n0 = m.size();
     for (std::size_t i = 0; i < n0; ++i) {
-      if (!m[i].opt.fp8_mma || std::string(m[i].opt.fp8_mma) != "wgmma") continue;
+      const GqaCaseSpec& c = m[i].spec;
+      const bool hopper = c.kv_dtype == DType::kFP8E4M3 && c.head_dim == 128 && m[i].opt.beam_width == 1;
+      if (!hopper || m[i].opt.fp8_mma || c.q_len * (c.num_q_heads / c.num_kv_heads) <= 16) continue;
       MatrixCase v = m[i];
+      v.opt.fp8_mma = "wgmma";
       v.name += "_tm";
       v.opt.sm90_rows_m = "0";
       m.push_back(std::move(v));
@@ -267,7 +267,6 @@ std::vector<MatrixCase> matrix() {
   // per-head scales, fp8 output, soft-cap, sinks, the fixed split.
   {
     GpuOptions o;
-    o.fp8_mma = "wgmma";
     GqaCaseSpec s = base(20, 2, 128, 48, DType::kFP8E4M3);  // group 10, q_len 3: 30 rows
     s.batch = 3, s.q_len = 3, s.seq_lens = {500, 3, 131};
     s.tree_mask = true;
@@ -496,7 +495,7 @@ TEST_P(GqaGpuMatrix, MatchesCpuReference) {
   const int rows = mc.spec.q_len * (mc.spec.num_q_heads / mc.spec.num_kv_heads);
   const bool wgmma_case = mc.spec.kv_dtype == DType::kFP8E4M3 && mc.spec.head_dim == 128 &&
                           mc.opt.beam_width == 1 && cuda::compute_capability(0) == 90 &&
-                          (forced || (!mc.opt.fp8_mma && rows <= 16));
+                          (forced || !mc.opt.fp8_mma);
   if (wgmma_case) {
     EXPECT_NE(gpu.plan.kernel_name.find("_wgmma"), std::string::npos) << gpu.plan.kernel_name;
     EXPECT_EQ(gpu.plan.kernel_name.find("_wg2") != std::string::npos, mc.opt.sm90_warpgroups != nullptr)

@@ -38,8 +38,9 @@ TEST(GqaSm90Nvrtc, PlansSendFp8HeadDim128WithoutBeamsToTheHopperKernel) {
       {64, 8, 128, 1, 1, DType::kFP8E4M3, 90, true, 8},    // l70: group 8
       {64, 4, 128, 1, 1, DType::kFP8E4M3, 90, true, 16},   // q235: group 16
       {64, 8, 128, 2, 1, DType::kFP8E4M3, 90, true, 16},   // q_len 2
-      {64, 8, 128, 4, 1, DType::kFP8E4M3, 90, false, 32},  // spec q4: portable by default
-      {64, 8, 128, 8, 1, DType::kFP8E4M3, 90, false, 64},  // spec q8: portable by default
+      {64, 8, 128, 4, 1, DType::kFP8E4M3, 90, true, 32},   // spec q4: rows on M
+      {64, 8, 128, 8, 1, DType::kFP8E4M3, 90, true, 64},   // spec q8: rows on M
+      {64, 4, 128, 8, 1, DType::kFP8E4M3, 90, true, 64},   // 128 rows: two row blocks of 64
       {10, 2, 128, 1, 1, DType::kFP8E4M3, 90, true, 8},    // group 5, padded to 8
       {24, 2, 128, 1, 1, DType::kFP8E4M3, 90, true, 16},   // group 12
       {8, 8, 128, 1, 1, DType::kFP8E4M3, 90, true, 8},     // MHA
@@ -61,6 +62,7 @@ TEST(GqaSm90Nvrtc, PlansSendFp8HeadDim128WithoutBeamsToTheHopperKernel) {
     EXPECT_EQ(k.spec().source.find("kernels/gqa/sm90/entry.cuh") != std::string::npos, r.wgmma)
         << k.name();
     EXPECT_EQ(k.shape().tile, r.wgmma ? 128 : k.shape().tile) << k.name();
+    EXPECT_EQ(k.rows_on_m, r.wgmma && r.rows >= 32) << k.name();
   }
   // The knob forces the portable path (rows back to 16 / 32 / 64) or asks for this one, which
   // only applies where it can.
@@ -284,8 +286,9 @@ TEST(GqaSm90Nvrtc, SpecializationsCompileWithoutSpillsOrSerializedWgmma) {
     EXPECT_TRUE(jit::testing::elf_has_symbol(r.cubin, spec.entry)) << spec.name;
     std::printf("[nvrtc] %-60s %7.0f ms  regs=%d spill_stores=%d stack=%d\n", spec.name.c_str(),
                 r.compile_ms, r.ptxas.registers, r.ptxas.spill_store_bytes, r.ptxas.stack_bytes);
-    // Up to 32 rows nothing spills. 64 rows are no plan's default (default_for) and hold S^T and
-    // O^T in 128 of the 255 registers: a few bytes spill in the masked variants. The balanced
+    // Up to 32 rows nothing spills, nor in the rows-on-M kernel. The rows-on-N kernel at 64 rows
+    // (a knob since the rows-on-M kernel took them) holds S^T and O^T in 128 of the 255
+    // registers: a few bytes spill in the masked variants. The balanced
     // schedule's fullest variant (a knob; masks, soft-cap, checked, page ids per row) keeps its
     // walk of the line beside the loop's state at the 168 registers three CTAs per SM allow: a
     // few words of its per-unit epilogue go to the stack (nvdisasm: stored before the tile loop,

@@ -39,6 +39,11 @@ struct TileLoader {
   // Tiles start at multiples of 128 (every split boundary is tile aligned), so when the page size
   // divides 128 the slot of each of the thread's rows is the same in every tile.
   static constexpr bool kFixedSlots = T::kTile % T::kPageSize == 0;
+  // Pages of at least a loader step (16 rows at 128 threads) that divide the tile: a thread's
+  // rows fall in runs of kRowsPerPage per page, kThreadPages pages.
+  static constexpr bool kPageRuns = kPagePerLane && kFixedSlots && T::kPageSize >= kRowStep;
+  static constexpr int kRowsPerPage = kPageRuns ? T::kPageSize / kRowStep : 1;
+  static constexpr int kThreadPages = (T::kLoadsPerThread + kRowsPerPage - 1) / kRowsPerPage;
 
   const GqaParams& p;
   int* bad_item;  // checked mode: the ring's items whose page ids failed the range test
@@ -123,6 +128,27 @@ struct TileLoader {
     const unsigned k_slot_bytes = static_cast<unsigned>(p.k_stride_slot);
     const unsigned v_page_bytes = static_cast<unsigned>(p.v_stride_page);
     const unsigned v_slot_bytes = static_cast<unsigned>(p.v_stride_slot);
+    if constexpr (kPageRuns) {
+      // Rows row0 + step i of page (step i) / P: one id shuffle and one address per page the
+      // thread touches (two for P = 64), each row an offset from it.
+      const unsigned long long k_step = static_cast<unsigned long long>(kRowStep) * k_slot_bytes;
+      const unsigned long long v_step = static_cast<unsigned long long>(kRowStep) * v_slot_bytes;
+#pragma unroll
+      for (int pg = 0; pg < kThreadPages; ++pg) {
+        const int id = __shfl_sync(0xffffffffu, pages_next[0], pg);
+        const unsigned long long upage = id >= 0 ? static_cast<unsigned>(id) : 0u;
+        const unsigned char* kp = k_base + (upage * k_page_bytes + k_lane);
+        const unsigned char* vp = v_base + (upage * v_page_bytes + v_lane);
+#pragma unroll
+        for (int r = 0; r < kRowsPerPage && pg * kRowsPerPage + r < T::kLoadsPerThread; ++r) {
+          const int i = pg * kRowsPerPage + r;
+          const bool valid = id >= 0 && t0 + row0_ld + kRowStep * i < end;
+          ptx::cp_async_16(ks + k_dst(i), kp + r * k_step, valid);
+          ptx::cp_async_16(vs + v_dst(i), vp + r * v_step, valid);
+        }
+      }
+      return;
+    }
 #pragma unroll
     for (int i = 0; i < T::kLoadsPerThread; ++i) {
       const unsigned row = row0_ld + kRowStep * i;

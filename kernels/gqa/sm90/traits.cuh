@@ -19,11 +19,12 @@ DECA_HD constexpr bool supports(int head_dim, int kv_dtype, int beam_width) {
   return head_dim == kDim && kv::kind_of(kv_dtype) == kv::kKvFp8 && beam_width == 1;
 }
 
-// Whether a plan takes this kernel by default for `rows_needed` = q_len x group (x beams): up to 16
-// rows. At 32 and 64 rows (speculative decoding) the portable kernel's fp8 path measured faster on
-// the H200 (spec-b32-4k q4 2119 against 1837 GB/s, q8 1439 against 1061); DECA_GQA_FP8_MMA=wgmma
-// still selects this one there.
-DECA_HD constexpr bool default_for(int rows_needed) { return rows_needed <= 16; }
+// Whether a plan takes the Hopper kernels by default for `rows_needed` = q_len x group (x beams):
+// always; up to 16 rows the rows-on-N kernel (decode.cuh), beyond it the rows-on-M kernel
+// (decode_rows.cuh, GqaKernelKey::rows_on_m). Measured on the H200 (spec-b32-4k, KV GB/s): q4 (32
+// rows) 2835 against the portable kernel's 2087 and the rows-on-N variant's 2029, q8 (64 rows) 2376
+// against 1436 and 1078 (docs/perf-notes.md).
+DECA_HD constexpr bool default_for(int rows_needed) { return rows_needed > 0; }
 
 // Rows per CTA = wgmma's N: the rows needed (q_len x group) rounded up to 8, 16, 32 or 64; more
 // rows take more row blocks of 64.
