@@ -457,6 +457,14 @@ __device__ __forceinline__ void sts128(unsigned addr, uint4 v) {
                "r"(v.z), "r"(v.w)
                : "memory");
 }
+// stmatrix.sync.aligned.m8n8.x4.shared.b16 [addr], {r0, r1, r2, r3}; (sm_90) -- four 8 x 8 b16
+// matrices; lanes 8 m .. 8 m + 7 give the row addresses of matrix m, and lane T's register m is
+// row T / 4, columns 2 (T % 4) and + 1 of matrix m.
+__device__ __forceinline__ void stmatrix_x4(unsigned addr, const unsigned (&r)[4]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r[0]),
+               "r"(r[1]), "r"(r[2]), "r"(r[3])
+               : "memory");
+}
 __device__ __forceinline__ void sts32(unsigned addr, unsigned v) {
   asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
 }

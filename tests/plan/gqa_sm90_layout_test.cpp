@@ -2,11 +2,12 @@
 // the in-place V transpose's lane map covers every 4 x 4 byte block of a 128 x 128 tile exactly
 // once and its reads and writes are free of bank conflicts, the P^T stores too, and the PV token
 // order is a permutation whose quads are the tokens a thread holds for one query row; the
-// rows-on-M kernel's token orders put token k at A position k and V^T position k.
+// rows-on-M kernel's V transpose writes V^T in the order of its A fragments.
 #include <gtest/gtest.h>
 
 #include <set>
 #include <utility>
+#include <vector>
 
 #include "kernels/gqa/sm90/layout.cuh"
 
@@ -97,43 +98,86 @@ TEST(GqaSm90Layout, PStoresAreFreeOfBankConflicts) {
   }
 }
 
-// Rows on M (decode_rows.cuh): K rows and V rows are permutations of a tile's 128 tokens; the S
-// element a lane holds in K row n is the token that row holds; the four elements a lane packs
-// into A register j of k-step kk (16 kk + 8 (j / 2) + 2 (j % 2) + {0, 1, 4, 5}: rows l / 4 and
-// + 8 alternate with j) are tokens 32 kk + 16 (j / 2) + 4 (l % 4) + 0..3, the A fragment's k
-// positions of that register; and the transpose, reading byte j of block qd from V row
-// quad_token(qd) + {0, 8, 64, 72}[j], finds token 4 qd + j there.
-TEST(GqaSm90Layout, RowsOnMTokenOrdersMatchTheAFragment) {
-  std::set<int> k_rows, v_rows;
+// Rows on M (decode_rows.cuh): the V transpose simulated on the host. ldmatrix.trans, the two
+// prmt and stmatrix as the PTX ISA defines them, on a swizzled V tile whose byte (token t, d) is
+// a function of both; then V^T row n, A position k must hold V[rows_on_m_a_token(k)][rows_on_m_d(n)],
+// every byte of V^T is written once, the four elements a lane packs into A register j of step kk
+// are the tokens at that register's A positions, and the ldmatrix reads and stmatrix writes of
+// each 8-row block touch 8 distinct 16-byte bank groups (no conflicts).
+TEST(GqaSm90Layout, RowsOnMTransposeGivesTheAFragmentOrder) {
+  auto v_byte = [](int t, int d) { return static_cast<unsigned char>((t * 131 + d * 7 + (t >> 3)) & 0xFF); };
+  std::vector<unsigned char> v(128 * 128), vt(128 * 128, 0);
+  std::vector<int> writes(128 * 128, 0);
   for (int t = 0; t < 128; ++t) {
-    k_rows.insert(rows_on_m_k_row(t));
-    v_rows.insert(rows_on_m_v_row(t));
-    EXPECT_LT(rows_on_m_k_row(t), 128);
-    EXPECT_LT(rows_on_m_v_row(t), 128);
+    for (int d = 0; d < 128; ++d) v[swz128(t, d)] = v_byte(t, d);
   }
-  EXPECT_EQ(k_rows.size(), 128u);
-  EXPECT_EQ(v_rows.size(), 128u);
-  for (int l = 0; l < 32; ++l) {
-    for (int e = 0; e < 64; ++e) {
-      const int column = 8 * (e >> 2) + 2 * (l & 3) + (e & 1);  // the accumulator's layout
-      EXPECT_EQ(rows_on_m_k_row(rows_on_m_token(e, l)), column) << "lane " << l << " element " << e;
-    }
-    for (int kk = 0; kk < 4; ++kk) {
-      for (int j = 0; j < 4; ++j) {
-        const int e0 = 16 * kk + 8 * (j >> 1) + 2 * (j & 1);
-        const int offsets[4] = {0, 1, 4, 5};
-        for (int c = 0; c < 4; ++c) {
-          const int e = e0 + offsets[c];
-          EXPECT_EQ((e >> 1) & 1, j & 1) << "register " << j << " holds one row";
-          EXPECT_EQ(rows_on_m_token(e, l), 32 * kk + 16 * (j >> 1) + 4 * (l & 3) + c)
-              << "lane " << l << " step " << kk << " register " << j << " byte " << c;
+  auto prmt = [](unsigned a, unsigned b, unsigned sel) {
+    const unsigned long long ab = a | (static_cast<unsigned long long>(b) << 32);
+    unsigned r = 0;
+    for (int i = 0; i < 4; ++i) r |= static_cast<unsigned>((ab >> (8 * ((sel >> (4 * i)) & 7))) & 0xFF) << (8 * i);
+    return r;
+  };
+  for (int w = 0; w < 4; ++w) {
+    for (int tb = 0; tb < 2; ++tb) {
+      for (int db = 0; db < 4; ++db) {
+        unsigned lane_addr[32], out_addr[32];
+        for (int l = 0; l < 32; ++l) {
+          lane_addr[l] = 4096u * w + 2048u * tb + rows_on_m_ldsm_offset(l, db);
+          out_addr[l] = 4096u * db + rows_on_m_stsm_offset(l, 2 * w + tb);
+        }
+        for (int m = 0; m < 4; ++m) {  // conflicts: 8 rows of a block in 8 distinct 16-byte groups
+          std::set<unsigned> in_groups, out_groups;
+          for (int j = 0; j < 8; ++j) {
+            in_groups.insert((lane_addr[8 * m + j] / 16) % 8);
+            out_groups.insert((out_addr[8 * m + j] / 16) % 8);
+          }
+          EXPECT_EQ(in_groups.size(), 8u);
+          EXPECT_EQ(out_groups.size(), 8u);
+        }
+        for (int T = 0; T < 32; ++T) {
+          unsigned r[4], c[4];
+          for (int m = 0; m < 4; ++m) {  // .trans: rows 2 (T % 4), + 1 of matrix m, b16 column T / 4
+            const unsigned row0 = lane_addr[8 * m + 2 * (T & 3)] + 2 * (T >> 2);
+            const unsigned row1 = lane_addr[8 * m + 2 * (T & 3) + 1] + 2 * (T >> 2);
+            r[m] = v[row0] | (v[row0 + 1] << 8) | (v[row1] << 16) | (static_cast<unsigned>(v[row1 + 1]) << 24);
+          }
+          c[0] = prmt(r[0], r[1], 0x6420u), c[1] = prmt(r[0], r[1], 0x7531u);
+          c[2] = prmt(r[2], r[3], 0x6420u), c[3] = prmt(r[2], r[3], 0x7531u);
+          for (int m = 0; m < 4; ++m) {  // stmatrix: row T / 4 of matrix m, bytes 4 (T % 4) ..
+            const unsigned a = out_addr[8 * m + (T >> 2)] + 4 * (T & 3);
+            for (int i = 0; i < 4; ++i) {
+              vt[a + i] = static_cast<unsigned char>((c[m] >> (8 * i)) & 0xFF);
+              ++writes[a + i];
+            }
+          }
         }
       }
     }
   }
-  const int token_offset[4] = {0, 8, 64, 72};
-  for (int qd = 0; qd < 32; ++qd) {
-    for (int j = 0; j < 4; ++j) EXPECT_EQ(rows_on_m_v_row(4 * qd + j), quad_token(qd) + token_offset[j]);
+  for (int n = 0; n < 128; ++n) {
+    for (int k = 0; k < 128; ++k) {
+      ASSERT_EQ(writes[swz128(n, k)], 1) << "row " << n << " position " << k;
+      ASSERT_EQ(vt[swz128(n, k)], v_byte(rows_on_m_a_token(k), rows_on_m_d(n))) << "row " << n << " position " << k;
+    }
+  }
+  std::set<int> ds, tokens;
+  for (int n = 0; n < 128; ++n) ds.insert(rows_on_m_d(n)), tokens.insert(rows_on_m_a_token(n));
+  EXPECT_EQ(ds.size(), 128u);
+  EXPECT_EQ(tokens.size(), 128u);
+  // The A fragment: register j of step kk (rows l / 4 + 8 (j % 2)) packs elements
+  // 16 kk + 8 (j / 2) + 2 (j % 2) + {0, 1, 4, 5}, bytes at A positions 32 kk + 16 (j / 2) + 4 (l % 4) + c.
+  for (int l = 0; l < 32; ++l) {
+    for (int kk = 0; kk < 4; ++kk) {
+      for (int j = 0; j < 4; ++j) {
+        const int offsets[4] = {0, 1, 4, 5};
+        for (int c = 0; c < 4; ++c) {
+          const int e = 16 * kk + 8 * (j >> 1) + 2 * (j & 1) + offsets[c];
+          EXPECT_EQ((e >> 1) & 1, j & 1) << "register " << j << " holds one row";
+          EXPECT_EQ(rows_on_m_token(e, l), rows_on_m_a_token(32 * kk + 16 * (j >> 1) + 4 * (l & 3) + c))
+              << "lane " << l << " step " << kk << " register " << j << " byte " << c;
+        }
+      }
+    }
   }
 }
 

@@ -237,19 +237,35 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
   // 8 (e / 4) + 2 (l % 4) + (e & 1); column index cc = 2 (e / 4) + (e & 1) of this thread's kCols.
   // O^T element e of d half m: d 64 m + 16 w + l / 4 + 8 ((e >> 1) & 1), same columns.
   auto col_row = [&](int cc) { return 8 * (cc >> 1) + 2 * (l & 3) + (cc & 1); };
-  // The transpose's blocks (transpose_block; offsets: layout.cuh's transpose_read/write_offset).
-  // Kept in registers up to 32 rows; at 64 rows recomputed per tile (a few logic ops each), where
-  // the 16 registers would spill.
-  constexpr bool kKeepOffsets = N <= 32;
+  // One warpgroup: V transposed by ldmatrix.trans + prmt + stmatrix (layout.cuh, as the rows-on-M
+  // kernel), in place: V^T's token positions in rows_on_m_a_token order and its rows in
+  // rows_on_m_d order, which P^T's stores and the epilogue follow. Warp w takes token blocks 2 w,
+  // 2 w + 1 of the four d blocks; 8 ldmatrix, 32 prmt and 8 stmatrix per warp and tile.
+  constexpr bool kLdsmV = kWG == 1;
+  unsigned ldsm_off[kLdsmV ? 4 : 1], stsm_off[kLdsmV ? 2 : 1];
+  if constexpr (kLdsmV) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) ldsm_off[i] = 4096u * w + rows_on_m_ldsm_offset(l, i);
+#pragma unroll
+    for (int i = 0; i < 2; ++i) stsm_off[i] = rows_on_m_stsm_offset(l, 2 * w + i);
+  }
+  // Two warpgroups: the 4 x 4 byte blocks (transpose_block; offsets: layout.cuh's
+  // transpose_read/write_offset). Kept in registers up to 32 rows; at 64 rows recomputed per tile
+  // (a few logic ops each), where the 16 registers would spill.
+  constexpr bool kKeepOffsets = N <= 32 && !kLdsmV;
   // Warpgroup wg takes iterations wg * kIters .. of its warps' eight.
   unsigned v_read_r[kKeepOffsets ? kIters : 1], v_write_r[kKeepOffsets ? kIters : 1];
   auto v_read = [&](int i) { return transpose_read_offset(w, wg * kIters + i, l); };
   auto v_write = [&](int i) { return transpose_write_offset(w, wg * kIters + i, l); };
 #pragma unroll
   for (int i = 0; i < (kKeepOffsets ? kIters : 1); ++i) v_read_r[i] = v_read(i), v_write_r[i] = v_write(i);
-  // This thread's P^T bytes in a row: four (both token halves) or, with two warpgroups, the two of
-  // its half (byte 2 wg + e of the quad).
-  const unsigned p_pos = 4 * (8 * w + (l >> 2)) + 2 * wg;
+  // This thread's P^T bytes in a row. One warpgroup: its tokens 16 w + l / 4 (+ 8) of each half
+  // sit at A positions 4 (l / 8) + (l / 4) % 2 (+ 2) of token block w (+ 4); lanes l and l ^ 4
+  // swap one term word, and the even one stores the first half's four bytes, the odd one the
+  // second's. Two warpgroups: four bytes per quad of the old order, two of them its half's (byte
+  // 2 wg + e).
+  const unsigned p_pos = kLdsmV ? 16 * (4 * ((l >> 2) & 1) + w) + 4 * (l >> 3) : 4 * (8 * w + (l >> 2)) + 2 * wg;
+  const unsigned p_sel = ((l >> 2) & 1) ? 0x3726u : 0x5140u;
 
   // Overlapped QK (Cfg::kOverlapQk, a knob): the next tile's S^T is issued right after this
   // tile's maxima, so its wgmma chain runs under this tile's softmax and PV; every stage is
@@ -328,6 +344,21 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
       float s[kHalves][kAcc];  // S^T of token half wg * kHalves + h
       auto issue_qk = [&] { qk_chain<Mma>(s, desc, k_off, kPlan, wg * kHalves); };
       auto transpose_v = [&] {
+        if constexpr (kLdsmV) {
+          unsigned r[8][4];
+  #pragma unroll
+          for (int i = 0; i < 8; ++i) {
+            ptx::ldmatrix_x4_trans(vs + 2048u * (i >> 2) + ldsm_off[i & 3], r[i][0], r[i][1], r[i][2], r[i][3]);
+          }
+          __syncthreads();  // in place: every warp's reads before any write
+  #pragma unroll
+          for (int i = 0; i < 8; ++i) {
+            const unsigned c[4] = {ptx::prmt(r[i][0], r[i][1], 0x6420u), ptx::prmt(r[i][0], r[i][1], 0x7531u),
+                                   ptx::prmt(r[i][2], r[i][3], 0x6420u), ptx::prmt(r[i][2], r[i][3], 0x7531u)};
+            stmatrix_x4(vs + 4096u * (i & 3) + stsm_off[i >> 2], c);
+          }
+          return;
+        }
         unsigned vw[kIters][4];
   #pragma unroll
         for (int i = 0; i < kIters; ++i) {
@@ -459,9 +490,11 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
         l_run[cc] = l_run[cc] * alpha + ((pr[0] + pr[1]) + (pr[2] + pr[3]));
         unsigned hi, lo;
         kv::split_e4m3_f32(pr[0], pr[1], pr[2], pr[3], hi, lo);
-        if constexpr (kWG == 1) {
-          sts32(base + kPlan.p_hi + swz128(r, p_pos), hi);
-          sts32(base + kPlan.p_lo + swz128(r, p_pos), lo);
+        if constexpr (kLdsmV) {
+          const unsigned hi_pair = __shfl_xor_sync(0xffffffffu, hi, 4);
+          const unsigned lo_pair = __shfl_xor_sync(0xffffffffu, lo, 4);
+          sts32(base + kPlan.p_hi + swz128(r, p_pos), ptx::prmt(hi, hi_pair, p_sel));
+          sts32(base + kPlan.p_lo + swz128(r, p_pos), ptx::prmt(lo, lo_pair, p_sel));
         } else {
           sts16(base + kPlan.p_hi + swz128(r, p_pos), hi & 0xFFFFu);
           sts16(base + kPlan.p_lo + swz128(r, p_pos), lo & 0xFFFFu);
@@ -528,7 +561,8 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
     for (int m = 0; m < kHalves; ++m) {
 #pragma unroll
       for (int e = 0; e < kAcc; ++e) {
-        const int d = 64 * (wg * kHalves + m) + 16 * w + (l >> 2) + 8 * ((e >> 1) & 1);
+        const int n = 64 * (wg * kHalves + m) + 16 * w + (l >> 2) + 8 * ((e >> 1) & 1);  // V^T's row
+        const int d = kLdsmV ? rows_on_m_d(n) : n;
         area.o[col_row(2 * (e >> 2) + (e & 1)) * kDim + d] = o[m][e];
       }
     }

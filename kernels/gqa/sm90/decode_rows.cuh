@@ -14,13 +14,10 @@
 // The price at 32 rows: M is 64, so half of every wgmma's rows are padding (the tensor cores are
 // ~4x below the memory rate there); the softmax skips them.
 //
-// Token orders. The S accumulator gives thread (w, l) columns 8 j + 2 (l % 4) + {0, 1}; the 8-bit
-// A fragment of a k32 step wants k 4 (l % 4) + 0..3 and 16 + 4 (l % 4) + 0..3. The loader puts
-// token t of a tile into K row k_row(t) so that the four S values a thread packs into one A
-// register are tokens 4 (l % 4) + 0..3 of the step: then A position k is token k, and V^T needs
-// the plain order. V is stored in v_row(t) order so that the tokens-on-M kernel's conflict-free
-// 4 x 4 transpose (layout.cuh) writes V^T in token order, into a tile of its own (no barrier
-// between its reads and writes).
+// Token order: K and V stay in token order; the V transpose (ldmatrix.trans + prmt + stmatrix,
+// layout.cuh) writes V^T with its tokens in the order of the A fragments a lane packs from its S
+// accumulators, and its rows in a d order that keeps every stmatrix block on eight consecutive
+// rows; the epilogue maps O's columns back.
 #pragma once
 
 #include "kernels/common/check_record.cuh"
@@ -32,32 +29,11 @@
 #include "kernels/gqa/request.cuh"
 #include "kernels/gqa/sm90/q_tile.cuh"
 #include "kernels/gqa/sm90/tile_loader.cuh"
-#include "kernels/gqa/sm90/tile_ops.cuh"
 #include "kernels/gqa/sm90/traits.cuh"
 
 namespace deca::gqa::sm90 {
 
 using namespace ::deca::sm90;
-
-// The loader's destination maps (tile_loader.cuh) for the token orders of layout.cuh. Thread row
-// row0 + 16 i: rows_on_m_k_row permutes inside 16-token groups, so its K row is
-// rows_on_m_k_row(row0) + 16 i, at swz128(that, chunk) = base + 2048 i; its V row is
-// rows_on_m_v_row(row0) + 16 (i / 2) + 4 (i % 2), whose swizzle depends on i % 2 only.
-struct KDstRowsOnM {
-  unsigned base;
-  __device__ __forceinline__ KDstRowsOnM(unsigned row0, unsigned chunk)
-      : base(swz128(rows_on_m_k_row(static_cast<int>(row0)), static_cast<int>(chunk * 16))) {}
-  __device__ __forceinline__ unsigned operator()(int i) const { return base + 2048u * i; }
-};
-struct VDstRowsOnM {
-  unsigned even, odd;
-  __device__ __forceinline__ VDstRowsOnM(unsigned row0, unsigned chunk) {
-    const int r = rows_on_m_v_row(static_cast<int>(row0));
-    even = swz128(r, static_cast<int>(chunk * 16));
-    odd = swz128(r + 4, static_cast<int>(chunk * 16));
-  }
-  __device__ __forceinline__ unsigned operator()(int i) const { return ((i & 1) ? odd : even) + 2048u * (i >> 1); }
-};
 
 template <class Cfg>
 __device__ __forceinline__ void gqa_decode_rows_kernel(const GqaParams& p, unsigned char* smem_raw) {
@@ -106,15 +82,13 @@ __device__ __forceinline__ void gqa_decode_rows_kernel(const GqaParams& p, unsig
   const int row0 = row_block * N;
 
   TileLoader<T> loader(p, bad_item, tid);
-  const KDstRowsOnM k_dst(loader.row0_ld, loader.chunk_ld);
-  const VDstRowsOnM v_dst(loader.row0_ld, loader.chunk_ld);
   const int* page_row = loader.page_row_of(batch);
   TileCursor pend{unit, 0, unit.tiles, unit.tiles <= 0};
   int pend_item = 0;
   auto issue_next = [&] {
     if (!pend.done) {
       const int stage = pend_item % T::kStages;
-      loader.issue_tile(pend, k_stage(stage), v_stage(stage), k_dst, v_dst);
+      loader.issue_tile(pend, k_stage(stage), v_stage(stage));
     }
     ptx::cp_async_commit();
     ++pend.i;
@@ -162,14 +136,17 @@ __device__ __forceinline__ void gqa_decode_rows_kernel(const GqaParams& p, unsig
     row_pos[h] = causal_start + tok;
     tree[h] = T::kTree ? p.tree_mask + batch * p.mask_stride_batch + tok * p.mask_stride_token : nullptr;
   }
-  float o[64];  // O: element e is row h = (e >> 1) & 1, d 8 (e >> 2) + 2 (l % 4) + (e & 1)
+  float o[64];  // O: element e is row h = (e >> 1) & 1, V^T row 8 (e >> 2) + 2 (l % 4) + (e & 1)
 #pragma unroll
   for (int e = 0; e < 64; ++e) o[e] = 0.f;
   const unsigned vt = base + kPlan.vt;
-  unsigned v_read_r[8], v_write_r[8];
+  // The V transpose (layout.cuh): warp w takes token blocks 2 w and 2 w + 1 (16 tokens each) of
+  // every d block (32 d): one ldmatrix.trans, four prmt and one stmatrix per pair.
+  unsigned ldsm_off[4], stsm_off[2];
 #pragma unroll
-  for (int i = 0; i < 8; ++i) v_read_r[i] = transpose_read_offset(w, i, l), v_write_r[i] = transpose_write_offset(w, i, l);
-
+  for (int i = 0; i < 4; ++i) ldsm_off[i] = 4096u * w + rows_on_m_ldsm_offset(l, i);
+#pragma unroll
+  for (int i = 0; i < 2; ++i) stsm_off[i] = rows_on_m_stsm_offset(l, 2 * w + i);
   for (int i_tile = 0, item = 0; i_tile < unit.tiles; ++i_tile, ++item) {
     ptx::cp_async_wait<T::kStages - 2>();
     fence_proxy_async_smem();  // this thread's landed chunks, to the wgmma (async proxy) readers
@@ -191,15 +168,17 @@ __device__ __forceinline__ void gqa_decode_rows_kernel(const GqaParams& p, unsig
     }
     wgmma_commit();
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      unsigned vw[4], cols[4];
-      const unsigned a = vs + v_read_r[i];
+    for (int tb = 0; tb < 2; ++tb) {
 #pragma unroll
-      for (int j = 0; j < 4; ++j) vw[j] = ptx::lds32(a + 1024u * (j & 1) + 8192u * (j >> 1));
-      transpose4x4(vw, cols);
-      const unsigned b = vt + v_write_r[i];
-#pragma unroll
-      for (int j = 0; j < 4; ++j) sts32((b ^ (16u * j)) + 128u * j, cols[j]);
+      for (int db = 0; db < 4; ++db) {
+        unsigned r[4], c[4];
+        ptx::ldmatrix_x4_trans(vs + 2048u * tb + ldsm_off[db], r[0], r[1], r[2], r[3]);
+        c[0] = ptx::prmt(r[0], r[1], 0x6420u);  // even d of the first 16: tokens 2q, 2q+1, 2q+8, 2q+9
+        c[1] = ptx::prmt(r[0], r[1], 0x7531u);  // odd d
+        c[2] = ptx::prmt(r[2], r[3], 0x6420u);  // the next 16 d
+        c[3] = ptx::prmt(r[2], r[3], 0x7531u);
+        stmatrix_x4(vt + 4096u * db + stsm_off[tb], c);
+      }
     }
     wgmma_wait<0>();
     fence_regs(s);
@@ -320,7 +299,7 @@ __device__ __forceinline__ void gqa_decode_rows_kernel(const GqaParams& p, unsig
   for (int e = 0; e < 64; ++e) {
     const int h = (e >> 1) & 1;
     if (h >= kHalves) continue;
-    const int d = 8 * (e >> 2) + 2 * (l & 3) + (e & 1);
+    const int d = rows_on_m_d(8 * (e >> 2) + 2 * (l & 3) + (e & 1));  // V^T's row order
     area.o[qrow[h] * kDim + d] = o[e];
   }
   if ((l & 3) == 0) {

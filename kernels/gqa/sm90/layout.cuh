@@ -47,22 +47,27 @@ DECA_HD constexpr unsigned transpose_write_offset(int w, int i, int l) {
   return swz128(4 * db, 4 * qd);
 }
 
-// The rows-on-M kernel's token orders (decode_rows.cuh). The S accumulator of a k32 step gives
-// lane l columns 8 j + 2 (l % 4) + {0, 1}; the 8-bit A fragment wants k 4 (l % 4) + 0..3 (and
-// + 16). Token t = 16 g + 4 a + 2 b + c of a tile goes to K row 16 g + 8 b + 2 a + c, so that
-// element e of lane l (column 8 (e / 4) + 2 (l % 4) + (e & 1)) is token
-// rows_on_m_token(e, l) and the four values a lane packs into one A register are tokens
-// 4 (l % 4) + 0..3 of their 16: A position k is token k, and V^T wants the plain order.
-DECA_HD constexpr int rows_on_m_k_row(int t) {
-  return (t & ~15) | (((t >> 1) & 1) << 3) | (((t >> 2) & 3) << 1) | (t & 1);
+// The rows-on-M kernel's V transpose (decode_rows.cuh). K and V stay in token order, so element e
+// of lane l of the S accumulator is token rows_on_m_token(e, l) = 8 (e / 4) + 2 (l % 4) + (e & 1)
+// of the tile. The 8-bit A fragment of a k32 step takes k positions 4 (l % 4) + c (and + 16): a
+// lane packs its elements 16 kk + {0, 1, 4, 5} (+ 8), so A position 16 g + 4 q + c holds token
+// 16 g + 2 q + (c & 1) + 8 (c >> 1). The transpose writes V^T in that order: ldmatrix.trans of
+// two 8 x 8 b16 blocks of V (tokens tb .. tb + 15, 16 d bytes) gives lane (q = l % 4, g = l / 4)
+// tokens tb + 2 q, + 1 (and + 8, + 9) of d 2 g and 2 g + 1; two prmt make the four tokens of each d,
+// which is that order; stmatrix writes them. V^T's rows are permuted in d so that each stmatrix
+// block is eight consecutive rows: row n holds d rows_on_m_d(n) = 16 (n / 16) + 2 (n % 8) +
+// (n / 8) % 2 (O's columns come out in that order, the epilogue maps them back).
+DECA_HD constexpr int rows_on_m_token(int e, int l) { return 8 * (e >> 2) + 2 * (l & 3) + (e & 1); }
+DECA_HD constexpr int rows_on_m_a_token(int k) {  // token at A position k of a tile
+  return (k & ~15) + 2 * ((k >> 2) & 3) + (k & 1) + 8 * ((k >> 1) & 1);
 }
-DECA_HD constexpr int rows_on_m_token(int e, int l) {
-  return 16 * (e >> 3) + 4 * (l & 3) + 2 * ((e >> 2) & 1) + (e & 1);
+DECA_HD constexpr int rows_on_m_d(int n) { return (n & ~15) + 2 * (n & 7) + ((n >> 3) & 1); }
+// Per lane: the ldmatrix row address of d block dbi (32 d) relative to token block 0 of the V
+// tile (token block b adds 2048 b), and the stmatrix row address of token block tbi (16 tokens)
+// relative to V^T (d block dbi adds 4096 dbi).
+DECA_HD constexpr unsigned rows_on_m_ldsm_offset(int l, int dbi) {
+  return swz128((l & 7) + 8 * ((l >> 3) & 1), 32 * dbi + 16 * (l >> 4));
 }
-// V row of token t = 4 qd + j: the row the transpose reads as byte j of block qd (quad_token(qd) +
-// 0, 8, 64, 72), so that V^T byte position t holds token t.
-DECA_HD constexpr int rows_on_m_v_row(int t) {
-  return quad_token(t >> 2) + 8 * (t & 1) + 64 * ((t >> 1) & 1);
-}
+DECA_HD constexpr unsigned rows_on_m_stsm_offset(int l, int tbi) { return swz128(l, 16 * tbi); }
 
 }  // namespace deca::gqa::sm90
