@@ -237,11 +237,13 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
   // 8 (e / 4) + 2 (l % 4) + (e & 1); column index cc = 2 (e / 4) + (e & 1) of this thread's kCols.
   // O^T element e of d half m: d 64 m + 16 w + l / 4 + 8 ((e >> 1) & 1), same columns.
   auto col_row = [&](int cc) { return 8 * (cc >> 1) + 2 * (l & 3) + (cc & 1); };
-  // One warpgroup: V transposed by ldmatrix.trans + prmt + stmatrix (layout.cuh, as the rows-on-M
-  // kernel), in place: V^T's token positions in rows_on_m_a_token order and its rows in
-  // rows_on_m_d order, which P^T's stores and the epilogue follow. Warp w takes token blocks 2 w,
-  // 2 w + 1 of the four d blocks; 8 ldmatrix, 32 prmt and 8 stmatrix per warp and tile.
-  constexpr bool kLdsmV = kWG == 1;
+  // One warpgroup up to 32 rows: V transposed by ldmatrix.trans + prmt + stmatrix (layout.cuh, as
+  // the rows-on-M kernel), in place: V^T's token positions in rows_on_m_a_token order and its rows
+  // in rows_on_m_d order, which P^T's stores and the epilogue follow. Warp w takes token blocks
+  // 2 w, 2 w + 1 of the four d blocks; 8 ldmatrix, 32 prmt and 8 stmatrix per warp and tile. (At
+  // 64 rows, a knob since the rows-on-M kernel took them, its 32 registers held across the
+  // in-place barrier would spill.)
+  constexpr bool kLdsmV = kWG == 1 && N <= 32;
   unsigned ldsm_off[kLdsmV ? 4 : 1], stsm_off[kLdsmV ? 2 : 1];
   if constexpr (kLdsmV) {
 #pragma unroll
