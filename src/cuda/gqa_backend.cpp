@@ -1,5 +1,6 @@
 // GQA decode on the GPU: plan (kernel key, occupancy, split count, workspace) and launch.
 #include <algorithm>
+#include <cstdlib>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -172,6 +173,13 @@ void plan_gqa_decode(GqaPlan& plan) {
     in.max_splits = max_splits;
     plan.split_tokens = 0;
     plan.num_splits = plan::choose_num_splits(in);
+    // DECA_GQA_SPLITS=n: n splits per unit instead of the model's choice (a tuning knob; clamped to
+    // what the merge and the keys allow).
+    if (const char* env = std::getenv("DECA_GQA_SPLITS")) {
+      const int tiles = std::max(1, (in.max_keys + in.tile - 1) / in.tile);
+      const int v = std::atoi(env);
+      if (v >= 1) plan.num_splits = std::min({v, max_splits, tiles});
+    }
   }
   plan.workspace_bytes = layout(plan, key).total();
 }

@@ -497,6 +497,9 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
           const unsigned lo_pair = __shfl_xor_sync(0xffffffffu, lo, 4);
           sts32(base + kPlan.p_hi + swz128(r, p_pos), ptx::prmt(hi, hi_pair, p_sel));
           sts32(base + kPlan.p_lo + swz128(r, p_pos), ptx::prmt(lo, lo_pair, p_sel));
+        } else if constexpr (kWG == 1) {
+          sts32(base + kPlan.p_hi + swz128(r, p_pos), hi);
+          sts32(base + kPlan.p_lo + swz128(r, p_pos), lo);
         } else {
           sts16(base + kPlan.p_hi + swz128(r, p_pos), hi & 0xFFFFu);
           sts16(base + kPlan.p_lo + swz128(r, p_pos), lo & 0xFFFFu);
