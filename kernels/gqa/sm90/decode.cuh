@@ -28,6 +28,7 @@
 #include "kernels/gqa/params.cuh"
 #include "kernels/gqa/request.cuh"
 #include "kernels/gqa/sm90/balance.cuh"
+#include "kernels/gqa/sm90/cta.cuh"
 #include "kernels/gqa/sm90/q_tile.cuh"
 #include "kernels/gqa/sm90/tile_loader.cuh"
 #include "kernels/gqa/sm90/tile_ops.cuh"
@@ -153,24 +154,13 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
   const int q_len = p.q_len;
   const int rows_total = q_len * T::kGroup;
   const int heads = p.num_kv_heads;
-  int* bad_item = nullptr;
-  if constexpr (T::kChecked) {
-    bad_item = checked_item_slots<T::kStages + 1>();
-    if (tid <= T::kStages) bad_item[tid] = -1;
-    __syncthreads();
-  }
-
-  const unsigned raw = ptx::smem_addr(smem_raw);
-  const unsigned base = (raw + 1023u) & ~1023u;
-  unsigned char* smem = smem_raw + (base - raw);
+  int* bad_item = checked_ring_items<T>();
+  const CtaSmem cs(smem_raw);  // cta.cuh
+  const unsigned base = cs.base;
+  unsigned char* smem = cs.smem;
   float* red = reinterpret_cast<float*>(smem + kPlan.red);      // [4 warps][N]
   float* q_inv = reinterpret_cast<float*>(smem + kPlan.q_inv);  // [N]
-  auto k_stage = [&](int s) { return base + s * 2 * kStageBytes; };
-  auto v_stage = [&](int s) { return base + s * 2 * kStageBytes + kStageBytes; };
-  // wgmma descriptors: built once; an operand at byte offset x from the base is desc0 + x / 16
-  // (the start address field is the low 14 bits, and every offset here stays below 256 KB).
-  const unsigned long long desc0 = smem_desc_sw128(base, 16, 1024);
-  auto desc = [&](unsigned offset) { return desc0 + (offset >> 4); };
+  auto desc = [&](unsigned offset) { return cs.desc(offset); };
 
   // ---- Schedule: the units (request, kv head) and tiles this CTA computes ----
   // Split-KV (and no split): one unit, the keys of split blockIdx.x. Balanced (balance.cuh): the
@@ -188,18 +178,10 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
     if (!balanced_share<T>(p, reinterpret_cast<int*>(red), sh, fill)) return;
     unit0 = sh.first;
   } else {
-    split = blockIdx.x;
-    row_blocks = gridDim.y / heads;
-    unit0.kv_head = blockIdx.y / row_blocks;
-    row_block = blockIdx.y % row_blocks;
-    unit0.request = blockIdx.z;
-    if (row_block * N >= rows_total) return;  // a row block past this call's q_len (see decode.cuh)
-    unit0.seq_len = load_seq_len<T>(p, unit0.request);
-    const KeyRange range = split_range<T>(p, unit0.seq_len, unit0.seq_len, split);
-    unit0.first = range.begin;
-    unit0.end = range.end;
-    unit0.tiles = range.end > range.begin ? (range.end - range.begin + kTile - 1) / kTile : 0;
-    unit0.pos = 0;
+    SplitCta c;
+    if (!split_cta<T>(p, N, c)) return;
+    unit0 = c.unit;
+    row_blocks = c.row_blocks, row_block = c.row_block, split = c.split;
   }
   const int row0 = row_block * N;
 
@@ -207,7 +189,7 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
   TileLoader<T> loader(p, bad_item, tid);
   auto page_row_of = [&](int request) { return loader.page_row_of(request); };
   auto fetch_pages = [&](const TileCursor& c, int item) { loader.fetch_pages(c, item); };
-  auto issue_tile = [&](const TileCursor& c, int stage) { loader.issue_tile(c, k_stage(stage), v_stage(stage)); };
+  auto issue_tile = [&](const TileCursor& c, int stage) { loader.issue_tile(c, cs.k_stage(stage), cs.v_stage(stage)); };
   // The loader's cursor: the next tile to issue, whose page ids pages_next holds; `pend_item` is
   // its index in the ring (tile g of the CTA goes to stage g % kStages).
   TileCursor pend;

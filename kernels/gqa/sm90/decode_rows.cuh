@@ -27,6 +27,7 @@
 #include "kernels/gqa/epilogue.cuh"
 #include "kernels/gqa/params.cuh"
 #include "kernels/gqa/request.cuh"
+#include "kernels/gqa/sm90/cta.cuh"
 #include "kernels/gqa/sm90/q_tile.cuh"
 #include "kernels/gqa/sm90/tile_loader.cuh"
 #include "kernels/gqa/sm90/traits.cuh"
@@ -46,39 +47,21 @@ __device__ __forceinline__ void gqa_decode_rows_kernel(const GqaParams& p, unsig
   const int l = tid & 31;
   const int q_len = p.q_len;
   const int rows_total = q_len * T::kGroup;
-  const int heads = p.num_kv_heads;
-  int* bad_item = nullptr;
-  if constexpr (T::kChecked) {
-    bad_item = checked_item_slots<T::kStages + 1>();
-    if (tid <= T::kStages) bad_item[tid] = -1;
-    __syncthreads();
-  }
-
-  const unsigned raw = ptx::smem_addr(smem_raw);
-  const unsigned base = (raw + 1023u) & ~1023u;
-  unsigned char* smem = smem_raw + (base - raw);
+  int* bad_item = checked_ring_items<T>();
+  const CtaSmem cs(smem_raw);  // cta.cuh
+  const unsigned base = cs.base;
+  unsigned char* smem = cs.smem;
   float* q_inv = reinterpret_cast<float*>(smem + kPlan.q_inv);  // [64 operand rows]
-  auto k_stage = [&](int s) { return base + s * 2 * kStageBytes; };
-  auto v_stage = [&](int s) { return base + s * 2 * kStageBytes + kStageBytes; };
-  const unsigned long long desc0 = smem_desc_sw128(base, 16, 1024);
-  auto desc = [&](unsigned offset) { return desc0 + (offset >> 4); };
+  auto desc = [&](unsigned offset) { return cs.desc(offset); };
 
   // ---- Schedule: one unit (request, kv head, row block), the keys of split blockIdx.x ----
-  const int split = blockIdx.x;
-  const int row_blocks = gridDim.y / heads;
-  const int kv_head = blockIdx.y / row_blocks;
-  const int row_block = blockIdx.y % row_blocks;
-  const int batch = blockIdx.z;
-  if (row_block * N >= rows_total) return;  // a row block past this call's q_len (see decode.cuh)
-  const int seq_len = load_seq_len<T>(p, batch);
-  const KeyRange range = split_range<T>(p, seq_len, seq_len, split);
-  Unit unit{};
-  unit.request = batch;
-  unit.kv_head = kv_head;
-  unit.seq_len = seq_len;
-  unit.first = range.begin;
-  unit.end = range.end;
-  unit.tiles = range.end > range.begin ? (range.end - range.begin + kTile - 1) / kTile : 0;
+  SplitCta cta_unit;
+  if (!split_cta<T>(p, N, cta_unit)) return;
+  const Unit unit = cta_unit.unit;
+  const int split = cta_unit.split, row_blocks = cta_unit.row_blocks, row_block = cta_unit.row_block;
+  const int kv_head = unit.kv_head;
+  const int batch = unit.request;
+  const int seq_len = unit.seq_len;
   const int row0 = row_block * N;
 
   TileLoader<T> loader(p, bad_item, tid);
@@ -88,7 +71,7 @@ __device__ __forceinline__ void gqa_decode_rows_kernel(const GqaParams& p, unsig
   auto issue_next = [&] {
     if (!pend.done) {
       const int stage = pend_item % T::kStages;
-      loader.issue_tile(pend, k_stage(stage), v_stage(stage));
+      loader.issue_tile(pend, cs.k_stage(stage), cs.v_stage(stage));
     }
     ptx::cp_async_commit();
     ++pend.i;

@@ -1,9 +1,7 @@
 // The cp.async loader of the Hopper fp8 GQA kernels (decode.cuh, decode_rows.cuh): 128 threads
 // copy a 128-token tile of K and of V, 16-byte chunks, each where the 128-byte swizzle of the wgmma
 // descriptors puts it. Thread (row tid / 8 + 16 i, chunk tid % 8) of every tile; page ids read a
-// tile ahead. The kernels choose the shared-memory row of each token of K and V (row maps): the
-// tokens-on-M kernel keeps them in order, the rows-on-M kernel permutes them so that its softmax
-// weights feed the PV wgmma from registers (decode_rows.cuh says how).
+// tile ahead, tokens in order (the V transpose puts them where each kernel's PV wants them).
 #pragma once
 
 #include "kernels/common/check_record.cuh"
@@ -14,18 +12,6 @@
 #include "kernels/gqa/sm90/layout.cuh"
 
 namespace deca::gqa::sm90 {
-
-// Destination maps: the byte offset in a tile of the thread's chunk of loader row row0 + step i
-// (the thread's chunk and row0 = tid / 8 fixed; step = threads / 8). Token order:
-// swz128(row0 + step i, chunk) = swz128(row0, chunk) + 128 step i (step is a multiple of 8, so
-// row % 8 and the swizzle stay).
-template <int kStep>
-struct InOrder {
-  unsigned base;
-  __device__ __forceinline__ InOrder(unsigned row0, unsigned chunk)
-      : base(swz128(static_cast<int>(row0), static_cast<int>(chunk * 16))) {}
-  __device__ __forceinline__ unsigned operator()(int i) const { return base + 128u * kStep * i; }
-};
 
 template <class T>
 struct TileLoader {
@@ -109,15 +95,12 @@ struct TileLoader {
   }
 
   // Cursor c's tile (its page ids fetched by fetch_pages) into the K tile at shared address ks and
-  // the V tile at vs, the thread's chunk of its row i at offsets k_dst(i) and v_dst(i)
-  // (destination maps; token order for both when not given).
+  // the V tile at vs, in token order: the thread's chunk of row row0 + step i at
+  // swz128(row0 + step i, chunk) = swz128(row0, chunk) + 128 step i (step is a multiple of 8, so
+  // row % 8 and the swizzle stay).
   __device__ __forceinline__ void issue_tile(const TileCursor& c, unsigned ks, unsigned vs) const {
-    const InOrder<kRowStep> dst(row0_ld, chunk_ld);
-    issue_tile(c, ks, vs, dst, dst);
-  }
-  template <class KDst, class VDst>
-  __device__ __forceinline__ void issue_tile(const TileCursor& c, unsigned ks, unsigned vs,
-                                             const KDst& k_dst, const VDst& v_dst) const {
+    const unsigned dst0 = swz128(static_cast<int>(row0_ld), static_cast<int>(chunk_ld * 16));
+    auto dst = [&](int i) { return dst0 + 128u * kRowStep * i; };
     const unsigned t0 = tile_t0(c);
     const unsigned end = static_cast<unsigned>(c.u.end);
     const unsigned char* k_base = static_cast<const unsigned char*>(p.k_cache) +
@@ -143,8 +126,8 @@ struct TileLoader {
         for (int r = 0; r < kRowsPerPage && pg * kRowsPerPage + r < T::kLoadsPerThread; ++r) {
           const int i = pg * kRowsPerPage + r;
           const bool valid = id >= 0 && t0 + row0_ld + kRowStep * i < end;
-          ptx::cp_async_16(ks + k_dst(i), kp + r * k_step, valid);
-          ptx::cp_async_16(vs + v_dst(i), vp + r * v_step, valid);
+          ptx::cp_async_16(ks + dst(i), kp + r * k_step, valid);
+          ptx::cp_async_16(vs + dst(i), vp + r * v_step, valid);
         }
       }
       return;
@@ -168,8 +151,8 @@ struct TileLoader {
       }
       const unsigned char* ksrc = k_base + (static_cast<unsigned long long>(upage) * k_page_bytes + k_in);
       const unsigned char* vsrc = v_base + (static_cast<unsigned long long>(upage) * v_page_bytes + v_in);
-      ptx::cp_async_16(ks + k_dst(i), ksrc, valid);
-      ptx::cp_async_16(vs + v_dst(i), vsrc, valid);
+      ptx::cp_async_16(ks + dst(i), ksrc, valid);
+      ptx::cp_async_16(vs + dst(i), vsrc, valid);
     }
   }
 };

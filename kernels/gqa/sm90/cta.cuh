@@ -1,0 +1,74 @@
+// What both Hopper fp8 GQA kernels (decode.cuh, decode_rows.cuh) set up first: their shared
+// memory's base, stages and wgmma descriptors, the checked mode's ring slots, and split-KV's unit
+// of the CTA.
+#pragma once
+
+#include "kernels/common/ptx.cuh"
+#include "kernels/common/sm90_ptx.cuh"
+#include "kernels/gqa/params.cuh"
+#include "kernels/gqa/request.cuh"
+#include "kernels/gqa/sm90/balance.cuh"
+#include "kernels/gqa/sm90/traits.cuh"
+
+namespace deca::gqa::sm90 {
+
+// The dynamic buffer's base rounded up to 1024 (the 128-byte swizzle's atoms start there, so the
+// descriptors' base offset is 0), the ring's K and V stages from it, and the wgmma descriptor of
+// an operand at a byte offset from it: desc0 + offset / 16 (the start address field is the low 14
+// bits, and every offset stays below 256 KB).
+struct CtaSmem {
+  unsigned base;        // shared-window address
+  unsigned char* smem;  // the same byte, generic
+  unsigned long long desc0;
+  __device__ __forceinline__ explicit CtaSmem(unsigned char* raw) {
+    const unsigned r = ptx::smem_addr(raw);
+    base = (r + 1023u) & ~1023u;
+    smem = raw + (base - r);
+    desc0 = ::deca::sm90::smem_desc_sw128(base, 16, 1024);
+  }
+  __device__ __forceinline__ unsigned k_stage(int s) const { return base + s * 2 * kStageBytes; }
+  __device__ __forceinline__ unsigned v_stage(int s) const { return k_stage(s) + kStageBytes; }
+  __device__ __forceinline__ unsigned long long desc(unsigned offset) const { return desc0 + (offset >> 4); }
+};
+
+// Checked mode: the ring items whose page ids failed the range test (TileLoader), kStages + 1
+// slots set to -1 before the first page read; null unchecked (no shared memory declared).
+template <class T>
+__device__ __forceinline__ int* checked_ring_items() {
+  if constexpr (T::kChecked) {
+    int* items = checked_item_slots<T::kStages + 1>();
+    if (threadIdx.x <= T::kStages) items[threadIdx.x] = -1;
+    __syncthreads();
+    return items;
+  } else {
+    return nullptr;
+  }
+}
+
+// Split-KV's CTA: request blockIdx.z, kv head and block of `rows` query rows from blockIdx.y, the
+// keys of split blockIdx.x. False for a row block past this call's q_len (the grid is sized for
+// the plan's max_q_len): the whole CTA returns.
+struct SplitCta {
+  Unit unit;
+  int row_blocks;
+  int row_block;
+  int split;
+};
+template <class T>
+__device__ __forceinline__ bool split_cta(const GqaParams& p, int rows, SplitCta& c) {
+  c.split = blockIdx.x;
+  c.row_blocks = gridDim.y / p.num_kv_heads;
+  c.row_block = blockIdx.y % c.row_blocks;
+  c.unit = Unit{};
+  c.unit.kv_head = blockIdx.y / c.row_blocks;
+  c.unit.request = blockIdx.z;
+  if (c.row_block * rows >= p.q_len * T::kGroup) return false;
+  c.unit.seq_len = load_seq_len<T>(p, c.unit.request);
+  const KeyRange range = split_range<T>(p, c.unit.seq_len, c.unit.seq_len, c.split);
+  c.unit.first = range.begin;
+  c.unit.end = range.end;
+  c.unit.tiles = range.end > range.begin ? (range.end - range.begin + kTile - 1) / kTile : 0;
+  return true;
+}
+
+}  // namespace deca::gqa::sm90
