@@ -41,7 +41,7 @@ struct Knob {
 };
 constexpr Knob kKnobs[] = {
     {&MlaSm90Knobs::cluster, "kCluster", "DECA_MLA_CLUSTER", 1, 2, "_c", 1, true},
-    {&MlaSm90Knobs::pipe, "kPipe", "DECA_MLA_PIPE", 0, 3, "_pipe", 0, true},
+    {&MlaSm90Knobs::pipe, "kPipe", "DECA_MLA_PIPE", 0, 4, "_pipe", 0, true},
     {&MlaSm90Knobs::dequant, "kDequant", "DECA_MLA_DEQUANT", 0, 1, "_ideq", 0, false},
     {&MlaSm90Knobs::sync, "kSync", "DECA_MLA_SYNC", 0, 1, "_sync", 0, true},
     {&MlaSm90Knobs::prefetch, "kPrefetch", "DECA_MLA_PREFETCH", 0, 3, "_pf", 0, true},
@@ -61,6 +61,7 @@ MlaSm90Knobs mla_sm90_consistent(MlaSm90Knobs k, int num_heads) {
     k.ahead = 2;  // the base producer prefetches two blocks ahead, fixed
     k.map = 0;    // and has the unit split only
   }
+  if (k.pipe == 4) k.map = 0;  // the round stream has the unit split only
   return k;
 }
 

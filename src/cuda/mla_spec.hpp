@@ -20,7 +20,7 @@ inline constexpr bool kMlaSm90KernelEnabled = true;
 // the DECA_MLA_* environment variable that overrides each (a tuning aid; the name shows it).
 struct MlaSm90Knobs {
   int cluster = 1;   // Cfg::kCluster, DECA_MLA_CLUSTER: 2 pairs the two head blocks of 65..128 heads
-  int pipe = 2;      // Cfg::kPipe, DECA_MLA_PIPE 0..3: the producer's pipelining
+  int pipe = 2;      // Cfg::kPipe, DECA_MLA_PIPE 0..4: the producer's pipelining
   int dequant = 0;   // Cfg::kDequant, DECA_MLA_DEQUANT: 1 the integer e4m3 placement (pipe 3 only)
   int sync = 1;      // Cfg::kSync, DECA_MLA_SYNC: 1 light cluster hand-overs (240 vs 258 us, b128 h128)
   int prefetch = 0;  // Cfg::kPrefetch, DECA_MLA_PREFETCH 0..3: lines, bulk record, none, sectors

@@ -411,8 +411,8 @@ TEST(MlaSm90Kernel, ClusterOfTwoSharesTokens) {
   run_case(empty);
 }
 
-// The producer pipeline variants (Cfg::kPipe 1..3: ids a block ahead, one gather round, loads
-// before the tile is free), over the same variety as the default: long rows, padded heads, page
+// The producer pipeline variants (Cfg::kPipe 1..4: ids a block ahead, one gather round, loads
+// before the tile is free, the round stream), over the same variety as the default: long rows, padded heads, page
 // 1, heavy skips and a row of -1, split pieces with ragged lengths and the sink, many (and empty)
 // requests per partition, both cluster sizes. The producer walks the partition's blocks with its
 // own cursors, so a walk that disagrees with the consumers' must fail here.
@@ -452,13 +452,20 @@ std::vector<Sm90Case> pipe_cases(const std::string& k) {
 // pipe 3 with the integer e4m3 placement (Cfg::kDequant = 1), checked bit for bit against the
 // hardware conversions (and map 1 against map 0) in run_case.
 void run_pipe_variants(int map) {
-  for (const auto [pipe, dequant] : {std::pair{1, 0}, std::pair{2, 0}, std::pair{3, 0}, std::pair{3, 1}}) {
-    const std::string k = (map != 0 ? "m1_k" : "k") + std::to_string(pipe) + (dequant != 0 ? "_d1_" : "_");
+  struct V {
+    int pipe, dequant, sync;
+  };
+  std::vector<V> vs = {{1, 0, 0}, {2, 0, 0}, {3, 0, 0}, {3, 1, 0}};
+  // The round stream (unit split only) with both cluster hand-overs.
+  if (map == 0) vs.insert(vs.end(), {V{4, 0, 0}, V{4, 0, 1}});
+  for (const V v : vs) {
+    const std::string k = (map != 0 ? "m1_k" : "k") + std::to_string(v.pipe) + (v.dequant != 0 ? "_d1_" : "_") +
+                          (v.sync != 0 ? "s1_" : "");
     for (Sm90Case& c : pipe_cases(k)) {
-      c.pipe = pipe;
-      c.dequant = dequant;
+      c.pipe = v.pipe;
+      c.dequant = v.dequant;
       c.map = map;
-      if (map != 0) c.sync = c.cluster == 2 ? 1 : 0;
+      c.sync = c.cluster == 2 ? (map != 0 ? 1 : v.sync) : 0;
       run_case(c);
     }
   }

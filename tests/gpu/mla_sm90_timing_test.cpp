@@ -129,21 +129,26 @@ TEST(MlaSm90Timing, AnchorShapesAndStageVariants) {
     // pipe = Cfg::kPipe (sm90/traits.cuh): 1 ids a block ahead, 2 also one gather round,
     // 3 also the loads issued before the tile is free; dequant = Cfg::kDequant, 1 the integer
     // e4m3 placement. The ablations of the fastest-predicted pipe say what bounds it next.
-    struct Variant { int cluster, ablate, pipe, dequant; const char* name; };
-    std::vector<Variant> variants = {{1, 0, 0, 0, "kernel"},    {1, 1, 0, 0, "no-dequant"},
-                                     {1, 2, 0, 0, "no-mma"},    {1, 0, 1, 0, "pipe1"},
-                                     {1, 0, 2, 0, "pipe2"},     {1, 0, 3, 0, "pipe3"},
-                                     {1, 0, 3, 1, "p3-int-deq"}, {1, 1, 3, 0, "p3-no-deq"},
-                                     {1, 2, 3, 0, "p3-no-mma"}};
+    // pipe 4: the round stream (the next round's loads under this round's conversion); sync 1
+    // the light cluster hand-overs (the default in a cluster).
+    struct Variant { int cluster, ablate, pipe, dequant, sync; const char* name; };
+    std::vector<Variant> variants = {{1, 0, 0, 0, 0, "kernel"},    {1, 1, 0, 0, 0, "no-dequant"},
+                                     {1, 2, 0, 0, 0, "no-mma"},    {1, 0, 1, 0, 0, "pipe1"},
+                                     {1, 0, 2, 0, 0, "pipe2"},     {1, 0, 3, 0, 0, "pipe3"},
+                                     {1, 0, 3, 1, 0, "p3-int-deq"}, {1, 1, 3, 0, 0, "p3-no-deq"},
+                                     {1, 2, 3, 0, 0, "p3-no-mma"}, {1, 0, 4, 0, 0, "pipe4"},
+                                     {1, 1, 4, 0, 0, "p4-no-deq"}, {1, 2, 4, 0, 0, "p4-no-mma"}};
     if (hb == 2) {
-      for (const Variant& v : {Variant{2, 0, 0, 0, "cluster2"}, Variant{2, 0, 1, 0, "c2-pipe1"},
-                               Variant{2, 0, 3, 0, "c2-pipe3"}, Variant{2, 0, 3, 1, "c2p3-int-deq"},
-                               Variant{2, 1, 3, 0, "c2p3-no-deq"}, Variant{2, 2, 3, 0, "c2p3-no-mma"}}) {
+      for (const Variant& v : {Variant{2, 0, 0, 0, 0, "cluster2"}, Variant{2, 0, 1, 0, 0, "c2-pipe1"},
+                               Variant{2, 0, 3, 0, 0, "c2-pipe3"}, Variant{2, 0, 3, 1, 0, "c2p3-int-deq"},
+                               Variant{2, 1, 3, 0, 0, "c2p3-no-deq"}, Variant{2, 2, 3, 0, 0, "c2p3-no-mma"},
+                               Variant{2, 0, 2, 0, 1, "c2s1-pipe2"}, Variant{2, 0, 4, 0, 1, "c2s1-pipe4"},
+                               Variant{2, 1, 4, 0, 1, "c2s1p4-no-deq"}, Variant{2, 2, 4, 0, 1, "c2s1p4-no-mma"}}) {
         variants.push_back(v);
       }
     }
     for (const Variant& v : variants) {
-      const jit::LoadedKernel& k = jit::get_kernel(mla_sm90_spec(64, v.cluster, v.ablate, v.pipe, v.dequant), 0);
+      const jit::LoadedKernel& k = jit::get_kernel(mla_sm90_spec(64, v.cluster, v.ablate, v.pipe, v.dequant, v.sync), 0);
       void* args[] = {&kp};
       jit::LaunchOptions opts;
       if (v.cluster == 2) opts.cluster = {2, 1, 1};

@@ -90,6 +90,9 @@ TEST(MlaSm90Knobs, ConsistentKeepsOnlyCombinationsTheKernelBuilds) {
       // The base producer: its own prefetch distance and the unit split.
       {64, knobs(1, 0, 0, 0, 1, 4, 1, 1), knobs(1, 0, 0, 0, 1, 2, 0, 1)},
       {64, knobs(1, 1, 0, 0, 3, 4, 1, 1), knobs(1, 1, 0, 0, 3, 4, 1, 1)},
+      // The round stream: the unit split only, its own prefetch distance kept.
+      {128, knobs(2, 4, 1, 1, 0, 3, 1, 1), knobs(2, 4, 0, 1, 0, 3, 0, 1)},
+      {16, knobs(1, 4, 0, 0, 2, 2, 0, 0), knobs(1, 4, 0, 0, 2, 2, 0, 0)},
   };
   for (const Row& r : rows) {
     const MlaSm90Knobs k = mla_sm90_consistent(r.asked, r.heads);

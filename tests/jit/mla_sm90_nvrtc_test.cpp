@@ -53,17 +53,24 @@ TEST(MlaSm90Nvrtc, AblationVariantsCompileWithoutSpills) {
 // The producer pipeline variants (Cfg::kPipe 1..3), both cluster sizes: each must keep the
 // rebalanced register budgets without spills and without serialized wgmma.
 TEST(MlaSm90Nvrtc, PipeVariantsCompileWithoutSpills) {
-  for (int pipe : {1, 2, 3}) {
+  for (int pipe : {1, 2, 3, 4}) {
     for (int cluster : {1, 2}) expect_clean_compile(test::mla_sm90_spec(64, cluster, 0, pipe));
   }
   expect_clean_compile(test::mla_sm90_spec(1, 1, 0, 3));
+  // The round stream with the light cluster hand-overs (the default pairing), page size 1.
+  expect_clean_compile(test::mla_sm90_spec(64, 2, 0, 4, 0, 1));
+  expect_clean_compile(test::mla_sm90_spec(1, 2, 0, 4, 0, 1));
+  expect_clean_compile(test::mla_sm90_spec(1, 1, 0, 4));
   // The integer e4m3 placement (Cfg::kDequant = 1) with pipe 3 (at the 112 producer registers of
   // pipes 0-1 it spills 24 B without a cluster: not offered there).
   for (int cluster : {1, 2}) expect_clean_compile(test::mla_sm90_spec(64, cluster, 0, 3, 1));
   // The ablations of pipe 3 that the timing test runs (timing only: a few spilled bytes there,
   // as at 128 producer registers, would only blur their time).
   for (int ablate : {1, 2}) {
-    for (int cluster : {1, 2}) expect_clean_compile(test::mla_sm90_spec(64, cluster, ablate, 3), true);
+    for (int cluster : {1, 2}) {
+      expect_clean_compile(test::mla_sm90_spec(64, cluster, ablate, 3), true);
+      expect_clean_compile(test::mla_sm90_spec(64, cluster, ablate, 4, 0, cluster - 1), true);
+    }
   }
 }
 

@@ -676,6 +676,179 @@ __device__ __forceinline__ void producer_ahead(const SparseKernelParams& kp, con
   }
 }
 
+// ---- Producer, Cfg::kPipe = kPipeStream ---------------------------------------------------------
+// The gather as a stream of rounds, the loads of round k + 1 issued before round k is converted,
+// so that one round's memory latency runs under the previous round's conversion (kPipeWhole
+// waits for a block's loads, then converts: latency + conversion per block). A round is 8 tokens'
+// 16-byte NoPE units with their scales and 2 RoPE units per thread (kRoundsPerBlock of them per
+// block: one in a cluster of 2, two without), 48 registers; two are live.
+//
+// When round k + 1 opens block b + 1, that block's ids are staged (slot (b + 1) % kIdSlots)
+// before round k is converted; the slot was last read by the consumers of block b - 3, done
+// before the producer's wait for the tile of block b - 1.
+struct Round {
+  uint4 raw[8];
+  float scale[8];
+  uint4 rope[2];
+};
+
+// Loads round kH of a block (ids in shared memory) into `rd`; units as in produce_block.
+template <class Cfg, int kH>
+__device__ __forceinline__ void load_round(const MlaSparseParams& p, const int* block_ids, int t,
+                                           int first_token, Round& rd) {
+  const int* ids = block_ids + first_token;
+  const int j = t & 31;
+  const int g = t >> 5;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int job = t + 128 * (2 * kH + i);
+    const int id = ids[job >> 3];
+    rd.rope[i] = id >= 0 ? load_rec16<Cfg>(record_of<Cfg>(p, id) + kDimNope + 16 + 16 * (job & 7))
+                         : make_uint4(0, 0, 0, 0);
+  }
+#pragma unroll
+  for (int u = 0; u < 8; ++u) {
+    const int id = ids[g + 4 * (8 * kH + u)];
+    if (id >= 0) {
+      const unsigned char* rec = record_of<Cfg>(p, id);
+      rd.raw[u] = load_rec16<Cfg>(rec + 16 * j);
+      rd.scale[u] = load_rec4<Cfg>(rec + kDimNope + 4 * (j >> 3));
+    } else {
+      rd.raw[u] = make_uint4(0, 0, 0, 0);  // a zero row: P V must never meet a NaN
+      rd.scale[u] = 0.f;
+    }
+  }
+}
+
+// Converts round kH of the block in tile `stage` and stores it (and, in a cluster, the peer's copy).
+template <class Cfg, int kCl, int kH>
+__device__ __forceinline__ void store_round(const Smem& sm, int stage, int t, int first_token,
+                                            const Round& rd) {
+  const unsigned tile = sm.k(stage);
+  const unsigned peer_bar = sm.peer(ptx::smem_addr(sm.remote(stage)));
+  const int j = t & 31;
+  const int g = t >> 5;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int job = t + 128 * (2 * kH + i);
+    store_tile<kCl>(sm, tile + 8 * kChunkBytes + swz(first_token + (job >> 3), job & 7), rd.rope[i],
+                    peer_bar);
+  }
+  const unsigned chunk = tile + (j >> 2) * kChunkBytes;
+  const int unit0 = (j & 3) * 2;
+#pragma unroll
+  for (int u = 0; u < 8; ++u) {
+    const int n = first_token + g + 4 * (8 * kH + u);
+    uint4 lo, hi;
+    if constexpr (AblateOf<Cfg>::value == kAblateNoDequant) {
+      lo = hi = rd.raw[u];
+    } else {
+      dequant16<Cfg>(rd.raw[u], rd.scale[u], lo, hi);
+    }
+    store_tile<kCl>(sm, chunk + swz(n, unit0), lo, peer_bar);
+    store_tile<kCl>(sm, chunk + swz(n, unit0 + 1), hi, peer_bar);
+  }
+}
+
+// checked_id with a 32-bit compare: every id at or above `pool_u` (the pool, at most 2^31) or
+// below zero (2^31 and up as unsigned) is skipped.
+__device__ __forceinline__ unsigned pool_bound(long long pool) {
+  return pool > 0x80000000ll ? 0x80000000u : static_cast<unsigned>(pool);
+}
+__device__ __forceinline__ int checked_id_u(int id, unsigned pool_u) {
+  return static_cast<unsigned>(id) >= pool_u ? -1 : id;
+}
+
+template <class Cfg, int kCl>
+__device__ __forceinline__ void producer_stream(const SparseKernelParams& kp, const SparsePart& part,
+                                                int tok, const Smem& sm, int rank) {
+  constexpr int kRoundsPerBlock = 2 / kCl;
+  constexpr int kTpt = 2 * kCl;  // prefetching threads per token (prefetch_record)
+  constexpr int kAhead = AheadOf<Cfg>::value;
+  static_assert(kAhead >= 1, "prefetch at least the next block");
+  const MlaSparseParams& p = kp.p;
+  const int t = threadIdx.x - 256;
+  const unsigned pool = pool_bound(static_cast<long long>(p.num_blocks) * Cfg::kPageSize);
+  const int first_token = rank * (kTokens / kCl);
+  const int pf_k = first_token + t / kTpt;
+
+  BlockPos nxt = first_block(kp, part);
+  if (nxt.r > part.end_req) return;  // no block: the consumers wait for none either
+  // Block 0's ids staged, its loads issued; cursors at block 1 (ids) and block A + 1 (prefetch).
+  if (t < kTokens) sm.ids(0)[t] = checked_id_u(raw_id_at(kp, part, tok, nxt, t), pool);
+  next_block(kp, part, nxt);
+  BlockPos far = nxt;
+  for (int a = 1; a < kAhead; ++a) {
+    const int b = checked_id_u(raw_id_at(kp, part, tok, far, pf_k), pool);
+    if (b >= 0) prefetch_record<Cfg, kTpt>(p, b, t);
+    next_block(kp, part, far);
+  }
+  int pf_id = raw_id_at(kp, part, tok, far, pf_k);  // block A, prefetched at block 0
+  next_block(kp, part, far);
+  int my_id = t < kTokens ? raw_id_at(kp, part, tok, nxt, t) : -1;  // block 1
+  named_bar_sync(kBarIds, 128);
+  Round ra, rb;
+  load_round<Cfg, 0>(p, sm.ids(0), t, first_token, ra);
+
+  // Per block: the L2 prefetch of block it + A, then (stage_next) block it + 1's ids; false when
+  // block it is the partition's last.
+  auto prefetch_step = [&] {
+    pf_id = checked_id_u(pf_id, pool);
+    if (pf_id >= 0) prefetch_record<Cfg, kTpt>(p, pf_id, t);
+    pf_id = raw_id_at(kp, part, tok, far, pf_k);
+    next_block(kp, part, far);
+  };
+  auto stage_next = [&](int it) {
+    const bool more = nxt.r <= part.end_req;  // the same for every producer thread
+    if (more) {
+      if (t < kTokens) sm.ids(it + 1)[t] = checked_id_u(my_id, pool);
+      named_bar_sync(kBarIds, 128);
+      next_block(kp, part, nxt);
+      my_id = t < kTokens ? raw_id_at(kp, part, tok, nxt, t) : -1;
+    }
+    return more;
+  };
+  // Fresh barriers complete "the phase before phase 0", so the first two waits pass. In a
+  // cluster the barrier also counts the peer's consumers: this producer writes their tile.
+  auto wait_free = [&](int it) {
+    wait_empty<Cfg, kCl>(sm, it & 1, ((it >> 1) & 1) ^ 1);
+    // The peer's bytes may land before this arrival; the phase cannot complete without it.
+    if (kCl == 2 && t == 0) expect_peer_bytes<Cfg>(sm, it & 1);
+  };
+  auto publish = [&](int it) {
+    fence_proxy_async_smem();
+    mbar_arrive(sm.full(it & 1));
+  };
+
+  if constexpr (kRoundsPerBlock == 1) {
+    // rb takes the next block's loads while ra converts, then moves into ra (a copy; two blocks
+    // per trip with the roles swapped spill at 136 registers).
+    for (int it = 0;; ++it) {
+      prefetch_step();
+      const bool more = stage_next(it);
+      if (more) load_round<Cfg, 0>(p, sm.ids(it + 1), t, first_token, rb);
+      wait_free(it);
+      store_round<Cfg, kCl, 0>(sm, it & 1, t, first_token, ra);
+      publish(it);
+      if (!more) break;
+      ra = rb;
+    }
+  } else {
+    // ra holds a block's first round, rb its second.
+    for (int it = 0;; ++it) {
+      prefetch_step();
+      load_round<Cfg, 1>(p, sm.ids(it), t, first_token, rb);
+      wait_free(it);
+      store_round<Cfg, kCl, 0>(sm, it & 1, t, first_token, ra);
+      const bool more = stage_next(it);
+      if (more) load_round<Cfg, 0>(p, sm.ids(it + 1), t, first_token, ra);
+      store_round<Cfg, kCl, 1>(sm, it & 1, t, first_token, rb);
+      publish(it);
+      if (!more) break;
+    }
+  }
+}
+
 // ---- Consumers ------------------------------------------------------------------------------------
 // A tile is ready when the local producer's 128 arrivals (and, in a cluster, the peer's bytes)
 // completed its phase; it is released to both producers of a cluster (each writes it).
@@ -1007,7 +1180,7 @@ __device__ __forceinline__ void mla_sparse_decode_sm90(const SparseKernelParams&
                                                        unsigned char* smem_raw) {
   constexpr int kCl = ClusterOf<Cfg>::value;
   static_assert(kCl == 1 || kCl == 2, "Cfg::kCluster: 1, or 2 for two head blocks");
-  static_assert(PipeOf<Cfg>::value >= kPipeBase && PipeOf<Cfg>::value <= kPipeEarly, "Cfg::kPipe");
+  static_assert(PipeOf<Cfg>::value >= kPipeBase && PipeOf<Cfg>::value <= kPipeStream, "Cfg::kPipe");
   static_assert(DequantOf<Cfg>::value == 0 || DequantOf<Cfg>::value == 1, "Cfg::kDequant");
   const unsigned raw = ptx::smem_addr(smem_raw);
   Smem sm;
@@ -1057,6 +1230,8 @@ __device__ __forceinline__ void mla_sparse_decode_sm90(const SparseKernelParams&
     setmaxnreg_dec<kRegs.producer>();
     if constexpr (PipeOf<Cfg>::value == kPipeBase) {
       producer<Cfg, kCl>(kp, part, tok, sm, static_cast<int>(rank));
+    } else if constexpr (PipeOf<Cfg>::value == kPipeStream) {
+      producer_stream<Cfg, kCl>(kp, part, tok, sm, static_cast<int>(rank));
     } else {
       producer_ahead<Cfg, kCl>(kp, part, tok, sm, static_cast<int>(rank));
     }

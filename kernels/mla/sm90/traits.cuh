@@ -39,12 +39,15 @@ static_assert(kRegsConsumer0 + kRegsConsumer1 + kRegsProducer <= 3 * 168, "regis
 // ignores the setmaxnreg, C7507, and serializes the wgmma, C7512): kPipeEarly 208/160/136
 // (ptxas issues 13 of the 20 16-byte loads before the first conversion; consumer 0 at 200
 // spills), kPipeWhole 216/160/128 (7 of 20; at 136 NVRTC spills 4 B there).
-enum Pipe : int { kPipeBase = 0, kPipeAhead = 1, kPipeWhole = 2, kPipeEarly = 3 };
+// kPipeStream keeps two rounds in registers (the one converted, the next one's loads in flight:
+// 2 x (8 x (16 B + scale) + 2 RoPE units) = 96), at kPipeEarly's budget.
+enum Pipe : int { kPipeBase = 0, kPipeAhead = 1, kPipeWhole = 2, kPipeEarly = 3, kPipeStream = 4 };
 struct RegBudget {
   int consumer0, consumer1, producer;
 };
 DECA_HD constexpr RegBudget reg_budget(int pipe) {
-  return pipe == kPipeEarly   ? RegBudget{208, 160, 136}
+  return pipe == kPipeStream ? RegBudget{200, 160, 144}
+         : pipe == kPipeEarly ? RegBudget{208, 160, 136}
          : pipe == kPipeWhole ? RegBudget{216, 160, 128}
                               : RegBudget{kRegsConsumer0, kRegsConsumer1, kRegsProducer};
 }
