@@ -436,6 +436,25 @@ __device__ __forceinline__ unsigned e4m3x2_to_f16x2(unsigned short pair) {
   asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(d) : "h"(pair));
   return d;
 }
+// The same for the four e4m3 of a word (byte i = value i): values 0, 1 and 2, 3 as two f16x2; the
+// high pair is read as the register's upper half, without a shift.
+__device__ __forceinline__ uint2 e4m3x4_to_f16x4(unsigned w) {
+  unsigned lo, hi;
+  asm("{\n.reg .b16 l, h;\nmov.b32 {l, h}, %2;\ncvt.rn.f16x2.e4m3x2 %0, l;\ncvt.rn.f16x2.e4m3x2 %1, h;\n}\n"
+      : "=r"(lo), "=r"(hi)
+      : "r"(w));
+  return make_uint2(lo, hi);
+}
+// mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 with C = 0, not volatile (a pure function of
+// its operands, scheduled freely). A (16 x 8, row-major): a0 = row g, k 2c and 2c + 1 (g = lane / 4,
+// c = lane % 4), a1 = row g + 8; B (8 x 8, column-major): b = k 2c, 2c + 1 of column g; D: d0, d1
+// = row g, columns 2c, 2c + 1; d2, d3 = row g + 8.
+__device__ __forceinline__ void mma_f16_1688_zero(float (&d)[4], unsigned a0, unsigned a1, unsigned b) {
+  asm("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5}, {%6}, "
+      "{%7, %7, %7, %7};\n"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+      : "r"(a0), "r"(a1), "r"(b), "f"(0.f));
+}
 // cvt.f32.f16 d, a; for both halves of an f16x2 (exact).
 __device__ __forceinline__ float2 f16x2_to_f32x2(unsigned h2) {
   float lo, hi;

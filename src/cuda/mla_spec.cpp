@@ -42,7 +42,7 @@ struct Knob {
 constexpr Knob kKnobs[] = {
     {&MlaSm90Knobs::cluster, "kCluster", "DECA_MLA_CLUSTER", 1, 2, "_c", 1, true},
     {&MlaSm90Knobs::pipe, "kPipe", "DECA_MLA_PIPE", 0, 4, "_pipe", 0, true},
-    {&MlaSm90Knobs::dequant, "kDequant", "DECA_MLA_DEQUANT", 0, 1, "_ideq", 0, false},
+    {&MlaSm90Knobs::dequant, "kDequant", "DECA_MLA_DEQUANT", 0, 2, "_deq", 0, true},
     {&MlaSm90Knobs::sync, "kSync", "DECA_MLA_SYNC", 0, 1, "_sync", 0, true},
     {&MlaSm90Knobs::prefetch, "kPrefetch", "DECA_MLA_PREFETCH", 0, 3, "_pf", 0, true},
     {&MlaSm90Knobs::ahead, "kAhead", "DECA_MLA_AHEAD", 1, 8, "_ahead", 2, true},
@@ -56,7 +56,10 @@ MlaSm90Knobs mla_sm90_consistent(MlaSm90Knobs k, int num_heads) {
   const bool two_blocks = num_heads > 64 && num_heads <= 128;
   if (!two_blocks) k.cluster = 1;
   if (k.cluster != 2) k.sync = 0;  // only a cluster has hand-overs between CTAs
-  if (k.pipe != 3) k.dequant = 0;  // the integer route is built only with pipe 3 (registers)
+  if (k.dequant == 1 && k.pipe != 3) k.dequant = 0;  // the integer route: pipe 3 only (registers)
+  // The tensor-core f16 -> f32 step: pipes 2 to 4, the unit split (a quad of lanes on one token)
+  // and a cluster of 2 (without one the producer's 16 units per block spill there: NVRTC, 36-96 B).
+  if (k.dequant == 2 && (k.pipe < 2 || k.map != 0 || k.cluster != 2)) k.dequant = 0;
   if (k.pipe == 0) {
     k.ahead = 2;  // the base producer prefetches two blocks ahead, fixed
     k.map = 0;    // and has the unit split only

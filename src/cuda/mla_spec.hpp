@@ -21,7 +21,7 @@ inline constexpr bool kMlaSm90KernelEnabled = true;
 struct MlaSm90Knobs {
   int cluster = 1;   // Cfg::kCluster, DECA_MLA_CLUSTER: 2 pairs the two head blocks of 65..128 heads
   int pipe = 2;      // Cfg::kPipe, DECA_MLA_PIPE 0..4: the producer's pipelining
-  int dequant = 0;   // Cfg::kDequant, DECA_MLA_DEQUANT: 1 the integer e4m3 placement (pipe 3 only)
+  int dequant = 0;   // Cfg::kDequant, DECA_MLA_DEQUANT: 1 integer e4m3 placement (pipe 3), 2 f16 -> f32 on mma
   int sync = 1;      // Cfg::kSync, DECA_MLA_SYNC: 1 light cluster hand-overs (240 vs 258 us, b128 h128)
   int prefetch = 0;  // Cfg::kPrefetch, DECA_MLA_PREFETCH 0..3: lines, bulk record, none, sectors
   int ahead = 2;     // Cfg::kAhead, DECA_MLA_AHEAD 1..8: blocks between prefetch and gather
@@ -31,8 +31,9 @@ struct MlaSm90Knobs {
 
 // The knobs a key may hold: what was asked, made consistent for `num_heads` (a pure function,
 // table-tested): a cluster only for 65..128 heads, the light hand-overs only in a cluster, the
-// integer dequantization only with pipe 3, the base producer (pipe 0) with its fixed prefetch
-// distance and the unit split.
+// integer dequantization only with pipe 3, the mma one with pipes 2-4, the unit split and a
+// cluster, the base producer (pipe 0) with its fixed prefetch distance and the unit split, the
+// round stream (pipe 4) with the unit split.
 MlaSm90Knobs mla_sm90_consistent(MlaSm90Knobs k, int num_heads);
 
 // The defaults for `num_heads` (traits' kClusterX) with every DECA_MLA_* variable that holds a

@@ -219,9 +219,9 @@ void run_case(const Sm90Case& tc) {
     EXPECT_EQ(std::memcmp(again_po.data(), hpo.data(), hpo.size() * 4), 0) << "partial_o differs";
     EXPECT_EQ(std::memcmp(again_pl.data(), hpl.data(), hpl.size() * 4), 0) << "partial_lse differs";
   }
-  // The integer dequantization claims the reference's rounding exactly (subnormal e4m3 included),
-  // and the producer's token split fills the same tiles: the variant with the hardware conversions
-  // and the unit split must write the same bytes.
+  // The integer and the mma dequantization claim the reference's rounding exactly (subnormal e4m3
+  // included), and the producer's token split fills the same tiles: the variant with the hardware
+  // conversions and the unit split must write the same bytes.
   if (tc.dequant != 0 || tc.map != 0) {
     const jit::LoadedKernel& k0 = jit::get_kernel(
         mla_sm90_spec(s.page_size, tc.cluster, 0, tc.pipe, 0, tc.sync, tc.prefetch, tc.ahead, 0), 0);
@@ -456,12 +456,15 @@ void run_pipe_variants(int map) {
     int pipe, dequant, sync;
   };
   std::vector<V> vs = {{1, 0, 0}, {2, 0, 0}, {3, 0, 0}, {3, 1, 0}};
-  // The round stream (unit split only) with both cluster hand-overs.
-  if (map == 0) vs.insert(vs.end(), {V{4, 0, 0}, V{4, 0, 1}});
+  // The round stream and the mma dequantization (unit split only), both cluster hand-overs; the
+  // dequantization checked bit for bit against kDequant 0 in run_case.
+  if (map == 0) vs.insert(vs.end(), {V{4, 0, 0}, V{4, 0, 1}, V{2, 2, 1}, V{3, 2, 0}, V{4, 2, 1}});
   for (const V v : vs) {
-    const std::string k = (map != 0 ? "m1_k" : "k") + std::to_string(v.pipe) + (v.dequant != 0 ? "_d1_" : "_") +
+    const std::string k = (map != 0 ? "m1_k" : "k") + std::to_string(v.pipe) +
+                          (v.dequant != 0 ? "_d" + std::to_string(v.dequant) + "_" : "_") +
                           (v.sync != 0 ? "s1_" : "");
     for (Sm90Case& c : pipe_cases(k)) {
+      if (v.dequant == 2 && c.cluster != 2) continue;  // built in a cluster only
       c.pipe = v.pipe;
       c.dequant = v.dequant;
       c.map = map;

@@ -143,7 +143,8 @@ TEST(MlaSm90Timing, AnchorShapesAndStageVariants) {
                                Variant{2, 0, 3, 0, 0, "c2-pipe3"}, Variant{2, 0, 3, 1, 0, "c2p3-int-deq"},
                                Variant{2, 1, 3, 0, 0, "c2p3-no-deq"}, Variant{2, 2, 3, 0, 0, "c2p3-no-mma"},
                                Variant{2, 0, 2, 0, 1, "c2s1-pipe2"}, Variant{2, 0, 4, 0, 1, "c2s1-pipe4"},
-                               Variant{2, 1, 4, 0, 1, "c2s1p4-no-deq"}, Variant{2, 2, 4, 0, 1, "c2s1p4-no-mma"}}) {
+                               Variant{2, 1, 4, 0, 1, "c2s1p4-no-deq"}, Variant{2, 2, 4, 0, 1, "c2s1p4-no-mma"},
+                               Variant{2, 0, 2, 2, 1, "c2s1p2-mma-deq"}, Variant{2, 0, 4, 2, 1, "c2s1p4-mma-deq"}}) {
         variants.push_back(v);
       }
     }

@@ -90,6 +90,13 @@ TEST(MlaSm90Knobs, ConsistentKeepsOnlyCombinationsTheKernelBuilds) {
       // The base producer: its own prefetch distance and the unit split.
       {64, knobs(1, 0, 0, 0, 1, 4, 1, 1), knobs(1, 0, 0, 0, 1, 2, 0, 1)},
       {64, knobs(1, 1, 0, 0, 3, 4, 1, 1), knobs(1, 1, 0, 0, 3, 4, 1, 1)},
+      // The mma dequantization: pipes 2 to 4, the unit split, a cluster.
+      {128, knobs(2, 2, 2, 1, 0, 2, 0, 0), knobs(2, 2, 2, 1, 0, 2, 0, 0)},
+      {128, knobs(2, 4, 2, 1, 0, 2, 0, 0), knobs(2, 4, 2, 1, 0, 2, 0, 0)},
+      {64, knobs(2, 4, 2, 1, 0, 2, 0, 0), knobs(1, 4, 0, 0, 0, 2, 0, 0)},
+      {128, knobs(2, 1, 2, 1, 0, 2, 0, 0), knobs(2, 1, 0, 1, 0, 2, 0, 0)},
+      {128, knobs(2, 3, 2, 1, 0, 2, 1, 0), knobs(2, 3, 0, 1, 0, 2, 1, 0)},
+      {64, knobs(1, 4, 1, 0, 0, 2, 0, 0), knobs(1, 4, 0, 0, 0, 2, 0, 0)},
       // The round stream: the unit split only, its own prefetch distance kept.
       {128, knobs(2, 4, 1, 1, 0, 3, 1, 1), knobs(2, 4, 0, 1, 0, 3, 0, 1)},
       {16, knobs(1, 4, 0, 0, 2, 2, 0, 0), knobs(1, 4, 0, 0, 2, 2, 0, 0)},
@@ -126,7 +133,7 @@ TEST(MlaSm90Knobs, KeysFromTheEnvironment) {
   setenv("DECA_MLA_L1", "yes", 1);   // not a digit: ignored
   setenv("DECA_MLA_PREFETCH", "3", 1);
   const MlaKernelKey k = mla_decode_key(90, "sm90", c);
-  EXPECT_EQ(k.name(), "mla_sparse_decode_sm90_p64_pipe3_ideq_pf3_sm90");
+  EXPECT_EQ(k.name(), "mla_sparse_decode_sm90_p64_pipe3_deq1_pf3_sm90");
   const std::string src = k.spec().source;
   for (const char* field : {"kPageSize = 64;", "kCluster = 1;", "kPipe = 3;", "kDequant = 1;", "kSync = 0;",
                             "kPrefetch = 3;", "kAhead = 2;", "kMap = 0;", "kL1 = 0;"}) {

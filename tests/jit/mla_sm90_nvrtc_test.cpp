@@ -57,6 +57,9 @@ TEST(MlaSm90Nvrtc, PipeVariantsCompileWithoutSpills) {
     for (int cluster : {1, 2}) expect_clean_compile(test::mla_sm90_spec(64, cluster, 0, pipe));
   }
   expect_clean_compile(test::mla_sm90_spec(1, 1, 0, 3));
+  // The f16 -> f32 step on the tensor cores (Cfg::kDequant = 2) with pipes 2 to 4, in a cluster.
+  for (int pipe : {2, 3, 4}) expect_clean_compile(test::mla_sm90_spec(64, 2, 0, pipe, 2, 1));
+  expect_clean_compile(test::mla_sm90_spec(1, 2, 0, 4, 2, 1));
   // The round stream with the light cluster hand-overs (the default pairing), page size 1.
   expect_clean_compile(test::mla_sm90_spec(64, 2, 0, 4, 0, 1));
   expect_clean_compile(test::mla_sm90_spec(1, 2, 0, 4, 0, 1));

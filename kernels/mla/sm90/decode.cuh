@@ -135,6 +135,36 @@ __device__ __forceinline__ uint2 dequant4_int(unsigned w, float scale_hi) {
   return make_uint2(f32x2_to_bf16x2(v0, v1), f32x2_to_bf16x2(v2, v3));
 }
 
+// The same sixteen values through the tensor cores (Cfg::kDequant = 2): e4m3 pairs -> f16 pairs
+// (exact), then f16 -> f32 by four mma.sync m16n8k8 whose B is the 8 x 8 identity. A lane's
+// f16x2 registers (values 4i .. 4i + 3 as two pairs) are A {a0 = row g (lane / 4), k 2c, 2c + 1
+// (c = lane % 4); a1 = row g + 8}; D = A I holds A[r, n] at (r, n), and a lane's accumulator
+// elements (rows g, g + 8, columns 2c, 2c + 1) are its own a0 and a1. Each element is one product
+// by 1.0 plus products by 0, exact in f32 (-0 comes back +0, the zeros added: no output can tell).
+// `sel` is the lane's column of I (mma_select_b). The product by the scale and the bf16 rounding
+// are dequant4's, so the tile's values are. Per 16 values 16 HADD2.F32 and 4 shifts become 4 HMMA
+// (m16n8k8 takes B in one register: m16n8k16 with [I; 0] and [0; I] made ptxas rebuild the two
+// B pairs with three moves per unit). A NaN byte would spread along its A row (the four lanes of a
+// quad, one token with the unit split): the cache never holds one.
+__device__ __forceinline__ unsigned mma_select_b(int lane) {
+  const int g = lane >> 2, c = lane & 3;
+  return c == (g >> 1) ? 0x3C00u << (16 * (g & 1)) : 0u;  // f16 1.0 at k = n = g
+}
+__device__ __forceinline__ void dequant16_mma(uint4 raw, float scale, unsigned sel, uint4& lo, uint4& hi) {
+  const uint2 h[4] = {e4m3x4_to_f16x4(raw.x), e4m3x4_to_f16x4(raw.y), e4m3x4_to_f16x4(raw.z),
+                      e4m3x4_to_f16x4(raw.w)};
+  unsigned w[8];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    float v[4];
+    mma_f16_1688_zero(v, h[i].x, h[i].y, sel);  // values 4i .. 4i + 3
+    w[2 * i] = f32x2_to_bf16x2(v[0] * scale, v[1] * scale);
+    w[2 * i + 1] = f32x2_to_bf16x2(v[2] * scale, v[3] * scale);
+  }
+  lo = make_uint4(w[0], w[1], w[2], w[3]);
+  hi = make_uint4(w[4], w[5], w[6], w[7]);
+}
+
 // Cfg knobs: Cfg::member when the prologue defines it, else the fallback.
 #define DECA_MLA_SM90_KNOB(Trait, member, fallback)           \
   template <class C, class = void>                            \
@@ -160,7 +190,7 @@ DECA_MLA_SM90_KNOB(AblateOf, kAblate, kAblateNone)
 DECA_MLA_SM90_KNOB(PipeOf, kPipe, kPipeBase)
 
 // 0 the hardware conversions (dequant4), 1 the integer placement (dequant4_int) for every scale
-// below 2^8, dequant4 for the others.
+// below 2^8, dequant4 for the others, 2 the f16 -> f32 step on the tensor cores (dequant16_mma).
 DECA_MLA_SM90_KNOB(DequantOf, kDequant, 0)
 
 // The cluster's tile hand-overs (cluster of 2 only). 0: release / acquire at cluster scope;
@@ -274,6 +304,10 @@ __device__ __forceinline__ const unsigned char* record_of(const MlaSparseParams&
 // Sixteen e4m3 of `raw` times `scale` as two 16-byte bf16 units (dequant4's rounding).
 template <class Cfg>
 __device__ __forceinline__ void dequant16(uint4 raw, float scale, uint4& lo, uint4& hi) {
+  if constexpr (DequantOf<Cfg>::value == 2) {
+    dequant16_mma(raw, scale, mma_select_b(static_cast<int>(threadIdx.x & 31)), lo, hi);
+    return;
+  }
   uint2 a, b, c, d;
   if (DequantOf<Cfg>::value == 1 && scale < 256.f) {
     const float sh = mul_rn_noftz(scale, 0x1p120f);  // exact: no overflow below 2^8
@@ -1181,7 +1215,10 @@ __device__ __forceinline__ void mla_sparse_decode_sm90(const SparseKernelParams&
   constexpr int kCl = ClusterOf<Cfg>::value;
   static_assert(kCl == 1 || kCl == 2, "Cfg::kCluster: 1, or 2 for two head blocks");
   static_assert(PipeOf<Cfg>::value >= kPipeBase && PipeOf<Cfg>::value <= kPipeStream, "Cfg::kPipe");
-  static_assert(DequantOf<Cfg>::value == 0 || DequantOf<Cfg>::value == 1, "Cfg::kDequant");
+  static_assert(DequantOf<Cfg>::value >= 0 && DequantOf<Cfg>::value <= 2, "Cfg::kDequant");
+  static_assert(DequantOf<Cfg>::value != 2 || (MapOf<Cfg>::value == kMapUnits && kCl == 2),
+                "Cfg::kDequant = 2: a quad of lanes on one token (the unit split), in a cluster "
+                "(without one the producer spills)");
   const unsigned raw = ptx::smem_addr(smem_raw);
   Smem sm;
   sm.base = (raw + 1023u) & ~1023u;
