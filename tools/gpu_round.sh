@@ -129,6 +129,12 @@ if [ "${DECA_SKIP_PYTHON:-0}" != 1 ]; then
     (cd "$root" && PYTHONPATH=/tmp/deca-py timeout 120 python3 tools/py_host_cost.py) > "$logs/py_host_cost.log" 2>&1
     log "python host cost rc=$?"
     tail -15 "$logs/py_host_cost.log"
+    # The same with torch tensors read through their attributes rather than DLPack's C exchange
+    # table, side by side.
+    (cd "$root" && DECA_PY_DLPACK_EXCHANGE=0 PYTHONPATH=/tmp/deca-py timeout 120 python3 tools/py_host_cost.py) \
+        > "$logs/py_host_cost_attributes.log" 2>&1
+    log "python host cost, attribute route rc=$?"
+    tail -8 "$logs/py_host_cost_attributes.log"
   fi
 fi
 # Hardware counters for chosen cases (DECA_NCU_CASES="l70-b99-4k/fp8 ..."): one decode launch each.

@@ -16,6 +16,9 @@ the floor of a nanobind call of the same 18 arguments that does nothing, then th
 then deca's checks, kernel lookup and params (no launch), then the launch, then the Python
 wrapper (defaults, stream lookup). On the CPU those calls get 0-request views, so no attention
 is computed and every stage is host cost only.
+
+torch tensors are read through DLPack's C exchange table where torch has one (2.10 and later);
+DECA_PY_DLPACK_EXCHANGE=0 reads them through their attributes instead, for comparison.
 """
 
 import argparse

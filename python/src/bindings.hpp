@@ -71,5 +71,6 @@ void register_gqa(nb::module_& m);
 void register_mla(nb::module_& m);
 void register_quant(nb::module_& m);
 void register_checked(nb::module_& m);
+void register_fast_import(nb::module_& m);
 
 }  // namespace deca::python

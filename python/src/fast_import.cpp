@@ -2,21 +2,80 @@
 //
 // torch tensors: DLPack costs microseconds per tensor even through torch's C export
 // (torch._C._to_dlpack: ~2 us here, a managed tensor allocated and freed; Tensor.__dlpack__,
-// what nanobind calls, ~5 us of Python checks), six tensors per call. Reading the five facts
-// deca needs -- data_ptr(), shape, stride(), dtype, get_device() -- through the C API costs a few
-// hundred nanoseconds. Anything unusual (a dtype deca has no name for, a non-strided layout, a
-// declared dtype that is not the tensor's) throws, and the Python layer retries on its checked
-// path. Everything else goes through nanobind's own import (numpy, cupy, jax) and the same
+// what nanobind calls, ~5 us of Python checks), six tensors per call. Where torch offers DLPack's
+// C exchange API (a function table on the type, `__dlpack_c_exchange_api__`, DLPack 1.3), one C
+// call fills a non-owning DLTensor (tens of nanoseconds); otherwise, or when that call declines a
+// tensor (one that requires grad, say), the five facts deca needs -- data_ptr(), shape,
+// stride(), dtype, get_device() -- are read through the Python C API (~0.7 us per tensor on the
+// H200 machine). Anything unusual (a dtype deca has no name for, a non-strided layout, a declared
+// dtype that is not the tensor's) throws, and the Python layer retries on its checked path.
+// Everything else goes through nanobind's own import (numpy, cupy, jax) and the same
 // import_tensor rules as every other argument.
+#include <cstdint>
+#include <cstdlib>
 #include <optional>
 #include <utility>
 #include <string>
 #include <string_view>
 
+#include <nanobind/stl/string.h>
+
 #include "bindings.hpp"
 
 namespace deca::python {
 namespace {
+
+// The ABI of DLPack's C exchange API as far as deca calls it (dlpack.h 1.3: DLTensor, and the
+// table's stable header followed by its function pointers, in this order). The table lives as
+// long as the process; deca only reads it.
+namespace dl {
+struct Version {
+  std::uint32_t major, minor;
+};
+struct Device {
+  std::int32_t type;  // DLDeviceType: 1 CPU, 2 CUDA
+  std::int32_t id;
+};
+struct DataType {
+  std::uint8_t code;  // DLDataTypeCode: 0 int, 1 uint, 2 float, 4 bfloat, 10 float8_e4m3fn
+  std::uint8_t bits;
+  std::uint16_t lanes;
+};
+struct Tensor {
+  void* data;
+  Device device;
+  std::int32_t ndim;
+  DataType dtype;
+  std::int64_t* shape;
+  std::int64_t* strides;  // null: compact row-major
+  std::uint64_t byte_offset;
+};
+struct ApiHeader {
+  Version version;
+  ApiHeader* prev_api;
+};
+struct ExchangeApi {
+  ApiHeader header;
+  void* managed_tensor_allocator;
+  void* managed_tensor_from_py_object_no_sync;
+  void* managed_tensor_to_py_object_no_sync;
+  int (*dltensor_from_py_object_no_sync)(void* py_object, Tensor* out);  // 0, or -1 + a Python error
+  int (*current_work_stream)(std::int32_t device_type, std::int32_t device_id, void** out_stream);
+};
+constexpr std::int32_t kCpu = 1, kCuda = 2;
+
+std::optional<DType> dtype_of(DataType t) {
+  if (t.lanes != 1) return std::nullopt;
+  switch (t.code) {
+    case 0: return t.bits == 8 ? std::optional(DType::kINT8) : t.bits == 32 ? std::optional(DType::kINT32) : std::nullopt;
+    case 1: return t.bits == 8 ? std::optional(DType::kUINT8) : t.bits == 32 ? std::optional(DType::kUINT32) : std::nullopt;
+    case 2: return t.bits == 16 ? std::optional(DType::kFP16) : t.bits == 32 ? std::optional(DType::kFP32) : std::nullopt;
+    case 4: return t.bits == 16 ? std::optional(DType::kBF16) : std::nullopt;
+    case 10: return t.bits == 8 ? std::optional(DType::kFP8E4M3) : std::nullopt;
+    default: return std::nullopt;
+  }
+}
+}  // namespace dl
 
 // torch.Tensor and torch's dtype objects once torch has been imported by the caller (deca never
 // imports torch itself). Held as raw new references that are never released: objects that
@@ -38,6 +97,9 @@ struct TorchHooks {
   PyObject* get_device_name = nullptr;
   PyObject* is_cpu_name = nullptr;
   PyObject* is_cuda_name = nullptr;
+  // DLPack's C exchange API of torch.Tensor (exact type only: the table is the type's), or null
+  // (an older torch, or DECA_PY_DLPACK_EXCHANGE=0: the attribute route, for comparisons).
+  const dl::ExchangeApi* exchange = nullptr;
 };
 
 const TorchHooks& torch_hooks() {
@@ -71,6 +133,17 @@ const TorchHooks& torch_hooks() {
   hooks.get_device_name = PyUnicode_InternFromString("get_device");
   hooks.is_cpu_name = PyUnicode_InternFromString("is_cpu");
   hooks.is_cuda_name = PyUnicode_InternFromString("is_cuda");
+  const char* env = std::getenv("DECA_PY_DLPACK_EXCHANGE");
+  if (!(env && env[0] == '0' && env[1] == '\0')) {
+    PyObject* capsule = PyObject_GetAttrString(type, "__dlpack_c_exchange_api__");
+    if (capsule && PyCapsule_IsValid(capsule, "dlpack_exchange_api")) {
+      const auto* api = static_cast<const dl::ExchangeApi*>(PyCapsule_GetPointer(capsule, "dlpack_exchange_api"));
+      // Major version 1 is the layout above; the capsule stays referenced with the type.
+      if (api && api->header.version.major == 1 && api->dltensor_from_py_object_no_sync) hooks.exchange = api;
+    }
+    PyErr_Clear();
+    Py_XDECREF(capsule);
+  }
   hooks.tensor_type = type;
   return hooks;
 }
@@ -106,6 +179,50 @@ std::int64_t as_int(PyObject* object, const FastWhere& where, const char* what) 
   return value;
 }
 
+// The tensor's dtype as the caller declared it: fp8 bits in uint8 are the one relabelling the
+// fast path takes; the rest is checked.
+DType settle_dtype(DType dtype, std::optional<DType> declared, const FastWhere& where) {
+  if (!declared) return dtype;
+  const DType want = *declared;
+  if (dtype != want && !(dtype == DType::kUINT8 && want == DType::kFP8E4M3)) {
+    throw Error(where.str() + ": expected dtype " + dtype_name(want) + ", got " + dtype_name(dtype));
+  }
+  return want;
+}
+
+// The view through DLPack's C exchange API, or nullopt where the attribute route must decide
+// (the call declined the tensor, or a dtype or device it reports is not one deca names here).
+std::optional<Tensor> torch_view_exchange(const dl::ExchangeApi& api, nb::handle object,
+                                          std::optional<DType> declared, const FastWhere& where) {
+  dl::Tensor t{};
+  if (api.dltensor_from_py_object_no_sync(object.ptr(), &t) != 0) {
+    PyErr_Clear();
+    return std::nullopt;
+  }
+  const std::optional<DType> dtype = dl::dtype_of(t.dtype);
+  if (!dtype || (t.device.type != dl::kCpu && t.device.type != dl::kCuda)) return std::nullopt;
+  if (t.ndim < 0 || t.ndim > kMaxRank || (t.ndim > 0 && !t.shape)) {
+    throw Error(where.str() + ": expected rank <= " + std::to_string(kMaxRank) + ", got " +
+                std::to_string(t.ndim));
+  }
+  std::int64_t steps[kMaxRank];
+  if (t.strides) {
+    for (int i = 0; i < t.ndim; ++i) steps[i] = t.strides[i];
+  } else {
+    std::int64_t step = 1;
+    for (int i = t.ndim - 1; i >= 0; --i) {
+      steps[i] = step;
+      step *= t.shape[i];
+    }
+  }
+  Tensor out;
+  const DType settled = settle_dtype(*dtype, declared, where);
+  out.origin_dtype = dtype_name(settled);
+  out.view = make_tensor(static_cast<char*>(t.data) + t.byte_offset, settled, t.ndim, t.shape, steps,
+                         t.device.type == dl::kCpu ? Device::cpu() : Device::cuda(t.device.id));
+  return out;
+}
+
 Tensor torch_view(const TorchHooks& torch, nb::handle object, std::optional<DType> declared,
                   const FastWhere& where) {
   PyObject* o = object.ptr();
@@ -115,15 +232,7 @@ Tensor torch_view(const TorchHooks& torch, nb::handle object, std::optional<DTyp
     if (torch.dtypes[i].object == dtype_object.ptr()) dtype = torch.dtypes[i].dtype;
   }
   if (!dtype) throw Error(where.str() + ": a torch dtype deca reads through its checked path");
-  if (declared) {
-    const DType want = *declared;
-    // fp8 bits in uint8 are the one relabelling the fast path takes; the rest is checked.
-    if (*dtype != want && !(*dtype == DType::kUINT8 && want == DType::kFP8E4M3)) {
-      throw Error(where.str() + ": expected dtype " + dtype_name(want) + ", got " +
-                  dtype_name(*dtype));
-    }
-    dtype = want;
-  }
+  dtype = settle_dtype(*dtype, declared, where);
   const nb::object shape = checked(PyObject_GetAttr(o, torch.shape_name), where, "shape");
   const nb::object strides =
       checked(PyObject_CallMethodNoArgs(o, torch.stride_name), where, "stride");
@@ -173,6 +282,9 @@ Tensor import_fast(nb::handle object, std::optional<DType> declared, const FastW
   if (torch.tensor_type &&
       PyObject_TypeCheck(object.ptr(), reinterpret_cast<PyTypeObject*>(torch.tensor_type))) {
     // The caller's frame holds the tensor for the whole call, so the view needs no owner.
+    if (torch.exchange && Py_TYPE(object.ptr()) == reinterpret_cast<PyTypeObject*>(torch.tensor_type)) {
+      if (std::optional<Tensor> t = torch_view_exchange(*torch.exchange, object, declared, where)) return *std::move(t);
+    }
     return torch_view(torch, object, declared, where);
   }
   // jax arrays are immutable but DLPack cannot say so: refuse them as outputs here, as the
@@ -183,6 +295,39 @@ Tensor import_fast(nb::handle object, std::optional<DType> declared, const FastW
   const std::optional<std::string> dtype =
       declared ? std::optional<std::string>(dtype_name(*declared)) : std::nullopt;
   return import_tensor(object, dtype, where.str(), writable);
+}
+
+// Test probes (not API): the view one route makes of a torch tensor, as (data pointer, shape,
+// strides, dtype, device kind, device index), or None where that route declines it (the
+// exchange route: absent from this torch or turned off, or the call refused the tensor).
+void register_fast_import(nb::module_& m) {
+  m.def("_torch_exchange_available", [] { return torch_hooks().exchange != nullptr; });
+  m.def("_torch_import_probe", [](nb::handle object, const std::string& route) -> nb::object {
+    const TorchHooks& torch = torch_hooks();
+    if (!torch.tensor_type ||
+        !PyObject_TypeCheck(object.ptr(), reinterpret_cast<PyTypeObject*>(torch.tensor_type))) {
+      throw Error("_torch_import_probe: expected a torch.Tensor");
+    }
+    const FastWhere where{"_torch_import_probe", "tensor"};
+    std::optional<Tensor> t;
+    if (route == "exchange") {
+      if (torch.exchange) t = torch_view_exchange(*torch.exchange, object, std::nullopt, where);
+    } else if (route == "attributes") {
+      t = torch_view(torch, object, std::nullopt, where);
+    } else {
+      throw Error("_torch_import_probe: route: expected 'exchange' or 'attributes', got '" + route + "'");
+    }
+    if (!t) return nb::none();
+    const TensorView& v = t->view;
+    nb::list shape, strides;
+    for (int i = 0; i < v.rank; ++i) {
+      shape.append(v.shape[i]);
+      strides.append(v.stride[i]);
+    }
+    return nb::make_tuple(reinterpret_cast<std::uintptr_t>(v.data), nb::tuple(shape), nb::tuple(strides),
+                          std::string(dtype_name(v.dtype)),
+                          v.device.kind == DeviceKind::kCPU ? "cpu" : "cuda", v.device.index);
+  });
 }
 
 }  // namespace deca::python

@@ -20,4 +20,5 @@ NB_MODULE(_C, m) {
   deca::python::register_mla(m);
   deca::python::register_quant(m);
   deca::python::register_checked(m);
+  deca::python::register_fast_import(m);
 }

@@ -61,3 +61,76 @@ def test_torch_dtype_mismatch_is_deca_error(rng):
     with pytest.raises(deca.Error, match="gqa_decode: q"):
         deca.gqa_decode(_t(case.q).double(), _t(case.k), _t(case.v), _t(case.page_table),
                         _t(case.seq_lens))
+
+
+def _import_cases(device):
+    """Tensors GqaPlan.run's fast import must read alike by either route: every dtype it names,
+    ranks 1 to 6, strided, offset, expanded (stride 0), transposed and empty views."""
+    base = torch.arange(2 * 3 * 4 * 5, dtype=torch.float32, device=device).reshape(2, 3, 4, 5)
+    cases = [base, base.to(torch.bfloat16), base.to(torch.float16), base.to(torch.int32),
+             base.to(torch.int8), base.to(torch.uint8), base.to(torch.float8_e4m3fn),
+             base[:, 1:, ::2], base.transpose(1, 3), base[1:], base[:, :1].expand(2, 7, 4, 5),
+             base[:0], base.reshape(-1), base.reshape(1, 2, 3, 1, 4, 5), base.to(torch.bfloat16)[..., 1:4],
+             base.to(torch.float8_e4m3fn).view(torch.uint8)]
+    if hasattr(torch, "uint32"):
+        cases.append(base.to(torch.int32).view(torch.uint32))
+    return cases
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_fast_import_routes_agree(device):
+    """The C exchange route (DLPack 1.3's table on torch.Tensor) and the attribute route see the
+    same pointer, shape, strides, dtype and device for every view."""
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    from deca import _C
+    for t in _import_cases(device):
+        by_attributes = _C._torch_import_probe(t, "attributes")
+        assert by_attributes[0] == t.data_ptr() and by_attributes[1] == tuple(t.shape)
+        assert by_attributes[2] == t.stride() and by_attributes[4] == device
+        by_exchange = _C._torch_import_probe(t, "exchange")
+        if _C._torch_exchange_available():
+            assert by_exchange == by_attributes, (t.dtype, t.shape, t.stride())
+        else:
+            assert by_exchange is None
+
+
+def test_fast_import_exchange_route_switch():
+    """torch >= 2.10 offers the exchange table; DECA_PY_DLPACK_EXCHANGE=0 turns it off."""
+    import os
+    import subprocess
+    import sys
+    code = "import torch, deca; from deca import _C; print(_C._torch_exchange_available())"
+    env = dict(os.environ, DECA_PY_DLPACK_EXCHANGE="0")
+    off = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert off.stdout.strip() == "False"
+    on = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    has_table = hasattr(torch.Tensor, "__dlpack_c_exchange_api__")
+    assert on.stdout.strip() == str(has_table)
+
+
+def test_plan_run_through_either_route_writes_the_same(rng):
+    """GqaPlan.run with torch tensors (strided cache, storage offsets) gives the same bytes with
+    the exchange route on and off."""
+    import os
+    import subprocess
+    import sys
+    code = r"""
+import sys, torch, deca
+torch.manual_seed(0)
+plan = deca.GqaPlan(8, 2, 64, 16, max_batch=2, max_seq_len=64, device="cpu")
+q = torch.randn(3, 1, 8, 64).to(torch.bfloat16)[1:]
+big = torch.randn(6, 16, 4, 64).to(torch.bfloat16)
+k, v = big[:, :, 0:4:2], big[:, :, 1:4:2]
+table = torch.tensor([[0, 2, 4], [1, 3, 5]], dtype=torch.int32)
+lens = torch.tensor([40, 17], dtype=torch.int32)
+out = torch.full((2, 1, 8, 64), float("nan")).to(torch.bfloat16)
+plan.run(q, k, v, table, lens, out)
+sys.stdout.write(out.view(torch.int16).numpy().tobytes().hex())
+"""
+    runs = []
+    for value in ("1", "0"):
+        env = dict(os.environ, DECA_PY_DLPACK_EXCHANGE=value)
+        runs.append(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                                   text=True, check=True).stdout)
+    assert runs[0] == runs[1] and len(runs[0]) == 2 * 2 * 8 * 64 * 2
