@@ -768,19 +768,25 @@ __device__ __forceinline__ void store_round(const Smem& sm, int stage, int t, in
     store_tile<kCl>(sm, tile + 8 * kChunkBytes + swz(first_token + (job >> 3), job & 7), rd.rope[i],
                     peer_bar);
   }
-  const unsigned chunk = tile + (j >> 2) * kChunkBytes;
+  // Row n = first_token + g + 4 (8 kH + u) has n % 8 = g + 4 (u % 2) (first_token is 0 or 32,
+  // g < 4): its two units sit at one of two swizzled offsets (u even, odd) plus the row's
+  // 512 (8 kH + u) bytes, an immediate; the unit pair's second is the first xor 16.
   const int unit0 = (j & 3) * 2;
+  const unsigned row0 = tile + (j >> 2) * kChunkBytes + static_cast<unsigned>(first_token + g) * 128u;
+  const unsigned sw_even = static_cast<unsigned>((unit0 ^ g) << 4);
+  const unsigned at[2] = {row0 + sw_even, row0 + (sw_even ^ 64u)};
+  const unsigned second = (sw_even & 16u) ? 0u - 16u : 16u;  // (unit0 + 1) ^ g is unit0 ^ g ^ 1
 #pragma unroll
   for (int u = 0; u < 8; ++u) {
-    const int n = first_token + g + 4 * (8 * kH + u);
     uint4 lo, hi;
     if constexpr (AblateOf<Cfg>::value == kAblateNoDequant) {
       lo = hi = rd.raw[u];
     } else {
       dequant16<Cfg>(rd.raw[u], rd.scale[u], lo, hi);
     }
-    store_tile<kCl>(sm, chunk + swz(n, unit0), lo, peer_bar);
-    store_tile<kCl>(sm, chunk + swz(n, unit0 + 1), hi, peer_bar);
+    const unsigned a = at[u & 1] + 512u * (8 * kH + u);
+    store_tile<kCl>(sm, a, lo, peer_bar);
+    store_tile<kCl>(sm, a + second, hi, peer_bar);
   }
 }
 
