@@ -59,3 +59,5 @@ def clear():
     """Drops every cached plan and workspace (e.g. before freeing GPU memory)."""
     _GQA.clear()
     _MLA.clear()
+    from . import _cached_ops
+    _cached_ops._TORCH_GQA.clear()

@@ -55,6 +55,27 @@ def test_flash_attn_torch_matches_gqa_decode(rng):
     same_bits(lse, want_lse.transpose(1, 2))
 
 
+def test_flash_attn_repeat_calls_take_the_memoised_plan(rng):
+    """The second call of a shape takes the (plan, workspace) memoised by the tensors' own shape,
+    dtype and device objects; each changed option or shape gets its own plan, and every call
+    writes what deca's own API writes."""
+    from deca import _cached_ops, _plan_cache
+    _plan_cache.clear()
+    case, (q, k, v, lens, table) = _fa_inputs(rng)
+    want = deca.gqa_decode(q, k, v, table, lens)
+    for _ in range(3):
+        same_bits(compat.flash_attn_with_kvcache(q, k, v, cache_seqlens=lens, block_table=table), want)
+    assert len(_cached_ops._TORCH_GQA) == 1
+    windowed = compat.flash_attn_with_kvcache(q, k, v, cache_seqlens=lens, block_table=table,
+                                              window_size=(5, 0))
+    same_bits(windowed, deca.gqa_decode(q, k, v, table, lens, window=6))
+    two = compat.flash_attn_with_kvcache(q[:2], k, v, cache_seqlens=lens[:2], block_table=table[:2])
+    same_bits(two, deca.gqa_decode(q[:2], k, v, table[:2], lens[:2]))
+    assert len(_cached_ops._TORCH_GQA) == 3
+    _plan_cache.clear()
+    assert not _cached_ops._TORCH_GQA
+
+
 def test_flash_attn_fp8_cache_with_descale(rng):
     case, (q, k, v, lens, table) = _fa_inputs(rng, kv_dtype="fp8_e4m3")
     out = compat.flash_attn_with_kvcache(q, k, v, cache_seqlens=lens, block_table=table,
