@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import sys
+
 from . import _C
-from ._tensors import (check_dtype_keywords, check_scalars, empty, expect_dim_range, expect_rank,
-                       parse_device, stream_handle, tensor, zeros_bytes)
+from ._tensors import (Error, check_dtype_keywords, check_scalars, empty, expect_dim_range,
+                       expect_rank, parse_device, stream_handle, tensor, zeros_bytes)
 
 _INT32_MAX = 2 ** 31 - 1
 
@@ -37,6 +39,8 @@ class MlaPlan:
             c.checked = checked
         c.device = parse_device(device, "MlaPlan")
         self._plan = _C.plan_mla_decode(c)
+        d = self._plan.config.device
+        self._cuda_index = d.index if d.kind == _C.DeviceKind.CUDA else -1
 
     config = property(lambda self: self._plan.config)
     workspace_bytes = property(lambda self: self._plan.workspace_bytes)
@@ -85,6 +89,24 @@ class MlaPlan:
         fn = "mla_decode_sparse"
         check_scalars(fn, floats=dict(softmax_scale=softmax_scale),
                       bools=dict(reuse_schedule=reuse_schedule))
+        # One C++ call with the caller's objects (torch tensors through DLPack's C exchange
+        # table or their attributes); whatever it cannot take is retried below, where each
+        # argument is imported by name and a wrong one raises the message the user sees. Errors
+        # are raised before any launch, so nothing runs twice.
+        if stream is None:
+            handle = self._current_stream(q)
+        elif type(stream) is int:
+            handle = stream
+        else:
+            handle = None
+        if handle is not None:
+            try:
+                _C.mla_decode_sparse_planned_fast(
+                    self._plan, q, kv_cache, indices, topk_length, attn_sink, out, lse,
+                    softmax_scale or 0.0, workspace, handle, bool(reuse_schedule))
+                return out
+            except (Error, TypeError):
+                pass
         qt = tensor(q, f"{fn}: q")
         _C.mla_decode_sparse_planned(
             self._plan, qt, tensor(kv_cache, f"{fn}: kv_cache"), tensor(indices, f"{fn}: indices", "int32"),
@@ -93,6 +115,19 @@ class MlaPlan:
             softmax_scale or 0.0, tensor(workspace, f"{fn}: workspace", writable=True),
             stream_handle(stream, q, qt, fn), reuse_schedule)
         return out
+
+
+    def _current_stream(self, q):
+        """The current stream of q's library for a CUDA plan (0 on the CPU), as an int."""
+        if self._cuda_index < 0:
+            return 0
+        torch = sys.modules.get("torch")
+        if torch is not None and isinstance(q, torch.Tensor):
+            return torch._C._cuda_getCurrentRawStream(self._cuda_index)
+        cupy = sys.modules.get("cupy")
+        if cupy is not None and isinstance(q, cupy.ndarray):
+            return int(cupy.cuda.get_current_stream().ptr)
+        return 0
 
 
 def _outputs(fn, q, qt, out, lse, return_lse):

@@ -21,6 +21,37 @@ void set_common(Args& a, const Tensor& q, const Tensor& kv_cache, const Tensor& 
   set_workspace_and_stream(a, workspace, stream);
 }
 
+// MlaPlan.run_sparse's fast path (GqaPlan.run's pattern, gqa.cpp): Python objects in, one import
+// each, one mla_decode_sparse call; any failure makes the Python layer retry through its checked
+// import, which raises the message a user sees.
+void mla_sparse_planned_fast(const MlaPlan& plan, nb::handle q, nb::handle kv_cache,
+                             nb::handle indices, nb::handle topk_length, nb::handle attn_sink,
+                             nb::handle out, nb::handle lse, float softmax_scale,
+                             nb::handle workspace, std::uintptr_t stream, bool reuse_schedule) {
+  constexpr const char* fn = "mla_decode_sparse";
+  const auto maybe = [](nb::handle h, std::optional<DType> dtype, const char* name, bool writable) {
+    return h.is_none() ? std::optional<Tensor>()
+                       : std::optional<Tensor>(import_fast(h, dtype, {fn, name}, writable));
+  };
+  const auto ptr = [](const std::optional<Tensor>& t) { return t ? &*t : nullptr; };
+  const Tensor tq = import_fast(q, std::nullopt, {fn, "q"}, false);
+  const Tensor tkv = import_fast(kv_cache, std::nullopt, {fn, "kv_cache"}, false);
+  const Tensor tidx = import_fast(indices, DType::kINT32, {fn, "indices"}, false);
+  const std::optional<Tensor> tlen = maybe(topk_length, DType::kINT32, "topk_length", false);
+  const std::optional<Tensor> tsink = maybe(attn_sink, std::nullopt, "attn_sink", false);
+  const Tensor tout = import_fast(out, std::nullopt, {fn, "out"}, true);
+  const std::optional<Tensor> tlse = maybe(lse, std::nullopt, "lse", true);
+  const std::optional<Tensor> tws = maybe(workspace, std::nullopt, "workspace", true);
+  MlaSparseArgs a;
+  set_common(a, tq, tkv, tout, ptr(tlse), softmax_scale, ptr(tws), stream);
+  a.indices = tidx.view;
+  a.topk_length = view_or_absent(ptr(tlen));
+  a.attn_sink = view_or_absent(ptr(tsink));
+  a.reuse_schedule = reuse_schedule;
+  nb::gil_scoped_release release;
+  mla_decode_sparse(plan, a);
+}
+
 }  // namespace
 
 void register_mla(nb::module_& m) {
@@ -88,6 +119,12 @@ void register_mla(nb::module_& m) {
       nb::arg("topk_length").none(), nb::arg("attn_sink").none(), nb::arg("out"),
       nb::arg("lse").none(), nb::arg("softmax_scale"), nb::arg("workspace").none(),
       nb::arg("stream"), nb::arg("reuse_schedule") = false);
+
+  m.def("mla_decode_sparse_planned_fast", &mla_sparse_planned_fast, nb::arg("plan"), nb::arg("q"),
+        nb::arg("kv_cache"), nb::arg("indices"), nb::arg("topk_length").none(),
+        nb::arg("attn_sink").none(), nb::arg("out"), nb::arg("lse").none(),
+        nb::arg("softmax_scale"), nb::arg("workspace").none(), nb::arg("stream"),
+        nb::arg("reuse_schedule"));
 
   m.def(
       "combine",

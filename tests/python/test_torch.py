@@ -134,3 +134,43 @@ sys.stdout.write(out.view(torch.int16).numpy().tobytes().hex())
         runs.append(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                                    text=True, check=True).stdout)
     assert runs[0] == runs[1] and len(runs[0]) == 2 * 2 * 8 * 64 * 2
+
+
+def test_mla_sparse_plan_run_fast_path_matches_checked_imports(rng):
+    """MlaPlan.run_sparse hands torch tensors to one C++ call; the checked imports of the same
+    tensors give the same bytes (topk_length, sink, lse), and a wrong argument still raises the
+    message naming it."""
+    from deca import _C
+    from deca._tensors import tensor
+    dev = "cuda:0" if torch.cuda.is_available() else "cpu"
+    heads, topk, page, batch = 12, 128, 16, 3
+    plan = deca.MlaPlan(heads, sparse=True, page_size=page, max_batch=batch, max_q_len=2,
+                        max_seq_len=8 * page, topk=topk, lse=True, attn_sink=True,
+                        topk_length=True, device=dev)
+    q = torch.from_numpy(rng.standard_normal((batch, 2, heads, 576)).astype(np.float32)).to(dev).to(torch.bfloat16)
+    kv = torch.from_numpy(rng.integers(0, 0x70, (8, page, 1, 656)).astype(np.uint8)).to(dev)
+    kv.view(8 * page, 656)[:, 512:528] = torch.tensor([0x3c, 0, 0, 0], dtype=torch.uint8,
+                                                      device=dev).repeat(4)  # scales 2^-7
+    idx = torch.from_numpy(rng.integers(-1, 8 * page, (batch, 2, topk)).astype(np.int32)).to(dev)
+    lens = torch.tensor([topk, 37, 0], dtype=torch.int32, device=dev)
+    sink = torch.from_numpy(rng.normal(0, 1, heads).astype(np.float32)).to(dev)
+    ws = torch.zeros(max(plan.workspace_bytes, 1), dtype=torch.uint8, device=dev)
+    outs = []
+    for fast in (True, False):
+        out = torch.full((batch, 2, heads, 512), float("nan"), device=dev).to(torch.bfloat16)
+        lse = torch.full((batch, 2, heads), float("nan"), device=dev)
+        if fast:
+            plan.run_sparse(q, kv, idx, out, topk_length=lens, attn_sink=sink, lse=lse, workspace=ws)
+        else:
+            stream = torch.cuda.current_stream().cuda_stream if dev != "cpu" else 0
+            _C.mla_decode_sparse_planned(
+                plan._plan, tensor(q, "q"), tensor(kv, "kv"), tensor(idx, "i", "int32"),
+                tensor(lens, "l", "int32"), tensor(sink, "s"), tensor(out, "o", writable=True),
+                tensor(lse, "lse", writable=True), 0.0, tensor(ws, "ws", writable=True), stream,
+                False)
+        outs.append((out, lse))
+    assert torch.equal(outs[0][0].view(torch.int16), outs[1][0].view(torch.int16))
+    assert torch.equal(outs[0][1].view(torch.int32), outs[1][1].view(torch.int32))
+    with pytest.raises(deca.Error, match="mla_decode_sparse: indices"):
+        plan.run_sparse(q, kv, idx.to(torch.int64), outs[0][0], topk_length=lens, attn_sink=sink,
+                        lse=outs[0][1], workspace=ws)
