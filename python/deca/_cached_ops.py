@@ -18,6 +18,7 @@ from ._tensors import Error, expect_rank, tensor, zeros_bytes
 # conversion) and the options -> (plan, workspace): a steady-state call skips _meta's string and
 # tuple conversions (~2 us a tensor on the development VM). Filled from gqa's full path only.
 _TORCH_GQA = {}
+_TORCH_MLA = {}
 
 
 def gqa(q, k_cache, v_cache, page_table, seq_lens, out, lse=None, *, fn="gqa_decode",
@@ -104,21 +105,39 @@ def mla_sparse(q, kv_cache, indices, out, lse=None, *, fn="mla_decode_sparse",
     `schedule` (a StepSchedule): on CUDA the run uses the holder's workspace, schedules on the
     holder's first call with this shape and reuses that schedule after (the other layers of a
     decode step)."""
-    qt = tensor(q, f"{fn}: q")
-    kvt = tensor(kv_cache, f"{fn}: kv_cache")
-    it = tensor(indices, f"{fn}: indices")
-    expect_rank(fn, "q", qt, 4, "[batch, q_len, num_heads, 576]")
-    expect_rank(fn, "kv_cache", kvt, 4, "[num_blocks, page_size, 1, 656]")
-    expect_rank(fn, "indices", it, 3, "[batch, q_len, topk]")
-    plan, ws = _plan_cache.mla(
-        q, qt, fn, num_heads=qt.shape[2], sparse=True, page_size=kvt.shape[1],
-        max_batch=max(qt.shape[0], 1), max_q_len=qt.shape[1],
-        max_seq_len=max(kvt.shape[0] * kvt.shape[1], 1), topk=it.shape[2],
-        lse=lse is not None, attn_sink=attn_sink is not None,
-        topk_length=topk_length is not None, device=_plan_cache.device_text(qt))
+    torch = sys.modules.get("torch")
+    key = None
+    hit = None
+    if torch is not None and type(q) is torch.Tensor and type(kv_cache) is torch.Tensor and \
+            type(indices) is torch.Tensor:
+        # As _TORCH_GQA: the tensors' own shape, dtype and device objects, no imports.
+        key = (q.shape, q.dtype, q.device, kv_cache.shape, kv_cache.dtype, indices.shape,
+               indices.dtype, lse is not None, attn_sink is not None, topk_length is not None)
+        hit = _TORCH_MLA.get(key)
+    if hit is not None:
+        plan, ws = hit
+    else:
+        qt = tensor(q, f"{fn}: q")
+        kvt = tensor(kv_cache, f"{fn}: kv_cache")
+        it = tensor(indices, f"{fn}: indices")
+        expect_rank(fn, "q", qt, 4, "[batch, q_len, num_heads, 576]")
+        expect_rank(fn, "kv_cache", kvt, 4, "[num_blocks, page_size, 1, 656]")
+        expect_rank(fn, "indices", it, 3, "[batch, q_len, topk]")
+        plan, ws = _plan_cache.mla(
+            q, qt, fn, num_heads=qt.shape[2], sparse=True, page_size=kvt.shape[1],
+            max_batch=max(qt.shape[0], 1), max_q_len=qt.shape[1],
+            max_seq_len=max(kvt.shape[0] * kvt.shape[1], 1), topk=it.shape[2],
+            lse=lse is not None, attn_sink=attn_sink is not None,
+            topk_length=topk_length is not None, device=_plan_cache.device_text(qt))
+        if key is not None:
+            _TORCH_MLA[key] = (plan, ws)
+    qt = q
+    kvt = kv_cache
+    it = indices
     reuse = False
     if schedule is not None and ws is not None:  # no workspace: the CPU, nothing to schedule
-        ws, reuse = schedule.workspace_for(plan, q, qt, fn)
+        ws, reuse = schedule.workspace_for(plan, q, None, fn)
+    # The caller's objects, not imports: MlaPlan.run_sparse's fast path takes them directly.
     plan.run_sparse(qt, kvt, it, out, topk_length=topk_length, attn_sink=attn_sink, lse=lse,
                     softmax_scale=softmax_scale or None, workspace=ws, reuse_schedule=reuse)
     if schedule is not None:
@@ -139,9 +158,12 @@ class StepSchedule:
         self._done = False
 
     def workspace_for(self, plan, like, like_t, where):
-        """(workspace, reuse_schedule) for a run of `plan`."""
+        """(workspace, reuse_schedule) for a run of `plan`; like_t (like imported) is needed only
+        to allocate, and made here when None."""
         if self._plan is not plan:
             self._plan, self._done = plan, False
+            if like_t is None:
+                like_t = tensor(like, f"{where}: q")
             self._ws = zeros_bytes(like, like_t, plan.workspace_bytes, f"{where}: workspace")
         return self._ws, self._done
 

@@ -61,3 +61,4 @@ def clear():
     _MLA.clear()
     from . import _cached_ops
     _cached_ops._TORCH_GQA.clear()
+    _cached_ops._TORCH_MLA.clear()

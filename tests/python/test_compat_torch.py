@@ -145,6 +145,29 @@ def test_flash_mla_sparse_torch(rng):
     same_bits(lse, want_lse.transpose(1, 2))
 
 
+def test_flash_mla_repeat_calls_take_the_memoised_plan(rng):
+    """Repeated FlashMLA calls of one shape reuse the memoised (plan, workspace) and write what
+    deca's own API writes; another topk gets its own."""
+    from deca import _cached_ops, _plan_cache
+    from test_mla import _sparse_case
+    _plan_cache.clear()
+    q, kv, indices = _sparse_case(rng, 2, 1, 16, 64, 16, num_blocks=6)
+    want, want_lse = deca.mla_decode_sparse(T(q), T(kv), T(indices), return_lse=True)
+    for _ in range(3):
+        out, lse = compat.flash_mla_with_kvcache(T(q), T(kv), None, None, 512, None, None,
+                                                 is_fp8_kvcache=True, indices=T(indices))
+        same_bits(out, want)
+        same_bits(lse, want_lse.transpose(1, 2))
+    assert len(_cached_ops._TORCH_MLA) == 1
+    half = T(np.ascontiguousarray(indices[:, :, :32]))
+    out, _ = compat.flash_mla_with_kvcache(T(q), T(kv), None, None, 512, None, None,
+                                           is_fp8_kvcache=True, indices=half)
+    same_bits(out, deca.mla_decode_sparse(T(q), T(kv), half))
+    assert len(_cached_ops._TORCH_MLA) == 2
+    _plan_cache.clear()
+    assert not _cached_ops._TORCH_MLA
+
+
 def test_flash_mla_metadata_schedules_once_per_step(rng):
     """FlashMLA's metadata: the first sparse call of a step schedules, the later layers (same
     indices and topk_length, other q) reuse it, and each layer's output is deca's own call's."""
