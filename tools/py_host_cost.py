@@ -30,6 +30,7 @@ import time
 import numpy as np
 
 import deca
+import deca.compat
 
 
 def per_call_us(fn, iters, warm_s=0.3):
@@ -66,6 +67,21 @@ def inputs(device, torch):
     import ml_dtypes
     qb, kb = q.astype(ml_dtypes.bfloat16), k.astype(ml_dtypes.bfloat16)
     return qb, kb, kb.copy(), table, lens
+
+
+def mla_inputs(device, torch, rng):
+    """q, kv cache (4 pages of 64 tokens, scales 2^-7), indices, out, lse of a sparse MLA call
+    with torch tensors (None without torch)."""
+    if torch is None:
+        return None
+    dev = "cuda" if device == "cuda" else "cpu"
+    kv = rng.integers(0, 0x70, (4, 64, 1, 656)).astype(np.uint8)
+    kv.reshape(-1, 656)[:, 512:528] = np.tile(np.array([0x3c, 0, 0, 0], np.uint8), 4)
+    q = torch.from_numpy(rng.standard_normal((1, 1, 64, 576)).astype(np.float32))
+    idx = torch.from_numpy(rng.integers(0, 256, (1, 1, 64)).astype(np.int32))
+    return (q.to(dev).to(torch.bfloat16), torch.from_numpy(kv).to(dev), idx.to(dev),
+            torch.empty(1, 1, 64, 512, dtype=torch.bfloat16, device=dev),
+            torch.empty(1, 1, 64, dtype=torch.float32, device=dev))
 
 
 def main():
@@ -117,6 +133,21 @@ def main():
     wrapper = BatchDecodeWithPagedKVCacheWrapper(q if device == "cuda" else np.zeros(16, np.uint8))
     cases["FlashInfer wrapper plan() (batch 256 x 1..64 pages)"] = lambda: wrapper.plan(
         *csr, 8, 1, 128, 16, q_data_type="bfloat16")
+    # Sparse FP8 MLA (batch 1, 64 heads, topk 64: the kernels keep up) through its plan and
+    # through FlashMLA's signature; on the CPU the reference decode is in the time.
+    mla = mla_inputs(device, torch, rng=np.random.default_rng(2))
+    if mla is not None:
+        mq, mkv, midx, mout, mlse = mla
+        mplan = deca.MlaPlan(64, sparse=True, page_size=64, max_batch=1, max_q_len=1,
+                             max_seq_len=4 * 64, topk=64, lse=True, device=where)
+        mws = None
+        if mplan.workspace_bytes:
+            mws = torch.zeros(mplan.workspace_bytes, dtype=torch.uint8, device="cuda")
+        cases["MlaPlan.run_sparse (b1 h64 topk64)"] = lambda: mplan.run_sparse(
+            mq, mkv, midx, mout, lse=mlse, workspace=mws)
+        meta, _ = deca.compat.get_mla_metadata()
+        cases["deca.compat.flash_mla_with_kvcache (same)"] = lambda: deca.compat.flash_mla_with_kvcache(
+            mq, mkv, None, None, 512, meta, is_fp8_kvcache=True, indices=midx)
     if torch is not None:
         a = torch.ones(16, device="cuda" if device == "cuda" else "cpu")
         cases["torch.add (scale)"] = lambda: torch.add(a, a)

@@ -66,6 +66,15 @@ class MlaPlan:
         """Dense MLA decode into out (and lse when given); returns out."""
         fn = "mla_decode_dense"
         check_scalars(fn, floats=dict(softmax_scale=softmax_scale))
+        handle = self._fast_stream(stream, q)
+        if handle is not None:  # run_sparse's fast path and fallback
+            try:
+                _C.mla_decode_dense_planned_fast(self._plan, q, kv_cache, block_table,
+                                                 cache_seqlens, out, lse, softmax_scale or 0.0,
+                                                 workspace, handle)
+                return out
+            except (Error, TypeError):
+                pass
         qt = tensor(q, f"{fn}: q")
         _C.mla_decode_dense_planned(
             self._plan, qt, tensor(kv_cache, f"{fn}: kv_cache"),
@@ -93,12 +102,7 @@ class MlaPlan:
         # table or their attributes); whatever it cannot take is retried below, where each
         # argument is imported by name and a wrong one raises the message the user sees. Errors
         # are raised before any launch, so nothing runs twice.
-        if stream is None:
-            handle = self._current_stream(q)
-        elif type(stream) is int:
-            handle = stream
-        else:
-            handle = None
+        handle = self._fast_stream(stream, q)
         if handle is not None:
             try:
                 _C.mla_decode_sparse_planned_fast(
@@ -116,6 +120,13 @@ class MlaPlan:
             stream_handle(stream, q, qt, fn), reuse_schedule)
         return out
 
+
+    def _fast_stream(self, stream, q):
+        """The stream handle the fast path passes: q's library's current one, an int as given;
+        None (the checked path decides) for a stream object."""
+        if stream is None:
+            return self._current_stream(q)
+        return stream if type(stream) is int else None
 
     def _current_stream(self, q):
         """The current stream of q's library for a CUDA plan (0 on the CPU), as an int."""

@@ -52,6 +52,32 @@ void mla_sparse_planned_fast(const MlaPlan& plan, nb::handle q, nb::handle kv_ca
   mla_decode_sparse(plan, a);
 }
 
+// MlaPlan.run_dense's fast path, as mla_sparse_planned_fast.
+void mla_dense_planned_fast(const MlaPlan& plan, nb::handle q, nb::handle kv_cache,
+                            nb::handle block_table, nb::handle cache_seqlens, nb::handle out,
+                            nb::handle lse, float softmax_scale, nb::handle workspace,
+                            std::uintptr_t stream) {
+  constexpr const char* fn = "mla_decode_dense";
+  const auto maybe = [](nb::handle h, const char* name) {
+    return h.is_none() ? std::optional<Tensor>()
+                       : std::optional<Tensor>(import_fast(h, std::nullopt, {fn, name}, true));
+  };
+  const auto ptr = [](const std::optional<Tensor>& t) { return t ? &*t : nullptr; };
+  const Tensor tq = import_fast(q, std::nullopt, {fn, "q"}, false);
+  const Tensor tkv = import_fast(kv_cache, std::nullopt, {fn, "kv_cache"}, false);
+  const Tensor tbt = import_fast(block_table, DType::kINT32, {fn, "block_table"}, false);
+  const Tensor tsl = import_fast(cache_seqlens, DType::kINT32, {fn, "cache_seqlens"}, false);
+  const Tensor tout = import_fast(out, std::nullopt, {fn, "out"}, true);
+  const std::optional<Tensor> tlse = maybe(lse, "lse");
+  const std::optional<Tensor> tws = maybe(workspace, "workspace");
+  MlaDenseArgs a;
+  set_common(a, tq, tkv, tout, ptr(tlse), softmax_scale, ptr(tws), stream);
+  a.block_table = tbt.view;
+  a.cache_seqlens = tsl.view;
+  nb::gil_scoped_release release;
+  mla_decode_dense(plan, a);
+}
+
 }  // namespace
 
 void register_mla(nb::module_& m) {
@@ -119,6 +145,11 @@ void register_mla(nb::module_& m) {
       nb::arg("topk_length").none(), nb::arg("attn_sink").none(), nb::arg("out"),
       nb::arg("lse").none(), nb::arg("softmax_scale"), nb::arg("workspace").none(),
       nb::arg("stream"), nb::arg("reuse_schedule") = false);
+
+  m.def("mla_decode_dense_planned_fast", &mla_dense_planned_fast, nb::arg("plan"), nb::arg("q"),
+        nb::arg("kv_cache"), nb::arg("block_table"), nb::arg("cache_seqlens"), nb::arg("out"),
+        nb::arg("lse").none(), nb::arg("softmax_scale"), nb::arg("workspace").none(),
+        nb::arg("stream"));
 
   m.def("mla_decode_sparse_planned_fast", &mla_sparse_planned_fast, nb::arg("plan"), nb::arg("q"),
         nb::arg("kv_cache"), nb::arg("indices"), nb::arg("topk_length").none(),

@@ -174,3 +174,36 @@ def test_mla_sparse_plan_run_fast_path_matches_checked_imports(rng):
     with pytest.raises(deca.Error, match="mla_decode_sparse: indices"):
         plan.run_sparse(q, kv, idx.to(torch.int64), outs[0][0], topk_length=lens, attn_sink=sink,
                         lse=outs[0][1], workspace=ws)
+
+
+def test_mla_dense_plan_run_fast_path_matches_checked_imports(rng):
+    """MlaPlan.run_dense's fast path and the checked imports write the same bytes."""
+    from deca import _C
+    from deca._tensors import tensor
+    dev = "cuda:0" if torch.cuda.is_available() else "cpu"
+    heads, page, batch = 8, 16, 2
+    plan = deca.MlaPlan(heads, sparse=False, page_size=page, max_batch=batch, max_q_len=1,
+                        max_seq_len=4 * page, lse=True, device=dev)
+    q = torch.from_numpy(rng.standard_normal((batch, 1, heads, 576)).astype(np.float32)).to(dev).to(torch.bfloat16)
+    kv = torch.from_numpy(rng.standard_normal((8, page, 1, 576)).astype(np.float32)).to(dev).to(torch.bfloat16)
+    table = torch.tensor([[0, 2, 4, 6], [1, 3, 5, 7]], dtype=torch.int32, device=dev)
+    lens = torch.tensor([50, 9], dtype=torch.int32, device=dev)
+    ws = torch.zeros(max(plan.workspace_bytes, 1), dtype=torch.uint8, device=dev)
+    outs = []
+    for fast in (True, False):
+        out = torch.full((batch, 1, heads, 512), float("nan"), device=dev).to(torch.bfloat16)
+        lse = torch.full((batch, 1, heads), float("nan"), device=dev)
+        if fast:
+            plan.run_dense(q, kv, table, lens, out, lse=lse, workspace=ws)
+        else:
+            stream = torch.cuda.current_stream().cuda_stream if dev != "cpu" else 0
+            _C.mla_decode_dense_planned(plan._plan, tensor(q, "q"), tensor(kv, "kv"),
+                                        tensor(table, "t", "int32"), tensor(lens, "l", "int32"),
+                                        tensor(out, "o", writable=True),
+                                        tensor(lse, "lse", writable=True), 0.0,
+                                        tensor(ws, "ws", writable=True), stream)
+        outs.append((out, lse))
+    assert torch.equal(outs[0][0].view(torch.int16), outs[1][0].view(torch.int16))
+    assert torch.equal(outs[0][1].view(torch.int32), outs[1][1].view(torch.int32))
+    with pytest.raises(deca.Error, match="mla_decode_dense: block_table"):
+        plan.run_dense(q, kv, table.to(torch.int64), lens, outs[0][0], lse=outs[0][1], workspace=ws)
