@@ -40,6 +40,7 @@
 
 #include "kernels/common/ptx.cuh"
 #include "kernels/common/sm90_ptx.cuh"
+#include "kernels/mla/sm90/layout.cuh"
 #include "kernels/mla/sm90/traits.cuh"
 #include "kernels/mla/sparse_work.cuh"
 
@@ -98,10 +99,6 @@ __device__ __forceinline__ void scale_rows(float (&o)[128], float a0, float a1) 
   }
 }
 
-// Byte offset of 16-byte unit `unit` (0..7) of row `row` inside a 64-row x 128 B swizzled chunk.
-__device__ __forceinline__ unsigned swz(int row, int unit) {
-  return static_cast<unsigned>(row * 128 + ((unit ^ (row & 7)) << 4));
-}
 
 // Four e4m3 (one word) times `scale`, rounded to bf16 once: bf16(float(e4m3) * scale) as the
 // reference computes it (e4m3 -> f16 -> f32 are exact; the product rounds in f32, then to bf16).
@@ -760,22 +757,14 @@ __device__ __forceinline__ void store_round(const Smem& sm, int stage, int t, in
                                             const Round& rd) {
   const unsigned tile = sm.k(stage);
   const unsigned peer_bar = sm.peer(ptx::smem_addr(sm.remote(stage)));
-  const int j = t & 31;
-  const int g = t >> 5;
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     const int job = t + 128 * (2 * kH + i);
     store_tile<kCl>(sm, tile + 8 * kChunkBytes + swz(first_token + (job >> 3), job & 7), rd.rope[i],
                     peer_bar);
   }
-  // Row n = first_token + g + 4 (8 kH + u) has n % 8 = g + 4 (u % 2) (first_token is 0 or 32,
-  // g < 4): its two units sit at one of two swizzled offsets (u even, odd) plus the row's
-  // 512 (8 kH + u) bytes, an immediate; the unit pair's second is the first xor 16.
-  const int unit0 = (j & 3) * 2;
-  const unsigned row0 = tile + (j >> 2) * kChunkBytes + static_cast<unsigned>(first_token + g) * 128u;
-  const unsigned sw_even = static_cast<unsigned>((unit0 ^ g) << 4);
-  const unsigned at[2] = {row0 + sw_even, row0 + (sw_even ^ 64u)};
-  const unsigned second = (sw_even & 16u) ? 0u - 16u : 16u;  // (unit0 + 1) ^ g is unit0 ^ g ^ 1
+  // Two swizzled bases and immediates, not one register per store (layout.cuh, stream_stores).
+  const StreamStores at = stream_stores(t, first_token);
 #pragma unroll
   for (int u = 0; u < 8; ++u) {
     uint4 lo, hi;
@@ -784,9 +773,9 @@ __device__ __forceinline__ void store_round(const Smem& sm, int stage, int t, in
     } else {
       dequant16<Cfg>(rd.raw[u], rd.scale[u], lo, hi);
     }
-    const unsigned a = at[u & 1] + 512u * (8 * kH + u);
+    const unsigned a = tile + at.at[u & 1] + 512u * (8 * kH + u);
     store_tile<kCl>(sm, a, lo, peer_bar);
-    store_tile<kCl>(sm, a + second, hi, peer_bar);
+    store_tile<kCl>(sm, a + at.second, hi, peer_bar);
   }
 }
 

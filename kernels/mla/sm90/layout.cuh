@@ -1,0 +1,34 @@
+// The K/V tile's addresses the sm90a MLA producer writes (kernels/mla/sm90/decode.cuh), as host-
+// and device-callable functions so that tests/plan can check them without a GPU.
+#pragma once
+
+#include "kernels/mla/sm90/traits.cuh"
+
+namespace deca::mla::sm90 {
+
+// Byte offset of 16-byte unit `unit` (0..7) of row `row` inside a 64-row x 128 B swizzled chunk
+// (the 128 B swizzle: unit u of row r at u ^ (r % 8)).
+DECA_HD constexpr unsigned swz(int row, int unit) {
+  return static_cast<unsigned>(row * 128 + ((unit ^ (row & 7)) << 4));
+}
+
+// The round stream's NoPE stores (Cfg::kPipe = 4): producer thread t (0..127) writes, for its
+// units u = 0..7 of round h, the converted 16 values of NoPE unit j = t % 32 of token
+// n = first_token + t / 32 + 4 (8 h + u): two 16-byte units (unit0 = 2 (j % 4) and unit0 + 1) of
+// chunk j / 4, row n. Since first_token is 0 or 32 and t / 32 < 4, n % 8 = t / 32 + 4 (u % 2):
+// the row's units sit at at[u % 2] + 512 (8 h + u) and that + second.
+struct StreamStores {
+  unsigned at[2];
+  unsigned second;
+};
+DECA_HD constexpr StreamStores stream_stores(int t, int first_token) {
+  const int j = t & 31;
+  const int g = t >> 5;
+  const int unit0 = (j & 3) * 2;
+  const unsigned row0 = static_cast<unsigned>((j >> 2) * kChunkBytes + (first_token + g) * 128);
+  const unsigned sw_even = static_cast<unsigned>((unit0 ^ g) << 4);
+  // (unit0 + 1) ^ g is unit0 ^ g ^ 1: the unit's byte offset xor 16, i.e. +16 or -16.
+  return StreamStores{{row0 + sw_even, row0 + (sw_even ^ 64u)}, (sw_even & 16u) ? 0u - 16u : 16u};
+}
+
+}  // namespace deca::mla::sm90

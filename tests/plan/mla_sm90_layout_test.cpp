@@ -1,0 +1,62 @@
+// The sm90a MLA producer's tile addresses (kernels/mla/sm90/layout.cuh) on the host: the round
+// stream's two-base store addresses are the swizzled addresses of the rows and units each thread
+// converts, and a round's stores cover its tokens' NoPE units exactly once.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "kernels/mla/sm90/layout.cuh"
+
+namespace deca::mla::sm90 {
+namespace {
+
+TEST(MlaSm90Layout, SwizzleKeepsRowsAndPermutesUnits) {
+  for (int row = 0; row < 64; ++row) {
+    std::set<unsigned> units;
+    for (int unit = 0; unit < 8; ++unit) {
+      const unsigned a = swz(row, unit);
+      EXPECT_EQ(a / 128, static_cast<unsigned>(row));
+      units.insert((a % 128) / 16);
+    }
+    EXPECT_EQ(units.size(), 8u) << row;
+  }
+}
+
+// Rounds per block: one in a cluster of 2 (first_token 0 or 32, 32 tokens), two without
+// (first_token 0, 64 tokens).
+TEST(MlaSm90Layout, StreamStoresAreTheSwizzledUnitsOfEachRoundOnce) {
+  struct Share {
+    int first_token, rounds;
+  };
+  for (const Share share : {Share{0, 2}, Share{0, 1}, Share{32, 1}}) {
+    std::set<unsigned> seen;
+    for (int h = 0; h < share.rounds; ++h) {
+      for (int t = 0; t < 128; ++t) {
+        const StreamStores at = stream_stores(t, share.first_token);
+        const int j = t % 32, g = t / 32;
+        for (int u = 0; u < 8; ++u) {
+          const int n = share.first_token + g + 4 * (8 * h + u);
+          ASSERT_LT(n, 64);
+          const unsigned chunk = static_cast<unsigned>((j / 4) * kChunkBytes);
+          const unsigned lo = at.at[u % 2] + 512u * static_cast<unsigned>(8 * h + u);
+          EXPECT_EQ(lo, chunk + swz(n, 2 * (j % 4))) << t << " " << u << " " << h;
+          EXPECT_EQ(lo + at.second, chunk + swz(n, 2 * (j % 4) + 1)) << t << " " << u << " " << h;
+          EXPECT_TRUE(seen.insert(lo).second);
+          EXPECT_TRUE(seen.insert(lo + at.second).second);
+        }
+      }
+    }
+    // Every 16-byte NoPE unit of the share's rows: 8 chunks x 8 units x its tokens.
+    EXPECT_EQ(seen.size(), static_cast<size_t>(64 * 32 * share.rounds));
+    for (unsigned a : seen) {
+      EXPECT_EQ(a % 16, 0u);
+      EXPECT_LT(a, static_cast<unsigned>(8 * kChunkBytes));
+      const int row = static_cast<int>((a % kChunkBytes) / 128);
+      EXPECT_GE(row, share.first_token);
+      EXPECT_LT(row, share.first_token + 32 * share.rounds);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace deca::mla::sm90
