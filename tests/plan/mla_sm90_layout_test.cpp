@@ -58,5 +58,43 @@ TEST(MlaSm90Layout, StreamStoresAreTheSwizzledUnitsOfEachRoundOnce) {
   }
 }
 
+// mma.sync m16n8k8 with f16 A and B, f32 D, as the PTX ISA lays the fragments out (lane l:
+// g = l / 4, c = l % 4): A a0 = (row g, cols 2c, 2c + 1), a1 = (row g + 8, same cols); B b = (rows
+// 2c, 2c + 1, col g); D d0, d1 = (row g, cols 2c, 2c + 1), d2, d3 = (row g + 8, same cols). With
+// every lane's B register mma_select_b(l), B is the identity and each lane's D is its own A.
+TEST(MlaSm90Layout, MmaSelectionGivesEachLaneItsOwnValues) {
+  float b[8][8] = {};
+  for (int l = 0; l < 32; ++l) {
+    const int g = l / 4, c = l % 4;
+    const unsigned r = mma_select_b(l);
+    b[2 * c][g] = (r & 0xFFFFu) == 0x3C00u ? 1.f : ((r & 0xFFFFu) == 0 ? 0.f : -1.f);
+    b[2 * c + 1][g] = (r >> 16) == 0x3C00u ? 1.f : ((r >> 16) == 0 ? 0.f : -1.f);
+  }
+  for (int k = 0; k < 8; ++k) {
+    for (int n = 0; n < 8; ++n) EXPECT_EQ(b[k][n], k == n ? 1.f : 0.f) << k << " " << n;
+  }
+  // A: lane l's four values 4 l .. 4 l + 3 in the order dequant16_mma packs them (a0 low, a0
+  // high, a1 low, a1 high); D = A B read back per lane must be the same four, in order.
+  float a[16][8] = {};
+  for (int l = 0; l < 32; ++l) {
+    const int g = l / 4, c = l % 4;
+    a[g][2 * c] = 4.f * l;
+    a[g][2 * c + 1] = 4.f * l + 1;
+    a[g + 8][2 * c] = 4.f * l + 2;
+    a[g + 8][2 * c + 1] = 4.f * l + 3;
+  }
+  for (int l = 0; l < 32; ++l) {
+    const int g = l / 4, c = l % 4;
+    float d[4] = {};
+    for (int k = 0; k < 8; ++k) {
+      d[0] += a[g][k] * b[k][2 * c];
+      d[1] += a[g][k] * b[k][2 * c + 1];
+      d[2] += a[g + 8][k] * b[k][2 * c];
+      d[3] += a[g + 8][k] * b[k][2 * c + 1];
+    }
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(d[i], 4.f * l + i) << l << " " << i;
+  }
+}
+
 }  // namespace
 }  // namespace deca::mla::sm90

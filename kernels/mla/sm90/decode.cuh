@@ -138,15 +138,11 @@ __device__ __forceinline__ uint2 dequant4_int(unsigned w, float scale_hi) {
 // (c = lane % 4); a1 = row g + 8}; D = A I holds A[r, n] at (r, n), and a lane's accumulator
 // elements (rows g, g + 8, columns 2c, 2c + 1) are its own a0 and a1. Each element is one product
 // by 1.0 plus products by 0, exact in f32 (-0 comes back +0, the zeros added: no output can tell).
-// `sel` is the lane's column of I (mma_select_b). The product by the scale and the bf16 rounding
+// `sel` is the lane's part of I (layout.cuh, mma_select_b). The product by the scale and the bf16 rounding
 // are dequant4's, so the tile's values are. Per 16 values 16 HADD2.F32 and 4 shifts become 4 HMMA
 // (m16n8k8 takes B in one register: m16n8k16 with [I; 0] and [0; I] made ptxas rebuild the two
 // B pairs with three moves per unit). A NaN byte would spread along its A row (the four lanes of a
 // quad, one token with the unit split): the cache never holds one.
-__device__ __forceinline__ unsigned mma_select_b(int lane) {
-  const int g = lane >> 2, c = lane & 3;
-  return c == (g >> 1) ? 0x3C00u << (16 * (g & 1)) : 0u;  // f16 1.0 at k = n = g
-}
 __device__ __forceinline__ void dequant16_mma(uint4 raw, float scale, unsigned sel, uint4& lo, uint4& hi) {
   const uint2 h[4] = {e4m3x4_to_f16x4(raw.x), e4m3x4_to_f16x4(raw.y), e4m3x4_to_f16x4(raw.z),
                       e4m3x4_to_f16x4(raw.w)};

@@ -31,4 +31,12 @@ DECA_HD constexpr StreamStores stream_stores(int t, int first_token) {
   return StreamStores{{row0 + sw_even, row0 + (sw_even ^ 64u)}, (sw_even & 16u) ? 0u - 16u : 16u};
 }
 
+// The lane's B register of mma.sync m16n8k8 (f16) holding the 8 x 8 identity (Cfg::kDequant = 2,
+// dequant16_mma): lane (g = lane / 4, c = lane % 4) holds B[2c][g] (low half) and B[2c + 1][g]
+// (high half), so f16 1.0 (0x3C00) where 2c or 2c + 1 is g.
+DECA_HD constexpr unsigned mma_select_b(int lane) {
+  const int g = lane >> 2, c = lane & 3;
+  return c == (g >> 1) ? 0x3C00u << (16 * (g & 1)) : 0u;
+}
+
 }  // namespace deca::mla::sm90
