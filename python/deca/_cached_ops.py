@@ -15,8 +15,9 @@ from ._tensors import Error, expect_rank, tensor, zeros_bytes
 
 
 # torch calls by their tensors' own shape, dtype and device objects (hashable, read without
-# conversion) and the options -> (plan, workspace): a steady-state call skips _meta's string and
-# tuple conversions (~2 us a tensor on the development VM). Filled from gqa's full path only.
+# conversion) and the options -> (plan, workspace) (_torch_key): a steady-state call skips the
+# derivation of the plan's config from converted shapes and dtypes (~2 us a tensor on the
+# development VM).
 _TORCH_GQA = {}
 _TORCH_MLA = {}
 
@@ -27,21 +28,35 @@ def gqa(q, k_cache, v_cache, page_table, seq_lens, out, lse=None, *, fn="gqa_dec
         split_mode="auto", split_tokens=0):
     """Paged GQA decode of q [batch, q_len, hq, d] into out (and lse [batch, q_len, hq]).
     max_seq_len 0: the page table's capacity (max_pages * page_size)."""
+    options = (layout, max_seq_len, kv_dtype, lse is not None, sinks is not None,
+               k_scales is not None or v_scales is not None, window, softcap, split_mode,
+               split_tokens)
+    key = _torch_key((q, k_cache, out), (getattr(page_table, "shape", None),) + options)
+    hit = _TORCH_GQA.get(key) if key is not None else None
+    if hit is None:
+        hit = _gqa_plan(q, k_cache, page_table, out, fn, *options)
+        if key is not None:
+            _TORCH_GQA[key] = hit
+    plan, ws = hit
+    # The caller's objects, not imports: GqaPlan.run's fast path takes them directly.
+    plan.run(q, k_cache, v_cache, page_table, seq_lens, out, workspace=ws, lse=lse,
+             sinks=sinks, k_scale=k_scale, v_scale=v_scale, k_scales=k_scales,
+             v_scales=v_scales, softmax_scale=softmax_scale or None, out_scale=out_scale)
+    return out
+
+
+def _torch_key(tensors, options):
+    """The memo key of a call whose `tensors` are all exactly torch.Tensor: their shape, dtype
+    and device objects and the options; None otherwise."""
     torch = sys.modules.get("torch")
-    key = None
-    if torch is not None and type(q) is torch.Tensor and type(k_cache) is torch.Tensor and \
-            type(out) is torch.Tensor:
-        key = (q.shape, q.dtype, q.device, k_cache.shape, k_cache.dtype, out.dtype,
-               getattr(page_table, "shape", None), layout, max_seq_len, kv_dtype, lse is not None,
-               sinks is not None, k_scales is not None or v_scales is not None, window, softcap,
-               split_mode, split_tokens)
-        hit = _TORCH_GQA.get(key)
-        if hit is not None:
-            hit[0].run(q, k_cache, v_cache, page_table, seq_lens, out, workspace=hit[1], lse=lse,
-                       sinks=sinks, k_scale=k_scale, v_scale=v_scale, k_scales=k_scales,
-                       v_scales=v_scales, softmax_scale=softmax_scale or None,
-                       out_scale=out_scale)
-            return out
+    if torch is None or any(type(t) is not torch.Tensor for t in tensors):
+        return None
+    return tuple((t.shape, t.dtype, t.device) for t in tensors) + options
+
+
+def _gqa_plan(q, k_cache, page_table, out, fn, layout, max_seq_len, kv_dtype, lse, sinks,
+              per_head_kv_scale, window, softcap, split_mode, split_tokens):
+    """(plan, workspace) of a GQA call, its config derived from the tensors' shapes and dtypes."""
     q_shape, q_dtype, device = _meta(q, f"{fn}: q")
     k_shape, k_dtype, _ = _meta(k_cache, f"{fn}: k_cache", kv_dtype or None)
     _, out_dtype, _ = _meta(out, f"{fn}: out")
@@ -54,18 +69,10 @@ def gqa(q, k_cache, v_cache, page_table, seq_lens, out, lse=None, *, fn="gqa_dec
     if not max_seq_len:
         pt_shape = tuple(getattr(page_table, "shape", ()))
         max_seq_len = pt_shape[-1] * page_size if len(pt_shape) == 2 else 1
-    plan, ws = _plan_cache.gqa(q, fn, (
+    return _plan_cache.gqa(q, fn, (
         hq, hkv, d, page_size, layout, q_dtype, k_dtype, out_dtype, max(batch, 1), q_len,
-        max(int(max_seq_len), 1), lse is not None, sinks is not None,
-        k_scales is not None or v_scales is not None, int(window), float(softcap), split_mode,
-        int(split_tokens), device))
-    # The caller's objects, not imports: GqaPlan.run's fast path takes them directly.
-    plan.run(q, k_cache, v_cache, page_table, seq_lens, out, workspace=ws, lse=lse,
-             sinks=sinks, k_scale=k_scale, v_scale=v_scale, k_scales=k_scales,
-             v_scales=v_scales, softmax_scale=softmax_scale or None, out_scale=out_scale)
-    if key is not None:
-        _TORCH_GQA[key] = (plan, ws)
-    return out
+        max(int(max_seq_len), 1), lse, sinks, per_head_kv_scale, int(window), float(softcap),
+        split_mode, int(split_tokens), device))
 
 
 _TORCH_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32",
@@ -105,41 +112,32 @@ def mla_sparse(q, kv_cache, indices, out, lse=None, *, fn="mla_decode_sparse",
     `schedule` (a StepSchedule): on CUDA the run uses the holder's workspace, schedules on the
     holder's first call with this shape and reuses that schedule after (the other layers of a
     decode step)."""
-    torch = sys.modules.get("torch")
-    key = None
-    hit = None
-    if torch is not None and type(q) is torch.Tensor and type(kv_cache) is torch.Tensor and \
-            type(indices) is torch.Tensor:
-        # As _TORCH_GQA: the tensors' own shape, dtype and device objects, no imports.
-        key = (q.shape, q.dtype, q.device, kv_cache.shape, kv_cache.dtype, indices.shape,
-               indices.dtype, lse is not None, attn_sink is not None, topk_length is not None)
-        hit = _TORCH_MLA.get(key)
-    if hit is not None:
-        plan, ws = hit
-    else:
+    key = _torch_key((q, kv_cache, indices),
+                     (lse is not None, attn_sink is not None, topk_length is not None))
+    hit = _TORCH_MLA.get(key) if key is not None else None
+    if hit is None:
         qt = tensor(q, f"{fn}: q")
         kvt = tensor(kv_cache, f"{fn}: kv_cache")
         it = tensor(indices, f"{fn}: indices")
         expect_rank(fn, "q", qt, 4, "[batch, q_len, num_heads, 576]")
         expect_rank(fn, "kv_cache", kvt, 4, "[num_blocks, page_size, 1, 656]")
         expect_rank(fn, "indices", it, 3, "[batch, q_len, topk]")
-        plan, ws = _plan_cache.mla(
+        hit = _plan_cache.mla(
             q, qt, fn, num_heads=qt.shape[2], sparse=True, page_size=kvt.shape[1],
             max_batch=max(qt.shape[0], 1), max_q_len=qt.shape[1],
             max_seq_len=max(kvt.shape[0] * kvt.shape[1], 1), topk=it.shape[2],
             lse=lse is not None, attn_sink=attn_sink is not None,
             topk_length=topk_length is not None, device=_plan_cache.device_text(qt))
         if key is not None:
-            _TORCH_MLA[key] = (plan, ws)
-    qt = q
-    kvt = kv_cache
-    it = indices
+            _TORCH_MLA[key] = hit
+    plan, ws = hit
     reuse = False
     if schedule is not None and ws is not None:  # no workspace: the CPU, nothing to schedule
         ws, reuse = schedule.workspace_for(plan, q, None, fn)
     # The caller's objects, not imports: MlaPlan.run_sparse's fast path takes them directly.
-    plan.run_sparse(qt, kvt, it, out, topk_length=topk_length, attn_sink=attn_sink, lse=lse,
-                    softmax_scale=softmax_scale or None, workspace=ws, reuse_schedule=reuse)
+    plan.run_sparse(q, kv_cache, indices, out, topk_length=topk_length, attn_sink=attn_sink,
+                    lse=lse, softmax_scale=softmax_scale or None, workspace=ws,
+                    reuse_schedule=reuse)
     if schedule is not None:
         schedule.scheduled(plan)
     return out

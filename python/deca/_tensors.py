@@ -161,6 +161,11 @@ def stream_handle(stream, like, like_t, where):
         if cupy is not None:
             return int(cupy.cuda.get_current_stream().ptr)
         return 0
+    return stream_int(stream, where)
+
+
+def stream_int(stream, where):
+    """A cudaStream_t as an int from an int-like or an object with .cuda_stream / .ptr."""
     if isinstance(stream, (int, np.integer)):
         return int(stream)
     for attr in ("cuda_stream", "ptr"):
@@ -168,6 +173,22 @@ def stream_handle(stream, like, like_t, where):
             return int(getattr(stream, attr))
     raise Error(f"{where}: stream: expected an int handle or an object with .cuda_stream or "
                 f".ptr, got {type(stream).__name__}")
+
+
+def current_stream(cuda_index, like):
+    """The current stream of like's library on CUDA device cuda_index, as an int: torch's raw
+    handle (without building a torch.cuda.Stream object: what torch's own kernel launchers
+    read), cupy's; 0 for a CPU plan (cuda_index < 0) or another library (the legacy default
+    stream). The plans' per-call fast paths take it."""
+    if cuda_index < 0:
+        return 0
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(like, torch.Tensor):
+        return torch._C._cuda_getCurrentRawStream(cuda_index)
+    cupy = sys.modules.get("cupy")
+    if cupy is not None and isinstance(like, cupy.ndarray):
+        return int(cupy.cuda.get_current_stream().ptr)
+    return 0
 
 
 def choice(where, name, value, allowed):

@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import sys
-
-import numpy as np
-
 from . import _C
-from ._tensors import (Error, check_dtype_keywords, check_scalars, choice, empty, expect_rank,
-                       parse_device, stream_handle, tensor)
+from ._tensors import (Error, check_dtype_keywords, check_scalars, choice, current_stream, empty,
+                       expect_rank, parse_device, stream_handle, stream_int, tensor)
 
 _LAYOUTS = ("NHD", "HND")
 # Keys per split when split_mode="fixed" is asked for without split_tokens: a few kernel tiles,
@@ -117,17 +113,6 @@ def gqa_decode(q, k_cache, v_cache, page_table, seq_lens, out=None, *, layout="N
         t["tree_mask"], t["sinks"], t["k_scales"], t["v_scales"], k_scale, v_scale,
         softmax_scale or 0.0, out_scale, None, stream_handle(stream, q, qt, fn))
     return (out, lse) if want_lse else out
-
-
-def _stream_int(stream):
-    """A cudaStream_t as an int from an int-like or an object with .cuda_stream / .ptr."""
-    if isinstance(stream, (int, np.integer)):
-        return int(stream)
-    for attr in ("cuda_stream", "ptr"):
-        if hasattr(stream, attr):
-            return int(getattr(stream, attr))
-    raise Error(f"gqa_decode: stream: expected an int handle or an object with .cuda_stream or "
-                f".ptr, got {type(stream).__name__}")
 
 
 def _split_tokens(split_mode, split_tokens):
@@ -244,7 +229,7 @@ class GqaPlan:
         if stream is None:
             stream = self._current_stream(workspace)
         elif type(stream) is not int:
-            stream = _stream_int(stream)
+            stream = stream_int(stream, "gqa_decode")
         _C.check_gqa_run(self._plan, tensor(workspace, "check_gqa_run: workspace", writable=True),
                          stream)
 
@@ -275,7 +260,7 @@ class GqaPlan:
             # CPU plans need no stream: skip the lookup (a method call and module probes).
             stream = self._current_stream(q) if self._cuda_index >= 0 else 0
         elif type(stream) is not int:
-            stream = _stream_int(stream)
+            stream = stream_int(stream, "gqa_decode")
         try:
             _C.gqa_decode_planned_fast(
                 self._plan, q, k_cache, v_cache, page_table, seq_lens, out, lse, tree_mask,
@@ -288,17 +273,7 @@ class GqaPlan:
         return out
 
     def _current_stream(self, q):
-        if self._cuda_index < 0:
-            return 0
-        torch = sys.modules.get("torch")
-        if torch is not None and isinstance(q, torch.Tensor):
-            # The raw handle without building a torch.cuda.Stream object (what torch's own
-            # kernel launchers read).
-            return torch._C._cuda_getCurrentRawStream(self._cuda_index)
-        cupy = sys.modules.get("cupy")
-        if cupy is not None and isinstance(q, cupy.ndarray):
-            return int(cupy.cuda.get_current_stream().ptr)
-        return 0
+        return current_stream(self._cuda_index, q)
 
     def _run_checked(self, q, k_cache, v_cache, page_table, seq_lens, out, workspace, lse,
                      tree_mask, sinks, k_scale, v_scale, k_scales, v_scales, softmax_scale,

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import sys
-
 from . import _C
-from ._tensors import (Error, check_dtype_keywords, check_scalars, empty, expect_dim_range,
-                       expect_rank, parse_device, stream_handle, tensor, zeros_bytes)
+from ._tensors import (Error, check_dtype_keywords, check_scalars, current_stream, empty,
+                       expect_dim_range, expect_rank, parse_device, stream_handle, stream_int,
+                       tensor, zeros_bytes)
 
 _INT32_MAX = 2 ** 31 - 1
 
@@ -66,15 +65,14 @@ class MlaPlan:
         """Dense MLA decode into out (and lse when given); returns out."""
         fn = "mla_decode_dense"
         check_scalars(fn, floats=dict(softmax_scale=softmax_scale))
-        handle = self._fast_stream(stream, q)
-        if handle is not None:  # run_sparse's fast path and fallback
-            try:
-                _C.mla_decode_dense_planned_fast(self._plan, q, kv_cache, block_table,
-                                                 cache_seqlens, out, lse, softmax_scale or 0.0,
-                                                 workspace, handle)
-                return out
-            except (Error, TypeError):
-                pass
+        handle = (current_stream(self._cuda_index, q) if stream is None
+                  else stream_int(stream, fn))
+        try:  # run_sparse's fast path and fallback
+            _C.mla_decode_dense_planned_fast(self._plan, q, kv_cache, block_table, cache_seqlens,
+                                             out, lse, softmax_scale or 0.0, workspace, handle)
+            return out
+        except (Error, TypeError):
+            pass
         qt = tensor(q, f"{fn}: q")
         _C.mla_decode_dense_planned(
             self._plan, qt, tensor(kv_cache, f"{fn}: kv_cache"),
@@ -102,15 +100,15 @@ class MlaPlan:
         # table or their attributes); whatever it cannot take is retried below, where each
         # argument is imported by name and a wrong one raises the message the user sees. Errors
         # are raised before any launch, so nothing runs twice.
-        handle = self._fast_stream(stream, q)
-        if handle is not None:
-            try:
-                _C.mla_decode_sparse_planned_fast(
-                    self._plan, q, kv_cache, indices, topk_length, attn_sink, out, lse,
-                    softmax_scale or 0.0, workspace, handle, bool(reuse_schedule))
-                return out
-            except (Error, TypeError):
-                pass
+        handle = (current_stream(self._cuda_index, q) if stream is None
+                  else stream_int(stream, fn))
+        try:
+            _C.mla_decode_sparse_planned_fast(
+                self._plan, q, kv_cache, indices, topk_length, attn_sink, out, lse,
+                softmax_scale or 0.0, workspace, handle, bool(reuse_schedule))
+            return out
+        except (Error, TypeError):
+            pass
         qt = tensor(q, f"{fn}: q")
         _C.mla_decode_sparse_planned(
             self._plan, qt, tensor(kv_cache, f"{fn}: kv_cache"), tensor(indices, f"{fn}: indices", "int32"),
@@ -120,25 +118,6 @@ class MlaPlan:
             stream_handle(stream, q, qt, fn), reuse_schedule)
         return out
 
-
-    def _fast_stream(self, stream, q):
-        """The stream handle the fast path passes: q's library's current one, an int as given;
-        None (the checked path decides) for a stream object."""
-        if stream is None:
-            return self._current_stream(q)
-        return stream if type(stream) is int else None
-
-    def _current_stream(self, q):
-        """The current stream of q's library for a CUDA plan (0 on the CPU), as an int."""
-        if self._cuda_index < 0:
-            return 0
-        torch = sys.modules.get("torch")
-        if torch is not None and isinstance(q, torch.Tensor):
-            return torch._C._cuda_getCurrentRawStream(self._cuda_index)
-        cupy = sys.modules.get("cupy")
-        if cupy is not None and isinstance(q, cupy.ndarray):
-            return int(cupy.cuda.get_current_stream().ptr)
-        return 0
 
 
 def _outputs(fn, q, qt, out, lse, return_lse):

@@ -42,7 +42,7 @@ struct FastWhere {
   std::string str() const { return std::string(fn) + ": " + arg; }
 };
 
-// import_tensor for the per-call fast path (GqaPlan.run): torch tensors read through their C
+// import_tensor for the per-call fast path (GqaPlan.run, MlaPlan.run_*): torch tensors read through their C
 // API (fast_import.cpp), jax arrays refused as outputs; `declared` is the dtype the plan
 // expects, if any. Throws deca::Error on anything it cannot take, and the Python layer then
 // retries on its checked path.

@@ -65,15 +65,17 @@ struct ExchangeApi {
 constexpr std::int32_t kCpu = 1, kCuda = 2;
 
 std::optional<DType> dtype_of(DataType t) {
-  if (t.lanes != 1) return std::nullopt;
-  switch (t.code) {
-    case 0: return t.bits == 8 ? std::optional(DType::kINT8) : t.bits == 32 ? std::optional(DType::kINT32) : std::nullopt;
-    case 1: return t.bits == 8 ? std::optional(DType::kUINT8) : t.bits == 32 ? std::optional(DType::kUINT32) : std::nullopt;
-    case 2: return t.bits == 16 ? std::optional(DType::kFP16) : t.bits == 32 ? std::optional(DType::kFP32) : std::nullopt;
-    case 4: return t.bits == 16 ? std::optional(DType::kBF16) : std::nullopt;
-    case 10: return t.bits == 8 ? std::optional(DType::kFP8E4M3) : std::nullopt;
-    default: return std::nullopt;
+  struct Row {
+    std::uint8_t code, bits;
+    DType dtype;
+  };
+  static constexpr Row kRows[] = {{0, 8, DType::kINT8},   {0, 32, DType::kINT32}, {1, 8, DType::kUINT8},
+                                  {1, 32, DType::kUINT32}, {2, 16, DType::kFP16},  {2, 32, DType::kFP32},
+                                  {4, 16, DType::kBF16},   {10, 8, DType::kFP8E4M3}};
+  for (const Row& r : kRows) {
+    if (t.lanes == 1 && t.code == r.code && t.bits == r.bits) return r.dtype;
   }
+  return std::nullopt;
 }
 }  // namespace dl
 
@@ -137,9 +139,12 @@ const TorchHooks& torch_hooks() {
   if (!(env && env[0] == '0' && env[1] == '\0')) {
     PyObject* capsule = PyObject_GetAttrString(type, "__dlpack_c_exchange_api__");
     if (capsule && PyCapsule_IsValid(capsule, "dlpack_exchange_api")) {
-      const auto* api = static_cast<const dl::ExchangeApi*>(PyCapsule_GetPointer(capsule, "dlpack_exchange_api"));
+      const auto* api =
+          static_cast<const dl::ExchangeApi*>(PyCapsule_GetPointer(capsule, "dlpack_exchange_api"));
       // Major version 1 is the layout above; the capsule stays referenced with the type.
-      if (api && api->header.version.major == 1 && api->dltensor_from_py_object_no_sync) hooks.exchange = api;
+      if (api && api->header.version.major == 1 && api->dltensor_from_py_object_no_sync) {
+        hooks.exchange = api;
+      }
     }
     PyErr_Clear();
     Py_XDECREF(capsule);
@@ -283,9 +288,23 @@ Tensor import_fast(nb::handle object, std::optional<DType> declared, const FastW
       PyObject_TypeCheck(object.ptr(), reinterpret_cast<PyTypeObject*>(torch.tensor_type))) {
     // The caller's frame holds the tensor for the whole call, so the view needs no owner.
     if (torch.exchange && Py_TYPE(object.ptr()) == reinterpret_cast<PyTypeObject*>(torch.tensor_type)) {
-      if (std::optional<Tensor> t = torch_view_exchange(*torch.exchange, object, declared, where)) return *std::move(t);
+      std::optional<Tensor> t = torch_view_exchange(*torch.exchange, object, declared, where);
+      if (t) return *std::move(t);
     }
     return torch_view(torch, object, declared, where);
+  }
+  // A deca.Tensor (the Python layer's one-off calls hand their own imports to a plan's run):
+  // deca.Tensor's rules, as _tensors.tensor applies them; no second import.
+  Tensor* imported = nullptr;
+  if (nb::try_cast(object, imported, false) && imported != nullptr) {
+    if (declared && imported->view.dtype != *declared) {
+      throw Error(where.str() + ": expected dtype " + dtype_name(*declared) + ", got " +
+                  dtype_name(imported->view.dtype) + " (a deca.Tensor)");
+    }
+    if (writable && !imported->output.is_valid()) {
+      throw Error(where.str() + ": expected a writable tensor, got a deca.Tensor of read-only memory");
+    }
+    return *imported;
   }
   // jax arrays are immutable but DLPack cannot say so: refuse them as outputs here, as the
   // Python import does. (After the torch test: the module lookup is not free.)

@@ -1,6 +1,7 @@
 // The sm90a MLA producer's tile addresses (kernels/mla/sm90/layout.cuh) on the host: the round
 // stream's two-base store addresses are the swizzled addresses of the rows and units each thread
-// converts, and a round's stores cover its tokens' NoPE units exactly once.
+// converts, and a round's stores cover its tokens' NoPE units exactly once; the mma selection
+// matrix and the producers' index check (traits.cuh).
 #include <gtest/gtest.h>
 
 #include <set>
@@ -93,6 +94,20 @@ TEST(MlaSm90Layout, MmaSelectionGivesEachLaneItsOwnValues) {
       d[3] += a[g + 8][k] * b[k][2 * c + 1];
     }
     for (int i = 0; i < 4; ++i) EXPECT_EQ(d[i], 4.f * l + i) << l << " " << i;
+  }
+}
+
+// checked_id's one unsigned compare against pool_bound(pool) skips exactly the ids below zero or
+// at or above the pool, for pools small, large and beyond what an int32 id can reach.
+TEST(MlaSm90Ids, CheckedIdSkipsNegativeAndOutOfPoolIds) {
+  const long long pools[] = {0, 1, 64, 4096 * 64, 0x7fffffffll, 0x80000000ll, 0x80000005ll, 1ll << 40};
+  const int ids[] = {-2147483647 - 1, -5, -1, 0, 1, 63, 64, 65, 4096 * 64 - 1, 4096 * 64,
+                     0x7ffffffe, 0x7fffffff};
+  for (const long long pool : pools) {
+    for (const int id : ids) {
+      const int want = id < 0 || id >= pool ? -1 : id;
+      EXPECT_EQ(checked_id(id, pool_bound(pool)), want) << "id " << id << " pool " << pool;
+    }
   }
 }
 

@@ -136,10 +136,27 @@ sys.stdout.write(out.view(torch.int16).numpy().tobytes().hex())
     assert runs[0] == runs[1] and len(runs[0]) == 2 * 2 * 8 * 64 * 2
 
 
+def _same_bytes_every_way(ways, out_shape, dev):
+    """Runs each way(out, lse) into NaN-poisoned outputs; all must write the same bytes."""
+    outs = []
+    for way in ways:
+        out = torch.full(out_shape, float("nan"), device=dev).to(torch.bfloat16)
+        lse = torch.full(out_shape[:3], float("nan"), device=dev)
+        way(out, lse)
+        outs.append((out.view(torch.int16), lse.view(torch.int32)))
+    for out, lse in outs[1:]:
+        assert torch.equal(out, outs[0][0]) and torch.equal(lse, outs[0][1])
+    return outs[0]
+
+
+def _stream(dev):
+    return torch.cuda.current_stream().cuda_stream if dev != "cpu" else 0
+
+
 def test_mla_sparse_plan_run_fast_path_matches_checked_imports(rng):
-    """MlaPlan.run_sparse hands torch tensors to one C++ call; the checked imports of the same
-    tensors give the same bytes (topk_length, sink, lse), and a wrong argument still raises the
-    message naming it."""
+    """MlaPlan.run_sparse hands torch tensors (or deca.Tensors, as the one-off call does) to one
+    C++ call; the checked imports of the same tensors give the same bytes (topk_length, sink,
+    lse), and a wrong argument still raises the message naming it."""
     from deca import _C
     from deca._tensors import tensor
     dev = "cuda:0" if torch.cuda.is_available() else "cpu"
@@ -155,29 +172,26 @@ def test_mla_sparse_plan_run_fast_path_matches_checked_imports(rng):
     lens = torch.tensor([topk, 37, 0], dtype=torch.int32, device=dev)
     sink = torch.from_numpy(rng.normal(0, 1, heads).astype(np.float32)).to(dev)
     ws = torch.zeros(max(plan.workspace_bytes, 1), dtype=torch.uint8, device=dev)
-    outs = []
-    for fast in (True, False):
-        out = torch.full((batch, 2, heads, 512), float("nan"), device=dev).to(torch.bfloat16)
-        lse = torch.full((batch, 2, heads), float("nan"), device=dev)
-        if fast:
-            plan.run_sparse(q, kv, idx, out, topk_length=lens, attn_sink=sink, lse=lse, workspace=ws)
-        else:
-            stream = torch.cuda.current_stream().cuda_stream if dev != "cpu" else 0
-            _C.mla_decode_sparse_planned(
-                plan._plan, tensor(q, "q"), tensor(kv, "kv"), tensor(idx, "i", "int32"),
+
+    def imported(out, lse):
+        return (tensor(q, "q"), tensor(kv, "kv"), tensor(idx, "i", "int32"),
                 tensor(lens, "l", "int32"), tensor(sink, "s"), tensor(out, "o", writable=True),
-                tensor(lse, "lse", writable=True), 0.0, tensor(ws, "ws", writable=True), stream,
-                False)
-        outs.append((out, lse))
-    assert torch.equal(outs[0][0].view(torch.int16), outs[1][0].view(torch.int16))
-    assert torch.equal(outs[0][1].view(torch.int32), outs[1][1].view(torch.int32))
+                tensor(lse, "lse", writable=True), 0.0, tensor(ws, "ws", writable=True),
+                _stream(dev), False)
+
+    ways = [lambda out, lse: plan.run_sparse(q, kv, idx, out, topk_length=lens, attn_sink=sink,
+                                             lse=lse, workspace=ws),
+            lambda out, lse: _C.mla_decode_sparse_planned_fast(plan._plan, *imported(out, lse)),
+            lambda out, lse: _C.mla_decode_sparse_planned(plan._plan, *imported(out, lse))]
+    out, lse = _same_bytes_every_way(ways, (batch, 2, heads, 512), dev)
     with pytest.raises(deca.Error, match="mla_decode_sparse: indices"):
-        plan.run_sparse(q, kv, idx.to(torch.int64), outs[0][0], topk_length=lens, attn_sink=sink,
-                        lse=outs[0][1], workspace=ws)
+        plan.run_sparse(q, kv, idx.to(torch.int64), out.view(torch.bfloat16), topk_length=lens,
+                        attn_sink=sink, lse=lse.view(torch.float32), workspace=ws)
 
 
 def test_mla_dense_plan_run_fast_path_matches_checked_imports(rng):
-    """MlaPlan.run_dense's fast path and the checked imports write the same bytes."""
+    """MlaPlan.run_dense's fast path (torch tensors or deca.Tensors) and the checked imports
+    write the same bytes."""
     from deca import _C
     from deca._tensors import tensor
     dev = "cuda:0" if torch.cuda.is_available() else "cpu"
@@ -189,21 +203,17 @@ def test_mla_dense_plan_run_fast_path_matches_checked_imports(rng):
     table = torch.tensor([[0, 2, 4, 6], [1, 3, 5, 7]], dtype=torch.int32, device=dev)
     lens = torch.tensor([50, 9], dtype=torch.int32, device=dev)
     ws = torch.zeros(max(plan.workspace_bytes, 1), dtype=torch.uint8, device=dev)
-    outs = []
-    for fast in (True, False):
-        out = torch.full((batch, 1, heads, 512), float("nan"), device=dev).to(torch.bfloat16)
-        lse = torch.full((batch, 1, heads), float("nan"), device=dev)
-        if fast:
-            plan.run_dense(q, kv, table, lens, out, lse=lse, workspace=ws)
-        else:
-            stream = torch.cuda.current_stream().cuda_stream if dev != "cpu" else 0
-            _C.mla_decode_dense_planned(plan._plan, tensor(q, "q"), tensor(kv, "kv"),
-                                        tensor(table, "t", "int32"), tensor(lens, "l", "int32"),
-                                        tensor(out, "o", writable=True),
-                                        tensor(lse, "lse", writable=True), 0.0,
-                                        tensor(ws, "ws", writable=True), stream)
-        outs.append((out, lse))
-    assert torch.equal(outs[0][0].view(torch.int16), outs[1][0].view(torch.int16))
-    assert torch.equal(outs[0][1].view(torch.int32), outs[1][1].view(torch.int32))
+
+    def imported(out, lse):
+        return (tensor(q, "q"), tensor(kv, "kv"), tensor(table, "t", "int32"),
+                tensor(lens, "l", "int32"), tensor(out, "o", writable=True),
+                tensor(lse, "lse", writable=True), 0.0, tensor(ws, "ws", writable=True),
+                _stream(dev))
+
+    ways = [lambda out, lse: plan.run_dense(q, kv, table, lens, out, lse=lse, workspace=ws),
+            lambda out, lse: _C.mla_decode_dense_planned_fast(plan._plan, *imported(out, lse)),
+            lambda out, lse: _C.mla_decode_dense_planned(plan._plan, *imported(out, lse))]
+    out, lse = _same_bytes_every_way(ways, (batch, 1, heads, 512), dev)
     with pytest.raises(deca.Error, match="mla_decode_dense: block_table"):
-        plan.run_dense(q, kv, table.to(torch.int64), lens, outs[0][0], lse=outs[0][1], workspace=ws)
+        plan.run_dense(q, kv, table.to(torch.int64), lens, out.view(torch.bfloat16),
+                       lse=lse.view(torch.float32), workspace=ws)

@@ -336,6 +336,25 @@ __device__ __forceinline__ void expect_peer_bytes(const Smem& sm, int stage) {
   }
 }
 
+// Unit j (0..31) of token `id`'s NoPE bytes and the scale of its 128-value group, or zeros for
+// an invalid id (-1): a zero row, so that P V never meets a NaN.
+template <class Cfg>
+__device__ __forceinline__ void load_unit(const MlaSparseParams& p, int id, int j, uint4& raw, float& scale) {
+  if (id >= 0) {
+    const unsigned char* rec = record_of<Cfg>(p, id);
+    raw = load_rec16<Cfg>(rec + 16 * j);
+    scale = load_rec4<Cfg>(rec + kDimNope + 4 * (j >> 3));
+  } else {
+    raw = make_uint4(0, 0, 0, 0);
+    scale = 0.f;
+  }
+}
+// RoPE unit `unit` (0..7, bf16) of token `id`, or zeros.
+template <class Cfg>
+__device__ __forceinline__ uint4 load_rope(const MlaSparseParams& p, int id, int unit) {
+  return id >= 0 ? load_rec16<Cfg>(record_of<Cfg>(p, id) + kDimNope + 16 + 16 * unit) : make_uint4(0, 0, 0, 0);
+}
+
 // ---- Producer (WG2) -------------------------------------------------------------------------------
 // The CTA's tokens: all 64, or in a cluster of 2 the 32 of its rank (32 rank ..). Thread t
 // gathers, for tokens t / 32 + 4 i of them, the 16 NoPE bytes 16 (t % 32) .. + 15 (one warp
@@ -363,8 +382,7 @@ __device__ __forceinline__ void produce_block(const MlaSparseParams& p, const Sm
 #pragma unroll
   for (int i = 0; i < kRope; ++i) {
     const int job = t + 128 * i;
-    const int id = ids[job >> 3];
-    rope[i] = id >= 0 ? load_rec16<Cfg>(record_of<Cfg>(p, id) + kDimNope + 16 + 16 * (job & 7)) : make_uint4(0, 0, 0, 0);
+    rope[i] = load_rope<Cfg>(p, ids[job >> 3], job & 7);
   }
   const unsigned chunk = tile + (j >> 2) * kChunkBytes;
   const int unit0 = (j & 3) * 2;
@@ -374,15 +392,7 @@ __device__ __forceinline__ void produce_block(const MlaSparseParams& p, const Sm
     float scale[kPerRound];
 #pragma unroll
     for (int u = 0; u < kPerRound; ++u) {
-      const int id = ids[g + 4 * (round * kPerRound + u)];
-      if (id >= 0) {
-        const unsigned char* rec = record_of<Cfg>(p, id);
-        raw[u] = load_rec16<Cfg>(rec + 16 * j);
-        scale[u] = load_rec4<Cfg>(rec + kDimNope + 4 * (j >> 3));
-      } else {
-        raw[u] = make_uint4(0, 0, 0, 0);  // a zero row: P V must never meet a NaN
-        scale[u] = 0.f;
-      }
+      load_unit<Cfg>(p, ids[g + 4 * (round * kPerRound + u)], j, raw[u], scale[u]);
     }
     if (round == 0) {
       before_store();
@@ -501,12 +511,12 @@ __device__ __forceinline__ void prefetch_record(const MlaSparseParams& p, int id
 // token's threads.
 template <class Cfg, int kThreadsPerToken>
 __device__ __forceinline__ void prefetch_block(const MlaSparseParams& p, const int* row, int len,
-                                               long long pool, int blk, int first_token, int t) {
+                                               unsigned pool, int blk, int first_token, int t) {
   if (blk < 0) return;
   const int pos = blk * kTokens + first_token + t / kThreadsPerToken;
   if (pos >= len) return;
-  const int id = ldg_nc_s32(row + pos);
-  if (id < 0 || id >= pool) return;
+  const int id = checked_id(ldg_nc_s32(row + pos), pool);
+  if (id < 0) return;
   prefetch_record<Cfg, kThreadsPerToken>(p, id, t);
 }
 
@@ -516,7 +526,7 @@ __device__ __forceinline__ void prefetch_block(const MlaSparseParams& p, const i
 template <class Cfg, int kCl>
 __device__ __forceinline__ void prefetch_ahead(const SparseKernelParams& kp, const SparsePart& part,
                                                int tok, int r, int blk, int blk_end, int steps,
-                                               long long pool, int first_token, int t) {
+                                               unsigned pool, int first_token, int t) {
   for (int step = 0; step < steps; ++step) {
     ++blk;
     while (blk >= blk_end) {
@@ -536,7 +546,7 @@ __device__ __forceinline__ void producer(const SparseKernelParams& kp, const Spa
                                          int tok, const Smem& sm, int rank) {
   const MlaSparseParams& p = kp.p;
   const int t = threadIdx.x - 256;
-  const long long pool = static_cast<long long>(p.num_blocks) * Cfg::kPageSize;
+  const unsigned pool = pool_bound(static_cast<long long>(p.num_blocks) * Cfg::kPageSize);
   const int first_token = rank * (kTokens / kCl);
   int it = 0;
   for (int r = part.begin_req; r <= part.end_req; ++r) {
@@ -554,10 +564,8 @@ __device__ __forceinline__ void producer(const SparseKernelParams& kp, const Spa
       // Every CTA keeps all 64 ids: the consumers mask with them.
       if (t < kTokens) {
         const int pos = blk * kTokens + t;
-        int id = pos < len ? ldg_nc_s32(row + pos) : -1;
         // Ids outside the pool are skipped like -1 rather than read out of bounds.
-        if (id >= pool) id = -1;
-        sm.ids(it)[t] = id < 0 ? -1 : id;
+        sm.ids(it)[t] = checked_id(pos < len ? ldg_nc_s32(row + pos) : -1, pool);
       }
       named_bar_sync(kBarIds, 128);
       // The gather's loads wait a full memory latency per round; records of the block after
@@ -628,10 +636,6 @@ __device__ __forceinline__ int raw_id_at(const SparseKernelParams& kp, const Spa
   return ldg_nc_s32(p.indices + c.r * p.indices_stride_batch + tok * p.indices_stride_token + pos);
 }
 
-// Ids outside the pool are skipped like -1 rather than read out of bounds.
-__device__ __forceinline__ int checked_id(int id, long long pool) {
-  return id < 0 || id >= pool ? -1 : id;
-}
 
 template <class Cfg, int kCl>
 __device__ __forceinline__ void producer_ahead(const SparseKernelParams& kp, const SparsePart& part,
@@ -641,7 +645,7 @@ __device__ __forceinline__ void producer_ahead(const SparseKernelParams& kp, con
   constexpr int kTpt = 2 * kCl;  // prefetching threads per token (prefetch_record)
   const MlaSparseParams& p = kp.p;
   const int t = threadIdx.x - 256;
-  const long long pool = static_cast<long long>(p.num_blocks) * Cfg::kPageSize;
+  const unsigned pool = pool_bound(static_cast<long long>(p.num_blocks) * Cfg::kPageSize);
   const int first_token = rank * (kTokens / kCl);
   const int pf_k = first_token + t / kTpt;  // the token this thread prefetches in a block
 
@@ -729,22 +733,10 @@ __device__ __forceinline__ void load_round(const MlaSparseParams& p, const int* 
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     const int job = t + 128 * (2 * kH + i);
-    const int id = ids[job >> 3];
-    rd.rope[i] = id >= 0 ? load_rec16<Cfg>(record_of<Cfg>(p, id) + kDimNope + 16 + 16 * (job & 7))
-                         : make_uint4(0, 0, 0, 0);
+    rd.rope[i] = load_rope<Cfg>(p, ids[job >> 3], job & 7);
   }
 #pragma unroll
-  for (int u = 0; u < 8; ++u) {
-    const int id = ids[g + 4 * (8 * kH + u)];
-    if (id >= 0) {
-      const unsigned char* rec = record_of<Cfg>(p, id);
-      rd.raw[u] = load_rec16<Cfg>(rec + 16 * j);
-      rd.scale[u] = load_rec4<Cfg>(rec + kDimNope + 4 * (j >> 3));
-    } else {
-      rd.raw[u] = make_uint4(0, 0, 0, 0);  // a zero row: P V must never meet a NaN
-      rd.scale[u] = 0.f;
-    }
-  }
+  for (int u = 0; u < 8; ++u) load_unit<Cfg>(p, ids[g + 4 * (8 * kH + u)], j, rd.raw[u], rd.scale[u]);
 }
 
 // Converts round kH of the block in tile `stage` and stores it (and, in a cluster, the peer's copy).
@@ -775,14 +767,6 @@ __device__ __forceinline__ void store_round(const Smem& sm, int stage, int t, in
   }
 }
 
-// checked_id with a 32-bit compare: every id at or above `pool_u` (the pool, at most 2^31) or
-// below zero (2^31 and up as unsigned) is skipped.
-__device__ __forceinline__ unsigned pool_bound(long long pool) {
-  return pool > 0x80000000ll ? 0x80000000u : static_cast<unsigned>(pool);
-}
-__device__ __forceinline__ int checked_id_u(int id, unsigned pool_u) {
-  return static_cast<unsigned>(id) >= pool_u ? -1 : id;
-}
 
 template <class Cfg, int kCl>
 __device__ __forceinline__ void producer_stream(const SparseKernelParams& kp, const SparsePart& part,
@@ -800,11 +784,11 @@ __device__ __forceinline__ void producer_stream(const SparseKernelParams& kp, co
   BlockPos nxt = first_block(kp, part);
   if (nxt.r > part.end_req) return;  // no block: the consumers wait for none either
   // Block 0's ids staged, its loads issued; cursors at block 1 (ids) and block A + 1 (prefetch).
-  if (t < kTokens) sm.ids(0)[t] = checked_id_u(raw_id_at(kp, part, tok, nxt, t), pool);
+  if (t < kTokens) sm.ids(0)[t] = checked_id(raw_id_at(kp, part, tok, nxt, t), pool);
   next_block(kp, part, nxt);
   BlockPos far = nxt;
   for (int a = 1; a < kAhead; ++a) {
-    const int b = checked_id_u(raw_id_at(kp, part, tok, far, pf_k), pool);
+    const int b = checked_id(raw_id_at(kp, part, tok, far, pf_k), pool);
     if (b >= 0) prefetch_record<Cfg, kTpt>(p, b, t);
     next_block(kp, part, far);
   }
@@ -818,7 +802,7 @@ __device__ __forceinline__ void producer_stream(const SparseKernelParams& kp, co
   // Per block: the L2 prefetch of block it + A, then (stage_next) block it + 1's ids; false when
   // block it is the partition's last.
   auto prefetch_step = [&] {
-    pf_id = checked_id_u(pf_id, pool);
+    pf_id = checked_id(pf_id, pool);
     if (pf_id >= 0) prefetch_record<Cfg, kTpt>(p, pf_id, t);
     pf_id = raw_id_at(kp, part, tok, far, pf_k);
     next_block(kp, part, far);
@@ -826,7 +810,7 @@ __device__ __forceinline__ void producer_stream(const SparseKernelParams& kp, co
   auto stage_next = [&](int it) {
     const bool more = nxt.r <= part.end_req;  // the same for every producer thread
     if (more) {
-      if (t < kTokens) sm.ids(it + 1)[t] = checked_id_u(my_id, pool);
+      if (t < kTokens) sm.ids(it + 1)[t] = checked_id(my_id, pool);
       named_bar_sync(kBarIds, 128);
       next_block(kp, part, nxt);
       my_id = t < kTokens ? raw_id_at(kp, part, tok, nxt, t) : -1;

@@ -104,6 +104,18 @@ DECA_HD constexpr int kClusterX(int num_heads) { return num_heads > 64 && num_he
 // Bytes one CTA of a 2-CTA cluster receives from its peer per block: 32 tokens x 576 bf16.
 constexpr int kPeerBytes = (kTokens / 2) * kDimQK * 2;
 
+// The token pool (num_blocks x page_size) as checked_id takes it: at most 2^31, since every id
+// of an int32 index is below that.
+DECA_HD constexpr unsigned pool_bound(long long pool) {
+  return pool > 0x80000000ll ? 0x80000000u : static_cast<unsigned>(pool);
+}
+// An index as the producers use it: -1 when skipped (below zero, or at or above the pool: read
+// out of bounds otherwise), else the id; one unsigned compare does both (negative ids are 2^31
+// and up as unsigned, and pool <= 2^31).
+DECA_HD constexpr int checked_id(int id, unsigned pool) {
+  return static_cast<unsigned>(id) >= pool ? -1 : id;
+}
+
 // Head blocks (grid x) for num_heads.
 DECA_HD constexpr int head_blocks(int num_heads) {
   return (num_heads + kHeadsPerCta - 1) / kHeadsPerCta;
