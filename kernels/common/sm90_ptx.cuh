@@ -31,6 +31,16 @@ __device__ __forceinline__ unsigned long long smem_desc_sw128(unsigned smem_byte
          (static_cast<unsigned long long>((sbo >> 4) & 0x3FFFu) << 32) | (1ull << 62);
 }
 
+// The descriptor of the operand `bytes` further on: the start address is the low 14 bits of the low
+// word, and every shared-memory offset stays below 256 KB, so a 32-bit add of bytes / 16 to the low
+// word is exact. Built once per tile and advanced per k step, a descriptor costs one uniform add
+// per wgmma; rebuilt from the address each time (mask, shift, or) ptxas emits a chain of ~6
+// dependent uniform instructions per operand, which made the MLA kernel's 36-wgmma QK^T
+// issue-bound (ncu at b128 h128: 13 uniform instructions between consecutive HGMMAs).
+__device__ __forceinline__ unsigned long long desc_advance(unsigned long long desc, unsigned bytes) {
+  return desc + (bytes >> 4);
+}
+
 // ---- wgmma synchronisation (PTX ISA 9.7.15.6) ----------------------------------------------------
 // wgmma.fence.sync.aligned; -- orders this warpgroup's register/shared accesses before the next
 // wgmma.mma_async (needed before the first one and whenever accumulators were touched).

@@ -68,11 +68,14 @@ MlaSm90Knobs mla_sm90_consistent(MlaSm90Knobs k, int num_heads) {
   return k;
 }
 
+int mla_sm90_default_pipe(int cluster) { return cluster == 2 ? 2 : 4; }
+
 MlaSm90Knobs mla_sm90_knobs_from_env(int num_heads) {
   MlaSm90Knobs k;
 #if DECA_MLA_HAVE_SM90
   k.cluster = mla::sm90::kClusterX(num_heads);
 #endif
+  k.pipe = mla_sm90_default_pipe(k.cluster);
   for (const Knob& knob : kKnobs) {
     const char* env = std::getenv(knob.env);
     // One digit in range; anything else leaves the default.

@@ -20,7 +20,7 @@ inline constexpr bool kMlaSm90KernelEnabled = true;
 // the DECA_MLA_* environment variable that overrides each (a tuning aid; the name shows it).
 struct MlaSm90Knobs {
   int cluster = 1;   // Cfg::kCluster, DECA_MLA_CLUSTER: 2 pairs the two head blocks of 65..128 heads
-  int pipe = 2;      // Cfg::kPipe, DECA_MLA_PIPE 0..4: the producer's pipelining
+  int pipe = 2;      // Cfg::kPipe, DECA_MLA_PIPE 0..4: the producer's pipelining (default: mla_sm90_default_pipe)
   int dequant = 0;   // Cfg::kDequant, DECA_MLA_DEQUANT: 1 integer e4m3 placement (pipe 3), 2 f16 -> f32 on mma
   int sync = 1;      // Cfg::kSync, DECA_MLA_SYNC: 1 light cluster hand-overs (240 vs 258 us, b128 h128)
   int prefetch = 0;  // Cfg::kPrefetch, DECA_MLA_PREFETCH 0..3: lines, bulk record, none, sectors
@@ -35,6 +35,12 @@ struct MlaSm90Knobs {
 // cluster, the base producer (pipe 0) with its fixed prefetch distance and the unit split, the
 // round stream (pipe 4) with the unit split.
 MlaSm90Knobs mla_sm90_consistent(MlaSm90Knobs k, int num_heads);
+
+// The producer pipelining a plan compiles by default for a cluster size: the round stream (4)
+// without a cluster, where the producer bounds the block (H200, d7f19e0, whole op: b128 h64
+// 148.6 -> 146.5 us, b64 h64 93.2 -> 90.4, b128 h16 142.3 -> 138.6); pipe 2 in a cluster of 2,
+// where the round stream is slower (b128 h128 230.0 -> 235.9, b64 h128 120.4 -> 124.2).
+int mla_sm90_default_pipe(int cluster);
 
 // The defaults for `num_heads` (traits' kClusterX) with every DECA_MLA_* variable that holds a
 // value in its range applied, made consistent.

@@ -116,6 +116,11 @@ TEST(MlaSm90Knobs, ConsistentKeepsOnlyCombinationsTheKernelBuilds) {
 
 // The plan's keys: the names the results and caches know, the environment's overrides in range
 // only, and the Cfg prologue carrying every knob.
+TEST(MlaSm90Knobs, DefaultPipeByClusterSize) {
+  EXPECT_EQ(mla_sm90_default_pipe(1), 4);  // no cluster: the round stream
+  EXPECT_EQ(mla_sm90_default_pipe(2), 2);  // a cluster of 2: the whole-share round
+}
+
 TEST(MlaSm90Knobs, KeysFromTheEnvironment) {
   if (!kMlaSm90KernelEnabled) GTEST_SKIP() << "the sm90 MLA kernel is not enabled in this build";
   const char* vars[] = {"DECA_MLA_CLUSTER", "DECA_MLA_PIPE", "DECA_MLA_DEQUANT", "DECA_MLA_SYNC",
@@ -126,7 +131,12 @@ TEST(MlaSm90Knobs, KeysFromTheEnvironment) {
   c.num_heads = 128;
   EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_c2_pipe2_sync1_sm90");
   c.num_heads = 64;
-  EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_pipe2_sm90");
+  EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_pipe4_sm90");
+  c.num_heads = 16;
+  EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_pipe4_sm90");
+  c.num_heads = 65;
+  EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_c2_pipe2_sync1_sm90");
+  c.num_heads = 64;
   setenv("DECA_MLA_PIPE", "3", 1);
   setenv("DECA_MLA_DEQUANT", "1", 1);
   setenv("DECA_MLA_AHEAD", "9", 1);  // out of range: ignored

@@ -977,6 +977,7 @@ __device__ __forceinline__ void consumer0(const SparseKernelParams& kp, const Sp
 #pragma unroll
     for (int i = 0; i < 128; ++i) o[i] = 0.f;
     float m0 = kNegInf, m1 = kNegInf, l0 = 0.f, l1 = 0.f;
+    const unsigned long long dq = smem_desc_sw128(sm.q(), 16, 1024);
     for (int blk = pc.blk_begin; blk < pc.blk_end; ++blk, ++it) {
       const int stage = it & 1;
       const unsigned tile = sm.k(stage);
@@ -989,11 +990,11 @@ __device__ __forceinline__ void consumer0(const SparseKernelParams& kp, const Sp
         for (int i = 0; i < 32; ++i) s[i] = 0.f;
       } else {
         wgmma_fence();
+        const unsigned long long dk = smem_desc_sw128(tile, 16, 1024);
 #pragma unroll
         for (int kk = 0; kk < kDimQK / 16; ++kk) {
           const unsigned off = (kk >> 2) * kChunkBytes + (kk & 3) * 32;
-          wgmma_m64n64k16_ss<0>(s, smem_desc_sw128(sm.q() + off, 16, 1024),
-                                smem_desc_sw128(tile + off, 16, 1024), kk > 0);
+          wgmma_m64n64k16_ss<0>(s, desc_advance(dq, off), desc_advance(dk, off), kk > 0);
         }
         wgmma_commit();
         wgmma_wait<0>();
@@ -1163,11 +1164,11 @@ __device__ __forceinline__ void consumer1(const SparseKernelParams& kp, const Sp
       // 4..7 as in consumer 0.
       if constexpr (kAblate != kAblateNoMma) {
         wgmma_fence();
+        const unsigned long long dp = smem_desc_sw128(sm.p(), 16, 1024);
+        const unsigned long long dv = smem_desc_sw128(tile + 4 * kChunkBytes, kChunkBytes, 1024);
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
-          wgmma_m64n256k16_ss<1>(o, smem_desc_sw128(sm.p() + 32 * kk, 16, 1024),
-                                 smem_desc_sw128(tile + 4 * kChunkBytes + 2048 * kk, kChunkBytes, 1024),
-                                 true);
+          wgmma_m64n256k16_ss<1>(o, desc_advance(dp, 32 * kk), desc_advance(dv, 2048 * kk), true);
         }
         wgmma_commit();
         wgmma_wait<0>();
