@@ -27,13 +27,15 @@ struct MlaSm90Knobs {
   int ahead = 2;     // Cfg::kAhead, DECA_MLA_AHEAD 1..8: blocks between prefetch and gather
   int map = 0;       // Cfg::kMap, DECA_MLA_MAP: 1 a token per four producer lanes (slower)
   int l1 = 0;        // Cfg::kL1, DECA_MLA_L1: 1 the gather loads L1::evict_last
+  int rescale = 0;   // Cfg::kRescale, DECA_MLA_RESCALE 0..2: O rescaled every block / skipped at 1 / lazy maxima
+  int phand = 0;     // Cfg::kPHand, DECA_MLA_PHAND: 1 consumer 1 takes P into registers (no proxy fence)
 };
 
 // The knobs a key may hold: what was asked, made consistent for `num_heads` (a pure function,
 // table-tested): a cluster only for 65..128 heads, the light hand-overs only in a cluster, the
 // integer dequantization only with pipe 3, the mma one with pipes 2-4, the unit split and a
 // cluster, the base producer (pipe 0) with its fixed prefetch distance and the unit split, the
-// round stream (pipe 4) with the unit split.
+// round stream (pipe 4) with the unit split, P in consumer 1's registers with pipes 0-2.
 MlaSm90Knobs mla_sm90_consistent(MlaSm90Knobs k, int num_heads);
 
 // The producer pipelining a plan compiles by default for a cluster size: the round stream (4)

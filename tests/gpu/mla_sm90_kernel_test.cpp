@@ -118,6 +118,8 @@ struct Sm90Case {
   int ahead = 2;           // Cfg::kAhead: prefetch distance in blocks
   int map = 0;             // Cfg::kMap: 1 the producer's token split
   int l1 = 0;              // Cfg::kL1: 1 the gather's L1 evict-last policy
+  int rescale = 0;         // Cfg::kRescale: 1 skip factors of 1 (same bytes as 0), 2 lazy maxima
+  int phand = 0;           // Cfg::kPHand: 1 consumer 1 takes P into registers (same bytes as 0)
   std::string name;
 };
 
@@ -182,7 +184,8 @@ void run_case(const Sm90Case& tc) {
   cudaMemcpy(stamp.get(), &st, sizeof(st), cudaMemcpyHostToDevice);
   kp.run.stamp = stamp.as<mla::ScheduleStamp>();
 
-  const jit::LoadedKernel& k = jit::get_kernel(mla_sm90_spec(s.page_size, tc.cluster, 0, tc.pipe, tc.dequant, tc.sync, tc.prefetch, tc.ahead, tc.map, tc.l1), 0);
+  const jit::LoadedKernel& k = jit::get_kernel(mla_sm90_spec(s.page_size, tc.cluster, 0, tc.pipe, tc.dequant, tc.sync, tc.prefetch, tc.ahead, tc.map, tc.l1,
+                                                             tc.rescale, tc.phand), 0);
   void* args[] = {&kp};
   jit::LaunchOptions opts;
   if (tc.cluster == 2) opts.cluster = {2, 1, 1};
@@ -220,11 +223,13 @@ void run_case(const Sm90Case& tc) {
     EXPECT_EQ(std::memcmp(again_pl.data(), hpl.data(), hpl.size() * 4), 0) << "partial_lse differs";
   }
   // The integer and the mma dequantization claim the reference's rounding exactly (subnormal e4m3
-  // included), and the producer's token split fills the same tiles: the variant with the hardware
-  // conversions and the unit split must write the same bytes.
-  if (tc.dequant != 0 || tc.map != 0) {
+  // included), the producer's token split fills the same tiles, skipping factors of 1 multiplies
+  // by 1 less often and P V from registers reads the same P: the variant with the hardware
+  // conversions, the unit split, every rescale and P from shared memory must write the same bytes.
+  if (tc.dequant != 0 || tc.map != 0 || tc.rescale == 1 || tc.phand != 0) {
     const jit::LoadedKernel& k0 = jit::get_kernel(
-        mla_sm90_spec(s.page_size, tc.cluster, 0, tc.pipe, 0, tc.sync, tc.prefetch, tc.ahead, 0), 0);
+        mla_sm90_spec(s.page_size, tc.cluster, 0, tc.pipe, 0, tc.sync, tc.prefetch, tc.ahead, 0, tc.l1,
+                      tc.rescale == 2 ? 2 : 0, 0), 0);
     out.fill(0xFF);
     lse.fill(0xFF);
     po.fill(0xFF);
@@ -517,6 +522,54 @@ TEST(MlaSm90Kernel, SyncAndPrefetchVariants) {
       c.prefetch = prefetch;
       c.ahead = ahead;
       c.l1 = l1;
+      run_case(c);
+    }
+  }
+}
+
+// The consumers' variants (Cfg::kRescale 1 and 2, Cfg::kPHand 1) with the default producers (pipe 4
+// without a cluster, pipe 2 in one): one and many requests per partition (O and the maxima reset
+// per request), splits with the sink and topk_length, heavy skips with a row of all -1, page 1.
+// kRescale 1 and kPHand 1 are checked bit for bit against kRescale 0 / kPHand 0 as well.
+TEST(MlaSm90Kernel, ConsumerVariants) {
+  REQUIRE_SM90();
+  struct Knobs {
+    int rescale, phand;
+  };
+  for (const Knobs v : {Knobs{1, 0}, Knobs{2, 0}, Knobs{0, 1}, Knobs{2, 1}}) {
+    const std::string k = "r" + std::to_string(v.rescale) + "_h" + std::to_string(v.phand) + "_";
+    Sm90Case c2 = make(k + "c2_h128_q1_p64_topk2048", 2, 1, 128, 64, 2048);
+    Sm90Case c2split = make(k + "c2_h128_split_cap3_sink_topklen", 5, 2, 128, 64, 448);
+    c2split.cap = 3;
+    c2split.one_request = false;
+    c2split.spec.attn_sink = true;
+    c2split.spec.topk_length = true;
+    Sm90Case c2skips = make(k + "c2_h96_p1_heavy_skips_empty_row", 3, 1, 96, 1, 512);
+    c2skips.spec.skip_fraction = 0.9f;
+    c2skips.empty_row = true;
+    Sm90Case c2many = make(k + "c2_h128_many_requests_q4", 6, 4, 128, 64, 192);
+    c2many.one_request = false;
+    std::vector<Sm90Case> cases = {c2, c2split, c2skips, c2many};
+    for (Sm90Case& c : cases) c.cluster = 2, c.pipe = 2, c.sync = 1;
+    if (v.phand == 0) {  // P in registers needs pipes 0-2; without a cluster the default is 4
+      Sm90Case h64 = make(k + "h64_q1_p64_topk2048", 2, 1, 64, 64, 2048);
+      Sm90Case h16 = make(k + "h16_split_cap2_sink_topklen", 4, 2, 16, 64, 640);
+      h16.cap = 2;
+      h16.one_request = false;
+      h16.spec.attn_sink = true;
+      h16.spec.topk_length = true;
+      for (Sm90Case c : {h64, h16}) {
+        c.pipe = 4;
+        cases.push_back(c);
+      }
+    } else {
+      Sm90Case h64 = make(k + "h64_pipe2_q1_p64_topk2048", 2, 1, 64, 64, 2048);
+      h64.pipe = 2;
+      cases.push_back(h64);
+    }
+    for (Sm90Case& c : cases) {
+      c.rescale = v.rescale;
+      c.phand = v.phand;
       run_case(c);
     }
   }

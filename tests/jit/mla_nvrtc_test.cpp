@@ -101,6 +101,23 @@ TEST(MlaSm90Knobs, ConsistentKeepsOnlyCombinationsTheKernelBuilds) {
       {128, knobs(2, 4, 1, 1, 0, 3, 1, 1), knobs(2, 4, 0, 1, 0, 3, 0, 1)},
       {16, knobs(1, 4, 0, 0, 2, 2, 0, 0), knobs(1, 4, 0, 0, 2, 2, 0, 0)},
   };
+  auto with = [](MlaSm90Knobs k, int rescale, int phand) {
+    k.rescale = rescale, k.phand = phand;
+    return k;
+  };
+  // The rescale policy with any producer; P in consumer 1's registers with pipes 0-2 only.
+  const Row more[] = {
+      {128, with(knobs(2, 2, 0, 1, 0, 2, 0, 0), 2, 1), with(knobs(2, 2, 0, 1, 0, 2, 0, 0), 2, 1)},
+      {64, with(knobs(1, 4, 0, 0, 0, 2, 0, 0), 1, 1), with(knobs(1, 4, 0, 0, 0, 2, 0, 0), 1, 0)},
+      {128, with(knobs(2, 3, 0, 1, 0, 2, 0, 0), 0, 1), with(knobs(2, 3, 0, 1, 0, 2, 0, 0), 0, 0)},
+      {64, with(knobs(1, 0, 0, 0, 0, 2, 0, 0), 2, 1), with(knobs(1, 0, 0, 0, 0, 2, 0, 0), 2, 1)},
+  };
+  for (const Row& r : more) {
+    const MlaSm90Knobs k = mla_sm90_consistent(r.asked, r.heads);
+    EXPECT_EQ(k.rescale, r.kept.rescale) << r.heads;
+    EXPECT_EQ(k.phand, r.kept.phand) << r.heads;
+    EXPECT_EQ(k.pipe, r.kept.pipe) << r.heads;
+  }
   for (const Row& r : rows) {
     const MlaSm90Knobs k = mla_sm90_consistent(r.asked, r.heads);
     EXPECT_EQ(k.cluster, r.kept.cluster) << r.heads;
@@ -124,7 +141,8 @@ TEST(MlaSm90Knobs, DefaultPipeByClusterSize) {
 TEST(MlaSm90Knobs, KeysFromTheEnvironment) {
   if (!kMlaSm90KernelEnabled) GTEST_SKIP() << "the sm90 MLA kernel is not enabled in this build";
   const char* vars[] = {"DECA_MLA_CLUSTER", "DECA_MLA_PIPE", "DECA_MLA_DEQUANT", "DECA_MLA_SYNC",
-                        "DECA_MLA_PREFETCH", "DECA_MLA_AHEAD", "DECA_MLA_MAP", "DECA_MLA_L1"};
+                        "DECA_MLA_PREFETCH", "DECA_MLA_AHEAD", "DECA_MLA_MAP", "DECA_MLA_L1",
+                        "DECA_MLA_RESCALE", "DECA_MLA_PHAND"};
   for (const char* v : vars) unsetenv(v);
   MlaConfig c;
   c.sparse = true, c.topk = 2048, c.page_size = 64, c.checked = false;
@@ -146,7 +164,8 @@ TEST(MlaSm90Knobs, KeysFromTheEnvironment) {
   EXPECT_EQ(k.name(), "mla_sparse_decode_sm90_p64_pipe3_deq1_pf3_sm90");
   const std::string src = k.spec().source;
   for (const char* field : {"kPageSize = 64;", "kCluster = 1;", "kPipe = 3;", "kDequant = 1;", "kSync = 0;",
-                            "kPrefetch = 3;", "kAhead = 2;", "kMap = 0;", "kL1 = 0;"}) {
+                            "kPrefetch = 3;", "kAhead = 2;", "kMap = 0;", "kL1 = 0;", "kRescale = 0;",
+                            "kPHand = 0;"}) {
     EXPECT_NE(src.find(field), std::string::npos) << field << " in\n" << src;
   }
   for (const char* v : vars) unsetenv(v);

@@ -105,6 +105,25 @@ TEST(MlaSm90Nvrtc, TokenMapVariantsCompileWithoutSpills) {
   expect_clean_compile(test::mla_sm90_spec(64, 1, 1, 2, 0, 0, 0, 2, 1), true);
 }
 
+// The consumers' rescale policies (Cfg::kRescale 1, 2) with the default producers (pipe 4 without
+// a cluster, pipe 2 in one), and P in consumer 1's registers (Cfg::kPHand = 1, pipes 0-2),
+// pages 1 and 64.
+TEST(MlaSm90Nvrtc, ConsumerVariantsCompileWithoutSpills) {
+  for (int page : {1, 64}) {
+    for (int rescale : {0, 1, 2}) {
+      expect_clean_compile(test::mla_sm90_spec(page, 1, 0, 4, 0, 0, 0, 2, 0, 0, rescale));
+      for (int phand : {0, 1}) {
+        if (rescale == 0 && phand == 0) continue;
+        expect_clean_compile(test::mla_sm90_spec(page, 2, 0, 2, 0, 1, 0, 2, 0, 0, rescale, phand));
+      }
+    }
+  }
+  for (int pipe : {0, 1}) expect_clean_compile(test::mla_sm90_spec(64, 2, 0, pipe, 0, 1, 0, 2, 0, 0, 2, 1));
+  expect_clean_compile(test::mla_sm90_spec(64, 1, 0, 2, 0, 0, 0, 2, 0, 0, 2, 1));
+  // The ablations the timing test runs beside them.
+  for (int ablate : {1, 2}) expect_clean_compile(test::mla_sm90_spec(64, 2, ablate, 2, 0, 1, 0, 2, 0, 0, 2, 1), true);
+}
+
 TEST(MlaSm90Nvrtc, SharedMemoryPlanFitsOneCta) {
   static_assert(mla::sm90::kSmemBytes <= 227 * 1024);
   EXPECT_EQ(mla::sm90::kThreads, 384);

@@ -98,6 +98,12 @@ __device__ __forceinline__ void scale_rows(float (&o)[128], float a0, float a1) 
     o[4 * i + 3] *= a1;
   }
 }
+// scale_rows, left out (Cfg::kRescale >= 1) when every factor of the warp's 16 rows is 1. The
+// rows of a warp are the same in both consumers, so both skip the same blocks.
+template <int kRescale>
+__device__ __forceinline__ void rescale(float (&o)[128], float a0, float a1) {
+  if (kRescale == 0 || !__all_sync(0xffffffffu, a0 == 1.f && a1 == 1.f)) scale_rows(o, a0, a1);
+}
 
 
 // Four e4m3 (one word) times `scale`, rounded to bf16 once: bf16(float(e4m3) * scale) as the
@@ -220,6 +226,23 @@ DECA_MLA_SM90_KNOB(MapOf, kMap, kMapUnits)
 // The gather's L1 policy: 0 L1::no_allocate (each CTA reads a token once), 1 L1::evict_last
 // (FlashMLA's; no faster here, d676a5a).
 DECA_MLA_SM90_KNOB(L1Of, kL1, 0)
+
+// When the consumers rescale O (128 FMUL per thread and block in each). 0: every block;
+// 1: a warp skips it when every factor of its 16 rows is 1 (the running maxima unchanged: the
+// same bytes as 0); 2: also keeps a row's running maximum until a block's exceeds it by more
+// than 8 (log2 units), so P <= 2^8 and the rescale is rare after the first blocks (the sums and
+// O carry the same reference, so the output is the same up to f32 rounding).
+enum Rescale : int { kRescaleEvery = 0, kRescaleSkipOnes = 1, kRescaleLazy = 2 };
+DECA_MLA_SM90_KNOB(RescaleOf, kRescale, kRescaleEvery)
+
+// How consumer 1 takes P. 0: its P V reads P from shared memory through the async proxy, so
+// consumer 0 fences (fence.proxy.async: MEMBAR + FENCE.VIEW.ASYNC, ~4 % of its samples at b128
+// h128) before handing it over; 1: consumer 1 loads its A fragments with ld.shared (the same
+// addresses consumer 0 stored them to, the fragment layouts being the same) and runs P V from
+// registers; the hand-over is then an mbarrier release / acquire, and P's slot is free as soon as
+// the loads complete.
+enum PHand : int { kPHandSmem = 0, kPHandRegs = 1 };
+DECA_MLA_SM90_KNOB(PHandOf, kPHand, kPHandSmem)
 
 #undef DECA_MLA_SM90_KNOB
 
@@ -955,9 +978,12 @@ __device__ __forceinline__ void load_q(const MlaSparseParams& p, const Smem& sm,
   named_bar_sync(kBarQReady, 128);
 }
 
-template <int kCl, int kAblate>
+template <class Cfg>
 __device__ __forceinline__ void consumer0(const SparseKernelParams& kp, const SparsePart& part,
                                           int tok, int head0, const Smem& sm) {
+  constexpr int kCl = ClusterOf<Cfg>::value;
+  constexpr int kAblate = AblateOf<Cfg>::value;
+  constexpr int kRescale = RescaleOf<Cfg>::value;
   const MlaSparseParams& p = kp.p;
   const int t = threadIdx.x;
   const int warp = t >> 5, lane = t & 31;
@@ -1019,8 +1045,10 @@ __device__ __forceinline__ void consumer0(const SparseKernelParams& kp, const Sp
       mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
       mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
       mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-      const float mn0 = fmaxf(m0, mx0 * sl2);
-      const float mn1 = fmaxf(m1, mx1 * sl2);
+      // kRescaleLazy keeps the running maximum while the block's stays within 2^8 of it.
+      constexpr float kSlack = kRescale == kRescaleLazy ? 8.f : 0.f;
+      const float mn0 = mx0 * sl2 > m0 + kSlack ? fmaxf(m0, mx0 * sl2) : m0;
+      const float mn1 = mx1 * sl2 > m1 + kSlack ? fmaxf(m1, mx1 * sl2) : m1;
       // A row with no valid key yet keeps max -inf; 0 as reference avoids -inf - -inf = NaN and
       // still gives exp2(-inf) = 0 for the masked entries and the (empty) old state.
       const float ref0 = mn0 == kNegInf ? 0.f : mn0;
@@ -1066,10 +1094,10 @@ __device__ __forceinline__ void consumer0(const SparseKernelParams& kp, const Sp
         sm.row_scale()[r0] = a0;
         sm.row_scale()[r0 + 8] = a1;
       }
-      fence_proxy_async_smem();
+      if constexpr (PHandOf<Cfg>::value == kPHandSmem) fence_proxy_async_smem();
       mbar_arrive(sm.p_ready());
 
-      scale_rows(o, a0, a1);
+      rescale<kRescale>(o, a0, a1);
       // O[:, 0:256] += P V: B = V (MN-major: rows = tokens, 64 columns per chunk), k step kk is
       // tokens 16 kk .. 16 kk + 15 = two 8-row groups (SBO 1024 B) at byte 2048 kk; the 256
       // columns are chunks 0..3 (LBO 8192 B).
@@ -1137,9 +1165,11 @@ __device__ __forceinline__ void consumer0(const SparseKernelParams& kp, const Sp
   if (it > 0) mbar_wait(sm.p_free(), (it - 1) & 1);
 }
 
-template <int kCl, int kAblate>
+template <class Cfg>
 __device__ __forceinline__ void consumer1(const SparseKernelParams& kp, const SparsePart& part,
                                           int tok, int head0, const Smem& sm) {
+  constexpr int kCl = ClusterOf<Cfg>::value;
+  constexpr int kAblate = AblateOf<Cfg>::value;
   const int t = threadIdx.x - 128;
   const int warp = t >> 5, lane = t & 31;
   const int r0 = warp * 16 + (lane >> 2);
@@ -1159,7 +1189,33 @@ __device__ __forceinline__ void consumer1(const SparseKernelParams& kp, const Sp
       mbar_wait(sm.p_ready(), it & 1);
       const float a0 = sm.row_scale()[r0];
       const float a1 = sm.row_scale()[r0 + 8];
-      scale_rows(o, a0, a1);
+      if constexpr (PHandOf<Cfg>::value == kPHandRegs) {
+        // P's A fragments from where consumer 0 stored its own (same thread layout), then P's
+        // slot and the factors are free.
+        unsigned pa[4][4];
+        const unsigned base = sm.p() + 4 * c;
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+          pa[kk][0] = ptx::lds32(base + swz(r0, 2 * kk));
+          pa[kk][1] = ptx::lds32(base + swz(r0 + 8, 2 * kk));
+          pa[kk][2] = ptx::lds32(base + swz(r0, 2 * kk + 1));
+          pa[kk][3] = ptx::lds32(base + swz(r0 + 8, 2 * kk + 1));
+        }
+        mbar_arrive(sm.p_free());
+        rescale<RescaleOf<Cfg>::value>(o, a0, a1);
+        if constexpr (kAblate != kAblateNoMma) {
+          wgmma_fence();
+          const unsigned long long dv = smem_desc_sw128(tile + 4 * kChunkBytes, kChunkBytes, 1024);
+#pragma unroll
+          for (int kk = 0; kk < 4; ++kk) wgmma_m64n256k16_rs<1>(o, pa[kk], desc_advance(dv, 2048 * kk), true);
+          wgmma_commit();
+          wgmma_wait<0>();
+          fence_regs(o);
+        }
+        if (lane == 0) release_tile<Cfg, kCl>(sm, stage);
+        continue;
+      }
+      rescale<RescaleOf<Cfg>::value>(o, a0, a1);
       // O[:, 256:512] += P V: A = P (K-major 64 x 64, k step kk at byte 32 kk), B = V chunks
       // 4..7 as in consumer 0.
       if constexpr (kAblate != kAblateNoMma) {
@@ -1238,7 +1294,7 @@ __device__ __forceinline__ void mla_sparse_decode_sm90(const SparseKernelParams&
   // Read through a shuffle so that ptxas sees a warp-uniform role: wgmma in a path it takes for
   // divergent is serialized (C7518: a wait after every wgmma).
   const int wg = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / 128, 0);
-  constexpr RegBudget kRegs = reg_budget(PipeOf<Cfg>::value);
+  constexpr RegBudget kRegs = reg_budget(PipeOf<Cfg>::value, PHandOf<Cfg>::value);
   if (wg == 2) {
     setmaxnreg_dec<kRegs.producer>();
     if constexpr (PipeOf<Cfg>::value == kPipeBase) {
@@ -1250,14 +1306,14 @@ __device__ __forceinline__ void mla_sparse_decode_sm90(const SparseKernelParams&
     }
   } else if (wg == 0) {
     setmaxnreg_inc<kRegs.consumer0>();
-    consumer0<kCl, AblateOf<Cfg>::value>(kp, part, tok, head0, sm);
+    consumer0<Cfg>(kp, part, tok, head0, sm);
   } else {
     if constexpr (kRegs.consumer1 > 168) {
       setmaxnreg_inc<kRegs.consumer1>();
     } else {
       setmaxnreg_dec<kRegs.consumer1>();
     }
-    consumer1<kCl, AblateOf<Cfg>::value>(kp, part, tok, head0, sm);
+    consumer1<Cfg>(kp, part, tok, head0, sm);
   }
   // The combine kernel (launched with programmatic dependent launch) may start; its
   // griddepcontrol.wait still sees every write of this grid.
