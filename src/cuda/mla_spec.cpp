@@ -48,7 +48,7 @@ constexpr Knob kKnobs[] = {
     {&MlaSm90Knobs::ahead, "kAhead", "DECA_MLA_AHEAD", 1, 8, "_ahead", 2, true},
     {&MlaSm90Knobs::map, "kMap", "DECA_MLA_MAP", 0, 1, "_map", 0, true},
     {&MlaSm90Knobs::l1, "kL1", "DECA_MLA_L1", 0, 1, "_l1e", 0, true},
-    {&MlaSm90Knobs::rescale, "kRescale", "DECA_MLA_RESCALE", 0, 2, "_rs", 0, true},
+    {&MlaSm90Knobs::rescale, "kRescale", "DECA_MLA_RESCALE", 0, 2, "_rs", 2, true},
     {&MlaSm90Knobs::phand, "kPHand", "DECA_MLA_PHAND", 0, 1, "_pr", 0, true},
 };
 

@@ -162,9 +162,12 @@ TEST(MlaSm90Knobs, KeysFromTheEnvironment) {
   setenv("DECA_MLA_PREFETCH", "3", 1);
   const MlaKernelKey k = mla_decode_key(90, "sm90", c);
   EXPECT_EQ(k.name(), "mla_sparse_decode_sm90_p64_pipe3_deq1_pf3_sm90");
+  setenv("DECA_MLA_RESCALE", "0", 1);  // away from the default: named
+  EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_pipe3_deq1_pf3_rs0_sm90");
+  unsetenv("DECA_MLA_RESCALE");
   const std::string src = k.spec().source;
   for (const char* field : {"kPageSize = 64;", "kCluster = 1;", "kPipe = 3;", "kDequant = 1;", "kSync = 0;",
-                            "kPrefetch = 3;", "kAhead = 2;", "kMap = 0;", "kL1 = 0;", "kRescale = 0;",
+                            "kPrefetch = 3;", "kAhead = 2;", "kMap = 0;", "kL1 = 0;", "kRescale = 2;",
                             "kPHand = 0;"}) {
     EXPECT_NE(src.find(field), std::string::npos) << field << " in\n" << src;
   }
