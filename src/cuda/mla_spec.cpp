@@ -49,7 +49,7 @@ constexpr Knob kKnobs[] = {
     {&MlaSm90Knobs::map, "kMap", "DECA_MLA_MAP", 0, 1, "_map", 0, true},
     {&MlaSm90Knobs::l1, "kL1", "DECA_MLA_L1", 0, 1, "_l1e", 0, true},
     {&MlaSm90Knobs::rescale, "kRescale", "DECA_MLA_RESCALE", 0, 2, "_rs", 2, true},
-    {&MlaSm90Knobs::phand, "kPHand", "DECA_MLA_PHAND", 0, 1, "_pr", 0, true},
+    {&MlaSm90Knobs::phand, "kPHand", "DECA_MLA_PHAND", 0, 2, "_pr", 0, true},
 };
 
 }  // namespace
@@ -67,7 +67,7 @@ MlaSm90Knobs mla_sm90_consistent(MlaSm90Knobs k, int num_heads) {
     k.map = 0;    // and has the unit split only
   }
   if (k.pipe == 4) k.map = 0;  // the round stream has the unit split only
-  if (k.pipe > 2) k.phand = 0;  // P in consumer 1's registers: 16 registers from consumer 0, pipes 0-2
+  if (k.pipe > 2 && k.phand == 1) k.phand = 0;  // P in consumer 1's registers: 16 registers from consumer 0, pipes 0-2
   return k;
 }
 

@@ -29,7 +29,8 @@ struct MlaSm90Knobs {
   int l1 = 0;        // Cfg::kL1, DECA_MLA_L1: 1 the gather loads L1::evict_last
   int rescale = 2;   // Cfg::kRescale, DECA_MLA_RESCALE 0..2: O rescaled every block / skipped at 1 / lazy maxima
                      // (2e5d498, H200: b128 h64 134.1 -> 131.1 us, b128 h16 126.4 -> 123.2, b128 h128 225.2 -> 225.8)
-  int phand = 0;     // Cfg::kPHand, DECA_MLA_PHAND: 1 consumer 1 takes P into registers (no proxy fence)
+  int phand = 0;     // Cfg::kPHand, DECA_MLA_PHAND: 1 consumer 1 takes P into registers (no proxy fence),
+                     // 2 consumer 0 hands P over after issuing its own P V
 };
 
 // The knobs a key may hold: what was asked, made consistent for `num_heads` (a pure function,

@@ -527,16 +527,16 @@ TEST(MlaSm90Kernel, SyncAndPrefetchVariants) {
   }
 }
 
-// The consumers' variants (Cfg::kRescale 1 and 2, Cfg::kPHand 1) with the default producers (pipe 4
+// The consumers' variants (Cfg::kRescale 1 and 2, Cfg::kPHand 1 and 2) with the default producers (pipe 4
 // without a cluster, pipe 2 in one): one and many requests per partition (O and the maxima reset
 // per request), splits with the sink and topk_length, heavy skips with a row of all -1, page 1.
-// kRescale 1 and kPHand 1 are checked bit for bit against kRescale 0 / kPHand 0 as well.
+// kRescale 1 and kPHand 1, 2 are checked bit for bit against kRescale 0 / kPHand 0 as well.
 TEST(MlaSm90Kernel, ConsumerVariants) {
   REQUIRE_SM90();
   struct Knobs {
     int rescale, phand;
   };
-  for (const Knobs v : {Knobs{1, 0}, Knobs{2, 0}, Knobs{0, 1}, Knobs{2, 1}}) {
+  for (const Knobs v : {Knobs{1, 0}, Knobs{2, 0}, Knobs{0, 1}, Knobs{2, 1}, Knobs{2, 2}}) {
     const std::string k = "r" + std::to_string(v.rescale) + "_h" + std::to_string(v.phand) + "_";
     Sm90Case c2 = make(k + "c2_h128_q1_p64_topk2048", 2, 1, 128, 64, 2048);
     Sm90Case c2split = make(k + "c2_h128_split_cap3_sink_topklen", 5, 2, 128, 64, 448);
@@ -551,7 +551,7 @@ TEST(MlaSm90Kernel, ConsumerVariants) {
     c2many.one_request = false;
     std::vector<Sm90Case> cases = {c2, c2split, c2skips, c2many};
     for (Sm90Case& c : cases) c.cluster = 2, c.pipe = 2, c.sync = 1;
-    if (v.phand == 0) {  // P in registers needs pipes 0-2; without a cluster the default is 4
+    if (v.phand != 1) {  // P in registers needs pipes 0-2; without a cluster the default is 4
       Sm90Case h64 = make(k + "h64_q1_p64_topk2048", 2, 1, 64, 64, 2048);
       Sm90Case h16 = make(k + "h16_split_cap2_sink_topklen", 4, 2, 16, 64, 640);
       h16.cap = 2;

@@ -111,6 +111,8 @@ TEST(MlaSm90Knobs, ConsistentKeepsOnlyCombinationsTheKernelBuilds) {
       {64, with(knobs(1, 4, 0, 0, 0, 2, 0, 0), 1, 1), with(knobs(1, 4, 0, 0, 0, 2, 0, 0), 1, 0)},
       {128, with(knobs(2, 3, 0, 1, 0, 2, 0, 0), 0, 1), with(knobs(2, 3, 0, 1, 0, 2, 0, 0), 0, 0)},
       {64, with(knobs(1, 0, 0, 0, 0, 2, 0, 0), 2, 1), with(knobs(1, 0, 0, 0, 0, 2, 0, 0), 2, 1)},
+      {64, with(knobs(1, 4, 0, 0, 0, 2, 0, 0), 2, 2), with(knobs(1, 4, 0, 0, 0, 2, 0, 0), 2, 2)},
+      {128, with(knobs(2, 3, 0, 1, 0, 2, 0, 0), 0, 2), with(knobs(2, 3, 0, 1, 0, 2, 0, 0), 0, 2)},
   };
   for (const Row& r : more) {
     const MlaSm90Knobs k = mla_sm90_consistent(r.asked, r.heads);

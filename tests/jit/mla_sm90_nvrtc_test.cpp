@@ -106,8 +106,8 @@ TEST(MlaSm90Nvrtc, TokenMapVariantsCompileWithoutSpills) {
 }
 
 // The consumers' rescale policies (Cfg::kRescale 1, 2) with the default producers (pipe 4 without
-// a cluster, pipe 2 in one), and P in consumer 1's registers (Cfg::kPHand = 1, pipes 0-2),
-// pages 1 and 64.
+// a cluster, pipe 2 in one), P in consumer 1's registers (Cfg::kPHand = 1, pipes 0-2) and P
+// handed over after consumer 0's P V (Cfg::kPHand = 2), pages 1 and 64.
 TEST(MlaSm90Nvrtc, ConsumerVariantsCompileWithoutSpills) {
   for (int page : {1, 64}) {
     for (int rescale : {0, 1, 2}) {
@@ -119,6 +119,11 @@ TEST(MlaSm90Nvrtc, ConsumerVariantsCompileWithoutSpills) {
     }
   }
   for (int pipe : {0, 1}) expect_clean_compile(test::mla_sm90_spec(64, 2, 0, pipe, 0, 1, 0, 2, 0, 0, 2, 1));
+  // P handed over after consumer 0's own P V is issued (Cfg::kPHand = 2), both default producers.
+  for (int page : {1, 64}) {
+    expect_clean_compile(test::mla_sm90_spec(page, 1, 0, 4, 0, 0, 0, 2, 0, 0, 2, 2));
+    expect_clean_compile(test::mla_sm90_spec(page, 2, 0, 2, 0, 1, 0, 2, 0, 0, 2, 2));
+  }
   expect_clean_compile(test::mla_sm90_spec(64, 1, 0, 2, 0, 0, 0, 2, 0, 0, 2, 1));
   // The ablations the timing test runs beside them.
   for (int ablate : {1, 2}) expect_clean_compile(test::mla_sm90_spec(64, 2, ablate, 2, 0, 1, 0, 2, 0, 0, 2, 1), true);

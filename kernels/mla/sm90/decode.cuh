@@ -241,7 +241,9 @@ DECA_MLA_SM90_KNOB(RescaleOf, kRescale, kRescaleEvery)
 // addresses consumer 0 stored them to, the fragment layouts being the same) and runs P V from
 // registers; the hand-over is then an mbarrier release / acquire, and P's slot is free as soon as
 // the loads complete.
-enum PHand : int { kPHandSmem = 0, kPHandRegs = 1 };
+// 2: as 0, but consumer 0 issues its own P V (A from registers) before the hand-over, which then
+// runs while that P V executes.
+enum PHand : int { kPHandSmem = 0, kPHandRegs = 1, kPHandAfterPv = 2 };
 DECA_MLA_SM90_KNOB(PHandOf, kPHand, kPHandSmem)
 
 #undef DECA_MLA_SM90_KNOB
@@ -1079,23 +1081,30 @@ __device__ __forceinline__ void consumer0(const SparseKernelParams& kp, const Sp
         pa[kk][2] = f32x2_to_bf16x2(s[8 * kk + 4], s[8 * kk + 5]);
         pa[kk][3] = f32x2_to_bf16x2(s[8 * kk + 6], s[8 * kk + 7]);
       }
-      // WG1 may still be reading the previous block's P and factors (phase it - 1 of p_free).
-      if (it > 0) mbar_wait(sm.p_free(), (it - 1) & 1);
-      // sP: 64 rows x 64 bf16 = one K-major swizzled chunk; element (row, col) at unit col / 8.
+      // P and the row factors to consumer 1. WG1 may still be reading the previous block's
+      // (phase it - 1 of p_free).
+      const auto hand_over_p = [&] {
+        if (it > 0) mbar_wait(sm.p_free(), (it - 1) & 1);
+        // sP: 64 rows x 64 bf16 = one K-major swizzled chunk; element (row, col) at unit col / 8.
 #pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
-        const unsigned base = sm.p() + 4 * (c & 3);
-        sts32(base + swz(r0, 2 * kk), pa[kk][0]);
-        sts32(base + swz(r0 + 8, 2 * kk), pa[kk][1]);
-        sts32(base + swz(r0, 2 * kk + 1), pa[kk][2]);
-        sts32(base + swz(r0 + 8, 2 * kk + 1), pa[kk][3]);
-      }
-      if (c == 0) {
-        sm.row_scale()[r0] = a0;
-        sm.row_scale()[r0 + 8] = a1;
-      }
-      if constexpr (PHandOf<Cfg>::value == kPHandSmem) fence_proxy_async_smem();
-      mbar_arrive(sm.p_ready());
+        for (int kk = 0; kk < 4; ++kk) {
+          const unsigned base = sm.p() + 4 * (c & 3);
+          sts32(base + swz(r0, 2 * kk), pa[kk][0]);
+          sts32(base + swz(r0 + 8, 2 * kk), pa[kk][1]);
+          sts32(base + swz(r0, 2 * kk + 1), pa[kk][2]);
+          sts32(base + swz(r0 + 8, 2 * kk + 1), pa[kk][3]);
+        }
+        if (c == 0) {
+          sm.row_scale()[r0] = a0;
+          sm.row_scale()[r0 + 8] = a1;
+        }
+        if constexpr (PHandOf<Cfg>::value != kPHandRegs) fence_proxy_async_smem();
+        mbar_arrive(sm.p_ready());
+      };
+      // kPHandAfterPv: this warpgroup's P V is issued first and the hand-over (stores, proxy
+      // fence, arrival: ~11 % of consumer 0's samples at b128 h128) runs while it executes;
+      // consumer 1's P V queues behind it on the tensor cores either way.
+      if constexpr (PHandOf<Cfg>::value != kPHandAfterPv) hand_over_p();
 
       rescale<kRescale>(o, a0, a1);
       // O[:, 0:256] += P V: B = V (MN-major: rows = tokens, 64 columns per chunk), k step kk is
@@ -1108,8 +1117,11 @@ __device__ __forceinline__ void consumer0(const SparseKernelParams& kp, const Sp
           wgmma_m64n256k16_rs<1>(o, pa[kk], smem_desc_sw128(tile + 2048 * kk, kChunkBytes, 1024), true);
         }
         wgmma_commit();
+        if constexpr (PHandOf<Cfg>::value == kPHandAfterPv) hand_over_p();
         wgmma_wait<0>();
         fence_regs(o);
+      } else if constexpr (PHandOf<Cfg>::value == kPHandAfterPv) {
+        hand_over_p();
       }
       if (lane == 0) release_tile<Cfg, kCl>(sm, stage);
     }
