@@ -68,17 +68,27 @@ MlaSm90Knobs mla_sm90_consistent(MlaSm90Knobs k, int num_heads) {
   }
   if (k.pipe == 4) k.map = 0;  // the round stream has the unit split only
   if (k.pipe > 2 && k.phand == 1) k.phand = 0;  // P in consumer 1's registers: 16 registers from consumer 0, pipes 0-2
+  // The hand-over after P V moves ptxas' allocation so that pipe 2's producer spills without a
+  // cluster (88 B, NVRTC); every other producer compiles clean with it.
+  if (k.phand == 2 && k.pipe == 2 && k.cluster == 1) k.phand = 0;
   return k;
 }
 
-int mla_sm90_default_pipe(int cluster) { return cluster == 2 ? 2 : 4; }
+MlaSm90Knobs mla_sm90_defaults(int cluster) {
+  MlaSm90Knobs k;
+  k.cluster = cluster;
+  k.pipe = cluster == 2 ? 2 : 4;
+  k.ahead = cluster == 2 ? 1 : 2;
+  k.phand = cluster == 2 ? 0 : 2;
+  return k;
+}
 
 MlaSm90Knobs mla_sm90_knobs_from_env(int num_heads) {
-  MlaSm90Knobs k;
+  int cluster = 1;
 #if DECA_MLA_HAVE_SM90
-  k.cluster = mla::sm90::kClusterX(num_heads);
+  cluster = mla::sm90::kClusterX(num_heads);
 #endif
-  k.pipe = mla_sm90_default_pipe(k.cluster);
+  MlaSm90Knobs k = mla_sm90_defaults(cluster);
   for (const Knob& knob : kKnobs) {
     const char* env = std::getenv(knob.env);
     // One digit in range; anything else leaves the default.

@@ -20,31 +20,37 @@ inline constexpr bool kMlaSm90KernelEnabled = true;
 // the DECA_MLA_* environment variable that overrides each (a tuning aid; the name shows it).
 struct MlaSm90Knobs {
   int cluster = 1;   // Cfg::kCluster, DECA_MLA_CLUSTER: 2 pairs the two head blocks of 65..128 heads
-  int pipe = 2;      // Cfg::kPipe, DECA_MLA_PIPE 0..4: the producer's pipelining (default: mla_sm90_default_pipe)
+  int pipe = 2;      // Cfg::kPipe, DECA_MLA_PIPE 0..4: the producer's pipelining (a plan's: mla_sm90_defaults)
   int dequant = 0;   // Cfg::kDequant, DECA_MLA_DEQUANT: 1 integer e4m3 placement (pipe 3), 2 f16 -> f32 on mma
   int sync = 1;      // Cfg::kSync, DECA_MLA_SYNC: 1 light cluster hand-overs (240 vs 258 us, b128 h128)
   int prefetch = 0;  // Cfg::kPrefetch, DECA_MLA_PREFETCH 0..3: lines, bulk record, none, sectors
-  int ahead = 2;     // Cfg::kAhead, DECA_MLA_AHEAD 1..8: blocks between prefetch and gather
+  int ahead = 2;     // Cfg::kAhead, DECA_MLA_AHEAD 1..8: blocks between prefetch and gather (mla_sm90_defaults)
   int map = 0;       // Cfg::kMap, DECA_MLA_MAP: 1 a token per four producer lanes (slower)
   int l1 = 0;        // Cfg::kL1, DECA_MLA_L1: 1 the gather loads L1::evict_last
   int rescale = 2;   // Cfg::kRescale, DECA_MLA_RESCALE 0..2: O rescaled every block / skipped at 1 / lazy maxima
                      // (2e5d498, H200: b128 h64 134.1 -> 131.1 us, b128 h16 126.4 -> 123.2, b128 h128 225.2 -> 225.8)
   int phand = 0;     // Cfg::kPHand, DECA_MLA_PHAND: 1 consumer 1 takes P into registers (no proxy fence),
-                     // 2 consumer 0 hands P over after issuing its own P V
+                     // 2 consumer 0 hands P over after issuing its own P V (mla_sm90_defaults)
 };
 
 // The knobs a key may hold: what was asked, made consistent for `num_heads` (a pure function,
 // table-tested): a cluster only for 65..128 heads, the light hand-overs only in a cluster, the
 // integer dequantization only with pipe 3, the mma one with pipes 2-4, the unit split and a
 // cluster, the base producer (pipe 0) with its fixed prefetch distance and the unit split, the
-// round stream (pipe 4) with the unit split, P in consumer 1's registers with pipes 0-2.
+// round stream (pipe 4) with the unit split, P in consumer 1's registers with pipes 0-2, the
+// hand-over after P V with any producer but pipe 2 without a cluster.
 MlaSm90Knobs mla_sm90_consistent(MlaSm90Knobs k, int num_heads);
 
-// The producer pipelining a plan compiles by default for a cluster size: the round stream (4)
-// without a cluster, where the producer bounds the block (H200, d7f19e0, whole op: b128 h64
-// 148.6 -> 146.5 us, b64 h64 93.2 -> 90.4, b128 h16 142.3 -> 138.6); pipe 2 in a cluster of 2,
-// where the round stream is slower (b128 h128 230.0 -> 235.9, b64 h128 120.4 -> 124.2).
-int mla_sm90_default_pipe(int cluster);
+// The knobs a plan compiles by default for a cluster size (a pure function, table-tested), from
+// side-by-side rounds on the H200 (whole op, cold L2, median of 20, us):
+// - without a cluster (1..64 heads, the producer bounds the block): the round stream (pipe 4;
+//   d7f19e0: b128 h64 148.6 -> 146.5, b64 h64 93.2 -> 90.4, b128 h16 142.3 -> 138.6) and P handed
+//   over after consumer 0's own P V (phand 2; 294d750: 130.8 -> 128.3, 82.6 -> 80.7, 123.4 -> 120.4);
+// - in a cluster of 2 (65..128 heads): pipe 2 (the round stream is slower there: b128 h128 230.0
+//   -> 235.9 at d7f19e0) and the L2 prefetch one block ahead (294d750: b128 h128 227.5 -> 222.4,
+//   b64 h128 118.9 -> 117.0; phand 2 gains nothing there, 227.9).
+// Every other field keeps MlaSm90Knobs' default; `cluster` is as given.
+MlaSm90Knobs mla_sm90_defaults(int cluster);
 
 // The defaults for `num_heads` (traits' kClusterX) with every DECA_MLA_* variable that holds a
 // value in its range applied, made consistent.

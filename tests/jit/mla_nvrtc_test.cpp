@@ -113,6 +113,8 @@ TEST(MlaSm90Knobs, ConsistentKeepsOnlyCombinationsTheKernelBuilds) {
       {64, with(knobs(1, 0, 0, 0, 0, 2, 0, 0), 2, 1), with(knobs(1, 0, 0, 0, 0, 2, 0, 0), 2, 1)},
       {64, with(knobs(1, 4, 0, 0, 0, 2, 0, 0), 2, 2), with(knobs(1, 4, 0, 0, 0, 2, 0, 0), 2, 2)},
       {128, with(knobs(2, 3, 0, 1, 0, 2, 0, 0), 0, 2), with(knobs(2, 3, 0, 1, 0, 2, 0, 0), 0, 2)},
+      {64, with(knobs(1, 2, 0, 0, 0, 2, 0, 0), 2, 2), with(knobs(1, 2, 0, 0, 0, 2, 0, 0), 2, 0)},
+      {128, with(knobs(2, 2, 0, 1, 0, 2, 0, 0), 2, 2), with(knobs(2, 2, 0, 1, 0, 2, 0, 0), 2, 2)},
   };
   for (const Row& r : more) {
     const MlaSm90Knobs k = mla_sm90_consistent(r.asked, r.heads);
@@ -135,9 +137,28 @@ TEST(MlaSm90Knobs, ConsistentKeepsOnlyCombinationsTheKernelBuilds) {
 
 // The plan's keys: the names the results and caches know, the environment's overrides in range
 // only, and the Cfg prologue carrying every knob.
-TEST(MlaSm90Knobs, DefaultPipeByClusterSize) {
-  EXPECT_EQ(mla_sm90_default_pipe(1), 4);  // no cluster: the round stream
-  EXPECT_EQ(mla_sm90_default_pipe(2), 2);  // a cluster of 2: the whole-share round
+TEST(MlaSm90Knobs, DefaultsByClusterSize) {
+  struct Row {
+    int cluster, pipe, ahead, phand;
+  };
+  // No cluster: the round stream, P handed over after P V; a cluster: the whole-share round,
+  // the prefetch one block ahead.
+  for (const Row r : {Row{1, 4, 2, 2}, Row{2, 2, 1, 0}}) {
+    const MlaSm90Knobs k = mla_sm90_defaults(r.cluster);
+    EXPECT_EQ(k.cluster, r.cluster);
+    EXPECT_EQ(k.pipe, r.pipe) << r.cluster;
+    EXPECT_EQ(k.ahead, r.ahead) << r.cluster;
+    EXPECT_EQ(k.phand, r.phand) << r.cluster;
+    const MlaSm90Knobs base;
+    EXPECT_EQ(k.rescale, base.rescale);
+    EXPECT_EQ(k.sync, base.sync);
+    EXPECT_EQ(k.dequant, base.dequant);
+    // The defaults are a combination the kernel builds.
+    const MlaSm90Knobs kept = mla_sm90_consistent(k, r.cluster == 2 ? 128 : 64);
+    EXPECT_EQ(kept.pipe, k.pipe);
+    EXPECT_EQ(kept.ahead, k.ahead);
+    EXPECT_EQ(kept.phand, k.phand);
+  }
 }
 
 TEST(MlaSm90Knobs, KeysFromTheEnvironment) {
@@ -149,13 +170,13 @@ TEST(MlaSm90Knobs, KeysFromTheEnvironment) {
   MlaConfig c;
   c.sparse = true, c.topk = 2048, c.page_size = 64, c.checked = false;
   c.num_heads = 128;
-  EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_c2_pipe2_sync1_sm90");
+  EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_c2_pipe2_sync1_ahead1_sm90");
   c.num_heads = 64;
-  EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_pipe4_sm90");
+  EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_pipe4_pr2_sm90");
   c.num_heads = 16;
-  EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_pipe4_sm90");
+  EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_pipe4_pr2_sm90");
   c.num_heads = 65;
-  EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_c2_pipe2_sync1_sm90");
+  EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_c2_pipe2_sync1_ahead1_sm90");
   c.num_heads = 64;
   setenv("DECA_MLA_PIPE", "3", 1);
   setenv("DECA_MLA_DEQUANT", "1", 1);
@@ -163,14 +184,14 @@ TEST(MlaSm90Knobs, KeysFromTheEnvironment) {
   setenv("DECA_MLA_L1", "yes", 1);   // not a digit: ignored
   setenv("DECA_MLA_PREFETCH", "3", 1);
   const MlaKernelKey k = mla_decode_key(90, "sm90", c);
-  EXPECT_EQ(k.name(), "mla_sparse_decode_sm90_p64_pipe3_deq1_pf3_sm90");
+  EXPECT_EQ(k.name(), "mla_sparse_decode_sm90_p64_pipe3_deq1_pf3_pr2_sm90");
   setenv("DECA_MLA_RESCALE", "0", 1);  // away from the default: named
-  EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_pipe3_deq1_pf3_rs0_sm90");
+  EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_pipe3_deq1_pf3_rs0_pr2_sm90");
   unsetenv("DECA_MLA_RESCALE");
   const std::string src = k.spec().source;
   for (const char* field : {"kPageSize = 64;", "kCluster = 1;", "kPipe = 3;", "kDequant = 1;", "kSync = 0;",
                             "kPrefetch = 3;", "kAhead = 2;", "kMap = 0;", "kL1 = 0;", "kRescale = 2;",
-                            "kPHand = 0;"}) {
+                            "kPHand = 2;"}) {
     EXPECT_NE(src.find(field), std::string::npos) << field << " in\n" << src;
   }
   for (const char* v : vars) unsetenv(v);

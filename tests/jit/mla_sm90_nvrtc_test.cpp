@@ -124,6 +124,11 @@ TEST(MlaSm90Nvrtc, ConsumerVariantsCompileWithoutSpills) {
     expect_clean_compile(test::mla_sm90_spec(page, 1, 0, 4, 0, 0, 0, 2, 0, 0, 2, 2));
     expect_clean_compile(test::mla_sm90_spec(page, 2, 0, 2, 0, 1, 0, 2, 0, 0, 2, 2));
   }
+  // With the other producers the environment may pick (pipe 2 without a cluster spills: not offered).
+  for (int pipe : {0, 1, 3}) expect_clean_compile(test::mla_sm90_spec(64, 1, 0, pipe, 0, 0, 0, 2, 0, 0, 2, 2));
+  expect_clean_compile(test::mla_sm90_spec(64, 2, 0, 3, 0, 1, 0, 2, 0, 0, 2, 2));
+  // The defaults of a cluster: the prefetch one block ahead.
+  expect_clean_compile(test::mla_sm90_spec(64, 2, 0, 2, 0, 1, 0, 1, 0, 0, 2, 0));
   expect_clean_compile(test::mla_sm90_spec(64, 1, 0, 2, 0, 0, 0, 2, 0, 0, 2, 1));
   // The ablations the timing test runs beside them.
   for (int ablate : {1, 2}) expect_clean_compile(test::mla_sm90_spec(64, 2, ablate, 2, 0, 1, 0, 2, 0, 0, 2, 1), true);
