@@ -119,7 +119,6 @@ class MlaPlan:
         return out
 
 
-
 def _outputs(fn, q, qt, out, lse, return_lse):
     check_scalars(fn, bools=dict(return_lse=return_lse))
     expect_rank(fn, "q", qt, 4, "[batch, q_len, num_heads, 576]")

@@ -49,6 +49,18 @@ struct FastWhere {
 Tensor import_fast(nb::handle object, std::optional<DType> declared, const FastWhere& where,
                    bool writable);
 
+// import_fast of an optional argument: nothing for None.
+inline std::optional<Tensor> import_fast_optional(nb::handle object, std::optional<DType> declared,
+                                                  const FastWhere& where, bool writable) {
+  return object.is_none() ? std::optional<Tensor>()
+                          : std::optional<Tensor>(import_fast(object, declared, where, writable));
+}
+
+// An optional import as the pointer the helpers below and make_args take: null for None.
+inline const Tensor* ptr_or_null(const std::optional<Tensor>& tensor) {
+  return tensor ? &*tensor : nullptr;
+}
+
 // Optional tensor argument: an absent view for None.
 inline TensorView view_or_absent(const Tensor* tensor) {
   return tensor ? tensor->view : TensorView{};

@@ -100,8 +100,7 @@ void run_planned_fast(const GqaPlan& plan, nb::handle q, nb::handle k_cache, nb:
     return import_fast(h, dtype, {fn, name}, false);
   };
   const auto maybe = [](nb::handle h, const char* name, bool writable) {
-    return h.is_none() ? std::optional<Tensor>()
-                       : std::optional<Tensor>(import_fast(h, std::nullopt, {fn, name}, writable));
+    return import_fast_optional(h, std::nullopt, {fn, name}, writable);
   };
   const Tensor tq = in(q, c.q_dtype, "q");
   const Tensor tk = in(k_cache, c.kv_dtype, "k_cache");
@@ -115,7 +114,7 @@ void run_planned_fast(const GqaPlan& plan, nb::handle q, nb::handle k_cache, nb:
   const std::optional<Tensor> tks = maybe(k_scales, "k_scales", false);
   const std::optional<Tensor> tvs = maybe(v_scales, "v_scales", false);
   const std::optional<Tensor> tws = maybe(workspace, "workspace", true);
-  const auto ptr = [](const std::optional<Tensor>& t) { return t ? &*t : nullptr; };
+  const auto ptr = ptr_or_null;
   const GqaDecodeArgs a =
       make_args(tq, tk, tv, tpt, tsl, tout, ptr(tlse), ptr(tmask), ptr(tsinks), ptr(tks),
                 ptr(tvs), k_scale, v_scale, softmax_scale, out_scale, ptr(tws), stream);

@@ -29,24 +29,22 @@ void mla_sparse_planned_fast(const MlaPlan& plan, nb::handle q, nb::handle kv_ca
                              nb::handle out, nb::handle lse, float softmax_scale,
                              nb::handle workspace, std::uintptr_t stream, bool reuse_schedule) {
   constexpr const char* fn = "mla_decode_sparse";
-  const auto maybe = [](nb::handle h, std::optional<DType> dtype, const char* name, bool writable) {
-    return h.is_none() ? std::optional<Tensor>()
-                       : std::optional<Tensor>(import_fast(h, dtype, {fn, name}, writable));
-  };
-  const auto ptr = [](const std::optional<Tensor>& t) { return t ? &*t : nullptr; };
   const Tensor tq = import_fast(q, std::nullopt, {fn, "q"}, false);
   const Tensor tkv = import_fast(kv_cache, std::nullopt, {fn, "kv_cache"}, false);
   const Tensor tidx = import_fast(indices, DType::kINT32, {fn, "indices"}, false);
-  const std::optional<Tensor> tlen = maybe(topk_length, DType::kINT32, "topk_length", false);
-  const std::optional<Tensor> tsink = maybe(attn_sink, std::nullopt, "attn_sink", false);
+  const std::optional<Tensor> tlen =
+      import_fast_optional(topk_length, DType::kINT32, {fn, "topk_length"}, false);
+  const std::optional<Tensor> tsink =
+      import_fast_optional(attn_sink, std::nullopt, {fn, "attn_sink"}, false);
   const Tensor tout = import_fast(out, std::nullopt, {fn, "out"}, true);
-  const std::optional<Tensor> tlse = maybe(lse, std::nullopt, "lse", true);
-  const std::optional<Tensor> tws = maybe(workspace, std::nullopt, "workspace", true);
+  const std::optional<Tensor> tlse = import_fast_optional(lse, std::nullopt, {fn, "lse"}, true);
+  const std::optional<Tensor> tws =
+      import_fast_optional(workspace, std::nullopt, {fn, "workspace"}, true);
   MlaSparseArgs a;
-  set_common(a, tq, tkv, tout, ptr(tlse), softmax_scale, ptr(tws), stream);
+  set_common(a, tq, tkv, tout, ptr_or_null(tlse), softmax_scale, ptr_or_null(tws), stream);
   a.indices = tidx.view;
-  a.topk_length = view_or_absent(ptr(tlen));
-  a.attn_sink = view_or_absent(ptr(tsink));
+  a.topk_length = view_or_absent(ptr_or_null(tlen));
+  a.attn_sink = view_or_absent(ptr_or_null(tsink));
   a.reuse_schedule = reuse_schedule;
   nb::gil_scoped_release release;
   mla_decode_sparse(plan, a);
@@ -58,20 +56,16 @@ void mla_dense_planned_fast(const MlaPlan& plan, nb::handle q, nb::handle kv_cac
                             nb::handle lse, float softmax_scale, nb::handle workspace,
                             std::uintptr_t stream) {
   constexpr const char* fn = "mla_decode_dense";
-  const auto maybe = [](nb::handle h, const char* name) {
-    return h.is_none() ? std::optional<Tensor>()
-                       : std::optional<Tensor>(import_fast(h, std::nullopt, {fn, name}, true));
-  };
-  const auto ptr = [](const std::optional<Tensor>& t) { return t ? &*t : nullptr; };
   const Tensor tq = import_fast(q, std::nullopt, {fn, "q"}, false);
   const Tensor tkv = import_fast(kv_cache, std::nullopt, {fn, "kv_cache"}, false);
   const Tensor tbt = import_fast(block_table, DType::kINT32, {fn, "block_table"}, false);
   const Tensor tsl = import_fast(cache_seqlens, DType::kINT32, {fn, "cache_seqlens"}, false);
   const Tensor tout = import_fast(out, std::nullopt, {fn, "out"}, true);
-  const std::optional<Tensor> tlse = maybe(lse, "lse");
-  const std::optional<Tensor> tws = maybe(workspace, "workspace");
+  const std::optional<Tensor> tlse = import_fast_optional(lse, std::nullopt, {fn, "lse"}, true);
+  const std::optional<Tensor> tws =
+      import_fast_optional(workspace, std::nullopt, {fn, "workspace"}, true);
   MlaDenseArgs a;
-  set_common(a, tq, tkv, tout, ptr(tlse), softmax_scale, ptr(tws), stream);
+  set_common(a, tq, tkv, tout, ptr_or_null(tlse), softmax_scale, ptr_or_null(tws), stream);
   a.block_table = tbt.view;
   a.cache_seqlens = tsl.view;
   nb::gil_scoped_release release;

@@ -491,6 +491,24 @@ TEST(MlaSm90Kernel, TokenMapVariants) {
   run_pipe_variants(1);
 }
 
+// Cases in a cluster of 2 that the knob tests share, named with `prefix`: 128 heads on one
+// request per partition, splits with the sink and topk_length (cap 3), 96 heads at page 1 with
+// heavy skips and a row of all -1.
+std::vector<Sm90Case> cluster_cases(const std::string& prefix) {
+  Sm90Case c2 = make(prefix + "c2_h128_q1_p64_topk2048", 2, 1, 128, 64, 2048);
+  Sm90Case c2split = make(prefix + "c2_h128_split_cap3_sink_topklen", 5, 2, 128, 64, 448);
+  c2split.cap = 3;
+  c2split.one_request = false;
+  c2split.spec.attn_sink = true;
+  c2split.spec.topk_length = true;
+  Sm90Case c2skips = make(prefix + "c2_h96_p1_heavy_skips_empty_row", 3, 1, 96, 1, 512);
+  c2skips.spec.skip_fraction = 0.9f;
+  c2skips.empty_row = true;
+  std::vector<Sm90Case> cases = {c2, c2split, c2skips};
+  for (Sm90Case& c : cases) c.cluster = 2;
+  return cases;
+}
+
 // The light cluster hand-overs (Cfg::kSync = 1), the L2 prefetch routes (Cfg::kPrefetch 1 bulk,
 // 2 none, 3 sectors) and distances (Cfg::kAhead 1, 4) with the default pipe: many blocks per partition (the hand-overs' phases wrap
 // many times), page 1 and 64, splits with the sink, a request of all -1.
@@ -504,17 +522,7 @@ TEST(MlaSm90Kernel, SyncAndPrefetchVariants) {
     const auto [sync, prefetch, ahead, l1] = v;
     const std::string k = "s" + std::to_string(sync) + "_f" + std::to_string(prefetch) + "_a" +
                           std::to_string(ahead) + "_l" + std::to_string(l1) + "_";
-    Sm90Case c2 = make(k + "c2_h128_q1_p64_topk2048", 2, 1, 128, 64, 2048);
-    Sm90Case c2split = make(k + "c2_h128_split_cap3_sink_topklen", 5, 2, 128, 64, 448);
-    c2split.cap = 3;
-    c2split.one_request = false;
-    c2split.spec.attn_sink = true;
-    c2split.spec.topk_length = true;
-    Sm90Case c2skips = make(k + "c2_h96_p1_heavy_skips_empty_row", 3, 1, 96, 1, 512);
-    c2skips.spec.skip_fraction = 0.9f;
-    c2skips.empty_row = true;
-    std::vector<Sm90Case> cases = {c2, c2split, c2skips};
-    for (Sm90Case& c : cases) c.cluster = 2;
+    std::vector<Sm90Case> cases = cluster_cases(k);
     cases.push_back(make(k + "h64_q1_p64_topk2048", 2, 1, 64, 64, 2048));
     for (Sm90Case& c : cases) {
       c.pipe = 2;
@@ -538,19 +546,12 @@ TEST(MlaSm90Kernel, ConsumerVariants) {
   };
   for (const Knobs v : {Knobs{1, 0}, Knobs{2, 0}, Knobs{0, 1}, Knobs{2, 1}, Knobs{2, 2}}) {
     const std::string k = "r" + std::to_string(v.rescale) + "_h" + std::to_string(v.phand) + "_";
-    Sm90Case c2 = make(k + "c2_h128_q1_p64_topk2048", 2, 1, 128, 64, 2048);
-    Sm90Case c2split = make(k + "c2_h128_split_cap3_sink_topklen", 5, 2, 128, 64, 448);
-    c2split.cap = 3;
-    c2split.one_request = false;
-    c2split.spec.attn_sink = true;
-    c2split.spec.topk_length = true;
-    Sm90Case c2skips = make(k + "c2_h96_p1_heavy_skips_empty_row", 3, 1, 96, 1, 512);
-    c2skips.spec.skip_fraction = 0.9f;
-    c2skips.empty_row = true;
+    std::vector<Sm90Case> cases = cluster_cases(k);
     Sm90Case c2many = make(k + "c2_h128_many_requests_q4", 6, 4, 128, 64, 192);
     c2many.one_request = false;
-    std::vector<Sm90Case> cases = {c2, c2split, c2skips, c2many};
-    for (Sm90Case& c : cases) c.cluster = 2, c.pipe = 2, c.sync = 1;
+    c2many.cluster = 2;
+    cases.push_back(c2many);
+    for (Sm90Case& c : cases) c.pipe = 2, c.sync = 1;
     if (v.phand != 1) {  // P in registers needs pipes 0-2; without a cluster the default is 4
       Sm90Case h64 = make(k + "h64_q1_p64_topk2048", 2, 1, 64, 64, 2048);
       Sm90Case h16 = make(k + "h16_split_cap2_sink_topklen", 4, 2, 16, 64, 640);

@@ -661,6 +661,24 @@ __device__ __forceinline__ int raw_id_at(const SparseKernelParams& kp, const Spa
   return ldg_nc_s32(p.indices + c.r * p.indices_stride_batch + tok * p.indices_stride_token + pos);
 }
 
+// The L2 prefetch's warm-up, `far` at block 1: blocks 1 .. A - 1 prefetched now (the block loop
+// prefetches block i + A at block i), `far` left at block A + 1; returns block A's prefetch id
+// (this thread's token pf_k), not yet checked, for the prefetch issued at block 0.
+template <class Cfg, int kCl>
+__device__ __forceinline__ int prefetch_warm_up(const SparseKernelParams& kp, const SparsePart& part,
+                                                int tok, BlockPos& far, int pf_k, unsigned pool, int t) {
+  constexpr int kAhead = AheadOf<Cfg>::value;
+  static_assert(kAhead >= 1, "prefetch at least the next block");
+  for (int a = 1; a < kAhead; ++a) {
+    const int b = checked_id(raw_id_at(kp, part, tok, far, pf_k), pool);
+    if (b >= 0) prefetch_record<Cfg, 2 * kCl>(kp.p, b, t);
+    next_block(kp, part, far);
+  }
+  const int pf_id = raw_id_at(kp, part, tok, far, pf_k);
+  next_block(kp, part, far);
+  return pf_id;
+}
+
 
 template <class Cfg, int kCl>
 __device__ __forceinline__ void producer_ahead(const SparseKernelParams& kp, const SparsePart& part,
@@ -676,20 +694,11 @@ __device__ __forceinline__ void producer_ahead(const SparseKernelParams& kp, con
 
   // Cursors at blocks i (produced now), i + 1 (whose ids are loaded now) and i + A + 1 (A =
   // kAhead; whose prefetch id is loaded now, for the prefetch issued at block i + 1).
-  constexpr int kAhead = AheadOf<Cfg>::value;
-  static_assert(kAhead >= 1, "prefetch at least the next block");
   BlockPos cur = first_block(kp, part);
   BlockPos nxt = cur;
   next_block(kp, part, nxt);
-  // Blocks 1 .. A - 1 are prefetched before the loop (the loop prefetches i + A at block i).
   BlockPos far = nxt;
-  for (int a = 1; a < kAhead; ++a) {
-    const int b = checked_id(raw_id_at(kp, part, tok, far, pf_k), pool);
-    if (b >= 0) prefetch_record<Cfg, kTpt>(p, b, t);
-    next_block(kp, part, far);
-  }
-  int pf_id = raw_id_at(kp, part, tok, far, pf_k);  // block A, prefetched at block 0
-  next_block(kp, part, far);                        // i + A + 1
+  int pf_id = prefetch_warm_up<Cfg, kCl>(kp, part, tok, far, pf_k, pool, t);  // block A
   int my_id = t < kTokens ? raw_id_at(kp, part, tok, cur, t) : -1;
 
   for (int it = 0; cur.r <= part.end_req; ++it) {
@@ -798,8 +807,6 @@ __device__ __forceinline__ void producer_stream(const SparseKernelParams& kp, co
                                                 int tok, const Smem& sm, int rank) {
   constexpr int kRoundsPerBlock = 2 / kCl;
   constexpr int kTpt = 2 * kCl;  // prefetching threads per token (prefetch_record)
-  constexpr int kAhead = AheadOf<Cfg>::value;
-  static_assert(kAhead >= 1, "prefetch at least the next block");
   const MlaSparseParams& p = kp.p;
   const int t = threadIdx.x - 256;
   const unsigned pool = pool_bound(static_cast<long long>(p.num_blocks) * Cfg::kPageSize);
@@ -812,13 +819,7 @@ __device__ __forceinline__ void producer_stream(const SparseKernelParams& kp, co
   if (t < kTokens) sm.ids(0)[t] = checked_id(raw_id_at(kp, part, tok, nxt, t), pool);
   next_block(kp, part, nxt);
   BlockPos far = nxt;
-  for (int a = 1; a < kAhead; ++a) {
-    const int b = checked_id(raw_id_at(kp, part, tok, far, pf_k), pool);
-    if (b >= 0) prefetch_record<Cfg, kTpt>(p, b, t);
-    next_block(kp, part, far);
-  }
-  int pf_id = raw_id_at(kp, part, tok, far, pf_k);  // block A, prefetched at block 0
-  next_block(kp, part, far);
+  int pf_id = prefetch_warm_up<Cfg, kCl>(kp, part, tok, far, pf_k, pool, t);  // block A
   int my_id = t < kTokens ? raw_id_at(kp, part, tok, nxt, t) : -1;  // block 1
   named_bar_sync(kBarIds, 128);
   Round ra, rb;
@@ -1112,6 +1113,8 @@ __device__ __forceinline__ void consumer0(const SparseKernelParams& kp, const Sp
       // columns are chunks 0..3 (LBO 8192 B).
       if constexpr (kAblate != kAblateNoMma) {
         wgmma_fence();
+        // Descriptors from the address per k step (4 here, not QK^T's 36): with desc_advance
+        // ptxas allocated the kernel so that pipe 2's producer spilled 88 B without a cluster.
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
           wgmma_m64n256k16_rs<1>(o, pa[kk], smem_desc_sw128(tile + 2048 * kk, kChunkBytes, 1024), true);
@@ -1182,6 +1185,7 @@ __device__ __forceinline__ void consumer1(const SparseKernelParams& kp, const Sp
                                           int tok, int head0, const Smem& sm) {
   constexpr int kCl = ClusterOf<Cfg>::value;
   constexpr int kAblate = AblateOf<Cfg>::value;
+  constexpr bool kRegsP = PHandOf<Cfg>::value == kPHandRegs;
   const int t = threadIdx.x - 128;
   const int warp = t >> 5, lane = t & 31;
   const int r0 = warp * 16 + (lane >> 2);
@@ -1201,10 +1205,10 @@ __device__ __forceinline__ void consumer1(const SparseKernelParams& kp, const Sp
       mbar_wait(sm.p_ready(), it & 1);
       const float a0 = sm.row_scale()[r0];
       const float a1 = sm.row_scale()[r0 + 8];
-      if constexpr (PHandOf<Cfg>::value == kPHandRegs) {
-        // P's A fragments from where consumer 0 stored its own (same thread layout), then P's
-        // slot and the factors are free.
-        unsigned pa[4][4];
+      // kPHandRegs: P's A fragments from where consumer 0 stored its own (same thread layout);
+      // P's slot and the factors are then free.
+      [[maybe_unused]] unsigned pa[4][4];
+      if constexpr (kRegsP) {
         const unsigned base = sm.p() + 4 * c;
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
@@ -1214,35 +1218,27 @@ __device__ __forceinline__ void consumer1(const SparseKernelParams& kp, const Sp
           pa[kk][3] = ptx::lds32(base + swz(r0 + 8, 2 * kk + 1));
         }
         mbar_arrive(sm.p_free());
-        rescale<RescaleOf<Cfg>::value>(o, a0, a1);
-        if constexpr (kAblate != kAblateNoMma) {
-          wgmma_fence();
-          const unsigned long long dv = smem_desc_sw128(tile + 4 * kChunkBytes, kChunkBytes, 1024);
-#pragma unroll
-          for (int kk = 0; kk < 4; ++kk) wgmma_m64n256k16_rs<1>(o, pa[kk], desc_advance(dv, 2048 * kk), true);
-          wgmma_commit();
-          wgmma_wait<0>();
-          fence_regs(o);
-        }
-        if (lane == 0) release_tile<Cfg, kCl>(sm, stage);
-        continue;
       }
       rescale<RescaleOf<Cfg>::value>(o, a0, a1);
-      // O[:, 256:512] += P V: A = P (K-major 64 x 64, k step kk at byte 32 kk), B = V chunks
-      // 4..7 as in consumer 0.
+      // O[:, 256:512] += P V: A = P (K-major 64 x 64, k step kk at byte 32 kk; or registers),
+      // B = V chunks 4..7 as in consumer 0.
       if constexpr (kAblate != kAblateNoMma) {
         wgmma_fence();
         const unsigned long long dp = smem_desc_sw128(sm.p(), 16, 1024);
         const unsigned long long dv = smem_desc_sw128(tile + 4 * kChunkBytes, kChunkBytes, 1024);
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
-          wgmma_m64n256k16_ss<1>(o, desc_advance(dp, 32 * kk), desc_advance(dv, 2048 * kk), true);
+          if constexpr (kRegsP) {
+            wgmma_m64n256k16_rs<1>(o, pa[kk], desc_advance(dv, 2048 * kk), true);
+          } else {
+            wgmma_m64n256k16_ss<1>(o, desc_advance(dp, 32 * kk), desc_advance(dv, 2048 * kk), true);
+          }
         }
         wgmma_commit();
         wgmma_wait<0>();
         fence_regs(o);
       }
-      mbar_arrive(sm.p_free());
+      if constexpr (!kRegsP) mbar_arrive(sm.p_free());
       if (lane == 0) release_tile<Cfg, kCl>(sm, stage);
     }
     mbar_wait(sm.out_ready(), nreq & 1);

@@ -55,9 +55,8 @@ DECA_HD constexpr RegBudget reg_budget_of_pipe(int pipe) {
 // ptxas spills and serializes the wgmma (C7512); at 176 (16 from consumer 0) it compiles clean
 // with pipes 0-2 (pipes 3 and 4 leave consumer 0 too few: 192 / 184).
 DECA_HD constexpr RegBudget reg_budget(int pipe, int phand = 0) {
-  return phand != 1 ? reg_budget_of_pipe(pipe)
-                    : RegBudget{reg_budget_of_pipe(pipe).consumer0 - 16, reg_budget_of_pipe(pipe).consumer1 + 16,
-                                reg_budget_of_pipe(pipe).producer};
+  const RegBudget b = reg_budget_of_pipe(pipe);
+  return phand != 1 ? b : RegBudget{b.consumer0 - 16, b.consumer1 + 16, b.producer};
 }
 static_assert(reg_budget(kPipeWhole).consumer0 + reg_budget(kPipeWhole).consumer1 +
                       reg_budget(kPipeWhole).producer <= 3 * 168 &&
