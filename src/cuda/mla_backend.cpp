@@ -105,8 +105,7 @@ const Kernels& kernels(const MlaKernelKey& dk, int num_heads, int device) {
   Kernels k;
   k.arch = dk.arch;
   k.variant = dk.variant;
-  k.shape = mla_decode_shape(dk.variant, num_heads);
-  k.shape.cluster_x = dk.sm90.cluster;
+  k.shape = dk.variant == "sm90" ? mla_decode_shape(dk.sm90) : mla_decode_shape(dk.variant, num_heads);
   k.schedule = &jit::get_kernel(key(dk.arch, MlaKernelRole::kSchedule).spec(), device);
   k.decode = &jit::get_kernel(dk.spec(), device);
   k.combine = &jit::get_kernel(key(dk.arch, MlaKernelRole::kCombine).spec(), device);

@@ -50,6 +50,7 @@ constexpr Knob kKnobs[] = {
     {&MlaSm90Knobs::l1, "kL1", "DECA_MLA_L1", 0, 1, "_l1e", 0, true},
     {&MlaSm90Knobs::rescale, "kRescale", "DECA_MLA_RESCALE", 0, 2, "_rs", 2, true},
     {&MlaSm90Knobs::phand, "kPHand", "DECA_MLA_PHAND", 0, 2, "_pr", 0, true},
+    {&MlaSm90Knobs::producers, "kProducers", "DECA_MLA_PRODUCERS", 1, 2, "_w", 1, true},
 };
 
 }  // namespace
@@ -65,6 +66,16 @@ MlaSm90Knobs mla_sm90_consistent(MlaSm90Knobs k, int num_heads) {
   if (k.pipe == 0) {
     k.ahead = 2;  // the base producer prefetches two blocks ahead, fixed
     k.map = 0;    // and has the unit split only
+  }
+  // Two producer warpgroups (72 registers each): the ids a block ahead with 4 units per round
+  // (pipe 1); in a cluster, where a warpgroup's share is 16 tokens, also pipes 2 and 3 (without
+  // one they spill, 28 / 52 B, NVRTC). Their consumers split P V in N = 128 halves (sm90_ptx.cuh),
+  // which P in consumer 1's registers has no form for; the mma dequantization is left out.
+  if (k.producers == 2) {
+    if (k.pipe != 1 && !(k.cluster == 2 && (k.pipe == 2 || k.pipe == 3))) k.pipe = 1;
+    k.map = 0;
+    if (k.phand == 1) k.phand = 0;
+    k.dequant = 0;
   }
   if (k.pipe == 4) k.map = 0;  // the round stream has the unit split only
   if (k.pipe > 2 && k.phand == 1) k.phand = 0;  // P in consumer 1's registers: 16 registers from consumer 0, pipes 0-2
@@ -178,6 +189,16 @@ MlaKernelKey mla_decode_key(int arch, const std::string& variant, const MlaConfi
   k.page_size = config.page_size;
   k.sm90 = mla_sm90_knobs_from_env(config.num_heads);
   return k;
+}
+
+MlaDecodeShape mla_decode_shape(const MlaSm90Knobs& knobs) {
+  MlaDecodeShape s;
+#if DECA_MLA_HAVE_SM90
+  s.threads = mla::sm90::threads_of(knobs.producers);
+  s.smem_bytes = mla::sm90::kSmemBytes;
+#endif
+  s.cluster_x = knobs.cluster;
+  return s;
 }
 
 MlaDecodeShape mla_decode_shape(const std::string& variant, int num_heads) {

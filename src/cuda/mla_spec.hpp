@@ -31,6 +31,7 @@ struct MlaSm90Knobs {
                      // (2e5d498, H200: b128 h64 134.1 -> 131.1 us, b128 h16 126.4 -> 123.2, b128 h128 225.2 -> 225.8)
   int phand = 0;     // Cfg::kPHand, DECA_MLA_PHAND: 1 consumer 1 takes P into registers (no proxy fence),
                      // 2 consumer 0 hands P over after issuing its own P V (mla_sm90_defaults)
+  int producers = 1; // Cfg::kProducers, DECA_MLA_PRODUCERS: 2 producer warpgroups (512 threads)
 };
 
 // The knobs a key may hold: what was asked, made consistent for `num_heads` (a pure function,
@@ -38,7 +39,9 @@ struct MlaSm90Knobs {
 // integer dequantization only with pipe 3, the mma one with pipes 2-4, the unit split and a
 // cluster, the base producer (pipe 0) with its fixed prefetch distance and the unit split, the
 // round stream (pipe 4) with the unit split, P in consumer 1's registers with pipes 0-2, the
-// hand-over after P V with any producer but pipe 2 without a cluster.
+// hand-over after P V with any producer but pipe 2 without a cluster; two producer warpgroups
+// with pipe 1 (and pipes 2, 3 in a cluster), the unit split, the hardware conversions and P from
+// shared memory in consumer 1 (asked with another pipe, they take pipe 1).
 MlaSm90Knobs mla_sm90_consistent(MlaSm90Knobs k, int num_heads);
 
 // The knobs a plan compiles by default for a cluster size (a pure function, table-tested), from
@@ -80,6 +83,8 @@ struct MlaDecodeShape {
   int smem_bytes = 0;
   int cluster_x = 1;  // CTAs of a cluster along x (1: no cluster attribute)
 };
+// The sm90 kernel's: threads from the knobs' producer warpgroups, the cluster from `cluster`.
+MlaDecodeShape mla_decode_shape(const MlaSm90Knobs& knobs);
 MlaDecodeShape mla_decode_shape(const std::string& variant, int num_heads);
 
 // The decode variant of a plan: a checked plan runs the portable kernel (the sm90 one has no

@@ -120,6 +120,7 @@ struct Sm90Case {
   int l1 = 0;              // Cfg::kL1: 1 the gather's L1 evict-last policy
   int rescale = 0;         // Cfg::kRescale: 1 skip factors of 1 (same bytes as 0), 2 lazy maxima
   int phand = 0;           // Cfg::kPHand: 1 consumer 1 takes P into registers (same bytes as 0)
+  int producers = 1;       // Cfg::kProducers: 2 producer warpgroups (512 threads; same bytes as 1)
   std::string name;
 };
 
@@ -185,13 +186,14 @@ void run_case(const Sm90Case& tc) {
   kp.run.stamp = stamp.as<mla::ScheduleStamp>();
 
   const jit::LoadedKernel& k = jit::get_kernel(mla_sm90_spec(s.page_size, tc.cluster, 0, tc.pipe, tc.dequant, tc.sync, tc.prefetch, tc.ahead, tc.map, tc.l1,
-                                                             tc.rescale, tc.phand), 0);
+                                                             tc.rescale, tc.phand, tc.producers), 0);
+  const unsigned threads = static_cast<unsigned>(mla::sm90::threads_of(tc.producers));
   void* args[] = {&kp};
   jit::LaunchOptions opts;
   if (tc.cluster == 2) opts.cluster = {2, 1, 1};
   jit::launch(k, {static_cast<unsigned>(mla::sm90::head_blocks(s.num_heads)),
                   static_cast<unsigned>(s.q_len), static_cast<unsigned>(lay.parts.size())},
-              {mla::sm90::kThreads, 1, 1}, mla::sm90::kSmemBytes, nullptr, args, opts);
+              {threads, 1, 1}, mla::sm90::kSmemBytes, nullptr, args, opts);
   cuda_ok(cudaDeviceSynchronize(), "mla sm90 kernel");
 
   HostTensor gout(DType::kBF16, c.out.shape()), glse(DType::kFP32, c.lse.shape());
@@ -208,7 +210,7 @@ void run_case(const Sm90Case& tc) {
   pl.fill(0xFF);
   jit::launch(k, {static_cast<unsigned>(mla::sm90::head_blocks(s.num_heads)),
                   static_cast<unsigned>(s.q_len), static_cast<unsigned>(lay.parts.size())},
-              {mla::sm90::kThreads, 1, 1}, mla::sm90::kSmemBytes, nullptr, args, opts);
+              {threads, 1, 1}, mla::sm90::kSmemBytes, nullptr, args, opts);
   cuda_ok(cudaDeviceSynchronize(), "mla sm90 kernel, second launch");
   {
     HostTensor again(DType::kBF16, c.out.shape()), again_lse(DType::kFP32, c.lse.shape());
@@ -225,8 +227,10 @@ void run_case(const Sm90Case& tc) {
   // The integer and the mma dequantization claim the reference's rounding exactly (subnormal e4m3
   // included), the producer's token split fills the same tiles, skipping factors of 1 multiplies
   // by 1 less often and P V from registers reads the same P: the variant with the hardware
-  // conversions, the unit split, every rescale and P from shared memory must write the same bytes.
-  if (tc.dequant != 0 || tc.map != 0 || tc.rescale == 1 || tc.phand != 0) {
+  // conversions, the unit split, every rescale and P from shared memory must write the same bytes;
+  // so must two producer warpgroups (the same tiles; P V as two N = 128 halves per k step, each
+  // element's sum the same).
+  if (tc.dequant != 0 || tc.map != 0 || tc.rescale == 1 || tc.phand != 0 || tc.producers != 1) {
     const jit::LoadedKernel& k0 = jit::get_kernel(
         mla_sm90_spec(s.page_size, tc.cluster, 0, tc.pipe, 0, tc.sync, tc.prefetch, tc.ahead, 0, tc.l1,
                       tc.rescale == 2 ? 2 : 0, 0), 0);
@@ -489,6 +493,29 @@ TEST(MlaSm90Kernel, ProducerPipeVariants) {
 TEST(MlaSm90Kernel, TokenMapVariants) {
   REQUIRE_SM90();
   run_pipe_variants(1);
+}
+
+// Two producer warpgroups (Cfg::kProducers = 2, 512 threads): pipe 1 over pipe_cases (both
+// cluster sizes; its walk, id staging and prefetch shares are per warpgroup), pipes 2 and 3 in a
+// cluster (without one they spill), with the consumers' defaults (lazy rescale; the hand-over after
+// P V without a cluster, the light hand-overs and the prefetch a block ahead in one); each checked
+// bit for bit against one producer in run_case.
+TEST(MlaSm90Kernel, TwoProducerWarpgroups) {
+  REQUIRE_SM90();
+  for (int pipe : {1, 2, 3}) {
+    const std::string k = "w2_k" + std::to_string(pipe) + "_";
+    std::vector<Sm90Case> cases = pipe_cases(k);
+    for (Sm90Case& c : cases) {
+      if (pipe != 1 && c.cluster != 2) continue;
+      c.pipe = pipe;
+      c.producers = 2;
+      c.rescale = 2;
+      c.phand = c.cluster == 2 ? 0 : 2;
+      c.sync = c.cluster == 2 ? 1 : 0;
+      c.ahead = c.cluster == 2 ? 1 : 2;
+      run_case(c);
+    }
+  }
 }
 
 // Cases in a cluster of 2 that the knob tests share, named with `prefix`: 128 heads on one

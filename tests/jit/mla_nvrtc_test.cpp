@@ -116,6 +116,30 @@ TEST(MlaSm90Knobs, ConsistentKeepsOnlyCombinationsTheKernelBuilds) {
       {64, with(knobs(1, 2, 0, 0, 0, 2, 0, 0), 2, 2), with(knobs(1, 2, 0, 0, 0, 2, 0, 0), 2, 0)},
       {128, with(knobs(2, 2, 0, 1, 0, 2, 0, 0), 2, 2), with(knobs(2, 2, 0, 1, 0, 2, 0, 0), 2, 2)},
   };
+  // Two producer warpgroups: pipe 1, or 2 / 3 in a cluster (another pipe asked takes 1); the unit
+  // split, the hardware conversions, P from shared memory in consumer 1.
+  auto two = [](MlaSm90Knobs k) {
+    k.producers = 2;
+    return k;
+  };
+  const Row producers[] = {
+      {64, two(with(knobs(1, 4, 0, 0, 0, 2, 0, 0), 2, 2)), two(with(knobs(1, 1, 0, 0, 0, 2, 0, 0), 2, 2))},
+      {64, two(with(knobs(1, 3, 1, 0, 0, 2, 1, 0), 2, 1)), two(with(knobs(1, 1, 0, 0, 0, 2, 0, 0), 2, 0))},
+      {16, two(with(knobs(1, 1, 0, 0, 0, 4, 0, 0), 2, 2)), two(with(knobs(1, 1, 0, 0, 0, 4, 0, 0), 2, 2))},
+      {128, two(with(knobs(2, 2, 2, 1, 0, 1, 0, 0), 2, 0)), two(with(knobs(2, 2, 0, 1, 0, 1, 0, 0), 2, 0))},
+      {128, two(with(knobs(2, 3, 0, 1, 0, 1, 0, 0), 2, 2)), two(with(knobs(2, 3, 0, 1, 0, 1, 0, 0), 2, 2))},
+      {128, two(with(knobs(2, 0, 0, 1, 0, 2, 0, 0), 2, 0)), two(with(knobs(2, 1, 0, 1, 0, 2, 0, 0), 2, 0))},
+      {100, two(with(knobs(2, 4, 0, 1, 0, 1, 0, 0), 2, 1)), two(with(knobs(2, 1, 0, 1, 0, 1, 0, 0), 2, 0))},
+  };
+  for (const Row& r : producers) {
+    const MlaSm90Knobs k = mla_sm90_consistent(r.asked, r.heads);
+    EXPECT_EQ(k.producers, 2) << r.heads;
+    EXPECT_EQ(k.pipe, r.kept.pipe) << r.heads << " pipe " << r.asked.pipe;
+    EXPECT_EQ(k.map, r.kept.map) << r.heads;
+    EXPECT_EQ(k.dequant, r.kept.dequant) << r.heads;
+    EXPECT_EQ(k.phand, r.kept.phand) << r.heads;
+    EXPECT_EQ(k.ahead, r.kept.ahead) << r.heads;
+  }
   for (const Row& r : more) {
     const MlaSm90Knobs k = mla_sm90_consistent(r.asked, r.heads);
     EXPECT_EQ(k.rescale, r.kept.rescale) << r.heads;
@@ -165,7 +189,7 @@ TEST(MlaSm90Knobs, KeysFromTheEnvironment) {
   if (!kMlaSm90KernelEnabled) GTEST_SKIP() << "the sm90 MLA kernel is not enabled in this build";
   const char* vars[] = {"DECA_MLA_CLUSTER", "DECA_MLA_PIPE", "DECA_MLA_DEQUANT", "DECA_MLA_SYNC",
                         "DECA_MLA_PREFETCH", "DECA_MLA_AHEAD", "DECA_MLA_MAP", "DECA_MLA_L1",
-                        "DECA_MLA_RESCALE", "DECA_MLA_PHAND"};
+                        "DECA_MLA_RESCALE", "DECA_MLA_PHAND", "DECA_MLA_PRODUCERS"};
   for (const char* v : vars) unsetenv(v);
   MlaConfig c;
   c.sparse = true, c.topk = 2048, c.page_size = 64, c.checked = false;
@@ -188,10 +212,15 @@ TEST(MlaSm90Knobs, KeysFromTheEnvironment) {
   setenv("DECA_MLA_RESCALE", "0", 1);  // away from the default: named
   EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_pipe3_deq1_pf3_rs0_pr2_sm90");
   unsetenv("DECA_MLA_RESCALE");
+  setenv("DECA_MLA_PRODUCERS", "2", 1);  // pipe 3 without a cluster spills there: pipe 1
+  EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_pipe1_pf3_pr2_w2_sm90");
+  EXPECT_EQ(mla_decode_shape(mla_decode_key(90, "sm90", c).sm90).threads, 512);
+  unsetenv("DECA_MLA_PRODUCERS");
+  EXPECT_EQ(mla_decode_shape(k.sm90).threads, 384);
   const std::string src = k.spec().source;
   for (const char* field : {"kPageSize = 64;", "kCluster = 1;", "kPipe = 3;", "kDequant = 1;", "kSync = 0;",
                             "kPrefetch = 3;", "kAhead = 2;", "kMap = 0;", "kL1 = 0;", "kRescale = 2;",
-                            "kPHand = 2;"}) {
+                            "kPHand = 2;", "kProducers = 1;"}) {
     EXPECT_NE(src.find(field), std::string::npos) << field << " in\n" << src;
   }
   for (const char* v : vars) unsetenv(v);

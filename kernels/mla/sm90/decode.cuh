@@ -246,6 +246,14 @@ DECA_MLA_SM90_KNOB(RescaleOf, kRescale, kRescaleEvery)
 enum PHand : int { kPHandSmem = 0, kPHandRegs = 1, kPHandAfterPv = 2 };
 DECA_MLA_SM90_KNOB(PHandOf, kPHand, kPHandSmem)
 
+// Producer warpgroups (1 or 2; 2 with kPipe 1..3 and the unit split). One producer warpgroup is
+// one warp per SM sub-partition for the whole gather and conversion: ncu at b128 h64 had it
+// issuing in 19 % of its samples, the rest its own latencies (loads, fixed-latency dependencies,
+// dispatch) that no other warp of the sub-partition covers. Two warpgroups split the block's
+// tokens between them (512 threads; 72 registers each, from consumer 0's 224 and the 168 every
+// warpgroup of 384 threads starts with): two warps per sub-partition, each with half the work.
+DECA_MLA_SM90_KNOB(ProducersOf, kProducers, 1)
+
 #undef DECA_MLA_SM90_KNOB
 
 // A 16-byte / 4-byte load of a cache record with the L1 policy of L1Of<Cfg>.
@@ -390,13 +398,13 @@ __device__ __forceinline__ uint4 load_rope(const MlaSparseParams& p, int id, int
 // one latency per block, at 128 producer registers. `before_store` runs after the first round's
 // loads are issued and before the first store into the tile (kPipeEarly waits there for the
 // tile to be free, so that the loads' latency overlaps the consumers still reading it).
-template <class Cfg, int kCl, int kPerRound, class BeforeStore>
+template <class Cfg, int kCl, int kWays, int kPerRound, class BeforeStore>
 __device__ __forceinline__ void produce_block(const MlaSparseParams& p, const Smem& sm, int stage,
                                               const int* block_ids, int t, int first_token,
                                               BeforeStore before_store) {
-  constexpr int kRounds = 16 / kCl / kPerRound;
-  constexpr int kRope = 4 / kCl;    // (tokens x 8 units) / 128 threads
-  static_assert(kRounds * kPerRound * 4 * kCl == kTokens, "every token of the block, once");
+  constexpr int kRounds = 16 / kWays / kPerRound;
+  constexpr int kRope = 4 / kWays;  // (tokens x 8 units) / 128 threads
+  static_assert(kRounds * kPerRound * 4 * kWays == kTokens, "every token of the block, once");
   const unsigned tile = sm.k(stage);
   const unsigned peer_bar = sm.peer(ptx::smem_addr(sm.remote(stage)));
   const int* ids = block_ids + first_token;
@@ -598,7 +606,7 @@ __device__ __forceinline__ void producer(const SparseKernelParams& kp, const Spa
       // about one loaded HBM latency).
       prefetch_ahead<Cfg, kCl>(kp, part, tok, r, blk, pc.blk_end, 2, pool, first_token, t);
       if (it == 0) prefetch_ahead<Cfg, kCl>(kp, part, tok, r, blk, pc.blk_end, 1, pool, first_token, t);
-      produce_block<Cfg, kCl, 8>(p, sm, stage, sm.ids(it), t, first_token, [] {});
+      produce_block<Cfg, kCl, kCl, 8>(p, sm, stage, sm.ids(it), t, first_token, [] {});
       fence_proxy_async_smem();
       mbar_arrive(sm.full(stage));
     }
@@ -664,14 +672,14 @@ __device__ __forceinline__ int raw_id_at(const SparseKernelParams& kp, const Spa
 // The L2 prefetch's warm-up, `far` at block 1: blocks 1 .. A - 1 prefetched now (the block loop
 // prefetches block i + A at block i), `far` left at block A + 1; returns block A's prefetch id
 // (this thread's token pf_k), not yet checked, for the prefetch issued at block 0.
-template <class Cfg, int kCl>
+template <class Cfg, int kWays>
 __device__ __forceinline__ int prefetch_warm_up(const SparseKernelParams& kp, const SparsePart& part,
                                                 int tok, BlockPos& far, int pf_k, unsigned pool, int t) {
   constexpr int kAhead = AheadOf<Cfg>::value;
   static_assert(kAhead >= 1, "prefetch at least the next block");
   for (int a = 1; a < kAhead; ++a) {
     const int b = checked_id(raw_id_at(kp, part, tok, far, pf_k), pool);
-    if (b >= 0) prefetch_record<Cfg, 2 * kCl>(kp.p, b, t);
+    if (b >= 0) prefetch_record<Cfg, 2 * kWays>(kp.p, b, t);
     next_block(kp, part, far);
   }
   const int pf_id = raw_id_at(kp, part, tok, far, pf_k);
@@ -684,12 +692,20 @@ template <class Cfg, int kCl>
 __device__ __forceinline__ void producer_ahead(const SparseKernelParams& kp, const SparsePart& part,
                                                int tok, const Smem& sm, int rank) {
   constexpr int kPipe = PipeOf<Cfg>::value;
-  constexpr int kPerRound = kPipe >= kPipeWhole ? 16 / kCl : 8;
-  constexpr int kTpt = 2 * kCl;  // prefetching threads per token (prefetch_record)
+  constexpr int kProducers = ProducersOf<Cfg>::value;
+  // The block's tokens split kWays ways: between the CTAs of a cluster, then between this CTA's
+  // producer warpgroups (each a whole share: its own loads, conversions, stores and prefetches).
+  constexpr int kWays = kCl * kProducers;
+  // Two producer warpgroups hold 4 units per round (their 72 registers), one holds 8.
+  constexpr int kPerRound = kPipe >= kPipeWhole ? 16 / kWays : (kProducers == 2 ? 4 : 8);
+  constexpr int kTpt = 2 * kWays;  // prefetching threads per token (prefetch_record)
   const MlaSparseParams& p = kp.p;
-  const int t = threadIdx.x - 256;
+  const int tg = threadIdx.x - 256;  // among all producer threads: the id staging, the peer's bytes
+  // In this warpgroup: its share of the block (one producer: tg itself, as ptxas cannot tell).
+  const int t = kProducers == 1 ? tg : (tg & 127);
   const unsigned pool = pool_bound(static_cast<long long>(p.num_blocks) * Cfg::kPageSize);
-  const int first_token = rank * (kTokens / kCl);
+  const int first_token =
+      rank * (kTokens / kCl) + (kProducers == 1 ? 0 : (tg >> 7) * (kTokens / kWays));
   const int pf_k = first_token + t / kTpt;  // the token this thread prefetches in a block
 
   // Cursors at blocks i (produced now), i + 1 (whose ids are loaded now) and i + A + 1 (A =
@@ -698,8 +714,8 @@ __device__ __forceinline__ void producer_ahead(const SparseKernelParams& kp, con
   BlockPos nxt = cur;
   next_block(kp, part, nxt);
   BlockPos far = nxt;
-  int pf_id = prefetch_warm_up<Cfg, kCl>(kp, part, tok, far, pf_k, pool, t);  // block A
-  int my_id = t < kTokens ? raw_id_at(kp, part, tok, cur, t) : -1;
+  int pf_id = prefetch_warm_up<Cfg, kWays>(kp, part, tok, far, pf_k, pool, t);  // block A
+  int my_id = tg < kTokens ? raw_id_at(kp, part, tok, cur, tg) : -1;
 
   for (int it = 0; cur.r <= part.end_req; ++it) {
     const int stage = it & 1;
@@ -708,16 +724,16 @@ __device__ __forceinline__ void producer_ahead(const SparseKernelParams& kp, con
     auto wait_free = [&] {
       wait_empty<Cfg, kCl>(sm, stage, ((it >> 1) & 1) ^ 1);
       // The peer's bytes may land before this arrival; the phase cannot complete without it.
-      if (kCl == 2 && t == 0) expect_peer_bytes<Cfg>(sm, stage);
+      if (kCl == 2 && tg == 0) expect_peer_bytes<Cfg>(sm, stage);
     };
     if constexpr (kPipe != kPipeEarly) wait_free();
     // Every CTA keeps all 64 ids: the consumers mask with them. The slot of block it was last
     // read by the consumers of block it - kIdSlots, done before the wait for block it - 2.
-    if (t < kTokens) sm.ids(it)[t] = checked_id(my_id, pool);
+    if (tg < kTokens) sm.ids(it)[tg] = checked_id(my_id, pool);
     pf_id = checked_id(pf_id, pool);
-    named_bar_sync(kBarIds, 128);
+    named_bar_sync(kBarIds, 128 * kProducers);
     // A block ahead: the next block's ids, and the id of the block three ahead.
-    if (t < kTokens) my_id = raw_id_at(kp, part, tok, nxt, t);
+    if (tg < kTokens) my_id = raw_id_at(kp, part, tok, nxt, tg);
     if (pf_id >= 0) prefetch_record<Cfg, kTpt>(p, pf_id, t);
     pf_id = raw_id_at(kp, part, tok, far, pf_k);
     if constexpr (MapOf<Cfg>::value == kMapTokens) {
@@ -729,9 +745,9 @@ __device__ __forceinline__ void producer_ahead(const SparseKernelParams& kp, con
         produce_block_tokens<Cfg, kCl, kTokRound>(p, sm, stage, sm.ids(it), t, first_token, [] {});
       }
     } else if constexpr (kPipe == kPipeEarly) {
-      produce_block<Cfg, kCl, kPerRound>(p, sm, stage, sm.ids(it), t, first_token, wait_free);
+      produce_block<Cfg, kCl, kWays, kPerRound>(p, sm, stage, sm.ids(it), t, first_token, wait_free);
     } else {
-      produce_block<Cfg, kCl, kPerRound>(p, sm, stage, sm.ids(it), t, first_token, [] {});
+      produce_block<Cfg, kCl, kWays, kPerRound>(p, sm, stage, sm.ids(it), t, first_token, [] {});
     }
     fence_proxy_async_smem();
     mbar_arrive(sm.full(stage));
@@ -1117,7 +1133,14 @@ __device__ __forceinline__ void consumer0(const SparseKernelParams& kp, const Sp
         // ptxas allocated the kernel so that pipe 2's producer spilled 88 B without a cluster.
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
-          wgmma_m64n256k16_rs<1>(o, pa[kk], smem_desc_sw128(tile + 2048 * kk, kChunkBytes, 1024), true);
+          if constexpr (ProducersOf<Cfg>::value == 2) {
+            // Columns 0..127 (chunks 0, 1) and 128..255 (chunks 2, 3): sm90_ptx.cuh says why.
+            wgmma_m64n128k16_rs<1>(o, pa[kk], smem_desc_sw128(tile + 2048 * kk, kChunkBytes, 1024), true);
+            wgmma_m64n128k16_rs<1>(o + 64, pa[kk],
+                                   smem_desc_sw128(tile + 2 * kChunkBytes + 2048 * kk, kChunkBytes, 1024), true);
+          } else {
+            wgmma_m64n256k16_rs<1>(o, pa[kk], smem_desc_sw128(tile + 2048 * kk, kChunkBytes, 1024), true);
+          }
         }
         wgmma_commit();
         if constexpr (PHandOf<Cfg>::value == kPHandAfterPv) hand_over_p();
@@ -1230,6 +1253,11 @@ __device__ __forceinline__ void consumer1(const SparseKernelParams& kp, const Sp
         for (int kk = 0; kk < 4; ++kk) {
           if constexpr (kRegsP) {
             wgmma_m64n256k16_rs<1>(o, pa[kk], desc_advance(dv, 2048 * kk), true);
+          } else if constexpr (ProducersOf<Cfg>::value == 2) {
+            // Columns 256..383 (chunks 4, 5) and 384..511 (chunks 6, 7): sm90_ptx.cuh says why.
+            wgmma_m64n128k16_ss<1>(o, desc_advance(dp, 32 * kk), desc_advance(dv, 2048 * kk), true);
+            wgmma_m64n128k16_ss<1>(o + 64, desc_advance(dp, 32 * kk),
+                                   desc_advance(dv, 2 * kChunkBytes + 2048 * kk), true);
           } else {
             wgmma_m64n256k16_ss<1>(o, desc_advance(dp, 32 * kk), desc_advance(dv, 2048 * kk), true);
           }
@@ -1253,8 +1281,12 @@ template <class Cfg>
 __device__ __forceinline__ void mla_sparse_decode_sm90(const SparseKernelParams& kp,
                                                        unsigned char* smem_raw) {
   constexpr int kCl = ClusterOf<Cfg>::value;
+  constexpr int kProducers = ProducersOf<Cfg>::value;
   static_assert(kCl == 1 || kCl == 2, "Cfg::kCluster: 1, or 2 for two head blocks");
   static_assert(PipeOf<Cfg>::value >= kPipeBase && PipeOf<Cfg>::value <= kPipeStream, "Cfg::kPipe");
+  static_assert(kProducers == 1 || (kProducers == 2 && PipeOf<Cfg>::value >= kPipeAhead &&
+                                    PipeOf<Cfg>::value <= kPipeEarly && MapOf<Cfg>::value == kMapUnits),
+                "Cfg::kProducers: 1, or 2 with kPipe 1..3 and the unit split");
   static_assert(DequantOf<Cfg>::value >= 0 && DequantOf<Cfg>::value <= 2, "Cfg::kDequant");
   static_assert(DequantOf<Cfg>::value != 2 || (MapOf<Cfg>::value == kMapUnits && kCl == 2),
                 "Cfg::kDequant = 2: a quad of lanes on one token (the unit split), in a cluster "
@@ -1274,7 +1306,7 @@ __device__ __forceinline__ void mla_sparse_decode_sm90(const SparseKernelParams&
   if (threadIdx.x == 0) {
 #pragma unroll
     for (int s = 0; s < kStages; ++s) {
-      mbar_init(sm.full(s), 128);       // every producer thread
+      mbar_init(sm.full(s), 128 * kProducers);  // every producer thread
       mbar_init(sm.empty(s), 8 * kCl);  // lane 0 of each consumer warp (of both CTAs)
       mbar_init(sm.remote(s), 1);       // the local expect_tx arrival (+ the peer's bytes)
     }
@@ -1302,8 +1334,8 @@ __device__ __forceinline__ void mla_sparse_decode_sm90(const SparseKernelParams&
   // Read through a shuffle so that ptxas sees a warp-uniform role: wgmma in a path it takes for
   // divergent is serialized (C7518: a wait after every wgmma).
   const int wg = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / 128, 0);
-  constexpr RegBudget kRegs = reg_budget(PipeOf<Cfg>::value, PHandOf<Cfg>::value);
-  if (wg == 2) {
+  constexpr RegBudget kRegs = reg_budget(PipeOf<Cfg>::value, PHandOf<Cfg>::value, kProducers);
+  if (wg >= 2) {
     setmaxnreg_dec<kRegs.producer>();
     if constexpr (PipeOf<Cfg>::value == kPipeBase) {
       producer<Cfg, kCl>(kp, part, tok, sm, static_cast<int>(rank));
@@ -1316,7 +1348,7 @@ __device__ __forceinline__ void mla_sparse_decode_sm90(const SparseKernelParams&
     setmaxnreg_inc<kRegs.consumer0>();
     consumer0<Cfg>(kp, part, tok, head0, sm);
   } else {
-    if constexpr (kRegs.consumer1 > 168) {
+    if constexpr (kRegs.consumer1 > launch_regs(kProducers)) {
       setmaxnreg_inc<kRegs.consumer1>();
     } else {
       setmaxnreg_dec<kRegs.consumer1>();

@@ -15,6 +15,10 @@
 namespace deca::mla::sm90 {
 
 constexpr int kThreads = 384;     // three warpgroups: consumer 0, consumer 1, producer
+// With Cfg::kProducers = 2 a fourth warpgroup, a second producer (decode.cuh, ProducersOf).
+DECA_HD constexpr int threads_of(int producers) { return 128 * (2 + producers); }
+// Registers per thread at launch (one CTA per SM, 65536 in all; setmaxnreg takes multiples of 8).
+DECA_HD constexpr int launch_regs(int producers) { return 65536 / threads_of(producers) / 8 * 8; }
 constexpr int kHeadsPerCta = 64;  // the M of every wgmma; num_heads is padded to it inside
 constexpr int kTokens = 64;       // tokens per pipeline block (= kTopkBlock of sparse_work.cuh)
 constexpr int kDimQK = 576;
@@ -54,10 +58,17 @@ DECA_HD constexpr RegBudget reg_budget_of_pipe(int pipe) {
 // Cfg::kPHand = 1 holds P's 16 A-fragment registers in consumer 1 beside O (128): at 160 and 168
 // ptxas spills and serializes the wgmma (C7512); at 176 (16 from consumer 0) it compiles clean
 // with pipes 0-2 (pipes 3 and 4 leave consumer 0 too few: 192 / 184).
-DECA_HD constexpr RegBudget reg_budget(int pipe, int phand = 0) {
+// Two producer warpgroups (512 threads, 128 registers each at launch): consumer 0 and 1 keep
+// what pipe 4 gives them (S, P, O: 200; O: 160) and each producer gets 72 (4 units of 16 bytes
+// and their scales per round, 2 RoPE units).
+DECA_HD constexpr RegBudget reg_budget(int pipe, int phand = 0, int producers = 1) {
+  if (producers == 2) return RegBudget{200, 160, 72};
   const RegBudget b = reg_budget_of_pipe(pipe);
   return phand != 1 ? b : RegBudget{b.consumer0 - 16, b.consumer1 + 16, b.producer};
 }
+static_assert(reg_budget(1, 0, 2).consumer0 + reg_budget(1, 0, 2).consumer1 +
+                      2 * reg_budget(1, 0, 2).producer <= 4 * launch_regs(2),
+              "register file, two producers");
 static_assert(reg_budget(kPipeWhole).consumer0 + reg_budget(kPipeWhole).consumer1 +
                       reg_budget(kPipeWhole).producer <= 3 * 168 &&
                   reg_budget(kPipeEarly).consumer0 + reg_budget(kPipeEarly).consumer1 +
