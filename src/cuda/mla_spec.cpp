@@ -88,9 +88,10 @@ MlaSm90Knobs mla_sm90_consistent(MlaSm90Knobs k, int num_heads) {
 MlaSm90Knobs mla_sm90_defaults(int cluster) {
   MlaSm90Knobs k;
   k.cluster = cluster;
-  k.pipe = cluster == 2 ? 2 : 4;
-  k.ahead = cluster == 2 ? 1 : 2;
+  k.pipe = cluster == 2 ? 2 : 1;
+  k.ahead = 1;
   k.phand = cluster == 2 ? 0 : 2;
+  k.producers = cluster == 2 ? 1 : 2;
   return k;
 }
 

@@ -46,12 +46,15 @@ MlaSm90Knobs mla_sm90_consistent(MlaSm90Knobs k, int num_heads);
 
 // The knobs a plan compiles by default for a cluster size (a pure function, table-tested), from
 // side-by-side rounds on the H200 (whole op, cold L2, median of 20, us):
-// - without a cluster (1..64 heads, the producer bounds the block): the round stream (pipe 4;
-//   d7f19e0: b128 h64 148.6 -> 146.5, b64 h64 93.2 -> 90.4, b128 h16 142.3 -> 138.6) and P handed
-//   over after consumer 0's own P V (phand 2; 294d750: 130.8 -> 128.3, 82.6 -> 80.7, 123.4 -> 120.4);
-// - in a cluster of 2 (65..128 heads): pipe 2 (the round stream is slower there: b128 h128 230.0
-//   -> 235.9 at d7f19e0) and the L2 prefetch one block ahead (294d750: b128 h128 227.5 -> 222.4,
-//   b64 h128 118.9 -> 117.0; phand 2 gains nothing there, 227.9).
+// - without a cluster (1..64 heads, the producer bounds the block): two producer warpgroups with
+//   the ids a block ahead (pipe 1) and the L2 prefetch one block ahead (a529452: b128 h64 128.9 ->
+//   125.0, b64 h64 80.8 -> 77.6, b128 h16 119.6 -> 114.9 against one producer's round stream; two
+//   blocks ahead 128.0 / 79.2 / 118.1, three 128.8 / 79.5 / 119.5), P handed over after consumer
+//   0's own P V (phand 2; 294d750: 130.8 -> 128.3, 82.6 -> 80.7, 123.4 -> 120.4);
+// - in a cluster of 2 (65..128 heads): one producer, pipe 2 (the round stream is slower there:
+//   b128 h128 230.0 -> 235.9 at d7f19e0; two producers 222.0 -> 231.6 at a529452) and the L2
+//   prefetch one block ahead (294d750: b128 h128 227.5 -> 222.4, b64 h128 118.9 -> 117.0; phand 2
+//   gains nothing there, 227.9).
 // Every other field keeps MlaSm90Knobs' default; `cluster` is as given.
 MlaSm90Knobs mla_sm90_defaults(int cluster);
 

@@ -163,16 +163,17 @@ TEST(MlaSm90Knobs, ConsistentKeepsOnlyCombinationsTheKernelBuilds) {
 // only, and the Cfg prologue carrying every knob.
 TEST(MlaSm90Knobs, DefaultsByClusterSize) {
   struct Row {
-    int cluster, pipe, ahead, phand;
+    int cluster, pipe, ahead, phand, producers;
   };
-  // No cluster: the round stream, P handed over after P V; a cluster: the whole-share round,
-  // the prefetch one block ahead.
-  for (const Row r : {Row{1, 4, 2, 2}, Row{2, 2, 1, 0}}) {
+  // No cluster: two producers with the ids a block ahead, P handed over after P V; a cluster: one
+  // producer's whole-share round; both prefetch one block ahead.
+  for (const Row r : {Row{1, 1, 1, 2, 2}, Row{2, 2, 1, 0, 1}}) {
     const MlaSm90Knobs k = mla_sm90_defaults(r.cluster);
     EXPECT_EQ(k.cluster, r.cluster);
     EXPECT_EQ(k.pipe, r.pipe) << r.cluster;
     EXPECT_EQ(k.ahead, r.ahead) << r.cluster;
     EXPECT_EQ(k.phand, r.phand) << r.cluster;
+    EXPECT_EQ(k.producers, r.producers) << r.cluster;
     const MlaSm90Knobs base;
     EXPECT_EQ(k.rescale, base.rescale);
     EXPECT_EQ(k.sync, base.sync);
@@ -182,6 +183,7 @@ TEST(MlaSm90Knobs, DefaultsByClusterSize) {
     EXPECT_EQ(kept.pipe, k.pipe);
     EXPECT_EQ(kept.ahead, k.ahead);
     EXPECT_EQ(kept.phand, k.phand);
+    EXPECT_EQ(kept.producers, k.producers);
   }
 }
 
@@ -196,30 +198,33 @@ TEST(MlaSm90Knobs, KeysFromTheEnvironment) {
   c.num_heads = 128;
   EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_c2_pipe2_sync1_ahead1_sm90");
   c.num_heads = 64;
-  EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_pipe4_pr2_sm90");
+  EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_pipe1_ahead1_pr2_w2_sm90");
+  EXPECT_EQ(mla_decode_shape(mla_decode_key(90, "sm90", c).sm90).threads, 512);
   c.num_heads = 16;
-  EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_pipe4_pr2_sm90");
+  EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_pipe1_ahead1_pr2_w2_sm90");
   c.num_heads = 65;
   EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_c2_pipe2_sync1_ahead1_sm90");
+  EXPECT_EQ(mla_decode_shape(mla_decode_key(90, "sm90", c).sm90).threads, 384);
   c.num_heads = 64;
+  setenv("DECA_MLA_PRODUCERS", "1", 1);
   setenv("DECA_MLA_PIPE", "3", 1);
   setenv("DECA_MLA_DEQUANT", "1", 1);
   setenv("DECA_MLA_AHEAD", "9", 1);  // out of range: ignored
   setenv("DECA_MLA_L1", "yes", 1);   // not a digit: ignored
   setenv("DECA_MLA_PREFETCH", "3", 1);
   const MlaKernelKey k = mla_decode_key(90, "sm90", c);
-  EXPECT_EQ(k.name(), "mla_sparse_decode_sm90_p64_pipe3_deq1_pf3_pr2_sm90");
+  EXPECT_EQ(k.name(), "mla_sparse_decode_sm90_p64_pipe3_deq1_pf3_ahead1_pr2_sm90");
   setenv("DECA_MLA_RESCALE", "0", 1);  // away from the default: named
-  EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_pipe3_deq1_pf3_rs0_pr2_sm90");
+  EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_pipe3_deq1_pf3_ahead1_rs0_pr2_sm90");
   unsetenv("DECA_MLA_RESCALE");
   setenv("DECA_MLA_PRODUCERS", "2", 1);  // pipe 3 without a cluster spills there: pipe 1
-  EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_pipe1_pf3_pr2_w2_sm90");
+  EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_pipe1_pf3_ahead1_pr2_w2_sm90");
   EXPECT_EQ(mla_decode_shape(mla_decode_key(90, "sm90", c).sm90).threads, 512);
-  unsetenv("DECA_MLA_PRODUCERS");
+  setenv("DECA_MLA_PRODUCERS", "1", 1);
   EXPECT_EQ(mla_decode_shape(k.sm90).threads, 384);
   const std::string src = k.spec().source;
   for (const char* field : {"kPageSize = 64;", "kCluster = 1;", "kPipe = 3;", "kDequant = 1;", "kSync = 0;",
-                            "kPrefetch = 3;", "kAhead = 2;", "kMap = 0;", "kL1 = 0;", "kRescale = 2;",
+                            "kPrefetch = 3;", "kAhead = 1;", "kMap = 0;", "kL1 = 0;", "kRescale = 2;",
                             "kPHand = 2;", "kProducers = 1;"}) {
     EXPECT_NE(src.find(field), std::string::npos) << field << " in\n" << src;
   }
