@@ -68,11 +68,12 @@ MlaSm90Knobs mla_sm90_consistent(MlaSm90Knobs k, int num_heads) {
     k.map = 0;    // and has the unit split only
   }
   // Two producer warpgroups (72 registers each): the ids a block ahead with 4 units per round
-  // (pipe 1); in a cluster, where a warpgroup's share is 16 tokens, also pipes 2 and 3 (without
-  // one they spill, 28 / 52 B, NVRTC). Their consumers split P V in N = 128 halves (sm90_ptx.cuh),
-  // which P in consumer 1's registers has no form for; the mma dequantization is left out.
+  // (pipe 1) or the stream of 2-unit rounds (pipe 4); in a cluster, where a warpgroup's share is
+  // 16 tokens, also pipes 2 and 3 (without one they spill, 28 / 52 B, NVRTC). Their consumers
+  // split P V in N = 128 halves (sm90_ptx.cuh), which P in consumer 1's registers has no form
+  // for; the mma dequantization is left out.
   if (k.producers == 2) {
-    if (k.pipe != 1 && !(k.cluster == 2 && (k.pipe == 2 || k.pipe == 3))) k.pipe = 1;
+    if (k.pipe != 1 && k.pipe != 4 && !(k.cluster == 2 && (k.pipe == 2 || k.pipe == 3))) k.pipe = 1;
     k.map = 0;
     if (k.phand == 1) k.phand = 0;
     k.dequant = 0;

@@ -40,7 +40,7 @@ struct MlaSm90Knobs {
 // cluster, the base producer (pipe 0) with its fixed prefetch distance and the unit split, the
 // round stream (pipe 4) with the unit split, P in consumer 1's registers with pipes 0-2, the
 // hand-over after P V with any producer but pipe 2 without a cluster; two producer warpgroups
-// with pipe 1 (and pipes 2, 3 in a cluster), the unit split, the hardware conversions and P from
+// with pipes 1 and 4 (and 2, 3 in a cluster), the unit split, the hardware conversions and P from
 // shared memory in consumer 1 (asked with another pipe, they take pipe 1).
 MlaSm90Knobs mla_sm90_consistent(MlaSm90Knobs k, int num_heads);
 

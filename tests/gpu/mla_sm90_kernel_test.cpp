@@ -495,24 +495,24 @@ TEST(MlaSm90Kernel, TokenMapVariants) {
   run_pipe_variants(1);
 }
 
-// Two producer warpgroups (Cfg::kProducers = 2, 512 threads): pipe 1 over pipe_cases (both
-// cluster sizes; its walk, id staging and prefetch shares are per warpgroup), pipes 2 and 3 in a
-// cluster (without one they spill), with the consumers' defaults (lazy rescale; the hand-over after
-// P V without a cluster, the light hand-overs and the prefetch a block ahead in one); each checked
-// bit for bit against one producer in run_case.
+// Two producer warpgroups (Cfg::kProducers = 2, 512 threads): pipes 1 and 4 (the stream of small
+// rounds) over pipe_cases (both cluster sizes; the walk, id staging and prefetch shares are per
+// warpgroup), pipes 2 and 3 in a cluster (without one they spill), with the consumers' defaults
+// (lazy rescale; the hand-over after P V without a cluster, the light hand-overs in one); each
+// checked bit for bit against one producer in run_case.
 TEST(MlaSm90Kernel, TwoProducerWarpgroups) {
   REQUIRE_SM90();
-  for (int pipe : {1, 2, 3}) {
+  for (int pipe : {1, 2, 3, 4}) {
     const std::string k = "w2_k" + std::to_string(pipe) + "_";
     std::vector<Sm90Case> cases = pipe_cases(k);
     for (Sm90Case& c : cases) {
-      if (pipe != 1 && c.cluster != 2) continue;
+      if ((pipe == 2 || pipe == 3) && c.cluster != 2) continue;
       c.pipe = pipe;
       c.producers = 2;
       c.rescale = 2;
       c.phand = c.cluster == 2 ? 0 : 2;
       c.sync = c.cluster == 2 ? 1 : 0;
-      c.ahead = c.cluster == 2 ? 1 : 2;
+      c.ahead = pipe == 4 && c.cluster == 1 ? 2 : 1;  // both distances without a cluster
       run_case(c);
     }
   }

@@ -116,20 +116,21 @@ TEST(MlaSm90Knobs, ConsistentKeepsOnlyCombinationsTheKernelBuilds) {
       {64, with(knobs(1, 2, 0, 0, 0, 2, 0, 0), 2, 2), with(knobs(1, 2, 0, 0, 0, 2, 0, 0), 2, 0)},
       {128, with(knobs(2, 2, 0, 1, 0, 2, 0, 0), 2, 2), with(knobs(2, 2, 0, 1, 0, 2, 0, 0), 2, 2)},
   };
-  // Two producer warpgroups: pipe 1, or 2 / 3 in a cluster (another pipe asked takes 1); the unit
+  // Two producer warpgroups: pipes 1 and 4, or 2 / 3 in a cluster (another pipe asked takes 1); the unit
   // split, the hardware conversions, P from shared memory in consumer 1.
   auto two = [](MlaSm90Knobs k) {
     k.producers = 2;
     return k;
   };
   const Row producers[] = {
-      {64, two(with(knobs(1, 4, 0, 0, 0, 2, 0, 0), 2, 2)), two(with(knobs(1, 1, 0, 0, 0, 2, 0, 0), 2, 2))},
+      {64, two(with(knobs(1, 4, 0, 0, 0, 2, 0, 0), 2, 2)), two(with(knobs(1, 4, 0, 0, 0, 2, 0, 0), 2, 2))},
+      {64, two(with(knobs(1, 2, 0, 0, 0, 2, 0, 0), 2, 2)), two(with(knobs(1, 1, 0, 0, 0, 2, 0, 0), 2, 2))},
       {64, two(with(knobs(1, 3, 1, 0, 0, 2, 1, 0), 2, 1)), two(with(knobs(1, 1, 0, 0, 0, 2, 0, 0), 2, 0))},
       {16, two(with(knobs(1, 1, 0, 0, 0, 4, 0, 0), 2, 2)), two(with(knobs(1, 1, 0, 0, 0, 4, 0, 0), 2, 2))},
       {128, two(with(knobs(2, 2, 2, 1, 0, 1, 0, 0), 2, 0)), two(with(knobs(2, 2, 0, 1, 0, 1, 0, 0), 2, 0))},
       {128, two(with(knobs(2, 3, 0, 1, 0, 1, 0, 0), 2, 2)), two(with(knobs(2, 3, 0, 1, 0, 1, 0, 0), 2, 2))},
       {128, two(with(knobs(2, 0, 0, 1, 0, 2, 0, 0), 2, 0)), two(with(knobs(2, 1, 0, 1, 0, 2, 0, 0), 2, 0))},
-      {100, two(with(knobs(2, 4, 0, 1, 0, 1, 0, 0), 2, 1)), two(with(knobs(2, 1, 0, 1, 0, 1, 0, 0), 2, 0))},
+      {100, two(with(knobs(2, 4, 0, 1, 0, 1, 0, 0), 2, 1)), two(with(knobs(2, 4, 0, 1, 0, 1, 0, 0), 2, 0))},
   };
   for (const Row& r : producers) {
     const MlaSm90Knobs k = mla_sm90_consistent(r.asked, r.heads);

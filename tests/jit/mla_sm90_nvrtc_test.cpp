@@ -144,6 +144,13 @@ TEST(MlaSm90Nvrtc, TwoProducerVariantsCompileWithoutSpills) {
     expect_clean_compile(test::mla_sm90_spec(page, 2, 0, 1, 0, 1, 0, 1, 0, 0, 2, 0, 2));
   }
   for (int pipe : {2, 3}) expect_clean_compile(test::mla_sm90_spec(64, 2, 0, pipe, 0, 1, 0, 1, 0, 0, 2, 0, 2));
+  // The stream of small rounds (pipe 4), both cluster sizes, every page size kind, the ablations.
+  for (int page : {1, 64, 128}) {
+    expect_clean_compile(test::mla_sm90_spec(page, 1, 0, 4, 0, 0, 0, 1, 0, 0, 2, 2, 2));
+    expect_clean_compile(test::mla_sm90_spec(page, 2, 0, 4, 0, 1, 0, 1, 0, 0, 2, 0, 2));
+  }
+  expect_clean_compile(test::mla_sm90_spec(64, 1, 0, 4, 0, 0, 0, 2, 0, 0, 2, 2, 2));
+  for (int ablate : {1, 2}) expect_clean_compile(test::mla_sm90_spec(64, 1, ablate, 4, 0, 0, 0, 1, 0, 0, 2, 2, 2), true);
   expect_clean_compile(test::mla_sm90_spec(64, 1, 0, 1, 0, 0, 0, 2, 0, 0, 0, 0, 2));
   expect_clean_compile(test::mla_sm90_spec(64, 2, 0, 2, 0, 1, 0, 1, 0, 0, 2, 2, 2));
   for (int ablate : {1, 2}) {

@@ -900,6 +900,140 @@ __device__ __forceinline__ void producer_stream(const SparseKernelParams& kp, co
   }
 }
 
+// ---- Producers, Cfg::kProducers = 2 with Cfg::kPipe = kPipeStream -------------------------------
+// The round stream in small rounds, for the two producer warpgroups' 72 registers: a round is
+// kSmallUnits 16-byte NoPE units (and their scales) per thread, the loads of round k + 1 issued
+// before round k is converted, across blocks too; kRounds rounds per block (4 without a cluster,
+// 2 in one). The RoPE units of a block (2 or 1 per thread) are loaded with its round 1 (or, with one
+// round left, its round 0's successor), before the wait for the tile, and stored after it.
+// ncu at cf8c111 (b128 h64) had the two producers of pipe 1 waiting on each round's loads, two
+// full L2 latencies per block and warpgroup.
+constexpr int kSmallUnits = 2;
+struct SmallRound {
+  uint4 raw[kSmallUnits];
+  float scale[kSmallUnits];
+};
+
+// `ids`: the shared-window address of the share's first id (32-bit: a register fewer than a
+// generic pointer, which at page size 1 is the difference between spilling and not).
+template <class Cfg>
+__device__ __forceinline__ void load_small(const MlaSparseParams& p, unsigned ids, int t, int k,
+                                           SmallRound& rd) {
+  const int j = t & 31;
+  const int g = t >> 5;
+#pragma unroll
+  for (int u = 0; u < kSmallUnits; ++u) {
+    const int id = static_cast<int>(ptx::lds32(ids + 4u * static_cast<unsigned>(g + 4 * (kSmallUnits * k + u))));
+    load_unit<Cfg>(p, id, j, rd.raw[u], rd.scale[u]);
+  }
+}
+
+template <class Cfg, int kCl>
+__device__ __forceinline__ void store_small(const Smem& sm, unsigned tile, unsigned peer_bar,
+                                            const StreamStores& at, int k, const SmallRound& rd) {
+#pragma unroll
+  for (int u = 0; u < kSmallUnits; ++u) {
+    uint4 lo, hi;
+    if constexpr (AblateOf<Cfg>::value == kAblateNoDequant) {
+      lo = hi = rd.raw[u];
+    } else {
+      dequant16<Cfg>(rd.raw[u], rd.scale[u], lo, hi);
+    }
+    // kSmallUnits is even: unit u's parity is its token's row parity in the stream's stores.
+    const unsigned a = tile + at.at[u & 1] + 512u * static_cast<unsigned>(kSmallUnits * k + u);
+    store_tile<kCl>(sm, a, lo, peer_bar);
+    store_tile<kCl>(sm, a + at.second, hi, peer_bar);
+  }
+}
+
+template <class Cfg, int kCl>
+__device__ __forceinline__ void producer_stream_small(const SparseKernelParams& kp,
+                                                      const SparsePart& part, int tok,
+                                                      const Smem& sm, int rank) {
+  constexpr int kWays = 2 * kCl;                       // two producer warpgroups per CTA
+  constexpr int kUnits = 16 / kWays;                   // NoPE units per thread and block
+  constexpr int kRounds = kUnits / kSmallUnits;        // 4, or 2 in a cluster
+  constexpr int kRope = 4 / kWays;                     // RoPE units per thread and block
+  constexpr int kTpt = 2 * kWays;                      // prefetching threads per token
+  static_assert(kRounds % 2 == 0, "rounds alternate between two buffers within a block");
+  const MlaSparseParams& p = kp.p;
+  const int tg = threadIdx.x - 256;
+  const int t = tg & 127;
+  const unsigned pool = pool_bound(static_cast<long long>(p.num_blocks) * Cfg::kPageSize);
+  const int first_token = rank * (kTokens / kCl) + (tg >> 7) * (kTokens / kWays);
+  const int pf_k = first_token + t / kTpt;
+  const StreamStores at = stream_stores(t, first_token);
+
+  BlockPos nxt = first_block(kp, part);
+  if (nxt.r > part.end_req) return;  // no block: the consumers wait for none either
+  if (tg < kTokens) sm.ids(0)[tg] = checked_id(raw_id_at(kp, part, tok, nxt, tg), pool);
+  next_block(kp, part, nxt);
+  BlockPos far = nxt;
+  int pf_id = prefetch_warm_up<Cfg, kWays>(kp, part, tok, far, pf_k, pool, t);
+  int my_id = tg < kTokens ? raw_id_at(kp, part, tok, nxt, tg) : -1;
+  named_bar_sync(kBarIds, 256);
+  SmallRound ra, rb;
+  load_small<Cfg>(p, ptx::smem_addr(sm.ids(0) + first_token), t, 0, ra);
+
+  for (int it = 0;; ++it) {
+    const int stage = it & 1;
+    const unsigned tile = sm.k(stage);
+    const unsigned peer_bar = sm.peer(ptx::smem_addr(sm.remote(stage)));
+    const unsigned ids = ptx::smem_addr(sm.ids(it) + first_token);
+    pf_id = checked_id(pf_id, pool);
+    if (pf_id >= 0) prefetch_record<Cfg, kTpt>(p, pf_id, t);
+    pf_id = raw_id_at(kp, part, tok, far, pf_k);
+    next_block(kp, part, far);
+    uint4 rope[kRope];
+    bool more = false;
+#pragma unroll
+    for (int k = 0; k < kRounds; ++k) {
+      SmallRound& cur = (k & 1) ? rb : ra;
+      SmallRound& other = (k & 1) ? ra : rb;
+      if (k == 0) {
+#pragma unroll
+        for (int i = 0; i < kRope; ++i) {
+          const int job = t + 128 * i;
+          rope[i] = load_rope<Cfg>(p, static_cast<int>(ptx::lds32(ids + 4u * static_cast<unsigned>(job >> 3))),
+                                   job & 7);
+        }
+      }
+      if (k + 1 < kRounds) {
+        load_small<Cfg>(p, ids, t, k + 1, other);
+      } else {
+        // The next block's ids (slot it + 1, last read by the consumers of block it - 3, done
+        // before this producer's wait for the tile of block it - 1), then its round 0.
+        more = nxt.r <= part.end_req;  // the same for every producer thread
+        if (more) {
+          if (tg < kTokens) sm.ids(it + 1)[tg] = checked_id(my_id, pool);
+          named_bar_sync(kBarIds, 256);
+          next_block(kp, part, nxt);
+          my_id = tg < kTokens ? raw_id_at(kp, part, tok, nxt, tg) : -1;
+          load_small<Cfg>(p, ptx::smem_addr(sm.ids(it + 1) + first_token), t, 0, other);
+        }
+      }
+      if (k == 0) {
+        // Fresh barriers complete "the phase before phase 0", so the first two waits pass. In a
+        // cluster the barrier also counts the peer's consumers: this producer writes their tile.
+        wait_empty<Cfg, kCl>(sm, stage, ((it >> 1) & 1) ^ 1);
+        if (kCl == 2 && tg == 0) expect_peer_bytes<Cfg>(sm, stage);
+      }
+      store_small<Cfg, kCl>(sm, tile, peer_bar, at, k, cur);
+      if (k == 0) {
+#pragma unroll
+        for (int i = 0; i < kRope; ++i) {
+          const int job = t + 128 * i;
+          store_tile<kCl>(sm, tile + 8 * kChunkBytes + swz(first_token + (job >> 3), job & 7), rope[i],
+                          peer_bar);
+        }
+      }
+    }
+    fence_proxy_async_smem();
+    mbar_arrive(sm.full(stage));
+    if (!more) break;
+  }
+}
+
 // ---- Consumers ------------------------------------------------------------------------------------
 // A tile is ready when the local producer's 128 arrivals (and, in a cluster, the peer's bytes)
 // completed its phase; it is released to both producers of a cluster (each writes it).
@@ -1285,8 +1419,8 @@ __device__ __forceinline__ void mla_sparse_decode_sm90(const SparseKernelParams&
   static_assert(kCl == 1 || kCl == 2, "Cfg::kCluster: 1, or 2 for two head blocks");
   static_assert(PipeOf<Cfg>::value >= kPipeBase && PipeOf<Cfg>::value <= kPipeStream, "Cfg::kPipe");
   static_assert(kProducers == 1 || (kProducers == 2 && PipeOf<Cfg>::value >= kPipeAhead &&
-                                    PipeOf<Cfg>::value <= kPipeEarly && MapOf<Cfg>::value == kMapUnits),
-                "Cfg::kProducers: 1, or 2 with kPipe 1..3 and the unit split");
+                                    MapOf<Cfg>::value == kMapUnits),
+                "Cfg::kProducers: 1, or 2 with kPipe 1..4 and the unit split");
   static_assert(DequantOf<Cfg>::value >= 0 && DequantOf<Cfg>::value <= 2, "Cfg::kDequant");
   static_assert(DequantOf<Cfg>::value != 2 || (MapOf<Cfg>::value == kMapUnits && kCl == 2),
                 "Cfg::kDequant = 2: a quad of lanes on one token (the unit split), in a cluster "
@@ -1339,6 +1473,8 @@ __device__ __forceinline__ void mla_sparse_decode_sm90(const SparseKernelParams&
     setmaxnreg_dec<kRegs.producer>();
     if constexpr (PipeOf<Cfg>::value == kPipeBase) {
       producer<Cfg, kCl>(kp, part, tok, sm, static_cast<int>(rank));
+    } else if constexpr (PipeOf<Cfg>::value == kPipeStream && kProducers == 2) {
+      producer_stream_small<Cfg, kCl>(kp, part, tok, sm, static_cast<int>(rank));
     } else if constexpr (PipeOf<Cfg>::value == kPipeStream) {
       producer_stream<Cfg, kCl>(kp, part, tok, sm, static_cast<int>(rank));
     } else {
