@@ -246,12 +246,14 @@ DECA_MLA_SM90_KNOB(RescaleOf, kRescale, kRescaleEvery)
 enum PHand : int { kPHandSmem = 0, kPHandRegs = 1, kPHandAfterPv = 2 };
 DECA_MLA_SM90_KNOB(PHandOf, kPHand, kPHandSmem)
 
-// Producer warpgroups (1 or 2; 2 with kPipe 1..3 and the unit split). One producer warpgroup is
+// Producer warpgroups (1 or 2; 2 with kPipe 1..4 and the unit split). One producer warpgroup is
 // one warp per SM sub-partition for the whole gather and conversion: ncu at b128 h64 had it
 // issuing in 19 % of its samples, the rest its own latencies (loads, fixed-latency dependencies,
 // dispatch) that no other warp of the sub-partition covers. Two warpgroups split the block's
-// tokens between them (512 threads; 72 registers each, from consumer 0's 224 and the 168 every
-// warpgroup of 384 threads starts with): two warps per sub-partition, each with half the work.
+// tokens between them (512 threads, 128 registers each at launch; traits.cuh reg_budget gives
+// consumer 0 200, consumer 1 160 and each producer 72): two warps per sub-partition, each with
+// half the work. Measured -3 to -4 % without a cluster, +4 % in one (docs/perf-notes-mla.md):
+// the producers then wait on their loads rather than on issue.
 DECA_MLA_SM90_KNOB(ProducersOf, kProducers, 1)
 
 #undef DECA_MLA_SM90_KNOB
