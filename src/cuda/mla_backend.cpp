@@ -105,7 +105,7 @@ const Kernels& kernels(const MlaKernelKey& dk, int num_heads, int device) {
   Kernels k;
   k.arch = dk.arch;
   k.variant = dk.variant;
-  k.shape = dk.variant == "sm90" ? mla_decode_shape(dk.sm90) : mla_decode_shape(dk.variant, num_heads);
+  k.shape = mla_decode_shape(dk);
   k.schedule = &jit::get_kernel(key(dk.arch, MlaKernelRole::kSchedule).spec(), device);
   k.decode = &jit::get_kernel(dk.spec(), device);
   k.combine = &jit::get_kernel(key(dk.arch, MlaKernelRole::kCombine).spec(), device);
@@ -169,7 +169,8 @@ void plan_mla_sparse(MlaPlan& plan) {
                 std::to_string(c.max_q_len));
   }
   const std::string variant = mla_plan_variant(arch, c);
-  const MlaDecodeShape shape = mla_decode_shape(variant, c.num_heads);
+  const MlaKernelKey dk = mla_decode_key(arch, variant, c);
+  const MlaDecodeShape shape = mla_decode_shape(dk);
   const int smem_optin = device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
   if (smem_optin < shape.smem_bytes) {
     throw Error(std::string(fn) + ": config.device: expected a GPU whose CTAs may use " +
@@ -181,7 +182,6 @@ void plan_mla_sparse(MlaPlan& plan) {
   plan.num_parts = mla::sparse_num_parts(plan.sm_count, c.max_q_len, c.num_heads);
   plan.num_splits = plan.num_parts;
   plan.workspace_bytes = layout(c, plan.num_parts).total();
-  const MlaKernelKey dk = mla_decode_key(arch, variant, c);
   plan.kernel_name = dk.name();
   (void)kernels(dk, c.num_heads, device);
 }

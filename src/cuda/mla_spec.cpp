@@ -193,28 +193,16 @@ MlaKernelKey mla_decode_key(int arch, const std::string& variant, const MlaConfi
   return k;
 }
 
-MlaDecodeShape mla_decode_shape(const MlaSm90Knobs& knobs) {
+MlaDecodeShape mla_decode_shape(const MlaKernelKey& key) {
   MlaDecodeShape s;
 #if DECA_MLA_HAVE_SM90
-  s.threads = mla::sm90::threads_of(knobs.producers);
-  s.smem_bytes = mla::sm90::kSmemBytes;
-#endif
-  s.cluster_x = knobs.cluster;
-  return s;
-}
-
-MlaDecodeShape mla_decode_shape(const std::string& variant, int num_heads) {
-  MlaDecodeShape s;
-#if DECA_MLA_HAVE_SM90
-  if (variant == "sm90") {
-    s.threads = mla::sm90::kThreads;
+  if (key.variant == "sm90") {
+    s.threads = mla::sm90::threads_of(key.sm90.producers);
     s.smem_bytes = mla::sm90::kSmemBytes;
-    s.cluster_x = mla::sm90::kClusterX(num_heads);
+    s.cluster_x = key.sm90.cluster;
     return s;
   }
 #endif
-  (void)variant;
-  (void)num_heads;
   s.threads = mla::portable::kThreads;
   s.smem_bytes = mla::portable::kSmemBytes;
   s.cluster_x = 1;

@@ -80,15 +80,15 @@ struct MlaKernelKey {
 // sm90 kernel is enabled, arch == 90 and DECA_MLA_KERNEL is not "portable"; else "portable".
 std::string mla_decode_variant(int arch);
 
-// Launch shape of a decode variant.
+// Launch shape of a decode kernel.
 struct MlaDecodeShape {
   int threads = 0;
   int smem_bytes = 0;
   int cluster_x = 1;  // CTAs of a cluster along x (1: no cluster attribute)
 };
-// The sm90 kernel's: threads from the knobs' producer warpgroups, the cluster from `cluster`.
-MlaDecodeShape mla_decode_shape(const MlaSm90Knobs& knobs);
-MlaDecodeShape mla_decode_shape(const std::string& variant, int num_heads);
+// The decode key's: the sm90 kernel's threads from its producer warpgroups and its cluster from
+// its knobs, the portable kernel's fixed.
+MlaDecodeShape mla_decode_shape(const MlaKernelKey& key);
 
 // The decode variant of a plan: a checked plan runs the portable kernel (the sm90 one has no
 // checked variant yet), others mla_decode_variant(arch).

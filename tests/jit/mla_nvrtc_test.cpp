@@ -200,12 +200,12 @@ TEST(MlaSm90Knobs, KeysFromTheEnvironment) {
   EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_c2_pipe2_sync1_ahead1_sm90");
   c.num_heads = 64;
   EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_pipe1_ahead1_pr2_w2_sm90");
-  EXPECT_EQ(mla_decode_shape(mla_decode_key(90, "sm90", c).sm90).threads, 512);
+  EXPECT_EQ(mla_decode_shape(mla_decode_key(90, "sm90", c)).threads, 512);
   c.num_heads = 16;
   EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_pipe1_ahead1_pr2_w2_sm90");
   c.num_heads = 65;
   EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_c2_pipe2_sync1_ahead1_sm90");
-  EXPECT_EQ(mla_decode_shape(mla_decode_key(90, "sm90", c).sm90).threads, 384);
+  EXPECT_EQ(mla_decode_shape(mla_decode_key(90, "sm90", c)).threads, 384);
   c.num_heads = 64;
   setenv("DECA_MLA_PRODUCERS", "1", 1);
   setenv("DECA_MLA_PIPE", "3", 1);
@@ -220,9 +220,9 @@ TEST(MlaSm90Knobs, KeysFromTheEnvironment) {
   unsetenv("DECA_MLA_RESCALE");
   setenv("DECA_MLA_PRODUCERS", "2", 1);  // pipe 3 without a cluster spills there: pipe 1
   EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_pipe1_pf3_ahead1_pr2_w2_sm90");
-  EXPECT_EQ(mla_decode_shape(mla_decode_key(90, "sm90", c).sm90).threads, 512);
+  EXPECT_EQ(mla_decode_shape(mla_decode_key(90, "sm90", c)).threads, 512);
   setenv("DECA_MLA_PRODUCERS", "1", 1);
-  EXPECT_EQ(mla_decode_shape(k.sm90).threads, 384);
+  EXPECT_EQ(mla_decode_shape(k).threads, 384);
   const std::string src = k.spec().source;
   for (const char* field : {"kPageSize = 64;", "kCluster = 1;", "kPipe = 3;", "kDequant = 1;", "kSync = 0;",
                             "kPrefetch = 3;", "kAhead = 1;", "kMap = 0;", "kL1 = 0;", "kRescale = 2;",
