@@ -49,7 +49,7 @@ constexpr Knob kKnobs[] = {
     {&MlaSm90Knobs::map, "kMap", "DECA_MLA_MAP", 0, 1, "_map", 0, true},
     {&MlaSm90Knobs::l1, "kL1", "DECA_MLA_L1", 0, 1, "_l1e", 0, true},
     {&MlaSm90Knobs::rescale, "kRescale", "DECA_MLA_RESCALE", 0, 2, "_rs", 2, true},
-    {&MlaSm90Knobs::phand, "kPHand", "DECA_MLA_PHAND", 0, 2, "_pr", 0, true},
+    {&MlaSm90Knobs::phand, "kPHand", "DECA_MLA_PHAND", 0, 3, "_pr", 0, true},
     {&MlaSm90Knobs::producers, "kProducers", "DECA_MLA_PRODUCERS", 1, 2, "_w", 1, true},
 };
 
@@ -83,6 +83,9 @@ MlaSm90Knobs mla_sm90_consistent(MlaSm90Knobs k, int num_heads) {
   // The hand-over after P V moves ptxas' allocation so that pipe 2's producer spills without a
   // cluster (88 B, NVRTC); every other producer compiles clean with it.
   if (k.phand == 2 && k.pipe == 2 && k.cluster == 1) k.phand = 0;
+  // The next block's S issued behind P V: so do pipes 2 and 3 without a cluster (one producer;
+  // 40-88 B, NVRTC).
+  if (k.phand == 3 && k.cluster == 1 && (k.pipe == 2 || k.pipe == 3)) k.phand = 0;
   return k;
 }
 

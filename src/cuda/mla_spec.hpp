@@ -30,7 +30,8 @@ struct MlaSm90Knobs {
   int rescale = 2;   // Cfg::kRescale, DECA_MLA_RESCALE 0..2: O rescaled every block / skipped at 1 / lazy maxima
                      // (2e5d498, H200: b128 h64 134.1 -> 131.1 us, b128 h16 126.4 -> 123.2, b128 h128 225.2 -> 225.8)
   int phand = 0;     // Cfg::kPHand, DECA_MLA_PHAND: 1 consumer 1 takes P into registers (no proxy fence),
-                     // 2 consumer 0 hands P over after issuing its own P V (mla_sm90_defaults)
+                     // 2 consumer 0 hands P over after issuing its own P V (mla_sm90_defaults),
+                     // 3 consumer 0 issues the next block's QK^T right behind its P V (P V from shared memory)
   int producers = 1; // Cfg::kProducers, DECA_MLA_PRODUCERS: 2 producer warpgroups (512 threads)
 };
 
@@ -39,7 +40,8 @@ struct MlaSm90Knobs {
 // integer dequantization only with pipe 3, the mma one with pipes 2-4, the unit split and a
 // cluster, the base producer (pipe 0) with its fixed prefetch distance and the unit split, the
 // round stream (pipe 4) with the unit split, P in consumer 1's registers with pipes 0-2, the
-// hand-over after P V with any producer but pipe 2 without a cluster; two producer warpgroups
+// hand-over after P V with any producer but pipe 2 without a cluster, the next block's QK^T
+// behind P V with any producer but pipes 2 and 3 without a cluster; two producer warpgroups
 // with pipes 1 and 4 (and 2, 3 in a cluster), the unit split, the hardware conversions and P from
 // shared memory in consumer 1 (asked with another pipe, they take pipe 1).
 MlaSm90Knobs mla_sm90_consistent(MlaSm90Knobs k, int num_heads);

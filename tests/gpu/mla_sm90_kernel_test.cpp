@@ -518,6 +518,34 @@ TEST(MlaSm90Kernel, TwoProducerWarpgroups) {
   }
 }
 
+// The next block's QK^T issued behind consumer 0's P V (Cfg::kPHand = 3, its P V then reading P
+// from shared memory) over pipe_cases: one and many requests per partition (the overlap stops at
+// each request's last block and restarts with the next request's Q), splits with the sink and
+// topk_length, heavy skips with an empty row, page 1; with the default producers of each cluster
+// size (two warpgroups and pipe 1 without a cluster, one and pipe 2 in one) and one producer's
+// pipes 1 and 4 without a cluster, two producers with pipe 2 in one. run_case checks each bit for
+// bit against kPHand 0 (P V from registers, waited for before the next QK^T): the same products
+// summed in the same order.
+TEST(MlaSm90Kernel, QkBehindPv) {
+  REQUIRE_SM90();
+  struct V {
+    int producers, pipe_c1, pipe_c2;
+  };
+  for (const V v : {V{2, 1, 2}, V{1, 4, 2}, V{1, 1, 0}}) {
+    const std::string k = "h3_w" + std::to_string(v.producers) + "_k" + std::to_string(v.pipe_c1) + "_";
+    for (Sm90Case& c : pipe_cases(k)) {
+      c.producers = v.producers;
+      c.pipe = c.cluster == 2 ? v.pipe_c2 : v.pipe_c1;
+      if (c.producers == 2 && c.pipe == 0) c.pipe = 1;
+      c.rescale = 2;
+      c.phand = 3;
+      c.sync = c.cluster == 2 ? 1 : 0;
+      c.ahead = 1;
+      run_case(c);
+    }
+  }
+}
+
 // Cases in a cluster of 2 that the knob tests share, named with `prefix`: 128 heads on one
 // request per partition, splits with the sink and topk_length (cap 3), 96 heads at page 1 with
 // heavy skips and a row of all -1.

@@ -115,6 +115,12 @@ TEST(MlaSm90Knobs, ConsistentKeepsOnlyCombinationsTheKernelBuilds) {
       {128, with(knobs(2, 3, 0, 1, 0, 2, 0, 0), 0, 2), with(knobs(2, 3, 0, 1, 0, 2, 0, 0), 0, 2)},
       {64, with(knobs(1, 2, 0, 0, 0, 2, 0, 0), 2, 2), with(knobs(1, 2, 0, 0, 0, 2, 0, 0), 2, 0)},
       {128, with(knobs(2, 2, 0, 1, 0, 2, 0, 0), 2, 2), with(knobs(2, 2, 0, 1, 0, 2, 0, 0), 2, 2)},
+      // The next block's QK^T behind P V: not with pipes 2 and 3 without a cluster.
+      {64, with(knobs(1, 1, 0, 0, 0, 2, 0, 0), 2, 3), with(knobs(1, 1, 0, 0, 0, 2, 0, 0), 2, 3)},
+      {64, with(knobs(1, 2, 0, 0, 0, 2, 0, 0), 2, 3), with(knobs(1, 2, 0, 0, 0, 2, 0, 0), 2, 0)},
+      {64, with(knobs(1, 3, 0, 0, 0, 2, 0, 0), 2, 3), with(knobs(1, 3, 0, 0, 0, 2, 0, 0), 2, 0)},
+      {128, with(knobs(2, 2, 0, 1, 0, 2, 0, 0), 2, 3), with(knobs(2, 2, 0, 1, 0, 2, 0, 0), 2, 3)},
+      {128, with(knobs(2, 3, 0, 1, 0, 2, 0, 0), 2, 3), with(knobs(2, 3, 0, 1, 0, 2, 0, 0), 2, 3)},
   };
   // Two producer warpgroups: pipes 1 and 4, or 2 / 3 in a cluster (another pipe asked takes 1); the unit
   // split, the hardware conversions, P from shared memory in consumer 1.
@@ -131,6 +137,8 @@ TEST(MlaSm90Knobs, ConsistentKeepsOnlyCombinationsTheKernelBuilds) {
       {128, two(with(knobs(2, 3, 0, 1, 0, 1, 0, 0), 2, 2)), two(with(knobs(2, 3, 0, 1, 0, 1, 0, 0), 2, 2))},
       {128, two(with(knobs(2, 0, 0, 1, 0, 2, 0, 0), 2, 0)), two(with(knobs(2, 1, 0, 1, 0, 2, 0, 0), 2, 0))},
       {100, two(with(knobs(2, 4, 0, 1, 0, 1, 0, 0), 2, 1)), two(with(knobs(2, 4, 0, 1, 0, 1, 0, 0), 2, 0))},
+      {64, two(with(knobs(1, 1, 0, 0, 0, 1, 0, 0), 2, 3)), two(with(knobs(1, 1, 0, 0, 0, 1, 0, 0), 2, 3))},
+      {64, two(with(knobs(1, 3, 0, 0, 0, 1, 0, 0), 2, 3)), two(with(knobs(1, 1, 0, 0, 0, 1, 0, 0), 2, 3))},
   };
   for (const Row& r : producers) {
     const MlaSm90Knobs k = mla_sm90_consistent(r.asked, r.heads);

@@ -159,6 +159,26 @@ TEST(MlaSm90Nvrtc, TwoProducerVariantsCompileWithoutSpills) {
   }
 }
 
+// The next block's QK^T issued behind consumer 0's P V (Cfg::kPHand = 3): every producer it is
+// offered with (pipes 0, 1 and 4 without a cluster, 0-4 in one; one and two producer warpgroups),
+// pages 1, 64 and 128, the ablations. expect_clean_compile also fails on a serialized wgmma: the
+// overlap is only worth having while ptxas keeps P V and QK^T in flight together.
+TEST(MlaSm90Nvrtc, QkBehindPvCompilesWithoutSpills) {
+  for (int page : {1, 64, 128}) {
+    expect_clean_compile(test::mla_sm90_spec(page, 1, 0, 1, 0, 0, 0, 1, 0, 0, 2, 3, 2));
+    expect_clean_compile(test::mla_sm90_spec(page, 2, 0, 2, 0, 1, 0, 1, 0, 0, 2, 3, 1));
+  }
+  for (int pipe : {0, 1, 4}) expect_clean_compile(test::mla_sm90_spec(64, 1, 0, pipe, 0, 0, 0, 1, 0, 0, 2, 3, 1));
+  for (int pipe : {0, 1, 3, 4}) expect_clean_compile(test::mla_sm90_spec(64, 2, 0, pipe, 0, 1, 0, 1, 0, 0, 2, 3, 1));
+  expect_clean_compile(test::mla_sm90_spec(64, 1, 0, 4, 0, 0, 0, 1, 0, 0, 2, 3, 2));
+  for (int pipe : {1, 2, 4}) expect_clean_compile(test::mla_sm90_spec(64, 2, 0, pipe, 0, 1, 0, 1, 0, 0, 2, 3, 2));
+  expect_clean_compile(test::mla_sm90_spec(64, 2, 0, 2, 0, 1, 0, 1, 0, 0, 0, 3, 1));
+  for (int ablate : {1, 2}) {
+    expect_clean_compile(test::mla_sm90_spec(64, 1, ablate, 1, 0, 0, 0, 1, 0, 0, 2, 3, 2), true);
+    expect_clean_compile(test::mla_sm90_spec(64, 2, ablate, 2, 0, 1, 0, 1, 0, 0, 2, 3, 1), true);
+  }
+}
+
 TEST(MlaSm90Nvrtc, SharedMemoryPlanFitsOneCta) {
   static_assert(mla::sm90::kSmemBytes <= 227 * 1024);
   EXPECT_EQ(mla::sm90::kThreads, 384);

@@ -243,7 +243,11 @@ DECA_MLA_SM90_KNOB(RescaleOf, kRescale, kRescaleEvery)
 // the loads complete.
 // 2: as 0, but consumer 0 issues its own P V (A from registers) before the hand-over, which then
 // runs while that P V executes.
-enum PHand : int { kPHandSmem = 0, kPHandRegs = 1, kPHandAfterPv = 2 };
+// 3: as 0, with consumer 0's own P V reading P from shared memory too, and the next block's
+// S = Q K^T issued right behind it, so that the tensor cores run P V and the next QK^T back to
+// back while consumer 0 waits for P V alone (O 128 and S 32 in flight at once: with P's 16 A
+// registers too, ptxas serializes every wgmma, C7511).
+enum PHand : int { kPHandSmem = 0, kPHandRegs = 1, kPHandAfterPv = 2, kPHandOverlap = 3 };
 DECA_MLA_SM90_KNOB(PHandOf, kPHand, kPHandSmem)
 
 // Producer warpgroups (1 or 2; 2 with kPipe 1..4 and the unit split). One producer warpgroup is
@@ -1133,6 +1137,52 @@ __device__ __forceinline__ void load_q(const MlaSparseParams& p, const Smem& sm,
   named_bar_sync(kBarQReady, 128);
 }
 
+// S = Q K^T into s, issued and committed (not waited for): A = Q (K-major, rows = heads), B = K
+// (K-major, rows = tokens); k step kk reads 16 columns = 32 B at byte 32 (kk % 4) of chunk kk / 4.
+__device__ __forceinline__ void issue_qk(float (&s)[32], unsigned long long dq, unsigned tile) {
+  wgmma_fence();
+  const unsigned long long dk = smem_desc_sw128(tile, 16, 1024);
+#pragma unroll
+  for (int kk = 0; kk < kDimQK / 16; ++kk) {
+    const unsigned off = (kk >> 2) * kChunkBytes + (kk & 3) * 32;
+    wgmma_m64n64k16_ss<0>(s, desc_advance(dq, off), desc_advance(dk, off), kk > 0);
+  }
+  wgmma_commit();
+}
+
+// O[:, 0:256] += P V, issued and committed: A = P from registers, B = V (MN-major: rows =
+// tokens, 64 columns per chunk), k step kk is tokens 16 kk .. 16 kk + 15 = two 8-row groups
+// (SBO 1024 B) at byte 2048 kk; the 256 columns are chunks 0..3 (LBO 8192 B). Descriptors from
+// the address per k step (4 here, not QK^T's 36): with desc_advance ptxas allocated the kernel
+// so that pipe 2's producer spilled 88 B without a cluster.
+// kFromSmem: A = P from shared memory instead (where consumer 1 reads it: K-major 64 x 64, k step
+// kk at byte 32 kk), so that P's registers are free once it is stored.
+template <int kProducers, bool kFromSmem>
+__device__ __forceinline__ void issue_pv_left(float (&o)[128], const unsigned (&pa)[4][4], unsigned tile,
+                                              unsigned p_tile) {
+  wgmma_fence();
+  [[maybe_unused]] const unsigned long long dp = smem_desc_sw128(p_tile, 16, 1024);
+  [[maybe_unused]] const unsigned long long dv = smem_desc_sw128(tile, kChunkBytes, 1024);
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    if constexpr (kFromSmem && kProducers == 2) {
+      wgmma_m64n128k16_ss<1>(o, desc_advance(dp, 32 * kk), desc_advance(dv, 2048 * kk), true);
+      wgmma_m64n128k16_ss<1>(o + 64, desc_advance(dp, 32 * kk), desc_advance(dv, 2 * kChunkBytes + 2048 * kk),
+                             true);
+    } else if constexpr (kFromSmem) {
+      wgmma_m64n256k16_ss<1>(o, desc_advance(dp, 32 * kk), desc_advance(dv, 2048 * kk), true);
+    } else if constexpr (kProducers == 2) {
+      // Columns 0..127 (chunks 0, 1) and 128..255 (chunks 2, 3): sm90_ptx.cuh says why.
+      wgmma_m64n128k16_rs<1>(o, pa[kk], smem_desc_sw128(tile + 2048 * kk, kChunkBytes, 1024), true);
+      wgmma_m64n128k16_rs<1>(o + 64, pa[kk],
+                             smem_desc_sw128(tile + 2 * kChunkBytes + 2048 * kk, kChunkBytes, 1024), true);
+    } else {
+      wgmma_m64n256k16_rs<1>(o, pa[kk], smem_desc_sw128(tile + 2048 * kk, kChunkBytes, 1024), true);
+    }
+  }
+  wgmma_commit();
+}
+
 template <class Cfg>
 __device__ __forceinline__ void consumer0(const SparseKernelParams& kp, const SparsePart& part,
                                           int tok, int head0, const Smem& sm) {
@@ -1147,6 +1197,7 @@ __device__ __forceinline__ void consumer0(const SparseKernelParams& kp, const Sp
   const float scale = p.softmax_scale != 0.f ? p.softmax_scale : 0.041666666666666664f;  // 1/sqrt(576)
   const float sl2 = scale * kLog2e;
 
+  constexpr bool kOverlap = PHandOf<Cfg>::value == kPHandOverlap;
   float o[128];
   float s[32];
   int it = 0;
@@ -1159,29 +1210,16 @@ __device__ __forceinline__ void consumer0(const SparseKernelParams& kp, const Sp
     for (int i = 0; i < 128; ++i) o[i] = 0.f;
     float m0 = kNegInf, m1 = kNegInf, l0 = 0.f, l1 = 0.f;
     const unsigned long long dq = smem_desc_sw128(sm.q(), 16, 1024);
-    for (int blk = pc.blk_begin; blk < pc.blk_end; ++blk, ++it) {
-      const int stage = it & 1;
-      const unsigned tile = sm.k(stage);
-      wait_tile<Cfg, kCl>(sm, stage, (it >> 1) & 1);
-
-      // S = Q K^T: A = Q (K-major, rows = heads), B = K (K-major, rows = tokens); k step kk
-      // reads 16 columns = 32 B at byte 32 (kk % 4) of chunk kk / 4.
+    // One block from its S (waited for here) to its P V issued: the mask, the online softmax,
+    // P to registers and (per kPHand) to consumer 1, O rescaled. Returns what the caller waits on.
+    const auto softmax_and_pv = [&](unsigned tile) {
       if constexpr (kAblate == kAblateNoMma) {
 #pragma unroll
         for (int i = 0; i < 32; ++i) s[i] = 0.f;
       } else {
-        wgmma_fence();
-        const unsigned long long dk = smem_desc_sw128(tile, 16, 1024);
-#pragma unroll
-        for (int kk = 0; kk < kDimQK / 16; ++kk) {
-          const unsigned off = (kk >> 2) * kChunkBytes + (kk & 3) * 32;
-          wgmma_m64n64k16_ss<0>(s, desc_advance(dq, off), desc_advance(dk, off), kk > 0);
-        }
-        wgmma_commit();
         wgmma_wait<0>();
         fence_regs(s);
       }
-
       // Invalid ids (-1, past topk_length, outside the pool) never count: -inf before the max.
       const int* ids = sm.ids(it);
 #pragma unroll
@@ -1257,35 +1295,56 @@ __device__ __forceinline__ void consumer0(const SparseKernelParams& kp, const Sp
       // kPHandAfterPv: this warpgroup's P V is issued first and the hand-over (stores, proxy
       // fence, arrival: ~11 % of consumer 0's samples at b128 h128) runs while it executes;
       // consumer 1's P V queues behind it on the tensor cores either way.
-      if constexpr (PHandOf<Cfg>::value != kPHandAfterPv) hand_over_p();
-
+      constexpr bool kHandFirst = PHandOf<Cfg>::value != kPHandAfterPv;
+      if constexpr (kHandFirst) hand_over_p();
       rescale<kRescale>(o, a0, a1);
-      // O[:, 0:256] += P V: B = V (MN-major: rows = tokens, 64 columns per chunk), k step kk is
-      // tokens 16 kk .. 16 kk + 15 = two 8-row groups (SBO 1024 B) at byte 2048 kk; the 256
-      // columns are chunks 0..3 (LBO 8192 B).
       if constexpr (kAblate != kAblateNoMma) {
-        wgmma_fence();
-        // Descriptors from the address per k step (4 here, not QK^T's 36): with desc_advance
-        // ptxas allocated the kernel so that pipe 2's producer spilled 88 B without a cluster.
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk) {
-          if constexpr (ProducersOf<Cfg>::value == 2) {
-            // Columns 0..127 (chunks 0, 1) and 128..255 (chunks 2, 3): sm90_ptx.cuh says why.
-            wgmma_m64n128k16_rs<1>(o, pa[kk], smem_desc_sw128(tile + 2048 * kk, kChunkBytes, 1024), true);
-            wgmma_m64n128k16_rs<1>(o + 64, pa[kk],
-                                   smem_desc_sw128(tile + 2 * kChunkBytes + 2048 * kk, kChunkBytes, 1024), true);
-          } else {
-            wgmma_m64n256k16_rs<1>(o, pa[kk], smem_desc_sw128(tile + 2048 * kk, kChunkBytes, 1024), true);
+        issue_pv_left<ProducersOf<Cfg>::value, kOverlap>(o, pa, tile, sm.p());
+      }
+      if constexpr (!kHandFirst) hand_over_p();
+    };
+    if constexpr (!kOverlap) {
+      for (int blk = pc.blk_begin; blk < pc.blk_end; ++blk, ++it) {
+        const int stage = it & 1;
+        const unsigned tile = sm.k(stage);
+        wait_tile<Cfg, kCl>(sm, stage, (it >> 1) & 1);
+        if constexpr (kAblate != kAblateNoMma) issue_qk(s, dq, tile);
+        softmax_and_pv(tile);
+        if constexpr (kAblate != kAblateNoMma) {
+          wgmma_wait<0>();
+          fence_regs(o);
+        }
+        if (lane == 0) release_tile<Cfg, kCl>(sm, stage);
+      }
+    } else if (pc.blk_begin < pc.blk_end) {
+      // kPHandOverlap: each block's S is issued right behind the previous block's P V, and P V
+      // is then waited for alone; the tensor cores run the two back to back while consumer 0
+      // waits. Written so that ptxas sees one QK^T site (two made it keep the 36 Q descriptors
+      // live: spills) and no wgmma in flight past the loop (else it serializes every wgmma).
+      wait_tile<Cfg, kCl>(sm, it & 1, (it >> 1) & 1);
+      for (int blk = pc.blk_begin;; ++blk, ++it) {
+        const int stage = it & 1;
+        if constexpr (kAblate != kAblateNoMma) {
+          issue_qk(s, dq, sm.k(stage));
+          if (blk > pc.blk_begin) {
+            wgmma_wait<1>();
+            fence_regs(o);
           }
         }
-        wgmma_commit();
-        if constexpr (PHandOf<Cfg>::value == kPHandAfterPv) hand_over_p();
-        wgmma_wait<0>();
-        fence_regs(o);
-      } else if constexpr (PHandOf<Cfg>::value == kPHandAfterPv) {
-        hand_over_p();
+        if (blk > pc.blk_begin && lane == 0) release_tile<Cfg, kCl>(sm, stage ^ 1);
+        softmax_and_pv(sm.k(stage));
+        if (blk + 1 < pc.blk_end) {
+          wait_tile<Cfg, kCl>(sm, stage ^ 1, ((it + 1) >> 1) & 1);
+        } else {
+          if constexpr (kAblate != kAblateNoMma) {
+            wgmma_wait<0>();
+            fence_regs(o);
+          }
+          if (lane == 0) release_tile<Cfg, kCl>(sm, stage);
+          ++it;
+          break;
+        }
       }
-      if (lane == 0) release_tile<Cfg, kCl>(sm, stage);
     }
 
     // Epilogue: full row sums, then the output factor (1 / l, with the sink for a final
