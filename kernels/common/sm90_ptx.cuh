@@ -276,6 +276,18 @@ __device__ __forceinline__ void named_bar_sync(int id, int count) {
 __device__ __forceinline__ void named_bar_arrive(int id, int count) {
   asm volatile("barrier.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 }
+// barrier.red.and.pred out, id, count, in; -- barrier.sync that also returns whether `in` held
+// in every one of the `count` threads: a decision all of them take alike (wgmma's .aligned
+// instructions need the warpgroup's threads on one path).
+__device__ __forceinline__ bool named_bar_all(int id, int count, bool in) {
+  unsigned out;
+  asm volatile(
+      "{\n.reg .pred p, q;\nsetp.ne.u32 p, %1, 0;\nbarrier.red.and.pred q, %2, %3, p;\nselp.u32 %0, 1, 0, q;\n}\n"
+      : "=r"(out)
+      : "r"(static_cast<unsigned>(in)), "r"(id), "r"(count)
+      : "memory");
+  return out != 0;
+}
 
 // ---- mbarrier (through cuda::ptx, PTX ISA 9.7.13.15) ---------------------------------------------
 using mbar_t = cuda::std::uint64_t;  // an mbarrier object in shared memory (8-byte aligned)
@@ -292,6 +304,15 @@ __device__ __forceinline__ void mbar_arrive(mbar_t* bar) {
 __device__ __forceinline__ void mbar_wait(mbar_t* bar, unsigned parity) {
   while (!cuda::ptx::mbarrier_try_wait_parity(bar, parity)) {
   }
+}
+// mbarrier.test_wait.parity.shared::cta.b64 done, [addr], parity; -- whether that phase has
+// completed, without waiting (acquire, cta scope, when it has).
+__device__ __forceinline__ bool mbar_test(mbar_t* bar, unsigned parity) {
+  return cuda::ptx::mbarrier_test_wait_parity(bar, parity);
+}
+// The same at cluster scope (mbar_wait_cluster's test).
+__device__ __forceinline__ bool mbar_test_cluster(mbar_t* bar, unsigned parity) {
+  return cuda::ptx::mbarrier_test_wait_parity(cuda::ptx::sem_acquire, cuda::ptx::scope_cluster, bar, parity);
 }
 // mbarrier.arrive.expect_tx.release.cluster.shared::cta.b64 state, [addr], tx_count; -- one
 // arrival that also raises the phase's expected transaction bytes (completed by another CTA's

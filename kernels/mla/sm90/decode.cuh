@@ -56,6 +56,7 @@ constexpr float kNegInf = __builtin_bit_cast(float, 0xff800000u);
 // signals, sync/sync pairs rendezvous.
 enum NamedBarrier : int {
   kBarQReady = 1,    // WG0 x 128, sync: Q tile landed and fenced, wgmma may read it
+  kBarVote = 2,      // WG0 x 128, sync + AND: whether the next tile is full (kPHandOverlap)
   kBarIds = 5,       // WG2 x 128, sync: the block's ids are in smem
 };
 
@@ -1054,6 +1055,19 @@ __device__ __forceinline__ void wait_tile(const Smem& sm, int stage, unsigned pa
     }
   }
 }
+// Whether wait_tile would return at once (and, if so, the same acquire).
+template <class Cfg, int kCl>
+__device__ __forceinline__ bool tile_ready(const Smem& sm, int stage, unsigned parity) {
+  bool ready = mbar_test(sm.full(stage), parity);
+  if constexpr (kCl == 2) {
+    if constexpr (SyncOf<Cfg>::value == kSyncLight) {
+      ready = ready && mbar_test(sm.remote(stage), parity);
+    } else {
+      ready = ready && mbar_test_cluster(sm.remote(stage), parity);
+    }
+  }
+  return ready;
+}
 template <class Cfg, int kCl>
 __device__ __forceinline__ void release_tile(const Smem& sm, int stage) {
   mbar_arrive(sm.empty(stage));
@@ -1317,24 +1331,38 @@ __device__ __forceinline__ void consumer0(const SparseKernelParams& kp, const Sp
         if (lane == 0) release_tile<Cfg, kCl>(sm, stage);
       }
     } else if (pc.blk_begin < pc.blk_end) {
-      // kPHandOverlap: each block's S is issued right behind the previous block's P V, and P V
-      // is then waited for alone; the tensor cores run the two back to back while consumer 0
-      // waits. Written so that ptxas sees one QK^T site (two made it keep the 36 Q descriptors
-      // live: spills) and no wgmma in flight past the loop (else it serializes every wgmma).
+      // kPHandOverlap: when the next block's tile is already full, its S is issued right behind
+      // this block's P V, and P V is waited for (and its tile released) after; else P V is
+      // waited for and its tile released first, so that the producers never wait for a tile this
+      // consumer holds only because the next one is late (releasing after the next tile's
+      // arrival made b128 h128 24 % slower). The four warps decide together (wgmma is
+      // warpgroup-wide). Written so that ptxas sees one QK^T site (two made it keep the 36 Q
+      // descriptors live: spills) and no wgmma in flight past the loop (else it serializes every
+      // wgmma).
       wait_tile<Cfg, kCl>(sm, it & 1, (it >> 1) & 1);
+      bool pv_pending = false;
       for (int blk = pc.blk_begin;; ++blk, ++it) {
         const int stage = it & 1;
         if constexpr (kAblate != kAblateNoMma) {
           issue_qk(s, dq, sm.k(stage));
-          if (blk > pc.blk_begin) {
+          if (pv_pending) {
             wgmma_wait<1>();
             fence_regs(o);
           }
         }
-        if (blk > pc.blk_begin && lane == 0) release_tile<Cfg, kCl>(sm, stage ^ 1);
+        if (pv_pending && lane == 0) release_tile<Cfg, kCl>(sm, stage ^ 1);
         softmax_and_pv(sm.k(stage));
         if (blk + 1 < pc.blk_end) {
-          wait_tile<Cfg, kCl>(sm, stage ^ 1, ((it + 1) >> 1) & 1);
+          const unsigned parity = ((it + 1) >> 1) & 1;
+          pv_pending = named_bar_all(kBarVote, 128, tile_ready<Cfg, kCl>(sm, stage ^ 1, parity));
+          if (!pv_pending) {
+            if constexpr (kAblate != kAblateNoMma) {
+              wgmma_wait<0>();
+              fence_regs(o);
+            }
+            if (lane == 0) release_tile<Cfg, kCl>(sm, stage);
+            wait_tile<Cfg, kCl>(sm, stage ^ 1, parity);
+          }
         } else {
           if constexpr (kAblate != kAblateNoMma) {
             wgmma_wait<0>();
