@@ -245,9 +245,11 @@ DECA_MLA_SM90_KNOB(RescaleOf, kRescale, kRescaleEvery)
 // 2: as 0, but consumer 0 issues its own P V (A from registers) before the hand-over, which then
 // runs while that P V executes.
 // 3: as 0, with consumer 0's own P V reading P from shared memory too, and the next block's
-// S = Q K^T issued right behind it, so that the tensor cores run P V and the next QK^T back to
-// back while consumer 0 waits for P V alone (O 128 and S 32 in flight at once: with P's 16 A
-// registers too, ptxas serializes every wgmma, C7511).
+// S = Q K^T issued right behind it when that tile is already full, so that the tensor cores run
+// P V and the next QK^T back to back while consumer 0 waits for P V alone (O 128 and S 32 in
+// flight at once: with P's 16 A registers too, ptxas serializes every wgmma, C7511). Measured
+// slower (42d7715, H200: b128 h128 222.7 -> 228.1 us, b128 h64 124.2 -> 128.1): the producers,
+// not consumer 0's chain, bound the block (docs/perf-notes-mla.md, 2026-12-02).
 enum PHand : int { kPHandSmem = 0, kPHandRegs = 1, kPHandAfterPv = 2, kPHandOverlap = 3 };
 DECA_MLA_SM90_KNOB(PHandOf, kPHand, kPHandSmem)
 
