@@ -1,8 +1,9 @@
 // MLA sparse FP8 decode on the GPU against the CPU reference (DESIGN.md "MLA decode"; issue 7
-// item 6), for every decode variant this machine runs (DECA_MLA_KERNEL): heads 8..128 and odd
-// counts, q_len 1..4, topk 64..4096, ragged topk_length with an empty request, -1 holes and a
-// whole row of -1, duplicates, an index in the last page, the sink on and off, page sizes 1..128;
-// never-indexed tokens and a spare block poisoned with NaN, outputs poisoned before each run.
+// item 6), for every decode variant this machine runs (DECA_MLA_KERNEL): heads 1..128 (1, 3,
+// 24, 100 and 127 among them), q_len 1..4, topk 64..4096 and counts no multiple of 64, ragged
+// topk_length with an empty request, -1 holes and a whole row of -1, duplicates, an index in the
+// last page, the sink on and off, page sizes 1..128 (7 and 48 among them); never-indexed tokens
+// and a spare block poisoned with NaN, outputs poisoned before each run.
 // Then bitwise run-to-run identity, CUDA graph capture + replay, and the workspace checks.
 // Seed: DECA_TEST_SEED. Skipped where no GPU is present.
 #include <gtest/gtest.h>
@@ -58,6 +59,19 @@ std::vector<Case> matrix() {
       s.attn_sink = heads == 128;
       add("h" + std::to_string(heads) + "_k" + std::to_string(topk), s);
     }
+  }
+  // Odd shapes: one head, three, 127 (a cluster of two CTAs, the second with 63 rows), q_len 3,
+  // topk no multiple of 64 (a partial last block), page sizes that are not powers of two.
+  struct Odd {
+    int heads, q_len, topk, page;
+  };
+  for (const Odd o : {Odd{1, 3, 100, 48}, Odd{3, 1, 200, 7}, Odd{127, 3, 100, 64}}) {
+    MlaCaseSpec s = spec(o.heads, o.q_len, o.topk, o.page, 3);
+    s.topk_length = o.heads != 3;
+    s.attn_sink = o.heads != 1;
+    add("odd_h" + std::to_string(o.heads) + "_q" + std::to_string(o.q_len) + "_k" + std::to_string(o.topk) +
+            "_p" + std::to_string(o.page),
+        s);
   }
   for (int page : {1, 16, 32, 128}) {
     MlaCaseSpec s = spec(64, 2, 256, page, 3);

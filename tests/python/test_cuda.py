@@ -326,6 +326,42 @@ def test_mla_sparse_cuda(rng):
     check(out, want, "bf16", lse, want_lse, lse_tol=1e-2)
 
 
+@pytest.mark.parametrize("checked", [False, True])
+@pytest.mark.parametrize("heads,q_len,topk,page", [(1, 3, 100, 48), (3, 1, 200, 7),
+                                                   (127, 3, 100, 64), (24, 4, 70, 1)])
+def test_mla_sparse_cuda_odd_shapes(rng, heads, q_len, topk, page, checked):
+    """Head counts that are no multiple of 64 (one, three, 127 in a cluster of two CTAs), q_len 3
+    and 4, topk no multiple of 64 (a partial last block), page sizes that are not powers of two, q
+    as a strided view (heads 640 elements apart), ragged topk_length with an empty request, a
+    sink; NaN-poisoned outputs and workspace; the sm90 kernel (checked=False) and the portable
+    one (checked=True) against the numpy reference."""
+    from test_mla import _sparse_case
+    batch = 3
+    q, kv, indices = _sparse_case(rng, batch, q_len, heads, topk, page,
+                                  num_blocks=max(4, 4 * topk // page + 2))
+    lengths = np.array([topk, topk // 2 + 1, 0], np.int32)
+    # Indices past topk_length must not be read: point them at the poisoned tokens.
+    indices[1, :, lengths[1]:] = rng.integers(0, 10, (q_len, topk - lengths[1]))
+    sink = rng.normal(0.0, 1.5, heads).astype(np.float32)
+    wide = np.zeros((batch, q_len, heads, 640), ref.BF16)
+    wide[..., :576] = q
+    q_view = cuda(wide)[..., :576]
+    assert not q_view.is_contiguous()
+    plan = deca.MlaPlan(heads, sparse=True, page_size=page, max_batch=batch, max_q_len=q_len,
+                        topk=topk, topk_length=True, attn_sink=True, checked=checked,
+                        device="cuda:0")
+    out = nan_like((batch, q_len, heads, 512), torch.bfloat16)
+    lse = nan_like((batch, q_len, heads), torch.float32)
+    ws = torch.full((plan.workspace_bytes,), 0xFF, dtype=torch.uint8, device=DEV)
+    plan.run_sparse(q_view, cuda(kv), cuda(indices), out, topk_length=cuda(lengths),
+                    attn_sink=cuda(sink), lse=lse, workspace=ws)
+    torch.cuda.synchronize()
+    want, want_lse = ref.mla_sparse(q.astype(np.float64), kv, indices, lengths, sink)
+    check(out, want, "bf16", lse, want_lse, lse_tol=1e-2)
+    assert np.all(host(out)[2] == 0.0)  # the empty request: zeros and LSE -inf
+    assert np.all(np.isneginf(host(lse)[2]))
+
+
 def test_mla_sparse_schedule_reused_by_the_next_layer(rng):
     """MlaPlan.run_sparse(reuse_schedule=True): the second layer of a step runs on the first's
     schedule (same indices and topk_length) and writes what its own scheduled run writes; a
