@@ -536,7 +536,6 @@ TEST(MlaSm90Kernel, QkBehindPv) {
     for (Sm90Case& c : pipe_cases(k)) {
       c.producers = v.producers;
       c.pipe = c.cluster == 2 ? v.pipe_c2 : v.pipe_c1;
-      if (c.producers == 2 && c.pipe == 0) c.pipe = 1;
       c.rescale = 2;
       c.phand = 3;
       c.sync = c.cluster == 2 ? 1 : 0;

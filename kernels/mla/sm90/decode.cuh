@@ -1227,7 +1227,7 @@ __device__ __forceinline__ void consumer0(const SparseKernelParams& kp, const Sp
     float m0 = kNegInf, m1 = kNegInf, l0 = 0.f, l1 = 0.f;
     const unsigned long long dq = smem_desc_sw128(sm.q(), 16, 1024);
     // One block from its S (waited for here) to its P V issued: the mask, the online softmax,
-    // P to registers and (per kPHand) to consumer 1, O rescaled. Returns what the caller waits on.
+    // P to registers and (per kPHand) to consumer 1, O rescaled; the caller waits for P V.
     const auto softmax_and_pv = [&](unsigned tile) {
       if constexpr (kAblate == kAblateNoMma) {
 #pragma unroll
@@ -1319,6 +1319,14 @@ __device__ __forceinline__ void consumer0(const SparseKernelParams& kp, const Sp
       }
       if constexpr (!kHandFirst) hand_over_p();
     };
+    // Every wgmma of this warpgroup done (P V the last one), then the block's tile released.
+    const auto wait_and_release = [&](int stage) {
+      if constexpr (kAblate != kAblateNoMma) {
+        wgmma_wait<0>();
+        fence_regs(o);
+      }
+      if (lane == 0) release_tile<Cfg, kCl>(sm, stage);
+    };
     if constexpr (!kOverlap) {
       for (int blk = pc.blk_begin; blk < pc.blk_end; ++blk, ++it) {
         const int stage = it & 1;
@@ -1326,11 +1334,7 @@ __device__ __forceinline__ void consumer0(const SparseKernelParams& kp, const Sp
         wait_tile<Cfg, kCl>(sm, stage, (it >> 1) & 1);
         if constexpr (kAblate != kAblateNoMma) issue_qk(s, dq, tile);
         softmax_and_pv(tile);
-        if constexpr (kAblate != kAblateNoMma) {
-          wgmma_wait<0>();
-          fence_regs(o);
-        }
-        if (lane == 0) release_tile<Cfg, kCl>(sm, stage);
+        wait_and_release(stage);
       }
     } else if (pc.blk_begin < pc.blk_end) {
       // kPHandOverlap: when the next block's tile is already full, its S is issued right behind
@@ -1358,19 +1362,11 @@ __device__ __forceinline__ void consumer0(const SparseKernelParams& kp, const Sp
           const unsigned parity = ((it + 1) >> 1) & 1;
           pv_pending = named_bar_all(kBarVote, 128, tile_ready<Cfg, kCl>(sm, stage ^ 1, parity));
           if (!pv_pending) {
-            if constexpr (kAblate != kAblateNoMma) {
-              wgmma_wait<0>();
-              fence_regs(o);
-            }
-            if (lane == 0) release_tile<Cfg, kCl>(sm, stage);
+            wait_and_release(stage);
             wait_tile<Cfg, kCl>(sm, stage ^ 1, parity);
           }
         } else {
-          if constexpr (kAblate != kAblateNoMma) {
-            wgmma_wait<0>();
-            fence_regs(o);
-          }
-          if (lane == 0) release_tile<Cfg, kCl>(sm, stage);
+          wait_and_release(stage);
           ++it;
           break;
         }
