@@ -1,7 +1,7 @@
 // Times the sm90a MLA sparse decode kernel alone on the four anchor shapes (q_len 1, page 64,
-// topk 2048; batch 128/64 x heads 128/64) and its variants: the 2-CTA cluster (128 heads), and
-// the timing-only builds without the dequantization or without the tensor cores, so that one
-// GPU round says what bounds it. Cold L2 (256 MB written before every launch), median of 10
+// topk 2048; batch 128/64 x heads 128/64) with the plan's default knobs, and its timing-only
+// builds without the dequantization, the tensor cores, the gather's memory traffic or both of
+// the last two, so that one GPU round says what bounds it. Cold L2 (256 MB written before every launch), median of 10
 // after 3 warm-ups, CUDA events around the launch alone; the combine of split requests is not
 // included. The test fails if a launch fails or the real kernel writes a non-finite output.
 // Skips without an sm_90 GPU.
@@ -126,33 +126,24 @@ TEST(MlaSm90Timing, AnchorShapesAndStageVariants) {
     kp.run.stamp = stamp.as<mla::ScheduleStamp>();
 
     const double flop = 2.0 * sh.batch * sh.heads * kTopk * (576 + 512);
-    // pipe = Cfg::kPipe (sm90/traits.cuh): 1 ids a block ahead, 2 also one gather round,
-    // 3 also the loads issued before the tile is free; dequant = Cfg::kDequant, 1 the integer
-    // e4m3 placement. The ablations of the fastest-predicted pipe say what bounds it next.
-    // pipe 4: the round stream (the next round's loads under this round's conversion); sync 1
-    // the light cluster hand-overs (the default in a cluster).
-    struct Variant { int cluster, ablate, pipe, dequant, sync; const char* name; };
-    std::vector<Variant> variants = {{1, 0, 0, 0, 0, "kernel"},    {1, 1, 0, 0, 0, "no-dequant"},
-                                     {1, 2, 0, 0, 0, "no-mma"},    {1, 0, 1, 0, 0, "pipe1"},
-                                     {1, 0, 2, 0, 0, "pipe2"},     {1, 0, 3, 0, 0, "pipe3"},
-                                     {1, 0, 3, 1, 0, "p3-int-deq"}, {1, 1, 3, 0, 0, "p3-no-deq"},
-                                     {1, 2, 3, 0, 0, "p3-no-mma"}, {1, 0, 4, 0, 0, "pipe4"},
-                                     {1, 1, 4, 0, 0, "p4-no-deq"}, {1, 2, 4, 0, 0, "p4-no-mma"}};
-    if (hb == 2) {
-      for (const Variant& v : {Variant{2, 0, 0, 0, 0, "cluster2"}, Variant{2, 0, 1, 0, 0, "c2-pipe1"},
-                               Variant{2, 0, 3, 0, 0, "c2-pipe3"}, Variant{2, 0, 3, 1, 0, "c2p3-int-deq"},
-                               Variant{2, 1, 3, 0, 0, "c2p3-no-deq"}, Variant{2, 2, 3, 0, 0, "c2p3-no-mma"},
-                               Variant{2, 0, 2, 0, 1, "c2s1-pipe2"}, Variant{2, 0, 4, 0, 1, "c2s1-pipe4"},
-                               Variant{2, 1, 4, 0, 1, "c2s1p4-no-deq"}, Variant{2, 2, 4, 0, 1, "c2s1p4-no-mma"},
-                               Variant{2, 0, 2, 2, 1, "c2s1p2-mma-deq"}, Variant{2, 0, 4, 2, 1, "c2s1p4-mma-deq"}}) {
-        variants.push_back(v);
-      }
-    }
+    // The plan's defaults for the shape (mla_sm90_defaults: without a cluster two producer
+    // warpgroups, pipe 1; in a cluster one producer, pipe 2, the light hand-overs; the L2 prefetch
+    // a block ahead, lazy rescale) and their ablations (decode.cuh Ablate): without the
+    // conversion, without the tensor cores, without the gather's memory traffic, without both.
+    // Kernel against no-gather says what the gather's latency costs; no-gather-no-mma is the
+    // pipeline's skeleton (hand-overs, conversion, softmax, epilogue).
+    struct Variant { int ablate; const char* name; };
+    const std::vector<Variant> variants = {{0, "kernel"}, {1, "no-dequant"}, {2, "no-mma"},
+                                           {3, "no-gather"}, {4, "no-gather-mma"}};
+    const int cluster = hb == 2 ? 2 : 1;
     for (const Variant& v : variants) {
-      const jit::LoadedKernel& k = jit::get_kernel(mla_sm90_spec(64, v.cluster, v.ablate, v.pipe, v.dequant, v.sync), 0);
+      const jit::JitSpec spec =
+          cluster == 2 ? mla_sm90_spec(64, 2, v.ablate, 2, 0, 1, 0, 1, 0, 0, 2, 0, 1)
+                       : mla_sm90_spec(64, 1, v.ablate, 1, 0, 0, 0, 1, 0, 0, 2, 2, 2);
+      const jit::LoadedKernel& k = jit::get_kernel(spec, 0);
       void* args[] = {&kp};
       jit::LaunchOptions opts;
-      if (v.cluster == 2) opts.cluster = {2, 1, 1};
+      if (cluster == 2) opts.cluster = {2, 1, 1};
       const jit::Dim3 grid{static_cast<unsigned>(hb), 1u, static_cast<unsigned>(parts.size())};
       cudaEvent_t e0, e1;
       cudaEventCreate(&e0);
@@ -161,7 +152,7 @@ TEST(MlaSm90Timing, AnchorShapesAndStageVariants) {
       for (int rep = 0; rep < 13; ++rep) {
         flush.fill(static_cast<std::uint8_t>(rep));
         cudaEventRecord(e0);
-        jit::launch(k, grid, {mla::sm90::kThreads, 1, 1}, mla::sm90::kSmemBytes, nullptr, args, opts);
+        jit::launch(k, grid, {static_cast<unsigned>(mla::sm90::threads_of(cluster == 2 ? 1 : 2)), 1, 1}, mla::sm90::kSmemBytes, nullptr, args, opts);
         cudaEventRecord(e1);
         cuda_ok(cudaEventSynchronize(e1), v.name);
         float t = 0;

@@ -47,9 +47,15 @@ TEST(MlaSm90Nvrtc, ClusterVariantCompilesWithoutSpills) {
   for (int page : {1, 64}) expect_clean_compile(test::mla_sm90_spec(page, 2));
 }
 
-// The timing variants that leave the dequantization or the tensor cores out.
+// The timing variants that leave the dequantization, the tensor cores, the gather's memory
+// traffic or both of the last two out; the last three also with the plan's defaults of both
+// cluster sizes, as the timing test runs them.
 TEST(MlaSm90Nvrtc, AblationVariantsCompileWithoutSpills) {
-  for (int ablate : {1, 2}) expect_clean_compile(test::mla_sm90_spec(64, 1, ablate));
+  for (int ablate : {1, 2, 3, 4}) expect_clean_compile(test::mla_sm90_spec(64, 1, ablate));
+  for (int ablate : {3, 4}) {
+    expect_clean_compile(test::mla_sm90_spec(64, 1, ablate, 1, 0, 0, 0, 1, 0, 0, 2, 2, 2), true);
+    expect_clean_compile(test::mla_sm90_spec(64, 2, ablate, 2, 0, 1, 0, 1, 0, 0, 2, 0, 1), true);
+  }
 }
 
 // The producer pipeline variants (Cfg::kPipe 1..3), both cluster sizes: each must keep the

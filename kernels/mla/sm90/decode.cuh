@@ -180,10 +180,24 @@ __device__ __forceinline__ void dequant16_mma(uint4 raw, float scale, unsigned s
 DECA_MLA_SM90_KNOB(ClusterOf, kCluster, 1)
 
 // Variants that leave one stage out, for timing only (their numbers are wrong): what the kernel
-// costs without the e4m3 -> bf16 conversion (the raw bytes are stored instead), or without the
-// tensor cores.
-enum Ablate : int { kAblateNone = 0, kAblateNoDequant = 1, kAblateNoMma = 2 };
+// costs without the e4m3 -> bf16 conversion (the raw bytes are stored instead), without the
+// tensor cores, without the gather's memory traffic (each record load returns finite bytes made
+// from its address, the L2 prefetch is left out; ids, Q and the outputs still go to memory), or
+// without both of the last two (the pipeline's skeleton: hand-overs, conversion, softmax).
+enum Ablate : int {
+  kAblateNone = 0,
+  kAblateNoDequant = 1,
+  kAblateNoMma = 2,
+  kAblateNoGather = 3,
+  kAblateNoGatherNoMma = 4
+};
 DECA_MLA_SM90_KNOB(AblateOf, kAblate, kAblateNone)
+template <class Cfg>
+inline constexpr bool kNoMma =
+    AblateOf<Cfg>::value == kAblateNoMma || AblateOf<Cfg>::value == kAblateNoGatherNoMma;
+template <class Cfg>
+inline constexpr bool kNoGather =
+    AblateOf<Cfg>::value == kAblateNoGather || AblateOf<Cfg>::value == kAblateNoGatherNoMma;
 
 // How the producer orders its global loads against the tile handshake (traits.cuh Pipe; see
 // producer_ahead).
@@ -266,13 +280,24 @@ DECA_MLA_SM90_KNOB(ProducersOf, kProducers, 1)
 #undef DECA_MLA_SM90_KNOB
 
 // A 16-byte / 4-byte load of a cache record with the L1 policy of L1Of<Cfg>.
+// The no-gather ablations return bytes made from the address instead: e4m3 and bf16 in [0.5, 1),
+// a scale near 2^-7, all finite, and dependent on the id as a load's result would be.
 template <class Cfg>
 __device__ __forceinline__ uint4 load_rec16(const unsigned char* p) {
+  if constexpr (kNoGather<Cfg>) {
+    const unsigned a = static_cast<unsigned>(reinterpret_cast<unsigned long long>(p));
+    const unsigned v = (a & 0x07070707u) | 0x30303030u;
+    return make_uint4(v, v ^ 0x01010101u, v ^ 0x02020202u, v ^ 0x04040404u);
+  }
   if constexpr (L1Of<Cfg>::value == 1) return ldg_nc_el_v4(p);
   return ldg_nc_na_v4(p);
 }
 template <class Cfg>
 __device__ __forceinline__ float load_rec4(const unsigned char* p) {
+  if constexpr (kNoGather<Cfg>) {
+    const unsigned a = static_cast<unsigned>(reinterpret_cast<unsigned long long>(p));
+    return __uint_as_float(0x3C000000u | (a & 0xFFu));
+  }
   if constexpr (L1Of<Cfg>::value == 1) return ldg_nc_el_f32(p);
   return ldg_nc_na_f32(p);
 }
@@ -532,7 +557,9 @@ __device__ __forceinline__ void produce_block_tokens(const MlaSparseParams& p, c
 template <class Cfg, int kThreadsPerToken>
 __device__ __forceinline__ void prefetch_record(const MlaSparseParams& p, int id, int t) {
   const unsigned char* rec = record_of<Cfg>(p, id);
-  if constexpr (PrefetchOf<Cfg>::value == kPrefetchBulk) {
+  if constexpr (kNoGather<Cfg>) {
+    return;
+  } else if constexpr (PrefetchOf<Cfg>::value == kPrefetchBulk) {
     // Records are 16-byte aligned and 41 x 16 bytes (the gather's 16-byte loads need it too).
     if (t % kThreadsPerToken == 0) prefetch_l2_bulk(rec, kTokenBytes);
   } else if constexpr (PrefetchOf<Cfg>::value == kPrefetchLines) {
@@ -1203,7 +1230,6 @@ template <class Cfg>
 __device__ __forceinline__ void consumer0(const SparseKernelParams& kp, const SparsePart& part,
                                           int tok, int head0, const Smem& sm) {
   constexpr int kCl = ClusterOf<Cfg>::value;
-  constexpr int kAblate = AblateOf<Cfg>::value;
   constexpr int kRescale = RescaleOf<Cfg>::value;
   const MlaSparseParams& p = kp.p;
   const int t = threadIdx.x;
@@ -1229,7 +1255,7 @@ __device__ __forceinline__ void consumer0(const SparseKernelParams& kp, const Sp
     // One block from its S (waited for here) to its P V issued: the mask, the online softmax,
     // P to registers and (per kPHand) to consumer 1, O rescaled; the caller waits for P V.
     const auto softmax_and_pv = [&](unsigned tile) {
-      if constexpr (kAblate == kAblateNoMma) {
+      if constexpr (kNoMma<Cfg>) {
 #pragma unroll
         for (int i = 0; i < 32; ++i) s[i] = 0.f;
       } else {
@@ -1314,14 +1340,14 @@ __device__ __forceinline__ void consumer0(const SparseKernelParams& kp, const Sp
       constexpr bool kHandFirst = PHandOf<Cfg>::value != kPHandAfterPv;
       if constexpr (kHandFirst) hand_over_p();
       rescale<kRescale>(o, a0, a1);
-      if constexpr (kAblate != kAblateNoMma) {
+      if constexpr (!kNoMma<Cfg>) {
         issue_pv_left<ProducersOf<Cfg>::value, kOverlap>(o, pa, tile, sm.p());
       }
       if constexpr (!kHandFirst) hand_over_p();
     };
     // Every wgmma of this warpgroup done (P V the last one), then the block's tile released.
     const auto wait_and_release = [&](int stage) {
-      if constexpr (kAblate != kAblateNoMma) {
+      if constexpr (!kNoMma<Cfg>) {
         wgmma_wait<0>();
         fence_regs(o);
       }
@@ -1332,7 +1358,7 @@ __device__ __forceinline__ void consumer0(const SparseKernelParams& kp, const Sp
         const int stage = it & 1;
         const unsigned tile = sm.k(stage);
         wait_tile<Cfg, kCl>(sm, stage, (it >> 1) & 1);
-        if constexpr (kAblate != kAblateNoMma) issue_qk(s, dq, tile);
+        if constexpr (!kNoMma<Cfg>) issue_qk(s, dq, tile);
         softmax_and_pv(tile);
         wait_and_release(stage);
       }
@@ -1349,7 +1375,7 @@ __device__ __forceinline__ void consumer0(const SparseKernelParams& kp, const Sp
       bool pv_pending = false;
       for (int blk = pc.blk_begin;; ++blk, ++it) {
         const int stage = it & 1;
-        if constexpr (kAblate != kAblateNoMma) {
+        if constexpr (!kNoMma<Cfg>) {
           issue_qk(s, dq, sm.k(stage));
           if (pv_pending) {
             wgmma_wait<1>();
@@ -1428,7 +1454,6 @@ template <class Cfg>
 __device__ __forceinline__ void consumer1(const SparseKernelParams& kp, const SparsePart& part,
                                           int tok, int head0, const Smem& sm) {
   constexpr int kCl = ClusterOf<Cfg>::value;
-  constexpr int kAblate = AblateOf<Cfg>::value;
   constexpr bool kRegsP = PHandOf<Cfg>::value == kPHandRegs;
   const int t = threadIdx.x - 128;
   const int warp = t >> 5, lane = t & 31;
@@ -1466,7 +1491,7 @@ __device__ __forceinline__ void consumer1(const SparseKernelParams& kp, const Sp
       rescale<RescaleOf<Cfg>::value>(o, a0, a1);
       // O[:, 256:512] += P V: A = P (K-major 64 x 64, k step kk at byte 32 kk; or registers),
       // B = V chunks 4..7 as in consumer 0.
-      if constexpr (kAblate != kAblateNoMma) {
+      if constexpr (!kNoMma<Cfg>) {
         wgmma_fence();
         const unsigned long long dp = smem_desc_sw128(sm.p(), 16, 1024);
         const unsigned long long dv = smem_desc_sw128(tile + 4 * kChunkBytes, kChunkBytes, 1024);
