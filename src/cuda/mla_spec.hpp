@@ -25,7 +25,8 @@ struct MlaSm90Knobs {
   int sync = 1;      // Cfg::kSync, DECA_MLA_SYNC: 1 light cluster hand-overs (240 vs 258 us, b128 h128)
   int prefetch = 0;  // Cfg::kPrefetch, DECA_MLA_PREFETCH 0..3: lines, bulk record, none, sectors
   int ahead = 2;     // Cfg::kAhead, DECA_MLA_AHEAD 1..8: blocks between prefetch and gather (mla_sm90_defaults)
-  int map = 0;       // Cfg::kMap, DECA_MLA_MAP: 1 a token per four producer lanes (slower)
+  int map = 0;       // Cfg::kMap, DECA_MLA_MAP: 1 a token per four producer lanes (slower), 2 the unit
+                     // split with lane pairs completing 32-byte sectors (the peer's st.async)
   int l1 = 0;        // Cfg::kL1, DECA_MLA_L1: 1 the gather loads L1::evict_last
   int rescale = 2;   // Cfg::kRescale, DECA_MLA_RESCALE 0..2: O rescaled every block / skipped at 1 / lazy maxima
                      // (2e5d498, H200: b128 h64 134.1 -> 131.1 us, b128 h16 126.4 -> 123.2, b128 h128 225.2 -> 225.8)
@@ -36,8 +37,8 @@ struct MlaSm90Knobs {
 };
 
 // The knobs a key may hold: what was asked, made consistent for `num_heads` (a pure function,
-// table-tested): a cluster only for 65..128 heads, the light hand-overs only in a cluster, the
-// integer dequantization only with pipe 3, the mma one with pipes 2-4, the unit split and a
+// table-tested): a cluster only for 65..128 heads, the light hand-overs and the pair exchange
+// (map 2) only in a cluster, the integer dequantization only with pipe 3, the mma one with pipes 2-4, the unit split and a
 // cluster, the base producer (pipe 0) with its fixed prefetch distance and the unit split, the
 // round stream (pipe 4) with the unit split, P in consumer 1's registers with pipes 0-2, the
 // hand-over after P V with any producer but pipe 2 without a cluster, the next block's QK^T

@@ -1,7 +1,8 @@
 // Times the sm90a MLA sparse decode kernel alone on the four anchor shapes (q_len 1, page 64,
 // topk 2048; batch 128/64 x heads 128/64) with the plan's default knobs, and its timing-only
 // builds without the dequantization, the tensor cores, the gather's memory traffic or both of
-// the last two, so that one GPU round says what bounds it. Cold L2 (256 MB written before every launch), median of 10
+// the last two (in a cluster also without the NoPE crossing to the peer), so that one GPU round
+// says what bounds it. Cold L2 (256 MB written before every launch), median of 10
 // after 3 warm-ups, CUDA events around the launch alone; the combine of split requests is not
 // included. The test fails if a launch fails or the real kernel writes a non-finite output.
 // Skips without an sm_90 GPU.
@@ -132,13 +133,22 @@ TEST(MlaSm90Timing, AnchorShapesAndStageVariants) {
     // conversion, without the tensor cores, without the gather's memory traffic, without both.
     // Kernel against no-gather says what the gather's latency costs; no-gather-no-mma is the
     // pipeline's skeleton (hand-overs, conversion, softmax, epilogue).
-    struct Variant { int ablate; const char* name; };
-    const std::vector<Variant> variants = {{0, "kernel"}, {1, "no-dequant"}, {2, "no-mma"},
-                                           {3, "no-gather"}, {4, "no-gather-mma"}};
+    // In a cluster also without the NoPE sent to the peer (the RoPE units alone cross), with and
+    // without the skeleton's ablations: what the distributed shared memory traffic costs; and the
+    // pair exchange (Cfg::kMap 2), with its skeleton.
+    struct Variant { int ablate; const char* name; int map = 0; };
+    std::vector<Variant> variants = {{0, "kernel"}, {1, "no-dequant"}, {2, "no-mma"},
+                                     {3, "no-gather"}, {4, "no-gather-mma"}};
     const int cluster = hb == 2 ? 2 : 1;
+    if (cluster == 2) {
+      variants.push_back({5, "no-peer"});
+      variants.push_back({6, "skel-no-peer"});
+      variants.push_back({0, "pairs", 2});
+      variants.push_back({4, "pairs-skel", 2});
+    }
     for (const Variant& v : variants) {
       const jit::JitSpec spec =
-          cluster == 2 ? mla_sm90_spec(64, 2, v.ablate, 2, 0, 1, 0, 1, 0, 0, 2, 0, 1)
+          cluster == 2 ? mla_sm90_spec(64, 2, v.ablate, 2, 0, 1, 0, 1, v.map, 0, 2, 0, 1)
                        : mla_sm90_spec(64, 1, v.ablate, 1, 0, 0, 0, 1, 0, 0, 2, 2, 2);
       const jit::LoadedKernel& k = jit::get_kernel(spec, 0);
       void* args[] = {&kp};

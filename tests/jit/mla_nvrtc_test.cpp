@@ -100,6 +100,13 @@ TEST(MlaSm90Knobs, ConsistentKeepsOnlyCombinationsTheKernelBuilds) {
       // The round stream: the unit split only, its own prefetch distance kept.
       {128, knobs(2, 4, 1, 1, 0, 3, 1, 1), knobs(2, 4, 0, 1, 0, 3, 0, 1)},
       {16, knobs(1, 4, 0, 0, 2, 2, 0, 0), knobs(1, 4, 0, 0, 2, 2, 0, 0)},
+      // The pair exchange: in a cluster, with pipes 1-3 and the hardware conversions.
+      {128, knobs(2, 2, 0, 1, 0, 1, 2, 0), knobs(2, 2, 0, 1, 0, 1, 2, 0)},
+      {100, knobs(2, 1, 0, 1, 0, 1, 2, 0), knobs(2, 1, 0, 1, 0, 1, 2, 0)},
+      {64, knobs(1, 2, 0, 0, 0, 1, 2, 0), knobs(1, 2, 0, 0, 0, 1, 0, 0)},
+      {128, knobs(2, 4, 0, 1, 0, 1, 2, 0), knobs(2, 4, 0, 1, 0, 1, 0, 0)},
+      {128, knobs(2, 0, 0, 1, 0, 1, 2, 0), knobs(2, 0, 0, 1, 0, 2, 0, 0)},
+      {128, knobs(2, 2, 2, 1, 0, 1, 2, 0), knobs(2, 2, 0, 1, 0, 1, 2, 0)},
   };
   auto with = [](MlaSm90Knobs k, int rescale, int phand) {
     k.rescale = rescale, k.phand = phand;
@@ -139,6 +146,8 @@ TEST(MlaSm90Knobs, ConsistentKeepsOnlyCombinationsTheKernelBuilds) {
       {100, two(with(knobs(2, 4, 0, 1, 0, 1, 0, 0), 2, 1)), two(with(knobs(2, 4, 0, 1, 0, 1, 0, 0), 2, 0))},
       {64, two(with(knobs(1, 1, 0, 0, 0, 1, 0, 0), 2, 3)), two(with(knobs(1, 1, 0, 0, 0, 1, 0, 0), 2, 3))},
       {64, two(with(knobs(1, 3, 0, 0, 0, 1, 0, 0), 2, 3)), two(with(knobs(1, 1, 0, 0, 0, 1, 0, 0), 2, 3))},
+      {128, two(with(knobs(2, 2, 0, 1, 0, 1, 2, 0), 2, 0)), two(with(knobs(2, 2, 0, 1, 0, 1, 2, 0), 2, 0))},
+      {128, two(with(knobs(2, 2, 0, 1, 0, 1, 1, 0), 2, 0)), two(with(knobs(2, 2, 0, 1, 0, 1, 0, 0), 2, 0))},
   };
   for (const Row& r : producers) {
     const MlaSm90Knobs k = mla_sm90_consistent(r.asked, r.heads);

@@ -48,7 +48,7 @@ TEST(MlaSm90Nvrtc, ClusterVariantCompilesWithoutSpills) {
 }
 
 // The timing variants that leave the dequantization, the tensor cores, the gather's memory
-// traffic or both of the last two out; the last three also with the plan's defaults of both
+// traffic, both of the last two, or (in a cluster) the NoPE sent to the peer out; the last three also with the plan's defaults of both
 // cluster sizes, as the timing test runs them.
 TEST(MlaSm90Nvrtc, AblationVariantsCompileWithoutSpills) {
   for (int ablate : {1, 2, 3, 4}) expect_clean_compile(test::mla_sm90_spec(64, 1, ablate));
@@ -56,6 +56,8 @@ TEST(MlaSm90Nvrtc, AblationVariantsCompileWithoutSpills) {
     expect_clean_compile(test::mla_sm90_spec(64, 1, ablate, 1, 0, 0, 0, 1, 0, 0, 2, 2, 2), true);
     expect_clean_compile(test::mla_sm90_spec(64, 2, ablate, 2, 0, 1, 0, 1, 0, 0, 2, 0, 1), true);
   }
+  // Without the NoPE crossing to the peer (cluster only).
+  for (int ablate : {5, 6}) expect_clean_compile(test::mla_sm90_spec(64, 2, ablate, 2, 0, 1, 0, 1, 0, 0, 2, 0, 1), true);
 }
 
 // The producer pipeline variants (Cfg::kPipe 1..3), both cluster sizes: each must keep the
@@ -100,6 +102,15 @@ TEST(MlaSm90Nvrtc, SyncAndPrefetchVariantsCompileWithoutSpills) {
   for (int ahead : {1, 4}) expect_clean_compile(test::mla_sm90_spec(64, 1, 0, 2, 0, 0, 0, ahead));
   // The gather's L1 evict-last policy (Cfg::kL1 = 1), both splits.
   for (int map : {0, 1}) expect_clean_compile(test::mla_sm90_spec(64, 1, 0, 2, 0, 0, 0, 2, map, 1));
+}
+
+// The pair exchange (Cfg::kMap = 2): in a cluster with pipes 1-3, one and two producer
+// warpgroups, pages 1 and 64, the plan's cluster defaults with the no-peer ablations.
+TEST(MlaSm90Nvrtc, PairMapVariantsCompileWithoutSpills) {
+  for (int pipe : {1, 2, 3}) expect_clean_compile(test::mla_sm90_spec(64, 2, 0, pipe, 0, 1, 0, 1, 2, 0, 2, 0, 1));
+  expect_clean_compile(test::mla_sm90_spec(1, 2, 0, 2, 0, 1, 0, 1, 2, 0, 2, 0, 1));
+  expect_clean_compile(test::mla_sm90_spec(64, 2, 0, 2, 0, 1, 0, 1, 2, 0, 2, 0, 2));
+  for (int ablate : {1, 5}) expect_clean_compile(test::mla_sm90_spec(64, 2, ablate, 2, 0, 1, 0, 1, 2, 0, 2, 0, 1), true);
 }
 
 // The token split of the producer (Cfg::kMap = 1) with every pipe that offers it, both cluster

@@ -183,21 +183,30 @@ DECA_MLA_SM90_KNOB(ClusterOf, kCluster, 1)
 // costs without the e4m3 -> bf16 conversion (the raw bytes are stored instead), without the
 // tensor cores, without the gather's memory traffic (each record load returns finite bytes made
 // from its address, the L2 prefetch is left out; ids, Q and the outputs still go to memory), or
-// without both of the last two (the pipeline's skeleton: hand-overs, conversion, softmax).
+// without both of the last two (the pipeline's skeleton: hand-overs, conversion, softmax), and in
+// a cluster of 2 without the dequantized NoPE sent to the peer (only the RoPE units cross), with
+// and without the rest of the skeleton's ablations.
 enum Ablate : int {
   kAblateNone = 0,
   kAblateNoDequant = 1,
   kAblateNoMma = 2,
   kAblateNoGather = 3,
-  kAblateNoGatherNoMma = 4
+  kAblateNoGatherNoMma = 4,
+  kAblateNoPeer = 5,
+  kAblateSkeletonNoPeer = 6
 };
 DECA_MLA_SM90_KNOB(AblateOf, kAblate, kAblateNone)
 template <class Cfg>
-inline constexpr bool kNoMma =
-    AblateOf<Cfg>::value == kAblateNoMma || AblateOf<Cfg>::value == kAblateNoGatherNoMma;
+inline constexpr bool kNoMma = AblateOf<Cfg>::value == kAblateNoMma ||
+                               AblateOf<Cfg>::value == kAblateNoGatherNoMma ||
+                               AblateOf<Cfg>::value == kAblateSkeletonNoPeer;
 template <class Cfg>
-inline constexpr bool kNoGather =
-    AblateOf<Cfg>::value == kAblateNoGather || AblateOf<Cfg>::value == kAblateNoGatherNoMma;
+inline constexpr bool kNoGather = AblateOf<Cfg>::value == kAblateNoGather ||
+                                  AblateOf<Cfg>::value == kAblateNoGatherNoMma ||
+                                  AblateOf<Cfg>::value == kAblateSkeletonNoPeer;
+template <class Cfg>
+inline constexpr bool kNoPeer =
+    AblateOf<Cfg>::value == kAblateNoPeer || AblateOf<Cfg>::value == kAblateSkeletonNoPeer;
 
 // How the producer orders its global loads against the tile handshake (traits.cuh Pipe; see
 // producer_ahead).
@@ -235,7 +244,13 @@ DECA_MLA_SM90_KNOB(AheadOf, kAhead, 2)
 // of them the conversion, most of the rest the per-token addressing. Map 1 executes 29 % fewer
 // and is still slower (172 vs 165 us at b128 h64, 7409a3c): its loads wait longer (eight
 // records' 64-byte pieces per warp load) and its stores crowd the MIO queue of consumer 0.
-enum Map : int { kMapUnits = 0, kMapTokens = 1 };
+// 2: the unit split, with the two lanes of a pair (j, j ^ 1: units U, U + 1 and U + 2, U + 3 of
+// one chunk row) swapping raw halves first, so that each of the two 16-byte stores of the pair
+// completes a 32-byte sector (units U and U + 1, then U + 2 and U + 3; the swizzle keeps such
+// pairs together). The unit split's stores leave every sector half written per instruction; for
+// the peer's tile (st.async, a cluster of 2) the tuning guide asks for 32-byte segments, as for
+// global memory.
+enum Map : int { kMapUnits = 0, kMapTokens = 1, kMapPairs = 2 };
 DECA_MLA_SM90_KNOB(MapOf, kMap, kMapUnits)
 
 // The gather's L1 policy: 0 L1::no_allocate (each CTA reads a token once), 1 L1::evict_last
@@ -354,6 +369,16 @@ __device__ __forceinline__ void store_tile(const Smem& sm, unsigned addr, uint4 
   if constexpr (kCl == 2) st_async_v4(sm.peer(addr), v, peer_bar);
 }
 
+// A NoPE unit of the tile: store_tile, or only here for the no-peer ablations.
+template <class Cfg, int kCl>
+__device__ __forceinline__ void store_nope(const Smem& sm, unsigned addr, uint4 v, unsigned peer_bar) {
+  if constexpr (kNoPeer<Cfg>) {
+    sts128(addr, v);
+  } else {
+    store_tile<kCl>(sm, addr, v, peer_bar);
+  }
+}
+
 // The 656-byte record of token `id` (>= 0, inside the pool).
 template <class Cfg>
 __device__ __forceinline__ const unsigned char* record_of(const MlaSparseParams& p, int id) {
@@ -396,10 +421,12 @@ __device__ __forceinline__ void wait_empty(const Smem& sm, int stage, unsigned p
 }
 template <class Cfg>
 __device__ __forceinline__ void expect_peer_bytes(const Smem& sm, int stage) {
+  // The no-peer ablations send the RoPE units alone: 32 tokens x 128 bytes.
+  constexpr unsigned kBytes = kNoPeer<Cfg> ? (kTokens / 2) * 128 : kPeerBytes;
   if constexpr (SyncOf<Cfg>::value == kSyncCluster) {
-    mbar_arrive_expect_tx(sm.remote(stage), kPeerBytes);
+    mbar_arrive_expect_tx(sm.remote(stage), kBytes);
   } else {
-    mbar_arrive_expect_tx_cta(sm.remote(stage), kPeerBytes);
+    mbar_arrive_expect_tx_cta(sm.remote(stage), kBytes);
   }
 }
 
@@ -474,13 +501,25 @@ __device__ __forceinline__ void produce_block(const MlaSparseParams& p, const Sm
     for (int u = 0; u < kPerRound; ++u) {
       const int n = first_token + g + 4 * (round * kPerRound + u);
       uint4 lo, hi;
+      int u_lo = unit0, u_hi = unit0 + 1;
+      if constexpr (MapOf<Cfg>::value == kMapPairs) {
+        // Even lane: keeps unit U (raw .x .y), gets U + 2 from its odd partner; the odd lane
+        // keeps U + 3 (.z .w), gets U + 1. Same token, same 128-value group: same scale.
+        const bool odd = (j & 1) != 0;
+        const uint4 r = raw[u];
+        const unsigned g0 = __shfl_xor_sync(0xffffffffu, odd ? r.x : r.z, 1);
+        const unsigned g1 = __shfl_xor_sync(0xffffffffu, odd ? r.y : r.w, 1);
+        raw[u] = odd ? make_uint4(g0, g1, r.z, r.w) : make_uint4(r.x, r.y, g0, g1);
+        u_lo = odd ? unit0 - 1 : unit0;  // U + 1 / U
+        u_hi = u_lo + 2;                 // U + 3 / U + 2
+      }
       if constexpr (AblateOf<Cfg>::value == kAblateNoDequant) {
         lo = hi = raw[u];
       } else {
         dequant16<Cfg>(raw[u], scale[u], lo, hi);
       }
-      store_tile<kCl>(sm, chunk + swz(n, unit0), lo, peer_bar);
-      store_tile<kCl>(sm, chunk + swz(n, unit0 + 1), hi, peer_bar);
+      store_nope<Cfg, kCl>(sm, chunk + swz(n, u_lo), lo, peer_bar);
+      store_nope<Cfg, kCl>(sm, chunk + swz(n, u_hi), hi, peer_bar);
     }
   }
 }
@@ -543,8 +582,8 @@ __device__ __forceinline__ void produce_block_tokens(const MlaSparseParams& p, c
         } else {
           dequant16<Cfg>(raw[u][k], scale[k >> 1], lo, hi);
         }
-        store_tile<kCl>(sm, row + k * kChunkBytes + u0, lo, peer_bar);
-        store_tile<kCl>(sm, row + k * kChunkBytes + u1, hi, peer_bar);
+        store_nope<Cfg, kCl>(sm, row + k * kChunkBytes + u0, lo, peer_bar);
+        store_nope<Cfg, kCl>(sm, row + k * kChunkBytes + u1, hi, peer_bar);
       }
       store_tile<kCl>(sm, row + 8 * kChunkBytes + u0, rope[u][0], peer_bar);
       store_tile<kCl>(sm, row + 8 * kChunkBytes + u1, rope[u][1], peer_bar);
@@ -848,8 +887,8 @@ __device__ __forceinline__ void store_round(const Smem& sm, int stage, int t, in
       dequant16<Cfg>(rd.raw[u], rd.scale[u], lo, hi);
     }
     const unsigned a = tile + at.at[u & 1] + 512u * (8 * kH + u);
-    store_tile<kCl>(sm, a, lo, peer_bar);
-    store_tile<kCl>(sm, a + at.second, hi, peer_bar);
+    store_nope<Cfg, kCl>(sm, a, lo, peer_bar);
+    store_nope<Cfg, kCl>(sm, a + at.second, hi, peer_bar);
   }
 }
 
@@ -977,8 +1016,8 @@ __device__ __forceinline__ void store_small(const Smem& sm, unsigned tile, unsig
     }
     // kSmallUnits is even: unit u's parity is its token's row parity in the stream's stores.
     const unsigned a = tile + at.at[u & 1] + 512u * static_cast<unsigned>(kSmallUnits * k + u);
-    store_tile<kCl>(sm, a, lo, peer_bar);
-    store_tile<kCl>(sm, a + at.second, hi, peer_bar);
+    store_nope<Cfg, kCl>(sm, a, lo, peer_bar);
+    store_nope<Cfg, kCl>(sm, a + at.second, hi, peer_bar);
   }
 }
 
@@ -1531,8 +1570,8 @@ __device__ __forceinline__ void mla_sparse_decode_sm90(const SparseKernelParams&
   static_assert(kCl == 1 || kCl == 2, "Cfg::kCluster: 1, or 2 for two head blocks");
   static_assert(PipeOf<Cfg>::value >= kPipeBase && PipeOf<Cfg>::value <= kPipeStream, "Cfg::kPipe");
   static_assert(kProducers == 1 || (kProducers == 2 && PipeOf<Cfg>::value >= kPipeAhead &&
-                                    MapOf<Cfg>::value == kMapUnits),
-                "Cfg::kProducers: 1, or 2 with kPipe 1..4 and the unit split");
+                                    MapOf<Cfg>::value != kMapTokens),
+                "Cfg::kProducers: 1, or 2 with kPipe 1..4 and the unit split (or its pairs)");
   static_assert(DequantOf<Cfg>::value >= 0 && DequantOf<Cfg>::value <= 2, "Cfg::kDequant");
   static_assert(DequantOf<Cfg>::value != 2 || (MapOf<Cfg>::value == kMapUnits && kCl == 2),
                 "Cfg::kDequant = 2: a quad of lanes on one token (the unit split), in a cluster "
