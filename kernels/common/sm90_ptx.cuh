@@ -411,6 +411,12 @@ __device__ __forceinline__ uint4 ldg_nc_na_v4(const void* p) {
                : "l"(p));
   return v;
 }
+// ld.global.nc.L1::no_allocate.L2::256B.v2.u32 {a, b}, [addr]; (8-byte pieces of the same rows)
+__device__ __forceinline__ uint2 ldg_nc_na_v2(const void* p) {
+  uint2 v;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v2.u32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "l"(p));
+  return v;
+}
 // ld.global.nc.L1::no_allocate.f32 d, [addr];
 __device__ __forceinline__ float ldg_nc_na_f32(const void* p) {
   float v;
@@ -424,6 +430,11 @@ __device__ __forceinline__ uint4 ldg_nc_el_v4(const void* p) {
   asm volatile("ld.global.nc.L1::evict_last.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                : "l"(p));
+  return v;
+}
+__device__ __forceinline__ uint2 ldg_nc_el_v2(const void* p) {
+  uint2 v;
+  asm volatile("ld.global.nc.L1::evict_last.L2::256B.v2.u32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "l"(p));
   return v;
 }
 __device__ __forceinline__ float ldg_nc_el_f32(const void* p) {

@@ -46,7 +46,7 @@ constexpr Knob kKnobs[] = {
     {&MlaSm90Knobs::sync, "kSync", "DECA_MLA_SYNC", 0, 1, "_sync", 0, true},
     {&MlaSm90Knobs::prefetch, "kPrefetch", "DECA_MLA_PREFETCH", 0, 3, "_pf", 0, true},
     {&MlaSm90Knobs::ahead, "kAhead", "DECA_MLA_AHEAD", 1, 8, "_ahead", 2, true},
-    {&MlaSm90Knobs::map, "kMap", "DECA_MLA_MAP", 0, 2, "_map", 0, true},
+    {&MlaSm90Knobs::map, "kMap", "DECA_MLA_MAP", 0, 3, "_map", 0, true},
     {&MlaSm90Knobs::l1, "kL1", "DECA_MLA_L1", 0, 1, "_l1e", 0, true},
     {&MlaSm90Knobs::rescale, "kRescale", "DECA_MLA_RESCALE", 0, 2, "_rs", 2, true},
     {&MlaSm90Knobs::phand, "kPHand", "DECA_MLA_PHAND", 0, 3, "_pr", 0, true},
@@ -59,8 +59,10 @@ MlaSm90Knobs mla_sm90_consistent(MlaSm90Knobs k, int num_heads) {
   const bool two_blocks = num_heads > 64 && num_heads <= 128;
   if (!two_blocks) k.cluster = 1;
   if (k.cluster != 2) k.sync = 0;  // only a cluster has hand-overs between CTAs
-  // The sector-completing pair exchange is for the stores into the peer's tile.
-  if (k.map == 2 && k.cluster != 2) k.map = 0;
+  // The sector-completing pair exchange and the whole-row pieces are for the stores into the
+  // peer's tile; the rows convert with the hardware conversions only.
+  if (k.map >= 2 && k.cluster != 2) k.map = 0;
+  if (k.map == 3 && k.dequant != 0) k.dequant = 0;
   if (k.dequant == 1 && k.pipe != 3) k.dequant = 0;  // the integer route: pipe 3 only (registers)
   // The tensor-core f16 -> f32 step: pipes 2 to 4, the unit split (a quad of lanes on one token)
   // and a cluster of 2 (without one the producer's 16 units per block spill there: NVRTC, 36-96 B).

@@ -116,7 +116,7 @@ struct Sm90Case {
   int sync = 0;            // Cfg::kSync: 1 the light cluster hand-overs
   int prefetch = 0;        // Cfg::kPrefetch: 1 bulk record prefetch, 2 none, 3 sectors
   int ahead = 2;           // Cfg::kAhead: prefetch distance in blocks
-  int map = 0;             // Cfg::kMap: 1 the producer's token split, 2 the unit split's pairs
+  int map = 0;             // Cfg::kMap: 1 the producer's token split, 2 the unit split's pairs, 3 rows
   int l1 = 0;              // Cfg::kL1: 1 the gather's L1 evict-last policy
   int rescale = 0;         // Cfg::kRescale: 1 skip factors of 1 (same bytes as 0), 2 lazy maxima
   int phand = 0;           // Cfg::kPHand: 1 consumer 1 takes P into registers (same bytes as 0)
@@ -519,20 +519,22 @@ TEST(MlaSm90Kernel, TwoProducerWarpgroups) {
 }
 
 // The pair exchange (Cfg::kMap = 2: lane pairs swap raw halves so that each store completes a
-// 32-byte sector) over pipe_cases' cluster cases (one and many requests per partition, splits
-// with the sink and topk_length, 100 heads), pipes 1-3 with one producer and pipe 2 with two,
-// the light hand-overs; each checked bit for bit against the unit split in run_case.
-TEST(MlaSm90Kernel, PairMapInACluster) {
+// 32-byte sector) and the whole-row pieces (3: each store an eighth of a 128-byte row) over
+// pipe_cases' cluster cases (one and many requests per partition, splits with the sink and
+// topk_length, 100 heads), pipes 1-3 with one producer and pipe 2 with two, the light
+// hand-overs; each checked bit for bit against the unit split in run_case.
+TEST(MlaSm90Kernel, PairAndRowMapsInACluster) {
   REQUIRE_SM90();
-  for (int variant = 0; variant < 4; ++variant) {
-    const int pipe = variant < 3 ? variant + 1 : 2;
-    const int producers = variant < 3 ? 1 : 2;
-    const std::string k = "m2_k" + std::to_string(pipe) + (producers == 2 ? "_w2_" : "_");
+  for (int variant = 0; variant < 8; ++variant) {
+    const int map = variant < 4 ? 2 : 3;
+    const int pipe = variant % 4 < 3 ? variant % 4 + 1 : 2;
+    const int producers = variant % 4 < 3 ? 1 : 2;
+    const std::string k = "m" + std::to_string(map) + "_k" + std::to_string(pipe) + (producers == 2 ? "_w2_" : "_");
     for (Sm90Case& c : pipe_cases(k)) {
       if (c.cluster != 2) continue;
       c.pipe = pipe;
       c.producers = producers;
-      c.map = 2;
+      c.map = map;
       c.sync = 1;
       c.ahead = 1;
       c.rescale = 2;

@@ -135,7 +135,7 @@ TEST(MlaSm90Timing, AnchorShapesAndStageVariants) {
     // pipeline's skeleton (hand-overs, conversion, softmax, epilogue).
     // In a cluster also without the NoPE sent to the peer (the RoPE units alone cross), with and
     // without the skeleton's ablations: what the distributed shared memory traffic costs; and the
-    // pair exchange (Cfg::kMap 2), with its skeleton.
+    // pair exchange and the whole-row pieces (Cfg::kMap 2, 3), with their skeletons.
     struct Variant { int ablate; const char* name; int map = 0; };
     std::vector<Variant> variants = {{0, "kernel"}, {1, "no-dequant"}, {2, "no-mma"},
                                      {3, "no-gather"}, {4, "no-gather-mma"}};
@@ -145,6 +145,11 @@ TEST(MlaSm90Timing, AnchorShapesAndStageVariants) {
       variants.push_back({6, "skel-no-peer"});
       variants.push_back({0, "pairs", 2});
       variants.push_back({4, "pairs-skel", 2});
+      variants.push_back({0, "rows", 3});
+      variants.push_back({4, "rows-skel", 3});
+      variants.push_back({1, "rows-no-deq", 3});
+      variants.push_back({2, "rows-no-mma", 3});
+      variants.push_back({3, "rows-no-gather", 3});
     }
     for (const Variant& v : variants) {
       const jit::JitSpec spec =

@@ -107,6 +107,12 @@ TEST(MlaSm90Knobs, ConsistentKeepsOnlyCombinationsTheKernelBuilds) {
       {128, knobs(2, 4, 0, 1, 0, 1, 2, 0), knobs(2, 4, 0, 1, 0, 1, 0, 0)},
       {128, knobs(2, 0, 0, 1, 0, 1, 2, 0), knobs(2, 0, 0, 1, 0, 2, 0, 0)},
       {128, knobs(2, 2, 2, 1, 0, 1, 2, 0), knobs(2, 2, 0, 1, 0, 1, 2, 0)},
+      // The whole-row pieces: in a cluster, with the hardware conversions only.
+      {128, knobs(2, 2, 0, 1, 0, 1, 3, 0), knobs(2, 2, 0, 1, 0, 1, 3, 0)},
+      {128, knobs(2, 3, 1, 1, 0, 1, 3, 1), knobs(2, 3, 0, 1, 0, 1, 3, 1)},
+      {128, knobs(2, 2, 2, 1, 0, 1, 3, 0), knobs(2, 2, 0, 1, 0, 1, 3, 0)},
+      {64, knobs(1, 1, 0, 0, 0, 1, 3, 0), knobs(1, 1, 0, 0, 0, 1, 0, 0)},
+      {128, knobs(2, 4, 0, 1, 0, 1, 3, 0), knobs(2, 4, 0, 1, 0, 1, 0, 0)},
   };
   auto with = [](MlaSm90Knobs k, int rescale, int phand) {
     k.rescale = rescale, k.phand = phand;
@@ -148,6 +154,7 @@ TEST(MlaSm90Knobs, ConsistentKeepsOnlyCombinationsTheKernelBuilds) {
       {64, two(with(knobs(1, 3, 0, 0, 0, 1, 0, 0), 2, 3)), two(with(knobs(1, 1, 0, 0, 0, 1, 0, 0), 2, 3))},
       {128, two(with(knobs(2, 2, 0, 1, 0, 1, 2, 0), 2, 0)), two(with(knobs(2, 2, 0, 1, 0, 1, 2, 0), 2, 0))},
       {128, two(with(knobs(2, 2, 0, 1, 0, 1, 1, 0), 2, 0)), two(with(knobs(2, 2, 0, 1, 0, 1, 0, 0), 2, 0))},
+      {128, two(with(knobs(2, 3, 0, 1, 0, 1, 3, 0), 2, 0)), two(with(knobs(2, 3, 0, 1, 0, 1, 3, 0), 2, 0))},
   };
   for (const Row& r : producers) {
     const MlaSm90Knobs k = mla_sm90_consistent(r.asked, r.heads);

@@ -104,13 +104,19 @@ TEST(MlaSm90Nvrtc, SyncAndPrefetchVariantsCompileWithoutSpills) {
   for (int map : {0, 1}) expect_clean_compile(test::mla_sm90_spec(64, 1, 0, 2, 0, 0, 0, 2, map, 1));
 }
 
-// The pair exchange (Cfg::kMap = 2): in a cluster with pipes 1-3, one and two producer
-// warpgroups, pages 1 and 64, the plan's cluster defaults with the no-peer ablations.
-TEST(MlaSm90Nvrtc, PairMapVariantsCompileWithoutSpills) {
-  for (int pipe : {1, 2, 3}) expect_clean_compile(test::mla_sm90_spec(64, 2, 0, pipe, 0, 1, 0, 1, 2, 0, 2, 0, 1));
-  expect_clean_compile(test::mla_sm90_spec(1, 2, 0, 2, 0, 1, 0, 1, 2, 0, 2, 0, 1));
-  expect_clean_compile(test::mla_sm90_spec(64, 2, 0, 2, 0, 1, 0, 1, 2, 0, 2, 0, 2));
-  for (int ablate : {1, 5}) expect_clean_compile(test::mla_sm90_spec(64, 2, ablate, 2, 0, 1, 0, 1, 2, 0, 2, 0, 1), true);
+// The pair exchange and the whole-row pieces (Cfg::kMap = 2, 3): in a cluster with pipes 1-3,
+// one and two producer warpgroups, pages 1 and 64, the L1 evict-last loads, the plan's cluster
+// defaults with the ablations.
+TEST(MlaSm90Nvrtc, PairAndRowMapVariantsCompileWithoutSpills) {
+  for (int map : {2, 3}) {
+    for (int pipe : {1, 2, 3}) expect_clean_compile(test::mla_sm90_spec(64, 2, 0, pipe, 0, 1, 0, 1, map, 0, 2, 0, 1));
+    expect_clean_compile(test::mla_sm90_spec(1, 2, 0, 2, 0, 1, 0, 1, map, 0, 2, 0, 1));
+    expect_clean_compile(test::mla_sm90_spec(64, 2, 0, 2, 0, 1, 0, 1, map, 0, 2, 0, 2));
+    expect_clean_compile(test::mla_sm90_spec(64, 2, 0, 2, 0, 1, 0, 1, map, 1, 2, 0, 1));
+    for (int ablate : {1, 4, 5}) {
+      expect_clean_compile(test::mla_sm90_spec(64, 2, ablate, 2, 0, 1, 0, 1, map, 0, 2, 0, 1), true);
+    }
+  }
 }
 
 // The token split of the producer (Cfg::kMap = 1) with every pipe that offers it, both cluster

@@ -250,7 +250,12 @@ DECA_MLA_SM90_KNOB(AheadOf, kAhead, 2)
 // pairs together). The unit split's stores leave every sector half written per instruction; for
 // the peer's tile (st.async, a cluster of 2) the tuning guide asks for 32-byte segments, as for
 // global memory.
-enum Map : int { kMapUnits = 0, kMapTokens = 1, kMapPairs = 2 };
+// 3: lane l of the warp on token n takes the 8-byte NoPE pieces of units l % 8 of chunks cA and
+// cA + 2, cA = o % 2 + 4 (o / 2) for its octet o = l / 8 (two 8-byte loads, and one of the two
+// 128-value groups' scales, which both chunks share), so that each of its two stores is one
+// eighth of a whole 128-byte row of the tile: a warp's store writes four rows, each a contiguous
+// 128 bytes (the swizzle permutes units within a row), for the peer's st.async as well.
+enum Map : int { kMapUnits = 0, kMapTokens = 1, kMapPairs = 2, kMapRows = 3 };
 DECA_MLA_SM90_KNOB(MapOf, kMap, kMapUnits)
 
 // The gather's L1 policy: 0 L1::no_allocate (each CTA reads a token once), 1 L1::evict_last
@@ -306,6 +311,16 @@ __device__ __forceinline__ uint4 load_rec16(const unsigned char* p) {
   }
   if constexpr (L1Of<Cfg>::value == 1) return ldg_nc_el_v4(p);
   return ldg_nc_na_v4(p);
+}
+template <class Cfg>
+__device__ __forceinline__ uint2 load_rec8(const unsigned char* p) {
+  if constexpr (kNoGather<Cfg>) {
+    const unsigned a = static_cast<unsigned>(reinterpret_cast<unsigned long long>(p));
+    const unsigned v = (a & 0x07070707u) | 0x30303030u;
+    return make_uint2(v, v ^ 0x01010101u);
+  }
+  if constexpr (L1Of<Cfg>::value == 1) return ldg_nc_el_v2(p);
+  return ldg_nc_na_v2(p);
 }
 template <class Cfg>
 __device__ __forceinline__ float load_rec4(const unsigned char* p) {
@@ -443,6 +458,37 @@ __device__ __forceinline__ void load_unit(const MlaSparseParams& p, int id, int 
     scale = 0.f;
   }
 }
+// Cfg::kMap = kMapRows: lane l's two 8-byte NoPE pieces of token `id` (units l % 8 of chunks
+// rows_chunk(l) and + 2) and the scales of their 128-value groups (adjacent: one 8-byte load),
+// or zeros.
+struct RowPieces {
+  uint2 a, b;
+  float sa, sb;
+};
+__device__ __forceinline__ int rows_chunk(int l) { return ((l >> 3) & 1) + 4 * (l >> 4); }
+template <class Cfg>
+__device__ __forceinline__ void load_rows(const MlaSparseParams& p, int id, int l, RowPieces& r) {
+  if (id >= 0) {
+    const unsigned char* rec = record_of<Cfg>(p, id);
+    const unsigned char* a = rec + 64 * rows_chunk(l) + 8 * (l & 7);
+    r.a = load_rec8<Cfg>(a);
+    r.b = load_rec8<Cfg>(a + 128);
+    // Chunks c and c + 2 are groups c / 2 and c / 2 + 1 (c = 0, 1, 4, 5): scales 2 (l / 16), + 1.
+    const uint2 s = load_rec8<Cfg>(rec + kDimNope + 8 * (l >> 4));
+    r.sa = __uint_as_float(s.x);
+    r.sb = __uint_as_float(s.y);
+  } else {
+    r.a = r.b = make_uint2(0, 0);
+    r.sa = r.sb = 0.f;
+  }
+}
+// Eight e4m3 (two words) times `scale` as one 16-byte bf16 unit (dequant4's rounding).
+__device__ __forceinline__ uint4 dequant8(uint2 raw, float scale) {
+  const uint2 a = dequant4(raw.x, scale);
+  const uint2 b = dequant4(raw.y, scale);
+  return make_uint4(a.x, a.y, b.x, b.y);
+}
+
 // RoPE unit `unit` (0..7, bf16) of token `id`, or zeros.
 template <class Cfg>
 __device__ __forceinline__ uint4 load_rope(const MlaSparseParams& p, int id, int unit) {
@@ -480,6 +526,42 @@ __device__ __forceinline__ void produce_block(const MlaSparseParams& p, const Sm
   }
   const unsigned chunk = tile + (j >> 2) * kChunkBytes;
   const int unit0 = (j & 3) * 2;
+  const auto store_rope = [&] {
+#pragma unroll
+    for (int i = 0; i < kRope; ++i) {
+      const int job = t + 128 * i;
+      store_tile<kCl>(sm, tile + 8 * kChunkBytes + swz(first_token + (job >> 3), job & 7), rope[i],
+                      peer_bar);
+    }
+  };
+  if constexpr (MapOf<Cfg>::value == kMapRows) {
+    const unsigned rows = tile + rows_chunk(j) * kChunkBytes;
+#pragma unroll
+    for (int round = 0; round < kRounds; ++round) {
+      RowPieces rp[kPerRound];
+#pragma unroll
+      for (int u = 0; u < kPerRound; ++u) load_rows<Cfg>(p, ids[g + 4 * (round * kPerRound + u)], j, rp[u]);
+      if (round == 0) {
+        before_store();
+        store_rope();
+      }
+#pragma unroll
+      for (int u = 0; u < kPerRound; ++u) {
+        const int n = first_token + g + 4 * (round * kPerRound + u);
+        uint4 lo, hi;
+        if constexpr (AblateOf<Cfg>::value == kAblateNoDequant) {
+          lo = make_uint4(rp[u].a.x, rp[u].a.y, rp[u].a.x, rp[u].a.y);
+          hi = make_uint4(rp[u].b.x, rp[u].b.y, rp[u].b.x, rp[u].b.y);
+        } else {
+          lo = dequant8(rp[u].a, rp[u].sa);
+          hi = dequant8(rp[u].b, rp[u].sb);
+        }
+        store_nope<Cfg, kCl>(sm, rows + swz(n, j & 7), lo, peer_bar);
+        store_nope<Cfg, kCl>(sm, rows + 2 * kChunkBytes + swz(n, j & 7), hi, peer_bar);
+      }
+    }
+    return;
+  }
 #pragma unroll
   for (int round = 0; round < kRounds; ++round) {
     uint4 raw[kPerRound];
@@ -490,12 +572,7 @@ __device__ __forceinline__ void produce_block(const MlaSparseParams& p, const Sm
     }
     if (round == 0) {
       before_store();
-#pragma unroll
-      for (int i = 0; i < kRope; ++i) {
-        const int job = t + 128 * i;
-        store_tile<kCl>(sm, tile + 8 * kChunkBytes + swz(first_token + (job >> 3), job & 7), rope[i],
-                        peer_bar);
-      }
+      store_rope();
     }
 #pragma unroll
     for (int u = 0; u < kPerRound; ++u) {
@@ -1573,6 +1650,8 @@ __device__ __forceinline__ void mla_sparse_decode_sm90(const SparseKernelParams&
                                     MapOf<Cfg>::value != kMapTokens),
                 "Cfg::kProducers: 1, or 2 with kPipe 1..4 and the unit split (or its pairs)");
   static_assert(DequantOf<Cfg>::value >= 0 && DequantOf<Cfg>::value <= 2, "Cfg::kDequant");
+  static_assert(MapOf<Cfg>::value != kMapRows || DequantOf<Cfg>::value == 0,
+                "Cfg::kMap 3 (rows) converts with the hardware conversions");
   static_assert(DequantOf<Cfg>::value != 2 || (MapOf<Cfg>::value == kMapUnits && kCl == 2),
                 "Cfg::kDequant = 2: a quad of lanes on one token (the unit split), in a cluster "
                 "(without one the producer spills)");
