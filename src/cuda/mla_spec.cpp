@@ -100,6 +100,7 @@ MlaSm90Knobs mla_sm90_defaults(int cluster) {
   k.ahead = 1;
   k.phand = cluster == 2 ? 0 : 2;
   k.producers = cluster == 2 ? 1 : 2;
+  k.map = cluster == 2 ? 3 : 0;
   return k;
 }
 

@@ -57,7 +57,9 @@ MlaSm90Knobs mla_sm90_consistent(MlaSm90Knobs k, int num_heads);
 // - in a cluster of 2 (65..128 heads): one producer, pipe 2 (the round stream is slower there:
 //   b128 h128 230.0 -> 235.9 at d7f19e0; two producers 222.0 -> 231.6 at a529452) and the L2
 //   prefetch one block ahead (294d750: b128 h128 227.5 -> 222.4, b64 h128 118.9 -> 117.0; phand 2
-//   gains nothing there, 227.9).
+//   gains nothing there, 227.9), and the whole-row pieces (map 3: the stores into the peer's
+//   tile as whole 128-byte rows; 93952a7: b128 h128 222.7 -> 186.3, b64 h128 117.4 -> 98.8, the
+//   pair exchange 197.0 / 104.8).
 // Every other field keeps MlaSm90Knobs' default; `cluster` is as given.
 MlaSm90Knobs mla_sm90_defaults(int cluster);
 

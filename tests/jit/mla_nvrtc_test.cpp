@@ -188,14 +188,15 @@ TEST(MlaSm90Knobs, ConsistentKeepsOnlyCombinationsTheKernelBuilds) {
 // only, and the Cfg prologue carrying every knob.
 TEST(MlaSm90Knobs, DefaultsByClusterSize) {
   struct Row {
-    int cluster, pipe, ahead, phand, producers;
+    int cluster, pipe, ahead, phand, producers, map;
   };
   // No cluster: two producers with the ids a block ahead, P handed over after P V; a cluster: one
-  // producer's whole-share round; both prefetch one block ahead.
-  for (const Row r : {Row{1, 1, 1, 2, 2}, Row{2, 2, 1, 0, 1}}) {
+  // producer's whole-share round in whole-row pieces; both prefetch one block ahead.
+  for (const Row r : {Row{1, 1, 1, 2, 2, 0}, Row{2, 2, 1, 0, 1, 3}}) {
     const MlaSm90Knobs k = mla_sm90_defaults(r.cluster);
     EXPECT_EQ(k.cluster, r.cluster);
     EXPECT_EQ(k.pipe, r.pipe) << r.cluster;
+    EXPECT_EQ(k.map, r.map) << r.cluster;
     EXPECT_EQ(k.ahead, r.ahead) << r.cluster;
     EXPECT_EQ(k.phand, r.phand) << r.cluster;
     EXPECT_EQ(k.producers, r.producers) << r.cluster;
@@ -209,6 +210,7 @@ TEST(MlaSm90Knobs, DefaultsByClusterSize) {
     EXPECT_EQ(kept.ahead, k.ahead);
     EXPECT_EQ(kept.phand, k.phand);
     EXPECT_EQ(kept.producers, k.producers);
+    EXPECT_EQ(kept.map, k.map);
   }
 }
 
@@ -221,14 +223,14 @@ TEST(MlaSm90Knobs, KeysFromTheEnvironment) {
   MlaConfig c;
   c.sparse = true, c.topk = 2048, c.page_size = 64, c.checked = false;
   c.num_heads = 128;
-  EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_c2_pipe2_sync1_ahead1_sm90");
+  EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_c2_pipe2_sync1_ahead1_map3_sm90");
   c.num_heads = 64;
   EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_pipe1_ahead1_pr2_w2_sm90");
   EXPECT_EQ(mla_decode_shape(mla_decode_key(90, "sm90", c)).threads, 512);
   c.num_heads = 16;
   EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_pipe1_ahead1_pr2_w2_sm90");
   c.num_heads = 65;
-  EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_c2_pipe2_sync1_ahead1_sm90");
+  EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_c2_pipe2_sync1_ahead1_map3_sm90");
   EXPECT_EQ(mla_decode_shape(mla_decode_key(90, "sm90", c)).threads, 384);
   c.num_heads = 64;
   setenv("DECA_MLA_PRODUCERS", "1", 1);
