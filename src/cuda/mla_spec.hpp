@@ -38,7 +38,8 @@ struct MlaSm90Knobs {
 
 // The knobs a key may hold: what was asked, made consistent for `num_heads` (a pure function,
 // table-tested): a cluster only for 65..128 heads, the light hand-overs and the pair exchange
-// (map 2) only in a cluster, the integer dequantization only with pipe 3, the mma one with pipes 2-4, the unit split and a
+// (map 2) only in a cluster, the whole-row pieces (map 3) with the hardware conversions and, without
+// a cluster, not with one producer's pipes 2 and 3, the integer dequantization only with pipe 3, the mma one with pipes 2-4, the unit split and a
 // cluster, the base producer (pipe 0) with its fixed prefetch distance and the unit split, the
 // round stream (pipe 4) with the unit split, P in consumer 1's registers with pipes 0-2, the
 // hand-over after P V with any producer but pipe 2 without a cluster, the next block's QK^T
@@ -54,12 +55,13 @@ MlaSm90Knobs mla_sm90_consistent(MlaSm90Knobs k, int num_heads);
 //   125.0, b64 h64 80.8 -> 77.6, b128 h16 119.6 -> 114.9 against one producer's round stream; two
 //   blocks ahead 128.0 / 79.2 / 118.1, three 128.8 / 79.5 / 119.5), P handed over after consumer
 //   0's own P V (phand 2; 294d750: 130.8 -> 128.3, 82.6 -> 80.7, 123.4 -> 120.4);
-// - in a cluster of 2 (65..128 heads): one producer, pipe 2 (the round stream is slower there:
+// - in a cluster of 2 (65..128 heads): pipe 2 (the round stream is slower there:
 //   b128 h128 230.0 -> 235.9 at d7f19e0; two producers 222.0 -> 231.6 at a529452) and the L2
 //   prefetch one block ahead (294d750: b128 h128 227.5 -> 222.4, b64 h128 118.9 -> 117.0; phand 2
 //   gains nothing there, 227.9), and the whole-row pieces (map 3: the stores into the peer's
 //   tile as whole 128-byte rows; 93952a7: b128 h128 222.7 -> 186.3, b64 h128 117.4 -> 98.8, the
-//   pair exchange 197.0 / 104.8).
+//   pair exchange 197.0 / 104.8), with two producer warpgroups (47a14c6: 186.6 -> 184.4, 99.0 ->
+//   97.5; q_len 2 361.6 -> 357.0, topk 16384 1430.7 -> 1413.7).
 // Every other field keeps MlaSm90Knobs' default; `cluster` is as given.
 MlaSm90Knobs mla_sm90_defaults(int cluster);
 

@@ -522,9 +522,25 @@ TEST(MlaSm90Kernel, TwoProducerWarpgroups) {
 // 32-byte sector) and the whole-row pieces (3: each store an eighth of a 128-byte row) over
 // pipe_cases' cluster cases (one and many requests per partition, splits with the sink and
 // topk_length, 100 heads), pipes 1-3 with one producer and pipe 2 with two, the light
-// hand-overs; each checked bit for bit against the unit split in run_case.
-TEST(MlaSm90Kernel, PairAndRowMapsInACluster) {
+// hand-overs; and the rows without a cluster over pipe_cases' other cases (page 1, heavy skips
+// with an empty row, splits, many requests per partition) with two producers (pipe 1, P after
+// P V: the plan's producers there) and one (pipe 1); each checked bit for bit against the unit
+// split in run_case.
+TEST(MlaSm90Kernel, PairAndRowMaps) {
   REQUIRE_SM90();
+  for (int producers : {2, 1}) {
+    const std::string k = std::string("m3_c1_k1") + (producers == 2 ? "_w2_" : "_");
+    for (Sm90Case& c : pipe_cases(k)) {
+      if (c.cluster != 1) continue;
+      c.pipe = 1;
+      c.producers = producers;
+      c.map = 3;
+      c.ahead = 1;
+      c.rescale = 2;
+      c.phand = producers == 2 ? 2 : 0;
+      run_case(c);
+    }
+  }
   for (int variant = 0; variant < 8; ++variant) {
     const int map = variant < 4 ? 2 : 3;
     const int pipe = variant % 4 < 3 ? variant % 4 + 1 : 2;

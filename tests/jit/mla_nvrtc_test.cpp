@@ -107,11 +107,14 @@ TEST(MlaSm90Knobs, ConsistentKeepsOnlyCombinationsTheKernelBuilds) {
       {128, knobs(2, 4, 0, 1, 0, 1, 2, 0), knobs(2, 4, 0, 1, 0, 1, 0, 0)},
       {128, knobs(2, 0, 0, 1, 0, 1, 2, 0), knobs(2, 0, 0, 1, 0, 2, 0, 0)},
       {128, knobs(2, 2, 2, 1, 0, 1, 2, 0), knobs(2, 2, 0, 1, 0, 1, 2, 0)},
-      // The whole-row pieces: in a cluster, with the hardware conversions only.
+      // The whole-row pieces: with the hardware conversions only.
       {128, knobs(2, 2, 0, 1, 0, 1, 3, 0), knobs(2, 2, 0, 1, 0, 1, 3, 0)},
       {128, knobs(2, 3, 1, 1, 0, 1, 3, 1), knobs(2, 3, 0, 1, 0, 1, 3, 1)},
       {128, knobs(2, 2, 2, 1, 0, 1, 3, 0), knobs(2, 2, 0, 1, 0, 1, 3, 0)},
-      {64, knobs(1, 1, 0, 0, 0, 1, 3, 0), knobs(1, 1, 0, 0, 0, 1, 0, 0)},
+      {64, knobs(1, 1, 0, 0, 0, 1, 3, 0), knobs(1, 1, 0, 0, 0, 1, 3, 0)},
+      {64, knobs(1, 3, 1, 0, 0, 1, 3, 0), knobs(1, 3, 0, 0, 0, 1, 0, 0)},
+      {64, knobs(1, 2, 0, 0, 0, 1, 3, 0), knobs(1, 2, 0, 0, 0, 1, 0, 0)},
+      {16, knobs(1, 0, 0, 0, 0, 1, 3, 0), knobs(1, 0, 0, 0, 0, 2, 0, 0)},
       {128, knobs(2, 4, 0, 1, 0, 1, 3, 0), knobs(2, 4, 0, 1, 0, 1, 0, 0)},
   };
   auto with = [](MlaSm90Knobs k, int rescale, int phand) {
@@ -190,9 +193,9 @@ TEST(MlaSm90Knobs, DefaultsByClusterSize) {
   struct Row {
     int cluster, pipe, ahead, phand, producers, map;
   };
-  // No cluster: two producers with the ids a block ahead, P handed over after P V; a cluster: one
-  // producer's whole-share round in whole-row pieces; both prefetch one block ahead.
-  for (const Row r : {Row{1, 1, 1, 2, 2, 0}, Row{2, 2, 1, 0, 1, 3}}) {
+  // No cluster: two producers with the ids a block ahead, P handed over after P V; a cluster: two
+  // producers' whole-share round in whole-row pieces; both prefetch one block ahead.
+  for (const Row r : {Row{1, 1, 1, 2, 2, 0}, Row{2, 2, 1, 0, 2, 3}}) {
     const MlaSm90Knobs k = mla_sm90_defaults(r.cluster);
     EXPECT_EQ(k.cluster, r.cluster);
     EXPECT_EQ(k.pipe, r.pipe) << r.cluster;
@@ -223,15 +226,15 @@ TEST(MlaSm90Knobs, KeysFromTheEnvironment) {
   MlaConfig c;
   c.sparse = true, c.topk = 2048, c.page_size = 64, c.checked = false;
   c.num_heads = 128;
-  EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_c2_pipe2_sync1_ahead1_map3_sm90");
+  EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_c2_pipe2_sync1_ahead1_map3_w2_sm90");
   c.num_heads = 64;
   EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_pipe1_ahead1_pr2_w2_sm90");
   EXPECT_EQ(mla_decode_shape(mla_decode_key(90, "sm90", c)).threads, 512);
   c.num_heads = 16;
   EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_pipe1_ahead1_pr2_w2_sm90");
   c.num_heads = 65;
-  EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_c2_pipe2_sync1_ahead1_map3_sm90");
-  EXPECT_EQ(mla_decode_shape(mla_decode_key(90, "sm90", c)).threads, 384);
+  EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_c2_pipe2_sync1_ahead1_map3_w2_sm90");
+  EXPECT_EQ(mla_decode_shape(mla_decode_key(90, "sm90", c)).threads, 512);
   c.num_heads = 64;
   setenv("DECA_MLA_PRODUCERS", "1", 1);
   setenv("DECA_MLA_PIPE", "3", 1);

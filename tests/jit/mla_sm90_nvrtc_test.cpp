@@ -117,6 +117,16 @@ TEST(MlaSm90Nvrtc, PairAndRowMapVariantsCompileWithoutSpills) {
       expect_clean_compile(test::mla_sm90_spec(64, 2, ablate, 2, 0, 1, 0, 1, map, 0, 2, 0, 1), true);
     }
   }
+  // The rows without a cluster: the plan's producers there (two, pipe 1, P after P V), one
+  // producer's pipe 1 (its whole share in one round, pipes 2 and 3, spills: mla_sm90_consistent
+  // leaves the rows out there), page 1; and the cluster default (two producers) with its
+  // ablations.
+  expect_clean_compile(test::mla_sm90_spec(64, 1, 0, 1, 0, 0, 0, 1, 3, 0, 2, 2, 2));
+  expect_clean_compile(test::mla_sm90_spec(1, 1, 0, 1, 0, 0, 0, 1, 3, 0, 2, 2, 2));
+  expect_clean_compile(test::mla_sm90_spec(64, 1, 0, 1, 0, 0, 0, 1, 3, 0, 2, 2, 1));
+  for (int ablate : {1, 2, 3, 4, 5, 6}) {
+    expect_clean_compile(test::mla_sm90_spec(64, 2, ablate, 2, 0, 1, 0, 1, 3, 0, 2, 0, 2), true);
+  }
 }
 
 // The token split of the producer (Cfg::kMap = 1) with every pipe that offers it, both cluster
