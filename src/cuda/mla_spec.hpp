@@ -38,8 +38,9 @@ struct MlaSm90Knobs {
 
 // The knobs a key may hold: what was asked, made consistent for `num_heads` (a pure function,
 // table-tested): a cluster only for 65..128 heads, the light hand-overs and the pair exchange
-// (map 2) only in a cluster, the whole-row pieces (map 3) with the hardware conversions and, without
-// a cluster, not with one producer's pipes 2 and 3, the integer dequantization only with pipe 3, the mma one with pipes 2-4, the unit split and a
+// (map 2) only in a cluster, the whole-row pieces (map 3) only with the hardware conversions (another
+// conversion asked for keeps the unit split) and, without a cluster, not with one producer's pipes
+// 2 and 3, the integer dequantization only with pipe 3, the mma one with pipes 2-4, the unit split and a
 // cluster, the base producer (pipe 0) with its fixed prefetch distance and the unit split, the
 // round stream (pipe 4) with the unit split, P in consumer 1's registers with pipes 0-2, the
 // hand-over after P V with any producer but pipe 2 without a cluster, the next block's QK^T
@@ -61,7 +62,10 @@ MlaSm90Knobs mla_sm90_consistent(MlaSm90Knobs k, int num_heads);
 //   gains nothing there, 227.9), and the whole-row pieces (map 3: the stores into the peer's
 //   tile as whole 128-byte rows; 93952a7: b128 h128 222.7 -> 186.3, b64 h128 117.4 -> 98.8, the
 //   pair exchange 197.0 / 104.8), with two producer warpgroups (47a14c6: 186.6 -> 184.4, 99.0 ->
-//   97.5; q_len 2 361.6 -> 357.0, topk 16384 1430.7 -> 1413.7).
+//   97.5; q_len 2 361.6 -> 357.0, topk 16384 1430.7 -> 1413.7);
+// - the whole-row pieces without a cluster too (half the unit split's shared-store wavefronts;
+//   5d7c91b: b128 h64 125.0 -> 116.4, b64 h64 77.5 -> 72.3, b128 h16 116.6 -> 108.1, q_len 2
+//   b128 h64 234.4 -> 220.5).
 // Every other field keeps MlaSm90Knobs' default; `cluster` is as given.
 MlaSm90Knobs mla_sm90_defaults(int cluster);
 

@@ -127,34 +127,32 @@ TEST(MlaSm90Timing, AnchorShapesAndStageVariants) {
     kp.run.stamp = stamp.as<mla::ScheduleStamp>();
 
     const double flop = 2.0 * sh.batch * sh.heads * kTopk * (576 + 512);
-    // The plan's defaults for the shape (mla_sm90_defaults: without a cluster two producer
-    // warpgroups, pipe 1; in a cluster one producer, pipe 2, the light hand-overs; the L2 prefetch
-    // a block ahead, lazy rescale) and their ablations (decode.cuh Ablate): without the
+    // The plan's defaults for the shape (mla_sm90_defaults: two producer warpgroups in whole-row
+    // pieces, without a cluster pipe 1, in one pipe 2 and the light hand-overs; the L2 prefetch a
+    // block ahead, lazy rescale) and their ablations (decode.cuh Ablate): without the
     // conversion, without the tensor cores, without the gather's memory traffic, without both.
     // Kernel against no-gather says what the gather's latency costs; no-gather-no-mma is the
     // pipeline's skeleton (hand-overs, conversion, softmax, epilogue).
     // In a cluster also without the NoPE sent to the peer (the RoPE units alone cross), with and
     // without the skeleton's ablations: what the distributed shared memory traffic costs; and the
     // pair exchange and the whole-row pieces (Cfg::kMap 2, 3), with their skeletons.
-    struct Variant { int ablate; const char* name; int map = 0; };
+    // (In a cluster "units" is the unit split of one producer, the default until 5d7c91b.)
+    struct Variant { int ablate; const char* name; int map = 3; int producers = 2; };
     std::vector<Variant> variants = {{0, "kernel"}, {1, "no-dequant"}, {2, "no-mma"},
                                      {3, "no-gather"}, {4, "no-gather-mma"}};
     const int cluster = hb == 2 ? 2 : 1;
     if (cluster == 2) {
       variants.push_back({5, "no-peer"});
       variants.push_back({6, "skel-no-peer"});
-      variants.push_back({0, "pairs", 2});
-      variants.push_back({4, "pairs-skel", 2});
-      variants.push_back({0, "rows", 3});
-      variants.push_back({4, "rows-skel", 3});
-      variants.push_back({1, "rows-no-deq", 3});
-      variants.push_back({2, "rows-no-mma", 3});
-      variants.push_back({3, "rows-no-gather", 3});
+      variants.push_back({0, "units", 0, 1});
+      variants.push_back({4, "units-skel", 0, 1});
+      variants.push_back({0, "pairs", 2, 1});
+      variants.push_back({4, "pairs-skel", 2, 1});
     }
     for (const Variant& v : variants) {
       const jit::JitSpec spec =
-          cluster == 2 ? mla_sm90_spec(64, 2, v.ablate, 2, 0, 1, 0, 1, v.map, 0, 2, 0, 1)
-                       : mla_sm90_spec(64, 1, v.ablate, 1, 0, 0, 0, 1, 0, 0, 2, 2, 2);
+          cluster == 2 ? mla_sm90_spec(64, 2, v.ablate, 2, 0, 1, 0, 1, v.map, 0, 2, 0, v.producers)
+                       : mla_sm90_spec(64, 1, v.ablate, 1, 0, 0, 0, 1, 3, 0, 2, 2, 2);
       const jit::LoadedKernel& k = jit::get_kernel(spec, 0);
       void* args[] = {&kp};
       jit::LaunchOptions opts;
@@ -167,7 +165,7 @@ TEST(MlaSm90Timing, AnchorShapesAndStageVariants) {
       for (int rep = 0; rep < 13; ++rep) {
         flush.fill(static_cast<std::uint8_t>(rep));
         cudaEventRecord(e0);
-        jit::launch(k, grid, {static_cast<unsigned>(mla::sm90::threads_of(cluster == 2 ? 1 : 2)), 1, 1}, mla::sm90::kSmemBytes, nullptr, args, opts);
+        jit::launch(k, grid, {static_cast<unsigned>(mla::sm90::threads_of(v.producers)), 1, 1}, mla::sm90::kSmemBytes, nullptr, args, opts);
         cudaEventRecord(e1);
         cuda_ok(cudaEventSynchronize(e1), v.name);
         float t = 0;

@@ -107,12 +107,14 @@ TEST(MlaSm90Knobs, ConsistentKeepsOnlyCombinationsTheKernelBuilds) {
       {128, knobs(2, 4, 0, 1, 0, 1, 2, 0), knobs(2, 4, 0, 1, 0, 1, 0, 0)},
       {128, knobs(2, 0, 0, 1, 0, 1, 2, 0), knobs(2, 0, 0, 1, 0, 2, 0, 0)},
       {128, knobs(2, 2, 2, 1, 0, 1, 2, 0), knobs(2, 2, 0, 1, 0, 1, 2, 0)},
-      // The whole-row pieces: with the hardware conversions only.
+      // The whole-row pieces: with the hardware conversions only (another asked keeps the unit
+      // split), not with one producer's whole share without a cluster.
       {128, knobs(2, 2, 0, 1, 0, 1, 3, 0), knobs(2, 2, 0, 1, 0, 1, 3, 0)},
-      {128, knobs(2, 3, 1, 1, 0, 1, 3, 1), knobs(2, 3, 0, 1, 0, 1, 3, 1)},
-      {128, knobs(2, 2, 2, 1, 0, 1, 3, 0), knobs(2, 2, 0, 1, 0, 1, 3, 0)},
+      {128, knobs(2, 3, 1, 1, 0, 1, 3, 1), knobs(2, 3, 1, 1, 0, 1, 0, 1)},
+      {128, knobs(2, 2, 2, 1, 0, 1, 3, 0), knobs(2, 2, 2, 1, 0, 1, 0, 0)},
+      {128, knobs(2, 2, 1, 1, 0, 1, 3, 0), knobs(2, 2, 0, 1, 0, 1, 3, 0)},
       {64, knobs(1, 1, 0, 0, 0, 1, 3, 0), knobs(1, 1, 0, 0, 0, 1, 3, 0)},
-      {64, knobs(1, 3, 1, 0, 0, 1, 3, 0), knobs(1, 3, 0, 0, 0, 1, 0, 0)},
+      {64, knobs(1, 3, 1, 0, 0, 1, 3, 0), knobs(1, 3, 1, 0, 0, 1, 0, 0)},
       {64, knobs(1, 2, 0, 0, 0, 1, 3, 0), knobs(1, 2, 0, 0, 0, 1, 0, 0)},
       {16, knobs(1, 0, 0, 0, 0, 1, 3, 0), knobs(1, 0, 0, 0, 0, 2, 0, 0)},
       {128, knobs(2, 4, 0, 1, 0, 1, 3, 0), knobs(2, 4, 0, 1, 0, 1, 0, 0)},
@@ -194,8 +196,8 @@ TEST(MlaSm90Knobs, DefaultsByClusterSize) {
     int cluster, pipe, ahead, phand, producers, map;
   };
   // No cluster: two producers with the ids a block ahead, P handed over after P V; a cluster: two
-  // producers' whole-share round in whole-row pieces; both prefetch one block ahead.
-  for (const Row r : {Row{1, 1, 1, 2, 2, 0}, Row{2, 2, 1, 0, 2, 3}}) {
+  // producers' whole-share round; both in whole-row pieces, prefetching one block ahead.
+  for (const Row r : {Row{1, 1, 1, 2, 2, 3}, Row{2, 2, 1, 0, 2, 3}}) {
     const MlaSm90Knobs k = mla_sm90_defaults(r.cluster);
     EXPECT_EQ(k.cluster, r.cluster);
     EXPECT_EQ(k.pipe, r.pipe) << r.cluster;
@@ -228,10 +230,10 @@ TEST(MlaSm90Knobs, KeysFromTheEnvironment) {
   c.num_heads = 128;
   EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_c2_pipe2_sync1_ahead1_map3_w2_sm90");
   c.num_heads = 64;
-  EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_pipe1_ahead1_pr2_w2_sm90");
+  EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_pipe1_ahead1_map3_pr2_w2_sm90");
   EXPECT_EQ(mla_decode_shape(mla_decode_key(90, "sm90", c)).threads, 512);
   c.num_heads = 16;
-  EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_pipe1_ahead1_pr2_w2_sm90");
+  EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_pipe1_ahead1_map3_pr2_w2_sm90");
   c.num_heads = 65;
   EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_c2_pipe2_sync1_ahead1_map3_w2_sm90");
   EXPECT_EQ(mla_decode_shape(mla_decode_key(90, "sm90", c)).threads, 512);
@@ -248,7 +250,7 @@ TEST(MlaSm90Knobs, KeysFromTheEnvironment) {
   EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_pipe3_deq1_pf3_ahead1_rs0_pr2_sm90");
   unsetenv("DECA_MLA_RESCALE");
   setenv("DECA_MLA_PRODUCERS", "2", 1);  // pipe 3 without a cluster spills there: pipe 1
-  EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_pipe1_pf3_ahead1_pr2_w2_sm90");
+  EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_pipe1_pf3_ahead1_map3_pr2_w2_sm90");
   EXPECT_EQ(mla_decode_shape(mla_decode_key(90, "sm90", c)).threads, 512);
   setenv("DECA_MLA_PRODUCERS", "1", 1);
   EXPECT_EQ(mla_decode_shape(k).threads, 384);

@@ -54,6 +54,8 @@ TEST(MlaSm90Nvrtc, AblationVariantsCompileWithoutSpills) {
   for (int ablate : {1, 2, 3, 4}) expect_clean_compile(test::mla_sm90_spec(64, 1, ablate));
   for (int ablate : {3, 4}) {
     expect_clean_compile(test::mla_sm90_spec(64, 1, ablate, 1, 0, 0, 0, 1, 0, 0, 2, 2, 2), true);
+    expect_clean_compile(test::mla_sm90_spec(64, 1, ablate, 1, 0, 0, 0, 1, 3, 0, 2, 2, 2), true);
+    expect_clean_compile(test::mla_sm90_spec(64, 1, ablate - 2, 1, 0, 0, 0, 1, 3, 0, 2, 2, 2), true);
     expect_clean_compile(test::mla_sm90_spec(64, 2, ablate, 2, 0, 1, 0, 1, 0, 0, 2, 0, 1), true);
   }
   // Without the NoPE crossing to the peer (cluster only).
