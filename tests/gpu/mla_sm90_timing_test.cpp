@@ -1,8 +1,8 @@
 // Times the sm90a MLA sparse decode kernel alone on the four anchor shapes (q_len 1, page 64,
 // topk 2048; batch 128/64 x heads 128/64) with the plan's default knobs, and its timing-only
 // builds without the dequantization, the tensor cores, the gather's memory traffic or both of
-// the last two (in a cluster also without the NoPE crossing to the peer), so that one GPU round
-// says what bounds it. Cold L2 (256 MB written before every launch), median of 10
+// the last two (in a cluster also without the NoPE crossing to the peer, and one producer's unit
+// split and pair exchange with their skeletons), so that one GPU round says what bounds it. Cold L2 (256 MB written before every launch), median of 10
 // after 3 warm-ups, CUDA events around the launch alone; the combine of split requests is not
 // included. The test fails if a launch fails or the real kernel writes a non-finite output.
 // Skips without an sm_90 GPU.

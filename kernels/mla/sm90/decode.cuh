@@ -16,9 +16,12 @@
 //   WG1 (consumer 1): O[:, 256:512] += P V with P read from shared memory, after rescaling its
 //       O by WG0's per-row factors.
 //   WG2 (producer): per block, reads the 64 ids, gathers each token's 656-byte record with
-//       16-byte non-coherent loads, dequantizes e4m3 x fp32 scale -> bf16 (exactly the
-//       reference's rounding) and copies the bf16 RoPE part into a 128 B-swizzled K tile; V is
-//       the same tile read MN-major (no second copy). Invalid ids leave zero rows.
+//       non-coherent loads, dequantizes e4m3 x fp32 scale -> bf16 (exactly the reference's
+//       rounding) and copies the bf16 RoPE part into a 128 B-swizzled K tile; V is the same tile
+//       read MN-major (no second copy). Invalid ids leave zero rows. How lanes split a record
+//       (Cfg::kMap) decides the stores' shape: the plan's default, whole 128-byte rows per eight
+//       lanes, is what the peer's st.async needs (docs/perf-notes-mla.md, 2026-12-02). With
+//       Cfg::kProducers = 2 a fourth warpgroup (512 threads) shares each block's tokens.
 //
 // Cluster of 2 (Cfg::kCluster = 2, two head blocks of 65..128 heads): the two CTAs of a request
 // token need the same tiles, so each producer gathers and dequantizes 32 of the 64 tokens and
