@@ -25,6 +25,9 @@
 #                                DECA_SANITIZE_SHARDS gtest shards (default 3); DECA_SANITIZE_FILTER
 #                                (default: all but the timing tests), DECA_SANITIZE_TIMEOUT (s, 300)
 #   DECA_JIT_STRESS=1            tools/jit_cache_stress.sh: processes sharing one JIT cache directory
+#   DECA_GIT_COMMIT=<sha>        the commit the JSON and logs name; pass it: the device's copy of the
+#                                working tree may carry a .git from earlier (on 2026-12-02 it named
+#                                the session's first commit for every round)
 #
 # The machine has the CUDA toolkit, CMake and ninja but maybe not GoogleTest, CLI11 or
 # nlohmann-json: when .deps/ (made by tools/make_deps.sh on a machine that has them) is present,
@@ -76,6 +79,7 @@ cmake --build $build -j "$jobs" --target deca-bench >> "$logs/build.log" 2>&1 ||
 
 export DECA_CACHE_DIR=/tmp/deca-cache
 export DECA_GIT_COMMIT=${DECA_GIT_COMMIT:-$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)}
+log "commit named in the results: $DECA_GIT_COMMIT"
 if [ "${DECA_SKIP_TESTS:-0}" != 1 ]; then
   shards=${DECA_GTEST_SHARDS:-1}
   if [ "$shards" -le 1 ]; then

@@ -1,7 +1,8 @@
 // The sm90a MLA producer's tile addresses (kernels/mla/sm90/layout.cuh) on the host: the round
 // stream's two-base store addresses are the swizzled addresses of the rows and units each thread
-// converts, and a round's stores cover its tokens' NoPE units exactly once; the mma selection
-// matrix and the producers' index check (traits.cuh).
+// converts, and a round's stores cover its tokens' NoPE units exactly once; the pair exchange's
+// and the whole-row pieces' stores (the bytes each lane converts, whole sectors and whole rows per
+// instruction); the mma selection matrix and the producers' index check (traits.cuh).
 #include <gtest/gtest.h>
 
 #include <set>
@@ -56,6 +57,74 @@ TEST(MlaSm90Layout, StreamStoresAreTheSwizzledUnitsOfEachRoundOnce) {
       EXPECT_GE(row, share.first_token);
       EXPECT_LT(row, share.first_token + 32 * share.rounds);
     }
+  }
+}
+
+// The 128-byte row a store address falls in, and its 16-byte unit there (before the swizzle).
+struct RowUnit {
+  unsigned row_start;
+  int unit;
+};
+RowUnit row_unit(unsigned addr) { return RowUnit{addr / 128 * 128, static_cast<int>(addr % 128 / 16)}; }
+
+// Cfg::kMap = 2: after the swap each lane holds the raw bytes of the units it stores, and each
+// store instruction of a warp writes sixteen whole 32-byte sectors. The bytes are modelled as the
+// NoPE byte offsets of the token (lane j loads 16 j .. + 15; its partner swaps the other half).
+TEST(MlaSm90Layout, PairExchangeStoresWholeSectorsOfItsOwnBytes) {
+  for (int n = 0; n < 64; ++n) {
+    std::set<unsigned> seen;
+    for (int half = 0; half < 2; ++half) {  // the lo stores, then the hi stores
+      std::set<unsigned> sectors;
+      std::multiset<unsigned> sector_writes;
+      for (int j = 0; j < 32; ++j) {
+        const PairStores ps = pair_stores(j);
+        const PairStores partner = pair_stores(j ^ 1);
+        EXPECT_EQ(ps.swapped + partner.swapped, 1) << j;  // the pair swaps opposite halves
+        // Raw half h of lane j after the swap: its own, or the partner's other half.
+        auto byte_of_half = [&](int h) { return h == ps.swapped ? 16 * (j ^ 1) + 8 * (1 - h) : 16 * j + 8 * h; };
+        const int unit = half == 0 ? ps.lo : ps.hi;
+        const int chunk = j / 4;
+        // The stored unit's 8 values are NoPE bytes 64 chunk + 8 unit .. + 7.
+        EXPECT_EQ(byte_of_half(half), 64 * chunk + 8 * unit) << "lane " << j << " half " << half;
+        const unsigned a = static_cast<unsigned>(chunk * kChunkBytes) + swz(n, unit);
+        EXPECT_TRUE(seen.insert(a).second) << j;
+        sectors.insert(a / 32);
+        sector_writes.insert(a / 32);
+      }
+      EXPECT_EQ(sectors.size(), 16u) << n;
+      for (unsigned sec : sectors) EXPECT_EQ(sector_writes.count(sec), 2u) << n;
+    }
+    EXPECT_EQ(seen.size(), 64u) << n;  // every unit of the token's eight chunk rows once
+  }
+}
+
+// Cfg::kMap = 3: each lane's bytes and scales are those of the units it stores, every unit of the
+// token's eight rows is written once, and each store instruction writes four whole 128-byte rows.
+TEST(MlaSm90Layout, RowPiecesStoreWholeRowsOfTheirOwnBytes) {
+  for (int n = 0; n < 64; ++n) {
+    std::set<unsigned> seen;
+    for (int second = 0; second < 2; ++second) {
+      std::set<unsigned> rows;
+      std::set<std::pair<unsigned, int>> row_units;
+      for (int l = 0; l < 32; ++l) {
+        const int chunk = rows_chunk(l) + 2 * second;
+        const int unit = l % 8;
+        EXPECT_EQ(rows_nope_byte(l) + 128 * second, 64 * chunk + 8 * unit) << l;
+        // The 8-byte scale load holds groups g and g + 1 (4-byte floats from byte 512); the
+        // first store's values are in group chunk / 2, the second's in the next.
+        const int group = (rows_scale_byte(l) - kDimNope) / 4 + second;
+        EXPECT_EQ(group, (64 * chunk + 8 * unit) / 128) << l;
+        EXPECT_EQ(rows_scale_byte(l) % 8, 0);
+        const unsigned a = static_cast<unsigned>(chunk * kChunkBytes) + swz(n, unit);
+        EXPECT_TRUE(seen.insert(a).second) << l;
+        const RowUnit ru = row_unit(a);
+        rows.insert(ru.row_start);
+        row_units.insert({ru.row_start, ru.unit});
+      }
+      EXPECT_EQ(rows.size(), 4u) << n;        // four rows per instruction,
+      EXPECT_EQ(row_units.size(), 32u) << n;  // each of them whole
+    }
+    EXPECT_EQ(seen.size(), 64u) << n;
   }
 }
 

@@ -461,23 +461,21 @@ __device__ __forceinline__ void load_unit(const MlaSparseParams& p, int id, int 
     scale = 0.f;
   }
 }
-// Cfg::kMap = kMapRows: lane l's two 8-byte NoPE pieces of token `id` (units l % 8 of chunks
-// rows_chunk(l) and + 2) and the scales of their 128-value groups (adjacent: one 8-byte load),
-// or zeros.
+// Cfg::kMap = kMapRows: lane l's two 8-byte NoPE pieces of token `id` (layout.cuh rows_*: units
+// l % 8 of chunks rows_chunk(l) and + 2) and the scales of their 128-value groups (adjacent: one
+// 8-byte load), or zeros.
 struct RowPieces {
   uint2 a, b;
   float sa, sb;
 };
-__device__ __forceinline__ int rows_chunk(int l) { return ((l >> 3) & 1) + 4 * (l >> 4); }
 template <class Cfg>
 __device__ __forceinline__ void load_rows(const MlaSparseParams& p, int id, int l, RowPieces& r) {
   if (id >= 0) {
     const unsigned char* rec = record_of<Cfg>(p, id);
-    const unsigned char* a = rec + 64 * rows_chunk(l) + 8 * (l & 7);
+    const unsigned char* a = rec + rows_nope_byte(l);
     r.a = load_rec8<Cfg>(a);
     r.b = load_rec8<Cfg>(a + 128);
-    // Chunks c and c + 2 are groups c / 2 and c / 2 + 1 (c = 0, 1, 4, 5): scales 2 (l / 16), + 1.
-    const uint2 s = load_rec8<Cfg>(rec + kDimNope + 8 * (l >> 4));
+    const uint2 s = load_rec8<Cfg>(rec + rows_scale_byte(l));
     r.sa = __uint_as_float(s.x);
     r.sb = __uint_as_float(s.y);
   } else {
@@ -583,15 +581,16 @@ __device__ __forceinline__ void produce_block(const MlaSparseParams& p, const Sm
       uint4 lo, hi;
       int u_lo = unit0, u_hi = unit0 + 1;
       if constexpr (MapOf<Cfg>::value == kMapPairs) {
-        // Even lane: keeps unit U (raw .x .y), gets U + 2 from its odd partner; the odd lane
-        // keeps U + 3 (.z .w), gets U + 1. Same token, same 128-value group: same scale.
-        const bool odd = (j & 1) != 0;
+        // layout.cuh pair_stores: the even lane swaps its second half (it keeps unit U, gets
+        // U + 2), the odd lane its first (it keeps U + 3, gets U + 1). Same token, same
+        // 128-value group: same scale.
+        const PairStores ps = pair_stores(j);
         const uint4 r = raw[u];
-        const unsigned g0 = __shfl_xor_sync(0xffffffffu, odd ? r.x : r.z, 1);
-        const unsigned g1 = __shfl_xor_sync(0xffffffffu, odd ? r.y : r.w, 1);
-        raw[u] = odd ? make_uint4(g0, g1, r.z, r.w) : make_uint4(r.x, r.y, g0, g1);
-        u_lo = odd ? unit0 - 1 : unit0;  // U + 1 / U
-        u_hi = u_lo + 2;                 // U + 3 / U + 2
+        const unsigned g0 = __shfl_xor_sync(0xffffffffu, ps.swapped ? r.z : r.x, 1);
+        const unsigned g1 = __shfl_xor_sync(0xffffffffu, ps.swapped ? r.w : r.y, 1);
+        raw[u] = ps.swapped ? make_uint4(r.x, r.y, g0, g1) : make_uint4(g0, g1, r.z, r.w);
+        u_lo = ps.lo;
+        u_hi = ps.hi;
       }
       if constexpr (AblateOf<Cfg>::value == kAblateNoDequant) {
         lo = hi = raw[u];

@@ -31,6 +31,30 @@ DECA_HD constexpr StreamStores stream_stores(int t, int first_token) {
   return StreamStores{{row0 + sw_even, row0 + (sw_even ^ 64u)}, (sw_even & 16u) ? 0u - 16u : 16u};
 }
 
+// Cfg::kMap = 2 (the pair exchange): lane j (0..31, one token per warp) loads NoPE bytes
+// 16 j .. + 15 (bf16 units 2 (j % 4) and + 1 of chunk j / 4), then swaps the 8-byte half
+// `swapped` of them with its partner j ^ 1 (which swaps its other half), and stores its two
+// converted units at units `lo` and `hi` of its chunk's row: each store instruction then writes
+// whole 32-byte sectors (lanes j and j ^ 1 the two halves of one).
+struct PairStores {
+  int swapped, lo, hi;
+};
+DECA_HD constexpr PairStores pair_stores(int j) {
+  const int odd = j & 1;
+  const int lo = 2 * (j & 3) - odd;  // even: its own first unit; odd: the partner's second
+  return PairStores{1 - odd, lo, lo + 2};
+}
+
+// Cfg::kMap = 3 (whole rows): lane l (0..31, one token per warp) converts unit l % 8 of chunk
+// rows_chunk(l) (its first store) and of chunk rows_chunk(l) + 2 (its second): the 8 NoPE bytes
+// at rows_nope_byte(l) and 128 further, with the two groups' scales (chunks c, c + 2 are groups
+// c / 2 and c / 2 + 1: adjacent) as one 8-byte load at rows_scale_byte(l). Eight lanes fill one
+// 128-byte row per store: a store instruction writes four whole rows (chunks 0, 1, 4, 5, then
+// 2, 3, 6, 7).
+DECA_HD constexpr int rows_chunk(int l) { return ((l >> 3) & 1) + 4 * (l >> 4); }
+DECA_HD constexpr int rows_nope_byte(int l) { return 64 * rows_chunk(l) + 8 * (l & 7); }
+DECA_HD constexpr int rows_scale_byte(int l) { return kDimNope + 8 * (l >> 4); }
+
 // The lane's B register of mma.sync m16n8k8 (f16) holding the 8 x 8 identity (Cfg::kDequant = 2,
 // dequant16_mma): lane (g = lane / 4, c = lane % 4) holds B[2c][g] (low half) and B[2c + 1][g]
 // (high half), so f16 1.0 (0x3C00) where 2c or 2c + 1 is g.
