@@ -161,32 +161,29 @@ TEST(MlaSm90Knobs, ConsistentKeepsOnlyCombinationsTheKernelBuilds) {
       {128, two(with(knobs(2, 2, 0, 1, 0, 1, 1, 0), 2, 0)), two(with(knobs(2, 2, 0, 1, 0, 1, 0, 0), 2, 0))},
       {128, two(with(knobs(2, 3, 0, 1, 0, 1, 3, 0), 2, 0)), two(with(knobs(2, 3, 0, 1, 0, 1, 3, 0), 2, 0))},
   };
+  // Every field of what is kept, for every row of the three tables.
+  const auto expect_kept = [](const Row& r) {
+    const MlaSm90Knobs k = mla_sm90_consistent(r.asked, r.heads);
+    const std::string at = std::to_string(r.heads) + " heads, pipe " + std::to_string(r.asked.pipe) +
+                           " map " + std::to_string(r.asked.map) + " producers " + std::to_string(r.asked.producers);
+    EXPECT_EQ(k.cluster, r.kept.cluster) << at;
+    EXPECT_EQ(k.pipe, r.kept.pipe) << at;
+    EXPECT_EQ(k.dequant, r.kept.dequant) << at;
+    EXPECT_EQ(k.sync, r.kept.sync) << at;
+    EXPECT_EQ(k.prefetch, r.kept.prefetch) << at;
+    EXPECT_EQ(k.ahead, r.kept.ahead) << at;
+    EXPECT_EQ(k.map, r.kept.map) << at;
+    EXPECT_EQ(k.l1, r.kept.l1) << at;
+    EXPECT_EQ(k.rescale, r.kept.rescale) << at;
+    EXPECT_EQ(k.phand, r.kept.phand) << at;
+    EXPECT_EQ(k.producers, r.kept.producers) << at;
+  };
   for (const Row& r : producers) {
-    const MlaSm90Knobs k = mla_sm90_consistent(r.asked, r.heads);
-    EXPECT_EQ(k.producers, 2) << r.heads;
-    EXPECT_EQ(k.pipe, r.kept.pipe) << r.heads << " pipe " << r.asked.pipe;
-    EXPECT_EQ(k.map, r.kept.map) << r.heads;
-    EXPECT_EQ(k.dequant, r.kept.dequant) << r.heads;
-    EXPECT_EQ(k.phand, r.kept.phand) << r.heads;
-    EXPECT_EQ(k.ahead, r.kept.ahead) << r.heads;
+    EXPECT_EQ(r.kept.producers, 2);
+    expect_kept(r);
   }
-  for (const Row& r : more) {
-    const MlaSm90Knobs k = mla_sm90_consistent(r.asked, r.heads);
-    EXPECT_EQ(k.rescale, r.kept.rescale) << r.heads;
-    EXPECT_EQ(k.phand, r.kept.phand) << r.heads;
-    EXPECT_EQ(k.pipe, r.kept.pipe) << r.heads;
-  }
-  for (const Row& r : rows) {
-    const MlaSm90Knobs k = mla_sm90_consistent(r.asked, r.heads);
-    EXPECT_EQ(k.cluster, r.kept.cluster) << r.heads;
-    EXPECT_EQ(k.pipe, r.kept.pipe) << r.heads;
-    EXPECT_EQ(k.dequant, r.kept.dequant) << r.heads;
-    EXPECT_EQ(k.sync, r.kept.sync) << r.heads;
-    EXPECT_EQ(k.prefetch, r.kept.prefetch) << r.heads;
-    EXPECT_EQ(k.ahead, r.kept.ahead) << r.heads;
-    EXPECT_EQ(k.map, r.kept.map) << r.heads;
-    EXPECT_EQ(k.l1, r.kept.l1) << r.heads;
-  }
+  for (const Row& r : more) expect_kept(r);
+  for (const Row& r : rows) expect_kept(r);
 }
 
 // The plan's keys: the names the results and caches know, the environment's overrides in range

@@ -303,13 +303,16 @@ DECA_MLA_SM90_KNOB(ProducersOf, kProducers, 1)
 #undef DECA_MLA_SM90_KNOB
 
 // A 16-byte / 4-byte load of a cache record with the L1 policy of L1Of<Cfg>.
-// The no-gather ablations return bytes made from the address instead: e4m3 and bf16 in [0.5, 1),
-// a scale near 2^-7, all finite, and dependent on the id as a load's result would be.
+// The no-gather ablations return bytes made from the address instead (from addr_bits): e4m3 and
+// bf16 in [0.5, 1), a scale near 2^-7, all finite, and dependent on the id as a load's result
+// would be.
+__device__ __forceinline__ unsigned addr_bits(const unsigned char* p) {  // the low 32 bits
+  return static_cast<unsigned>(reinterpret_cast<unsigned long long>(p));
+}
 template <class Cfg>
 __device__ __forceinline__ uint4 load_rec16(const unsigned char* p) {
   if constexpr (kNoGather<Cfg>) {
-    const unsigned a = static_cast<unsigned>(reinterpret_cast<unsigned long long>(p));
-    const unsigned v = (a & 0x07070707u) | 0x30303030u;
+    const unsigned v = (addr_bits(p) & 0x07070707u) | 0x30303030u;
     return make_uint4(v, v ^ 0x01010101u, v ^ 0x02020202u, v ^ 0x04040404u);
   }
   if constexpr (L1Of<Cfg>::value == 1) return ldg_nc_el_v4(p);
@@ -318,19 +321,15 @@ __device__ __forceinline__ uint4 load_rec16(const unsigned char* p) {
 template <class Cfg>
 __device__ __forceinline__ uint2 load_rec8(const unsigned char* p) {
   if constexpr (kNoGather<Cfg>) {
-    const unsigned a = static_cast<unsigned>(reinterpret_cast<unsigned long long>(p));
-    const unsigned v = (a & 0x07070707u) | 0x30303030u;
-    return make_uint2(v, v ^ 0x01010101u);
+    const uint4 v = load_rec16<Cfg>(p);
+    return make_uint2(v.x, v.y);
   }
   if constexpr (L1Of<Cfg>::value == 1) return ldg_nc_el_v2(p);
   return ldg_nc_na_v2(p);
 }
 template <class Cfg>
 __device__ __forceinline__ float load_rec4(const unsigned char* p) {
-  if constexpr (kNoGather<Cfg>) {
-    const unsigned a = static_cast<unsigned>(reinterpret_cast<unsigned long long>(p));
-    return __uint_as_float(0x3C000000u | (a & 0xFFu));
-  }
+  if constexpr (kNoGather<Cfg>) return __uint_as_float(0x3C000000u | (addr_bits(p) & 0xFFu));
   if constexpr (L1Of<Cfg>::value == 1) return ldg_nc_el_f32(p);
   return ldg_nc_na_f32(p);
 }
@@ -461,15 +460,37 @@ __device__ __forceinline__ void load_unit(const MlaSparseParams& p, int id, int 
     scale = 0.f;
   }
 }
-// Cfg::kMap = kMapRows: lane l's two 8-byte NoPE pieces of token `id` (layout.cuh rows_*: units
-// l % 8 of chunks rows_chunk(l) and + 2) and the scales of their 128-value groups (adjacent: one
-// 8-byte load), or zeros.
+// One token's NoPE bytes as a producer lane takes them, by Cfg::kMap (layout.cuh): a 16-byte
+// unit and its group's scale (the unit split and its pairs), or (kMapRows) two 8-byte pieces,
+// units l % 8 of chunks rows_chunk(l) and + 2, and their two groups' scales (adjacent: one
+// 8-byte load). load_piece fills one, zeros for an invalid id; store_piece converts it into the
+// tile (and the peer's) at row n, from lane l's chunk in the tile (piece_chunk, computed once).
+struct UnitPiece {
+  uint4 raw;
+  float scale;
+};
 struct RowPieces {
   uint2 a, b;
   float sa, sb;
 };
+template <bool kRows>
+struct PieceOf {
+  using type = UnitPiece;
+};
+template <>
+struct PieceOf<true> {
+  using type = RowPieces;
+};
 template <class Cfg>
-__device__ __forceinline__ void load_rows(const MlaSparseParams& p, int id, int l, RowPieces& r) {
+__device__ __forceinline__ unsigned piece_chunk(unsigned tile, int l) {
+  return tile + (MapOf<Cfg>::value == kMapRows ? rows_chunk(l) : l >> 2) * kChunkBytes;
+}
+template <class Cfg>
+__device__ __forceinline__ void load_piece(const MlaSparseParams& p, int id, int l, UnitPiece& u) {
+  load_unit<Cfg>(p, id, l, u.raw, u.scale);
+}
+template <class Cfg>
+__device__ __forceinline__ void load_piece(const MlaSparseParams& p, int id, int l, RowPieces& r) {
   if (id >= 0) {
     const unsigned char* rec = record_of<Cfg>(p, id);
     const unsigned char* a = rec + rows_nope_byte(l);
@@ -488,6 +509,45 @@ __device__ __forceinline__ uint4 dequant8(uint2 raw, float scale) {
   const uint2 a = dequant4(raw.x, scale);
   const uint2 b = dequant4(raw.y, scale);
   return make_uint4(a.x, a.y, b.x, b.y);
+}
+template <class Cfg, int kCl>
+__device__ __forceinline__ void store_piece(const Smem& sm, unsigned chunk, int n, int l, const UnitPiece& u,
+                                            unsigned peer_bar) {
+  int u_lo = (l & 3) * 2, u_hi = u_lo + 1;
+  uint4 raw = u.raw;
+  if constexpr (MapOf<Cfg>::value == kMapPairs) {
+    // layout.cuh pair_stores: the even lane swaps its second half (it keeps unit U, gets U + 2),
+    // the odd lane its first (it keeps U + 3, gets U + 1). Same token, same 128-value group:
+    // same scale.
+    const PairStores ps = pair_stores(l);
+    const unsigned g0 = __shfl_xor_sync(0xffffffffu, ps.swapped ? raw.z : raw.x, 1);
+    const unsigned g1 = __shfl_xor_sync(0xffffffffu, ps.swapped ? raw.w : raw.y, 1);
+    raw = ps.swapped ? make_uint4(raw.x, raw.y, g0, g1) : make_uint4(g0, g1, raw.z, raw.w);
+    u_lo = ps.lo;
+    u_hi = ps.hi;
+  }
+  uint4 lo, hi;
+  if constexpr (AblateOf<Cfg>::value == kAblateNoDequant) {
+    lo = hi = raw;
+  } else {
+    dequant16<Cfg>(raw, u.scale, lo, hi);
+  }
+  store_nope<Cfg, kCl>(sm, chunk + swz(n, u_lo), lo, peer_bar);
+  store_nope<Cfg, kCl>(sm, chunk + swz(n, u_hi), hi, peer_bar);
+}
+template <class Cfg, int kCl>
+__device__ __forceinline__ void store_piece(const Smem& sm, unsigned rows, int n, int l, const RowPieces& r,
+                                            unsigned peer_bar) {
+  uint4 lo, hi;
+  if constexpr (AblateOf<Cfg>::value == kAblateNoDequant) {
+    lo = make_uint4(r.a.x, r.a.y, r.a.x, r.a.y);
+    hi = make_uint4(r.b.x, r.b.y, r.b.x, r.b.y);
+  } else {
+    lo = dequant8(r.a, r.sa);
+    hi = dequant8(r.b, r.sb);
+  }
+  store_nope<Cfg, kCl>(sm, rows + swz(n, l & 7), lo, peer_bar);
+  store_nope<Cfg, kCl>(sm, rows + 2 * kChunkBytes + swz(n, l & 7), hi, peer_bar);
 }
 
 // RoPE unit `unit` (0..7, bf16) of token `id`, or zeros.
@@ -525,80 +585,25 @@ __device__ __forceinline__ void produce_block(const MlaSparseParams& p, const Sm
     const int job = t + 128 * i;
     rope[i] = load_rope<Cfg>(p, ids[job >> 3], job & 7);
   }
-  const unsigned chunk = tile + (j >> 2) * kChunkBytes;
-  const int unit0 = (j & 3) * 2;
-  const auto store_rope = [&] {
-#pragma unroll
-    for (int i = 0; i < kRope; ++i) {
-      const int job = t + 128 * i;
-      store_tile<kCl>(sm, tile + 8 * kChunkBytes + swz(first_token + (job >> 3), job & 7), rope[i],
-                      peer_bar);
-    }
-  };
-  if constexpr (MapOf<Cfg>::value == kMapRows) {
-    const unsigned rows = tile + rows_chunk(j) * kChunkBytes;
-#pragma unroll
-    for (int round = 0; round < kRounds; ++round) {
-      RowPieces rp[kPerRound];
-#pragma unroll
-      for (int u = 0; u < kPerRound; ++u) load_rows<Cfg>(p, ids[g + 4 * (round * kPerRound + u)], j, rp[u]);
-      if (round == 0) {
-        before_store();
-        store_rope();
-      }
-#pragma unroll
-      for (int u = 0; u < kPerRound; ++u) {
-        const int n = first_token + g + 4 * (round * kPerRound + u);
-        uint4 lo, hi;
-        if constexpr (AblateOf<Cfg>::value == kAblateNoDequant) {
-          lo = make_uint4(rp[u].a.x, rp[u].a.y, rp[u].a.x, rp[u].a.y);
-          hi = make_uint4(rp[u].b.x, rp[u].b.y, rp[u].b.x, rp[u].b.y);
-        } else {
-          lo = dequant8(rp[u].a, rp[u].sa);
-          hi = dequant8(rp[u].b, rp[u].sb);
-        }
-        store_nope<Cfg, kCl>(sm, rows + swz(n, j & 7), lo, peer_bar);
-        store_nope<Cfg, kCl>(sm, rows + 2 * kChunkBytes + swz(n, j & 7), hi, peer_bar);
-      }
-    }
-    return;
-  }
+  using Piece = typename PieceOf<MapOf<Cfg>::value == kMapRows>::type;
+  const unsigned chunk = piece_chunk<Cfg>(tile, j);
 #pragma unroll
   for (int round = 0; round < kRounds; ++round) {
-    uint4 raw[kPerRound];
-    float scale[kPerRound];
+    Piece pc[kPerRound];
 #pragma unroll
-    for (int u = 0; u < kPerRound; ++u) {
-      load_unit<Cfg>(p, ids[g + 4 * (round * kPerRound + u)], j, raw[u], scale[u]);
-    }
+    for (int u = 0; u < kPerRound; ++u) load_piece<Cfg>(p, ids[g + 4 * (round * kPerRound + u)], j, pc[u]);
     if (round == 0) {
       before_store();
-      store_rope();
+#pragma unroll
+      for (int i = 0; i < kRope; ++i) {
+        const int job = t + 128 * i;
+        store_tile<kCl>(sm, tile + 8 * kChunkBytes + swz(first_token + (job >> 3), job & 7), rope[i],
+                        peer_bar);
+      }
     }
 #pragma unroll
     for (int u = 0; u < kPerRound; ++u) {
-      const int n = first_token + g + 4 * (round * kPerRound + u);
-      uint4 lo, hi;
-      int u_lo = unit0, u_hi = unit0 + 1;
-      if constexpr (MapOf<Cfg>::value == kMapPairs) {
-        // layout.cuh pair_stores: the even lane swaps its second half (it keeps unit U, gets
-        // U + 2), the odd lane its first (it keeps U + 3, gets U + 1). Same token, same
-        // 128-value group: same scale.
-        const PairStores ps = pair_stores(j);
-        const uint4 r = raw[u];
-        const unsigned g0 = __shfl_xor_sync(0xffffffffu, ps.swapped ? r.z : r.x, 1);
-        const unsigned g1 = __shfl_xor_sync(0xffffffffu, ps.swapped ? r.w : r.y, 1);
-        raw[u] = ps.swapped ? make_uint4(r.x, r.y, g0, g1) : make_uint4(g0, g1, r.z, r.w);
-        u_lo = ps.lo;
-        u_hi = ps.hi;
-      }
-      if constexpr (AblateOf<Cfg>::value == kAblateNoDequant) {
-        lo = hi = raw[u];
-      } else {
-        dequant16<Cfg>(raw[u], scale[u], lo, hi);
-      }
-      store_nope<Cfg, kCl>(sm, chunk + swz(n, u_lo), lo, peer_bar);
-      store_nope<Cfg, kCl>(sm, chunk + swz(n, u_hi), hi, peer_bar);
+      store_piece<Cfg, kCl>(sm, chunk, first_token + g + 4 * (round * kPerRound + u), j, pc[u], peer_bar);
     }
   }
 }
