@@ -2,7 +2,8 @@
 // topk 2048; batch 128/64 x heads 128/64) with the plan's default knobs, and its timing-only
 // builds without the dequantization, the tensor cores, the gather's memory traffic or both of
 // the last two (in a cluster also without the NoPE crossing to the peer, and one producer's unit
-// split and pair exchange with their skeletons), so that one GPU round says what bounds it. Cold L2 (256 MB written before every launch), median of 10
+// split and pair exchange with their skeletons), and each side alone (consumers only, producers
+// only), so that one GPU round says what bounds it. Cold L2 (256 MB written before every launch), median of 10
 // after 3 warm-ups, CUDA events around the launch alone; the combine of split requests is not
 // included. The test fails if a launch fails or the real kernel writes a non-finite output.
 // Skips without an sm_90 GPU.
@@ -138,8 +139,13 @@ TEST(MlaSm90Timing, AnchorShapesAndStageVariants) {
     // pair exchange and the whole-row pieces (Cfg::kMap 2, 3), with their skeletons.
     // (In a cluster "units" is the unit split of one producer, the default until 5d7c91b.)
     struct Variant { int ablate; const char* name; int map = 3; int producers = 2; };
+    // Each side alone (Ablate 7-9): the consumers on zeroed tiles without waiting for any, the
+    // producers with every tile released as soon as it is full, with and without the gather's
+    // memory traffic. Against the kernel they say whether the two sides overlap (kernel ~ the
+    // slower side) or add up (the two-tile ring makes each wait for the other's latency).
     std::vector<Variant> variants = {{0, "kernel"}, {1, "no-dequant"}, {2, "no-mma"},
-                                     {3, "no-gather"}, {4, "no-gather-mma"}};
+                                     {3, "no-gather"}, {4, "no-gather-mma"},
+                                     {7, "consumers"}, {8, "producers"}, {9, "prod-no-gather"}};
     const int cluster = hb == 2 ? 2 : 1;
     if (cluster == 2) {
       variants.push_back({5, "no-peer"});

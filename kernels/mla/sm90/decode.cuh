@@ -188,7 +188,10 @@ DECA_MLA_SM90_KNOB(ClusterOf, kCluster, 1)
 // from its address, the L2 prefetch is left out; ids, Q and the outputs still go to memory), or
 // without both of the last two (the pipeline's skeleton: hand-overs, conversion, softmax), and in
 // a cluster of 2 without the dequantized NoPE sent to the peer (only the RoPE units cross), with
-// and without the rest of the skeleton's ablations.
+// and without the rest of the skeleton's ablations. The last three take one side away to time
+// the other alone: consumers only (the producers gather nothing, the consumers never wait for a
+// tile and compute on zeroed tiles and ids), producers only (the consumers release every tile
+// as soon as it is full, and write nothing), and producers only without the gather's memory.
 enum Ablate : int {
   kAblateNone = 0,
   kAblateNoDequant = 1,
@@ -196,7 +199,10 @@ enum Ablate : int {
   kAblateNoGather = 3,
   kAblateNoGatherNoMma = 4,
   kAblateNoPeer = 5,
-  kAblateSkeletonNoPeer = 6
+  kAblateSkeletonNoPeer = 6,
+  kAblateConsumersOnly = 7,
+  kAblateProducersOnly = 8,
+  kAblateProducersOnlyNoGather = 9
 };
 DECA_MLA_SM90_KNOB(AblateOf, kAblate, kAblateNone)
 template <class Cfg>
@@ -206,7 +212,13 @@ inline constexpr bool kNoMma = AblateOf<Cfg>::value == kAblateNoMma ||
 template <class Cfg>
 inline constexpr bool kNoGather = AblateOf<Cfg>::value == kAblateNoGather ||
                                   AblateOf<Cfg>::value == kAblateNoGatherNoMma ||
-                                  AblateOf<Cfg>::value == kAblateSkeletonNoPeer;
+                                  AblateOf<Cfg>::value == kAblateSkeletonNoPeer ||
+                                  AblateOf<Cfg>::value == kAblateProducersOnlyNoGather;
+template <class Cfg>
+inline constexpr bool kNoProduce = AblateOf<Cfg>::value == kAblateConsumersOnly;
+template <class Cfg>
+inline constexpr bool kNoConsume = AblateOf<Cfg>::value == kAblateProducersOnly ||
+                                   AblateOf<Cfg>::value == kAblateProducersOnlyNoGather;
 template <class Cfg>
 inline constexpr bool kNoPeer =
     AblateOf<Cfg>::value == kAblateNoPeer || AblateOf<Cfg>::value == kAblateSkeletonNoPeer;
@@ -1198,6 +1210,7 @@ __device__ __forceinline__ void producer_stream_small(const SparseKernelParams& 
 // completed its phase; it is released to both producers of a cluster (each writes it).
 template <class Cfg, int kCl>
 __device__ __forceinline__ void wait_tile(const Smem& sm, int stage, unsigned parity) {
+  if constexpr (kNoProduce<Cfg>) return;
   mbar_wait(sm.full(stage), parity);
   if constexpr (kCl == 2) {
     if constexpr (SyncOf<Cfg>::value == kSyncLight) {
@@ -1210,6 +1223,7 @@ __device__ __forceinline__ void wait_tile(const Smem& sm, int stage, unsigned pa
 // Whether wait_tile would return at once (and, if so, the same acquire).
 template <class Cfg, int kCl>
 __device__ __forceinline__ bool tile_ready(const Smem& sm, int stage, unsigned parity) {
+  if constexpr (kNoProduce<Cfg>) return true;
   bool ready = mbar_test(sm.full(stage), parity);
   if constexpr (kCl == 2) {
     if constexpr (SyncOf<Cfg>::value == kSyncLight) {
@@ -1349,6 +1363,21 @@ __device__ __forceinline__ void issue_pv_left(float (&o)[128], const unsigned (&
   wgmma_commit();
 }
 
+// Producers-only ablations: a consumer warpgroup releases each tile of the partition as soon as
+// it is full, and does nothing else.
+template <class Cfg>
+__device__ __forceinline__ void release_only(const SparseKernelParams& kp, const SparsePart& part,
+                                             const Smem& sm, int lane) {
+  int it = 0;
+  for (int r = part.begin_req; r <= part.end_req; ++r) {
+    const Piece pc = piece_of(kp, part, r);
+    for (int blk = pc.blk_begin; blk < pc.blk_end; ++blk, ++it) {
+      wait_tile<Cfg, ClusterOf<Cfg>::value>(sm, it & 1, (it >> 1) & 1);
+      if (lane == 0) release_tile<Cfg, ClusterOf<Cfg>::value>(sm, it & 1);
+    }
+  }
+}
+
 template <class Cfg>
 __device__ __forceinline__ void consumer0(const SparseKernelParams& kp, const SparsePart& part,
                                           int tok, int head0, const Smem& sm) {
@@ -1359,6 +1388,10 @@ __device__ __forceinline__ void consumer0(const SparseKernelParams& kp, const Sp
   const int warp = t >> 5, lane = t & 31;
   const int r0 = warp * 16 + (lane >> 2);
   const int c = lane & 3;
+  if constexpr (kNoConsume<Cfg>) {
+    release_only<Cfg>(kp, part, sm, lane);
+    return;
+  }
   const float scale = p.softmax_scale != 0.f ? p.softmax_scale : 0.041666666666666664f;  // 1/sqrt(576)
   const float sl2 = scale * kLog2e;
 
@@ -1582,6 +1615,10 @@ __device__ __forceinline__ void consumer1(const SparseKernelParams& kp, const Sp
   const int warp = t >> 5, lane = t & 31;
   const int r0 = warp * 16 + (lane >> 2);
   const int c = lane & 3;
+  if constexpr (kNoConsume<Cfg>) {
+    release_only<Cfg>(kp, part, sm, lane);
+    return;
+  }
   float o[128];
   int it = 0;
   int nreq = 0;
@@ -1687,6 +1724,16 @@ __device__ __forceinline__ void mla_sparse_decode_sm90(const SparseKernelParams&
     mbar_init(sm.out_free(), 128);
     fence_mbar_init();
   }
+  if constexpr (kNoProduce<Cfg>) {
+    // Consumers only: finite tiles (zeros) and valid ids (0) in place of the producers' work.
+    for (int i = threadIdx.x; i < (kStages * kTileBytes + kIdSlots * 64 * 4) / 16; i += blockDim.x) {
+      const unsigned off = i < kStages * kTileBytes / 16
+                               ? SmemPlan::kK + 16u * i
+                               : SmemPlan::kIdx + 16u * (i - kStages * kTileBytes / 16);
+      sts128(sm.base + off, make_uint4(0, 0, 0, 0));
+    }
+    fence_proxy_async_smem();
+  }
   // In a cluster the peer's barriers must be initialised before its first remote arrival.
   if constexpr (kCl == 2) {
     cluster_sync();
@@ -1708,7 +1755,8 @@ __device__ __forceinline__ void mla_sparse_decode_sm90(const SparseKernelParams&
   constexpr RegBudget kRegs = reg_budget(PipeOf<Cfg>::value, PHandOf<Cfg>::value, kProducers);
   if (wg >= 2) {
     setmaxnreg_dec<kRegs.producer>();
-    if constexpr (PipeOf<Cfg>::value == kPipeBase) {
+    if constexpr (kNoProduce<Cfg>) {
+    } else if constexpr (PipeOf<Cfg>::value == kPipeBase) {
       producer<Cfg, kCl>(kp, part, tok, sm, static_cast<int>(rank));
     } else if constexpr (PipeOf<Cfg>::value == kPipeStream && kProducers == 2) {
       producer_stream_small<Cfg, kCl>(kp, part, tok, sm, static_cast<int>(rank));
