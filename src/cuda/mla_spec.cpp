@@ -77,12 +77,13 @@ MlaSm90Knobs mla_sm90_consistent(MlaSm90Knobs k, int num_heads) {
     k.map = 0;    // and has the unit split only
   }
   // Two producer warpgroups (72 registers each): the ids a block ahead with 4 units per round
-  // (pipe 1) or the stream of 2-unit rounds (pipe 4); in a cluster, where a warpgroup's share is
-  // 16 tokens, also pipes 2 and 3 (without one they spill, 28 / 52 B, NVRTC). Their consumers
+  // (pipe 1) or the stream of 2-unit rounds (pipe 4), and pipes 2 and 3 (a warpgroup's whole
+  // share in one round: 16 tokens in a cluster; 32 without one, at 80 registers, traits.cuh
+  // reg_budget, where they spill 4 / 12 B, NVRTC). Their consumers
   // split P V in N = 128 halves (sm90_ptx.cuh), which P in consumer 1's registers has no form
   // for; the mma dequantization is left out.
   if (k.producers == 2) {
-    if (k.pipe != 1 && k.pipe != 4 && !(k.cluster == 2 && (k.pipe == 2 || k.pipe == 3))) k.pipe = 1;
+    if (k.pipe == 0) k.pipe = 1;
     if (k.map == 1) k.map = 0;
     if (k.phand == 1) k.phand = 0;
     k.dequant = 0;
@@ -91,7 +92,7 @@ MlaSm90Knobs mla_sm90_consistent(MlaSm90Knobs k, int num_heads) {
   if (k.pipe > 2 && k.phand == 1) k.phand = 0;  // P in consumer 1's registers: 16 registers from consumer 0, pipes 0-2
   // The hand-over after P V moves ptxas' allocation so that pipe 2's producer spills without a
   // cluster (88 B, NVRTC); every other producer compiles clean with it.
-  if (k.phand == 2 && k.pipe == 2 && k.cluster == 1) k.phand = 0;
+  if (k.phand == 2 && k.pipe == 2 && k.cluster == 1 && k.producers == 1) k.phand = 0;
   // The next block's S issued behind P V: so do pipes 2 and 3 without a cluster (one producer;
   // 40-88 B, NVRTC).
   if (k.phand == 3 && k.cluster == 1 && (k.pipe == 2 || k.pipe == 3)) k.phand = 0;

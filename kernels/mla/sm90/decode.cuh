@@ -1752,7 +1752,7 @@ __device__ __forceinline__ void mla_sparse_decode_sm90(const SparseKernelParams&
   // Read through a shuffle so that ptxas sees a warp-uniform role: wgmma in a path it takes for
   // divergent is serialized (C7518: a wait after every wgmma).
   const int wg = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / 128, 0);
-  constexpr RegBudget kRegs = reg_budget(PipeOf<Cfg>::value, PHandOf<Cfg>::value, kProducers);
+  constexpr RegBudget kRegs = reg_budget(PipeOf<Cfg>::value, PHandOf<Cfg>::value, kProducers, kCl);
   if (wg >= 2) {
     setmaxnreg_dec<kRegs.producer>();
     if constexpr (kNoProduce<Cfg>) {

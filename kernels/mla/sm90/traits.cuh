@@ -61,11 +61,19 @@ DECA_HD constexpr RegBudget reg_budget_of_pipe(int pipe) {
 // Two producer warpgroups (512 threads, 128 registers each at launch): consumer 0 and 1 keep
 // what pipe 4 gives them (S, P, O: 200; O: 160) and each producer gets 72 (4 units of 16 bytes
 // and their scales per round, 2 RoPE units).
-DECA_HD constexpr RegBudget reg_budget(int pipe, int phand = 0, int producers = 1) {
-  if (producers == 2) return RegBudget{200, 160, 72};
+// Without a cluster, two producers' whole shares in one round (pipes 2 and 3: 8 pieces per
+// thread) take 80 registers each, 8 from consumer 0 (at 72 they spill 28 / 52 B).
+DECA_HD constexpr RegBudget reg_budget(int pipe, int phand = 0, int producers = 1, int cluster = 1) {
+  if (producers == 2) {
+    return cluster == 1 && (pipe == kPipeWhole || pipe == kPipeEarly) ? RegBudget{192, 160, 80}
+                                                                       : RegBudget{200, 160, 72};
+  }
   const RegBudget b = reg_budget_of_pipe(pipe);
   return phand != 1 ? b : RegBudget{b.consumer0 - 16, b.consumer1 + 16, b.producer};
 }
+static_assert(reg_budget(2, 0, 2).consumer0 + reg_budget(2, 0, 2).consumer1 +
+                      2 * reg_budget(2, 0, 2).producer <= 4 * launch_regs(2),
+              "register file, two producers' whole shares");
 static_assert(reg_budget(1, 0, 2).consumer0 + reg_budget(1, 0, 2).consumer1 +
                       2 * reg_budget(1, 0, 2).producer <= 4 * launch_regs(2),
               "register file, two producers");
