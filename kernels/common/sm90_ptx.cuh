@@ -388,6 +388,21 @@ __device__ __forceinline__ void st_async_v4(unsigned cluster_addr, uint4 v, unsi
       : "memory");
 }
 
+// cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [dst], [src], size, [mbar];
+// -- `size` bytes (a multiple of 16, both addresses 16-byte aligned) of this CTA's shared memory
+// copied by the bulk-copy unit into another CTA's, completing on that CTA's mbarrier. (CCCL's
+// cuda::ptx::cp_async_bulk takes generic pointers; the kernels hold 32-bit shared::cluster
+// addresses from mapa.) The source must be visible to the async proxy: fence.proxy.async after
+// the generic stores, and a barrier between the storing threads and the issuing one.
+__device__ __forceinline__ void bulk_copy_to_peer(unsigned cluster_dst, unsigned smem_src, unsigned bytes,
+                                                  unsigned cluster_mbar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+          cluster_dst),
+      "r"(smem_src), "r"(bytes), "r"(cluster_mbar)
+      : "memory");
+}
+
 // ---- Programmatic dependent launch (PTX ISA 9.7.13.13, griddepcontrol, sm_90) --------------------
 // griddepcontrol.launch_dependents; -- the dependent grid may start once every CTA executed this
 // (or exited); its griddepcontrol.wait still waits for this grid's memory to be flushed.

@@ -51,6 +51,7 @@ constexpr Knob kKnobs[] = {
     {&MlaSm90Knobs::rescale, "kRescale", "DECA_MLA_RESCALE", 0, 2, "_rs", 2, true},
     {&MlaSm90Knobs::phand, "kPHand", "DECA_MLA_PHAND", 0, 3, "_pr", 0, true},
     {&MlaSm90Knobs::producers, "kProducers", "DECA_MLA_PRODUCERS", 1, 2, "_w", 1, true},
+    {&MlaSm90Knobs::peer_copy, "kPeerCopy", "DECA_MLA_PEERCOPY", 0, 1, "_bulk", 0, false},
 };
 
 }  // namespace
@@ -89,6 +90,9 @@ MlaSm90Knobs mla_sm90_consistent(MlaSm90Knobs k, int num_heads) {
     k.dequant = 0;
   }
   if (k.pipe == 4) k.map = 0;  // the round stream has the unit split only
+  // The bulk copies into the peer's tile: a cluster, the block producer (pipes 1-3), not the
+  // token split.
+  if (k.peer_copy == 1 && (k.cluster != 2 || k.pipe < 1 || k.pipe > 3 || k.map == 1)) k.peer_copy = 0;
   if (k.pipe > 2 && k.phand == 1) k.phand = 0;  // P in consumer 1's registers: 16 registers from consumer 0, pipes 0-2
   // The hand-over after P V moves ptxas' allocation so that pipe 2's producer spills without a
   // cluster (88 B, NVRTC); every other producer compiles clean with it.

@@ -121,6 +121,7 @@ struct Sm90Case {
   int rescale = 0;         // Cfg::kRescale: 1 skip factors of 1 (same bytes as 0), 2 lazy maxima
   int phand = 0;           // Cfg::kPHand: 1 consumer 1 takes P into registers (same bytes as 0)
   int producers = 1;       // Cfg::kProducers: 2 producer warpgroups (512 threads; same bytes as 1)
+  int peer_copy = 0;       // Cfg::kPeerCopy: 1 the peer's rows by bulk copies (same bytes as 0)
   std::string name;
 };
 
@@ -186,7 +187,7 @@ void run_case(const Sm90Case& tc) {
   kp.run.stamp = stamp.as<mla::ScheduleStamp>();
 
   const jit::LoadedKernel& k = jit::get_kernel(mla_sm90_spec(s.page_size, tc.cluster, 0, tc.pipe, tc.dequant, tc.sync, tc.prefetch, tc.ahead, tc.map, tc.l1,
-                                                             tc.rescale, tc.phand, tc.producers), 0);
+                                                             tc.rescale, tc.phand, tc.producers, tc.peer_copy), 0);
   const unsigned threads = static_cast<unsigned>(mla::sm90::threads_of(tc.producers));
   void* args[] = {&kp};
   jit::LaunchOptions opts;
@@ -229,8 +230,9 @@ void run_case(const Sm90Case& tc) {
   // by 1 less often and P V from registers reads the same P: the variant with the hardware
   // conversions, the unit split, every rescale and P from shared memory must write the same bytes;
   // so must two producer warpgroups (the same tiles; P V as two N = 128 halves per k step, each
-  // element's sum the same).
-  if (tc.dequant != 0 || tc.map != 0 || tc.rescale == 1 || tc.phand != 0 || tc.producers != 1) {
+  // element's sum the same) and the peer's rows by bulk copies (the same bytes, another route).
+  if (tc.dequant != 0 || tc.map != 0 || tc.rescale == 1 || tc.phand != 0 || tc.producers != 1 ||
+      tc.peer_copy != 0) {
     const jit::LoadedKernel& k0 = jit::get_kernel(
         mla_sm90_spec(s.page_size, tc.cluster, 0, tc.pipe, 0, tc.sync, tc.prefetch, tc.ahead, 0, tc.l1,
                       tc.rescale == 2 ? 2 : 0, 0), 0);
@@ -528,11 +530,15 @@ TEST(MlaSm90Kernel, TwoProducerWarpgroups) {
 // split in run_case.
 TEST(MlaSm90Kernel, PairAndRowMaps) {
   REQUIRE_SM90();
-  for (int producers : {2, 1}) {
-    const std::string k = std::string("m3_c1_k1") + (producers == 2 ? "_w2_" : "_");
+  // Without a cluster: one producer's pipe 1, two producers' pipes 1 and 2 (the whole share in
+  // one round, the plan's default since 2026-12-02).
+  for (int variant = 0; variant < 3; ++variant) {
+    const int producers = variant < 2 ? 2 : 1;
+    const int pipe = variant == 1 ? 2 : 1;
+    const std::string k = "m3_c1_k" + std::to_string(pipe) + (producers == 2 ? "_w2_" : "_");
     for (Sm90Case& c : pipe_cases(k)) {
       if (c.cluster != 1) continue;
-      c.pipe = 1;
+      c.pipe = pipe;
       c.producers = producers;
       c.map = 3;
       c.ahead = 1;
@@ -554,6 +560,31 @@ TEST(MlaSm90Kernel, PairAndRowMaps) {
       c.sync = 1;
       c.ahead = 1;
       c.rescale = 2;
+      run_case(c);
+    }
+  }
+}
+
+// The peer's rows by the bulk-copy unit (Cfg::kPeerCopy = 1) over the cluster cases of
+// pipe_cases, with one and two producer warpgroups and pipes 1-3 (whole rows and the unit split):
+// each compared with the CPU reference and bit for bit with st.async from every thread.
+TEST(MlaSm90Kernel, PeerRowsByBulkCopy) {
+  REQUIRE_SM90();
+  struct V {
+    int producers, pipe, map;
+  };
+  for (const V v : {V{2, 2, 3}, V{1, 2, 3}, V{2, 1, 0}, V{1, 3, 3}}) {
+    const std::string k = "bulk_w" + std::to_string(v.producers) + "_k" + std::to_string(v.pipe) + "_m" +
+                          std::to_string(v.map) + "_";
+    for (Sm90Case& c : pipe_cases(k)) {
+      if (c.cluster != 2) continue;
+      c.producers = v.producers;
+      c.pipe = v.pipe;
+      c.map = v.map;
+      c.sync = 1;
+      c.ahead = 1;
+      c.rescale = 2;
+      c.peer_copy = 1;
       run_case(c);
     }
   }

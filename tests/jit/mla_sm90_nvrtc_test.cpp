@@ -129,6 +129,11 @@ TEST(MlaSm90Nvrtc, PairAndRowMapVariantsCompileWithoutSpills) {
   for (int ablate : {1, 2, 3, 4, 5, 6}) {
     expect_clean_compile(test::mla_sm90_spec(64, 2, ablate, 2, 0, 1, 0, 1, 3, 0, 2, 0, 2), true);
   }
+  // The peer's rows by bulk copies (Cfg::kPeerCopy 1): two and one producers, rows and units.
+  expect_clean_compile(test::mla_sm90_spec(64, 2, 0, 2, 0, 1, 0, 1, 3, 0, 2, 0, 2, 1));
+  expect_clean_compile(test::mla_sm90_spec(64, 2, 0, 2, 0, 1, 0, 1, 3, 0, 2, 0, 1, 1));
+  expect_clean_compile(test::mla_sm90_spec(64, 2, 0, 1, 0, 1, 0, 1, 0, 0, 2, 0, 2, 1));
+  expect_clean_compile(test::mla_sm90_spec(64, 2, 0, 3, 0, 1, 0, 1, 3, 0, 2, 0, 1, 1));
   // Each side alone (consumers only, producers only with and without the gather), both defaults.
   for (int ablate : {7, 8, 9}) {
     expect_clean_compile(test::mla_sm90_spec(64, 2, ablate, 2, 0, 1, 0, 1, 3, 0, 2, 0, 2), true);

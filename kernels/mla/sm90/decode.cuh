@@ -61,6 +61,7 @@ enum NamedBarrier : int {
   kBarQReady = 1,    // WG0 x 128, sync: Q tile landed and fenced, wgmma may read it
   kBarVote = 2,      // WG0 x 128, sync + AND: whether the next tile is full (kPHandOverlap)
   kBarIds = 5,       // WG2 x 128, sync: the block's ids are in smem
+  kBarPeerCopy = 6,  // a producer warpgroup x 128 (6, 7): its rows are stored and fenced (kPeerCopy)
 };
 
 // One request's share of this partition.
@@ -312,6 +313,16 @@ DECA_MLA_SM90_KNOB(PHandOf, kPHand, kPHandSmem)
 // the producers then wait on their loads rather than on issue.
 DECA_MLA_SM90_KNOB(ProducersOf, kProducers, 1)
 
+// How a producer in a cluster of 2 writes its tokens into the peer's tile. 0: every thread
+// st.async's each 16-byte unit it stores locally (the peer's barrier counts the bytes); 1: the
+// threads store locally only, and once a warpgroup's rows are all stored (fence.proxy.async, a
+// named barrier) one thread hands them to the bulk-copy unit, one copy per 128-byte-column
+// chunk (kTokens / kWays rows of 128 bytes, contiguous in each chunk), completing on the same
+// barrier with the same bytes. Without a cluster nothing crosses: no effect.
+DECA_MLA_SM90_KNOB(PeerCopyOf, kPeerCopy, 0)
+template <class Cfg>
+inline constexpr bool kBulkPeer = ClusterOf<Cfg>::value == 2 && PeerCopyOf<Cfg>::value == 1;
+
 #undef DECA_MLA_SM90_KNOB
 
 // A 16-byte / 4-byte load of a cache record with the L1 policy of L1Of<Cfg>.
@@ -401,7 +412,7 @@ __device__ __forceinline__ void store_tile(const Smem& sm, unsigned addr, uint4 
 // A NoPE unit of the tile: store_tile, or only here for the no-peer ablations.
 template <class Cfg, int kCl>
 __device__ __forceinline__ void store_nope(const Smem& sm, unsigned addr, uint4 v, unsigned peer_bar) {
-  if constexpr (kNoPeer<Cfg>) {
+  if constexpr (kNoPeer<Cfg> || kBulkPeer<Cfg>) {
     sts128(addr, v);
   } else {
     store_tile<kCl>(sm, addr, v, peer_bar);
@@ -609,13 +620,28 @@ __device__ __forceinline__ void produce_block(const MlaSparseParams& p, const Sm
 #pragma unroll
       for (int i = 0; i < kRope; ++i) {
         const int job = t + 128 * i;
-        store_tile<kCl>(sm, tile + 8 * kChunkBytes + swz(first_token + (job >> 3), job & 7), rope[i],
-                        peer_bar);
+        store_tile<kBulkPeer<Cfg> ? 1 : kCl>(sm, tile + 8 * kChunkBytes + swz(first_token + (job >> 3), job & 7),
+                                             rope[i], peer_bar);
       }
     }
 #pragma unroll
     for (int u = 0; u < kPerRound; ++u) {
       store_piece<Cfg, kCl>(sm, chunk, first_token + g + 4 * (round * kPerRound + u), j, pc[u], peer_bar);
+    }
+  }
+  if constexpr (kBulkPeer<Cfg>) {
+    // This warpgroup's rows first_token .. + kRows of each chunk, to the same place in the peer's
+    // tile, by the bulk-copy unit once every thread's stores are fenced for the async proxy.
+    constexpr int kRows = kTokens / kWays;
+    const int pw = (first_token / kRows) % ProducersOf<Cfg>::value;
+    fence_proxy_async_smem();
+    named_bar_sync(kBarPeerCopy + pw, 128);
+    if (t == 0) {
+#pragma unroll
+      for (int c = 0; c < kDimQK / 64; ++c) {
+        const unsigned src = tile + c * kChunkBytes + static_cast<unsigned>(first_token) * 128u;
+        bulk_copy_to_peer(sm.peer(src), src, kRows * 128u, peer_bar);
+      }
     }
   }
 }
@@ -1694,6 +1720,9 @@ __device__ __forceinline__ void mla_sparse_decode_sm90(const SparseKernelParams&
                                     MapOf<Cfg>::value != kMapTokens),
                 "Cfg::kProducers: 1, or 2 with kPipe 1..4 and the unit split (or its pairs)");
   static_assert(DequantOf<Cfg>::value >= 0 && DequantOf<Cfg>::value <= 2, "Cfg::kDequant");
+  static_assert(!kBulkPeer<Cfg> || (PipeOf<Cfg>::value >= kPipeAhead && PipeOf<Cfg>::value <= kPipeEarly &&
+                                    MapOf<Cfg>::value != kMapTokens && !kNoPeer<Cfg>),
+                "Cfg::kPeerCopy 1: the block producer (pipes 1-3, not the token split)");
   static_assert(MapOf<Cfg>::value != kMapRows || DequantOf<Cfg>::value == 0,
                 "Cfg::kMap 3 (rows) converts with the hardware conversions");
   static_assert(DequantOf<Cfg>::value != 2 || (MapOf<Cfg>::value == kMapUnits && kCl == 2),
