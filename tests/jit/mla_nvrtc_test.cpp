@@ -140,23 +140,23 @@ TEST(MlaSm90Knobs, ConsistentKeepsOnlyCombinationsTheKernelBuilds) {
       {128, with(knobs(2, 2, 0, 1, 0, 2, 0, 0), 2, 3), with(knobs(2, 2, 0, 1, 0, 2, 0, 0), 2, 3)},
       {128, with(knobs(2, 3, 0, 1, 0, 2, 0, 0), 2, 3), with(knobs(2, 3, 0, 1, 0, 2, 0, 0), 2, 3)},
   };
-  // Two producer warpgroups: pipes 1 and 4, or 2 / 3 in a cluster (another pipe asked takes 1); the unit
-  // split, the hardware conversions, P from shared memory in consumer 1.
+  // Two producer warpgroups: pipes 1-4 (pipe 0 asked takes 1); the unit split or the rows, the
+  // hardware conversions, P from shared memory in consumer 1.
   auto two = [](MlaSm90Knobs k) {
     k.producers = 2;
     return k;
   };
   const Row producers[] = {
       {64, two(with(knobs(1, 4, 0, 0, 0, 2, 0, 0), 2, 2)), two(with(knobs(1, 4, 0, 0, 0, 2, 0, 0), 2, 2))},
-      {64, two(with(knobs(1, 2, 0, 0, 0, 2, 0, 0), 2, 2)), two(with(knobs(1, 1, 0, 0, 0, 2, 0, 0), 2, 2))},
-      {64, two(with(knobs(1, 3, 1, 0, 0, 2, 1, 0), 2, 1)), two(with(knobs(1, 1, 0, 0, 0, 2, 0, 0), 2, 0))},
+      {64, two(with(knobs(1, 2, 0, 0, 0, 2, 0, 0), 2, 2)), two(with(knobs(1, 2, 0, 0, 0, 2, 0, 0), 2, 2))},
+      {64, two(with(knobs(1, 3, 1, 0, 0, 2, 1, 0), 2, 1)), two(with(knobs(1, 3, 0, 0, 0, 2, 0, 0), 2, 0))},
       {16, two(with(knobs(1, 1, 0, 0, 0, 4, 0, 0), 2, 2)), two(with(knobs(1, 1, 0, 0, 0, 4, 0, 0), 2, 2))},
       {128, two(with(knobs(2, 2, 2, 1, 0, 1, 0, 0), 2, 0)), two(with(knobs(2, 2, 0, 1, 0, 1, 0, 0), 2, 0))},
       {128, two(with(knobs(2, 3, 0, 1, 0, 1, 0, 0), 2, 2)), two(with(knobs(2, 3, 0, 1, 0, 1, 0, 0), 2, 2))},
       {128, two(with(knobs(2, 0, 0, 1, 0, 2, 0, 0), 2, 0)), two(with(knobs(2, 1, 0, 1, 0, 2, 0, 0), 2, 0))},
       {100, two(with(knobs(2, 4, 0, 1, 0, 1, 0, 0), 2, 1)), two(with(knobs(2, 4, 0, 1, 0, 1, 0, 0), 2, 0))},
       {64, two(with(knobs(1, 1, 0, 0, 0, 1, 0, 0), 2, 3)), two(with(knobs(1, 1, 0, 0, 0, 1, 0, 0), 2, 3))},
-      {64, two(with(knobs(1, 3, 0, 0, 0, 1, 0, 0), 2, 3)), two(with(knobs(1, 1, 0, 0, 0, 1, 0, 0), 2, 3))},
+      {64, two(with(knobs(1, 3, 0, 0, 0, 1, 0, 0), 2, 3)), two(with(knobs(1, 3, 0, 0, 0, 1, 0, 0), 2, 0))},
       {128, two(with(knobs(2, 2, 0, 1, 0, 1, 2, 0), 2, 0)), two(with(knobs(2, 2, 0, 1, 0, 1, 2, 0), 2, 0))},
       {128, two(with(knobs(2, 2, 0, 1, 0, 1, 1, 0), 2, 0)), two(with(knobs(2, 2, 0, 1, 0, 1, 0, 0), 2, 0))},
       {128, two(with(knobs(2, 3, 0, 1, 0, 1, 3, 0), 2, 0)), two(with(knobs(2, 3, 0, 1, 0, 1, 3, 0), 2, 0))},
@@ -177,7 +177,23 @@ TEST(MlaSm90Knobs, ConsistentKeepsOnlyCombinationsTheKernelBuilds) {
     EXPECT_EQ(k.rescale, r.kept.rescale) << at;
     EXPECT_EQ(k.phand, r.kept.phand) << at;
     EXPECT_EQ(k.producers, r.kept.producers) << at;
+    EXPECT_EQ(k.peer_copy, r.kept.peer_copy) << at;
   };
+  // The peer's rows by bulk copies: in a cluster with pipes 1-3 and not the token split.
+  auto bulk = [](MlaSm90Knobs k, int peer_copy) {
+    k.peer_copy = peer_copy;
+    return k;
+  };
+  const Row peer[] = {
+      {128, bulk(two(knobs(2, 2, 0, 1, 0, 1, 3, 0)), 1), bulk(two(knobs(2, 2, 0, 1, 0, 1, 3, 0)), 1)},
+      {100, bulk(knobs(2, 3, 0, 1, 0, 1, 0, 0), 1), bulk(knobs(2, 3, 0, 1, 0, 1, 0, 0), 1)},
+      {128, bulk(knobs(2, 1, 0, 1, 0, 1, 2, 0), 1), bulk(knobs(2, 1, 0, 1, 0, 1, 2, 0), 1)},
+      {64, bulk(two(knobs(1, 2, 0, 0, 0, 1, 3, 0)), 1), bulk(two(knobs(1, 2, 0, 0, 0, 1, 3, 0)), 0)},
+      {128, bulk(knobs(2, 4, 0, 1, 0, 1, 0, 0), 1), bulk(knobs(2, 4, 0, 1, 0, 1, 0, 0), 0)},
+      {128, bulk(knobs(2, 0, 0, 1, 0, 2, 0, 0), 1), bulk(knobs(2, 0, 0, 1, 0, 2, 0, 0), 0)},
+      {128, bulk(knobs(2, 2, 0, 1, 0, 1, 1, 0), 1), bulk(knobs(2, 2, 0, 1, 0, 1, 1, 0), 0)},
+  };
+  for (const Row& r : peer) expect_kept(r);
   for (const Row& r : producers) {
     EXPECT_EQ(r.kept.producers, 2);
     expect_kept(r);
@@ -192,9 +208,9 @@ TEST(MlaSm90Knobs, DefaultsByClusterSize) {
   struct Row {
     int cluster, pipe, ahead, phand, producers, map;
   };
-  // No cluster: two producers with the ids a block ahead, P handed over after P V; a cluster: two
-  // producers' whole-share round; both in whole-row pieces, prefetching one block ahead.
-  for (const Row r : {Row{1, 1, 1, 2, 2, 3}, Row{2, 2, 1, 0, 2, 3}}) {
+  // Both: two producers' whole-share round in whole-row pieces, prefetching one block ahead;
+  // without a cluster P handed over after P V and the gather allocating in L1.
+  for (const Row r : {Row{1, 2, 1, 2, 2, 3}, Row{2, 2, 1, 0, 2, 3}}) {
     const MlaSm90Knobs k = mla_sm90_defaults(r.cluster);
     EXPECT_EQ(k.cluster, r.cluster);
     EXPECT_EQ(k.pipe, r.pipe) << r.cluster;
@@ -206,6 +222,8 @@ TEST(MlaSm90Knobs, DefaultsByClusterSize) {
     EXPECT_EQ(k.rescale, base.rescale);
     EXPECT_EQ(k.sync, base.sync);
     EXPECT_EQ(k.dequant, base.dequant);
+    EXPECT_EQ(k.l1, r.cluster == 2 ? 0 : 1);
+    EXPECT_EQ(k.peer_copy, 0);
     // The defaults are a combination the kernel builds.
     const MlaSm90Knobs kept = mla_sm90_consistent(k, r.cluster == 2 ? 128 : 64);
     EXPECT_EQ(kept.pipe, k.pipe);
@@ -220,17 +238,17 @@ TEST(MlaSm90Knobs, KeysFromTheEnvironment) {
   if (!kMlaSm90KernelEnabled) GTEST_SKIP() << "the sm90 MLA kernel is not enabled in this build";
   const char* vars[] = {"DECA_MLA_CLUSTER", "DECA_MLA_PIPE", "DECA_MLA_DEQUANT", "DECA_MLA_SYNC",
                         "DECA_MLA_PREFETCH", "DECA_MLA_AHEAD", "DECA_MLA_MAP", "DECA_MLA_L1",
-                        "DECA_MLA_RESCALE", "DECA_MLA_PHAND", "DECA_MLA_PRODUCERS"};
+                        "DECA_MLA_RESCALE", "DECA_MLA_PHAND", "DECA_MLA_PRODUCERS", "DECA_MLA_PEERCOPY"};
   for (const char* v : vars) unsetenv(v);
   MlaConfig c;
   c.sparse = true, c.topk = 2048, c.page_size = 64, c.checked = false;
   c.num_heads = 128;
   EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_c2_pipe2_sync1_ahead1_map3_w2_sm90");
   c.num_heads = 64;
-  EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_pipe1_ahead1_map3_pr2_w2_sm90");
+  EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_pipe2_ahead1_map3_l1e1_pr2_w2_sm90");
   EXPECT_EQ(mla_decode_shape(mla_decode_key(90, "sm90", c)).threads, 512);
   c.num_heads = 16;
-  EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_pipe1_ahead1_map3_pr2_w2_sm90");
+  EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_pipe2_ahead1_map3_l1e1_pr2_w2_sm90");
   c.num_heads = 65;
   EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_c2_pipe2_sync1_ahead1_map3_w2_sm90");
   EXPECT_EQ(mla_decode_shape(mla_decode_key(90, "sm90", c)).threads, 512);
@@ -242,19 +260,25 @@ TEST(MlaSm90Knobs, KeysFromTheEnvironment) {
   setenv("DECA_MLA_L1", "yes", 1);   // not a digit: ignored
   setenv("DECA_MLA_PREFETCH", "3", 1);
   const MlaKernelKey k = mla_decode_key(90, "sm90", c);
-  EXPECT_EQ(k.name(), "mla_sparse_decode_sm90_p64_pipe3_deq1_pf3_ahead1_pr2_sm90");
+  EXPECT_EQ(k.name(), "mla_sparse_decode_sm90_p64_pipe3_deq1_pf3_ahead1_l1e1_pr2_sm90");
   setenv("DECA_MLA_RESCALE", "0", 1);  // away from the default: named
-  EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_pipe3_deq1_pf3_ahead1_rs0_pr2_sm90");
+  EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_pipe3_deq1_pf3_ahead1_l1e1_rs0_pr2_sm90");
   unsetenv("DECA_MLA_RESCALE");
-  setenv("DECA_MLA_PRODUCERS", "2", 1);  // pipe 3 without a cluster spills there: pipe 1
-  EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_pipe1_pf3_ahead1_map3_pr2_w2_sm90");
+  setenv("DECA_MLA_PRODUCERS", "2", 1);  // two producers: the hardware conversions, the rows
+  EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_pipe3_pf3_ahead1_map3_l1e1_pr2_w2_sm90");
+  setenv("DECA_MLA_PEERCOPY", "1", 1);  // no cluster at 64 heads: nothing crosses, left out
+  EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_pipe3_pf3_ahead1_map3_l1e1_pr2_w2_sm90");
+  c.num_heads = 128;
+  EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_c2_pipe3_sync1_pf3_ahead1_map3_w2_bulk_sm90");
+  c.num_heads = 64;
+  unsetenv("DECA_MLA_PEERCOPY");
   EXPECT_EQ(mla_decode_shape(mla_decode_key(90, "sm90", c)).threads, 512);
   setenv("DECA_MLA_PRODUCERS", "1", 1);
   EXPECT_EQ(mla_decode_shape(k).threads, 384);
   const std::string src = k.spec().source;
   for (const char* field : {"kPageSize = 64;", "kCluster = 1;", "kPipe = 3;", "kDequant = 1;", "kSync = 0;",
-                            "kPrefetch = 3;", "kAhead = 1;", "kMap = 0;", "kL1 = 0;", "kRescale = 2;",
-                            "kPHand = 2;", "kProducers = 1;"}) {
+                            "kPrefetch = 3;", "kAhead = 1;", "kMap = 0;", "kL1 = 1;", "kRescale = 2;",
+                            "kPHand = 2;", "kProducers = 1;", "kPeerCopy = 0;"}) {
     EXPECT_NE(src.find(field), std::string::npos) << field << " in\n" << src;
   }
   for (const char* v : vars) unsetenv(v);
