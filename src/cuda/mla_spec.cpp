@@ -62,13 +62,14 @@ MlaSm90Knobs mla_sm90_consistent(MlaSm90Knobs k, int num_heads) {
   if (k.cluster != 2) k.sync = 0;  // only a cluster has hand-overs between CTAs
   // The sector-completing pair exchange is for the stores into the peer's tile.
   if (k.map == 2 && k.cluster != 2) k.map = 0;
-  if (k.dequant == 1 && k.pipe != 3) k.dequant = 0;  // the integer route: pipe 3 only (registers)
-  if (k.producers == 2) k.dequant = 0;  // two producers: the hardware conversions (below)
+  // The integer route needs registers: one producer's pipe 3, or two producers' pipe 2.
+  if (k.dequant == 1 && !((k.producers == 1 && k.pipe == 3) || (k.producers == 2 && k.pipe == 2))) k.dequant = 0;
+  if (k.producers == 2 && k.dequant == 2) k.dequant = 0;  // two producers: not the mma route (below)
   // The whole-row pieces (half the shared-store wavefronts of the unit split, whole 128-byte rows
-  // into the peer's tile) convert with the hardware conversions: another conversion asked for
-  // keeps the unit split. One producer's whole share of 64 tokens (pipes 2 and 3 without a
-  // cluster) in rows is 16 x 6 registers: it spills (216 B, NVRTC).
-  if (k.map == 3 && k.dequant != 0) k.map = 0;
+  // into the peer's tile) convert with the hardware conversions or the integer placement: the
+  // mma route asked for keeps the unit split. One producer's whole share of 64 tokens (pipes 2
+  // and 3 without a cluster) in rows is 16 x 6 registers: it spills (216 B, NVRTC).
+  if (k.map == 3 && k.dequant == 2) k.map = 0;
   if (k.map == 3 && k.cluster == 1 && k.producers == 1 && k.pipe >= 2) k.map = 0;
   // The tensor-core f16 -> f32 step: pipes 2 to 4, the unit split (a quad of lanes on one token)
   // and a cluster of 2 (without one the producer's 16 units per block spill there: NVRTC, 36-96 B).
@@ -87,7 +88,6 @@ MlaSm90Knobs mla_sm90_consistent(MlaSm90Knobs k, int num_heads) {
     if (k.pipe == 0) k.pipe = 1;
     if (k.map == 1) k.map = 0;
     if (k.phand == 1) k.phand = 0;
-    k.dequant = 0;
   }
   if (k.pipe == 4) k.map = 0;  // the round stream has the unit split only
   // The bulk copies into the peer's tile: a cluster, the block producer (pipes 1-3), not the

@@ -565,6 +565,25 @@ TEST(MlaSm90Kernel, PairAndRowMaps) {
   }
 }
 
+// The integer e4m3 placement (Cfg::kDequant = 1) in whole-row pieces with two producers' whole
+// share in one round (pipe 2), both cluster sizes over pipe_cases: each compared with the CPU
+// reference and bit for bit with the hardware conversions in the unit split.
+TEST(MlaSm90Kernel, RowsIntegerDequant) {
+  REQUIRE_SM90();
+  for (Sm90Case& c : pipe_cases("rows_d1_w2_k2_")) {
+    c.producers = 2;
+    c.pipe = 2;
+    c.map = 3;
+    c.dequant = 1;
+    c.l1 = c.cluster == 2 ? 0 : 1;
+    c.phand = c.cluster == 2 ? 0 : 2;
+    c.sync = c.cluster == 2 ? 1 : 0;
+    c.ahead = 1;
+    c.rescale = 2;
+    run_case(c);
+  }
+}
+
 // The peer's rows by the bulk-copy unit (Cfg::kPeerCopy = 1) over the cluster cases of
 // pipe_cases, with one and two producer warpgroups and pipes 1-3 (whole rows and the unit split):
 // each compared with the CPU reference and bit for bit with st.async from every thread.

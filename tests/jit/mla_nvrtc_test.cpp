@@ -110,7 +110,7 @@ TEST(MlaSm90Knobs, ConsistentKeepsOnlyCombinationsTheKernelBuilds) {
       // The whole-row pieces: with the hardware conversions only (another asked keeps the unit
       // split), not with one producer's whole share without a cluster.
       {128, knobs(2, 2, 0, 1, 0, 1, 3, 0), knobs(2, 2, 0, 1, 0, 1, 3, 0)},
-      {128, knobs(2, 3, 1, 1, 0, 1, 3, 1), knobs(2, 3, 1, 1, 0, 1, 0, 1)},
+      {128, knobs(2, 3, 1, 1, 0, 1, 3, 1), knobs(2, 3, 1, 1, 0, 1, 3, 1)},
       {128, knobs(2, 2, 2, 1, 0, 1, 3, 0), knobs(2, 2, 2, 1, 0, 1, 0, 0)},
       {128, knobs(2, 2, 1, 1, 0, 1, 3, 0), knobs(2, 2, 0, 1, 0, 1, 3, 0)},
       {64, knobs(1, 1, 0, 0, 0, 1, 3, 0), knobs(1, 1, 0, 0, 0, 1, 3, 0)},
@@ -147,6 +147,12 @@ TEST(MlaSm90Knobs, ConsistentKeepsOnlyCombinationsTheKernelBuilds) {
     return k;
   };
   const Row producers[] = {
+      // The integer placement with two producers: their whole share in one round (pipe 2) only.
+      {64, two(knobs(1, 2, 1, 0, 0, 1, 3, 1)), two(knobs(1, 2, 1, 0, 0, 1, 3, 1))},
+      {128, two(knobs(2, 2, 1, 1, 0, 1, 3, 0)), two(knobs(2, 2, 1, 1, 0, 1, 3, 0))},
+      {64, two(knobs(1, 1, 1, 0, 0, 1, 3, 1)), two(knobs(1, 1, 0, 0, 0, 1, 3, 1))},
+      {64, two(knobs(1, 3, 1, 0, 0, 1, 3, 1)), two(knobs(1, 3, 0, 0, 0, 1, 3, 1))},
+      {128, two(knobs(2, 2, 2, 1, 0, 1, 0, 0)), two(knobs(2, 2, 0, 1, 0, 1, 0, 0))},
       {64, two(with(knobs(1, 4, 0, 0, 0, 2, 0, 0), 2, 2)), two(with(knobs(1, 4, 0, 0, 0, 2, 0, 0), 2, 2))},
       {64, two(with(knobs(1, 2, 0, 0, 0, 2, 0, 0), 2, 2)), two(with(knobs(1, 2, 0, 0, 0, 2, 0, 0), 2, 2))},
       {64, two(with(knobs(1, 3, 1, 0, 0, 2, 1, 0), 2, 1)), two(with(knobs(1, 3, 0, 0, 0, 2, 0, 0), 2, 0))},

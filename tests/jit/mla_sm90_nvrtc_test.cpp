@@ -135,6 +135,11 @@ TEST(MlaSm90Nvrtc, PairAndRowMapVariantsCompileWithoutSpills) {
   for (int ablate : {1, 2, 3, 4, 5, 6}) {
     expect_clean_compile(test::mla_sm90_spec(64, 2, ablate, 2, 0, 1, 0, 1, 3, 0, 2, 0, 2), true);
   }
+  // The integer placement in rows (Cfg::kDequant 1): two producers' pipe 2 (without a cluster
+  // with the default's 4-byte producer spill), one producer's pipe 3 in a cluster.
+  expect_clean_compile(test::mla_sm90_spec(64, 1, 0, 2, 1, 0, 0, 1, 3, 1, 2, 2, 2), false, 4);
+  expect_clean_compile(test::mla_sm90_spec(64, 2, 0, 2, 1, 1, 0, 1, 3, 0, 2, 0, 2));
+  expect_clean_compile(test::mla_sm90_spec(64, 2, 0, 3, 1, 1, 0, 1, 3, 0, 2, 0, 1));
   // The peer's rows by bulk copies (Cfg::kPeerCopy 1): two and one producers, rows and units.
   expect_clean_compile(test::mla_sm90_spec(64, 2, 0, 2, 0, 1, 0, 1, 3, 0, 2, 0, 2, 1));
   expect_clean_compile(test::mla_sm90_spec(64, 2, 0, 2, 0, 1, 0, 1, 3, 0, 2, 0, 1, 1));

@@ -527,10 +527,19 @@ __device__ __forceinline__ void load_piece(const MlaSparseParams& p, int id, int
     r.sa = r.sb = 0.f;
   }
 }
-// Eight e4m3 (two words) times `scale` as one 16-byte bf16 unit (dequant4's rounding).
+// Eight e4m3 (two words) times `scale` as one 16-byte bf16 unit (dequant4's rounding), through
+// the integer placement (Cfg::kDequant = 1) while the scale allows it, as dequant16.
+template <class Cfg>
 __device__ __forceinline__ uint4 dequant8(uint2 raw, float scale) {
-  const uint2 a = dequant4(raw.x, scale);
-  const uint2 b = dequant4(raw.y, scale);
+  uint2 a, b;
+  if (DequantOf<Cfg>::value == 1 && scale < 256.f) {
+    const float sh = mul_rn_noftz(scale, 0x1p120f);  // exact: no overflow below 2^8
+    a = dequant4_int(raw.x, sh);
+    b = dequant4_int(raw.y, sh);
+  } else {
+    a = dequant4(raw.x, scale);
+    b = dequant4(raw.y, scale);
+  }
   return make_uint4(a.x, a.y, b.x, b.y);
 }
 template <class Cfg, int kCl>
@@ -566,8 +575,8 @@ __device__ __forceinline__ void store_piece(const Smem& sm, unsigned rows, int n
     lo = make_uint4(r.a.x, r.a.y, r.a.x, r.a.y);
     hi = make_uint4(r.b.x, r.b.y, r.b.x, r.b.y);
   } else {
-    lo = dequant8(r.a, r.sa);
-    hi = dequant8(r.b, r.sb);
+    lo = dequant8<Cfg>(r.a, r.sa);
+    hi = dequant8<Cfg>(r.b, r.sb);
   }
   store_nope<Cfg, kCl>(sm, rows + swz(n, l & 7), lo, peer_bar);
   store_nope<Cfg, kCl>(sm, rows + 2 * kChunkBytes + swz(n, l & 7), hi, peer_bar);
@@ -1723,8 +1732,8 @@ __device__ __forceinline__ void mla_sparse_decode_sm90(const SparseKernelParams&
   static_assert(!kBulkPeer<Cfg> || (PipeOf<Cfg>::value >= kPipeAhead && PipeOf<Cfg>::value <= kPipeEarly &&
                                     MapOf<Cfg>::value != kMapTokens && !kNoPeer<Cfg>),
                 "Cfg::kPeerCopy 1: the block producer (pipes 1-3, not the token split)");
-  static_assert(MapOf<Cfg>::value != kMapRows || DequantOf<Cfg>::value == 0,
-                "Cfg::kMap 3 (rows) converts with the hardware conversions");
+  static_assert(MapOf<Cfg>::value != kMapRows || DequantOf<Cfg>::value <= 1,
+                "Cfg::kMap 3 (rows) converts with the hardware conversions or the integer placement");
   static_assert(DequantOf<Cfg>::value != 2 || (MapOf<Cfg>::value == kMapUnits && kCl == 2),
                 "Cfg::kDequant = 2: a quad of lanes on one token (the unit split), in a cluster "
                 "(without one the producer spills)");
