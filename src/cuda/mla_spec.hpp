@@ -27,7 +27,8 @@ struct MlaSm90Knobs {
   int ahead = 2;     // Cfg::kAhead, DECA_MLA_AHEAD 1..8: blocks between prefetch and gather (mla_sm90_defaults)
   int map = 0;       // Cfg::kMap, DECA_MLA_MAP: 1 a token per four producer lanes (slower), 2 the unit
                      // split with lane pairs completing 32-byte sectors (the peer's st.async)
-  int l1 = 0;        // Cfg::kL1, DECA_MLA_L1: 1 the gather loads L1::evict_last
+  int l1 = 0;        // Cfg::kL1, DECA_MLA_L1: 1 the gather loads L1::evict_last (mla_sm90_defaults
+                     // without a cluster)
   int rescale = 2;   // Cfg::kRescale, DECA_MLA_RESCALE 0..2: O rescaled every block / skipped at 1 / lazy maxima
                      // (2e5d498, H200: b128 h64 134.1 -> 131.1 us, b128 h16 126.4 -> 123.2, b128 h128 225.2 -> 225.8)
   int phand = 0;     // Cfg::kPHand, DECA_MLA_PHAND: 1 consumer 1 takes P into registers (no proxy fence),
@@ -39,15 +40,16 @@ struct MlaSm90Knobs {
 
 // The knobs a key may hold: what was asked, made consistent for `num_heads` (a pure function,
 // table-tested): a cluster only for 65..128 heads, the light hand-overs and the pair exchange
-// (map 2) only in a cluster, the whole-row pieces (map 3) only with the hardware conversions (another
-// conversion asked for keeps the unit split) and, without a cluster, not with one producer's pipes
-// 2 and 3, the integer dequantization only with pipe 3, the mma one with pipes 2-4, the unit split and a
+// (map 2) only in a cluster, the whole-row pieces (map 3) not with the mma conversion (asked
+// for, it keeps the unit split) and, without a cluster, not with one producer's pipes 2 and 3,
+// the integer dequantization only with one producer's pipe 3 or two producers' pipe 2, the
+// peer's rows by bulk copies only in a cluster with pipes 1-3, the mma one with pipes 2-4, the unit split and a
 // cluster, the base producer (pipe 0) with its fixed prefetch distance and the unit split, the
 // round stream (pipe 4) with the unit split, P in consumer 1's registers with pipes 0-2, the
 // hand-over after P V with any producer but pipe 2 without a cluster, the next block's QK^T
 // behind P V with any producer but pipes 2 and 3 without a cluster; two producer warpgroups
-// with pipes 1 and 4 (and 2, 3 in a cluster), the unit split, the hardware conversions and P from
-// shared memory in consumer 1 (asked with another pipe, they take pipe 1).
+// with pipes 1-4, the unit split or the rows, not the mma conversion, and P from shared memory
+// in consumer 1 (asked with pipe 0, they take pipe 1).
 MlaSm90Knobs mla_sm90_consistent(MlaSm90Knobs k, int num_heads);
 
 // The knobs a plan compiles by default for a cluster size (a pure function, table-tested), from
@@ -66,7 +68,12 @@ MlaSm90Knobs mla_sm90_consistent(MlaSm90Knobs k, int num_heads);
 //   97.5; q_len 2 361.6 -> 357.0, topk 16384 1430.7 -> 1413.7);
 // - the whole-row pieces without a cluster too (half the unit split's shared-store wavefronts;
 //   5d7c91b: b128 h64 125.0 -> 116.4, b64 h64 77.5 -> 72.3, b128 h16 116.6 -> 108.1, q_len 2
-//   b128 h64 234.4 -> 220.5).
+//   b128 h64 234.4 -> 220.5);
+// - without a cluster, each producer's whole share in one round (pipe 2, 80 registers each;
+//   4b6fde9: b128 h64 117.1 -> 110.6, b64 h64 72.5 -> 69.2, b128 h16 107.7 -> 100.7; pipe 3, the
+//   loads before the tile is free, 131.4 / 79.8, and 122.3 at b128 h16 two blocks ahead) and the
+//   gather's loads allocating in L1 (159427c: 110.9 -> 107.9, 69.6 -> 68.1, 101.0 -> 98.2; in a
+//   cluster no change, 185.0 / 185.3).
 // Every other field keeps MlaSm90Knobs' default; `cluster` is as given.
 MlaSm90Knobs mla_sm90_defaults(int cluster);
 

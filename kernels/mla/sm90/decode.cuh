@@ -275,7 +275,9 @@ enum Map : int { kMapUnits = 0, kMapTokens = 1, kMapPairs = 2, kMapRows = 3 };
 DECA_MLA_SM90_KNOB(MapOf, kMap, kMapUnits)
 
 // The gather's L1 policy: 0 L1::no_allocate (each CTA reads a token once), 1 L1::evict_last
-// (FlashMLA's; no faster here, d676a5a).
+// (FlashMLA's). With the unit split no faster (d676a5a); with the whole-row pieces, whose lanes
+// read each record line (and its scales) in several instructions, 2.5 % faster without a
+// cluster and even in one (159427c): the plan's default without a cluster.
 DECA_MLA_SM90_KNOB(L1Of, kL1, 0)
 
 // When the consumers rescale O (128 FMUL per thread and block in each). 0: every block;
