@@ -15,7 +15,7 @@ enum class MlaKernelRole { kSchedule, kDecode, kCombine, kGenericCombine };
 // Flip to true once kernels/mla/sm90/entry.cuh and traits.cuh are in the tree: every sm_90 plan
 // then runs it unless DECA_MLA_KERNEL=portable.
 inline constexpr bool kMlaSm90KernelEnabled = true;
-// The sm90 decode kernel's tuning knobs: one Cfg field each (kernels/mla/sm90/decode.cuh says
+// The sm90 decode kernel's tuning knobs: one Cfg field each (kernels/mla/sm90/knobs.cuh says
 // what each does; docs/perf-notes-mla.md has their timings), the defaults a plan compiles, and
 // the DECA_MLA_* environment variable that overrides each (a tuning aid; the name shows it).
 struct MlaSm90Knobs {

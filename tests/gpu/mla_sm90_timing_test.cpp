@@ -130,7 +130,7 @@ TEST(MlaSm90Timing, AnchorShapesAndStageVariants) {
     const double flop = 2.0 * sh.batch * sh.heads * kTopk * (576 + 512);
     // The plan's defaults for the shape (mla_sm90_defaults: two producer warpgroups in whole-row
     // pieces, each's whole share in one round (pipe 2); without a cluster the gather's loads
-    // allocating in L1, in one the light hand-overs; the L2 prefetch a block ahead, lazy rescale) and their ablations (decode.cuh Ablate): without the
+    // allocating in L1, in one the light hand-overs; the L2 prefetch a block ahead, lazy rescale) and their ablations (knobs.cuh Ablate): without the
     // conversion, without the tensor cores, without the gather's memory traffic, without both.
     // Kernel against no-gather says what the gather's latency costs; no-gather-no-mma is the
     // pipeline's skeleton (hand-overs, conversion, softmax, epilogue).

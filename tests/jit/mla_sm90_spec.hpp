@@ -11,8 +11,8 @@ namespace deca::test {
 
 // `ablate`: 0 the kernel, 1 without the dequantization, 2 without the tensor cores (timing only).
 // `pipe`: Cfg::kPipe, the producer pipeline variant (kernels/mla/sm90/traits.cuh, enum Pipe).
-// `dequant`: Cfg::kDequant, 0 the hardware conversions, 1 the integer placement (decode.cuh).
-// `rescale`, `phand`, `producers`, `peer_copy`: Cfg::kRescale, kPHand, kProducers, kPeerCopy (decode.cuh).
+// `dequant`: Cfg::kDequant, 0 the hardware conversions, 1 the integer placement (dequant.cuh).
+// `rescale`, `phand`, `producers`, `peer_copy`: Cfg::kRescale, kPHand, kProducers, kPeerCopy (knobs.cuh).
 inline jit::JitSpec mla_sm90_spec(int page_size, int cluster = 1, int ablate = 0, int pipe = 0,
                                   int dequant = 0, int sync = 0, int prefetch = 0, int ahead = 2,
                                   int map = 0, int l1 = 0, int rescale = 0, int phand = 0,

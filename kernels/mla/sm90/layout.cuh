@@ -1,4 +1,4 @@
-// The K/V tile's addresses the sm90a MLA producer writes (kernels/mla/sm90/decode.cuh), as host-
+// The K/V tile's addresses the sm90a MLA producer writes (kernels/mla/sm90/producer.cuh), as host-
 // and device-callable functions so that tests/plan can check them without a GPU.
 #pragma once
 

@@ -15,7 +15,7 @@
 namespace deca::mla::sm90 {
 
 constexpr int kThreads = 384;     // three warpgroups: consumer 0, consumer 1, producer
-// With Cfg::kProducers = 2 a fourth warpgroup, a second producer (decode.cuh, ProducersOf).
+// With Cfg::kProducers = 2 a fourth warpgroup, a second producer (knobs.cuh, ProducersOf).
 DECA_HD constexpr int threads_of(int producers) { return 128 * (2 + producers); }
 // Registers per thread at launch (one CTA per SM, 65536 in all; setmaxnreg takes multiples of 8).
 DECA_HD constexpr int launch_regs(int producers) { return 65536 / threads_of(producers) / 8 * 8; }
@@ -36,7 +36,7 @@ constexpr int kRegsConsumer1 = 168;
 constexpr int kRegsProducer = 112;
 static_assert(kRegsConsumer0 + kRegsConsumer1 + kRegsProducer <= 3 * 168, "register file");
 
-// Producer pipeline variants (Cfg::kPipe, default kPipeBase; decode.cuh says what each does).
+// Producer pipeline variants (Cfg::kPipe, default kPipeBase; producer.cuh says what each does).
 // kPipeWhole and kPipeEarly hold a CTA's whole share of a block's records in registers at once
 // (16 tokens x (16 B + scale) + 4 RoPE units per thread without a cluster), so the producer
 // gets more registers from consumer 0 (S 32, P 16, O 128) and consumer 1 (160: at 152 ptxas

@@ -1,0 +1,477 @@
+// The consumer warpgroups of the sm90a MLA sparse decode kernel (decode.cuh): S = Q K^T on
+// wgmma, the online softmax, P V split between the two, and the outputs.
+#pragma once
+
+#include "kernels/common/ptx.cuh"
+#include "kernels/common/sm90_ptx.cuh"
+#include "kernels/mla/sm90/knobs.cuh"
+#include "kernels/mla/sm90/layout.cuh"
+#include "kernels/mla/sm90/pipeline.cuh"
+#include "kernels/mla/sm90/traits.cuh"
+#include "kernels/mla/sm90/walk.cuh"
+#include "kernels/mla/sparse_work.cuh"
+
+namespace deca::mla::sm90 {
+
+using namespace ::deca::sm90;  // the Hopper PTX wrappers
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+constexpr float kNegInf = __builtin_bit_cast(float, 0xff800000u);
+
+// O *= the rescale factor of its row: a warp's m64n256 accumulator holds rows r0 (a0) and
+// r0 + 8 (a1) in alternating pairs.
+__device__ __forceinline__ void scale_rows(float (&o)[128], float a0, float a1) {
+#pragma unroll
+  for (int i = 0; i < 32; ++i) {
+    o[4 * i] *= a0;
+    o[4 * i + 1] *= a0;
+    o[4 * i + 2] *= a1;
+    o[4 * i + 3] *= a1;
+  }
+}
+// scale_rows, left out (Cfg::kRescale >= 1) when every factor of the warp's 16 rows is 1. The
+// rows of a warp are the same in both consumers, so both skip the same blocks.
+template <int kRescale>
+__device__ __forceinline__ void rescale(float (&o)[128], float a0, float a1) {
+  if (kRescale == 0 || !__all_sync(0xffffffffu, a0 == 1.f && a1 == 1.f)) scale_rows(o, a0, a1);
+}
+
+// ---- Consumers ------------------------------------------------------------------------------------
+// Accumulator fragment of wgmma m64nN (PTX ISA "wgmma .m64nNk16 register fragment layout for
+// accumulator D"): thread (warp w, lane l) holds rows r0 = 16 w + l / 4 and r0 + 8; for each n8
+// block i, d[4i + 0, 1] = row r0, columns 8i + 2 (l % 4) + {0, 1}; d[4i + 2, 3] = row r0 + 8.
+
+// Writes this warpgroup's half of O (columns col0 .. col0 + 255) scaled per row, for rows that
+// are real heads.
+__device__ __forceinline__ void store_o(const SparseKernelParams& kp, const Piece& pc, int r,
+                                        int tok, int head0, int r0, int c, int col0,
+                                        const float (&o)[128], float f0, float f1) {
+  const MlaSparseParams& p = kp.p;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int head = head0 + r0 + 8 * half;
+    if (head >= p.num_heads) continue;
+    const float f = half == 0 ? f0 : f1;
+    if (pc.split) {
+      float* dst = kp.run.partial_o +
+                   ((static_cast<long long>(pc.slot) * p.q_len + tok) * p.num_heads + head) * kDimV +
+                   col0 + 2 * c;
+#pragma unroll
+      for (int i = 0; i < 32; ++i) {
+        *reinterpret_cast<float2*>(dst + 8 * i) =
+            make_float2(o[4 * i + 2 * half] * f, o[4 * i + 2 * half + 1] * f);
+      }
+    } else {
+      unsigned short* dst = static_cast<unsigned short*>(p.out) + r * p.out_stride_batch +
+                            tok * p.out_stride_token + head * p.out_stride_head + col0 + 2 * c;
+#pragma unroll
+      for (int i = 0; i < 32; ++i) {
+        *reinterpret_cast<unsigned*>(dst + 8 * i) =
+            f32x2_to_bf16x2(o[4 * i + 2 * half] * f, o[4 * i + 2 * half + 1] * f);
+      }
+    }
+  }
+}
+
+// Pulls the next request's Q rows (64 x 1152 B = 576 lines of 128 B) into L2 while this one
+// runs: load_q then waits for L2, not HBM.
+__device__ __forceinline__ void prefetch_q(const MlaSparseParams& p, int r, int tok, int head0, int t) {
+  const char* q = static_cast<const char*>(p.q);
+  for (int line = t; line < kHeadsPerCta * 9; line += 128) {
+    const int head = head0 + line / 9;
+    if (head >= p.num_heads) break;
+    prefetch_l2(q + 2 * (r * p.q_stride_batch + tok * p.q_stride_token + head * p.q_stride_head) +
+                128 * (line % 9));
+  }
+}
+
+__device__ __forceinline__ void load_q(const MlaSparseParams& p, const Smem& sm, int r, int tok,
+                                       int head0, int t) {
+  const char* q = static_cast<const char*>(p.q);
+  // 64 rows x 72 units of 16 B; rows past num_heads are zero-filled, their q never read.
+#pragma unroll 4
+  for (int i = 0; i < 36; ++i) {
+    const int job = t + 128 * i;
+    const int row = job / 72;
+    const int u = job % 72;
+    const int head = head0 + row;
+    const bool valid = head < p.num_heads;
+    const char* src = valid ? q + 2 * (r * p.q_stride_batch + tok * p.q_stride_token +
+                                       head * p.q_stride_head) + 16 * u
+                            : q;
+    ptx::cp_async_16(sm.q() + (u >> 3) * kChunkBytes + swz(row, u & 7), src, valid);
+  }
+  ptx::cp_async_commit();
+  ptx::cp_async_wait<0>();
+  fence_proxy_async_smem();
+  named_bar_sync(kBarQReady, 128);
+}
+
+// S = Q K^T into s, issued and committed (not waited for): A = Q (K-major, rows = heads), B = K
+// (K-major, rows = tokens); k step kk reads 16 columns = 32 B at byte 32 (kk % 4) of chunk kk / 4.
+__device__ __forceinline__ void issue_qk(float (&s)[32], unsigned long long dq, unsigned tile) {
+  wgmma_fence();
+  const unsigned long long dk = smem_desc_sw128(tile, 16, 1024);
+#pragma unroll
+  for (int kk = 0; kk < kDimQK / 16; ++kk) {
+    const unsigned off = (kk >> 2) * kChunkBytes + (kk & 3) * 32;
+    wgmma_m64n64k16_ss<0>(s, desc_advance(dq, off), desc_advance(dk, off), kk > 0);
+  }
+  wgmma_commit();
+}
+
+// O[:, 0:256] += P V, issued and committed: A = P from registers, B = V (MN-major: rows =
+// tokens, 64 columns per chunk), k step kk is tokens 16 kk .. 16 kk + 15 = two 8-row groups
+// (SBO 1024 B) at byte 2048 kk; the 256 columns are chunks 0..3 (LBO 8192 B). Descriptors from
+// the address per k step (4 here, not QK^T's 36): with desc_advance ptxas allocated the kernel
+// so that pipe 2's producer spilled 88 B without a cluster.
+// kFromSmem: A = P from shared memory instead (where consumer 1 reads it: K-major 64 x 64, k step
+// kk at byte 32 kk), so that P's registers are free once it is stored.
+template <int kProducers, bool kFromSmem>
+__device__ __forceinline__ void issue_pv_left(float (&o)[128], const unsigned (&pa)[4][4], unsigned tile,
+                                              unsigned p_tile) {
+  wgmma_fence();
+  [[maybe_unused]] const unsigned long long dp = smem_desc_sw128(p_tile, 16, 1024);
+  [[maybe_unused]] const unsigned long long dv = smem_desc_sw128(tile, kChunkBytes, 1024);
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    if constexpr (kFromSmem && kProducers == 2) {
+      wgmma_m64n128k16_ss<1>(o, desc_advance(dp, 32 * kk), desc_advance(dv, 2048 * kk), true);
+      wgmma_m64n128k16_ss<1>(o + 64, desc_advance(dp, 32 * kk), desc_advance(dv, 2 * kChunkBytes + 2048 * kk),
+                             true);
+    } else if constexpr (kFromSmem) {
+      wgmma_m64n256k16_ss<1>(o, desc_advance(dp, 32 * kk), desc_advance(dv, 2048 * kk), true);
+    } else if constexpr (kProducers == 2) {
+      // Columns 0..127 (chunks 0, 1) and 128..255 (chunks 2, 3): sm90_ptx.cuh says why.
+      wgmma_m64n128k16_rs<1>(o, pa[kk], smem_desc_sw128(tile + 2048 * kk, kChunkBytes, 1024), true);
+      wgmma_m64n128k16_rs<1>(o + 64, pa[kk],
+                             smem_desc_sw128(tile + 2 * kChunkBytes + 2048 * kk, kChunkBytes, 1024), true);
+    } else {
+      wgmma_m64n256k16_rs<1>(o, pa[kk], smem_desc_sw128(tile + 2048 * kk, kChunkBytes, 1024), true);
+    }
+  }
+  wgmma_commit();
+}
+
+// Producers-only ablations: a consumer warpgroup releases each tile of the partition as soon as
+// it is full, and does nothing else.
+template <class Cfg>
+__device__ __forceinline__ void release_only(const SparseKernelParams& kp, const SparsePart& part,
+                                             const Smem& sm, int lane) {
+  int it = 0;
+  for (int r = part.begin_req; r <= part.end_req; ++r) {
+    const Piece pc = piece_of(kp, part, r);
+    for (int blk = pc.blk_begin; blk < pc.blk_end; ++blk, ++it) {
+      wait_tile<Cfg, ClusterOf<Cfg>::value>(sm, it & 1, (it >> 1) & 1);
+      if (lane == 0) release_tile<Cfg, ClusterOf<Cfg>::value>(sm, it & 1);
+    }
+  }
+}
+
+template <class Cfg>
+__device__ __forceinline__ void consumer0(const SparseKernelParams& kp, const SparsePart& part,
+                                          int tok, int head0, const Smem& sm) {
+  constexpr int kCl = ClusterOf<Cfg>::value;
+  constexpr int kRescale = RescaleOf<Cfg>::value;
+  const MlaSparseParams& p = kp.p;
+  const int t = threadIdx.x;
+  const int warp = t >> 5, lane = t & 31;
+  const int r0 = warp * 16 + (lane >> 2);
+  const int c = lane & 3;
+  if constexpr (kNoConsume<Cfg>) {
+    release_only<Cfg>(kp, part, sm, lane);
+    return;
+  }
+  const float scale = p.softmax_scale != 0.f ? p.softmax_scale : 0.041666666666666664f;  // 1/sqrt(576)
+  const float sl2 = scale * kLog2e;
+
+  constexpr bool kOverlap = PHandOf<Cfg>::value == kPHandOverlap;
+  float o[128];
+  float s[32];
+  int it = 0;
+  int nreq = 0;
+  for (int r = part.begin_req; r <= part.end_req; ++r, ++nreq) {
+    const Piece pc = piece_of(kp, part, r);
+    if (pc.blk_begin < pc.blk_end) load_q(p, sm, r, tok, head0, t);
+    if (r < part.end_req) prefetch_q(p, r + 1, tok, head0, t);
+#pragma unroll
+    for (int i = 0; i < 128; ++i) o[i] = 0.f;
+    float m0 = kNegInf, m1 = kNegInf, l0 = 0.f, l1 = 0.f;
+    const unsigned long long dq = smem_desc_sw128(sm.q(), 16, 1024);
+    // One block from its S (waited for here) to its P V issued: the mask, the online softmax,
+    // P to registers and (per kPHand) to consumer 1, O rescaled; the caller waits for P V.
+    const auto softmax_and_pv = [&](unsigned tile) {
+      if constexpr (kNoMma<Cfg>) {
+#pragma unroll
+        for (int i = 0; i < 32; ++i) s[i] = 0.f;
+      } else {
+        wgmma_wait<0>();
+        fence_regs(s);
+      }
+      // Invalid ids (-1, past topk_length, outside the pool) never count: -inf before the max.
+      const int* ids = sm.ids(it);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const int2 v = *reinterpret_cast<const int2*>(ids + 8 * i + 2 * c);
+        if (v.x < 0) s[4 * i] = s[4 * i + 2] = kNegInf;
+        if (v.y < 0) s[4 * i + 1] = s[4 * i + 3] = kNegInf;
+      }
+      float mx0 = kNegInf, mx1 = kNegInf;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        mx0 = fmaxf(mx0, fmaxf(s[4 * i], s[4 * i + 1]));
+        mx1 = fmaxf(mx1, fmaxf(s[4 * i + 2], s[4 * i + 3]));
+      }
+      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+      // kRescaleLazy keeps the running maximum while the block's stays within 2^8 of it.
+      constexpr float kSlack = kRescale == kRescaleLazy ? 8.f : 0.f;
+      const float mn0 = mx0 * sl2 > m0 + kSlack ? fmaxf(m0, mx0 * sl2) : m0;
+      const float mn1 = mx1 * sl2 > m1 + kSlack ? fmaxf(m1, mx1 * sl2) : m1;
+      // A row with no valid key yet keeps max -inf; 0 as reference avoids -inf - -inf = NaN and
+      // still gives exp2(-inf) = 0 for the masked entries and the (empty) old state.
+      const float ref0 = mn0 == kNegInf ? 0.f : mn0;
+      const float ref1 = mn1 == kNegInf ? 0.f : mn1;
+      const float a0 = ptx::ex2(m0 - ref0);
+      const float a1 = ptx::ex2(m1 - ref1);
+      m0 = mn0;
+      m1 = mn1;
+      float sum0 = 0.f, sum1 = 0.f;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        s[4 * i] = ptx::ex2(fmaf(s[4 * i], sl2, -ref0));
+        s[4 * i + 1] = ptx::ex2(fmaf(s[4 * i + 1], sl2, -ref0));
+        s[4 * i + 2] = ptx::ex2(fmaf(s[4 * i + 2], sl2, -ref1));
+        s[4 * i + 3] = ptx::ex2(fmaf(s[4 * i + 3], sl2, -ref1));
+        sum0 += s[4 * i] + s[4 * i + 1];
+        sum1 += s[4 * i + 2] + s[4 * i + 3];
+      }
+      l0 = l0 * a0 + sum0;
+      l1 = l1 * a1 + sum1;
+
+      // P as the A fragment of k step kk (tokens 16 kk ..): n8 blocks 2 kk and 2 kk + 1.
+      unsigned pa[4][4];
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        pa[kk][0] = f32x2_to_bf16x2(s[8 * kk + 0], s[8 * kk + 1]);
+        pa[kk][1] = f32x2_to_bf16x2(s[8 * kk + 2], s[8 * kk + 3]);
+        pa[kk][2] = f32x2_to_bf16x2(s[8 * kk + 4], s[8 * kk + 5]);
+        pa[kk][3] = f32x2_to_bf16x2(s[8 * kk + 6], s[8 * kk + 7]);
+      }
+      // P and the row factors to consumer 1. WG1 may still be reading the previous block's
+      // (phase it - 1 of p_free).
+      const auto hand_over_p = [&] {
+        if (it > 0) mbar_wait(sm.p_free(), (it - 1) & 1);
+        // sP: 64 rows x 64 bf16 = one K-major swizzled chunk; element (row, col) at unit col / 8.
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+          const unsigned base = sm.p() + 4 * (c & 3);
+          sts32(base + swz(r0, 2 * kk), pa[kk][0]);
+          sts32(base + swz(r0 + 8, 2 * kk), pa[kk][1]);
+          sts32(base + swz(r0, 2 * kk + 1), pa[kk][2]);
+          sts32(base + swz(r0 + 8, 2 * kk + 1), pa[kk][3]);
+        }
+        if (c == 0) {
+          sm.row_scale()[r0] = a0;
+          sm.row_scale()[r0 + 8] = a1;
+        }
+        if constexpr (PHandOf<Cfg>::value != kPHandRegs) fence_proxy_async_smem();
+        mbar_arrive(sm.p_ready());
+      };
+      // kPHandAfterPv: this warpgroup's P V is issued first and the hand-over (stores, proxy
+      // fence, arrival: ~11 % of consumer 0's samples at b128 h128) runs while it executes;
+      // consumer 1's P V queues behind it on the tensor cores either way.
+      constexpr bool kHandFirst = PHandOf<Cfg>::value != kPHandAfterPv;
+      if constexpr (kHandFirst) hand_over_p();
+      rescale<kRescale>(o, a0, a1);
+      if constexpr (!kNoMma<Cfg>) {
+        issue_pv_left<ProducersOf<Cfg>::value, kOverlap>(o, pa, tile, sm.p());
+      }
+      if constexpr (!kHandFirst) hand_over_p();
+    };
+    // Every wgmma of this warpgroup done (P V the last one), then the block's tile released.
+    const auto wait_and_release = [&](int stage) {
+      if constexpr (!kNoMma<Cfg>) {
+        wgmma_wait<0>();
+        fence_regs(o);
+      }
+      if (lane == 0) release_tile<Cfg, kCl>(sm, stage);
+    };
+    if constexpr (!kOverlap) {
+      for (int blk = pc.blk_begin; blk < pc.blk_end; ++blk, ++it) {
+        const int stage = it & 1;
+        const unsigned tile = sm.k(stage);
+        wait_tile<Cfg, kCl>(sm, stage, (it >> 1) & 1);
+        if constexpr (!kNoMma<Cfg>) issue_qk(s, dq, tile);
+        softmax_and_pv(tile);
+        wait_and_release(stage);
+      }
+    } else if (pc.blk_begin < pc.blk_end) {
+      // kPHandOverlap: when the next block's tile is already full, its S is issued right behind
+      // this block's P V, and P V is waited for (and its tile released) after; else P V is
+      // waited for and its tile released first, so that the producers never wait for a tile this
+      // consumer holds only because the next one is late (releasing after the next tile's
+      // arrival made b128 h128 24 % slower). The four warps decide together (wgmma is
+      // warpgroup-wide). Written so that ptxas sees one QK^T site (two made it keep the 36 Q
+      // descriptors live: spills) and no wgmma in flight past the loop (else it serializes every
+      // wgmma).
+      wait_tile<Cfg, kCl>(sm, it & 1, (it >> 1) & 1);
+      bool pv_pending = false;
+      for (int blk = pc.blk_begin;; ++blk, ++it) {
+        const int stage = it & 1;
+        if constexpr (!kNoMma<Cfg>) {
+          issue_qk(s, dq, sm.k(stage));
+          if (pv_pending) {
+            wgmma_wait<1>();
+            fence_regs(o);
+          }
+        }
+        if (pv_pending && lane == 0) release_tile<Cfg, kCl>(sm, stage ^ 1);
+        softmax_and_pv(sm.k(stage));
+        if (blk + 1 < pc.blk_end) {
+          const unsigned parity = ((it + 1) >> 1) & 1;
+          pv_pending = named_bar_all(kBarVote, 128, tile_ready<Cfg, kCl>(sm, stage ^ 1, parity));
+          if (!pv_pending) {
+            wait_and_release(stage);
+            wait_tile<Cfg, kCl>(sm, stage ^ 1, parity);
+          }
+        } else {
+          wait_and_release(stage);
+          ++it;
+          break;
+        }
+      }
+    }
+
+    // Epilogue: full row sums, then the output factor (1 / l, with the sink for a final
+    // output) shared with WG1 and the LSE.
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+    float f[2], lse[2];
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const float l = half == 0 ? l0 : l1;
+      const float m = half == 0 ? m0 : m1;
+      const int head = head0 + r0 + 8 * half;
+      if (l == 0.f) {  // no valid key: zeros and LSE -inf (DESIGN.md), sink or not
+        f[half] = 0.f;
+        lse[half] = kNegInf;
+      } else {
+        lse[half] = (m + ptx::lg2(l)) * kLn2;
+        float denom = l;
+        if (!pc.split && p.attn_sink != nullptr && head < p.num_heads) {
+          denom += ptx::ex2(p.attn_sink[head] * kLog2e - m);
+        }
+        f[half] = 1.f / denom;
+      }
+    }
+    // Consumer 1 copies the previous request's factors to registers first thing, so this wait
+    // (phase nreq - 1 of out_free) has long completed by now.
+    float* out_scale = sm.out_scale();
+    if (nreq > 0) mbar_wait(sm.out_free(), (nreq - 1) & 1);
+    if (c == 0) {
+      out_scale[r0] = f[0];
+      out_scale[r0 + 8] = f[1];
+    }
+    mbar_arrive(sm.out_ready());
+    store_o(kp, pc, r, tok, head0, r0, c, 0, o, f[0], f[1]);
+    if (c == 0) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int head = head0 + r0 + 8 * half;
+        if (head >= p.num_heads) continue;
+        if (pc.split) {
+          kp.run.partial_lse[(static_cast<long long>(pc.slot) * p.q_len + tok) * p.num_heads + head] = lse[half];
+        } else if (p.lse != nullptr) {
+          p.lse[r * p.lse_stride_batch + tok * p.lse_stride_token + head * p.lse_stride_head] = lse[half];
+        }
+      }
+    }
+  }
+  // Matches WG1's arrival after the partition's last block.
+  if (it > 0) mbar_wait(sm.p_free(), (it - 1) & 1);
+}
+
+template <class Cfg>
+__device__ __forceinline__ void consumer1(const SparseKernelParams& kp, const SparsePart& part,
+                                          int tok, int head0, const Smem& sm) {
+  constexpr int kCl = ClusterOf<Cfg>::value;
+  constexpr bool kRegsP = PHandOf<Cfg>::value == kPHandRegs;
+  const int t = threadIdx.x - 128;
+  const int warp = t >> 5, lane = t & 31;
+  const int r0 = warp * 16 + (lane >> 2);
+  const int c = lane & 3;
+  if constexpr (kNoConsume<Cfg>) {
+    release_only<Cfg>(kp, part, sm, lane);
+    return;
+  }
+  float o[128];
+  int it = 0;
+  int nreq = 0;
+  for (int r = part.begin_req; r <= part.end_req; ++r, ++nreq) {
+    const Piece pc = piece_of(kp, part, r);
+#pragma unroll
+    for (int i = 0; i < 128; ++i) o[i] = 0.f;
+    for (int blk = pc.blk_begin; blk < pc.blk_end; ++blk, ++it) {
+      const int stage = it & 1;
+      const unsigned tile = sm.k(stage);
+      // Acquire the producer's tile for this warpgroup's own async-proxy reads.
+      wait_tile<Cfg, kCl>(sm, stage, (it >> 1) & 1);
+      mbar_wait(sm.p_ready(), it & 1);
+      const float a0 = sm.row_scale()[r0];
+      const float a1 = sm.row_scale()[r0 + 8];
+      // kPHandRegs: P's A fragments from where consumer 0 stored its own (same thread layout);
+      // P's slot and the factors are then free.
+      [[maybe_unused]] unsigned pa[4][4];
+      if constexpr (kRegsP) {
+        const unsigned base = sm.p() + 4 * c;
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+          pa[kk][0] = ptx::lds32(base + swz(r0, 2 * kk));
+          pa[kk][1] = ptx::lds32(base + swz(r0 + 8, 2 * kk));
+          pa[kk][2] = ptx::lds32(base + swz(r0, 2 * kk + 1));
+          pa[kk][3] = ptx::lds32(base + swz(r0 + 8, 2 * kk + 1));
+        }
+        mbar_arrive(sm.p_free());
+      }
+      rescale<RescaleOf<Cfg>::value>(o, a0, a1);
+      // O[:, 256:512] += P V: A = P (K-major 64 x 64, k step kk at byte 32 kk; or registers),
+      // B = V chunks 4..7 as in consumer 0.
+      if constexpr (!kNoMma<Cfg>) {
+        wgmma_fence();
+        const unsigned long long dp = smem_desc_sw128(sm.p(), 16, 1024);
+        const unsigned long long dv = smem_desc_sw128(tile + 4 * kChunkBytes, kChunkBytes, 1024);
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+          if constexpr (kRegsP) {
+            wgmma_m64n256k16_rs<1>(o, pa[kk], desc_advance(dv, 2048 * kk), true);
+          } else if constexpr (ProducersOf<Cfg>::value == 2) {
+            // Columns 256..383 (chunks 4, 5) and 384..511 (chunks 6, 7): sm90_ptx.cuh says why.
+            wgmma_m64n128k16_ss<1>(o, desc_advance(dp, 32 * kk), desc_advance(dv, 2048 * kk), true);
+            wgmma_m64n128k16_ss<1>(o + 64, desc_advance(dp, 32 * kk),
+                                   desc_advance(dv, 2 * kChunkBytes + 2048 * kk), true);
+          } else {
+            wgmma_m64n256k16_ss<1>(o, desc_advance(dp, 32 * kk), desc_advance(dv, 2048 * kk), true);
+          }
+        }
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_regs(o);
+      }
+      if constexpr (!kRegsP) mbar_arrive(sm.p_free());
+      if (lane == 0) release_tile<Cfg, kCl>(sm, stage);
+    }
+    mbar_wait(sm.out_ready(), nreq & 1);
+    const float* out_scale = sm.out_scale();
+    const float f0 = out_scale[r0], f1 = out_scale[r0 + 8];
+    mbar_arrive(sm.out_free());
+    store_o(kp, pc, r, tok, head0, r0, c, 256, o, f0, f1);
+  }
+}
+
+}  // namespace deca::mla::sm90

@@ -1,0 +1,90 @@
+// How a CTA of the sm90a MLA sparse decode kernel walks its partition (SparsePart,
+// kernels/mla/sparse_work.cuh): the request pieces the consumers take in order, and the
+// block cursors and raw index loads the producers run ahead with.
+#pragma once
+
+#include "kernels/common/ptx.cuh"
+#include "kernels/common/sm90_ptx.cuh"
+#include "kernels/mla/sm90/traits.cuh"
+#include "kernels/mla/sparse_work.cuh"
+
+namespace deca::mla::sm90 {
+
+using namespace ::deca::sm90;  // the Hopper PTX wrappers
+
+// One request's share of this partition.
+struct Piece {
+  int blk_begin;
+  int blk_end;
+  int slot;    // partial slot when split
+  bool split;
+};
+
+__device__ __forceinline__ int request_len(const MlaSparseParams& p, int r) {
+  if (p.topk_length == nullptr) return p.topk;
+  int l = p.topk_length[r];
+  l = l < 0 ? 0 : l;
+  return l > p.topk ? p.topk : l;
+}
+
+__device__ __forceinline__ Piece piece_of(const SparseKernelParams& kp, const SparsePart& part,
+                                          int r) {
+  const int n = (request_len(kp.p, r) + kTokens - 1) / kTokens;
+  Piece pc;
+  pc.blk_begin = r == part.begin_req ? part.begin_block : 0;
+  pc.blk_end = r == part.end_req ? part.end_block : n;
+  const int count = r == part.begin_req ? part.begin_split_count
+                                        : (r == part.end_req ? part.end_split_count : 1);
+  pc.split = count > 1;
+  pc.slot = r == part.begin_req ? part.begin_split : kp.run.split_offsets[r];
+  return pc;
+}
+
+// A position in the partition's order of blocks, as the consumers walk it.
+struct BlockPos {
+  int r, blk, blk_end, len;
+};
+
+__device__ __forceinline__ void settle(const SparseKernelParams& kp, const SparsePart& part,
+                                       BlockPos& c) {
+  while (c.r <= part.end_req && c.blk >= c.blk_end) {
+    if (++c.r > part.end_req) break;
+    const Piece pc = piece_of(kp, part, c.r);
+    c.blk = pc.blk_begin;
+    c.blk_end = pc.blk_end;
+    c.len = request_len(kp.p, c.r);
+  }
+}
+
+__device__ __forceinline__ BlockPos first_block(const SparseKernelParams& kp, const SparsePart& part) {
+  BlockPos c{part.begin_req, 0, 0, 0};
+  if (c.r <= part.end_req) {
+    const Piece pc = piece_of(kp, part, c.r);
+    c.blk = pc.blk_begin;
+    c.blk_end = pc.blk_end;
+    c.len = request_len(kp.p, c.r);
+  }
+  settle(kp, part, c);
+  return c;
+}
+
+__device__ __forceinline__ void next_block(const SparseKernelParams& kp, const SparsePart& part,
+                                           BlockPos& c) {
+  if (c.r > part.end_req) return;
+  ++c.blk;
+  settle(kp, part, c);
+}
+
+// Id `k` of the block at `c` as stored (-1 past the partition or past the request's length),
+// not yet checked: the check reads the loaded value, so it is done where the id is used, a block
+// later (checked_id), or the load's latency is waited for here (ptxas puts the compare right
+// after the load).
+__device__ __forceinline__ int raw_id_at(const SparseKernelParams& kp, const SparsePart& part,
+                                         int tok, const BlockPos& c, int k) {
+  const MlaSparseParams& p = kp.p;
+  const int pos = c.blk * kTokens + k;
+  if (c.r > part.end_req || pos >= c.len) return -1;
+  return ldg_nc_s32(p.indices + c.r * p.indices_stride_batch + tok * p.indices_stride_token + pos);
+}
+
+}  // namespace deca::mla::sm90
