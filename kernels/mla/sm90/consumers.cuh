@@ -179,10 +179,6 @@ __device__ __forceinline__ void consumer0(const SparseKernelParams& kp, const Sp
   const int warp = t >> 5, lane = t & 31;
   const int r0 = warp * 16 + (lane >> 2);
   const int c = lane & 3;
-  if constexpr (kNoConsume<Cfg>) {
-    release_only<Cfg>(kp, part, sm, lane);
-    return;
-  }
   const float scale = p.softmax_scale != 0.f ? p.softmax_scale : 0.041666666666666664f;  // 1/sqrt(576)
   const float sl2 = scale * kLog2e;
 
@@ -406,10 +402,6 @@ __device__ __forceinline__ void consumer1(const SparseKernelParams& kp, const Sp
   const int warp = t >> 5, lane = t & 31;
   const int r0 = warp * 16 + (lane >> 2);
   const int c = lane & 3;
-  if constexpr (kNoConsume<Cfg>) {
-    release_only<Cfg>(kp, part, sm, lane);
-    return;
-  }
   float o[128];
   int it = 0;
   int nreq = 0;

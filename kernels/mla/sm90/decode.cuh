@@ -146,14 +146,22 @@ __device__ __forceinline__ void mla_sparse_decode_sm90(const SparseKernelParams&
     }
   } else if (wg == 0) {
     setmaxnreg_inc<kRegs.consumer0>();
-    consumer0<Cfg>(kp, part, tok, head0, sm);
+    if constexpr (kNoConsume<Cfg>) {
+      release_only<Cfg>(kp, part, sm, static_cast<int>(threadIdx.x & 31));
+    } else {
+      consumer0<Cfg>(kp, part, tok, head0, sm);
+    }
   } else {
     if constexpr (kRegs.consumer1 > launch_regs(kProducers)) {
       setmaxnreg_inc<kRegs.consumer1>();
     } else {
       setmaxnreg_dec<kRegs.consumer1>();
     }
-    consumer1<Cfg>(kp, part, tok, head0, sm);
+    if constexpr (kNoConsume<Cfg>) {
+      release_only<Cfg>(kp, part, sm, static_cast<int>(threadIdx.x & 31));
+    } else {
+      consumer1<Cfg>(kp, part, tok, head0, sm);
+    }
   }
   // The combine kernel (launched with programmatic dependent launch) may start; its
   // griddepcontrol.wait still sees every write of this grid.

@@ -70,44 +70,42 @@ __device__ __forceinline__ void dequant16_mma(uint4 raw, float scale, unsigned s
   hi = make_uint4(w[4], w[5], w[6], w[7]);
 }
 
-// Sixteen e4m3 of `raw` times `scale` as two 16-byte bf16 units (dequant4's rounding).
+// Eight e4m3 (two words) as one 16-byte bf16 unit: dequant4_int with `s` = scale * 2^120
+// (kInt), else dequant4 with `s` = scale.
+template <bool kInt>
+__device__ __forceinline__ uint4 dequant8_as(uint2 raw, float s) {
+  const uint2 a = kInt ? dequant4_int(raw.x, s) : dequant4(raw.x, s);
+  const uint2 b = kInt ? dequant4_int(raw.y, s) : dequant4(raw.y, s);
+  return make_uint4(a.x, a.y, b.x, b.y);
+}
+// Whether the integer placement takes a group with this scale (Cfg::kDequant = 1, scale < 2^8,
+// where scale * 2^120 cannot overflow), and that product.
+template <class Cfg>
+__device__ __forceinline__ bool integer_route(float scale) {
+  return DequantOf<Cfg>::value == 1 && scale < 256.f;
+}
+__device__ __forceinline__ float scale_hi(float scale) { return mul_rn_noftz(scale, 0x1p120f); }
+
+// Eight e4m3 (two words) times `scale` as one 16-byte bf16 unit (dequant4's rounding).
+template <class Cfg>
+__device__ __forceinline__ uint4 dequant8(uint2 raw, float scale) {
+  return integer_route<Cfg>(scale) ? dequant8_as<true>(raw, scale_hi(scale)) : dequant8_as<false>(raw, scale);
+}
+
+// Sixteen e4m3 of `raw` times `scale` as two 16-byte bf16 units (dequant4's rounding); one route
+// decision for both halves.
 template <class Cfg>
 __device__ __forceinline__ void dequant16(uint4 raw, float scale, uint4& lo, uint4& hi) {
   if constexpr (DequantOf<Cfg>::value == 2) {
     dequant16_mma(raw, scale, mma_select_b(static_cast<int>(threadIdx.x & 31)), lo, hi);
-    return;
-  }
-  uint2 a, b, c, d;
-  if (DequantOf<Cfg>::value == 1 && scale < 256.f) {
-    const float sh = mul_rn_noftz(scale, 0x1p120f);  // exact: no overflow below 2^8
-    a = dequant4_int(raw.x, sh);
-    b = dequant4_int(raw.y, sh);
-    c = dequant4_int(raw.z, sh);
-    d = dequant4_int(raw.w, sh);
+  } else if (integer_route<Cfg>(scale)) {
+    const float sh = scale_hi(scale);
+    lo = dequant8_as<true>(make_uint2(raw.x, raw.y), sh);
+    hi = dequant8_as<true>(make_uint2(raw.z, raw.w), sh);
   } else {
-    a = dequant4(raw.x, scale);
-    b = dequant4(raw.y, scale);
-    c = dequant4(raw.z, scale);
-    d = dequant4(raw.w, scale);
+    lo = dequant8_as<false>(make_uint2(raw.x, raw.y), scale);
+    hi = dequant8_as<false>(make_uint2(raw.z, raw.w), scale);
   }
-  lo = make_uint4(a.x, a.y, b.x, b.y);
-  hi = make_uint4(c.x, c.y, d.x, d.y);
-}
-
-// Eight e4m3 (two words) times `scale` as one 16-byte bf16 unit (dequant4's rounding), through
-// the integer placement (Cfg::kDequant = 1) while the scale allows it, as dequant16.
-template <class Cfg>
-__device__ __forceinline__ uint4 dequant8(uint2 raw, float scale) {
-  uint2 a, b;
-  if (DequantOf<Cfg>::value == 1 && scale < 256.f) {
-    const float sh = mul_rn_noftz(scale, 0x1p120f);  // exact: no overflow below 2^8
-    a = dequant4_int(raw.x, sh);
-    b = dequant4_int(raw.y, sh);
-  } else {
-    a = dequant4(raw.x, scale);
-    b = dequant4(raw.y, scale);
-  }
-  return make_uint4(a.x, a.y, b.x, b.y);
 }
 
 }  // namespace deca::mla::sm90
