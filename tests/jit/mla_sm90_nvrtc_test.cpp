@@ -122,12 +122,12 @@ TEST(MlaSm90Nvrtc, PairAndRowMapVariantsCompileWithoutSpills) {
     }
   }
   // The rows without a cluster: the plan's producers there (two, pipe 2 with the L1 evict-last
-  // loads, P after P V; one register of the producer, 4 bytes, spills: one STL / LDL pair per
-  // block, measured with it), pipe 1, one producer's pipe 1 (its whole share in one round, pipes
-  // 2 and 3, spills: mla_sm90_consistent leaves the rows out there), page 1; and the cluster
-  // default (two producers) with its ablations.
+  // loads, P after P V; at 80 registers: it spilled 4 bytes until the stores' two bases and the
+  // record addresses outside the id's branch freed registers), pipe 1, one producer's pipe 1 (its
+  // whole share in one round, pipes 2 and 3, spills: mla_sm90_consistent leaves the rows out
+  // there), page 1; and the cluster default (two producers) with its ablations.
   for (int page : {1, 64, 128}) {
-    expect_clean_compile(test::mla_sm90_spec(page, 1, 0, 2, 0, 0, 0, 1, 3, 1, 2, 2, 2), false, 4);
+    expect_clean_compile(test::mla_sm90_spec(page, 1, 0, 2, 0, 0, 0, 1, 3, 1, 2, 2, 2));
   }
   expect_clean_compile(test::mla_sm90_spec(64, 1, 0, 1, 0, 0, 0, 1, 3, 0, 2, 2, 2));
   expect_clean_compile(test::mla_sm90_spec(1, 1, 0, 1, 0, 0, 0, 1, 3, 0, 2, 2, 2));
@@ -135,9 +135,9 @@ TEST(MlaSm90Nvrtc, PairAndRowMapVariantsCompileWithoutSpills) {
   for (int ablate : {1, 2, 3, 4, 5, 6}) {
     expect_clean_compile(test::mla_sm90_spec(64, 2, ablate, 2, 0, 1, 0, 1, 3, 0, 2, 0, 2), true);
   }
-  // The integer placement in rows (Cfg::kDequant 1): two producers' pipe 2 (without a cluster
-  // with the default's 4-byte producer spill), one producer's pipe 3 in a cluster.
-  expect_clean_compile(test::mla_sm90_spec(64, 1, 0, 2, 1, 0, 0, 1, 3, 1, 2, 2, 2), false, 4);
+  // The integer placement in rows (Cfg::kDequant 1): two producers' pipe 2, one producer's pipe
+  // 3 in a cluster.
+  expect_clean_compile(test::mla_sm90_spec(64, 1, 0, 2, 1, 0, 0, 1, 3, 1, 2, 2, 2));
   expect_clean_compile(test::mla_sm90_spec(64, 2, 0, 2, 1, 1, 0, 1, 3, 0, 2, 0, 2));
   expect_clean_compile(test::mla_sm90_spec(64, 2, 0, 3, 1, 1, 0, 1, 3, 0, 2, 0, 1));
   // The peer's rows by bulk copies (Cfg::kPeerCopy 1): two and one producers, rows and units.

@@ -1,7 +1,7 @@
 // The sm90a MLA producer's tile addresses (kernels/mla/sm90/layout.cuh) on the host: the round
 // stream's two-base store addresses are the swizzled addresses of the rows and units each thread
 // converts, and a round's stores cover its tokens' NoPE units exactly once; the pair exchange's
-// and the whole-row pieces' stores (the bytes each lane converts, whole sectors and whole rows per
+// and the whole-row pieces' stores (and the rows' two store bases) (the bytes each lane converts, whole sectors and whole rows per
 // instruction); the mma selection matrix and the producers' index check (traits.cuh).
 #include <gtest/gtest.h>
 
@@ -125,6 +125,37 @@ TEST(MlaSm90Layout, RowPiecesStoreWholeRowsOfTheirOwnBytes) {
       EXPECT_EQ(row_units.size(), 32u) << n;  // each of them whole
     }
     EXPECT_EQ(seen.size(), 64u) << n;
+  }
+}
+
+// Cfg::kMap = 3 in a producer warpgroup's share (two producers: 32 tokens from 0 or 32 without a
+// cluster, 16 from 0, 16, 32 or 48 in one; one producer: 64 or 32): the two bases plus 512 per
+// piece are the swizzled units of each piece's token, and the share's stores cover its rows'
+// units exactly once.
+TEST(MlaSm90Layout, RowsStoresAreTheSwizzledUnitsOfEachPiece) {
+  struct Share {
+    int first_token, tokens;
+  };
+  for (const Share share : {Share{0, 32}, Share{32, 32}, Share{0, 16}, Share{16, 16}, Share{32, 16},
+                            Share{48, 16}, Share{0, 64}}) {
+    std::set<unsigned> seen;
+    for (int g = 0; g < 4; ++g) {
+      for (int l = 0; l < 32; ++l) {
+        const RowsStores rs = rows_stores(l, g, share.first_token);
+        for (int k = 0; 4 * k < share.tokens; ++k) {
+          const int n = share.first_token + g + 4 * k;
+          const unsigned a = rs.at[k % 2] + 512u * static_cast<unsigned>(k);
+          for (int second = 0; second < 2; ++second) {
+            const unsigned expect = static_cast<unsigned>((rows_chunk(l) + 2 * second) * kChunkBytes) + swz(n, l % 8);
+            EXPECT_EQ(a + static_cast<unsigned>(2 * second * kChunkBytes), expect)
+                << share.first_token << " g " << g << " l " << l << " k " << k;
+            EXPECT_TRUE(seen.insert(expect).second);
+          }
+        }
+      }
+    }
+    // 8 chunks x 8 units of each of the share's rows.
+    EXPECT_EQ(seen.size(), static_cast<size_t>(64 * share.tokens));
   }
 }
 

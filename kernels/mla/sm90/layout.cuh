@@ -55,6 +55,19 @@ DECA_HD constexpr int rows_chunk(int l) { return ((l >> 3) & 1) + 4 * (l >> 4); 
 DECA_HD constexpr int rows_nope_byte(int l) { return 64 * rows_chunk(l) + 8 * (l & 7); }
 DECA_HD constexpr int rows_scale_byte(int l) { return kDimNope + 8 * (l >> 4); }
 
+// Cfg::kMap = 3 in a producer warpgroup's share of a block (first_token a multiple of 8, 32 / kWays
+// tokens per warp): lane l of warp g stores its piece u (token n = first_token + g + 4 u) at
+// at[u % 2] + 512 u of the tile (the first unit; the second 2 kChunkBytes further), since
+// n % 8 = g + 4 (u % 2): two registers and immediates instead of one address per piece.
+struct RowsStores {
+  unsigned at[2];
+};
+DECA_HD constexpr RowsStores rows_stores(int l, int g, int first_token) {
+  const unsigned row0 = static_cast<unsigned>(rows_chunk(l) * kChunkBytes + (first_token + g) * 128);
+  const unsigned sw = static_cast<unsigned>(((l & 7) ^ g) << 4);
+  return RowsStores{{row0 + sw, row0 + (sw ^ 64u)}};
+}
+
 // The lane's B register of mma.sync m16n8k8 (f16) holding the 8 x 8 identity (Cfg::kDequant = 2,
 // dequant16_mma): lane (g = lane / 4, c = lane % 4) holds B[2c][g] (low half) and B[2c + 1][g]
 // (high half), so f16 1.0 (0x3C00) where 2c or 2c + 1 is g.

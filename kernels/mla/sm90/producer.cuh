@@ -51,9 +51,14 @@ __device__ __forceinline__ float load_rec4(const unsigned char* p) {
 
 // The 656-byte record of token `id` (>= 0, inside the pool).
 template <class Cfg>
+__device__ __forceinline__ unsigned long long record_offset(const MlaSparseParams& p, int id) {
+  const unsigned u = static_cast<unsigned>(id);
+  return static_cast<unsigned long long>(u / Cfg::kPageSize) * static_cast<unsigned long long>(p.kv_stride_block) +
+         static_cast<unsigned long long>(u % Cfg::kPageSize) * static_cast<unsigned long long>(p.kv_stride_slot);
+}
+template <class Cfg>
 __device__ __forceinline__ const unsigned char* record_of(const MlaSparseParams& p, int id) {
-  return p.kv + static_cast<long long>(id / Cfg::kPageSize) * p.kv_stride_block +
-         static_cast<long long>(id % Cfg::kPageSize) * p.kv_stride_slot;
+  return p.kv + record_offset<Cfg>(p, id);
 }
 
 // Unit j (0..31) of token `id`'s NoPE bytes and the scale of its 128-value group, or zeros for
@@ -99,19 +104,19 @@ __device__ __forceinline__ void load_piece(const MlaSparseParams& p, int id, int
   load_unit<Cfg>(p, id, l, u.raw, u.scale);
 }
 template <class Cfg>
-__device__ __forceinline__ void load_piece(const MlaSparseParams& p, int id, int l, RowPieces& r) {
-  if (id >= 0) {
-    const unsigned char* rec = record_of<Cfg>(p, id);
-    const unsigned char* a = rec + rows_nope_byte(l);
-    r.a = load_rec8<Cfg>(a);
-    r.b = load_rec8<Cfg>(a + 128);
-    const uint2 s = load_rec8<Cfg>(rec + rows_scale_byte(l));
-    r.sa = __uint_as_float(s.x);
-    r.sb = __uint_as_float(s.y);
+__device__ __forceinline__ void load_piece(const MlaSparseParams& p, int id, const unsigned char* lane_base,
+                                           int scale_delta, RowPieces& r) {
+  const unsigned char* a = lane_base + record_offset<Cfg>(p, id);
+  uint2 s;
+  if constexpr (kNoGather<Cfg>) {
+    r.a = id >= 0 ? load_rec8<Cfg>(a) : make_uint2(0, 0);
+    r.b = id >= 0 ? load_rec8<Cfg>(a + 128) : make_uint2(0, 0);
+    s = id >= 0 ? load_rec8<Cfg>(a + scale_delta) : make_uint2(0, 0);
   } else {
-    r.a = r.b = make_uint2(0, 0);
-    r.sa = r.sb = 0.f;
+    ldg_nc_v2x3_if<L1Of<Cfg>::value == 1>(id, a, a + scale_delta, r.a, r.b, s);
   }
+  r.sa = __uint_as_float(s.x);
+  r.sb = __uint_as_float(s.y);
 }
 template <class Cfg, int kCl>
 __device__ __forceinline__ void store_piece(const Smem& sm, unsigned chunk, int n, int l, const UnitPiece& u,
@@ -138,9 +143,9 @@ __device__ __forceinline__ void store_piece(const Smem& sm, unsigned chunk, int 
   store_nope<Cfg, kCl>(sm, chunk + swz(n, u_lo), lo, peer_bar);
   store_nope<Cfg, kCl>(sm, chunk + swz(n, u_hi), hi, peer_bar);
 }
+// `at`: the piece's first unit in the tile (rows_stores).
 template <class Cfg, int kCl>
-__device__ __forceinline__ void store_piece(const Smem& sm, unsigned rows, int n, int l, const RowPieces& r,
-                                            unsigned peer_bar) {
+__device__ __forceinline__ void store_piece(const Smem& sm, unsigned at, const RowPieces& r, unsigned peer_bar) {
   uint4 lo, hi;
   if constexpr (AblateOf<Cfg>::value == kAblateNoDequant) {
     lo = make_uint4(r.a.x, r.a.y, r.a.x, r.a.y);
@@ -149,14 +154,20 @@ __device__ __forceinline__ void store_piece(const Smem& sm, unsigned rows, int n
     lo = dequant8<Cfg>(r.a, r.sa);
     hi = dequant8<Cfg>(r.b, r.sb);
   }
-  store_nope<Cfg, kCl>(sm, rows + swz(n, l & 7), lo, peer_bar);
-  store_nope<Cfg, kCl>(sm, rows + 2 * kChunkBytes + swz(n, l & 7), hi, peer_bar);
+  store_nope<Cfg, kCl>(sm, at, lo, peer_bar);
+  store_nope<Cfg, kCl>(sm, at + 2 * kChunkBytes, hi, peer_bar);
 }
 
 // RoPE unit `unit` (0..7, bf16) of token `id`, or zeros.
 template <class Cfg>
 __device__ __forceinline__ uint4 load_rope(const MlaSparseParams& p, int id, int unit) {
-  return id >= 0 ? load_rec16<Cfg>(record_of<Cfg>(p, id) + kDimNope + 16 + 16 * unit) : make_uint4(0, 0, 0, 0);
+  // With the rows, the address unconditional and the test in the load (ldg_nc_v4_if: fewer
+  // instructions there; with the units' registers it made one producer's pipes 1 and 4 spill).
+  if constexpr (MapOf<Cfg>::value == kMapRows && !kNoGather<Cfg>) {
+    return ldg_nc_v4_if<L1Of<Cfg>::value == 1>(id, record_of<Cfg>(p, id) + kDimNope + 16 + 16 * unit);
+  } else {
+    return id >= 0 ? load_rec16<Cfg>(record_of<Cfg>(p, id) + kDimNope + 16 + 16 * unit) : make_uint4(0, 0, 0, 0);
+  }
 }
 
 // ---- Producer (WG2) -------------------------------------------------------------------------------
@@ -190,11 +201,21 @@ __device__ __forceinline__ void produce_block(const MlaSparseParams& p, const Sm
   }
   using Piece = typename PieceOf<MapOf<Cfg>::value == kMapRows>::type;
   const unsigned chunk = piece_chunk<Cfg>(tile, j);
+  const RowsStores rs = rows_stores(j, g, first_token);
+  const unsigned rows_at[2] = {tile + rs.at[0], tile + rs.at[1]};
+  const unsigned char* lane_base = p.kv + rows_nope_byte(j);
+  const int scale_delta = rows_scale_byte(j) - rows_nope_byte(j);
 #pragma unroll
   for (int round = 0; round < kRounds; ++round) {
     Piece pc[kPerRound];
 #pragma unroll
-    for (int u = 0; u < kPerRound; ++u) load_piece<Cfg>(p, ids[g + 4 * (round * kPerRound + u)], j, pc[u]);
+    for (int u = 0; u < kPerRound; ++u) {
+      if constexpr (MapOf<Cfg>::value == kMapRows) {
+        load_piece<Cfg>(p, ids[g + 4 * (round * kPerRound + u)], lane_base, scale_delta, pc[u]);
+      } else {
+        load_piece<Cfg>(p, ids[g + 4 * (round * kPerRound + u)], j, pc[u]);
+      }
+    }
     if (round == 0) {
       before_store();
 #pragma unroll
@@ -206,7 +227,16 @@ __device__ __forceinline__ void produce_block(const MlaSparseParams& p, const Sm
     }
 #pragma unroll
     for (int u = 0; u < kPerRound; ++u) {
-      store_piece<Cfg, kCl>(sm, chunk, first_token + g + 4 * (round * kPerRound + u), j, pc[u], peer_bar);
+      const int k = round * kPerRound + u;  // the piece's token: first_token + g + 4 k
+      if constexpr (MapOf<Cfg>::value == kMapRows && ProducersOf<Cfg>::value == 1) {
+        // One producer's rows (knob variants) keep an address per piece: with the two bases
+        // ptxas spilled its pipe 2 with the peer's bulk copies (20 bytes).
+        store_piece<Cfg, kCl>(sm, chunk + swz(first_token + g + 4 * k, j & 7), pc[u], peer_bar);
+      } else if constexpr (MapOf<Cfg>::value == kMapRows) {
+        store_piece<Cfg, kCl>(sm, rows_at[k & 1] + 512u * static_cast<unsigned>(k), pc[u], peer_bar);
+      } else {
+        store_piece<Cfg, kCl>(sm, chunk, first_token + g + 4 * k, j, pc[u], peer_bar);
+      }
     }
   }
   if constexpr (kBulkPeer<Cfg>) {
