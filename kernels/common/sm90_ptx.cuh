@@ -484,27 +484,6 @@ __device__ __forceinline__ void ldg_nc_v2x3_if(int id, const void* p, const void
         : "r"(id), "l"(p), "l"(s));
   }
 }
-// One 16-byte load taken only for a valid id, as ldg_nc_v2x3_if.
-template <bool kEvictLast>
-__device__ __forceinline__ uint4 ldg_nc_v4_if(int id, const void* p) {
-  uint4 v;
-  if constexpr (kEvictLast) {
-    asm volatile(
-        "{\n .reg .pred q;\n setp.ge.s32 q, %4, 0;\n"
-        " mov.b32 %0, 0;\n mov.b32 %1, 0;\n mov.b32 %2, 0;\n mov.b32 %3, 0;\n"
-        " @q ld.global.nc.L1::evict_last.L2::256B.v4.u32 {%0, %1, %2, %3}, [%5];\n}\n"
-        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-        : "r"(id), "l"(p));
-  } else {
-    asm volatile(
-        "{\n .reg .pred q;\n setp.ge.s32 q, %4, 0;\n"
-        " mov.b32 %0, 0;\n mov.b32 %1, 0;\n mov.b32 %2, 0;\n mov.b32 %3, 0;\n"
-        " @q ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%5];\n}\n"
-        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-        : "r"(id), "l"(p));
-  }
-  return v;
-}
 // ld.global.nc.s32 d, [addr]; (indices: several threads read the same word, L1 may keep it)
 __device__ __forceinline__ int ldg_nc_s32(const int* p) {
   int v;

@@ -161,13 +161,7 @@ __device__ __forceinline__ void store_piece(const Smem& sm, unsigned at, const R
 // RoPE unit `unit` (0..7, bf16) of token `id`, or zeros.
 template <class Cfg>
 __device__ __forceinline__ uint4 load_rope(const MlaSparseParams& p, int id, int unit) {
-  // With the rows, the address unconditional and the test in the load (ldg_nc_v4_if: fewer
-  // instructions there; with the units' registers it made one producer's pipes 1 and 4 spill).
-  if constexpr (MapOf<Cfg>::value == kMapRows && !kNoGather<Cfg>) {
-    return ldg_nc_v4_if<L1Of<Cfg>::value == 1>(id, record_of<Cfg>(p, id) + kDimNope + 16 + 16 * unit);
-  } else {
-    return id >= 0 ? load_rec16<Cfg>(record_of<Cfg>(p, id) + kDimNope + 16 + 16 * unit) : make_uint4(0, 0, 0, 0);
-  }
+  return id >= 0 ? load_rec16<Cfg>(record_of<Cfg>(p, id) + kDimNope + 16 + 16 * unit) : make_uint4(0, 0, 0, 0);
 }
 
 // ---- Producer (WG2) -------------------------------------------------------------------------------
