@@ -55,8 +55,8 @@ DECA_HD constexpr int rows_chunk(int l) { return ((l >> 3) & 1) + 4 * (l >> 4); 
 DECA_HD constexpr int rows_nope_byte(int l) { return 64 * rows_chunk(l) + 8 * (l & 7); }
 DECA_HD constexpr int rows_scale_byte(int l) { return kDimNope + 8 * (l >> 4); }
 
-// Cfg::kMap = 3 in a producer warpgroup's share of a block (first_token a multiple of 8, 32 / kWays
-// tokens per warp): lane l of warp g stores its piece u (token n = first_token + g + 4 u) at
+// Cfg::kMap = 3 in a producer warpgroup's share of a block (first_token a multiple of 8, 16 / kWays
+// pieces per lane): lane l of warp g stores its piece u (token n = first_token + g + 4 u) at
 // at[u % 2] + 512 u of the tile (the first unit; the second 2 kChunkBytes further), since
 // n % 8 = g + 4 (u % 2): two registers and immediates instead of one address per piece.
 struct RowsStores {

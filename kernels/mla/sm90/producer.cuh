@@ -49,13 +49,16 @@ __device__ __forceinline__ float load_rec4(const unsigned char* p) {
   return ldg_nc_na_f32(p);
 }
 
-// The 656-byte record of token `id` (>= 0, inside the pool).
+// The byte offset of token `id`'s 656-byte record in the pool, from an unsigned block and slot
+// (one multiply each); `id` >= 0 inside the pool, or -1, whose offset is computed but never read
+// from (ldg_nc_v2x3_if tests the id).
 template <class Cfg>
 __device__ __forceinline__ unsigned long long record_offset(const MlaSparseParams& p, int id) {
   const unsigned u = static_cast<unsigned>(id);
   return static_cast<unsigned long long>(u / Cfg::kPageSize) * static_cast<unsigned long long>(p.kv_stride_block) +
          static_cast<unsigned long long>(u % Cfg::kPageSize) * static_cast<unsigned long long>(p.kv_stride_slot);
 }
+// The 656-byte record of token `id` (>= 0, inside the pool).
 template <class Cfg>
 __device__ __forceinline__ const unsigned char* record_of(const MlaSparseParams& p, int id) {
   return p.kv + record_offset<Cfg>(p, id);
