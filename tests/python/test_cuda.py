@@ -362,6 +362,33 @@ def test_mla_sparse_cuda_odd_shapes(rng, heads, q_len, topk, page, checked):
     assert np.all(np.isneginf(host(lse)[2]))
 
 
+@pytest.mark.parametrize("checked", [False, True])
+@pytest.mark.parametrize("layout", ["layer", "slot"])
+@pytest.mark.parametrize("heads,page", [(16, 64), (128, 1)])
+def test_mla_sparse_cuda_kv_strided_view(rng, heads, page, layout, checked):
+    """The FP8 cache as a strided view of a larger allocation (one layer of an interleaved
+    [blocks, layers, page, 1, 656], or every second record of a slot): the poison around it
+    (e4m3 NaN, huge scales) must never be read. 16 heads (no cluster) and 128 (a cluster of two
+    CTAs), the sm90 kernel and the portable one, against the numpy reference."""
+    from test_mla import _sparse_case, strided_kv
+    batch, q_len, topk = 2, 2, 128
+    q, kv, indices = _sparse_case(rng, batch, q_len, heads, topk, page,
+                                  num_blocks=max(4, 2 * topk // page + 2))
+    big, _ = strided_kv(kv, layout)
+    big_dev = cuda(big)
+    kv_dev = big_dev[:, 1] if layout == "layer" else big_dev[:, :, 1:2]
+    assert not kv_dev.is_contiguous() and kv_dev.shape == kv.shape
+    plan = deca.MlaPlan(heads, sparse=True, page_size=page, max_batch=batch, max_q_len=q_len,
+                        topk=topk, checked=checked, device="cuda:0")
+    out = nan_like((batch, q_len, heads, 512), torch.bfloat16)
+    lse = nan_like((batch, q_len, heads), torch.float32)
+    ws = torch.full((plan.workspace_bytes,), 0xFF, dtype=torch.uint8, device=DEV)
+    plan.run_sparse(cuda(q), kv_dev, cuda(indices), out, lse=lse, workspace=ws)
+    torch.cuda.synchronize()
+    want, want_lse = ref.mla_sparse(q.astype(np.float64), kv, indices)
+    check(out, want, "bf16", lse, want_lse, lse_tol=1e-2)
+
+
 def test_mla_sparse_schedule_reused_by_the_next_layer(rng):
     """MlaPlan.run_sparse(reuse_schedule=True): the second layer of a step runs on the first's
     schedule (same indices and topk_length) and writes what its own scheduled run writes; a

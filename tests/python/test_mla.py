@@ -66,6 +66,32 @@ def _sparse_case(rng, batch, q_len, heads, topk, page, num_blocks):
     return q, kv, indices
 
 
+def strided_kv(kv, layout):
+    """The packed cache [blocks, page, 1, 656] as a view into a larger allocation whose other
+    bytes are 0x7F (e4m3 NaN, huge scales and RoPE): "layer" one layer of [blocks, 2, page, 1,
+    656] (block stride two pages), "slot" [blocks, page, 2, 656][:, :, 1:2] (slot stride two
+    records). A kernel that assumed the dense strides would read the poison."""
+    blocks, page = kv.shape[:2]
+    if layout == "layer":
+        big = np.full((blocks, 2, page, 1, 656), 0x7F, np.uint8)
+        big[:, 1] = kv
+        return big, big[:, 1]
+    big = np.full((blocks, page, 2, 656), 0x7F, np.uint8)
+    big[:, :, 1:2] = kv
+    return big, big[:, :, 1:2]
+
+
+@pytest.mark.parametrize("layout", ["layer", "slot"])
+def test_mla_sparse_kv_strided_view(rng, layout):
+    q, kv, indices = _sparse_case(rng, 2, 2, 8, 64, 16, num_blocks=6)
+    _, view = strided_kv(kv, layout)
+    assert not view.flags.c_contiguous
+    out, lse = deca.mla_decode_sparse(q, view, indices, return_lse=True)
+    want, want_lse = ref.mla_sparse(q.astype(np.float64), kv, indices)
+    close(out, want, "bf16")
+    close_lse(lse, want_lse)
+
+
 @pytest.mark.parametrize("with_length,with_sink", [(False, False), (True, False), (True, True),
                                                    (False, True)])
 def test_mla_sparse_matches_numpy(rng, with_length, with_sink):
