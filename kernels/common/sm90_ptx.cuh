@@ -461,29 +461,26 @@ __device__ __forceinline__ float ldg_nc_el_f32(const void* p) {
 // (`id` >= 0; zeros otherwise, no memory touched) with one test inside the asm: the addresses
 // are then computed for every id, unpredicated (under the id's branch ptxas reloaded the strides
 // per record), and p + 128 stays an immediate. kEvictLast: L1::evict_last, else no_allocate.
+#define DECA_LDG_NC_V2X3_IF(L1)                                                                         \
+  "{\n .reg .pred q;\n setp.ge.s32 q, %6, 0;\n"                                                      \
+  " mov.b32 %0, 0;\n mov.b32 %1, 0;\n mov.b32 %2, 0;\n mov.b32 %3, 0;\n mov.b32 %4, 0;\n mov.b32 %5, 0;\n" \
+  " @q ld.global.nc." L1 ".L2::256B.v2.u32 {%0, %1}, [%7];\n"                                         \
+  " @q ld.global.nc." L1 ".L2::256B.v2.u32 {%2, %3}, [%7+128];\n"                                     \
+  " @q ld.global.nc." L1 ".L2::256B.v2.u32 {%4, %5}, [%8];\n}\n"
 template <bool kEvictLast>
 __device__ __forceinline__ void ldg_nc_v2x3_if(int id, const void* p, const void* s, uint2& a, uint2& b,
                                                uint2& c) {
   if constexpr (kEvictLast) {
-    asm volatile(
-        "{\n .reg .pred q;\n setp.ge.s32 q, %6, 0;\n"
-        " mov.b32 %0, 0;\n mov.b32 %1, 0;\n mov.b32 %2, 0;\n mov.b32 %3, 0;\n mov.b32 %4, 0;\n mov.b32 %5, 0;\n"
-        " @q ld.global.nc.L1::evict_last.L2::256B.v2.u32 {%0, %1}, [%7];\n"
-        " @q ld.global.nc.L1::evict_last.L2::256B.v2.u32 {%2, %3}, [%7+128];\n"
-        " @q ld.global.nc.L1::evict_last.L2::256B.v2.u32 {%4, %5}, [%8];\n}\n"
-        : "=r"(a.x), "=r"(a.y), "=r"(b.x), "=r"(b.y), "=r"(c.x), "=r"(c.y)
-        : "r"(id), "l"(p), "l"(s));
+    asm volatile(DECA_LDG_NC_V2X3_IF("L1::evict_last")
+                 : "=r"(a.x), "=r"(a.y), "=r"(b.x), "=r"(b.y), "=r"(c.x), "=r"(c.y)
+                 : "r"(id), "l"(p), "l"(s));
   } else {
-    asm volatile(
-        "{\n .reg .pred q;\n setp.ge.s32 q, %6, 0;\n"
-        " mov.b32 %0, 0;\n mov.b32 %1, 0;\n mov.b32 %2, 0;\n mov.b32 %3, 0;\n mov.b32 %4, 0;\n mov.b32 %5, 0;\n"
-        " @q ld.global.nc.L1::no_allocate.L2::256B.v2.u32 {%0, %1}, [%7];\n"
-        " @q ld.global.nc.L1::no_allocate.L2::256B.v2.u32 {%2, %3}, [%7+128];\n"
-        " @q ld.global.nc.L1::no_allocate.L2::256B.v2.u32 {%4, %5}, [%8];\n}\n"
-        : "=r"(a.x), "=r"(a.y), "=r"(b.x), "=r"(b.y), "=r"(c.x), "=r"(c.y)
-        : "r"(id), "l"(p), "l"(s));
+    asm volatile(DECA_LDG_NC_V2X3_IF("L1::no_allocate")
+                 : "=r"(a.x), "=r"(a.y), "=r"(b.x), "=r"(b.y), "=r"(c.x), "=r"(c.y)
+                 : "r"(id), "l"(p), "l"(s));
   }
 }
+#undef DECA_LDG_NC_V2X3_IF
 // ld.global.nc.s32 d, [addr]; (indices: several threads read the same word, L1 may keep it)
 __device__ __forceinline__ int ldg_nc_s32(const int* p) {
   int v;
