@@ -7,6 +7,7 @@
 #include "kernels/mla/sm90/knobs.cuh"
 #include "kernels/mla/sm90/layout.cuh"
 #include "kernels/mla/sm90/pipeline.cuh"
+#include "kernels/mla/sm90/stamps.cuh"
 #include "kernels/mla/sm90/traits.cuh"
 #include "kernels/mla/sm90/walk.cuh"
 #include "kernels/mla/sparse_work.cuh"
@@ -183,6 +184,9 @@ __device__ __forceinline__ void consumer0(const SparseKernelParams& kp, const Sp
   const float sl2 = scale * kLog2e;
 
   constexpr bool kOverlap = PHandOf<Cfg>::value == kPHandOverlap;
+  // Phases (kStamp): tile wait, QK^T issued and waited, softmax, then (per kPHand) the
+  // hand-over and P V issue in their order, P V waited and the tile released.
+  Stamps<kStamped<Cfg>> st;
   float o[128];
   float s[32];
   int it = 0;
@@ -205,6 +209,7 @@ __device__ __forceinline__ void consumer0(const SparseKernelParams& kp, const Sp
         wgmma_wait<0>();
         fence_regs(s);
       }
+      st.lap(1);
       // Invalid ids (-1, past topk_length, outside the pool) never count: -inf before the max.
       const int* ids = sm.ids(it);
 #pragma unroll
@@ -281,12 +286,16 @@ __device__ __forceinline__ void consumer0(const SparseKernelParams& kp, const Sp
       // fence, arrival: ~11 % of consumer 0's samples at b128 h128) runs while it executes;
       // consumer 1's P V queues behind it on the tensor cores either way.
       constexpr bool kHandFirst = PHandOf<Cfg>::value != kPHandAfterPv;
+      st.lap(2);
       if constexpr (kHandFirst) hand_over_p();
+      if constexpr (kHandFirst) st.lap(3);
       rescale<kRescale>(o, a0, a1);
       if constexpr (!kNoMma<Cfg>) {
         issue_pv_left<ProducersOf<Cfg>::value, kOverlap>(o, pa, tile, sm.p());
       }
+      st.lap(kHandFirst ? 4 : 3);
       if constexpr (!kHandFirst) hand_over_p();
+      if constexpr (!kHandFirst) st.lap(4);
     };
     // Every wgmma of this warpgroup done (P V the last one), then the block's tile released.
     const auto wait_and_release = [&](int stage) {
@@ -300,10 +309,13 @@ __device__ __forceinline__ void consumer0(const SparseKernelParams& kp, const Sp
       for (int blk = pc.blk_begin; blk < pc.blk_end; ++blk, ++it) {
         const int stage = it & 1;
         const unsigned tile = sm.k(stage);
+        st.start();
         wait_tile<Cfg, kCl>(sm, stage, (it >> 1) & 1);
+        st.lap(0);
         if constexpr (!kNoMma<Cfg>) issue_qk(s, dq, tile);
         softmax_and_pv(tile);
         wait_and_release(stage);
+        st.lap(5);
       }
     } else if (pc.blk_begin < pc.blk_end) {
       // kPHandOverlap: when the next block's tile is already full, its S is issued right behind
@@ -391,6 +403,7 @@ __device__ __forceinline__ void consumer0(const SparseKernelParams& kp, const Sp
   }
   // Matches WG1's arrival after the partition's last block.
   if (it > 0) mbar_wait(sm.p_free(), (it - 1) & 1);
+  st.report("consumer0 wait/qk/softmax/hand-or-pv/pv-or-hand/pv-wait", it);
 }
 
 template <class Cfg>
@@ -402,6 +415,8 @@ __device__ __forceinline__ void consumer1(const SparseKernelParams& kp, const Sp
   const int warp = t >> 5, lane = t & 31;
   const int r0 = warp * 16 + (lane >> 2);
   const int c = lane & 3;
+  // Phases (kStamp): tile wait, P wait, rescale and P V issued, P V waited, released.
+  Stamps<kStamped<Cfg>> st;
   float o[128];
   int it = 0;
   int nreq = 0;
@@ -412,9 +427,12 @@ __device__ __forceinline__ void consumer1(const SparseKernelParams& kp, const Sp
     for (int blk = pc.blk_begin; blk < pc.blk_end; ++blk, ++it) {
       const int stage = it & 1;
       const unsigned tile = sm.k(stage);
+      st.start();
       // Acquire the producer's tile for this warpgroup's own async-proxy reads.
       wait_tile<Cfg, kCl>(sm, stage, (it >> 1) & 1);
+      st.lap(0);
       mbar_wait(sm.p_ready(), it & 1);
+      st.lap(1);
       const float a0 = sm.row_scale()[r0];
       const float a1 = sm.row_scale()[r0 + 8];
       // kPHandRegs: P's A fragments from where consumer 0 stored its own (same thread layout);
@@ -452,11 +470,14 @@ __device__ __forceinline__ void consumer1(const SparseKernelParams& kp, const Sp
           }
         }
         wgmma_commit();
+        st.lap(2);
         wgmma_wait<0>();
         fence_regs(o);
       }
+      st.lap(3);
       if constexpr (!kRegsP) mbar_arrive(sm.p_free());
       if (lane == 0) release_tile<Cfg, kCl>(sm, stage);
+      st.lap(4);
     }
     mbar_wait(sm.out_ready(), nreq & 1);
     const float* out_scale = sm.out_scale();
@@ -464,6 +485,7 @@ __device__ __forceinline__ void consumer1(const SparseKernelParams& kp, const Sp
     mbar_arrive(sm.out_free());
     store_o(kp, pc, r, tok, head0, r0, c, 256, o, f0, f1);
   }
+  st.report("consumer1 wait/p-wait/pv-issue/pv-wait/release/-", it);
 }
 
 }  // namespace deca::mla::sm90

@@ -165,6 +165,12 @@ DECA_MLA_SM90_KNOB(PeerCopyOf, kPeerCopy, 0)
 template <class Cfg>
 inline constexpr bool kBulkPeer = ClusterOf<Cfg>::value == 2 && PeerCopyOf<Cfg>::value == 1;
 
+// 1: every role adds up the cycles of each phase of a block and the first CTAs print the means
+// (stamps.cuh; a timing aid, never a plan's).
+DECA_MLA_SM90_KNOB(StampOf, kStamp, 0)
+template <class Cfg>
+inline constexpr bool kStamped = StampOf<Cfg>::value == 1;
+
 #undef DECA_MLA_SM90_KNOB
 
 }  // namespace deca::mla::sm90

@@ -9,6 +9,7 @@
 #include "kernels/mla/sm90/knobs.cuh"
 #include "kernels/mla/sm90/layout.cuh"
 #include "kernels/mla/sm90/pipeline.cuh"
+#include "kernels/mla/sm90/stamps.cuh"
 #include "kernels/mla/sm90/traits.cuh"
 #include "kernels/mla/sm90/walk.cuh"
 #include "kernels/mla/sparse_work.cuh"
@@ -474,9 +475,12 @@ __device__ __forceinline__ void producer_ahead(const SparseKernelParams& kp, con
   BlockPos far = nxt;
   int pf_id = prefetch_warm_up<Cfg, kWays>(kp, part, tok, far, pf_k, pool, t);  // block A
   int my_id = tg < kTokens ? raw_id_at(kp, part, tok, cur, tg) : -1;
-
-  for (int it = 0; cur.r <= part.end_req; ++it) {
+  // Phases (kStamp): tile wait, ids staged, next ids and prefetch, the block, fence and arrival.
+  Stamps<kStamped<Cfg>> st;
+  int it = 0;
+  for (; cur.r <= part.end_req; ++it) {
     const int stage = it & 1;
+    st.start();
     // Fresh barriers complete "the phase before phase 0", so the first two waits pass. In a
     // cluster the barrier also counts the peer's consumers: this producer writes their tile.
     auto wait_free = [&] {
@@ -485,15 +489,18 @@ __device__ __forceinline__ void producer_ahead(const SparseKernelParams& kp, con
       if (kCl == 2 && tg == 0) expect_peer_bytes<Cfg>(sm, stage);
     };
     if constexpr (kPipe != kPipeEarly) wait_free();
+    st.lap(0);
     // Every CTA keeps all 64 ids: the consumers mask with them. The slot of block it was last
     // read by the consumers of block it - kIdSlots, done before the wait for block it - 2.
     if (tg < kTokens) sm.ids(it)[tg] = checked_id(my_id, pool);
     pf_id = checked_id(pf_id, pool);
     named_bar_sync(kBarIds, 128 * kProducers);
+    st.lap(1);
     // A block ahead: the next block's ids, and the id of the block three ahead.
     if (tg < kTokens) my_id = raw_id_at(kp, part, tok, nxt, tg);
     if (pf_id >= 0) prefetch_record<Cfg, kTpt>(p, pf_id, t);
     pf_id = raw_id_at(kp, part, tok, far, pf_k);
+    st.lap(2);
     if constexpr (MapOf<Cfg>::value == kMapTokens) {
       // The whole share in one round for kPipeWhole and later, else a token per round.
       constexpr int kTokRound = kPipe >= kPipeWhole ? kTokens / kCl / 32 : 1;
@@ -507,12 +514,15 @@ __device__ __forceinline__ void producer_ahead(const SparseKernelParams& kp, con
     } else {
       produce_block<Cfg, kCl, kWays, kPerRound>(p, sm, stage, sm.ids(it), t, first_token, [] {});
     }
+    st.lap(3);
     fence_proxy_async_smem();
     mbar_arrive(sm.full(stage));
+    st.lap(4);
     cur = nxt;
     next_block(kp, part, nxt);
     next_block(kp, part, far);
   }
+  st.report("producer wait/ids/next/block/arrive/-", it);
 }
 
 // ---- Producer, Cfg::kPipe = kPipeStream ---------------------------------------------------------
