@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <map>
 #include <mutex>
 #include <string>
@@ -68,9 +69,38 @@ jit::Dim3 combine_block() {
   return block;
 }
 
+// DECA_MLA_STAMP=1 (a timing aid, kernels/mla/sm90/stamps.cuh): waits for the decode kernel and
+// prints each role's mean cycles per block and phase, for the first CTAs, on stderr.
+void print_stamps(const jit::LoadedKernel& decode, void* stream) {
+  CUdeviceptr ptr = 0;
+  std::size_t bytes = 0;
+  jit::check_cu(jit::driver().ModuleGetGlobal(&ptr, &bytes, decode.module, "deca_mla_stamps"), "print_stamps",
+                "cuModuleGetGlobal(deca_mla_stamps)");
+  long long v[2 * 4 * 8] = {};
+  if (bytes != sizeof(v) || cudaStreamSynchronize(static_cast<cudaStream_t>(stream)) != cudaSuccess ||
+      cudaMemcpy(v, reinterpret_cast<void*>(ptr), sizeof(v), cudaMemcpyDeviceToHost) != cudaSuccess) {
+    std::fprintf(stderr, "stamps: not read\n");
+    return;
+  }
+  const char* roles[4] = {"consumer0 wait/qk/softmax/hand-or-pv/pv-or-hand/pv-wait",
+                          "consumer1 wait/p-wait/pv-issue/pv-wait/release", "producer wait/ids/next/block/arrive",
+                          "producer wait/ids/next/block/arrive"};
+  for (int cta = 0; cta < 2; ++cta) {
+    for (int wg = 0; wg < 4; ++wg) {
+      const long long* e = v + (cta * 4 + wg) * 8;
+      if (e[0] <= 0) continue;
+      std::fprintf(stderr, "stamp cta %d wg %d %s blocks %lld clk/block:", cta, wg, roles[wg], e[0]);
+      for (int i = 1; i < 8; ++i) std::fprintf(stderr, " %lld", e[i] / e[0]);
+      std::fprintf(stderr, "\n");
+    }
+  }
+  cudaMemset(reinterpret_cast<void*>(ptr), 0, sizeof(v));
+}
+
 struct Kernels {
   int arch = 0;
   std::string variant;
+  bool stamped = false;  // Cfg::kStamp: print the decode kernel's cycle stamps after each launch
   MlaDecodeShape shape;
   const jit::LoadedKernel* schedule;
   const jit::LoadedKernel* decode;
@@ -105,6 +135,7 @@ const Kernels& kernels(const MlaKernelKey& dk, int num_heads, int device) {
   Kernels k;
   k.arch = dk.arch;
   k.variant = dk.variant;
+  k.stamped = dk.variant == "sm90" && dk.sm90.stamp == 1;
   k.shape = mla_decode_shape(dk);
   k.schedule = &jit::get_kernel(key(dk.arch, MlaKernelRole::kSchedule).spec(), device);
   k.decode = &jit::get_kernel(dk.spec(), device);
@@ -244,6 +275,7 @@ void mla_sparse_decode(const MlaPlan& plan, const MlaSparseParams& params, void*
   }
   jit::launch(*k.decode, grid, block, static_cast<std::size_t>(k.shape.smem_bytes), stream, args,
               decode_options);
+  if (k.stamped) print_stamps(*k.decode, stream);
 
   jit::LaunchOptions combine_options;
   // PDL needs sm_90; below, the attribute would be ignored at best.

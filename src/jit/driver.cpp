@@ -63,6 +63,7 @@ const Loaded& loaded() {
     ok &= resolve("cuFuncSetAttribute", &d.FuncSetAttribute, &l.error);
     ok &= resolve("cuLaunchKernelEx", &d.LaunchKernelEx, &l.error);
     ok &= resolve("cuLaunchKernel", &d.LaunchKernel, &l.error);
+    ok &= resolve("cuModuleGetGlobal", &d.ModuleGetGlobal, &l.error);
     if (ok) l.error.clear();
     return l;
   }();

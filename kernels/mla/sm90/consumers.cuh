@@ -403,7 +403,7 @@ __device__ __forceinline__ void consumer0(const SparseKernelParams& kp, const Sp
   }
   // Matches WG1's arrival after the partition's last block.
   if (it > 0) mbar_wait(sm.p_free(), (it - 1) & 1);
-  st.report("consumer0 wait/qk/softmax/hand-or-pv/pv-or-hand/pv-wait", it);
+  st.report(it);
 }
 
 template <class Cfg>
@@ -485,7 +485,7 @@ __device__ __forceinline__ void consumer1(const SparseKernelParams& kp, const Sp
     mbar_arrive(sm.out_free());
     store_o(kp, pc, r, tok, head0, r0, c, 256, o, f0, f1);
   }
-  st.report("consumer1 wait/p-wait/pv-issue/pv-wait/release/-", it);
+  st.report(it);
 }
 
 }  // namespace deca::mla::sm90

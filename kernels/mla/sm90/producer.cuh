@@ -522,7 +522,7 @@ __device__ __forceinline__ void producer_ahead(const SparseKernelParams& kp, con
     next_block(kp, part, nxt);
     next_block(kp, part, far);
   }
-  st.report("producer wait/ids/next/block/arrive/-", it);
+  st.report(it);
 }
 
 // ---- Producer, Cfg::kPipe = kPipeStream ---------------------------------------------------------

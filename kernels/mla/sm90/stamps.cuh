@@ -1,10 +1,15 @@
 // Cycle stamps per phase of each role of the sm90a MLA kernel (Cfg::kStamp = 1, DECA_MLA_STAMP=1;
 // timing aid only): every thread adds clock64 deltas between the points its role marks, and the
-// first thread of each warpgroup of the first CTAs (grid x < 2, y = z = 0) prints the mean per
-// block. Off (the default), every call compiles to nothing.
+// first thread of each warpgroup of the first CTAs (grid x < 2, y = z = 0) stores its block count
+// and sums into deca_mla_stamps, which the CUDA backend reads after the launch and prints. Not
+// printf: a call in the kernel makes ptxas serialize every wgmma (a wait after each). Off (the
+// default), every call compiles to nothing.
 #pragma once
 
 #include "kernels/mla/sm90/knobs.cuh"
+
+// [CTA x 0..1][warpgroup 0..3][block count, phase sums 0..6]
+extern "C" __device__ long long deca_mla_stamps[2 * 4 * 8];
 
 namespace deca::mla::sm90 {
 
@@ -23,14 +28,13 @@ struct Stamps {
       last = now;
     }
   }
-  __device__ __forceinline__ void report(const char* role, int blocks) const {
+  __device__ __forceinline__ void report(int blocks) const {
     if constexpr (kOn) {
       if (blockIdx.x >= 2 || blockIdx.y != 0 || blockIdx.z != 0 || (threadIdx.x & 127) != 0) return;
-      const double n = blocks > 0 ? static_cast<double>(blocks) : 1.0;
-      printf("stamp %s cta %d wg %d blocks %d clk/block: %.0f %.0f %.0f %.0f %.0f %.0f\n", role,
-             static_cast<int>(blockIdx.x), static_cast<int>(threadIdx.x / 128), blocks, sum[0] / n,
-             kN > 1 ? sum[1 % kN] / n : 0.0, kN > 2 ? sum[2 % kN] / n : 0.0, kN > 3 ? sum[3 % kN] / n : 0.0,
-             kN > 4 ? sum[4 % kN] / n : 0.0, kN > 5 ? sum[5 % kN] / n : 0.0);
+      long long* out = deca_mla_stamps + (blockIdx.x * 4 + threadIdx.x / 128) * 8;
+      out[0] = blocks;
+#pragma unroll
+      for (int i = 0; i < kN && i < 7; ++i) out[1 + i] = sum[i];
     }
   }
 };
