@@ -83,12 +83,13 @@ MlaSm90Knobs mla_sm90_consistent(MlaSm90Knobs k, int num_heads) {
   // (pipe 1) or the stream of 2-unit rounds (pipe 4), and pipes 2 and 3 (a warpgroup's whole
   // share in one round: 16 tokens in a cluster; 32 without one, at 80 registers, traits.cuh
   // reg_budget, where they spill 4 / 12 B, NVRTC). Their consumers
-  // split P V in N = 128 halves (sm90_ptx.cuh), which P in consumer 1's registers has no form
-  // for; the mma dequantization is left out.
+  // split P V in N = 128 halves (sm90_ptx.cuh); the mma dequantization is left out.
   if (k.producers == 2) {
     if (k.pipe == 0) k.pipe = 1;
     if (k.map == 1) k.map = 0;
-    if (k.phand == 1) k.phand = 0;
+    // P in consumer 1's registers (176 of them): in a cluster, whose producers fit in 56
+    // (traits.cuh reg_budget), with pipes 1 and 2.
+    if (k.phand == 1 && (k.cluster != 2 || k.pipe > 2)) k.phand = 0;
   }
   if (k.pipe == 4) k.map = 0;  // the round stream has the unit split only
   // The bulk copies into the peer's tile: a cluster, the block producer (pipes 1-3), not the

@@ -584,6 +584,25 @@ TEST(MlaSm90Kernel, RowsIntegerDequant) {
   }
 }
 
+// P in consumer 1's registers (Cfg::kPHand = 1) with two producer warpgroups in a cluster (their
+// 56 registers leave consumer 1 the 176 it needs): the cluster default otherwise, over the
+// cluster cases of pipe_cases, each compared with the CPU reference and bit for bit with P from
+// shared memory.
+TEST(MlaSm90Kernel, ClusterPInRegistersTwoProducers) {
+  REQUIRE_SM90();
+  for (Sm90Case& c : pipe_cases("c2_h1_w2_")) {
+    if (c.cluster != 2) continue;
+    c.producers = 2;
+    c.pipe = 2;
+    c.map = 3;
+    c.sync = 1;
+    c.ahead = 1;
+    c.rescale = 2;
+    c.phand = 1;
+    run_case(c);
+  }
+}
+
 // The peer's rows by the bulk-copy unit (Cfg::kPeerCopy = 1) over the cluster cases of
 // pipe_cases, with one and two producer warpgroups and pipes 1-3 (whole rows and the unit split):
 // each compared with the CPU reference and bit for bit with st.async from every thread.

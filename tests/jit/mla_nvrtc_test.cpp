@@ -161,6 +161,11 @@ TEST(MlaSm90Knobs, ConsistentKeepsOnlyCombinationsTheKernelBuilds) {
       {128, two(with(knobs(2, 3, 0, 1, 0, 1, 0, 0), 2, 2)), two(with(knobs(2, 3, 0, 1, 0, 1, 0, 0), 2, 2))},
       {128, two(with(knobs(2, 0, 0, 1, 0, 2, 0, 0), 2, 0)), two(with(knobs(2, 1, 0, 1, 0, 2, 0, 0), 2, 0))},
       {100, two(with(knobs(2, 4, 0, 1, 0, 1, 0, 0), 2, 1)), two(with(knobs(2, 4, 0, 1, 0, 1, 0, 0), 2, 0))},
+      // P in consumer 1's registers: in a cluster with pipes 1 and 2 (producers at 56 registers).
+      {128, two(with(knobs(2, 2, 0, 1, 0, 1, 3, 0), 2, 1)), two(with(knobs(2, 2, 0, 1, 0, 1, 3, 0), 2, 1))},
+      {100, two(with(knobs(2, 1, 0, 1, 0, 1, 0, 0), 2, 1)), two(with(knobs(2, 1, 0, 1, 0, 1, 0, 0), 2, 1))},
+      {128, two(with(knobs(2, 3, 0, 1, 0, 1, 3, 0), 2, 1)), two(with(knobs(2, 3, 0, 1, 0, 1, 3, 0), 2, 0))},
+      {64, two(with(knobs(1, 2, 0, 0, 0, 1, 3, 1), 2, 1)), two(with(knobs(1, 2, 0, 0, 0, 1, 3, 1), 2, 0))},
       {64, two(with(knobs(1, 1, 0, 0, 0, 1, 0, 0), 2, 3)), two(with(knobs(1, 1, 0, 0, 0, 1, 0, 0), 2, 3))},
       {64, two(with(knobs(1, 3, 0, 0, 0, 1, 0, 0), 2, 3)), two(with(knobs(1, 3, 0, 0, 0, 1, 0, 0), 2, 0))},
       {128, two(with(knobs(2, 2, 0, 1, 0, 1, 2, 0), 2, 0)), two(with(knobs(2, 2, 0, 1, 0, 1, 2, 0), 2, 0))},

@@ -213,6 +213,20 @@ TEST(MlaSm90Nvrtc, TwoProducerVariantsCompileWithoutSpills) {
     expect_clean_compile(test::mla_sm90_spec(64, 1, ablate, 1, 0, 0, 0, 2, 0, 0, 2, 2, 2), true);
     expect_clean_compile(test::mla_sm90_spec(64, 2, ablate, 2, 0, 1, 0, 1, 0, 0, 2, 0, 2), true);
   }
+  // P in consumer 1's registers in a cluster (producers at 56 registers): pipes 1 and 2, the
+  // rows and the unit split, every page size kind, the ablations.
+  for (int page : {1, 64, 128}) expect_clean_compile(test::mla_sm90_spec(page, 2, 0, 2, 0, 1, 0, 1, 3, 0, 2, 1, 2));
+  expect_clean_compile(test::mla_sm90_spec(64, 2, 0, 1, 0, 1, 0, 1, 3, 0, 2, 1, 2));
+  expect_clean_compile(test::mla_sm90_spec(64, 2, 0, 1, 0, 1, 0, 1, 0, 0, 2, 1, 2));
+  for (int ablate : {1, 2}) expect_clean_compile(test::mla_sm90_spec(64, 2, ablate, 2, 0, 1, 0, 1, 3, 0, 2, 1, 2), true);
+}
+
+// The cycle stamps (Cfg::kStamp, a timing aid) on both defaults: they compile and keep every
+// wgmma in flight (a printf there had serialized them); without a cluster ptxas spills a little
+// (8 B stored, 16 loaded: timing only).
+TEST(MlaSm90Nvrtc, StampsCompileWithoutSerializing) {
+  expect_clean_compile(test::mla_sm90_spec(64, 2, 0, 2, 0, 1, 0, 1, 3, 0, 2, 0, 2, 0, 1));
+  expect_clean_compile(test::mla_sm90_spec(64, 1, 0, 2, 0, 0, 0, 1, 3, 1, 2, 2, 2, 0, 1), true);
 }
 
 // The next block's QK^T issued behind consumer 0's P V (Cfg::kPHand = 3): every producer it is

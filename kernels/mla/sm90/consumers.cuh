@@ -458,7 +458,11 @@ __device__ __forceinline__ void consumer1(const SparseKernelParams& kp, const Sp
         const unsigned long long dv = smem_desc_sw128(tile + 4 * kChunkBytes, kChunkBytes, 1024);
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
-          if constexpr (kRegsP) {
+          if constexpr (kRegsP && ProducersOf<Cfg>::value == 2) {
+            // 512 threads: the N = 128 halves, as consumer 0's (sm90_ptx.cuh says why).
+            wgmma_m64n128k16_rs<1>(o, pa[kk], desc_advance(dv, 2048 * kk), true);
+            wgmma_m64n128k16_rs<1>(o + 64, pa[kk], desc_advance(dv, 2 * kChunkBytes + 2048 * kk), true);
+          } else if constexpr (kRegsP) {
             wgmma_m64n256k16_rs<1>(o, pa[kk], desc_advance(dv, 2048 * kk), true);
           } else if constexpr (ProducersOf<Cfg>::value == 2) {
             // Columns 256..383 (chunks 4, 5) and 384..511 (chunks 6, 7): sm90_ptx.cuh says why.
