@@ -31,7 +31,8 @@ struct MlaSm90Knobs {
                      // without a cluster)
   int rescale = 2;   // Cfg::kRescale, DECA_MLA_RESCALE 0..2: O rescaled every block / skipped at 1 / lazy maxima
                      // (2e5d498, H200: b128 h64 134.1 -> 131.1 us, b128 h16 126.4 -> 123.2, b128 h128 225.2 -> 225.8)
-  int phand = 0;     // Cfg::kPHand, DECA_MLA_PHAND: 1 consumer 1 takes P into registers (no proxy fence),
+  int phand = 0;     // Cfg::kPHand, DECA_MLA_PHAND: 1 consumer 1 takes P into registers (no proxy fence;
+                     // mla_sm90_defaults in a cluster),
                      // 2 consumer 0 hands P over after issuing its own P V (mla_sm90_defaults),
                      // 3 consumer 0 issues the next block's QK^T right behind its P V (P V from shared memory)
   int producers = 1; // Cfg::kProducers, DECA_MLA_PRODUCERS: 2 producer warpgroups (512 threads)

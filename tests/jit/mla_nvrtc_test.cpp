@@ -220,8 +220,9 @@ TEST(MlaSm90Knobs, DefaultsByClusterSize) {
     int cluster, pipe, ahead, phand, producers, map;
   };
   // Both: two producers' whole-share round in whole-row pieces, prefetching one block ahead;
-  // without a cluster P handed over after P V and the gather allocating in L1.
-  for (const Row r : {Row{1, 2, 1, 2, 2, 3}, Row{2, 2, 1, 0, 2, 3}}) {
+  // without a cluster P handed over after P V and the gather allocating in L1, in one P in
+  // consumer 1's registers.
+  for (const Row r : {Row{1, 2, 1, 2, 2, 3}, Row{2, 2, 1, 1, 2, 3}}) {
     const MlaSm90Knobs k = mla_sm90_defaults(r.cluster);
     EXPECT_EQ(k.cluster, r.cluster);
     EXPECT_EQ(k.pipe, r.pipe) << r.cluster;
@@ -254,14 +255,14 @@ TEST(MlaSm90Knobs, KeysFromTheEnvironment) {
   MlaConfig c;
   c.sparse = true, c.topk = 2048, c.page_size = 64, c.checked = false;
   c.num_heads = 128;
-  EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_c2_pipe2_sync1_ahead1_map3_w2_sm90");
+  EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_c2_pipe2_sync1_ahead1_map3_pr1_w2_sm90");
   c.num_heads = 64;
   EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_pipe2_ahead1_map3_l1e1_pr2_w2_sm90");
   EXPECT_EQ(mla_decode_shape(mla_decode_key(90, "sm90", c)).threads, 512);
   c.num_heads = 16;
   EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_pipe2_ahead1_map3_l1e1_pr2_w2_sm90");
   c.num_heads = 65;
-  EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_c2_pipe2_sync1_ahead1_map3_w2_sm90");
+  EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_c2_pipe2_sync1_ahead1_map3_pr1_w2_sm90");
   EXPECT_EQ(mla_decode_shape(mla_decode_key(90, "sm90", c)).threads, 512);
   c.num_heads = 64;
   setenv("DECA_MLA_PRODUCERS", "1", 1);
