@@ -437,12 +437,12 @@ __device__ __forceinline__ int prefetch_warm_up(const SparseKernelParams& kp, co
   constexpr int kAhead = AheadOf<Cfg>::value;
   static_assert(kAhead >= 1, "prefetch at least the next block");
   for (int a = 1; a < kAhead; ++a) {
-    const int b = checked_id(raw_id_at(kp, part, tok, far, pf_k), pool);
+    const int b = checked_id(raw_id_at(part, far, pf_k), pool);
     if (b >= 0) prefetch_record<Cfg, 2 * kWays>(kp.p, b, t);
-    next_block(kp, part, far);
+    next_block(kp, part, tok, far);
   }
-  const int pf_id = raw_id_at(kp, part, tok, far, pf_k);
-  next_block(kp, part, far);
+  const int pf_id = raw_id_at(part, far, pf_k);
+  next_block(kp, part, tok, far);
   return pf_id;
 }
 
@@ -469,12 +469,12 @@ __device__ __forceinline__ void producer_ahead(const SparseKernelParams& kp, con
 
   // Cursors at blocks i (produced now), i + 1 (whose ids are loaded now) and i + A + 1 (A =
   // kAhead; whose prefetch id is loaded now, for the prefetch issued at block i + 1).
-  BlockPos cur = first_block(kp, part);
+  BlockPos cur = first_block(kp, part, tok);
   BlockPos nxt = cur;
-  next_block(kp, part, nxt);
+  next_block(kp, part, tok, nxt);
   BlockPos far = nxt;
   int pf_id = prefetch_warm_up<Cfg, kWays>(kp, part, tok, far, pf_k, pool, t);  // block A
-  int my_id = tg < kTokens ? raw_id_at(kp, part, tok, cur, tg) : -1;
+  int my_id = tg < kTokens ? raw_id_at(part, cur, tg) : -1;
   // Phases (kStamp): tile wait, ids staged, next ids and prefetch, the block, fence and arrival.
   Stamps<kStamped<Cfg>> st;
   int it = 0;
@@ -497,9 +497,9 @@ __device__ __forceinline__ void producer_ahead(const SparseKernelParams& kp, con
     named_bar_sync(kBarIds, 128 * kProducers);
     st.lap(1);
     // A block ahead: the next block's ids, and the id of the block three ahead.
-    if (tg < kTokens) my_id = raw_id_at(kp, part, tok, nxt, tg);
+    if (tg < kTokens) my_id = raw_id_at(part, nxt, tg);
     if (pf_id >= 0) prefetch_record<Cfg, kTpt>(p, pf_id, t);
-    pf_id = raw_id_at(kp, part, tok, far, pf_k);
+    pf_id = raw_id_at(part, far, pf_k);
     st.lap(2);
     if constexpr (MapOf<Cfg>::value == kMapTokens) {
       // The whole share in one round for kPipeWhole and later, else a token per round.
@@ -519,8 +519,8 @@ __device__ __forceinline__ void producer_ahead(const SparseKernelParams& kp, con
     mbar_arrive(sm.full(stage));
     st.lap(4);
     cur = nxt;
-    next_block(kp, part, nxt);
-    next_block(kp, part, far);
+    next_block(kp, part, tok, nxt);
+    next_block(kp, part, tok, far);
   }
   st.report(it);
 }
@@ -597,14 +597,14 @@ __device__ __forceinline__ void producer_stream(const SparseKernelParams& kp, co
   const int first_token = rank * (kTokens / kCl);
   const int pf_k = first_token + t / kTpt;
 
-  BlockPos nxt = first_block(kp, part);
+  BlockPos nxt = first_block(kp, part, tok);
   if (nxt.r > part.end_req) return;  // no block: the consumers wait for none either
   // Block 0's ids staged, its loads issued; cursors at block 1 (ids) and block A + 1 (prefetch).
-  if (t < kTokens) sm.ids(0)[t] = checked_id(raw_id_at(kp, part, tok, nxt, t), pool);
-  next_block(kp, part, nxt);
+  if (t < kTokens) sm.ids(0)[t] = checked_id(raw_id_at(part, nxt, t), pool);
+  next_block(kp, part, tok, nxt);
   BlockPos far = nxt;
   int pf_id = prefetch_warm_up<Cfg, kCl>(kp, part, tok, far, pf_k, pool, t);  // block A
-  int my_id = t < kTokens ? raw_id_at(kp, part, tok, nxt, t) : -1;  // block 1
+  int my_id = t < kTokens ? raw_id_at(part, nxt, t) : -1;  // block 1
   named_bar_sync(kBarIds, 128);
   Round ra, rb;
   load_round<Cfg, 0>(p, sm.ids(0), t, first_token, ra);
@@ -614,16 +614,16 @@ __device__ __forceinline__ void producer_stream(const SparseKernelParams& kp, co
   auto prefetch_step = [&] {
     pf_id = checked_id(pf_id, pool);
     if (pf_id >= 0) prefetch_record<Cfg, kTpt>(p, pf_id, t);
-    pf_id = raw_id_at(kp, part, tok, far, pf_k);
-    next_block(kp, part, far);
+    pf_id = raw_id_at(part, far, pf_k);
+    next_block(kp, part, tok, far);
   };
   auto stage_next = [&](int it) {
     const bool more = nxt.r <= part.end_req;  // the same for every producer thread
     if (more) {
       if (t < kTokens) sm.ids(it + 1)[t] = checked_id(my_id, pool);
       named_bar_sync(kBarIds, 128);
-      next_block(kp, part, nxt);
-      my_id = t < kTokens ? raw_id_at(kp, part, tok, nxt, t) : -1;
+      next_block(kp, part, tok, nxt);
+      my_id = t < kTokens ? raw_id_at(part, nxt, t) : -1;
     }
     return more;
   };
@@ -732,13 +732,13 @@ __device__ __forceinline__ void producer_stream_small(const SparseKernelParams& 
   const int pf_k = first_token + t / kTpt;
   const StreamStores at = stream_stores(t, first_token);
 
-  BlockPos nxt = first_block(kp, part);
+  BlockPos nxt = first_block(kp, part, tok);
   if (nxt.r > part.end_req) return;  // no block: the consumers wait for none either
-  if (tg < kTokens) sm.ids(0)[tg] = checked_id(raw_id_at(kp, part, tok, nxt, tg), pool);
-  next_block(kp, part, nxt);
+  if (tg < kTokens) sm.ids(0)[tg] = checked_id(raw_id_at(part, nxt, tg), pool);
+  next_block(kp, part, tok, nxt);
   BlockPos far = nxt;
   int pf_id = prefetch_warm_up<Cfg, kWays>(kp, part, tok, far, pf_k, pool, t);
-  int my_id = tg < kTokens ? raw_id_at(kp, part, tok, nxt, tg) : -1;
+  int my_id = tg < kTokens ? raw_id_at(part, nxt, tg) : -1;
   named_bar_sync(kBarIds, 256);
   SmallRound ra, rb;
   load_small<Cfg>(p, ptx::smem_addr(sm.ids(0) + first_token), t, 0, ra);
@@ -750,8 +750,8 @@ __device__ __forceinline__ void producer_stream_small(const SparseKernelParams& 
     const unsigned ids = ptx::smem_addr(sm.ids(it) + first_token);
     pf_id = checked_id(pf_id, pool);
     if (pf_id >= 0) prefetch_record<Cfg, kTpt>(p, pf_id, t);
-    pf_id = raw_id_at(kp, part, tok, far, pf_k);
-    next_block(kp, part, far);
+    pf_id = raw_id_at(part, far, pf_k);
+    next_block(kp, part, tok, far);
     uint4 rope[kRope];
     bool more = false;
 #pragma unroll
@@ -775,8 +775,8 @@ __device__ __forceinline__ void producer_stream_small(const SparseKernelParams& 
         if (more) {
           if (tg < kTokens) sm.ids(it + 1)[tg] = checked_id(my_id, pool);
           named_bar_sync(kBarIds, 256);
-          next_block(kp, part, nxt);
-          my_id = tg < kTokens ? raw_id_at(kp, part, tok, nxt, tg) : -1;
+          next_block(kp, part, tok, nxt);
+          my_id = tg < kTokens ? raw_id_at(part, nxt, tg) : -1;
           load_small<Cfg>(p, ptx::smem_addr(sm.ids(it + 1) + first_token), t, 0, other);
         }
       }

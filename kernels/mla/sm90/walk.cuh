@@ -40,51 +40,54 @@ __device__ __forceinline__ Piece piece_of(const SparseKernelParams& kp, const Sp
   return pc;
 }
 
-// A position in the partition's order of blocks, as the consumers walk it.
+// A position in the partition's order of blocks, as the producers walk it, with the request's
+// row of indices for the CTA's query token: set once per request, so that a block's id loads
+// add an offset to it (built from the strides per load, the address took ~25 instructions).
 struct BlockPos {
   int r, blk, blk_end, len;
+  const int* row;
 };
 
-__device__ __forceinline__ void settle(const SparseKernelParams& kp, const SparsePart& part,
+__device__ __forceinline__ void enter_request(const SparseKernelParams& kp, const SparsePart& part,
+                                              int tok, BlockPos& c) {
+  const Piece pc = piece_of(kp, part, c.r);
+  c.blk = pc.blk_begin;
+  c.blk_end = pc.blk_end;
+  c.len = request_len(kp.p, c.r);
+  c.row = kp.p.indices + c.r * kp.p.indices_stride_batch + tok * kp.p.indices_stride_token;
+}
+
+__device__ __forceinline__ void settle(const SparseKernelParams& kp, const SparsePart& part, int tok,
                                        BlockPos& c) {
   while (c.r <= part.end_req && c.blk >= c.blk_end) {
     if (++c.r > part.end_req) break;
-    const Piece pc = piece_of(kp, part, c.r);
-    c.blk = pc.blk_begin;
-    c.blk_end = pc.blk_end;
-    c.len = request_len(kp.p, c.r);
+    enter_request(kp, part, tok, c);
   }
 }
 
-__device__ __forceinline__ BlockPos first_block(const SparseKernelParams& kp, const SparsePart& part) {
-  BlockPos c{part.begin_req, 0, 0, 0};
-  if (c.r <= part.end_req) {
-    const Piece pc = piece_of(kp, part, c.r);
-    c.blk = pc.blk_begin;
-    c.blk_end = pc.blk_end;
-    c.len = request_len(kp.p, c.r);
-  }
-  settle(kp, part, c);
+__device__ __forceinline__ BlockPos first_block(const SparseKernelParams& kp, const SparsePart& part,
+                                                int tok) {
+  BlockPos c{part.begin_req, 0, 0, 0, kp.p.indices};
+  if (c.r <= part.end_req) enter_request(kp, part, tok, c);
+  settle(kp, part, tok, c);
   return c;
 }
 
-__device__ __forceinline__ void next_block(const SparseKernelParams& kp, const SparsePart& part,
+__device__ __forceinline__ void next_block(const SparseKernelParams& kp, const SparsePart& part, int tok,
                                            BlockPos& c) {
   if (c.r > part.end_req) return;
   ++c.blk;
-  settle(kp, part, c);
+  settle(kp, part, tok, c);
 }
 
 // Id `k` of the block at `c` as stored (-1 past the partition or past the request's length),
 // not yet checked: the check reads the loaded value, so it is done where the id is used, a block
 // later (checked_id), or the load's latency is waited for here (ptxas puts the compare right
 // after the load).
-__device__ __forceinline__ int raw_id_at(const SparseKernelParams& kp, const SparsePart& part,
-                                         int tok, const BlockPos& c, int k) {
-  const MlaSparseParams& p = kp.p;
+__device__ __forceinline__ int raw_id_at(const SparsePart& part, const BlockPos& c, int k) {
   const int pos = c.blk * kTokens + k;
   if (c.r > part.end_req || pos >= c.len) return -1;
-  return ldg_nc_s32(p.indices + c.r * p.indices_stride_batch + tok * p.indices_stride_token + pos);
+  return ldg_nc_s32(c.row + pos);
 }
 
 }  // namespace deca::mla::sm90
