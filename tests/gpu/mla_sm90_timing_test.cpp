@@ -130,7 +130,8 @@ TEST(MlaSm90Timing, AnchorShapesAndStageVariants) {
     const double flop = 2.0 * sh.batch * sh.heads * kTopk * (576 + 512);
     // The plan's defaults for the shape (mla_sm90_defaults: two producer warpgroups in whole-row
     // pieces, each's whole share in one round (pipe 2); without a cluster the gather's loads
-    // allocating in L1, in one the light hand-overs; the L2 prefetch a block ahead, lazy rescale) and their ablations (knobs.cuh Ablate): without the
+    // allocating in L1, in one the light hand-overs and P in consumer 1's registers; the L2
+    // prefetch a block ahead, lazy rescale) and their ablations (knobs.cuh Ablate): without the
     // conversion, without the tensor cores, without the gather's memory traffic, without both.
     // Kernel against no-gather says what the gather's latency costs; no-gather-no-mma is the
     // pipeline's skeleton (hand-overs, conversion, softmax, epilogue).
@@ -157,7 +158,8 @@ TEST(MlaSm90Timing, AnchorShapesAndStageVariants) {
     }
     for (const Variant& v : variants) {
       const jit::JitSpec spec =
-          cluster == 2 ? mla_sm90_spec(64, 2, v.ablate, 2, 0, 1, 0, 1, v.map, 0, 2, 0, v.producers)
+          cluster == 2 ? mla_sm90_spec(64, 2, v.ablate, 2, 0, 1, 0, 1, v.map, 0, 2, v.producers == 2 ? 1 : 0,
+                                       v.producers)
                        : mla_sm90_spec(64, 1, v.ablate, 2, 0, 0, 0, 1, 3, 1, 2, 2, 2);
       const jit::LoadedKernel& k = jit::get_kernel(spec, 0);
       void* args[] = {&kp};
