@@ -58,6 +58,26 @@ __device__ __forceinline__ void qk(float (&s)[32], unsigned q, unsigned k, int k
   wgmma_commit();
 }
 
+// QK^T over N = 128 or 256 tokens of K (rows past the first 64 of a chunk run into the next
+// chunk's: other finite numbers, the same rate); k steps kk / 4 apart by 2 KB for N = 256 so
+// that its 32 KB rows stay inside the 216 KB.
+template <int N>
+__device__ __forceinline__ void qk_wide(float (&o)[128], unsigned q, unsigned k) {
+  wgmma_fence();
+  const unsigned long long dq = smem_desc_sw128(q, 16, 1024);
+  const unsigned long long dk = smem_desc_sw128(k, 16, 1024);
+#pragma unroll
+  for (int kk = 0; kk < 36; ++kk) {
+    const unsigned off = (kk >> 2) * (N == 128 ? kChunk : 2048) + (kk & 3) * 32;
+    if constexpr (N == 128) {
+      wgmma_m64n128k16_ss<0>(o, desc_advance(dq, off), desc_advance(dk, off), kk > 0);
+    } else {
+      wgmma_m64n256k16_ss<0>(o, desc_advance(dq, off), desc_advance(dk, off), kk > 0);
+    }
+  }
+  wgmma_commit();
+}
+
 // P V as the kernel's defaults issue it with two producer warpgroups: consumer 0 with P from
 // registers, consumer 1 with P from shared memory, each as two m64n128k16 per k step.
 template <int kTrans = 1>
@@ -136,29 +156,8 @@ __global__ void __launch_bounds__(384, 1) probe(int warps, unsigned long long* o
         pv_ss(o, q, k);
         wgmma_wait<0>();
         fence_regs(o);
-      } else if constexpr (mode == kQkN256) {
-        wgmma_fence();
-        const unsigned long long dq = smem_desc_sw128(q, 16, 1024);
-        const unsigned long long dk = smem_desc_sw128(k, 16, 1024);
-#pragma unroll
-        for (int kk = 0; kk < 36; ++kk) {
-          const unsigned off = (kk >> 2) * 2048 + (kk & 3) * 32;  // stays inside the 216 KB
-          wgmma_m64n256k16_ss<0>(o, desc_advance(dq, off), desc_advance(dk, off), kk > 0);
-        }
-        wgmma_commit();
-        wgmma_wait<0>();
-        fence_regs(o);
-      } else if constexpr (mode == kQkN128) {
-        wgmma_fence();
-        const unsigned long long dq = smem_desc_sw128(q, 16, 1024);
-        const unsigned long long dk = smem_desc_sw128(k, 16, 1024);
-#pragma unroll
-        for (int kk = 0; kk < 36; ++kk) {
-          const unsigned off = (kk >> 2) * kChunk + (kk & 3) * 32;
-          // N = 128 rows of K: two 64-row chunks per 128 columns... the rate is what counts.
-          wgmma_m64n128k16_ss<0>(o, desc_advance(dq, off), desc_advance(dk, off), kk > 0);
-        }
-        wgmma_commit();
+      } else if constexpr (mode == kQkN128 || mode == kQkN256) {
+        qk_wide<mode == kQkN128 ? 128 : 256>(o, q, k);
         wgmma_wait<0>();
         fence_regs(o);
       } else {

@@ -18,6 +18,7 @@
 #include "kernels/mla/sparse_schedule.cuh"
 #include "kernels/mla/sparse_traits.cuh"
 #include "kernels/mla/sparse_work.cuh"
+#include "kernels/mla/sm90/traits.cuh"
 
 namespace deca::cuda {
 
@@ -76,21 +77,22 @@ void print_stamps(const jit::LoadedKernel& decode, void* stream) {
   std::size_t bytes = 0;
   jit::check_cu(jit::driver().ModuleGetGlobal(&ptr, &bytes, decode.module, "deca_mla_stamps"), "print_stamps",
                 "cuModuleGetGlobal(deca_mla_stamps)");
-  long long v[2 * 4 * 8] = {};
+  using mla::sm90::kStampCtas, mla::sm90::kStampSlots, mla::sm90::kStampWarpgroups;
+  long long v[kStampCtas * kStampWarpgroups * kStampSlots] = {};
   if (bytes != sizeof(v) || cudaStreamSynchronize(static_cast<cudaStream_t>(stream)) != cudaSuccess ||
       cudaMemcpy(v, reinterpret_cast<void*>(ptr), sizeof(v), cudaMemcpyDeviceToHost) != cudaSuccess) {
     std::fprintf(stderr, "stamps: not read\n");
     return;
   }
-  const char* roles[4] = {"consumer0 wait/qk/softmax/hand-or-pv/pv-or-hand/pv-wait",
+  const char* roles[kStampWarpgroups] = {"consumer0 wait/qk/softmax/hand-or-pv/pv-or-hand/pv-wait",
                           "consumer1 wait/p-wait/pv-issue/pv-wait/release", "producer wait/ids/next/block/arrive",
                           "producer wait/ids/next/block/arrive"};
-  for (int cta = 0; cta < 2; ++cta) {
-    for (int wg = 0; wg < 4; ++wg) {
-      const long long* e = v + (cta * 4 + wg) * 8;
+  for (int cta = 0; cta < kStampCtas; ++cta) {
+    for (int wg = 0; wg < kStampWarpgroups; ++wg) {
+      const long long* e = v + (cta * kStampWarpgroups + wg) * kStampSlots;
       if (e[0] <= 0) continue;
       std::fprintf(stderr, "stamp cta %d wg %d %s blocks %lld clk/block:", cta, wg, roles[wg], e[0]);
-      for (int i = 1; i < 8; ++i) std::fprintf(stderr, " %lld", e[i] / e[0]);
+      for (int i = 1; i < kStampSlots; ++i) std::fprintf(stderr, " %lld", e[i] / e[0]);
       std::fprintf(stderr, "\n");
     }
   }

@@ -287,15 +287,19 @@ __device__ __forceinline__ void consumer0(const SparseKernelParams& kp, const Sp
       // consumer 1's P V queues behind it on the tensor cores either way.
       constexpr bool kHandFirst = PHandOf<Cfg>::value != kPHandAfterPv;
       st.lap(2);
-      if constexpr (kHandFirst) hand_over_p();
-      if constexpr (kHandFirst) st.lap(3);
+      if constexpr (kHandFirst) {
+        hand_over_p();
+        st.lap(3);
+      }
       rescale<kRescale>(o, a0, a1);
       if constexpr (!kNoMma<Cfg>) {
         issue_pv_left<ProducersOf<Cfg>::value, kOverlap>(o, pa, tile, sm.p());
       }
       st.lap(kHandFirst ? 4 : 3);
-      if constexpr (!kHandFirst) hand_over_p();
-      if constexpr (!kHandFirst) st.lap(4);
+      if constexpr (!kHandFirst) {
+        hand_over_p();
+        st.lap(4);
+      }
     };
     // Every wgmma of this warpgroup done (P V the last one), then the block's tile released.
     const auto wait_and_release = [&](int stage) {

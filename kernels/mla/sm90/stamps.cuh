@@ -8,13 +8,15 @@
 
 #include "kernels/mla/sm90/knobs.cuh"
 
-// [CTA x 0..1][warpgroup 0..3][block count, phase sums 0..6]
-extern "C" __device__ long long deca_mla_stamps[2 * 4 * 8];
+// [CTA x][warpgroup][block count, phase sums] (traits.cuh kStampCtas, kStampWarpgroups, kStampSlots)
+extern "C" __device__ long long
+    deca_mla_stamps[deca::mla::sm90::kStampCtas * deca::mla::sm90::kStampWarpgroups * deca::mla::sm90::kStampSlots];
 
 namespace deca::mla::sm90 {
 
 template <bool kOn, int kN = 6>
 struct Stamps {
+  static_assert(kN < kStampSlots, "the block count and kN sums fit a warpgroup's record");
   long long last = 0;
   long long sum[kN] = {};
   __device__ __forceinline__ void start() {
@@ -30,11 +32,11 @@ struct Stamps {
   }
   __device__ __forceinline__ void report(int blocks) const {
     if constexpr (kOn) {
-      if (blockIdx.x >= 2 || blockIdx.y != 0 || blockIdx.z != 0 || (threadIdx.x & 127) != 0) return;
-      long long* out = deca_mla_stamps + (blockIdx.x * 4 + threadIdx.x / 128) * 8;
+      if (blockIdx.x >= kStampCtas || blockIdx.y != 0 || blockIdx.z != 0 || (threadIdx.x & 127) != 0) return;
+      long long* out = deca_mla_stamps + (blockIdx.x * kStampWarpgroups + threadIdx.x / 128) * kStampSlots;
       out[0] = blocks;
 #pragma unroll
-      for (int i = 0; i < kN && i < 7; ++i) out[1 + i] = sum[i];
+      for (int i = 0; i < kN; ++i) out[1 + i] = sum[i];
     }
   }
 };

@@ -134,6 +134,13 @@ static_assert(kSmemBytes <= 227 * 1024, "shared memory per CTA on sm_90");
 // unpaired, and the GPU suite passes paired; so 65..128 heads pair by default.
 DECA_HD constexpr int kClusterX(int num_heads) { return num_heads > 64 && num_heads <= 128 ? 2 : 1; }
 
+// The cycle stamps' record (Cfg::kStamp, stamps.cuh) as the backend reads it: for the first
+// kStampCtas CTAs and each warpgroup, kStampSlots numbers: the block count, then the sums of up to
+// kStampSlots - 1 phases.
+constexpr int kStampCtas = 2;
+constexpr int kStampWarpgroups = 4;
+constexpr int kStampSlots = 8;
+
 // Bytes one CTA of a 2-CTA cluster receives from its peer per block: 32 tokens x 576 bf16.
 constexpr int kPeerBytes = (kTokens / 2) * kDimQK * 2;
 
