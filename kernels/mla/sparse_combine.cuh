@@ -2,8 +2,10 @@
 //  - sparse_combine: MLA sparse decode's pieces (sparse_work.cuh: slots split_offsets[r] ..
 //    split_offsets[r + 1] - 1 of run.partial_o / partial_lse), 512 dims, bf16 out. Unsplit
 //    requests were finished by the decode kernel: their rows return at once. Launched with
-//    programmatic dependent launch behind the decode kernel: griddepcontrol.wait comes before the
-//    first read of anything the decode kernel (or the scheduler before it) wrote.
+//    programmatic dependent launch behind the decode kernel (griddepcontrol.wait comes before the
+//    first read of anything the decode kernel or the scheduler before it wrote), and only when
+//    there may be pieces to merge: with topk_length, or when the schedule cuts a request
+//    (schedule_cuts_requests).
 //  - generic_combine: the `combine` op (CombineParams: num_splits equal pieces, any dim_v,
 //    strides, bf16 / fp16 / fp32 out), which the CPU reference specifies.
 // Grid: x = head groups of 8, y = query token, z = request.

@@ -191,8 +191,10 @@ __device__ __forceinline__ void sparse_decode(const SparseKernelParams& kp, unsi
   const MlaSparseParams& p = kp.p;
   const SparseRun& run = kp.run;
   if (!schedule_matches(p, run)) {
-    // A reused schedule of another call shape: write nothing (the combine fills NaN), and in
-    // checked mode record what the workspace held.
+    // A reused schedule of another call shape: NaN outputs, no attention, and in checked mode a
+    // record of what the workspace held.
+    fill_nan_outputs(p, static_cast<int>(blockIdx.x) * kRows, kRows, static_cast<int>(blockIdx.y),
+                     static_cast<int>(blockIdx.z), static_cast<int>(gridDim.z));
     if constexpr (kChecked) {
       if (blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0 && threadIdx.x == 0) {
         const ScheduleStamp st = *run.stamp;

@@ -186,6 +186,16 @@ DECA_MLA_HD inline void sparse_piece_blocks(const SparsePart& part, const int* t
 // The number of partitions: one partition is a column of (q_len x head blocks) CTAs, so this
 // many columns fill the SMs once. Fewer would leave SMs idle; more would make every request pay
 // the fixed overhead more often without adding parallelism (FlashMLA's choice, seed 001 3.3).
+// Whether the schedule of a call without topk_length (every request topk indices) cuts a
+// request, i.e. whether the combine kernel has pieces to merge: the backend leaves it out when
+// not (at b128 / b64 x 128 heads on 66 partitions it would only launch 2048 / 1024 CTAs that
+// return at once). The scheduler's own phases, on caller scratch: num_parts partitions and
+// batch + 1 offsets.
+DECA_MLA_HD inline bool schedule_cuts_requests(int batch, int topk, int num_parts, SparsePart* parts,
+                                               int* split_offsets) {
+  return schedule_sparse(batch, topk, nullptr, num_parts, parts, split_offsets) > batch;
+}
+
 DECA_MLA_HD inline int sparse_num_parts(int sm_count, int q_len, int num_heads) {
   const int head_blocks = (num_heads + 63) / 64;
   const int parts = sm_count / (q_len * head_blocks);

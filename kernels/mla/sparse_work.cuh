@@ -98,6 +98,31 @@ __device__ __forceinline__ bool schedule_matches(const MlaSparseParams& p, const
   return s.batch == p.batch && s.q_len == p.q_len && s.topk == p.topk && s.num_parts == run.num_parts &&
          s.has_topk_length == (p.topk_length != nullptr ? 1 : 0);
 }
+
+// What a decode kernel writes instead of attention when the schedule is another call shape's:
+// NaN in every output value and LSE of heads head0 .. head0 + rows - 1 of query token `tok`, for
+// requests first, first + stride, ... (the CTAs of the grid's z share the requests). The combine
+// kernel writes the same when it runs; the backend leaves it out when no request is cut, so the
+// decode kernels must not rely on it for this.
+__device__ __noinline__ void fill_nan_outputs(const MlaSparseParams& p, int head0, int rows, int tok, int first,
+                                        int stride) {
+  const int heads = p.num_heads - head0 < rows ? p.num_heads - head0 : rows;
+  const uint2 nan2 = make_uint2(0x7FC07FC0u, 0x7FC07FC0u);  // bf16 NaN pairs
+  for (int r = first; r < p.batch; r += stride) {
+    // 128 eight-byte units per head row of 512 bf16.
+    for (int e = static_cast<int>(threadIdx.x); e < heads * 128; e += static_cast<int>(blockDim.x)) {
+      auto* out = static_cast<unsigned short*>(p.out) + r * p.out_stride_batch + tok * p.out_stride_token +
+                  (head0 + e / 128) * p.out_stride_head + 4 * (e % 128);
+      *reinterpret_cast<uint2*>(out) = nan2;
+    }
+    if (p.lse != nullptr) {
+      for (int h = static_cast<int>(threadIdx.x); h < heads; h += static_cast<int>(blockDim.x)) {
+        p.lse[r * p.lse_stride_batch + tok * p.lse_stride_token + (head0 + h) * p.lse_stride_head] =
+            __int_as_float(0x7FC00000);
+      }
+    }
+  }
+}
 #endif
 
 // The one parameter of every sparse decode kernel entry (passed as const __grid_constant__).

@@ -8,6 +8,7 @@
 #include <mutex>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "cuda/backend.hpp"
 #include "cuda/mla_spec.hpp"
@@ -72,7 +73,7 @@ jit::Dim3 combine_block() {
 
 // DECA_MLA_STAMP=1 (a timing aid, kernels/mla/sm90/stamps.cuh): waits for the decode kernel and
 // prints each role's mean cycles per block and phase, for the first CTAs, on stderr.
-void print_stamps(const jit::LoadedKernel& decode, void* stream) {
+void print_stamps(const jit::LoadedKernel& decode, bool seesaw, void* stream) {
   CUdeviceptr ptr = 0;
   std::size_t bytes = 0;
   jit::check_cu(jit::driver().ModuleGetGlobal(&ptr, &bytes, decode.module, "deca_mla_stamps"), "print_stamps",
@@ -84,9 +85,12 @@ void print_stamps(const jit::LoadedKernel& decode, void* stream) {
     std::fprintf(stderr, "stamps: not read\n");
     return;
   }
-  const char* roles[kStampWarpgroups] = {"consumer0 wait/qk/softmax/hand-or-pv/pv-or-hand/pv-wait",
-                          "consumer1 wait/p-wait/pv-issue/pv-wait/release", "producer wait/ids/next/block/arrive",
-                          "producer wait/ids/next/block/arrive"};
+  // The seesaw consumers (Cfg::kSeesaw) stamp their own blocks: own P V waited, the other's block
+  // taken, tile waited (those two in the order of the variant), S waited, softmax, published.
+  const char* roles[kStampWarpgroups] = {
+      seesaw ? "seesaw0 own-pv/take/tile/s-wait/softmax/publish" : "consumer0 wait/qk/softmax/hand-or-pv/pv-or-hand/pv-wait",
+      seesaw ? "seesaw1 own-pv/take/tile/s-wait/softmax/publish" : "consumer1 wait/p-wait/pv-issue/pv-wait/release",
+      "producer wait/ids/next/block/arrive", "producer wait/ids/next/block/arrive"};
   for (int cta = 0; cta < kStampCtas; ++cta) {
     for (int wg = 0; wg < kStampWarpgroups; ++wg) {
       const long long* e = v + (cta * kStampWarpgroups + wg) * kStampSlots;
@@ -103,6 +107,7 @@ struct Kernels {
   int arch = 0;
   std::string variant;
   bool stamped = false;  // Cfg::kStamp: print the decode kernel's cycle stamps after each launch
+  bool seesaw = false;   // Cfg::kSeesaw: the consumers' stamps name the seesaw's phases
   MlaDecodeShape shape;
   const jit::LoadedKernel* schedule;
   const jit::LoadedKernel* decode;
@@ -138,6 +143,7 @@ const Kernels& kernels(const MlaKernelKey& dk, int num_heads, int device) {
   k.arch = dk.arch;
   k.variant = dk.variant;
   k.stamped = dk.variant == "sm90" && dk.sm90.stamp == 1;
+  k.seesaw = dk.variant == "sm90" && dk.sm90.seesaw != 0;
   k.shape = mla_decode_shape(dk);
   k.schedule = &jit::get_kernel(key(dk.arch, MlaKernelRole::kSchedule).spec(), device);
   k.decode = &jit::get_kernel(dk.spec(), device);
@@ -277,8 +283,22 @@ void mla_sparse_decode(const MlaPlan& plan, const MlaSparseParams& params, void*
   }
   jit::launch(*k.decode, grid, block, static_cast<std::size_t>(k.shape.smem_bytes), stream, args,
               decode_options);
-  if (k.stamped) print_stamps(*k.decode, stream);
+  if (k.stamped) print_stamps(*k.decode, k.seesaw, stream);
 
+  // Without topk_length the schedule is a function of (batch, topk, num_parts): when it cuts no
+  // request the decode kernel wrote every output itself and the combine is left out (launched,
+  // it costs its launch and one wave of CTAs per 132 (request, 8 heads) that return at once:
+  // b128 h128 ~5 us of 175). A reused schedule of another shape gets NaN outputs from the decode
+  // kernel either way.
+  if (params.topk_length == nullptr) {
+    thread_local std::vector<mla::SparsePart> parts;
+    thread_local std::vector<int> offsets;
+    parts.resize(static_cast<std::size_t>(plan.num_parts));
+    offsets.resize(static_cast<std::size_t>(params.batch) + 1);
+    if (!mla::schedule_cuts_requests(params.batch, params.topk, plan.num_parts, parts.data(), offsets.data())) {
+      return;
+    }
+  }
   jit::LaunchOptions combine_options;
   // PDL needs sm_90; below, the attribute would be ignored at best.
   combine_options.pdl = k.arch >= 90;

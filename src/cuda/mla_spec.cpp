@@ -52,6 +52,7 @@ constexpr Knob kKnobs[] = {
     {&MlaSm90Knobs::phand, "kPHand", "DECA_MLA_PHAND", 0, 3, "_pr", 0, true},
     {&MlaSm90Knobs::producers, "kProducers", "DECA_MLA_PRODUCERS", 1, 2, "_w", 1, true},
     {&MlaSm90Knobs::peer_copy, "kPeerCopy", "DECA_MLA_PEERCOPY", 0, 1, "_bulk", 0, false},
+    {&MlaSm90Knobs::seesaw, "kSeesaw", "DECA_MLA_SEESAW", 0, 2, "_see", 0, true},
     {&MlaSm90Knobs::stamp, "kStamp", "DECA_MLA_STAMP", 0, 1, "_stamp", 0, false},
 };
 
@@ -102,6 +103,10 @@ MlaSm90Knobs mla_sm90_consistent(MlaSm90Knobs k, int num_heads) {
   // The next block's S issued behind P V: so do pipes 2 and 3 without a cluster (one producer;
   // 40-88 B, NVRTC).
   if (k.phand == 3 && k.cluster == 1 && (k.pipe == 2 || k.pipe == 3)) k.phand = 0;
+  // The seesaw consumers (200 registers each): two producers at 56, in a cluster, pipes 1 and 2.
+  // They hand P over their own way: kPHand is left at its neutral value.
+  if (k.seesaw != 0 && (k.cluster != 2 || k.producers != 2 || k.pipe < 1 || k.pipe > 2)) k.seesaw = 0;
+  if (k.seesaw != 0) k.phand = 0;
   return k;
 }
 

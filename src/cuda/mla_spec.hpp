@@ -37,6 +37,8 @@ struct MlaSm90Knobs {
                      // 3 consumer 0 issues the next block's QK^T right behind its P V (P V from shared memory)
   int producers = 1; // Cfg::kProducers, DECA_MLA_PRODUCERS: 2 producer warpgroups (512 threads)
   int peer_copy = 0; // Cfg::kPeerCopy, DECA_MLA_PEERCOPY: 1 the peer's rows by the bulk-copy unit (cluster)
+  int seesaw = 0;    // Cfg::kSeesaw, DECA_MLA_SEESAW: 1 the consumers take alternate blocks (QK^T and
+                     // softmax each; two producers in a cluster, pipes 1 and 2)
   int stamp = 0;     // Cfg::kStamp, DECA_MLA_STAMP: 1 cycle stamps per phase printed by the first CTAs (timing aid)
 };
 

@@ -122,6 +122,7 @@ struct Sm90Case {
   int phand = 0;           // Cfg::kPHand: 1 consumer 1 takes P into registers (same bytes as 0)
   int producers = 1;       // Cfg::kProducers: 2 producer warpgroups (512 threads; same bytes as 1)
   int peer_copy = 0;       // Cfg::kPeerCopy: 1 the peer's rows by bulk copies (same bytes as 0)
+  int seesaw = 0;          // Cfg::kSeesaw: 1 the consumers take alternate blocks
   std::string name;
 };
 
@@ -187,7 +188,8 @@ void run_case(const Sm90Case& tc) {
   kp.run.stamp = stamp.as<mla::ScheduleStamp>();
 
   const jit::LoadedKernel& k = jit::get_kernel(mla_sm90_spec(s.page_size, tc.cluster, 0, tc.pipe, tc.dequant, tc.sync, tc.prefetch, tc.ahead, tc.map, tc.l1,
-                                                             tc.rescale, tc.phand, tc.producers, tc.peer_copy), 0);
+                                                             tc.rescale, tc.phand, tc.producers, tc.peer_copy, 0,
+                                                             tc.seesaw), 0);
   const unsigned threads = static_cast<unsigned>(mla::sm90::threads_of(tc.producers));
   void* args[] = {&kp};
   jit::LaunchOptions opts;
@@ -231,8 +233,9 @@ void run_case(const Sm90Case& tc) {
   // conversions, the unit split, every rescale and P from shared memory must write the same bytes;
   // so must two producer warpgroups (the same tiles; P V as two N = 128 halves per k step, each
   // element's sum the same) and the peer's rows by bulk copies (the same bytes, another route).
-  if (tc.dequant != 0 || tc.map != 0 || tc.rescale == 1 || tc.phand != 0 || tc.producers != 1 ||
-      tc.peer_copy != 0) {
+  // (Not the seesaw consumers: their row sums add in another order.)
+  if (tc.seesaw == 0 && (tc.dequant != 0 || tc.map != 0 || tc.rescale == 1 || tc.phand != 0 ||
+                         tc.producers != 1 || tc.peer_copy != 0)) {
     const jit::LoadedKernel& k0 = jit::get_kernel(
         mla_sm90_spec(s.page_size, tc.cluster, 0, tc.pipe, 0, tc.sync, tc.prefetch, tc.ahead, 0, tc.l1,
                       tc.rescale == 2 ? 2 : 0, 0), 0);
@@ -735,6 +738,61 @@ TEST(MlaSm90Kernel, ConsumerVariants) {
     for (Sm90Case& c : cases) {
       c.rescale = v.rescale;
       c.phand = v.phand;
+      run_case(c);
+    }
+  }
+}
+
+// The seesaw consumers (Cfg::kSeesaw 1 and 2: the two consumer warpgroups take alternate blocks
+// and pass the running maxima along; the two orders of a warpgroup's step) with the cluster's
+// producers (two warpgroups, pipes 2 and 1): one and many requests per partition with odd and
+// even block counts (the request's last block is either warpgroup's; O, the maxima and the sums
+// reset per request), one-block requests, splits with the sink and topk_length, heavy skips with
+// a row of all -1, page 1, q_len 4, and every rescale policy. Against the CPU reference (the row
+// sums add in another order than with one warpgroup on the softmax: not bit for bit with it),
+// run to run bit for bit in run_case.
+TEST(MlaSm90Kernel, SeesawConsumers) {
+  REQUIRE_SM90();
+  std::vector<Sm90Case> cases = cluster_cases("see_");
+  for (Sm90Case& c : pipe_cases("see_")) {
+    if (c.cluster == 2) cases.push_back(c);
+  }
+  Sm90Case odd = make("see_c2_h128_many_odd_blocks_q4", 7, 4, 128, 64, 192);
+  odd.one_request = false;
+  odd.cap = 5;
+  Sm90Case ones = make("see_c2_h72_one_block_requests_topklen", 9, 1, 72, 16, 64);
+  ones.one_request = false;
+  ones.spec.topk_length = true;
+  Sm90Case lens = make("see_c2_h128_ragged_lengths_sink", 6, 2, 128, 32, 576);
+  lens.one_request = false;
+  lens.cap = 7;
+  lens.spec.topk_length = true;
+  lens.spec.attn_sink = true;
+  for (Sm90Case c : {odd, ones, lens}) {
+    c.cluster = 2;
+    cases.push_back(c);
+  }
+  // Both orders: S issued first (1), the other's block taken first (2).
+  for (int seesaw : {1, 2}) {
+    for (Sm90Case c : cases) {
+      c.name = "s" + std::to_string(seesaw) + "_" + c.name;
+      c.producers = 2;
+      c.pipe = 2;
+      c.map = 3;
+      c.sync = 1;
+      c.ahead = 1;
+      c.rescale = 2;
+      c.seesaw = seesaw;
+      run_case(c);
+    }
+  }
+  for (int rescale : {0, 1}) {
+    for (Sm90Case c : cluster_cases("see_r" + std::to_string(rescale) + "_")) {
+      c.producers = 2;
+      c.pipe = 1;
+      c.sync = 1;
+      c.rescale = rescale;
+      c.seesaw = 1;
       run_case(c);
     }
   }

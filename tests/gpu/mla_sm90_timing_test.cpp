@@ -139,7 +139,7 @@ TEST(MlaSm90Timing, AnchorShapesAndStageVariants) {
     // without the skeleton's ablations: what the distributed shared memory traffic costs; and the
     // pair exchange and the whole-row pieces (Cfg::kMap 2, 3), with their skeletons.
     // (In a cluster "units" is the unit split of one producer, the default until 5d7c91b.)
-    struct Variant { int ablate; const char* name; int map = 3; int producers = 2; };
+    struct Variant { int ablate; const char* name; int map = 3; int producers = 2; int seesaw = 0; };
     // Each side alone (Ablate 7-9): the consumers on zeroed tiles without waiting for any, the
     // producers with every tile released as soon as it is full, with and without the gather's
     // memory traffic. Against the kernel they say whether the two sides overlap (kernel ~ the
@@ -155,11 +155,17 @@ TEST(MlaSm90Timing, AnchorShapesAndStageVariants) {
       variants.push_back({4, "units-skel", 0, 1});
       variants.push_back({0, "pairs", 2, 1});
       variants.push_back({4, "pairs-skel", 2, 1});
+      // The seesaw consumers (Cfg::kSeesaw): the kernel, its consumers alone, without wgmma.
+      variants.push_back({0, "seesaw", 3, 2, 1});
+      variants.push_back({7, "see-consumers", 3, 2, 1});
+      variants.push_back({2, "see-no-mma", 3, 2, 1});
+      variants.push_back({0, "seesaw-2", 3, 2, 2});
+      variants.push_back({7, "see2-consumers", 3, 2, 2});
     }
     for (const Variant& v : variants) {
       const jit::JitSpec spec =
-          cluster == 2 ? mla_sm90_spec(64, 2, v.ablate, 2, 0, 1, 0, 1, v.map, 0, 2, v.producers == 2 ? 1 : 0,
-                                       v.producers)
+          cluster == 2 ? mla_sm90_spec(64, 2, v.ablate, 2, 0, 1, 0, 1, v.map, 0, 2,
+                                       v.producers == 2 && v.seesaw == 0 ? 1 : 0, v.producers, 0, 0, v.seesaw)
                        : mla_sm90_spec(64, 1, v.ablate, 2, 0, 0, 0, 1, 3, 1, 2, 2, 2);
       const jit::LoadedKernel& k = jit::get_kernel(spec, 0);
       void* args[] = {&kp};

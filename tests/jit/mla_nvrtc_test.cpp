@@ -189,6 +189,7 @@ TEST(MlaSm90Knobs, ConsistentKeepsOnlyCombinationsTheKernelBuilds) {
     EXPECT_EQ(k.phand, r.kept.phand) << at;
     EXPECT_EQ(k.producers, r.kept.producers) << at;
     EXPECT_EQ(k.peer_copy, r.kept.peer_copy) << at;
+    EXPECT_EQ(k.seesaw, r.kept.seesaw) << at;
   };
   // The peer's rows by bulk copies: in a cluster with pipes 1-3 and not the token split.
   auto bulk = [](MlaSm90Knobs k, int peer_copy) {
@@ -205,6 +206,21 @@ TEST(MlaSm90Knobs, ConsistentKeepsOnlyCombinationsTheKernelBuilds) {
       {128, bulk(knobs(2, 2, 0, 1, 0, 1, 1, 0), 1), bulk(knobs(2, 2, 0, 1, 0, 1, 1, 0), 0)},
   };
   for (const Row& r : peer) expect_kept(r);
+  // The seesaw consumers: two producers in a cluster with pipes 1 and 2; P's hand-over knob then
+  // left at its neutral value.
+  auto see = [](MlaSm90Knobs k, int seesaw) {
+    k.seesaw = seesaw;
+    return k;
+  };
+  const Row seesaw[] = {
+      {128, see(two(with(knobs(2, 2, 0, 1, 0, 1, 3, 0), 2, 1)), 1), see(two(with(knobs(2, 2, 0, 1, 0, 1, 3, 0), 2, 0)), 1)},
+      {100, see(two(with(knobs(2, 1, 0, 1, 0, 1, 0, 0), 1, 0)), 2), see(two(with(knobs(2, 1, 0, 1, 0, 1, 0, 0), 1, 0)), 2)},
+      {64, see(two(with(knobs(2, 2, 0, 1, 0, 1, 3, 1), 2, 2)), 1), see(two(with(knobs(1, 2, 0, 0, 0, 1, 3, 1), 2, 2)), 0)},
+      {128, see(with(knobs(2, 2, 0, 1, 0, 1, 3, 0), 2, 1), 1), see(with(knobs(2, 2, 0, 1, 0, 1, 3, 0), 2, 1), 0)},
+      {128, see(two(with(knobs(2, 3, 0, 1, 0, 1, 3, 0), 2, 0)), 1), see(two(with(knobs(2, 3, 0, 1, 0, 1, 3, 0), 2, 0)), 0)},
+      {128, see(two(with(knobs(2, 4, 0, 1, 0, 1, 0, 0), 2, 0)), 2), see(two(with(knobs(2, 4, 0, 1, 0, 1, 0, 0), 2, 0)), 0)},
+  };
+  for (const Row& r : seesaw) expect_kept(r);
   for (const Row& r : producers) {
     EXPECT_EQ(r.kept.producers, 2);
     expect_kept(r);

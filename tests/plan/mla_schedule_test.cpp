@@ -255,6 +255,28 @@ TEST(MlaSchedule, PhasesInAnyThreadOrderMatchTheOnePassWalk) {
   }
 }
 
+// Whether a call without topk_length cuts a request (the backend launches the combine kernel
+// only then): the anchor shapes on the H200's partitions (132 SMs; 66 clusters at 128 heads).
+TEST(MlaSchedule, CutsRequestsDecidesTheCombine) {
+  struct Row {
+    int batch, topk, num_parts;
+    bool cuts;
+  };
+  for (const Row r : {Row{128, 2048, 66, false}, Row{64, 2048, 66, false}, Row{128, 2048, 132, false},
+                      Row{64, 2048, 132, true}, Row{1, 2048, 132, true}, Row{148, 16384, 66, true},
+                      Row{128, 4096, 66, false}, Row{132, 64, 132, false}, Row{133, 64, 132, false},
+                      Row{100, 2048, 66, true},
+                      Row{3, 64, 8, false}}) {
+    std::vector<SparsePart> parts(r.num_parts);
+    std::vector<int> offsets(r.batch + 1);
+    EXPECT_EQ(schedule_cuts_requests(r.batch, r.topk, r.num_parts, parts.data(), offsets.data()), r.cuts)
+        << r.batch << " x " << r.topk << " on " << r.num_parts;
+    // The same as counting the pieces of the full schedule.
+    const Schedule s = run(r.batch, r.topk, nullptr, r.num_parts);
+    EXPECT_EQ(s.slots > r.batch, r.cuts);
+  }
+}
+
 TEST(MlaSchedule, NumPartsFillsTheSmsOnce) {
   EXPECT_EQ(sparse_num_parts(132, 1, 128), 66);
   EXPECT_EQ(sparse_num_parts(132, 1, 64), 132);

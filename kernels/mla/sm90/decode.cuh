@@ -52,6 +52,7 @@
 #include "kernels/mla/sm90/knobs.cuh"
 #include "kernels/mla/sm90/pipeline.cuh"
 #include "kernels/mla/sm90/producer.cuh"
+#include "kernels/mla/sm90/seesaw.cuh"
 #include "kernels/mla/sm90/traits.cuh"
 #include "kernels/mla/sparse_work.cuh"
 
@@ -78,6 +79,11 @@ __device__ __forceinline__ void mla_sparse_decode_sm90(const SparseKernelParams&
   static_assert(DequantOf<Cfg>::value != 2 || (MapOf<Cfg>::value == kMapUnits && kCl == 2),
                 "Cfg::kDequant = 2: a quad of lanes on one token (the unit split), in a cluster "
                 "(without one the producer spills)");
+  static_assert(SeesawOf<Cfg>::value == 0 ||
+                    (SeesawOf<Cfg>::value <= 2 && kProducers == 2 && kCl == 2 &&
+                     (PipeOf<Cfg>::value == kPipeAhead || PipeOf<Cfg>::value == kPipeWhole)),
+                "Cfg::kSeesaw 1, 2: two producers (56 registers: pipes 1 and 2) in a cluster of 2");
+  constexpr bool kSeesaw = SeesawOf<Cfg>::value != 0;
   const unsigned raw = ptx::smem_addr(smem_raw);
   Smem sm;
   sm.base = (raw + 1023u) & ~1023u;
@@ -101,6 +107,7 @@ __device__ __forceinline__ void mla_sparse_decode_sm90(const SparseKernelParams&
     mbar_init(sm.p_free(), 128);   // every consumer-1 thread
     mbar_init(sm.out_ready(), 128);
     mbar_init(sm.out_free(), 128);
+    mbar_init(sm.q_loaded(), 128);  // every consumer-0 thread (Cfg::kSeesaw)
     fence_mbar_init();
   }
   if constexpr (kNoProduce<Cfg>) {
@@ -121,9 +128,13 @@ __device__ __forceinline__ void mla_sparse_decode_sm90(const SparseKernelParams&
   }
   // Under programmatic dependent launch the scheduler's metadata may still be in flight.
   grid_dependency_wait();
-  // A reused schedule of another call shape (ScheduleStamp): write nothing. Every CTA of a
-  // cluster reads the same stamp, so both leave here or neither does.
-  if (!schedule_matches(kp.p, kp.run)) return;
+  // A reused schedule of another call shape (ScheduleStamp): NaN outputs, no attention. Every CTA
+  // of a cluster reads the same stamp, so both leave here or neither does.
+  if (!schedule_matches(kp.p, kp.run)) {
+    fill_nan_outputs(kp.p, static_cast<int>(blockIdx.x) * kHeadsPerCta, kHeadsPerCta, static_cast<int>(blockIdx.y),
+                     static_cast<int>(blockIdx.z), static_cast<int>(gridDim.z));
+    return;
+  }
 
   const SparsePart part = kp.run.parts[blockIdx.z];
   const int tok = blockIdx.y;
@@ -131,7 +142,8 @@ __device__ __forceinline__ void mla_sparse_decode_sm90(const SparseKernelParams&
   // Read through a shuffle so that ptxas sees a warp-uniform role: wgmma in a path it takes for
   // divergent is serialized (C7518: a wait after every wgmma).
   const int wg = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / 128, 0);
-  constexpr RegBudget kRegs = reg_budget(PipeOf<Cfg>::value, PHandOf<Cfg>::value, kProducers, kCl);
+  constexpr RegBudget kRegs =
+      reg_budget(PipeOf<Cfg>::value, PHandOf<Cfg>::value, kProducers, kCl, SeesawOf<Cfg>::value);
   if (wg >= 2) {
     setmaxnreg_dec<kRegs.producer>();
     if constexpr (kNoProduce<Cfg>) {
@@ -148,6 +160,8 @@ __device__ __forceinline__ void mla_sparse_decode_sm90(const SparseKernelParams&
     setmaxnreg_inc<kRegs.consumer0>();
     if constexpr (kNoConsume<Cfg>) {
       release_only<Cfg>(kp, part, sm, static_cast<int>(threadIdx.x & 31));
+    } else if constexpr (kSeesaw) {
+      consumer_seesaw<Cfg, 0>(kp, part, tok, head0, sm);
     } else {
       consumer0<Cfg>(kp, part, tok, head0, sm);
     }
@@ -159,6 +173,8 @@ __device__ __forceinline__ void mla_sparse_decode_sm90(const SparseKernelParams&
     }
     if constexpr (kNoConsume<Cfg>) {
       release_only<Cfg>(kp, part, sm, static_cast<int>(threadIdx.x & 31));
+    } else if constexpr (kSeesaw) {
+      consumer_seesaw<Cfg, 1>(kp, part, tok, head0, sm);
     } else {
       consumer1<Cfg>(kp, part, tok, head0, sm);
     }

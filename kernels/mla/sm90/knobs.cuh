@@ -167,6 +167,23 @@ DECA_MLA_SM90_KNOB(PeerCopyOf, kPeerCopy, 0)
 template <class Cfg>
 inline constexpr bool kBulkPeer = ClusterOf<Cfg>::value == 2 && PeerCopyOf<Cfg>::value == 1;
 
+// How the two consumer warpgroups share a block. 0: consumer 0 runs every block's S = Q K^T and
+// softmax and hands P to consumer 1 (kPHand says how); each runs P V on its half of O's columns.
+// While consumer 0 runs the softmax and the hand-over the tensor cores idle and consumer 1 waits
+// (stamps at b128 h128, cluster: QK^T ~1580, softmax ~920, hand-over ~360, P V ~850 clk of
+// consumer 0 per block; consumer 1 waits ~3100). 1: "seesaw" (seesaw.cuh, after FlashMLA's
+// dense decode): the consumers take alternate blocks, each running that block's S and softmax
+// and publishing P and the new row maxima for the other, so that one's QK^T runs under the
+// other's softmax; the running maxima pass from one to the other block by block. Each holds S,
+// its own P and its half of O (200 registers): two producer warpgroups in a cluster (56 each).
+// 1 issues a warpgroup's S before it takes the other's block (S under the other's softmax when
+// the tile is already full); 2 takes the other's block first (its P V and its tile's release do
+// not wait for this block's tile). Measured (H200, kernel alone, b128 h128): a first version of
+// 1 that released the other's tile only after its own softmax 229.0 us against 168.6, its
+// consumers alone 130.7 against 133.8; with two K tiles the ring, not the tensor cores, paces
+// the block (docs/perf-notes-mla.md, 2026-12-02, sixth part). Off.
+DECA_MLA_SM90_KNOB(SeesawOf, kSeesaw, 0)
+
 // 1: every role adds up the cycles of each phase of a block and the first CTAs print the means
 // (stamps.cuh; a timing aid, never a plan's).
 DECA_MLA_SM90_KNOB(StampOf, kStamp, 0)

@@ -62,6 +62,10 @@ struct Smem {
   __device__ __forceinline__ mbar_t* out_free() const {
     return reinterpret_cast<mbar_t*>(ptr + SmemPlan::kBarOutFree);
   }
+  // Cfg::kSeesaw: consumer 0 loaded the request's Q, consumer 1 may read it (seesaw.cuh).
+  __device__ __forceinline__ mbar_t* q_loaded() const {
+    return reinterpret_cast<mbar_t*>(ptr + SmemPlan::kBarQLoaded);
+  }
   __device__ __forceinline__ unsigned peer(unsigned smem_addr) const { return smem_addr + peer_delta; }
 };
 

@@ -66,7 +66,11 @@ DECA_HD constexpr RegBudget reg_budget_of_pipe(int pipe) {
 // In a cluster, with P in consumer 1's registers (kPHand 1, pipes 1 and 2): consumer 1 176 (O
 // and P's 16), each producer 56 (their 16 tokens per warpgroup: no spill, NVRTC), consumer 0
 // the rest, 224.
-DECA_HD constexpr RegBudget reg_budget(int pipe, int phand = 0, int producers = 1, int cluster = 1) {
+// The seesaw consumers (Cfg::kSeesaw, two producers in a cluster) each hold S, their own P and
+// their half of O: 200 each, the producers 56.
+DECA_HD constexpr RegBudget reg_budget(int pipe, int phand = 0, int producers = 1, int cluster = 1,
+                                       int seesaw = 0) {
+  if (seesaw != 0) return RegBudget{200, 200, 56};
   if (producers == 2 && cluster == 2 && phand == 1) return RegBudget{224, 176, 56};
   if (producers == 2) {
     return cluster == 1 && (pipe == kPipeWhole || pipe == kPipeEarly) ? RegBudget{192, 160, 80}
@@ -84,6 +88,9 @@ static_assert(reg_budget(1, 0, 2).consumer0 + reg_budget(1, 0, 2).consumer1 +
 static_assert(reg_budget(2, 1, 2, 2).consumer0 + reg_budget(2, 1, 2, 2).consumer1 +
                       2 * reg_budget(2, 1, 2, 2).producer <= 4 * launch_regs(2),
               "register file, two producers in a cluster with P in consumer 1's registers");
+static_assert(reg_budget(2, 0, 2, 2, 1).consumer0 + reg_budget(2, 0, 2, 2, 1).consumer1 +
+                      2 * reg_budget(2, 0, 2, 2, 1).producer <= 4 * launch_regs(2),
+              "register file, the seesaw consumers");
 static_assert(reg_budget(kPipeWhole).consumer0 + reg_budget(kPipeWhole).consumer1 +
                       reg_budget(kPipeWhole).producer <= 3 * 168 &&
                   reg_budget(kPipeEarly).consumer0 + reg_budget(kPipeEarly).consumer1 +
@@ -116,7 +123,8 @@ struct SmemPlan {
   static constexpr int kBarPFree = kBarPReady + 8;             // u64: consumer 1 is done with it
   static constexpr int kBarOutReady = kBarPFree + 8;           // u64: a request's out factors
   static constexpr int kBarOutFree = kBarOutReady + 8;         // u64: consumer 1 read them
-  static constexpr int kEnd = kBarOutFree + 8;
+  static constexpr int kBarQLoaded = kBarOutFree + 8;          // u64: Q landed (Cfg::kSeesaw)
+  static constexpr int kEnd = kBarQLoaded + 8;
 };
 
 // The dynamic size asked at launch: the plan plus 1 KiB to align its base to the 1024 B the
