@@ -291,10 +291,8 @@ void mla_sparse_decode(const MlaPlan& plan, const MlaSparseParams& params, void*
   // b128 h128 ~5 us of 175). A reused schedule of another shape gets NaN outputs from the decode
   // kernel either way.
   if (params.topk_length == nullptr) {
-    thread_local std::vector<mla::SparsePart> parts;
-    thread_local std::vector<int> offsets;
-    parts.resize(static_cast<std::size_t>(plan.num_parts));
-    offsets.resize(static_cast<std::size_t>(params.batch) + 1);
+    std::vector<mla::SparsePart> parts(static_cast<std::size_t>(plan.num_parts));
+    std::vector<int> offsets(static_cast<std::size_t>(params.batch) + 1);
     if (!mla::schedule_cuts_requests(params.batch, params.topk, plan.num_parts, parts.data(), offsets.data())) {
       return;
     }
