@@ -178,10 +178,10 @@ inline constexpr bool kBulkPeer = ClusterOf<Cfg>::value == 2 && PeerCopyOf<Cfg>:
 // its own P and its half of O (200 registers): two producer warpgroups in a cluster (56 each).
 // 1 issues a warpgroup's S before it takes the other's block (S under the other's softmax when
 // the tile is already full); 2 takes the other's block first (its P V and its tile's release do
-// not wait for this block's tile). Measured (H200, kernel alone, b128 h128): a first version of
-// 1 that released the other's tile only after its own softmax 229.0 us against 168.6, its
-// consumers alone 130.7 against 133.8; with two K tiles the ring, not the tensor cores, paces
-// the block (docs/perf-notes-mla.md, 2026-12-02, sixth part). Off.
+// not wait for this block's tile). Measured (H200, kernel alone, b128 h128, df91fa5): 1 214.8 us,
+// 2 194.9, against 168.9 for the default (consumers alone 131.9 / 133.4 / 134.1): with two K
+// tiles the ring, not the tensor cores, paces the block (docs/perf-notes-mla.md, 2026-12-02,
+// sixth part). Off.
 DECA_MLA_SM90_KNOB(SeesawOf, kSeesaw, 0)
 
 // 1: every role adds up the cycles of each phase of a block and the first CTAs print the means
