@@ -57,41 +57,51 @@ DECA_MLA_HD inline int schedule_stage_blocks(int batch, int topk, const int* top
 // few integer operations (the whole requests it takes are one division), not a step per request.
 // Ragged: one step per request, the next request's count loaded a step ahead so that the chain
 // is the compare, not the shared-memory latency.
+// The units every partition may take: ceil(total cost / num_parts) + the fixed overhead.
+DECA_MLA_HD inline int schedule_payload(int total, int num_parts) {
+  return (total + num_parts - 1) / num_parts + kFixedOverheadBlocks;
+}
+
+// One partition of the walk when every request has n blocks, from request `req`, block `block`:
+// a few integer operations (the whole requests it takes are one division). Returns the
+// partition and moves req / block past it.
+DECA_MLA_HD inline SparsePart schedule_uniform_part(int batch, int n, int payload, int& req, int& block) {
+  constexpr int kOver = kFixedOverheadBlocks;
+  const int cost = n + kOver;
+  SparsePart part{req, block, req - 1, 0, 0, 0, 0, 0};
+  if (req < batch) {
+    int remain = payload;
+    if (n - block + kOver <= remain) {
+      remain -= n - block + kOver;
+      int take = remain / cost;
+      if (take > batch - req - 1) take = batch - req - 1;
+      remain -= take * cost;
+      req += take + 1;
+      block = 0;
+      part.end_req = req - 1;
+      part.end_block = n;
+      if (req < batch && remain - kOver > 0) {
+        block = remain - kOver;
+        part.end_req = req;
+        part.end_block = block;
+      }
+    } else if (remain - kOver > 0) {
+      block += remain - kOver;
+      part.end_req = req;
+      part.end_block = block;
+    }
+  }
+  return part;
+}
+
 DECA_MLA_HD inline void schedule_walk(int batch, int uniform_blocks, const int* blocks, int total,
                                       int num_parts, SparsePart* parts) {
   constexpr int kOver = kFixedOverheadBlocks;
-  const int payload = (total + num_parts - 1) / num_parts + kOver;
+  const int payload = schedule_payload(total, num_parts);
   int req = 0;
   int block = 0;
   if (uniform_blocks >= 0) {
-    const int n = uniform_blocks;
-    const int cost = n + kOver;
-    for (int i = 0; i < num_parts; ++i) {
-      SparsePart part{req, block, req - 1, 0, 0, 0, 0, 0};
-      if (req < batch) {
-        int remain = payload;
-        if (n - block + kOver <= remain) {
-          remain -= n - block + kOver;
-          int take = remain / cost;
-          if (take > batch - req - 1) take = batch - req - 1;
-          remain -= take * cost;
-          req += take + 1;
-          block = 0;
-          part.end_req = req - 1;
-          part.end_block = n;
-          if (req < batch && remain - kOver > 0) {
-            block = remain - kOver;
-            part.end_req = req;
-            part.end_block = block;
-          }
-        } else if (remain - kOver > 0) {
-          block += remain - kOver;
-          part.end_req = req;
-          part.end_block = block;
-        }
-      }
-      parts[i] = part;
-    }
+    for (int i = 0; i < num_parts; ++i) parts[i] = schedule_uniform_part(batch, uniform_blocks, payload, req, block);
     return;
   }
   int n = batch > 0 ? blocks[1] : 0;
@@ -189,11 +199,16 @@ DECA_MLA_HD inline void sparse_piece_blocks(const SparsePart& part, const int* t
 // Whether the schedule of a call without topk_length (every request topk indices) cuts a
 // request, i.e. whether the combine kernel has pieces to merge: the backend leaves it out when
 // not (at b128 / b64 x 128 heads on 66 partitions it would only launch 2048 / 1024 CTAs that
-// return at once). The scheduler's own phases, on caller scratch: num_parts partitions and
-// batch + 1 offsets.
-DECA_MLA_HD inline bool schedule_cuts_requests(int batch, int topk, int num_parts, SparsePart* parts,
-                                               int* split_offsets) {
-  return schedule_sparse(batch, topk, nullptr, num_parts, parts, split_offsets) > batch;
+// return at once). The walk's first partition decides: one that ends on a request boundary is
+// followed by partitions starting at block 0 with the same payload, which take the same whole
+// requests (or, clamped at the batch's end, the rest). O(1): the backend asks on every call.
+DECA_MLA_HD inline bool schedule_cuts_requests(int batch, int topk, int num_parts) {
+  const int n = sparse_request_blocks(nullptr, topk, 0);
+  const int payload = schedule_payload(batch * (n + kFixedOverheadBlocks), num_parts);
+  int req = 0;
+  int block = 0;
+  schedule_uniform_part(batch, n, payload, req, block);
+  return block > 0;
 }
 
 DECA_MLA_HD inline int sparse_num_parts(int sm_count, int q_len, int num_heads) {

@@ -8,7 +8,6 @@
 #include <mutex>
 #include <string>
 #include <utility>
-#include <vector>
 
 #include "cuda/backend.hpp"
 #include "cuda/mla_spec.hpp"
@@ -290,12 +289,8 @@ void mla_sparse_decode(const MlaPlan& plan, const MlaSparseParams& params, void*
   // it costs its launch and one wave of CTAs per 132 (request, 8 heads) that return at once:
   // b128 h128 ~5 us of 175). A reused schedule of another shape gets NaN outputs from the decode
   // kernel either way.
-  if (params.topk_length == nullptr) {
-    std::vector<mla::SparsePart> parts(static_cast<std::size_t>(plan.num_parts));
-    std::vector<int> offsets(static_cast<std::size_t>(params.batch) + 1);
-    if (!mla::schedule_cuts_requests(params.batch, params.topk, plan.num_parts, parts.data(), offsets.data())) {
-      return;
-    }
+  if (params.topk_length == nullptr && !mla::schedule_cuts_requests(params.batch, params.topk, plan.num_parts)) {
+    return;
   }
   jit::LaunchOptions combine_options;
   // PDL needs sm_90; below, the attribute would be ignored at best.

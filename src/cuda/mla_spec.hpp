@@ -37,8 +37,9 @@ struct MlaSm90Knobs {
                      // 3 consumer 0 issues the next block's QK^T right behind its P V (P V from shared memory)
   int producers = 1; // Cfg::kProducers, DECA_MLA_PRODUCERS: 2 producer warpgroups (512 threads)
   int peer_copy = 0; // Cfg::kPeerCopy, DECA_MLA_PEERCOPY: 1 the peer's rows by the bulk-copy unit (cluster)
-  int seesaw = 0;    // Cfg::kSeesaw, DECA_MLA_SEESAW: 1 the consumers take alternate blocks (QK^T and
-                     // softmax each; two producers in a cluster, pipes 1 and 2)
+  int seesaw = 0;    // Cfg::kSeesaw, DECA_MLA_SEESAW 0..2: the consumers take alternate blocks (QK^T and
+                     // softmax each; two producers in a cluster, pipes 1 and 2), 1 S first, 2 the
+                     // other's block first (both slower with two K tiles)
   int stamp = 0;     // Cfg::kStamp, DECA_MLA_STAMP: 1 cycle stamps per phase printed by the first CTAs (timing aid)
 };
 
@@ -53,7 +54,8 @@ struct MlaSm90Knobs {
 // hand-over after P V with any producer but pipe 2 without a cluster, the next block's QK^T
 // behind P V with any producer but pipes 2 and 3 without a cluster; two producer warpgroups
 // with pipes 1-4, the unit split or the rows, not the mma conversion, and P from shared memory
-// in consumer 1 (asked with pipe 0, they take pipe 1).
+// in consumer 1 (asked with pipe 0, they take pipe 1); the seesaw consumers with two producers
+// in a cluster, pipes 1 and 2 (kPHand then left at its neutral value).
 MlaSm90Knobs mla_sm90_consistent(MlaSm90Knobs k, int num_heads);
 
 // The knobs a plan compiles by default for a cluster size (a pure function, table-tested), from

@@ -591,16 +591,23 @@ TEST(MlaSm90Kernel, RowsIntegerDequant) {
 // 56 registers leave consumer 1 the 176 it needs): the cluster default otherwise, over the
 // cluster cases of pipe_cases, each compared with the CPU reference and bit for bit with P from
 // shared memory.
+// The plan's cluster knobs but the consumers' hand-over (mla_sm90_defaults for a cluster of 2):
+// two producer warpgroups with whole shares in whole-row pieces, the light hand-overs, the
+// prefetch a block ahead, lazy rescale.
+void cluster_defaults(Sm90Case& c) {
+  c.producers = 2;
+  c.pipe = 2;
+  c.map = 3;
+  c.sync = 1;
+  c.ahead = 1;
+  c.rescale = 2;
+}
+
 TEST(MlaSm90Kernel, ClusterPInRegistersTwoProducers) {
   REQUIRE_SM90();
   for (Sm90Case& c : pipe_cases("c2_h1_w2_")) {
     if (c.cluster != 2) continue;
-    c.producers = 2;
-    c.pipe = 2;
-    c.map = 3;
-    c.sync = 1;
-    c.ahead = 1;
-    c.rescale = 2;
+    cluster_defaults(c);
     c.phand = 1;
     run_case(c);
   }
@@ -776,12 +783,7 @@ TEST(MlaSm90Kernel, SeesawConsumers) {
   for (int seesaw : {1, 2}) {
     for (Sm90Case c : cases) {
       c.name = "s" + std::to_string(seesaw) + "_" + c.name;
-      c.producers = 2;
-      c.pipe = 2;
-      c.map = 3;
-      c.sync = 1;
-      c.ahead = 1;
-      c.rescale = 2;
+      cluster_defaults(c);
       c.seesaw = seesaw;
       run_case(c);
     }

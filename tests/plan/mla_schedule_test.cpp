@@ -267,13 +267,22 @@ TEST(MlaSchedule, CutsRequestsDecidesTheCombine) {
                       Row{128, 4096, 66, false}, Row{132, 64, 132, false}, Row{133, 64, 132, false},
                       Row{100, 2048, 66, true},
                       Row{3, 64, 8, false}}) {
-    std::vector<SparsePart> parts(r.num_parts);
-    std::vector<int> offsets(r.batch + 1);
-    EXPECT_EQ(schedule_cuts_requests(r.batch, r.topk, r.num_parts, parts.data(), offsets.data()), r.cuts)
+    EXPECT_EQ(schedule_cuts_requests(r.batch, r.topk, r.num_parts), r.cuts)
         << r.batch << " x " << r.topk << " on " << r.num_parts;
     // The same as counting the pieces of the full schedule.
     const Schedule s = run(r.batch, r.topk, nullptr, r.num_parts);
     EXPECT_EQ(s.slots > r.batch, r.cuts);
+  }
+  // Its first-partition shortcut against the whole schedule's pieces, over random shapes.
+  std::mt19937_64 rng = test::make_rng(13);
+  DECA_SEED_TRACE();
+  for (int i = 0; i < 2000; ++i) {
+    const int batch = 1 + static_cast<int>(rng() % 300);
+    const int topk = 1 + static_cast<int>(rng() % 8192);
+    const int num_parts = 1 + static_cast<int>(rng() % 264);
+    const Schedule s = run(batch, topk, nullptr, num_parts);
+    EXPECT_EQ(schedule_cuts_requests(batch, topk, num_parts), s.slots > batch)
+        << batch << " x " << topk << " on " << num_parts;
   }
 }
 

@@ -38,6 +38,116 @@ __device__ __forceinline__ void rescale(float (&o)[128], float a0, float a1) {
   if (kRescale == 0 || !__all_sync(0xffffffffu, a0 == 1.f && a1 == 1.f)) scale_rows(o, a0, a1);
 }
 
+// A row's reference for the exponentials from its running maximum: 0 while no valid key was
+// seen (-inf), which keeps -inf - -inf = NaN out and still gives exp2(-inf) = 0 for the masked
+// entries and the (empty) old state.
+__device__ __forceinline__ float row_ref(float m) { return m == kNegInf ? 0.f : m; }
+
+// The sum over the four lanes of a quad (the columns of a row the accumulator layout spreads).
+__device__ __forceinline__ float quad_sum(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+struct RowFactors {
+  float a0, a1;
+};
+// One block's online softmax for this thread's rows r0 and r0 + 8 (accumulator layout below; c =
+// lane % 4): S of invalid ids (-1, past topk_length, outside the pool) set to -inf before the
+// max, the running maxima m0, m1 moved (kRescaleLazy keeps one while the block's stays within 2^8
+// of it), S -> P = exp2(S sl2 - ref) in place, the sums l0, l1 rescaled and increased, P packed
+// as the A fragments of P V (k step kk: tokens 16 kk .., n8 blocks 2 kk and 2 kk + 1). Returns
+// the rows' factors for O.
+template <int kRescale>
+__device__ __forceinline__ RowFactors online_softmax(float (&s)[32], const int* ids, int c, float sl2, float& m0,
+                                                     float& m1, float& l0, float& l1, unsigned (&pa)[4][4]) {
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const int2 v = *reinterpret_cast<const int2*>(ids + 8 * i + 2 * c);
+    if (v.x < 0) s[4 * i] = s[4 * i + 2] = kNegInf;
+    if (v.y < 0) s[4 * i + 1] = s[4 * i + 3] = kNegInf;
+  }
+  float mx0 = kNegInf, mx1 = kNegInf;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    mx0 = fmaxf(mx0, fmaxf(s[4 * i], s[4 * i + 1]));
+    mx1 = fmaxf(mx1, fmaxf(s[4 * i + 2], s[4 * i + 3]));
+  }
+  mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+  mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+  mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+  mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+  constexpr float kSlack = kRescale == kRescaleLazy ? 8.f : 0.f;
+  const float mn0 = mx0 * sl2 > m0 + kSlack ? fmaxf(m0, mx0 * sl2) : m0;
+  const float mn1 = mx1 * sl2 > m1 + kSlack ? fmaxf(m1, mx1 * sl2) : m1;
+  const float ref0 = row_ref(mn0);
+  const float ref1 = row_ref(mn1);
+  const RowFactors a{ptx::ex2(m0 - ref0), ptx::ex2(m1 - ref1)};
+  m0 = mn0;
+  m1 = mn1;
+  float sum0 = 0.f, sum1 = 0.f;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    s[4 * i] = ptx::ex2(fmaf(s[4 * i], sl2, -ref0));
+    s[4 * i + 1] = ptx::ex2(fmaf(s[4 * i + 1], sl2, -ref0));
+    s[4 * i + 2] = ptx::ex2(fmaf(s[4 * i + 2], sl2, -ref1));
+    s[4 * i + 3] = ptx::ex2(fmaf(s[4 * i + 3], sl2, -ref1));
+    sum0 += s[4 * i] + s[4 * i + 1];
+    sum1 += s[4 * i + 2] + s[4 * i + 3];
+  }
+  l0 = l0 * a.a0 + sum0;
+  l1 = l1 * a.a1 + sum1;
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    pa[kk][0] = f32x2_to_bf16x2(s[8 * kk + 0], s[8 * kk + 1]);
+    pa[kk][1] = f32x2_to_bf16x2(s[8 * kk + 2], s[8 * kk + 3]);
+    pa[kk][2] = f32x2_to_bf16x2(s[8 * kk + 4], s[8 * kk + 5]);
+    pa[kk][3] = f32x2_to_bf16x2(s[8 * kk + 6], s[8 * kk + 7]);
+  }
+  return a;
+}
+
+// A request's output factors and LSE for rows r0 and r0 + 8 from their full sums l and maxima m:
+// 1 / l (with the sink for a final output) and (m + log2 l) ln 2; a row with no valid key gets
+// zeros and LSE -inf (DESIGN.md), sink or not.
+__device__ __forceinline__ void output_factors(const MlaSparseParams& p, const Piece& pc, int head0, int r0,
+                                               float l0, float l1, float m0, float m1, float (&f)[2],
+                                               float (&lse)[2]) {
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const float l = half == 0 ? l0 : l1;
+    const float m = half == 0 ? m0 : m1;
+    const int head = head0 + r0 + 8 * half;
+    if (l == 0.f) {
+      f[half] = 0.f;
+      lse[half] = kNegInf;
+    } else {
+      lse[half] = (m + ptx::lg2(l)) * kLn2;
+      float denom = l;
+      if (!pc.split && p.attn_sink != nullptr && head < p.num_heads) {
+        denom += ptx::ex2(p.attn_sink[head] * kLog2e - m);
+      }
+      f[half] = 1.f / denom;
+    }
+  }
+}
+
+// The LSE of rows r0 and r0 + 8 that are real heads: the piece's partial LSE, or the final one.
+__device__ __forceinline__ void store_lse(const SparseKernelParams& kp, const Piece& pc, int r, int tok, int head0,
+                                          int r0, const float (&lse)[2]) {
+  const MlaSparseParams& p = kp.p;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int head = head0 + r0 + 8 * half;
+    if (head >= p.num_heads) continue;
+    if (pc.split) {
+      kp.run.partial_lse[(static_cast<long long>(pc.slot) * p.q_len + tok) * p.num_heads + head] = lse[half];
+    } else if (p.lse != nullptr) {
+      p.lse[r * p.lse_stride_batch + tok * p.lse_stride_token + head * p.lse_stride_head] = lse[half];
+    }
+  }
+}
+
 // ---- Consumers ------------------------------------------------------------------------------------
 // Accumulator fragment of wgmma m64nN (PTX ISA "wgmma .m64nNk16 register fragment layout for
 // accumulator D"): thread (warp w, lane l) holds rows r0 = 16 w + l / 4 and r0 + 8; for each n8
@@ -210,58 +320,8 @@ __device__ __forceinline__ void consumer0(const SparseKernelParams& kp, const Sp
         fence_regs(s);
       }
       st.lap(1);
-      // Invalid ids (-1, past topk_length, outside the pool) never count: -inf before the max.
-      const int* ids = sm.ids(it);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        const int2 v = *reinterpret_cast<const int2*>(ids + 8 * i + 2 * c);
-        if (v.x < 0) s[4 * i] = s[4 * i + 2] = kNegInf;
-        if (v.y < 0) s[4 * i + 1] = s[4 * i + 3] = kNegInf;
-      }
-      float mx0 = kNegInf, mx1 = kNegInf;
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        mx0 = fmaxf(mx0, fmaxf(s[4 * i], s[4 * i + 1]));
-        mx1 = fmaxf(mx1, fmaxf(s[4 * i + 2], s[4 * i + 3]));
-      }
-      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-      // kRescaleLazy keeps the running maximum while the block's stays within 2^8 of it.
-      constexpr float kSlack = kRescale == kRescaleLazy ? 8.f : 0.f;
-      const float mn0 = mx0 * sl2 > m0 + kSlack ? fmaxf(m0, mx0 * sl2) : m0;
-      const float mn1 = mx1 * sl2 > m1 + kSlack ? fmaxf(m1, mx1 * sl2) : m1;
-      // A row with no valid key yet keeps max -inf; 0 as reference avoids -inf - -inf = NaN and
-      // still gives exp2(-inf) = 0 for the masked entries and the (empty) old state.
-      const float ref0 = mn0 == kNegInf ? 0.f : mn0;
-      const float ref1 = mn1 == kNegInf ? 0.f : mn1;
-      const float a0 = ptx::ex2(m0 - ref0);
-      const float a1 = ptx::ex2(m1 - ref1);
-      m0 = mn0;
-      m1 = mn1;
-      float sum0 = 0.f, sum1 = 0.f;
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        s[4 * i] = ptx::ex2(fmaf(s[4 * i], sl2, -ref0));
-        s[4 * i + 1] = ptx::ex2(fmaf(s[4 * i + 1], sl2, -ref0));
-        s[4 * i + 2] = ptx::ex2(fmaf(s[4 * i + 2], sl2, -ref1));
-        s[4 * i + 3] = ptx::ex2(fmaf(s[4 * i + 3], sl2, -ref1));
-        sum0 += s[4 * i] + s[4 * i + 1];
-        sum1 += s[4 * i + 2] + s[4 * i + 3];
-      }
-      l0 = l0 * a0 + sum0;
-      l1 = l1 * a1 + sum1;
-
-      // P as the A fragment of k step kk (tokens 16 kk ..): n8 blocks 2 kk and 2 kk + 1.
       unsigned pa[4][4];
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
-        pa[kk][0] = f32x2_to_bf16x2(s[8 * kk + 0], s[8 * kk + 1]);
-        pa[kk][1] = f32x2_to_bf16x2(s[8 * kk + 2], s[8 * kk + 3]);
-        pa[kk][2] = f32x2_to_bf16x2(s[8 * kk + 4], s[8 * kk + 5]);
-        pa[kk][3] = f32x2_to_bf16x2(s[8 * kk + 6], s[8 * kk + 7]);
-      }
+      const auto [a0, a1] = online_softmax<kRescale>(s, sm.ids(it), c, sl2, m0, m1, l0, l1, pa);
       // P and the row factors to consumer 1. WG1 may still be reading the previous block's
       // (phase it - 1 of p_free).
       const auto hand_over_p = [&] {
@@ -360,28 +420,8 @@ __device__ __forceinline__ void consumer0(const SparseKernelParams& kp, const Sp
 
     // Epilogue: full row sums, then the output factor (1 / l, with the sink for a final
     // output) shared with WG1 and the LSE.
-    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
-    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
     float f[2], lse[2];
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const float l = half == 0 ? l0 : l1;
-      const float m = half == 0 ? m0 : m1;
-      const int head = head0 + r0 + 8 * half;
-      if (l == 0.f) {  // no valid key: zeros and LSE -inf (DESIGN.md), sink or not
-        f[half] = 0.f;
-        lse[half] = kNegInf;
-      } else {
-        lse[half] = (m + ptx::lg2(l)) * kLn2;
-        float denom = l;
-        if (!pc.split && p.attn_sink != nullptr && head < p.num_heads) {
-          denom += ptx::ex2(p.attn_sink[head] * kLog2e - m);
-        }
-        f[half] = 1.f / denom;
-      }
-    }
+    output_factors(p, pc, head0, r0, quad_sum(l0), quad_sum(l1), m0, m1, f, lse);
     // Consumer 1 copies the previous request's factors to registers first thing, so this wait
     // (phase nreq - 1 of out_free) has long completed by now.
     float* out_scale = sm.out_scale();
@@ -392,18 +432,7 @@ __device__ __forceinline__ void consumer0(const SparseKernelParams& kp, const Sp
     }
     mbar_arrive(sm.out_ready());
     store_o(kp, pc, r, tok, head0, r0, c, 0, o, f[0], f[1]);
-    if (c == 0) {
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int head = head0 + r0 + 8 * half;
-        if (head >= p.num_heads) continue;
-        if (pc.split) {
-          kp.run.partial_lse[(static_cast<long long>(pc.slot) * p.q_len + tok) * p.num_heads + head] = lse[half];
-        } else if (p.lse != nullptr) {
-          p.lse[r * p.lse_stride_batch + tok * p.lse_stride_token + head * p.lse_stride_head] = lse[half];
-        }
-      }
-    }
+    if (c == 0) store_lse(kp, pc, r, tok, head0, r0, lse);
   }
   // Matches WG1's arrival after the partition's last block.
   if (it > 0) mbar_wait(sm.p_free(), (it - 1) & 1);

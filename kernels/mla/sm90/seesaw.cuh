@@ -42,10 +42,6 @@ namespace deca::mla::sm90 {
 
 using namespace ::deca::sm90;  // the Hopper PTX wrappers
 
-// A row's reference for the exponentials from its running maximum: 0 while no valid key was
-// seen (-inf), which keeps -inf - -inf = NaN out and still gives exp2(-inf) = 0.
-__device__ __forceinline__ float row_ref(float m) { return m == kNegInf ? 0.f : m; }
-
 // O[:, cols] += P V for this warpgroup's 256 columns (V chunks at `vtile`), P from registers
 // (kOwn) or from the P slot; issued, not committed (the caller's group). 512 threads: the N = 128
 // halves (sm90_ptx.cuh says why).
@@ -195,54 +191,7 @@ __device__ __forceinline__ void consumer_seesaw(const SparseKernelParams& kp, co
         for (int i = 0; i < 32; ++i) s[i] = 0.f;
       }
       st.lap(3);
-      // Invalid ids (-1, past topk_length, outside the pool) never count: -inf before the max.
-      const int* ids = sm.ids(it);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        const int2 v = *reinterpret_cast<const int2*>(ids + 8 * i + 2 * c);
-        if (v.x < 0) s[4 * i] = s[4 * i + 2] = kNegInf;
-        if (v.y < 0) s[4 * i + 1] = s[4 * i + 3] = kNegInf;
-      }
-      float mx0 = kNegInf, mx1 = kNegInf;
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        mx0 = fmaxf(mx0, fmaxf(s[4 * i], s[4 * i + 1]));
-        mx1 = fmaxf(mx1, fmaxf(s[4 * i + 2], s[4 * i + 3]));
-      }
-      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-      // kRescaleLazy keeps the running maximum while the block's stays within 2^8 of it.
-      constexpr float kSlack = kRescale == kRescaleLazy ? 8.f : 0.f;
-      const float mn0 = mx0 * sl2 > m0 + kSlack ? fmaxf(m0, mx0 * sl2) : m0;
-      const float mn1 = mx1 * sl2 > m1 + kSlack ? fmaxf(m1, mx1 * sl2) : m1;
-      const float ref0 = row_ref(mn0);
-      const float ref1 = row_ref(mn1);
-      const float a0 = ptx::ex2(m0 - ref0);
-      const float a1 = ptx::ex2(m1 - ref1);
-      m0 = mn0;
-      m1 = mn1;
-      float sum0 = 0.f, sum1 = 0.f;
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        s[4 * i] = ptx::ex2(fmaf(s[4 * i], sl2, -ref0));
-        s[4 * i + 1] = ptx::ex2(fmaf(s[4 * i + 1], sl2, -ref0));
-        s[4 * i + 2] = ptx::ex2(fmaf(s[4 * i + 2], sl2, -ref1));
-        s[4 * i + 3] = ptx::ex2(fmaf(s[4 * i + 3], sl2, -ref1));
-        sum0 += s[4 * i] + s[4 * i + 1];
-        sum1 += s[4 * i + 2] + s[4 * i + 3];
-      }
-      l0 = l0 * a0 + sum0;
-      l1 = l1 * a1 + sum1;
-      // P as the A fragment of k step kk (tokens 16 kk ..): n8 blocks 2 kk and 2 kk + 1.
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
-        pa[kk][0] = f32x2_to_bf16x2(s[8 * kk + 0], s[8 * kk + 1]);
-        pa[kk][1] = f32x2_to_bf16x2(s[8 * kk + 2], s[8 * kk + 3]);
-        pa[kk][2] = f32x2_to_bf16x2(s[8 * kk + 4], s[8 * kk + 5]);
-        pa[kk][3] = f32x2_to_bf16x2(s[8 * kk + 6], s[8 * kk + 7]);
-      }
+      const auto [a0, a1] = online_softmax<kRescale>(s, sm.ids(it), c, sl2, m0, m1, l0, l1, pa);
       st.lap(4);
       // Publish: P (one K-major swizzled 64 x 64 chunk, element (row, col) at unit col / 8) and
       // the new maxima; the other's P V reads the slot through the async proxy.
@@ -256,8 +205,8 @@ __device__ __forceinline__ void consumer_seesaw(const SparseKernelParams& kp, co
           sts32(base + swz(r0 + 8, 2 * kk + 1), pa[kk][3]);
         }
         if (c == 0) {
-          sm.row_scale()[r0] = mn0;
-          sm.row_scale()[r0 + 8] = mn1;
+          sm.row_scale()[r0] = m0;
+          sm.row_scale()[r0 + 8] = m1;
         }
         fence_proxy_async_smem();
         mbar_arrive(sm.p_ready());
@@ -286,10 +235,8 @@ __device__ __forceinline__ void consumer_seesaw(const SparseKernelParams& kp, co
 
     // Epilogue: the row sums of both warpgroups, the output factor (1 / l, with the sink for a
     // final output) and the LSE.
-    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
-    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+    l0 = quad_sum(l0);
+    l1 = quad_sum(l1);
     float* out_scale = sm.out_scale();
     if constexpr (kW == 1) {
       // Consumer 0 read this slot's previous content (its factors for the previous request were
@@ -306,23 +253,7 @@ __device__ __forceinline__ void consumer_seesaw(const SparseKernelParams& kp, co
       l0 += out_scale[r0];
       l1 += out_scale[r0 + 8];
       float f[2], lse[2];
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const float l = half == 0 ? l0 : l1;
-        const float m = half == 0 ? m0 : m1;
-        const int head = head0 + r0 + 8 * half;
-        if (l == 0.f) {  // no valid key: zeros and LSE -inf (DESIGN.md), sink or not
-          f[half] = 0.f;
-          lse[half] = kNegInf;
-        } else {
-          lse[half] = (m + ptx::lg2(l)) * kLn2;
-          float denom = l;
-          if (!pc.split && p.attn_sink != nullptr && head < p.num_heads) {
-            denom += ptx::ex2(p.attn_sink[head] * kLog2e - m);
-          }
-          f[half] = 1.f / denom;
-        }
-      }
+      output_factors(p, pc, head0, r0, l0, l1, m0, m1, f, lse);
       // Every thread of the quad has read the sums before lane c == 0 overwrites them.
       __syncwarp();
       if (c == 0) {
@@ -331,18 +262,7 @@ __device__ __forceinline__ void consumer_seesaw(const SparseKernelParams& kp, co
       }
       mbar_arrive(sm.out_free());
       store_o(kp, pc, r, tok, head0, r0, c, 0, o, f[0], f[1]);
-      if (c == 0) {
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const int head = head0 + r0 + 8 * half;
-          if (head >= p.num_heads) continue;
-          if (pc.split) {
-            kp.run.partial_lse[(static_cast<long long>(pc.slot) * p.q_len + tok) * p.num_heads + head] = lse[half];
-          } else if (p.lse != nullptr) {
-            p.lse[r * p.lse_stride_batch + tok * p.lse_stride_token + head * p.lse_stride_head] = lse[half];
-          }
-        }
-      }
+      if (c == 0) store_lse(kp, pc, r, tok, head0, r0, lse);
     }
   }
   st.report(owned);
