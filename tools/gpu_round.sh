@@ -9,7 +9,7 @@
 #   DECA_SKIP_TESTS=1 / DECA_SKIP_JIT=1 / DECA_SKIP_PYTHON=1 / DECA_SKIP_BENCH=1   leave a step out
 #   DECA_GTEST_FILTER=...        filter of the C++ GPU suite
 #   DECA_GTEST_SHARDS=N          the suite in N parallel gtest shards (the compiles spread over the
-#                                cores), then the timing tests alone
+#                                cores), then the timing tests alone (DECA_SKIP_TIMING=1: not them)
 #   DECA_GTEST_TIMEOUT / DECA_PYTEST_TIMEOUT / DECA_BENCH_TIMEOUT   seconds per step (a round must
 #                                fit the device call's limit)
 #   DECA_PYTEST_ARGS="..."       extra pytest arguments (e.g. -k cuda)
@@ -101,8 +101,9 @@ if [ "${DECA_SKIP_TESTS:-0}" != 1 ]; then
       pids+=($!)
     done
     for p in "${pids[@]}"; do wait "$p"; done
-    timeout "${DECA_GTEST_TIMEOUT:-1800}" $build/tests/deca_test_gpu --gtest_filter="*Timing*" \
-      > "$logs/gpu_tests_timing.log" 2>&1
+    : > "$logs/gpu_tests_timing.log"
+    [ "${DECA_SKIP_TIMING:-0}" = 1 ] || timeout "${DECA_GTEST_TIMEOUT:-1800}" $build/tests/deca_test_gpu \
+      --gtest_filter="*Timing*" > "$logs/gpu_tests_timing.log" 2>&1
     cat "$logs"/gpu_tests_[0-9]*.log "$logs/gpu_tests_timing.log" > "$logs/gpu_tests.log"
     for f in "$logs"/gpu_tests_[0-9]*.log "$logs/gpu_tests_timing.log"; do
       log "$(basename "$f"): $(grep -E '^\[  (PASSED|FAILED)' "$f" | tr '\n' ' ')"

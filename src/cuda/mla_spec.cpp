@@ -53,7 +53,7 @@ constexpr Knob kKnobs[] = {
     {&MlaSm90Knobs::producers, "kProducers", "DECA_MLA_PRODUCERS", 1, 2, "_w", 1, true},
     {&MlaSm90Knobs::peer_copy, "kPeerCopy", "DECA_MLA_PEERCOPY", 0, 1, "_bulk", 0, false},
     {&MlaSm90Knobs::seesaw, "kSeesaw", "DECA_MLA_SEESAW", 0, 2, "_see", 0, true},
-    {&MlaSm90Knobs::stamp, "kStamp", "DECA_MLA_STAMP", 0, 1, "_stamp", 0, false},
+    {&MlaSm90Knobs::stamp, "kStamp", "DECA_MLA_STAMP", 0, 2, "_stamp", 0, true},
 };
 
 }  // namespace

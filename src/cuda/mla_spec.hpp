@@ -40,7 +40,7 @@ struct MlaSm90Knobs {
   int seesaw = 0;    // Cfg::kSeesaw, DECA_MLA_SEESAW 0..2: the consumers take alternate blocks (QK^T and
                      // softmax each; two producers in a cluster, pipes 1 and 2), 1 S first, 2 the
                      // other's block first (both slower with two K tiles)
-  int stamp = 0;     // Cfg::kStamp, DECA_MLA_STAMP: 1 cycle stamps per phase printed by the first CTAs (timing aid)
+  int stamp = 0;     // Cfg::kStamp, DECA_MLA_STAMP: 1 cycle stamps per phase printed by the first CTAs, 2 the launch timeline (timing aids)
 };
 
 // The knobs a key may hold: what was asked, made consistent for `num_heads` (a pure function,

@@ -29,7 +29,7 @@ inline jit::JitSpec mla_sm90_spec(int page_size, int cluster = 1, int ablate = 0
               (l1 != 0 ? "_l" + std::to_string(l1) : "") + (rescale != 0 ? "_r" + std::to_string(rescale) : "") +
               (phand != 0 ? "_h" + std::to_string(phand) : "") +
               (producers != 1 ? "_w" + std::to_string(producers) : "") + (peer_copy != 0 ? "_bulk" : "") +
-              (stamp != 0 ? "_stamp" : "") + (seesaw != 0 ? "_see" + std::to_string(seesaw) : "");
+              (stamp != 0 ? "_stamp" + std::to_string(stamp) : "") + (seesaw != 0 ? "_see" + std::to_string(seesaw) : "");
   spec.source = "struct Cfg {\n  static constexpr int kPageSize = " + std::to_string(page_size) +
                 ";\n  static constexpr int kCluster = " + std::to_string(cluster) +
                 ";\n  static constexpr int kAblate = " + std::to_string(ablate) +

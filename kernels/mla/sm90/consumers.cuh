@@ -148,6 +148,24 @@ __device__ __forceinline__ void store_lse(const SparseKernelParams& kp, const Pi
   }
 }
 
+// P's A fragments (pa[kk]: rows r0 and r0 + 8, columns 16 kk + 2c, + 1 and 16 kk + 8 + 2c, + 1)
+// to and from the P slot (one K-major swizzled 64 x 64 chunk, element (row, col) at unit col / 8):
+// the four registers of a k step are the four 8 x 8 matrices of one stmatrix / ldmatrix x4 whose
+// lane l gives row 16 w + l % 8 + 8 ((l / 8) % 2) at unit 2 kk + l / 16. The slot is 1024-aligned,
+// so k step kk's address is k step 0's xor 32 kk (the swizzle permutes units within a row). One
+// instruction per k step instead of four 4-byte stores (loads), each still a whole row per matrix.
+__device__ __forceinline__ unsigned p_lane_addr(unsigned p_slot, int warp, int lane) {
+  return p_slot + swz(16 * warp + (lane & 7) + 8 * ((lane >> 3) & 1), lane >> 4);
+}
+__device__ __forceinline__ void store_p(unsigned at, const unsigned (&pa)[4][4]) {
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) stmatrix_x4(at ^ (32u * kk), pa[kk]);
+}
+__device__ __forceinline__ void load_p(unsigned at, unsigned (&pa)[4][4]) {
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) ptx::ldmatrix_x4(at ^ (32u * kk), pa[kk][0], pa[kk][1], pa[kk][2], pa[kk][3]);
+}
+
 // ---- Consumers ------------------------------------------------------------------------------------
 // Accumulator fragment of wgmma m64nN (PTX ISA "wgmma .m64nNk16 register fragment layout for
 // accumulator D"): thread (warp w, lane l) holds rows r0 = 16 w + l / 4 and r0 + 8; for each n8
@@ -292,6 +310,7 @@ __device__ __forceinline__ void consumer0(const SparseKernelParams& kp, const Sp
   const int c = lane & 3;
   const float scale = p.softmax_scale != 0.f ? p.softmax_scale : 0.041666666666666664f;  // 1/sqrt(576)
   const float sl2 = scale * kLog2e;
+  const unsigned p_at = p_lane_addr(sm.p(), warp, lane);
 
   constexpr bool kOverlap = PHandOf<Cfg>::value == kPHandOverlap;
   // Phases (kStamp): tile wait, QK^T issued and waited, softmax, then (per kPHand) the
@@ -304,6 +323,7 @@ __device__ __forceinline__ void consumer0(const SparseKernelParams& kp, const Sp
   for (int r = part.begin_req; r <= part.end_req; ++r, ++nreq) {
     const Piece pc = piece_of(kp, part, r);
     if (pc.blk_begin < pc.blk_end) load_q(p, sm, r, tok, head0, t);
+    if (t == 0 && nreq == 0) timeline_mark<Cfg>(kEventQ);
     if (r < part.end_req) prefetch_q(p, r + 1, tok, head0, t);
 #pragma unroll
     for (int i = 0; i < 128; ++i) o[i] = 0.f;
@@ -326,15 +346,7 @@ __device__ __forceinline__ void consumer0(const SparseKernelParams& kp, const Sp
       // (phase it - 1 of p_free).
       const auto hand_over_p = [&] {
         if (it > 0) mbar_wait(sm.p_free(), (it - 1) & 1);
-        // sP: 64 rows x 64 bf16 = one K-major swizzled chunk; element (row, col) at unit col / 8.
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk) {
-          const unsigned base = sm.p() + 4 * (c & 3);
-          sts32(base + swz(r0, 2 * kk), pa[kk][0]);
-          sts32(base + swz(r0 + 8, 2 * kk), pa[kk][1]);
-          sts32(base + swz(r0, 2 * kk + 1), pa[kk][2]);
-          sts32(base + swz(r0 + 8, 2 * kk + 1), pa[kk][3]);
-        }
+        store_p(p_at, pa);
         if (c == 0) {
           sm.row_scale()[r0] = a0;
           sm.row_scale()[r0 + 8] = a1;
@@ -375,6 +387,7 @@ __device__ __forceinline__ void consumer0(const SparseKernelParams& kp, const Sp
         const unsigned tile = sm.k(stage);
         st.start();
         wait_tile<Cfg, kCl>(sm, stage, (it >> 1) & 1);
+        if (t == 0 && it == 0) timeline_mark<Cfg>(kEventFirstTile);
         st.lap(0);
         if constexpr (!kNoMma<Cfg>) issue_qk(s, dq, tile);
         softmax_and_pv(tile);
@@ -418,6 +431,7 @@ __device__ __forceinline__ void consumer0(const SparseKernelParams& kp, const Sp
       }
     }
 
+    if (t == 0) timeline_mark<Cfg>(kEventLastRelease);
     // Epilogue: full row sums, then the output factor (1 / l, with the sink for a final
     // output) shared with WG1 and the LSE.
     float f[2], lse[2];
@@ -433,6 +447,7 @@ __device__ __forceinline__ void consumer0(const SparseKernelParams& kp, const Sp
     mbar_arrive(sm.out_ready());
     store_o(kp, pc, r, tok, head0, r0, c, 0, o, f[0], f[1]);
     if (c == 0) store_lse(kp, pc, r, tok, head0, r0, lse);
+    if (t == 0) timeline_mark<Cfg>(kEventOut0);
   }
   // Matches WG1's arrival after the partition's last block.
   if (it > 0) mbar_wait(sm.p_free(), (it - 1) & 1);
@@ -472,14 +487,7 @@ __device__ __forceinline__ void consumer1(const SparseKernelParams& kp, const Sp
       // P's slot and the factors are then free.
       [[maybe_unused]] unsigned pa[4][4];
       if constexpr (kRegsP) {
-        const unsigned base = sm.p() + 4 * c;
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk) {
-          pa[kk][0] = ptx::lds32(base + swz(r0, 2 * kk));
-          pa[kk][1] = ptx::lds32(base + swz(r0 + 8, 2 * kk));
-          pa[kk][2] = ptx::lds32(base + swz(r0, 2 * kk + 1));
-          pa[kk][3] = ptx::lds32(base + swz(r0 + 8, 2 * kk + 1));
-        }
+        load_p(p_lane_addr(sm.p(), warp, lane), pa);
         mbar_arrive(sm.p_free());
       }
       rescale<RescaleOf<Cfg>::value>(o, a0, a1);
@@ -521,6 +529,7 @@ __device__ __forceinline__ void consumer1(const SparseKernelParams& kp, const Sp
     const float f0 = out_scale[r0], f1 = out_scale[r0 + 8];
     mbar_arrive(sm.out_free());
     store_o(kp, pc, r, tok, head0, r0, c, 256, o, f0, f1);
+    if (t == 0) timeline_mark<Cfg>(kEventOut1);
   }
   st.report(it);
 }

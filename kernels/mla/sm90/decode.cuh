@@ -53,6 +53,7 @@
 #include "kernels/mla/sm90/pipeline.cuh"
 #include "kernels/mla/sm90/producer.cuh"
 #include "kernels/mla/sm90/seesaw.cuh"
+#include "kernels/mla/sm90/stamps.cuh"
 #include "kernels/mla/sm90/traits.cuh"
 #include "kernels/mla/sparse_work.cuh"
 
@@ -84,6 +85,7 @@ __device__ __forceinline__ void mla_sparse_decode_sm90(const SparseKernelParams&
                      (PipeOf<Cfg>::value == kPipeAhead || PipeOf<Cfg>::value == kPipeWhole)),
                 "Cfg::kSeesaw 1, 2: two producers (56 registers: pipes 1 and 2) in a cluster of 2");
   constexpr bool kSeesaw = SeesawOf<Cfg>::value != 0;
+  if (threadIdx.x == 0) timeline_mark<Cfg>(kEventEntry);
   const unsigned raw = ptx::smem_addr(smem_raw);
   Smem sm;
   sm.base = (raw + 1023u) & ~1023u;
@@ -128,6 +130,10 @@ __device__ __forceinline__ void mla_sparse_decode_sm90(const SparseKernelParams&
   }
   // Under programmatic dependent launch the scheduler's metadata may still be in flight.
   grid_dependency_wait();
+  // The partition and the stamp are loaded together: the walk's first id loads wait on the
+  // partition, and a second dependent load at the start is a memory latency every CTA pays. (The
+  // partition is read within the workspace whatever the stamp says; only a matching one is used.)
+  const SparsePart part = kp.run.parts[blockIdx.z];
   // A reused schedule of another call shape (ScheduleStamp): NaN outputs, no attention. Every CTA
   // of a cluster reads the same stamp, so both leave here or neither does.
   if (!schedule_matches(kp.p, kp.run)) {
@@ -136,7 +142,7 @@ __device__ __forceinline__ void mla_sparse_decode_sm90(const SparseKernelParams&
     return;
   }
 
-  const SparsePart part = kp.run.parts[blockIdx.z];
+  if (threadIdx.x == 0) timeline_mark<Cfg>(kEventStart);
   const int tok = blockIdx.y;
   const int head0 = blockIdx.x * kHeadsPerCta;
   // Read through a shuffle so that ptxas sees a warp-uniform role: wgmma in a path it takes for
@@ -185,6 +191,7 @@ __device__ __forceinline__ void mla_sparse_decode_sm90(const SparseKernelParams&
   // Neither CTA of a cluster may leave while the other can still write its tiles or arrive on
   // its barriers.
   if constexpr (kCl == 2) cluster_sync();
+  if (threadIdx.x == 0) timeline_mark<Cfg>(kEventExit);
 }
 
 }  // namespace deca::mla::sm90

@@ -184,8 +184,10 @@ inline constexpr bool kBulkPeer = ClusterOf<Cfg>::value == 2 && PeerCopyOf<Cfg>:
 // sixth part). Off.
 DECA_MLA_SM90_KNOB(SeesawOf, kSeesaw, 0)
 
-// 1: every role adds up the cycles of each phase of a block and the first CTAs print the means
-// (stamps.cuh; a timing aid, never a plan's).
+// 1: every role adds up the cycles of each phase of a block and the first CTAs print the means;
+// 2: every CTA records when it passes the launch's events (entry, first tile, last release,
+// outputs stored, exit) and the backend prints their spread (stamps.cuh; timing aids, never a
+// plan's).
 DECA_MLA_SM90_KNOB(StampOf, kStamp, 0)
 template <class Cfg>
 inline constexpr bool kStamped = StampOf<Cfg>::value == 1;

@@ -517,6 +517,7 @@ __device__ __forceinline__ void producer_ahead(const SparseKernelParams& kp, con
     st.lap(3);
     fence_proxy_async_smem();
     mbar_arrive(sm.full(stage));
+    if (tg == 0 && it == 0) timeline_mark<Cfg>(kEventFirstFull);
     st.lap(4);
     cur = nxt;
     next_block(kp, part, tok, nxt);

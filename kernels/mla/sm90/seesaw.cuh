@@ -196,14 +196,7 @@ __device__ __forceinline__ void consumer_seesaw(const SparseKernelParams& kp, co
       // Publish: P (one K-major swizzled 64 x 64 chunk, element (row, col) at unit col / 8) and
       // the new maxima; the other's P V reads the slot through the async proxy.
       {
-        const unsigned base = sm.p() + 4 * c;
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk) {
-          sts32(base + swz(r0, 2 * kk), pa[kk][0]);
-          sts32(base + swz(r0 + 8, 2 * kk), pa[kk][1]);
-          sts32(base + swz(r0, 2 * kk + 1), pa[kk][2]);
-          sts32(base + swz(r0 + 8, 2 * kk + 1), pa[kk][3]);
-        }
+        store_p(p_lane_addr(sm.p(), warp, lane), pa);
         if (c == 0) {
           sm.row_scale()[r0] = m0;
           sm.row_scale()[r0 + 8] = m1;

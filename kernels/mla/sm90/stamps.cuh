@@ -12,7 +12,24 @@
 extern "C" __device__ long long
     deca_mla_stamps[deca::mla::sm90::kStampCtas * deca::mla::sm90::kStampWarpgroups * deca::mla::sm90::kStampSlots];
 
+// Cfg::kStamp = 2: the time (%globaltimer, ns) of each event below, per CTA (linear index below
+// kTimelineCtas), written by the one thread that sees it; the backend prints each event's
+// spread over the CTAs from the earliest entry, to show where a launch's fixed cost goes
+// (start-up before the first tile, the drain after the last).
+extern "C" __device__ unsigned long long
+    deca_mla_timeline[deca::mla::sm90::kTimelineCtas * deca::mla::sm90::kTimelineEvents];
+
 namespace deca::mla::sm90 {
+
+template <class Cfg>
+__device__ __forceinline__ void timeline_mark(int event) {
+  if constexpr (StampOf<Cfg>::value == 2) {
+    const unsigned cta = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+    if (cta < static_cast<unsigned>(kTimelineCtas)) {
+      deca_mla_timeline[cta * kTimelineEvents + event] = ::cuda::ptx::get_sreg_globaltimer();
+    }
+  }
+}
 
 template <bool kOn, int kN = 6>
 struct Stamps {

@@ -149,6 +149,21 @@ constexpr int kStampCtas = 2;
 constexpr int kStampWarpgroups = 4;
 constexpr int kStampSlots = 8;
 
+// The launch timeline (Cfg::kStamp = 2, stamps.cuh): per CTA, the %globaltimer of each event.
+enum TimelineEvent : int {
+  kEventEntry = 0,        // thread 0 at the kernel's first instruction
+  kEventStart = 1,        // thread 0 with the partition and the stamp checked
+  kEventQ = 2,            // consumer 0: the first request's Q in shared memory
+  kEventFirstFull = 3,    // producer thread 0: the first tile published
+  kEventFirstTile = 4,    // consumer 0: the first tile acquired
+  kEventLastRelease = 5,  // consumer 0: a request's last block released (the last request's)
+  kEventOut0 = 6,         // consumer 0: a request's outputs stored (the last request's)
+  kEventOut1 = 7,         // consumer 1: the same
+  kEventExit = 8,         // thread 0 past the final barrier
+  kTimelineEvents = 10
+};
+constexpr int kTimelineCtas = 1024;
+
 // Bytes one CTA of a 2-CTA cluster receives from its peer per block: 32 tokens x 576 bf16.
 constexpr int kPeerBytes = (kTokens / 2) * kDimQK * 2;
 
