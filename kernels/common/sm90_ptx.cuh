@@ -370,6 +370,14 @@ __device__ __forceinline__ void cluster_sync() {
   cuda::ptx::barrier_cluster_arrive(cuda::ptx::sem_release);
   cuda::ptx::barrier_cluster_wait(cuda::ptx::sem_acquire);
 }
+// barrier.cluster.arrive.relaxed; barrier.cluster.wait.acquire; -- the same rendezvous without
+// ordering this thread's earlier memory accesses: after fence.mbarrier_init (which makes the
+// barrier inits visible to the cluster by itself), so that loads issued before it need not
+// complete first.
+__device__ __forceinline__ void cluster_sync_relaxed() {
+  cuda::ptx::barrier_cluster_arrive(cuda::ptx::sem_relaxed);
+  cuda::ptx::barrier_cluster_wait(cuda::ptx::sem_acquire);
+}
 // mapa.shared::cluster.u32 d, a, rank; -- the address of `a` (shared::cta) in CTA `rank`'s
 // window; a CTA's window is contiguous, so the result minus `a` is a constant offset.
 __device__ __forceinline__ unsigned mapa_shared(unsigned smem_addr, unsigned rank) {

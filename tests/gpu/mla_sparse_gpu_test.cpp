@@ -120,6 +120,56 @@ TEST(MlaSparseGpu, MatchesCpuReference) {
   }
 }
 
+// The output as a strided view (a padded head row, as a slice of a wider buffer): with a pad of 8
+// bf16 every row still starts 16-byte aligned (the sm90 kernel's staged 16-byte row stores), with
+// 4 it does not (its direct stores); the pad between rows keeps its poison either way. Cluster
+// (128 heads) and single-CTA (16) shapes, unsplit requests and split ones (b1: one request over
+// every partition).
+TEST(MlaSparseGpu, StridedOutputRows) {
+  DECA_REQUIRE_GPU();
+  DECA_SEED_TRACE();
+  for (const std::string& variant : mla_variants()) {
+    ScopedMlaKernel scoped(variant);
+    std::uint64_t salt = 100;
+    for (const int heads : {128, 16}) {
+      for (const int batch : {3, 1}) {
+        for (const int pad : {8, 4}) {
+          auto rng = make_rng(++salt);
+          MlaCaseSpec sp = spec(heads, 2, batch == 1 ? 2048 : 256, 64, batch);
+          sp.attn_sink = true;
+          MlaSparseCase c = build_mla_sparse_case(sp, rng);
+          add_sparse_edges(c, SparseEdges{});
+          run_reference(c);
+          DeviceSparse dev(c);
+          const std::int64_t row = 512 + pad;
+          const std::int64_t rows = static_cast<std::int64_t>(batch) * 2 * heads;
+          DeviceBuffer wide(static_cast<std::size_t>(rows * row) * 2);
+          wide.fill(0xFF);
+          dev.args.out = make_tensor(wide.get(), DType::kBF16, {batch, 2, heads, 512},
+                                     {2 * heads * row, heads * row, row, 1}, Device::cuda(0));
+          dev.run();
+          HostTensor out, lse;
+          dev.results(c, out, lse);
+          HostTensor host_wide(DType::kBF16, {rows, row});
+          wide.to_host(host_wide);
+          const auto* w = host_wide.data<unsigned short>();
+          auto* o = out.data<unsigned short>();
+          long long pad_touched = 0;
+          for (std::int64_t i = 0; i < rows; ++i) {
+            std::memcpy(o + i * 512, w + i * row, 512 * 2);
+            for (int k = 512; k < row; ++k) pad_touched += w[i * row + k] != 0xFFFF;
+          }
+          const std::string what = variant + "/h" + std::to_string(heads) + "_b" + std::to_string(batch) +
+                                   "_pad" + std::to_string(pad) + " (" + dev.plan.kernel_name + ")";
+          EXPECT_EQ(pad_touched, 0) << what << ": values written between the output rows";
+          expect_sparse_matches(what, c, out, lse);
+          if (HasFatalFailure()) return;
+        }
+      }
+    }
+  }
+}
+
 // The same inputs give the same bytes: the scheduler is deterministic and every merge runs in a
 // fixed order.
 TEST(MlaSparseGpu, RunToRunBitwiseIdentical) {

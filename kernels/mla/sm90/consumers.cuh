@@ -203,6 +203,52 @@ __device__ __forceinline__ void store_o(const SparseKernelParams& kp, const Piec
   }
 }
 
+// Whether a final output can go out as 16-byte stores of whole head rows: the base and every
+// stride a multiple of 8 bf16 (the last dimension is contiguous). The same for every thread.
+__device__ __forceinline__ bool out_rows_aligned(const MlaSparseParams& p) {
+  return ((reinterpret_cast<unsigned long long>(p.out) |
+           static_cast<unsigned long long>(p.out_stride_batch | p.out_stride_token | p.out_stride_head) * 2u) &
+          15u) == 0;
+}
+
+// store_o for a final bf16 output through shared memory: this warp's 16 rows of the warpgroup's
+// 256 columns, scaled and rounded, go by stmatrix into the Q tile's chunks col0 / 64 .. + 3 (the
+// accumulator's n-block pairs are the x4 matrices, as P's A fragments: p_lane_addr), then each
+// head row's 512 bytes leave as one 16-byte store per lane. The direct stores write 16 bytes of
+// 8 rows per instruction (8 half sectors); at the end of a launch every CTA writes its outputs
+// at once and those partial sectors took ~6 us (b64 h128, launch timeline). The Q tile is free:
+// the request's last S = Q K^T completed before this (consumer 0 waited for its last P V,
+// consumer 1 for out_ready); the next load_q waits for both warpgroups' reads (kBarQFree,
+// out_free). Only the warp's own rows are read back, so a __syncwarp orders them.
+__device__ __forceinline__ void store_o_staged(const MlaSparseParams& p, int r, int tok, int head0, int warp,
+                                               int lane, unsigned q_tile, int col0, const float (&o)[128],
+                                               float f0, float f1) {
+  const unsigned chunk0 = q_tile + static_cast<unsigned>(col0 / 64) * kChunkBytes;
+  const unsigned at = p_lane_addr(chunk0, warp, lane);
+#pragma unroll
+  for (int j = 0; j < 16; ++j) {
+    const unsigned v[4] = {f32x2_to_bf16x2(o[8 * j] * f0, o[8 * j + 1] * f0),
+                           f32x2_to_bf16x2(o[8 * j + 2] * f1, o[8 * j + 3] * f1),
+                           f32x2_to_bf16x2(o[8 * j + 4] * f0, o[8 * j + 5] * f0),
+                           f32x2_to_bf16x2(o[8 * j + 6] * f1, o[8 * j + 7] * f1)};
+    stmatrix_x4((at + static_cast<unsigned>(j >> 2) * kChunkBytes) ^ (32u * (j & 3)), v);
+  }
+  __syncwarp();
+  const unsigned from = chunk0 + static_cast<unsigned>(lane >> 3) * kChunkBytes;
+  unsigned short* dst = static_cast<unsigned short*>(p.out) + r * p.out_stride_batch + tok * p.out_stride_token +
+                        col0 + 8 * lane;
+#pragma unroll 4
+  for (int rr = 0; rr < 16; ++rr) {
+    const int row = 16 * warp + rr;
+    if (head0 + row >= p.num_heads) break;  // the same for the whole warp
+    uint4 v;
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "r"(from + swz(row, lane & 7)));
+    *reinterpret_cast<uint4*>(dst + (head0 + row) * p.out_stride_head) = v;
+  }
+}
+
 // Pulls the next request's Q rows (64 x 1152 B = 576 lines of 128 B) into L2 while this one
 // runs: load_q then waits for L2, not HBM.
 __device__ __forceinline__ void prefetch_q(const MlaSparseParams& p, int r, int tok, int head0, int t) {
@@ -320,8 +366,16 @@ __device__ __forceinline__ void consumer0(const SparseKernelParams& kp, const Sp
   float s[32];
   int it = 0;
   int nreq = 0;
+  const bool staged_out = out_rows_aligned(p);
   for (int r = part.begin_req; r <= part.end_req; ++r, ++nreq) {
     const Piece pc = piece_of(kp, part, r);
+    if (nreq > 0) {
+      // The previous request's outputs may have been staged in the Q tile (store_o_staged): every
+      // warp of both warpgroups has read its rows back before the next Q lands there. Consumer
+      // 1 reads the factors and its rows, then arrives (phase nreq - 1 of out_free).
+      named_bar_sync(kBarQFree, 128);
+      mbar_wait(sm.out_free(), (nreq - 1) & 1);
+    }
     if (pc.blk_begin < pc.blk_end) load_q(p, sm, r, tok, head0, t);
     if (t == 0 && nreq == 0) timeline_mark<Cfg>(kEventQ);
     if (r < part.end_req) prefetch_q(p, r + 1, tok, head0, t);
@@ -436,16 +490,19 @@ __device__ __forceinline__ void consumer0(const SparseKernelParams& kp, const Sp
     // output) shared with WG1 and the LSE.
     float f[2], lse[2];
     output_factors(p, pc, head0, r0, quad_sum(l0), quad_sum(l1), m0, m1, f, lse);
-    // Consumer 1 copies the previous request's factors to registers first thing, so this wait
-    // (phase nreq - 1 of out_free) has long completed by now.
+    // Consumer 1 read the previous request's factors before its out_free arrival, which this
+    // warpgroup waited for before the request's Q.
     float* out_scale = sm.out_scale();
-    if (nreq > 0) mbar_wait(sm.out_free(), (nreq - 1) & 1);
     if (c == 0) {
       out_scale[r0] = f[0];
       out_scale[r0 + 8] = f[1];
     }
     mbar_arrive(sm.out_ready());
-    store_o(kp, pc, r, tok, head0, r0, c, 0, o, f[0], f[1]);
+    if (!pc.split && staged_out) {
+      store_o_staged(p, r, tok, head0, warp, lane, sm.q(), 0, o, f[0], f[1]);
+    } else {
+      store_o(kp, pc, r, tok, head0, r0, c, 0, o, f[0], f[1]);
+    }
     if (c == 0) store_lse(kp, pc, r, tok, head0, r0, lse);
     if (t == 0) timeline_mark<Cfg>(kEventOut0);
   }
@@ -527,8 +584,14 @@ __device__ __forceinline__ void consumer1(const SparseKernelParams& kp, const Sp
     mbar_wait(sm.out_ready(), nreq & 1);
     const float* out_scale = sm.out_scale();
     const float f0 = out_scale[r0], f1 = out_scale[r0 + 8];
+    // Staged through the Q tile's chunks 4..7: out_free then also says this warpgroup's rows
+    // are read back (consumer 0 waits for it before the next Q).
+    if (!pc.split && out_rows_aligned(kp.p)) {
+      store_o_staged(kp.p, r, tok, head0, warp, lane, sm.q(), 256, o, f0, f1);
+    } else {
+      store_o(kp, pc, r, tok, head0, r0, c, 256, o, f0, f1);
+    }
     mbar_arrive(sm.out_free());
-    store_o(kp, pc, r, tok, head0, r0, c, 256, o, f0, f1);
     if (t == 0) timeline_mark<Cfg>(kEventOut1);
   }
   st.report(it);

@@ -86,6 +86,13 @@ __device__ __forceinline__ void mla_sparse_decode_sm90(const SparseKernelParams&
                 "Cfg::kSeesaw 1, 2: two producers (56 registers: pipes 1 and 2) in a cluster of 2");
   constexpr bool kSeesaw = SeesawOf<Cfg>::value != 0;
   if (threadIdx.x == 0) timeline_mark<Cfg>(kEventEntry);
+  // Under programmatic dependent launch the scheduler's metadata may still be in flight: wait,
+  // then load the partition and the stamp together before the barrier set-up, so that their
+  // memory latency (the walk's first id loads wait on the partition) runs under it. (The
+  // partition is read within the workspace whatever the stamp says; only a matching one is used.)
+  grid_dependency_wait();
+  const SparsePart part = kp.run.parts[blockIdx.z];
+  const bool matches = schedule_matches(kp.p, kp.run);
   const unsigned raw = ptx::smem_addr(smem_raw);
   Smem sm;
   sm.base = (raw + 1023u) & ~1023u;
@@ -122,21 +129,18 @@ __device__ __forceinline__ void mla_sparse_decode_sm90(const SparseKernelParams&
     }
     fence_proxy_async_smem();
   }
-  // In a cluster the peer's barriers must be initialised before its first remote arrival.
-  if constexpr (kCl == 2) {
+  // In a cluster the peer's barriers must be initialised before its first remote arrival
+  // (fence_mbar_init publishes them; the consumers-only ablation's zeroed tiles need the release).
+  if constexpr (kCl == 2 && kNoProduce<Cfg>) {
     cluster_sync();
+  } else if constexpr (kCl == 2) {
+    cluster_sync_relaxed();
   } else {
     __syncthreads();
   }
-  // Under programmatic dependent launch the scheduler's metadata may still be in flight.
-  grid_dependency_wait();
-  // The partition and the stamp are loaded together: the walk's first id loads wait on the
-  // partition, and a second dependent load at the start is a memory latency every CTA pays. (The
-  // partition is read within the workspace whatever the stamp says; only a matching one is used.)
-  const SparsePart part = kp.run.parts[blockIdx.z];
   // A reused schedule of another call shape (ScheduleStamp): NaN outputs, no attention. Every CTA
   // of a cluster reads the same stamp, so both leave here or neither does.
-  if (!schedule_matches(kp.p, kp.run)) {
+  if (!matches) {
     fill_nan_outputs(kp.p, static_cast<int>(blockIdx.x) * kHeadsPerCta, kHeadsPerCta, static_cast<int>(blockIdx.y),
                      static_cast<int>(blockIdx.z), static_cast<int>(gridDim.z));
     return;
