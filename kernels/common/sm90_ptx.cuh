@@ -411,6 +411,18 @@ __device__ __forceinline__ void bulk_copy_to_peer(unsigned cluster_dst, unsigned
       : "memory");
 }
 
+// cp.async.bulk.global.shared::cta.bulk_group [dst], [src], bytes; -- shared -> global by the
+// bulk-copy unit (16-byte aligned, a multiple of 16 bytes), then commit_group and
+// wait_group.read 0: the copies' reads of shared memory done (their global writes complete with
+// the grid). The copy itself written here for a shared-window address (CCCL's takes a generic
+// pointer); commit and wait through cuda::ptx.
+__device__ __forceinline__ void bulk_store_global(void* dst, unsigned smem_src, unsigned bytes) {
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(dst), "r"(smem_src), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { cuda::ptx::cp_async_bulk_commit_group(); }
+__device__ __forceinline__ void bulk_wait_read() { cuda::ptx::cp_async_bulk_wait_group_read(cuda::ptx::n32_t<0>{}); }
+
 // ---- Programmatic dependent launch (PTX ISA 9.7.13.13, griddepcontrol, sm_90) --------------------
 // griddepcontrol.launch_dependents; -- the dependent grid may start once every CTA executed this
 // (or exited); its griddepcontrol.wait still waits for this grid's memory to be flushed.

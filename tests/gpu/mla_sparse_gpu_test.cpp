@@ -120,11 +120,11 @@ TEST(MlaSparseGpu, MatchesCpuReference) {
   }
 }
 
-// The output as a strided view (a padded head row, as a slice of a wider buffer): with a pad of 8
-// bf16 every row still starts 16-byte aligned (the sm90 kernel's staged 16-byte row stores), with
-// 4 it does not (its direct stores); the pad between rows keeps its poison either way. Cluster
-// (128 heads) and single-CTA (16) shapes, unsplit requests and split ones (b1: one request over
-// every partition).
+// The output as a strided view (a padded head row, as a slice of a wider buffer): pads of 8 and 24
+// bf16 (rows 16-byte aligned, as the API requires: the sm90 kernel writes final rows as 16-byte
+// units through shared memory); the pad between rows keeps its poison. A pad of 4 is refused
+// before anything is written. Cluster (128 heads) and single-CTA (16) shapes, unsplit requests
+// and split ones (b1: one request over every partition).
 TEST(MlaSparseGpu, StridedOutputRows) {
   DECA_REQUIRE_GPU();
   DECA_SEED_TRACE();
@@ -133,7 +133,7 @@ TEST(MlaSparseGpu, StridedOutputRows) {
     std::uint64_t salt = 100;
     for (const int heads : {128, 16}) {
       for (const int batch : {3, 1}) {
-        for (const int pad : {8, 4}) {
+        for (const int pad : {8, 24, 4}) {
           auto rng = make_rng(++salt);
           MlaCaseSpec sp = spec(heads, 2, batch == 1 ? 2048 : 256, 64, batch);
           sp.attn_sink = true;
@@ -147,10 +147,27 @@ TEST(MlaSparseGpu, StridedOutputRows) {
           wide.fill(0xFF);
           dev.args.out = make_tensor(wide.get(), DType::kBF16, {batch, 2, heads, 512},
                                      {2 * heads * row, heads * row, row, 1}, Device::cuda(0));
+          const std::string what = variant + "/h" + std::to_string(heads) + "_b" + std::to_string(batch) +
+                                   "_pad" + std::to_string(pad) + " (" + dev.plan.kernel_name + ")";
+          HostTensor host_wide(DType::kBF16, {rows, row});
+          if (pad % 8 != 0) {
+            try {
+              dev.run();
+              ADD_FAILURE() << what << ": an output whose rows start 8-byte aligned was accepted";
+            } catch (const Error& e) {
+              EXPECT_NE(std::string(e.what()).find("out: expected the stride of dim 2"), std::string::npos)
+                  << e.what();
+            }
+            ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+            wide.to_host(host_wide);
+            long long touched = 0;
+            for (std::int64_t i = 0; i < rows * row; ++i) touched += host_wide.data<unsigned short>()[i] != 0xFFFF;
+            EXPECT_EQ(touched, 0) << what << ": a refused call wrote its output";
+            continue;
+          }
           dev.run();
           HostTensor out, lse;
           dev.results(c, out, lse);
-          HostTensor host_wide(DType::kBF16, {rows, row});
           wide.to_host(host_wide);
           const auto* w = host_wide.data<unsigned short>();
           auto* o = out.data<unsigned short>();
@@ -159,8 +176,6 @@ TEST(MlaSparseGpu, StridedOutputRows) {
             std::memcpy(o + i * 512, w + i * row, 512 * 2);
             for (int k = 512; k < row; ++k) pad_touched += w[i * row + k] != 0xFFFF;
           }
-          const std::string what = variant + "/h" + std::to_string(heads) + "_b" + std::to_string(batch) +
-                                   "_pad" + std::to_string(pad) + " (" + dev.plan.kernel_name + ")";
           EXPECT_EQ(pad_touched, 0) << what << ": values written between the output rows";
           expect_sparse_matches(what, c, out, lse);
           if (HasFatalFailure()) return;

@@ -204,49 +204,55 @@ __device__ __forceinline__ void store_o(const SparseKernelParams& kp, const Piec
 }
 
 // Whether a final output can go out as 16-byte stores of whole head rows: the base and every
-// stride a multiple of 8 bf16 (the last dimension is contiguous). The same for every thread.
+// stride taken a multiple of 8 bf16 (the last dimension is contiguous; the API asks as much of
+// the dimensions longer than 1, and a stride never taken does not count here either). The same
+// for every thread.
 __device__ __forceinline__ bool out_rows_aligned(const MlaSparseParams& p) {
-  return ((reinterpret_cast<unsigned long long>(p.out) |
-           static_cast<unsigned long long>(p.out_stride_batch | p.out_stride_token | p.out_stride_head) * 2u) &
-          15u) == 0;
+  const long long strides = (p.batch > 1 ? p.out_stride_batch : 0) | (p.q_len > 1 ? p.out_stride_token : 0) |
+                            (p.num_heads > 1 ? p.out_stride_head : 0);
+  return ((reinterpret_cast<unsigned long long>(p.out) | static_cast<unsigned long long>(strides) * 2u) & 15u) == 0;
 }
 
 // store_o for a final bf16 output through shared memory: this warp's 16 rows of the warpgroup's
-// 256 columns, scaled and rounded, go by stmatrix into the Q tile's chunks col0 / 64 .. + 3 (the
-// accumulator's n-block pairs are the x4 matrices, as P's A fragments: p_lane_addr), then each
-// head row's 512 bytes leave as one 16-byte store per lane. The direct stores write 16 bytes of
-// 8 rows per instruction (8 half sectors); at the end of a launch every CTA writes its outputs
-// at once and those partial sectors took ~6 us (b64 h128, launch timeline). The Q tile is free:
-// the request's last S = Q K^T completed before this (consumer 0 waited for its last P V,
-// consumer 1 for out_ready); the next load_q waits for both warpgroups' reads (kBarQFree,
-// out_free). Only the warp's own rows are read back, so a __syncwarp orders them.
-__device__ __forceinline__ void store_o_staged(const MlaSparseParams& p, int r, int tok, int head0, int warp,
-                                               int lane, unsigned q_tile, int col0, const float (&o)[128],
-                                               float f0, float f1) {
-  const unsigned chunk0 = q_tile + static_cast<unsigned>(col0 / 64) * kChunkBytes;
-  const unsigned at = p_lane_addr(chunk0, warp, lane);
+// 256 columns, scaled and rounded, go by stmatrix into the Q tile as plain rows of 512 bytes
+// (pitch kOutPitch: the 16 extra bytes put the eight rows of a matrix in eight different bank
+// groups), and one lane hands each real head's row to the bulk-copy unit (one 512-byte
+// cp.async.bulk per row, no registers held). The direct stores write 16 bytes of 8 rows per
+// instruction (8 half sectors): at the end of a launch every CTA writes its outputs at once, and
+// those took ~6 us of a b64 h128 launch (the launch timeline, DECA_MLA_STAMP=2); register-held
+// 16-byte stores instead moved ptxas' allocation so that knob variants spilled. The Q tile is
+// free here: the request's last S = Q K^T completed (consumer 0 waited for its last P V,
+// consumer 1 for out_ready); the copies' reads of it are waited for before this returns, and the
+// next load_q waits for both warpgroups (kBarQFree, out_free).
+constexpr int kOutPitch = 528;
+static_assert(2 * kHeadsPerCta * kOutPitch <= kTileBytes, "both halves of O fit the Q tile");
+__device__ __forceinline__ void store_o_staged(const MlaSparseParams& p, const Smem& sm, int r, int tok, int head0,
+                                               int warp, int lane, int col0, const float (&o)[128], float f0,
+                                               float f1) {
+  const unsigned half = sm.q() + static_cast<unsigned>(col0 / 256) * (kHeadsPerCta * kOutPitch);
+  const unsigned at = half + static_cast<unsigned>(16 * warp + (lane & 7) + 8 * ((lane >> 3) & 1)) * kOutPitch +
+                      16u * static_cast<unsigned>(lane >> 4);
 #pragma unroll
   for (int j = 0; j < 16; ++j) {
     const unsigned v[4] = {f32x2_to_bf16x2(o[8 * j] * f0, o[8 * j + 1] * f0),
                            f32x2_to_bf16x2(o[8 * j + 2] * f1, o[8 * j + 3] * f1),
                            f32x2_to_bf16x2(o[8 * j + 4] * f0, o[8 * j + 5] * f0),
                            f32x2_to_bf16x2(o[8 * j + 6] * f1, o[8 * j + 7] * f1)};
-    stmatrix_x4((at + static_cast<unsigned>(j >> 2) * kChunkBytes) ^ (32u * (j & 3)), v);
+    stmatrix_x4(at + 32u * j, v);
+  }
+  fence_proxy_async_smem();  // the generic stores, seen by the bulk copies' async-proxy reads
+  __syncwarp();
+  if (lane == 0) {
+    unsigned short* dst = static_cast<unsigned short*>(p.out) + r * p.out_stride_batch + tok * p.out_stride_token + col0;
+    for (int rr = 0; rr < 16; ++rr) {
+      const int row = 16 * warp + rr;
+      if (head0 + row >= p.num_heads) break;
+      bulk_store_global(dst + (head0 + row) * p.out_stride_head, half + row * kOutPitch, 512);
+    }
+    bulk_commit();
+    bulk_wait_read();
   }
   __syncwarp();
-  const unsigned from = chunk0 + static_cast<unsigned>(lane >> 3) * kChunkBytes;
-  unsigned short* dst = static_cast<unsigned short*>(p.out) + r * p.out_stride_batch + tok * p.out_stride_token +
-                        col0 + 8 * lane;
-#pragma unroll 4
-  for (int rr = 0; rr < 16; ++rr) {
-    const int row = 16 * warp + rr;
-    if (head0 + row >= p.num_heads) break;  // the same for the whole warp
-    uint4 v;
-    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "r"(from + swz(row, lane & 7)));
-    *reinterpret_cast<uint4*>(dst + (head0 + row) * p.out_stride_head) = v;
-  }
 }
 
 // Pulls the next request's Q rows (64 x 1152 B = 576 lines of 128 B) into L2 while this one
@@ -499,7 +505,7 @@ __device__ __forceinline__ void consumer0(const SparseKernelParams& kp, const Sp
     }
     mbar_arrive(sm.out_ready());
     if (!pc.split && staged_out) {
-      store_o_staged(p, r, tok, head0, warp, lane, sm.q(), 0, o, f[0], f[1]);
+      store_o_staged(p, sm, r, tok, head0, warp, lane, 0, o, f[0], f[1]);
     } else {
       store_o(kp, pc, r, tok, head0, r0, c, 0, o, f[0], f[1]);
     }
@@ -522,6 +528,7 @@ __device__ __forceinline__ void consumer1(const SparseKernelParams& kp, const Sp
   const int c = lane & 3;
   // Phases (kStamp): tile wait, P wait, rescale and P V issued, P V waited, released.
   Stamps<kStamped<Cfg>> st;
+  const bool staged_out = out_rows_aligned(kp.p);
   float o[128];
   int it = 0;
   int nreq = 0;
@@ -584,14 +591,16 @@ __device__ __forceinline__ void consumer1(const SparseKernelParams& kp, const Sp
     mbar_wait(sm.out_ready(), nreq & 1);
     const float* out_scale = sm.out_scale();
     const float f0 = out_scale[r0], f1 = out_scale[r0 + 8];
-    // Staged through the Q tile's chunks 4..7: out_free then also says this warpgroup's rows
-    // are read back (consumer 0 waits for it before the next Q).
-    if (!pc.split && out_rows_aligned(kp.p)) {
-      store_o_staged(kp.p, r, tok, head0, warp, lane, sm.q(), 256, o, f0, f1);
+    // Staged through the Q tile's chunks 4..7, out_free also says this warpgroup's rows are read
+    // back (consumer 0 waits for it before the next Q); direct stores (split pieces, fp32) need
+    // nothing of the tile, so consumer 0 is released as soon as the factors are read.
+    if (!pc.split && staged_out) {
+      store_o_staged(kp.p, sm, r, tok, head0, warp, lane, 256, o, f0, f1);
+      mbar_arrive(sm.out_free());
     } else {
+      mbar_arrive(sm.out_free());
       store_o(kp, pc, r, tok, head0, r0, c, 256, o, f0, f1);
     }
-    mbar_arrive(sm.out_free());
     if (t == 0) timeline_mark<Cfg>(kEventOut1);
   }
   st.report(it);
