@@ -420,6 +420,17 @@ __device__ __forceinline__ void bulk_store_global(void* dst, unsigned smem_src, 
   asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(dst), "r"(smem_src), "r"(bytes)
                : "memory");
 }
+// cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [dst], [src], bytes, [mbar];
+// -- global -> this CTA's shared memory by the bulk-copy unit (both 16-byte aligned, a multiple
+// of 16 bytes), completing `bytes` of the mbarrier's transaction count. Shared-window addresses
+// (this CTA's are valid shared::cluster ones).
+__device__ __forceinline__ void bulk_load_shared(unsigned smem_dst, const void* src, unsigned bytes,
+                                                 unsigned smem_mbar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(smem_dst),
+      "l"(src), "r"(bytes), "r"(smem_mbar)
+      : "memory");
+}
 __device__ __forceinline__ void bulk_commit() { cuda::ptx::cp_async_bulk_commit_group(); }
 __device__ __forceinline__ void bulk_wait_read() { cuda::ptx::cp_async_bulk_wait_group_read(cuda::ptx::n32_t<0>{}); }
 

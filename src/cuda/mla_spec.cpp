@@ -53,6 +53,7 @@ constexpr Knob kKnobs[] = {
     {&MlaSm90Knobs::producers, "kProducers", "DECA_MLA_PRODUCERS", 1, 2, "_w", 1, true},
     {&MlaSm90Knobs::peer_copy, "kPeerCopy", "DECA_MLA_PEERCOPY", 0, 1, "_bulk", 0, false},
     {&MlaSm90Knobs::seesaw, "kSeesaw", "DECA_MLA_SEESAW", 0, 2, "_see", 0, true},
+    {&MlaSm90Knobs::stage, "kStage", "DECA_MLA_STAGE", 0, 1, "_stage", 0, false},
     {&MlaSm90Knobs::stamp, "kStamp", "DECA_MLA_STAMP", 0, 2, "_stamp", 0, true},
 };
 
@@ -107,6 +108,11 @@ MlaSm90Knobs mla_sm90_consistent(MlaSm90Knobs k, int num_heads) {
   // They hand P over their own way: kPHand is left at its neutral value.
   if (k.seesaw != 0 && (k.cluster != 2 || k.producers != 2 || k.pipe < 1 || k.pipe > 2)) k.seesaw = 0;
   if (k.seesaw != 0) k.phand = 0;
+  // The staged records live in the Q tile's rows 16..63: at most 16 heads, and the producer
+  // written for it (two warpgroups' whole shares in rows, no cluster).
+  if (k.stage == 1 && (num_heads > 16 || k.cluster != 1 || k.producers != 2 || k.pipe != 2 || k.map != 3)) {
+    k.stage = 0;
+  }
   return k;
 }
 

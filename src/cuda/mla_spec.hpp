@@ -40,6 +40,8 @@ struct MlaSm90Knobs {
   int seesaw = 0;    // Cfg::kSeesaw, DECA_MLA_SEESAW 0..2: the consumers take alternate blocks (QK^T and
                      // softmax each; two producers in a cluster, pipes 1 and 2), 1 S first, 2 the
                      // other's block first (both slower with two K tiles)
+  int stage = 0;     // Cfg::kStage, DECA_MLA_STAGE: 1 the records staged in the Q tile by bulk copies (<= 16 heads,
+                     // two producers' whole shares in rows, no cluster)
   int stamp = 0;     // Cfg::kStamp, DECA_MLA_STAMP: 1 cycle stamps per phase printed by the first CTAs, 2 the launch timeline (timing aids)
 };
 

@@ -123,6 +123,7 @@ struct Sm90Case {
   int producers = 1;       // Cfg::kProducers: 2 producer warpgroups (512 threads; same bytes as 1)
   int peer_copy = 0;       // Cfg::kPeerCopy: 1 the peer's rows by bulk copies (same bytes as 0)
   int seesaw = 0;          // Cfg::kSeesaw: 1 the consumers take alternate blocks
+  int stage = 0;           // Cfg::kStage: 1 the records staged in the Q tile (<= 16 heads; same bytes as 0)
   std::string name;
 };
 
@@ -189,7 +190,7 @@ void run_case(const Sm90Case& tc) {
 
   const jit::LoadedKernel& k = jit::get_kernel(mla_sm90_spec(s.page_size, tc.cluster, 0, tc.pipe, tc.dequant, tc.sync, tc.prefetch, tc.ahead, tc.map, tc.l1,
                                                              tc.rescale, tc.phand, tc.producers, tc.peer_copy, 0,
-                                                             tc.seesaw), 0);
+                                                             tc.seesaw, tc.stage), 0);
   const unsigned threads = static_cast<unsigned>(mla::sm90::threads_of(tc.producers));
   void* args[] = {&kp};
   jit::LaunchOptions opts;
@@ -233,9 +234,10 @@ void run_case(const Sm90Case& tc) {
   // conversions, the unit split, every rescale and P from shared memory must write the same bytes;
   // so must two producer warpgroups (the same tiles; P V as two N = 128 halves per k step, each
   // element's sum the same) and the peer's rows by bulk copies (the same bytes, another route).
+  // and the records staged in the Q tile (the same tiles from shared rather than global loads).
   // (Not the seesaw consumers: their row sums add in another order.)
   if (tc.seesaw == 0 && (tc.dequant != 0 || tc.map != 0 || tc.rescale == 1 || tc.phand != 0 ||
-                         tc.producers != 1 || tc.peer_copy != 0)) {
+                         tc.producers != 1 || tc.peer_copy != 0 || tc.stage != 0)) {
     const jit::LoadedKernel& k0 = jit::get_kernel(
         mla_sm90_spec(s.page_size, tc.cluster, 0, tc.pipe, 0, tc.sync, tc.prefetch, tc.ahead, 0, tc.l1,
                       tc.rescale == 2 ? 2 : 0, 0), 0);
@@ -583,6 +585,48 @@ TEST(MlaSm90Kernel, RowsIntegerDequant) {
     c.sync = c.cluster == 2 ? 1 : 0;
     c.ahead = 1;
     c.rescale = 2;
+    run_case(c);
+  }
+}
+
+// The records staged in the Q tile's free rows by bulk copies (Cfg::kStage = 1, at most 16
+// heads) with the plan's producers and consumers without a cluster (two producers' whole shares
+// in rows, L1 evict-last, P after P V, lazy rescale): 16, 13, 8, 5 and 1 heads, q_len 1 to 4,
+// pages 1, 16 and 64, heavy skips with a row of -1, split pieces with the sink and topk_length,
+// many requests per partition, the prefetch one to three blocks ahead; each compared with the
+// CPU reference and bit for bit with one producer's unit split in run_case.
+TEST(MlaSm90Kernel, StagedRecords) {
+  REQUIRE_SM90();
+  std::vector<Sm90Case> cases = {make("stage_h16_q1_p64_topk2048", 2, 1, 16, 64, 2048),
+                                 make("stage_h8_q2_p1_topk448", 2, 2, 8, 1, 448),
+                                 make("stage_h5_q4_p16_topk192", 3, 4, 5, 16, 192)};
+  Sm90Case skips = make("stage_h16_heavy_skips_empty_row", 2, 1, 16, 1, 256);
+  skips.spec.skip_fraction = 0.9f;
+  skips.empty_row = true;
+  cases.push_back(skips);
+  Sm90Case split = make("stage_h13_split_cap3_sink_topklen", 5, 2, 13, 64, 448);
+  split.cap = 3;
+  split.one_request = false;
+  split.spec.attn_sink = true;
+  split.spec.topk_length = true;
+  cases.push_back(split);
+  Sm90Case many = make("stage_h1_all_in_one_part_topklen", 6, 1, 1, 64, 128);
+  many.one_request = false;
+  many.spec.topk_length = true;
+  cases.push_back(many);
+  for (int ahead : {1, 3}) {
+    Sm90Case c = make("stage_h16_q1_p64_topk2048_ahead" + std::to_string(ahead), 2, 1, 16, 64, 2048);
+    c.ahead = ahead;
+    cases.push_back(c);
+  }
+  for (Sm90Case& c : cases) {
+    c.producers = 2;
+    c.pipe = 2;
+    c.map = 3;
+    c.l1 = 1;
+    c.phand = 2;
+    c.rescale = 2;
+    c.stage = 1;
     run_case(c);
   }
 }

@@ -229,6 +229,25 @@ TEST(MlaSm90Knobs, ConsistentKeepsOnlyCombinationsTheKernelBuilds) {
   for (const Row& r : rows) expect_kept(r);
 }
 
+// The records staged in the Q tile (Cfg::kStage 1) need its rows 16..63 free (at most 16 heads)
+// and the producer written for them (two warpgroups' whole shares in rows, no cluster).
+TEST(MlaSm90Knobs, StagedRecordsOnlyWhereTheyFit) {
+  struct Row {
+    int heads, cluster, producers, pipe, map, kept;
+  };
+  for (const Row r : {Row{16, 1, 2, 2, 3, 1}, Row{1, 1, 2, 2, 3, 1}, Row{13, 1, 2, 2, 3, 1}, Row{17, 1, 2, 2, 3, 0},
+                      Row{64, 1, 2, 2, 3, 0}, Row{16, 1, 1, 2, 3, 0}, Row{16, 1, 2, 1, 3, 0}, Row{16, 1, 2, 4, 0, 0},
+                      Row{16, 1, 2, 2, 0, 0}, Row{128, 2, 2, 2, 3, 0}}) {
+    MlaSm90Knobs k = mla_sm90_defaults(r.cluster);
+    k.producers = r.producers;
+    k.pipe = r.pipe;
+    k.map = r.map;
+    k.stage = 1;
+    EXPECT_EQ(mla_sm90_consistent(k, r.heads).stage, r.kept)
+        << r.heads << " heads, producers " << r.producers << " pipe " << r.pipe << " map " << r.map;
+  }
+}
+
 // The plan's keys: the names the results and caches know, the environment's overrides in range
 // only, and the Cfg prologue carrying every knob.
 TEST(MlaSm90Knobs, DefaultsByClusterSize) {
@@ -266,7 +285,8 @@ TEST(MlaSm90Knobs, KeysFromTheEnvironment) {
   if (!kMlaSm90KernelEnabled) GTEST_SKIP() << "the sm90 MLA kernel is not enabled in this build";
   const char* vars[] = {"DECA_MLA_CLUSTER", "DECA_MLA_PIPE", "DECA_MLA_DEQUANT", "DECA_MLA_SYNC",
                         "DECA_MLA_PREFETCH", "DECA_MLA_AHEAD", "DECA_MLA_MAP", "DECA_MLA_L1",
-                        "DECA_MLA_RESCALE", "DECA_MLA_PHAND", "DECA_MLA_PRODUCERS", "DECA_MLA_PEERCOPY"};
+                        "DECA_MLA_RESCALE", "DECA_MLA_PHAND", "DECA_MLA_PRODUCERS", "DECA_MLA_PEERCOPY",
+                        "DECA_MLA_STAGE"};
   for (const char* v : vars) unsetenv(v);
   MlaConfig c;
   c.sparse = true, c.topk = 2048, c.page_size = 64, c.checked = false;
@@ -277,6 +297,12 @@ TEST(MlaSm90Knobs, KeysFromTheEnvironment) {
   EXPECT_EQ(mla_decode_shape(mla_decode_key(90, "sm90", c)).threads, 512);
   c.num_heads = 16;
   EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_pipe2_ahead1_map3_l1e1_pr2_w2_sm90");
+  setenv("DECA_MLA_STAGE", "1", 1);  // the staged records: named at 16 heads, left out at 17
+  EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_pipe2_ahead1_map3_l1e1_pr2_w2_stage_sm90");
+  EXPECT_NE(mla_decode_key(90, "sm90", c).spec().source.find("kStage = 1;"), std::string::npos);
+  c.num_heads = 17;
+  EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_pipe2_ahead1_map3_l1e1_pr2_w2_sm90");
+  unsetenv("DECA_MLA_STAGE");
   c.num_heads = 65;
   EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_c2_pipe2_sync1_ahead1_map3_pr1_w2_sm90");
   EXPECT_EQ(mla_decode_shape(mla_decode_key(90, "sm90", c)).threads, 512);

@@ -154,6 +154,20 @@ TEST(MlaSm90Nvrtc, PairAndRowMapVariantsCompileWithoutSpills) {
   }
 }
 
+// The records staged in the Q tile by bulk copies (Cfg::kStage 1, at most 16 heads): the plan's
+// producers without a cluster (two, pipe 2, rows, L1 evict-last, P after P V), every page size
+// kind, the prefetch one to three blocks ahead, the timeline; the ablations (timing only).
+TEST(MlaSm90Nvrtc, StagedRecordVariantsCompileWithoutSpills) {
+  for (int page : {1, 64, 128}) {
+    expect_clean_compile(test::mla_sm90_spec(page, 1, 0, 2, 0, 0, 0, 2, 3, 1, 2, 2, 2, 0, 0, 0, 1));
+  }
+  for (int ahead : {1, 3}) expect_clean_compile(test::mla_sm90_spec(64, 1, 0, 2, 0, 0, 0, ahead, 3, 1, 2, 2, 2, 0, 0, 0, 1));
+  expect_clean_compile(test::mla_sm90_spec(64, 1, 0, 2, 0, 0, 0, 2, 3, 1, 2, 2, 2, 0, 2, 0, 1));
+  for (int ablate : {1, 2, 3, 7, 8, 9}) {
+    expect_clean_compile(test::mla_sm90_spec(64, 1, ablate, 2, 0, 0, 0, 2, 3, 1, 2, 2, 2, 0, 0, 0, 1), true);
+  }
+}
+
 // The token split of the producer (Cfg::kMap = 1) with every pipe that offers it, both cluster
 // sizes, the integer dequantization (pipe 3) and the no-dequant ablation.
 TEST(MlaSm90Nvrtc, TokenMapVariantsCompileWithoutSpills) {

@@ -267,12 +267,16 @@ __device__ __forceinline__ void prefetch_q(const MlaSparseParams& p, int r, int 
   }
 }
 
+// kRows: 64, or kStageRows when the other rows hold staged records (Cfg::kStage; their S rows
+// are then whatever those bytes make, never stored).
+template <int kRows = kHeadsPerCta>
 __device__ __forceinline__ void load_q(const MlaSparseParams& p, const Smem& sm, int r, int tok,
                                        int head0, int t) {
+  static_assert(kRows * 72 % 128 == 0, "whole rounds of the warpgroup");
   const char* q = static_cast<const char*>(p.q);
-  // 64 rows x 72 units of 16 B; rows past num_heads are zero-filled, their q never read.
+  // kRows rows x 72 units of 16 B; rows past num_heads are zero-filled, their q never read.
 #pragma unroll 4
-  for (int i = 0; i < 36; ++i) {
+  for (int i = 0; i < kRows * 72 / 128; ++i) {
     const int job = t + 128 * i;
     const int row = job / 72;
     const int u = job % 72;
@@ -372,7 +376,8 @@ __device__ __forceinline__ void consumer0(const SparseKernelParams& kp, const Sp
   float s[32];
   int it = 0;
   int nreq = 0;
-  const bool staged_out = out_rows_aligned(p);
+  // The staged records (Cfg::kStage) share the Q tile: the outputs go straight to memory then.
+  const bool staged_out = !kStaged<Cfg> && out_rows_aligned(p);
   for (int r = part.begin_req; r <= part.end_req; ++r, ++nreq) {
     const Piece pc = piece_of(kp, part, r);
     if (nreq > 0) {
@@ -382,7 +387,7 @@ __device__ __forceinline__ void consumer0(const SparseKernelParams& kp, const Sp
       named_bar_sync(kBarQFree, 128);
       mbar_wait(sm.out_free(), (nreq - 1) & 1);
     }
-    if (pc.blk_begin < pc.blk_end) load_q(p, sm, r, tok, head0, t);
+    if (pc.blk_begin < pc.blk_end) load_q<kStaged<Cfg> ? kStageRows : kHeadsPerCta>(p, sm, r, tok, head0, t);
     if (t == 0 && nreq == 0) timeline_mark<Cfg>(kEventQ);
     if (r < part.end_req) prefetch_q(p, r + 1, tok, head0, t);
 #pragma unroll
@@ -528,7 +533,7 @@ __device__ __forceinline__ void consumer1(const SparseKernelParams& kp, const Sp
   const int c = lane & 3;
   // Phases (kStamp): tile wait, P wait, rescale and P V issued, P V waited, released.
   Stamps<kStamped<Cfg>> st;
-  const bool staged_out = out_rows_aligned(kp.p);
+  const bool staged_out = !kStaged<Cfg> && out_rows_aligned(kp.p);
   float o[128];
   int it = 0;
   int nreq = 0;

@@ -84,6 +84,10 @@ __device__ __forceinline__ void mla_sparse_decode_sm90(const SparseKernelParams&
                     (SeesawOf<Cfg>::value <= 2 && kProducers == 2 && kCl == 2 &&
                      (PipeOf<Cfg>::value == kPipeAhead || PipeOf<Cfg>::value == kPipeWhole)),
                 "Cfg::kSeesaw 1, 2: two producers (56 registers: pipes 1 and 2) in a cluster of 2");
+  static_assert(StageOf<Cfg>::value == 0 ||
+                    (StageOf<Cfg>::value == 1 && kCl == 1 && kProducers == 2 &&
+                     PipeOf<Cfg>::value == kPipeWhole && MapOf<Cfg>::value == kMapRows && SeesawOf<Cfg>::value == 0),
+                "Cfg::kStage 1: two producers' whole shares in rows (pipe 2, map 3) without a cluster");
   constexpr bool kSeesaw = SeesawOf<Cfg>::value != 0;
   if (threadIdx.x == 0) timeline_mark<Cfg>(kEventEntry);
   // Under programmatic dependent launch the scheduler's metadata may still be in flight: wait,
@@ -117,6 +121,12 @@ __device__ __forceinline__ void mla_sparse_decode_sm90(const SparseKernelParams&
     mbar_init(sm.out_ready(), 128);
     mbar_init(sm.out_free(), 128);
     mbar_init(sm.q_loaded(), 128);  // every consumer-0 thread (Cfg::kSeesaw)
+    if constexpr (kStaged<Cfg>) {
+      for (int w = 0; w < 8; ++w) {
+        mbar_init(sm.staged(w, 0), 1);  // lane 0 of the producer warp (+ its copies' bytes)
+        mbar_init(sm.staged(w, 1), 1);
+      }
+    }
     fence_mbar_init();
   }
   if constexpr (kNoProduce<Cfg>) {
@@ -157,6 +167,8 @@ __device__ __forceinline__ void mla_sparse_decode_sm90(const SparseKernelParams&
   if (wg >= 2) {
     setmaxnreg_dec<kRegs.producer>();
     if constexpr (kNoProduce<Cfg>) {
+    } else if constexpr (kStaged<Cfg>) {
+      producer_staged<Cfg>(kp, part, tok, sm);
     } else if constexpr (PipeOf<Cfg>::value == kPipeBase) {
       producer<Cfg, kCl>(kp, part, tok, sm, static_cast<int>(rank));
     } else if constexpr (PipeOf<Cfg>::value == kPipeStream && kProducers == 2) {

@@ -184,6 +184,20 @@ inline constexpr bool kBulkPeer = ClusterOf<Cfg>::value == 2 && PeerCopyOf<Cfg>:
 // sixth part). Off.
 DECA_MLA_SM90_KNOB(SeesawOf, kSeesaw, 0)
 
+// 1: at most 16 heads (num_heads <= 16, no cluster, two producers' whole shares in rows: the plan
+// of 16 heads), the records of the block after the one converted are staged whole in shared
+// memory by the bulk-copy unit (one cp.async.bulk of 656 bytes per token, completing on an
+// mbarrier of the converting warp and half of its tokens) in the Q tile's rows 16..63, which
+// 16 heads leave unused: the producers then read their pieces with ld.shared from addresses
+// fixed per lane, and the gather's memory latency runs under a block's conversion without
+// registers held for it (two producers' 72 registers hold one whole share's loads, so pipe 2
+// waits for a full L2 latency per block: the producers alone took 83.5 us at b128 h64 against
+// 65.5 without the gather's memory, 3137a0b). The Q tile then holds 16 real rows (load_q
+// writes no others) and the outputs leave by direct stores (store_o).
+DECA_MLA_SM90_KNOB(StageOf, kStage, 0)
+template <class Cfg>
+inline constexpr bool kStaged = StageOf<Cfg>::value == 1;
+
 // 1: every role adds up the cycles of each phase of a block and the first CTAs print the means;
 // 2: every CTA records when it passes the launch's events (entry, first tile, last release,
 // outputs stored, exit) and the backend prints their spread (stamps.cuh; timing aids, never a

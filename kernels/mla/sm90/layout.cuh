@@ -76,4 +76,16 @@ DECA_HD constexpr unsigned mma_select_b(int lane) {
   return c == (g >> 1) ? 0x3C00u << (16 * (g & 1)) : 0u;
 }
 
+// Cfg::kStage = 1 (at most 16 heads): the 656-byte record of token k (0..63) of a block staged
+// in the Q tile's rows 16..63, which such a head count leaves unused: eight records per chunk in
+// chunks 1..8 (rows 16..63 of a chunk are its bytes 2048..8191, 8 x 656 = 5248 of them), so
+// chunk 0 stays Q's alone. 16-byte aligned (656 = 41 x 16) as cp.async.bulk needs.
+constexpr int kStageRows = 16;  // Q rows the staged variant keeps (heads per CTA)
+DECA_HD constexpr unsigned stage_slot(int k) {
+  return static_cast<unsigned>((1 + k / 8) * kChunkBytes + kStageRows * 128 + (k % 8) * kTokenBytes);
+}
+static_assert(kStageRows * 128 + 8 * kTokenBytes <= kChunkBytes, "eight records in a chunk's free rows");
+static_assert(stage_slot(63) + kTokenBytes <= kTileBytes, "64 records in the Q tile");
+static_assert(stage_slot(1) % 16 == 0 && kTokenBytes % 16 == 0, "cp.async.bulk alignment");
+
 }  // namespace deca::mla::sm90

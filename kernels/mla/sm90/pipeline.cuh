@@ -67,6 +67,10 @@ struct Smem {
   __device__ __forceinline__ mbar_t* q_loaded() const {
     return reinterpret_cast<mbar_t*>(ptr + SmemPlan::kBarQLoaded);
   }
+  // Cfg::kStage: producer warp w's (0..7) barrier of half h (0, 1) of its staged records.
+  __device__ __forceinline__ mbar_t* staged(int w, int h) const {
+    return reinterpret_cast<mbar_t*>(ptr + SmemPlan::kBarStage) + 2 * w + h;
+  }
   __device__ __forceinline__ unsigned peer(unsigned smem_addr) const { return smem_addr + peer_delta; }
 };
 

@@ -803,4 +803,153 @@ __device__ __forceinline__ void producer_stream_small(const SparseKernelParams& 
   }
 }
 
+// ---- Producers, Cfg::kStage = 1 (at most 16 heads) ---------------------------------------------
+// Two producer warpgroups without a cluster, the rows map: warp g of warpgroup w converts tokens
+// k = 32 w + g + 4 u (u = 0..7) of each block, as produce_block does, but from their records
+// staged whole in the Q tile (layout.cuh stage_slot) by the bulk-copy unit rather than from
+// global loads. The copies run a block ahead, half a warp's tokens at a time: once the warp has
+// converted tokens u = 4 h .. 4 h + 3 of block it (their slots read), lanes 4 h .. 4 h + 3 copy
+// the same tokens' records of block it + 1 into those slots, completing on the warp's barrier of
+// half h (phase it + 1), which block it + 1 waits for just before converting that half: each
+// copy has about half a block's work to land (the L2 prefetch, AheadOf blocks ahead, makes it an
+// L2 hit). A skipped token (-1) is neither copied nor read: its pieces are zeros.
+//
+// Block it + 1's ids go to their slot during block it (the copies need them; slot it + 1 was
+// last read by the consumers of block it - 3, done before the tile of block it - 2 was released,
+// which this block's wait for its tile follows).
+__device__ __forceinline__ uint2 staged_or_zero(bool valid, unsigned addr) {
+  return valid ? ptx::lds64(addr) : make_uint2(0, 0);
+}
+
+template <class Cfg>
+__device__ __forceinline__ void producer_staged(const SparseKernelParams& kp, const SparsePart& part,
+                                                int tok, const Smem& sm) {
+  constexpr int kWays = 2;         // the two producer warpgroups split a block's tokens
+  constexpr int kTpt = 2 * kWays;  // prefetching threads per token (prefetch_record)
+  static_assert(ClusterOf<Cfg>::value == 1 && ProducersOf<Cfg>::value == 2 && MapOf<Cfg>::value == kMapRows,
+                "Cfg::kStage: two producers' rows without a cluster");
+  const MlaSparseParams& p = kp.p;
+  const int tg = threadIdx.x - 256;
+  const int t = tg & 127;
+  const int g = t >> 5;
+  const int j = t & 31;
+  const int pw = tg >> 5;  // producer warp 0..7: its staging barriers
+  const unsigned pool = pool_bound(static_cast<long long>(p.num_blocks) * Cfg::kPageSize);
+  const int first_token = (tg >> 7) * (kTokens / kWays);
+  const int pf_k = first_token + t / kTpt;
+  // The no-gather ablation copies nothing (its pieces are whatever the slots hold).
+  constexpr unsigned kRecordBytes = kNoGather<Cfg> ? 0u : static_cast<unsigned>(kTokenBytes);
+  // Token u's slot is stage_slot(first_token + g + 4 u): since first_token % 8 = 0 that is the
+  // warp's first slot + (u / 2) chunks + (u % 2) four records (layout.cuh), immediates from one
+  // base; the lane's NoPE and scale bytes from two more.
+  const unsigned slot0 = sm.q() + stage_slot(first_token + g);
+  const auto slot = [&](int u) {
+    return slot0 + static_cast<unsigned>((u >> 1) * kChunkBytes + (u & 1) * 4 * kTokenBytes);
+  };
+  const unsigned nope0 = slot0 + rows_nope_byte(j);
+  const unsigned scale0 = slot0 + rows_scale_byte(j);
+  const RowsStores rs = rows_stores(j, g, first_token);
+  const unsigned bar0 = ptx::smem_addr(sm.staged(pw, 0));
+  // Half h of this warp's tokens of a block: lane 0 raises the barrier's phase by the valid
+  // records' bytes, then lanes 4 h .. 4 h + 3 copy theirs (`id`: lane u's token u, checked).
+  const auto copy_half = [&](int h, int id, unsigned valid) {
+    if (j == 0) {
+      mbar_arrive_expect_tx_cta(sm.staged(pw, h),
+                                static_cast<unsigned>(__popc((valid >> (4 * h)) & 0xFu)) * kRecordBytes);
+    }
+    __syncwarp();
+    if (j >= 4 * h && j < 4 * h + 4 && id >= 0) {
+      if constexpr (!kNoGather<Cfg>) bulk_load_shared(slot(j), record_of<Cfg>(p, id), kTokenBytes, bar0 + 8u * h);
+    }
+  };
+
+  // Cursors at blocks it + 1 (whether it exists), it + 2 (its ids loaded now, staged at block
+  // it + 1) and the prefetch's.
+  BlockPos nxt = first_block(kp, part, tok);
+  if (nxt.r > part.end_req) return;  // no block: the consumers wait for none either
+  if (tg < kTokens) sm.ids(0)[tg] = checked_id(raw_id_at(part, nxt, tg), pool);
+  next_block(kp, part, tok, nxt);
+  BlockPos nxt2 = nxt;
+  next_block(kp, part, tok, nxt2);
+  BlockPos far = nxt;
+  int pf_id = prefetch_warm_up<Cfg, kWays>(kp, part, tok, far, pf_k, pool, t);  // block A
+  int my_id = tg < kTokens ? raw_id_at(part, nxt, tg) : -1;  // block 1, staged at block 0
+  named_bar_sync(kBarIds, 256);
+  unsigned valid;  // bit u: this warp's token u of the block converted next is not skipped
+  {
+    const int id = j < 8 ? sm.ids(0)[first_token + g + 4 * j] : -1;
+    valid = __ballot_sync(0xffffffffu, id >= 0) & 0xFFu;
+    copy_half(0, id, valid);
+    copy_half(1, id, valid);
+  }
+
+  Stamps<kStamped<Cfg>> st;
+  int it = 0;
+  for (bool more = true; more; ++it) {
+    const int stage = it & 1;
+    const unsigned tile = sm.k(stage);
+    st.start();
+    // Fresh barriers complete "the phase before phase 0", so the first two waits pass.
+    wait_empty<Cfg, 1>(sm, stage, ((it >> 1) & 1) ^ 1);
+    st.lap(0);
+    more = nxt.r <= part.end_req;  // block it + 1 exists (the same for every thread)
+    if (tg < kTokens) sm.ids(it + 1)[tg] = more ? checked_id(my_id, pool) : -1;
+    pf_id = checked_id(pf_id, pool);
+    named_bar_sync(kBarIds, 256);
+    st.lap(1);
+    if (tg < kTokens) my_id = raw_id_at(part, nxt2, tg);
+    if (pf_id >= 0) prefetch_record<Cfg, kTpt>(p, pf_id, t);
+    pf_id = raw_id_at(part, far, pf_k);
+    // Block it + 1's ids of this warp's tokens (lane u), for its copies.
+    const int next_id = more && j < 8 ? sm.ids(it + 1)[first_token + g + 4 * j] : -1;
+    const unsigned next_valid = __ballot_sync(0xffffffffu, next_id >= 0) & 0xFFu;
+    st.lap(2);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      mbar_wait(sm.staged(pw, h), static_cast<unsigned>(it & 1));
+      RowPieces pc[4];
+      uint4 rope;
+      {
+        const int u = 4 * h + (j >> 3);
+        const bool ok = (valid >> u) & 1u;
+        rope = ok ? ptx::lds128(slot(u) + kDimNope + 16 + 16 * (j & 7)) : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int u = 4 * h + i;
+        const bool ok = (valid >> u) & 1u;
+        const unsigned du = slot(u) - slot0;
+        pc[i].a = staged_or_zero(ok, nope0 + du);
+        pc[i].b = staged_or_zero(ok, nope0 + du + 128);
+        const uint2 s = staged_or_zero(ok, scale0 + du);
+        pc[i].sa = __uint_as_float(s.x);
+        pc[i].sb = __uint_as_float(s.y);
+      }
+      {
+        const int u = 4 * h + (j >> 3);
+        sts128(tile + 8 * kChunkBytes + swz(first_token + g + 4 * u, j & 7), rope);
+      }
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int u = 4 * h + i;
+        store_piece<Cfg, 1>(sm, tile + rs.at[u & 1] + 512u * static_cast<unsigned>(u), pc[i], 0u);
+      }
+      // The half's slots are read (every lane's loads were consumed by its stores): block it + 1's
+      // records of the same tokens may land in them.
+      __syncwarp();
+      if (more) copy_half(h, next_id, next_valid);
+    }
+    st.lap(3);
+    fence_proxy_async_smem();
+    mbar_arrive(sm.full(stage));
+    if (tg == 0 && it == 0) timeline_mark<Cfg>(kEventFirstFull);
+    st.lap(4);
+    valid = next_valid;
+    nxt = nxt2;
+    next_block(kp, part, tok, nxt2);
+    next_block(kp, part, tok, far);
+  }
+  st.report(it);
+}
+
 }  // namespace deca::mla::sm90

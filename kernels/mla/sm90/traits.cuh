@@ -124,7 +124,8 @@ struct SmemPlan {
   static constexpr int kBarOutReady = kBarPFree + 8;           // u64: a request's out factors
   static constexpr int kBarOutFree = kBarOutReady + 8;         // u64: consumer 1 read them
   static constexpr int kBarQLoaded = kBarOutFree + 8;          // u64: Q landed (Cfg::kSeesaw)
-  static constexpr int kEnd = kBarQLoaded + 8;
+  static constexpr int kBarStage = kBarQLoaded + 8;  // u64[8 warps][2 halves]: staged records (Cfg::kStage)
+  static constexpr int kEnd = kBarStage + 16 * 8;
 };
 
 // The dynamic size asked at launch: the plan plus 1 KiB to align its base to the 1024 B the
