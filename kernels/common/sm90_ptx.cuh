@@ -109,6 +109,18 @@ __device__ __forceinline__ void wgmma_m64n64k16_ss(float (&d)[32], unsigned long
                : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)), "n"(kTransB));
 }
 
+// The same with N = 16 (eight accumulators): the MLA kernel's S^T = K Q^T at 16 heads or fewer,
+// tokens on M (kernels/mla/sm90/narrow.cuh).
+template <int kTransB>
+__device__ __forceinline__ void wgmma_m64n16k16_ss(float (&d)[8], unsigned long long desc_a,
+                                                   unsigned long long desc_b, bool accumulate) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 " DECA_WGMMA_D8
+               ", %8, %9, p, 1, 1, 0, %11;\n}\n"
+               : DECA_WGMMA_F8(d, 0)
+               : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)), "n"(kTransB));
+}
+
 // ---- wgmma.mma_async e4m3 x e4m3 -> f32 (PTX ISA 9.7.15.5.2) -------------------------------------
 // wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 d, a-desc, b-desc, scale-d, 1, 1;
 // 8-bit operands have no transpose: A and B K-major in shared memory (32 e4m3 = 32 B of K per
@@ -583,6 +595,13 @@ __device__ __forceinline__ void sts128(unsigned addr, uint4 v) {
 // row T / 4, columns 2 (T % 4) and + 1 of matrix m.
 __device__ __forceinline__ void stmatrix_x4(unsigned addr, const unsigned (&r)[4]) {
   asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r[0]),
+               "r"(r[1]), "r"(r[2]), "r"(r[3])
+               : "memory");
+}
+// The same, each matrix stored transposed (.trans): lane T's register m is column T / 4, rows
+// 2 (T % 4) and + 1 of the stored matrix m.
+__device__ __forceinline__ void stmatrix_x4_trans(unsigned addr, const unsigned (&r)[4]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r[0]),
                "r"(r[1]), "r"(r[2]), "r"(r[3])
                : "memory");
 }

@@ -54,6 +54,7 @@ constexpr Knob kKnobs[] = {
     {&MlaSm90Knobs::peer_copy, "kPeerCopy", "DECA_MLA_PEERCOPY", 0, 1, "_bulk", 0, false},
     {&MlaSm90Knobs::seesaw, "kSeesaw", "DECA_MLA_SEESAW", 0, 2, "_see", 0, true},
     {&MlaSm90Knobs::stage, "kStage", "DECA_MLA_STAGE", 0, 1, "_stage", 0, false},
+    {&MlaSm90Knobs::narrow, "kNarrow", "DECA_MLA_NARROW", 0, 1, "_narrow", 0, false},
     {&MlaSm90Knobs::stamp, "kStamp", "DECA_MLA_STAMP", 0, 2, "_stamp", 0, true},
 };
 
@@ -113,6 +114,9 @@ MlaSm90Knobs mla_sm90_consistent(MlaSm90Knobs k, int num_heads) {
   if (k.stage == 1 && (num_heads > 16 || k.cluster != 1 || k.producers != 2 || k.pipe != 2 || k.map != 3)) {
     k.stage = 0;
   }
+  // The heads on N = 16: one head block of at most 16, the usual consumer 1 reading P from
+  // shared memory (not from registers), not the seesaw.
+  if (k.narrow == 1 && (num_heads > 16 || k.cluster != 1 || k.seesaw != 0 || k.phand == 1)) k.narrow = 0;
   return k;
 }
 

@@ -42,6 +42,7 @@ struct MlaSm90Knobs {
                      // other's block first (both slower with two K tiles)
   int stage = 0;     // Cfg::kStage, DECA_MLA_STAGE: 1 the records staged in the Q tile by bulk copies (<= 16 heads,
                      // two producers' whole shares in rows, no cluster)
+  int narrow = 0;    // Cfg::kNarrow, DECA_MLA_NARROW: 1 S^T = K Q^T with the heads on N = 16 (<= 16 heads, no cluster)
   int stamp = 0;     // Cfg::kStamp, DECA_MLA_STAMP: 1 cycle stamps per phase printed by the first CTAs, 2 the launch timeline (timing aids)
 };
 

@@ -124,6 +124,7 @@ struct Sm90Case {
   int peer_copy = 0;       // Cfg::kPeerCopy: 1 the peer's rows by bulk copies (same bytes as 0)
   int seesaw = 0;          // Cfg::kSeesaw: 1 the consumers take alternate blocks
   int stage = 0;           // Cfg::kStage: 1 the records staged in the Q tile (<= 16 heads; same bytes as 0)
+  int narrow = 0;          // Cfg::kNarrow: 1 S^T = K Q^T with the heads on N (<= 16 heads)
   std::string name;
 };
 
@@ -190,7 +191,7 @@ void run_case(const Sm90Case& tc) {
 
   const jit::LoadedKernel& k = jit::get_kernel(mla_sm90_spec(s.page_size, tc.cluster, 0, tc.pipe, tc.dequant, tc.sync, tc.prefetch, tc.ahead, tc.map, tc.l1,
                                                              tc.rescale, tc.phand, tc.producers, tc.peer_copy, 0,
-                                                             tc.seesaw, tc.stage), 0);
+                                                             tc.seesaw, tc.stage, tc.narrow), 0);
   const unsigned threads = static_cast<unsigned>(mla::sm90::threads_of(tc.producers));
   void* args[] = {&kp};
   jit::LaunchOptions opts;
@@ -235,8 +236,8 @@ void run_case(const Sm90Case& tc) {
   // so must two producer warpgroups (the same tiles; P V as two N = 128 halves per k step, each
   // element's sum the same) and the peer's rows by bulk copies (the same bytes, another route).
   // and the records staged in the Q tile (the same tiles from shared rather than global loads).
-  // (Not the seesaw consumers: their row sums add in another order.)
-  if (tc.seesaw == 0 && (tc.dequant != 0 || tc.map != 0 || tc.rescale == 1 || tc.phand != 0 ||
+  // (Not the seesaw consumers nor the heads on N: their row sums add in another order.)
+  if (tc.seesaw == 0 && tc.narrow == 0 && (tc.dequant != 0 || tc.map != 0 || tc.rescale == 1 || tc.phand != 0 ||
                          tc.producers != 1 || tc.peer_copy != 0 || tc.stage != 0)) {
     const jit::LoadedKernel& k0 = jit::get_kernel(
         mla_sm90_spec(s.page_size, tc.cluster, 0, tc.pipe, 0, tc.sync, tc.prefetch, tc.ahead, 0, tc.l1,
@@ -628,6 +629,50 @@ TEST(MlaSm90Kernel, StagedRecords) {
     c.rescale = 2;
     c.stage = 1;
     run_case(c);
+  }
+}
+
+// S^T = K Q^T with the heads on N = 16 (Cfg::kNarrow = 1, at most 16 heads), with and without
+// the staged records, over StagedRecords' cases (16, 13, 8, 5 and 1 heads, q_len 1 to 4, pages 1,
+// 16, 64, skips and a row of -1, splits with the sink and topk_length, many requests per
+// partition), and with one producer's unit split (pipe 1); each compared with the CPU reference
+// and run to run bit for bit in run_case.
+TEST(MlaSm90Kernel, NarrowConsumer) {
+  REQUIRE_SM90();
+  for (int variant = 0; variant < 3; ++variant) {
+    const std::string k = variant == 0 ? "narrow_" : variant == 1 ? "narrow_stage_" : "narrow_w1_k1_";
+    std::vector<Sm90Case> cases = {make(k + "h16_q1_p64_topk2048", 2, 1, 16, 64, 2048),
+                                   make(k + "h8_q2_p1_topk448", 2, 2, 8, 1, 448),
+                                   make(k + "h5_q4_p16_topk192", 3, 4, 5, 16, 192)};
+    Sm90Case skips = make(k + "h16_heavy_skips_empty_row", 2, 1, 16, 1, 256);
+    skips.spec.skip_fraction = 0.9f;
+    skips.empty_row = true;
+    cases.push_back(skips);
+    Sm90Case split = make(k + "h13_split_cap3_sink_topklen", 5, 2, 13, 64, 448);
+    split.cap = 3;
+    split.one_request = false;
+    split.spec.attn_sink = true;
+    split.spec.topk_length = true;
+    cases.push_back(split);
+    Sm90Case many = make(k + "h1_all_in_one_part_topklen", 6, 1, 1, 64, 128);
+    many.one_request = false;
+    many.spec.topk_length = true;
+    cases.push_back(many);
+    for (Sm90Case& c : cases) {
+      c.narrow = 1;
+      c.rescale = 2;
+      if (variant == 2) {
+        c.pipe = 1;
+      } else {
+        c.producers = 2;
+        c.pipe = 2;
+        c.map = 3;
+        c.l1 = 1;
+        c.phand = 2;
+        c.stage = variant;
+      }
+      run_case(c);
+    }
   }
 }
 

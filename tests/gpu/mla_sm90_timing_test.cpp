@@ -84,7 +84,7 @@ TEST(MlaSm90Timing, AnchorShapesAndStageVariants) {
   std::mt19937 rng(7);
   std::uniform_int_distribution<int> any(0, kPool - 1);
 
-  for (const Shape sh : {Shape{128, 128}, Shape{64, 128}, Shape{128, 64}, Shape{64, 64}}) {
+  for (const Shape sh : {Shape{128, 128}, Shape{64, 128}, Shape{128, 64}, Shape{64, 64}, Shape{128, 16}}) {
     const int hb = mla::sm90::head_blocks(sh.heads);
     std::vector<int> ids(static_cast<std::size_t>(sh.batch) * kTopk);
     for (int& v : ids) v = any(rng);
@@ -139,7 +139,15 @@ TEST(MlaSm90Timing, AnchorShapesAndStageVariants) {
     // without the skeleton's ablations: what the distributed shared memory traffic costs; and the
     // pair exchange and the whole-row pieces (Cfg::kMap 2, 3), with their skeletons.
     // (In a cluster "units" is the unit split of one producer, the default until 5d7c91b.)
-    struct Variant { int ablate; const char* name; int map = 3; int producers = 2; int seesaw = 0; };
+    struct Variant {
+      int ablate;
+      const char* name;
+      int map = 3;
+      int producers = 2;
+      int seesaw = 0;
+      int stage = 0;   // Cfg::kStage: the records staged in the Q tile (16 heads)
+      int narrow = 0;  // Cfg::kNarrow: S^T with the heads on N (16 heads)
+    };
     // Each side alone (Ablate 7-9): the consumers on zeroed tiles without waiting for any, the
     // producers with every tile released as soon as it is full, with and without the gather's
     // memory traffic. Against the kernel they say whether the two sides overlap (kernel ~ the
@@ -162,11 +170,20 @@ TEST(MlaSm90Timing, AnchorShapesAndStageVariants) {
       variants.push_back({0, "seesaw-2", 3, 2, 2});
       variants.push_back({7, "see2-consumers", 3, 2, 2});
     }
+    if (sh.heads <= 16) {
+      // At 16 heads: the staged records and the heads on N, each and together, with each side alone.
+      variants.push_back({0, "stage", 3, 2, 0, 1, 0});
+      variants.push_back({8, "stage-producers", 3, 2, 0, 1, 0});
+      variants.push_back({0, "narrow", 3, 2, 0, 0, 1});
+      variants.push_back({7, "narrow-consumers", 3, 2, 0, 0, 1});
+      variants.push_back({0, "narrow-stage", 3, 2, 0, 1, 1});
+      variants.push_back({2, "narrow-stage-no-mma", 3, 2, 0, 1, 1});
+    }
     for (const Variant& v : variants) {
       const jit::JitSpec spec =
           cluster == 2 ? mla_sm90_spec(64, 2, v.ablate, 2, 0, 1, 0, 1, v.map, 0, 2,
                                        v.producers == 2 && v.seesaw == 0 ? 1 : 0, v.producers, 0, 0, v.seesaw)
-                       : mla_sm90_spec(64, 1, v.ablate, 2, 0, 0, 0, 1, 3, 1, 2, 2, 2);
+                       : mla_sm90_spec(64, 1, v.ablate, 2, 0, 0, 0, 1, 3, 1, 2, 2, 2, 0, 0, 0, v.stage, v.narrow);
       const jit::LoadedKernel& k = jit::get_kernel(spec, 0);
       void* args[] = {&kp};
       jit::LaunchOptions opts;

@@ -248,6 +248,23 @@ TEST(MlaSm90Knobs, StagedRecordsOnlyWhereTheyFit) {
   }
 }
 
+// The heads on N (Cfg::kNarrow 1): one head block of at most 16, consumer 1 reading P from
+// shared memory, not the seesaw; any producer.
+TEST(MlaSm90Knobs, NarrowConsumerOnlyWhereItFits) {
+  struct Row {
+    int heads, phand, producers, pipe, kept;
+  };
+  for (const Row r : {Row{16, 2, 2, 2, 1}, Row{1, 0, 1, 1, 1}, Row{9, 3, 1, 3, 1}, Row{17, 2, 2, 2, 0},
+                      Row{64, 2, 2, 2, 0}, Row{16, 1, 1, 1, 0}, Row{128, 2, 2, 2, 0}}) {
+    MlaSm90Knobs k = mla_sm90_defaults(r.heads > 64 ? 2 : 1);
+    k.phand = r.phand;
+    k.producers = r.producers;
+    k.pipe = r.pipe;
+    k.narrow = 1;
+    EXPECT_EQ(mla_sm90_consistent(k, r.heads).narrow, r.kept) << r.heads << " heads, phand " << r.phand;
+  }
+}
+
 // The plan's keys: the names the results and caches know, the environment's overrides in range
 // only, and the Cfg prologue carrying every knob.
 TEST(MlaSm90Knobs, DefaultsByClusterSize) {
@@ -286,7 +303,7 @@ TEST(MlaSm90Knobs, KeysFromTheEnvironment) {
   const char* vars[] = {"DECA_MLA_CLUSTER", "DECA_MLA_PIPE", "DECA_MLA_DEQUANT", "DECA_MLA_SYNC",
                         "DECA_MLA_PREFETCH", "DECA_MLA_AHEAD", "DECA_MLA_MAP", "DECA_MLA_L1",
                         "DECA_MLA_RESCALE", "DECA_MLA_PHAND", "DECA_MLA_PRODUCERS", "DECA_MLA_PEERCOPY",
-                        "DECA_MLA_STAGE"};
+                        "DECA_MLA_STAGE", "DECA_MLA_NARROW"};
   for (const char* v : vars) unsetenv(v);
   MlaConfig c;
   c.sparse = true, c.topk = 2048, c.page_size = 64, c.checked = false;
@@ -303,6 +320,10 @@ TEST(MlaSm90Knobs, KeysFromTheEnvironment) {
   c.num_heads = 17;
   EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_pipe2_ahead1_map3_l1e1_pr2_w2_sm90");
   unsetenv("DECA_MLA_STAGE");
+  c.num_heads = 16;
+  setenv("DECA_MLA_NARROW", "1", 1);
+  EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_pipe2_ahead1_map3_l1e1_pr2_w2_narrow_sm90");
+  unsetenv("DECA_MLA_NARROW");
   c.num_heads = 65;
   EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_c2_pipe2_sync1_ahead1_map3_pr1_w2_sm90");
   EXPECT_EQ(mla_decode_shape(mla_decode_key(90, "sm90", c)).threads, 512);

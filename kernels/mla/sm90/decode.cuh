@@ -50,6 +50,7 @@
 #include "kernels/common/sm90_ptx.cuh"
 #include "kernels/mla/sm90/consumers.cuh"
 #include "kernels/mla/sm90/knobs.cuh"
+#include "kernels/mla/sm90/narrow.cuh"
 #include "kernels/mla/sm90/pipeline.cuh"
 #include "kernels/mla/sm90/producer.cuh"
 #include "kernels/mla/sm90/seesaw.cuh"
@@ -88,6 +89,10 @@ __device__ __forceinline__ void mla_sparse_decode_sm90(const SparseKernelParams&
                     (StageOf<Cfg>::value == 1 && kCl == 1 && kProducers == 2 &&
                      PipeOf<Cfg>::value == kPipeWhole && MapOf<Cfg>::value == kMapRows && SeesawOf<Cfg>::value == 0),
                 "Cfg::kStage 1: two producers' whole shares in rows (pipe 2, map 3) without a cluster");
+  static_assert(NarrowOf<Cfg>::value == 0 ||
+                    (NarrowOf<Cfg>::value == 1 && kCl == 1 && SeesawOf<Cfg>::value == 0 &&
+                     PHandOf<Cfg>::value != kPHandRegs),
+                "Cfg::kNarrow 1: one head block, consumer 1 reading P from shared memory");
   constexpr bool kSeesaw = SeesawOf<Cfg>::value != 0;
   if (threadIdx.x == 0) timeline_mark<Cfg>(kEventEntry);
   // Under programmatic dependent launch the scheduler's metadata may still be in flight: wait,
@@ -184,6 +189,8 @@ __device__ __forceinline__ void mla_sparse_decode_sm90(const SparseKernelParams&
       release_only<Cfg>(kp, part, sm, static_cast<int>(threadIdx.x & 31));
     } else if constexpr (kSeesaw) {
       consumer_seesaw<Cfg, 0>(kp, part, tok, head0, sm);
+    } else if constexpr (kNarrowS<Cfg>) {
+      consumer0_narrow<Cfg>(kp, part, tok, head0, sm);
     } else {
       consumer0<Cfg>(kp, part, tok, head0, sm);
     }

@@ -18,6 +18,7 @@ enum NamedBarrier : int {
   kBarQReady = 1,    // WG0 x 128, sync: Q tile landed and fenced, wgmma may read it
   kBarVote = 2,      // WG0 x 128, sync + AND: whether the next tile is full (kPHandOverlap)
   kBarQFree = 3,     // WG0 x 128, sync: every warp read its staged output rows back (store_o_staged)
+  kBarNarrow = 4,    // WG0 x 128, sync: the column softmax's exchanges and P's stores (Cfg::kNarrow)
   kBarIds = 5,       // WG2 x 128, sync: the block's ids are in smem
   kBarPeerCopy = 6,  // a producer warpgroup x 128 (6, 7): its rows are stored and fenced (kPeerCopy)
 };

@@ -1,0 +1,220 @@
+// Consumer 0 of the sm90a MLA sparse decode kernel at 16 heads or fewer (Cfg::kNarrow = 1): S^T =
+// K Q^T with the block's 64 tokens on M and the heads on N = 16, the online softmax down the
+// columns, P stored transposed into the P slot, which both consumers' P V read. Consumer 1 is the
+// usual one (consumers.cuh, P from shared memory); the pipeline's hand-overs are unchanged.
+#pragma once
+
+#include "kernels/common/ptx.cuh"
+#include "kernels/common/sm90_ptx.cuh"
+#include "kernels/mla/sm90/consumers.cuh"
+#include "kernels/mla/sm90/knobs.cuh"
+#include "kernels/mla/sm90/layout.cuh"
+#include "kernels/mla/sm90/pipeline.cuh"
+#include "kernels/mla/sm90/stamps.cuh"
+#include "kernels/mla/sm90/traits.cuh"
+#include "kernels/mla/sm90/walk.cuh"
+
+namespace deca::mla::sm90 {
+
+using namespace ::deca::sm90;  // the Hopper PTX wrappers
+
+// The column softmax's exchange area: the Q tile's chunk 0 rows 16..63, which 16 heads leave
+// unused (load_q writes rows 0..15, the wgmma reads no other as N = 16, the staged records of
+// Cfg::kStage begin at chunk 1). Block maxima per head and warp (two buffers, by block parity),
+// a request's sums per head and warp, and its final sum and maximum per head.
+constexpr int kNarrowHeads = 16;
+constexpr unsigned kNarrowMax = kStageRows * 128;                      // float[2][16 heads][4 warps]
+constexpr unsigned kNarrowSum = kNarrowMax + 2 * kNarrowHeads * 4 * 4;  // float[16][4]
+constexpr unsigned kNarrowFinal = kNarrowSum + kNarrowHeads * 4 * 4;    // float[2][16]: l, m
+static_assert(kNarrowFinal + 2 * kNarrowHeads * 4 <= kChunkBytes, "in chunk 0's free rows");
+
+// The transposed P's lane address for stmatrix .trans: the warp's 16 tokens x 16 heads are four
+// 8 x 8 matrices m = (tokens 8 (m % 2) .., heads 8 (m / 2) ..) of the accumulator, each stored as
+// 8 rows (heads) of 8 tokens (16 bytes at unit 2 w + m % 2 of the head's 128-byte row); lane l
+// gives row l % 8 of matrix l / 8.
+DECA_HD constexpr unsigned narrow_p_offset(int warp, int lane) {
+  return swz(8 * (lane >> 4) + (lane & 7), 2 * warp + ((lane >> 3) & 1));
+}
+
+template <class Cfg>
+__device__ __forceinline__ void consumer0_narrow(const SparseKernelParams& kp, const SparsePart& part,
+                                                 int tok, int head0, const Smem& sm) {
+  constexpr int kCl = ClusterOf<Cfg>::value;
+  constexpr int kRescale = RescaleOf<Cfg>::value;
+  static_assert(kCl == 1, "Cfg::kNarrow: one head block");
+  const MlaSparseParams& p = kp.p;
+  const int t = threadIdx.x;
+  const int warp = t >> 5, lane = t & 31;
+  // O's rows (heads) r0, r0 + 8 as in consumer0 (real only in warp 0); S^T's rows (tokens of the
+  // block) are the same numbers; its columns (heads) hA, hA + 1, hA + 8, hA + 9.
+  const int r0 = warp * 16 + (lane >> 2);
+  const int c = lane & 3;
+  const int hA = 2 * c;
+  const int heads[4] = {hA, hA + 1, hA + 8, hA + 9};
+  const float scale = p.softmax_scale != 0.f ? p.softmax_scale : 0.041666666666666664f;  // 1/sqrt(576)
+  const float sl2 = scale * kLog2e;
+  float* const xmax = reinterpret_cast<float*>(sm.ptr + SmemPlan::kQ + kNarrowMax);
+  float* const xsum = reinterpret_cast<float*>(sm.ptr + SmemPlan::kQ + kNarrowSum);
+  float* const fin = reinterpret_cast<float*>(sm.ptr + SmemPlan::kQ + kNarrowFinal);
+  const unsigned p_at = sm.p() + narrow_p_offset(warp, lane);
+  [[maybe_unused]] const unsigned no_pa[4][4] = {};
+
+  Stamps<kStamped<Cfg>> st;
+  float o[128];
+  int it = 0;
+  int nreq = 0;
+  for (int r = part.begin_req; r <= part.end_req; ++r, ++nreq) {
+    const Piece pc = piece_of(kp, part, r);
+    if (nreq > 0) {
+      // Consumer 1 read the previous request's output factors (out_free); every warp of this one
+      // is past its reads of the Q tile's exchange area.
+      named_bar_sync(kBarQFree, 128);
+      mbar_wait(sm.out_free(), (nreq - 1) & 1);
+    }
+    if (pc.blk_begin < pc.blk_end) load_q<kStageRows>(p, sm, r, tok, head0, t);
+    if (t == 0 && nreq == 0) timeline_mark<Cfg>(kEventQ);
+    if (r < part.end_req) prefetch_q(p, r + 1, tok, head0, t);
+#pragma unroll
+    for (int i = 0; i < 128; ++i) o[i] = 0.f;
+    float m[4] = {kNegInf, kNegInf, kNegInf, kNegInf};
+    float l[4] = {0.f, 0.f, 0.f, 0.f};  // this thread's share of each head's sum (its tokens)
+    // B = Q's 16 rows (K-major, N = 16: two 8-row groups 1024 B apart).
+    const unsigned long long dq = smem_desc_sw128(sm.q(), 16, 1024);
+    for (int blk = pc.blk_begin; blk < pc.blk_end; ++blk, ++it) {
+      const int stage = it & 1;
+      const unsigned tile = sm.k(stage);
+      st.start();
+      wait_tile<Cfg, kCl>(sm, stage, (it >> 1) & 1);
+      if (t == 0 && it == 0) timeline_mark<Cfg>(kEventFirstTile);
+      st.lap(0);
+      // S^T = K Q^T: A = the tile (K-major, rows = tokens), B = Q; k step kk as issue_qk's.
+      float s[8];
+      if constexpr (kNoMma<Cfg>) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) s[i] = 0.f;
+      } else {
+        wgmma_fence();
+        const unsigned long long dk = smem_desc_sw128(tile, 16, 1024);
+#pragma unroll
+        for (int kk = 0; kk < kDimQK / 16; ++kk) {
+          const unsigned off = (kk >> 2) * kChunkBytes + (kk & 3) * 32;
+          wgmma_m64n16k16_ss<0>(s, desc_advance(dk, off), desc_advance(dq, off), kk > 0);
+        }
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_regs(s);
+      }
+      st.lap(1);
+      // Accumulator rows r0 (s[0, 1, 4, 5]) and r0 + 8 (s[2, 3, 6, 7]) are tokens; columns
+      // hA, hA + 1 (n8 block 0) and hA + 8, hA + 9 (block 1) heads.
+      const int* ids = sm.ids(it);
+      if (ids[r0] < 0) s[0] = s[1] = s[4] = s[5] = kNegInf;
+      if (ids[r0 + 8] < 0) s[2] = s[3] = s[6] = s[7] = kNegInf;
+      float bm[4] = {fmaxf(s[0], s[2]), fmaxf(s[1], s[3]), fmaxf(s[4], s[6]), fmaxf(s[5], s[7])};
+#pragma unroll
+      for (int x = 4; x < 32; x *= 2) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) bm[i] = fmaxf(bm[i], __shfl_xor_sync(0xffffffffu, bm[i], x));
+      }
+      // The four warps' maxima (buffer it % 2: a warp writes block it + 2's only after the
+      // exchange of block it + 1, which every warp reaches after its reads here).
+      float* const xm = xmax + (it & 1) * (kNarrowHeads * 4);
+      if (lane < 4) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) xm[heads[i] * 4 + warp] = bm[i];
+      }
+      named_bar_sync(kBarNarrow, 128);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float4 v = *reinterpret_cast<const float4*>(xm + heads[i] * 4);
+        bm[i] = fmaxf(fmaxf(v.x, v.y), fmaxf(v.z, v.w));
+      }
+      constexpr float kSlack = kRescale == kRescaleLazy ? 8.f : 0.f;
+      float ref[4], alpha[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float mn = bm[i] * sl2 > m[i] + kSlack ? fmaxf(m[i], bm[i] * sl2) : m[i];
+        ref[i] = row_ref(mn);
+        alpha[i] = ptx::ex2(m[i] - ref[i]);
+        m[i] = mn;
+      }
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const int i = (k & 1) + 2 * (k >> 2);  // s[k]'s head: hA + (k % 2) + 8 (k / 4)
+        s[k] = ptx::ex2(fmaf(s[k], sl2, -ref[i]));
+      }
+      l[0] = l[0] * alpha[0] + (s[0] + s[2]);
+      l[1] = l[1] * alpha[1] + (s[1] + s[3]);
+      l[2] = l[2] * alpha[2] + (s[4] + s[6]);
+      l[3] = l[3] * alpha[3] + (s[5] + s[7]);
+      const unsigned pt[4] = {f32x2_to_bf16x2(s[0], s[1]), f32x2_to_bf16x2(s[2], s[3]),
+                              f32x2_to_bf16x2(s[4], s[5]), f32x2_to_bf16x2(s[6], s[7])};
+      st.lap(2);
+      // P (rows = heads, K-major) and the heads' factors to both consumers' P V; consumer 1 may
+      // still read block it - 1's (phase it - 1 of p_free). Only warp 0 holds O rows that are
+      // heads, so it alone writes the factors and rescales.
+      if (it > 0) mbar_wait(sm.p_free(), (it - 1) & 1);
+      stmatrix_x4_trans(p_at, pt);
+      if (warp == 0 && lane < 4) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) sm.row_scale()[heads[i]] = alpha[i];
+      }
+      fence_proxy_async_smem();
+      mbar_arrive(sm.p_ready());
+      named_bar_sync(kBarNarrow, 128);  // every warp's P rows and the factors, for this P V
+      st.lap(3);
+      if (warp == 0) rescale<kRescale>(o, sm.row_scale()[r0], sm.row_scale()[r0 + 8]);
+      if constexpr (!kNoMma<Cfg>) {
+        issue_pv_left<ProducersOf<Cfg>::value, true>(o, no_pa, tile, sm.p());
+        wgmma_wait<0>();
+        fence_regs(o);
+      }
+      if (lane == 0) release_tile<Cfg, kCl>(sm, stage);
+      st.lap(4);
+    }
+
+    if (t == 0) timeline_mark<Cfg>(kEventLastRelease);
+    // Each head's sum: over the eight lanes sharing its column, then over the four warps.
+#pragma unroll
+    for (int x = 4; x < 32; x *= 2) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) l[i] += __shfl_xor_sync(0xffffffffu, l[i], x);
+    }
+    if (lane < 4) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) xsum[heads[i] * 4 + warp] = l[i];
+    }
+    named_bar_sync(kBarNarrow, 128);
+    if (warp == 0 && lane < 4) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float4 v = *reinterpret_cast<const float4*>(xsum + heads[i] * 4);
+        fin[heads[i]] = (v.x + v.y) + (v.z + v.w);
+        fin[kNarrowHeads + heads[i]] = m[i];
+      }
+    }
+    named_bar_sync(kBarNarrow, 128);
+    // Consumer 1 read the previous request's factors before its out_free arrival, which this
+    // warpgroup waited for before the request's Q.
+    float f[2] = {0.f, 0.f}, lse[2];
+    if (warp == 0) {
+      output_factors(p, pc, head0, r0, fin[r0], fin[r0 + 8], fin[kNarrowHeads + r0], fin[kNarrowHeads + r0 + 8], f,
+                     lse);
+      if (c == 0) {
+        sm.out_scale()[r0] = f[0];
+        sm.out_scale()[r0 + 8] = f[1];
+      }
+    }
+    mbar_arrive(sm.out_ready());
+    if (warp == 0) {
+      store_o(kp, pc, r, tok, head0, r0, c, 0, o, f[0], f[1]);
+      if (c == 0) store_lse(kp, pc, r, tok, head0, r0, lse);
+    }
+    if (t == 0) timeline_mark<Cfg>(kEventOut0);
+  }
+  // Matches WG1's arrival after the partition's last block.
+  if (it > 0) mbar_wait(sm.p_free(), (it - 1) & 1);
+  st.report(it);
+}
+
+}  // namespace deca::mla::sm90
