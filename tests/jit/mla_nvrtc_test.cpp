@@ -276,6 +276,8 @@ TEST(MlaSm90Knobs, DefaultsByClusterSize) {
   // consumer 1's registers.
   for (const Row r : {Row{1, 2, 1, 2, 2, 3}, Row{2, 2, 1, 1, 2, 3}}) {
     const MlaSm90Knobs k = mla_sm90_defaults(r.cluster);
+    EXPECT_EQ(k.stage, 0);
+    EXPECT_EQ(k.narrow, 0);
     EXPECT_EQ(k.cluster, r.cluster);
     EXPECT_EQ(k.pipe, r.pipe) << r.cluster;
     EXPECT_EQ(k.map, r.map) << r.cluster;
@@ -298,6 +300,24 @@ TEST(MlaSm90Knobs, DefaultsByClusterSize) {
   }
 }
 
+// At 16 heads or fewer (one head block): the same plus the heads on N and the staged records,
+// a combination the kernel builds; from 17 heads on neither.
+TEST(MlaSm90Knobs, DefaultsBySixteenHeadsOrFewer) {
+  for (int heads : {1, 5, 8, 13, 16, 17, 32, 64}) {
+    const MlaSm90Knobs k = mla_sm90_defaults(1, heads);
+    const int want = heads <= 16 ? 1 : 0;
+    EXPECT_EQ(k.narrow, want) << heads;
+    EXPECT_EQ(k.stage, want) << heads;
+    EXPECT_EQ(k.pipe, 2) << heads;
+    EXPECT_EQ(k.producers, 2) << heads;
+    const MlaSm90Knobs kept = mla_sm90_consistent(k, heads);
+    EXPECT_EQ(kept.narrow, want) << heads;
+    EXPECT_EQ(kept.stage, want) << heads;
+    EXPECT_EQ(kept.phand, k.phand) << heads;
+  }
+  EXPECT_EQ(mla_sm90_defaults(2, 16).narrow, 0);  // a cluster is never asked for 16 heads
+}
+
 TEST(MlaSm90Knobs, KeysFromTheEnvironment) {
   if (!kMlaSm90KernelEnabled) GTEST_SKIP() << "the sm90 MLA kernel is not enabled in this build";
   const char* vars[] = {"DECA_MLA_CLUSTER", "DECA_MLA_PIPE", "DECA_MLA_DEQUANT", "DECA_MLA_SYNC",
@@ -312,17 +332,24 @@ TEST(MlaSm90Knobs, KeysFromTheEnvironment) {
   c.num_heads = 64;
   EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_pipe2_ahead1_map3_l1e1_pr2_w2_sm90");
   EXPECT_EQ(mla_decode_shape(mla_decode_key(90, "sm90", c)).threads, 512);
+  // 16 heads: the staged records and the heads on N by default; each can be turned off.
   c.num_heads = 16;
-  EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_pipe2_ahead1_map3_l1e1_pr2_w2_sm90");
-  setenv("DECA_MLA_STAGE", "1", 1);  // the staged records: named at 16 heads, left out at 17
-  EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_pipe2_ahead1_map3_l1e1_pr2_w2_stage_sm90");
+  EXPECT_EQ(mla_decode_key(90, "sm90", c).name(),
+            "mla_sparse_decode_sm90_p64_pipe2_ahead1_map3_l1e1_pr2_w2_stage_narrow_sm90");
   EXPECT_NE(mla_decode_key(90, "sm90", c).spec().source.find("kStage = 1;"), std::string::npos);
-  c.num_heads = 17;
+  EXPECT_NE(mla_decode_key(90, "sm90", c).spec().source.find("kNarrow = 1;"), std::string::npos);
+  setenv("DECA_MLA_STAGE", "0", 1);
+  EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_pipe2_ahead1_map3_l1e1_pr2_w2_narrow_sm90");
+  setenv("DECA_MLA_NARROW", "0", 1);
   EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_pipe2_ahead1_map3_l1e1_pr2_w2_sm90");
   unsetenv("DECA_MLA_STAGE");
-  c.num_heads = 16;
+  unsetenv("DECA_MLA_NARROW");
+  c.num_heads = 17;  // one head block of 17: neither
+  EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_pipe2_ahead1_map3_l1e1_pr2_w2_sm90");
+  setenv("DECA_MLA_STAGE", "1", 1);
   setenv("DECA_MLA_NARROW", "1", 1);
-  EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_pipe2_ahead1_map3_l1e1_pr2_w2_narrow_sm90");
+  EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_pipe2_ahead1_map3_l1e1_pr2_w2_sm90");
+  unsetenv("DECA_MLA_STAGE");
   unsetenv("DECA_MLA_NARROW");
   c.num_heads = 65;
   EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_c2_pipe2_sync1_ahead1_map3_pr1_w2_sm90");

@@ -170,13 +170,15 @@ TEST(MlaSm90Nvrtc, StagedRecordVariantsCompileWithoutSpills) {
 
 // S^T = K Q^T with the heads on N (Cfg::kNarrow 1, at most 16 heads): with and without the staged
 // records, the plan's producers without a cluster, every page size kind, one producer's pipes,
-// P's hand-over after P V or before it, the timeline; the ablations (timing only).
+// P's hand-over after P V or before it, the prefetch one and two blocks ahead, the timeline; the
+// ablations (timing only).
 TEST(MlaSm90Nvrtc, NarrowConsumerVariantsCompileWithoutSpills) {
   for (int stage : {0, 1}) {
     for (int page : {1, 64, 128}) {
       expect_clean_compile(test::mla_sm90_spec(page, 1, 0, 2, 0, 0, 0, 2, 3, 1, 2, 2, 2, 0, 0, 0, stage, 1));
     }
     expect_clean_compile(test::mla_sm90_spec(64, 1, 0, 2, 0, 0, 0, 2, 3, 1, 2, 0, 2, 0, 2, 0, stage, 1));
+    expect_clean_compile(test::mla_sm90_spec(64, 1, 0, 2, 0, 0, 0, 1, 3, 1, 2, 2, 2, 0, 0, 0, stage, 1));
     for (int ablate : {1, 2, 3, 7, 8, 9}) {
       expect_clean_compile(test::mla_sm90_spec(64, 1, ablate, 2, 0, 0, 0, 2, 3, 1, 2, 2, 2, 0, 0, 0, stage, 1), true);
     }

@@ -80,27 +80,35 @@ __device__ __forceinline__ void consumer0_narrow(const SparseKernelParams& kp, c
     float l[4] = {0.f, 0.f, 0.f, 0.f};  // this thread's share of each head's sum (its tokens)
     // B = Q's 16 rows (K-major, N = 16: two 8-row groups 1024 B apart).
     const unsigned long long dq = smem_desc_sw128(sm.q(), 16, 1024);
-    for (int blk = pc.blk_begin; blk < pc.blk_end; ++blk, ++it) {
-      const int stage = it & 1;
-      const unsigned tile = sm.k(stage);
-      st.start();
-      wait_tile<Cfg, kCl>(sm, stage, (it >> 1) & 1);
-      if (t == 0 && it == 0) timeline_mark<Cfg>(kEventFirstTile);
-      st.lap(0);
-      // S^T = K Q^T: A = the tile (K-major, rows = tokens), B = Q; k step kk as issue_qk's.
-      float s[8];
-      if constexpr (kNoMma<Cfg>) {
-#pragma unroll
-        for (int i = 0; i < 8; ++i) s[i] = 0.f;
-      } else {
+    // S^T = K Q^T of the tile at `stage`, issued and committed: A = the tile (K-major, rows =
+    // tokens), B = Q; k step kk as issue_qk's.
+    float s[8];
+    const auto issue_s = [&](int stage) {
+      if constexpr (!kNoMma<Cfg>) {
         wgmma_fence();
-        const unsigned long long dk = smem_desc_sw128(tile, 16, 1024);
+        const unsigned long long dk = smem_desc_sw128(sm.k(stage), 16, 1024);
 #pragma unroll
         for (int kk = 0; kk < kDimQK / 16; ++kk) {
           const unsigned off = (kk >> 2) * kChunkBytes + (kk & 3) * 32;
           wgmma_m64n16k16_ss<0>(s, desc_advance(dk, off), desc_advance(dq, off), kk > 0);
         }
         wgmma_commit();
+      }
+    };
+    // (The next block's S^T issued behind this block's P V, as Cfg::kPHand 3 does for the wide
+    // consumer, made ptxas serialize every wgmma here at 192 registers: C7512.)
+    for (int blk = pc.blk_begin; blk < pc.blk_end; ++blk, ++it) {
+      const int stage = it & 1;
+      const unsigned tile = sm.k(stage);
+      st.start();
+      wait_tile<Cfg, kCl>(sm, stage, (it >> 1) & 1);
+      issue_s(stage);
+      if (t == 0 && it == 0) timeline_mark<Cfg>(kEventFirstTile);
+      st.lap(0);
+      if constexpr (kNoMma<Cfg>) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) s[i] = 0.f;
+      } else {
         wgmma_wait<0>();
         fence_regs(s);
       }
