@@ -109,16 +109,16 @@ __device__ __forceinline__ void wgmma_m64n64k16_ss(float (&d)[32], unsigned long
                : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)), "n"(kTransB));
 }
 
-// The same with N = 16 (eight accumulators): the MLA kernel's S^T = K Q^T at 16 heads or fewer,
-// tokens on M (kernels/mla/sm90/narrow.cuh).
-template <int kTransB>
-__device__ __forceinline__ void wgmma_m64n16k16_ss(float (&d)[8], unsigned long long desc_a,
+// The same with N = 16 (eight accumulators) and A either K-major or (kTransA = 1) MN-major: the
+// MLA kernel's S^T = K Q^T and O^T = V^T P^T at 16 heads or fewer (kernels/mla/sm90/narrow.cuh).
+template <int kTransB, int kTransA = 0>
+__device__ __forceinline__ void wgmma_m64n16k16_ss(float* d, unsigned long long desc_a,
                                                    unsigned long long desc_b, bool accumulate) {
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
                "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 " DECA_WGMMA_D8
-               ", %8, %9, p, 1, 1, 0, %11;\n}\n"
+               ", %8, %9, p, 1, 1, %11, %12;\n}\n"
                : DECA_WGMMA_F8(d, 0)
-               : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)), "n"(kTransB));
+               : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)), "n"(kTransA), "n"(kTransB));
 }
 
 // ---- wgmma.mma_async e4m3 x e4m3 -> f32 (PTX ISA 9.7.15.5.2) -------------------------------------

@@ -114,8 +114,8 @@ MlaSm90Knobs mla_sm90_consistent(MlaSm90Knobs k, int num_heads) {
   if (k.stage == 1 && (num_heads > 16 || k.cluster != 1 || k.producers != 2 || k.pipe != 2 || k.map != 3)) {
     k.stage = 0;
   }
-  // The heads on N = 16: one head block of at most 16, the usual consumer 1 reading P from
-  // shared memory (not from registers), not the seesaw.
+  // The heads on N = 16: one head block of at most 16, not the seesaw; its consumers take P from
+  // shared memory (kPHand 1, P in consumer 1's registers, has no meaning there: left out).
   if (k.narrow == 1 && (num_heads > 16 || k.cluster != 1 || k.seesaw != 0 || k.phand == 1)) k.narrow = 0;
   return k;
 }

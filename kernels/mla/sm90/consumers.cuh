@@ -559,8 +559,7 @@ __device__ __forceinline__ void consumer1(const SparseKernelParams& kp, const Sp
         load_p(p_lane_addr(sm.p(), warp, lane), pa);
         mbar_arrive(sm.p_free());
       }
-      // With the heads on N (Cfg::kNarrow, at most 16 heads) only warp 0's rows are heads.
-      if (!kNarrowS<Cfg> || warp == 0) rescale<RescaleOf<Cfg>::value>(o, a0, a1);
+      rescale<RescaleOf<Cfg>::value>(o, a0, a1);
       // O[:, 256:512] += P V: A = P (K-major 64 x 64, k step kk at byte 32 kk; or registers),
       // B = V chunks 4..7 as in consumer 0.
       if constexpr (!kNoMma<Cfg>) {

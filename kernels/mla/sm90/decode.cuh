@@ -204,6 +204,8 @@ __device__ __forceinline__ void mla_sparse_decode_sm90(const SparseKernelParams&
       release_only<Cfg>(kp, part, sm, static_cast<int>(threadIdx.x & 31));
     } else if constexpr (kSeesaw) {
       consumer_seesaw<Cfg, 1>(kp, part, tok, head0, sm);
+    } else if constexpr (kNarrowS<Cfg>) {
+      consumer1_narrow<Cfg>(kp, part, tok, sm);
     } else {
       consumer1<Cfg>(kp, part, tok, head0, sm);
     }

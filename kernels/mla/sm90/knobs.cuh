@@ -184,13 +184,14 @@ inline constexpr bool kBulkPeer = ClusterOf<Cfg>::value == 2 && PeerCopyOf<Cfg>:
 // sixth part). Off.
 DECA_MLA_SM90_KNOB(SeesawOf, kSeesaw, 0)
 
-// 1: at most 16 heads (no cluster), consumer 0 computes S^T = K Q^T with the tokens on M and
-// the heads on N = 16 (36 wgmma m64n16k16: each reads 2.5 KB of shared memory against 4 KB for
-// m64n64k16, and a quarter of the tensor work) instead of S = Q K^T with 64 padded heads on M;
-// the softmax then runs down the columns (per head over the 64 tokens: the four warps exchange
-// their maxima through shared memory) and P is stored transposed (stmatrix .trans) where consumer
-// 1 reads it; consumer 0's own P V reads it from there too (narrow.cuh). At 16 heads the
-// consumers alone took as long as at 64 (the padded QK^T), above what 2500 GB/s allows.
+// 1: at most 16 heads (no cluster), the heads on N = 16 in both consumers (narrow.cuh): consumer
+// 0 computes S^T = K Q^T with the tokens on M (36 wgmma m64n16k16: each reads 2.5 KB of shared
+// memory against 4 KB for m64n64k16, and a quarter of the tensor work) instead of S = Q K^T with
+// 64 padded heads on M; the softmax runs down the columns (per head over the 64 tokens: the four
+// warps exchange their maxima through shared memory) and P is stored transposed (stmatrix
+// .trans); both consumers then compute O^T = V^T P^T for their 256 columns (16 m64n16k16 each,
+// 32 accumulators instead of 128). At 16 heads the consumers alone took as long as at 64 (the
+// padded QK^T), above what 2500 GB/s allows (docs/perf-notes-mla.md, 2026-12-02, eighth part).
 DECA_MLA_SM90_KNOB(NarrowOf, kNarrow, 0)
 template <class Cfg>
 inline constexpr bool kNarrowS = NarrowOf<Cfg>::value == 1;

@@ -1,7 +1,10 @@
-// Consumer 0 of the sm90a MLA sparse decode kernel at 16 heads or fewer (Cfg::kNarrow = 1): S^T =
-// K Q^T with the block's 64 tokens on M and the heads on N = 16, the online softmax down the
-// columns, P stored transposed into the P slot, which both consumers' P V read. Consumer 1 is the
-// usual one (consumers.cuh, P from shared memory); the pipeline's hand-overs are unchanged.
+// The consumers of the sm90a MLA sparse decode kernel at 16 heads or fewer (Cfg::kNarrow = 1),
+// with the heads on N = 16 throughout: consumer 0 computes S^T = K Q^T (the block's 64 tokens on
+// M), the online softmax down the columns and P stored transposed into the P slot; both then
+// compute O^T = V^T P^T for their 256 of the 512 columns (A = the tile read MN-major: four
+// 64-column m-blocks, B = P^T), 32 accumulators each instead of 64 padded rows' 128. The
+// pipeline's hand-overs (p_ready / p_free, out_ready / out_free, the factors in row_scale and
+// out_scale indexed by head) are the wide consumers'.
 #pragma once
 
 #include "kernels/common/ptx.cuh"
@@ -25,8 +28,7 @@ using namespace ::deca::sm90;  // the Hopper PTX wrappers
 constexpr int kNarrowHeads = 16;
 constexpr unsigned kNarrowMax = kStageRows * 128;                      // float[2][16 heads][4 warps]
 constexpr unsigned kNarrowSum = kNarrowMax + 2 * kNarrowHeads * 4 * 4;  // float[16][4]
-constexpr unsigned kNarrowFinal = kNarrowSum + kNarrowHeads * 4 * 4;    // float[2][16]: l, m
-static_assert(kNarrowFinal + 2 * kNarrowHeads * 4 <= kChunkBytes, "in chunk 0's free rows");
+static_assert(kNarrowSum + kNarrowHeads * 4 * 4 <= kChunkBytes, "in chunk 0's free rows");
 
 // The transposed P's lane address for stmatrix .trans: the warp's 16 tokens x 16 heads are four
 // 8 x 8 matrices m = (tokens 8 (m % 2) .., heads 8 (m / 2) ..) of the accumulator, each stored as
@@ -34,6 +36,61 @@ static_assert(kNarrowFinal + 2 * kNarrowHeads * 4 <= kChunkBytes, "in chunk 0's 
 // gives row l % 8 of matrix l / 8.
 DECA_HD constexpr unsigned narrow_p_offset(int warp, int lane) {
   return swz(8 * (lane >> 4) + (lane & 7), 2 * warp + ((lane >> 3) & 1));
+}
+
+// O^T[col0 .. col0 + 255, heads] += V^T P^T, issued and committed: m-block mb is the tile's
+// chunk col0 / 64 + mb read MN-major (64 columns on M; k step kk = tokens 16 kk .., two 8-row
+// groups 1024 B apart, at byte 2048 kk), B = P^T (the P slot's 16 head rows, K-major; k step kk at
+// byte 32 kk). o[8 mb ..] is m-block mb's m64n16 accumulator.
+__device__ __forceinline__ void issue_pv_narrow(float (&o)[32], unsigned tile, int col0, unsigned p_slot) {
+  wgmma_fence();
+  const unsigned long long dp = smem_desc_sw128(p_slot, 16, 1024);
+#pragma unroll
+  for (int mb = 0; mb < 4; ++mb) {
+    const unsigned long long dv = smem_desc_sw128(tile + (col0 / 64 + mb) * kChunkBytes, kChunkBytes, 1024);
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      wgmma_m64n16k16_ss<0, 1>(o + 8 * mb, desc_advance(dv, 2048 * kk), desc_advance(dp, 32 * kk), true);
+    }
+  }
+  wgmma_commit();
+}
+
+// An m64n16 accumulator register k's head among the thread's four (hA, hA + 1, hA + 8, hA + 9)
+// and its row (column of O) offset: rows r0, r0 + 8 alternate in pairs as in the m64nN layout.
+__device__ __forceinline__ constexpr int narrow_head_of(int k) { return (k & 1) + 2 * ((k >> 2) & 1); }
+
+// O^T *= the factor of each head (column), unless every factor of the warp's is 1.
+__device__ __forceinline__ void rescale_narrow(float (&o)[32], const float (&a)[4]) {
+  if (__all_sync(0xffffffffu, a[0] == 1.f && a[1] == 1.f && a[2] == 1.f && a[3] == 1.f)) return;
+#pragma unroll
+  for (int k = 0; k < 32; ++k) o[k] *= a[narrow_head_of(k)];
+}
+
+// Writes this warpgroup's O^T (columns col0 + 64 mb + r0 and + 8 of heads hA.. for each m-block)
+// scaled per head, for real heads: lanes l and l ^ 4 hold adjacent columns of the same head, so
+// the even one writes both (4-byte bf16 pairs, 8-byte fp32 pairs for a split piece's partial).
+__device__ __forceinline__ void store_o_narrow(const SparseKernelParams& kp, const Piece& pc, int r, int tok,
+                                               int r0, int hA, int col0, const float (&o)[32], const float (&f)[4]) {
+  const MlaSparseParams& p = kp.p;
+  const bool even = ((r0 & 1) == 0);
+#pragma unroll
+  for (int k = 0; k < 32; ++k) {
+    const int i = narrow_head_of(k);
+    const float v = o[k] * f[i];
+    const float next = __shfl_xor_sync(0xffffffffu, v, 4);
+    const int head = hA + (k & 1) + 8 * ((k >> 2) & 1);
+    const int col = col0 + 64 * (k >> 3) + r0 + 8 * ((k >> 1) & 1);
+    if (!even || head >= p.num_heads) continue;
+    if (pc.split) {
+      float* dst = kp.run.partial_o + ((static_cast<long long>(pc.slot) * p.q_len + tok) * p.num_heads + head) * kDimV + col;
+      *reinterpret_cast<float2*>(dst) = make_float2(v, next);
+    } else {
+      unsigned short* dst = static_cast<unsigned short*>(p.out) + r * p.out_stride_batch + tok * p.out_stride_token +
+                            head * p.out_stride_head + col;
+      *reinterpret_cast<unsigned*>(dst) = f32x2_to_bf16x2(v, next);
+    }
+  }
 }
 
 template <class Cfg>
@@ -55,12 +112,10 @@ __device__ __forceinline__ void consumer0_narrow(const SparseKernelParams& kp, c
   const float sl2 = scale * kLog2e;
   float* const xmax = reinterpret_cast<float*>(sm.ptr + SmemPlan::kQ + kNarrowMax);
   float* const xsum = reinterpret_cast<float*>(sm.ptr + SmemPlan::kQ + kNarrowSum);
-  float* const fin = reinterpret_cast<float*>(sm.ptr + SmemPlan::kQ + kNarrowFinal);
   const unsigned p_at = sm.p() + narrow_p_offset(warp, lane);
-  [[maybe_unused]] const unsigned no_pa[4][4] = {};
 
   Stamps<kStamped<Cfg>> st;
-  float o[128];
+  float o[32];  // O^T of columns 0..255 (narrow.cuh's issue_pv_narrow)
   int it = 0;
   int nreq = 0;
   for (int r = part.begin_req; r <= part.end_req; ++r, ++nreq) {
@@ -75,7 +130,7 @@ __device__ __forceinline__ void consumer0_narrow(const SparseKernelParams& kp, c
     if (t == 0 && nreq == 0) timeline_mark<Cfg>(kEventQ);
     if (r < part.end_req) prefetch_q(p, r + 1, tok, head0, t);
 #pragma unroll
-    for (int i = 0; i < 128; ++i) o[i] = 0.f;
+    for (int i = 0; i < 32; ++i) o[i] = 0.f;
     float m[4] = {kNegInf, kNegInf, kNegInf, kNegInf};
     float l[4] = {0.f, 0.f, 0.f, 0.f};  // this thread's share of each head's sum (its tokens)
     // B = Q's 16 rows (K-major, N = 16: two 8-row groups 1024 B apart).
@@ -159,8 +214,7 @@ __device__ __forceinline__ void consumer0_narrow(const SparseKernelParams& kp, c
                               f32x2_to_bf16x2(s[4], s[5]), f32x2_to_bf16x2(s[6], s[7])};
       st.lap(2);
       // P (rows = heads, K-major) and the heads' factors to both consumers' P V; consumer 1 may
-      // still read block it - 1's (phase it - 1 of p_free). Only warp 0 holds O rows that are
-      // heads, so it alone writes the factors and rescales.
+      // still read block it - 1's (phase it - 1 of p_free).
       if (it > 0) mbar_wait(sm.p_free(), (it - 1) & 1);
       stmatrix_x4_trans(p_at, pt);
       if (warp == 0 && lane < 4) {
@@ -171,9 +225,9 @@ __device__ __forceinline__ void consumer0_narrow(const SparseKernelParams& kp, c
       mbar_arrive(sm.p_ready());
       named_bar_sync(kBarNarrow, 128);  // every warp's P rows and the factors, for this P V
       st.lap(3);
-      if (warp == 0) rescale<kRescale>(o, sm.row_scale()[r0], sm.row_scale()[r0 + 8]);
+      rescale_narrow(o, alpha);
       if constexpr (!kNoMma<Cfg>) {
-        issue_pv_left<ProducersOf<Cfg>::value, true>(o, no_pa, tile, sm.p());
+        issue_pv_narrow(o, tile, 0, sm.p());
         wgmma_wait<0>();
         fence_regs(o);
       }
@@ -193,35 +247,86 @@ __device__ __forceinline__ void consumer0_narrow(const SparseKernelParams& kp, c
       for (int i = 0; i < 4; ++i) xsum[heads[i] * 4 + warp] = l[i];
     }
     named_bar_sync(kBarNarrow, 128);
+    // Every thread's four heads: the sum over the warps, the output factor and the LSE (output_factors'
+    // rules), the factors to consumer 1 (once per head), the LSE (once per head).
+    float f[4], lse[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float4 v = *reinterpret_cast<const float4*>(xsum + heads[i] * 4);
+      float fi[2], li[2];
+      output_factors(p, pc, head0, heads[i], (v.x + v.y) + (v.z + v.w), 0.f, m[i], kNegInf, fi, li);
+      f[i] = fi[0];
+      lse[i] = li[0];
+    }
     if (warp == 0 && lane < 4) {
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const float4 v = *reinterpret_cast<const float4*>(xsum + heads[i] * 4);
-        fin[heads[i]] = (v.x + v.y) + (v.z + v.w);
-        fin[kNarrowHeads + heads[i]] = m[i];
-      }
-    }
-    named_bar_sync(kBarNarrow, 128);
-    // Consumer 1 read the previous request's factors before its out_free arrival, which this
-    // warpgroup waited for before the request's Q.
-    float f[2] = {0.f, 0.f}, lse[2];
-    if (warp == 0) {
-      output_factors(p, pc, head0, r0, fin[r0], fin[r0 + 8], fin[kNarrowHeads + r0], fin[kNarrowHeads + r0 + 8], f,
-                     lse);
-      if (c == 0) {
-        sm.out_scale()[r0] = f[0];
-        sm.out_scale()[r0 + 8] = f[1];
-      }
+      for (int i = 0; i < 4; ++i) sm.out_scale()[heads[i]] = f[i];
     }
     mbar_arrive(sm.out_ready());
-    if (warp == 0) {
-      store_o(kp, pc, r, tok, head0, r0, c, 0, o, f[0], f[1]);
-      if (c == 0) store_lse(kp, pc, r, tok, head0, r0, lse);
+    store_o_narrow(kp, pc, r, tok, r0, hA, 0, o, f);
+    if (warp == 0 && lane < 4) {
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const float pair[2] = {lse[i], lse[i + 2]};  // heads hA + i and hA + i + 8
+        store_lse(kp, pc, r, tok, head0, heads[i], pair);
+      }
     }
     if (t == 0) timeline_mark<Cfg>(kEventOut0);
   }
   // Matches WG1's arrival after the partition's last block.
   if (it > 0) mbar_wait(sm.p_free(), (it - 1) & 1);
+  st.report(it);
+}
+
+// Consumer 1 with the heads on N: per block, the heads' factors and P from consumer 0, O^T of
+// columns 256..511 rescaled and += V^T P^T; per request, the output factors, then its stores.
+template <class Cfg>
+__device__ __forceinline__ void consumer1_narrow(const SparseKernelParams& kp, const SparsePart& part,
+                                                 int tok, const Smem& sm) {
+  constexpr int kCl = ClusterOf<Cfg>::value;
+  const int t = threadIdx.x - 128;
+  const int warp = t >> 5, lane = t & 31;
+  const int r0 = warp * 16 + (lane >> 2);
+  const int hA = 2 * (lane & 3);
+  const int heads[4] = {hA, hA + 1, hA + 8, hA + 9};
+  // Phases (kStamp): tile wait, P wait, rescale and P V issued, P V waited, released.
+  Stamps<kStamped<Cfg>> st;
+  float o[32];
+  int it = 0;
+  int nreq = 0;
+  for (int r = part.begin_req; r <= part.end_req; ++r, ++nreq) {
+    const Piece pc = piece_of(kp, part, r);
+#pragma unroll
+    for (int i = 0; i < 32; ++i) o[i] = 0.f;
+    for (int blk = pc.blk_begin; blk < pc.blk_end; ++blk, ++it) {
+      const int stage = it & 1;
+      const unsigned tile = sm.k(stage);
+      st.start();
+      wait_tile<Cfg, kCl>(sm, stage, (it >> 1) & 1);
+      st.lap(0);
+      mbar_wait(sm.p_ready(), it & 1);
+      st.lap(1);
+      const float a[4] = {sm.row_scale()[heads[0]], sm.row_scale()[heads[1]], sm.row_scale()[heads[2]],
+                          sm.row_scale()[heads[3]]};
+      rescale_narrow(o, a);
+      if constexpr (!kNoMma<Cfg>) {
+        issue_pv_narrow(o, tile, 256, sm.p());
+        st.lap(2);
+        wgmma_wait<0>();
+        fence_regs(o);
+      }
+      st.lap(3);
+      mbar_arrive(sm.p_free());
+      if (lane == 0) release_tile<Cfg, kCl>(sm, stage);
+      st.lap(4);
+    }
+    mbar_wait(sm.out_ready(), nreq & 1);
+    const float f[4] = {sm.out_scale()[heads[0]], sm.out_scale()[heads[1]], sm.out_scale()[heads[2]],
+                        sm.out_scale()[heads[3]]};
+    mbar_arrive(sm.out_free());
+    store_o_narrow(kp, pc, r, tok, r0, hA, 256, o, f);
+    if (t == 0) timeline_mark<Cfg>(kEventOut1);
+  }
   st.report(it);
 }
 
