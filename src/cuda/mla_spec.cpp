@@ -135,8 +135,8 @@ MlaSm90Knobs mla_sm90_defaults(int cluster, int num_heads) {
   k.phand = cluster == 2 ? 1 : 2;
   k.producers = 2;
   k.map = 3;
-  // At 16 heads or fewer: S^T with the heads on N and the records staged in the Q tile
-  // (884a2a3, H200, b128 h16 whole op: 91.7 -> 86.2 us with the first, 80.5 with both).
+  // At 16 heads or fewer: the consumers with the heads on N and the records staged in the Q
+  // tile (H200, b128 h16 whole op: 91.7 -> 77.1 us at 3d7c2ea; mla_spec.hpp has the steps).
   if (cluster == 1 && num_heads <= 16) {
     k.narrow = 1;
     k.stage = 1;

@@ -83,9 +83,10 @@ MlaSm90Knobs mla_sm90_consistent(MlaSm90Knobs k, int num_heads);
 //   loads before the tile is free, 131.4 / 79.8, and 122.3 at b128 h16 two blocks ahead) and the
 //   gather's loads allocating in L1 (159427c: 110.9 -> 107.9, 69.6 -> 68.1, 101.0 -> 98.2; in a
 //   cluster no change, 185.0 / 185.3).
-// - at 16 heads or fewer (one head block, no cluster): consumer 0 with the heads on N (S^T = K
-//   Q^T, N = 16) and the records staged in the Q tile's free rows by bulk copies (884a2a3: b128
-//   h16 91.7 -> 86.2 us with the first, 80.5 with both; the staging alone 93.0, 283de43).
+// - at 16 heads or fewer (one head block, no cluster): the consumers with the heads on N (S^T =
+//   K Q^T and, since 3d7c2ea, O^T = V^T P^T, N = 16) and the records staged in the Q tile's free
+//   rows by bulk copies (884a2a3, S^T alone on N: b128 h16 91.7 -> 86.2 us with the first, 80.5
+//   with both; the staging alone 93.0, 283de43; 3d7c2ea with P V on N too: 77.1).
 // Every other field keeps MlaSm90Knobs' default; `cluster` is as given.
 MlaSm90Knobs mla_sm90_defaults(int cluster, int num_heads = 64);
 

@@ -43,7 +43,9 @@
 // Files: knobs.cuh (the Cfg knobs, what each value does and measured), traits.cuh (launch facts,
 // shared-memory plan, register budgets), pipeline.cuh (shared-memory accessors, tile stores and
 // hand-overs), walk.cuh (the partition's request pieces and block cursors), dequant.cuh (e4m3 x
-// scale -> bf16), producer.cuh, consumers.cuh; this file the kernel: setup, roles, teardown.
+// scale -> bf16), producer.cuh (and its staged records, Cfg::kStage), consumers.cuh, narrow.cuh
+// (the consumers with the heads on N at 16 heads or fewer, Cfg::kNarrow); this file the kernel:
+// setup, roles, teardown.
 #pragma once
 
 #include "kernels/common/ptx.cuh"
