@@ -23,8 +23,8 @@ using namespace ::deca::sm90;  // the Hopper PTX wrappers
 
 // The column softmax's exchange area: the Q tile's chunk 0 rows 16..63, which 16 heads leave
 // unused (load_q writes rows 0..15, the wgmma reads no other as N = 16, the staged records of
-// Cfg::kStage begin at chunk 1). Block maxima per head and warp (two buffers, by block parity),
-// a request's sums per head and warp, and its final sum and maximum per head.
+// Cfg::kStage begin at chunk 1). Block maxima per head and warp (two buffers, by block parity)
+// and a request's sums per head and warp.
 constexpr int kNarrowHeads = 16;
 constexpr unsigned kNarrowMax = kStageRows * 128;                      // float[2][16 heads][4 warps]
 constexpr unsigned kNarrowSum = kNarrowMax + 2 * kNarrowHeads * 4 * 4;  // float[16][4]
@@ -56,8 +56,8 @@ __device__ __forceinline__ void issue_pv_narrow(float (&o)[32], unsigned tile, i
   wgmma_commit();
 }
 
-// An m64n16 accumulator register k's head among the thread's four (hA, hA + 1, hA + 8, hA + 9)
-// and its row (column of O) offset: rows r0, r0 + 8 alternate in pairs as in the m64nN layout.
+// An m64n16 accumulator register k's head among the thread's four (hA, hA + 1, hA + 8, hA + 9):
+// columns 2 (l % 4) + k % 2 of n8 block (k % 8) / 4; rows r0, r0 + 8 alternate in pairs.
 __device__ __forceinline__ constexpr int narrow_head_of(int k) { return (k & 1) + 2 * ((k >> 2) & 1); }
 
 // O^T *= the factor of each head (column), unless every factor of the warp's is 1.
@@ -102,8 +102,8 @@ __device__ __forceinline__ void consumer0_narrow(const SparseKernelParams& kp, c
   const MlaSparseParams& p = kp.p;
   const int t = threadIdx.x;
   const int warp = t >> 5, lane = t & 31;
-  // O's rows (heads) r0, r0 + 8 as in consumer0 (real only in warp 0); S^T's rows (tokens of the
-  // block) are the same numbers; its columns (heads) hA, hA + 1, hA + 8, hA + 9.
+  // Accumulator rows r0, r0 + 8: tokens of the block in S^T, output columns (+ 64 per m-block)
+  // in O^T; columns: heads hA, hA + 1, hA + 8, hA + 9 in both.
   const int r0 = warp * 16 + (lane >> 2);
   const int c = lane & 3;
   const int hA = 2 * c;
