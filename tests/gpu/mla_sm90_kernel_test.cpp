@@ -590,87 +590,75 @@ TEST(MlaSm90Kernel, RowsIntegerDequant) {
   }
 }
 
-// The records staged in the Q tile's free rows by bulk copies (Cfg::kStage = 1, at most 16
-// heads) with the plan's producers and consumers without a cluster (two producers' whole shares
-// in rows, L1 evict-last, P after P V, lazy rescale): 16, 13, 8, 5 and 1 heads, q_len 1 to 4,
-// pages 1, 16 and 64, heavy skips with a row of -1, split pieces with the sink and topk_length,
-// many requests per partition, the prefetch one to three blocks ahead; each compared with the
-// CPU reference and bit for bit with one producer's unit split in run_case.
-TEST(MlaSm90Kernel, StagedRecords) {
-  REQUIRE_SM90();
-  std::vector<Sm90Case> cases = {make("stage_h16_q1_p64_topk2048", 2, 1, 16, 64, 2048),
-                                 make("stage_h8_q2_p1_topk448", 2, 2, 8, 1, 448),
-                                 make("stage_h5_q4_p16_topk192", 3, 4, 5, 16, 192)};
-  Sm90Case skips = make("stage_h16_heavy_skips_empty_row", 2, 1, 16, 1, 256);
+// At most 16 heads: 16, 13, 8, 5 and 1 heads, q_len 1 to 4, pages 1, 16 and 64, heavy skips with
+// a row of -1, split pieces with the sink and topk_length, many requests per partition.
+std::vector<Sm90Case> small_head_cases(const std::string& k) {
+  std::vector<Sm90Case> cases = {make(k + "h16_q1_p64_topk2048", 2, 1, 16, 64, 2048),
+                                 make(k + "h8_q2_p1_topk448", 2, 2, 8, 1, 448),
+                                 make(k + "h5_q4_p16_topk192", 3, 4, 5, 16, 192)};
+  Sm90Case skips = make(k + "h16_heavy_skips_empty_row", 2, 1, 16, 1, 256);
   skips.spec.skip_fraction = 0.9f;
   skips.empty_row = true;
   cases.push_back(skips);
-  Sm90Case split = make("stage_h13_split_cap3_sink_topklen", 5, 2, 13, 64, 448);
+  Sm90Case split = make(k + "h13_split_cap3_sink_topklen", 5, 2, 13, 64, 448);
   split.cap = 3;
   split.one_request = false;
   split.spec.attn_sink = true;
   split.spec.topk_length = true;
   cases.push_back(split);
-  Sm90Case many = make("stage_h1_all_in_one_part_topklen", 6, 1, 1, 64, 128);
+  Sm90Case many = make(k + "h1_all_in_one_part_topklen", 6, 1, 1, 64, 128);
   many.one_request = false;
   many.spec.topk_length = true;
   cases.push_back(many);
+  return cases;
+}
+
+// The plan's producers and consumers without a cluster: two producers' whole shares in rows, L1
+// evict-last, P after P V, lazy rescale.
+void no_cluster_defaults(Sm90Case& c) {
+  c.producers = 2;
+  c.pipe = 2;
+  c.map = 3;
+  c.l1 = 1;
+  c.phand = 2;
+  c.rescale = 2;
+}
+
+// The records staged in the Q tile's free rows by bulk copies (Cfg::kStage = 1, at most 16
+// heads) with the plan's producers and consumers without a cluster, over small_head_cases and
+// the prefetch one to three blocks ahead; each compared with the CPU reference and bit for bit
+// with one producer's unit split in run_case.
+TEST(MlaSm90Kernel, StagedRecords) {
+  REQUIRE_SM90();
+  std::vector<Sm90Case> cases = small_head_cases("stage_");
   for (int ahead : {1, 3}) {
     Sm90Case c = make("stage_h16_q1_p64_topk2048_ahead" + std::to_string(ahead), 2, 1, 16, 64, 2048);
     c.ahead = ahead;
     cases.push_back(c);
   }
   for (Sm90Case& c : cases) {
-    c.producers = 2;
-    c.pipe = 2;
-    c.map = 3;
-    c.l1 = 1;
-    c.phand = 2;
-    c.rescale = 2;
+    no_cluster_defaults(c);
     c.stage = 1;
     run_case(c);
   }
 }
 
-// S^T = K Q^T with the heads on N = 16 (Cfg::kNarrow = 1, at most 16 heads), with and without
-// the staged records, over StagedRecords' cases (16, 13, 8, 5 and 1 heads, q_len 1 to 4, pages 1,
-// 16, 64, skips and a row of -1, splits with the sink and topk_length, many requests per
-// partition), and with one producer's unit split (pipe 1); each compared with the CPU reference
-// and run to run bit for bit in run_case.
+// The heads on N = 16 in both consumers (Cfg::kNarrow = 1, at most 16 heads), with and without
+// the staged records (the plan's producers), and with one producer's unit split (pipe 1), over
+// small_head_cases; each compared with the CPU reference and run to run bit for bit in run_case.
 TEST(MlaSm90Kernel, NarrowConsumer) {
   REQUIRE_SM90();
   for (int variant = 0; variant < 3; ++variant) {
     const std::string k = variant == 0 ? "narrow_" : variant == 1 ? "narrow_stage_" : "narrow_w1_k1_";
-    std::vector<Sm90Case> cases = {make(k + "h16_q1_p64_topk2048", 2, 1, 16, 64, 2048),
-                                   make(k + "h8_q2_p1_topk448", 2, 2, 8, 1, 448),
-                                   make(k + "h5_q4_p16_topk192", 3, 4, 5, 16, 192)};
-    Sm90Case skips = make(k + "h16_heavy_skips_empty_row", 2, 1, 16, 1, 256);
-    skips.spec.skip_fraction = 0.9f;
-    skips.empty_row = true;
-    cases.push_back(skips);
-    Sm90Case split = make(k + "h13_split_cap3_sink_topklen", 5, 2, 13, 64, 448);
-    split.cap = 3;
-    split.one_request = false;
-    split.spec.attn_sink = true;
-    split.spec.topk_length = true;
-    cases.push_back(split);
-    Sm90Case many = make(k + "h1_all_in_one_part_topklen", 6, 1, 1, 64, 128);
-    many.one_request = false;
-    many.spec.topk_length = true;
-    cases.push_back(many);
-    for (Sm90Case& c : cases) {
-      c.narrow = 1;
-      c.rescale = 2;
+    for (Sm90Case& c : small_head_cases(k)) {
       if (variant == 2) {
         c.pipe = 1;
+        c.rescale = 2;
       } else {
-        c.producers = 2;
-        c.pipe = 2;
-        c.map = 3;
-        c.l1 = 1;
-        c.phand = 2;
+        no_cluster_defaults(c);
         c.stage = variant;
       }
+      c.narrow = 1;
       run_case(c);
     }
   }
