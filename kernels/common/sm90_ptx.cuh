@@ -121,6 +121,18 @@ __device__ __forceinline__ void wgmma_m64n16k16_ss(float* d, unsigned long long 
                : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)), "n"(kTransA), "n"(kTransB));
 }
 
+// The same with A from registers (the m64k16 bf16 fragment: a[0] row l / 4 of the warp's 16,
+// k 2 (l % 4) + 0, 1; a[1] row + 8; a[2] k + 8; a[3] both) and B K-major: the MLA direct
+// kernel's RoPE part of S^T (kernels/mla/sm90/direct.cuh).
+__device__ __forceinline__ void wgmma_m64n16k16_rs(float* d, const unsigned (&a)[4], unsigned long long desc_b,
+                                                   bool accumulate) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 " DECA_WGMMA_D8
+               ", {%8, %9, %10, %11}, %12, p, 1, 1, 0;\n}\n"
+               : DECA_WGMMA_F8(d, 0)
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(static_cast<int>(accumulate)));
+}
+
 // ---- wgmma.mma_async e4m3 x e4m3 -> f32 (PTX ISA 9.7.15.5.2) -------------------------------------
 // wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 d, a-desc, b-desc, scale-d, 1, 1;
 // 8-bit operands have no transpose: A and B K-major in shared memory (32 e4m3 = 32 B of K per
@@ -197,6 +209,17 @@ __device__ __forceinline__ void wgmma_m64n128k32_e4m3_rs(float (&d)[64], const u
                "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " DECA_WGMMA_D64
                ", {%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
                : DECA_WGMMA_F64(d, 0)
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(static_cast<int>(accumulate)));
+}
+
+// N = 16 with A from registers (the fragment above), B K-major: the MLA direct kernel's S^T = K Q^T
+// and O^T = V^T P^T (kernels/mla/sm90/direct.cuh).
+__device__ __forceinline__ void wgmma_m64n16k32_e4m3_rs(float* d, const unsigned (&a)[4], unsigned long long desc_b,
+                                                        bool accumulate) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 " DECA_WGMMA_D8
+               ", {%8, %9, %10, %11}, %12, p, 1, 1;\n}\n"
+               : DECA_WGMMA_F8(d, 0)
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(static_cast<int>(accumulate)));
 }
 

@@ -55,6 +55,7 @@ constexpr Knob kKnobs[] = {
     {&MlaSm90Knobs::seesaw, "kSeesaw", "DECA_MLA_SEESAW", 0, 2, "_see", 0, true},
     {&MlaSm90Knobs::stage, "kStage", "DECA_MLA_STAGE", 0, 1, "_stage", 0, false},
     {&MlaSm90Knobs::narrow, "kNarrow", "DECA_MLA_NARROW", 0, 1, "_narrow", 0, false},
+    {&MlaSm90Knobs::direct, "kDirect", "DECA_MLA_DIRECT", 0, 1, "_direct", 0, false},
     {&MlaSm90Knobs::stamp, "kStamp", "DECA_MLA_STAMP", 0, 2, "_stamp", 0, true},
 };
 
@@ -117,6 +118,17 @@ MlaSm90Knobs mla_sm90_consistent(MlaSm90Knobs k, int num_heads) {
   // The heads on N = 16: one head block of at most 16, not the seesaw; its consumers take P from
   // shared memory (kPHand 1, P in consumer 1's registers, has no meaning there: left out).
   if (k.narrow == 1 && (num_heads > 16 || k.cluster != 1 || k.seesaw != 0 || k.phand == 1)) k.narrow = 0;
+  // No bf16 tile: one head block of at most 16 (N = 16), without a cluster. Its kernel has its own
+  // producer (one warp) and consumers, so every other producer and consumer knob goes back to its
+  // neutral value (one name per kernel); the timing aid stays.
+  if (k.direct == 1 && (num_heads > 16 || k.cluster != 1)) k.direct = 0;
+  if (k.direct == 1) {
+    MlaSm90Knobs d;
+    for (const Knob& knob : kKnobs) d.*knob.member = knob.neutral;
+    d.direct = 1;
+    d.stamp = k.stamp;
+    return d;
+  }
   return k;
 }
 

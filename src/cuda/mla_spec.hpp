@@ -43,6 +43,8 @@ struct MlaSm90Knobs {
   int stage = 0;     // Cfg::kStage, DECA_MLA_STAGE: 1 the records staged in the Q tile by bulk copies (<= 16 heads,
                      // two producers' whole shares in rows, no cluster)
   int narrow = 0;    // Cfg::kNarrow, DECA_MLA_NARROW: 1 S^T = K Q^T with the heads on N = 16 (<= 16 heads, no cluster)
+  int direct = 0;    // Cfg::kDirect, DECA_MLA_DIRECT: 1 no bf16 tile: the records' e4m3 bytes on the e4m3 tensor
+                     // cores from registers, a ring of four record slots (<= 16 heads, no cluster; direct.cuh)
   int stamp = 0;     // Cfg::kStamp, DECA_MLA_STAMP: 1 cycle stamps per phase printed by the first CTAs, 2 the launch timeline (timing aids)
 };
 

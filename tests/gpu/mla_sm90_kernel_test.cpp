@@ -125,6 +125,7 @@ struct Sm90Case {
   int seesaw = 0;          // Cfg::kSeesaw: 1 the consumers take alternate blocks
   int stage = 0;           // Cfg::kStage: 1 the records staged in the Q tile (<= 16 heads; same bytes as 0)
   int narrow = 0;          // Cfg::kNarrow: 1 S^T = K Q^T with the heads on N (<= 16 heads)
+  int direct = 0;          // Cfg::kDirect: 1 no bf16 tile, the records on the e4m3 tensor cores (<= 16 heads)
   std::string name;
 };
 
@@ -191,7 +192,7 @@ void run_case(const Sm90Case& tc) {
 
   const jit::LoadedKernel& k = jit::get_kernel(mla_sm90_spec(s.page_size, tc.cluster, 0, tc.pipe, tc.dequant, tc.sync, tc.prefetch, tc.ahead, tc.map, tc.l1,
                                                              tc.rescale, tc.phand, tc.producers, tc.peer_copy, 0,
-                                                             tc.seesaw, tc.stage, tc.narrow), 0);
+                                                             tc.seesaw, tc.stage, tc.narrow, tc.direct), 0);
   const unsigned threads = static_cast<unsigned>(mla::sm90::threads_of(tc.producers));
   void* args[] = {&kp};
   jit::LaunchOptions opts;
@@ -237,7 +238,7 @@ void run_case(const Sm90Case& tc) {
   // element's sum the same) and the peer's rows by bulk copies (the same bytes, another route).
   // and the records staged in the Q tile (the same tiles from shared rather than global loads).
   // (Not the seesaw consumers nor the heads on N: their row sums add in another order.)
-  if (tc.seesaw == 0 && tc.narrow == 0 && (tc.dequant != 0 || tc.map != 0 || tc.rescale == 1 || tc.phand != 0 ||
+  if (tc.seesaw == 0 && tc.narrow == 0 && tc.direct == 0 && (tc.dequant != 0 || tc.map != 0 || tc.rescale == 1 || tc.phand != 0 ||
                          tc.producers != 1 || tc.peer_copy != 0 || tc.stage != 0)) {
     const jit::LoadedKernel& k0 = jit::get_kernel(
         mla_sm90_spec(s.page_size, tc.cluster, 0, tc.pipe, 0, tc.sync, tc.prefetch, tc.ahead, 0, tc.l1,
@@ -661,6 +662,26 @@ TEST(MlaSm90Kernel, NarrowConsumer) {
       c.narrow = 1;
       run_case(c);
     }
+  }
+}
+
+// No bf16 tile (Cfg::kDirect = 1, at most 16 heads): the records multiplied on the e4m3 tensor
+// cores as they are, over small_head_cases plus a long request (many passes of the four-slot
+// ring, the groups' scale exponents growing along it) and a split one; each compared with the
+// CPU reference and run to run bit for bit in run_case.
+TEST(MlaSm90Kernel, DirectRecords) {
+  REQUIRE_SM90();
+  std::vector<Sm90Case> cases = small_head_cases("direct_");
+  cases.push_back(make("direct_h16_q1_p64_topk4096", 2, 1, 16, 64, 4096));
+  Sm90Case split = make("direct_h16_q2_p16_split_cap5_sink", 3, 2, 16, 16, 2048);
+  split.cap = 5;
+  split.one_request = false;
+  split.spec.attn_sink = true;
+  cases.push_back(split);
+  for (Sm90Case& c : cases) {
+    c.direct = 1;
+    c.rescale = 2;
+    run_case(c);
   }
 }
 

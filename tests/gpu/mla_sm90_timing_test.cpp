@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cmath>
 #include <cstdio>
 #include <random>
@@ -84,7 +85,10 @@ TEST(MlaSm90Timing, AnchorShapesAndStageVariants) {
   std::mt19937 rng(7);
   std::uniform_int_distribution<int> any(0, kPool - 1);
 
+  // DECA_MLA_TIMING_HEADS=n times the shapes of n heads alone (a shorter round).
+  const char* only = std::getenv("DECA_MLA_TIMING_HEADS");
   for (const Shape sh : {Shape{128, 128}, Shape{64, 128}, Shape{128, 64}, Shape{64, 64}, Shape{128, 16}}) {
+    if (only != nullptr && std::atoi(only) != sh.heads) continue;
     const int hb = mla::sm90::head_blocks(sh.heads);
     std::vector<int> ids(static_cast<std::size_t>(sh.batch) * kTopk);
     for (int& v : ids) v = any(rng);
@@ -147,6 +151,7 @@ TEST(MlaSm90Timing, AnchorShapesAndStageVariants) {
       int seesaw = 0;
       int stage = 0;   // Cfg::kStage: the records staged in the Q tile (16 heads)
       int narrow = 0;  // Cfg::kNarrow: S^T with the heads on N (16 heads)
+      int direct = 0;  // Cfg::kDirect: no bf16 tile (16 heads; its own producer, 384 threads)
     };
     // Each side alone (Ablate 7-9): the consumers on zeroed tiles without waiting for any, the
     // producers with every tile released as soon as it is full, with and without the gather's
@@ -178,12 +183,15 @@ TEST(MlaSm90Timing, AnchorShapesAndStageVariants) {
       variants.push_back({7, "narrow-consumers", 3, 2, 0, 0, 1});
       variants.push_back({0, "narrow-stage", 3, 2, 0, 1, 1});
       variants.push_back({2, "narrow-stage-no-mma", 3, 2, 0, 1, 1});
+      // No bf16 tile: the records on the e4m3 tensor cores from a ring of four slots.
+      variants.push_back({0, "direct", 0, 1, 0, 0, 0, 1});
     }
     for (const Variant& v : variants) {
       const jit::JitSpec spec =
           cluster == 2 ? mla_sm90_spec(64, 2, v.ablate, 2, 0, 1, 0, 1, v.map, 0, 2,
                                        v.producers == 2 && v.seesaw == 0 ? 1 : 0, v.producers, 0, 0, v.seesaw)
-                       : mla_sm90_spec(64, 1, v.ablate, 2, 0, 0, 0, 1, 3, 1, 2, 2, 2, 0, 0, 0, v.stage, v.narrow);
+          : v.direct == 1 ? mla_sm90_spec(64, 1, v.ablate, 0, 0, 0, 0, 2, 0, 0, 2, 0, 1, 0, 0, 0, 0, 0, 1)
+                          : mla_sm90_spec(64, 1, v.ablate, 2, 0, 0, 0, 1, 3, 1, 2, 2, 2, 0, 0, 0, v.stage, v.narrow);
       const jit::LoadedKernel& k = jit::get_kernel(spec, 0);
       void* args[] = {&kp};
       jit::LaunchOptions opts;

@@ -191,6 +191,15 @@ TEST(MlaSm90Nvrtc, NarrowConsumerVariantsCompileWithoutSpills) {
   }
 }
 
+// No bf16 tile (Cfg::kDirect 1, at most 16 heads, direct.cuh): every page size kind and the
+// launch timeline, each without a spill (the consumers hold O^T 32, S^T 24 and their A fragments).
+TEST(MlaSm90Nvrtc, DirectVariantsCompileWithoutSpills) {
+  for (int page : {1, 16, 64, 128}) {
+    expect_clean_compile(test::mla_sm90_spec(page, 1, 0, 0, 0, 0, 0, 2, 0, 0, 2, 0, 1, 0, 0, 0, 0, 0, 1));
+  }
+  expect_clean_compile(test::mla_sm90_spec(64, 1, 0, 0, 0, 0, 0, 2, 0, 0, 2, 0, 1, 0, 2, 0, 0, 0, 1));
+}
+
 // The token split of the producer (Cfg::kMap = 1) with every pipe that offers it, both cluster
 // sizes, the integer dequantization (pipe 3) and the no-dequant ablation.
 TEST(MlaSm90Nvrtc, TokenMapVariantsCompileWithoutSpills) {

@@ -15,11 +15,12 @@ namespace deca::test {
 // `rescale`, `phand`, `producers`, `peer_copy`: Cfg::kRescale, kPHand, kProducers, kPeerCopy (knobs.cuh).
 // `stamp`: Cfg::kStamp, the cycle stamps (stamps.cuh; a timing aid).
 // `seesaw`: Cfg::kSeesaw, the consumers taking alternate blocks (seesaw.cuh).
+// `stage`, `narrow`, `direct`: Cfg::kStage, kNarrow, kDirect (at most 16 heads; direct.cuh for the last).
 inline jit::JitSpec mla_sm90_spec(int page_size, int cluster = 1, int ablate = 0, int pipe = 0,
                                   int dequant = 0, int sync = 0, int prefetch = 0, int ahead = 2,
                                   int map = 0, int l1 = 0, int rescale = 0, int phand = 0,
                                   int producers = 1, int peer_copy = 0, int stamp = 0,
-                                  int seesaw = 0, int stage = 0, int narrow = 0) {
+                                  int seesaw = 0, int stage = 0, int narrow = 0, int direct = 0) {
   jit::JitSpec spec;
   spec.name = "mla_sparse_sm90_test_p" + std::to_string(page_size) + "_c" + std::to_string(cluster) +
               "_a" + std::to_string(ablate) + (pipe != 0 ? "_k" + std::to_string(pipe) : "") +
@@ -30,7 +31,7 @@ inline jit::JitSpec mla_sm90_spec(int page_size, int cluster = 1, int ablate = 0
               (phand != 0 ? "_h" + std::to_string(phand) : "") +
               (producers != 1 ? "_w" + std::to_string(producers) : "") + (peer_copy != 0 ? "_bulk" : "") +
               (stamp != 0 ? "_stamp" + std::to_string(stamp) : "") + (seesaw != 0 ? "_see" + std::to_string(seesaw) : "") +
-              (stage != 0 ? "_stage" : "") + (narrow != 0 ? "_narrow" : "");
+              (stage != 0 ? "_stage" : "") + (narrow != 0 ? "_narrow" : "") + (direct != 0 ? "_direct" : "");
   spec.source = "struct Cfg {\n  static constexpr int kPageSize = " + std::to_string(page_size) +
                 ";\n  static constexpr int kCluster = " + std::to_string(cluster) +
                 ";\n  static constexpr int kAblate = " + std::to_string(ablate) +
@@ -49,6 +50,7 @@ inline jit::JitSpec mla_sm90_spec(int page_size, int cluster = 1, int ablate = 0
                 ";\n  static constexpr int kSeesaw = " + std::to_string(seesaw) +
                 ";\n  static constexpr int kStage = " + std::to_string(stage) +
                 ";\n  static constexpr int kNarrow = " + std::to_string(narrow) +
+                ";\n  static constexpr int kDirect = " + std::to_string(direct) +
                 ";\n};\n#include \"kernels/mla/sm90/entry.cuh\"\n";
   spec.entry = "deca_mla_sparse_decode_sm90";
   spec.arch = 90;

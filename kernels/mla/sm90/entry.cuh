@@ -13,6 +13,7 @@
 #pragma once
 
 #include "kernels/mla/sm90/decode.cuh"
+#include "kernels/mla/sm90/direct.cuh"
 
 // One CTA per SM (the shared memory allows no second): the register budget is 65536 / threads per
 // thread at launch (384, or 512 with two producers), rebalanced between the warpgroups with
@@ -21,5 +22,9 @@ extern "C" __global__ void __launch_bounds__(
     deca::mla::sm90::threads_of(deca::mla::sm90::ProducersOf<Cfg>::value), 1)
     deca_mla_sparse_decode_sm90(const __grid_constant__ deca::mla::SparseKernelParams params) {
   extern __shared__ __align__(1024) unsigned char deca_smem[];
-  deca::mla::sm90::mla_sparse_decode_sm90<Cfg>(params, deca_smem);
+  if constexpr (deca::mla::sm90::kDirect<Cfg>) {
+    deca::mla::sm90::mla_sparse_direct_sm90<Cfg>(params, deca_smem);
+  } else {
+    deca::mla::sm90::mla_sparse_decode_sm90<Cfg>(params, deca_smem);
+  }
 }

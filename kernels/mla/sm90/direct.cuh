@@ -1,0 +1,600 @@
+// The sm90a MLA sparse decode kernel at 16 heads or fewer without the bf16 tile (Cfg::kDirect):
+// the consumers multiply the staged FP8 records themselves, on the e4m3 tensor cores.
+//
+// Why: with the bf16 tile every record crosses shared memory three times (copied in, read back
+// by the converting producers, stored as bf16) and the tile is read twice more by the wgmma; two
+// tiles of 72 KB leave no room for more than one block of records in flight. At 16 heads the
+// tensor work is small, so the producers' conversion and that traffic bound the block
+// (docs/perf-notes-mla.md, 2026-12-02, eighth part). Here the records land in a ring of four
+// 42 KB slots by bulk copies and are read once from there, by the consumers' own ld.shared, as
+// the A operands of wgmma with A in registers:
+//
+//   S^T = K Q^T: A = the records' e4m3 NoPE bytes as they are (tokens on M, K-major), B = Q as two
+//     e4m3 terms (q s_h = hi + lo, s_h a power of two per head, both terms into one accumulator),
+//     one accumulator per 128-value group so that each token's group scale multiplies it after
+//     the products (exactly the cache's value: e4m3 x fp32 scale, nothing rounded to bf16);
+//     the RoPE part on the bf16 tensor cores from the records' bf16 bytes (q s_h exact in bf16).
+//   O^T = V^T P^T: A = the same NoPE bytes transposed in registers (4 x 4 byte transposes by
+//     prmt; which token sits at which k and which column at which row is free, and is picked so
+//     that the loads are conflict-free and a thread's rows are four adjacent columns), B = P as
+//     two e4m3 terms per 128-value group g: P_g = P x scale_g(token) x 2^(8 - E_g), the scale
+//     folded in per token, E_g the group's running scale exponent (O rescaled when it grows).
+//
+// Roles (384 threads): consumer warpgroups 0 and 1 each own two of the four NoPE groups (O^T of
+// their 256 columns, the partial S^T over their groups, half of the RoPE k steps); they add their
+// partial S^T through shared memory (one 256-thread barrier per block), then each runs the same
+// column softmax (the same bits in both) and its own groups' P; warp 0 of warpgroup 2 is the
+// producer: per block it writes the 64 checked ids, issues one 656-byte cp.async.bulk per valid
+// token into the ring slot (completing on the slot's full barrier) and zero-fills the records of
+// skipped ids (so that P V never meets a NaN of an unused slot); the other producer warps leave.
+#pragma once
+
+#include "kernels/common/kv_convert.cuh"
+#include "kernels/common/ptx.cuh"
+#include "kernels/common/sm90_ptx.cuh"
+#include "kernels/mla/sm90/consumers.cuh"
+#include "kernels/mla/sm90/knobs.cuh"
+#include "kernels/mla/sm90/layout.cuh"
+#include "kernels/mla/sm90/pipeline.cuh"
+#include "kernels/mla/sm90/stamps.cuh"
+#include "kernels/mla/sm90/traits.cuh"
+#include "kernels/mla/sm90/walk.cuh"
+#include "kernels/mla/sparse_work.cuh"
+
+namespace deca::mla::sm90 {
+
+using namespace ::deca::sm90;  // the Hopper PTX wrappers
+
+constexpr int kDirectHeads = 16;  // N of every wgmma: heads, zero rows past num_heads
+constexpr int kDirectRing = 4;    // slots of 64 records in flight between the producer and the consumers
+constexpr int kSlotBytes = kTokens * kTokenBytes;  // 41984, 16-byte aligned records back to back
+
+// Byte offsets from the 1024-aligned base. Operands in the 128-byte swizzle (16 rows of 128 B:
+// two 1024-byte atoms, SBO 1024): Q's e4m3 terms one 2 KB chunk per NoPE group (128 values per
+// row), Q's RoPE one chunk (64 bf16), P one chunk per group and block parity (hi at bytes
+// 0..63 of a head's row, lo at 64..127; 64 tokens each).
+struct DirectPlan {
+  static constexpr int kQHi = 0;
+  static constexpr int kQLo = kQHi + 4 * 2048;
+  static constexpr int kQRope = kQLo + 4 * 2048;
+  static constexpr int kP = kQRope + 2048;                         // [2 parity][4 groups] x 2 KB
+  static constexpr int kRing = kP + 2 * 4 * 2048;                  // kDirectRing slots
+  static constexpr int kSPart = kRing + kDirectRing * kSlotBytes;  // f32 [2 wg][2 parity][2 halves][128 thr][4]
+  static constexpr int kXMax = kSPart + 2 * 2 * 2 * 128 * 16;      // f32 [2 wg][2 parity][16 heads][4 warps]
+  static constexpr int kXScale = kXMax + 2 * 2 * 16 * 4 * 4;       // f32 [2 wg][2 parity][2 groups][4 warps]
+  static constexpr int kXSum = kXScale + 2 * 2 * 2 * 4 * 4;        // f32 [2 wg][16 heads][4 warps]
+  static constexpr int kHeadScale = kXSum + 2 * 16 * 4 * 4;        // f32 [16]: log2(e) x scale / s_h
+  static constexpr int kIdx = kHeadScale + 16 * 4;                 // int [kDirectRing][64]
+  static constexpr int kBarFull = kIdx + kDirectRing * 64 * 4;     // u64 [kDirectRing]
+  static constexpr int kBarEmpty = kBarFull + kDirectRing * 8;     // u64 [kDirectRing]
+  static constexpr int kEnd = kBarEmpty + kDirectRing * 8;
+};
+static_assert(DirectPlan::kP % 1024 == 0 && DirectPlan::kRing % 16 == 0, "swizzle atoms, bulk-copy alignment");
+static_assert(DirectPlan::kBarFull % 8 == 0, "mbarrier alignment");
+static_assert(DirectPlan::kEnd + 1024 <= kSmemBytes, "the plan fits what the backend asks at launch");
+
+// Named barriers of the direct kernel (0 is __syncthreads).
+enum DirectBarrier : int {
+  kBarDirectBoth = 1,  // both consumer warpgroups x 256: Q landed, a block's partial S^T written
+  kBarDirectWg = 2,    // + warpgroup (2, 3) x 128: its maxima exchanged, its P stored
+};
+
+// e such that x < 2^e for a finite x >= 0 (from the exponent bits; 0 and denormals give -126),
+// clamped to [-118, 127] so that 2^(8 - e) and 2^(e - 8) are normal floats.
+constexpr int kExpFloor = -118;
+__device__ __forceinline__ int exponent_above(float x) {
+  const int e = static_cast<int>((__float_as_uint(x) >> 23) & 0xFFu) - 126;
+  return e < kExpFloor ? kExpFloor : (e > 127 ? 127 : e);
+}
+__device__ __forceinline__ float pow2f(int e) {  // e in [-126, 127]
+  return __uint_as_float(static_cast<unsigned>(e + 127) << 23);
+}
+
+__device__ __forceinline__ void sts16(unsigned addr, unsigned v) {
+  asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(addr), "h"(static_cast<unsigned short>(v)) : "memory");
+}
+__device__ __forceinline__ void sts64(unsigned addr, unsigned a, unsigned b) {
+  asm volatile("st.shared.v2.u32 [%0], {%1, %2};\n" ::"r"(addr), "r"(a), "r"(b) : "memory");
+}
+
+// The 4 x 4 byte transpose: in w[j] byte x, out o[x] byte j.
+__device__ __forceinline__ void transpose4x4(const unsigned (&w)[4], unsigned (&o)[4]) {
+  const unsigned x0 = ptx::prmt(w[0], w[1], 0x5140u);  // w0.0 w1.0 w0.1 w1.1
+  const unsigned x1 = ptx::prmt(w[0], w[1], 0x7362u);  // w0.2 w1.2 w0.3 w1.3
+  const unsigned y0 = ptx::prmt(w[2], w[3], 0x5140u);
+  const unsigned y1 = ptx::prmt(w[2], w[3], 0x7362u);
+  o[0] = ptx::prmt(x0, y0, 0x5410u);
+  o[1] = ptx::prmt(x0, y0, 0x7632u);
+  o[2] = ptx::prmt(x1, y1, 0x5410u);
+  o[3] = ptx::prmt(x1, y1, 0x7632u);
+}
+
+// P V's token order: k position kappa = 32 ks + 16 e + 4 q + j of a k step pair holds token
+// direct_token(kappa) = 32 ks + 16 e + 8 (j % 2) + 2 q + j / 2. The four lanes q of a fragment
+// load then read records 2 apart (656 B = 4 banks per record: 8 banks apart, conflict-free), and
+// the tokens r0, r0 + 8 a thread holds in S^T (r0 = 16 w + i) sit at kappa 16 w + 2 i and + 1.
+DECA_HD constexpr int direct_token(int kappa) {
+  const int ks = kappa >> 5, e = (kappa >> 4) & 1, q = (kappa >> 2) & 3, j = kappa & 3;
+  return 32 * ks + 16 * e + 8 * (j & 1) + 2 * q + (j >> 1);
+}
+// P V's column order: row m of m-block mb (64 rows, two per group) holds column
+// direct_column(mb, m) of the group-major 512: a thread's rows r0, r0 + 8 of m-blocks 2 g and
+// 2 g + 1 are four adjacent columns (its fragment loads are single words; its stores 4 columns).
+DECA_HD constexpr int direct_column(int mb, int m) {
+  const int w = m >> 4, i = m & 7, hi = (m >> 3) & 1;
+  return 128 * (mb >> 1) + 4 * (8 * w + i) + 2 * (mb & 1) + hi;
+}
+
+struct DirectSmem {
+  unsigned base;
+  unsigned char* ptr;
+  __device__ __forceinline__ unsigned slot(int it) const {
+    return base + DirectPlan::kRing + static_cast<unsigned>(it % kDirectRing) * kSlotBytes;
+  }
+  __device__ __forceinline__ int* ids(int it) const {
+    return reinterpret_cast<int*>(ptr + DirectPlan::kIdx) + (it % kDirectRing) * 64;
+  }
+  __device__ __forceinline__ mbar_t* full(int it) const {
+    return reinterpret_cast<mbar_t*>(ptr + DirectPlan::kBarFull) + it % kDirectRing;
+  }
+  __device__ __forceinline__ mbar_t* empty(int it) const {
+    return reinterpret_cast<mbar_t*>(ptr + DirectPlan::kBarEmpty) + it % kDirectRing;
+  }
+  __device__ __forceinline__ unsigned p(int it, int group) const {
+    return base + DirectPlan::kP + static_cast<unsigned>(((it & 1) * 4 + group) * 2048);
+  }
+  __device__ __forceinline__ float* f32(int offset) const { return reinterpret_cast<float*>(ptr + offset); }
+};
+
+// The request's Q (16 heads x 576 bf16 at query token `tok`) as the consumers' B operands: per
+// head a power of two s_h with max |q_nope| s_h in [128, 256), the NoPE as e4m3 hi + lo, the RoPE
+// as bf16 q s_h (exact), and log2(e) x scale / s_h per head; rows past num_heads zeros. Thread t
+// (0..255) of both consumer warpgroups: head t / 16, NoPE units (8 values) u, u + 16, u + 32,
+// u + 48 (u = t % 16: group g's unit u % 16 is unit 16 g + u), RoPE unit u for u < 8.
+__device__ __forceinline__ void load_q_direct(const MlaSparseParams& p, const DirectSmem& sm, int r, int tok,
+                                              int t, float sl2) {
+  const int h = t >> 4, u = t & 15;
+  const bool real = h < p.num_heads;
+  const uint4* q = reinterpret_cast<const uint4*>(static_cast<const unsigned short*>(p.q) + r * p.q_stride_batch +
+                                                  tok * p.q_stride_token + (real ? h : 0) * p.q_stride_head);
+  uint4 raw[5];
+#pragma unroll
+  for (int g = 0; g < 4; ++g) raw[g] = real ? q[16 * g + u] : make_uint4(0, 0, 0, 0);
+  raw[4] = real && u < 8 ? q[64 + u] : make_uint4(0, 0, 0, 0);
+  float x[4][8];
+  float amax = 0.f;
+#pragma unroll
+  for (int g = 0; g < 4; ++g) {
+    const unsigned w[4] = {raw[g].x, raw[g].y, raw[g].z, raw[g].w};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      x[g][2 * k] = __uint_as_float(w[k] << 16);
+      x[g][2 * k + 1] = __uint_as_float(w[k] & 0xFFFF0000u);
+      amax = fmaxf(amax, fmaxf(fabsf(x[g][2 * k]), fabsf(x[g][2 * k + 1])));
+    }
+  }
+#pragma unroll
+  for (int s = 1; s < 16; s <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, s));
+  // amax s_h in [128, 256): s_h = 2^(8 - e) with amax < 2^e (a zero row: any finite s_h).
+  const int e = exponent_above(amax);
+  const float sh = pow2f(8 - e);
+#pragma unroll
+  for (int g = 0; g < 4; ++g) {
+    unsigned hi[2], lo[2];
+    kv::split_e4m3_f32(x[g][0] * sh, x[g][1] * sh, x[g][2] * sh, x[g][3] * sh, hi[0], lo[0]);
+    kv::split_e4m3_f32(x[g][4] * sh, x[g][5] * sh, x[g][6] * sh, x[g][7] * sh, hi[1], lo[1]);
+    // 8 bytes at byte 8 u of the group's row: unit u / 2, half u % 2.
+    const unsigned at = static_cast<unsigned>(g * 2048) + swz(h, u >> 1) + 8u * (u & 1);
+    sts64(sm.base + DirectPlan::kQHi + at, hi[0], hi[1]);
+    sts64(sm.base + DirectPlan::kQLo + at, lo[0], lo[1]);
+  }
+  if (u < 8) {
+    const unsigned w[4] = {raw[4].x, raw[4].y, raw[4].z, raw[4].w};
+    unsigned o[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      o[k] = f32x2_to_bf16x2(__uint_as_float(w[k] << 16) * sh, __uint_as_float(w[k] & 0xFFFF0000u) * sh);
+    }
+    sts128(sm.base + DirectPlan::kQRope + swz(h, u), make_uint4(o[0], o[1], o[2], o[3]));
+  }
+  if (u == 0) sm.f32(DirectPlan::kHeadScale)[h] = sl2 * pow2f(e - 8);
+  fence_proxy_async_smem();  // the generic stores, read by wgmma's async proxy
+  named_bar_sync(kBarDirectBoth, 256);
+}
+
+template <class Cfg>
+__device__ __forceinline__ void producer_direct(const SparseKernelParams& kp, const SparsePart& part, int tok,
+                                                const DirectSmem& sm) {
+  const MlaSparseParams& p = kp.p;
+  const int lane = threadIdx.x & 31;
+  const unsigned pool = pool_bound(static_cast<long long>(p.num_blocks) * Cfg::kPageSize);
+  BlockPos cur = first_block(kp, part, tok);
+  int id0 = raw_id_at(part, cur, lane);
+  int id1 = raw_id_at(part, cur, lane + 32);
+  for (int it = 0; cur.r <= part.end_req; ++it) {
+    const int c[2] = {checked_id(id0, pool), checked_id(id1, pool)};
+    next_block(kp, part, tok, cur);
+    id0 = raw_id_at(part, cur, lane);  // the next block's, in flight while this one waits
+    id1 = raw_id_at(part, cur, lane + 32);
+    // Fresh barriers complete "the phase before phase 0": the first pass of the ring waits for nothing.
+    mbar_wait(sm.empty(it), ((it / kDirectRing) & 1) ^ 1);
+    int* ids = sm.ids(it);
+    const unsigned slot = sm.slot(it);
+    const unsigned full = ptx::smem_addr(sm.full(it));
+    bool zeroed = false;
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      const int token = lane + 32 * k;
+      ids[token] = c[k];
+      const unsigned rec = slot + static_cast<unsigned>(token * kTokenBytes);
+      if (c[k] >= 0) {
+        bulk_load_shared(rec, record_of<Cfg>(p, c[k]), kTokenBytes, full);
+      } else {
+        for (int b = 0; b < kTokenBytes; b += 16) sts128(rec + b, make_uint4(0, 0, 0, 0));
+        zeroed = true;
+      }
+    }
+    // The zeros (generic proxy) before any later bulk copy (async proxy) into the same bytes.
+    if (zeroed) fence_proxy_async_smem();
+    const unsigned valid =
+        __popc(__ballot_sync(0xffffffffu, c[0] >= 0)) + __popc(__ballot_sync(0xffffffffu, c[1] >= 0));
+    __syncwarp();  // every lane's ids and zeros before the arrival that publishes them
+    // The copies' bytes may complete before this (the transaction count goes below zero); the
+    // phase completes only with this arrival and all of them.
+    if (lane == 0) mbar_arrive_expect_tx_cta(sm.full(it), valid * static_cast<unsigned>(kTokenBytes));
+    if (lane == 0 && it == 0) timeline_mark<Cfg>(kEventFirstFull);
+  }
+}
+
+// One consumer warpgroup (wg 0, 1) of the direct kernel: NoPE groups 2 wg and 2 wg + 1, RoPE
+// k steps 2 wg and 2 wg + 1, O^T of columns 256 wg .. 256 wg + 255 (group-major, direct_column).
+template <class Cfg>
+__device__ __forceinline__ void consumer_direct(const SparseKernelParams& kp, const SparsePart& part, int tok,
+                                                const DirectSmem& sm, int wg) {
+  const MlaSparseParams& p = kp.p;
+  const int t = threadIdx.x & 127;
+  const int warp = t >> 5, lane = t & 31;
+  const int i = lane >> 2, q = lane & 3;
+  const int r0 = 16 * warp + i;  // S^T rows r0, r0 + 8: tokens; O^T rows: columns (direct_column)
+  const int hA = 2 * q;
+  const int heads[4] = {hA, hA + 1, hA + 8, hA + 9};
+  const float scale = p.softmax_scale != 0.f ? p.softmax_scale : 0.041666666666666664f;  // 1/sqrt(576)
+  const float sl2 = scale * kLog2e;
+  float* const spart = sm.f32(DirectPlan::kSPart);
+  float* const xmax = sm.f32(DirectPlan::kXMax) + wg * (2 * 16 * 4);
+  float* const xscale = sm.f32(DirectPlan::kXScale) + wg * (2 * 2 * 4);
+  float* const xsum = sm.f32(DirectPlan::kXSum) + wg * (16 * 4);
+  const int bar_wg = kBarDirectWg + wg;
+  // Byte offsets inside a record: this thread's S^T fragment words (row r0; + 8 rows is
+  // + 8 records), its P V fragment word (column 4 (8 w + i) of a group), its scales.
+  const unsigned s_off = static_cast<unsigned>(r0 * kTokenBytes + 4 * q);
+  const unsigned pv_off = static_cast<unsigned>(2 * q * kTokenBytes + 4 * (8 * warp + i));
+  // P's stores: heads' rows, tokens r0 and r0 + 8 at kappa 16 w + 2 i and + 1 (one byte pair;
+  // direct_token), hi / lo halves of the row.
+  const int kappa = 16 * warp + 2 * i;
+
+  int it = 0;
+  int nreq = 0;
+  float o[32];  // m-block mb (0..3: group 2 wg + mb / 2) at o[8 mb ..], m64n16 accumulator layout
+  for (int r = part.begin_req; r <= part.end_req; ++r, ++nreq) {
+    const Piece pc = piece_of(kp, part, r);
+    // Both warpgroups are past the previous request's reads of Q, the head scales and the sums.
+    if (nreq > 0) named_bar_sync(kBarDirectBoth, 256);
+    if (pc.blk_begin < pc.blk_end) load_q_direct(p, sm, r, tok, threadIdx.x, sl2);
+    if (threadIdx.x == 0 && nreq == 0) timeline_mark<Cfg>(kEventQ);
+    float sl2h[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) sl2h[k] = sm.f32(DirectPlan::kHeadScale)[heads[k]];
+#pragma unroll
+    for (int k = 0; k < 32; ++k) o[k] = 0.f;
+    float m[4] = {kNegInf, kNegInf, kNegInf, kNegInf};
+    float l[4] = {0.f, 0.f, 0.f, 0.f};
+    int eg[2] = {kExpFloor, kExpFloor};  // the groups' running scale exponents (every scale seen < 2^eg)
+    const unsigned long long dqh = smem_desc_sw128(sm.base + DirectPlan::kQHi, 16, 1024);
+    const unsigned long long dql = smem_desc_sw128(sm.base + DirectPlan::kQLo, 16, 1024);
+    const unsigned long long dqr = smem_desc_sw128(sm.base + DirectPlan::kQRope, 16, 1024);
+    for (int blk = pc.blk_begin; blk < pc.blk_end; ++blk, ++it) {
+      mbar_wait(sm.full(it), (it / kDirectRing) & 1);
+      if (threadIdx.x == 0 && it == 0) timeline_mark<Cfg>(kEventFirstTile);
+      const unsigned rec = sm.slot(it);
+      // ---- S^T over this warpgroup's groups and RoPE steps ----
+      unsigned a[2][4][4];  // [group][k step][fragment]
+      unsigned ar[2][4];    // RoPE k steps 2 wg, 2 wg + 1
+#pragma unroll
+      for (int gl = 0; gl < 2; ++gl) {
+#pragma unroll
+        for (int s = 0; s < 4; ++s) {
+          const unsigned at = rec + s_off + static_cast<unsigned>(128 * (2 * wg + gl) + 32 * s);
+          a[gl][s][0] = ptx::lds32(at);
+          a[gl][s][1] = ptx::lds32(at + 8 * kTokenBytes);
+          a[gl][s][2] = ptx::lds32(at + 16);
+          a[gl][s][3] = ptx::lds32(at + 8 * kTokenBytes + 16);
+        }
+      }
+#pragma unroll
+      for (int s = 0; s < 2; ++s) {
+        const unsigned at = rec + s_off + static_cast<unsigned>(kDimNope + 16 + 32 * (2 * wg + s));
+        ar[s][0] = ptx::lds32(at);
+        ar[s][1] = ptx::lds32(at + 8 * kTokenBytes);
+        ar[s][2] = ptx::lds32(at + 16);
+        ar[s][3] = ptx::lds32(at + 8 * kTokenBytes + 16);
+      }
+      const uint2 sc0 = ptx::lds64(rec + static_cast<unsigned>(r0 * kTokenBytes + kDimNope + 8 * wg));
+      const uint2 sc1 = ptx::lds64(rec + static_cast<unsigned>((r0 + 8) * kTokenBytes + kDimNope + 8 * wg));
+      // Group gl's scales of tokens r0 and r0 + 8.
+      const float scr[2][2] = {{__uint_as_float(sc0.x), __uint_as_float(sc1.x)},
+                               {__uint_as_float(sc0.y), __uint_as_float(sc1.y)}};
+      float acc[2][8], racc[8];
+      wgmma_fence();
+#pragma unroll
+      for (int gl = 0; gl < 2; ++gl) {
+        const unsigned gb = static_cast<unsigned>((2 * wg + gl) * 2048);
+#pragma unroll
+        for (int s = 0; s < 4; ++s) {
+          wgmma_m64n16k32_e4m3_rs(acc[gl], a[gl][s], desc_advance(dqh, gb + 32 * s), s > 0);
+          wgmma_m64n16k32_e4m3_rs(acc[gl], a[gl][s], desc_advance(dql, gb + 32 * s), true);
+        }
+      }
+#pragma unroll
+      for (int s = 0; s < 2; ++s) {
+        wgmma_m64n16k16_rs(racc, ar[s], desc_advance(dqr, static_cast<unsigned>(32 * (2 * wg + s))), s > 0);
+      }
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_regs(acc[0]);
+      fence_regs(acc[1]);
+      fence_regs(racc);
+      // Rows r0 (k = 0, 1, 4, 5) and r0 + 8 (k = 2, 3, 6, 7): scale x group products + RoPE.
+      float sp[8];
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const int hr = (k >> 1) & 1;
+        sp[k] = fmaf(scr[0][hr], acc[0][k], fmaf(scr[1][hr], acc[1][k], racc[k]));
+      }
+      // The other warpgroup's partial at the same positions (thread t of both holds the same
+      // tokens and heads); buffers by block parity.
+      {
+        float* mine = spart + ((wg * 2 + (it & 1)) * 2) * 512;
+        *reinterpret_cast<float4*>(mine + 4 * t) = make_float4(sp[0], sp[1], sp[2], sp[3]);
+        *reinterpret_cast<float4*>(mine + 512 + 4 * t) = make_float4(sp[4], sp[5], sp[6], sp[7]);
+      }
+      named_bar_sync(kBarDirectBoth, 256);
+      float s[8];
+      {
+        const float* other = spart + (((1 - wg) * 2 + (it & 1)) * 2) * 512;
+        const float4 u0 = *reinterpret_cast<const float4*>(other + 4 * t);
+        const float4 u1 = *reinterpret_cast<const float4*>(other + 512 + 4 * t);
+        const float ov[8] = {u0.x, u0.y, u0.z, u0.w, u1.x, u1.y, u1.z, u1.w};
+        // Warpgroup 0's partial first in both, so that both hold the same sums.
+#pragma unroll
+        for (int k = 0; k < 8; ++k) s[k] = wg == 0 ? sp[k] + ov[k] : ov[k] + sp[k];
+      }
+      const int* ids = sm.ids(it);
+      if (ids[r0] < 0) s[0] = s[1] = s[4] = s[5] = kNegInf;
+      if (ids[r0 + 8] < 0) s[2] = s[3] = s[6] = s[7] = kNegInf;
+      // ---- the column softmax (narrow.cuh's, per head scale) and the groups' scale maxima ----
+      float bm[4] = {fmaxf(s[0], s[2]), fmaxf(s[1], s[3]), fmaxf(s[4], s[6]), fmaxf(s[5], s[7])};
+      float gm[2] = {fmaxf(scr[0][0], scr[0][1]), fmaxf(scr[1][0], scr[1][1])};
+#pragma unroll
+      for (int x = 4; x < 32; x *= 2) {
+#pragma unroll
+        for (int k = 0; k < 4; ++k) bm[k] = fmaxf(bm[k], __shfl_xor_sync(0xffffffffu, bm[k], x));
+        gm[0] = fmaxf(gm[0], __shfl_xor_sync(0xffffffffu, gm[0], x));
+        gm[1] = fmaxf(gm[1], __shfl_xor_sync(0xffffffffu, gm[1], x));
+      }
+      float* const xm = xmax + (it & 1) * (16 * 4);
+      float* const xs = xscale + (it & 1) * (2 * 4);
+      if (lane < 4) {
+#pragma unroll
+        for (int k = 0; k < 4; ++k) xm[heads[k] * 4 + warp] = bm[k];
+      }
+      if (lane == 0) {
+        xs[warp] = gm[0];
+        xs[4 + warp] = gm[1];
+      }
+      named_bar_sync(bar_wg, 128);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const float4 v = *reinterpret_cast<const float4*>(xm + heads[k] * 4);
+        bm[k] = fmaxf(fmaxf(v.x, v.y), fmaxf(v.z, v.w));
+      }
+      float rho[2], gmul[2];
+#pragma unroll
+      for (int gl = 0; gl < 2; ++gl) {
+        const float4 v = *reinterpret_cast<const float4*>(xs + 4 * gl);
+        const int e = exponent_above(fmaxf(fmaxf(v.x, v.y), fmaxf(v.z, v.w)));
+        const int en = e > eg[gl] ? e : eg[gl];
+        rho[gl] = en - eg[gl] > 126 ? 0.f : pow2f(eg[gl] - en);
+        eg[gl] = en;
+        gmul[gl] = pow2f(8 - en);
+      }
+      float alpha[4], ref[4];
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const float mn = fmaxf(m[k], bm[k] * sl2h[k]);
+        ref[k] = row_ref(mn);
+        alpha[k] = ptx::ex2(m[k] - ref[k]);
+        m[k] = mn;
+      }
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const int h = (k & 1) + 2 * (k >> 2);
+        s[k] = ptx::ex2(fmaf(s[k], sl2h[h], -ref[h]));
+      }
+      l[0] = l[0] * alpha[0] + (s[0] + s[2]);
+      l[1] = l[1] * alpha[1] + (s[1] + s[3]);
+      l[2] = l[2] * alpha[2] + (s[4] + s[6]);
+      l[3] = l[3] * alpha[3] + (s[5] + s[7]);
+      // ---- P_g = P x scale_g x 2^(8 - eg) as e4m3 hi + lo, transposed into the slot ----
+      // (The slot of this parity was last read by block it - 2's P V, waited for below.)
+#pragma unroll
+      for (int gl = 0; gl < 2; ++gl) {
+        const unsigned pb = sm.p(it, 2 * wg + gl);
+        const float f0 = scr[gl][0] * gmul[gl], f1 = scr[gl][1] * gmul[gl];
+#pragma unroll
+        for (int nb = 0; nb < 2; ++nb) {  // heads hA + 8 nb, + 1: s[4 nb ..]
+          unsigned hi, lo;
+          kv::split_e4m3_f16(s[4 * nb] * f0, s[4 * nb + 2] * f1, s[4 * nb + 1] * f0, s[4 * nb + 3] * f1, hi, lo);
+          const int h = hA + 8 * nb;
+          const unsigned b0 = pb + swz(h, kappa >> 4) + (kappa & 15);
+          const unsigned b1 = pb + swz(h + 1, kappa >> 4) + (kappa & 15);
+          const unsigned c0 = pb + swz(h, 4 + (kappa >> 4)) + (kappa & 15);
+          const unsigned c1 = pb + swz(h + 1, 4 + (kappa >> 4)) + (kappa & 15);
+          sts16(b0, hi);
+          sts16(b1, hi >> 16);
+          sts16(c0, lo);
+          sts16(c1, lo >> 16);
+        }
+      }
+      fence_proxy_async_smem();
+      named_bar_sync(bar_wg, 128);
+      // ---- O^T *= alpha x rho, += V^T P^T ----
+      {
+        const bool ones = alpha[0] == 1.f && alpha[1] == 1.f && alpha[2] == 1.f && alpha[3] == 1.f &&
+                          rho[0] == 1.f && rho[1] == 1.f;
+        if (!__all_sync(0xffffffffu, ones)) {
+#pragma unroll
+          for (int k = 0; k < 32; ++k) {
+            const int h = (k & 1) + 2 * ((k >> 2) & 1);
+            o[k] *= alpha[h] * rho[k >> 4];
+          }
+        }
+      }
+      unsigned v[2][2][2][4];  // [group][k step][m-block of the pair][fragment]
+#pragma unroll
+      for (int gl = 0; gl < 2; ++gl) {
+#pragma unroll
+        for (int ks = 0; ks < 2; ++ks) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            unsigned w[4], tr[4];
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+              const int tk = 32 * ks + 16 * e + 8 * (j & 1) + (j >> 1);  // + 2 q in pv_off
+              w[j] = ptx::lds32(rec + pv_off + static_cast<unsigned>(tk * kTokenBytes + 128 * (2 * wg + gl)));
+            }
+            transpose4x4(w, tr);
+            v[gl][ks][0][2 * e] = tr[0];
+            v[gl][ks][0][2 * e + 1] = tr[1];
+            v[gl][ks][1][2 * e] = tr[2];
+            v[gl][ks][1][2 * e + 1] = tr[3];
+          }
+        }
+      }
+      // Every read of the slot is done (the loads above completed into registers): release it.
+      if (lane == 0) mbar_arrive(sm.empty(it));
+      wgmma_fence();
+#pragma unroll
+      for (int gl = 0; gl < 2; ++gl) {
+        const unsigned long long dp = smem_desc_sw128(sm.p(it, 2 * wg + gl), 16, 1024);
+#pragma unroll
+        for (int ks = 0; ks < 2; ++ks) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            float* const om = o + 8 * (2 * gl + h);
+            wgmma_m64n16k32_e4m3_rs(om, v[gl][ks][h], desc_advance(dp, 32 * ks), true);
+            wgmma_m64n16k32_e4m3_rs(om, v[gl][ks][h], desc_advance(dp, 64 + 32 * ks), true);
+          }
+        }
+      }
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_regs(o);
+    }
+    if (threadIdx.x == 0) timeline_mark<Cfg>(kEventLastRelease);
+
+    // ---- the request's sums, factors, outputs ----
+#pragma unroll
+    for (int x = 4; x < 32; x *= 2) {
+#pragma unroll
+      for (int k = 0; k < 4; ++k) l[k] += __shfl_xor_sync(0xffffffffu, l[k], x);
+    }
+    if (lane < 4) {
+#pragma unroll
+      for (int k = 0; k < 4; ++k) xsum[heads[k] * 4 + warp] = l[k];
+    }
+    named_bar_sync(bar_wg, 128);
+    float f[4], lse[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const float4 v4 = *reinterpret_cast<const float4*>(xsum + heads[k] * 4);
+      float fi[2], li[2];
+      output_factors(p, pc, 0, heads[k], (v4.x + v4.y) + (v4.z + v4.w), 0.f, m[k], kNegInf, fi, li);
+      f[k] = fi[0];
+      lse[k] = li[0];
+    }
+    // Thread's columns: 4 adjacent ones per group gl at 128 G + 4 (8 w + i), G = 2 wg + gl.
+#pragma unroll
+    for (int gl = 0; gl < 2; ++gl) {
+      const float gscale = pow2f(eg[gl] - 8);
+      const int col = 128 * (2 * wg + gl) + 4 * (8 * warp + i);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {  // head heads[k]: accumulator registers kr, kr + 2 of m-blocks 2 gl, 2 gl + 1
+        const int head = heads[k];
+        if (head >= p.num_heads) continue;
+        const int kr = (k & 1) + 4 * (k >> 1);
+        const float fk = f[k] * gscale;
+        const float v0 = o[16 * gl + kr] * fk, v1 = o[16 * gl + kr + 2] * fk;
+        const float v2 = o[16 * gl + 8 + kr] * fk, v3 = o[16 * gl + 8 + kr + 2] * fk;
+        if (pc.split) {
+          float* dst =
+              kp.run.partial_o + ((static_cast<long long>(pc.slot) * p.q_len + tok) * p.num_heads + head) * kDimV + col;
+          *reinterpret_cast<float4*>(dst) = make_float4(v0, v1, v2, v3);
+        } else {
+          unsigned short* dst = static_cast<unsigned short*>(p.out) + r * p.out_stride_batch +
+                                tok * p.out_stride_token + head * p.out_stride_head + col;
+          *reinterpret_cast<uint2*>(dst) = make_uint2(f32x2_to_bf16x2(v0, v1), f32x2_to_bf16x2(v2, v3));
+        }
+      }
+    }
+    if (wg == 0 && warp == 0 && lane < 4) {
+#pragma unroll
+      for (int k = 0; k < 2; ++k) {
+        const float pair[2] = {lse[k], lse[k + 2]};  // heads hA + k and hA + k + 8
+        store_lse(kp, pc, r, tok, 0, heads[k], pair);
+      }
+    }
+    if (threadIdx.x == 0) timeline_mark<Cfg>(kEventOut0);
+  }
+}
+
+template <class Cfg>
+__device__ __forceinline__ void mla_sparse_direct_sm90(const SparseKernelParams& kp, unsigned char* smem_raw) {
+  static_assert(ClusterOf<Cfg>::value == 1 && ProducersOf<Cfg>::value == 1,
+                "Cfg::kDirect: one head block of at most 16 heads, 384 threads");
+  if (threadIdx.x == 0) timeline_mark<Cfg>(kEventEntry);
+  grid_dependency_wait();
+  const SparsePart part = kp.run.parts[blockIdx.z];
+  const bool matches = schedule_matches(kp.p, kp.run);
+  const unsigned raw = ptx::smem_addr(smem_raw);
+  DirectSmem sm;
+  sm.base = (raw + 1023u) & ~1023u;
+  sm.ptr = smem_raw + (sm.base - raw);
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kDirectRing; ++s) {
+      mbar_init(sm.full(s), 1);   // the producer's arrival (+ its copies' bytes)
+      mbar_init(sm.empty(s), 8);  // lane 0 of each consumer warp
+    }
+    fence_mbar_init();
+  }
+  __syncthreads();
+  if (!matches) {
+    fill_nan_outputs(kp.p, 0, kHeadsPerCta, static_cast<int>(blockIdx.y), static_cast<int>(blockIdx.z),
+                     static_cast<int>(gridDim.z));
+    return;
+  }
+  if (threadIdx.x == 0) timeline_mark<Cfg>(kEventStart);
+  const int tok = blockIdx.y;
+  const int wg = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / 128, 0);
+  if (wg == 2) {
+    setmaxnreg_dec<40>();
+    if (threadIdx.x < 288) producer_direct<Cfg>(kp, part, tok, sm);
+  } else {
+    setmaxnreg_inc<232>();
+    consumer_direct<Cfg>(kp, part, tok, sm, wg);
+  }
+  launch_dependents();
+  if (threadIdx.x == 0) timeline_mark<Cfg>(kEventExit);
+}
+
+}  // namespace deca::mla::sm90
