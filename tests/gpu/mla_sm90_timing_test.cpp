@@ -185,6 +185,9 @@ TEST(MlaSm90Timing, AnchorShapesAndStageVariants) {
       variants.push_back({2, "narrow-stage-no-mma", 3, 2, 0, 1, 1});
       // No bf16 tile: the records on the e4m3 tensor cores from a ring of four slots.
       variants.push_back({0, "direct", 0, 1, 0, 0, 0, 1});
+      variants.push_back({2, "direct-no-mma", 0, 1, 0, 0, 0, 1});
+      variants.push_back({3, "direct-no-gather", 0, 1, 0, 0, 0, 1});
+      variants.push_back({8, "direct-producers", 0, 1, 0, 0, 0, 1});
     }
     for (const Variant& v : variants) {
       const jit::JitSpec spec =

@@ -227,7 +227,9 @@ __device__ __forceinline__ void producer_direct(const SparseKernelParams& kp, co
       const int token = lane + 32 * k;
       ids[token] = c[k];
       const unsigned rec = slot + static_cast<unsigned>(token * kTokenBytes);
-      if (c[k] >= 0) {
+      if constexpr (kNoGather<Cfg>) {
+        // Timing only: the slot keeps whatever it holds (knobs.cuh Ablate).
+      } else if (c[k] >= 0) {
         bulk_load_shared(rec, record_of<Cfg>(p, c[k]), kTokenBytes, full);
       } else {
         for (int b = 0; b < kTokenBytes; b += 16) sts128(rec + b, make_uint4(0, 0, 0, 0));
@@ -236,8 +238,9 @@ __device__ __forceinline__ void producer_direct(const SparseKernelParams& kp, co
     }
     // The zeros (generic proxy) before any later bulk copy (async proxy) into the same bytes.
     if (zeroed) fence_proxy_async_smem();
-    const unsigned valid =
-        __popc(__ballot_sync(0xffffffffu, c[0] >= 0)) + __popc(__ballot_sync(0xffffffffu, c[1] >= 0));
+    const unsigned valid = kNoGather<Cfg> ? 0u
+                                          : __popc(__ballot_sync(0xffffffffu, c[0] >= 0)) +
+                                                __popc(__ballot_sync(0xffffffffu, c[1] >= 0));
     __syncwarp();  // every lane's ids and zeros before the arrival that publishes them
     // The copies' bytes may complete before this (the transaction count goes below zero); the
     // phase completes only with this arrival and all of them.
@@ -296,6 +299,10 @@ __device__ __forceinline__ void consumer_direct(const SparseKernelParams& kp, co
     for (int blk = pc.blk_begin; blk < pc.blk_end; ++blk, ++it) {
       mbar_wait(sm.full(it), (it / kDirectRing) & 1);
       if (threadIdx.x == 0 && it == 0) timeline_mark<Cfg>(kEventFirstTile);
+      if constexpr (kNoConsume<Cfg>) {  // timing only: every slot released as soon as it is full
+        if (lane == 0) mbar_arrive(sm.empty(it));
+        continue;
+      }
       const unsigned rec = sm.slot(it);
       // ---- S^T over this warpgroup's groups and RoPE steps ----
       unsigned a[2][4][4];  // [group][k step][fragment]
@@ -325,6 +332,14 @@ __device__ __forceinline__ void consumer_direct(const SparseKernelParams& kp, co
       const float scr[2][2] = {{__uint_as_float(sc0.x), __uint_as_float(sc1.x)},
                                {__uint_as_float(sc0.y), __uint_as_float(sc1.y)}};
       float acc[2][8], racc[8];
+      if constexpr (kNoMma<Cfg>) {  // timing only: the products left out, their operands still loaded
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+          acc[0][k] = __uint_as_float(a[0][k & 3][k >> 2] & 0x3F000000u);
+          acc[1][k] = __uint_as_float(a[1][k & 3][k >> 2] & 0x3F000000u);
+          racc[k] = __uint_as_float(ar[k & 1][k >> 1] & 0x3F000000u);
+        }
+      } else {
       wgmma_fence();
 #pragma unroll
       for (int gl = 0; gl < 2; ++gl) {
@@ -344,6 +359,7 @@ __device__ __forceinline__ void consumer_direct(const SparseKernelParams& kp, co
       fence_regs(acc[0]);
       fence_regs(acc[1]);
       fence_regs(racc);
+      }
       // Rows r0 (k = 0, 1, 4, 5) and r0 + 8 (k = 2, 3, 6, 7): scale x group products + RoPE.
       float sp[8];
 #pragma unroll
@@ -483,6 +499,11 @@ __device__ __forceinline__ void consumer_direct(const SparseKernelParams& kp, co
       }
       // Every read of the slot is done (the loads above completed into registers): release it.
       if (lane == 0) mbar_arrive(sm.empty(it));
+      if constexpr (kNoMma<Cfg>) {
+#pragma unroll
+        for (int k = 0; k < 32; ++k) o[k] += __uint_as_float(v[k >> 4][(k >> 3) & 1][(k >> 2) & 1][k & 3] & 0x3F000000u);
+        continue;
+      }
       wgmma_fence();
 #pragma unroll
       for (int gl = 0; gl < 2; ++gl) {
