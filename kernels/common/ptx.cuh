@@ -19,6 +19,11 @@ __device__ __forceinline__ void cp_async_16(unsigned dst, const void* src, bool 
                "r"(src_size)
                : "memory");
 }
+// cp.async.mbarrier.arrive.noinc.shared::cta.b64 [mbar]; -- an arrival on the mbarrier once every
+// cp.async this thread issued before has completed (.noinc: the barrier's count includes it).
+__device__ __forceinline__ void cp_async_mbar_arrive_noinc(unsigned mbar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(mbar) : "memory");
+}
 __device__ __forceinline__ void cp_async_commit() {
   asm volatile("cp.async.commit_group;\n" ::: "memory");
 }

@@ -55,7 +55,7 @@ constexpr Knob kKnobs[] = {
     {&MlaSm90Knobs::seesaw, "kSeesaw", "DECA_MLA_SEESAW", 0, 2, "_see", 0, true},
     {&MlaSm90Knobs::stage, "kStage", "DECA_MLA_STAGE", 0, 1, "_stage", 0, false},
     {&MlaSm90Knobs::narrow, "kNarrow", "DECA_MLA_NARROW", 0, 1, "_narrow", 0, false},
-    {&MlaSm90Knobs::direct, "kDirect", "DECA_MLA_DIRECT", 0, 1, "_direct", 0, false},
+    {&MlaSm90Knobs::direct, "kDirect", "DECA_MLA_DIRECT", 0, 3, "_direct", 0, true},
     {&MlaSm90Knobs::stamp, "kStamp", "DECA_MLA_STAMP", 0, 2, "_stamp", 0, true},
 };
 
@@ -121,11 +121,11 @@ MlaSm90Knobs mla_sm90_consistent(MlaSm90Knobs k, int num_heads) {
   // No bf16 tile: one head block of at most 16 (N = 16), without a cluster. Its kernel has its own
   // producer (one warp) and consumers, so every other producer and consumer knob goes back to its
   // neutral value (one name per kernel); the timing aid stays.
-  if (k.direct == 1 && (num_heads > 16 || k.cluster != 1)) k.direct = 0;
-  if (k.direct == 1) {
+  if (k.direct != 0 && (num_heads > 16 || k.cluster != 1)) k.direct = 0;
+  if (k.direct != 0) {
     MlaSm90Knobs d;
     for (const Knob& knob : kKnobs) d.*knob.member = knob.neutral;
-    d.direct = 1;
+    d.direct = k.direct;
     d.stamp = k.stamp;
     return d;
   }

@@ -669,8 +669,8 @@ TEST(MlaSm90Kernel, NarrowConsumer) {
   }
 }
 
-// No bf16 tile (Cfg::kDirect = 1, at most 16 heads): the records multiplied on the e4m3 tensor
-// cores as they are, over small_head_cases plus a long request (many passes of the four-slot
+// No bf16 tile (Cfg::kDirect = 1..3, at most 16 heads): the records multiplied on the e4m3 tensor
+// cores as they are (bulk copies or 16-byte copies, lockstep or alternating consumers), over small_head_cases plus a long request (many passes of the four-slot
 // ring, the groups' scale exponents growing along it) and a split one; each compared with the
 // CPU reference and run to run bit for bit in run_case.
 TEST(MlaSm90Kernel, DirectRecords) {
@@ -682,10 +682,13 @@ TEST(MlaSm90Kernel, DirectRecords) {
   split.one_request = false;
   split.spec.attn_sink = true;
   cases.push_back(split);
-  for (Sm90Case& c : cases) {
-    c.direct = 1;
-    c.rescale = 2;
-    run_case(c);
+  for (int direct : {1, 2, 3}) {
+    for (Sm90Case c : cases) {
+      c.name = "d" + std::to_string(direct) + "_" + c.name;
+      c.direct = direct;
+      c.rescale = 2;
+      run_case(c);
+    }
   }
 }
 

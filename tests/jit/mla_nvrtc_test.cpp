@@ -265,16 +265,16 @@ TEST(MlaSm90Knobs, NarrowConsumerOnlyWhereItFits) {
   }
 }
 
-// No bf16 tile (Cfg::kDirect 1): one head block of at most 16 without a cluster; the kernel has
+// No bf16 tile (Cfg::kDirect 1..3): one head block of at most 16 without a cluster; the kernel has
 // its own producer and consumers, so whatever else was asked goes back to the neutral knobs
 // (one producer warpgroup: 384 threads), the timeline kept.
 TEST(MlaSm90Knobs, DirectOnlyWhereItFits) {
   for (const int heads : {1, 5, 13, 16, 17, 64, 128}) {
     MlaSm90Knobs k = mla_sm90_defaults(heads > 64 ? 2 : 1, heads);
-    k.direct = 1;
+    k.direct = 1 + heads % 3;
     k.stamp = 2;
     const MlaSm90Knobs kept = mla_sm90_consistent(k, heads);
-    EXPECT_EQ(kept.direct, heads <= 16 ? 1 : 0) << heads << " heads";
+    EXPECT_EQ(kept.direct, heads <= 16 ? k.direct : 0) << heads << " heads";
     if (heads > 16) continue;
     const MlaSm90Knobs neutral = mla_sm90_consistent(MlaSm90Knobs{}, 64);
     EXPECT_EQ(kept.producers, 1);
@@ -287,7 +287,7 @@ TEST(MlaSm90Knobs, DirectOnlyWhereItFits) {
     EXPECT_EQ(kept.rescale, neutral.rescale);
     // Applied twice, the same knobs (the key is stable).
     const MlaSm90Knobs again = mla_sm90_consistent(kept, heads);
-    EXPECT_EQ(again.direct, 1);
+    EXPECT_EQ(again.direct, k.direct);
     EXPECT_EQ(again.pipe, kept.pipe);
     EXPECT_EQ(again.producers, kept.producers);
   }

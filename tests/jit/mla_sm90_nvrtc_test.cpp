@@ -191,13 +191,19 @@ TEST(MlaSm90Nvrtc, NarrowConsumerVariantsCompileWithoutSpills) {
   }
 }
 
-// No bf16 tile (Cfg::kDirect 1, at most 16 heads, direct.cuh): every page size kind and the
-// launch timeline, each without a spill (the consumers hold O^T 32, S^T 24 and their A fragments).
+// No bf16 tile (Cfg::kDirect 1..3, at most 16 heads, direct.cuh): every page size kind and the
+// launch timeline, each without a spill (the consumers hold O^T, S^T and their A fragments); the
+// ablations (timing only).
 TEST(MlaSm90Nvrtc, DirectVariantsCompileWithoutSpills) {
-  for (int page : {1, 16, 64, 128}) {
-    expect_clean_compile(test::mla_sm90_spec(page, 1, 0, 0, 0, 0, 0, 2, 0, 0, 2, 0, 1, 0, 0, 0, 0, 0, 1));
+  for (int direct : {1, 2, 3}) {
+    for (int page : {1, 16, 64, 128}) {
+      expect_clean_compile(test::mla_sm90_spec(page, 1, 0, 0, 0, 0, 0, 2, 0, 0, 2, 0, 1, 0, 0, 0, 0, 0, direct));
+    }
+    expect_clean_compile(test::mla_sm90_spec(64, 1, 0, 0, 0, 0, 0, 2, 0, 0, 2, 0, 1, 0, 2, 0, 0, 0, direct));
+    for (int ablate : {2, 3, 8}) {
+      expect_clean_compile(test::mla_sm90_spec(64, 1, ablate, 0, 0, 0, 0, 2, 0, 0, 2, 0, 1, 0, 0, 0, 0, 0, direct), true);
+    }
   }
-  expect_clean_compile(test::mla_sm90_spec(64, 1, 0, 0, 0, 0, 0, 2, 0, 0, 2, 0, 1, 0, 2, 0, 0, 0, 1));
 }
 
 // The token split of the producer (Cfg::kMap = 1) with every pipe that offers it, both cluster

@@ -31,7 +31,7 @@ inline jit::JitSpec mla_sm90_spec(int page_size, int cluster = 1, int ablate = 0
               (phand != 0 ? "_h" + std::to_string(phand) : "") +
               (producers != 1 ? "_w" + std::to_string(producers) : "") + (peer_copy != 0 ? "_bulk" : "") +
               (stamp != 0 ? "_stamp" + std::to_string(stamp) : "") + (seesaw != 0 ? "_see" + std::to_string(seesaw) : "") +
-              (stage != 0 ? "_stage" : "") + (narrow != 0 ? "_narrow" : "") + (direct != 0 ? "_direct" : "");
+              (stage != 0 ? "_stage" : "") + (narrow != 0 ? "_narrow" : "") + (direct != 0 ? "_direct" + std::to_string(direct) : "");
   spec.source = "struct Cfg {\n  static constexpr int kPageSize = " + std::to_string(page_size) +
                 ";\n  static constexpr int kCluster = " + std::to_string(cluster) +
                 ";\n  static constexpr int kAblate = " + std::to_string(ablate) +

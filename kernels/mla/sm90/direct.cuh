@@ -52,26 +52,44 @@ constexpr int kSlotBytes = kTokens * kTokenBytes;  // 41984, 16-byte aligned rec
 // Byte offsets from the 1024-aligned base. Operands in the 128-byte swizzle (16 rows of 128 B:
 // two 1024-byte atoms, SBO 1024): Q's e4m3 terms one 2 KB chunk per NoPE group (128 values per
 // row), Q's RoPE one chunk (64 bf16), P one chunk per group and block parity (hi at bytes
-// 0..63 of a head's row, lo at 64..127; 64 tokens each).
+// 0..63 of a head's row, lo at 64..127; 64 tokens each). The partial S^T exchange and Q's e4m3
+// terms are contiguous: at a request's end (Q no longer read) the alternate-block consumers
+// (kDirect 3) hand warpgroup 1's O^T (512 x 16 f32) to warpgroup 0 through those 32 KB.
 struct DirectPlan {
-  static constexpr int kQHi = 0;
+  static constexpr int kSPart = 0;                                 // f32 [2 wg][2 parity][2 halves][128 thr][4]
+  static constexpr int kOX = 0;                                    // f32 [64][128 thr] (kDirect 3, request end)
+  static constexpr int kQHi = kSPart + 2 * 2 * 2 * 128 * 16;
   static constexpr int kQLo = kQHi + 4 * 2048;
   static constexpr int kQRope = kQLo + 4 * 2048;
   static constexpr int kP = kQRope + 2048;                         // [2 parity][4 groups] x 2 KB
   static constexpr int kRing = kP + 2 * 4 * 2048;                  // kDirectRing slots
-  static constexpr int kSPart = kRing + kDirectRing * kSlotBytes;  // f32 [2 wg][2 parity][2 halves][128 thr][4]
-  static constexpr int kXMax = kSPart + 2 * 2 * 2 * 128 * 16;      // f32 [2 wg][2 parity][16 heads][4 warps]
-  static constexpr int kXScale = kXMax + 2 * 2 * 16 * 4 * 4;       // f32 [2 wg][2 parity][2 groups][4 warps]
-  static constexpr int kXSum = kXScale + 2 * 2 * 2 * 4 * 4;        // f32 [2 wg][16 heads][4 warps]
-  static constexpr int kHeadScale = kXSum + 2 * 16 * 4 * 4;        // f32 [16]: log2(e) x scale / s_h
+  static constexpr int kXMax = kRing + kDirectRing * kSlotBytes;   // f32 [2 wg][2 parity][16 heads][4 warps]
+  static constexpr int kXScale = kXMax + 2 * 2 * 16 * 4 * 4;       // f32 [2 wg][2 parity][4 groups][4 warps]
+  static constexpr int kXSum = kXScale + 2 * 2 * 4 * 4 * 4;        // f32 [2 wg][16 heads][4 warps]
+  static constexpr int kXState = kXSum + 2 * 16 * 4 * 4;           // f32 [2 wg][2: m, l][16 heads] (kDirect 3)
+  static constexpr int kHeadScale = kXState + 2 * 2 * 16 * 4;      // f32 [16]: log2(e) x scale / s_h
   static constexpr int kIdx = kHeadScale + 16 * 4;                 // int [kDirectRing][64]
   static constexpr int kBarFull = kIdx + kDirectRing * 64 * 4;     // u64 [kDirectRing]
   static constexpr int kBarEmpty = kBarFull + kDirectRing * 8;     // u64 [kDirectRing]
   static constexpr int kEnd = kBarEmpty + kDirectRing * 8;
 };
-static_assert(DirectPlan::kP % 1024 == 0 && DirectPlan::kRing % 16 == 0, "swizzle atoms, bulk-copy alignment");
+static_assert(DirectPlan::kQHi % 1024 == 0 && DirectPlan::kP % 1024 == 0 && DirectPlan::kRing % 16 == 0,
+              "swizzle atoms, copy alignment");
+static_assert(DirectPlan::kOX + 64 * 128 * 4 <= DirectPlan::kQRope, "O^T's exchange: the S^T exchange and Q's terms");
 static_assert(DirectPlan::kBarFull % 8 == 0, "mbarrier alignment");
 static_assert(DirectPlan::kEnd + 1024 <= kSmemBytes, "the plan fits what the backend asks at launch");
+
+// The variants (Cfg::kDirect): 1 the producer warp's bulk copies (one cp.async.bulk of 656 bytes
+// per token) and the consumers in lockstep (two groups each, the partial S^T added through shared
+// memory); 2 the producer warpgroup's 16-byte cp.async (LDGSTS: 41 per record over a warp's
+// lanes, zero-filled for a skipped id, completing on the slot's barrier per thread) with the
+// lockstep consumers; 3 those copies and the consumers taking alternate blocks (each the whole
+// S^T, softmax and O^T of its block, its own running state, the two merged at a request's end),
+// so that one's softmax runs under the other's tensor work.
+template <class Cfg>
+inline constexpr bool kDirectCopies = DirectOf<Cfg>::value >= 2;
+template <class Cfg>
+inline constexpr bool kDirectAlt = DirectOf<Cfg>::value == 3;
 
 // Named barriers of the direct kernel (0 is __syncthreads).
 enum DirectBarrier : int {
@@ -249,11 +267,55 @@ __device__ __forceinline__ void producer_direct(const SparseKernelParams& kp, co
   }
 }
 
-// One consumer warpgroup (wg 0, 1) of the direct kernel: NoPE groups 2 wg and 2 wg + 1, RoPE
-// k steps 2 wg and 2 wg + 1, O^T of columns 256 wg .. 256 wg + 255 (group-major, direct_column).
+// Cfg::kDirect 2, 3: the producer warpgroup's 16-byte cp.async. Warp w copies tokens 16 w ..
+// 16 w + 15 of a block (lane l: bytes 16 l of each record, and 512 + 16 l for l < 9), a skipped
+// id's 41 units as zeros (src-size 0: nothing read); each thread's copies complete on the slot's
+// full barrier (.noinc arrivals, 128 of them) and each warp's lane 0 arrives once more after its
+// ids are stored (release): 132 arrivals per phase.
+template <class Cfg>
+__device__ __forceinline__ void producer_copies(const SparseKernelParams& kp, const SparsePart& part, int tok,
+                                                const DirectSmem& sm) {
+  const MlaSparseParams& p = kp.p;
+  const int tg = threadIdx.x - 256;
+  const int warp = tg >> 5, lane = tg & 31;
+  const int mine = 16 * warp + (lane & 15);  // the token whose id this lane loads
+  const unsigned pool = pool_bound(static_cast<long long>(p.num_blocks) * Cfg::kPageSize);
+  BlockPos cur = first_block(kp, part, tok);
+  int id = raw_id_at(part, cur, mine);
+  for (int it = 0; cur.r <= part.end_req; ++it) {
+    const int c = checked_id(id, pool);
+    next_block(kp, part, tok, cur);
+    id = raw_id_at(part, cur, mine);  // the next block's, in flight while this one waits
+    mbar_wait(sm.empty(it), ((it / kDirectRing) & 1) ^ 1);
+    if (lane < 16) sm.ids(it)[mine] = c;
+    const unsigned slot = sm.slot(it) + static_cast<unsigned>(16 * warp * kTokenBytes + 16 * lane);
+#pragma unroll 4
+    for (int u = 0; u < 16; ++u) {
+      const int cu = __shfl_sync(0xffffffffu, c, u);
+      const bool ok = cu >= 0 && !kNoGather<Cfg>;
+      const unsigned char* src = record_of<Cfg>(p, cu >= 0 ? cu : 0) + 16 * lane;
+      const unsigned dst = slot + static_cast<unsigned>(u * kTokenBytes);
+      ptx::cp_async_16(dst, src, ok);
+      if (lane < (kTokenBytes - 512) / 16) ptx::cp_async_16(dst + 512, src + 512, ok);
+    }
+    ptx::cp_async_mbar_arrive_noinc(ptx::smem_addr(sm.full(it)));
+    __syncwarp();  // the warp's ids before the arrival that publishes them
+    if (lane == 0) mbar_arrive(sm.full(it));
+    if (tg == 0 && it == 0) timeline_mark<Cfg>(kEventFirstFull);
+  }
+}
+
+// One consumer warpgroup (wg 0, 1) of the direct kernel. In lockstep (kDirect 1, 2): NoPE groups
+// 2 wg and 2 wg + 1, RoPE k steps 2 wg and 2 wg + 1, O^T of columns 256 wg .. 256 wg + 255
+// (group-major, direct_column), the partial S^T added through shared memory. With alternate
+// blocks (kDirect 3): blocks it with it % 2 = wg, all four groups and RoPE steps, O^T of all 512
+// columns, the running state merged with the other warpgroup's at the request's end.
 template <class Cfg>
 __device__ __forceinline__ void consumer_direct(const SparseKernelParams& kp, const SparsePart& part, int tok,
                                                 const DirectSmem& sm, int wg) {
+  constexpr bool kAlt = kDirectAlt<Cfg>;
+  constexpr int kG = kAlt ? 4 : 2;  // NoPE groups of this warpgroup
+  constexpr int kR = kAlt ? 4 : 2;  // RoPE k steps of this warpgroup
   const MlaSparseParams& p = kp.p;
   const int t = threadIdx.x & 127;
   const int warp = t >> 5, lane = t & 31;
@@ -261,15 +323,17 @@ __device__ __forceinline__ void consumer_direct(const SparseKernelParams& kp, co
   const int r0 = 16 * warp + i;  // S^T rows r0, r0 + 8: tokens; O^T rows: columns (direct_column)
   const int hA = 2 * q;
   const int heads[4] = {hA, hA + 1, hA + 8, hA + 9};
+  const int g0 = kAlt ? 0 : 2 * wg;   // first NoPE group
+  const int rs0 = kAlt ? 0 : 2 * wg;  // first RoPE k step
   const float scale = p.softmax_scale != 0.f ? p.softmax_scale : 0.041666666666666664f;  // 1/sqrt(576)
   const float sl2 = scale * kLog2e;
   float* const spart = sm.f32(DirectPlan::kSPart);
   float* const xmax = sm.f32(DirectPlan::kXMax) + wg * (2 * 16 * 4);
-  float* const xscale = sm.f32(DirectPlan::kXScale) + wg * (2 * 2 * 4);
+  float* const xscale = sm.f32(DirectPlan::kXScale) + wg * (2 * 4 * 4);
   float* const xsum = sm.f32(DirectPlan::kXSum) + wg * (16 * 4);
   const int bar_wg = kBarDirectWg + wg;
-  // Byte offsets inside a record: this thread's S^T fragment words (row r0; + 8 rows is
-  // + 8 records), its P V fragment word (column 4 (8 w + i) of a group), its scales.
+  // Byte offsets inside a slot: this thread's S^T fragment words (row r0; + 8 rows is + 8
+  // records), its P V fragment word (column 4 (8 w + i) of a group, records 2 q + ...), its scales.
   const unsigned s_off = static_cast<unsigned>(r0 * kTokenBytes + 4 * q);
   const unsigned pv_off = static_cast<unsigned>(2 * q * kTokenBytes + 4 * (8 * warp + i));
   // P's stores: heads' rows, tokens r0 and r0 + 8 at kappa 16 w + 2 i and + 1 (one byte pair;
@@ -278,10 +342,11 @@ __device__ __forceinline__ void consumer_direct(const SparseKernelParams& kp, co
 
   int it = 0;
   int nreq = 0;
-  float o[32];  // m-block mb (0..3: group 2 wg + mb / 2) at o[8 mb ..], m64n16 accumulator layout
+  float o[8 * 2 * kG];  // m-block mb (group g0 + mb / 2) at o[8 mb ..], m64n16 accumulator layout
   for (int r = part.begin_req; r <= part.end_req; ++r, ++nreq) {
     const Piece pc = piece_of(kp, part, r);
-    // Both warpgroups are past the previous request's reads of Q, the head scales and the sums.
+    // Both warpgroups are past the previous request's reads of Q, the head scales, the sums
+    // (and, alternating, the O^T exchange over Q's terms).
     if (nreq > 0) named_bar_sync(kBarDirectBoth, 256);
     if (pc.blk_begin < pc.blk_end) load_q_direct(p, sm, r, tok, threadIdx.x, sl2);
     if (threadIdx.x == 0 && nreq == 0) timeline_mark<Cfg>(kEventQ);
@@ -289,124 +354,142 @@ __device__ __forceinline__ void consumer_direct(const SparseKernelParams& kp, co
 #pragma unroll
     for (int k = 0; k < 4; ++k) sl2h[k] = sm.f32(DirectPlan::kHeadScale)[heads[k]];
 #pragma unroll
-    for (int k = 0; k < 32; ++k) o[k] = 0.f;
+    for (int k = 0; k < 8 * 2 * kG; ++k) o[k] = 0.f;
     float m[4] = {kNegInf, kNegInf, kNegInf, kNegInf};
     float l[4] = {0.f, 0.f, 0.f, 0.f};
-    int eg[2] = {kExpFloor, kExpFloor};  // the groups' running scale exponents (every scale seen < 2^eg)
+    int eg[kG];  // the groups' running scale exponents (every scale seen < 2^eg)
+#pragma unroll
+    for (int g = 0; g < kG; ++g) eg[g] = kExpFloor;
     const unsigned long long dqh = smem_desc_sw128(sm.base + DirectPlan::kQHi, 16, 1024);
     const unsigned long long dql = smem_desc_sw128(sm.base + DirectPlan::kQLo, 16, 1024);
     const unsigned long long dqr = smem_desc_sw128(sm.base + DirectPlan::kQRope, 16, 1024);
     for (int blk = pc.blk_begin; blk < pc.blk_end; ++blk, ++it) {
+      if (kAlt && (it & 1) != wg) continue;  // the other warpgroup's block
       mbar_wait(sm.full(it), (it / kDirectRing) & 1);
-      if (threadIdx.x == 0 && it == 0) timeline_mark<Cfg>(kEventFirstTile);
+      if (t == 0 && it < 2) timeline_mark<Cfg>(kEventFirstTile);
       if constexpr (kNoConsume<Cfg>) {  // timing only: every slot released as soon as it is full
         if (lane == 0) mbar_arrive(sm.empty(it));
         continue;
       }
       const unsigned rec = sm.slot(it);
       // ---- S^T over this warpgroup's groups and RoPE steps ----
-      unsigned a[2][4][4];  // [group][k step][fragment]
-      unsigned ar[2][4];    // RoPE k steps 2 wg, 2 wg + 1
+      unsigned a[kG][4][4];  // [group][k step][fragment]
+      unsigned ar[kR][4];    // RoPE k steps
 #pragma unroll
-      for (int gl = 0; gl < 2; ++gl) {
+      for (int g = 0; g < kG; ++g) {
 #pragma unroll
-        for (int s = 0; s < 4; ++s) {
-          const unsigned at = rec + s_off + static_cast<unsigned>(128 * (2 * wg + gl) + 32 * s);
-          a[gl][s][0] = ptx::lds32(at);
-          a[gl][s][1] = ptx::lds32(at + 8 * kTokenBytes);
-          a[gl][s][2] = ptx::lds32(at + 16);
-          a[gl][s][3] = ptx::lds32(at + 8 * kTokenBytes + 16);
+        for (int ks = 0; ks < 4; ++ks) {
+          const unsigned at = rec + s_off + static_cast<unsigned>(128 * (g0 + g) + 32 * ks);
+          a[g][ks][0] = ptx::lds32(at);
+          a[g][ks][1] = ptx::lds32(at + 8 * kTokenBytes);
+          a[g][ks][2] = ptx::lds32(at + 16);
+          a[g][ks][3] = ptx::lds32(at + 8 * kTokenBytes + 16);
         }
       }
 #pragma unroll
-      for (int s = 0; s < 2; ++s) {
-        const unsigned at = rec + s_off + static_cast<unsigned>(kDimNope + 16 + 32 * (2 * wg + s));
-        ar[s][0] = ptx::lds32(at);
-        ar[s][1] = ptx::lds32(at + 8 * kTokenBytes);
-        ar[s][2] = ptx::lds32(at + 16);
-        ar[s][3] = ptx::lds32(at + 8 * kTokenBytes + 16);
+      for (int ks = 0; ks < kR; ++ks) {
+        const unsigned at = rec + s_off + static_cast<unsigned>(kDimNope + 16 + 32 * (rs0 + ks));
+        ar[ks][0] = ptx::lds32(at);
+        ar[ks][1] = ptx::lds32(at + 8 * kTokenBytes);
+        ar[ks][2] = ptx::lds32(at + 16);
+        ar[ks][3] = ptx::lds32(at + 8 * kTokenBytes + 16);
       }
-      const uint2 sc0 = ptx::lds64(rec + static_cast<unsigned>(r0 * kTokenBytes + kDimNope + 8 * wg));
-      const uint2 sc1 = ptx::lds64(rec + static_cast<unsigned>((r0 + 8) * kTokenBytes + kDimNope + 8 * wg));
-      // Group gl's scales of tokens r0 and r0 + 8.
-      const float scr[2][2] = {{__uint_as_float(sc0.x), __uint_as_float(sc1.x)},
-                               {__uint_as_float(sc0.y), __uint_as_float(sc1.y)}};
-      float acc[2][8], racc[8];
+      // Group g's scales of tokens r0 and r0 + 8.
+      float scr[kG][2];
+      {
+        const unsigned at = rec + static_cast<unsigned>(r0 * kTokenBytes + kDimNope + 4 * g0);
+        if constexpr (kAlt) {
+          const uint4 u0 = ptx::lds128(at), u1 = ptx::lds128(at + 8 * kTokenBytes);
+          const unsigned w0[4] = {u0.x, u0.y, u0.z, u0.w}, w1[4] = {u1.x, u1.y, u1.z, u1.w};
+#pragma unroll
+          for (int g = 0; g < kG; ++g) scr[g][0] = __uint_as_float(w0[g]), scr[g][1] = __uint_as_float(w1[g]);
+        } else {
+          const uint2 u0 = ptx::lds64(at), u1 = ptx::lds64(at + 8 * kTokenBytes);
+          scr[0][0] = __uint_as_float(u0.x), scr[0][1] = __uint_as_float(u1.x);
+          scr[kG - 1][0] = __uint_as_float(u0.y), scr[kG - 1][1] = __uint_as_float(u1.y);
+        }
+      }
+      float acc[kG][8], racc[8];
       if constexpr (kNoMma<Cfg>) {  // timing only: the products left out, their operands still loaded
 #pragma unroll
         for (int k = 0; k < 8; ++k) {
-          acc[0][k] = __uint_as_float(a[0][k & 3][k >> 2] & 0x3F000000u);
-          acc[1][k] = __uint_as_float(a[1][k & 3][k >> 2] & 0x3F000000u);
+#pragma unroll
+          for (int g = 0; g < kG; ++g) acc[g][k] = __uint_as_float(a[g][k & 3][k >> 2] & 0x3F000000u);
           racc[k] = __uint_as_float(ar[k & 1][k >> 1] & 0x3F000000u);
         }
       } else {
-      wgmma_fence();
+        wgmma_fence();
 #pragma unroll
-      for (int gl = 0; gl < 2; ++gl) {
-        const unsigned gb = static_cast<unsigned>((2 * wg + gl) * 2048);
+        for (int g = 0; g < kG; ++g) {
+          const unsigned gb = static_cast<unsigned>((g0 + g) * 2048);
 #pragma unroll
-        for (int s = 0; s < 4; ++s) {
-          wgmma_m64n16k32_e4m3_rs(acc[gl], a[gl][s], desc_advance(dqh, gb + 32 * s), s > 0);
-          wgmma_m64n16k32_e4m3_rs(acc[gl], a[gl][s], desc_advance(dql, gb + 32 * s), true);
+          for (int ks = 0; ks < 4; ++ks) {
+            wgmma_m64n16k32_e4m3_rs(acc[g], a[g][ks], desc_advance(dqh, gb + 32 * ks), ks > 0);
+            wgmma_m64n16k32_e4m3_rs(acc[g], a[g][ks], desc_advance(dql, gb + 32 * ks), true);
+          }
         }
-      }
 #pragma unroll
-      for (int s = 0; s < 2; ++s) {
-        wgmma_m64n16k16_rs(racc, ar[s], desc_advance(dqr, static_cast<unsigned>(32 * (2 * wg + s))), s > 0);
-      }
-      wgmma_commit();
-      wgmma_wait<0>();
-      fence_regs(acc[0]);
-      fence_regs(acc[1]);
-      fence_regs(racc);
+        for (int ks = 0; ks < kR; ++ks) {
+          wgmma_m64n16k16_rs(racc, ar[ks], desc_advance(dqr, static_cast<unsigned>(32 * (rs0 + ks))), ks > 0);
+        }
+        wgmma_commit();
+        wgmma_wait<0>();
+#pragma unroll
+        for (int g = 0; g < kG; ++g) fence_regs(acc[g]);
+        fence_regs(racc);
       }
       // Rows r0 (k = 0, 1, 4, 5) and r0 + 8 (k = 2, 3, 6, 7): scale x group products + RoPE.
-      float sp[8];
+      float s[8];
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const int hr = (k >> 1) & 1;
-        sp[k] = fmaf(scr[0][hr], acc[0][k], fmaf(scr[1][hr], acc[1][k], racc[k]));
+        float v = racc[k];
+#pragma unroll
+        for (int g = kG - 1; g >= 0; --g) v = fmaf(scr[g][hr], acc[g][k], v);
+        s[k] = v;
       }
-      // The other warpgroup's partial at the same positions (thread t of both holds the same
-      // tokens and heads); buffers by block parity.
-      {
+      if constexpr (!kAlt) {
+        // The other warpgroup's partial at the same positions (thread t of both holds the same
+        // tokens and heads); buffers by block parity. Warpgroup 0's partial first in both sums.
         float* mine = spart + ((wg * 2 + (it & 1)) * 2) * 512;
-        *reinterpret_cast<float4*>(mine + 4 * t) = make_float4(sp[0], sp[1], sp[2], sp[3]);
-        *reinterpret_cast<float4*>(mine + 512 + 4 * t) = make_float4(sp[4], sp[5], sp[6], sp[7]);
-      }
-      named_bar_sync(kBarDirectBoth, 256);
-      float s[8];
-      {
+        *reinterpret_cast<float4*>(mine + 4 * t) = make_float4(s[0], s[1], s[2], s[3]);
+        *reinterpret_cast<float4*>(mine + 512 + 4 * t) = make_float4(s[4], s[5], s[6], s[7]);
+        named_bar_sync(kBarDirectBoth, 256);
         const float* other = spart + (((1 - wg) * 2 + (it & 1)) * 2) * 512;
         const float4 u0 = *reinterpret_cast<const float4*>(other + 4 * t);
         const float4 u1 = *reinterpret_cast<const float4*>(other + 512 + 4 * t);
         const float ov[8] = {u0.x, u0.y, u0.z, u0.w, u1.x, u1.y, u1.z, u1.w};
-        // Warpgroup 0's partial first in both, so that both hold the same sums.
 #pragma unroll
-        for (int k = 0; k < 8; ++k) s[k] = wg == 0 ? sp[k] + ov[k] : ov[k] + sp[k];
+        for (int k = 0; k < 8; ++k) s[k] = wg == 0 ? s[k] + ov[k] : ov[k] + s[k];
       }
       const int* ids = sm.ids(it);
       if (ids[r0] < 0) s[0] = s[1] = s[4] = s[5] = kNegInf;
       if (ids[r0 + 8] < 0) s[2] = s[3] = s[6] = s[7] = kNegInf;
       // ---- the column softmax (narrow.cuh's, per head scale) and the groups' scale maxima ----
       float bm[4] = {fmaxf(s[0], s[2]), fmaxf(s[1], s[3]), fmaxf(s[4], s[6]), fmaxf(s[5], s[7])};
-      float gm[2] = {fmaxf(scr[0][0], scr[0][1]), fmaxf(scr[1][0], scr[1][1])};
+      float gm[kG];
+#pragma unroll
+      for (int g = 0; g < kG; ++g) gm[g] = fmaxf(scr[g][0], scr[g][1]);
 #pragma unroll
       for (int x = 4; x < 32; x *= 2) {
 #pragma unroll
         for (int k = 0; k < 4; ++k) bm[k] = fmaxf(bm[k], __shfl_xor_sync(0xffffffffu, bm[k], x));
-        gm[0] = fmaxf(gm[0], __shfl_xor_sync(0xffffffffu, gm[0], x));
-        gm[1] = fmaxf(gm[1], __shfl_xor_sync(0xffffffffu, gm[1], x));
+#pragma unroll
+        for (int g = 0; g < kG; ++g) gm[g] = fmaxf(gm[g], __shfl_xor_sync(0xffffffffu, gm[g], x));
       }
-      float* const xm = xmax + (it & 1) * (16 * 4);
-      float* const xs = xscale + (it & 1) * (2 * 4);
+      // Lockstep: buffers by block parity (a warp writes block it + 2's only after every warp's
+      // reads of block it: they precede block it + 1's barriers). Alternating: one buffer, the
+      // P barrier between a block's reads and the warpgroup's next block's writes.
+      const int par = kAlt ? 0 : (it & 1);
+      float* const xm = xmax + par * (16 * 4);
+      float* const xs = xscale + par * (4 * 4);
       if (lane < 4) {
 #pragma unroll
         for (int k = 0; k < 4; ++k) xm[heads[k] * 4 + warp] = bm[k];
       }
       if (lane == 0) {
-        xs[warp] = gm[0];
-        xs[4 + warp] = gm[1];
+#pragma unroll
+        for (int g = 0; g < kG; ++g) xs[4 * g + warp] = gm[g];
       }
       named_bar_sync(bar_wg, 128);
 #pragma unroll
@@ -414,15 +497,15 @@ __device__ __forceinline__ void consumer_direct(const SparseKernelParams& kp, co
         const float4 v = *reinterpret_cast<const float4*>(xm + heads[k] * 4);
         bm[k] = fmaxf(fmaxf(v.x, v.y), fmaxf(v.z, v.w));
       }
-      float rho[2], gmul[2];
+      float rho[kG], gmul[kG];
 #pragma unroll
-      for (int gl = 0; gl < 2; ++gl) {
-        const float4 v = *reinterpret_cast<const float4*>(xs + 4 * gl);
+      for (int g = 0; g < kG; ++g) {
+        const float4 v = *reinterpret_cast<const float4*>(xs + 4 * g);
         const int e = exponent_above(fmaxf(fmaxf(v.x, v.y), fmaxf(v.z, v.w)));
-        const int en = e > eg[gl] ? e : eg[gl];
-        rho[gl] = en - eg[gl] > 126 ? 0.f : pow2f(eg[gl] - en);
-        eg[gl] = en;
-        gmul[gl] = pow2f(8 - en);
+        const int en = e > eg[g] ? e : eg[g];
+        rho[g] = en - eg[g] > 126 ? 0.f : pow2f(eg[g] - en);
+        eg[g] = en;
+        gmul[g] = pow2f(8 - en);
       }
       float alpha[4], ref[4];
 #pragma unroll
@@ -442,43 +525,40 @@ __device__ __forceinline__ void consumer_direct(const SparseKernelParams& kp, co
       l[2] = l[2] * alpha[2] + (s[4] + s[6]);
       l[3] = l[3] * alpha[3] + (s[5] + s[7]);
       // ---- P_g = P x scale_g x 2^(8 - eg) as e4m3 hi + lo, transposed into the slot ----
-      // (The slot of this parity was last read by block it - 2's P V, waited for below.)
+      // (This warpgroup's slots of this parity were last read by its previous block's P V, waited for.)
 #pragma unroll
-      for (int gl = 0; gl < 2; ++gl) {
-        const unsigned pb = sm.p(it, 2 * wg + gl);
-        const float f0 = scr[gl][0] * gmul[gl], f1 = scr[gl][1] * gmul[gl];
+      for (int g = 0; g < kG; ++g) {
+        const unsigned pb = sm.p(it, g0 + g);
+        const float f0 = scr[g][0] * gmul[g], f1 = scr[g][1] * gmul[g];
 #pragma unroll
         for (int nb = 0; nb < 2; ++nb) {  // heads hA + 8 nb, + 1: s[4 nb ..]
           unsigned hi, lo;
           kv::split_e4m3_f16(s[4 * nb] * f0, s[4 * nb + 2] * f1, s[4 * nb + 1] * f0, s[4 * nb + 3] * f1, hi, lo);
           const int h = hA + 8 * nb;
-          const unsigned b0 = pb + swz(h, kappa >> 4) + (kappa & 15);
-          const unsigned b1 = pb + swz(h + 1, kappa >> 4) + (kappa & 15);
-          const unsigned c0 = pb + swz(h, 4 + (kappa >> 4)) + (kappa & 15);
-          const unsigned c1 = pb + swz(h + 1, 4 + (kappa >> 4)) + (kappa & 15);
-          sts16(b0, hi);
-          sts16(b1, hi >> 16);
-          sts16(c0, lo);
-          sts16(c1, lo >> 16);
+          sts16(pb + swz(h, kappa >> 4) + (kappa & 15), hi);
+          sts16(pb + swz(h + 1, kappa >> 4) + (kappa & 15), hi >> 16);
+          sts16(pb + swz(h, 4 + (kappa >> 4)) + (kappa & 15), lo);
+          sts16(pb + swz(h + 1, 4 + (kappa >> 4)) + (kappa & 15), lo >> 16);
         }
       }
       fence_proxy_async_smem();
       named_bar_sync(bar_wg, 128);
       // ---- O^T *= alpha x rho, += V^T P^T ----
       {
-        const bool ones = alpha[0] == 1.f && alpha[1] == 1.f && alpha[2] == 1.f && alpha[3] == 1.f &&
-                          rho[0] == 1.f && rho[1] == 1.f;
+        bool ones = alpha[0] == 1.f && alpha[1] == 1.f && alpha[2] == 1.f && alpha[3] == 1.f;
+#pragma unroll
+        for (int g = 0; g < kG; ++g) ones = ones && rho[g] == 1.f;
         if (!__all_sync(0xffffffffu, ones)) {
 #pragma unroll
-          for (int k = 0; k < 32; ++k) {
+          for (int k = 0; k < 8 * 2 * kG; ++k) {
             const int h = (k & 1) + 2 * ((k >> 2) & 1);
             o[k] *= alpha[h] * rho[k >> 4];
           }
         }
       }
-      unsigned v[2][2][2][4];  // [group][k step][m-block of the pair][fragment]
+      unsigned v[kG][2][2][4];  // [group][k step][m-block of the pair][fragment]
 #pragma unroll
-      for (int gl = 0; gl < 2; ++gl) {
+      for (int g = 0; g < kG; ++g) {
 #pragma unroll
         for (int ks = 0; ks < 2; ++ks) {
 #pragma unroll
@@ -487,13 +567,13 @@ __device__ __forceinline__ void consumer_direct(const SparseKernelParams& kp, co
 #pragma unroll
             for (int j = 0; j < 4; ++j) {
               const int tk = 32 * ks + 16 * e + 8 * (j & 1) + (j >> 1);  // + 2 q in pv_off
-              w[j] = ptx::lds32(rec + pv_off + static_cast<unsigned>(tk * kTokenBytes + 128 * (2 * wg + gl)));
+              w[j] = ptx::lds32(rec + pv_off + static_cast<unsigned>(tk * kTokenBytes + 128 * (g0 + g)));
             }
             transpose4x4(w, tr);
-            v[gl][ks][0][2 * e] = tr[0];
-            v[gl][ks][0][2 * e + 1] = tr[1];
-            v[gl][ks][1][2 * e] = tr[2];
-            v[gl][ks][1][2 * e + 1] = tr[3];
+            v[g][ks][0][2 * e] = tr[0];
+            v[g][ks][0][2 * e + 1] = tr[1];
+            v[g][ks][1][2 * e] = tr[2];
+            v[g][ks][1][2 * e + 1] = tr[3];
           }
         }
       }
@@ -501,20 +581,22 @@ __device__ __forceinline__ void consumer_direct(const SparseKernelParams& kp, co
       if (lane == 0) mbar_arrive(sm.empty(it));
       if constexpr (kNoMma<Cfg>) {
 #pragma unroll
-        for (int k = 0; k < 32; ++k) o[k] += __uint_as_float(v[k >> 4][(k >> 3) & 1][(k >> 2) & 1][k & 3] & 0x3F000000u);
+        for (int k = 0; k < 8 * 2 * kG; ++k) {
+          o[k] += __uint_as_float(v[k >> 4][(k >> 3) & 1][(k >> 2) & 1][k & 3] & 0x3F000000u);
+        }
         continue;
       }
       wgmma_fence();
 #pragma unroll
-      for (int gl = 0; gl < 2; ++gl) {
-        const unsigned long long dp = smem_desc_sw128(sm.p(it, 2 * wg + gl), 16, 1024);
+      for (int g = 0; g < kG; ++g) {
+        const unsigned long long dp = smem_desc_sw128(sm.p(it, g0 + g), 16, 1024);
 #pragma unroll
         for (int ks = 0; ks < 2; ++ks) {
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
-            float* const om = o + 8 * (2 * gl + h);
-            wgmma_m64n16k32_e4m3_rs(om, v[gl][ks][h], desc_advance(dp, 32 * ks), true);
-            wgmma_m64n16k32_e4m3_rs(om, v[gl][ks][h], desc_advance(dp, 64 + 32 * ks), true);
+            float* const om = o + 8 * (2 * g + h);
+            wgmma_m64n16k32_e4m3_rs(om, v[g][ks][h], desc_advance(dp, 32 * ks), true);
+            wgmma_m64n16k32_e4m3_rs(om, v[g][ks][h], desc_advance(dp, 64 + 32 * ks), true);
           }
         }
       }
@@ -522,7 +604,7 @@ __device__ __forceinline__ void consumer_direct(const SparseKernelParams& kp, co
       wgmma_wait<0>();
       fence_regs(o);
     }
-    if (threadIdx.x == 0) timeline_mark<Cfg>(kEventLastRelease);
+    if (t == 0) timeline_mark<Cfg>(kEventLastRelease);
 
     // ---- the request's sums, factors, outputs ----
 #pragma unroll
@@ -535,28 +617,76 @@ __device__ __forceinline__ void consumer_direct(const SparseKernelParams& kp, co
       for (int k = 0; k < 4; ++k) xsum[heads[k] * 4 + warp] = l[k];
     }
     named_bar_sync(bar_wg, 128);
-    float f[4], lse[4];
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
       const float4 v4 = *reinterpret_cast<const float4*>(xsum + heads[k] * 4);
+      l[k] = (v4.x + v4.y) + (v4.z + v4.w);
+    }
+    // O^T in true units: x 2^(eg - 8) per group (rows), then per head.
+    float gsc[kG];
+#pragma unroll
+    for (int g = 0; g < kG; ++g) gsc[g] = pow2f(eg[g] - 8);
+    if constexpr (kAlt) {
+      // Both warpgroups' states to shared memory; each head's maximum M over both, each side's
+      // weight 2^(m_w - M) (0 for a side that saw no valid key), the sum over both.
+      float* const xst = sm.f32(DirectPlan::kXState);
+      if (warp == 0 && lane < 4) {
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          xst[wg * 32 + heads[k]] = m[k];
+          xst[wg * 32 + 16 + heads[k]] = l[k];
+        }
+      }
+      named_bar_sync(kBarDirectBoth, 256);
+      float wmine[4];
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const float mo = xst[(1 - wg) * 32 + heads[k]], lo = xst[(1 - wg) * 32 + 16 + heads[k]];
+        const float mm = fmaxf(m[k], mo);
+        wmine[k] = m[k] == kNegInf ? 0.f : ptx::ex2(m[k] - mm);
+        const float wother = mo == kNegInf ? 0.f : ptx::ex2(mo - mm);
+        // Warpgroup 0's term first in both sums.
+        l[k] = wg == 0 ? l[k] * wmine[k] + lo * wother : lo * wother + l[k] * wmine[k];
+        m[k] = mm;
+      }
+      float* const ox = sm.f32(DirectPlan::kOX);
+      if (wg == 1) {
+#pragma unroll
+        for (int k = 0; k < 64; ++k) {
+          const int h = (k & 1) + 2 * ((k >> 2) & 1);
+          ox[k * 128 + t] = o[k] * wmine[h] * gsc[k >> 4];
+        }
+      }
+      named_bar_sync(kBarDirectBoth, 256);
+      if (wg == 1) continue;  // warpgroup 0 writes the request's outputs
+#pragma unroll
+      for (int k = 0; k < 64; ++k) {
+        const int h = (k & 1) + 2 * ((k >> 2) & 1);
+        o[k] = fmaf(o[k] * wmine[h], gsc[k >> 4], ox[k * 128 + t]);
+      }
+#pragma unroll
+      for (int g = 0; g < kG; ++g) gsc[g] = 1.f;
+    }
+    float f[4], lse[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
       float fi[2], li[2];
-      output_factors(p, pc, 0, heads[k], (v4.x + v4.y) + (v4.z + v4.w), 0.f, m[k], kNegInf, fi, li);
+      output_factors(p, pc, 0, heads[k], l[k], 0.f, m[k], kNegInf, fi, li);
       f[k] = fi[0];
       lse[k] = li[0];
     }
-    // Thread's columns: 4 adjacent ones per group gl at 128 G + 4 (8 w + i), G = 2 wg + gl.
+    // The thread's columns: 4 adjacent ones per group at 128 G + 4 (8 w + i), G = g0 + g.
 #pragma unroll
-    for (int gl = 0; gl < 2; ++gl) {
-      const float gscale = pow2f(eg[gl] - 8);
-      const int col = 128 * (2 * wg + gl) + 4 * (8 * warp + i);
+    for (int g = 0; g < kG; ++g) {
+      const int col = 128 * (g0 + g) + 4 * (8 * warp + i);
 #pragma unroll
-      for (int k = 0; k < 4; ++k) {  // head heads[k]: accumulator registers kr, kr + 2 of m-blocks 2 gl, 2 gl + 1
+      for (int k = 0; k < 4; ++k) {  // head heads[k]: accumulator registers kr, kr + 2 of m-blocks 2 g, 2 g + 1
         const int head = heads[k];
         if (head >= p.num_heads) continue;
         const int kr = (k & 1) + 4 * (k >> 1);
-        const float fk = f[k] * gscale;
-        const float v0 = o[16 * gl + kr] * fk, v1 = o[16 * gl + kr + 2] * fk;
-        const float v2 = o[16 * gl + 8 + kr] * fk, v3 = o[16 * gl + 8 + kr + 2] * fk;
+        const float fk = f[k] * gsc[g];
+        const float v0 = o[16 * g + kr] * fk, v1 = o[16 * g + kr + 2] * fk;
+        const float v2 = o[16 * g + 8 + kr] * fk, v3 = o[16 * g + 8 + kr + 2] * fk;
         if (pc.split) {
           float* dst =
               kp.run.partial_o + ((static_cast<long long>(pc.slot) * p.q_len + tok) * p.num_heads + head) * kDimV + col;
@@ -575,7 +705,7 @@ __device__ __forceinline__ void consumer_direct(const SparseKernelParams& kp, co
         store_lse(kp, pc, r, tok, 0, heads[k], pair);
       }
     }
-    if (threadIdx.x == 0) timeline_mark<Cfg>(kEventOut0);
+    if (t == 0) timeline_mark<Cfg>(kEventOut0);
   }
 }
 
@@ -583,6 +713,7 @@ template <class Cfg>
 __device__ __forceinline__ void mla_sparse_direct_sm90(const SparseKernelParams& kp, unsigned char* smem_raw) {
   static_assert(ClusterOf<Cfg>::value == 1 && ProducersOf<Cfg>::value == 1,
                 "Cfg::kDirect: one head block of at most 16 heads, 384 threads");
+  static_assert(DirectOf<Cfg>::value >= 1 && DirectOf<Cfg>::value <= 3, "Cfg::kDirect: 1..3");
   if (threadIdx.x == 0) timeline_mark<Cfg>(kEventEntry);
   grid_dependency_wait();
   const SparsePart part = kp.run.parts[blockIdx.z];
@@ -593,8 +724,10 @@ __device__ __forceinline__ void mla_sparse_direct_sm90(const SparseKernelParams&
   sm.ptr = smem_raw + (sm.base - raw);
   if (threadIdx.x == 0) {
     for (int s = 0; s < kDirectRing; ++s) {
-      mbar_init(sm.full(s), 1);   // the producer's arrival (+ its copies' bytes)
-      mbar_init(sm.empty(s), 8);  // lane 0 of each consumer warp
+      // The producer: its warp's arrival (bulk copies' bytes on top), or 128 copy-completion
+      // arrivals and 4 warps' id releases. The consumers: lane 0 of each warp reading the slot.
+      mbar_init(sm.full(s), kDirectCopies<Cfg> ? 132 : 1);
+      mbar_init(sm.empty(s), kDirectAlt<Cfg> ? 4 : 8);
     }
     fence_mbar_init();
   }
@@ -609,7 +742,11 @@ __device__ __forceinline__ void mla_sparse_direct_sm90(const SparseKernelParams&
   const int wg = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / 128, 0);
   if (wg == 2) {
     setmaxnreg_dec<40>();
-    if (threadIdx.x < 288) producer_direct<Cfg>(kp, part, tok, sm);
+    if constexpr (kDirectCopies<Cfg>) {
+      producer_copies<Cfg>(kp, part, tok, sm);
+    } else if (threadIdx.x < 288) {
+      producer_direct<Cfg>(kp, part, tok, sm);
+    }
   } else {
     setmaxnreg_inc<232>();
     consumer_direct<Cfg>(kp, part, tok, sm, wg);

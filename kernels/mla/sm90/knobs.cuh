@@ -210,15 +210,15 @@ DECA_MLA_SM90_KNOB(StageOf, kStage, 0)
 template <class Cfg>
 inline constexpr bool kStaged = StageOf<Cfg>::value == 1;
 
-// 1: at most 16 heads (one head block, no cluster, one producer warpgroup's 384 threads), no bf16
-// tile at all (direct.cuh): the records land in a ring of four slots by bulk copies and the
+// 1..3: at most 16 heads (one head block, no cluster, one producer warpgroup's 384 threads), no bf16
+// tile at all (direct.cuh, which says what each value changes): the records land in a ring of four slots by bulk copies and the
 // consumers multiply them as they are, S^T = K Q^T and O^T = V^T P^T on the e4m3 tensor cores
 // with A from registers (the records' bytes; V transposed by byte permutes), Q and P as two e4m3
 // terms each, the per-128 scales applied per token after the products (S) or folded into P (O).
 // Every other producer and consumer knob is then without effect.
 DECA_MLA_SM90_KNOB(DirectOf, kDirect, 0)
 template <class Cfg>
-inline constexpr bool kDirect = DirectOf<Cfg>::value == 1;
+inline constexpr bool kDirect = DirectOf<Cfg>::value >= 1;
 
 // 1: every role adds up the cycles of each phase of a block and the first CTAs print the means;
 // 2: every CTA records when it passes the launch's events (entry, first tile, last release,
