@@ -147,12 +147,11 @@ MlaSm90Knobs mla_sm90_defaults(int cluster, int num_heads) {
   k.phand = cluster == 2 ? 1 : 2;
   k.producers = 2;
   k.map = 3;
-  // At 16 heads or fewer: the consumers with the heads on N and the records staged in the Q
-  // tile (H200, b128 h16 whole op: 91.7 -> 77.1 us at 3d7c2ea; mla_spec.hpp has the steps).
-  if (cluster == 1 && num_heads <= 16) {
-    k.narrow = 1;
-    k.stage = 1;
-  }
+  // At 16 heads or fewer: no bf16 tile, the records on the e4m3 tensor cores, 16-byte copies and
+  // alternating consumers (H200, b128 h16 whole op: 77.1 us with the heads on N and the staged
+  // records at 3d7c2ea, 58.6 at e52207b; mla_spec.hpp has the steps). The consistency rules then
+  // put every other knob at its neutral value.
+  if (cluster == 1 && num_heads <= 16) k.direct = 3;
   return k;
 }
 

@@ -328,22 +328,23 @@ TEST(MlaSm90Knobs, DefaultsByClusterSize) {
   }
 }
 
-// At 16 heads or fewer (one head block): the same plus the heads on N and the staged records,
-// a combination the kernel builds; from 17 heads on neither.
+// At 16 heads or fewer (one head block): the kernel without the bf16 tile (Cfg::kDirect 3: 16-byte
+// copies, alternating consumers), every other knob neutral once made consistent; from 17 heads on
+// the producers' and consumers' plan without it.
 TEST(MlaSm90Knobs, DefaultsBySixteenHeadsOrFewer) {
   for (int heads : {1, 5, 8, 13, 16, 17, 32, 64}) {
     const MlaSm90Knobs k = mla_sm90_defaults(1, heads);
-    const int want = heads <= 16 ? 1 : 0;
-    EXPECT_EQ(k.narrow, want) << heads;
-    EXPECT_EQ(k.stage, want) << heads;
-    EXPECT_EQ(k.pipe, 2) << heads;
-    EXPECT_EQ(k.producers, 2) << heads;
+    const int want = heads <= 16 ? 3 : 0;
+    EXPECT_EQ(k.direct, want) << heads;
+    EXPECT_EQ(k.narrow, 0) << heads;
+    EXPECT_EQ(k.stage, 0) << heads;
     const MlaSm90Knobs kept = mla_sm90_consistent(k, heads);
-    EXPECT_EQ(kept.narrow, want) << heads;
-    EXPECT_EQ(kept.stage, want) << heads;
-    EXPECT_EQ(kept.phand, k.phand) << heads;
+    EXPECT_EQ(kept.direct, want) << heads;
+    EXPECT_EQ(kept.producers, heads <= 16 ? 1 : 2) << heads;
+    EXPECT_EQ(kept.pipe, heads <= 16 ? 0 : 2) << heads;
+    if (heads > 16) EXPECT_EQ(kept.phand, k.phand) << heads;
   }
-  EXPECT_EQ(mla_sm90_defaults(2, 16).narrow, 0);  // a cluster is never asked for 16 heads
+  EXPECT_EQ(mla_sm90_defaults(2, 16).direct, 0);  // a cluster is never asked for 16 heads
 }
 
 TEST(MlaSm90Knobs, KeysFromTheEnvironment) {
@@ -351,7 +352,7 @@ TEST(MlaSm90Knobs, KeysFromTheEnvironment) {
   const char* vars[] = {"DECA_MLA_CLUSTER", "DECA_MLA_PIPE", "DECA_MLA_DEQUANT", "DECA_MLA_SYNC",
                         "DECA_MLA_PREFETCH", "DECA_MLA_AHEAD", "DECA_MLA_MAP", "DECA_MLA_L1",
                         "DECA_MLA_RESCALE", "DECA_MLA_PHAND", "DECA_MLA_PRODUCERS", "DECA_MLA_PEERCOPY",
-                        "DECA_MLA_STAGE", "DECA_MLA_NARROW"};
+                        "DECA_MLA_STAGE", "DECA_MLA_NARROW", "DECA_MLA_DIRECT"};
   for (const char* v : vars) unsetenv(v);
   MlaConfig c;
   c.sparse = true, c.topk = 2048, c.page_size = 64, c.checked = false;
@@ -360,23 +361,27 @@ TEST(MlaSm90Knobs, KeysFromTheEnvironment) {
   c.num_heads = 64;
   EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_pipe2_ahead1_map3_l1e1_pr2_w2_sm90");
   EXPECT_EQ(mla_decode_shape(mla_decode_key(90, "sm90", c)).threads, 512);
-  // 16 heads: the staged records and the heads on N by default; each can be turned off.
+  // 16 heads: the kernel without the bf16 tile (direct3) by default, 384 threads; another of its
+  // variants, or off (the staged records and the heads on N then as asked).
   c.num_heads = 16;
+  EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_direct3_sm90");
+  EXPECT_NE(mla_decode_key(90, "sm90", c).spec().source.find("kDirect = 3;"), std::string::npos);
+  EXPECT_EQ(mla_decode_shape(mla_decode_key(90, "sm90", c)).threads, 384);
+  setenv("DECA_MLA_DIRECT", "1", 1);
+  EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_direct1_sm90");
+  setenv("DECA_MLA_DIRECT", "0", 1);
+  EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_pipe2_ahead1_map3_l1e1_pr2_w2_sm90");
+  setenv("DECA_MLA_STAGE", "1", 1);
+  setenv("DECA_MLA_NARROW", "1", 1);
   EXPECT_EQ(mla_decode_key(90, "sm90", c).name(),
             "mla_sparse_decode_sm90_p64_pipe2_ahead1_map3_l1e1_pr2_w2_stage_narrow_sm90");
   EXPECT_NE(mla_decode_key(90, "sm90", c).spec().source.find("kStage = 1;"), std::string::npos);
   EXPECT_NE(mla_decode_key(90, "sm90", c).spec().source.find("kNarrow = 1;"), std::string::npos);
-  setenv("DECA_MLA_STAGE", "0", 1);
-  EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_pipe2_ahead1_map3_l1e1_pr2_w2_narrow_sm90");
-  setenv("DECA_MLA_NARROW", "0", 1);
+  unsetenv("DECA_MLA_DIRECT");
+  c.num_heads = 17;  // one head block of 17: none of the three
+  setenv("DECA_MLA_DIRECT", "3", 1);
   EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_pipe2_ahead1_map3_l1e1_pr2_w2_sm90");
-  unsetenv("DECA_MLA_STAGE");
-  unsetenv("DECA_MLA_NARROW");
-  c.num_heads = 17;  // one head block of 17: neither
-  EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_pipe2_ahead1_map3_l1e1_pr2_w2_sm90");
-  setenv("DECA_MLA_STAGE", "1", 1);
-  setenv("DECA_MLA_NARROW", "1", 1);
-  EXPECT_EQ(mla_decode_key(90, "sm90", c).name(), "mla_sparse_decode_sm90_p64_pipe2_ahead1_map3_l1e1_pr2_w2_sm90");
+  unsetenv("DECA_MLA_DIRECT");
   unsetenv("DECA_MLA_STAGE");
   unsetenv("DECA_MLA_NARROW");
   c.num_heads = 65;
