@@ -133,6 +133,18 @@ __device__ __forceinline__ void wgmma_m64n16k16_rs(float* d, const unsigned (&a)
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(static_cast<int>(accumulate)));
 }
 
+// f16 x f16 with A from registers (the same fragment), B K-major: the MLA direct kernel's S^T
+// over the NoPE part, the e4m3 keys widened to f16 in registers (exact) so that the products
+// accumulate in full f32 (the e4m3 tensor cores keep ~14 bits of the sum: LSE errors of 1e-2).
+__device__ __forceinline__ void wgmma_m64n16k16_f16_rs(float* d, const unsigned (&a)[4], unsigned long long desc_b,
+                                                       bool accumulate) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 " DECA_WGMMA_D8
+               ", {%8, %9, %10, %11}, %12, p, 1, 1, 0;\n}\n"
+               : DECA_WGMMA_F8(d, 0)
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(static_cast<int>(accumulate)));
+}
+
 // ---- wgmma.mma_async e4m3 x e4m3 -> f32 (PTX ISA 9.7.15.5.2) -------------------------------------
 // wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 d, a-desc, b-desc, scale-d, 1, 1;
 // 8-bit operands have no transpose: A and B K-major in shared memory (32 e4m3 = 32 B of K per

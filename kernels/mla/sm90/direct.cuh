@@ -1,32 +1,34 @@
 // The sm90a MLA sparse decode kernel at 16 heads or fewer without the bf16 tile (Cfg::kDirect):
-// the consumers multiply the staged FP8 records themselves, on the e4m3 tensor cores.
+// the consumers multiply the FP8 records themselves, from a ring of record slots.
 //
 // Why: with the bf16 tile every record crosses shared memory three times (copied in, read back
 // by the converting producers, stored as bf16) and the tile is read twice more by the wgmma; two
 // tiles of 72 KB leave no room for more than one block of records in flight. At 16 heads the
 // tensor work is small, so the producers' conversion and that traffic bound the block
 // (docs/perf-notes-mla.md, 2026-12-02, eighth part). Here the records land in a ring of four
-// 42 KB slots by bulk copies and are read once from there, by the consumers' own ld.shared, as
-// the A operands of wgmma with A in registers:
+// 42 KB slots and are read once from there, by the consumers' own ld.shared, as the A operands
+// of wgmma with A in registers:
 //
-//   S^T = K Q^T: A = the records' e4m3 NoPE bytes as they are (tokens on M, K-major), B = Q as two
-//     e4m3 terms (q s_h = hi + lo, s_h a power of two per head, both terms into one accumulator),
-//     one accumulator per 128-value group so that each token's group scale multiplies it after
-//     the products (exactly the cache's value: e4m3 x fp32 scale, nothing rounded to bf16);
-//     the RoPE part on the bf16 tensor cores from the records' bf16 bytes (q s_h exact in bf16).
-//   O^T = V^T P^T: A = the same NoPE bytes transposed in registers (4 x 4 byte transposes by
-//     prmt; which token sits at which k and which column at which row is free, and is picked so
-//     that the loads are conflict-free and a thread's rows are four adjacent columns), B = P as
-//     two e4m3 terms per 128-value group g: P_g = P x scale_g(token) x 2^(8 - E_g), the scale
-//     folded in per token, E_g the group's running scale exponent (O rescaled when it grows).
+//   S^T = K Q^T: A = the records' e4m3 NoPE words widened to f16 pairs in registers (exact), B = Q
+//     as f16 (q s_h, s_h a power of two per head: exact), one accumulator per 128-value group so
+//     that each token's group scale multiplies it after the products (the cache's value e4m3 x
+//     fp32 scale, nothing rounded to bf16). Not the e4m3 tensor cores: they keep ~14 bits of
+//     the sum (DeepSeek-V3's report), and two e4m3 terms of q in one accumulator moved the LSE by
+//     up to 8.5e-3 (d754518, H200); f16 products accumulate in f32. The RoPE part on the bf16
+//     tensor cores from the records' bf16 bytes (q s_h exact in bf16).
+//   O^T = V^T P^T on the e4m3 tensor cores: A = the same NoPE bytes transposed in registers (4 x 4
+//     byte transposes by prmt; which token sits at which k and which column at which row is free,
+//     and is picked so that the loads are conflict-free and a thread's rows are four adjacent
+//     columns), B = P as two e4m3 terms per 128-value group g: P_g = P x scale_g(token) x
+//     2^(8 - E_g), the scale folded in per token, E_g the group's running scale exponent (O
+//     rescaled when it grows).
 //
-// Roles (384 threads): consumer warpgroups 0 and 1 each own two of the four NoPE groups (O^T of
-// their 256 columns, the partial S^T over their groups, half of the RoPE k steps); they add their
-// partial S^T through shared memory (one 256-thread barrier per block), then each runs the same
-// column softmax (the same bits in both) and its own groups' P; warp 0 of warpgroup 2 is the
-// producer: per block it writes the 64 checked ids, issues one 656-byte cp.async.bulk per valid
-// token into the ring slot (completing on the slot's full barrier) and zero-fills the records of
-// skipped ids (so that P V never meets a NaN of an unused slot); the other producer warps leave.
+// Roles (384 threads) and the variants (Cfg::kDirect, below DirectPlan): warpgroup 2 produces
+// (per block the 64 checked ids and the records into the ring slot, skipped ids' records as
+// zeros so that P V never meets a NaN of an unused slot); consumer warpgroups 0 and 1 either
+// split each block (two NoPE groups each, the partial S^T added through shared memory) or take
+// alternate blocks (the plan's: each the whole block, their running states merged at a request's
+// end).
 #pragma once
 
 #include "kernels/common/kv_convert.cuh"
@@ -50,17 +52,16 @@ constexpr int kDirectRing = 4;    // slots of 64 records in flight between the p
 constexpr int kSlotBytes = kTokens * kTokenBytes;  // 41984, 16-byte aligned records back to back
 
 // Byte offsets from the 1024-aligned base. Operands in the 128-byte swizzle (16 rows of 128 B:
-// two 1024-byte atoms, SBO 1024): Q's e4m3 terms one 2 KB chunk per NoPE group (128 values per
-// row), Q's RoPE one chunk (64 bf16), P one chunk per group and block parity (hi at bytes
-// 0..63 of a head's row, lo at 64..127; 64 tokens each). The partial S^T exchange and Q's e4m3
-// terms are contiguous: at a request's end (Q no longer read) the alternate-block consumers
+// two 1024-byte atoms, SBO 1024): Q's NoPE as f16, 64 values per chunk in the k order of
+// direct_q_slot, Q's RoPE one chunk (64 bf16), P one chunk per group and block parity (hi at bytes
+// 0..63 of a head's row, lo at 64..127; 64 tokens each). The partial S^T exchange and Q's NoPE
+// are contiguous: at a request's end (Q no longer read) the alternate-block consumers
 // (kDirect 3) hand warpgroup 1's O^T (512 x 16 f32) to warpgroup 0 through those 32 KB.
 struct DirectPlan {
   static constexpr int kSPart = 0;                                 // f32 [2 wg][2 parity][2 halves][128 thr][4]
   static constexpr int kOX = 0;                                    // f32 [64][128 thr] (kDirect 3, request end)
-  static constexpr int kQHi = kSPart + 2 * 2 * 2 * 128 * 16;
-  static constexpr int kQLo = kQHi + 4 * 2048;
-  static constexpr int kQRope = kQLo + 4 * 2048;
+  static constexpr int kQ = kSPart + 2 * 2 * 2 * 128 * 16;      // f16 NoPE: 32 k16 steps, 8 chunks of 2 KB
+  static constexpr int kQRope = kQ + 8 * 2048;
   static constexpr int kP = kQRope + 2048;                         // [2 parity][4 groups] x 2 KB
   static constexpr int kRing = kP + 2 * 4 * 2048;                  // kDirectRing slots
   static constexpr int kXMax = kRing + kDirectRing * kSlotBytes;   // f32 [2 wg][2 parity][16 heads][4 warps]
@@ -73,7 +74,7 @@ struct DirectPlan {
   static constexpr int kBarEmpty = kBarFull + kDirectRing * 8;     // u64 [kDirectRing]
   static constexpr int kEnd = kBarEmpty + kDirectRing * 8;
 };
-static_assert(DirectPlan::kQHi % 1024 == 0 && DirectPlan::kP % 1024 == 0 && DirectPlan::kRing % 16 == 0,
+static_assert(DirectPlan::kQ % 1024 == 0 && DirectPlan::kP % 1024 == 0 && DirectPlan::kRing % 16 == 0,
               "swizzle atoms, copy alignment");
 static_assert(DirectPlan::kOX + 64 * 128 * 4 <= DirectPlan::kQRope, "O^T's exchange: the S^T exchange and Q's terms");
 static_assert(DirectPlan::kBarFull % 8 == 0, "mbarrier alignment");
@@ -143,6 +144,13 @@ DECA_HD constexpr int direct_column(int mb, int m) {
   return 128 * (mb >> 1) + 4 * (8 * w + i) + 2 * (mb & 1) + hi;
 }
 
+// S^T's k order over the NoPE part: a thread's fragment words are the record's bytes 32 c + 4 q
+// .. + 3 and 16 further (c = 0..15, the fp8 chunk); widened to f16 pairs, bytes 4 q, + 1 and
+// 4 q + 2, + 3 of each word are k 2 q, + 1 and 8 + 2 q, + 1 of a k16 step (steps 2 c and 2 c + 1
+// for the two words). NoPE dimension d is therefore at k16 step j = d / 16, position
+// direct_q_k(d % 16) of it; the f16 Q row keeps that order (chunk j / 4, bytes 32 (j % 4) + 2 k).
+DECA_HD constexpr int direct_q_k(int p) { return 2 * (p >> 2) + (p & 1) + 8 * ((p >> 1) & 1); }
+
 struct DirectSmem {
   unsigned base;
   unsigned char* ptr;
@@ -165,8 +173,8 @@ struct DirectSmem {
 };
 
 // The request's Q (16 heads x 576 bf16 at query token `tok`) as the consumers' B operands: per
-// head a power of two s_h with max |q_nope| s_h in [128, 256), the NoPE as e4m3 hi + lo, the RoPE
-// as bf16 q s_h (exact), and log2(e) x scale / s_h per head; rows past num_heads zeros. Thread t
+// head a power of two s_h with max |q_nope| s_h in [128, 256), the NoPE as f16 q s_h (exact) in
+// direct_q_k's order, the RoPE as bf16 q s_h (exact), and log2(e) x scale / s_h per head; rows past num_heads zeros. Thread t
 // (0..255) of both consumer warpgroups: head t / 16, NoPE units (8 values) u, u + 16, u + 32,
 // u + 48 (u = t % 16: group g's unit u % 16 is unit 16 g + u), RoPE unit u for u < 8.
 __device__ __forceinline__ void load_q_direct(const MlaSparseParams& p, const DirectSmem& sm, int r, int tok,
@@ -193,18 +201,20 @@ __device__ __forceinline__ void load_q_direct(const MlaSparseParams& p, const Di
   }
 #pragma unroll
   for (int s = 1; s < 16; s <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, s));
-  // amax s_h in [128, 256): s_h = 2^(8 - e) with amax < 2^e (a zero row: any finite s_h).
+  // amax s_h in [128, 256): s_h = 2^(8 - e) with amax < 2^e (a zero row: any finite s_h); q s_h
+  // is exact in f16 down to 2^-14 (a value 2^22 below the row's largest loses bits).
   const int e = exponent_above(amax);
   const float sh = pow2f(8 - e);
 #pragma unroll
   for (int g = 0; g < 4; ++g) {
-    unsigned hi[2], lo[2];
-    kv::split_e4m3_f32(x[g][0] * sh, x[g][1] * sh, x[g][2] * sh, x[g][3] * sh, hi[0], lo[0]);
-    kv::split_e4m3_f32(x[g][4] * sh, x[g][5] * sh, x[g][6] * sh, x[g][7] * sh, hi[1], lo[1]);
-    // 8 bytes at byte 8 u of the group's row: unit u / 2, half u % 2.
-    const unsigned at = static_cast<unsigned>(g * 2048) + swz(h, u >> 1) + 8u * (u & 1);
-    sts64(sm.base + DirectPlan::kQHi + at, hi[0], hi[1]);
-    sts64(sm.base + DirectPlan::kQLo + at, lo[0], lo[1]);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const int d = 128 * g + 8 * u + k;  // this value's NoPE dimension
+      const int j = d >> 4;
+      const int kk = direct_q_k(d & 15);
+      const unsigned at = static_cast<unsigned>((j >> 2) * 2048) + swz(h, (2 * (j & 3)) + (kk >> 3)) + 2u * (kk & 7);
+      sts16(sm.base + DirectPlan::kQ + at, ptx::float_to_fp16_bits(x[g][k] * sh));
+    }
   }
   if (u < 8) {
     const unsigned w[4] = {raw[4].x, raw[4].y, raw[4].z, raw[4].w};
@@ -259,10 +269,14 @@ __device__ __forceinline__ void producer_direct(const SparseKernelParams& kp, co
     const unsigned valid = kNoGather<Cfg> ? 0u
                                           : __popc(__ballot_sync(0xffffffffu, c[0] >= 0)) +
                                                 __popc(__ballot_sync(0xffffffffu, c[1] >= 0));
-    __syncwarp();  // every lane's ids and zeros before the arrival that publishes them
-    // The copies' bytes may complete before this (the transaction count goes below zero); the
-    // phase completes only with this arrival and all of them.
-    if (lane == 0) mbar_arrive_expect_tx_cta(sm.full(it), valid * static_cast<unsigned>(kTokenBytes));
+    // Every lane arrives (its ids and zeros released by its own arrival), lane 0 with the copies'
+    // bytes; they may complete before (the transaction count goes below zero): the phase completes
+    // only with the 32 arrivals and all of them.
+    if (lane == 0) {
+      mbar_arrive_expect_tx_cta(sm.full(it), valid * static_cast<unsigned>(kTokenBytes));
+    } else {
+      mbar_arrive(sm.full(it));
+    }
     if (lane == 0 && it == 0) timeline_mark<Cfg>(kEventFirstFull);
   }
 }
@@ -360,8 +374,7 @@ __device__ __forceinline__ void consumer_direct(const SparseKernelParams& kp, co
     int eg[kG];  // the groups' running scale exponents (every scale seen < 2^eg)
 #pragma unroll
     for (int g = 0; g < kG; ++g) eg[g] = kExpFloor;
-    const unsigned long long dqh = smem_desc_sw128(sm.base + DirectPlan::kQHi, 16, 1024);
-    const unsigned long long dql = smem_desc_sw128(sm.base + DirectPlan::kQLo, 16, 1024);
+    const unsigned long long dq = smem_desc_sw128(sm.base + DirectPlan::kQ, 16, 1024);
     const unsigned long long dqr = smem_desc_sw128(sm.base + DirectPlan::kQRope, 16, 1024);
     for (int blk = pc.blk_begin; blk < pc.blk_end; ++blk, ++it) {
       if (kAlt && (it & 1) != wg) continue;  // the other warpgroup's block
@@ -373,19 +386,10 @@ __device__ __forceinline__ void consumer_direct(const SparseKernelParams& kp, co
       }
       const unsigned rec = sm.slot(it);
       // ---- S^T over this warpgroup's groups and RoPE steps ----
-      unsigned a[kG][4][4];  // [group][k step][fragment]
-      unsigned ar[kR][4];    // RoPE k steps
-#pragma unroll
-      for (int g = 0; g < kG; ++g) {
-#pragma unroll
-        for (int ks = 0; ks < 4; ++ks) {
-          const unsigned at = rec + s_off + static_cast<unsigned>(128 * (g0 + g) + 32 * ks);
-          a[g][ks][0] = ptx::lds32(at);
-          a[g][ks][1] = ptx::lds32(at + 8 * kTokenBytes);
-          a[g][ks][2] = ptx::lds32(at + 16);
-          a[g][ks][3] = ptx::lds32(at + 8 * kTokenBytes + 16);
-        }
-      }
+      // The keys' e4m3 words widened to f16 pairs (exact) for the f16 tensor cores, a group (8 k16
+      // steps, 32 registers) at a time in two register sets: a set is rewritten once the group
+      // that read it completed (wgmma.wait_group 1). The RoPE bf16 words go as they are.
+      unsigned ar[kR][4];
 #pragma unroll
       for (int ks = 0; ks < kR; ++ks) {
         const unsigned at = rec + s_off + static_cast<unsigned>(kDimNope + 16 + 32 * (rs0 + ks));
@@ -410,23 +414,40 @@ __device__ __forceinline__ void consumer_direct(const SparseKernelParams& kp, co
         }
       }
       float acc[kG][8], racc[8];
+      unsigned kf[2][8][4];  // [set][k16 step][fragment]
+      const auto widen = [&](int g, unsigned (&f)[8][4]) {
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          const unsigned at = rec + s_off + static_cast<unsigned>(128 * (g0 + g) + 32 * c);
+          const uint2 h0 = e4m3x4_to_f16x4(ptx::lds32(at));
+          const uint2 h1 = e4m3x4_to_f16x4(ptx::lds32(at + 8 * kTokenBytes));
+          const uint2 h2 = e4m3x4_to_f16x4(ptx::lds32(at + 16));
+          const uint2 h3 = e4m3x4_to_f16x4(ptx::lds32(at + 8 * kTokenBytes + 16));
+          f[2 * c][0] = h0.x, f[2 * c][1] = h1.x, f[2 * c][2] = h0.y, f[2 * c][3] = h1.y;
+          f[2 * c + 1][0] = h2.x, f[2 * c + 1][1] = h3.x, f[2 * c + 1][2] = h2.y, f[2 * c + 1][3] = h3.y;
+        }
+      };
       if constexpr (kNoMma<Cfg>) {  // timing only: the products left out, their operands still loaded
+        widen(0, kf[0]);
 #pragma unroll
         for (int k = 0; k < 8; ++k) {
 #pragma unroll
-          for (int g = 0; g < kG; ++g) acc[g][k] = __uint_as_float(a[g][k & 3][k >> 2] & 0x3F000000u);
+          for (int g = 0; g < kG; ++g) acc[g][k] = __uint_as_float(kf[0][k][g & 3] & 0x3F000000u);
           racc[k] = __uint_as_float(ar[k & 1][k >> 1] & 0x3F000000u);
         }
       } else {
-        wgmma_fence();
 #pragma unroll
         for (int g = 0; g < kG; ++g) {
-          const unsigned gb = static_cast<unsigned>((g0 + g) * 2048);
+          if (g >= 2) wgmma_wait<1>();  // group g - 2, the last reader of this set, completed
+          widen(g, kf[g & 1]);
+          wgmma_fence();
+          const unsigned base = static_cast<unsigned>(8 * (g0 + g));  // k16 step of the group's first
 #pragma unroll
-          for (int ks = 0; ks < 4; ++ks) {
-            wgmma_m64n16k32_e4m3_rs(acc[g], a[g][ks], desc_advance(dqh, gb + 32 * ks), ks > 0);
-            wgmma_m64n16k32_e4m3_rs(acc[g], a[g][ks], desc_advance(dql, gb + 32 * ks), true);
+          for (int st = 0; st < 8; ++st) {
+            const unsigned j = base + st;
+            wgmma_m64n16k16_f16_rs(acc[g], kf[g & 1][st], desc_advance(dq, (j >> 2) * 2048 + 32 * (j & 3)), st > 0);
           }
+          wgmma_commit();
         }
 #pragma unroll
         for (int ks = 0; ks < kR; ++ks) {
@@ -724,9 +745,9 @@ __device__ __forceinline__ void mla_sparse_direct_sm90(const SparseKernelParams&
   sm.ptr = smem_raw + (sm.base - raw);
   if (threadIdx.x == 0) {
     for (int s = 0; s < kDirectRing; ++s) {
-      // The producer: its warp's arrival (bulk copies' bytes on top), or 128 copy-completion
+      // The producer: its warp's 32 arrivals (bulk copies' bytes on top), or 128 copy-completion
       // arrivals and 4 warps' id releases. The consumers: lane 0 of each warp reading the slot.
-      mbar_init(sm.full(s), kDirectCopies<Cfg> ? 132 : 1);
+      mbar_init(sm.full(s), kDirectCopies<Cfg> ? 132 : 32);
       mbar_init(sm.empty(s), kDirectAlt<Cfg> ? 4 : 8);
     }
     fence_mbar_init();
