@@ -43,8 +43,9 @@ struct MlaSm90Knobs {
   int stage = 0;     // Cfg::kStage, DECA_MLA_STAGE: 1 the records staged in the Q tile by bulk copies (<= 16 heads,
                      // two producers' whole shares in rows, no cluster)
   int narrow = 0;    // Cfg::kNarrow, DECA_MLA_NARROW: 1 S^T = K Q^T with the heads on N = 16 (<= 16 heads, no cluster)
-  int direct = 0;    // Cfg::kDirect, DECA_MLA_DIRECT: 1 no bf16 tile: the records' e4m3 bytes on the e4m3 tensor
-                     // cores from registers, a ring of four record slots (<= 16 heads, no cluster; direct.cuh)
+  int direct = 0;    // Cfg::kDirect, DECA_MLA_DIRECT 0..3: no bf16 tile, the records multiplied from registers out of
+                     // a ring of four slots (<= 16 heads, no cluster; direct.cuh): 1 bulk copies, lockstep
+                     // consumers; 2 16-byte copies, lockstep; 3 16-byte copies, alternating consumers (the plan's)
   int stamp = 0;     // Cfg::kStamp, DECA_MLA_STAMP: 1 cycle stamps per phase printed by the first CTAs, 2 the launch timeline (timing aids)
 };
 
@@ -89,6 +90,11 @@ MlaSm90Knobs mla_sm90_consistent(MlaSm90Knobs k, int num_heads);
 //   K Q^T and, since 3d7c2ea, O^T = V^T P^T, N = 16) and the records staged in the Q tile's free
 //   rows by bulk copies (884a2a3, S^T alone on N: b128 h16 91.7 -> 86.2 us with the first, 80.5
 //   with both; the staging alone 93.0, 283de43; 3d7c2ea with P V on N too: 77.1).
+// - since 9fd4818 at 16 heads or fewer the kernel without the bf16 tile (direct.cuh, kDirect 3:
+//   16-byte copies into a ring of four record slots, alternating consumers; e52207b: b128 h16
+//   77.1 -> 58.6 us; bulk copies and lockstep consumers 92.7, 16-byte copies in lockstep 70.7;
+//   15f1f30 with S^T on the f16 tensor cores for the LSE's precision: 59.9); every other knob
+//   neutral there.
 // Every other field keeps MlaSm90Knobs' default; `cluster` is as given.
 MlaSm90Knobs mla_sm90_defaults(int cluster, int num_heads = 64);
 
