@@ -5,7 +5,9 @@
 // instruction); the mma selection matrix and the producers' index check (traits.cuh).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <set>
+#include <vector>
 
 #include "kernels/mla/sm90/layout.cuh"
 
@@ -208,6 +210,89 @@ TEST(MlaSm90Ids, CheckedIdSkipsNegativeAndOutOfPoolIds) {
       const int want = id < 0 || id >= pool ? -1 : id;
       EXPECT_EQ(checked_id(id, pool_bound(pool)), want) << "id " << id << " pool " << pool;
     }
+  }
+}
+
+}  // namespace
+}  // namespace deca::mla::sm90
+
+
+namespace deca::mla::sm90 {
+namespace {
+
+// The direct kernel's orders (Cfg::kDirect, direct.cuh): P V's token order over a block's 64 k
+// positions, its column order over the 8 m-blocks' rows, S^T's k order inside a k16 step; each
+// a permutation.
+TEST(MlaSm90Layout, DirectOrdersArePermutations) {
+  std::vector<int> seen(512, 0);
+  for (int kappa = 0; kappa < 64; ++kappa) ++seen[direct_token(kappa)];
+  for (int t = 0; t < 64; ++t) EXPECT_EQ(seen[t], 1) << "token " << t;
+  std::fill(seen.begin(), seen.end(), 0);
+  for (int mb = 0; mb < 8; ++mb) {
+    for (int m = 0; m < 64; ++m) {
+      const int col = direct_column(mb, m);
+      ASSERT_GE(col, 0);
+      ASSERT_LT(col, 512);
+      ++seen[col];
+      EXPECT_EQ(col / 128, mb / 2) << "m-blocks 2 g and 2 g + 1 hold group g's columns";
+    }
+  }
+  for (int c = 0; c < 512; ++c) EXPECT_EQ(seen[c], 1) << "column " << c;
+  std::fill(seen.begin(), seen.end(), 0);
+  for (int p = 0; p < 16; ++p) ++seen[direct_q_k(p)];
+  for (int k = 0; k < 16; ++k) EXPECT_EQ(seen[k], 1) << "k " << k;
+}
+
+// What the kernel's fragment code assumes of those orders, lane by lane (warp w, lane l: i = l / 4,
+// q = l % 4, r0 = 16 w + i), and that its shared-memory loads of a slot (records 656 bytes apart)
+// hit 32 different banks per warp instruction.
+TEST(MlaSm90Layout, DirectFragmentsFollowTheOrdersWithoutBankConflicts) {
+  const auto bank = [](int byte) { return (byte / 4) % 32; };
+  for (int w = 0; w < 4; ++w) {
+    for (int l = 0; l < 32; ++l) {
+      const int i = l / 4, q = l % 4, r0 = 16 * w + i;
+      // S^T's rows r0, r0 + 8 are P's k positions 16 w + 2 i and + 1 (one byte pair per head).
+      EXPECT_EQ(direct_token(16 * w + 2 * i), r0);
+      EXPECT_EQ(direct_token(16 * w + 2 * i + 1), r0 + 8);
+      // P V's A fragment: k step ks, half e, byte j of the register is the record the kernel loads.
+      for (int ks = 0; ks < 2; ++ks) {
+        for (int e = 0; e < 2; ++e) {
+          for (int j = 0; j < 4; ++j) {
+            EXPECT_EQ(32 * ks + 16 * e + 8 * (j & 1) + (j >> 1) + 2 * q, direct_token(32 * ks + 16 * e + 4 * q + j));
+          }
+        }
+      }
+      // O^T's rows r0, r0 + 8 of m-blocks 2 g, 2 g + 1: the four adjacent columns the stores write.
+      for (int g = 0; g < 4; ++g) {
+        const int col = 128 * g + 4 * (8 * w + i);
+        EXPECT_EQ(direct_column(2 * g, r0), col);
+        EXPECT_EQ(direct_column(2 * g, r0 + 8), col + 1);
+        EXPECT_EQ(direct_column(2 * g + 1, r0), col + 2);
+        EXPECT_EQ(direct_column(2 * g + 1, r0 + 8), col + 3);
+      }
+    }
+    // One warp instruction: S^T's words (row r0, byte 32 c + 4 q of group g), P V's (record
+    // direct_token(...), column word 4 (8 w + i) of group g).
+    for (int g = 0; g < 4; ++g) {
+      for (int c = 0; c < 4; ++c) {
+        std::vector<int> banks_s(32, 0), banks_v(32, 0);
+        for (int l = 0; l < 32; ++l) {
+          const int i = l / 4, q = l % 4, r0 = 16 * w + i;
+          ++banks_s[bank(r0 * kTokenBytes + 128 * g + 32 * c + 4 * q)];
+          const int ks = c / 2, e = c % 2;  // (c picks one of the four (ks, e) loads; j = 0)
+          ++banks_v[bank(direct_token(32 * ks + 16 * e + 4 * q) * kTokenBytes + 128 * g + 4 * (8 * w + i))];
+        }
+        for (int b = 0; b < 32; ++b) {
+          EXPECT_EQ(banks_s[b], 1) << "S^T load, warp " << w << " group " << g << " chunk " << c;
+          EXPECT_EQ(banks_v[b], 1) << "P V load, warp " << w << " group " << g << " (ks, e) " << c;
+        }
+      }
+    }
+  }
+  // S^T's widened words: byte 4 q + b of a fragment word is k 2 q + b (b < 2) or 8 + 2 q + b - 2
+  // of its k16 step (the f16 pairs .x and .y of e4m3x4_to_f16x4 as a0 and a2).
+  for (int q = 0; q < 4; ++q) {
+    for (int b = 0; b < 4; ++b) EXPECT_EQ(direct_q_k(4 * q + b), b < 2 ? 2 * q + b : 8 + 2 * q + b - 2);
   }
 }
 

@@ -47,7 +47,6 @@ namespace deca::mla::sm90 {
 
 using namespace ::deca::sm90;  // the Hopper PTX wrappers
 
-constexpr int kDirectHeads = 16;  // N of every wgmma: heads, zero rows past num_heads
 constexpr int kDirectRing = 4;    // slots of 64 records in flight between the producer and the consumers
 constexpr int kSlotBytes = kTokens * kTokenBytes;  // 41984, 16-byte aligned records back to back
 
@@ -112,9 +111,6 @@ __device__ __forceinline__ float pow2f(int e) {  // e in [-126, 127]
 __device__ __forceinline__ void sts16(unsigned addr, unsigned v) {
   asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(addr), "h"(static_cast<unsigned short>(v)) : "memory");
 }
-__device__ __forceinline__ void sts64(unsigned addr, unsigned a, unsigned b) {
-  asm volatile("st.shared.v2.u32 [%0], {%1, %2};\n" ::"r"(addr), "r"(a), "r"(b) : "memory");
-}
 
 // The 4 x 4 byte transpose: in w[j] byte x, out o[x] byte j.
 __device__ __forceinline__ void transpose4x4(const unsigned (&w)[4], unsigned (&o)[4]) {
@@ -127,29 +123,6 @@ __device__ __forceinline__ void transpose4x4(const unsigned (&w)[4], unsigned (&
   o[2] = ptx::prmt(x1, y1, 0x5410u);
   o[3] = ptx::prmt(x1, y1, 0x7632u);
 }
-
-// P V's token order: k position kappa = 32 ks + 16 e + 4 q + j of a k step pair holds token
-// direct_token(kappa) = 32 ks + 16 e + 8 (j % 2) + 2 q + j / 2. The four lanes q of a fragment
-// load then read records 2 apart (656 B = 4 banks per record: 8 banks apart, conflict-free), and
-// the tokens r0, r0 + 8 a thread holds in S^T (r0 = 16 w + i) sit at kappa 16 w + 2 i and + 1.
-DECA_HD constexpr int direct_token(int kappa) {
-  const int ks = kappa >> 5, e = (kappa >> 4) & 1, q = (kappa >> 2) & 3, j = kappa & 3;
-  return 32 * ks + 16 * e + 8 * (j & 1) + 2 * q + (j >> 1);
-}
-// P V's column order: row m of m-block mb (64 rows, two per group) holds column
-// direct_column(mb, m) of the group-major 512: a thread's rows r0, r0 + 8 of m-blocks 2 g and
-// 2 g + 1 are four adjacent columns (its fragment loads are single words; its stores 4 columns).
-DECA_HD constexpr int direct_column(int mb, int m) {
-  const int w = m >> 4, i = m & 7, hi = (m >> 3) & 1;
-  return 128 * (mb >> 1) + 4 * (8 * w + i) + 2 * (mb & 1) + hi;
-}
-
-// S^T's k order over the NoPE part: a thread's fragment words are the record's bytes 32 c + 4 q
-// .. + 3 and 16 further (c = 0..15, the fp8 chunk); widened to f16 pairs, bytes 4 q, + 1 and
-// 4 q + 2, + 3 of each word are k 2 q, + 1 and 8 + 2 q, + 1 of a k16 step (steps 2 c and 2 c + 1
-// for the two words). NoPE dimension d is therefore at k16 step j = d / 16, position
-// direct_q_k(d % 16) of it; the f16 Q row keeps that order (chunk j / 4, bytes 32 (j % 4) + 2 k).
-DECA_HD constexpr int direct_q_k(int p) { return 2 * (p >> 2) + (p & 1) + 8 * ((p >> 1) & 1); }
 
 struct DirectSmem {
   unsigned base;
