@@ -52,7 +52,7 @@ constexpr int kSlotBytes = kTokens * kTokenBytes;  // 41984, 16-byte aligned rec
 
 // Byte offsets from the 1024-aligned base. Operands in the 128-byte swizzle (16 rows of 128 B:
 // two 1024-byte atoms, SBO 1024): Q's NoPE as f16, 64 values per chunk in the k order of
-// direct_q_slot, Q's RoPE one chunk (64 bf16), P one chunk per group and block parity (hi at bytes
+// direct_q_k (layout.cuh), Q's RoPE one chunk (64 bf16), P one chunk per group and block parity (hi at bytes
 // 0..63 of a head's row, lo at 64..127; 64 tokens each). The partial S^T exchange and Q's NoPE
 // are contiguous: at a request's end (Q no longer read) the alternate-block consumers
 // (kDirect 3) hand warpgroup 1's O^T (512 x 16 f32) to warpgroup 0 through those 32 KB.
