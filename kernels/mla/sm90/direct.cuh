@@ -37,6 +37,7 @@
 #include "kernels/mla/sm90/consumers.cuh"
 #include "kernels/mla/sm90/knobs.cuh"
 #include "kernels/mla/sm90/layout.cuh"
+#include "kernels/mla/sm90/narrow.cuh"
 #include "kernels/mla/sm90/pipeline.cuh"
 #include "kernels/mla/sm90/stamps.cuh"
 #include "kernels/mla/sm90/traits.cuh"
@@ -601,21 +602,7 @@ __device__ __forceinline__ void consumer_direct(const SparseKernelParams& kp, co
     if (t == 0) timeline_mark<Cfg>(kEventLastRelease);
 
     // ---- the request's sums, factors, outputs ----
-#pragma unroll
-    for (int x = 4; x < 32; x *= 2) {
-#pragma unroll
-      for (int k = 0; k < 4; ++k) l[k] += __shfl_xor_sync(0xffffffffu, l[k], x);
-    }
-    if (lane < 4) {
-#pragma unroll
-      for (int k = 0; k < 4; ++k) xsum[heads[k] * 4 + warp] = l[k];
-    }
-    named_bar_sync(bar_wg, 128);
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const float4 v4 = *reinterpret_cast<const float4*>(xsum + heads[k] * 4);
-      l[k] = (v4.x + v4.y) + (v4.z + v4.w);
-    }
+    head_sums(l, xsum, heads, warp, lane, bar_wg);
     // O^T in true units: x 2^(eg - 8) per group (rows), then per head.
     float gsc[kG];
 #pragma unroll

@@ -93,6 +93,28 @@ __device__ __forceinline__ void store_o_narrow(const SparseKernelParams& kp, con
   }
 }
 
+// A request's sum per head for the thread's four heads (columns hA, hA + 1, hA + 8, hA + 9) from
+// the per-thread shares `l`: over the eight lanes sharing each column, then over the warpgroup's
+// four warps through `xsum` (float[16 heads][4 warps]) and one barrier `bar` of its 128 threads.
+__device__ __forceinline__ void head_sums(float (&l)[4], float* xsum, const int (&heads)[4], int warp, int lane,
+                                          int bar) {
+#pragma unroll
+  for (int x = 4; x < 32; x *= 2) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) l[i] += __shfl_xor_sync(0xffffffffu, l[i], x);
+  }
+  if (lane < 4) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) xsum[heads[i] * 4 + warp] = l[i];
+  }
+  named_bar_sync(bar, 128);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float4 v = *reinterpret_cast<const float4*>(xsum + heads[i] * 4);
+    l[i] = (v.x + v.y) + (v.z + v.w);
+  }
+}
+
 template <class Cfg>
 __device__ __forceinline__ void consumer0_narrow(const SparseKernelParams& kp, const SparsePart& part,
                                                  int tok, int head0, const Smem& sm) {
@@ -236,25 +258,14 @@ __device__ __forceinline__ void consumer0_narrow(const SparseKernelParams& kp, c
     }
 
     if (t == 0) timeline_mark<Cfg>(kEventLastRelease);
-    // Each head's sum: over the eight lanes sharing its column, then over the four warps.
-#pragma unroll
-    for (int x = 4; x < 32; x *= 2) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) l[i] += __shfl_xor_sync(0xffffffffu, l[i], x);
-    }
-    if (lane < 4) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) xsum[heads[i] * 4 + warp] = l[i];
-    }
-    named_bar_sync(kBarNarrow, 128);
-    // Every thread's four heads: the sum over the warps, the output factor and the LSE (output_factors'
-    // rules), the factors to consumer 1 (once per head), the LSE (once per head).
+    head_sums(l, xsum, heads, warp, lane, kBarNarrow);
+    // Every thread's four heads: the output factor and the LSE (output_factors' rules), the
+    // factors to consumer 1 (once per head), the LSE (once per head).
     float f[4], lse[4];
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const float4 v = *reinterpret_cast<const float4*>(xsum + heads[i] * 4);
       float fi[2], li[2];
-      output_factors(p, pc, head0, heads[i], (v.x + v.y) + (v.z + v.w), 0.f, m[i], kNegInf, fi, li);
+      output_factors(p, pc, head0, heads[i], l[i], 0.f, m[i], kNegInf, fi, li);
       f[i] = fi[0];
       lse[i] = li[0];
     }
