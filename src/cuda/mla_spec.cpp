@@ -119,8 +119,8 @@ MlaSm90Knobs mla_sm90_consistent(MlaSm90Knobs k, int num_heads) {
   // shared memory (kPHand 1, P in consumer 1's registers, has no meaning there: left out).
   if (k.narrow == 1 && (num_heads > 16 || k.cluster != 1 || k.seesaw != 0 || k.phand == 1)) k.narrow = 0;
   // No bf16 tile: one head block of at most 16 (N = 16), without a cluster. Its kernel has its own
-  // producer (one warp) and consumers, so every other producer and consumer knob goes back to its
-  // neutral value (one name per kernel); the timing aid stays.
+  // producer and consumers (direct.cuh), so every other producer and consumer knob goes back to
+  // its neutral value (one name per kernel); the timing aid stays.
   if (k.direct != 0 && (num_heads > 16 || k.cluster != 1)) k.direct = 0;
   if (k.direct != 0) {
     MlaSm90Knobs d;
@@ -147,9 +147,9 @@ MlaSm90Knobs mla_sm90_defaults(int cluster, int num_heads) {
   k.phand = cluster == 2 ? 1 : 2;
   k.producers = 2;
   k.map = 3;
-  // At 16 heads or fewer: no bf16 tile, the records on the e4m3 tensor cores, 16-byte copies and
+  // At 16 heads or fewer: no bf16 tile, the records multiplied from registers, 16-byte copies and
   // alternating consumers (H200, b128 h16 whole op: 77.1 us with the heads on N and the staged
-  // records at 3d7c2ea, 58.6 at e52207b; mla_spec.hpp has the steps). The consistency rules then
+  // records at 3d7c2ea, 59.9 at 15f1f30; mla_spec.hpp has the steps). The consistency rules then
   // put every other knob at its neutral value.
   if (cluster == 1 && num_heads <= 16) k.direct = 3;
   return k;

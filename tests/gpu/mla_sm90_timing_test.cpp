@@ -183,16 +183,15 @@ TEST(MlaSm90Timing, AnchorShapesAndStageVariants) {
       variants.push_back({7, "narrow-consumers", 3, 2, 0, 0, 1});
       variants.push_back({0, "narrow-stage", 3, 2, 0, 1, 1});
       variants.push_back({2, "narrow-stage-no-mma", 3, 2, 0, 1, 1});
-      // No bf16 tile: the records on the e4m3 tensor cores from a ring of four slots.
       // No bf16 tile (Cfg::kDirect): bulk copies and lockstep consumers (1), 16-byte copies (2),
       // and alternating consumers (3); each with its ablations.
       for (int d : {1, 2, 3}) {
-        static const char* const kNames[4][4] = {{},
-                                                 {"direct1", "direct1-no-mma", "direct1-no-gather", "direct1-producers"},
-                                                 {"direct2", "direct2-no-mma", "direct2-no-gather", "direct2-producers"},
-                                                 {"direct3", "direct3-no-mma", "direct3-no-gather", "direct3-producers"}};
+        static const char* const kNames[3][4] = {
+            {"direct1", "direct1-no-mma", "direct1-no-gather", "direct1-producers"},
+            {"direct2", "direct2-no-mma", "direct2-no-gather", "direct2-producers"},
+            {"direct3", "direct3-no-mma", "direct3-no-gather", "direct3-producers"}};
         const int ablations[4] = {0, 2, 3, 8};
-        for (int a = 0; a < 4; ++a) variants.push_back({ablations[a], kNames[d][a], 0, 1, 0, 0, 0, d});
+        for (int a = 0; a < 4; ++a) variants.push_back({ablations[a], kNames[d - 1][a], 0, 1, 0, 0, 0, d});
       }
     }
     for (const Variant& v : variants) {
