@@ -1,5 +1,5 @@
 // A prefix sum over the threads of one CTA, shared by the sparse MLA scheduler
-// (kernels/mla/schedule_entry.cuh) and the Hopper GQA kernel's balanced schedule
+// (kernels/mla/schedule/entry.cuh) and the Hopper GQA kernel's balanced schedule
 // (kernels/gqa/sm90/decode.cuh): each thread holds one value (typically the sum of a contiguous
 // chunk of the work), the lanes scan with shuffles, the warps' totals go through shared memory.
 #pragma once

@@ -5,6 +5,14 @@
 
 namespace deca {
 
+// How a cache stores a token's 576 dims (V = the first 512). Dense decode reads any of them
+// through a block table; sparse decode reads the 656-byte FP8 token through top-k indices.
+enum MlaKvFormat : int {
+  kMlaKvBF16 = 0,       // 576 bf16 (1152 bytes)
+  kMlaKvFP8E4M3 = 1,    // 576 e4m3 (576 bytes), real = stored * kv_scale (one scale per cache)
+  kMlaKvFP8Sparse = 2,  // 656 bytes: 512 e4m3, 4 fp32 scales (one per 128 values), 64 bf16 RoPE
+};
+
 struct MlaDenseParams {
   int batch;
   int q_len;
@@ -17,9 +25,11 @@ struct MlaDenseParams {
   long long q_stride_batch;
   long long q_stride_token;
   long long q_stride_head;
-  const void* kv;        // [num_blocks, page_size, 1, 576] bf16
-  long long kv_stride_block;
+  const void* kv;        // [num_blocks, page_size, 1, 576] bf16 | e4m3, or [.., 656] bytes (kv_format)
+  long long kv_stride_block;  // elements of the stored dtype (bytes for the 8-bit formats)
   long long kv_stride_slot;
+  int kv_format;         // MlaKvFormat
+  float kv_scale;        // kMlaKvFP8E4M3: real = stored * kv_scale; 1 otherwise
   const int* block_table;  // [batch, max_blocks]
   long long block_table_stride;
   const int* seq_lens;   // [batch]

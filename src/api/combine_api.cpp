@@ -1,5 +1,5 @@
 // combine: merge split-KV partial results by LSE. Validation, params, dispatch to the CPU
-// reference or the CUDA kernel (kernels/mla/sparse_combine.cuh) by the tensors' device.
+// reference or the CUDA kernel (kernels/mla/combine/combine.cuh) by the tensors' device.
 #include <cstdint>
 #include <string>
 

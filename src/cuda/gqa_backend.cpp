@@ -4,11 +4,13 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 
 #include "cuda/backend.hpp"
 #include "cuda/gqa_spec.hpp"
+#include "cuda/tuning.hpp"
 #include "deca/error.hpp"
 #include "jit/driver.hpp"
 #include "jit/kernel_cache.hpp"
@@ -175,10 +177,9 @@ void plan_gqa_decode(GqaPlan& plan) {
     plan.num_splits = plan::choose_num_splits(in);
     // DECA_GQA_SPLITS=n: n splits per unit instead of the model's choice (a tuning knob; clamped to
     // what the merge and the keys allow).
-    if (const char* env = std::getenv("DECA_GQA_SPLITS")) {
+    if (const std::optional<int> v = tuning_override(Tuning::kGqaSplits, "plan_gqa_decode")) {
       const int tiles = std::max(1, (in.max_keys + in.tile - 1) / in.tile);
-      const int v = std::atoi(env);
-      if (v >= 1) plan.num_splits = std::min({v, max_splits, tiles});
+      plan.num_splits = std::min({*v, max_splits, tiles});
     }
   }
   plan.workspace_bytes = layout(plan, key).total();

@@ -68,7 +68,7 @@ jit::JitSpec GqaKernelKey::spec() const {
     src += constant("bool", "kBalanced", b(balanced));
     src += constant("bool", "kRowsOnM", b(rows_on_m));
   }
-  src += wgmma() ? "};\n#include \"kernels/gqa/sm90/entry.cuh\"\n" : "};\n#include \"kernels/gqa/entry.cuh\"\n";
+  src += wgmma() ? "};\n#include \"kernels/gqa/sm90/entry.cuh\"\n" : "};\n#include \"kernels/gqa/sm80/entry.cuh\"\n";
   jit::JitSpec spec;
   spec.name = name();
   spec.source = std::move(src);

@@ -7,7 +7,7 @@
 #include "deca/gqa.hpp"
 #include "jit/spec.hpp"
 #include "kernels/gqa/sm90/traits.cuh"
-#include "kernels/gqa/traits.cuh"
+#include "kernels/gqa/sm80/traits.cuh"
 
 namespace deca::cuda {
 
@@ -15,7 +15,7 @@ struct GqaKernelKey {
   int arch = 90;        // compute capability, 90 = sm_90a
   int head_dim = 128;
   int group = 8;        // q heads per kv head
-  int rows = 16;        // rows per CTA (rows_per_cta of kernels/gqa/traits.cuh or sm90/traits.cuh)
+  int rows = 16;        // rows per CTA (rows_per_cta of kernels/gqa/sm80/traits.cuh or sm90/traits.cuh)
   int page_size = 16;
   int q_dtype = 0;      // deca::DType values
   int kv_dtype = 0;
@@ -23,7 +23,7 @@ struct GqaKernelKey {
   bool window = false;
   bool tree = false;
   bool softcap = false;
-  int ctas_per_sm = 2;  // occupancy the kernel is built for (kernels/gqa/traits.cuh make_shape)
+  int ctas_per_sm = 2;  // occupancy the kernel is built for (kernels/gqa/sm80/traits.cuh make_shape)
   int beam_width = 1;   // beams of a request sharing one CTA (their common pages read once)
   // 8-bit caches: kv::kWiden / kv::kWidenLdsm (fp16 mma, sm_80+) or kv::kTwoTerm (fp8: e4m3
   // mma, sm_89+; int8: int8 mma, sm_80+); int8 also kv::kTwoTermQk (QK on int8 mma, PV widened);
@@ -63,7 +63,7 @@ struct GqaKernelKey {
 
   // e.g. "gqa_sm90_d128_g8_r16_p32_qbf16_kvfp8_obf16_win_tree_cap"
   std::string name() const;
-  // The generated prologue + #include "kernels/gqa/entry.cuh".
+  // The generated prologue + #include "kernels/gqa/sm80/entry.cuh".
   jit::JitSpec spec() const;
   gqa::Shape shape() const {
     return wgmma() ? gqa::sm90::make_shape(rows, stages, warpgroups, rows_on_m)

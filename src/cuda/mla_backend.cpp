@@ -17,9 +17,9 @@
 #include "jit/driver.hpp"
 #include "jit/kernel_cache.hpp"
 #include "kernels/common/check_record.cuh"
-#include "kernels/mla/sparse_schedule.cuh"
-#include "kernels/mla/sparse_traits.cuh"
-#include "kernels/mla/sparse_work.cuh"
+#include "kernels/mla/schedule/schedule.cuh"
+#include "kernels/mla/launch.cuh"
+#include "kernels/mla/schedule/work.cuh"
 #include "kernels/mla/sm90/traits.cuh"
 
 namespace deca::cuda {
@@ -33,7 +33,7 @@ std::size_t align_up(std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign;
 
 // Workspace: partial outputs first (the big, 16-byte-loaded buffer at the aligned base), then
 // partial LSEs, the partitions, the split offsets and the schedule's stamp. Sized for the plan's
-// maxima: slots are at most batch + num_parts (sparse_schedule.cuh). A checked plan's
+// maxima: slots are at most batch + num_parts (kernels/mla/schedule/schedule.cuh). A checked plan's
 // CheckRecord comes last, where check_mla_run reads it.
 struct Layout {
   std::size_t o = 0, lse = 0, parts = 0, offsets = 0, stamp = 0, check = 0;
@@ -278,7 +278,7 @@ void mla_sparse_decode(const MlaPlan& plan, const MlaSparseParams& params, void*
   const Layout w = layout(c, plan.num_parts);
   auto* base = static_cast<unsigned char*>(workspace);
 
-  mla::SparseKernelParams kp{};
+  mla::DecodeKernelParams kp{};
   kp.p = params;
   kp.run.partial_o = reinterpret_cast<float*>(base);
   kp.run.partial_lse = reinterpret_cast<float*>(base + w.o);
@@ -293,7 +293,7 @@ void mla_sparse_decode(const MlaPlan& plan, const MlaSparseParams& params, void*
   jit::ScopedDevice scope(device);
   if (!reuse_schedule) {
     // The scheduler stages partitions and offsets in shared memory when they fit
-    // (schedule_entry.cuh says why); 0 bytes selects its global-memory path.
+    // (kernels/mla/schedule/entry.cuh says why); 0 bytes selects its global-memory path.
     const std::size_t schedule_smem = static_cast<std::size_t>(plan.num_parts) *
                                           sizeof(mla::SparsePart) +
                                       (static_cast<std::size_t>(params.batch) + 1) * sizeof(int);

@@ -1,11 +1,13 @@
 #include "cuda/mla_spec.hpp"
 
+#include "cuda/tuning.hpp"
+
 #include <cstdlib>
 #include <cstring>
 #include <string>
 #include <utility>
 
-#include "kernels/mla/sparse_traits.cuh"
+#include "kernels/mla/sm80/traits.cuh"
 
 #if __has_include("kernels/mla/sm90/traits.cuh")
 #include "kernels/mla/sm90/traits.cuh"
@@ -196,7 +198,7 @@ jit::JitSpec MlaKernelKey::spec() const {
   std::string header;
   switch (role) {
     case MlaKernelRole::kSchedule:
-      header = "kernels/mla/schedule_entry.cuh";
+      header = "kernels/mla/schedule/entry.cuh";
       spec.entry = "deca_mla_sparse_schedule";
       break;
     case MlaKernelRole::kDecode:
@@ -204,16 +206,16 @@ jit::JitSpec MlaKernelKey::spec() const {
         header = "kernels/mla/sm90/entry.cuh";
         spec.entry = "deca_mla_sparse_decode_sm90";
       } else {
-        header = checked ? "kernels/mla/sparse_entry_checked.cuh" : "kernels/mla/sparse_entry.cuh";
+        header = checked ? "kernels/mla/sm80/entry_checked.cuh" : "kernels/mla/sm80/entry.cuh";
         spec.entry = "deca_mla_sparse_decode";
       }
       break;
     case MlaKernelRole::kCombine:
-      header = "kernels/mla/combine_entry.cuh";
+      header = "kernels/mla/combine/entry.cuh";
       spec.entry = "deca_mla_sparse_combine";
       break;
     case MlaKernelRole::kGenericCombine:
-      header = "kernels/mla/generic_combine_entry.cuh";
+      header = "kernels/mla/combine/generic_entry.cuh";
       spec.entry = "deca_combine";
       break;
   }
@@ -231,8 +233,7 @@ jit::JitSpec MlaKernelKey::spec() const {
 
 std::string mla_decode_variant(int arch) {
   if (!kMlaSm90KernelEnabled || !DECA_MLA_HAVE_SM90 || arch != 90) return "portable";
-  const char* env = std::getenv("DECA_MLA_KERNEL");
-  if (env != nullptr && std::strcmp(env, "portable") == 0) return "portable";
+  if (tuning_override(Tuning::kMlaKernel, "plan_mla_decode")) return "portable";
   return "sm90";
 }
 

@@ -1,4 +1,4 @@
-// The sm90a MLA sparse FP8 decode kernel alone, launched through the JIT with SparseKernelParams
+// The sm90a MLA sparse FP8 decode kernel alone, launched through the JIT with DecodeKernelParams
 // built here by hand (partitions cut by a tiny test scheduler), against the CPU reference. Split
 // pieces are merged here by LSE (and the sink) before the comparison, so the partial_o /
 // partial_lse contract is checked too; every case also runs twice and must match bit for bit.
@@ -27,7 +27,7 @@
 #include "jit/kernel_cache.hpp"
 #include "jit/mla_sm90_spec.hpp"
 #include "kernels/mla/sm90/traits.cuh"
-#include "kernels/mla/sparse_work.cuh"
+#include "kernels/mla/schedule/work.cuh"
 
 namespace deca::test {
 namespace {
@@ -169,7 +169,7 @@ void run_case(const Sm90Case& tc) {
   cudaMemcpy(parts.get(), lay.parts.data(), parts.bytes(), cudaMemcpyHostToDevice);
   cudaMemcpy(offs.get(), lay.split_offsets.data(), offs.bytes(), cudaMemcpyHostToDevice);
 
-  mla::SparseKernelParams kp{};
+  mla::DecodeKernelParams kp{};
   kp.p = c.params;
   kp.p.q = q.get();
   kp.p.kv = kv.as<unsigned char>();

@@ -21,7 +21,7 @@
 #include "jit/kernel_cache.hpp"
 #include "jit/mla_sm90_spec.hpp"
 #include "kernels/mla/sm90/traits.cuh"
-#include "kernels/mla/sparse_work.cuh"
+#include "kernels/mla/schedule/work.cuh"
 
 namespace deca::test {
 namespace {
@@ -105,7 +105,7 @@ TEST(MlaSm90Timing, AnchorShapesAndStageVariants) {
     cudaMemcpy(dparts.get(), parts.data(), dparts.bytes(), cudaMemcpyHostToDevice);
     cudaMemcpy(doffs.get(), offs.data(), doffs.bytes(), cudaMemcpyHostToDevice);
 
-    mla::SparseKernelParams kp{};
+    mla::DecodeKernelParams kp{};
     MlaSparseParams& p = kp.p;
     p.batch = sh.batch, p.q_len = 1, p.num_heads = sh.heads, p.page_size = 64, p.topk = kTopk;
     p.num_blocks = kPool / 64;

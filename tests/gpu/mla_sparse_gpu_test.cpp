@@ -87,7 +87,7 @@ std::vector<Case> matrix() {
     many.attn_sink = true;
     add("b40_k128", many);
     // 6000 requests: the scheduler's state outgrows 48 KB of shared memory and it walks in
-    // global memory instead (schedule_entry.cuh).
+    // global memory instead (kernels/mla/schedule/entry.cuh).
     MlaCaseSpec huge = spec(8, 1, 64, 16, 6000);
     huge.topk_length = true;
     add("b6000_global_schedule", huge);

@@ -88,7 +88,7 @@ TEST(MlaCheckedNvrtc, PortableChkDecodeCompilesForSm90aAndSm80WithoutSpilling) {
     const MlaKernelKey key = mla_decode_key(arch, mla_plan_variant(arch, c), c);
     EXPECT_EQ(key.name(), "mla_sparse_decode_portable_chk_sm" + std::to_string(arch));
     const jit::JitSpec spec = key.spec();
-    EXPECT_NE(spec.source.find("sparse_entry_checked.cuh"), std::string::npos) << spec.source;
+    EXPECT_NE(spec.source.find("sm80/entry_checked.cuh"), std::string::npos) << spec.source;
     const jit::CompileResult r = jit::compile(spec);
     ASSERT_FALSE(r.cubin.empty()) << spec.name;
     ASSERT_TRUE(r.ptxas.found) << spec.name;

@@ -1,7 +1,7 @@
 // Table tests of the split-KV policy and the kernel tile shapes (pure functions, no GPU).
 #include <gtest/gtest.h>
 
-#include "kernels/gqa/traits.cuh"
+#include "kernels/gqa/sm80/traits.cuh"
 #include "plan/gqa_split.hpp"
 
 namespace deca::plan {

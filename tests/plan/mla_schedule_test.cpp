@@ -1,4 +1,4 @@
-// Table tests of the sparse decode scheduler (kernels/mla/sparse_schedule.cuh), run on the host:
+// Table tests of the sparse decode scheduler (kernels/mla/schedule/schedule.cuh), run on the host:
 // the seed's worked example partition by partition, then coverage invariants over ragged, empty
 // and long requests.
 #include <gtest/gtest.h>
@@ -7,7 +7,7 @@
 #include <random>
 #include <vector>
 
-#include "kernels/mla/sparse_schedule.cuh"
+#include "kernels/mla/schedule/schedule.cuh"
 #include "common/test_seed.hpp"
 
 namespace deca::mla {

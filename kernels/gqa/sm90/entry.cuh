@@ -1,7 +1,7 @@
 // The JIT entry of the Hopper fp8 GQA decode kernels (kernels/gqa/sm90/decode.cuh, tokens on M;
 // decode_rows.cuh, rows on M when Cfg::kRowsOnM): a generated prologue defines `struct Cfg`
 // (GqaKernelKey::spec, fp8_mma = kv::kWgmma) and includes this file.
-// Same grid, block and parameters as the portable kernel's entry (kernels/gqa/entry.cuh).
+// Same grid, block and parameters as the portable kernel's entry (kernels/gqa/sm80/entry.cuh).
 #pragma once
 
 #include "kernels/gqa/sm90/decode.cuh"

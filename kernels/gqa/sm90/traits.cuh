@@ -5,7 +5,7 @@
 #pragma once
 
 #include "kernels/common/kv_kind.cuh"
-#include "kernels/gqa/traits.cuh"
+#include "kernels/gqa/sm80/traits.cuh"
 
 namespace deca::gqa::sm90 {
 

@@ -10,7 +10,7 @@
 #include "kernels/mla/sm90/stamps.cuh"
 #include "kernels/mla/sm90/traits.cuh"
 #include "kernels/mla/sm90/walk.cuh"
-#include "kernels/mla/sparse_work.cuh"
+#include "kernels/mla/schedule/work.cuh"
 
 namespace deca::mla::sm90 {
 
@@ -133,7 +133,7 @@ __device__ __forceinline__ void output_factors(const MlaSparseParams& p, const P
 }
 
 // The LSE of rows r0 and r0 + 8 that are real heads: the piece's partial LSE, or the final one.
-__device__ __forceinline__ void store_lse(const SparseKernelParams& kp, const Piece& pc, int r, int tok, int head0,
+__device__ __forceinline__ void store_lse(const DecodeKernelParams& kp, const Piece& pc, int r, int tok, int head0,
                                           int r0, const float (&lse)[2]) {
   const MlaSparseParams& p = kp.p;
 #pragma unroll
@@ -173,7 +173,7 @@ __device__ __forceinline__ void load_p(unsigned at, unsigned (&pa)[4][4]) {
 
 // Writes this warpgroup's half of O (columns col0 .. col0 + 255) scaled per row, for rows that
 // are real heads.
-__device__ __forceinline__ void store_o(const SparseKernelParams& kp, const Piece& pc, int r,
+__device__ __forceinline__ void store_o(const DecodeKernelParams& kp, const Piece& pc, int r,
                                         int tok, int head0, int r0, int c, int col0,
                                         const float (&o)[128], float f0, float f1) {
   const MlaSparseParams& p = kp.p;
@@ -342,7 +342,7 @@ __device__ __forceinline__ void issue_pv_left(float (&o)[128], const unsigned (&
 // Producers-only ablations: a consumer warpgroup releases each tile of the partition as soon as
 // it is full, and does nothing else.
 template <class Cfg>
-__device__ __forceinline__ void release_only(const SparseKernelParams& kp, const SparsePart& part,
+__device__ __forceinline__ void release_only(const DecodeKernelParams& kp, const SparsePart& part,
                                              const Smem& sm, int lane) {
   int it = 0;
   for (int r = part.begin_req; r <= part.end_req; ++r) {
@@ -355,7 +355,7 @@ __device__ __forceinline__ void release_only(const SparseKernelParams& kp, const
 }
 
 template <class Cfg>
-__device__ __forceinline__ void consumer0(const SparseKernelParams& kp, const SparsePart& part,
+__device__ __forceinline__ void consumer0(const DecodeKernelParams& kp, const SparsePart& part,
                                           int tok, int head0, const Smem& sm) {
   constexpr int kCl = ClusterOf<Cfg>::value;
   constexpr int kRescale = RescaleOf<Cfg>::value;
@@ -523,7 +523,7 @@ __device__ __forceinline__ void consumer0(const SparseKernelParams& kp, const Sp
 }
 
 template <class Cfg>
-__device__ __forceinline__ void consumer1(const SparseKernelParams& kp, const SparsePart& part,
+__device__ __forceinline__ void consumer1(const DecodeKernelParams& kp, const SparsePart& part,
                                           int tok, int head0, const Smem& sm) {
   constexpr int kCl = ClusterOf<Cfg>::value;
   constexpr bool kRegsP = PHandOf<Cfg>::value == kPHandRegs;

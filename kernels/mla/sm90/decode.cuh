@@ -2,7 +2,7 @@
 // warpgroup that gathers and dequantizes the selected tokens.
 //
 // Unit of work: one CTA = (block of 64 heads = grid x, query token = grid y, SM partition = grid
-// z). The partition's SparsePart (kernels/mla/sparse_work.cuh) lists the requests and blocks of
+// z). The partition's SparsePart (kernels/mla/schedule/work.cuh) lists the requests and blocks of
 // 64 top-k indices it owns; the CTA walks them in order and, per request piece, writes either the
 // final bf16 output + LSE (unsplit request, sink applied) or the normalised fp32 partial + LSE of
 // its slot (split request; the combine kernel merges the slots).
@@ -58,14 +58,14 @@
 #include "kernels/mla/sm90/seesaw.cuh"
 #include "kernels/mla/sm90/stamps.cuh"
 #include "kernels/mla/sm90/traits.cuh"
-#include "kernels/mla/sparse_work.cuh"
+#include "kernels/mla/schedule/work.cuh"
 
 namespace deca::mla::sm90 {
 
 using namespace ::deca::sm90;  // the Hopper PTX wrappers
 
 template <class Cfg>
-__device__ __forceinline__ void mla_sparse_decode_sm90(const SparseKernelParams& kp,
+__device__ __forceinline__ void mla_sparse_decode_sm90(const DecodeKernelParams& kp,
                                                        unsigned char* smem_raw) {
   constexpr int kCl = ClusterOf<Cfg>::value;
   constexpr int kProducers = ProducersOf<Cfg>::value;

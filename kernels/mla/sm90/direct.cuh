@@ -42,7 +42,7 @@
 #include "kernels/mla/sm90/stamps.cuh"
 #include "kernels/mla/sm90/traits.cuh"
 #include "kernels/mla/sm90/walk.cuh"
-#include "kernels/mla/sparse_work.cuh"
+#include "kernels/mla/schedule/work.cuh"
 
 namespace deca::mla::sm90 {
 
@@ -205,7 +205,7 @@ __device__ __forceinline__ void load_q_direct(const MlaSparseParams& p, const Di
 }
 
 template <class Cfg>
-__device__ __forceinline__ void producer_direct(const SparseKernelParams& kp, const SparsePart& part, int tok,
+__device__ __forceinline__ void producer_direct(const DecodeKernelParams& kp, const SparsePart& part, int tok,
                                                 const DirectSmem& sm) {
   const MlaSparseParams& p = kp.p;
   const int lane = threadIdx.x & 31;
@@ -261,7 +261,7 @@ __device__ __forceinline__ void producer_direct(const SparseKernelParams& kp, co
 // full barrier (.noinc arrivals, 128 of them) and each warp's lane 0 arrives once more after its
 // ids are stored (release): 132 arrivals per phase.
 template <class Cfg>
-__device__ __forceinline__ void producer_copies(const SparseKernelParams& kp, const SparsePart& part, int tok,
+__device__ __forceinline__ void producer_copies(const DecodeKernelParams& kp, const SparsePart& part, int tok,
                                                 const DirectSmem& sm) {
   const MlaSparseParams& p = kp.p;
   const int tg = threadIdx.x - 256;
@@ -299,7 +299,7 @@ __device__ __forceinline__ void producer_copies(const SparseKernelParams& kp, co
 // blocks (kDirect 3): blocks it with it % 2 = wg, all four groups and RoPE steps, O^T of all 512
 // columns, the running state merged with the other warpgroup's at the request's end.
 template <class Cfg>
-__device__ __forceinline__ void consumer_direct(const SparseKernelParams& kp, const SparsePart& part, int tok,
+__device__ __forceinline__ void consumer_direct(const DecodeKernelParams& kp, const SparsePart& part, int tok,
                                                 const DirectSmem& sm, int wg) {
   constexpr bool kAlt = kDirectAlt<Cfg>;
   constexpr int kG = kAlt ? 4 : 2;  // NoPE groups of this warpgroup
@@ -691,7 +691,7 @@ __device__ __forceinline__ void consumer_direct(const SparseKernelParams& kp, co
 }
 
 template <class Cfg>
-__device__ __forceinline__ void mla_sparse_direct_sm90(const SparseKernelParams& kp, unsigned char* smem_raw) {
+__device__ __forceinline__ void mla_sparse_direct_sm90(const DecodeKernelParams& kp, unsigned char* smem_raw) {
   static_assert(ClusterOf<Cfg>::value == 1 && ProducersOf<Cfg>::value == 1,
                 "Cfg::kDirect: one head block of at most 16 heads, 384 threads");
   static_assert(DirectOf<Cfg>::value >= 1 && DirectOf<Cfg>::value <= 3, "Cfg::kDirect: 1..3");

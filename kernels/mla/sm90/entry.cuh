@@ -20,7 +20,7 @@
 // setmaxnreg.
 extern "C" __global__ void __launch_bounds__(
     deca::mla::sm90::threads_of(deca::mla::sm90::ProducersOf<Cfg>::value), 1)
-    deca_mla_sparse_decode_sm90(const __grid_constant__ deca::mla::SparseKernelParams params) {
+    deca_mla_sparse_decode_sm90(const __grid_constant__ deca::mla::DecodeKernelParams params) {
   extern __shared__ __align__(1024) unsigned char deca_smem[];
   if constexpr (deca::mla::sm90::kDirect<Cfg>) {
     deca::mla::sm90::mla_sparse_direct_sm90<Cfg>(params, deca_smem);

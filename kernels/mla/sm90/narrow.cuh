@@ -70,7 +70,7 @@ __device__ __forceinline__ void rescale_narrow(float (&o)[32], const float (&a)[
 // Writes this warpgroup's O^T (columns col0 + 64 mb + r0 and + 8 of heads hA.. for each m-block)
 // scaled per head, for real heads: lanes l and l ^ 4 hold adjacent columns of the same head, so
 // the even one writes both (4-byte bf16 pairs, 8-byte fp32 pairs for a split piece's partial).
-__device__ __forceinline__ void store_o_narrow(const SparseKernelParams& kp, const Piece& pc, int r, int tok,
+__device__ __forceinline__ void store_o_narrow(const DecodeKernelParams& kp, const Piece& pc, int r, int tok,
                                                int r0, int hA, int col0, const float (&o)[32], const float (&f)[4]) {
   const MlaSparseParams& p = kp.p;
   const bool even = ((r0 & 1) == 0);
@@ -116,7 +116,7 @@ __device__ __forceinline__ void head_sums(float (&l)[4], float* xsum, const int 
 }
 
 template <class Cfg>
-__device__ __forceinline__ void consumer0_narrow(const SparseKernelParams& kp, const SparsePart& part,
+__device__ __forceinline__ void consumer0_narrow(const DecodeKernelParams& kp, const SparsePart& part,
                                                  int tok, int head0, const Smem& sm) {
   constexpr int kCl = ClusterOf<Cfg>::value;
   constexpr int kRescale = RescaleOf<Cfg>::value;
@@ -292,7 +292,7 @@ __device__ __forceinline__ void consumer0_narrow(const SparseKernelParams& kp, c
 // Consumer 1 with the heads on N: per block, the heads' factors and P from consumer 0, O^T of
 // columns 256..511 rescaled and += V^T P^T; per request, the output factors, then its stores.
 template <class Cfg>
-__device__ __forceinline__ void consumer1_narrow(const SparseKernelParams& kp, const SparsePart& part,
+__device__ __forceinline__ void consumer1_narrow(const DecodeKernelParams& kp, const SparsePart& part,
                                                  int tok, const Smem& sm) {
   constexpr int kCl = ClusterOf<Cfg>::value;
   const int t = threadIdx.x - 128;

@@ -12,7 +12,7 @@
 #include "kernels/mla/sm90/stamps.cuh"
 #include "kernels/mla/sm90/traits.cuh"
 #include "kernels/mla/sm90/walk.cuh"
-#include "kernels/mla/sparse_work.cuh"
+#include "kernels/mla/schedule/work.cuh"
 
 namespace deca::mla::sm90 {
 
@@ -362,7 +362,7 @@ __device__ __forceinline__ void prefetch_block(const MlaSparseParams& p, const i
 // next requests of the partition when this one ends (their first blocks would otherwise start
 // from cold HBM).
 template <class Cfg, int kCl>
-__device__ __forceinline__ void prefetch_ahead(const SparseKernelParams& kp, const SparsePart& part,
+__device__ __forceinline__ void prefetch_ahead(const DecodeKernelParams& kp, const SparsePart& part,
                                                int tok, int r, int blk, int blk_end, int steps,
                                                unsigned pool, int first_token, int t) {
   for (int step = 0; step < steps; ++step) {
@@ -380,7 +380,7 @@ __device__ __forceinline__ void prefetch_ahead(const SparseKernelParams& kp, con
 }
 
 template <class Cfg, int kCl>
-__device__ __forceinline__ void producer(const SparseKernelParams& kp, const SparsePart& part,
+__device__ __forceinline__ void producer(const DecodeKernelParams& kp, const SparsePart& part,
                                          int tok, const Smem& sm, int rank) {
   const MlaSparseParams& p = kp.p;
   const int t = threadIdx.x - 256;
@@ -432,7 +432,7 @@ __device__ __forceinline__ void producer(const SparseKernelParams& kp, const Spa
 // prefetches block i + A at block i), `far` left at block A + 1; returns block A's prefetch id
 // (this thread's token pf_k), not yet checked, for the prefetch issued at block 0.
 template <class Cfg, int kWays>
-__device__ __forceinline__ int prefetch_warm_up(const SparseKernelParams& kp, const SparsePart& part,
+__device__ __forceinline__ int prefetch_warm_up(const DecodeKernelParams& kp, const SparsePart& part,
                                                 int tok, BlockPos& far, int pf_k, unsigned pool, int t) {
   constexpr int kAhead = AheadOf<Cfg>::value;
   static_assert(kAhead >= 1, "prefetch at least the next block");
@@ -448,7 +448,7 @@ __device__ __forceinline__ int prefetch_warm_up(const SparseKernelParams& kp, co
 
 
 template <class Cfg, int kCl>
-__device__ __forceinline__ void producer_ahead(const SparseKernelParams& kp, const SparsePart& part,
+__device__ __forceinline__ void producer_ahead(const DecodeKernelParams& kp, const SparsePart& part,
                                                int tok, const Smem& sm, int rank) {
   constexpr int kPipe = PipeOf<Cfg>::value;
   constexpr int kProducers = ProducersOf<Cfg>::value;
@@ -588,7 +588,7 @@ __device__ __forceinline__ void store_round(const Smem& sm, int stage, int t, in
 
 
 template <class Cfg, int kCl>
-__device__ __forceinline__ void producer_stream(const SparseKernelParams& kp, const SparsePart& part,
+__device__ __forceinline__ void producer_stream(const DecodeKernelParams& kp, const SparsePart& part,
                                                 int tok, const Smem& sm, int rank) {
   constexpr int kRoundsPerBlock = 2 / kCl;
   constexpr int kTpt = 2 * kCl;  // prefetching threads per token (prefetch_record)
@@ -716,7 +716,7 @@ __device__ __forceinline__ void store_small(const Smem& sm, unsigned tile, unsig
 }
 
 template <class Cfg, int kCl>
-__device__ __forceinline__ void producer_stream_small(const SparseKernelParams& kp,
+__device__ __forceinline__ void producer_stream_small(const DecodeKernelParams& kp,
                                                       const SparsePart& part, int tok,
                                                       const Smem& sm, int rank) {
   constexpr int kWays = 2 * kCl;                       // two producer warpgroups per CTA
@@ -822,7 +822,7 @@ __device__ __forceinline__ uint2 staged_or_zero(bool valid, unsigned addr) {
 }
 
 template <class Cfg>
-__device__ __forceinline__ void producer_staged(const SparseKernelParams& kp, const SparsePart& part,
+__device__ __forceinline__ void producer_staged(const DecodeKernelParams& kp, const SparsePart& part,
                                                 int tok, const Smem& sm) {
   constexpr int kWays = 2;         // the two producer warpgroups split a block's tokens
   constexpr int kTpt = 2 * kWays;  // prefetching threads per token (prefetch_record)

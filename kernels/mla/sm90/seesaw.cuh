@@ -36,7 +36,7 @@
 #include "kernels/mla/sm90/stamps.cuh"
 #include "kernels/mla/sm90/traits.cuh"
 #include "kernels/mla/sm90/walk.cuh"
-#include "kernels/mla/sparse_work.cuh"
+#include "kernels/mla/schedule/work.cuh"
 
 namespace deca::mla::sm90 {
 
@@ -65,7 +65,7 @@ __device__ __forceinline__ void seesaw_pv(float (&o)[128], const unsigned (&pa)[
 }
 
 template <class Cfg, int kW>
-__device__ __forceinline__ void consumer_seesaw(const SparseKernelParams& kp, const SparsePart& part,
+__device__ __forceinline__ void consumer_seesaw(const DecodeKernelParams& kp, const SparsePart& part,
                                                 int tok, int head0, const Smem& sm) {
   constexpr int kCl = ClusterOf<Cfg>::value;
   constexpr int kRescale = RescaleOf<Cfg>::value;

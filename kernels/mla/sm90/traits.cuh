@@ -20,7 +20,7 @@ DECA_HD constexpr int threads_of(int producers) { return 128 * (2 + producers); 
 // Registers per thread at launch (one CTA per SM, 65536 in all; setmaxnreg takes multiples of 8).
 DECA_HD constexpr int launch_regs(int producers) { return 65536 / threads_of(producers) / 8 * 8; }
 constexpr int kHeadsPerCta = 64;  // the M of every wgmma; num_heads is padded to it inside
-constexpr int kTokens = 64;       // tokens per pipeline block (= kTopkBlock of sparse_work.cuh)
+constexpr int kTokens = 64;       // tokens per pipeline block (= kTopkBlock of kernels/mla/schedule/work.cuh)
 constexpr int kDimQK = 576;
 constexpr int kDimV = 512;
 constexpr int kDimNope = 512;

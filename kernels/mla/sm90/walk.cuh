@@ -1,12 +1,12 @@
 // How a CTA of the sm90a MLA sparse decode kernel walks its partition (SparsePart,
-// kernels/mla/sparse_work.cuh): the request pieces the consumers take in order, and the
+// kernels/mla/schedule/work.cuh): the request pieces the consumers take in order, and the
 // block cursors and raw index loads the producers run ahead with.
 #pragma once
 
 #include "kernels/common/ptx.cuh"
 #include "kernels/common/sm90_ptx.cuh"
 #include "kernels/mla/sm90/traits.cuh"
-#include "kernels/mla/sparse_work.cuh"
+#include "kernels/mla/schedule/work.cuh"
 
 namespace deca::mla::sm90 {
 
@@ -27,7 +27,7 @@ __device__ __forceinline__ int request_len(const MlaSparseParams& p, int r) {
   return l > p.topk ? p.topk : l;
 }
 
-__device__ __forceinline__ Piece piece_of(const SparseKernelParams& kp, const SparsePart& part,
+__device__ __forceinline__ Piece piece_of(const DecodeKernelParams& kp, const SparsePart& part,
                                           int r) {
   const int n = (request_len(kp.p, r) + kTokens - 1) / kTokens;
   Piece pc;
@@ -48,7 +48,7 @@ struct BlockPos {
   const int* row;
 };
 
-__device__ __forceinline__ void enter_request(const SparseKernelParams& kp, const SparsePart& part,
+__device__ __forceinline__ void enter_request(const DecodeKernelParams& kp, const SparsePart& part,
                                               int tok, BlockPos& c) {
   const Piece pc = piece_of(kp, part, c.r);
   c.blk = pc.blk_begin;
@@ -57,7 +57,7 @@ __device__ __forceinline__ void enter_request(const SparseKernelParams& kp, cons
   c.row = kp.p.indices + c.r * kp.p.indices_stride_batch + tok * kp.p.indices_stride_token;
 }
 
-__device__ __forceinline__ void settle(const SparseKernelParams& kp, const SparsePart& part, int tok,
+__device__ __forceinline__ void settle(const DecodeKernelParams& kp, const SparsePart& part, int tok,
                                        BlockPos& c) {
   while (c.r <= part.end_req && c.blk >= c.blk_end) {
     if (++c.r > part.end_req) break;
@@ -65,7 +65,7 @@ __device__ __forceinline__ void settle(const SparseKernelParams& kp, const Spars
   }
 }
 
-__device__ __forceinline__ BlockPos first_block(const SparseKernelParams& kp, const SparsePart& part,
+__device__ __forceinline__ BlockPos first_block(const DecodeKernelParams& kp, const SparsePart& part,
                                                 int tok) {
   BlockPos c{part.begin_req, 0, 0, 0, kp.p.indices};
   if (c.r <= part.end_req) enter_request(kp, part, tok, c);
@@ -73,7 +73,7 @@ __device__ __forceinline__ BlockPos first_block(const SparseKernelParams& kp, co
   return c;
 }
 
-__device__ __forceinline__ void next_block(const SparseKernelParams& kp, const SparsePart& part, int tok,
+__device__ __forceinline__ void next_block(const DecodeKernelParams& kp, const SparsePart& part, int tok,
                                            BlockPos& c) {
   if (c.r > part.end_req) return;
   ++c.blk;

@@ -24,7 +24,7 @@
 #include "kernels/common/kv_convert.cuh"
 #include "kernels/gqa/epilogue.cuh"
 #include "kernels/gqa/request.cuh"
-#include "kernels/gqa/traits.cuh"
+#include "kernels/gqa/sm80/traits.cuh"
 
 namespace deca::gqa {
 

@@ -1,5 +1,5 @@
 // Split-KV combine kernels, one warp per (request, query token, head) row, 8 rows per CTA:
-//  - sparse_combine: MLA sparse decode's pieces (sparse_work.cuh: slots split_offsets[r] ..
+//  - sparse_combine: MLA sparse decode's pieces (kernels/mla/schedule/work.cuh: slots split_offsets[r] ..
 //    split_offsets[r + 1] - 1 of run.partial_o / partial_lse), 512 dims, bf16 out. Unsplit
 //    requests were finished by the decode kernel: their rows return at once. Launched with
 //    programmatic dependent launch behind the decode kernel (griddepcontrol.wait comes before the
@@ -13,12 +13,12 @@
 
 #include "kernels/common/ptx.cuh"
 #include "kernels/common/split_merge.cuh"
-#include "kernels/mla/sparse_traits.cuh"
-#include "kernels/mla/sparse_work.cuh"
+#include "kernels/mla/launch.cuh"
+#include "kernels/mla/schedule/work.cuh"
 
 namespace deca::mla {
 
-__device__ __forceinline__ void sparse_combine(const SparseKernelParams& kp) {
+__device__ __forceinline__ void sparse_combine(const DecodeKernelParams& kp) {
   ptx::griddep_wait();
   const MlaSparseParams& p = kp.p;
   const SparseRun& run = kp.run;

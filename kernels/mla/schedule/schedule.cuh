@@ -3,7 +3,7 @@
 // topk_length from device memory, so a captured graph replays it with the lengths of the replay).
 // Deterministic: the same lengths give the same bytes.
 //
-// Greedy split (seed 001 step 3, the contract in sparse_work.cuh): request r costs
+// Greedy split (seed 001 step 3, the contract in kernels/mla/schedule/work.cuh): request r costs
 // n(r) + kFixedOverheadBlocks units; every partition gets at most
 //   payload = ceil(total cost / num_parts) + kFixedOverheadBlocks
 // units. Walking the requests in order, a partition takes a whole remainder of a request when
@@ -13,7 +13,7 @@
 // cutting adds one piece per partition at most, so slots <= batch + num_parts - 1.
 #pragma once
 
-#include "kernels/mla/sparse_work.cuh"
+#include "kernels/mla/schedule/work.cuh"
 
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
 #define DECA_MLA_HD __host__ __device__

@@ -1,19 +1,6 @@
-// Launch shapes of the MLA sparse kernels: the scheduler and combine blocks, and the tile shape and shared-memory
-// plan of the portable decode kernel (kernels/mla/sparse_decode.cuh). Host-compilable: the
-// backend reads kThreads and kSmemBytes.
+// Tile shape and shared-memory plan of the portable MLA decode kernel (kernels/mla/sm80/decode.cuh).
+// Host-compilable: the backend reads kThreads and kSmemBytes.
 #pragma once
-
-namespace deca::mla {
-
-// The combine kernels (kernels/mla/sparse_combine.cuh): one warp per output row.
-inline constexpr int kCombineWarps = 8;
-inline constexpr int kCombineThreads = 32 * kCombineWarps;
-
-// The scheduler kernel (kernels/mla/schedule_entry.cuh): one thread walks, all run the rest.
-inline constexpr int kScheduleThreads = 128;
-inline constexpr int kScheduleSmemLimit = 48 * 1024;  // staged in shared memory up to this
-
-}  // namespace deca::mla
 
 namespace deca::mla::portable {
 

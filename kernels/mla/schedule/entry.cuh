@@ -14,8 +14,8 @@
 
 #include "kernels/common/cta_scan.cuh"
 #include "kernels/common/ptx.cuh"
-#include "kernels/mla/sparse_schedule.cuh"
-#include "kernels/mla/sparse_traits.cuh"
+#include "kernels/mla/schedule/schedule.cuh"
+#include "kernels/mla/launch.cuh"
 
 namespace deca::mla {
 
@@ -39,7 +39,7 @@ __device__ __forceinline__ void schedule_block_scan(int* a, int n) {
 }  // namespace deca::mla
 
 extern "C" __global__ void __launch_bounds__(deca::mla::kScheduleThreads)
-    deca_mla_sparse_schedule(const __grid_constant__ deca::mla::SparseKernelParams kp) {
+    deca_mla_sparse_schedule(const __grid_constant__ deca::mla::DecodeKernelParams kp) {
   namespace m = deca::mla;
   // The decode kernel may take its SMs and set up its barriers now; its griddepcontrol.wait
   // still waits for this grid's writes.

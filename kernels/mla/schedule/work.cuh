@@ -22,7 +22,7 @@
 // Grid of a decode kernel: x = head blocks of 64 heads (num_heads padded inside; a cluster of 2
 // along x may share dequantized tokens), y = query token (q_len), z = partition.
 //
-// kernels/mla/sparse_schedule.cuh fills this (schedule_sparse) and has the readers' helpers: a
+// kernels/mla/schedule/schedule.cuh fills this (schedule_sparse) and has the readers' helpers: a
 // request's length and block count, a piece's blocks and its slot.
 #pragma once
 
@@ -125,10 +125,28 @@ __device__ __noinline__ void fill_nan_outputs(const MlaSparseParams& p, int head
 }
 #endif
 
-// The one parameter of every sparse decode kernel entry (passed as const __grid_constant__).
-struct SparseKernelParams {
+// Dense decode on the GPU reads its tokens through a block table. Its kernels take the same
+// MlaSparseParams as sparse decode, filled from MlaDenseParams with indices = nullptr, topk = the
+// plan's max_seq_len (the cap on a request's length), topk_length = seq_lens and attn_sink =
+// nullptr, so that the scheduler, the walk over a partition and the combine are the sparse ones:
+// "index" j of request r is its token j, id block_table[r][j / page_size] * page_size +
+// j % page_size, visible to query token i iff j < len(r) - (q_len - 1 - i) (causal among the
+// new tokens). The kv strides are bytes, as for the sparse cache.
+struct DenseSource {
+  const int* block_table;  // [batch, max_blocks] int32; null for sparse decode
+  long long block_table_stride;
+  int max_blocks;
+  int kv_format;   // MlaKvFormat
+  float kv_scale;  // kMlaKvFP8E4M3: real = stored * kv_scale
+  int pad;
+};
+
+// The one parameter of every MLA decode kernel entry (passed as const __grid_constant__). `dense`
+// comes last so that the sparse kernels' parameter offsets do not depend on it.
+struct DecodeKernelParams {
   MlaSparseParams p;
   SparseRun run;
+  DenseSource dense;
 };
 
 }  // namespace deca::mla

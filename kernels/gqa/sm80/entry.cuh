@@ -2,7 +2,7 @@
 // and then includes this file; the module exports one extern "C" kernel.
 #pragma once
 
-#include "kernels/gqa/decode.cuh"
+#include "kernels/gqa/sm80/decode.cuh"
 
 // The register budget is told the occupancy the shared memory allows (2 CTAs per SM for most
 // shapes): without it ptxas may aim at 3 and spill.

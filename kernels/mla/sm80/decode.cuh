@@ -1,7 +1,7 @@
 // Portable MLA sparse FP8 decode kernel: mma.sync tensor cores, sm_80 and newer (Hopper runs the
 // warp-specialized kernels/mla/sm90/ one; this is its reference and fallback).
 //
-// CTA = (block of 64 heads, query token, SM partition of the scheduler, sparse_work.cuh). It walks
+// CTA = (block of 64 heads, query token, SM partition of the scheduler, kernels/mla/schedule/work.cuh). It walks
 // the partition's (request, block of 64 indices) work in order. Per block: 128 threads turn this
 // block's and the next block's indices into byte offsets (-1, indices past len(r) and ids outside
 // the pool are masked; the next block's tokens are prefetched into L2 during the math); all
@@ -18,7 +18,7 @@
 // LSE to its slot for the combine kernel. After its last write the CTA lets a PDL-launched
 // combine start.
 //
-// Checked mode (kChecked, issue 9; entry kernels/mla/sparse_entry_checked.cuh): an index that is
+// Checked mode (kChecked, issue 9; entry kernels/mla/sm80/entry_checked.cuh): an index that is
 // neither -1 nor in [0, num_blocks * page_size), and a topk_length entry outside [0, topk], are
 // recorded in the workspace (kernels/common/check_record.cuh); both are skipped or clamped as in
 // the unchecked kernel, which compiles without the tests.
@@ -27,8 +27,8 @@
 #include "kernels/common/check_record.cuh"
 #include "kernels/common/kv_convert.cuh"
 #include "kernels/common/ptx.cuh"
-#include "kernels/mla/sparse_schedule.cuh"
-#include "kernels/mla/sparse_traits.cuh"
+#include "kernels/mla/schedule/schedule.cuh"
+#include "kernels/mla/sm80/traits.cuh"
 
 namespace deca::mla::portable {
 
@@ -186,7 +186,7 @@ struct RowState {
 };
 
 template <bool kChecked>
-__device__ __forceinline__ void sparse_decode(const SparseKernelParams& kp, unsigned char* smem) {
+__device__ __forceinline__ void sparse_decode(const DecodeKernelParams& kp, unsigned char* smem) {
   Smem& sm = *reinterpret_cast<Smem*>(smem);
   const MlaSparseParams& p = kp.p;
   const SparseRun& run = kp.run;

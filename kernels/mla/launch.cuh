@@ -1,0 +1,15 @@
+// Launch shapes of the MLA scheduler and combine kernels (kernels/mla/schedule/entry.cuh,
+// kernels/mla/combine/combine.cuh), shared by every decode kernel's host side. Host-compilable.
+#pragma once
+
+namespace deca::mla {
+
+// The combine kernels: one warp per output row.
+inline constexpr int kCombineWarps = 8;
+inline constexpr int kCombineThreads = 32 * kCombineWarps;
+
+// The scheduler kernel: one thread walks, all run the rest.
+inline constexpr int kScheduleThreads = 128;
+inline constexpr int kScheduleSmemLimit = 48 * 1024;  // staged in shared memory up to this
+
+}  // namespace deca::mla

@@ -1,0 +1,85 @@
+// The table of tuning overrides (tuning.hpp says what they are for). Keep docs/tuning.md in step:
+// tests/api/tuning_test.cpp checks that every row is documented there.
+#include "cuda/tuning.hpp"
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "deca/error.hpp"
+
+namespace deca::cuda {
+
+namespace {
+
+constexpr TuningRow kRows[] = {
+    // ---- GQA ----
+    {Tuning::kGqaSplits, "DECA_GQA_SPLITS", 1, 4096, nullptr, "the split model's count",
+     "splits per (request, kv head) unit, clamped to what the merge and the keys allow"},
+    // ---- MLA ----
+    {Tuning::kMlaKernel, "DECA_MLA_KERNEL", 0, 0, "portable", "the sm90a kernels on sm_90",
+     "portable: run the sm_80 mma.sync MLA kernels on Hopper too"},
+};
+
+// Variables that chose variants since deleted: name, and what to do instead.
+struct Retired {
+  const char* env;
+  const char* instead;
+};
+constexpr Retired kRetired[] = {
+    // ---- GQA ----
+    // ---- MLA ----
+    {nullptr, nullptr},
+};
+
+std::string quoted(const char* s) { return std::string("\"") + s + "\""; }
+
+}  // namespace
+
+const TuningRow* tuning_rows(int* count) {
+  *count = static_cast<int>(sizeof(kRows) / sizeof(kRows[0]));
+  return kRows;
+}
+
+void refuse_retired_tuning(const char* fn) {
+  for (const Retired& r : kRetired) {
+    if (r.env == nullptr) continue;
+    if (const char* v = std::getenv(r.env); v != nullptr && *v != '\0') {
+      throw Error(std::string(fn) + ": environment " + r.env + ": expected unset (the variants it chose " +
+                  "were retired: " + r.instead + "), got " + quoted(v));
+    }
+  }
+}
+
+std::optional<int> tuning_override(Tuning id, const char* fn) {
+  for (const TuningRow& row : kRows) {
+    if (row.id != id) continue;
+    const char* v = std::getenv(row.env);
+    if (v == nullptr || *v == '\0') return std::nullopt;
+    if (row.values != nullptr) {
+      int index = 0;
+      const char* word = row.values;
+      while (*word != '\0') {
+        const char* end = std::strchr(word, '|');
+        const std::size_t n = end ? static_cast<std::size_t>(end - word) : std::strlen(word);
+        if (std::strlen(v) == n && std::strncmp(v, word, n) == 0) return index;
+        if (end == nullptr) break;
+        word = end + 1;
+        ++index;
+      }
+      throw Error(std::string(fn) + ": environment " + row.env + ": expected one of " +
+                  quoted(row.values) + " (" + row.what + "), got " + quoted(v));
+    }
+    char* end = nullptr;
+    const long x = std::strtol(v, &end, 10);
+    if (end == v || *end != '\0' || x < row.lo || x > row.hi) {
+      throw Error(std::string(fn) + ": environment " + row.env + ": expected an integer in [" +
+                  std::to_string(row.lo) + ", " + std::to_string(row.hi) + "] (" + row.what + "), got " +
+                  quoted(v));
+    }
+    return static_cast<int>(x);
+  }
+  return std::nullopt;
+}
+
+}  // namespace deca::cuda
