@@ -7,6 +7,7 @@
 #include <string>
 #include <utility>
 
+#include "kernels/mla/params.cuh"
 #include "kernels/mla/sm80/traits.cuh"
 
 #if __has_include("kernels/mla/sm90/traits.cuh")
@@ -60,6 +61,16 @@ constexpr Knob kKnobs[] = {
     {&MlaSm90Knobs::direct, "kDirect", "DECA_MLA_DIRECT", 0, 3, "_direct", 0, true},
     {&MlaSm90Knobs::stamp, "kStamp", "DECA_MLA_STAMP", 0, 2, "_stamp", 0, true},
 };
+
+// The cache format's part of a dense decode kernel's name (MlaKvFormat).
+const char* kv_format_name(int kv_format) {
+  switch (kv_format) {
+    case kMlaKvBF16: return "bf16";
+    case kMlaKvFP8E4M3: return "fp8_e4m3";
+    case kMlaKvFP8Sparse: return "fp8_sparse";
+  }
+  return "fmt";
+}
 
 }  // namespace
 
@@ -175,8 +186,13 @@ MlaSm90Knobs mla_sm90_knobs_from_env(int num_heads) {
 
 // Built with std::to_string and appends, never iostreams (see gqa_spec.cpp for the locale trap).
 std::string MlaKernelKey::name() const {
-  std::string s = role_name(role);
+  const bool dense_decode = role == MlaKernelRole::kDecode && dense;
+  std::string s = dense_decode ? "mla_dense_decode" : role_name(role);
   if (role == MlaKernelRole::kDecode) s += "_" + variant;
+  if (dense_decode) {
+    s += '_';
+    s += kv_format_name(kv_format);
+  }
   if (role == MlaKernelRole::kDecode && checked) s += "_chk";
   if (role == MlaKernelRole::kDecode && variant == "sm90") {
     s += "_p" + std::to_string(page_size);
@@ -205,6 +221,9 @@ jit::JitSpec MlaKernelKey::spec() const {
       if (variant == "sm90") {
         header = "kernels/mla/sm90/entry.cuh";
         spec.entry = "deca_mla_sparse_decode_sm90";
+      } else if (dense) {
+        header = "kernels/mla/sm80/dense_entry.cuh";
+        spec.entry = "deca_mla_dense_decode";
       } else {
         header = checked ? "kernels/mla/sm80/entry_checked.cuh" : "kernels/mla/sm80/entry.cuh";
         spec.entry = "deca_mla_sparse_decode";
@@ -225,7 +244,12 @@ jit::JitSpec MlaKernelKey::spec() const {
     for (const Knob& k : kKnobs) {
       prologue += std::string("  static constexpr int ") + k.cfg + " = " + std::to_string(sm90.*k.member) + ";\n";
     }
+    prologue += "  static constexpr int kDense = " + std::to_string(dense ? 1 : 0) + ";\n";
+    prologue += "  static constexpr int kKvFormat = " + std::to_string(kv_format) + ";\n";
     prologue += "};\n";
+  } else if (role == MlaKernelRole::kDecode && dense) {
+    prologue = std::string("struct Cfg {\n  static constexpr bool kChecked = ") + (checked ? "true" : "false") +
+               ";\n  static constexpr int kKvFormat = " + std::to_string(kv_format) + ";\n};\n";
   }
   spec.source = "// " + spec.name + "\n" + prologue + "#include \"" + header + "\"\n";
   return spec;
@@ -237,8 +261,25 @@ std::string mla_decode_variant(int arch) {
   return "sm90";
 }
 
+int mla_kv_format(const MlaConfig& config) {
+  switch (config.kv_format) {
+    case MlaCacheFormat::kBF16: return kMlaKvBF16;
+    case MlaCacheFormat::kFP8E4M3: return kMlaKvFP8E4M3;
+    case MlaCacheFormat::kFP8Sparse: return kMlaKvFP8Sparse;
+    case MlaCacheFormat::kDefault: break;
+  }
+  return config.sparse ? kMlaKvFP8Sparse : kMlaKvBF16;
+}
+
+bool mla_dense_sm90_supported(int kv_format) {
+  (void)kv_format;
+  return false;
+}
+
 std::string mla_plan_variant(int arch, const MlaConfig& config) {
-  return config.checked ? "portable" : mla_decode_variant(arch);
+  if (config.checked) return "portable";
+  if (!config.sparse && !mla_dense_sm90_supported(mla_kv_format(config))) return "portable";
+  return mla_decode_variant(arch);
 }
 
 MlaKernelKey mla_decode_key(int arch, const std::string& variant, const MlaConfig& config) {
@@ -247,6 +288,8 @@ MlaKernelKey mla_decode_key(int arch, const std::string& variant, const MlaConfi
   k.role = MlaKernelRole::kDecode;
   k.variant = variant;
   k.checked = config.checked && variant == "portable";
+  k.dense = !config.sparse;
+  k.kv_format = mla_kv_format(config);
   if (variant != "sm90") return k;
   k.page_size = config.page_size;
   k.sm90 = mla_sm90_knobs_from_env(config.num_heads);
