@@ -1,7 +1,7 @@
 // MLA decode (DeepSeek): one shared latent KV head of 576 dims (512 "NoPE" + 64 RoPE); V is the
 // first 512 dims of each cached row. Dense (bf16 cache + block table) and sparse (656-byte FP8
 // tokens + top-k indices), and the combine step that merges split-KV partial results by LSE.
-// Semantics: DESIGN.md, "MLA decode"; the CPU backend is the executable specification.
+// Semantics: docs/semantics.md, "MLA decode"; the CPU backend is the executable specification.
 #pragma once
 
 #include <cstddef>

@@ -1,5 +1,5 @@
-// MLA decode references (DESIGN.md, "MLA decode"): dense over a bf16 paged latent cache, and
-// sparse over the 656-byte FP8 token format with top-k indices. One latent KV head: K is the
+// MLA decode references (docs/semantics.md, "MLA decode"): dense over a bf16 paged latent cache,
+// and sparse over the 656-byte FP8 token format with top-k indices. One latent KV head: K is the
 // whole 576-dim row, V its first 512 dims.
 #include <cmath>
 #include <cstdint>
