@@ -1,4 +1,4 @@
-// deca-bench: decode-attention benchmark over the named shapes of shared/BENCH_SHAPES.md.
+// deca-bench: decode-attention benchmark over the named shapes of docs/benchmarks.md.
 // Without flags it runs the GQA table on the GPU, or the small preset on the CPU backend when
 // no GPU is present. See --help.
 #include <unistd.h>
@@ -146,7 +146,7 @@ nlohmann::json device_json(const DeviceInfo& d) {
 
 int run(int argc, char** argv) {
   CLI::App app{"deca-bench: decode-attention benchmark (GQA paged decode, MLA decode).\n"
-               "Shapes: shared/BENCH_SHAPES.md; timing: one launch with a cold L2, median of "
+               "Shapes: docs/benchmarks.md; timing: one launch with a cold L2, median of "
                "--iters after --warmup, plus back-to-back launches in a CUDA graph."};
   bool list = false, check = false, host_cost = false, checked = false;
   std::vector<std::string> presets, shapes;

@@ -6,7 +6,7 @@
 //   plan = deca::plan_mla_decode(config);        // once per decode shape (host only, no launch)
 //   deca::mla_decode_dense(plan, args);          // once per layer; CUDA-graph safe on the GPU
 //
-// Semantics: DESIGN.md, "MLA decode"; the CPU backend is the executable specification.
+// Semantics: docs/semantics.md, "MLA decode"; the CPU backend is the executable specification.
 #pragma once
 
 #include <cstddef>

@@ -1,4 +1,4 @@
-// MLA decode references (DESIGN.md, "MLA decode"): dense over a paged latent cache (bf16, e4m3
+// MLA decode references (docs/semantics.md, "MLA decode"): dense over a paged latent cache (bf16, e4m3
 // with one scale, or the 656-byte FP8 token), and sparse over the 656-byte FP8 token format with
 // top-k indices. One latent KV head: K is the whole 576-dim row, V its first 512 dims.
 //

@@ -1,5 +1,5 @@
 // MLA dense and sparse-FP8 decode references against independent brute force, hand cases and
-// invariants (DESIGN.md, "MLA decode").
+// invariants (docs/semantics.md, "MLA decode").
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -1,5 +1,5 @@
 // GQA decode on the GPU against the CPU reference, over a matrix that covers every feature of the
-// kernel and their combinations (DESIGN.md "GQA decode"; issue 3 section 3). Fresh random data
+// kernel and their combinations (docs/semantics.md, "GQA / MQA / MHA decode"). Fresh random data
 // per case (seed: DECA_TEST_SEED), unused KV slots poisoned with NaN, unused page-table columns
 // with huge ids, outputs poisoned before each run. Skipped where no GPU is present.
 #include <gtest/gtest.h>
