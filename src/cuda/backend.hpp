@@ -27,8 +27,9 @@ plan::SmLimits sm_limits(int device);
 int gqa_arch(const GqaConfig& config, const std::string& fn);
 
 // Fills plan.num_splits, split_tokens, workspace_bytes, kernel_name, sm_count for a config whose
-// device is CUDA.
-void plan_gqa_decode(GqaPlan& plan);
+// device is CUDA. `path_arch` (tests only; make_gqa_key): the 8-bit path a plan takes on that
+// arch instead of this device's, so that one GPU runs every arch's code.
+void plan_gqa_decode(GqaPlan& plan, int path_arch = 0);
 
 // Points params.ws_partial_o / ws_partial_ml / ws_counters into `workspace` (at least
 // plan.workspace_bytes bytes on the plan's device, zeroed once at allocation). The layout is the
@@ -41,7 +42,8 @@ void carve_gqa_workspace(const GqaPlan& plan, void* workspace, GqaParams& params
 void gqa_decode(const GqaPlan& plan, const GqaParams& params, void* stream, bool launch = true);
 
 // Compiles (or finds in the cubin cache) the kernel a plan of `config` runs on devices of compute
-// capability `arch`, without launching anything or needing a GPU; returns its name.
+// capability `arch`, without launching anything or needing a GPU; returns its name. Both this and
+// plan_gqa_decode refuse retired tuning variables (tuning.hpp).
 std::string precompile_gqa(const GqaConfig& config, int arch);
 
 // ---- MLA sparse decode and the combine op (src/cuda/mla_backend.cpp) --------------------------
