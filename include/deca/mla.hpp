@@ -55,6 +55,16 @@ struct MlaPlan {
 
 MlaPlan plan_mla_decode(const MlaConfig& config);
 
+// Compiles ahead of time the GPU kernels that a plan of `config` runs on devices of compute
+// capability `compute_capability` (80, 86, 89, 90, ...; 0 = that of config.device): the
+// scheduler, the decode kernel and the combine, or finds them in the on-disk kernel cache
+// (DECA_CACHE_DIR, else ~/.cache/deca), and returns the decode kernel's name (what
+// MlaPlan::kernel_name will be there). Nothing is launched and, with an explicit capability, no
+// GPU is needed. The config is validated as plan_mla_decode validates it; CUDA runs sparse decode
+// only in this build, so config.sparse must be true. With an explicit capability config.device is
+// not used.
+std::string precompile_mla_decode(const MlaConfig& config, int compute_capability = 0);
+
 struct MlaDenseArgs {
   TensorView q;              // [batch, q_len, num_heads, 576] bf16
   TensorView kv_cache;       // [num_blocks, page_size, 1, 576] bf16

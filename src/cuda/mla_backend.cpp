@@ -341,6 +341,16 @@ void mla_sparse_decode(const MlaPlan& plan, const MlaSparseParams& params, void*
               combine_block(), 0, stream, args, combine_options);
 }
 
+int mla_arch(const MlaConfig& config, const std::string& fn) { return checked_arch(config.device, fn); }
+
+std::string precompile_mla(const MlaConfig& config, int arch) {
+  const MlaKernelKey dk = mla_decode_key(arch, mla_plan_variant(arch, config), config);
+  (void)jit::compile_only(key(arch, MlaKernelRole::kSchedule).spec());
+  (void)jit::compile_only(dk.spec());
+  (void)jit::compile_only(key(arch, MlaKernelRole::kCombine).spec());
+  return dk.name();
+}
+
 void combine(const CombineParams& params, int device, void* stream) {
   if (params.batch > static_cast<int>(kMaxGridYZ) || params.q_len > static_cast<int>(kMaxGridYZ)) {
     throw Error("combine: partial_out: expected batch and q_len <= 65535 on CUDA (grid extents), "
