@@ -209,6 +209,21 @@ void fill_shape_json(const MlaShape& s, CaseResult& r) {
 
 }  // namespace
 
+MlaConfig mla_config(const MlaShape& s, Device device, bool checked) {
+  MlaConfig cfg;
+  cfg.num_heads = s.num_heads;
+  cfg.page_size = s.page_size;
+  cfg.sparse = s.sparse;
+  cfg.max_batch = s.batch;
+  cfg.max_q_len = s.q_len;
+  cfg.max_seq_len = s.seq_len;
+  cfg.topk = s.topk;
+  cfg.lse = true;
+  cfg.checked = checked;
+  cfg.device = device;
+  return cfg;
+}
+
 CaseResult run_mla_case(const BenchCase& bc, const RunOptions& opt) {
   const MlaShape& s = bc.mla;
   CaseResult r;
@@ -225,17 +240,7 @@ CaseResult run_mla_case(const BenchCase& bc, const RunOptions& opt) {
 
   Rng rng(opt.seed ^ std::hash<std::string>{}(bc.name));
   const Device device = opt.cuda ? Device::cuda(opt.device) : Device::cpu();
-  MlaConfig cfg;
-  cfg.num_heads = s.num_heads;
-  cfg.page_size = s.page_size;
-  cfg.sparse = s.sparse;
-  cfg.max_batch = s.batch;
-  cfg.max_q_len = s.q_len;
-  cfg.max_seq_len = s.seq_len;
-  cfg.topk = s.topk;
-  cfg.lse = true;
-  cfg.checked = opt.checked;  // explicit: the bench measures what its row says, not DECA_CHECKED
-  cfg.device = device;
+  const MlaConfig cfg = mla_config(s, device, opt.checked);
   const MlaPlan plan = plan_mla_decode(cfg);
 
   HostMla h;

@@ -5,11 +5,16 @@
 // once, before any large allocation).
 #pragma once
 
+#include "deca/mla.hpp"
 #include "options.hpp"
 #include "presets.hpp"
 #include "report.hpp"
 
 namespace deca::bench {
+
+// The config a case's plan is made with (unchecked unless `checked`: the bench measures what its
+// row says, not DECA_CHECKED).
+MlaConfig mla_config(const MlaShape& shape, Device device, bool checked = false);
 
 CaseResult run_mla_case(const BenchCase& bench_case, const RunOptions& options);
 

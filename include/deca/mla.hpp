@@ -91,6 +91,16 @@ struct MlaPlan {
 // enough shared memory for the decode kernel).
 MlaPlan plan_mla_decode(const MlaConfig& config);
 
+// Compiles ahead of time the GPU kernels that a plan of `config` runs on devices of compute
+// capability `compute_capability` (80, 86, 89, 90, ...; 0 = that of config.device): the
+// scheduler, the decode kernel and the combine, or finds them in the on-disk kernel cache
+// (DECA_CACHE_DIR, else ~/.cache/deca), and returns the decode kernel's name (what
+// MlaPlan::kernel_name will be there). Nothing is launched and, with an explicit capability, no
+// GPU is needed. The config is validated as plan_mla_decode validates it; With an explicit
+// capability config.device is not used.
+std::string precompile_mla_decode(const MlaConfig& config, int compute_capability = 0);
+
+
 // Dense decode: query token i of request b (q_len new tokens, the last q_len of the request's
 // cache_seqlens[b] tokens) attends to the request's cached tokens j < len - (q_len - 1 - i),
 // where token j lives in slot j % page_size of block block_table[b][j / page_size]. A row

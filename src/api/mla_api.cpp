@@ -285,6 +285,26 @@ MlaPlan plan_mla_decode(const MlaConfig& config) {
   return plan;
 }
 
+std::string precompile_mla_decode(const MlaConfig& config, int compute_capability) {
+  constexpr const char* fn = "precompile_mla_decode";
+  MlaConfig c = config;
+  // With a capability the device plays no part: validate everything else as a plan would.
+  if (compute_capability != 0) c.device = Device::cpu();
+  api::validate_mla_config(fn, "config", c);
+  if (!c.sparse) {
+    api::fail(fn, "config.sparse", std::string("true (") + api::kCpuOnly + ")", "false");
+  }
+  if (compute_capability != 0) {
+    api::expect_compile_capability(fn, compute_capability);
+    return cuda::precompile_mla(config, compute_capability);
+  }
+  if (config.device.kind != DeviceKind::kCUDA) {
+    api::fail(fn, "config.device", "a CUDA device (or a compute_capability to compile for without one)",
+              to_string(config.device));
+  }
+  return cuda::precompile_mla(config, cuda::mla_arch(config, fn));
+}
+
 void mla_decode_dense(const MlaPlan& plan, const MlaDenseArgs& a) {
   using namespace api;
   constexpr const char* fn = "mla_decode_dense";

@@ -75,6 +75,15 @@ void plan_mla_dense(MlaPlan& plan);
 void mla_dense_decode(const MlaPlan& plan, const MlaDenseParams& params, void* workspace,
                       void* stream, bool reuse_schedule);
 
+// The compute capability of config.device (a CUDA device) for the MLA kernels; throws a
+// deca::Error from `fn` naming config.device when it is absent or older than 8.0.
+int mla_arch(const MlaConfig& config, const std::string& fn);
+
+// Compiles (or finds in the cubin cache) the scheduler, decode and combine kernels a plan of the
+// `config` (dense or sparse) runs on devices of compute capability `arch`, without launching anything or
+// needing a GPU; returns the decode kernel's name.
+std::string precompile_mla(const MlaConfig& config, int arch);
+
 // The `combine` op on CUDA tensors of `device`.
 void combine(const CombineParams& params, int device, void* stream);
 

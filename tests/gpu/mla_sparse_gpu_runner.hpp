@@ -22,13 +22,12 @@
 
 namespace deca::test {
 
-// The decode variants this machine runs: the portable kernel everywhere, the sm90 one on Hopper
-// when it is enabled. Selected through DECA_MLA_KERNEL, as a user would. The tests run checked
+// The decode variants this machine runs: the portable kernel everywhere, the sm90 ones on Hopper. Selected through DECA_MLA_KERNEL, as a user would. The tests run checked
 // plans by default (tests/common/checked_on.cpp), and a checked plan runs the portable kernel:
 // the sm90 variant is therefore tested with DECA_CHECKED=0, so that it keeps its coverage.
 inline std::vector<std::string> mla_variants() {
   std::vector<std::string> v = {"portable"};
-  if (cuda::available() && cuda::kMlaSm90KernelEnabled && cuda::compute_capability(0) == 90) {
+  if (cuda::available() && cuda::compute_capability(0) == 90) {
     v.push_back("sm90");
   }
   return v;

@@ -1,6 +1,6 @@
-// How a CTA of the sm90a MLA sparse decode kernel walks its partition (SparsePart,
-// kernels/mla/schedule/work.cuh): the request pieces the consumers take in order, and the
-// block cursors and raw index loads the producers run ahead with.
+// How a CTA of the sm90a MLA sparse decode kernels walks its partition (SparsePart,
+// kernels/mla/schedule/work.cuh): the request pieces the consumers take in order, the block
+// cursors and raw index loads the producers run ahead with, and where a token's record lies.
 #pragma once
 
 #include "kernels/common/ptx.cuh"
@@ -88,6 +88,21 @@ __device__ __forceinline__ int raw_id_at(const SparsePart& part, const BlockPos&
   const int pos = c.blk * kTokens + k;
   if (c.r > part.end_req || pos >= c.len) return -1;
   return ldg_nc_s32(c.row + pos);
+}
+
+// The byte offset of token `id`'s 656-byte record in the pool, from an unsigned block and slot
+// (one multiply each); `id` >= 0 inside the pool, or -1, whose offset is computed but never read
+// from (ldg_nc_v2x3_if tests the id).
+template <class Cfg>
+__device__ __forceinline__ unsigned long long record_offset(const MlaSparseParams& p, int id) {
+  const unsigned u = static_cast<unsigned>(id);
+  return static_cast<unsigned long long>(u / Cfg::kPageSize) * static_cast<unsigned long long>(p.kv_stride_block) +
+         static_cast<unsigned long long>(u % Cfg::kPageSize) * static_cast<unsigned long long>(p.kv_stride_slot);
+}
+// The 656-byte record of token `id` (>= 0, inside the pool).
+template <class Cfg>
+__device__ __forceinline__ const unsigned char* record_of(const MlaSparseParams& p, int id) {
+  return p.kv + record_offset<Cfg>(p, id);
 }
 
 }  // namespace deca::mla::sm90
