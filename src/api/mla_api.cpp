@@ -291,9 +291,6 @@ std::string precompile_mla_decode(const MlaConfig& config, int compute_capabilit
   // With a capability the device plays no part: validate everything else as a plan would.
   if (compute_capability != 0) c.device = Device::cpu();
   api::validate_mla_config(fn, "config", c);
-  if (!c.sparse) {
-    api::fail(fn, "config.sparse", std::string("true (") + api::kCpuOnly + ")", "false");
-  }
   if (compute_capability != 0) {
     api::expect_compile_capability(fn, compute_capability);
     return cuda::precompile_mla(config, compute_capability);

@@ -130,8 +130,7 @@ int mla_kv_format(const MlaConfig& config) {
 }
 
 bool mla_dense_sm90_supported(int kv_format) {
-  (void)kv_format;
-  return false;
+  return kv_format == kMlaKvBF16 || kv_format == kMlaKvFP8E4M3 || kv_format == kMlaKvFP8Sparse;
 }
 
 std::string mla_plan_variant(int arch, const MlaConfig& config) {
@@ -151,7 +150,7 @@ MlaKernelKey mla_decode_key(int arch, const std::string& variant, const MlaConfi
   refuse_retired_tuning("plan_mla_decode");
   if (variant != "sm90") return k;
   k.page_size = config.page_size;
-  k.sm90 = mla::sm90::kernel_class(config.num_heads);
+  k.sm90 = mla::sm90::kernel_class(config.num_heads, k.dense && k.kv_format != kMlaKvFP8Sparse);
   return k;
 }
 

@@ -52,9 +52,10 @@ MlaDecodeShape mla_decode_shape(const MlaKernelKey& key);
 // kDefault read as bf16 for dense decode and the 656-byte FP8 token for sparse decode.
 int mla_kv_format(const MlaConfig& config);
 
-// Whether the sm90 kernel decodes a dense cache of format `kv_format` (MlaKvFormat). False for
-// every format until its dense device code is in: dense plans then run the portable kernel on
-// every architecture. The one switch that sends them to the sm90 kernel on sm_90.
+// Whether the sm90 kernels decode a dense cache of format `kv_format` (MlaKvFormat): bf16 and e4m3
+// rows through the wide kernel (kernels/mla/sm90/rows.cuh), the 656-byte token through the sparse
+// kernels' record producers. The one switch between the sm90 and the portable kernel for dense
+// plans on sm_90.
 bool mla_dense_sm90_supported(int kv_format);
 
 // The decode variant of a plan: a checked plan runs the portable kernel (the sm90 one has no

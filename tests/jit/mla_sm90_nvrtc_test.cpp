@@ -10,6 +10,7 @@
 #include "jit/elf_symbols.hpp"
 #include "jit/mla_sm90_spec.hpp"
 #include "jit/nvrtc_compile.hpp"
+#include "kernels/mla/params.cuh"
 #include "kernels/mla/sm90/traits.cuh"
 
 namespace deca {
@@ -44,6 +45,17 @@ void expect_clean_compile(const jit::JitSpec& spec, bool timing_only = false) {
 TEST(MlaSm90Nvrtc, EveryPlanKernelCompilesWithoutSpills) {
   for (int heads : {16, 64, 128}) {
     for (int page : {1, 16, 64, 128}) expect_clean_compile(test::mla_sm90_spec(page, heads));
+  }
+}
+
+// The dense decode kernels: bf16 and e4m3 rows through the wide kernel at every head class, the
+// 656-byte token read densely through the direct kernel at <= 16 heads and the wide one above, at
+// page sizes 1, 61 and 64.
+TEST(MlaSm90Nvrtc, DenseKernelsCompileWithoutSpills) {
+  for (int format : {kMlaKvBF16, kMlaKvFP8E4M3, kMlaKvFP8Sparse}) {
+    for (int heads : {16, 64, 128}) {
+      for (int page : {1, 61, 64}) expect_clean_compile(test::mla_sm90_spec(page, heads, 0, format));
+    }
   }
 }
 

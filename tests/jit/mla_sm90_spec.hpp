@@ -7,16 +7,21 @@
 
 #include "cuda/mla_spec.hpp"
 #include "jit/spec.hpp"
+#include "kernels/mla/params.cuh"
 
 namespace deca::test {
 
-inline jit::JitSpec mla_sm90_spec(int page_size, int num_heads, int ablate = 0) {
+// `dense_format` >= 0: the dense decode kernel of that cache format (MlaKvFormat), as
+// mla_decode_key makes it.
+inline jit::JitSpec mla_sm90_spec(int page_size, int num_heads, int ablate = 0, int dense_format = -1) {
   cuda::MlaKernelKey key;
   key.arch = 90;
   key.role = cuda::MlaKernelRole::kDecode;
   key.variant = "sm90";
   key.page_size = page_size;
-  key.sm90 = mla::sm90::kernel_class(num_heads);
+  key.dense = dense_format >= 0;
+  if (key.dense) key.kv_format = dense_format;
+  key.sm90 = mla::sm90::kernel_class(num_heads, key.dense && dense_format != kMlaKvFP8Sparse);
   jit::JitSpec spec = key.spec();
   if (ablate != 0) {
     const std::string field = "  static constexpr int kAblate = " + std::to_string(ablate) + ";\n";

@@ -4,11 +4,14 @@
 //     static constexpr int kPageSize = 64;  // tokens per cache block: id / kPageSize, id % kPageSize
 //     static constexpr int kDirect = 0;     // 1: at most 16 heads, the kernel without the bf16 tile
 //     static constexpr int kCluster = 1;    // the wide kernel: 2 for 65..128 heads (two head blocks)
+//     static constexpr int kDense = 0;      // optional: 1 reads the tokens through the block table
+//     static constexpr int kKvFormat = 2;   // optional (MlaKvFormat): dense caches may be bf16 or e4m3
 //   };
 // Everything else the kernels do is fixed per class (below, with why); tests may add kAblate.
 // Host code reads it too (the Ablate values).
 #pragma once
 
+#include "kernels/mla/params.cuh"
 #include "kernels/mla/sm90/traits.cuh"
 
 namespace deca::mla::sm90 {
@@ -30,6 +33,17 @@ DECA_MLA_SM90_FIELD(ClusterOf, kCluster, 1)
 DECA_MLA_SM90_FIELD(DirectOf, kDirect, 0)
 template <class Cfg>
 inline constexpr bool kDirect = DirectOf<Cfg>::value == 1;
+
+// Dense decode (kernels/mla/schedule/work.cuh, DenseSource): token j of a request is slot
+// j % kPageSize of block block_table[r][j / kPageSize], visible to query token i iff
+// j < len - (q_len - 1 - i). The cache's format: the 656-byte token (the sparse one, read by the
+// records' producer) or whole rows of bf16 / e4m3 (rows.cuh; the wide kernel only).
+DECA_MLA_SM90_FIELD(DenseOf, kDense, 0)
+DECA_MLA_SM90_FIELD(KvFormatOf, kKvFormat, kMlaKvFP8Sparse)
+template <class Cfg>
+inline constexpr bool kDense = DenseOf<Cfg>::value == 1;
+template <class Cfg>
+inline constexpr bool kRowFormat = KvFormatOf<Cfg>::value != kMlaKvFP8Sparse;
 
 // Timing only (tests/gpu/mla_sm90_timing_test.cpp sets it; no plan does, and the numbers are
 // wrong): builds that leave one stage out, so that a GPU round says what bounds the kernel.

@@ -1,6 +1,9 @@
-// MLA sparse FP8 decode, Hopper (sm_90a): the wide kernel, for 17..128 heads (kernel_class in
-// traits.cuh; at most 16 heads run direct.cuh). Warp-specialized: wgmma tensor cores fed by two
-// producer warpgroups that gather and dequantize the selected tokens into a bf16 tile.
+// MLA decode, Hopper (sm_90a): the wide kernel, for 17..128 heads (kernel_class in traits.cuh; at
+// most 16 heads of the 656-byte token run direct.cuh). Warp-specialized: wgmma tensor cores fed by
+// two producer warpgroups that gather and dequantize the tokens into a bf16 tile. Sparse decode
+// selects the tokens by top-k indices; dense decode (Cfg::kDense, config.cuh) takes every token
+// of a request through its block table, causal among the q_len new tokens (walk.cuh), from the
+// 656-byte token or from bf16 / e4m3 rows (Cfg::kKvFormat, rows.cuh): only the producers differ.
 //
 // Unit of work: one CTA = (block of 64 heads = grid x, query token = grid y, SM partition = grid
 // z). The partition's SparsePart (kernels/mla/schedule/work.cuh) lists the requests and blocks of

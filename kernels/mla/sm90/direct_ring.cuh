@@ -173,12 +173,12 @@ __device__ __forceinline__ void producer_copies(const DecodeKernelParams& kp, co
   const int warp = tg >> 5, lane = tg & 31;
   const int mine = 16 * warp + (lane & 15);  // the token whose id this lane loads
   const unsigned pool = pool_bound(static_cast<long long>(p.num_blocks) * Cfg::kPageSize);
-  BlockPos cur = first_block(kp, part, tok);
-  int id = raw_id_at(part, cur, mine);
+  BlockPos cur = first_block<Cfg>(kp, part, tok);
+  RawId id = raw_id_at<Cfg>(part, cur, mine);
   for (int it = 0; cur.r <= part.end_req; ++it) {
-    const int c = checked_id(id, pool);
-    next_block(kp, part, tok, cur);
-    id = raw_id_at(part, cur, mine);  // the next block's, in flight while this one waits
+    const int c = finish_id<Cfg>(kp, id, pool);
+    next_block<Cfg>(kp, part, tok, cur);
+    id = raw_id_at<Cfg>(part, cur, mine);  // the next block's, in flight while this one waits
     mbar_wait(sm.empty(it), ((it / kDirectRing) & 1) ^ 1);
     if (lane < 16) sm.ids(it)[mine] = c;
     const unsigned slot = sm.slot(it) + static_cast<unsigned>(16 * warp * kTokenBytes + 16 * lane);

@@ -15,8 +15,10 @@
 #include "kernels/common/sm90_ptx.cuh"
 #include "kernels/mla/sm90/config.cuh"
 #include "kernels/mla/sm90/dequant.cuh"
+#include "kernels/mla/sm90/gather.cuh"
 #include "kernels/mla/sm90/layout.cuh"
 #include "kernels/mla/sm90/pipeline.cuh"
+#include "kernels/mla/sm90/rows.cuh"
 #include "kernels/mla/sm90/traits.cuh"
 #include "kernels/mla/sm90/walk.cuh"
 #include "kernels/mla/schedule/work.cuh"
@@ -24,31 +26,6 @@
 namespace deca::mla::sm90 {
 
 using namespace ::deca::sm90;  // the Hopper PTX wrappers
-
-// A 16-byte / 8-byte load of a cache record with the gather's L1 policy (config.cuh).
-// The no-gather ablation returns bytes made from the address instead (from addr_bits): e4m3 and
-// bf16 in [0.5, 1), all finite, and dependent on the id as a load's result would be.
-__device__ __forceinline__ unsigned addr_bits(const unsigned char* p) {  // the low 32 bits
-  return static_cast<unsigned>(reinterpret_cast<unsigned long long>(p));
-}
-template <class Cfg>
-__device__ __forceinline__ uint4 load_rec16(const unsigned char* p) {
-  if constexpr (kNoGather<Cfg>) {
-    const unsigned v = (addr_bits(p) & 0x07070707u) | 0x30303030u;
-    return make_uint4(v, v ^ 0x01010101u, v ^ 0x02020202u, v ^ 0x04040404u);
-  }
-  if constexpr (kL1EvictLast<Cfg>) return ldg_nc_el_v4(p);
-  return ldg_nc_na_v4(p);
-}
-template <class Cfg>
-__device__ __forceinline__ uint2 load_rec8(const unsigned char* p) {
-  if constexpr (kNoGather<Cfg>) {
-    const uint4 v = load_rec16<Cfg>(p);
-    return make_uint2(v.x, v.y);
-  }
-  if constexpr (kL1EvictLast<Cfg>) return ldg_nc_el_v2(p);
-  return ldg_nc_na_v2(p);
-}
 
 // One token's NoPE bytes as a producer lane takes them (layout.cuh, whole rows): lane l of the
 // warp on token n takes two 8-byte pieces, units l % 8 of chunks rows_chunk(l) and + 2, and their
@@ -159,13 +136,13 @@ __device__ __forceinline__ void producer(const DecodeKernelParams& kp, const Spa
   // Cursors at blocks i (produced now), i + 1 (whose ids are loaded now) and i + 2 (whose
   // prefetch id is loaded now, for the prefetch issued at block i + 1: the L2 prefetch runs one
   // block ahead of the gather).
-  BlockPos cur = first_block(kp, part, tok);
+  BlockPos cur = first_block<Cfg>(kp, part, tok);
   BlockPos nxt = cur;
-  next_block(kp, part, tok, nxt);
+  next_block<Cfg>(kp, part, tok, nxt);
   BlockPos far = nxt;
-  int pf_id = raw_id_at(part, far, pf_k);  // block 1's, prefetched at block 0
-  next_block(kp, part, tok, far);
-  int my_id = tg < kTokens ? raw_id_at(part, cur, tg) : -1;
+  RawId pf_raw = raw_id_at<Cfg>(part, far, pf_k);  // block 1's, prefetched at block 0
+  next_block<Cfg>(kp, part, tok, far);
+  RawId my_raw = tg < kTokens ? raw_id_at<Cfg>(part, cur, tg) : RawId{-1, 0};
   for (int it = 0; cur.r <= part.end_req; ++it) {
     const int stage = it & 1;
     // The tile free. Fresh barriers complete "the phase before phase 0", so the first two waits
@@ -179,19 +156,25 @@ __device__ __forceinline__ void producer(const DecodeKernelParams& kp, const Spa
     wait_free();
     // Every CTA keeps all 64 ids: the consumers mask with them. The slot of block it was last
     // read by the consumers of block it - kIdSlots, done before the wait for block it - 2.
-    if (tg < kTokens) sm.ids(it)[tg] = checked_id(my_id, pool);
-    pf_id = checked_id(pf_id, pool);
+    if (tg < kTokens) sm.ids(it)[tg] = finish_id<Cfg>(kp, my_raw, pool);
+    const int pf_id = finish_id<Cfg>(kp, pf_raw, pool);
     named_bar_sync(kBarIds, 256);
     // A block ahead: the next block's ids, and the id of the block two ahead.
-    if (tg < kTokens) my_id = raw_id_at(part, nxt, tg);
-    if (pf_id >= 0) prefetch_record<Cfg, kTpt>(p, pf_id, t);
-    pf_id = raw_id_at(part, far, pf_k);
-    produce_block<Cfg, kCl, kWays, kPerRound>(p, sm, stage, sm.ids(it), t, first_token);
+    if (tg < kTokens) my_raw = raw_id_at<Cfg>(part, nxt, tg);
+    if constexpr (kRowFormat<Cfg>) {
+      if (pf_id >= 0) prefetch_row<Cfg, kTpt>(p, pf_id, t);
+      pf_raw = raw_id_at<Cfg>(part, far, pf_k);
+      produce_rows<Cfg, kCl, kWays>(kp, sm, stage, sm.ids(it), t, first_token);
+    } else {
+      if (pf_id >= 0) prefetch_record<Cfg, kTpt>(p, pf_id, t);
+      pf_raw = raw_id_at<Cfg>(part, far, pf_k);
+      produce_block<Cfg, kCl, kWays, kPerRound>(p, sm, stage, sm.ids(it), t, first_token);
+    }
     fence_proxy_async_smem();
     mbar_arrive(sm.full(stage));
     cur = nxt;
-    next_block(kp, part, tok, nxt);
-    next_block(kp, part, tok, far);
+    next_block<Cfg>(kp, part, tok, nxt);
+    next_block<Cfg>(kp, part, tok, far);
   }
 }
 

@@ -101,8 +101,10 @@ struct KernelClass {
   int direct;   // 1: direct.cuh
   int cluster;  // 1 or 2 (the wide kernel only)
 };
-DECA_HD constexpr KernelClass kernel_class(int num_heads) {
-  return num_heads <= kDirectMaxHeads ? KernelClass{1, 1} : KernelClass{0, kClusterX(num_heads)};
+// `tile_only`: the cache is not the 656-byte token (dense bf16 / e4m3 rows), which only the wide
+// kernel's producers read.
+DECA_HD constexpr KernelClass kernel_class(int num_heads, bool tile_only = false) {
+  return num_heads <= kDirectMaxHeads && !tile_only ? KernelClass{1, 1} : KernelClass{0, kClusterX(num_heads)};
 }
 
 // Bytes one CTA of a 2-CTA cluster receives from its peer per block: 32 tokens x 576 bf16.
