@@ -174,9 +174,9 @@ int run(int argc, char** argv) {
                "backend the calls have 0 requests, so no attention is computed in the timed part");
   std::string mla_schedule = "once";
   app.add_option("--mla-schedule", mla_schedule,
-                 "MLA sparse on the GPU: 'once' (default) schedules in the first run of a case and "
-                 "reuses that schedule in the timed ones, as the layers of a decode step do "
-                 "(MlaSparseArgs::reuse_schedule; FlashMLA is timed so, its metadata made ahead); "
+                 "MLA on the GPU (sparse and dense): 'once' (default) schedules in the first run of "
+                 "a case and reuses that schedule in the timed ones, as the layers of a decode step "
+                 "do (Mla*Args::reuse_schedule; FlashMLA is timed so, its metadata made ahead); "
                  "'every' schedules in every run (one layer alone)")
       ->check(CLI::IsMember({"once", "every"}));
   app.add_option("--host-calls", host_calls, "calls timed by --host-cost (default 2000)")

@@ -44,6 +44,15 @@ struct Table {
     c.source = source;
     cases.push_back(std::move(c));
   }
+  // One dense MLA row, expanded into one case per cache format (MlaKvFormat).
+  void mla_dense(const std::string& name, MlaShape shape, std::initializer_list<int> formats,
+                 const std::string& source) {
+    static const char* const kSuffix[] = {"bf16", "fp8", "fp8-656"};
+    for (int f : formats) {
+      shape.kv_format = f;
+      mla(name + "/" + kSuffix[f], shape, source);
+    }
+  }
 };
 
 GqaShape llama(int q_heads, int kv_heads, int batch, int seq_len, int page) {
@@ -95,6 +104,8 @@ std::vector<BenchCase> build_table() {
     t.gqa("small-swa-b4-700", s, {bf16}, "small: sliding window 128 + attention sinks");
   }
   t.mla("small-mla-dense-b2-h16-1k", mla_shape(16, 2, 1000, 2, false, 0), "small: MLA dense");
+  t.mla_dense("small-mla-dense-b2-h16-1k", mla_shape(16, 2, 1000, 2, false, 0), {1, 2},
+              "small: MLA dense, 8-bit caches");
   t.mla("small-mla-sparse-b2-h64-t256", mla_shape(64, 2, 2048, 2, true, 256),
         "small: MLA sparse FP8");
 
@@ -181,6 +192,29 @@ std::vector<BenchCase> build_table() {
   }
   t.mla("mla-sparse-anchor-b128-h16-t2k", mla_shape(16, 128, 32768, 1, true, 2048),
         "16 heads: selected-token GB/s target");
+
+  // Dense MLA against FlashMLA 9241ae3 (ANCHORS.md, page 64), each in bf16 and in fp8 (576 e4m3
+  // values a token with one scale); b128 h128 4k also over the 656-byte sparse cache read densely.
+  constexpr int kBf16Cache = 0, kE4m3Cache = 1, kTokenCache = 2;
+  for (int q_len : {1, 2}) {
+    t.mla_dense("mla-dense-anchor-b128-h128-8k/q" + std::to_string(q_len),
+                mla_shape(128, 128, 8192, q_len, false, 0), {kBf16Cache, kE4m3Cache},
+                "ANCHORS.md FlashMLA dense row: tensor-core bound");
+  }
+  t.mla_dense("mla-dense-anchor-b64-h128-8k", mla_shape(128, 64, 8192, 1, false, 0),
+              {kBf16Cache, kE4m3Cache}, "ANCHORS.md FlashMLA dense row");
+  t.mla_dense("mla-dense-anchor-b128-h128-4k", mla_shape(128, 128, 4096, 1, false, 0),
+              {kBf16Cache, kE4m3Cache, kTokenCache}, "ANCHORS.md FlashMLA dense row");
+  t.mla_dense("mla-dense-anchor-b128-h64-8k", mla_shape(64, 128, 8192, 1, false, 0),
+              {kBf16Cache, kE4m3Cache}, "ANCHORS.md FlashMLA dense row: memory-bound");
+  t.mla_dense("mla-dense-anchor-b64-h64-4k", mla_shape(64, 64, 4096, 1, false, 0),
+              {kBf16Cache, kE4m3Cache}, "ANCHORS.md FlashMLA dense row: memory-bound");
+  t.mla_dense("mla-dense-anchor-b128-h16-4k", mla_shape(16, 128, 4096, 1, false, 0),
+              {kBf16Cache, kE4m3Cache}, "ANCHORS.md FlashMLA dense row: tensor parallel 8");
+  t.mla_dense("mla-dense-small-b1-h128-32k", mla_shape(128, 1, 32768, 1, false, 0),
+              {kBf16Cache, kE4m3Cache}, "ANCHORS.md FlashMLA dense row: one long request");
+  t.mla_dense("mla-dense-small-b4-h16-16k", mla_shape(16, 4, 16384, 1, false, 0),
+              {kBf16Cache, kE4m3Cache}, "ANCHORS.md FlashMLA dense row: a few long requests");
   return t.cases;
 }
 
@@ -211,6 +245,10 @@ const Group kGroups[] = {
     {"mla-sparse", "every sparse MLA shape, FlashMLA's measured rows included",
      [](const BenchCase& c) {
        return c.family == Family::kMla && starts_with(c.name, "mla-sparse-");
+     }},
+    {"mla-dense", "every dense MLA shape (BENCH_SHAPES.md + ANCHORS.md rows, bf16 and fp8)",
+     [](const BenchCase& c) {
+       return c.family == Family::kMla && starts_with(c.name, "mla-dense-");
      }},
     {"all", "gqa + anchors + mla (not sweep)",
      [](const BenchCase& c) { return !starts_with(c.name, "small-") && !starts_with(c.name, "sweep-"); }},
@@ -288,8 +326,8 @@ std::vector<BenchCase> resolve_preset(const std::string& name) {
     std::string near;
     for (const std::string& n : nearest_presets(name)) near += (near.empty() ? "" : ", ") + n;
     throw Error("deca-bench: --preset: expected a group (small, gqa, anchors, sweep, mla, "
-                "mla-sparse, all) or a case name from --list, got '" + name + "'; did you mean: " +
-                near + "?");
+                "mla-sparse, mla-dense, all) or a case name from --list, got '" + name +
+                "'; did you mean: " + near + "?");
   }
   return out;
 }
@@ -304,7 +342,7 @@ void print_presets(std::ostream& os) {
   }
   os << "cases (a shape name without its /suffix selects all its variants):\n";
   for (const BenchCase& c : all_cases()) {
-    os << "  " << std::left << std::setw(34) << c.name;
+    os << "  " << std::left << std::setw(40) << c.name;
     if (c.family == Family::kGqa) {
       const GqaShape& s = c.gqa;
       os << "gqa " << s.num_q_heads << "/" << s.num_kv_heads << " d" << s.head_dim << " "
@@ -319,6 +357,8 @@ void print_presets(std::ostream& os) {
       os << "mla " << (s.sparse ? "sparse" : "dense") << " h" << s.num_heads << " " << s.batch
          << "x" << (s.lengths.empty() ? "" : "<=") << s.seq_len << " q_len " << s.q_len;
       if (s.sparse) os << " topk " << s.topk;
+      if (!s.sparse && s.kv_format == 1) os << " e4m3";
+      if (!s.sparse && s.kv_format == 2) os << " 656-byte tokens";
     }
     os << "  (" << c.source << ")\n";
   }

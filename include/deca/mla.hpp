@@ -104,7 +104,7 @@ std::string precompile_mla_decode(const MlaConfig& config, int compute_capabilit
 // Dense decode: query token i of request b (q_len new tokens, the last q_len of the request's
 // cache_seqlens[b] tokens) attends to the request's cached tokens j < len - (q_len - 1 - i),
 // where token j lives in slot j % page_size of block block_table[b][j / page_size]. A row
-// without keys (len 0, or on CUDA a len below q_len) gets zeros and LSE -inf.
+// without keys (an empty request) gets zeros and LSE -inf.
 struct MlaDenseArgs {
   TensorView q;              // [batch, q_len, num_heads, 576] bf16; batch <= max_batch,
                              // q_len 1..max_q_len, rows 16-byte aligned
@@ -113,8 +113,9 @@ struct MlaDenseArgs {
   // 16-byte aligned. V is the first 512 dims of each token.
   TensorView kv_cache;
   TensorView block_table;    // [batch, max_blocks] int32 block ids in [0, num_blocks)
-  // [batch] int32 in [0, max_seq_len] (the q_len new tokens included); a nonzero length is
-  // >= q_len and <= max_blocks * page_size.
+  // [batch] int32 in [0, max_seq_len] and <= max_blocks * page_size, the q_len new tokens
+  // included (so a nonzero length is >= q_len: the CPU backend refuses one below, on CUDA the
+  // rows it leaves without keys get zeros and LSE -inf).
   TensorView cache_seqlens;
   TensorView out;            // [batch, q_len, num_heads, 512] bf16 (written), rows 16-byte aligned
   TensorView lse;            // [batch, q_len, num_heads] fp32 (natural log) iff plan.config.lse
