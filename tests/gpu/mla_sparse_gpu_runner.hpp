@@ -1,6 +1,6 @@
 // MLA sparse decode through the public API on the CPU (the reference) and on CUDA, for the GPU
-// tests: case preparation (poisoned never-indexed tokens and a poisoned spare block, an index in
-// the pool's last page, whole rows of -1, an empty request), device copies, and the comparison.
+// tests: the kernel variants, device copies of a case (common/mla_case.hpp builds it and adds its
+// edges), and the comparison.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -10,7 +10,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <random>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -53,70 +52,6 @@ class ScopedMlaKernel {
   std::string old_, old_checked_;
   bool had_ = false, had_checked_ = false;
 };
-
-struct SparseEdges {
-  bool rows_of_skips = true;  // request 1 (if any), token 0: every index -1
-  bool empty_request = true;  // topk_length: the last request gets 0
-  bool poison = true;         // never-indexed tokens and one spare block all 0xFF (NaN)
-};
-
-// Applies the edges to a built case and rebinds it; the reference then runs on exactly this data.
-inline void add_sparse_edges(MlaSparseCase& c, const SparseEdges& e) {
-  auto& s = c.spec;
-  const int pool = s.pool_blocks * s.page_size;
-  int* idx = c.indices.data<int>();
-  auto row = [&](int b, int i) { return idx + (static_cast<std::int64_t>(b) * s.q_len + i) * s.topk; };
-  auto len = [&](int b) { return s.topk_length ? c.topk_length.data<int>()[b] : s.topk; };
-  if (s.topk_length && s.batch > 1 && e.empty_request) c.topk_length.data<int>()[s.batch - 1] = 0;
-  if (s.topk_length) c.topk_length.data<int>()[0] = std::max(1, c.topk_length.data<int>()[0]);
-  for (int i = 0; i < s.q_len; ++i) row(0, i)[0] = pool - 1;  // the last slot of the last page
-  if (e.rows_of_skips && s.batch > 1) {
-    for (int k = 0; k < s.topk; ++k) row(1, 0)[k] = -1;
-  }
-  if (!e.poison) {
-    c.bind();
-    return;
-  }
-  std::set<int> used;
-  for (int b = 0; b < s.batch; ++b) {
-    for (int i = 0; i < s.q_len; ++i) {
-      for (int k = 0; k < len(b); ++k) {
-        if (row(b, i)[k] >= 0) used.insert(row(b, i)[k]);
-      }
-    }
-  }
-  // A spare block in front, then the pool with every token no counted index names poisoned; the
-  // ids move up by one page.
-  HostTensor kv(DType::kUINT8, {s.pool_blocks + 1, s.page_size, 1, kMlaTokenBytes});
-  kv.fill_bytes(0xFF);
-  for (int t = 0; t < pool; ++t) {
-    if (!used.count(t)) continue;
-    std::memcpy(kv.data<unsigned char>() + static_cast<std::size_t>(t + s.page_size) * kMlaTokenBytes,
-                c.kv.data<unsigned char>() + static_cast<std::size_t>(t) * kMlaTokenBytes,
-                kMlaTokenBytes);
-  }
-  for (std::int64_t n = 0; n < c.indices.numel(); ++n) {
-    if (idx[n] >= 0) idx[n] += s.page_size;
-  }
-  c.kv = std::move(kv);
-  s.pool_blocks += 1;
-  c.bind();
-}
-
-inline MlaConfig sparse_config(const MlaCaseSpec& s, Device device) {
-  MlaConfig cfg;
-  cfg.num_heads = s.num_heads;
-  cfg.page_size = s.page_size;
-  cfg.sparse = true;
-  cfg.max_batch = s.batch;
-  cfg.max_q_len = s.q_len;
-  cfg.topk = s.topk;
-  cfg.lse = s.lse;
-  cfg.attn_sink = s.attn_sink;
-  cfg.topk_length = s.topk_length;
-  cfg.device = device;
-  return cfg;
-}
 
 inline MlaSparseArgs host_args(MlaSparseCase& c) {
   MlaSparseArgs a;
