@@ -309,7 +309,7 @@ CaseResult run_mla_case(const BenchCase& bc, const RunOptions& opt) {
   r.num_splits = plan.num_splits;
   r.kernel_name = plan.kernel_name;
   // FLOPs: 2 * h * (576 + 512) per visible (query row, key); bytes: each visible or selected
-  // token once in its stored size (BENCH_SHAPES.md).
+  // token once in its stored size (docs/benchmarks.md).
   const double flops_per_key = 2.0 * H * (kMlaDimQK + kMlaDimV);
   for (int b = 0; b < s.batch; ++b) {
     const int len = h.lengths[b];

@@ -23,7 +23,7 @@ const char* dtype_suffix(DType dtype) {
 struct Table {
   std::vector<BenchCase> cases;
 
-  // One GQA row of BENCH_SHAPES.md, expanded into one case per kv dtype.
+  // One GQA row of docs/benchmarks.md, expanded into one case per kv dtype.
   void gqa(const std::string& name, GqaShape shape, std::initializer_list<DType> kv_dtypes,
            const std::string& source) {
     for (DType dtype : kv_dtypes) {
@@ -98,7 +98,7 @@ std::vector<BenchCase> build_table() {
   t.mla("small-mla-sparse-b2-h64-t256", mla_shape(64, 2, 2048, 2, true, 256),
         "small: MLA sparse FP8");
 
-  // GQA decode: BENCH_SHAPES.md, head_dim 128 unless said, q and output bf16.
+  // GQA decode: docs/benchmarks.md, head_dim 128 unless said, q and output bf16.
   t.gqa("l70-b99-4k", llama(64, 8, 99, 4096, 32), {bf16, fp8, int8}, "XQA perf test (llama 70B)");
   t.gqa("l70-b560-2k", llama(64, 8, 560, 2048, 32), {bf16, fp8, int8}, "XQA perf test");
   t.gqa("l70-b960-512", llama(64, 8, 960, 512, 32), {fp8}, "XQA perf test, huge batch");
@@ -140,12 +140,12 @@ std::vector<BenchCase> build_table() {
     t.gqa("mix-b64", s, {fp8}, "ragged batch, lengths 128..32768 (fixed seed)");
   }
 
-  // anchors: the extra rows of ANCHORS.md (page 64), for side-by-side comparison.
+  // anchors: the peers' extra rows (docs/peers.md, page 64), for side-by-side comparison.
   for (int batch : {128, 32, 8}) {
     t.gqa("anchor-l70-b" + std::to_string(batch) + "-16k", llama(64, 8, batch, 16384, 64),
-          {bf16, fp8}, "ANCHORS.md row");
+          {bf16, fp8}, "a peers' row");
   }
-  t.gqa("anchor-l70-b4-128k", llama(64, 8, 4, 131072, 64), {bf16, fp8}, "ANCHORS.md row");
+  t.gqa("anchor-l70-b4-128k", llama(64, 8, 4, 131072, 64), {bf16, fp8}, "a peers' row");
 
   // sweep: KV bandwidth against batch and length (tools/plot_bench.py draws it).
   for (int batch : {1, 4, 16, 64, 128, 256}) {
@@ -171,12 +171,12 @@ std::vector<BenchCase> build_table() {
   t.mla("mla-sparse-b128-h64-t2k", mla_shape(64, 128, 32768, 2, true, 2048), "64 heads");
   t.mla("mla-sparse-b148-h128-t16k", mla_shape(128, 148, 65536, 1, true, 16384),
         "FlashMLA's peak case");
-  // ANCHORS.md's FlashMLA sparse rows (q_len 1, page 64, topk 2048 of 32768 tokens), and 16 heads
-  // (tensor parallelism 8), which FlashMLA does not run.
+  // FlashMLA's measured sparse rows (docs/peers.md; q_len 1, page 64, topk 2048 of 32768 tokens),
+  // and 16 heads (tensor parallelism 8), which FlashMLA does not run.
   for (int batch : {128, 64}) {
     for (int heads : {128, 64}) {
       t.mla("mla-sparse-anchor-b" + std::to_string(batch) + "-h" + std::to_string(heads) + "-t2k",
-            mla_shape(heads, batch, 32768, 1, true, 2048), "ANCHORS.md FlashMLA sparse row");
+            mla_shape(heads, batch, 32768, 1, true, 2048), "FlashMLA's row (docs/peers.md)");
     }
   }
   t.mla("mla-sparse-anchor-b128-h16-t2k", mla_shape(16, 128, 32768, 1, true, 2048),
@@ -197,18 +197,18 @@ struct Group {
 const Group kGroups[] = {
     {"small", "tiny GQA + MLA cases, seconds on the CPU",
      [](const BenchCase& c) { return starts_with(c.name, "small-"); }},
-    {"gqa", "every GQA shape of BENCH_SHAPES.md (+ the issue-3 target rows)",
+    {"gqa", "every named GQA shape (docs/benchmarks.md)",
      [](const BenchCase& c) {
        return c.family == Family::kGqa && !starts_with(c.name, "small-") &&
               !starts_with(c.name, "anchor-") && !starts_with(c.name, "sweep-");
      }},
-    {"anchors", "the extra GQA rows of ANCHORS.md",
+    {"anchors", "the peers' extra GQA rows (docs/peers.md)",
      [](const BenchCase& c) { return starts_with(c.name, "anchor-"); }},
     {"sweep", "GQA 64/8 d128 page 64, batch 1..256 x seq_len 512..32k, bf16 and fp8",
      [](const BenchCase& c) { return starts_with(c.name, "sweep-"); }},
-    {"mla", "every MLA shape of BENCH_SHAPES.md",
+    {"mla", "every named MLA shape (docs/benchmarks.md)",
      [](const BenchCase& c) { return c.family == Family::kMla && !starts_with(c.name, "small-"); }},
-    {"mla-sparse", "every sparse MLA shape (BENCH_SHAPES.md + ANCHORS.md rows)",
+    {"mla-sparse", "every sparse MLA shape, FlashMLA's measured rows included",
      [](const BenchCase& c) {
        return c.family == Family::kMla && starts_with(c.name, "mla-sparse-");
      }},

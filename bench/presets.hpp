@@ -1,4 +1,4 @@
-// The benchmark shape table: every case of /work/shared/BENCH_SHAPES.md under its exact name, a
+// The benchmark shape table: every named case of docs/benchmarks.md under its exact name, a
 // few extra rows the GPU targets refer to, and small cases that run on the CPU in seconds.
 // A case's name is `shape[/variant]/kv_dtype` for GQA (e.g. `l70-b99-4k/fp8`,
 // `spec-b32-4k/q4/fp8`) and `shape[/variant]` for MLA (e.g. `mla-dense-b128-h128-8k/q2`).

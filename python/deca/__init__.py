@@ -3,7 +3,7 @@
 Every function takes DLPack tensors (numpy, torch, cupy, jax) and runs on the backend of the
 tensors' device: the CPU reference for CPU memory, the CUDA kernels for CUDA memory. numpy has no
 bf16 / fp8 dtypes: use ml_dtypes arrays, or raw bits (uint16 / uint8) with the dtype keyword of
-the argument (q_dtype=, kv_dtype=, out_dtype=, src_dtype=). See python/README.md.
+the argument (q_dtype=, kv_dtype=, out_dtype=, src_dtype=). See docs/python.md.
 
 Errors in arguments raise deca.Error (a ValueError) whose message names the function and the
 argument, what was expected and what came.

@@ -72,7 +72,7 @@ inline void expect_dim_range(std::string_view fn, std::string_view arg, const Te
   }
 }
 
-// Strides non-negative: deca walks every view forwards (the README says so).
+// Strides non-negative: deca walks every view forwards (docs/semantics.md, "Errors").
 void expect_non_negative_strides(std::string_view fn, std::string_view arg, const TensorView& t);
 // Strides non-negative; the last dimension contiguous (stride 1) when it has more than one
 // element: the params structs carry no stride for it.

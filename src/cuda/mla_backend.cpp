@@ -1,5 +1,6 @@
-// MLA sparse decode on the GPU: plan (partitions, workspace, kernels) and the three launches of a
-// run (scheduler, decode, combine), plus the generic combine op.
+// MLA decode on the GPU: plan (partitions, workspace, kernels) and the three launches of a run
+// (scheduler, decode, combine), shared by sparse and dense decode (src/cuda/mla_run.hpp); the
+// sparse run's entry; the generic combine op.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -9,6 +10,7 @@
 #include <utility>
 
 #include "cuda/backend.hpp"
+#include "cuda/mla_run.hpp"
 #include "cuda/mla_spec.hpp"
 #include "deca/error.hpp"
 #include "jit/driver.hpp"
@@ -115,7 +117,7 @@ const Kernels& kernels(const MlaKernelKey& dk, int num_heads, int device) {
 // The kernels a run of `plan` launches: those plan_mla_decode loaded for it. A plan this process
 // did not make (a copy with a hand-set name) is accepted only when its name is what its config
 // gives here now; one from another device kind is refused.
-const Kernels& plan_kernels(const MlaPlan& plan) {
+const Kernels& plan_kernels(const MlaPlan& plan, const std::string& fn) {
   const int device = plan.config.device.index;
   {
     std::lock_guard<std::mutex> lock(registry_mu);
@@ -125,7 +127,7 @@ const Kernels& plan_kernels(const MlaPlan& plan) {
   const int arch = compute_capability(device);
   const MlaKernelKey dk = mla_decode_key(arch, mla_plan_variant(arch, plan.config), plan.config);
   if (dk.name() != plan.kernel_name) {
-    throw Error("mla_decode_sparse: plan.kernel_name: expected the name of a decode kernel this "
+    throw Error(fn + ": plan.kernel_name: expected the name of a decode kernel this "
                 "device runs (\"" + dk.name() + "\" for this config here), got \"" +
                 plan.kernel_name + "\": make the plan again with plan_mla_decode");
   }
@@ -157,7 +159,7 @@ int checked_arch(const Device& dev, const std::string& fn) {
 
 }  // namespace
 
-void plan_mla_sparse(MlaPlan& plan) {
+void plan_mla_run(MlaPlan& plan) {
   const MlaConfig& c = plan.config;
   constexpr const char* fn = "plan_mla_decode";
   const int device = c.device.index;
@@ -174,32 +176,31 @@ void plan_mla_sparse(MlaPlan& plan) {
   if (smem_optin < shape.smem_bytes) {
     throw Error(std::string(fn) + ": config.device: expected a GPU whose CTAs may use " +
                 std::to_string(shape.smem_bytes) + " bytes of shared memory (the " + variant +
-                " MLA sparse decode kernel; A100 / H100 class), got " + to_string(c.device) +
-                " with " + std::to_string(smem_optin));
+                (c.sparse ? " MLA sparse" : " MLA dense") + " decode kernel; A100 / H100 class), got " +
+                to_string(c.device) + " with " + std::to_string(smem_optin));
   }
   plan.sm_count = sm_count(device);
-  plan.num_parts = mla::sparse_num_parts(plan.sm_count, c.max_q_len, c.num_heads);
+  plan.num_parts = mla::decode_num_parts(plan.sm_count, c.max_q_len, c.num_heads);
   plan.num_splits = plan.num_parts;
   plan.workspace_bytes = layout(c, plan.num_parts).total();
   plan.kernel_name = dk.name();
   (void)kernels(dk, c.num_heads, device);
 }
 
-void mla_sparse_decode(const MlaPlan& plan, const MlaSparseParams& params, void* workspace,
-                       void* stream, bool reuse_schedule) {
+void run_mla_decode(const MlaPlan& plan, mla::DecodeKernelParams& kp, void* workspace, void* stream,
+                    bool reuse_schedule, bool combine, const std::string& fn) {
   const MlaConfig& c = plan.config;
   if (plan.num_parts < 1) {
-    throw Error("mla_decode_sparse: plan.num_parts: expected >= 1 (a plan made by "
-                "plan_mla_decode for a CUDA device), got " + std::to_string(plan.num_parts));
+    throw Error(fn + ": plan.num_parts: expected >= 1 (a plan made by plan_mla_decode for a CUDA "
+                "device), got " + std::to_string(plan.num_parts));
   }
-  const Kernels& k = plan_kernels(plan);
+  const Kernels& k = plan_kernels(plan, fn);
+  const MlaSparseParams& params = kp.p;
   if (params.batch == 0) return;
   const int device = c.device.index;
   const Layout w = layout(c, plan.num_parts);
   auto* base = static_cast<unsigned char*>(workspace);
 
-  mla::DecodeKernelParams kp{};
-  kp.p = params;
   kp.run.partial_o = reinterpret_cast<float*>(base);
   kp.run.partial_lse = reinterpret_cast<float*>(base + w.o);
   kp.run.parts = reinterpret_cast<const mla::SparsePart*>(base + w.o + w.lse);
@@ -244,19 +245,28 @@ void mla_sparse_decode(const MlaPlan& plan, const MlaSparseParams& params, void*
   jit::launch(*k.decode, grid, block, static_cast<std::size_t>(k.shape.smem_bytes), stream, args,
               decode_options);
 
-  // Without topk_length the schedule is a function of (batch, topk, num_parts): when it cuts no
-  // request the decode kernel wrote every output itself and the combine is left out (launched,
-  // it costs its launch and one wave of CTAs per 132 (request, 8 heads) that return at once).
-  // A reused schedule of another shape gets NaN outputs from the decode
-  // kernel either way.
-  if (params.topk_length == nullptr && !mla::schedule_cuts_requests(params.batch, params.topk, plan.num_parts)) {
-    return;
-  }
+  if (!combine) return;
   jit::LaunchOptions combine_options;
   // PDL needs sm_90; below, the attribute would be ignored at best.
   combine_options.pdl = k.arch >= 90;
   jit::launch(*k.combine, combine_grid(params.num_heads, params.q_len, params.batch),
               combine_block(), 0, stream, args, combine_options);
+}
+
+void plan_mla_sparse(MlaPlan& plan) { plan_mla_run(plan); }
+
+void mla_sparse_decode(const MlaPlan& plan, const MlaSparseParams& params, void* workspace,
+                       void* stream, bool reuse_schedule) {
+  mla::DecodeKernelParams kp{};
+  kp.p = params;
+  // Without topk_length the schedule is a function of (batch, topk, num_parts): when it cuts no
+  // request the decode kernel wrote every output itself and the combine is left out (launched,
+  // it costs its launch and one wave of CTAs per 132 (request, 8 heads) that return at once). A
+  // reused schedule of another shape gets NaN outputs from the decode kernel either way.
+  const bool combine = params.topk_length != nullptr ||
+                       (plan.num_parts >= 1 &&
+                        mla::schedule_cuts_requests(params.batch, params.topk, plan.num_parts));
+  run_mla_decode(plan, kp, workspace, stream, reuse_schedule, combine, "mla_decode_sparse");
 }
 
 int mla_arch(const MlaConfig& config, const std::string& fn) { return checked_arch(config.device, fn); }

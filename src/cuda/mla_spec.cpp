@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "kernels/mla/params.cuh"
 #include "kernels/mla/sm80/traits.cuh"
 #include "kernels/mla/sm90/traits.cuh"
 
@@ -21,18 +22,31 @@ const char* role_name(MlaKernelRole role) {
   return "unknown";
 }
 
+// The cache format's part of a dense decode kernel's name (MlaKvFormat).
+const char* kv_format_name(int kv_format) {
+  switch (kv_format) {
+    case kMlaKvBF16: return "bf16";
+    case kMlaKvFP8E4M3: return "fp8_e4m3";
+    case kMlaKvFP8Sparse: return "fp8_sparse";
+  }
+  return "fmt";
+}
+
 // The sm90 decode kernel of a key, rendered once for both its name and its JIT prologue: the
-// page size, then "_direct" for the direct kernel or "_c2" for the wide kernel's cluster of 2.
+// page size, then "_direct" for the direct kernel or "_c2" for the wide kernel's cluster of 2;
+// the prologue also says the token source and the cache's format (MlaKvFormat).
 struct Sm90Render {
   std::string suffix;
   std::string prologue;
 };
-Sm90Render render_sm90(int page_size, const mla::sm90::KernelClass& k) {
+Sm90Render render_sm90(const MlaKernelKey& k) {
   Sm90Render r;
-  r.suffix = "_p" + std::to_string(page_size) + (k.direct ? "_direct" : k.cluster == 2 ? "_c2" : "");
-  r.prologue = "struct Cfg {\n  static constexpr int kPageSize = " + std::to_string(page_size) +
-               ";\n  static constexpr int kDirect = " + std::to_string(k.direct) +
-               ";\n  static constexpr int kCluster = " + std::to_string(k.cluster) + ";\n};\n";
+  r.suffix = "_p" + std::to_string(k.page_size) + (k.sm90.direct ? "_direct" : k.sm90.cluster == 2 ? "_c2" : "");
+  r.prologue = "struct Cfg {\n  static constexpr int kPageSize = " + std::to_string(k.page_size) +
+               ";\n  static constexpr int kDirect = " + std::to_string(k.sm90.direct) +
+               ";\n  static constexpr int kCluster = " + std::to_string(k.sm90.cluster) +
+               ";\n  static constexpr int kDense = " + std::to_string(k.dense ? 1 : 0) +
+               ";\n  static constexpr int kKvFormat = " + std::to_string(k.kv_format) + ";\n};\n";
   return r;
 }
 
@@ -40,10 +54,15 @@ Sm90Render render_sm90(int page_size, const mla::sm90::KernelClass& k) {
 
 // Built with std::to_string and appends, never iostreams (see gqa_spec.cpp for the locale trap).
 std::string MlaKernelKey::name() const {
-  std::string s = role_name(role);
+  const bool dense_decode = role == MlaKernelRole::kDecode && dense;
+  std::string s = dense_decode ? "mla_dense_decode" : role_name(role);
   if (role == MlaKernelRole::kDecode) s += "_" + variant;
+  if (dense_decode) {
+    s += '_';
+    s += kv_format_name(kv_format);
+  }
   if (role == MlaKernelRole::kDecode && checked) s += "_chk";
-  if (role == MlaKernelRole::kDecode && variant == "sm90") s += render_sm90(page_size, sm90).suffix;
+  if (role == MlaKernelRole::kDecode && variant == "sm90") s += render_sm90(*this).suffix;
   s += "_sm" + std::to_string(arch);
   return s;
 }
@@ -62,6 +81,9 @@ jit::JitSpec MlaKernelKey::spec() const {
       if (variant == "sm90") {
         header = "kernels/mla/sm90/entry.cuh";
         spec.entry = "deca_mla_sparse_decode_sm90";
+      } else if (dense) {
+        header = "kernels/mla/sm80/dense_entry.cuh";
+        spec.entry = "deca_mla_dense_decode";
       } else {
         header = checked ? "kernels/mla/sm80/entry_checked.cuh" : "kernels/mla/sm80/entry.cuh";
         spec.entry = "deca_mla_sparse_decode";
@@ -77,7 +99,12 @@ jit::JitSpec MlaKernelKey::spec() const {
       break;
   }
   std::string prologue;
-  if (role == MlaKernelRole::kDecode && variant == "sm90") prologue = render_sm90(page_size, sm90).prologue;
+  if (role == MlaKernelRole::kDecode && variant == "sm90") {
+    prologue = render_sm90(*this).prologue;
+  } else if (role == MlaKernelRole::kDecode && dense) {
+    prologue = std::string("struct Cfg {\n  static constexpr bool kChecked = ") + (checked ? "true" : "false") +
+               ";\n  static constexpr int kKvFormat = " + std::to_string(kv_format) + ";\n};\n";
+  }
   spec.source = "// " + spec.name + "\n" + prologue + "#include \"" + header + "\"\n";
   return spec;
 }
@@ -88,8 +115,25 @@ std::string mla_decode_variant(int arch) {
   return "sm90";
 }
 
+int mla_kv_format(const MlaConfig& config) {
+  switch (config.kv_format) {
+    case MlaCacheFormat::kBF16: return kMlaKvBF16;
+    case MlaCacheFormat::kFP8E4M3: return kMlaKvFP8E4M3;
+    case MlaCacheFormat::kFP8Sparse: return kMlaKvFP8Sparse;
+    case MlaCacheFormat::kDefault: break;
+  }
+  return config.sparse ? kMlaKvFP8Sparse : kMlaKvBF16;
+}
+
+bool mla_dense_sm90_supported(int kv_format) {
+  (void)kv_format;
+  return false;
+}
+
 std::string mla_plan_variant(int arch, const MlaConfig& config) {
-  return config.checked ? "portable" : mla_decode_variant(arch);
+  if (config.checked) return "portable";
+  if (!config.sparse && !mla_dense_sm90_supported(mla_kv_format(config))) return "portable";
+  return mla_decode_variant(arch);
 }
 
 MlaKernelKey mla_decode_key(int arch, const std::string& variant, const MlaConfig& config) {
@@ -98,6 +142,8 @@ MlaKernelKey mla_decode_key(int arch, const std::string& variant, const MlaConfi
   k.role = MlaKernelRole::kDecode;
   k.variant = variant;
   k.checked = config.checked && variant == "portable";
+  k.dense = !config.sparse;
+  k.kv_format = mla_kv_format(config);
   refuse_retired_tuning("plan_mla_decode");
   if (variant != "sm90") return k;
   k.page_size = config.page_size;

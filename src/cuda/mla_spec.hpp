@@ -19,11 +19,18 @@ struct MlaKernelKey {
   int page_size = 0;                   // sm90 decode only: compiled in (Cfg::kPageSize)
   mla::sm90::KernelClass sm90{0, 1};   // sm90 decode only: which kernel (Cfg::kDirect, kCluster)
   bool checked = false;                // portable decode only: MlaConfig::checked, "_chk"
+  // Decode only: dense decode (the block table as token source, "mla_dense_decode_...") and the
+  // cache's records (MlaKvFormat, kernels/mla/params.cuh; named for dense: "_bf16", "_fp8_e4m3",
+  // "_fp8_sparse"). Sparse decode reads kMlaKvFP8Sparse.
+  bool dense = false;
+  int kv_format = 2;  // kMlaKvFP8Sparse
 
   // e.g. "mla_sparse_decode_portable_sm90", "mla_sparse_decode_sm90_p64_direct_sm90",
+  // "mla_dense_decode_portable_bf16_chk_sm80",
   // "mla_sparse_combine_sm90", "combine_sm80"
   std::string name() const;
-  // "// <name>" + #include of the role's entry header.
+  // "// <name>" + the prologue (the sm90 kernel's Cfg; the portable dense kernel's Cfg::kChecked
+  // and kKvFormat) + #include of the role's entry header.
   jit::JitSpec spec() const;
 };
 
@@ -41,14 +48,24 @@ struct MlaDecodeShape {
 // kernel's fixed.
 MlaDecodeShape mla_decode_shape(const MlaKernelKey& key);
 
+// The MlaKvFormat (kernels/mla/params.cuh) a plan of `config` reads: config.kv_format, with
+// kDefault read as bf16 for dense decode and the 656-byte FP8 token for sparse decode.
+int mla_kv_format(const MlaConfig& config);
+
+// Whether the sm90 kernel decodes a dense cache of format `kv_format` (MlaKvFormat). False for
+// every format until its dense device code is in: dense plans then run the portable kernel on
+// every architecture. The one switch that sends them to the sm90 kernel on sm_90.
+bool mla_dense_sm90_supported(int kv_format);
+
 // The decode variant of a plan: a checked plan runs the portable kernel (the sm90 one has no
-// checked variant yet), others mla_decode_variant(arch).
+// checked variant yet), so does a dense plan whose format the sm90 kernel does not decode
+// (mla_dense_sm90_supported); others mla_decode_variant(arch).
 std::string mla_plan_variant(int arch, const MlaConfig& config);
 
-// The decode key a plan of `config` runs with `variant` on compute capability `arch`: the sm90
-// kernels compile the page size in and are chosen by mla::sm90::kernel_class(config.num_heads).
-// Throws a deca::Error from plan_mla_decode when a retired tuning variable is set
-// (src/cuda/tuning.cpp).
+// The decode key a plan of `config` runs with `variant` on compute capability `arch`: its token
+// source and format (dense, mla_kv_format); the sm90 kernel compiles the page size in and
+// mla::sm90::kernel_class(config.num_heads). Throws a deca::Error from plan_mla_decode when a
+// retired tuning variable is set (src/cuda/tuning.cpp).
 MlaKernelKey mla_decode_key(int arch, const std::string& variant, const MlaConfig& config);
 
 }  // namespace deca::cuda

@@ -27,7 +27,18 @@ struct Retired {
   const char* instead;
 };
 constexpr Retired kRetired[] = {
-    // ---- GQA ----
+    // ---- GQA ---- (docs/perf-notes.md, "Retired variants", has their measurements)
+    {"DECA_GQA_SM90_BALANCED",
+     "the Hopper kernel runs one CTA per (request, kv head, row block, split); DECA_GQA_SPLITS sets the splits"},
+    {"DECA_GQA_SM90_WG", "the Hopper kernel runs one warpgroup per CTA"},
+    {"DECA_GQA_SM90_OVERLAP", "the Hopper kernel issues a tile's QK after the previous tile's PV"},
+    {"DECA_GQA_SM90_ROWS_M", "32 and 64 query rows per KV head always take the rows-on-M Hopper kernel"},
+    {"DECA_GQA_SM90_STAGES",
+     "the plan sizes the Hopper kernel's ring from its grid (2 stages where it fills 3 CTAs per SM)"},
+    {"DECA_GQA_FP8_MMA",
+     "the plan picks the 8-bit path per arch: fp8 wgmma on sm_90 (head_dim 128, no beams), two_term on "
+     "sm_89, widen_ldsm elsewhere; int8 two_term_qk on sm_90, widen_ldsm elsewhere"},
+    {"DECA_GQA_CTAS", "the GQA kernels are built for 2 CTAs per SM"},
     // ---- MLA ----
     // The sm90 decode kernels' knobs: one kernel per head-count class now (traits.cuh kernel_class;
     // docs/perf-notes-mla.md, "Retired variants", has what each chose and measured).
