@@ -54,27 +54,23 @@ std::vector<BenchCase> collect(const std::vector<std::string>& presets) {
 }
 
 // Compiles every kernel specialization the cases need, once each, without running: for compute
-// capability `arch` (0: that of `device`); GQA cases their decode kernel, sparse MLA cases the
-// scheduler, decode and combine kernels (dense MLA has no CUDA kernel in this build). NVRTC runs
+// capability `arch` (0: that of `device`); GQA cases their decode kernel, MLA cases the
+// scheduler, decode and combine kernels. NVRTC runs
 // on `jobs` threads at once (the kernel cache makes each specialization once even when two cases
 // share it); the wall time of the whole set is what a server's start-up or a build machine waits.
 int precompile(const std::vector<BenchCase>& cases, deca::KvLayout layout, int device, int arch,
                unsigned jobs) {
   std::vector<std::pair<std::string, std::function<std::string()>>> configs;
-  int dense = 0;
   const deca::Device cuda = deca::Device::cuda(device);
   for (const BenchCase& c : cases) {
     if (c.family == Family::kGqa) {
       const deca::GqaConfig g = gqa_config(c.gqa, layout, cuda);
       configs.emplace_back(c.name, [g, arch] { return deca::precompile_gqa_decode(g, arch); });
-    } else if (c.mla.sparse) {
+    } else {
       const deca::MlaConfig m = mla_config(c.mla, cuda);
       configs.emplace_back(c.name, [m, arch] { return deca::precompile_mla_decode(m, arch); });
-    } else {
-      ++dense;
     }
   }
-  if (dense > 0) std::cout << "(" << dense << " dense MLA cases: no CUDA kernel to compile in this build)\n";
   struct Outcome {
     std::string name, error;
     double seconds = 0;

@@ -1,6 +1,6 @@
-// precompile_mla_decode: the config is validated as a plan's is, CUDA compiles sparse decode
-// only, the compute capability must be one NVRTC targets (>= 8.0), and without one the config
-// must name a present CUDA device. These are rejected before NVRTC runs; tests/jit/ checks what a
+// precompile_mla_decode: the config is validated as a plan's is (dense and sparse), the compute
+// capability must be one NVRTC targets (>= 8.0), and without one the config must name a present
+// CUDA device. These are rejected before NVRTC runs; tests/jit/ checks what a
 // successful call leaves in the cache.
 #include <gtest/gtest.h>
 
@@ -33,12 +33,15 @@ TEST(MlaPrecompile, ConfigFieldsAreValidated) {
   EXPECT_TRUE(precompile_rejects(c, 90, {"precompile_mla_decode: config.topk", "got 0"}));
 }
 
-TEST(MlaPrecompile, DenseHasNoCudaKernelInThisBuild) {
+TEST(MlaPrecompile, DenseConfigsAreValidatedToo) {
   MlaConfig c = sparse_config();
   c.sparse = false;
   c.topk = 0;
+  c.max_seq_len = 0;
+  EXPECT_TRUE(precompile_rejects(c, 90, {"precompile_mla_decode: config.max_seq_len", "got 0"}));
   c.max_seq_len = 4096;
-  EXPECT_TRUE(precompile_rejects(c, 90, {"precompile_mla_decode: config.sparse", "CPU only", "got false"}));
+  c.topk = 64;
+  EXPECT_TRUE(precompile_rejects(c, 90, {"precompile_mla_decode: config.topk", "got 64"}));
 }
 
 TEST(MlaPrecompile, CapabilityBelowAmpereOrUnknownIsRejected) {

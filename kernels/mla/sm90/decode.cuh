@@ -100,7 +100,7 @@ __device__ __forceinline__ void mla_sparse_decode_sm90(const DecodeKernelParams&
     mbar_init(sm.p_free(), 128);   // every consumer-1 thread
     mbar_init(sm.out_ready(), 128);
     mbar_init(sm.out_free(), 128);
-    mbar_init(sm.q_loaded(), 128);
+    mbar_init(sm.q_loaded(), 128);  // unused (traits.cuh SmemPlan::kBarQLoaded)
     fence_mbar_init();
   }
   if constexpr (kNoProduce<Cfg>) {

@@ -61,11 +61,16 @@ __device__ __forceinline__ void mla_sparse_direct_sm90(const DecodeKernelParams&
   sm.ptr = smem_raw + (sm.base - raw);
   if (threadIdx.x == 0) {
     for (int s = 0; s < kDirectRing; ++s) {
-      // The producer: 128 copy-completion arrivals and 4 warps' id releases. The consumers: lane 0
-      // of each warp of the warpgroup reading the slot.
-      mbar_init(sm.full(s), 132);
-      mbar_init(sm.empty(s), 4);
+      // The producer: 128 copy-completion arrivals and 128 id releases. The consumers: every
+      // thread of the warpgroup reading the slot, each releasing its own reads.
+      mbar_init(sm.full(s), 256);
+      mbar_init(sm.empty(s), 128);
     }
+    // The consumers' rendezvous: every thread of both consumer warpgroups.
+    mbar_init(sm.bar(DirectPlan::kBarRequest), 256);
+    mbar_init(sm.bar(DirectPlan::kBarQLanded), 256);
+    mbar_init(sm.bar(DirectPlan::kBarStates), 256);
+    mbar_init(sm.bar(DirectPlan::kBarOX), 256);
     fence_mbar_init();
   }
   __syncthreads();

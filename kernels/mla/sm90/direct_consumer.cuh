@@ -71,13 +71,18 @@ __device__ __forceinline__ void consumer_direct(const DecodeKernelParams& kp, co
 
   int it = 0;
   int nreq = 0;
+  int nq = 0;  // Qs loaded so far (the phase of kBarQLanded)
   float o[8 * 2 * kG];  // m-block mb (group mb / 2) at o[8 mb ..], m64n16 accumulator layout
   for (int r = part.begin_req; r <= part.end_req; ++r, ++nreq) {
     const Piece pc = piece_of(kp, part, r);
     // Both warpgroups are past the previous request's reads of Q, the head scales, the sums and
     // the O^T exchange over Q's terms.
-    if (nreq > 0) named_bar_sync(kBarDirectBoth, 256);
-    if (pc.blk_begin < pc.blk_end) load_q_direct(p, sm, r, tok, threadIdx.x, sl2);
+    if (nreq > 0) rendezvous(sm.bar(DirectPlan::kBarRequest), (nreq - 1) & 1);
+    if (pc.blk_begin < pc.blk_end) {
+      load_q_direct(p, sm, r, tok, threadIdx.x, sl2);
+      rendezvous(sm.bar(DirectPlan::kBarQLanded), nq & 1);
+      ++nq;
+    }
     float sl2h[4];
 #pragma unroll
     for (int k = 0; k < 4; ++k) sl2h[k] = sm.f32(DirectPlan::kHeadScale)[heads[k]];
@@ -94,7 +99,7 @@ __device__ __forceinline__ void consumer_direct(const DecodeKernelParams& kp, co
       if ((it & 1) != wg) continue;  // the other warpgroup's block
       mbar_wait(sm.full(it), (it / kDirectRing) & 1);
       if constexpr (kNoConsume<Cfg>) {  // timing only: every slot released as soon as it is full
-        if (lane == 0) mbar_arrive(sm.empty(it));
+        mbar_arrive(sm.empty(it));
         continue;
       }
       const unsigned rec = sm.slot(it);
@@ -288,8 +293,10 @@ __device__ __forceinline__ void consumer_direct(const DecodeKernelParams& kp, co
           }
         }
       }
-      // Every read of the slot is done (the loads above completed into registers): release it.
-      if (lane == 0) mbar_arrive(sm.empty(it));
+      // Every read of the slot is done (the loads above completed into registers): each thread
+      // releases its own reads, so that racecheck (which follows a release per thread) sees them
+      // ordered before the producer's next copies into the slot.
+      mbar_arrive(sm.empty(it));
       if constexpr (kNoMma<Cfg>) {
 #pragma unroll
         for (int k = 0; k < 8 * 2 * kG; ++k) {
@@ -332,7 +339,7 @@ __device__ __forceinline__ void consumer_direct(const DecodeKernelParams& kp, co
         xst[wg * 32 + 16 + heads[k]] = l[k];
       }
     }
-    named_bar_sync(kBarDirectBoth, 256);
+    rendezvous(sm.bar(DirectPlan::kBarStates), nreq & 1);
     float wmine[4];
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
@@ -352,7 +359,7 @@ __device__ __forceinline__ void consumer_direct(const DecodeKernelParams& kp, co
         ox[k * 128 + t] = o[k] * wmine[h] * gsc[k >> 4];
       }
     }
-    named_bar_sync(kBarDirectBoth, 256);
+    rendezvous(sm.bar(DirectPlan::kBarOX), nreq & 1);
     if (wg == 1) continue;  // warpgroup 0 writes the request's outputs
 #pragma unroll
     for (int k = 0; k < 64; ++k) {

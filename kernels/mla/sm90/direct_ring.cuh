@@ -40,7 +40,13 @@ struct DirectPlan {
   static constexpr int kIdx = kHeadScale + 16 * 4;                 // int [kDirectRing][64]
   static constexpr int kBarFull = kIdx + kDirectRing * 64 * 4;     // u64 [kDirectRing]
   static constexpr int kBarEmpty = kBarFull + kDirectRing * 8;     // u64 [kDirectRing]
-  static constexpr int kEnd = kBarEmpty + kDirectRing * 8;
+  // The consumer warpgroups' rendezvous (u64 each, 256 arrivals; rendezvous() below): a request's
+  // start (the previous one's reads done), its Q landed, its states exchanged, its O^T exchanged.
+  static constexpr int kBarRequest = kBarEmpty + kDirectRing * 8;
+  static constexpr int kBarQLanded = kBarRequest + 8;
+  static constexpr int kBarStates = kBarQLanded + 8;
+  static constexpr int kBarOX = kBarStates + 8;
+  static constexpr int kEnd = kBarOX + 8;
 };
 static_assert(DirectPlan::kQ % 1024 == 0 && DirectPlan::kP % 1024 == 0 && DirectPlan::kRing % 16 == 0,
               "swizzle atoms, copy alignment");
@@ -48,10 +54,12 @@ static_assert(DirectPlan::kOX + 64 * 128 * 4 <= DirectPlan::kQRope, "O^T's excha
 static_assert(DirectPlan::kBarFull % 8 == 0, "mbarrier alignment");
 static_assert(DirectPlan::kEnd + 1024 <= kSmemBytes, "the plan fits what the backend asks at launch");
 
-// Named barriers of the direct kernel (0 is __syncthreads).
+// Named barriers of the direct kernel (0 is __syncthreads), each inside one consumer warpgroup.
+// What crosses between the warpgroups goes through mbarriers instead (DirectPlan::kBarRequest ..):
+// compute-sanitizer racecheck orders nothing by a named barrier of part of the CTA, while an
+// mbarrier arrive / wait is release / acquire for each thread, which it follows.
 enum DirectBarrier : int {
-  kBarDirectBoth = 1,  // both consumer warpgroups x 256: Q landed; a request's states exchanged
-  kBarDirectWg = 2,    // + warpgroup (2, 3) x 128: its maxima exchanged, its P stored
+  kBarDirectWg = 2,  // + warpgroup (2, 3) x 128: its maxima exchanged, its P stored
 };
 
 // e such that x < 2^e for a finite x >= 0 (from the exponent bits; 0 and denormals give -126),
@@ -100,7 +108,15 @@ struct DirectSmem {
     return base + DirectPlan::kP + static_cast<unsigned>(((it & 1) * 4 + group) * 2048);
   }
   __device__ __forceinline__ float* f32(int offset) const { return reinterpret_cast<float*>(ptr + offset); }
+  __device__ __forceinline__ mbar_t* bar(int offset) const { return reinterpret_cast<mbar_t*>(ptr + offset); }
 };
+
+// Both consumer warpgroups meet: every thread's earlier shared-memory accesses are released by its
+// arrival and acquired by every thread's wait (`parity`: the barrier's phase, one per use).
+__device__ __forceinline__ void rendezvous(mbar_t* bar, unsigned parity) {
+  mbar_arrive(bar);
+  mbar_wait(bar, parity);
+}
 
 // The request's Q (16 heads x 576 bf16 at query token `tok`) as the consumers' B operands: per
 // head a power of two s_h with max |q_nope| s_h in [128, 256), the NoPE as f16 q s_h (exact) in
@@ -157,14 +173,13 @@ __device__ __forceinline__ void load_q_direct(const MlaSparseParams& p, const Di
   }
   if (u == 0) sm.f32(DirectPlan::kHeadScale)[h] = sl2 * pow2f(e - 8);
   fence_proxy_async_smem();  // the generic stores, read by wgmma's async proxy
-  named_bar_sync(kBarDirectBoth, 256);
 }
 
 // The producer warpgroup's 16-byte cp.async (LDGSTS). Warp w copies tokens 16 w ..
 // 16 w + 15 of a block (lane l: bytes 16 l of each record, and 512 + 16 l for l < 9), a skipped
 // id's 41 units as zeros (src-size 0: nothing read); each thread's copies complete on the slot's
-// full barrier (.noinc arrivals, 128 of them) and each warp's lane 0 arrives once more after its
-// ids are stored (release): 132 arrivals per phase.
+// full barrier (.noinc arrivals, 128 of them) and each thread arrives once more after its id is
+// stored (a release of its own stores, which is what racecheck follows): 256 arrivals per phase.
 template <class Cfg>
 __device__ __forceinline__ void producer_copies(const DecodeKernelParams& kp, const SparsePart& part, int tok,
                                                 const DirectSmem& sm) {
@@ -192,8 +207,7 @@ __device__ __forceinline__ void producer_copies(const DecodeKernelParams& kp, co
       if (lane < (kTokenBytes - 512) / 16) ptx::cp_async_16(dst + 512, src + 512, ok);
     }
     ptx::cp_async_mbar_arrive_noinc(ptx::smem_addr(sm.full(it)));
-    __syncwarp();  // the warp's ids before the arrival that publishes them
-    if (lane == 0) mbar_arrive(sm.full(it));
+    mbar_arrive(sm.full(it));
   }
 }
 
