@@ -193,28 +193,28 @@ std::vector<BenchCase> build_table() {
   t.mla("mla-sparse-anchor-b128-h16-t2k", mla_shape(16, 128, 32768, 1, true, 2048),
         "16 heads: selected-token GB/s target");
 
-  // Dense MLA against FlashMLA 9241ae3 (ANCHORS.md, page 64), each in bf16 and in fp8 (576 e4m3
+  // Dense MLA against FlashMLA 9241ae3 (docs/peers.md, page 64), each in bf16 and in fp8 (576 e4m3
   // values a token with one scale); b128 h128 4k also over the 656-byte sparse cache read densely.
   constexpr int kBf16Cache = 0, kE4m3Cache = 1, kTokenCache = 2;
   for (int q_len : {1, 2}) {
     t.mla_dense("mla-dense-anchor-b128-h128-8k/q" + std::to_string(q_len),
                 mla_shape(128, 128, 8192, q_len, false, 0), {kBf16Cache, kE4m3Cache},
-                "ANCHORS.md FlashMLA dense row: tensor-core bound");
+                "FlashMLA dense row (docs/peers.md): tensor-core bound");
   }
   t.mla_dense("mla-dense-anchor-b64-h128-8k", mla_shape(128, 64, 8192, 1, false, 0),
-              {kBf16Cache, kE4m3Cache}, "ANCHORS.md FlashMLA dense row");
+              {kBf16Cache, kE4m3Cache}, "FlashMLA dense row (docs/peers.md)");
   t.mla_dense("mla-dense-anchor-b128-h128-4k", mla_shape(128, 128, 4096, 1, false, 0),
-              {kBf16Cache, kE4m3Cache, kTokenCache}, "ANCHORS.md FlashMLA dense row");
+              {kBf16Cache, kE4m3Cache, kTokenCache}, "FlashMLA dense row (docs/peers.md)");
   t.mla_dense("mla-dense-anchor-b128-h64-8k", mla_shape(64, 128, 8192, 1, false, 0),
-              {kBf16Cache, kE4m3Cache}, "ANCHORS.md FlashMLA dense row: memory-bound");
+              {kBf16Cache, kE4m3Cache}, "FlashMLA dense row (docs/peers.md): memory-bound");
   t.mla_dense("mla-dense-anchor-b64-h64-4k", mla_shape(64, 64, 4096, 1, false, 0),
-              {kBf16Cache, kE4m3Cache}, "ANCHORS.md FlashMLA dense row: memory-bound");
+              {kBf16Cache, kE4m3Cache}, "FlashMLA dense row (docs/peers.md): memory-bound");
   t.mla_dense("mla-dense-anchor-b128-h16-4k", mla_shape(16, 128, 4096, 1, false, 0),
-              {kBf16Cache, kE4m3Cache}, "ANCHORS.md FlashMLA dense row: tensor parallel 8");
+              {kBf16Cache, kE4m3Cache}, "FlashMLA dense row (docs/peers.md): tensor parallel 8");
   t.mla_dense("mla-dense-small-b1-h128-32k", mla_shape(128, 1, 32768, 1, false, 0),
-              {kBf16Cache, kE4m3Cache}, "ANCHORS.md FlashMLA dense row: one long request");
+              {kBf16Cache, kE4m3Cache}, "FlashMLA dense row (docs/peers.md): one long request");
   t.mla_dense("mla-dense-small-b4-h16-16k", mla_shape(16, 4, 16384, 1, false, 0),
-              {kBf16Cache, kE4m3Cache}, "ANCHORS.md FlashMLA dense row: a few long requests");
+              {kBf16Cache, kE4m3Cache}, "FlashMLA dense row (docs/peers.md): a few long requests");
   return t.cases;
 }
 
@@ -246,7 +246,7 @@ const Group kGroups[] = {
      [](const BenchCase& c) {
        return c.family == Family::kMla && starts_with(c.name, "mla-sparse-");
      }},
-    {"mla-dense", "every dense MLA shape (BENCH_SHAPES.md + ANCHORS.md rows, bf16 and fp8)",
+    {"mla-dense", "every dense MLA shape (docs/benchmarks.md and docs/peers.md rows, bf16 and fp8)",
      [](const BenchCase& c) {
        return c.family == Family::kMla && starts_with(c.name, "mla-dense-");
      }},

@@ -65,7 +65,7 @@ void bind_mla_common(Params& p, const MlaCaseSpec& s, HostTensor& q, const HostT
   p.softmax_scale = mla_default_scale(s.softmax_scale);
 }
 
-// The real value of an e4m3 element under one cache scale, as DESIGN.md defines it: the product
+// The real value of an e4m3 element under one cache scale, as docs/semantics.md defines it: the product
 // in fp32, rounded to bf16.
 inline float mla_e4m3_real(std::uint8_t code, float scale) {
   return bf16_to_float(float_to_bf16(fp8e4m3_to_float(code) * scale));

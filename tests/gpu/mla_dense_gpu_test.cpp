@@ -1,4 +1,4 @@
-// MLA dense decode on the GPU against the CPU reference (DESIGN.md "MLA decode"; issue 31 item 5),
+// MLA dense decode on the GPU against the CPU reference (docs/semantics.md "MLA decode"; issue 31 item 5),
 // for every decode variant this machine runs (DECA_MLA_KERNEL) and every cache format (bf16, e4m3
 // with one scale, the 656-byte token read densely): heads 1, 8, 16, 24, 64, 100, 128; q_len 1..4;
 // page sizes 1, 16, 64, 128, 256 (and 576 where plans take it); ragged lengths with 0, 1, page +- 1, shorter than a page and

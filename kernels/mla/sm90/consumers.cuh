@@ -110,7 +110,7 @@ __device__ __forceinline__ RowFactors online_softmax(float (&s)[32], const int* 
 
 // A request's output factors and LSE for rows r0 and r0 + 8 from their full sums l and maxima m:
 // 1 / l (with the sink for a final output) and (m + log2 l) ln 2; a row with no valid key gets
-// zeros and LSE -inf (DESIGN.md), sink or not.
+// zeros and LSE -inf (docs/semantics.md), sink or not.
 __device__ __forceinline__ void output_factors(const MlaSparseParams& p, const Piece& pc, int head0, int r0,
                                                float l0, float l1, float m0, float m1, float (&f)[2],
                                                float (&lse)[2]) {
