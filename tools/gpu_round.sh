@@ -7,7 +7,7 @@
 #
 # Knobs (environment):
 #   DECA_SKIP_TESTS=1 / DECA_SKIP_JIT=1 / DECA_SKIP_PYTHON=1 / DECA_SKIP_BENCH=1   leave a step out
-#   DECA_GTEST_FILTER=...        filter of the C++ GPU suite
+#   DECA_GTEST_FILTER=...        filter of the C++ GPU suite (the differential test runs in its own step)
 #   DECA_GTEST_SHARDS=N          the suite in N parallel gtest shards (the compiles spread over the
 #                                cores), then the timing tests alone (DECA_SKIP_TIMING=1: not them)
 #   DECA_GTEST_TIMEOUT / DECA_PYTEST_TIMEOUT / DECA_BENCH_TIMEOUT   seconds per step (a round must
@@ -23,8 +23,17 @@
 #   DECA_SANITIZE=1              (last) compute-sanitizer over the C++ GPU suite: DECA_SANITIZE_TOOLS (default
 #                                "memcheck racecheck initcheck synccheck"), all at once, each in
 #                                DECA_SANITIZE_SHARDS gtest shards (default 3); DECA_SANITIZE_FILTER
-#                                (default: all but the timing tests), DECA_SANITIZE_TIMEOUT (s, 300)
+#                                (default: all but the timing tests and the one-shot out-of-memory
+#                                test), DECA_SANITIZE_TIMEOUT (s, 300)
 #   DECA_JIT_STRESS=1            tools/jit_cache_stress.sh: processes sharing one JIT cache directory
+#   DECA_DIFF=N                  the differential test (GPU against the CPU reference on N random
+#                                configurations, tests/gpu/differential_test.cpp) after the GPU suite:
+#                                default 1000 when the suite runs; 0 leaves it out; set, it runs even
+#                                with DECA_SKIP_TESTS=1. DECA_DIFF_PROCS=P splits the cases over P
+#                                processes (default 1; 4 for long runs), DECA_TEST_SEED picks the
+#                                draws (default 1234), DECA_DIFF_TIMEOUT (s, 1200) per process.
+#                                Under DECA_SANITIZE the suite's differential test draws
+#                                DECA_SANITIZE_DIFF_CASES (16).
 #   DECA_GIT_COMMIT=<sha>        the commit the JSON and logs name; pass it: the device's copy of the
 #                                working tree may carry a .git from earlier (on 2026-12-02 it named
 #                                the session's first commit for every round)
@@ -82,17 +91,19 @@ export DECA_GIT_COMMIT=${DECA_GIT_COMMIT:-$(git -C "$root" rev-parse --short HEA
 log "commit named in the results: $DECA_GIT_COMMIT"
 if [ "${DECA_SKIP_TESTS:-0}" != 1 ]; then
   shards=${DECA_GTEST_SHARDS:-1}
+  # The differential test has a step of its own (below).
+  suite_filter=${DECA_GTEST_FILTER:-*}
+  case $suite_filter in *-*) suite_filter="$suite_filter:Differential.*" ;; *) suite_filter="$suite_filter-Differential.*" ;; esac
   if [ "$shards" -le 1 ]; then
     log "GPU tests"
-    timeout "${DECA_GTEST_TIMEOUT:-1800}" $build/tests/deca_test_gpu --gtest_output=json:"$logs/gpu_tests.json" ${DECA_GTEST_FILTER:+--gtest_filter=$DECA_GTEST_FILTER} \
+    timeout "${DECA_GTEST_TIMEOUT:-1800}" $build/tests/deca_test_gpu --gtest_output=json:"$logs/gpu_tests.json" --gtest_filter="$suite_filter" \
       > "$logs/gpu_tests.log" 2>&1
     log "gpu tests rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$logs/gpu_tests.log" | tr '\n' ' ')"
   else
     # Most of the suite's time is NVRTC compiling each specialization on first use, one after
     # another: gtest shards in parallel processes spread the compiles over the cores. The timing
     # tests run alone afterwards (they measure; sharing the GPU would skew them).
-    filter=${DECA_GTEST_FILTER:-*}
-    case $filter in *-*) sharded="$filter:*Timing*" ;; *) sharded="$filter-*Timing*" ;; esac
+    sharded="$suite_filter:*Timing*"
     log "GPU tests: $shards shards in parallel, then the timing tests"
     pids=()
     for ((s = 0; s < shards; ++s)); do
@@ -116,6 +127,30 @@ if [ "${DECA_SKIP_TESTS:-0}" != 1 ]; then
     $build/tests/deca_test_jit > "$logs/jit_tests.log" 2>&1
     log "jit tests rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$logs/jit_tests.log" | tr '\n' ' ')"
     grep -E "FAILED" "$logs/jit_tests.log" | tail -10
+  fi
+fi
+# The differential test: DECA_DIFF random configurations of every op, GPU against the CPU
+# reference, in DECA_DIFF_PROCS processes that share the draws (each runs every P-th case); one
+# "[differential] seed=..." line per process and their totals in round.log.
+if [ "${DECA_SKIP_TESTS:-0}" != 1 ] || [ -n "${DECA_DIFF:-}" ]; then
+  diff_cases=${DECA_DIFF:-1000}
+  procs=${DECA_DIFF_PROCS:-1}
+  if [ "$diff_cases" -gt 0 ]; then
+    log "differential test: $diff_cases cases, $procs processes, DECA_TEST_SEED=${DECA_TEST_SEED:-1234}"
+    pids=()
+    for ((s = 0; s < procs; ++s)); do
+      DECA_DIFF_CASES=$diff_cases DECA_DIFF_SHARD=$s/$procs timeout "${DECA_DIFF_TIMEOUT:-1200}" \
+        $build/tests/deca_test_gpu --gtest_filter='Differential.*' > "$logs/differential_$s.log" 2>&1 &
+      pids+=($!)
+    done
+    for p in "${pids[@]}"; do wait "$p"; done
+    cat "$logs"/differential_[0-9]*.log > "$logs/differential.log"
+    grep -h '^\[differential\] seed=' "$logs"/differential_[0-9]*.log | tee -a "$out/round.log"
+    log "differential total: $(awk '/^\[differential\] seed=/ {
+        for (i = 2; i <= NF; ++i) { split($i, kv, "="); if (kv[1] ~ /^(cases|mismatches|refusals|gpu_only|cpu_only|both)$/) t[kv[1]] += kv[2] }
+        ++n } END { printf "%d processes, cases=%d mismatches=%d refusals=%d gpu_only=%d cpu_only=%d both=%d",
+        n, t["cases"], t["mismatches"], t["refusals"], t["gpu_only"], t["cpu_only"], t["both"] }' "$logs"/differential_[0-9]*.log)"
+    grep -hE '^\[  FAILED|^\[differential\] (case|.* worst)' "$logs"/differential_[0-9]*.log | head -40
   fi
 fi
 if [ "${DECA_SKIP_PYTHON:-0}" != 1 ]; then
@@ -198,12 +233,14 @@ if [ "${DECA_SANITIZE:-0}" = 1 ] && command -v compute-sanitizer > /dev/null; th
   # tools over every kernel family fit one device call. The timing tests are left out (they
   # measure, they check nothing a sanitizer adds to).
   shards=${DECA_SANITIZE_SHARDS:-3}
-  filter=${DECA_SANITIZE_FILTER:--*Timing*}
+  # The one-shot out-of-memory test provokes a failing cudaMalloc, which the tools report as an
+  # API error; the differential test draws a handful of cases (DECA_SANITIZE_DIFF_CASES).
+  filter=${DECA_SANITIZE_FILTER:--*Timing*:Concurrency.OneShotWorkspaceBeyondTheDeviceIsAnError}
   log "compute-sanitizer: ${DECA_SANITIZE_TOOLS:-memcheck racecheck initcheck synccheck} x $shards shards, filter $filter"
   pids=()
   for tool in ${DECA_SANITIZE_TOOLS:-memcheck racecheck initcheck synccheck}; do
     for ((s = 0; s < shards; ++s)); do
-      GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$s timeout "${DECA_SANITIZE_TIMEOUT:-300}" \
+      DECA_DIFF_CASES=${DECA_SANITIZE_DIFF_CASES:-16} GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$s timeout "${DECA_SANITIZE_TIMEOUT:-300}" \
         compute-sanitizer --tool $tool --error-exitcode 9 $build/tests/deca_test_gpu \
         --gtest_filter="$filter" > "$logs/sanitize_${tool}_$s.log" 2>&1 &
       pids+=($!)

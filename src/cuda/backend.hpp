@@ -60,6 +60,30 @@ void plan_mla_sparse(MlaPlan& plan);
 void mla_sparse_decode(const MlaPlan& plan, const MlaSparseParams& params, void* workspace,
                        void* stream, bool reuse_schedule = false);
 
+// ---- MLA dense decode (src/cuda/mla_dense.cpp) -------------------------------------------------
+
+// Fills plan.sm_count, num_parts, num_splits, workspace_bytes and kernel_name for a dense config
+// whose device is CUDA (its kv_format and max_seq_len are known here: the kernels specialise on
+// the first and cap the schedule with the second), and loads (compiling on first use) the
+// scheduler, decode and combine kernels. Throws a deca::Error from plan_mla_decode naming
+// config.device when the device cannot run them.
+void plan_mla_dense(MlaPlan& plan);
+
+// Scheduler -> decode -> combine on `stream` for a dense run (params.kv_format, kv_scale and the
+// block table / lengths in device memory, never read here), as mla_sparse_decode: metadata and
+// partials in `workspace`, `reuse_schedule` leaves the scheduler out. Allocates nothing.
+void mla_dense_decode(const MlaPlan& plan, const MlaDenseParams& params, void* workspace,
+                      void* stream, bool reuse_schedule);
+
+// The compute capability of config.device (a CUDA device) for the MLA kernels; throws a
+// deca::Error from `fn` naming config.device when it is absent or older than 8.0.
+int mla_arch(const MlaConfig& config, const std::string& fn);
+
+// Compiles (or finds in the cubin cache) the scheduler, decode and combine kernels a plan of the
+// `config` (dense or sparse) runs on devices of compute capability `arch`, without launching anything or
+// needing a GPU; returns the decode kernel's name.
+std::string precompile_mla(const MlaConfig& config, int arch);
+
 // The `combine` op on CUDA tensors of `device`.
 void combine(const CombineParams& params, int device, void* stream);
 

@@ -40,7 +40,25 @@ constexpr Retired kRetired[] = {
      "sm_89, widen_ldsm elsewhere; int8 two_term_qk on sm_90, widen_ldsm elsewhere"},
     {"DECA_GQA_CTAS", "the GQA kernels are built for 2 CTAs per SM"},
     // ---- MLA ----
-    {nullptr, nullptr},
+    // The sm90 decode kernels' knobs: one kernel per head-count class now (traits.cuh kernel_class;
+    // docs/perf-notes-mla.md, "Retired variants", has what each chose and measured).
+    {"DECA_MLA_CLUSTER", "65..128 heads run in clusters of 2, fewer without one"},
+    {"DECA_MLA_PIPE", "the producers gather a block's whole share in one round"},
+    {"DECA_MLA_DEQUANT", "the producers convert with the hardware e4m3 conversions"},
+    {"DECA_MLA_SYNC", "a cluster's hand-overs are the light ones"},
+    {"DECA_MLA_PREFETCH", "the producers prefetch each record's lines into L2"},
+    {"DECA_MLA_AHEAD", "the L2 prefetch runs one block ahead"},
+    {"DECA_MLA_MAP", "the producers store whole 128-byte rows"},
+    {"DECA_MLA_L1", "the gather's L1 policy follows the cluster (evict_last without one)"},
+    {"DECA_MLA_RESCALE", "the consumers keep lazy maxima"},
+    {"DECA_MLA_PHAND", "P goes to consumer 1's registers in a cluster, after consumer 0's P V without one"},
+    {"DECA_MLA_PRODUCERS", "the wide kernel has two producer warpgroups"},
+    {"DECA_MLA_PEERCOPY", "the peer's rows cross by st.async"},
+    {"DECA_MLA_SEESAW", "consumer 0 runs every block's QK^T and softmax"},
+    {"DECA_MLA_STAGE", "at most 16 heads run the direct kernel"},
+    {"DECA_MLA_NARROW", "at most 16 heads run the direct kernel"},
+    {"DECA_MLA_DIRECT", "at most 16 heads run the direct kernel (its alternating consumers)"},
+    {"DECA_MLA_STAMP", "time phases with the ablations of tests/gpu/mla_sm90_timing_test.cpp"},
 };
 
 std::string quoted(const char* s) { return std::string("\"") + s + "\""; }

@@ -293,4 +293,27 @@ inline GqaCase build_gqa_case(const GqaCaseSpec& spec, std::mt19937_64& rng) {
   return c;
 }
 
+// Beam search: the beams of a request (adjacent batch entries, `beams` of them) share their
+// first pages, beam 0's, and own their last `own_pages`. A page is shared only where beam 0 wrote
+// every slot the beam reads in it (a longer beam keeps its own copy of beam 0's last, partial
+// page). Pages a beam gave up stay in the pool with their data; the reference reads through the
+// page table, as the kernels do.
+inline void share_prefix_pages(GqaCase& c, int beams, int own_pages) {
+  const auto& s = c.spec;
+  const std::int64_t cols = c.page_table.shape()[1];
+  int* table = c.page_table.data<int>();
+  for (int r = 0; r < s.batch / beams; ++r) {
+    const int len0 = c.lens[r * beams];
+    const int pages0 = (len0 + s.page_size - 1) / s.page_size;
+    for (int j = 1; j < beams; ++j) {
+      const int b = r * beams + j;
+      const int pages = (c.lens[b] + s.page_size - 1) / s.page_size;
+      for (int pg = 0; pg < std::min(pages - own_pages, pages0); ++pg) {
+        if (std::min(c.lens[b], (pg + 1) * s.page_size) > len0) break;
+        table[b * cols + pg] = table[r * beams * cols + pg];
+      }
+    }
+  }
+}
+
 }  // namespace deca::test

@@ -1,5 +1,5 @@
 // GQA decode on the GPU against the CPU reference, over a matrix that covers every feature of the
-// kernel and their combinations (DESIGN.md "GQA decode"; issue 3 section 3). Fresh random data
+// kernel and their combinations (docs/semantics.md, "GQA / MQA / MHA decode"). Fresh random data
 // per case (seed: DECA_TEST_SEED), unused KV slots poisoned with NaN, unused page-table columns
 // with huge ids, outputs poisoned before each run. Skipped where no GPU is present.
 #include <gtest/gtest.h>
@@ -560,22 +560,6 @@ struct BeamCase {
   int own_pages;  // trailing pages each beam owns (the rest are beam 0's)
   GpuOptions opt;
 };
-
-void share_prefix_pages(GqaCase& c, int beams, int own_pages) {
-  const auto& s = c.spec;
-  const std::int64_t cols = c.page_table.shape()[1];
-  int* table = c.page_table.data<int>();
-  for (int r = 0; r < s.batch / beams; ++r) {
-    for (int j = 1; j < beams; ++j) {
-      const int b = r * beams + j;
-      const int pages = (c.lens[b] + s.page_size - 1) / s.page_size;
-      const int pages0 = (c.lens[r * beams] + s.page_size - 1) / s.page_size;
-      for (int pg = 0; pg < std::min(pages - own_pages, pages0); ++pg) {
-        table[b * cols + pg] = table[r * beams * cols + pg];
-      }
-    }
-  }
-}
 
 std::vector<BeamCase> beam_cases() {
   std::vector<BeamCase> m;

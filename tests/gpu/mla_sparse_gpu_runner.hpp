@@ -1,6 +1,6 @@
 // MLA sparse decode through the public API on the CPU (the reference) and on CUDA, for the GPU
-// tests: case preparation (poisoned never-indexed tokens and a poisoned spare block, an index in
-// the pool's last page, whole rows of -1, an empty request), device copies, and the comparison.
+// tests: the kernel variants, device copies of a case (common/mla_case.hpp builds it and adds its
+// edges), and the comparison.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -10,7 +10,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <random>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -22,13 +21,12 @@
 
 namespace deca::test {
 
-// The decode variants this machine runs: the portable kernel everywhere, the sm90 one on Hopper
-// when it is enabled. Selected through DECA_MLA_KERNEL, as a user would. The tests run checked
+// The decode variants this machine runs: the portable kernel everywhere, the sm90 ones on Hopper. Selected through DECA_MLA_KERNEL, as a user would. The tests run checked
 // plans by default (tests/common/checked_on.cpp), and a checked plan runs the portable kernel:
 // the sm90 variant is therefore tested with DECA_CHECKED=0, so that it keeps its coverage.
 inline std::vector<std::string> mla_variants() {
   std::vector<std::string> v = {"portable"};
-  if (cuda::available() && cuda::kMlaSm90KernelEnabled && cuda::compute_capability(0) == 90) {
+  if (cuda::available() && cuda::compute_capability(0) == 90) {
     v.push_back("sm90");
   }
   return v;
@@ -54,70 +52,6 @@ class ScopedMlaKernel {
   std::string old_, old_checked_;
   bool had_ = false, had_checked_ = false;
 };
-
-struct SparseEdges {
-  bool rows_of_skips = true;  // request 1 (if any), token 0: every index -1
-  bool empty_request = true;  // topk_length: the last request gets 0
-  bool poison = true;         // never-indexed tokens and one spare block all 0xFF (NaN)
-};
-
-// Applies the edges to a built case and rebinds it; the reference then runs on exactly this data.
-inline void add_sparse_edges(MlaSparseCase& c, const SparseEdges& e) {
-  auto& s = c.spec;
-  const int pool = s.pool_blocks * s.page_size;
-  int* idx = c.indices.data<int>();
-  auto row = [&](int b, int i) { return idx + (static_cast<std::int64_t>(b) * s.q_len + i) * s.topk; };
-  auto len = [&](int b) { return s.topk_length ? c.topk_length.data<int>()[b] : s.topk; };
-  if (s.topk_length && s.batch > 1 && e.empty_request) c.topk_length.data<int>()[s.batch - 1] = 0;
-  if (s.topk_length) c.topk_length.data<int>()[0] = std::max(1, c.topk_length.data<int>()[0]);
-  for (int i = 0; i < s.q_len; ++i) row(0, i)[0] = pool - 1;  // the last slot of the last page
-  if (e.rows_of_skips && s.batch > 1) {
-    for (int k = 0; k < s.topk; ++k) row(1, 0)[k] = -1;
-  }
-  if (!e.poison) {
-    c.bind();
-    return;
-  }
-  std::set<int> used;
-  for (int b = 0; b < s.batch; ++b) {
-    for (int i = 0; i < s.q_len; ++i) {
-      for (int k = 0; k < len(b); ++k) {
-        if (row(b, i)[k] >= 0) used.insert(row(b, i)[k]);
-      }
-    }
-  }
-  // A spare block in front, then the pool with every token no counted index names poisoned; the
-  // ids move up by one page.
-  HostTensor kv(DType::kUINT8, {s.pool_blocks + 1, s.page_size, 1, kMlaTokenBytes});
-  kv.fill_bytes(0xFF);
-  for (int t = 0; t < pool; ++t) {
-    if (!used.count(t)) continue;
-    std::memcpy(kv.data<unsigned char>() + static_cast<std::size_t>(t + s.page_size) * kMlaTokenBytes,
-                c.kv.data<unsigned char>() + static_cast<std::size_t>(t) * kMlaTokenBytes,
-                kMlaTokenBytes);
-  }
-  for (std::int64_t n = 0; n < c.indices.numel(); ++n) {
-    if (idx[n] >= 0) idx[n] += s.page_size;
-  }
-  c.kv = std::move(kv);
-  s.pool_blocks += 1;
-  c.bind();
-}
-
-inline MlaConfig sparse_config(const MlaCaseSpec& s, Device device) {
-  MlaConfig cfg;
-  cfg.num_heads = s.num_heads;
-  cfg.page_size = s.page_size;
-  cfg.sparse = true;
-  cfg.max_batch = s.batch;
-  cfg.max_q_len = s.q_len;
-  cfg.topk = s.topk;
-  cfg.lse = s.lse;
-  cfg.attn_sink = s.attn_sink;
-  cfg.topk_length = s.topk_length;
-  cfg.device = device;
-  return cfg;
-}
 
 inline MlaSparseArgs host_args(MlaSparseCase& c) {
   MlaSparseArgs a;
@@ -203,9 +137,11 @@ struct DeviceSparse {
 // within a bound of a few bf16 ulps of its row's scale (both sides round to bf16, and the
 // kernels' P is bf16: an element that is a small difference of large terms, p1 v1 - p2 v2, keeps
 // the rounding error of the large terms, so the bound scales with the row's largest |ref|, not
-// the element's own), no NaN; LSE: -inf exactly where the reference has it, else close.
-inline void expect_sparse_matches(const std::string& what, const MlaSparseCase& ref,
-                                  const HostTensor& out, const HostTensor& lse) {
+// the element's own), no NaN; LSE: -inf exactly where the reference has it, else close. `Case`:
+// MlaSparseCase or MlaDenseCase (its out, lse and spec.lse).
+template <class Case>
+void expect_sparse_matches(const std::string& what, const Case& ref, const HostTensor& out,
+                           const HostTensor& lse) {
   double num = 0, den = 0, max_abs = 0, lse_abs = 0;
   long long nan = 0, inf_mismatch = 0, worst = -1, outside = 0;
   constexpr std::int64_t kRow = 512;  // out is [batch, q_len, heads, 512], contiguous here
@@ -231,7 +167,7 @@ inline void expect_sparse_matches(const std::string& what, const MlaSparseCase& 
   }
   if (ref.spec.lse) {
     for (std::int64_t i = 0; i < ref.lse.numel(); ++i) {
-      const float a = lse.data<float>()[i], b = ref.lse.data<float>()[i];
+      const float a = lse.data<float>()[i], b = ref.lse.template data<float>()[i];
       if (std::isnan(a) || std::isnan(b)) ++nan;
       else if (std::isinf(a) || std::isinf(b)) inf_mismatch += a != b;
       else lse_abs = std::max(lse_abs, static_cast<double>(std::fabs(a - b)));

@@ -1,0 +1,207 @@
+// The differential test's generator without a GPU (tests/gpu/differential_test.cpp runs it against
+// the GPU): every drawn case is a valid call that the CPU reference runs, writing every output
+// element and nothing around the views; the draws cover every feature they promise; a case is
+// rebuilt from its own seed byte for byte (what DECA_DIFF_ONLY replays).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "common/diff_draw.hpp"
+#include "common/test_seed.hpp"
+#include "deca/error.hpp"
+
+namespace deca::test::diff {
+namespace {
+
+constexpr int kCases = 500;
+
+// The GPU runner's way of running a case (tests/gpu/diff_mirror.hpp) with host memory: every
+// tensor copied, views moved to the copy at their offset. Runs there must write what runs on the
+// case's own tensors write, which holds only if tensors() names every buffer a view points into
+// and outputs() the buffers the op writes.
+class HostMirror {
+ public:
+  explicit HostMirror(const std::vector<HostTensor*>& tensors) : host_(tensors) {
+    for (const HostTensor* t : tensors) copies_.push_back(*t);
+  }
+  Side side() {
+    Side s;
+    s.move = [this](const TensorView& v) {
+      const char* p = static_cast<const char*>(v.data);
+      for (std::size_t i = 0; i < host_.size(); ++i) {
+        const char* base = static_cast<const char*>(host_[i]->raw());
+        if (p >= base && p < base + std::max<std::size_t>(host_[i]->bytes(), 1)) {
+          TensorView m = v;
+          m.data = static_cast<char*>(copies_[i].raw()) + (p - base);
+          return m;
+        }
+      }
+      ADD_FAILURE() << "a view points into no tensor of its case";
+      return v;
+    };
+    return s;
+  }
+  const HostTensor& copy_of(const HostTensor* t) const {
+    for (std::size_t i = 0; i < host_.size(); ++i) {
+      if (host_[i] == t) return copies_[i];
+    }
+    ADD_FAILURE() << "an output is not among the case's tensors";
+    return copies_.front();
+  }
+  void poison(const std::vector<Output>& outs) {
+    for (const Output& o : outs) const_cast<HostTensor&>(copy_of(o.storage)).fill_bytes(0xFF);
+  }
+
+ private:
+  std::vector<HostTensor*> host_;
+  std::vector<HostTensor> copies_;
+};
+
+TEST(DifferentialDraw, CpuReferenceRunsEveryDrawnCase) {
+  DECA_SEED_TRACE();
+  const std::vector<CaseDraw> draws = draw_cases(kCases, test_seed());
+  int per_family[static_cast<int>(Family::kCount)] = {};
+  int failures = 0;
+  for (const CaseDraw& d : draws) {
+    ++per_family[static_cast<int>(d.family)];
+    const std::unique_ptr<DiffCase> c = build_case(d);
+    const std::vector<Output> outs = c->outputs();
+    poison(outs);
+    try {
+      EXPECT_EQ(c->run(Side{}, 0), "") << "the CPU backend names no kernel";
+    } catch (const Error& e) {
+      if (failures++ < 10) ADD_FAILURE() << "case " << d.index << " refused: " << e.what() << "\n  " << c->describe();
+      continue;
+    }
+    // The reference against itself: the poison left inside a view (an element not written) or
+    // lost outside it (a write past the view) is what this sees.
+    Mismatch m;
+    const std::vector<HostTensor> got = snapshot(outs);
+    for (std::size_t k = 0; k < outs.size(); ++k) compare_output(outs[k], got[k], got[k], m);
+    if (!m.within(Tolerance{0, 0, 0}) && failures++ < 10) {
+      ADD_FAILURE() << "case " << d.index << ": " << m.text() << "\n  " << c->describe();
+    }
+    if (d.index % 5 != 0) continue;  // a fifth of the cases again through a mirror
+    HostMirror mirror(c->tensors());
+    mirror.poison(outs);
+    c->run(mirror.side(), 0);
+    for (std::size_t k = 0; k < outs.size(); ++k) {
+      const HostTensor& mirrored = mirror.copy_of(outs[k].storage);
+      if (std::memcmp(mirrored.raw(), got[k].raw(), got[k].bytes()) != 0 && failures++ < 10) {
+        ADD_FAILURE() << "case " << d.index << ": " << outs[k].name << " differs when run on copies\n  "
+                      << c->describe();
+      }
+    }
+  }
+  EXPECT_EQ(failures, 0);
+  for (int f = 0; f < static_cast<int>(Family::kCount); ++f) {
+    EXPECT_GT(per_family[f], kCases * kShares[f] / 2) << family_name(static_cast<Family>(f));
+  }
+}
+
+// Each feature the generator promises appears among the draws (forced into the first layers of a
+// pool, or drawn per case with a probability that makes a miss over 500 draws negligible).
+TEST(DifferentialDraw, DrawsCoverEveryFeature) {
+  DECA_SEED_TRACE();
+  const std::vector<CaseDraw> draws = draw_cases(kCases, test_seed());
+  using Pred = std::function<bool(const CaseDraw&)>;
+  const auto gqa = [](std::function<bool(const GqaDraw&)> p) -> Pred {
+    return [p](const CaseDraw& c) { return c.family == Family::kGqa && p(c.gqa); };
+  };
+  const auto mla = [](std::function<bool(const MlaSparseDraw&)> p) -> Pred {
+    return [p](const CaseDraw& c) { return c.family == Family::kMlaSparse && p(c.mla_sparse); };
+  };
+  const auto comb = [](std::function<bool(const CombineDraw&)> p) -> Pred {
+    return [p](const CaseDraw& c) { return c.family == Family::kCombine && p(c.combine); };
+  };
+  const std::vector<std::pair<std::string, Pred>> features = {
+      {"gqa kv bf16", gqa([](const GqaDraw& d) { return d.spec.kv_dtype == DType::kBF16; })},
+      {"gqa kv fp16", gqa([](const GqaDraw& d) { return d.spec.kv_dtype == DType::kFP16; })},
+      {"gqa kv fp8", gqa([](const GqaDraw& d) { return d.spec.kv_dtype == DType::kFP8E4M3; })},
+      {"gqa kv int8", gqa([](const GqaDraw& d) { return d.spec.kv_dtype == DType::kINT8; })},
+      {"gqa fp8 d128 unchecked", gqa([](const GqaDraw& d) {
+         return d.spec.kv_dtype == DType::kFP8E4M3 && d.spec.head_dim == 128 && !d.config.checked &&
+                d.config.beam_width == 1;
+       })},
+      {"gqa q fp16", gqa([](const GqaDraw& d) { return d.spec.q_dtype == DType::kFP16; })},
+      {"gqa out fp8", gqa([](const GqaDraw& d) { return d.spec.out_dtype == DType::kFP8E4M3; })},
+      {"gqa per-head scales", gqa([](const GqaDraw& d) { return d.spec.per_head_scales; })},
+      {"gqa HND", gqa([](const GqaDraw& d) { return d.spec.layout == KvLayout::kHND; })},
+      {"gqa NHD", gqa([](const GqaDraw& d) { return d.spec.layout == KvLayout::kNHD; })},
+      {"gqa K and V in one allocation", gqa([](const GqaDraw& d) { return d.spec.kv_one_allocation; })},
+      {"gqa strided q", gqa([](const GqaDraw& d) { return d.q_pad > 0; })},
+      {"gqa strided out", gqa([](const GqaDraw& d) { return d.out_pad > 0; })},
+      {"gqa narrower page-table view", gqa([](const GqaDraw& d) { return d.table_columns < 0; })},
+      {"gqa empty request", gqa([](const GqaDraw& d) {
+         for (int l : d.spec.seq_lens) if (l == 0) return true;
+         return false;
+       })},
+      {"gqa q_len 4 tree", gqa([](const GqaDraw& d) { return d.spec.q_len == 4 && d.spec.tree_mask; })},
+      {"gqa q_len 2 causal", gqa([](const GqaDraw& d) { return d.spec.q_len == 2 && !d.spec.tree_mask; })},
+      {"gqa window", gqa([](const GqaDraw& d) { return d.spec.window > 0; })},
+      {"gqa softcap", gqa([](const GqaDraw& d) { return d.spec.softcap > 0; })},
+      {"gqa sinks", gqa([](const GqaDraw& d) { return d.spec.sinks; })},
+      {"gqa no lse", gqa([](const GqaDraw& d) { return !d.spec.lse; })},
+      {"gqa beams", gqa([](const GqaDraw& d) { return d.config.beam_width > 1; })},
+      {"gqa fixed split", gqa([](const GqaDraw& d) { return d.config.split_mode == SplitMode::kFixed; })},
+      {"gqa checked", gqa([](const GqaDraw& d) { return d.config.checked; })},
+      {"gqa max_batch above batch", gqa([](const GqaDraw& d) { return d.config.max_batch > d.spec.batch; })},
+      {"gqa odd q heads", gqa([](const GqaDraw& d) { return d.spec.num_q_heads % 2 == 1 && d.spec.num_q_heads > 1; })},
+      {"gqa group 16", gqa([](const GqaDraw& d) { return d.spec.num_q_heads / d.spec.num_kv_heads == 16; })},
+      {"gqa head_dim 256", gqa([](const GqaDraw& d) { return d.spec.head_dim == 256; })},
+      {"gqa page 1", gqa([](const GqaDraw& d) { return d.spec.page_size == 1; })},
+      {"gqa second run", gqa([](const GqaDraw& d) { return d.passes == 2; })},
+      {"mla odd heads", mla([](const MlaSparseDraw& d) { return d.spec.num_heads % 2 == 1; })},
+      {"mla heads > 64", mla([](const MlaSparseDraw& d) { return d.spec.num_heads > 64; })},
+      {"mla q_len 3", mla([](const MlaSparseDraw& d) { return d.spec.q_len == 3; })},
+      {"mla topk not a multiple of 64", mla([](const MlaSparseDraw& d) { return d.spec.topk % 64 != 0; })},
+      {"mla topk_length with an empty request", mla([](const MlaSparseDraw& d) {
+         return d.spec.topk_length && d.edges.empty_request && d.spec.batch > 1;
+       })},
+      {"mla sinks", mla([](const MlaSparseDraw& d) { return d.spec.attn_sink; })},
+      {"mla rows of -1", mla([](const MlaSparseDraw& d) { return d.edges.rows_of_skips && d.spec.batch > 1; })},
+      {"mla duplicates", mla([](const MlaSparseDraw& d) { return d.spec.duplicates > 0; })},
+      {"mla strided cache", mla([](const MlaSparseDraw& d) { return d.slot_pad > 0; })},
+      {"mla strided indices", mla([](const MlaSparseDraw& d) { return d.index_pad > 0; })},
+      {"mla strided q and out", mla([](const MlaSparseDraw& d) { return d.q_pad > 0 && d.out_pad > 0; })},
+      {"mla reused schedule", mla([](const MlaSparseDraw& d) { return d.passes == 2; })},
+      {"mla checked", mla([](const MlaSparseDraw& d) { return d.config.checked; })},
+      {"mla unchecked", mla([](const MlaSparseDraw& d) { return !d.config.checked; })},
+      {"combine bf16 out", comb([](const CombineDraw& d) { return d.out_dtype == DType::kBF16; })},
+      {"combine fp16 out", comb([](const CombineDraw& d) { return d.out_dtype == DType::kFP16; })},
+      {"combine fp32 out", comb([](const CombineDraw& d) { return d.out_dtype == DType::kFP32; })},
+      {"combine sink", comb([](const CombineDraw& d) { return d.sink; })},
+      {"combine a row without keys", comb([](const CombineDraw& d) { return d.dead_row; })},
+      {"combine strided", comb([](const CombineDraw& d) { return d.po_pad > 0 && d.out_pad > 0; })},
+  };
+  for (const auto& [name, has] : features) {
+    int n = 0;
+    for (const CaseDraw& d : draws) n += has(d);
+    EXPECT_GT(n, 0) << "no draw has: " << name;
+  }
+}
+
+// A case is its seed: building it twice gives the same bytes, and a shorter run of the same seed
+// draws the same first cases only when it draws the same pools, so a replay names the count.
+TEST(DifferentialDraw, CaseRebuildsFromItsSeed) {
+  DECA_SEED_TRACE();
+  const std::vector<CaseDraw> draws = draw_cases(40, test_seed());
+  for (const CaseDraw& d : {draws[3], draws[17], draws[39]}) {
+    const std::unique_ptr<DiffCase> a = build_case(d), b = build_case(d);
+    EXPECT_EQ(a->describe(), b->describe());
+    const std::vector<HostTensor*> ta = a->tensors(), tb = b->tensors();
+    ASSERT_EQ(ta.size(), tb.size());
+    for (std::size_t i = 0; i < ta.size(); ++i) {
+      ASSERT_EQ(ta[i]->bytes(), tb[i]->bytes());
+      EXPECT_EQ(std::memcmp(ta[i]->raw(), tb[i]->raw(), ta[i]->bytes()), 0) << "tensor " << i << " of case " << d.index;
+    }
+  }
+  EXPECT_EQ(build_case(draw_cases(40, test_seed())[17])->describe(), build_case(draws[17])->describe());
+}
+
+}  // namespace
+}  // namespace deca::test::diff
