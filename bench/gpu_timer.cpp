@@ -206,7 +206,7 @@ void GpuTimer::flush_l2() {
 }
 
 double GpuTimer::measure_copy_bandwidth() {
-  // 4 GiB each way as in ANCHORS.md; halve on a device with less free memory.
+  // 4 GiB each way, as for the peers' figures; halve on a device with less free memory.
   std::size_t bytes = std::size_t{4} << 30;
   std::size_t free_bytes = 0, total = 0;
   check_cuda(cudaMemGetInfo(&free_bytes, &total), "cudaMemGetInfo");

@@ -1,4 +1,4 @@
-// GPU timing for deca-bench, the method of shared/ANCHORS.md and shared/NOTES.md:
+// GPU timing for deca-bench, the method docs/benchmarks.md describes (and the peers' figures use):
 //  - one launch with a cold L2: 256 MB of other data are read just before each timed launch,
 //    CUDA events around the launch only, median of `iters` after `warmup`; the stream is held
 //    by a spinning kernel until the whole sequence is queued, so host-side overhead of the call

@@ -32,7 +32,7 @@ std::vector<std::uint32_t> random_tree_masks(int batch, int q_len, Rng& rng) {
   return mask;
 }
 
-// Keys visible to query token i of a request of length len (DESIGN.md, "GQA decode").
+// Keys visible to query token i of a request of length len (docs/semantics.md).
 long long visible_keys(const GqaShape& s, int len, int i, const std::uint32_t* mask_row) {
   const int p = len - s.q_len + i;
   long long count = 0;

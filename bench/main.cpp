@@ -1,4 +1,4 @@
-// deca-bench: decode-attention benchmark over the named shapes of shared/BENCH_SHAPES.md.
+// deca-bench: decode-attention benchmark over the named shapes of docs/benchmarks.md.
 // Without flags it runs the GQA table on the GPU, or the small preset on the CPU backend when
 // no GPU is present. See --help.
 #include <unistd.h>
@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <iomanip>
 #include <iostream>
 #include <optional>
@@ -52,22 +53,24 @@ std::vector<BenchCase> collect(const std::vector<std::string>& presets) {
   return cases;
 }
 
-// Compiles every GQA kernel specialization the cases need, once each, without running: for
-// compute capability `arch` (0: that of `device`). NVRTC runs on `jobs` threads at once (the
-// kernel cache makes each specialization once even when two cases share it); the wall time of
-// the whole set is what a server's start-up or a build machine waits.
+// Compiles every kernel specialization the cases need, once each, without running: for compute
+// capability `arch` (0: that of `device`); GQA cases their decode kernel, MLA cases the
+// scheduler, decode and combine kernels. NVRTC runs
+// on `jobs` threads at once (the kernel cache makes each specialization once even when two cases
+// share it); the wall time of the whole set is what a server's start-up or a build machine waits.
 int precompile(const std::vector<BenchCase>& cases, deca::KvLayout layout, int device, int arch,
                unsigned jobs) {
-  std::vector<std::pair<std::string, deca::GqaConfig>> configs;
-  int mla = 0;
+  std::vector<std::pair<std::string, std::function<std::string()>>> configs;
+  const deca::Device cuda = deca::Device::cuda(device);
   for (const BenchCase& c : cases) {
-    if (c.family != Family::kGqa) {
-      ++mla;
-      continue;
+    if (c.family == Family::kGqa) {
+      const deca::GqaConfig g = gqa_config(c.gqa, layout, cuda);
+      configs.emplace_back(c.name, [g, arch] { return deca::precompile_gqa_decode(g, arch); });
+    } else {
+      const deca::MlaConfig m = mla_config(c.mla, cuda);
+      configs.emplace_back(c.name, [m, arch] { return deca::precompile_mla_decode(m, arch); });
     }
-    configs.emplace_back(c.name, gqa_config(c.gqa, layout, deca::Device::cuda(device)));
   }
-  if (mla > 0) std::cout << "(" << mla << " MLA cases: no MLA kernels to compile in this build)\n";
   struct Outcome {
     std::string name, error;
     double seconds = 0;
@@ -78,7 +81,7 @@ int precompile(const std::vector<BenchCase>& cases, deca::KvLayout layout, int d
     for (std::size_t i = next++; i < configs.size(); i = next++) {
       const auto t0 = std::chrono::steady_clock::now();
       try {
-        outcomes[i].name = deca::precompile_gqa_decode(configs[i].second, arch);
+        outcomes[i].name = configs[i].second();
       } catch (const std::exception& e) {
         outcomes[i].error = e.what();
       }
@@ -146,7 +149,7 @@ nlohmann::json device_json(const DeviceInfo& d) {
 
 int run(int argc, char** argv) {
   CLI::App app{"deca-bench: decode-attention benchmark (GQA paged decode, MLA decode).\n"
-               "Shapes: shared/BENCH_SHAPES.md; timing: one launch with a cold L2, median of "
+               "Shapes: docs/benchmarks.md; timing: one launch with a cold L2, median of "
                "--iters after --warmup, plus back-to-back launches in a CUDA graph."};
   bool list = false, check = false, host_cost = false, checked = false;
   std::vector<std::string> presets, shapes;
@@ -167,9 +170,9 @@ int run(int argc, char** argv) {
                "backend the calls have 0 requests, so no attention is computed in the timed part");
   std::string mla_schedule = "once";
   app.add_option("--mla-schedule", mla_schedule,
-                 "MLA sparse on the GPU: 'once' (default) schedules in the first run of a case and "
-                 "reuses that schedule in the timed ones, as the layers of a decode step do "
-                 "(MlaSparseArgs::reuse_schedule; FlashMLA is timed so, its metadata made ahead); "
+                 "MLA on the GPU (sparse and dense): 'once' (default) schedules in the first run of "
+                 "a case and reuses that schedule in the timed ones, as the layers of a decode step "
+                 "do (Mla*Args::reuse_schedule; FlashMLA is timed so, its metadata made ahead); "
                  "'every' schedules in every run (one layer alone)")
       ->check(CLI::IsMember({"once", "every"}));
   app.add_option("--host-calls", host_calls, "calls timed by --host-cost (default 2000)")

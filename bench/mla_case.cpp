@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <tuple>
 
 #include "cpu/reference.hpp"
 #include "data.hpp"
@@ -17,7 +18,32 @@
 namespace deca::bench {
 namespace {
 
-constexpr std::size_t kDenseTokenBytes = kMlaDimQK * 2;  // 1152
+// Stored bytes of one token per dense cache format (MlaKvFormat): 576 bf16, 576 e4m3, the
+// 656-byte token.
+constexpr std::size_t kTokenBytes[] = {kMlaDimQK * 2, kMlaDimQK, kMlaFp8TokenBytes};
+constexpr const char* kFormatText[] = {"bf16", "fp8_e4m3 (one scale)", "fp8_e4m3 (656 B token)"};
+// The dense e4m3 cache's scale: the e4m3 codes fill_random writes span [-448, 448), so real
+// values in [-0.875, 0.875) (as the 656-byte tokens' 2^-9 group scales give).
+constexpr float kE4m3CacheScale = 0x1p-9f;
+
+MlaCacheFormat cache_format(int kv_format) {
+  return kv_format == kMlaKvFP8E4M3 ? MlaCacheFormat::kFP8E4M3
+         : kv_format == kMlaKvFP8Sparse ? MlaCacheFormat::kFP8Sparse
+                                        : MlaCacheFormat::kBF16;
+}
+
+// The stored format of a shape's cache: the 656-byte token for sparse decode.
+int stored_format(const MlaShape& s) { return s.sparse ? kMlaKvFP8Sparse : s.kv_format; }
+
+DType cache_dtype(int kv_format) {
+  return kv_format == kMlaKvFP8E4M3 ? DType::kFP8E4M3
+         : kv_format == kMlaKvFP8Sparse ? DType::kUINT8
+                                        : DType::kBF16;
+}
+
+std::int64_t cache_row(int kv_format) {
+  return kv_format == kMlaKvFP8Sparse ? kMlaFp8TokenBytes : kMlaDimQK;
+}
 
 // Random 656-byte tokens: e4m3 NoPE codes (values uniform in [-448, 448)), four power-of-two
 // scales (2^-9: real values in [-0.875, 0.875)), bf16 RoPE values in [-1, 1).
@@ -69,10 +95,11 @@ std::vector<std::int32_t> draw_indices(const MlaShape& s, const HostMla& h, Rng&
   return idx;
 }
 
-// Whether this build runs MLA on CUDA tensors: one tiny call per kind, remembered.
-std::optional<std::string> cuda_mla_rejection(bool sparse, int device) {
-  static std::map<std::pair<bool, int>, std::optional<std::string>> known;
-  const auto key = std::make_pair(sparse, device);
+// Whether this build runs MLA on CUDA tensors: one tiny call per kind (sparse, or dense in a
+// cache format), remembered.
+std::optional<std::string> cuda_mla_rejection(bool sparse, int kv_format, int device) {
+  static std::map<std::tuple<bool, int, int>, std::optional<std::string>> known;
+  const auto key = std::make_tuple(sparse, kv_format, device);
   if (auto it = known.find(key); it != known.end()) return it->second;
   std::optional<std::string> why;
   try {
@@ -80,36 +107,42 @@ std::optional<std::string> cuda_mla_rejection(bool sparse, int device) {
     MlaConfig c;
     c.num_heads = 64;
     c.sparse = sparse;
+    c.kv_format = sparse ? MlaCacheFormat::kDefault : cache_format(kv_format);
     c.max_seq_len = 64;
     c.topk = sparse ? 64 : 0;
     c.lse = false;
     c.device = dev;
     const MlaPlan plan = plan_mla_decode(c);
-    const std::int64_t row = sparse ? kMlaFp8TokenBytes : kMlaDimQK;
-    DeviceBuffer q(64 * kMlaDimQK * 2), kv(64 * row * (sparse ? 1 : 2)), table(64 * 4),
-        lens(4), out(64 * kMlaDimV * 2);
+    const int format = sparse ? kMlaKvFP8Sparse : kv_format;
+    DeviceBuffer q(64 * kMlaDimQK * 2), kv(64 * kTokenBytes[format]), table(64 * 4), lens(4),
+        out(64 * kMlaDimV * 2);
     check_cuda(cudaMemset(kv.get(), 0, kv.bytes()), "cudaMemset (probe)");
     check_cuda(cudaMemset(table.get(), 0, table.bytes()), "cudaMemset (probe)");
     const int one_block = 64;
     lens.upload(&one_block, 4);
     std::optional<DeviceBuffer> ws;
     if (plan.workspace_bytes) ws.emplace(plan.workspace_bytes);
+    const TensorView q_view = make_tensor(q.get(), DType::kBF16, {1, 1, 64, kMlaDimQK}, dev);
+    const TensorView kv_view =
+        make_tensor(kv.get(), cache_dtype(format), {1, 64, 1, cache_row(format)}, dev);
+    const TensorView out_view = make_tensor(out.get(), DType::kBF16, {1, 1, 64, kMlaDimV}, dev);
     if (sparse) {
       MlaSparseArgs a;
-      a.q = make_tensor(q.get(), DType::kBF16, {1, 1, 64, kMlaDimQK}, dev);
-      a.kv_cache = make_tensor(kv.get(), DType::kUINT8, {1, 64, 1, kMlaFp8TokenBytes}, dev);
+      a.q = q_view;
+      a.kv_cache = kv_view;
       a.indices = make_tensor(table.get(), DType::kINT32, {1, 1, 64}, dev);
-      a.out = make_tensor(out.get(), DType::kBF16, {1, 1, 64, kMlaDimV}, dev);
+      a.out = out_view;
       a.workspace = ws ? ws->get() : nullptr;
       a.workspace_bytes = plan.workspace_bytes;
       mla_decode_sparse(plan, a);
     } else {
       MlaDenseArgs a;
-      a.q = make_tensor(q.get(), DType::kBF16, {1, 1, 64, kMlaDimQK}, dev);
-      a.kv_cache = make_tensor(kv.get(), DType::kBF16, {1, 64, 1, kMlaDimQK}, dev);
+      a.q = q_view;
+      a.kv_cache = kv_view;
+      a.kv_scale = format == kMlaKvFP8E4M3 ? kE4m3CacheScale : 1.f;
       a.block_table = make_tensor(table.get(), DType::kINT32, {1, 1}, dev);
       a.cache_seqlens = make_tensor(lens.get(), DType::kINT32, {1}, dev);
-      a.out = make_tensor(out.get(), DType::kBF16, {1, 1, 64, kMlaDimV}, dev);
+      a.out = out_view;
       a.workspace = ws ? ws->get() : nullptr;
       a.workspace_bytes = plan.workspace_bytes;
       mla_decode_dense(plan, a);
@@ -145,7 +178,7 @@ ErrorStats check_against_reference(const MlaShape& s, const HostMla& h, int max_
     }
   }
   // The fields dense and sparse params share; the cache row is `row` elements of its own dtype
-  // (bf16 dense, bytes sparse).
+  // (bf16, or bytes for the 8-bit formats).
   auto fill_common = [&](auto& p, std::int64_t row) {
     p.batch = n;
     p.q_len = s.q_len;
@@ -175,7 +208,9 @@ ErrorStats check_against_reference(const MlaShape& s, const HostMla& h, int max_
     deca::cpu::mla_sparse_decode(p);
   } else {
     MlaDenseParams p{};
-    fill_common(p, kMlaDimQK);
+    fill_common(p, cache_row(s.kv_format));
+    p.kv_format = s.kv_format;
+    p.kv_scale = s.kv_format == kMlaKvFP8E4M3 ? kE4m3CacheScale : 1.f;
     p.max_blocks = max_blocks;
     p.block_table = sub_table.data();
     p.block_table_stride = max_blocks;
@@ -203,21 +238,39 @@ void fill_shape_json(const MlaShape& s, CaseResult& r) {
              {"mean_seq_len", mean_len},
              {"ragged", !s.lengths.empty()},
              {"topk", s.topk},
+             {"kv_format", mla_cache_format_name(cache_format(stored_format(s)))},
              {"q_dtype", "bf16"},
              {"out_dtype", "bf16"}};
 }
 
 }  // namespace
 
+MlaConfig mla_config(const MlaShape& s, Device device, bool checked) {
+  MlaConfig cfg;
+  cfg.num_heads = s.num_heads;
+  cfg.page_size = s.page_size;
+  cfg.sparse = s.sparse;
+  cfg.kv_format = s.sparse ? MlaCacheFormat::kDefault : cache_format(s.kv_format);
+  cfg.max_batch = s.batch;
+  cfg.max_q_len = s.q_len;
+  cfg.max_seq_len = s.seq_len;
+  cfg.topk = s.topk;
+  cfg.lse = true;
+  cfg.checked = checked;  // explicit: the bench measures what its row says, not DECA_CHECKED
+  cfg.device = device;
+  return cfg;
+}
+
 CaseResult run_mla_case(const BenchCase& bc, const RunOptions& opt) {
   const MlaShape& s = bc.mla;
   CaseResult r;
   r.name = bc.name;
   r.backend = opt.cuda ? "cuda" : "cpu";
-  r.kv_dtype = s.sparse ? "fp8_e4m3 (656 B token)" : "bf16";
+  const int format = stored_format(s);
+  r.kv_dtype = kFormatText[format];
   fill_shape_json(s, r);
   if (opt.cuda) {
-    if (auto why = cuda_mla_rejection(s.sparse, opt.device)) {
+    if (auto why = cuda_mla_rejection(s.sparse, format, opt.device)) {
       r.skipped = "no CUDA MLA kernel in this build (" + *why + ")";
       return r;
     }
@@ -225,17 +278,7 @@ CaseResult run_mla_case(const BenchCase& bc, const RunOptions& opt) {
 
   Rng rng(opt.seed ^ std::hash<std::string>{}(bc.name));
   const Device device = opt.cuda ? Device::cuda(opt.device) : Device::cpu();
-  MlaConfig cfg;
-  cfg.num_heads = s.num_heads;
-  cfg.page_size = s.page_size;
-  cfg.sparse = s.sparse;
-  cfg.max_batch = s.batch;
-  cfg.max_q_len = s.q_len;
-  cfg.max_seq_len = s.seq_len;
-  cfg.topk = s.topk;
-  cfg.lse = true;
-  cfg.checked = opt.checked;  // explicit: the bench measures what its row says, not DECA_CHECKED
-  cfg.device = device;
+  const MlaConfig cfg = mla_config(s, device, opt.checked);
   const MlaPlan plan = plan_mla_decode(cfg);
 
   HostMla h;
@@ -243,11 +286,10 @@ CaseResult run_mla_case(const BenchCase& bc, const RunOptions& opt) {
   const int max_blocks = (s.seq_len + s.page_size - 1) / s.page_size;
   h.blocks = make_page_table(h.lengths, s.page_size, max_blocks, rng);
   const std::size_t tokens = static_cast<std::size_t>(h.blocks.num_pages) * s.page_size;
-  const std::size_t token_bytes = s.sparse ? kMlaFp8TokenBytes : kDenseTokenBytes;
-  h.kv_bytes = tokens * token_bytes;
+  h.kv_bytes = tokens * kTokenBytes[format];
   h.kv = alloc_bytes(h.kv_bytes);
-  if (s.sparse) fill_sparse_cache(h.kv.get(), tokens, rng);
-  else fill_random(h.kv.get(), DType::kBF16, tokens * kMlaDimQK, rng.next());
+  if (format == kMlaKvFP8Sparse) fill_sparse_cache(h.kv.get(), tokens, rng);
+  else fill_random(h.kv.get(), cache_dtype(format), tokens * kMlaDimQK, rng.next());
   h.q_elems = static_cast<std::size_t>(s.batch) * s.q_len * s.num_heads * kMlaDimQK;
   h.out_elems = static_cast<std::size_t>(s.batch) * s.q_len * s.num_heads * kMlaDimV;
   h.q = alloc_bytes(h.q_elems * 2);
@@ -267,11 +309,8 @@ CaseResult run_mla_case(const BenchCase& bc, const RunOptions& opt) {
   const TensorView lse = make_tensor(mem.place(h.lse.data(), h.lse.size() * 4), DType::kFP32,
                                      {B, Q, H}, device);
   const std::int64_t pool = h.blocks.num_pages;
-  const TensorView kv =
-      s.sparse ? make_tensor(mem.place(h.kv.get(), h.kv_bytes), DType::kUINT8,
-                             {pool, s.page_size, 1, kMlaFp8TokenBytes}, device)
-               : make_tensor(mem.place(h.kv.get(), h.kv_bytes), DType::kBF16,
-                             {pool, s.page_size, 1, kMlaDimQK}, device);
+  const TensorView kv = make_tensor(mem.place(h.kv.get(), h.kv_bytes), cache_dtype(format),
+                                    {pool, s.page_size, 1, cache_row(format)}, device);
   void* ws = mem.workspace(plan.workspace_bytes);
   const float scale = 1.f / std::sqrt(static_cast<float>(kMlaDimQK));
 
@@ -290,6 +329,7 @@ CaseResult run_mla_case(const BenchCase& bc, const RunOptions& opt) {
   } else {
     dense.q = q;
     dense.kv_cache = kv;
+    dense.kv_scale = format == kMlaKvFP8E4M3 ? kE4m3CacheScale : 1.f;
     dense.block_table = make_tensor(mem.place(h.blocks.ids.data(), h.blocks.ids.size() * 4),
                                     DType::kINT32, {B, max_blocks}, device);
     dense.cache_seqlens = make_tensor(mem.place(h.lengths.data(), h.lengths.size() * 4),
@@ -304,7 +344,7 @@ CaseResult run_mla_case(const BenchCase& bc, const RunOptions& opt) {
   r.num_splits = plan.num_splits;
   r.kernel_name = plan.kernel_name;
   // FLOPs: 2 * h * (576 + 512) per visible (query row, key); bytes: each visible or selected
-  // token once in its stored size (BENCH_SHAPES.md).
+  // token once in its stored size (docs/benchmarks.md).
   const double flops_per_key = 2.0 * H * (kMlaDimQK + kMlaDimV);
   for (int b = 0; b < s.batch; ++b) {
     const int len = h.lengths[b];
@@ -312,17 +352,18 @@ CaseResult run_mla_case(const BenchCase& bc, const RunOptions& opt) {
       r.kv_bytes += static_cast<double>(unique[b]) * kMlaFp8TokenBytes;
       r.flops += flops_per_key * Q * std::min(s.topk, len);
     } else {
-      r.kv_bytes += static_cast<double>(len) * kDenseTokenBytes;
-      for (int i = 0; i < Q; ++i) r.flops += flops_per_key * (len - Q + i + 1);
+      // Causal: query token i sees len - (Q - 1 - i) keys.
+      r.kv_bytes += static_cast<double>(len) * kTokenBytes[format];
+      for (int i = 0; i < Q; ++i) r.flops += flops_per_key * std::max<std::int64_t>(0, len - Q + i + 1);
     }
   }
   r.total_bytes = r.kv_bytes + 2.0 * (h.q_elems + h.out_elems);
 
   // The first run schedules; with --mla-schedule once the later ones reuse its schedule (the
-  // shape and indices never change within a case).
+  // shape, indices and lengths never change within a case).
   bool scheduled = false;
-  const bool reuse = opt.cuda && s.sparse && !opt.mla_schedule_every;
-  if (s.sparse && opt.cuda && r.shape.is_object()) r.shape["schedule"] = reuse ? "once" : "every";
+  const bool reuse = opt.cuda && !opt.mla_schedule_every;
+  if (opt.cuda && r.shape.is_object()) r.shape["schedule"] = reuse ? "once" : "every";
   time_and_check(
       opt, s.batch, out_ptr, h.out.get(), h.out_elems * 2,
       [&](void* stream) {
@@ -335,7 +376,9 @@ CaseResult run_mla_case(const BenchCase& bc, const RunOptions& opt) {
         } else {
           MlaDenseArgs a = dense;
           a.stream = stream;
+          a.reuse_schedule = reuse && scheduled;
           mla_decode_dense(plan, a);
+          scheduled = true;
         }
       },
       [&](const std::vector<int>& picked) {
@@ -343,7 +386,7 @@ CaseResult run_mla_case(const BenchCase& bc, const RunOptions& opt) {
       },
       r);
   // Checked runs over valid data must leave no record: a false positive fails the case.
-  if (s.sparse) check_mla_run(plan, ws, nullptr);
+  check_mla_run(plan, ws, nullptr);
   if (r.shape.is_object()) r.shape["checked"] = opt.checked;
   return r;
 }

@@ -23,7 +23,7 @@ const char* dtype_suffix(DType dtype) {
 struct Table {
   std::vector<BenchCase> cases;
 
-  // One GQA row of BENCH_SHAPES.md, expanded into one case per kv dtype.
+  // One GQA row of docs/benchmarks.md, expanded into one case per kv dtype.
   void gqa(const std::string& name, GqaShape shape, std::initializer_list<DType> kv_dtypes,
            const std::string& source) {
     for (DType dtype : kv_dtypes) {
@@ -43,6 +43,15 @@ struct Table {
     c.mla = std::move(shape);
     c.source = source;
     cases.push_back(std::move(c));
+  }
+  // One dense MLA row, expanded into one case per cache format (MlaKvFormat).
+  void mla_dense(const std::string& name, MlaShape shape, std::initializer_list<int> formats,
+                 const std::string& source) {
+    static const char* const kSuffix[] = {"bf16", "fp8", "fp8-656"};
+    for (int f : formats) {
+      shape.kv_format = f;
+      mla(name + "/" + kSuffix[f], shape, source);
+    }
   }
 };
 
@@ -95,10 +104,12 @@ std::vector<BenchCase> build_table() {
     t.gqa("small-swa-b4-700", s, {bf16}, "small: sliding window 128 + attention sinks");
   }
   t.mla("small-mla-dense-b2-h16-1k", mla_shape(16, 2, 1000, 2, false, 0), "small: MLA dense");
+  t.mla_dense("small-mla-dense-b2-h16-1k", mla_shape(16, 2, 1000, 2, false, 0), {1, 2},
+              "small: MLA dense, 8-bit caches");
   t.mla("small-mla-sparse-b2-h64-t256", mla_shape(64, 2, 2048, 2, true, 256),
         "small: MLA sparse FP8");
 
-  // GQA decode: BENCH_SHAPES.md, head_dim 128 unless said, q and output bf16.
+  // GQA decode: docs/benchmarks.md, head_dim 128 unless said, q and output bf16.
   t.gqa("l70-b99-4k", llama(64, 8, 99, 4096, 32), {bf16, fp8, int8}, "XQA perf test (llama 70B)");
   t.gqa("l70-b560-2k", llama(64, 8, 560, 2048, 32), {bf16, fp8, int8}, "XQA perf test");
   t.gqa("l70-b960-512", llama(64, 8, 960, 512, 32), {fp8}, "XQA perf test, huge batch");
@@ -140,12 +151,12 @@ std::vector<BenchCase> build_table() {
     t.gqa("mix-b64", s, {fp8}, "ragged batch, lengths 128..32768 (fixed seed)");
   }
 
-  // anchors: the extra rows of ANCHORS.md (page 64), for side-by-side comparison.
+  // anchors: the peers' extra rows (docs/peers.md, page 64), for side-by-side comparison.
   for (int batch : {128, 32, 8}) {
     t.gqa("anchor-l70-b" + std::to_string(batch) + "-16k", llama(64, 8, batch, 16384, 64),
-          {bf16, fp8}, "ANCHORS.md row");
+          {bf16, fp8}, "a peers' row");
   }
-  t.gqa("anchor-l70-b4-128k", llama(64, 8, 4, 131072, 64), {bf16, fp8}, "ANCHORS.md row");
+  t.gqa("anchor-l70-b4-128k", llama(64, 8, 4, 131072, 64), {bf16, fp8}, "a peers' row");
 
   // sweep: KV bandwidth against batch and length (tools/plot_bench.py draws it).
   for (int batch : {1, 4, 16, 64, 128, 256}) {
@@ -171,16 +182,39 @@ std::vector<BenchCase> build_table() {
   t.mla("mla-sparse-b128-h64-t2k", mla_shape(64, 128, 32768, 2, true, 2048), "64 heads");
   t.mla("mla-sparse-b148-h128-t16k", mla_shape(128, 148, 65536, 1, true, 16384),
         "FlashMLA's peak case");
-  // ANCHORS.md's FlashMLA sparse rows (q_len 1, page 64, topk 2048 of 32768 tokens), and 16 heads
-  // (tensor parallelism 8), which FlashMLA does not run.
+  // FlashMLA's measured sparse rows (docs/peers.md; q_len 1, page 64, topk 2048 of 32768 tokens),
+  // and 16 heads (tensor parallelism 8), which FlashMLA does not run.
   for (int batch : {128, 64}) {
     for (int heads : {128, 64}) {
       t.mla("mla-sparse-anchor-b" + std::to_string(batch) + "-h" + std::to_string(heads) + "-t2k",
-            mla_shape(heads, batch, 32768, 1, true, 2048), "ANCHORS.md FlashMLA sparse row");
+            mla_shape(heads, batch, 32768, 1, true, 2048), "FlashMLA's row (docs/peers.md)");
     }
   }
   t.mla("mla-sparse-anchor-b128-h16-t2k", mla_shape(16, 128, 32768, 1, true, 2048),
         "16 heads: selected-token GB/s target");
+
+  // Dense MLA against FlashMLA 9241ae3 (docs/peers.md, page 64), each in bf16 and in fp8 (576 e4m3
+  // values a token with one scale); b128 h128 4k also over the 656-byte sparse cache read densely.
+  constexpr int kBf16Cache = 0, kE4m3Cache = 1, kTokenCache = 2;
+  for (int q_len : {1, 2}) {
+    t.mla_dense("mla-dense-anchor-b128-h128-8k/q" + std::to_string(q_len),
+                mla_shape(128, 128, 8192, q_len, false, 0), {kBf16Cache, kE4m3Cache},
+                "FlashMLA dense row (docs/peers.md): tensor-core bound");
+  }
+  t.mla_dense("mla-dense-anchor-b64-h128-8k", mla_shape(128, 64, 8192, 1, false, 0),
+              {kBf16Cache, kE4m3Cache}, "FlashMLA dense row (docs/peers.md)");
+  t.mla_dense("mla-dense-anchor-b128-h128-4k", mla_shape(128, 128, 4096, 1, false, 0),
+              {kBf16Cache, kE4m3Cache, kTokenCache}, "FlashMLA dense row (docs/peers.md)");
+  t.mla_dense("mla-dense-anchor-b128-h64-8k", mla_shape(64, 128, 8192, 1, false, 0),
+              {kBf16Cache, kE4m3Cache}, "FlashMLA dense row (docs/peers.md): memory-bound");
+  t.mla_dense("mla-dense-anchor-b64-h64-4k", mla_shape(64, 64, 4096, 1, false, 0),
+              {kBf16Cache, kE4m3Cache}, "FlashMLA dense row (docs/peers.md): memory-bound");
+  t.mla_dense("mla-dense-anchor-b128-h16-4k", mla_shape(16, 128, 4096, 1, false, 0),
+              {kBf16Cache, kE4m3Cache}, "FlashMLA dense row (docs/peers.md): tensor parallel 8");
+  t.mla_dense("mla-dense-small-b1-h128-32k", mla_shape(128, 1, 32768, 1, false, 0),
+              {kBf16Cache, kE4m3Cache}, "FlashMLA dense row (docs/peers.md): one long request");
+  t.mla_dense("mla-dense-small-b4-h16-16k", mla_shape(16, 4, 16384, 1, false, 0),
+              {kBf16Cache, kE4m3Cache}, "FlashMLA dense row (docs/peers.md): a few long requests");
   return t.cases;
 }
 
@@ -197,20 +231,24 @@ struct Group {
 const Group kGroups[] = {
     {"small", "tiny GQA + MLA cases, seconds on the CPU",
      [](const BenchCase& c) { return starts_with(c.name, "small-"); }},
-    {"gqa", "every GQA shape of BENCH_SHAPES.md (+ the issue-3 target rows)",
+    {"gqa", "every named GQA shape (docs/benchmarks.md)",
      [](const BenchCase& c) {
        return c.family == Family::kGqa && !starts_with(c.name, "small-") &&
               !starts_with(c.name, "anchor-") && !starts_with(c.name, "sweep-");
      }},
-    {"anchors", "the extra GQA rows of ANCHORS.md",
+    {"anchors", "the peers' extra GQA rows (docs/peers.md)",
      [](const BenchCase& c) { return starts_with(c.name, "anchor-"); }},
     {"sweep", "GQA 64/8 d128 page 64, batch 1..256 x seq_len 512..32k, bf16 and fp8",
      [](const BenchCase& c) { return starts_with(c.name, "sweep-"); }},
-    {"mla", "every MLA shape of BENCH_SHAPES.md",
+    {"mla", "every named MLA shape (docs/benchmarks.md)",
      [](const BenchCase& c) { return c.family == Family::kMla && !starts_with(c.name, "small-"); }},
-    {"mla-sparse", "every sparse MLA shape (BENCH_SHAPES.md + ANCHORS.md rows)",
+    {"mla-sparse", "every sparse MLA shape, FlashMLA's measured rows included",
      [](const BenchCase& c) {
        return c.family == Family::kMla && starts_with(c.name, "mla-sparse-");
+     }},
+    {"mla-dense", "every dense MLA shape (docs/benchmarks.md and docs/peers.md rows, bf16 and fp8)",
+     [](const BenchCase& c) {
+       return c.family == Family::kMla && starts_with(c.name, "mla-dense-");
      }},
     {"all", "gqa + anchors + mla (not sweep)",
      [](const BenchCase& c) { return !starts_with(c.name, "small-") && !starts_with(c.name, "sweep-"); }},
@@ -288,8 +326,8 @@ std::vector<BenchCase> resolve_preset(const std::string& name) {
     std::string near;
     for (const std::string& n : nearest_presets(name)) near += (near.empty() ? "" : ", ") + n;
     throw Error("deca-bench: --preset: expected a group (small, gqa, anchors, sweep, mla, "
-                "mla-sparse, all) or a case name from --list, got '" + name + "'; did you mean: " +
-                near + "?");
+                "mla-sparse, mla-dense, all) or a case name from --list, got '" + name +
+                "'; did you mean: " + near + "?");
   }
   return out;
 }
@@ -304,7 +342,7 @@ void print_presets(std::ostream& os) {
   }
   os << "cases (a shape name without its /suffix selects all its variants):\n";
   for (const BenchCase& c : all_cases()) {
-    os << "  " << std::left << std::setw(34) << c.name;
+    os << "  " << std::left << std::setw(40) << c.name;
     if (c.family == Family::kGqa) {
       const GqaShape& s = c.gqa;
       os << "gqa " << s.num_q_heads << "/" << s.num_kv_heads << " d" << s.head_dim << " "
@@ -319,6 +357,8 @@ void print_presets(std::ostream& os) {
       os << "mla " << (s.sparse ? "sparse" : "dense") << " h" << s.num_heads << " " << s.batch
          << "x" << (s.lengths.empty() ? "" : "<=") << s.seq_len << " q_len " << s.q_len;
       if (s.sparse) os << " topk " << s.topk;
+      if (!s.sparse && s.kv_format == 1) os << " e4m3";
+      if (!s.sparse && s.kv_format == 2) os << " 656-byte tokens";
     }
     os << "  (" << c.source << ")\n";
   }

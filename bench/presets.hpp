@@ -1,7 +1,9 @@
-// The benchmark shape table: every case of /work/shared/BENCH_SHAPES.md under its exact name, a
+// The benchmark shape table: every named case of docs/benchmarks.md under its exact name, a
 // few extra rows the GPU targets refer to, and small cases that run on the CPU in seconds.
 // A case's name is `shape[/variant]/kv_dtype` for GQA (e.g. `l70-b99-4k/fp8`,
-// `spec-b32-4k/q4/fp8`) and `shape[/variant]` for MLA (e.g. `mla-dense-b128-h128-8k/q2`).
+// `spec-b32-4k/q4/fp8`) and `shape[/variant]` for MLA (e.g. `mla-dense-b128-h128-8k/q2`,
+// `mla-dense-anchor-b128-h128-8k/q2/fp8`: dense rows end in the cache format, bf16, fp8 (576 e4m3
+// values, one scale) or fp8-656 (the sparse cache's token read densely)).
 #pragma once
 
 #include <cstdint>
@@ -35,8 +37,10 @@ struct MlaShape {
   std::vector<int> lengths;
   int q_len = 1;
   int page_size = 64;
-  bool sparse = false;           // sparse FP8 (656-byte tokens, top-k indices) or dense bf16
+  bool sparse = false;           // sparse FP8 (656-byte tokens, top-k indices) or dense
   int topk = 0;
+  // Dense: the cache format (MlaKvFormat: 0 bf16, 1 e4m3 with one scale, 2 the 656-byte token).
+  int kv_format = 0;
 };
 
 enum class Family { kGqa, kMla };

@@ -14,17 +14,44 @@ deca_apt_test_packages=(libgtest-dev libgmock-dev python3-dev python3-venv)
 deca_pip_packages=(scikit-build-core==0.11.6 nanobind==2.9.2 numpy==2.4.6 pytest==9.2.0 ml_dtypes==0.6.0
   jax==0.10.2 jaxlib==0.10.2 scipy==1.17.1 opt_einsum==3.4.0 hypothesis==6.155.2)
 
+# apt-get that waits for another package manager instead of failing with "Could not get lock
+# /var/lib/dpkg/lock-frontend" (a fresh machine often runs an unattended upgrade at boot):
+# DPkg::Lock::Timeout makes apt-get itself wait for the dpkg lock; a lock it does not wait for
+# (the package lists' during `update`) is retried here until the same deadline.
+# DECA_APT_LOCK_TIMEOUT: seconds to wait (default 600).
+deca_apt_get() {
+  local timeout=${DECA_APT_LOCK_TIMEOUT:-600}
+  local deadline=$((SECONDS + timeout)) err rc said=0
+  local sudo=()
+  [ "$(id -u)" -ne 0 ] && sudo=(sudo)
+  err=$(mktemp)
+  while :; do
+    rc=0
+    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
+      apt-get -o DPkg::Lock::Timeout="$timeout" "$@" 2> "$err" || rc=$?
+    if [ "$rc" -ne 0 ] && grep -q 'Could not get lock' "$err" && [ "$SECONDS" -lt "$deadline" ]; then
+      if [ "$said" -eq 0 ]; then
+        echo "install_deps: another apt-get or dpkg holds the package lock; waiting (up to ${timeout} s)"
+        said=1
+      fi
+      sleep 5
+      continue
+    fi
+    cat "$err" >&2
+    rm -f "$err"
+    return "$rc"
+  done
+}
+
 deca_install_apt() {
   local missing=()
   for p in "$@"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
   done
   [ ${#missing[@]} -eq 0 ] && return 0
-  local sudo=()
-  [ "$(id -u)" -ne 0 ] && sudo=(sudo)
   echo "install_deps: apt-get install ${missing[*]}"
-  "${sudo[@]}" apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  deca_apt_get update -qq
+  deca_apt_get install -y -qq --no-install-recommends "${missing[@]}"
 }
 
 # The toolkit root is where bin/nvcc and NVRTC live together. `nvcc` on PATH may be a wrapper

@@ -5,8 +5,8 @@
 //
 // The config holds what is fixed for a model layer and the maxima the caller promises (batch,
 // q_len, sequence length); the plan derives kernel choice, split count and workspace size from
-// them alone, never from live lengths, so a captured graph stays valid. Semantics: DESIGN.md,
-// "GQA decode"; the CPU backend (src/cpu/) is the executable specification.
+// them alone, never from live lengths, so a captured graph stays valid. Semantics:
+// docs/semantics.md; the CPU backend (src/cpu/) is the executable specification.
 #pragma once
 
 #include <cstddef>

@@ -1,7 +1,12 @@
 // MLA decode (DeepSeek): one shared latent KV head of 576 dims (512 "NoPE" + 64 RoPE); V is the
-// first 512 dims of each cached row. Dense (bf16 cache + block table) and sparse (656-byte FP8
-// tokens + top-k indices), and the combine step that merges split-KV partial results by LSE.
-// Semantics: DESIGN.md, "MLA decode"; the CPU backend is the executable specification.
+// first 512 dims of each cached row. Dense (every cached token of a request, through a block
+// table; bf16, e4m3 or 656-byte FP8 caches) and sparse (656-byte FP8 tokens chosen by top-k
+// indices), and the combine step that merges split-KV partial results by LSE.
+//
+//   plan = deca::plan_mla_decode(config);        // once per decode shape (host only, no launch)
+//   deca::mla_decode_dense(plan, args);          // once per layer; CUDA-graph safe on the GPU
+//
+// Semantics: docs/semantics.md, "MLA decode"; the CPU backend is the executable specification.
 #pragma once
 
 #include <cstddef>
@@ -19,53 +24,112 @@ inline constexpr int kMlaDimNope = 512;
 inline constexpr int kMlaDimRope = 64;
 inline constexpr int kMlaFp8TokenBytes = 656;  // 512 e4m3 + 4 fp32 scales + 64 bf16
 
+// How the cache stores one token's 576 values (MlaConfig::kv_format). Every format is
+// [num_blocks, page_size, 1, row] with the row's last dimension contiguous:
+// - kBF16: 576 bf16 (row 576, DType::kBF16). Dense only.
+// - kFP8E4M3: 576 e4m3 (row 576, DType::kFP8E4M3) with one fp32 scale for the whole cache,
+//   MlaDenseArgs::kv_scale: real value = stored * kv_scale. Dense only. quantize_mla_fp8_e4m3
+//   (deca/quant.hpp) makes one from bf16.
+// - kFP8Sparse: the 656-byte token (row 656, DType::kUINT8): 512 e4m3 NoPE values, 4 fp32 scales
+//   (one per 128 values), 64 bf16 RoPE values (pack_mla_fp8 makes one). Sparse, or dense: every
+//   token of a request read through the block table, no index list.
+// - kDefault: kBF16 for dense decode, kFP8Sparse for sparse decode.
+// The reference computes on each element's real value rounded to bf16 (the 8-bit formats: the
+// stored value times its scale, in fp32, then rounded to bf16; exact for power-of-two scales,
+// which deca's packers choose), with double accumulation.
+enum class MlaCacheFormat : int { kDefault = 0, kBF16 = 1, kFP8E4M3 = 2, kFP8Sparse = 3 };
+
+// "default", "bf16", "fp8_e4m3", "fp8_sparse" (messages, bindings); "?" outside the enum.
+const char* mla_cache_format_name(MlaCacheFormat format);
+
 struct MlaConfig {
   int num_heads = 0;
   int page_size = 64;
-  bool sparse = false;   // sparse FP8 (indices) or dense bf16 (block table)
+  bool sparse = false;   // sparse (top-k indices) or dense (block table)
+  // The cache's format (MlaCacheFormat). Sparse decode reads only kFP8Sparse (kDefault).
+  MlaCacheFormat kv_format = MlaCacheFormat::kDefault;
   int max_batch = 1;
   int max_q_len = 1;
-  int max_seq_len = 0;   // dense: promised max cache length
+  // Dense: the longest cache_seqlens entry any run may pass (>= 1; the CUDA kernels size their
+  // schedule by it, a checked plan tests every entry against it). Sparse: >= 0, unused.
+  int max_seq_len = 0;
   int topk = 0;          // sparse: indices per query token
   bool lse = true;
   bool attn_sink = false;    // sparse: args.attn_sink given
   bool topk_length = false;  // sparse: args.topk_length given
-  // Checked mode (deca/checked.hpp; CUDA sparse only, the CPU backend checks on the host): the
+  // Checked mode (deca/checked.hpp; CUDA only, the CPU backend checks on the host): the sparse
   // decode kernel tests every index it reads against -1 or [0, num_blocks * page_size) and every
-  // topk_length entry against [0, topk], records the first offender in the workspace (kCheckBytes
-  // more of it, zeroed once at allocation) for check_mla_run, and skips it as the unchecked one
-  // does. Runs the portable decode kernel ("mla_sparse_decode_portable_chk_smXX"): the sm90 kernel
-  // has no checked variant yet.
+  // topk_length entry against [0, topk]; the dense one every block_table entry it reads against
+  // [0, num_blocks) and every cache_seqlens entry against [0, max_seq_len]. The first offender is
+  // recorded in the workspace (kCheckBytes more of it, zeroed once at allocation) for
+  // check_mla_run and skipped (a bad length clamped), nothing outside the cache is read. Runs
+  // the portable decode kernel ("..._portable_chk_smXX"): the sm90 kernel has no checked variant.
   bool checked = checked_by_default();
   Device device = Device::cpu();
 };
 
+// What plan_mla_decode derived from a config (dense and sparse alike). On CUDA the plan also
+// loads (compiling on first use) the scheduler, decode and combine kernels it names.
 struct MlaPlan {
   MlaConfig config;
-  // CUDA sparse: the most pieces the scheduler may cut one request into (= num_parts); 1 on CPU.
+  // CUDA: the most pieces the scheduler may cut one request into (= num_parts); 1 on the CPU.
   int num_splits = 1;
-  // CUDA sparse: bytes of device memory a run needs (scheduler metadata, split partials), sized
-  // for max_batch and max_q_len; 0 on the CPU.
+  // CUDA: bytes of device memory a run needs (scheduler metadata, split partials, a checked
+  // plan's record), sized for max_batch and max_q_len; 0 on the CPU.
   std::size_t workspace_bytes = 0;
   int sm_count = 0;
-  // CUDA sparse: SM partitions the scheduler fills (sm_count / (max_q_len * head blocks of 64)).
+  // CUDA: SM partitions the scheduler fills (sm_count / (max_q_len * head blocks of 64)).
   int num_parts = 0;
-  std::string kernel_name;  // CUDA sparse: the decode kernel, e.g. "mla_sparse_decode_portable_sm90"
+  // CUDA: the decode kernel, e.g. "mla_sparse_decode_portable_sm90"; "" on the CPU.
+  std::string kernel_name;
 };
 
+// Validates the config (deca::Error from plan_mla_decode naming config.<field>): num_heads > 0,
+// page_size 1..256, max_batch > 0, max_q_len > 0; dense: max_seq_len > 0, topk 0, no attn_sink
+// or topk_length; sparse: topk > 0, max_seq_len >= 0, kv_format kDefault or kFP8Sparse; kv_format
+// one of the enum's values; device cpu or a present cuda:N (compute capability 8.0 or newer, and
+// enough shared memory for the decode kernel).
 MlaPlan plan_mla_decode(const MlaConfig& config);
 
+// Compiles ahead of time the GPU kernels that a plan of `config` runs on devices of compute
+// capability `compute_capability` (80, 86, 89, 90, ...; 0 = that of config.device): the
+// scheduler, the decode kernel and the combine, or finds them in the on-disk kernel cache
+// (DECA_CACHE_DIR, else ~/.cache/deca), and returns the decode kernel's name (what
+// MlaPlan::kernel_name will be there). Nothing is launched and, with an explicit capability, no
+// GPU is needed. The config is validated as plan_mla_decode validates it; With an explicit
+// capability config.device is not used.
+std::string precompile_mla_decode(const MlaConfig& config, int compute_capability = 0);
+
+
+// Dense decode: query token i of request b (q_len new tokens, the last q_len of the request's
+// cache_seqlens[b] tokens) attends to the request's cached tokens j < len - (q_len - 1 - i),
+// where token j lives in slot j % page_size of block block_table[b][j / page_size]. A row
+// without keys (an empty request) gets zeros and LSE -inf.
 struct MlaDenseArgs {
-  TensorView q;              // [batch, q_len, num_heads, 576] bf16
-  TensorView kv_cache;       // [num_blocks, page_size, 1, 576] bf16
-  TensorView block_table;    // [batch, max_blocks] int32
-  TensorView cache_seqlens;  // [batch] int32 (the q_len new tokens included; causal among them)
-  TensorView out;            // [batch, q_len, num_heads, 512] bf16
-  TensorView lse;            // optional [batch, q_len, num_heads] fp32
-  float softmax_scale = 0.f;  // 0 = 1 / sqrt(576)
-  void* workspace = nullptr;
+  TensorView q;              // [batch, q_len, num_heads, 576] bf16; batch <= max_batch,
+                             // q_len 1..max_q_len, rows 16-byte aligned
+  // [num_blocks, page_size, 1, 576] bf16 (kBF16) | fp8_e4m3 (kFP8E4M3), or
+  // [num_blocks, page_size, 1, 656] uint8 (kFP8Sparse): plan.config.kv_format says which; rows
+  // 16-byte aligned. V is the first 512 dims of each token.
+  TensorView kv_cache;
+  TensorView block_table;    // [batch, max_blocks] int32 block ids in [0, num_blocks)
+  // [batch] int32 in [0, max_seq_len] and <= max_blocks * page_size, the q_len new tokens
+  // included (so a nonzero length is >= q_len: the CPU backend refuses one below, on CUDA the
+  // rows it leaves without keys get zeros and LSE -inf).
+  TensorView cache_seqlens;
+  TensorView out;            // [batch, q_len, num_heads, 512] bf16 (written), rows 16-byte aligned
+  TensorView lse;            // [batch, q_len, num_heads] fp32 (natural log) iff plan.config.lse
+  float softmax_scale = 0.f;  // >= 0, finite; 0 = 1 / sqrt(576)
+  // kFP8E4M3 caches: real = stored * kv_scale (finite, > 0). Other formats: 1 (their scales, if
+  // any, are in the tokens).
+  float kv_scale = 1.f;
+  void* workspace = nullptr;        // CUDA: plan.workspace_bytes bytes (see below)
   std::size_t workspace_bytes = 0;
-  void* stream = nullptr;
+  void* stream = nullptr;           // CUDA: a cudaStream_t (nullptr = the legacy default stream)
+  // CUDA: skip the scheduler and run on the schedule an earlier run of this plan left in
+  // `workspace` (the other layers of a decode step, whose batch, q_len and cache_seqlens contents
+  // are the first layer's), as MlaSparseArgs::reuse_schedule. Ignored on the CPU.
+  bool reuse_schedule = false;
 };
 
 struct MlaSparseArgs {
@@ -91,22 +155,25 @@ struct MlaSparseArgs {
 };
 
 // Both validate every argument before anything is written (deca::Error naming the argument,
-// the expectation and the value). Host-memory contents are checked too: cache_seqlens and the
-// block_table entries they use; indices (-1 or a token id < num_blocks * page_size, only the
-// first topk_length[b] of each row) and topk_length. Sparse decode also runs on CUDA (a plan made
-// for a CUDA device; every tensor on it; `workspace` = plan.workspace_bytes of device memory,
-// 16-byte aligned, zeroed once at allocation (only a checked plan's record, its last 256 bytes,
-// needs it); launches on `stream`, nothing allocated, graph-capturable; one run at a time per
-// workspace). There, indices and topk_length are device-resident and not read on the host:
-// keeping them in range is the caller's contract (the kernels clamp topk_length to [0, topk] and
-// skip ids outside the pool, where the CPU backend raises), which a checked plan verifies
-// (MlaConfig::checked, check_mla_run). Dense decode runs on the CPU only in this build.
+// the expectation and the value): dtypes, shapes, devices, alignment, overlap, the scales. On
+// the CPU host-memory contents are checked too: cache_seqlens and the block_table entries they
+// use; indices (-1 or a token id < num_blocks * page_size, only the first topk_length[b] of each
+// row) and topk_length. Both also run on CUDA (a plan made for a CUDA device; every tensor on
+// it; `workspace` = plan.workspace_bytes of device memory, 16-byte aligned, zeroed once at
+// allocation (only a checked plan's record, its last 256 bytes, needs it); launches on `stream`,
+// nothing allocated, graph-capturable; bitwise the same result run to run; one run at a time
+// per workspace). There, block_table, cache_seqlens, indices and topk_length are
+// device-resident and never read on the host: keeping them in range is the caller's contract
+// (the kernels clamp topk_length to [0, topk] and cache_seqlens to [0, max_seq_len], and skip
+// sparse ids outside the pool, where the CPU backend raises), which a checked plan verifies
+// (MlaConfig::checked, check_mla_run).
 void mla_decode_dense(const MlaPlan& plan, const MlaDenseArgs& args);
 void mla_decode_sparse(const MlaPlan& plan, const MlaSparseArgs& args);
 
 // Checked mode: as check_gqa_run (synchronises `stream`, reads and zeroes the record, throws
 // e.g. "mla_decode_sparse: indices[1][0][5]: expected -1 or a token id in [0, 8192), got 8192
-// (found by the checked GPU run)"); nothing for an unchecked, dense or CPU plan.
+// (found by the checked GPU run)" or "mla_decode_dense: block_table[0][3]: expected a block id
+// in [0, 40), got 40 (found by the checked GPU run)"); nothing for an unchecked or CPU plan.
 void check_mla_run(const MlaPlan& plan, const void* workspace, void* stream = nullptr);
 
 // Merge split-KV partial results: out = sum_i exp(lse_i - lse) * partial_out_i with

@@ -33,4 +33,15 @@ void pack_mla_fp8(const TensorView& src, const TensorView& out);
 // The inverse (for tests and the reference): out [..., 576] fp32 | bf16.
 void unpack_mla_fp8(const TensorView& src, const TensorView& out);
 
+// MLA dense e4m3 cache (MlaCacheFormat::kFP8E4M3) from a bf16 one: src [..., 576] bf16 (e.g. the
+// whole [num_blocks, page_size, 1, 576] cache, or the tokens being appended to it), out of src's
+// shape, fp8_e4m3 (sharing no byte with src). Returns the one scale, the power of two
+// 2^ceil(log2(max|src| / 448)) (the smallest with max|src| / scale <= 448; 1 when src is all
+// zeros), and writes out = round(src / scale) to nearest even: pass it as MlaDenseArgs::kv_scale
+// (real = stored * scale). A power of two keeps the division exact and makes the decode kernels'
+// scaled products equal the reference's dequantized values. Throws for a NaN or infinity in src.
+// To append to a cache quantized earlier, keep its scale: quantize_fp8(new_tokens, out, scale)
+// (values beyond 448 * scale saturate).
+float quantize_mla_fp8_e4m3(const TensorView& src, const TensorView& out);
+
 }  // namespace deca

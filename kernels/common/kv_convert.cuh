@@ -71,24 +71,6 @@ __device__ __forceinline__ void widen4(unsigned w, unsigned& lo, unsigned& hi) {
   hi = widen2<kKind>(w, 1);
 }
 
-// Four words, one per token row (4 dims each), -> for each dim i two fp16 pairs over the rows:
-// lo[i] = (w0.i, w1.i), hi[i] = (w2.i, w3.i). A 4 x 4 byte transpose in two rounds of prmt
-// (8 instructions), then the widening.
-template <int kKind, int kDims = 4>
-__device__ __forceinline__ void widen_rows(unsigned w0, unsigned w1, unsigned w2, unsigned w3,
-                                           unsigned (&lo)[kDims], unsigned (&hi)[kDims]) {
-  const unsigned t0 = ptx::prmt(w0, w1, 0x5140u);  // [w0.0, w1.0, w0.1, w1.1]
-  const unsigned t2 = ptx::prmt(w2, w3, 0x5140u);  // [w2.0, w3.0, w2.1, w3.1]
-  widen4<kKind>(ptx::prmt(t0, t2, 0x5410u), lo[0], hi[0]);  // [w0.0, w1.0, w2.0, w3.0]
-  widen4<kKind>(ptx::prmt(t0, t2, 0x7632u), lo[1], hi[1]);  // [w0.1, w1.1, w2.1, w3.1]
-  if constexpr (kDims == 4) {
-    const unsigned t1 = ptx::prmt(w0, w1, 0x7362u);  // [w0.2, w1.2, w0.3, w1.3]
-    const unsigned t3 = ptx::prmt(w2, w3, 0x7362u);
-    widen4<kKind>(ptx::prmt(t1, t3, 0x5410u), lo[2], hi[2]);
-    widen4<kKind>(ptx::prmt(t1, t3, 0x7632u), lo[3], hi[3]);
-  }
-}
-
 // ---- Two-term e4m3 operands (sm_89+) ----------------------------------------------------------
 // An operand that is not 8-bit (q, the softmax weights P) meets an e4m3 cache on the e4m3 tensor
 // cores as x = hi + lo, hi = e4m3(x), lo = e4m3(x - hi): both products go into one fp32
@@ -150,34 +132,22 @@ __device__ __forceinline__ void split_e4m3_f32(float x0, float x1, float x2, flo
   lo = static_cast<unsigned>(l[0]) | (static_cast<unsigned>(l[1]) << 16);
 }
 
-// ---- Two-term int8 operands (IMMA, sm_80+) ----------------------------------------------------
-// An int8 cache meets q and the softmax weights P on the int8 tensor cores (mma.sync m16n8k32
-// .s8.s8.s32, native IMMA.16832 on sm_80 to sm_90): x (scaled to |x| <= 127) = hi + lo * 2^-7,
-// hi = round(x), lo = round((x - hi) * 2^7), |lo| <= 64. The products are exact int32 sums; the
-// low one is folded into the high one as (lo . b + 64) >> 7, the only rounding (half a unit of
-// the high term: tools/sim_two_term.py, 0.17 % relative RMS with bf16 output, as the widening).
+// ---- Two-term int8 q (IMMA, sm_80+) -----------------------------------------------------------
+// An int8 cache meets q on the int8 tensor cores (mma.sync m16n8k32 .s8.s8.s32, native IMMA.16832
+// on sm_80 to sm_90): x (scaled to |x| <= 127) = hi + lo * 2^-7, hi = round(x),
+// lo = round((x - hi) * 2^7), |lo| <= 64. The products are exact int32 sums; the low one is
+// folded into the high one as (lo . b + 64) >> 7, the only rounding (half a unit of the high
+// term: tools/sim_two_term.py, 0.17 % relative RMS with bf16 output, as the widening).
 //
 // Sums leave the integer pipe through the float magic number 1.5 * 2^23: its bits plus an int32
 // x with |x| < 2^22 are the float 1.5 * 2^23 + x exactly, so one float subtract converts (full
 // rate, where I2F is a quarter-rate conversion). An accumulator starts at kMagicBits (or the
-// shifted low sum plus kMagicBits) and every bound below keeps |x| < 2^22: QK <= 127 * 128 *
-// 256 + 2^14, PV <= 127 * 128 * 32 per 32-token step.
+// shifted low sum plus kMagicBits) and the bound keeps |x| < 2^22: QK <= 127 * 128 * 256 + 2^14.
 constexpr int kMagicBits = 0x4B400000;
 constexpr float kMagic = 12582912.f;  // 1.5 * 2^23
 
 __device__ __forceinline__ float magic_to_float(int biased) {
   return __fsub_rn(__int_as_float(biased), kMagic);
-}
-
-// d = hi . b + ((lo . b + 64) >> 7) + kMagicBits: the two-term product against one 8-bit B
-// fragment in one int32 tile (magic_to_float turns it into the float hi . b + lo . b * 2^-7).
-__device__ __forceinline__ void mma_s8_two_term(int (&d)[4], const unsigned (&hi)[4],
-                                                const unsigned (&lo)[4], unsigned b0, unsigned b1) {
-  int t[4];
-  ptx::mma_s8_16832(t, lo, b0, b1, 64, 64, 64, 64);
-#pragma unroll
-  for (int e = 0; e < 4; ++e) t[e] = (t[e] >> 7) + kMagicBits;
-  ptx::mma_s8_16832(d, hi, b0, b1, t[0], t[1], t[2], t[3]);
 }
 
 // Four floats (|x| <= 127) -> hi and lo, four int8 bytes each in order (x0 in byte 0). For q,
@@ -193,24 +163,6 @@ __device__ __forceinline__ void split_s8_f32(float x0, float x1, float x2, float
     hi |= (static_cast<unsigned>(h) & 0xFFu) << (8 * i);
     lo |= (static_cast<unsigned>(l) & 0xFFu) << (8 * i);
   }
-}
-
-// The same for P (0 <= x <= 127), once per token and row of every tile, without conversions:
-// y = x + 1.5 * 2^23 holds round(x) in its low byte, z = x * 2^7 + 1.5 * 2^23 holds
-// round(x * 2^7); lo = round(x * 2^7) - 2^7 * round(x), whose low byte is z's low byte with its
-// top bit flipped when round(x) is odd. Two FP32 ops per value, then 8 byte-level ops per four.
-__device__ __forceinline__ void split_s8_p(float x0, float x1, float x2, float x3, unsigned& hi,
-                                           unsigned& lo) {
-  const unsigned y0 = __float_as_uint(__fadd_rn(x0, kMagic)), y1 = __float_as_uint(__fadd_rn(x1, kMagic));
-  const unsigned y2 = __float_as_uint(__fadd_rn(x2, kMagic)), y3 = __float_as_uint(__fadd_rn(x3, kMagic));
-  const unsigned z0 = __float_as_uint(__fmaf_rn(x0, 128.f, kMagic));
-  const unsigned z1 = __float_as_uint(__fmaf_rn(x1, 128.f, kMagic));
-  const unsigned z2 = __float_as_uint(__fmaf_rn(x2, 128.f, kMagic));
-  const unsigned z3 = __float_as_uint(__fmaf_rn(x3, 128.f, kMagic));
-  // Low bytes of four words into one: [w0.0, w1.0, 0, 0] twice, then the halves side by side.
-  hi = ptx::prmt(ptx::prmt(y0, y1, 0x0040u), ptx::prmt(y2, y3, 0x0040u), 0x5410u);
-  const unsigned z = ptx::prmt(ptx::prmt(z0, z1, 0x0040u), ptx::prmt(z2, z3, 0x0040u), 0x5410u);
-  lo = z ^ ((hi << 7) & 0x80808080u);
 }
 
 }  // namespace deca::kv

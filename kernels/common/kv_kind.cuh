@@ -28,18 +28,17 @@ DECA_HD constexpr bool compute_fp16(int /*q_dtype*/, int kv_dtype) {
   return kind_of(kv_dtype) == kKv16 ? kv_dtype == kFP16 : true;
 }
 
-// How an 8-bit cache meets the tensor cores. kWiden: widened to fp16 in registers (sm_80+),
-// fed by 32-bit shared loads and a 4x4 byte transpose. kWidenLdsm: the same widening fed by
-// ldmatrix on the 8-bit rows (K as is, V with .trans and one prmt per register: a quarter of the
-// loads and half the prmt). kTwoTerm: kept 8-bit and multiplied on the tensor cores of the
-// cache's own type against q and P each split into two terms: fp8 on the e4m3 mma (m16n8k32,
-// sm_89+; kernels/common/kv_convert.cuh split_e4m3_*), int8 on the int8 mma (IMMA m16n8k32,
-// sm_80+; split_s8_*). kTwoTermQk (int8 only): QK as kTwoTerm, PV as kWidenLdsm (P in fp16):
-// the IMMA PV needs three conversions per output element and 32-token step to leave int32, about
-// what widening V costs, while the QK side saves the widening of K outright (docs/perf-notes.md).
-// kWgmma (fp8 only, sm_90a): the Hopper kernel (kernels/gqa/sm90/decode.cuh), e4m3 wgmma with
-// two-term q and P, V transposed in shared memory; head_dim 128 without beams.
-// The name says fp8 for history: the other values apply to int8 as well.
-enum Fp8Mma : int { kWiden = 0, kTwoTerm = 1, kWidenLdsm = 2, kTwoTermQk = 3, kWgmma = 4 };
+// How an 8-bit cache meets the tensor cores (which arch's plan takes which: src/cuda/gqa_spec.hpp).
+// kWidenLdsm: widened to fp16 in registers (sm_80+), fed by ldmatrix on the 8-bit rows (K as is,
+// V with .trans and one prmt per register). kTwoTerm (fp8, sm_89+): kept 8-bit and multiplied on
+// the e4m3 mma (m16n8k32) against q and P each split into two e4m3 terms
+// (kernels/common/kv_convert.cuh split_e4m3_*). kTwoTermQk (int8): QK on the int8 mma (IMMA
+// m16n8k32, sm_80+) against q split into two int8 terms (split_s8_f32), PV as kWidenLdsm (P in
+// fp16): an IMMA PV would need three conversions per output element and 32-token step to leave
+// int32, about what widening V costs, while the QK side saves the widening of K outright.
+// kWgmma (fp8, sm_90a): the Hopper kernel (kernels/gqa/sm90/), e4m3 wgmma with two-term q and P,
+// V transposed in shared memory; head_dim 128 without beams. k16Bit: a 16-bit cache, none of
+// these. Despite the enum's name, kWidenLdsm and kTwoTermQk serve int8 caches.
+enum Fp8Mma : int { k16Bit = 0, kTwoTerm = 1, kWidenLdsm = 2, kTwoTermQk = 3, kWgmma = 4 };
 
 }  // namespace deca::kv

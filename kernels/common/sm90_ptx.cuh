@@ -109,8 +109,7 @@ __device__ __forceinline__ void wgmma_m64n64k16_ss(float (&d)[32], unsigned long
                : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)), "n"(kTransB));
 }
 
-// The same with N = 16 (eight accumulators) and A either K-major or (kTransA = 1) MN-major: the
-// MLA kernel's S^T = K Q^T and O^T = V^T P^T at 16 heads or fewer (kernels/mla/sm90/narrow.cuh).
+// The same with N = 16 (eight accumulators) and A either K-major or (kTransA = 1) MN-major.
 template <int kTransB, int kTransA = 0>
 __device__ __forceinline__ void wgmma_m64n16k16_ss(float* d, unsigned long long desc_a,
                                                    unsigned long long desc_b, bool accumulate) {

@@ -1,9 +1,8 @@
 // The end of a GQA decode CTA, shared by the portable kernel (decode.cuh) and the Hopper one
 // (sm90/decode.cuh): the CTA's warps (or warpgroups) have left their partial rows in shared memory
 // (MergeArea); this merges them per row, then writes the output and LSE, or, when the unit is cut
-// into pieces (split-KV, the Hopper kernel's balanced schedule), publishes the piece's partial
-// result, and the last piece of the unit to arrive merges every piece in order (bitwise
-// reproducible). Needs of T: kHeadDim, kRows, kWarpsN, kThreads, kGroup,
+// into splits (split-KV), publishes the split's partial result, and the last split of the unit to
+// arrive merges every split in order (bitwise reproducible). Needs of T: kHeadDim, kRows, kWarpsN, kThreads, kGroup,
 // kOutDtype, kBeamWidth.
 #pragma once
 
@@ -36,7 +35,7 @@ struct MergeArea {
   }
 };
 
-// Which rows and which split a CTA holds (the balanced schedule: which unit it finishes).
+// Which rows and which split a CTA holds.
 struct CtaRows {
   int batch;          // the first beam's batch entry
   int request;        // blockIdx.z
@@ -49,13 +48,11 @@ struct CtaRows {
   int rows_per_beam;  // q_len x group
 };
 
-// A unit cut into pieces (split-KV, or the Hopper kernel's balanced schedule, sm90/balance.cuh):
-// how many, which one this CTA holds, where each leaves its partial result (slot j: [kRows][D] of
-// ws_partial_o, [kRows][2] of ws_partial_ml) and the unit's arrival counter. Split-KV: piece j is
-// split j, in slot unit * num_splits + j; its count is bounded (max_merge_splits), so the merge
-// stages every piece's weights at once.
+// A unit (request, kv head, row block) cut into splits: how many, which one this CTA holds, where
+// each leaves its partial result (split j in slot unit * num_splits + j: [kRows][D] of
+// ws_partial_o, [kRows][2] of ws_partial_ml) and the unit's arrival counter. The count is
+// bounded (max_merge_splits), so the merge stages every split's weights at once.
 struct SplitPieces {
-  static constexpr bool kChunked = false;
   int count;
   int index;
   long long unit;
@@ -68,11 +65,10 @@ __device__ __forceinline__ SplitPieces split_pieces(const GqaParams& p, const Ct
   return SplitPieces{p.num_splits, cta.split, unit};
 }
 
-// Pieces: SplitPieces, or a type with the same members and kChunked = true, whose merge takes any
-// number of pieces, `chunk` at a time (2 kRows chunk + kRows (D + 1) floats of `smem`).
-template <class T, class Pieces>
+template <class T>
 __device__ __forceinline__ void finish_cta(const GqaParams& p, unsigned char* smem, const CtaRows& cta,
-                                           float v_scale, const Pieces& pieces) {
+                                           float v_scale) {
+  const SplitPieces pieces = split_pieces(p, cta);
   constexpr int D = T::kHeadDim;
   constexpr int kBeams = T::kBeamWidth;
   const int tid = threadIdx.x;
@@ -176,14 +172,13 @@ __device__ __forceinline__ void finish_cta(const GqaParams& p, unsigned char* sm
   if (!is_last) return;
   __threadfence();  // acquire side: the other pieces' partials are read after their arrivals
 
-  // ---- The last CTA merges every piece, in piece order (bitwise reproducible) ----
+  // ---- The last CTA merges every split, in split order (bitwise reproducible) ----
   const int ns = pieces.count;
-  // a + sum of w[j] * (piece c0 + j's quad d of row r) over j < k, in j order. The merge runs on
-  // one CTA while the rest of the GPU may be done: its latency is the launch's tail, so several
-  // pieces' loads are in flight at a time instead of one (an empty piece's partial was never
-  // written: weight 0, not read). Eight after a kernel's main loop; one inside the balanced
-  // schedule's loop over units, where the loop's state stays live beside them.
-  constexpr int kInFlight = Pieces::kChunked ? 1 : 8;
+  // a + sum of w[j] * (split c0 + j's quad d of row r) over j < k, in j order. The merge runs on
+  // one CTA while the rest of the GPU may be done: its latency is the launch's tail, so eight
+  // splits' loads are in flight at a time instead of one (an empty split's partial was never
+  // written: weight 0, not read).
+  constexpr int kInFlight = 8;
   auto weighted_sum = [&](float4 a, const float* w, int c0, int k, int r, int d) {
     for (int j0 = 0; j0 < k; j0 += kInFlight) {
       float wj[kInFlight];
@@ -201,106 +196,39 @@ __device__ __forceinline__ void finish_cta(const GqaParams& p, unsigned char* sm
     }
     return a;
   };
-  if constexpr (!Pieces::kChunked) {
-    // Stage (m, l) of all pieces in shared memory, turn them into weights per row, then stream
-    // the partial outputs with independent 16-byte loads.
-    float* split_w = reinterpret_cast<float*>(smem);  // [kRows][ns]: weight of piece s for row r
-    float* split_l = split_w + T::kRows * ns;         // [kRows][ns]
-    for (int i = tid; i < rows_here * ns; i += T::kThreads) {
-      const int r = i / ns, sp = i % ns;
-      split_w[i] = __ldcg(slot_ml(sp) + r * 2);
-      split_l[i] = __ldcg(slot_ml(sp) + r * 2 + 1);
-    }
-    __syncthreads();
-    for (int r = tid; r < rows_here; r += T::kThreads) {
-      float m = kNegInf;
-      for (int sp = 0; sp < ns; ++sp) m = fmaxf(m, split_w[r * ns + sp]);
-      const float m_use = m == kNegInf ? 0.f : m;
-      float l = 0.f;
-      for (int sp = 0; sp < ns; ++sp) {
-        const float ls = split_l[r * ns + sp];
-        const float w = ls > 0.f ? ptx::ex2(split_w[r * ns + sp] - m_use) : 0.f;
-        split_w[r * ns + sp] = w;
-        l += ls * w;
-      }
-      const float inv = finish_row(r, m, l);
-      for (int sp = 0; sp < ns; ++sp) split_w[r * ns + sp] *= inv;
-    }
-    __syncthreads();
-    for (int i = tid; i < rows_here * (D / 4); i += T::kThreads) {
-      const int r = i / (D / 4), d = (i % (D / 4)) * 4;
-      const float4 acc = weighted_sum(make_float4(0.f, 0.f, 0.f, 0.f), split_w + r * ns, 0, ns, r, d);
-      store_out(r, d, acc.x);
-      store_out(r, d + 1, acc.y);
-      store_out(r, d + 2, acc.z);
-      store_out(r, d + 3, acc.w);
-    }
-  } else {
-    // Any number of pieces, `chunk` at a time: the rows' maxima in a first pass, then per chunk
-    // the weights and sums (one thread per row) and the weighted outputs, accumulated in shared
-    // memory (registers here would be taken from the main loop's) and scaled once at the end.
-    const int chunk = pieces.chunk;
-    float* split_w = reinterpret_cast<float*>(smem);  // [kRows][chunk]
-    float* split_l = split_w + T::kRows * chunk;      // [kRows][chunk]
-    float4* acc = reinterpret_cast<float4*>(split_l + T::kRows * chunk);  // [kRows][D / 4]
-    float* row_inv = reinterpret_cast<float*>(acc + T::kRows * (D / 4));  // [kRows]
-    auto stage = [&](int c0, int k, bool with_l) {
-      for (int i = tid; i < rows_here * k; i += T::kThreads) {
-        const int r = i / k, j = i % k;
-        split_w[r * chunk + j] = __ldcg(slot_ml(c0 + j) + r * 2);
-        if (with_l) split_l[r * chunk + j] = __ldcg(slot_ml(c0 + j) + r * 2 + 1);
-      }
-    };
-    float m_row = kNegInf, l_row = 0.f;  // thread r < rows_here: row r
-    for (int c0 = 0; c0 < ns; c0 += chunk) {
-      const int k = ns - c0 < chunk ? ns - c0 : chunk;
-      stage(c0, k, false);
-      __syncthreads();
-      if (tid < rows_here) {
-        for (int j = 0; j < k; ++j) m_row = fmaxf(m_row, split_w[tid * chunk + j]);
-      }
-      __syncthreads();
-    }
-    const float m_use = m_row == kNegInf ? 0.f : m_row;
-    for (int c0 = 0; c0 < ns; c0 += chunk) {
-      const int k = ns - c0 < chunk ? ns - c0 : chunk;
-      stage(c0, k, true);
-      __syncthreads();
-      if (tid < rows_here) {
-        for (int j = 0; j < k; ++j) {
-          const float ls = split_l[tid * chunk + j];
-          const float w = ls > 0.f ? ptx::ex2(split_w[tid * chunk + j] - m_use) : 0.f;
-          split_w[tid * chunk + j] = w;
-          l_row += ls * w;
-        }
-      }
-      __syncthreads();
-      for (int i = tid; i < rows_here * (D / 4); i += T::kThreads) {
-        const int r = i / (D / 4), d = (i % (D / 4)) * 4;
-        const float4 a = c0 == 0 ? make_float4(0.f, 0.f, 0.f, 0.f) : acc[i];
-        acc[i] = weighted_sum(a, split_w + r * chunk, c0, k, r, d);  // this thread's own element in every chunk
-      }
-      __syncthreads();
-    }
-    if (tid < rows_here) row_inv[tid] = finish_row(tid, m_row, l_row);
-    __syncthreads();
-    for (int i = tid; i < rows_here * (D / 4); i += T::kThreads) {
-      const int r = i / (D / 4), d = (i % (D / 4)) * 4;
-      const float inv = row_inv[r];
-      const float4 a = acc[i];
-      store_out(r, d, a.x * inv);
-      store_out(r, d + 1, a.y * inv);
-      store_out(r, d + 2, a.z * inv);
-      store_out(r, d + 3, a.w * inv);
-    }
+  // Stage (m, l) of all pieces in shared memory, turn them into weights per row, then stream
+  // the partial outputs with independent 16-byte loads.
+  float* split_w = reinterpret_cast<float*>(smem);  // [kRows][ns]: weight of piece s for row r
+  float* split_l = split_w + T::kRows * ns;         // [kRows][ns]
+  for (int i = tid; i < rows_here * ns; i += T::kThreads) {
+    const int r = i / ns, sp = i % ns;
+    split_w[i] = __ldcg(slot_ml(sp) + r * 2);
+    split_l[i] = __ldcg(slot_ml(sp) + r * 2 + 1);
   }
-}
-
-// Split-KV (or no split): the pieces are the unit's num_splits splits.
-template <class T>
-__device__ __forceinline__ void finish_cta(const GqaParams& p, unsigned char* smem, const CtaRows& cta,
-                                           float v_scale) {
-  finish_cta<T>(p, smem, cta, v_scale, split_pieces(p, cta));
+  __syncthreads();
+  for (int r = tid; r < rows_here; r += T::kThreads) {
+    float m = kNegInf;
+    for (int sp = 0; sp < ns; ++sp) m = fmaxf(m, split_w[r * ns + sp]);
+    const float m_use = m == kNegInf ? 0.f : m;
+    float l = 0.f;
+    for (int sp = 0; sp < ns; ++sp) {
+      const float ls = split_l[r * ns + sp];
+      const float w = ls > 0.f ? ptx::ex2(split_w[r * ns + sp] - m_use) : 0.f;
+      split_w[r * ns + sp] = w;
+      l += ls * w;
+    }
+    const float inv = finish_row(r, m, l);
+    for (int sp = 0; sp < ns; ++sp) split_w[r * ns + sp] *= inv;
+  }
+  __syncthreads();
+  for (int i = tid; i < rows_here * (D / 4); i += T::kThreads) {
+    const int r = i / (D / 4), d = (i % (D / 4)) * 4;
+    const float4 acc = weighted_sum(make_float4(0.f, 0.f, 0.f, 0.f), split_w + r * ns, 0, ns, r, d);
+    store_out(r, d, acc.x);
+    store_out(r, d + 1, acc.y);
+    store_out(r, d + 2, acc.z);
+    store_out(r, d + 3, acc.w);
+  }
 }
 
 }  // namespace deca::gqa

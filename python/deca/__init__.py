@@ -3,7 +3,7 @@
 Every function takes DLPack tensors (numpy, torch, cupy, jax) and runs on the backend of the
 tensors' device: the CPU reference for CPU memory, the CUDA kernels for CUDA memory. numpy has no
 bf16 / fp8 dtypes: use ml_dtypes arrays, or raw bits (uint16 / uint8) with the dtype keyword of
-the argument (q_dtype=, kv_dtype=, out_dtype=, src_dtype=). See python/README.md.
+the argument (q_dtype=, kv_dtype=, out_dtype=, src_dtype=). See docs/python.md.
 
 Errors in arguments raise deca.Error (a ValueError) whose message names the function and the
 argument, what was expected and what came.
@@ -15,7 +15,7 @@ from ._tensors import tensor as _tensor
 from .gqa import GqaPlan, gqa_decode, precompile_gqa_decode
 from .mla import MlaPlan, combine, mla_decode_dense, mla_decode_sparse
 from .quant import (choose_fp8_scale, choose_int8_scale, pack_mla_fp8, quantize_fp8,
-                    quantize_int8, unpack_mla_fp8)
+                    quantize_int8, quantize_mla_fp8_e4m3, unpack_mla_fp8)
 
 Tensor = _C.Tensor
 
@@ -42,5 +42,5 @@ __version__ = _C.version()
 __all__ = [
     "Error", "Tensor", "as_tensor", "version", "checked_by_default", "GqaPlan", "gqa_decode", "precompile_gqa_decode",
     "MlaPlan", "mla_decode_dense", "mla_decode_sparse", "combine", "choose_fp8_scale", "choose_int8_scale", "quantize_fp8",
-    "quantize_int8", "pack_mla_fp8", "unpack_mla_fp8",
+    "quantize_int8", "pack_mla_fp8", "unpack_mla_fp8", "quantize_mla_fp8_e4m3",
 ]

@@ -12,6 +12,7 @@ import sys
 
 from . import _plan_cache
 from ._tensors import Error, expect_rank, tensor, zeros_bytes
+from .mla import dense_kv_format
 
 
 # torch calls by their tensors' own shape, dtype and device objects (hashable, read without
@@ -172,21 +173,38 @@ class StepSchedule:
 
 
 def mla_dense(q, kv_cache, block_table, cache_seqlens, out, lse=None, *,
-              fn="mla_decode_dense", softmax_scale=0.0):
-    """Dense bf16 MLA decode of q [batch, q_len, heads, 576] into out [.., 512] (and lse)."""
-    qt = tensor(q, f"{fn}: q")
-    kvt = tensor(kv_cache, f"{fn}: kv_cache")
-    btt = tensor(block_table, f"{fn}: block_table")
-    expect_rank(fn, "q", qt, 4, "[batch, q_len, num_heads, 576]")
-    expect_rank(fn, "kv_cache", kvt, 4, "[num_blocks, page_size, 1, 576]")
-    expect_rank(fn, "block_table", btt, 2, "[batch, max_blocks]")
-    plan, ws = _plan_cache.mla(
-        q, qt, fn, num_heads=qt.shape[2], sparse=False, page_size=kvt.shape[1],
-        max_batch=max(qt.shape[0], 1), max_q_len=qt.shape[1],
-        max_seq_len=max(btt.shape[1] * kvt.shape[1], 1), lse=lse is not None,
-        device=_plan_cache.device_text(qt))
-    plan.run_dense(qt, kvt, btt, cache_seqlens, out, lse=lse,
-                   softmax_scale=softmax_scale or None, workspace=ws)
+              fn="mla_decode_dense", softmax_scale=0.0, kv_scale=1.0, kv_format=None,
+              schedule=None):
+    """Dense MLA decode of q [batch, q_len, heads, 576] into out [.., 512] (and lse).
+
+    kv_format (None: from kv_cache's dtype; "fp8_e4m3" for uint8 bits of e4m3 values) as
+    deca.mla_decode_dense; `schedule` (a StepSchedule) as mla_sparse's."""
+    key = _torch_key((q, kv_cache, block_table), (lse is not None, kv_format))
+    hit = _TORCH_MLA.get(key) if key is not None else None
+    if hit is None:
+        qt = tensor(q, f"{fn}: q")
+        kvt = tensor(kv_cache, f"{fn}: kv_cache", "fp8_e4m3" if kv_format == "fp8_e4m3" else None)
+        btt = tensor(block_table, f"{fn}: block_table")
+        expect_rank(fn, "q", qt, 4, "[batch, q_len, num_heads, 576]")
+        expect_rank(fn, "kv_cache", kvt, 4, "[num_blocks, page_size, 1, 576 | 656]")
+        expect_rank(fn, "block_table", btt, 2, "[batch, max_blocks]")
+        hit = _plan_cache.mla(
+            q, qt, fn, num_heads=qt.shape[2], sparse=False,
+            kv_format=kv_format or dense_kv_format(kvt), page_size=kvt.shape[1],
+            max_batch=max(qt.shape[0], 1), max_q_len=qt.shape[1],
+            max_seq_len=max(btt.shape[1] * kvt.shape[1], 1), lse=lse is not None,
+            device=_plan_cache.device_text(qt))
+        if key is not None:
+            _TORCH_MLA[key] = hit
+    plan, ws = hit
+    reuse = False
+    if schedule is not None and ws is not None:
+        ws, reuse = schedule.workspace_for(plan, q, None, fn)
+    plan.run_dense(q, kv_cache, block_table, cache_seqlens, out, lse=lse,
+                   softmax_scale=softmax_scale or None, kv_scale=kv_scale, workspace=ws,
+                   reuse_schedule=reuse)
+    if schedule is not None:
+        schedule.scheduled(plan)
     return out
 
 

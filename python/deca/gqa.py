@@ -1,4 +1,4 @@
-"""GQA / MQA / MHA decode over a paged KV cache (DESIGN.md, "GQA decode")."""
+"""GQA / MQA / MHA decode over a paged KV cache (docs/semantics.md, "GQA / MQA / MHA decode")."""
 
 from __future__ import annotations
 

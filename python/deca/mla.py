@@ -1,9 +1,10 @@
-"""MLA decode (DeepSeek): dense bf16 and sparse FP8 caches, and the split-KV combine step."""
+"""MLA decode (DeepSeek): dense (bf16, e4m3 with one scale, or the 656-byte FP8 token, through a
+block table) and sparse FP8 (top-k indices) caches, and the split-KV combine step."""
 
 from __future__ import annotations
 
 from . import _C
-from ._tensors import (Error, check_dtype_keywords, check_scalars, current_stream, empty,
+from ._tensors import (Error, check_dtype_keywords, check_scalars, choice, current_stream, empty,
                        expect_dim_range, expect_rank, parse_device, stream_handle, stream_int,
                        tensor, zeros_bytes)
 
@@ -12,6 +13,9 @@ _INT32_MAX = 2 ** 31 - 1
 DIM_QK = _C.MLA_DIM_QK  # 576 = 512 latent ("NoPE") + 64 RoPE
 DIM_V = _C.MLA_DIM_V  # 512
 FP8_TOKEN_BYTES = _C.MLA_FP8_TOKEN_BYTES  # 656
+# MlaPlan's kv_format: "default" (bf16 dense, the 656-byte token sparse), "bf16", "fp8_e4m3" (576
+# e4m3 values a token, real = stored * kv_scale), "fp8_sparse" (the 656-byte token).
+KV_FORMATS = ("default", "bf16", "fp8_e4m3", "fp8_sparse")
 
 
 class MlaPlan:
@@ -20,18 +24,22 @@ class MlaPlan:
     On a CUDA device allocate `workspace_bytes` bytes once (zeroed) and pass them to every run.
     """
 
-    def __init__(self, num_heads, *, sparse=False, page_size=64, max_batch=1, max_q_len=1,
-                 max_seq_len=0, topk=0, lse=True, attn_sink=False, topk_length=False,
-                 checked=None, device="cpu"):
-        """checked (None: deca.checked_by_default()): CUDA sparse plans test every index and
-        topk_length entry they read (see check()) and run the portable decode kernel."""
+    def __init__(self, num_heads, *, sparse=False, kv_format="default", page_size=64,
+                 max_batch=1, max_q_len=1, max_seq_len=0, topk=0, lse=True, attn_sink=False,
+                 topk_length=False, checked=None, device="cpu"):
+        """kv_format (KV_FORMATS): the cache a dense plan reads; sparse plans read only the
+        656-byte token ("default" or "fp8_sparse"). max_seq_len (dense, >= 1): the longest
+        cache_seqlens entry any run may pass. checked (None: deca.checked_by_default()): CUDA
+        plans test every index, length and block id they read (see check()) and run the portable
+        decode kernel."""
         check_scalars("MlaPlan", ints=dict(num_heads=num_heads, page_size=page_size,
                                            max_batch=max_batch, max_q_len=max_q_len,
                                            max_seq_len=max_seq_len, topk=topk),
                       bools=dict(sparse=sparse, lse=lse, attn_sink=attn_sink,
                                  topk_length=topk_length, checked=checked))
+        choice("MlaPlan", "kv_format", kv_format, KV_FORMATS)
         c = _C.MlaConfig()
-        c.num_heads, c.page_size, c.sparse = num_heads, page_size, sparse
+        c.num_heads, c.page_size, c.sparse, c.kv_format = num_heads, page_size, sparse, kv_format
         c.max_batch, c.max_q_len, c.max_seq_len, c.topk = max_batch, max_q_len, max_seq_len, topk
         c.lse, c.attn_sink, c.topk_length = lse, attn_sink, topk_length
         if checked is not None:
@@ -42,6 +50,7 @@ class MlaPlan:
         self._cuda_index = d.index if d.kind == _C.DeviceKind.CUDA else -1
 
     config = property(lambda self: self._plan.config)
+    kv_format = property(lambda self: self._plan.config.kv_format)
     workspace_bytes = property(lambda self: self._plan.workspace_bytes)
     num_splits = property(lambda self: self._plan.num_splits)
     sm_count = property(lambda self: self._plan.sm_count)
@@ -49,38 +58,52 @@ class MlaPlan:
     checked = property(lambda self: self._plan.config.checked)
 
     def check(self, workspace, *, stream=None):
-        """Checked mode: raises deca.Error for the first bad sparse index or topk_length entry the
-        runs on `workspace` met since the last check ("mla_decode_sparse: indices[1][0][5]:
-        expected -1 or a token id in [0, 8192) ..."), and clears the record. Synchronises
-        `stream` (legacy default stream when None): outside CUDA-graph capture, once per step.
-        Nothing happens for an unchecked, dense or CPU plan."""
+        """Checked mode: raises deca.Error for the first bad entry the runs on `workspace` met
+        since the last check (a sparse index or topk_length entry: "mla_decode_sparse:
+        indices[1][0][5]: expected -1 or a token id in [0, 8192) ..."; a dense block_table or
+        cache_seqlens entry: "mla_decode_dense: block_table[0][3]: expected a block id in
+        [0, 40) ..."), and clears the record. Synchronises `stream` (legacy default stream when
+        None): outside CUDA-graph capture, once per step. Nothing happens for an unchecked or
+        CPU plan."""
         c = self._plan.config
-        if not c.checked or not c.sparse or c.device.kind != _C.DeviceKind.CUDA:
+        if not c.checked or c.device.kind != _C.DeviceKind.CUDA:
             return
         wt = tensor(workspace, "check_mla_run: workspace", writable=True)
         _C.check_mla_run(self._plan, wt, stream_handle(stream, workspace, wt, "check_mla_run"))
 
     def run_dense(self, q, kv_cache, block_table, cache_seqlens, out, *, lse=None,
-                  softmax_scale=None, workspace=None, stream=None):
-        """Dense MLA decode into out (and lse when given); returns out."""
+                  softmax_scale=None, kv_scale=None, workspace=None, stream=None,
+                  reuse_schedule=False):
+        """Dense MLA decode into out (and lse when given); returns out.
+
+        kv_cache in the plan's kv_format: [num_blocks, page_size, 1, 576] bf16 or fp8 e4m3
+        (ml_dtypes.float8_e4m3fn, torch.float8_e4m3fn, or uint8 bits), or [.., 656] uint8.
+        kv_scale (fp8_e4m3 only; None = 1): real = stored * kv_scale. reuse_schedule=True (CUDA)
+        runs on the schedule an earlier run of this plan left in `workspace` (the other layers of
+        a decode step: same batch, q_len and cache_seqlens contents), as run_sparse.
+        """
         fn = "mla_decode_dense"
-        check_scalars(fn, floats=dict(softmax_scale=softmax_scale))
+        check_scalars(fn, floats=dict(softmax_scale=softmax_scale, kv_scale=kv_scale),
+                      bools=dict(reuse_schedule=reuse_schedule))
+        scale = 1.0 if kv_scale is None else kv_scale
         handle = (current_stream(self._cuda_index, q) if stream is None
                   else stream_int(stream, fn))
         try:  # run_sparse's fast path and fallback
             _C.mla_decode_dense_planned_fast(self._plan, q, kv_cache, block_table, cache_seqlens,
-                                             out, lse, softmax_scale or 0.0, workspace, handle)
+                                             out, lse, softmax_scale or 0.0, scale, workspace,
+                                             handle, bool(reuse_schedule))
             return out
         except (Error, TypeError):
             pass
         qt = tensor(q, f"{fn}: q")
+        kv_dtype = "fp8_e4m3" if self._plan.config.kv_format == "fp8_e4m3" else None
         _C.mla_decode_dense_planned(
-            self._plan, qt, tensor(kv_cache, f"{fn}: kv_cache"),
+            self._plan, qt, tensor(kv_cache, f"{fn}: kv_cache", kv_dtype),
             tensor(block_table, f"{fn}: block_table", "int32"),
             tensor(cache_seqlens, f"{fn}: cache_seqlens", "int32"),
             tensor(out, f"{fn}: out", writable=True), tensor(lse, f"{fn}: lse", writable=True),
-            softmax_scale or 0.0, tensor(workspace, f"{fn}: workspace", writable=True),
-            stream_handle(stream, q, qt, fn))
+            softmax_scale or 0.0, scale, tensor(workspace, f"{fn}: workspace", writable=True),
+            stream_handle(stream, q, qt, fn), reuse_schedule)
         return out
 
     def run_sparse(self, q, kv_cache, indices, out, *, topk_length=None, attn_sink=None,
@@ -132,34 +155,57 @@ def _outputs(fn, q, qt, out, lse, return_lse):
 
 
 def mla_decode_dense(q, kv_cache, block_table, cache_seqlens, out=None, *, softmax_scale=None,
-                     return_lse=False, lse=None, max_seq_len=None, workspace=None, stream=None):
+                     kv_scale=None, kv_format=None, return_lse=False, lse=None, max_seq_len=None,
+                     workspace=None, checked=None, stream=None):
     """Dense MLA decode; returns out, or (out, lse) when return_lse or lse is given.
 
-    q [batch, q_len, num_heads, 576] bf16; kv_cache [num_blocks, page_size, 1, 576] bf16 (V is
-    the first 512 dims of each row); block_table [batch, max_blocks] int32; cache_seqlens
-    [batch] int32 (the q_len new tokens included, causal among them). out [.., 512] bf16.
+    q [batch, q_len, num_heads, 576] bf16; kv_cache [num_blocks, page_size, 1, 576] bf16, or
+    fp8 e4m3 with one scale (kv_scale: real = stored * kv_scale; see quantize_mla_fp8_e4m3), or
+    [.., 656] uint8 (the sparse cache's token, see pack_mla_fp8); V is the first 512 of each
+    token's values. kv_format (KV_FORMATS; None: from kv_cache's dtype, "fp8_e4m3" for uint8
+    bits of e4m3 values). block_table [batch, max_blocks] int32; cache_seqlens [batch] int32 (the
+    q_len new tokens included, causal among them); on a GPU both stay in device memory.
+    max_seq_len (None: max_blocks * page_size) bounds cache_seqlens. out [.., 512] bf16.
+    checked (None: deca.checked_by_default()): on a GPU, the kernel tests every block id and
+    length it reads and this call raises deca.Error for the first bad one after the run (it then
+    synchronises the stream; see MlaPlan.check).
     """
     fn = "mla_decode_dense"
+    if kv_format is not None:
+        choice(fn, "kv_format", kv_format, KV_FORMATS)
     qt = tensor(q, f"{fn}: q")
-    kvt = tensor(kv_cache, f"{fn}: kv_cache")
+    kvt = tensor(kv_cache, f"{fn}: kv_cache", "fp8_e4m3" if kv_format == "fp8_e4m3" else None)
     btt = tensor(block_table, f"{fn}: block_table", "int32")
     out, lse, want_lse = _outputs(fn, q, qt, out, lse, return_lse)
-    expect_rank(fn, "kv_cache", kvt, 4, "[num_blocks, page_size, 1, 576]")
+    expect_rank(fn, "kv_cache", kvt, 4, "[num_blocks, page_size, 1, 576 | 656]")
     expect_rank(fn, "block_table", btt, 2, "[batch, max_blocks]")
     _expect_plan_sizes(fn, qt, kvt)
     page_size = kvt.shape[1]
     if max_seq_len is None:
         max_seq_len = min(btt.shape[1] * page_size, _INT32_MAX)
-    plan = MlaPlan(qt.shape[2], sparse=False, page_size=page_size, max_batch=max(qt.shape[0], 1),
-                   max_q_len=qt.shape[1], max_seq_len=max(max_seq_len, 1), lse=want_lse,
+    plan = MlaPlan(qt.shape[2], sparse=False, kv_format=kv_format or dense_kv_format(kvt),
+                   page_size=page_size, max_batch=max(qt.shape[0], 1), max_q_len=qt.shape[1],
+                   max_seq_len=max(max_seq_len, 1), lse=want_lse, checked=checked,
                    device=_device_text(qt))
     ws = workspace
     if ws is None:
         ws = zeros_bytes(q, qt, plan.workspace_bytes, f"{fn}: workspace")
     plan.run_dense(qt, kvt, btt, cache_seqlens, _named(out, fn, "out"),
-                   lse=_named(lse, fn, "lse"), softmax_scale=softmax_scale, workspace=ws,
-                   stream=stream_handle(stream, q, qt, fn))
+                   lse=_named(lse, fn, "lse"), softmax_scale=softmax_scale, kv_scale=kv_scale,
+                   workspace=ws, stream=stream_handle(stream, q, qt, fn))
+    plan.check(ws, stream=stream_handle(stream, q, qt, fn))
     return (out, lse) if want_lse else out
+
+
+def dense_kv_format(kvt):
+    """The kv_format a dense cache's dtype names (an imported deca._C.Tensor): bf16, fp8_e4m3,
+    or the 656-byte token for uint8; "default" otherwise (the plan then names what it expects)."""
+    dtype = str(kvt.dtype)
+    if dtype in ("bf16", "fp8_e4m3"):
+        return dtype
+    if dtype == "uint8" and len(kvt.shape) == 4 and kvt.shape[3] == FP8_TOKEN_BYTES:
+        return "fp8_sparse"
+    return "default"
 
 
 def mla_decode_sparse(q, kv_cache, indices, out=None, *, topk_length=None, attn_sink=None,

@@ -58,6 +58,25 @@ def pack_mla_fp8(src, out=None, *, src_dtype=None):
     return out
 
 
+def quantize_mla_fp8_e4m3(src, out=None, *, src_dtype=None):
+    """MLA dense e4m3 cache from a bf16 one; returns (out, scale).
+
+    src [..., 576] bf16 (e.g. the whole [num_blocks, page_size, 1, 576] cache); out of src's
+    shape, fp8 e4m3 (ml_dtypes.float8_e4m3fn, torch.float8_e4m3fn, or uint8 bits), allocated
+    beside src when None. scale is the power of
+    two 2 ** ceil(log2(max|src| / 448)) (1 for all zeros) and out = round(src / scale): pass it
+    as kv_scale (real = stored * scale) with kv_format="fp8_e4m3". To append tokens to such a
+    cache later, keep its scale: quantize_fp8(new_tokens, scale).
+    """
+    fn = "quantize_mla_fp8_e4m3"
+    check_dtype_keywords(fn, src_dtype=src_dtype)
+    st = tensor(src, f"{fn}: src", src_dtype)
+    if out is None:
+        out = empty(src, st, st.shape, "fp8_e4m3", f"{fn}: out")
+    scale = _C.quantize_mla_fp8_e4m3(st, tensor(out, f"{fn}: out", "fp8_e4m3", writable=True))
+    return out, scale
+
+
 def unpack_mla_fp8(src, out=None, *, out_dtype=None):
     """The inverse of pack_mla_fp8: src [..., 656] uint8 -> out [..., 576] fp32 | bf16.
 

@@ -68,12 +68,17 @@ def _mla_decode_sparse_fake(q, kv_cache, indices, out, lse, topk_length, attn_si
 @torch.library.custom_op(f"{_LIB}::mla_decode_dense", mutates_args=("out", "lse"))
 def mla_decode_dense(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tensor,
                      cache_seqlens: torch.Tensor, out: torch.Tensor, lse: Optional[torch.Tensor],
-                     softmax_scale: float) -> None:
-    """Dense bf16 MLA decode (deca.mla_decode_dense's semantics) into out and lse."""
+                     softmax_scale: float, kv_scale: float, kv_format: str) -> None:
+    """Dense MLA decode (deca.mla_decode_dense's semantics) into out [batch, q_len, heads, 512]
+    and lse [batch, q_len, heads]: a bf16, fp8 e4m3 (kv_scale: real = stored * kv_scale) or
+    656-byte token cache; kv_format "" = from the cache's dtype (pass "fp8_e4m3" for e4m3 bits
+    in uint8)."""
     _cached_ops.mla_dense(q, kv_cache, block_table, cache_seqlens, out, lse,
-                          softmax_scale=softmax_scale)
+                          softmax_scale=softmax_scale, kv_scale=kv_scale,
+                          kv_format=kv_format or None)
 
 
 @mla_decode_dense.register_fake
-def _mla_decode_dense_fake(q, kv_cache, block_table, cache_seqlens, out, lse, softmax_scale):
+def _mla_decode_dense_fake(q, kv_cache, block_table, cache_seqlens, out, lse, softmax_scale,
+                           kv_scale, kv_format):
     return None

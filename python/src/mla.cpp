@@ -1,5 +1,6 @@
-// MLA decode bindings: MlaConfig / MlaPlan mirror the C++ structs; dense, sparse and combine
-// runs take deca._C.Tensor arguments already imported and named by the Python layer.
+// MLA decode bindings: MlaConfig / MlaPlan mirror the C++ structs (kv_format as the string the
+// Python API uses); dense, sparse and combine runs take deca._C.Tensor arguments already imported
+// and named by the Python layer.
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 
@@ -7,6 +8,15 @@
 
 namespace deca::python {
 namespace {
+
+MlaCacheFormat parse_kv_format(const std::string& name) {
+  for (const MlaCacheFormat f : {MlaCacheFormat::kDefault, MlaCacheFormat::kBF16,
+                                 MlaCacheFormat::kFP8E4M3, MlaCacheFormat::kFP8Sparse}) {
+    if (name == mla_cache_format_name(f)) return f;
+  }
+  throw Error("MlaConfig: kv_format: expected \"default\", \"bf16\", \"fp8_e4m3\" or "
+              "\"fp8_sparse\", got \"" + name + "\"");
+}
 
 // The fields dense and sparse args share.
 template <typename Args>
@@ -53,8 +63,8 @@ void mla_sparse_planned_fast(const MlaPlan& plan, nb::handle q, nb::handle kv_ca
 // MlaPlan.run_dense's fast path, as mla_sparse_planned_fast.
 void mla_dense_planned_fast(const MlaPlan& plan, nb::handle q, nb::handle kv_cache,
                             nb::handle block_table, nb::handle cache_seqlens, nb::handle out,
-                            nb::handle lse, float softmax_scale, nb::handle workspace,
-                            std::uintptr_t stream) {
+                            nb::handle lse, float softmax_scale, float kv_scale,
+                            nb::handle workspace, std::uintptr_t stream, bool reuse_schedule) {
   constexpr const char* fn = "mla_decode_dense";
   const Tensor tq = import_fast(q, std::nullopt, {fn, "q"}, false);
   const Tensor tkv = import_fast(kv_cache, std::nullopt, {fn, "kv_cache"}, false);
@@ -68,6 +78,8 @@ void mla_dense_planned_fast(const MlaPlan& plan, nb::handle q, nb::handle kv_cac
   set_common(a, tq, tkv, tout, ptr_or_null(tlse), softmax_scale, ptr_or_null(tws), stream);
   a.block_table = tbt.view;
   a.cache_seqlens = tsl.view;
+  a.kv_scale = kv_scale;
+  a.reuse_schedule = reuse_schedule;
   nb::gil_scoped_release release;
   mla_decode_dense(plan, a);
 }
@@ -86,6 +98,10 @@ void register_mla(nb::module_& m) {
       .def_rw("num_heads", &MlaConfig::num_heads)
       .def_rw("page_size", &MlaConfig::page_size)
       .def_rw("sparse", &MlaConfig::sparse)
+      .def_prop_rw(
+          "kv_format",
+          [](const MlaConfig& c) { return std::string(mla_cache_format_name(c.kv_format)); },
+          [](MlaConfig& c, const std::string& v) { c.kv_format = parse_kv_format(v); })
       .def_rw("max_batch", &MlaConfig::max_batch)
       .def_rw("max_q_len", &MlaConfig::max_q_len)
       .def_rw("max_seq_len", &MlaConfig::max_seq_len)
@@ -100,7 +116,9 @@ void register_mla(nb::module_& m) {
       .def_ro("config", &MlaPlan::config)
       .def_ro("num_splits", &MlaPlan::num_splits)
       .def_ro("workspace_bytes", &MlaPlan::workspace_bytes)
-      .def_ro("sm_count", &MlaPlan::sm_count);
+      .def_ro("sm_count", &MlaPlan::sm_count)
+      .def_ro("num_parts", &MlaPlan::num_parts)
+      .def_ro("kernel_name", &MlaPlan::kernel_name);
 
   m.def("plan_mla_decode", [](const MlaConfig& config) { return plan_mla_decode(config); },
         nb::arg("config"));
@@ -109,17 +127,20 @@ void register_mla(nb::module_& m) {
       "mla_decode_dense_planned",
       [](const MlaPlan& plan, const Tensor& q, const Tensor& kv_cache, const Tensor& block_table,
          const Tensor& cache_seqlens, const Tensor& out, const Tensor* lse, float softmax_scale,
-         const Tensor* workspace, std::uintptr_t stream) {
+         float kv_scale, const Tensor* workspace, std::uintptr_t stream, bool reuse_schedule) {
         MlaDenseArgs a;
         set_common(a, q, kv_cache, out, lse, softmax_scale, workspace, stream);
         a.block_table = block_table.view;
         a.cache_seqlens = cache_seqlens.view;
+        a.kv_scale = kv_scale;
+        a.reuse_schedule = reuse_schedule;
         nb::gil_scoped_release release;
         mla_decode_dense(plan, a);
       },
       nb::arg("plan"), nb::arg("q"), nb::arg("kv_cache"), nb::arg("block_table"),
       nb::arg("cache_seqlens"), nb::arg("out"), nb::arg("lse").none(), nb::arg("softmax_scale"),
-      nb::arg("workspace").none(), nb::arg("stream"));
+      nb::arg("kv_scale"), nb::arg("workspace").none(), nb::arg("stream"),
+      nb::arg("reuse_schedule") = false);
 
   m.def(
       "mla_decode_sparse_planned",
@@ -142,8 +163,8 @@ void register_mla(nb::module_& m) {
 
   m.def("mla_decode_dense_planned_fast", &mla_dense_planned_fast, nb::arg("plan"), nb::arg("q"),
         nb::arg("kv_cache"), nb::arg("block_table"), nb::arg("cache_seqlens"), nb::arg("out"),
-        nb::arg("lse").none(), nb::arg("softmax_scale"), nb::arg("workspace").none(),
-        nb::arg("stream"));
+        nb::arg("lse").none(), nb::arg("softmax_scale"), nb::arg("kv_scale"),
+        nb::arg("workspace").none(), nb::arg("stream"), nb::arg("reuse_schedule"));
 
   m.def("mla_decode_sparse_planned_fast", &mla_sparse_planned_fast, nb::arg("plan"), nb::arg("q"),
         nb::arg("kv_cache"), nb::arg("indices"), nb::arg("topk_length").none(),

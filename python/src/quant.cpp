@@ -30,6 +30,13 @@ void register_quant(nb::module_& m) {
       },
       nb::arg("src"), nb::arg("out"));
   m.def(
+      "quantize_mla_fp8_e4m3",
+      [](const Tensor& src, const Tensor& out) {
+        nb::gil_scoped_release release;
+        return quantize_mla_fp8_e4m3(src.view, out.view);
+      },
+      nb::arg("src"), nb::arg("out"));
+  m.def(
       "unpack_mla_fp8",
       [](const Tensor& src, const Tensor& out) {
         nb::gil_scoped_release release;

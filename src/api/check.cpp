@@ -1,13 +1,17 @@
 #include "api/check.hpp"
 
+#include <algorithm>
 #include <array>
 #include <climits>
 #include <cmath>
 #include <charconv>
 #include <cstdio>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "deca/error.hpp"
+#include "jit/nvrtc_compile.hpp"
 
 namespace deca::api {
 
@@ -39,7 +43,25 @@ std::string pointer_string(const void* p) {
   return buf;
 }
 
+std::string list_string(const std::vector<int>& values) {
+  std::string s;
+  for (int v : values) s += (s.empty() ? "" : ", ") + std::to_string(v);
+  return s;
+}
+
 }  // namespace
+
+void expect_compile_capability(std::string_view fn, int cc) {
+  std::vector<int> archs = jit::nvrtc_supported_archs();
+  archs.erase(std::remove_if(archs.begin(), archs.end(), [](int a) { return a < 80; }), archs.end());
+  const bool known = archs.empty() || std::find(archs.begin(), archs.end(), cc) != archs.end();
+  if (cc < 80 || !known) {
+    fail(fn, "compute_capability",
+         archs.empty() ? std::string("0 (the device's) or >= 80")
+                       : "0 (the device's) or one this NVRTC targets: " + list_string(archs),
+         std::to_string(cc));
+  }
+}
 
 void fail(std::string_view fn, std::string_view arg, std::string_view expected,
           std::string_view got) {

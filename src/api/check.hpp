@@ -22,6 +22,10 @@ inline constexpr std::size_t kRowAlignBytes = 16;
 [[noreturn]] void fail(std::string_view fn, std::string_view arg, std::string_view expected,
                        std::string_view got);
 
+// A compute capability to compile for ahead of time (precompile_*_decode): 8.0 or later (the
+// kernels need mma.sync and cp.async) and one this NVRTC targets.
+void expect_compile_capability(std::string_view fn, int cc);
+
 std::string shape_string(const TensorView& t);
 // Shortest readable form of a float for messages: "0.5", "nan", "inf".
 std::string float_string(double value);
@@ -68,7 +72,7 @@ inline void expect_dim_range(std::string_view fn, std::string_view arg, const Te
   }
 }
 
-// Strides non-negative: deca walks every view forwards (the README says so).
+// Strides non-negative: deca walks every view forwards (docs/semantics.md, "Errors").
 void expect_non_negative_strides(std::string_view fn, std::string_view arg, const TensorView& t);
 // Strides non-negative; the last dimension contiguous (stride 1) when it has more than one
 // element: the params structs carry no stride for it.

@@ -193,8 +193,8 @@ void check_host_data(const GqaConfig& c, const GqaDecodeArgs& a) {
         kFn, {"seq_lens", "page_table", "page", "k_cache's num_pages"}, a.seq_lens, a.page_table, b,
         q_len, c.page_size, c.max_seq_len, num_pages);
     if (len == 0) continue;
-    // DESIGN.md: bit i of row i is always set (a draft token sees itself). A mask without it
-    // would leave the kernels and the reference free to disagree, so it is refused here.
+    // docs/semantics.md: bit i of row i is always set (a draft token sees itself). A mask
+    // without it would leave the kernels and the reference free to disagree, so it is refused here.
     if (c.tree_mask) {
       for (std::int64_t i = 0; i < q_len; ++i) {
         const auto word = static_cast<std::uint32_t>(load_i32(a.tree_mask, b, i, i / 32));

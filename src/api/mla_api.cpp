@@ -1,6 +1,6 @@
-// MLA decode: plan, dense (bf16 cache + block table) and sparse (656-byte FP8 tokens + top-k
-// indices). Validation, params, dispatch. Sparse decode runs on the CPU and on CUDA; dense decode
-// runs on the CPU only in this build, and the messages say so.
+// MLA decode: plan, dense (block table over a bf16, e4m3 or 656-byte FP8 cache) and sparse
+// (656-byte FP8 tokens + top-k indices). Validation, params, dispatch to the CPU reference or the
+// CUDA backend.
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -18,7 +18,6 @@ namespace deca::api {
 
 namespace {
 
-constexpr const char* kCpuOnly = "dense MLA decode runs on the CPU only in this build";
 constexpr const char* kPlanDevice = "plan.config.device";
 constexpr const char* kRowWhy =
     "row starts 16-byte aligned: GPU kernels load rows as 16-byte vectors";
@@ -28,6 +27,48 @@ std::string s(std::int64_t v) { return float_string(v); }
 void expect_field(const char* fn, std::string_view prefix, const char* name, int value, bool ok,
                   std::string_view expected) {
   if (!ok) fail(fn, std::string(prefix) + "." + name, expected, s(value));
+}
+
+const char* enum_name(MlaCacheFormat f) {
+  switch (f) {
+    case MlaCacheFormat::kDefault: return "kDefault";
+    case MlaCacheFormat::kBF16: return "kBF16";
+    case MlaCacheFormat::kFP8E4M3: return "kFP8E4M3";
+    case MlaCacheFormat::kFP8Sparse: return "kFP8Sparse";
+  }
+  return "?";
+}
+
+// "kFP8E4M3 (fp8_e4m3)": the enumerator a C++ caller wrote and the name Python takes; the number
+// for a value outside the enum.
+std::string format_text(MlaCacheFormat f) {
+  if (std::string_view(enum_name(f)) == "?") return s(static_cast<int>(f));
+  return std::string(enum_name(f)) + " (" + mla_cache_format_name(f) + ")";
+}
+
+bool format_in_enum(MlaCacheFormat f) {
+  const int v = static_cast<int>(f);
+  return v >= static_cast<int>(MlaCacheFormat::kDefault) &&
+         v <= static_cast<int>(MlaCacheFormat::kFP8Sparse);
+}
+
+// kDefault resolved: bf16 for dense decode, the 656-byte token for sparse.
+MlaCacheFormat stored_format(const MlaConfig& c) {
+  if (c.kv_format != MlaCacheFormat::kDefault) return c.kv_format;
+  return c.sparse ? MlaCacheFormat::kFP8Sparse : MlaCacheFormat::kBF16;
+}
+
+void validate_kv_format(const char* fn, std::string_view prefix, const MlaConfig& c) {
+  const std::string arg = std::string(prefix) + ".kv_format";
+  if (!format_in_enum(c.kv_format)) {
+    fail(fn, arg, "an MlaCacheFormat: kDefault, kBF16, kFP8E4M3 or kFP8Sparse",
+         format_text(c.kv_format));
+  }
+  if (c.sparse && stored_format(c) != MlaCacheFormat::kFP8Sparse) {
+    fail(fn, arg,
+         "kDefault or kFP8Sparse for sparse decode (sparse decode reads the 656-byte FP8 token)",
+         format_text(c.kv_format));
+  }
 }
 
 void validate_mla_config(const char* fn, std::string_view prefix, const MlaConfig& c) {
@@ -53,7 +94,8 @@ void validate_mla_config(const char* fn, std::string_view prefix, const MlaConfi
            "true");
     }
   }
-  if (c.device.kind == DeviceKind::kCUDA && c.sparse) {
+  validate_kv_format(fn, prefix, c);
+  if (c.device.kind == DeviceKind::kCUDA) {
     const int count = cuda::device_count();
     if (c.device.index < 0 || c.device.index >= count) {
       fail(fn, std::string(prefix) + ".device",
@@ -62,27 +104,23 @@ void validate_mla_config(const char* fn, std::string_view prefix, const MlaConfi
            to_string(c.device));
     }
   } else if (c.device != Device::cpu()) {
-    fail(fn, std::string(prefix) + ".device",
-         c.sparse ? std::string("cpu or cuda:N")
-                  : std::string("cpu (") + kCpuOnly + ")",
-         to_string(c.device));
+    fail(fn, std::string(prefix) + ".device", "cpu or cuda:N", to_string(c.device));
   }
 }
-
-const char* device_why(const MlaConfig& c) { return c.sparse ? kPlanDevice : kCpuOnly; }
 
 // q, out and lse are shaped alike for dense and sparse decode; returns nothing, checks all three.
 void check_q_out_lse(const char* fn, const MlaConfig& c, const TensorView& q, const TensorView& out,
                      const TensorView& lse) {
   const Device dev = c.device;
-  expect_tensor(fn, "q", q, dev, device_why(c), {DType::kBF16}, "", 4, "[batch, q_len, num_heads, 576]");
+  expect_tensor(fn, "q", q, dev, kPlanDevice, {DType::kBF16}, "", 4,
+                "[batch, q_len, num_heads, 576]");
   expect_dim_range(fn, "q", q, 0, "batch", 0, c.max_batch, "plan.config.max_batch");
   expect_dim_range(fn, "q", q, 1, "q_len", 1, c.max_q_len, "plan.config.max_q_len");
   expect_dim(fn, "q", q, 2, "num_heads", c.num_heads, "plan.config.num_heads");
   expect_dim(fn, "q", q, 3, "head_dim", kMlaDimQK, "512 NoPE + 64 RoPE");
   expect_aligned(fn, "q", q, kRowAlignBytes, kRowWhy);
 
-  expect_tensor(fn, "out", out, dev, device_why(c), {DType::kBF16}, "", 4,
+  expect_tensor(fn, "out", out, dev, kPlanDevice, {DType::kBF16}, "", 4,
                 "[batch, q_len, num_heads, 512]");
   expect_dim(fn, "out", out, 0, "batch", q.shape[0], "q's batch");
   expect_dim(fn, "out", out, 1, "q_len", q.shape[1], "q's q_len");
@@ -93,7 +131,7 @@ void check_q_out_lse(const char* fn, const MlaConfig& c, const TensorView& q, co
 
   expect_presence(fn, "lse", lse, c.lse, "plan.config.lse");
   if (c.lse) {
-    expect_tensor(fn, "lse", lse, dev, device_why(c), {DType::kFP32}, "", 3,
+    expect_tensor(fn, "lse", lse, dev, kPlanDevice, {DType::kFP32}, "", 3,
                   "[batch, q_len, num_heads]");
     expect_dim(fn, "lse", lse, 0, "batch", q.shape[0], "q's batch");
     expect_dim(fn, "lse", lse, 1, "q_len", q.shape[1], "q's q_len");
@@ -102,14 +140,68 @@ void check_q_out_lse(const char* fn, const MlaConfig& c, const TensorView& q, co
   }
 }
 
-void check_cache(const char* fn, const MlaConfig& c, const TensorView& kv, DType dtype, int row) {
-  expect_tensor(fn, "kv_cache", kv, c.device, device_why(c), {dtype}, "", 4,
-                "[num_blocks, page_size, 1, " + s(row) + "]");
+// The cache a plan's kv_format asks for: dtype, row length, and the words the messages use.
+struct CacheSpec {
+  DType dtype;
+  int row;
+  const char* dims;
+  const char* why;
+};
+
+CacheSpec cache_spec(const MlaConfig& c) {
+  constexpr const char* k576 = "[num_blocks, page_size, 1, 576]";
+  constexpr const char* k656 = "[num_blocks, page_size, 1, 656]";
+  switch (c.kv_format) {
+    case MlaCacheFormat::kBF16:
+      return {DType::kBF16, kMlaDimQK, k576, "plan.config.kv_format kBF16"};
+    case MlaCacheFormat::kFP8E4M3:
+      return {DType::kFP8E4M3, kMlaDimQK, k576, "plan.config.kv_format kFP8E4M3"};
+    case MlaCacheFormat::kFP8Sparse:
+      return {DType::kUINT8, kMlaFp8TokenBytes, k656, "plan.config.kv_format kFP8Sparse"};
+    default:
+      if (c.sparse) {
+        return {DType::kUINT8, kMlaFp8TokenBytes, k656,
+                "plan.config.kv_format kDefault: the 656-byte token for sparse decode"};
+      }
+      return {DType::kBF16, kMlaDimQK, k576, "plan.config.kv_format kDefault: bf16 for dense decode"};
+  }
+}
+
+void check_cache(const char* fn, const MlaConfig& c, const TensorView& kv) {
+  const CacheSpec spec = cache_spec(c);
+  expect_tensor(fn, "kv_cache", kv, c.device, kPlanDevice, {spec.dtype}, spec.why, 4, spec.dims);
   expect_dim(fn, "kv_cache", kv, 1, "page_size", c.page_size, "plan.config.page_size");
   expect_dim(fn, "kv_cache", kv, 2, "kv_heads", 1, "one shared latent head");
-  expect_dim(fn, "kv_cache", kv, 3, dtype == DType::kUINT8 ? "token_bytes" : "head_dim", row,
-             dtype == DType::kUINT8 ? "512 e4m3 + 4 fp32 scales + 64 bf16" : "512 NoPE + 64 RoPE");
+  if (spec.dtype == DType::kUINT8) {
+    expect_dim(fn, "kv_cache", kv, 3, "token_bytes", spec.row,
+               "512 e4m3 + 4 fp32 scales + 64 bf16");
+  } else {
+    expect_dim(fn, "kv_cache", kv, 3, "head_dim", spec.row, "512 NoPE + 64 RoPE");
+  }
   expect_aligned(fn, "kv_cache", kv, kRowAlignBytes, kRowWhy);
+}
+
+// kv_scale scales a kFP8E4M3 cache; the other formats take none (1), so that a scale meant for
+// another cache is not silently dropped.
+void check_kv_scale(const char* fn, const MlaConfig& c, float v) {
+  if (stored_format(c) == MlaCacheFormat::kFP8E4M3) {
+    if (!(std::isfinite(v) && v > 0.f)) {
+      fail(fn, "kv_scale", "a finite value > 0 (real = stored e4m3 * kv_scale)", float_string(v));
+    }
+  } else if (v != 1.f) {
+    fail(fn, "kv_scale",
+         std::string("1 (only a kFP8E4M3 cache has a per-cache scale; plan.config.kv_format is ") +
+             enum_name(c.kv_format) + ")",
+         float_string(v));
+  }
+}
+
+int kernel_format(const MlaConfig& c) {
+  switch (stored_format(c)) {
+    case MlaCacheFormat::kFP8E4M3: return kMlaKvFP8E4M3;
+    case MlaCacheFormat::kFP8Sparse: return kMlaKvFP8Sparse;
+    default: return kMlaKvBF16;
+  }
 }
 
 void check_softmax_scale(const char* fn, float v) {
@@ -149,18 +241,14 @@ void expect_plan_mode(const char* fn, const MlaPlan& plan, bool sparse) {
 }
 
 // What dense and sparse decode check alike, in this order: the plan (its config, and that it was
-// made for this mode), q / out / lse, and the cache (bf16 rows dense, FP8 token bytes sparse).
+// made for this mode), q / out / lse, and the cache (in the plan's kv_format).
 void check_plan_and_common(const char* fn, const MlaPlan& plan, bool sparse, const TensorView& q,
                            const TensorView& out, const TensorView& lse, const TensorView& kv) {
   const MlaConfig& c = plan.config;
   validate_mla_config(fn, "plan.config", c);
   expect_plan_mode(fn, plan, sparse);
   check_q_out_lse(fn, c, q, out, lse);
-  if (sparse) {
-    check_cache(fn, c, kv, DType::kUINT8, kMlaFp8TokenBytes);
-  } else {
-    check_cache(fn, c, kv, DType::kBF16, kMlaDimQK);
-  }
+  check_cache(fn, c, kv);
 }
 
 }  // namespace
@@ -169,18 +257,49 @@ void check_plan_and_common(const char* fn, const MlaPlan& plan, bool sparse, con
 
 namespace deca {
 
+const char* mla_cache_format_name(MlaCacheFormat format) {
+  switch (format) {
+    case MlaCacheFormat::kDefault: return "default";
+    case MlaCacheFormat::kBF16: return "bf16";
+    case MlaCacheFormat::kFP8E4M3: return "fp8_e4m3";
+    case MlaCacheFormat::kFP8Sparse: return "fp8_sparse";
+  }
+  return "?";
+}
+
 MlaPlan plan_mla_decode(const MlaConfig& config) {
   api::validate_mla_config("plan_mla_decode", "config", config);
   MlaPlan plan;
   plan.config = config;
   if (config.device.kind == DeviceKind::kCUDA) {
-    cuda::plan_mla_sparse(plan);
+    if (config.sparse) {
+      cuda::plan_mla_sparse(plan);
+    } else {
+      cuda::plan_mla_dense(plan);
+    }
     return plan;
   }
   plan.num_splits = 1;
   plan.workspace_bytes = 0;
   plan.sm_count = 0;
   return plan;
+}
+
+std::string precompile_mla_decode(const MlaConfig& config, int compute_capability) {
+  constexpr const char* fn = "precompile_mla_decode";
+  MlaConfig c = config;
+  // With a capability the device plays no part: validate everything else as a plan would.
+  if (compute_capability != 0) c.device = Device::cpu();
+  api::validate_mla_config(fn, "config", c);
+  if (compute_capability != 0) {
+    api::expect_compile_capability(fn, compute_capability);
+    return cuda::precompile_mla(config, compute_capability);
+  }
+  if (config.device.kind != DeviceKind::kCUDA) {
+    api::fail(fn, "config.device", "a CUDA device (or a compute_capability to compile for without one)",
+              to_string(config.device));
+  }
+  return cuda::precompile_mla(config, cuda::mla_arch(config, fn));
 }
 
 void mla_decode_dense(const MlaPlan& plan, const MlaDenseArgs& a) {
@@ -190,13 +309,14 @@ void mla_decode_dense(const MlaPlan& plan, const MlaDenseArgs& a) {
   check_plan_and_common(fn, plan, false, a.q, a.out, a.lse, a.kv_cache);
   const std::int64_t batch = a.q.shape[0];
   const std::int64_t q_len = a.q.shape[1];
-  expect_tensor(fn, "block_table", a.block_table, c.device, kCpuOnly, {DType::kINT32}, "", 2,
+  expect_tensor(fn, "block_table", a.block_table, c.device, kPlanDevice, {DType::kINT32}, "", 2,
                 "[batch, max_blocks]");
   expect_dim(fn, "block_table", a.block_table, 0, "batch", batch, "q's batch");
-  expect_tensor(fn, "cache_seqlens", a.cache_seqlens, c.device, kCpuOnly, {DType::kINT32}, "", 1,
-                "[batch]");
+  expect_tensor(fn, "cache_seqlens", a.cache_seqlens, c.device, kPlanDevice, {DType::kINT32}, "",
+                1, "[batch]");
   expect_dim(fn, "cache_seqlens", a.cache_seqlens, 0, "batch", batch, "q's batch");
   check_softmax_scale(fn, a.softmax_scale);
+  check_kv_scale(fn, c, a.kv_scale);
   // The overlap rule (check.hpp): a table or length overwritten mid-run would be read unchecked.
   expect_disjoint(fn, {{"out", &a.out}, {"lse", &a.lse}},
                   {{"q", &a.q},
@@ -204,10 +324,15 @@ void mla_decode_dense(const MlaPlan& plan, const MlaDenseArgs& a) {
                    {"block_table", &a.block_table},
                    {"cache_seqlens", &a.cache_seqlens}});
 
-  // Host data (every tensor is on the CPU here): lengths, and the blocks they use.
+  const bool on_gpu = c.device.kind == DeviceKind::kCUDA;
+  if (on_gpu) check_workspace(fn, plan, a.workspace, a.workspace_bytes);
+
+  // Host data: lengths, and the blocks they use. Device-resident ones are the caller's contract
+  // (reading them would cost a copy and a sync per call, and break graph capture): a checked
+  // plan's kernels test them instead.
   const std::int64_t max_blocks = a.block_table.shape[1];
   const std::int64_t num_blocks = a.kv_cache.shape[0];
-  for (std::int64_t b = 0; b < batch; ++b) {
+  for (std::int64_t b = 0; !on_gpu && b < batch; ++b) {
     expect_paged_request(fn, {"cache_seqlens", "block_table", "block", "kv_cache's num_blocks"},
                          a.cache_seqlens, a.block_table, b, q_len, c.page_size, c.max_seq_len,
                          num_blocks);
@@ -222,14 +347,21 @@ void mla_decode_dense(const MlaPlan& plan, const MlaDenseArgs& a) {
   p.num_blocks = static_cast<int>(num_blocks);
   fill_q(p, a.q);
   p.kv = a.kv_cache.data;
+  // Strides in elements of the stored dtype: bf16 elements, or bytes for the 8-bit formats.
   p.kv_stride_block = a.kv_cache.stride[0];
   p.kv_stride_slot = a.kv_cache.stride[1];
+  p.kv_format = kernel_format(c);
+  p.kv_scale = p.kv_format == kMlaKvFP8E4M3 ? a.kv_scale : 1.f;
   p.block_table = static_cast<const int*>(a.block_table.data);
   p.block_table_stride = a.block_table.stride[0];
   p.seq_lens = static_cast<const int*>(a.cache_seqlens.data);
   fill_out_lse(p, a.out, a.lse, c.lse);
   p.softmax_scale = softmax_scale_or_default(a.softmax_scale, kMlaDimQK);
   if (p.batch == 0) return;
+  if (on_gpu) {
+    cuda::mla_dense_decode(plan, p, a.workspace, a.stream, a.reuse_schedule);
+    return;
+  }
   cpu::mla_dense_decode(p);
 }
 

@@ -126,6 +126,17 @@ void pack_mla_fp8(const TensorView& src, const TensorView& out) {
   cpu::pack_mla_fp8(src, out);
 }
 
+float quantize_mla_fp8_e4m3(const TensorView& src, const TensorView& out) {
+  const char* fn = "quantize_mla_fp8_e4m3";
+  check_host_tensor(fn, "src", src, {DType::kBF16});
+  check_token_tensor(fn, "src", src, kMlaDim);
+  check_out(fn, src, out, {DType::kFP8E4M3});
+  check_same_shape(fn, src, out);
+  const float scale = cpu::fp8_pow2_scale(finite_max_abs(fn, src));
+  cpu::quantize_fp8(src, out, scale);
+  return scale;
+}
+
 void unpack_mla_fp8(const TensorView& src, const TensorView& out) {
   const char* fn = "unpack_mla_fp8";
   check_host_tensor(fn, "src", src, {DType::kUINT8});

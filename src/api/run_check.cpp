@@ -73,13 +73,42 @@ void check_gqa_run(const GqaPlan& plan, const void* workspace, void* stream) {
               s(rec.kind) + " (a workspace shared with another plan?)");
 }
 
+namespace {
+
+// A dense run's record: the kernels read block_table and cache_seqlens where the sparse run
+// reads indices and topk_length (the lengths are the scheduler's topk_length, capped at
+// max_seq_len), so a length is reported under either kind.
+[[noreturn]] void throw_dense_record(const CheckRecord& rec) {
+  const std::string fn = "mla_decode_dense";
+  if (rec.kind == kCheckPageId) {
+    throw Error(fn + ": block_table[" + s(rec.request) + "][" + s(rec.position) +
+                "]: expected a block id in [0, " + s(rec.hi) + ") (kv_cache's num_blocks), got " +
+                s(rec.value) + kFound);
+  }
+  if (rec.kind == kCheckSeqLen || rec.kind == kCheckTopkLength) {
+    throw Error(fn + ": cache_seqlens[" + s(rec.request) + "]: expected a length in [0, " +
+                s(rec.hi) + "] (plan.config.max_seq_len), got " + s(rec.value) + kFound);
+  }
+  if (rec.kind == kCheckSchedule) {
+    throw Error(fn + ": reuse_schedule: expected the workspace to hold the schedule of this "
+                "call's shape, got one of batch " + s(rec.request) + ", q_len " + s(rec.token) +
+                ", " + s(rec.value) + " partitions (nothing was written; out and lse hold NaN)" +
+                kFound);
+  }
+  throw Error("check_mla_run: workspace: expected a check record of an MLA dense run, got kind " +
+              s(rec.kind) + " (a workspace shared with another plan?)");
+}
+
+}  // namespace
+
 void check_mla_run(const MlaPlan& plan, const void* workspace, void* stream) {
   constexpr const char* kCheckFn = "check_mla_run";
   const MlaConfig& c = plan.config;
-  if (!c.checked || !c.sparse || c.device.kind != DeviceKind::kCUDA) return;
+  if (!c.checked || c.device.kind != DeviceKind::kCUDA) return;
   CheckRecord rec{};
   const void* record = record_of(kCheckFn, plan.workspace_bytes, workspace);
   if (!cuda::take_check_record(c.device.index, record, stream, rec, kCheckFn)) return;
+  if (!c.sparse) throw_dense_record(rec);
   constexpr const char* fn = "mla_decode_sparse";
   if (rec.kind == kCheckIndex) {
     throw Error(std::string(fn) + ": indices[" + s(rec.request) + "][" + s(rec.token) + "][" +

@@ -1,5 +1,5 @@
-// Split-KV combine reference: merges per-split normalised outputs by their LSE (DESIGN.md,
-// "MLA decode", split-KV). Each split's output is already divided by its own sum, so weighting
+// Split-KV combine reference: merges per-split normalised outputs by their LSE (docs/semantics.md,
+// "Combine"). Each split's output is already divided by its own sum, so weighting
 // it by exp(lse_s) restores its share of the full softmax.
 #include <cmath>
 #include <cstdint>

@@ -1,4 +1,4 @@
-// GQA decode reference (DESIGN.md, "GQA decode"). Work item = (request, KV head): its keys and
+// GQA decode reference (docs/semantics.md). Work item = (request, KV head): its keys and
 // values are gathered from the pages once, then every query token and every q head of the group
 // attends to them.
 #include <algorithm>

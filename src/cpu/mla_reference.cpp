@@ -1,6 +1,10 @@
-// MLA decode references (DESIGN.md, "MLA decode"): dense over a bf16 paged latent cache, and
-// sparse over the 656-byte FP8 token format with top-k indices. One latent KV head: K is the
-// whole 576-dim row, V its first 512 dims.
+// MLA decode references (docs/semantics.md, "MLA decode"): dense over a paged latent cache (bf16, e4m3
+// with one scale, or the 656-byte FP8 token), and sparse over the 656-byte FP8 token format with
+// top-k indices. One latent KV head: K is the whole 576-dim row, V its first 512 dims.
+//
+// Every format is read as bf16 values (the precision the kernels compute in): a key row is
+// 576 values exactly representable in bf16, then the arithmetic of attention_core (products
+// exact in double, double sums, output rounded once to bf16).
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -51,6 +55,29 @@ void dequant_token(const unsigned char* token, float* row) {
   }
 }
 
+// One dense token at `off` (elements of the stored dtype: bf16 elements, or bytes for the 8-bit
+// formats) as the bf16 values the reference computes on:
+// - kMlaKvBF16: the stored values.
+// - kMlaKvFP8E4M3: e4m3 value * kv_scale, the product rounded to fp32 (nearest even), then to
+//   bf16 (nearest even), the sparse token's convention. With a power-of-two kv_scale (what
+//   quantize_mla_fp8_e4m3 chooses) both roundings are exact: the value is e4m3 * kv_scale, and a
+//   kernel that scales the logits and the output instead of each element gets the same result.
+// - kMlaKvFP8Sparse: the 656-byte token, decoded as sparse decode decodes it.
+void load_dense_token(const MlaDenseParams& p, std::int64_t off, float* row) {
+  if (p.kv_format == kMlaKvFP8Sparse) {
+    dequant_token(static_cast<const unsigned char*>(p.kv) + off, row);
+  } else if (p.kv_format == kMlaKvFP8E4M3) {
+    const float* fp8 = fp8e4m3_table();
+    const auto* bytes = static_cast<const unsigned char*>(p.kv) + off;
+    for (int d = 0; d < kDimQK; ++d) {
+      const float real = fp8[bytes[d]] * p.kv_scale;  // one fp32 rounding
+      row[d] = bf16_bits_to_float(float_to_bf16_bits(real));
+    }
+  } else {
+    for (int d = 0; d < kDimQK; ++d) row[d] = load_element(p.kv, kBf16, off + d);
+  }
+}
+
 }  // namespace
 
 void mla_dense_decode(const MlaDenseParams& p) {
@@ -65,13 +92,14 @@ void mla_dense_decode(const MlaDenseParams& p) {
     for (int t = 0; t < len; ++t) {
       const std::int64_t off =
           blocks[t / p.page_size] * p.kv_stride_block + (t % p.page_size) * p.kv_stride_slot;
-      for (int d = 0; d < kDimQK; ++d) row[d] = load_element(p.kv, kBf16, off + d);
+      load_dense_token(p, off, row.data());
       set_key(kv, t, row.data());
     }
     parallel_for(static_cast<std::int64_t>(p.q_len) * p.num_heads, [&](std::int64_t item, int) {
       const int i = static_cast<int>(item / p.num_heads);
       const int h = static_cast<int>(item % p.num_heads);
-      const int pos = len - p.q_len + i;  // causal: the query at pos sees keys t <= pos
+      // Causal: the query at pos sees keys t <= pos; none when pos < 0 (an empty request).
+      const int pos = len - p.q_len + i;
       std::vector<double> q(kDimQK), out(kDimV), scratch;
       load_q(p.q, b * p.q_stride_batch + i * p.q_stride_token + h * p.q_stride_head, q.data());
       double lse;

@@ -43,16 +43,16 @@ TensorView leading(const TensorView& t) {
   return lead;
 }
 
-// Smallest power of two s with amax / s <= 448 (exact: no log rounding decides the result).
-float mla_group_scale(float amax) {
+}  // namespace
+
+// Exact: the log only guesses the exponent, the comparisons decide it.
+float fp8_pow2_scale(float amax) {
   if (amax == 0.f) return 1.f;
   int e = static_cast<int>(std::ceil(std::log2(static_cast<double>(amax) / kFp8E4M3Max)));
   while (std::ldexp(static_cast<double>(kFp8E4M3Max), e - 1) >= amax) --e;
   while (std::ldexp(static_cast<double>(kFp8E4M3Max), e) < amax) ++e;
   return std::ldexp(1.f, e);
 }
-
-}  // namespace
 
 float max_abs(const TensorView& src) {
   float m = 0.f;
@@ -94,7 +94,7 @@ void pack_mla_fp8(const TensorView& src, const TensorView& out) {
       for (int i = g * kMlaGroup; i < (g + 1) * kMlaGroup; ++i) {
         amax = std::fmax(amax, std::fabs(bf16_bits_to_float(x[i * sd])));
       }
-      const float scale = mla_group_scale(amax);
+      const float scale = fp8_pow2_scale(amax);
       for (int i = g * kMlaGroup; i < (g + 1) * kMlaGroup; ++i) {
         token[i] = float_to_fp8e4m3_bits(bf16_bits_to_float(x[i * sd]) / scale);
       }

@@ -9,6 +9,9 @@ namespace deca::cpu {
 // max |x| over a bf16|fp16|fp32 view; NaN or infinity when any value is not finite.
 float max_abs(const TensorView& src);
 void quantize_fp8(const TensorView& src, const TensorView& out, float scale);
+// The smallest power of two s with amax / s <= 448 (e4m3's largest finite); 1 for amax 0. The
+// MLA packers' scale: per 128 values in the 656-byte token, per cache in the dense e4m3 one.
+float fp8_pow2_scale(float amax);
 void quantize_int8(const TensorView& src, const TensorView& out, float scale);
 // src [..., 576] bf16 -> out [..., 656] uint8 (out's last dim contiguous).
 void pack_mla_fp8(const TensorView& src, const TensorView& out);

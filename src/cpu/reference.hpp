@@ -1,4 +1,4 @@
-// The CPU reference backend: the executable specification of every op (DESIGN.md, "Semantics").
+// The CPU reference backend: the executable specification of every op (docs/semantics.md).
 // Each function reads the same plain params struct the GPU kernels read, with host pointers,
 // accumulates in double, and writes out (and lse when non-null). Arguments are assumed valid
 // (src/api/ validates them first).

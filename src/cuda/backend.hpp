@@ -27,8 +27,9 @@ plan::SmLimits sm_limits(int device);
 int gqa_arch(const GqaConfig& config, const std::string& fn);
 
 // Fills plan.num_splits, split_tokens, workspace_bytes, kernel_name, sm_count for a config whose
-// device is CUDA.
-void plan_gqa_decode(GqaPlan& plan);
+// device is CUDA. `path_arch` (tests only; make_gqa_key): the 8-bit path a plan takes on that
+// arch instead of this device's, so that one GPU runs every arch's code.
+void plan_gqa_decode(GqaPlan& plan, int path_arch = 0);
 
 // Points params.ws_partial_o / ws_partial_ml / ws_counters into `workspace` (at least
 // plan.workspace_bytes bytes on the plan's device, zeroed once at allocation). The layout is the
@@ -41,7 +42,8 @@ void carve_gqa_workspace(const GqaPlan& plan, void* workspace, GqaParams& params
 void gqa_decode(const GqaPlan& plan, const GqaParams& params, void* stream, bool launch = true);
 
 // Compiles (or finds in the cubin cache) the kernel a plan of `config` runs on devices of compute
-// capability `arch`, without launching anything or needing a GPU; returns its name.
+// capability `arch`, without launching anything or needing a GPU; returns its name. Both this and
+// plan_gqa_decode refuse retired tuning variables (tuning.hpp).
 std::string precompile_gqa(const GqaConfig& config, int arch);
 
 // ---- MLA sparse decode and the combine op (src/cuda/mla_backend.cpp) --------------------------
@@ -57,6 +59,30 @@ void plan_mla_sparse(MlaPlan& plan);
 // (MlaSparseArgs::reuse_schedule). Allocates nothing: safe in CUDA graph capture.
 void mla_sparse_decode(const MlaPlan& plan, const MlaSparseParams& params, void* workspace,
                        void* stream, bool reuse_schedule = false);
+
+// ---- MLA dense decode (src/cuda/mla_dense.cpp) -------------------------------------------------
+
+// Fills plan.sm_count, num_parts, num_splits, workspace_bytes and kernel_name for a dense config
+// whose device is CUDA (its kv_format and max_seq_len are known here: the kernels specialise on
+// the first and cap the schedule with the second), and loads (compiling on first use) the
+// scheduler, decode and combine kernels. Throws a deca::Error from plan_mla_decode naming
+// config.device when the device cannot run them.
+void plan_mla_dense(MlaPlan& plan);
+
+// Scheduler -> decode -> combine on `stream` for a dense run (params.kv_format, kv_scale and the
+// block table / lengths in device memory, never read here), as mla_sparse_decode: metadata and
+// partials in `workspace`, `reuse_schedule` leaves the scheduler out. Allocates nothing.
+void mla_dense_decode(const MlaPlan& plan, const MlaDenseParams& params, void* workspace,
+                      void* stream, bool reuse_schedule);
+
+// The compute capability of config.device (a CUDA device) for the MLA kernels; throws a
+// deca::Error from `fn` naming config.device when it is absent or older than 8.0.
+int mla_arch(const MlaConfig& config, const std::string& fn);
+
+// Compiles (or finds in the cubin cache) the scheduler, decode and combine kernels a plan of the
+// `config` (dense or sparse) runs on devices of compute capability `arch`, without launching anything or
+// needing a GPU; returns the decode kernel's name.
+std::string precompile_mla(const MlaConfig& config, int arch);
 
 // The `combine` op on CUDA tensors of `device`.
 void combine(const CombineParams& params, int device, void* stream);

@@ -1,6 +1,5 @@
 // GQA decode on the GPU: plan (kernel key, occupancy, split count, workspace) and launch.
 #include <algorithm>
-#include <cstdlib>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -48,12 +47,10 @@ long long units(const GqaConfig& c, const GqaKernelKey& key) {
 WorkspaceLayout layout(const GqaPlan& plan, const GqaKernelKey& key) {
   WorkspaceLayout w;
   if (plan.config.checked) w.check_bytes = static_cast<std::size_t>(kCheckBytes);
-  if (plan.num_splits <= 1 && !key.balanced) return w;
+  if (plan.num_splits <= 1) return w;
   const auto u = static_cast<std::size_t>(units(plan.config, key));
-  // Partial results: one slot per (unit, split), or, balanced, two per CTA (a share holds a cut
-  // unit only at its two ends: kernels/gqa/sm90/balance.cuh).
-  const std::size_t slots = key.balanced ? 2 * static_cast<std::size_t>(plan.num_splits)
-                                         : u * static_cast<std::size_t>(plan.num_splits);
+  // Partial results: one slot per (unit, split).
+  const std::size_t slots = u * static_cast<std::size_t>(plan.num_splits);
   w.o_bytes = align_up(slots * key.rows * plan.config.head_dim * sizeof(float));
   w.ml_bytes = align_up(slots * key.rows * 2 * sizeof(float));
   w.counter_bytes = align_up(u * sizeof(unsigned));
@@ -76,12 +73,24 @@ struct Prepared {
 
 // Runs look their kernel up by the plan's name once per (name, device) and then keep the answer:
 // rebuilding the key, its source text and its cache hash (and two device-attribute queries) on
-// every launch is host time in every decode step.
-const Prepared& prepared_slow(const GqaPlan& plan, int device) {
-  static std::mutex mu;
+// every launch is host time in every decode step. A plan made in this process has left its
+// kernel here already (remember_prepared); a plan from elsewhere is checked against the key its
+// config gives on this device now.
+std::mutex prepared_mu;
+std::map<std::pair<std::string, int>, Prepared>& prepared_memo() {
   static std::map<std::pair<std::string, int>, Prepared> memo;
+  return memo;
+}
+
+void remember_prepared(int device, const GqaKernelKey& key, const jit::LoadedKernel& kernel) {
+  std::lock_guard<std::mutex> lock(prepared_mu);
+  prepared_memo().try_emplace(std::make_pair(key.name(), device), Prepared{key, &kernel});
+}
+
+const Prepared& prepared_slow(const GqaPlan& plan, int device) {
+  auto& memo = prepared_memo();
   {
-    std::lock_guard<std::mutex> lock(mu);
+    std::lock_guard<std::mutex> lock(prepared_mu);
     if (auto it = memo.find(std::make_pair(plan.kernel_name, device)); it != memo.end()) {
       return it->second;
     }
@@ -93,7 +102,7 @@ const Prepared& prepared_slow(const GqaPlan& plan, int device) {
                 "\": make the plan again with plan_gqa_decode");
   }
   const jit::LoadedKernel& kernel = jit::get_kernel(key.spec(), device);
-  std::lock_guard<std::mutex> lock(mu);
+  std::lock_guard<std::mutex> lock(prepared_mu);
   return memo.try_emplace(std::make_pair(plan.kernel_name, device), Prepared{key, &kernel})
       .first->second;
 }
@@ -137,12 +146,13 @@ int gqa_arch(const GqaConfig& c, const std::string& fn) {
   return arch;
 }
 
-void plan_gqa_decode(GqaPlan& plan) {
+void plan_gqa_decode(GqaPlan& plan, int path_arch) {
+  refuse_retired_tuning("plan_gqa_decode");
   const GqaConfig& c = plan.config;
   const int device = plan_device(plan);
   const int arch = gqa_arch(c, "plan_gqa_decode");
   plan.sm_count = sm_count(device);
-  const GqaKernelKey key = make_gqa_key(c, arch, plan.sm_count);
+  const GqaKernelKey key = make_gqa_key(c, arch, plan.sm_count, path_arch);
   const gqa::Shape shape = key.shape();
   // Occupancy comes from the compiled kernel itself (its registers), not from a guess.
   const jit::LoadedKernel& kernel = jit::get_kernel(key.spec(), device);
@@ -150,12 +160,9 @@ void plan_gqa_decode(GqaPlan& plan) {
                                          sm_limits(device));
 
   plan.kernel_name = key.name();
+  remember_prepared(device, key, kernel);
   const int max_splits = std::min(kMaxSplits, gqa::max_merge_splits(shape, key.rows));
-  if (key.balanced) {
-    // One CTA per slot the SMs offer: the kernel shares the batch's tiles among them.
-    plan.split_tokens = 0;
-    plan.num_splits = plan.sm_count * resident;
-  } else if (c.split_mode == SplitMode::kFixed) {
+  if (c.split_mode == SplitMode::kFixed) {
     plan.split_tokens = plan::fixed_split_tokens(c.split_tokens, shape.tile);
     plan.num_splits = plan::fixed_num_splits(c.max_seq_len, plan.split_tokens);
     if (plan.num_splits > max_splits) {
@@ -229,13 +236,8 @@ void gqa_decode(const GqaPlan& plan, const GqaParams& params, void* stream, bool
   if (p.batch == 0) return;
   jit::Dim3 grid;
   grid.x = static_cast<unsigned>(plan.num_splits);
-  if (key.balanced) {  // the CTAs share the whole batch (kernels/gqa/sm90/balance.cuh)
-    grid.y = 1;
-    grid.z = 1;
-  } else {
-    grid.y = static_cast<unsigned>(p.num_kv_heads * row_blocks(plan.config, key));
-    grid.z = static_cast<unsigned>(p.batch / key.beam_width);  // one CTA column per request
-  }
+  grid.y = static_cast<unsigned>(p.num_kv_heads * row_blocks(plan.config, key));
+  grid.z = static_cast<unsigned>(p.batch / key.beam_width);  // one CTA column per request
   jit::Dim3 block;
   block.x = static_cast<unsigned>(shape.threads);
   void* args[] = {&p};
@@ -245,6 +247,7 @@ void gqa_decode(const GqaPlan& plan, const GqaParams& params, void* stream, bool
 }
 
 std::string precompile_gqa(const GqaConfig& config, int arch) {
+  refuse_retired_tuning("precompile_gqa_decode");
   const GqaKernelKey key = make_gqa_key(config, arch);
   (void)jit::compile_only(key.spec());
   return key.name();

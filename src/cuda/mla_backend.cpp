@@ -1,17 +1,16 @@
-// MLA sparse decode on the GPU: plan (partitions, workspace, kernels) and the three launches of a
-// run (scheduler, decode, combine), plus the generic combine op.
+// MLA decode on the GPU: plan (partitions, workspace, kernels) and the three launches of a run
+// (scheduler, decode, combine), shared by sparse and dense decode (src/cuda/mla_run.hpp); the
+// sparse run's entry; the generic combine op.
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstdint>
-#include <cstdio>
 #include <map>
 #include <mutex>
 #include <string>
 #include <utility>
-#include <vector>
 
 #include "cuda/backend.hpp"
+#include "cuda/mla_run.hpp"
 #include "cuda/mla_spec.hpp"
 #include "deca/error.hpp"
 #include "jit/driver.hpp"
@@ -20,7 +19,6 @@
 #include "kernels/mla/schedule/schedule.cuh"
 #include "kernels/mla/launch.cuh"
 #include "kernels/mla/schedule/work.cuh"
-#include "kernels/mla/sm90/traits.cuh"
 
 namespace deca::cuda {
 
@@ -72,81 +70,9 @@ jit::Dim3 combine_block() {
   return block;
 }
 
-// DECA_MLA_STAMP=1 (a timing aid, kernels/mla/sm90/stamps.cuh): waits for the decode kernel and
-// prints each role's mean cycles per block and phase, for the first CTAs, on stderr.
-void print_stamps(const jit::LoadedKernel& decode, bool seesaw, void* stream) {
-  CUdeviceptr ptr = 0;
-  std::size_t bytes = 0;
-  jit::check_cu(jit::driver().ModuleGetGlobal(&ptr, &bytes, decode.module, "deca_mla_stamps"), "print_stamps",
-                "cuModuleGetGlobal(deca_mla_stamps)");
-  using mla::sm90::kStampCtas, mla::sm90::kStampSlots, mla::sm90::kStampWarpgroups;
-  long long v[kStampCtas * kStampWarpgroups * kStampSlots] = {};
-  if (bytes != sizeof(v) || cudaStreamSynchronize(static_cast<cudaStream_t>(stream)) != cudaSuccess ||
-      cudaMemcpy(v, reinterpret_cast<void*>(ptr), sizeof(v), cudaMemcpyDeviceToHost) != cudaSuccess) {
-    std::fprintf(stderr, "stamps: not read\n");
-    return;
-  }
-  // The seesaw consumers (Cfg::kSeesaw) stamp their own blocks: own P V waited, the other's block
-  // taken, tile waited (those two in the order of the variant), S waited, softmax, published.
-  const char* roles[kStampWarpgroups] = {
-      seesaw ? "seesaw0 own-pv/take/tile/s-wait/softmax/publish" : "consumer0 wait/qk/softmax/hand-or-pv/pv-or-hand/pv-wait",
-      seesaw ? "seesaw1 own-pv/take/tile/s-wait/softmax/publish" : "consumer1 wait/p-wait/pv-issue/pv-wait/release",
-      "producer wait/ids/next/block/arrive", "producer wait/ids/next/block/arrive"};
-  for (int cta = 0; cta < kStampCtas; ++cta) {
-    for (int wg = 0; wg < kStampWarpgroups; ++wg) {
-      const long long* e = v + (cta * kStampWarpgroups + wg) * kStampSlots;
-      if (e[0] <= 0) continue;
-      std::fprintf(stderr, "stamp cta %d wg %d %s blocks %lld clk/block:", cta, wg, roles[wg], e[0]);
-      for (int i = 1; i < kStampSlots; ++i) std::fprintf(stderr, " %lld", e[i] / e[0]);
-      std::fprintf(stderr, "\n");
-    }
-  }
-  cudaMemset(reinterpret_cast<void*>(ptr), 0, sizeof(v));
-}
-
-// DECA_MLA_STAMP=2 (kernels/mla/sm90/stamps.cuh): waits for the decode kernel and prints, per
-// timeline event, its earliest, median and latest time over the CTAs that recorded it, in µs from
-// the earliest entry, on stderr.
-void print_timeline(const jit::LoadedKernel& decode, void* stream) {
-  CUdeviceptr ptr = 0;
-  std::size_t bytes = 0;
-  jit::check_cu(jit::driver().ModuleGetGlobal(&ptr, &bytes, decode.module, "deca_mla_timeline"), "print_timeline",
-                "cuModuleGetGlobal(deca_mla_timeline)");
-  using mla::sm90::kTimelineCtas, mla::sm90::kTimelineEvents;
-  std::vector<unsigned long long> v(static_cast<std::size_t>(kTimelineCtas) * kTimelineEvents);
-  if (bytes != v.size() * sizeof(v[0]) || cudaStreamSynchronize(static_cast<cudaStream_t>(stream)) != cudaSuccess ||
-      cudaMemcpy(v.data(), reinterpret_cast<void*>(ptr), bytes, cudaMemcpyDeviceToHost) != cudaSuccess) {
-    std::fprintf(stderr, "timeline: not read\n");
-    return;
-  }
-  unsigned long long t0 = ~0ull;
-  for (int c = 0; c < kTimelineCtas; ++c) {
-    const unsigned long long e = v[static_cast<std::size_t>(c) * kTimelineEvents];
-    if (e != 0) t0 = std::min(t0, e);
-  }
-  if (t0 == ~0ull) return;
-  const char* names[] = {"entry", "start", "q", "first-full", "first-tile", "last-release", "out0", "out1", "exit"};
-  std::fprintf(stderr, "timeline us (min/median/max over CTAs):");
-  for (int e = 0; e < mla::sm90::kEventExit + 1; ++e) {
-    std::vector<double> us;
-    for (int c = 0; c < kTimelineCtas; ++c) {
-      const unsigned long long x = v[static_cast<std::size_t>(c) * kTimelineEvents + e];
-      if (x >= t0) us.push_back(static_cast<double>(x - t0) * 1e-3);
-    }
-    if (us.empty()) continue;
-    std::sort(us.begin(), us.end());
-    std::fprintf(stderr, " %s %.2f/%.2f/%.2f", names[e], us.front(), us[us.size() / 2], us.back());
-  }
-  std::fprintf(stderr, "\n");
-  cudaMemset(reinterpret_cast<void*>(ptr), 0, bytes);
-}
-
 struct Kernels {
   int arch = 0;
   std::string variant;
-  bool stamped = false;  // Cfg::kStamp: print the decode kernel's cycle stamps after each launch
-  bool seesaw = false;   // Cfg::kSeesaw: the consumers' stamps name the seesaw's phases
-  bool timeline = false;  // Cfg::kStamp = 2: print the decode kernel's launch timeline
   MlaDecodeShape shape;
   const jit::LoadedKernel* schedule;
   const jit::LoadedKernel* decode;
@@ -163,8 +89,7 @@ MlaKernelKey key(int arch, MlaKernelRole role, const std::string& variant = "por
 
 // Every decode kernel set a plan made, by (decode kernel name, head count, device): loaded once
 // and kept, so a run does one map lookup, no hashing, compiling or device queries, and finds the
-// kernels its plan named even if the environment knobs (DECA_MLA_KERNEL, _CLUSTER, _PIPE,
-// _DEQUANT) changed since.
+// kernels its plan named even if DECA_MLA_KERNEL changed since.
 std::mutex registry_mu;
 std::map<std::pair<std::string, int>, Kernels> registry;
 
@@ -181,9 +106,6 @@ const Kernels& kernels(const MlaKernelKey& dk, int num_heads, int device) {
   Kernels k;
   k.arch = dk.arch;
   k.variant = dk.variant;
-  k.stamped = dk.variant == "sm90" && dk.sm90.stamp == 1;
-  k.seesaw = dk.variant == "sm90" && dk.sm90.seesaw != 0;
-  k.timeline = dk.variant == "sm90" && dk.sm90.stamp == 2;
   k.shape = mla_decode_shape(dk);
   k.schedule = &jit::get_kernel(key(dk.arch, MlaKernelRole::kSchedule).spec(), device);
   k.decode = &jit::get_kernel(dk.spec(), device);
@@ -195,7 +117,7 @@ const Kernels& kernels(const MlaKernelKey& dk, int num_heads, int device) {
 // The kernels a run of `plan` launches: those plan_mla_decode loaded for it. A plan this process
 // did not make (a copy with a hand-set name) is accepted only when its name is what its config
 // gives here now; one from another device kind is refused.
-const Kernels& plan_kernels(const MlaPlan& plan) {
+const Kernels& plan_kernels(const MlaPlan& plan, const std::string& fn) {
   const int device = plan.config.device.index;
   {
     std::lock_guard<std::mutex> lock(registry_mu);
@@ -205,7 +127,7 @@ const Kernels& plan_kernels(const MlaPlan& plan) {
   const int arch = compute_capability(device);
   const MlaKernelKey dk = mla_decode_key(arch, mla_plan_variant(arch, plan.config), plan.config);
   if (dk.name() != plan.kernel_name) {
-    throw Error("mla_decode_sparse: plan.kernel_name: expected the name of a decode kernel this "
+    throw Error(fn + ": plan.kernel_name: expected the name of a decode kernel this "
                 "device runs (\"" + dk.name() + "\" for this config here), got \"" +
                 plan.kernel_name + "\": make the plan again with plan_mla_decode");
   }
@@ -237,7 +159,7 @@ int checked_arch(const Device& dev, const std::string& fn) {
 
 }  // namespace
 
-void plan_mla_sparse(MlaPlan& plan) {
+void plan_mla_run(MlaPlan& plan) {
   const MlaConfig& c = plan.config;
   constexpr const char* fn = "plan_mla_decode";
   const int device = c.device.index;
@@ -254,32 +176,31 @@ void plan_mla_sparse(MlaPlan& plan) {
   if (smem_optin < shape.smem_bytes) {
     throw Error(std::string(fn) + ": config.device: expected a GPU whose CTAs may use " +
                 std::to_string(shape.smem_bytes) + " bytes of shared memory (the " + variant +
-                " MLA sparse decode kernel; A100 / H100 class), got " + to_string(c.device) +
-                " with " + std::to_string(smem_optin));
+                (c.sparse ? " MLA sparse" : " MLA dense") + " decode kernel; A100 / H100 class), got " +
+                to_string(c.device) + " with " + std::to_string(smem_optin));
   }
   plan.sm_count = sm_count(device);
-  plan.num_parts = mla::sparse_num_parts(plan.sm_count, c.max_q_len, c.num_heads);
+  plan.num_parts = mla::decode_num_parts(plan.sm_count, c.max_q_len, c.num_heads);
   plan.num_splits = plan.num_parts;
   plan.workspace_bytes = layout(c, plan.num_parts).total();
   plan.kernel_name = dk.name();
   (void)kernels(dk, c.num_heads, device);
 }
 
-void mla_sparse_decode(const MlaPlan& plan, const MlaSparseParams& params, void* workspace,
-                       void* stream, bool reuse_schedule) {
+void run_mla_decode(const MlaPlan& plan, mla::DecodeKernelParams& kp, void* workspace, void* stream,
+                    bool reuse_schedule, bool combine, const std::string& fn) {
   const MlaConfig& c = plan.config;
   if (plan.num_parts < 1) {
-    throw Error("mla_decode_sparse: plan.num_parts: expected >= 1 (a plan made by "
-                "plan_mla_decode for a CUDA device), got " + std::to_string(plan.num_parts));
+    throw Error(fn + ": plan.num_parts: expected >= 1 (a plan made by plan_mla_decode for a CUDA "
+                "device), got " + std::to_string(plan.num_parts));
   }
-  const Kernels& k = plan_kernels(plan);
+  const Kernels& k = plan_kernels(plan, fn);
+  const MlaSparseParams& params = kp.p;
   if (params.batch == 0) return;
   const int device = c.device.index;
   const Layout w = layout(c, plan.num_parts);
   auto* base = static_cast<unsigned char*>(workspace);
 
-  mla::DecodeKernelParams kp{};
-  kp.p = params;
   kp.run.partial_o = reinterpret_cast<float*>(base);
   kp.run.partial_lse = reinterpret_cast<float*>(base + w.o);
   kp.run.parts = reinterpret_cast<const mla::SparsePart*>(base + w.o + w.lse);
@@ -323,22 +244,40 @@ void mla_sparse_decode(const MlaPlan& plan, const MlaSparseParams& params, void*
   }
   jit::launch(*k.decode, grid, block, static_cast<std::size_t>(k.shape.smem_bytes), stream, args,
               decode_options);
-  if (k.stamped) print_stamps(*k.decode, k.seesaw, stream);
-  if (k.timeline) print_timeline(*k.decode, stream);
 
-  // Without topk_length the schedule is a function of (batch, topk, num_parts): when it cuts no
-  // request the decode kernel wrote every output itself and the combine is left out (launched,
-  // it costs its launch and one wave of CTAs per 132 (request, 8 heads) that return at once:
-  // b128 h128 ~5 us of 175). A reused schedule of another shape gets NaN outputs from the decode
-  // kernel either way.
-  if (params.topk_length == nullptr && !mla::schedule_cuts_requests(params.batch, params.topk, plan.num_parts)) {
-    return;
-  }
+  if (!combine) return;
   jit::LaunchOptions combine_options;
   // PDL needs sm_90; below, the attribute would be ignored at best.
   combine_options.pdl = k.arch >= 90;
   jit::launch(*k.combine, combine_grid(params.num_heads, params.q_len, params.batch),
               combine_block(), 0, stream, args, combine_options);
+}
+
+void plan_mla_sparse(MlaPlan& plan) { plan_mla_run(plan); }
+
+void mla_sparse_decode(const MlaPlan& plan, const MlaSparseParams& params, void* workspace,
+                       void* stream, bool reuse_schedule) {
+  mla::DecodeKernelParams kp{};
+  kp.p = params;
+  // Without topk_length the schedule is a function of (batch, topk, num_parts): when it cuts no
+  // request the decode kernel wrote every output itself and the combine is left out (launched,
+  // it costs its launch and one wave of CTAs per 132 (request, 8 heads) that return at once:
+  // b128 h128 a few us). A reused schedule of another shape gets NaN outputs from the decode
+  // kernel either way.
+  const bool combine = params.topk_length != nullptr ||
+                       (plan.num_parts >= 1 &&
+                        mla::schedule_cuts_requests(params.batch, params.topk, plan.num_parts));
+  run_mla_decode(plan, kp, workspace, stream, reuse_schedule, combine, "mla_decode_sparse");
+}
+
+int mla_arch(const MlaConfig& config, const std::string& fn) { return checked_arch(config.device, fn); }
+
+std::string precompile_mla(const MlaConfig& config, int arch) {
+  const MlaKernelKey dk = mla_decode_key(arch, mla_plan_variant(arch, config), config);
+  (void)jit::compile_only(key(arch, MlaKernelRole::kSchedule).spec());
+  (void)jit::compile_only(dk.spec());
+  (void)jit::compile_only(key(arch, MlaKernelRole::kCombine).spec());
+  return dk.name();
 }
 
 void combine(const CombineParams& params, int device, void* stream) {

@@ -27,9 +27,38 @@ struct Retired {
   const char* instead;
 };
 constexpr Retired kRetired[] = {
-    // ---- GQA ----
+    // ---- GQA ---- (docs/perf-notes.md, "Retired variants", has their measurements)
+    {"DECA_GQA_SM90_BALANCED",
+     "the Hopper kernel runs one CTA per (request, kv head, row block, split); DECA_GQA_SPLITS sets the splits"},
+    {"DECA_GQA_SM90_WG", "the Hopper kernel runs one warpgroup per CTA"},
+    {"DECA_GQA_SM90_OVERLAP", "the Hopper kernel issues a tile's QK after the previous tile's PV"},
+    {"DECA_GQA_SM90_ROWS_M", "32 and 64 query rows per KV head always take the rows-on-M Hopper kernel"},
+    {"DECA_GQA_SM90_STAGES",
+     "the plan sizes the Hopper kernel's ring from its grid (2 stages where it fills 3 CTAs per SM)"},
+    {"DECA_GQA_FP8_MMA",
+     "the plan picks the 8-bit path per arch: fp8 wgmma on sm_90 (head_dim 128, no beams), two_term on "
+     "sm_89, widen_ldsm elsewhere; int8 two_term_qk on sm_90, widen_ldsm elsewhere"},
+    {"DECA_GQA_CTAS", "the GQA kernels are built for 2 CTAs per SM"},
     // ---- MLA ----
-    {nullptr, nullptr},
+    // The sm90 decode kernels' knobs: one kernel per head-count class now (traits.cuh kernel_class;
+    // docs/perf-notes-mla.md, "Retired variants", has what each chose and measured).
+    {"DECA_MLA_CLUSTER", "65..128 heads run in clusters of 2, fewer without one"},
+    {"DECA_MLA_PIPE", "the producers gather a block's whole share in one round"},
+    {"DECA_MLA_DEQUANT", "the producers convert with the hardware e4m3 conversions"},
+    {"DECA_MLA_SYNC", "a cluster's hand-overs are the light ones"},
+    {"DECA_MLA_PREFETCH", "the producers prefetch each record's lines into L2"},
+    {"DECA_MLA_AHEAD", "the L2 prefetch runs one block ahead"},
+    {"DECA_MLA_MAP", "the producers store whole 128-byte rows"},
+    {"DECA_MLA_L1", "the gather's L1 policy follows the cluster (evict_last without one)"},
+    {"DECA_MLA_RESCALE", "the consumers keep lazy maxima"},
+    {"DECA_MLA_PHAND", "P goes to consumer 1's registers in a cluster, after consumer 0's P V without one"},
+    {"DECA_MLA_PRODUCERS", "the wide kernel has two producer warpgroups"},
+    {"DECA_MLA_PEERCOPY", "the peer's rows cross by st.async"},
+    {"DECA_MLA_SEESAW", "consumer 0 runs every block's QK^T and softmax"},
+    {"DECA_MLA_STAGE", "at most 16 heads run the direct kernel"},
+    {"DECA_MLA_NARROW", "at most 16 heads run the direct kernel"},
+    {"DECA_MLA_DIRECT", "at most 16 heads run the direct kernel (its alternating consumers)"},
+    {"DECA_MLA_STAMP", "time phases with the ablations of tests/gpu/mla_sm90_timing_test.cpp"},
 };
 
 std::string quoted(const char* s) { return std::string("\"") + s + "\""; }

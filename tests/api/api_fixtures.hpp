@@ -173,7 +173,8 @@ struct MlaCase {
   int max_blocks = 3;
   std::vector<int> lens = {3, 9};
 
-  HostTensor q, kv, block_table, seqlens, indices, topk_length, attn_sink, out, lse;
+  HostTensor q, kv, kv_bf16, block_table, seqlens, indices, topk_length, attn_sink, out, lse;
+  float kv_scale = 1.f;  // dense kFP8E4M3: the scale quantize_mla_fp8_e4m3 chose
   MlaDenseArgs dense;
   MlaSparseArgs sparse;
 
@@ -213,8 +214,21 @@ struct MlaCase {
       attn_sink = HostTensor(DType::kFP32, {h});
       for (int i = 0; i < h; ++i) attn_sink.data<float>()[i] = 0.25f;
     } else {
-      kv = HostTensor(DType::kBF16, {num_blocks, ps, 1, kMlaDimQK});
-      for (std::int64_t i = 0; i < kv.numel(); ++i) kv.set(i, static_cast<float>(i % 11) - 5.f);
+      // The bf16 values; the 8-bit formats quantize them (kv_bf16 keeps them for comparisons).
+      kv_bf16 = HostTensor(DType::kBF16, {num_blocks, ps, 1, kMlaDimQK});
+      for (std::int64_t i = 0; i < kv_bf16.numel(); ++i) {
+        kv_bf16.set(i, static_cast<float>(i % 11) - 5.f);
+      }
+      kv_scale = 1.f;
+      if (config.kv_format == MlaCacheFormat::kFP8E4M3) {
+        kv = HostTensor(DType::kFP8E4M3, {num_blocks, ps, 1, kMlaDimQK});
+        kv_scale = quantize_mla_fp8_e4m3(kv_bf16.view(), kv.view());
+      } else if (config.kv_format == MlaCacheFormat::kFP8Sparse) {
+        kv = HostTensor(DType::kUINT8, {num_blocks, ps, 1, kMlaFp8TokenBytes});
+        pack_mla_fp8(kv_bf16.view(), kv.view());
+      } else {
+        kv = HostTensor(kv_bf16);
+      }
       block_table = HostTensor(DType::kINT32, {batch, max_blocks});
       seqlens = HostTensor(DType::kINT32, {batch});
       for (int b = 0; b < batch; ++b) {
@@ -242,6 +256,7 @@ struct MlaCase {
     } else {
       dense.q = q.view();
       dense.kv_cache = kv.view();
+      dense.kv_scale = kv_scale;
       dense.block_table = block_table.view();
       dense.cache_seqlens = seqlens.view();
       dense.out = out.view();

@@ -113,7 +113,12 @@ TEST(CheckedMode, CheckMlaRunNamesItsArguments) {
   plan.config.checked = false;
   EXPECT_EQ(error_of([](const void*) { check_mla_run(plan, nullptr); }, nullptr), "");
   plan.config.checked = true;
-  plan.config.sparse = false;  // dense runs on the CPU only: nothing recorded
+  plan.config.sparse = false;  // a checked dense CUDA plan keeps a record too
+  plan.config.topk = 0;
+  plan.workspace_bytes = 4096;
+  EXPECT_EQ(error_of([](const void*) { check_mla_run(plan, nullptr); }, nullptr),
+            "check_mla_run: workspace: expected the workspace the checked runs used, got nullptr");
+  plan.config.device = Device::cpu();  // the CPU backend checks on the host: no record
   EXPECT_EQ(error_of([](const void*) { check_mla_run(plan, nullptr); }, nullptr), "");
 }
 

@@ -5,6 +5,7 @@
 
 #include "api/api_fixtures.hpp"
 #include "cuda/backend.hpp"
+#include "jit/scoped_env.hpp"
 
 namespace deca::test {
 namespace {
@@ -69,6 +70,26 @@ TEST_F(GqaCudaPlanned, TensorOnAnotherCudaDevice) {
 TEST_F(GqaCudaPlanned, HostTensorForCudaPlan) {
   c.args.seq_lens.device = Device::cpu();
   EXPECT_TRUE(run_rejects({"seq_lens", "device cuda:0", "got cpu"}));
+}
+
+// The environment variables that chose retired GQA kernel variants (src/cuda/tuning.cpp) are
+// refused when a plan is made, naming the variable and what replaced it: a stale setting must not
+// change nothing silently.
+TEST(GqaCudaArgs, RetiredTuningVariablesAreRefusedAtPlanTime) {
+  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device: plan-time check skipped";
+  GqaCase c;
+  c.config.device = Device::cuda(0);
+  c.config.max_seq_len = 4096;
+  for (const char* var : {"DECA_GQA_SM90_BALANCED", "DECA_GQA_SM90_WG", "DECA_GQA_SM90_OVERLAP",
+                          "DECA_GQA_SM90_ROWS_M", "DECA_GQA_SM90_STAGES", "DECA_GQA_FP8_MMA",
+                          "DECA_GQA_CTAS"}) {
+    jit::testing::ScopedEnv env(var, "1");
+    EXPECT_TRUE(rejected([&] { plan_gqa_decode(c.config); },
+                         {std::string("plan_gqa_decode: environment ") + var, "expected unset",
+                          "retired", "got \"1\""},
+                         {}))
+        << var;
+  }
 }
 
 }  // namespace

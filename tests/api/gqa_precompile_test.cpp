@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "api/api_fixtures.hpp"
+#include "jit/scoped_env.hpp"
 
 namespace deca::test {
 namespace {
@@ -56,6 +57,31 @@ TEST(GqaPrecompile, WithCapabilityTheDeviceIsNotUsed) {
   EXPECT_TRUE(precompile_rejects(c, 90, {"config.num_q_heads", "got 5"}));
   c.num_q_heads = 4;
   EXPECT_TRUE(precompile_rejects(c, 0, {"config.device", "got cuda:4096"}));
+}
+
+// The environment variables that chose retired kernel variants (src/cuda/tuning.cpp) are refused
+// before anything is compiled, naming the variable and what replaced it (plan_gqa_decode refuses
+// them too: tests/api/gqa_cuda_args_test.cpp, on a GPU).
+TEST(GqaPrecompile, RetiredTuningVariablesAreRefused) {
+  const struct {
+    const char* var;
+    const char* value;
+    const char* instead;
+  } rows[] = {{"DECA_GQA_SM90_BALANCED", "1", "DECA_GQA_SPLITS"},
+              {"DECA_GQA_SM90_WG", "2", "one warpgroup"},
+              {"DECA_GQA_SM90_OVERLAP", "1", "after the previous tile's PV"},
+              {"DECA_GQA_SM90_ROWS_M", "0", "rows-on-M"},
+              {"DECA_GQA_SM90_STAGES", "2", "from its grid"},
+              {"DECA_GQA_FP8_MMA", "widen", "per arch"},
+              {"DECA_GQA_CTAS", "3", "2 CTAs per SM"}};
+  for (const auto& r : rows) {
+    jit::testing::ScopedEnv env(r.var, r.value);
+    EXPECT_TRUE(precompile_rejects(valid_config(), 90,
+                                   {std::string("precompile_gqa_decode: environment ") + r.var,
+                                    "expected unset", r.instead,
+                                    std::string("got \"") + r.value + "\""}))
+        << r.var;
+  }
 }
 
 }  // namespace

@@ -3,10 +3,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "api/api_fixtures.hpp"
+#include "api/check.hpp"
 #include "cuda/backend.hpp"
 
 namespace deca::test {
@@ -42,12 +45,43 @@ TEST(MlaPlan, ConfigFields) {
   EXPECT_TRUE(plan_rejects(s.config, {"config.max_batch", "> 0", "got -2"}));
 }
 
-TEST(MlaPlan, DenseOnCudaIsRejectedInThisBuild) {
+TEST(MlaPlan, KvFormat) {
   MlaCase d(false);
-  d.config.device = Device::cuda(0);
-  EXPECT_TRUE(plan_rejects(d.config, {"config.device", "expected cpu",
-                                      "dense MLA decode runs on the CPU only in this build",
-                                      "got cuda:0"}));
+  d.config.kv_format = static_cast<MlaCacheFormat>(7);
+  EXPECT_TRUE(plan_rejects(d.config, {"plan_mla_decode: config.kv_format",
+                                      "kDefault, kBF16, kFP8E4M3 or kFP8Sparse", "got 7"}));
+  for (const MlaCacheFormat f : {MlaCacheFormat::kDefault, MlaCacheFormat::kBF16,
+                                 MlaCacheFormat::kFP8E4M3, MlaCacheFormat::kFP8Sparse}) {
+    d.config.kv_format = f;
+    EXPECT_NO_THROW(plan_mla_decode(d.config)) << mla_cache_format_name(f);
+  }
+
+  MlaCase s(true);
+  s.config.kv_format = MlaCacheFormat::kBF16;
+  EXPECT_TRUE(plan_rejects(s.config, {"config.kv_format", "kDefault or kFP8Sparse for sparse decode",
+                                      "got kBF16 (bf16)"}));
+  s.config.kv_format = MlaCacheFormat::kFP8E4M3;
+  EXPECT_TRUE(plan_rejects(s.config, {"config.kv_format", "got kFP8E4M3 (fp8_e4m3)"}));
+  s.config.kv_format = MlaCacheFormat::kFP8Sparse;
+  EXPECT_NO_THROW(plan_mla_decode(s.config));
+}
+
+TEST(MlaPlan, CacheFormatNames) {
+  EXPECT_STREQ(mla_cache_format_name(MlaCacheFormat::kDefault), "default");
+  EXPECT_STREQ(mla_cache_format_name(MlaCacheFormat::kBF16), "bf16");
+  EXPECT_STREQ(mla_cache_format_name(MlaCacheFormat::kFP8E4M3), "fp8_e4m3");
+  EXPECT_STREQ(mla_cache_format_name(MlaCacheFormat::kFP8Sparse), "fp8_sparse");
+  EXPECT_STREQ(mla_cache_format_name(static_cast<MlaCacheFormat>(9)), "?");
+}
+
+TEST(MlaPlan, DenseOnAMissingCudaDeviceIsRejected) {
+  MlaCase d(false);
+  d.config.device = Device::cuda(7);
+  if (cuda::device_count() > 7) GTEST_SKIP() << "this machine has a cuda:7";
+  EXPECT_TRUE(plan_rejects(d.config, {"plan_mla_decode: config.device", "got cuda:7"}));
+  if (cuda::device_count() == 0) {
+    EXPECT_TRUE(plan_rejects(d.config, {"cpu (no CUDA device is present)"}));
+  }
 }
 
 TEST(MlaPlan, SparseOnAMissingCudaDeviceIsRejected) {
@@ -104,8 +138,10 @@ TEST_F(MlaDenseArgsTest, OverlappingOut) {
 }
 TEST_F(MlaDenseArgsTest, CudaTensor) {
   c.dense.kv_cache.device = Device::cuda(0);
-  EXPECT_TRUE(c.rejects({"kv_cache", "expected device cpu",
-                         "MLA decode runs on the CPU only in this build", "got cuda:0"}));
+  EXPECT_TRUE(c.rejects({"kv_cache", "expected device cpu (plan.config.device)", "got cuda:0"}));
+  c.build();
+  c.dense.cache_seqlens.device = Device::cuda(0);
+  EXPECT_TRUE(c.rejects({"cache_seqlens", "expected device cpu", "got cuda:0"}));
 }
 TEST_F(MlaDenseArgsTest, NullBlockTable) {
   c.dense.block_table.data = nullptr;
@@ -189,6 +225,110 @@ TEST(MlaDenseRun, UniformAttentionAveragesLatentValues) {
     }
     EXPECT_NEAR(c.lse.data<float>()[b * h], std::log(c.lens[b]), 1e-5);
   }
+}
+
+// ---------------------------------------------------------------- dense cache formats
+// A dense plan of each kv_format over the fixture's cache, quantized where the format asks.
+class MlaDenseFormatTest : public ::testing::TestWithParam<MlaCacheFormat> {
+ protected:
+  void SetUp() override {
+    c.config.kv_format = GetParam();
+    c.build();
+  }
+  MlaCase c{false};
+};
+
+std::string format_param_name(const ::testing::TestParamInfo<MlaCacheFormat>& info) {
+  return mla_cache_format_name(info.param);
+}
+
+// The fixture's values (integers -5..5) are exact in e4m3 under the power-of-two scales the
+// packers choose, so every format holds the same real values and gives the bf16 cache's bytes.
+TEST_P(MlaDenseFormatTest, SameValuesGiveTheBf16CachesBytes) {
+  ASSERT_NO_THROW(mla_decode_dense(c.plan(), c.dense));
+  MlaCase ref(false);
+  ref.build();
+  mla_decode_dense(ref.plan(), ref.dense);
+  EXPECT_EQ(0, std::memcmp(c.out.raw(), ref.out.raw(), c.out.bytes()));
+  EXPECT_EQ(0, std::memcmp(c.lse.raw(), ref.lse.raw(), c.lse.bytes()));
+}
+
+TEST_P(MlaDenseFormatTest, CacheOfAnotherFormatIsRejected) {
+  const MlaCacheFormat f = GetParam();
+  if (f == MlaCacheFormat::kFP8E4M3) {
+    c.dense.kv_cache = c.kv_bf16.view();
+    EXPECT_TRUE(c.rejects({"mla_decode_dense: kv_cache", "dtype fp8_e4m3",
+                           "plan.config.kv_format kFP8E4M3", "got bf16"}));
+    HostTensor wide(DType::kFP8E4M3, {5, 4, 1, 656});
+    c.dense.kv_cache = wide.view();
+    EXPECT_TRUE(c.rejects({"kv_cache: dim 3 (head_dim): expected 576", "got 656"}));
+  } else if (f == MlaCacheFormat::kFP8Sparse) {
+    c.dense.kv_cache = c.kv_bf16.view();
+    EXPECT_TRUE(c.rejects({"kv_cache", "dtype uint8", "plan.config.kv_format kFP8Sparse",
+                           "got bf16"}));
+    HostTensor narrow(DType::kUINT8, {5, 4, 1, 576});
+    c.dense.kv_cache = narrow.view();
+    EXPECT_TRUE(c.rejects({"kv_cache: dim 3 (token_bytes): expected 656", "got 576"}));
+  } else {
+    HostTensor tokens(DType::kUINT8, {5, 4, 1, 656});
+    c.dense.kv_cache = tokens.view();
+    EXPECT_TRUE(c.rejects({"kv_cache", "dtype bf16",
+                           f == MlaCacheFormat::kBF16 ? "plan.config.kv_format kBF16"
+                                                      : "kDefault: bf16 for dense decode",
+                           "got uint8"}));
+  }
+}
+
+TEST_P(MlaDenseFormatTest, KvScale) {
+  const bool scaled = GetParam() == MlaCacheFormat::kFP8E4M3;
+  for (const float bad : {0.f, -0.5f, std::numeric_limits<float>::infinity(),
+                          std::numeric_limits<float>::quiet_NaN(), 2.f}) {
+    c.dense.kv_scale = bad;
+    if (scaled && bad == 2.f) {
+      EXPECT_NO_THROW(mla_decode_dense(c.plan(), c.dense));
+      continue;
+    }
+    const std::string got = "got " + api::float_string(bad);
+    if (scaled) {
+      EXPECT_TRUE(c.rejects({"mla_decode_dense: kv_scale", "a finite value > 0", got}));
+    } else {
+      EXPECT_TRUE(c.rejects({"mla_decode_dense: kv_scale", "expected 1 (only a kFP8E4M3 cache has a "
+                             "per-cache scale; plan.config.kv_format is k", got}));
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, MlaDenseFormatTest,
+                         ::testing::Values(MlaCacheFormat::kDefault, MlaCacheFormat::kBF16,
+                                           MlaCacheFormat::kFP8E4M3, MlaCacheFormat::kFP8Sparse),
+                         format_param_name);
+
+// kv_scale multiplies every real value of an e4m3 cache: doubling it is the bf16 cache of doubled
+// values (exact: powers of two), so the output doubles and the LSE follows the doubled logits.
+TEST(MlaDenseRun, KvScaleScalesTheRealValues) {
+  MlaCase e(false);
+  e.config.kv_format = MlaCacheFormat::kFP8E4M3;
+  e.build();
+  e.dense.kv_scale *= 2.f;
+  mla_decode_dense(e.plan(), e.dense);
+  MlaCase ref(false);
+  ref.build();
+  for (std::int64_t i = 0; i < ref.kv.numel(); ++i) ref.kv.set(i, 2.f * ref.kv.get(i));
+  mla_decode_dense(ref.plan(), ref.dense);
+  EXPECT_EQ(0, std::memcmp(e.out.raw(), ref.out.raw(), e.out.bytes()));
+  EXPECT_EQ(0, std::memcmp(e.lse.raw(), ref.lse.raw(), e.lse.bytes()));
+}
+
+// reuse_schedule is a CUDA run's option: the CPU backend ignores it.
+TEST(MlaDenseRun, ReuseScheduleIsIgnoredOnTheCpu) {
+  MlaCase a(false), b(false);
+  a.build();
+  b.build();
+  b.dense.reuse_schedule = true;
+  mla_decode_dense(a.plan(), a.dense);
+  mla_decode_dense(b.plan(), b.dense);
+  EXPECT_EQ(0, std::memcmp(a.out.raw(), b.out.raw(), a.out.bytes()));
+  EXPECT_NO_THROW(check_mla_run(b.plan(), nullptr, nullptr));
 }
 
 // ---------------------------------------------------------------- sparse

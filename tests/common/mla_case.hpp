@@ -1,10 +1,11 @@
 // Random MLA decode cases in host buffers with MlaDenseParams / MlaSparseParams filled to point
-// at them. Dense: a bf16 latent cache [blocks, page_size, 1, 576] written from per-request
-// logical rows (kept for brute-force checks), blocks shuffled, unused slots NaN. Sparse: a pool
-// of tokens packed by deca::pack_mla_fp8 into 656-byte records, top-k indices with -1 holes
-// and duplicates, optional topk_length and attn_sink; the edges a test may add on top (an index
-// in the pool's last slot, a row of -1 only, an empty request, never-indexed tokens poisoned) and
-// the plan config of a sparse case.
+// at them. Dense: a latent cache [blocks, page_size, 1, row] in one of the three formats (bf16;
+// e4m3 with one scale; the 656-byte token), blocks shuffled, unused slots NaN, and per request the
+// real values each token holds (decoded here from the stored bytes by the formats' definitions,
+// for brute-force checks). Sparse: a pool of tokens packed by deca::pack_mla_fp8 into 656-byte
+// records, top-k indices with -1 holes and duplicates, optional topk_length and attn_sink; the
+// edges a test may add on top (an index in the pool's last slot, a row of -1 only, an empty
+// request, never-indexed tokens poisoned) and the plan config of a sparse case.
 #pragma once
 
 #include <algorithm>
@@ -35,6 +36,8 @@ struct MlaCaseSpec {
   int page_size = 64;
   std::vector<int> seq_lens;  // dense: per request; empty: max_len each
   int max_len = 100;
+  int kv_format = kMlaKvBF16;  // dense: MlaKvFormat
+  float kv_scale = 0.f;        // dense kMlaKvFP8E4M3: 0 = quantize_mla_fp8_e4m3's power of two
   bool lse = true;
   float softmax_scale = 0.f;  // 0: 1 / sqrt(576)
   int spare_blocks = 2;
@@ -62,11 +65,37 @@ void bind_mla_common(Params& p, const MlaCaseSpec& s, HostTensor& q, const HostT
   p.softmax_scale = mla_default_scale(s.softmax_scale);
 }
 
+// The real value of an e4m3 element under one cache scale, as docs/semantics.md defines it: the product
+// in fp32, rounded to bf16.
+inline float mla_e4m3_real(std::uint8_t code, float scale) {
+  return bf16_to_float(float_to_bf16(fp8e4m3_to_float(code) * scale));
+}
+
+// The 576 real values of a 656-byte token: e4m3 times its group's fp32 scale (one per 128), and
+// the 64 bf16 RoPE values.
+inline void mla_decode_token(const std::uint8_t* rec, float* row) {
+  for (int d = 0; d < kMlaV; ++d) {
+    float scale;
+    std::memcpy(&scale, rec + kMlaV + 4 * (d / 128), 4);
+    row[d] = bf16_to_float(float_to_bf16(fp8e4m3_to_float(rec[d]) * scale));
+  }
+  for (int r = 0; r < 64; ++r) {
+    std::uint16_t bits;
+    std::memcpy(&bits, rec + kMlaV + 16 + 2 * r, 2);
+    row[kMlaV + r] = bf16_to_float(bits);
+  }
+}
+
+inline int mla_dense_row(int kv_format) {
+  return kv_format == kMlaKvFP8Sparse ? kMlaTokenBytes : kMlaQk;
+}
+
 struct MlaDenseCase {
   MlaCaseSpec spec;
   std::vector<int> lens;
   HostTensor q, kv, block_table, seq_lens, out, lse;
-  std::vector<std::vector<float>> kv_logical;  // [b][len * 576], bf16 values
+  float kv_scale = 1.f;                        // kMlaKvFP8E4M3: the cache's scale
+  std::vector<std::vector<float>> kv_logical;  // [b][len * 576]: each token's real values
   MlaDenseParams params{};
 
   MlaDenseCase() = default;
@@ -77,14 +106,39 @@ struct MlaDenseCase {
     const auto& s = spec;
     auto& p = params;
     p = MlaDenseParams{};
-    bind_mla_common(p, s, q, kv, kMlaQk, out, lse);
+    bind_mla_common(p, s, q, kv, mla_dense_row(s.kv_format), out, lse);
     p.max_blocks = static_cast<int>(block_table.shape()[1]);
     p.kv = kv.raw();
+    p.kv_format = s.kv_format;
+    p.kv_scale = s.kv_format == kMlaKvFP8E4M3 ? kv_scale : 1.f;
     p.block_table = block_table.data<int>();
     p.block_table_stride = block_table.shape()[1];
     p.seq_lens = seq_lens.data<int>();
   }
 };
+
+// The bf16 source values in a cache of `blocks` blocks stored as `format` (zeros where no request
+// has a token, poisoned after); returns the stored cache and sets `scale` (kMlaKvFP8E4M3).
+inline HostTensor mla_store_dense(const HostTensor& src, const MlaCaseSpec& s, float& scale) {
+  const std::int64_t blocks = src.shape()[0];
+  scale = 1.f;
+  if (s.kv_format == kMlaKvFP8E4M3) {
+    HostTensor kv(DType::kFP8E4M3, {blocks, s.page_size, 1, kMlaQk});
+    if (s.kv_scale > 0.f) {
+      scale = s.kv_scale;
+      quantize_fp8(src.view(), kv.view(), scale);
+    } else {
+      scale = quantize_mla_fp8_e4m3(src.view(), kv.view());
+    }
+    return kv;
+  }
+  if (s.kv_format == kMlaKvFP8Sparse) {
+    HostTensor kv(DType::kUINT8, {blocks, s.page_size, 1, kMlaTokenBytes});
+    pack_mla_fp8(src.view(), kv.view());
+    return kv;
+  }
+  return HostTensor(src);
+}
 
 inline MlaDenseCase build_mla_dense_case(const MlaCaseSpec& spec, std::mt19937_64& rng) {
   MlaDenseCase c;
@@ -108,27 +162,59 @@ inline MlaDenseCase build_mla_dense_case(const MlaCaseSpec& spec, std::mt19937_6
   std::copy(c.lens.begin(), c.lens.end(), c.seq_lens.data<int>());
   c.q = HostTensor(DType::kBF16, {s.batch, s.q_len, s.num_heads, kMlaQk});
   for (std::int64_t i = 0; i < c.q.numel(); ++i) c.q.set(i, normal(rng));
-  c.kv = HostTensor(DType::kBF16, {blocks, s.page_size, 1, kMlaQk});
-  c.kv.fill_bytes(0xFF);  // NaN in every slot no request owns
+  // The source values in bf16, zero where no token lives; `used` marks the slots tokens fill.
+  HostTensor src(DType::kBF16, {blocks, s.page_size, 1, kMlaQk});
+  std::vector<char> used(static_cast<std::size_t>(blocks) * s.page_size, 0);
+  const std::int64_t cols = c.block_table.shape()[1];
+  auto slot_of = [&](int b, int t) {
+    return std::int64_t{c.block_table.data<int>()[b * cols + t / s.page_size]} * s.page_size +
+           t % s.page_size;
+  };
+  int next = 0;
+  for (int b = 0; b < s.batch; ++b) {
+    const int n = (c.lens[b] + s.page_size - 1) / s.page_size;
+    for (int j = 0; j < n; ++j) c.block_table.data<int>()[b * cols + j] = order[next++];
+    for (int t = 0; t < c.lens[b]; ++t) {
+      const std::int64_t slot = slot_of(b, t);
+      used[slot] = 1;
+      for (int d = 0; d < kMlaQk; ++d) {
+        // The 656-byte token's four groups at different magnitudes, so that their scales differ.
+        const bool grouped = s.kv_format == kMlaKvFP8Sparse && d < kMlaV;
+        const float m = grouped ? std::ldexp(1.f, (d / 128 + t) % 4 - 1) : 1.f;
+        src.set(slot * kMlaQk + d, m * normal(rng));
+      }
+    }
+  }
+  c.kv = mla_store_dense(src, s, c.kv_scale);
+  // NaN in every slot no request owns (0xFF: NaN in bf16 and e4m3, and in the token's scales).
+  const std::size_t row_bytes = c.kv.bytes() / used.size();
+  for (std::size_t slot = 0; slot < used.size(); ++slot) {
+    if (!used[slot]) {
+      std::memset(static_cast<char*>(c.kv.raw()) + slot * row_bytes, 0xFF, row_bytes);
+    }
+  }
+  // Each token's real values, decoded from the stored bytes.
+  c.kv_logical.resize(s.batch);
+  for (int b = 0; b < s.batch; ++b) {
+    c.kv_logical[b].resize(static_cast<std::size_t>(c.lens[b]) * kMlaQk);
+    for (int t = 0; t < c.lens[b]; ++t) {
+      const std::int64_t slot = slot_of(b, t);
+      float* row = c.kv_logical[b].data() + static_cast<std::size_t>(t) * kMlaQk;
+      const auto* bytes = static_cast<const std::uint8_t*>(c.kv.raw()) + slot * row_bytes;
+      if (s.kv_format == kMlaKvFP8Sparse) {
+        mla_decode_token(bytes, row);
+      } else {
+        for (int d = 0; d < kMlaQk; ++d) {
+          row[d] = s.kv_format == kMlaKvFP8E4M3 ? mla_e4m3_real(bytes[d], c.kv_scale)
+                                                : c.kv.get(slot * kMlaQk + d);
+        }
+      }
+    }
+  }
   c.out = HostTensor(DType::kBF16, {s.batch, s.q_len, s.num_heads, kMlaV});
   c.lse = HostTensor(DType::kFP32, {s.batch, s.q_len, s.num_heads});
   c.out.fill_bytes(0xFF);
   c.lse.fill_bytes(0xFF);
-  c.kv_logical.resize(s.batch);
-  int next = 0;
-  for (int b = 0; b < s.batch; ++b) {
-    const int n = (c.lens[b] + s.page_size - 1) / s.page_size;
-    for (int j = 0; j < n; ++j) c.block_table.data<int>()[b * c.block_table.shape()[1] + j] = order[next++];
-    c.kv_logical[b].resize(static_cast<std::size_t>(c.lens[b]) * kMlaQk);
-    for (int t = 0; t < c.lens[b]; ++t) {
-      const std::int64_t blk = c.block_table.data<int>()[b * c.block_table.shape()[1] + t / s.page_size];
-      for (int d = 0; d < kMlaQk; ++d) {
-        const float v = round_to(DType::kBF16, normal(rng));
-        c.kv.set((blk * s.page_size + t % s.page_size) * kMlaQk + d, v);
-        c.kv_logical[b][static_cast<std::size_t>(t) * kMlaQk + d] = v;
-      }
-    }
-  }
   c.bind();
   return c;
 }

@@ -1,5 +1,5 @@
 // The GQA decode reference against an independent brute force, hand-computed cases and
-// invariants (DESIGN.md, "GQA decode").
+// invariants (docs/semantics.md, "GQA / MQA / MHA decode").
 #include <gtest/gtest.h>
 
 #include <chrono>

@@ -1,5 +1,5 @@
 // MLA dense and sparse-FP8 decode references against independent brute force, hand cases and
-// invariants (DESIGN.md, "MLA decode").
+// invariants (docs/semantics.md, "MLA decode").
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -140,9 +140,23 @@ std::vector<NamedMla> dense_specs() {
   std::vector<NamedMla> v;
   { MlaCaseSpec s; s.batch = 6; s.seq_lens = {0, 1, 63, 64, 65, 150}; v.push_back({"PageEdgeLengths", s}); }
   { MlaCaseSpec s; s.q_len = 2; s.max_len = 90; v.push_back({"QLen2Causal", s}); }
+  { MlaCaseSpec s; s.q_len = 3; s.seq_lens = {3, 70}; s.page_size = 16; v.push_back({"QLen3ShortRequest", s}); }
+  // Lengths below q_len (refused by the CPU API, possible on CUDA): the first rows see no key.
   { MlaCaseSpec s; s.q_len = 3; s.seq_lens = {2, 70}; s.page_size = 16; v.push_back({"QLenBeyondLength", s}); }
   { MlaCaseSpec s; s.softmax_scale = 0.1f; s.num_heads = 128; s.batch = 1; s.max_len = 30; v.push_back({"Heads128Scale", s}); }
   { MlaCaseSpec s; s.lse = false; s.page_size = 1; s.max_len = 20; v.push_back({"PageSize1NoLse", s}); }
+  // The 8-bit formats: e4m3 under the packer's power-of-two scale and under an arbitrary one
+  // (each product rounded to bf16), the 656-byte token read through the block table.
+  for (const int f : {kMlaKvFP8E4M3, kMlaKvFP8Sparse}) {
+    const std::string n = f == kMlaKvFP8E4M3 ? "E4m3" : "Fp8Sparse";
+    { MlaCaseSpec s; s.kv_format = f; s.batch = 5; s.q_len = 4; s.num_heads = 3; s.page_size = 16;
+      s.seq_lens = {0, 4, 15, 17, 100}; v.push_back({n + "RaggedQLen4", s}); }
+    { MlaCaseSpec s; s.kv_format = f; s.q_len = 2; s.num_heads = 24; s.page_size = 64; s.max_len = 129;
+      v.push_back({n + "Heads24", s}); }
+    { MlaCaseSpec s; s.kv_format = f; s.page_size = 1; s.max_len = 9; s.lse = false; v.push_back({n + "Page1", s}); }
+  }
+  { MlaCaseSpec s; s.kv_format = kMlaKvFP8E4M3; s.kv_scale = 0.0123f; s.q_len = 3; s.max_len = 77;
+    v.push_back({"E4m3ArbitraryScale", s}); }
   return v;
 }
 
@@ -258,6 +272,75 @@ TEST(MlaSparse, SinkOfMinusInfinityEqualsNoSink) {
   cpu::mla_sparse_decode(c.params);
   EXPECT_EQ(std::memcmp(out.raw(), c.out.raw(), out.bytes()), 0);
   EXPECT_EQ(std::memcmp(lse.raw(), c.lse.raw(), lse.bytes()), 0);
+}
+
+// The 656-byte cache read densely is sparse decode over each request's tokens in order (the
+// same tokens, the same decode, the same sum order): the same bytes.
+TEST(MlaDense, Fp8SparseCacheEqualsSparseDecodeOverEveryToken) {
+  DECA_SEED_TRACE();
+  MlaCaseSpec s;
+  s.kv_format = kMlaKvFP8Sparse;
+  s.batch = 3;
+  s.seq_lens = {1, 40, 70};
+  s.page_size = 16;
+  auto rng = make_rng(37);
+  MlaDenseCase dn = build_mla_dense_case(s, rng);
+  cpu::mla_dense_decode(dn.params);
+  for (int b = 0; b < s.batch; ++b) {
+    const int len = dn.lens[b];
+    HostTensor ids(DType::kINT32, {1, 1, len});
+    for (int t = 0; t < len; ++t) {
+      ids.data<int>()[t] = dn.block_table.data<int>()[b * dn.block_table.shape()[1] + t / 16] * 16 + t % 16;
+    }
+    HostTensor out(DType::kBF16, {1, 1, s.num_heads, kMlaV}), lse(DType::kFP32, {1, 1, s.num_heads});
+    MlaSparseParams p{};
+    p.batch = 1, p.q_len = 1, p.num_heads = s.num_heads, p.page_size = 16, p.topk = len;
+    p.num_blocks = dn.params.num_blocks;
+    p.q = static_cast<const char*>(dn.q.raw()) + b * std::int64_t{dn.params.q_stride_batch} * 2;
+    p.q_stride_batch = dn.params.q_stride_batch, p.q_stride_token = dn.params.q_stride_token;
+    p.q_stride_head = dn.params.q_stride_head;
+    p.kv = dn.kv.data<unsigned char>();
+    p.kv_stride_block = dn.params.kv_stride_block, p.kv_stride_slot = dn.params.kv_stride_slot;
+    p.indices = ids.data<int>(), p.indices_stride_batch = len, p.indices_stride_token = len;
+    p.out = out.raw(), p.out_stride_head = kMlaV, p.out_stride_token = kMlaV * s.num_heads;
+    p.out_stride_batch = p.out_stride_token;
+    p.lse = lse.data<float>(), p.lse_stride_head = 1, p.lse_stride_token = s.num_heads;
+    p.lse_stride_batch = s.num_heads;
+    p.softmax_scale = dn.params.softmax_scale;
+    cpu::mla_sparse_decode(p);
+    const std::size_t rows = static_cast<std::size_t>(s.num_heads);
+    EXPECT_EQ(0, std::memcmp(out.raw(), static_cast<const char*>(dn.out.raw()) + b * rows * kMlaV * 2,
+                             rows * kMlaV * 2)) << b;
+    EXPECT_EQ(0, std::memcmp(lse.raw(), dn.lse.data<float>() + b * rows, rows * 4)) << b;
+  }
+}
+
+// An e4m3 cache under a power-of-two scale is the bf16 cache of its real values, exactly.
+TEST(MlaDense, E4m3CacheEqualsBf16CacheOfItsRealValues) {
+  DECA_SEED_TRACE();
+  MlaCaseSpec s;
+  s.kv_format = kMlaKvFP8E4M3;
+  s.q_len = 2;
+  s.max_len = 50;
+  auto rng = make_rng(38);
+  MlaDenseCase e = build_mla_dense_case(s, rng);
+  ASSERT_EQ(e.kv_scale, std::exp2(std::round(std::log2(e.kv_scale)))) << "a power of two";
+  cpu::mla_dense_decode(e.params);
+  MlaCaseSpec bs = s;
+  bs.kv_format = kMlaKvBF16;
+  auto rng2 = make_rng(38);
+  MlaDenseCase b = build_mla_dense_case(bs, rng2);
+  b.q = HostTensor(e.q);
+  b.block_table = HostTensor(e.block_table);
+  HostTensor kv(DType::kBF16, {e.kv.shape()[0], s.page_size, 1, kMlaQk});
+  for (std::int64_t i = 0; i < kv.numel(); ++i) {
+    kv.set(i, static_cast<float>(fp8e4m3_to_float(e.kv.data<std::uint8_t>()[i])) * e.kv_scale);
+  }
+  b.kv = std::move(kv);
+  b.bind();
+  cpu::mla_dense_decode(b.params);
+  EXPECT_EQ(0, std::memcmp(e.out.raw(), b.out.raw(), e.out.bytes()));
+  EXPECT_EQ(0, std::memcmp(e.lse.raw(), b.lse.raw(), e.lse.bytes()));
 }
 
 // Sparse attention over every token of a request, in order, is dense attention over a bf16

@@ -1,4 +1,5 @@
-// Per-tensor FP8/INT8 quantisers and the MLA 656-byte token packer (deca/quant.hpp).
+// Per-tensor FP8/INT8 quantisers, the MLA 656-byte token packer and the MLA dense e4m3 cache
+// quantiser (deca/quant.hpp).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -229,6 +230,69 @@ TEST(MlaPack, ArgumentErrors) {
   HostTensor one(DType::kFP32, {1, 576});
   expect_error([&] { unpack_mla_fp8(strided, one.view()); }, {"unpack_mla_fp8", "src", "stride 2"});
   expect_error([&] { unpack_mla_fp8(p.view(), bad.view()); }, {"unpack_mla_fp8", "out"});
+}
+
+// ---------------------------------------------------------------------------------------------
+// MLA dense e4m3 cache (one power-of-two scale).
+
+TEST(MlaE4m3, HandCache) {
+  HostTensor x(DType::kBF16, {2, 576}), q(DType::kFP8E4M3, {2, 576});
+  x.set(3, 1.f);
+  x.set(600, -3.f);  // max |x| 3: 3 / 448 lies in (2^-8, 2^-7], so the scale is 2^-7
+  const float scale = quantize_mla_fp8_e4m3(x.view(), q.view());
+  EXPECT_EQ(scale, 0x1p-7f);
+  EXPECT_EQ(q.data<std::uint8_t>()[3], 0x70);    // 1 / 2^-7 = 128
+  EXPECT_EQ(q.data<std::uint8_t>()[600], 0xFC);  // -3 / 2^-7 = -384
+  EXPECT_EQ(q.data<std::uint8_t>()[0], 0x00);
+  // max |x| exactly 448 * 2^k keeps scale 2^k; one bf16 step more doubles it.
+  x.set(600, -448.f);
+  EXPECT_EQ(quantize_mla_fp8_e4m3(x.view(), q.view()), 1.f);
+  EXPECT_EQ(q.data<std::uint8_t>()[600], 0xFE);
+  x.set(600, 450.f);
+  EXPECT_EQ(quantize_mla_fp8_e4m3(x.view(), q.view()), 2.f);
+  // All zeros: scale 1, codes 0.
+  HostTensor z(DType::kBF16, {2, 576});
+  q.fill_bytes(0x55);
+  EXPECT_EQ(quantize_mla_fp8_e4m3(z.view(), q.view()), 1.f);
+  for (std::int64_t i = 0; i < q.numel(); ++i) ASSERT_EQ(q.data<std::uint8_t>()[i], 0) << i;
+}
+
+TEST(MlaE4m3, RoundTripErrorBound) {
+  DECA_SEED_TRACE();
+  auto rng = make_rng(25);
+  for (const float sigma : {1e-3f, 1.f, 300.f}) {
+    HostTensor x = random_tensor(DType::kBF16, {4, 16, 1, 576}, sigma, rng);
+    HostTensor q(DType::kFP8E4M3, {4, 16, 1, 576});
+    const float s = quantize_mla_fp8_e4m3(x.view(), q.view());
+    const float amax = max_abs(x);
+    int e;
+    EXPECT_EQ(std::frexp(s, &e), 0.5f) << "a power of two";
+    EXPECT_LE(amax / s, 448.f);
+    EXPECT_GT(amax / (s / 2), 448.f);
+    for (std::int64_t i = 0; i < x.numel(); ++i) {
+      const float v = x.get(i), r = q.get(i) * s;
+      // Half an e4m3 step: 2^-4 relative for normals, 2^-10 * s below 2^-6 * s (subnormals).
+      ASSERT_LE(std::fabs(v - r), std::fabs(v) * 0x1p-4f + s * 0x1p-10f * 1.0001f) << sigma << " " << i;
+      // src / scale is exact (a power of two): the code is its e4m3 rounding.
+      ASSERT_EQ(q.data<std::uint8_t>()[i], float_to_fp8e4m3(v / s)) << i;
+    }
+  }
+}
+
+TEST(MlaE4m3, ArgumentErrors) {
+  HostTensor x(DType::kBF16, {2, 576}), xf(DType::kFP32, {2, 576}), q(DType::kFP8E4M3, {2, 576});
+  HostTensor short_row(DType::kBF16, {2, 512}), u8(DType::kUINT8, {2, 576}), three(DType::kFP8E4M3, {3, 576});
+  const char* fn = "quantize_mla_fp8_e4m3";
+  expect_error([&] { quantize_mla_fp8_e4m3(xf.view(), q.view()); }, {fn, "src", "bf16", "fp32"});
+  expect_error([&] { quantize_mla_fp8_e4m3(short_row.view(), q.view()); }, {fn, "src", "[..., 576]"});
+  expect_error([&] { quantize_mla_fp8_e4m3(x.view(), u8.view()); }, {fn, "out", "fp8_e4m3", "uint8"});
+  expect_error([&] { quantize_mla_fp8_e4m3(x.view(), three.view()); }, {fn, "out", "shape of src"});
+  expect_error([&] { quantize_mla_fp8_e4m3(x.view(), make_tensor(x.raw(), DType::kFP8E4M3, {2, 576}, {576, 1})); },
+               {fn, "out", "src"});
+  q.fill_bytes(0x55);
+  x.set(7, NAN);
+  expect_error([&] { quantize_mla_fp8_e4m3(x.view(), q.view()); }, {fn, "src", "finite values", "NaN"});
+  for (std::int64_t i = 0; i < q.numel(); ++i) ASSERT_EQ(q.data<std::uint8_t>()[i], 0x55) << "written";
 }
 
 }  // namespace

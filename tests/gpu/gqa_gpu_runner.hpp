@@ -14,7 +14,6 @@
 #include "deca/error.hpp"
 #include "deca/gqa.hpp"
 #include "gpu/device_buffer.hpp"
-#include "jit/scoped_env.hpp"
 
 namespace deca::test {
 
@@ -30,20 +29,11 @@ struct GpuOptions {
   int max_seq_len = 0;   // 0: the longest request
   int run_batch = 0;     // 0: the case's batch (fewer: run a prefix of the requests)
   int beam_width = 1;    // beams per request (adjacent batch entries)
-  // 8-bit caches: "widen", "widen_ldsm" or "two_term" forces that path (DECA_GQA_FP8_MMA) for the plan and
-  // the run; null: the device's default. two_term is honoured for int8 everywhere, for fp8 on
-  // sm_89+ only (else it widens); "two_term_qk" (QK on IMMA, PV widened) is int8 only.
-  const char* fp8_mma = nullptr;
-  // The Hopper fp8 kernel's warpgroups per CTA (DECA_GQA_SM90_WG): "2" or null (the default, 1).
-  const char* sm90_warpgroups = nullptr;
-  // The Hopper fp8 kernel's overlapped QK (DECA_GQA_SM90_OVERLAP): "1" or null (off).
-  const char* sm90_overlap = nullptr;
-  // The Hopper fp8 kernel's balanced schedule (DECA_GQA_SM90_BALANCED): "1" or null (off: one CTA
-  // per request, kv head and split).
-  const char* sm90_balanced = nullptr;
-  // The Hopper fp8 kernel at 32 / 64 rows (DECA_GQA_SM90_ROWS_M): "0" keeps the rows on wgmma's N
-  // (decode.cuh); null: rows on M (decode_rows.cuh).
-  const char* sm90_rows_m = nullptr;
+  // 8-bit caches: the path a plan takes on this arch (make_gqa_key's path_arch; 0: this GPU's),
+  // compiled for this GPU: 80 the ldmatrix-fed widening, 89 the two-term e4m3 mma.sync for fp8
+  // (this GPU sm_89+; else it widens), 90 two_term_qk for int8 (the Hopper kernel for fp8 on
+  // sm_90a only).
+  int path_arch = 0;
 };
 
 inline GqaConfig gpu_config(const GqaCase& c, const GpuOptions& o) {
@@ -134,18 +124,12 @@ struct DeviceCase {
 inline GqaPlan gpu_plan(const GqaCase& c, const GpuOptions& o = {}) {
   GqaPlan plan;
   plan.config = gpu_config(c, o);
-  cuda::plan_gqa_decode(plan);
+  cuda::plan_gqa_decode(plan, o.path_arch);
   return plan;
 }
 
 // Copies the case to the device, runs it once and returns the outputs.
 inline GpuRun run_gqa_on_gpu(const GqaCase& c, const GpuOptions& o = {}) {
-  // Plan and run must see the same choice: the run checks the plan's kernel name against it.
-  jit::testing::ScopedEnv mma("DECA_GQA_FP8_MMA", o.fp8_mma);
-  jit::testing::ScopedEnv wg("DECA_GQA_SM90_WG", o.sm90_warpgroups);
-  jit::testing::ScopedEnv ov("DECA_GQA_SM90_OVERLAP", o.sm90_overlap);
-  jit::testing::ScopedEnv bal("DECA_GQA_SM90_BALANCED", o.sm90_balanced);
-  jit::testing::ScopedEnv rows_m("DECA_GQA_SM90_ROWS_M", o.sm90_rows_m);
   const GqaPlan plan = gpu_plan(c, o);
   DeviceCase dev(c, plan);
   if (o.run_batch) dev.params.batch = o.run_batch;

@@ -1,5 +1,5 @@
 // GQA decode on the GPU against the CPU reference, over a matrix that covers every feature of the
-// kernel and their combinations (DESIGN.md "GQA decode"; issue 3 section 3). Fresh random data
+// kernel and their combinations (docs/semantics.md, "GQA / MQA / MHA decode"). Fresh random data
 // per case (seed: DECA_TEST_SEED), unused KV slots poisoned with NaN, unused page-table columns
 // with huge ids, outputs poisoned before each run. Skipped where no GPU is present.
 #include <gtest/gtest.h>
@@ -230,33 +230,24 @@ std::vector<MatrixCase> matrix() {
     s.out_scale = 0.01f;
     add("fp8_fixed_split_out_fp8", s, o);
   }
-  // Every 8-bit case once more on each path (issue 8; the unsuffixed case runs the device's
-  // default): the two-term products (e4m3 for fp8, IMMA for int8) must meet the same tolerance
-  // as widening (simulated 0.18 % relative RMS against 1 % allowed for bf16 out).
+  // Every 8-bit case once more on the other arches' paths, compiled for this GPU (the unsuffixed
+  // case runs this GPU's own): fp8 and int8 on the ldmatrix-fed widening (sm_80's), fp8 on the
+  // two-term e4m3 mma.sync (sm_89's; this GPU sm_89+), int8 with QK on IMMA (sm_90's). The
+  // two-term products must meet the same tolerance as widening (simulated 0.18 % relative RMS
+  // against 1 % allowed for bf16 out).
   const std::size_t n = m.size();
   for (std::size_t i = 0; i < n; ++i) {
     const DType kv = m[i].spec.kv_dtype;
     if (kv != DType::kFP8E4M3 && kv != DType::kINT8) continue;
-    for (const char* mode : {"widen", "widen_ldsm", "two_term", "two_term_qk"}) {
-      if (kv != DType::kINT8 && std::string(mode) == "two_term_qk") continue;  // int8 only
+    const struct {
+      const char* suffix;
+      int path_arch;
+    } paths[] = {{"_widen_ldsm", 80}, {kv == DType::kFP8E4M3 ? "_two_term" : "_two_term_qk",
+                                       kv == DType::kFP8E4M3 ? 89 : 90}};
+    for (const auto& path : paths) {
       MatrixCase v = m[i];
-      v.name += std::string("_") + mode;
-      v.opt.fp8_mma = mode;
-      m.push_back(std::move(v));
-    }
-  }
-  // The Hopper kernel at more than 16 rows with the rows on wgmma's N (DECA_GQA_SM90_ROWS_M=0, a
-  // knob; by default the rows-on-M kernel takes them).
-  {
-    const std::size_t n0 = m.size();
-    for (std::size_t i = 0; i < n0; ++i) {
-      const GqaCaseSpec& c = m[i].spec;
-      const bool hopper = c.kv_dtype == DType::kFP8E4M3 && c.head_dim == 128 && m[i].opt.beam_width == 1;
-      if (!hopper || m[i].opt.fp8_mma || c.q_len * (c.num_q_heads / c.num_kv_heads) <= 16) continue;
-      MatrixCase v = m[i];
-      v.opt.fp8_mma = "wgmma";
-      v.name += "_tm";
-      v.opt.sm90_rows_m = "0";
+      v.name += path.suffix;
+      v.opt.path_arch = path.path_arch;
       m.push_back(std::move(v));
     }
   }
@@ -296,78 +287,14 @@ std::vector<MatrixCase> matrix() {
     s.sinks = true;
     add("fp8_rm_two_row_blocks_tree_sinks", s, o);
   }
-  // The Hopper kernel's two-warpgroup variant (DECA_GQA_SM90_WG=2, a knob: measured slower) over
-  // what it splits differently: token and d halves per warpgroup, 16-bit P stores, eight warps'
-  // maxima; 8, 16 and 32 rows (forced), masks, splits, pages, checked runs (the suite's default).
-  // The same cases up to 16 rows with the overlapped QK (DECA_GQA_SM90_OVERLAP=1, "_ov": the
-  // prologue's full ring, a tile's QK issued under the previous one's softmax, a stage refilled at
-  // the end of its tile).
-  {
-    const std::size_t n0 = m.size();
-    for (std::size_t i = 0; i < n0; ++i) {
-      const std::string& name = m[i].name;
-      const bool pick = name == "edges_fp8_e4m3_nhd" || name == "edges_fp8_e4m3_hnd" ||
-                        name == "fp8_group3" || name == "fp8_group12" || name == "fp8_page1" ||
-                        name == "fp8_tree_window_sinks_qlen4" || name == "fp8_split_window_sinks" ||
-                        name == "fp8_split_softcap_hnd" || name == "fp8_fixed_split_out_fp8";
-      if (!pick) continue;
-      MatrixCase v = m[i];
-      v.name += "_wg2";
-      v.opt.sm90_warpgroups = "2";
-      const bool more_rows = v.spec.q_len * (v.spec.num_q_heads / v.spec.num_kv_heads) > 16;
-      if (more_rows) v.opt.fp8_mma = "wgmma";
-      m.push_back(v);
-      if (more_rows) continue;  // the overlapped QK: up to 16 rows
-      v.name = m[i].name + "_ov";
-      v.opt.sm90_warpgroups = nullptr;
-      v.opt.sm90_overlap = "1";
-      m.push_back(v);
-      if (v.opt.split_mode == SplitMode::kFixed) continue;  // never balanced
-      // The balanced schedule (DECA_GQA_SM90_BALANCED=1, a knob: measured slower).
-      v.name = m[i].name + "_bal";
-      v.opt.sm90_overlap = nullptr;
-      v.opt.sm90_balanced = "1";
-      m.push_back(std::move(v));
-    }
-  }
-  // The balanced schedule (kernels/gqa/sm90/balance.cuh, DECA_GQA_SM90_BALANCED=1) over what its
-  // walk of the line meets: empty and one-token requests beside long ones (units cut into many
-  // pieces, units with no tile), one long request over hundreds of CTAs (more pieces than one
-  // merge pass stages at 16 rows), a plan for more requests than the run has, windows with sinks
-  // and q_len 2, a page size that is not a power of two, fp8 output, HND with per-head scales.
-  {
-    GpuOptions o;
-    o.sm90_balanced = "1";
-    GqaCaseSpec s = base(64, 8, 128, 64, DType::kFP8E4M3);
-    s.batch = 7, s.seq_lens = {5000, 0, 1, 129, 0, 20000, 128};
-    add("fp8_bal_ragged", s, o);
-    s.layout = KvLayout::kHND;
-    s.per_head_scales = true;
-    s.out_dtype = DType::kFP8E4M3;
-    s.out_scale = 0.01f;
-    add("fp8_bal_ragged_hnd_scales_out_fp8", s, o);
-    s = base(16, 1, 128, 64, DType::kFP8E4M3);  // group 16: 16 rows
-    s.batch = 1, s.seq_lens = {131072};
-    add("fp8_bal_one_long_g16", s, o);
-    s = base(32, 4, 128, 48, DType::kFP8E4M3);
-    s.batch = 5, s.q_len = 2, s.seq_lens = {3000, 2, 700, 0, 9000};
-    s.window = 300;
-    s.sinks = true;
-    o.max_batch = 40;  // the plan's grid for 40 requests, a run of 5
-    o.max_seq_len = 16384;
-    add("fp8_bal_window_sinks_qlen2_page48", s, o);
-  }
-  // The int8 two-term path (IMMA) over the features the fp8 cases above cover and the int8 ones
-  // do not: head dims (a lone 16-dim k step at d80, 16-token chunks and q in shared memory at
-  // d256), groups (non-powers of two), pages, q_len 4/8 causal and tree, splits with window and
-  // sinks, fixed splits, soft-cap, fp8 output. Two-term only: the widening of int8 shares its code
-  // with fp8's, which the cases above run on every path.
-  // Each also as two_term_qk (QK on IMMA, PV widened), the other candidate for int8's default.
+  // The int8 two-term QK (IMMA, sm_90's path; PV widened) over the features the fp8 cases above
+  // cover and the int8 ones do not: head dims (a lone 16-dim k step at d80, 16-token chunks and q
+  // in shared memory at d256), groups (non-powers of two), pages, q_len 4/8 causal and tree,
+  // splits with window and sinks, fixed splits, soft-cap, fp8 output. The widening of int8 shares
+  // its code with fp8's, which the cases above run on every path.
   auto add_int8 = [&](std::string name, GqaCaseSpec s, GpuOptions o = {}) {
     s.kv_dtype = DType::kINT8;
-    o.fp8_mma = "two_term";
-    add("int8_" + name + "_two_term", s, o);
-    o.fp8_mma = "two_term_qk";
+    o.path_arch = 90;
     add("int8_" + name + "_two_term_qk", std::move(s), o);
   };
   for (int d : {64, 80, 96, 256}) {
@@ -478,39 +405,30 @@ TEST_P(GqaGpuMatrix, MatchesCpuReference) {
   GqaCase c = build_gqa_case(mc.spec, rng);
   const GpuRun gpu = run_gqa_on_gpu(c, mc.opt);
   expect_matches_reference(mc.name, c, gpu);
-  const bool two_term = mc.opt.fp8_mma && std::string(mc.opt.fp8_mma) == "two_term";
+  const int cc = cuda::compute_capability(0);
+  const bool fp8 = mc.spec.kv_dtype == DType::kFP8E4M3;
   const bool int8 = mc.spec.kv_dtype == DType::kINT8;
-  if (two_term && (int8 || cuda::compute_capability(0) >= 89)) {
-    // The knob took effect (int8: IMMA on every arch; fp8: e4m3 mma on sm_89+), and the error
-    // stays within issue 8's budget (0.4 % relative RMS against the reference on the same stored
-    // cache) wherever the output is 16-bit.
+  const bool out16 = mc.spec.out_dtype != DType::kFP8E4M3;
+  if (fp8 && mc.opt.path_arch == 89 && cc >= 89) {
+    // sm_89's path took effect (e4m3 mma.sync), and the error stays within issue 8's budget (0.4 %
+    // relative RMS against the reference on the same stored cache) wherever the output is 16-bit.
     EXPECT_NE(gpu.plan.kernel_name.find("_2term"), std::string::npos) << gpu.plan.kernel_name;
-    if (mc.spec.out_dtype != DType::kFP8E4M3) {
-      EXPECT_LE(compare(c, gpu).rel_l2, 4e-3) << seed_message();
-    }
+    if (out16) EXPECT_LE(compare(c, gpu).rel_l2, 4e-3) << seed_message();
   }
-  // The Hopper fp8 kernel takes every fp8 case at head_dim 128 on sm_90a unless a path is forced,
-  // within the same error budget as the two-term path it computes.
-  const bool forced = mc.opt.fp8_mma && std::string(mc.opt.fp8_mma) == "wgmma";
+  // The Hopper fp8 kernel takes every fp8 case at head_dim 128 without beams on sm_90a unless
+  // another arch's path is asked for (rows on wgmma's M beyond 16 rows), within the same error
+  // budget as the two-term path it computes.
   const int rows = mc.spec.q_len * (mc.spec.num_q_heads / mc.spec.num_kv_heads);
-  const bool wgmma_case = mc.spec.kv_dtype == DType::kFP8E4M3 && mc.spec.head_dim == 128 &&
-                          mc.opt.beam_width == 1 && cuda::compute_capability(0) == 90 &&
-                          (forced || !mc.opt.fp8_mma);
+  const bool wgmma_case = fp8 && mc.spec.head_dim == 128 && mc.opt.beam_width == 1 && cc == 90 &&
+                          (mc.opt.path_arch == 0 || mc.opt.path_arch == 90);
+  EXPECT_EQ(gpu.plan.kernel_name.find("_wgmma") != std::string::npos, wgmma_case) << gpu.plan.kernel_name;
   if (wgmma_case) {
-    EXPECT_NE(gpu.plan.kernel_name.find("_wgmma"), std::string::npos) << gpu.plan.kernel_name;
-    EXPECT_EQ(gpu.plan.kernel_name.find("_wg2") != std::string::npos, mc.opt.sm90_warpgroups != nullptr)
-        << gpu.plan.kernel_name;
-    EXPECT_EQ(gpu.plan.kernel_name.find("_ov") != std::string::npos, mc.opt.sm90_overlap != nullptr)
-        << gpu.plan.kernel_name;
-    const bool balanced = rows <= 16 && mc.opt.sm90_balanced && mc.opt.split_mode == SplitMode::kAuto;
-    EXPECT_EQ(gpu.plan.kernel_name.find("_bal") != std::string::npos, balanced) << gpu.plan.kernel_name;
-    const bool rows_on_m = rows > 16 && !mc.opt.sm90_warpgroups && !mc.opt.sm90_rows_m;
-    EXPECT_EQ(gpu.plan.kernel_name.find("_rm") != std::string::npos, rows_on_m) << gpu.plan.kernel_name;
-    if (mc.spec.out_dtype != DType::kFP8E4M3) EXPECT_LE(compare(c, gpu).rel_l2, 4e-3) << seed_message();
+    EXPECT_EQ(gpu.plan.kernel_name.find("_rm") != std::string::npos, rows > 16) << gpu.plan.kernel_name;
+    if (out16) EXPECT_LE(compare(c, gpu).rel_l2, 4e-3) << seed_message();
   }
-  if (mc.opt.fp8_mma && std::string(mc.opt.fp8_mma) == "two_term_qk") {
+  if (int8 && (mc.opt.path_arch == 90 || (mc.opt.path_arch == 0 && cc == 90))) {
     EXPECT_NE(gpu.plan.kernel_name.find("_2tqk"), std::string::npos) << gpu.plan.kernel_name;
-    if (mc.spec.out_dtype != DType::kFP8E4M3) EXPECT_LE(compare(c, gpu).rel_l2, 4e-3) << seed_message();
+    if (out16) EXPECT_LE(compare(c, gpu).rel_l2, 4e-3) << seed_message();
   }
 }
 
@@ -523,24 +441,19 @@ INSTANTIATE_TEST_SUITE_P(Matrix, GqaGpuMatrix, ::testing::ValuesIn(matrix()),
 // visible key the same weight with masked keys still at zero weight.
 TEST(GqaGpu, Fp8KScaleOfEitherSignOrZero) {
   DECA_REQUIRE_GPU();
-  for (const char* rows_m : {"1", "0"}) {
-    for (int q_len : {1, 4, 8}) {
-      for (float factor : {-1.f, 0.f}) {
-        auto rng = make_rng(21 + q_len);
-        GqaCaseSpec s = base(64, 8, 128, 64, DType::kFP8E4M3);
-        s.batch = 2, s.q_len = q_len, s.seq_lens = {700, q_len + 40};
-        s.window = 300;
-        GqaCase c = build_gqa_case(s, rng);
-        c.k_scale *= factor;
-        c.bind();
-        GpuOptions o;
-        o.fp8_mma = "wgmma";
-        o.sm90_rows_m = rows_m;
-        const GpuRun gpu = run_gqa_on_gpu(c, o);
-        expect_matches_reference(std::string("k_scale x") + (factor < 0 ? "-1" : "0") + " q_len " +
-                                     std::to_string(q_len) + " rows_m " + rows_m,
-                                 c, gpu);
-      }
+  for (int q_len : {1, 4, 8}) {  // 8 rows on wgmma's N, 32 and 64 on its M
+    for (float factor : {-1.f, 0.f}) {
+      auto rng = make_rng(21 + q_len);
+      GqaCaseSpec s = base(64, 8, 128, 64, DType::kFP8E4M3);
+      s.batch = 2, s.q_len = q_len, s.seq_lens = {700, q_len + 40};
+      s.window = 300;
+      GqaCase c = build_gqa_case(s, rng);
+      c.k_scale *= factor;
+      c.bind();
+      const GpuRun gpu = run_gqa_on_gpu(c);
+      expect_matches_reference(std::string("k_scale x") + (factor < 0 ? "-1" : "0") + " q_len " +
+                                   std::to_string(q_len),
+                               c, gpu);
     }
   }
 }
@@ -583,14 +496,11 @@ TEST(GqaGpu, FixedSplitIsBatchInvariant) {
 
 // The split counters reset themselves: many launches on one workspace with no memset between
 // them all give the right answer.
-// bf16 (the portable kernel's split-KV), fp8 (the Hopper kernel's), and fp8 with the balanced
-// schedule's pieces (DECA_GQA_SM90_BALANCED=1).
+// bf16 (the portable kernel's split-KV) and fp8 (the Hopper kernel's on sm_90a).
 TEST(GqaGpu, WorkspaceReusedWithoutReset) {
   DECA_REQUIRE_GPU();
   auto rng = make_rng(13);
-  for (int variant = 0; variant < 3; ++variant) {
-    const DType kv = variant == 0 ? DType::kBF16 : DType::kFP8E4M3;
-    jit::testing::ScopedEnv bal("DECA_GQA_SM90_BALANCED", variant == 2 ? "1" : nullptr);
+  for (DType kv : {DType::kBF16, DType::kFP8E4M3}) {
     GqaCaseSpec s = base(64, 8, 128, 64, kv);
     s.batch = 2, s.seq_lens = {12000, 300};
     GqaCase c = build_gqa_case(s, rng);
@@ -673,16 +583,16 @@ std::vector<BeamCase> beam_cases() {
     m.push_back({"beam4_split_window_sinks", s, 4, 3, o});
     s.window = 0, s.sinks = false;
     m.push_back({"beam4_split", s, 4, 3, o});
-    o.fp8_mma = "two_term";
+    o.path_arch = 89;  // fp8 on the e4m3 mma.sync (sm_89's path)
     m.push_back({"beam4_split_two_term", s, 4, 3, o});
     s.window = 300, s.sinks = true;
     m.push_back({"beam4_split_window_sinks_two_term", s, 4, 3, o});
-    // int8 on IMMA: the beams' shared pages read once, items per beam masked for the others.
+    // int8 QK on IMMA (sm_90's path): the beams' shared pages read once, items per beam masked
+    // for the others.
     s.kv_dtype = DType::kINT8;
-    m.push_back({"beam4_int8_split_window_sinks_two_term", s, 4, 3, o});
+    o.path_arch = 90;
+    m.push_back({"beam4_int8_split_window_sinks_two_term_qk", s, 4, 3, o});
     s.window = 0, s.sinks = false;
-    m.push_back({"beam4_int8_split_two_term", s, 4, 3, o});
-    o.fp8_mma = "two_term_qk";
     m.push_back({"beam4_int8_split_two_term_qk", s, 4, 3, o});
   }
   {
@@ -691,8 +601,8 @@ std::vector<BeamCase> beam_cases() {
     s.layout = KvLayout::kHND;
     GpuOptions o;
     o.beam_width = 4;
-    o.fp8_mma = "two_term";
-    m.push_back({"beam4_int8_hnd_two_term", s, 4, 1, o});
+    o.path_arch = 90;
+    m.push_back({"beam4_int8_hnd_two_term_qk", s, 4, 1, o});
   }
   {
     GqaCaseSpec s = base(16, 2, 64, 16, DType::kBF16);
@@ -724,9 +634,12 @@ TEST_P(GqaGpuBeams, MatchesCpuReference) {
   share_prefix_pages(c, bc.beams, bc.own_pages);
   const GpuRun gpu = run_gqa_on_gpu(c, bc.opt);
   expect_matches_reference(bc.name, c, gpu);
-  const bool two_term = bc.opt.fp8_mma && std::string(bc.opt.fp8_mma) == "two_term";
-  if (two_term && (bc.spec.kv_dtype == DType::kINT8 || cuda::compute_capability(0) >= 89)) {
+  if (bc.spec.kv_dtype == DType::kFP8E4M3 && bc.opt.path_arch == 89 && cuda::compute_capability(0) >= 89) {
     EXPECT_NE(gpu.plan.kernel_name.find("_2term"), std::string::npos) << gpu.plan.kernel_name;
+    EXPECT_LE(compare(c, gpu).rel_l2, 4e-3) << seed_message();
+  }
+  if (bc.spec.kv_dtype == DType::kINT8 && bc.opt.path_arch == 90) {
+    EXPECT_NE(gpu.plan.kernel_name.find("_2tqk"), std::string::npos) << gpu.plan.kernel_name;
     EXPECT_LE(compare(c, gpu).rel_l2, 4e-3) << seed_message();
   }
 }

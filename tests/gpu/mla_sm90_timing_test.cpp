@@ -1,25 +1,25 @@
-// Times the sm90a MLA sparse decode kernel alone on the four anchor shapes (q_len 1, page 64,
-// topk 2048; batch 128/64 x heads 128/64) with the plan's default knobs, and its timing-only
-// builds without the dequantization, the tensor cores, the gather's memory traffic or both of
-// the last two (in a cluster also without the NoPE crossing to the peer, and one producer's unit
-// split and pair exchange with their skeletons), and each side alone (consumers only, producers
-// only), so that one GPU round says what bounds it. Cold L2 (256 MB written before every launch), median of 10
-// after 3 warm-ups, CUDA events around the launch alone; the combine of split requests is not
-// included. The test fails if a launch fails or the real kernel writes a non-finite output.
+// Times the sm90a MLA sparse decode kernel a plan runs, alone, on the anchor shapes (q_len 1, page
+// 64, topk 2048; batch 128/64 x heads 128/64, and b128 h16), and its timing-only builds that leave
+// one stage out (config.cuh Ablate: the tensor-core products, the gather's memory traffic, the
+// producers or the consumers), so that one GPU round says what bounds it. Cold L2 (256 MB written
+// before every launch), median of 10 after 3 warm-ups, CUDA events around the launch alone; the
+// combine of split requests is not included. The test fails if a launch fails or the real kernel
+// writes a non-finite output. One test per shape (--gtest_filter='*b128_h16*' times one alone).
 // Skips without an sm_90 GPU.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <cmath>
 #include <cstdio>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "gpu/device_buffer.hpp"
 #include "jit/kernel_cache.hpp"
 #include "jit/mla_sm90_spec.hpp"
+#include "kernels/mla/sm90/config.cuh"
 #include "kernels/mla/sm90/traits.cuh"
 #include "kernels/mla/schedule/work.cuh"
 
@@ -71,7 +71,9 @@ std::vector<mla::SparsePart> schedule(int batch, int blocks, int parts, std::vec
   return out;
 }
 
-TEST(MlaSm90Timing, AnchorShapesAndStageVariants) {
+class MlaSm90Timing : public ::testing::TestWithParam<Shape> {};
+
+TEST_P(MlaSm90Timing, KernelAndStageVariants) {
   DECA_REQUIRE_GPU();
   cudaDeviceProp prop{};
   cuda_ok(cudaGetDeviceProperties(&prop, 0), "properties");
@@ -85,10 +87,8 @@ TEST(MlaSm90Timing, AnchorShapesAndStageVariants) {
   std::mt19937 rng(7);
   std::uniform_int_distribution<int> any(0, kPool - 1);
 
-  // DECA_MLA_TIMING_HEADS=n times the shapes of n heads alone (a shorter round).
-  const char* only = std::getenv("DECA_MLA_TIMING_HEADS");
-  for (const Shape sh : {Shape{128, 128}, Shape{64, 128}, Shape{128, 64}, Shape{64, 64}, Shape{128, 16}}) {
-    if (only != nullptr && std::atoi(only) != sh.heads) continue;
+  {
+    const Shape sh = GetParam();
     const int hb = mla::sm90::head_blocks(sh.heads);
     std::vector<int> ids(static_cast<std::size_t>(sh.batch) * kTopk);
     for (int& v : ids) v = any(rng);
@@ -132,78 +132,25 @@ TEST(MlaSm90Timing, AnchorShapesAndStageVariants) {
     kp.run.stamp = stamp.as<mla::ScheduleStamp>();
 
     const double flop = 2.0 * sh.batch * sh.heads * kTopk * (576 + 512);
-    // The plan's defaults for the shape (mla_sm90_defaults: two producer warpgroups in whole-row
-    // pieces, each's whole share in one round (pipe 2); without a cluster the gather's loads
-    // allocating in L1, in one the light hand-overs and P in consumer 1's registers; the L2
-    // prefetch a block ahead, lazy rescale) and their ablations (knobs.cuh Ablate): without the
-    // conversion, without the tensor cores, without the gather's memory traffic, without both.
-    // Kernel against no-gather says what the gather's latency costs; no-gather-no-mma is the
-    // pipeline's skeleton (hand-overs, conversion, softmax, epilogue).
-    // In a cluster also without the NoPE sent to the peer (the RoPE units alone cross), with and
-    // without the skeleton's ablations: what the distributed shared memory traffic costs; and the
-    // pair exchange and the whole-row pieces (Cfg::kMap 2, 3), with their skeletons.
-    // (In a cluster "units" is the unit split of one producer, the default until 5d7c91b.)
+    // The plan's kernel for the shape and its ablations: against the kernel, no-gather says what
+    // the gather's latency costs, no-mma what the products cost; each side alone says whether the
+    // two overlap (kernel ~ the slower side) or add up.
     struct Variant {
       int ablate;
       const char* name;
-      int map = 3;
-      int producers = 2;
-      int seesaw = 0;
-      int stage = 0;   // Cfg::kStage: the records staged in the Q tile (16 heads)
-      int narrow = 0;  // Cfg::kNarrow: S^T with the heads on N (16 heads)
-      int direct = 0;  // Cfg::kDirect: no bf16 tile (16 heads; its own producer, 384 threads)
     };
-    // Each side alone (Ablate 7-9): the consumers on zeroed tiles without waiting for any, the
-    // producers with every tile released as soon as it is full, with and without the gather's
-    // memory traffic. Against the kernel they say whether the two sides overlap (kernel ~ the
-    // slower side) or add up (the two-tile ring makes each wait for the other's latency).
-    std::vector<Variant> variants = {{0, "kernel"}, {1, "no-dequant"}, {2, "no-mma"},
-                                     {3, "no-gather"}, {4, "no-gather-mma"},
-                                     {7, "consumers"}, {8, "producers"}, {9, "prod-no-gather"}};
-    const int cluster = hb == 2 ? 2 : 1;
-    if (cluster == 2) {
-      variants.push_back({5, "no-peer"});
-      variants.push_back({6, "skel-no-peer"});
-      variants.push_back({0, "units", 0, 1});
-      variants.push_back({4, "units-skel", 0, 1});
-      variants.push_back({0, "pairs", 2, 1});
-      variants.push_back({4, "pairs-skel", 2, 1});
-      // The seesaw consumers (Cfg::kSeesaw): the kernel, its consumers alone, without wgmma.
-      variants.push_back({0, "seesaw", 3, 2, 1});
-      variants.push_back({7, "see-consumers", 3, 2, 1});
-      variants.push_back({2, "see-no-mma", 3, 2, 1});
-      variants.push_back({0, "seesaw-2", 3, 2, 2});
-      variants.push_back({7, "see2-consumers", 3, 2, 2});
-    }
-    if (sh.heads <= 16) {
-      // At 16 heads: the staged records and the heads on N, each and together, with each side alone.
-      variants.push_back({0, "stage", 3, 2, 0, 1, 0});
-      variants.push_back({8, "stage-producers", 3, 2, 0, 1, 0});
-      variants.push_back({0, "narrow", 3, 2, 0, 0, 1});
-      variants.push_back({7, "narrow-consumers", 3, 2, 0, 0, 1});
-      variants.push_back({0, "narrow-stage", 3, 2, 0, 1, 1});
-      variants.push_back({2, "narrow-stage-no-mma", 3, 2, 0, 1, 1});
-      // No bf16 tile (Cfg::kDirect): bulk copies and lockstep consumers (1), 16-byte copies (2),
-      // and alternating consumers (3); each with its ablations.
-      for (int d : {1, 2, 3}) {
-        static const char* const kNames[3][4] = {
-            {"direct1", "direct1-no-mma", "direct1-no-gather", "direct1-producers"},
-            {"direct2", "direct2-no-mma", "direct2-no-gather", "direct2-producers"},
-            {"direct3", "direct3-no-mma", "direct3-no-gather", "direct3-producers"}};
-        const int ablations[4] = {0, 2, 3, 8};
-        for (int a = 0; a < 4; ++a) variants.push_back({ablations[a], kNames[d - 1][a], 0, 1, 0, 0, 0, d});
-      }
-    }
+    const mla::sm90::KernelClass kc = mla::sm90::kernel_class(sh.heads);
+    std::vector<Variant> variants = {{mla::sm90::kAblateNone, "kernel"},
+                                     {mla::sm90::kAblateNoMma, "no-mma"},
+                                     {mla::sm90::kAblateNoGather, "no-gather"},
+                                     {mla::sm90::kAblateProducersOnly, "producers"}};
+    if (!kc.direct) variants.push_back({mla::sm90::kAblateConsumersOnly, "consumers"});
     for (const Variant& v : variants) {
-      const jit::JitSpec spec =
-          cluster == 2 ? mla_sm90_spec(64, 2, v.ablate, 2, 0, 1, 0, 1, v.map, 0, 2,
-                                       v.producers == 2 && v.seesaw == 0 ? 1 : 0, v.producers, 0, 0, v.seesaw)
-          : v.direct != 0 ? mla_sm90_spec(64, 1, v.ablate, 0, 0, 0, 0, 2, 0, 0, 2, 0, 1, 0, 0, 0, 0, 0, v.direct)
-                          : mla_sm90_spec(64, 1, v.ablate, 2, 0, 0, 0, 1, 3, 1, 2, 2, 2, 0, 0, 0, v.stage, v.narrow);
+      const jit::JitSpec spec = mla_sm90_spec(64, sh.heads, v.ablate);
       const jit::LoadedKernel& k = jit::get_kernel(spec, 0);
       void* args[] = {&kp};
       jit::LaunchOptions opts;
-      if (cluster == 2) opts.cluster = {2, 1, 1};
+      if (kc.cluster == 2) opts.cluster = {2, 1, 1};
       const jit::Dim3 grid{static_cast<unsigned>(hb), 1u, static_cast<unsigned>(parts.size())};
       cudaEvent_t e0, e1;
       cudaEventCreate(&e0);
@@ -212,7 +159,7 @@ TEST(MlaSm90Timing, AnchorShapesAndStageVariants) {
       for (int rep = 0; rep < 13; ++rep) {
         flush.fill(static_cast<std::uint8_t>(rep));
         cudaEventRecord(e0);
-        jit::launch(k, grid, {static_cast<unsigned>(mla::sm90::threads_of(v.producers)), 1, 1}, mla::sm90::kSmemBytes, nullptr, args, opts);
+        jit::launch(k, grid, {static_cast<unsigned>(mla::sm90::threads_of(kc.direct)), 1, 1}, mla::sm90::kSmemBytes, nullptr, args, opts);
         cudaEventRecord(e1);
         cuda_ok(cudaEventSynchronize(e1), v.name);
         float t = 0;
@@ -245,6 +192,13 @@ TEST(MlaSm90Timing, AnchorShapesAndStageVariants) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(AnchorShapes, MlaSm90Timing,
+                         ::testing::Values(Shape{128, 128}, Shape{64, 128}, Shape{128, 64}, Shape{64, 64},
+                                           Shape{128, 16}),
+                         [](const ::testing::TestParamInfo<Shape>& info) {
+                           return "b" + std::to_string(info.param.batch) + "_h" + std::to_string(info.param.heads);
+                         });
 
 }  // namespace
 }  // namespace deca::test

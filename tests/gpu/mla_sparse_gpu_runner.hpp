@@ -21,13 +21,12 @@
 
 namespace deca::test {
 
-// The decode variants this machine runs: the portable kernel everywhere, the sm90 one on Hopper
-// when it is enabled. Selected through DECA_MLA_KERNEL, as a user would. The tests run checked
+// The decode variants this machine runs: the portable kernel everywhere, the sm90 ones on Hopper. Selected through DECA_MLA_KERNEL, as a user would. The tests run checked
 // plans by default (tests/common/checked_on.cpp), and a checked plan runs the portable kernel:
 // the sm90 variant is therefore tested with DECA_CHECKED=0, so that it keeps its coverage.
 inline std::vector<std::string> mla_variants() {
   std::vector<std::string> v = {"portable"};
-  if (cuda::available() && cuda::kMlaSm90KernelEnabled && cuda::compute_capability(0) == 90) {
+  if (cuda::available() && cuda::compute_capability(0) == 90) {
     v.push_back("sm90");
   }
   return v;
@@ -138,9 +137,11 @@ struct DeviceSparse {
 // within a bound of a few bf16 ulps of its row's scale (both sides round to bf16, and the
 // kernels' P is bf16: an element that is a small difference of large terms, p1 v1 - p2 v2, keeps
 // the rounding error of the large terms, so the bound scales with the row's largest |ref|, not
-// the element's own), no NaN; LSE: -inf exactly where the reference has it, else close.
-inline void expect_sparse_matches(const std::string& what, const MlaSparseCase& ref,
-                                  const HostTensor& out, const HostTensor& lse) {
+// the element's own), no NaN; LSE: -inf exactly where the reference has it, else close. `Case`:
+// MlaSparseCase or MlaDenseCase (its out, lse and spec.lse).
+template <class Case>
+void expect_sparse_matches(const std::string& what, const Case& ref, const HostTensor& out,
+                           const HostTensor& lse) {
   double num = 0, den = 0, max_abs = 0, lse_abs = 0;
   long long nan = 0, inf_mismatch = 0, worst = -1, outside = 0;
   constexpr std::int64_t kRow = 512;  // out is [batch, q_len, heads, 512], contiguous here
@@ -166,7 +167,7 @@ inline void expect_sparse_matches(const std::string& what, const MlaSparseCase& 
   }
   if (ref.spec.lse) {
     for (std::int64_t i = 0; i < ref.lse.numel(); ++i) {
-      const float a = lse.data<float>()[i], b = ref.lse.data<float>()[i];
+      const float a = lse.data<float>()[i], b = ref.lse.template data<float>()[i];
       if (std::isnan(a) || std::isnan(b)) ++nan;
       else if (std::isinf(a) || std::isinf(b)) inf_mismatch += a != b;
       else lse_abs = std::max(lse_abs, static_cast<double>(std::fabs(a - b)));

@@ -1,5 +1,5 @@
-// MLA sparse FP8 decode on the GPU against the CPU reference (DESIGN.md "MLA decode"; issue 7
-// item 6), for every decode variant this machine runs (DECA_MLA_KERNEL): heads 1..128 (1, 3,
+// MLA sparse FP8 decode on the GPU against the CPU reference (docs/semantics.md; issue 7 item 6),
+// for every decode variant this machine runs (DECA_MLA_KERNEL): heads 1..128 (1, 3,
 // 24, 100 and 127 among them), q_len 1..4, topk 64..4096 and counts no multiple of 64, ragged
 // topk_length with an empty request, -1 holes and a whole row of -1, duplicates, an index in the
 // last page, the sink on and off, page sizes 1..128 (7 and 48 among them); never-indexed tokens

@@ -1,7 +1,8 @@
-// The Hopper fp8 GQA kernel (kernels/gqa/sm90/decode.cuh, issue 8) without a GPU (this runs in
-// CI): which configurations a plan sends to it (sm_90a, fp8, head_dim 128, no beams; rows per CTA
-// on wgmma's N), and NVRTC compiles its specializations for sm_90a over every rows value and
-// feature switch: entry exported, nothing spilled, no wgmma serialized, two CTAs per SM.
+// The Hopper fp8 GQA kernels (kernels/gqa/sm90/: decode.cuh up to 16 rows, decode_rows.cuh at 32
+// and 64) without a GPU (this runs in CI): which configurations a plan sends to them (sm_90a, fp8,
+// head_dim 128, no beams), and NVRTC compiles their specializations for sm_90a over every rows
+// value and feature switch: entry exported, nothing spilled, no wgmma serialized, two CTAs per SM
+// (three at two stages).
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -12,7 +13,6 @@
 #include "deca/gqa.hpp"
 #include "jit/elf_symbols.hpp"
 #include "jit/nvrtc_compile.hpp"
-#include "jit/scoped_env.hpp"
 
 namespace deca::cuda {
 namespace {
@@ -26,7 +26,6 @@ GqaConfig config(int q_heads, int kv_heads, int head_dim, int q_len, DType kv) {
 }
 
 TEST(GqaSm90Nvrtc, PlansSendFp8HeadDim128WithoutBeamsToTheHopperKernel) {
-  jit::testing::ScopedEnv env("DECA_GQA_FP8_MMA", nullptr);
   struct Row {
     int q_heads, kv_heads, head_dim, q_len, beams;
     DType kv;
@@ -64,63 +63,40 @@ TEST(GqaSm90Nvrtc, PlansSendFp8HeadDim128WithoutBeamsToTheHopperKernel) {
     EXPECT_EQ(k.shape().tile, r.wgmma ? 128 : k.shape().tile) << k.name();
     EXPECT_EQ(k.rows_on_m, r.wgmma && r.rows >= 32) << k.name();
   }
-  // The knob forces the portable path (rows back to 16 / 32 / 64) or asks for this one, which
-  // only applies where it can.
+  // A test's path_arch picks another arch's path on sm_90 (the portable kernel, rows back to
+  // 16 / 32 / 64); the Hopper kernel needs both arches to be 90.
   GqaConfig c = config(64, 8, 128, 1, DType::kFP8E4M3);
-  {
-    jit::testing::ScopedEnv knob("DECA_GQA_FP8_MMA", "widen_ldsm");
-    const GqaKernelKey k = make_gqa_key(c, 90);
+  for (int path_arch : {80, 86, 89}) {
+    const GqaKernelKey k = make_gqa_key(c, 90, 132, path_arch);
     EXPECT_FALSE(k.wgmma()) << k.name();
     EXPECT_EQ(k.rows, 16) << k.name();
+    EXPECT_EQ(k.two_term(), path_arch == 89) << k.name();
   }
-  {
-    // The tuning knobs apply where their variant exists.
-    jit::testing::ScopedEnv ov("DECA_GQA_SM90_OVERLAP", "1");
-    EXPECT_TRUE(make_gqa_key(c, 90).overlap);
-    GqaConfig spec8 = config(64, 8, 128, 8, DType::kFP8E4M3);  // 64 rows: not overlapped
-    jit::testing::ScopedEnv mma("DECA_GQA_FP8_MMA", "wgmma");
-    EXPECT_FALSE(make_gqa_key(spec8, 90).overlap);
-    jit::testing::ScopedEnv wg("DECA_GQA_SM90_WG", "2");
-    const GqaKernelKey k = make_gqa_key(c, 90);
-    EXPECT_EQ(k.warpgroups, 2) << k.name();
-    EXPECT_FALSE(k.overlap) << k.name();  // one warpgroup only
-    EXPECT_EQ(make_gqa_key(spec8, 90).warpgroups, 1);  // 64 rows: one warpgroup
+  EXPECT_TRUE(make_gqa_key(c, 90, 132, 90).wgmma());
+  EXPECT_FALSE(make_gqa_key(c, 89, 132, 90).wgmma());
+  EXPECT_FALSE(make_gqa_key(c, 80, 132, 89).two_term());  // the e4m3 mma.sync needs sm_89+
+  const int rows[][3] = {{4, 8, 32}, {8, 8, 64}, {8, 16, 64}};  // q_len, group, rows per CTA
+  for (const auto& r : rows) {
+    GqaConfig s = config(8 * r[1], 8, 128, r[0], DType::kFP8E4M3);
+    const GqaKernelKey k = make_gqa_key(s, 90);
+    EXPECT_TRUE(k.wgmma()) << k.name();
+    EXPECT_EQ(k.rows, r[2]) << k.name();
+    EXPECT_TRUE(k.rows_on_m) << k.name();
+    EXPECT_NE(k.name().find("_wgmma_rm"), std::string::npos) << k.name();
+    EXPECT_NE(k.spec().source.find("kRowsOnM = true;"), std::string::npos) << k.spec().source;
+    EXPECT_EQ(k.shape().min_ctas, 2) << k.name();
   }
-  {
-    jit::testing::ScopedEnv knob("DECA_GQA_FP8_MMA", "wgmma");
-    EXPECT_TRUE(make_gqa_key(c, 90).wgmma());
-    EXPECT_FALSE(make_gqa_key(c, 89).wgmma());
-    c.kv_dtype = DType::kINT8;
-    EXPECT_FALSE(make_gqa_key(c, 90).wgmma());
-    c.kv_dtype = DType::kFP8E4M3;
-    const int rows[][3] = {{4, 8, 32}, {8, 8, 64}, {8, 16, 64}};  // q_len, group, rows per CTA
-    for (const auto& r : rows) {
-      GqaConfig s = config(8 * r[1], 8, 128, r[0], DType::kFP8E4M3);
-      GqaKernelKey k = make_gqa_key(s, 90);
-      EXPECT_TRUE(k.wgmma()) << k.name();
-      EXPECT_EQ(k.rows, r[2]) << k.name();
-      // 32 and 64 rows take the rows-on-M kernel, unless the knob keeps them on N.
-      EXPECT_TRUE(k.rows_on_m) << k.name();
-      EXPECT_NE(k.name().find("_wgmma_rm"), std::string::npos) << k.name();
-      EXPECT_NE(k.spec().source.find("kRowsOnM = true;"), std::string::npos) << k.spec().source;
-      EXPECT_EQ(k.shape().min_ctas, 2) << k.name();
-      jit::testing::ScopedEnv on_n("DECA_GQA_SM90_ROWS_M", "0");
-      k = make_gqa_key(s, 90);
-      EXPECT_FALSE(k.rows_on_m) << k.name();
-      EXPECT_EQ(k.name().find("_rm"), std::string::npos) << k.name();
-    }
-    EXPECT_FALSE(make_gqa_key(c, 90).rows_on_m);  // 8 rows: on N
-  }
+  EXPECT_FALSE(make_gqa_key(c, 90).rows_on_m);  // 8 rows: on N
 }
 
-// Shared memory: two CTAs per SM at every rows value (rows on N or, at 32 and 64, on M), at
+// Shared memory: two CTAs per SM at every rows value (rows on N at 8 and 16, on M at 32 and 64), at
 // least two stages, the epilogue's merge area inside the stages it reuses.
 TEST(GqaSm90Nvrtc, ShapeKeepsTwoCtasPerSm) {
-  for (int rows : {8, 16, 32, 64, -32, -64}) {
+  for (int rows : {8, 16, -32, -64}) {
     const bool on_m = rows < 0;
     rows = on_m ? -rows : rows;
-    const gqa::Shape s = gqa::sm90::make_shape(rows, 0, 1, on_m);
-    const gqa::sm90::SmemPlan plan = gqa::sm90::make_plan(rows, s.stages, 1, on_m);
+    const gqa::Shape s = gqa::sm90::make_shape(rows, 0, on_m);
+    const gqa::sm90::SmemPlan plan = gqa::sm90::make_plan(rows, s.stages, on_m);
     if (on_m) {
       EXPECT_EQ(plan.vt % 1024, 0) << rows;
       EXPECT_EQ(plan.q_lo - plan.q_hi, 64 * 128) << rows;  // 64 operand rows whatever the rows
@@ -143,8 +119,7 @@ TEST(GqaSm90Nvrtc, ShapeKeepsTwoCtasPerSm) {
 }
 
 // Two stages (three CTAs per SM) where the grid fills three per SM at 8 or 16 rows, else the
-// default; the plan's key carries the choice in its name. The balanced schedule (a knob, up to 16
-// rows outside the fixed split) fills every SM with three whatever the grid: two stages.
+// default; the plan's key carries the choice in its name.
 TEST(GqaSm90Nvrtc, StagesFollowTheGrid) {
   struct Row {
     int rows;
@@ -159,43 +134,20 @@ TEST(GqaSm90Nvrtc, StagesFollowTheGrid) {
     EXPECT_EQ(gqa::sm90::stages_for_grid(r.rows, r.units, r.sms), r.stages)
         << r.rows << " rows, " << r.units << " units, " << r.sms << " SMs";
   }
-  jit::testing::ScopedEnv env("DECA_GQA_FP8_MMA", nullptr);
-  jit::testing::ScopedEnv stages("DECA_GQA_SM90_STAGES", nullptr);
   GqaConfig c = config(64, 8, 128, 1, DType::kFP8E4M3);
   c.max_batch = 99;  // l70-b99-4k: 792 units
-  jit::testing::ScopedEnv bal_unset("DECA_GQA_SM90_BALANCED", nullptr);
   GqaKernelKey k = make_gqa_key(c, 90, 132);
-  EXPECT_FALSE(k.balanced) << k.name();
   EXPECT_EQ(k.stages, 2) << k.name();
   EXPECT_NE(k.name().find("_wgmma_st2"), std::string::npos) << k.name();
   EXPECT_NE(k.spec().source.find("kStages = 2;"), std::string::npos) << k.spec().source;
-  EXPECT_NE(k.spec().source.find("kBalanced = false;"), std::string::npos) << k.spec().source;
   EXPECT_EQ(k.shape().min_ctas, 3) << k.name();
+  c.split_mode = SplitMode::kFixed, c.split_tokens = 512;  // the fixed split: the same kernel
+  EXPECT_EQ(make_gqa_key(c, 90, 132).name(), k.name());
+  c.split_mode = SplitMode::kAuto, c.split_tokens = 0;
   c.num_q_heads = 64, c.num_kv_heads = 4, c.max_batch = 64;  // q235-b64-4k: 256 units
   k = make_gqa_key(c, 90, 132);
   EXPECT_EQ(k.stages, 0) << k.name();
   EXPECT_EQ(k.name().find("_st"), std::string::npos) << k.name();
-  jit::testing::ScopedEnv on("DECA_GQA_SM90_BALANCED", "1");
-  k = make_gqa_key(c, 90, 132);
-  EXPECT_TRUE(k.balanced) << k.name();
-  EXPECT_EQ(k.stages, 2) << k.name();
-  EXPECT_NE(k.name().find("_wgmma_st2_bal"), std::string::npos) << k.name();
-  EXPECT_NE(k.spec().source.find("kBalanced = true;"), std::string::npos) << k.spec().source;
-  c.split_mode = SplitMode::kFixed, c.split_tokens = 512;
-  k = make_gqa_key(c, 90, 132);
-  EXPECT_FALSE(k.balanced) << k.name();
-  EXPECT_EQ(k.name().find("_bal"), std::string::npos) << k.name();
-  // Not with the knobs' variants, nor beyond 16 rows.
-  c.split_mode = SplitMode::kAuto;
-  {
-    jit::testing::ScopedEnv ov("DECA_GQA_SM90_OVERLAP", "1");
-    EXPECT_FALSE(make_gqa_key(c, 90, 132).balanced);
-  }
-  {
-    jit::testing::ScopedEnv mma("DECA_GQA_FP8_MMA", "wgmma");
-    GqaConfig spec4 = config(64, 8, 128, 4, DType::kFP8E4M3);  // 32 rows
-    EXPECT_FALSE(make_gqa_key(spec4, 90, 132).balanced);
-  }
 }
 
 TEST(GqaSm90Nvrtc, SpecializationsCompileWithoutSpillsOrSerializedWgmma) {
@@ -205,6 +157,7 @@ TEST(GqaSm90Nvrtc, SpecializationsCompileWithoutSpillsOrSerializedWgmma) {
     k.arch = 90, k.head_dim = 128, k.group = group, k.rows = rows, k.page_size = 64;
     k.q_dtype = 0, k.kv_dtype = 3, k.out_dtype = 0;
     k.fp8_mma = kv::kWgmma;
+    k.rows_on_m = rows >= 32;  // as the plan sets it
     return k;
   };
   keys.push_back(key(8, 8));    // l70
@@ -226,23 +179,9 @@ TEST(GqaSm90Nvrtc, SpecializationsCompileWithoutSpillsOrSerializedWgmma) {
     chk.checked = true, chk.tree = rows == 64;
     keys.push_back(chk);
   }
-  // Two warpgroups per CTA (DECA_GQA_SM90_WG=2, up to 32 rows: at 64 the 128 registers a thread
-  // has at two CTAs of 256 threads would spill): masks, checked, two stages.
-  for (int rows : {8, 16, 32}) {
-    GqaKernelKey k = key(8, rows);
-    k.warpgroups = 2, k.tree = rows >= 32, k.checked = rows == 16, k.stages = rows == 8 ? 2 : 0;
-    keys.push_back(k);
-  }
-  // The overlapped QK (DECA_GQA_SM90_OVERLAP=1, one warpgroup, up to 16 rows): two and three
-  // stages, masks with soft-cap, checked.
-  for (int rows : {8, 16}) {
-    GqaKernelKey k = key(rows, rows);
-    k.overlap = true, k.stages = rows == 8 ? 2 : 0;
-    keys.push_back(k);
-  }
-  GqaKernelKey ovm = key(8, 16);
-  ovm.overlap = true, ovm.tree = true, ovm.window = true, ovm.softcap = true, ovm.checked = true;
-  keys.push_back(ovm);
+  GqaKernelKey st2 = key(8, 8);  // two stages (three CTAs per SM), masks, checked
+  st2.stages = 2, st2.window = true, st2.checked = true;
+  keys.push_back(st2);
   // Rows on M (decode_rows.cuh, 32 and 64 rows): plain; masks with soft-cap and checked; a page
   // size that is not a power of two and page 1 with fp16 q and fp8 out; a group that is not a
   // power of two.
@@ -256,29 +195,10 @@ TEST(GqaSm90Nvrtc, SpecializationsCompileWithoutSpillsOrSerializedWgmma) {
     k.rows_on_m = true, k.page_size = 1, k.q_dtype = 1, k.out_dtype = 3;
     keys.push_back(k);
   }
-  // The balanced schedule (a knob, up to 16 rows): plain at 8 and 16 rows, masks with
-  // soft-cap and checked, a page size that is not a power of two (ids per row), page 1.
-  for (int rows : {8, 16}) {
-    GqaKernelKey k = key(rows, rows);
-    k.balanced = true, k.stages = 2;
-    keys.push_back(k);
-  }
-  GqaKernelKey balm = key(8, 16);
-  balm.balanced = true, balm.stages = 2;
-  balm.tree = true, balm.window = true, balm.softcap = true, balm.checked = true, balm.page_size = 48;
-  keys.push_back(balm);
-  GqaKernelKey balp = key(5, 8);
-  balp.balanced = true, balp.stages = 2, balp.page_size = 1, balp.q_dtype = 1, balp.out_dtype = 3;
-  keys.push_back(balp);
   for (const GqaKernelKey& k : keys) {
     ASSERT_TRUE(k.wgmma()) << k.name();
-    EXPECT_EQ(k.name().find("_ov") != std::string::npos, k.overlap) << k.name();
-    EXPECT_EQ(k.spec().source.find("kOverlapQk = true") != std::string::npos, k.overlap) << k.name();
-    EXPECT_EQ(k.name().find("_wg2") != std::string::npos, k.warpgroups == 2) << k.name();
-    EXPECT_EQ(k.name().find("_bal") != std::string::npos, k.balanced) << k.name();
-    EXPECT_EQ(k.spec().source.find("kBalanced = true") != std::string::npos, k.balanced) << k.name();
     EXPECT_EQ(k.name().find("_rm") != std::string::npos, k.rows_on_m) << k.name();
-    EXPECT_EQ(k.shape().threads, 128 * k.warpgroups) << k.name();
+    EXPECT_EQ(k.shape().threads, 128) << k.name();
     const jit::JitSpec spec = k.spec();
     const jit::CompileResult r = jit::compile(spec);
     ASSERT_FALSE(r.cubin.empty()) << spec.name << ":\n" << r.log;
@@ -286,22 +206,8 @@ TEST(GqaSm90Nvrtc, SpecializationsCompileWithoutSpillsOrSerializedWgmma) {
     EXPECT_TRUE(jit::testing::elf_has_symbol(r.cubin, spec.entry)) << spec.name;
     std::printf("[nvrtc] %-60s %7.0f ms  regs=%d spill_stores=%d stack=%d\n", spec.name.c_str(),
                 r.compile_ms, r.ptxas.registers, r.ptxas.spill_store_bytes, r.ptxas.stack_bytes);
-    // Up to 32 rows nothing spills, nor in the rows-on-M kernel. The rows-on-N kernel at 64 rows
-    // (a knob since the rows-on-M kernel took them) holds S^T and O^T in 128 of the 255
-    // registers: a few bytes spill in the masked variants. The balanced
-    // schedule's fullest variant (a knob; masks, soft-cap, checked, page ids per row) keeps its
-    // walk of the line beside the loop's state at the 168 registers three CTAs per SM allow: a
-    // few words of its per-unit epilogue go to the stack (nvdisasm: stored before the tile loop,
-    // loaded after it).
-    const bool fullest = k.balanced && k.checked && k.tree && k.window && k.page_size == 48;
-    if (fullest) {
-      EXPECT_LE(r.ptxas.spill_store_bytes, 64) << spec.name;
-    } else if (k.rows <= 32 || k.rows_on_m) {
-      EXPECT_EQ(r.ptxas.spill_store_bytes, 0) << spec.name;
-      EXPECT_EQ(r.ptxas.stack_bytes, 0) << spec.name;
-    } else {
-      EXPECT_LE(r.ptxas.spill_store_bytes, 64) << spec.name;
-    }
+    EXPECT_EQ(r.ptxas.spill_store_bytes, 0) << spec.name;
+    EXPECT_EQ(r.ptxas.stack_bytes, 0) << spec.name;
     EXPECT_EQ(r.log.find("serialized"), std::string::npos) << spec.name << ":\n" << r.log;
   }
 }

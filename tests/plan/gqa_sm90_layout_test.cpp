@@ -1,8 +1,6 @@
-// The Hopper fp8 GQA kernel's shared-memory layouts (kernels/gqa/sm90/layout.cuh) on the host:
-// the in-place V transpose's lane map covers every 4 x 4 byte block of a 128 x 128 tile exactly
-// once and its reads and writes are free of bank conflicts, the P^T stores too, and the PV token
-// order is a permutation whose quads are the tokens a thread holds for one query row; the
-// rows-on-M kernel's V transpose writes V^T in the order of its A fragments.
+// The Hopper fp8 GQA kernels' shared-memory layouts (kernels/gqa/sm90/layout.cuh) on the host: the
+// 128-byte swizzle, and the V transpose (ldmatrix.trans + prmt + stmatrix, both kernels) writes
+// V^T in the order of the rows-on-M kernel's A fragments without bank conflicts.
 #include <gtest/gtest.h>
 
 #include <set>
@@ -26,75 +24,6 @@ TEST(GqaSm90Layout, SwizzleKeepsRowsAndPermutesUnits) {
       EXPECT_EQ(swz128(row, byte + 5), a + 5);  // bytes inside a unit stay in order
     }
     EXPECT_EQ(units.size(), 8u) << row;
-  }
-}
-
-TEST(GqaSm90Layout, TransposeMapCoversEveryBlockOnceWithoutBankConflicts) {
-  std::set<std::pair<int, int>> seen;
-  for (int w = 0; w < 4; ++w) {
-    for (int i = 0; i < 8; ++i) {
-      int qd[32], db[32];
-      for (int l = 0; l < 32; ++l) {
-        transpose_block(w, i, l, qd[l], db[l]);
-        ASSERT_GE(qd[l], 0);
-        ASSERT_LT(qd[l], 32);
-        ASSERT_GE(db[l], 0);
-        ASSERT_LT(db[l], 32);
-        EXPECT_TRUE(seen.insert({qd[l], db[l]}).second) << "block (" << qd[l] << ", " << db[l] << ") twice";
-      }
-      // Row j of a block: token row quad_token(qd) + {0, 8, 64, 72} read at d bytes 4 db, and d row
-      // 4 db + j written at token bytes 4 qd: per instruction (j) the warp's 32 lanes hit 32 banks.
-      const int token_offset[4] = {0, 8, 64, 72};
-      for (int j = 0; j < 4; ++j) {
-        std::set<int> reads, writes;
-        for (int l = 0; l < 32; ++l) {
-          reads.insert(bank(swz128(quad_token(qd[l]) + token_offset[j], 4 * db[l])));
-          writes.insert(bank(swz128(4 * db[l] + j, 4 * qd[l])));
-        }
-        EXPECT_EQ(reads.size(), 32u) << "warp " << w << " iteration " << i << " row " << j;
-        EXPECT_EQ(writes.size(), 32u) << "warp " << w << " iteration " << i << " row " << j;
-      }
-    }
-  }
-  EXPECT_EQ(seen.size(), 1024u);
-}
-
-TEST(GqaSm90Layout, PvTokenOrderIsAPermutationOfTheThreadsQuads) {
-  // The quads' tokens, quad_token(qd) + {0, 8, 64, 72}, are every token of the tile once, and
-  // thread (w, l)'s S^T tokens (16 w + l / 4 + {0, 8} in each m64 half) are quad 8 w + l / 4,
-  // whose P^T bytes 4 qd .. 4 qd + 3 it stores.
-  const int offset[4] = {0, 8, 64, 72};
-  std::set<int> tokens;
-  for (int qd = 0; qd < 32; ++qd) {
-    for (int sub = 0; sub < 4; ++sub) EXPECT_TRUE(tokens.insert(quad_token(qd) + offset[sub]).second);
-  }
-  EXPECT_EQ(tokens.size(), 128u);
-  EXPECT_EQ(*tokens.rbegin(), 127);
-  for (int w = 0; w < 4; ++w) {
-    for (int l = 0; l < 32; ++l) {
-      const int qd = 8 * w + (l >> 2);
-      for (int h = 0; h < 2; ++h) {
-        for (int e = 0; e < 2; ++e) {
-          const int token = 64 * h + 16 * w + (l >> 2) + 8 * e;  // the accumulator's row
-          EXPECT_EQ(token, quad_token(qd) + offset[2 * h + e]) << w << " " << l;
-        }
-      }
-    }
-  }
-}
-
-TEST(GqaSm90Layout, PStoresAreFreeOfBankConflicts) {
-  // Column cc of thread (w, l): query row 8 (cc / 2) + 2 (l % 4) + cc % 2, one 32-bit store at
-  // byte 4 (8 w + l / 4) of that row; every rows value up to 64 (16 columns).
-  for (int cc = 0; cc < 16; ++cc) {
-    for (int w = 0; w < 4; ++w) {
-      std::set<int> banks;
-      for (int l = 0; l < 32; ++l) {
-        const int row = 8 * (cc >> 1) + 2 * (l & 3) + (cc & 1);
-        banks.insert(bank(swz128(row, 4 * (8 * w + (l >> 2)))));
-      }
-      EXPECT_EQ(banks.size(), 32u) << "column " << cc << " warp " << w;
-    }
   }
 }
 

@@ -1,10 +1,12 @@
-// Table tests of the sparse decode scheduler (kernels/mla/schedule/schedule.cuh), run on the host:
+// Table tests of the MLA decode scheduler (kernels/mla/schedule/schedule.cuh), run on the host:
 // the seed's worked example partition by partition, then coverage invariants over ragged, empty
-// and long requests.
+// and long requests, sparse (top-k lengths) and dense (cache lengths under max_seq_len).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "kernels/mla/schedule/schedule.cuh"
@@ -23,7 +25,7 @@ Schedule run(int batch, int topk, const std::vector<int>* lengths, int num_parts
   Schedule s;
   s.parts.assign(num_parts, SparsePart{-7, -7, -7, -7, -7, -7, -7, -7});
   s.offsets.assign(batch + 1, -7);
-  s.slots = schedule_sparse(batch, topk, lengths ? lengths->data() : nullptr, num_parts,
+  s.slots = schedule_requests(batch, topk, lengths ? lengths->data() : nullptr, num_parts,
                             s.parts.data(), s.offsets.data());
   return s;
 }
@@ -40,7 +42,7 @@ void expect_consistent(const Schedule& s, int batch, int topk, const std::vector
   std::vector<std::vector<int>> seen(batch);
   std::vector<std::vector<int>> slots(batch);
   for (int r = 0; r < batch; ++r) {
-    seen[r].assign(sparse_request_blocks(len, topk, r), 0);
+    seen[r].assign(request_blocks(len, topk, r), 0);
   }
   for (int i = 0; i < num_parts; ++i) {
     const SparsePart& p = s.parts[i];
@@ -53,14 +55,14 @@ void expect_consistent(const Schedule& s, int batch, int topk, const std::vector
     EXPECT_EQ(p.end_split_count, s.offsets[p.end_req + 1] - s.offsets[p.end_req]) << i;
     for (int r = p.begin_req; r <= p.end_req; ++r) {
       int first = 0, last = 0;
-      sparse_piece_blocks(p, len, topk, r, first, last);
+      piece_blocks(p, len, topk, r, first, last);
       ASSERT_LE(0, first);
       ASSERT_LE(first, last);
       ASSERT_LE(last, static_cast<int>(seen[r].size()));
       if (seen[r].empty()) EXPECT_EQ(first, last);
       else EXPECT_LT(first, last) << "partition " << i << " holds an empty piece of request " << r;
       for (int b = first; b < last; ++b) ++seen[r][b];
-      slots[r].push_back(sparse_piece_slot(p, s.offsets.data(), r));
+      slots[r].push_back(piece_slot(p, s.offsets.data(), r));
     }
   }
   for (int r = 0; r < batch; ++r) {
@@ -166,7 +168,7 @@ int one_pass_schedule(int batch, int topk, const int* len, int num_parts, Sparse
                       int* offsets) {
   int total = 0;
   for (int r = 0; r < batch; ++r) {
-    total += sparse_request_blocks(len, topk, r) + kFixedOverheadBlocks;
+    total += request_blocks(len, topk, r) + kFixedOverheadBlocks;
     offsets[r + 1] = 0;
   }
   offsets[0] = 0;
@@ -177,7 +179,7 @@ int one_pass_schedule(int batch, int topk, const int* len, int num_parts, Sparse
     part = SparsePart{req, block, req - 1, 0, piece, 0, 0, 0};
     int remain = payload;
     while (req < batch) {
-      const int n = sparse_request_blocks(len, topk, req);
+      const int n = request_blocks(len, topk, req);
       const int rest = n - block;
       if (rest + kFixedOverheadBlocks <= remain) {
         remain -= rest + kFixedOverheadBlocks;
@@ -237,13 +239,13 @@ TEST(MlaSchedule, PhasesInAnyThreadOrderMatchTheOnePassWalk) {
     for (int t = threads - 1; t >= 0; --t) {
       total += schedule_stage_blocks(batch, topk, len, off.data(), t, threads);
     }
-    const int uniform = len == nullptr ? sparse_request_blocks(nullptr, topk, 0) : -1;
+    const int uniform = len == nullptr ? request_blocks(nullptr, topk, 0) : -1;
     if (uniform >= 0) EXPECT_EQ(total, batch * (uniform + kFixedOverheadBlocks));
     schedule_walk(batch, uniform, off.data(), total, num_parts, parts.data());
     for (int r = 0; r < batch; ++r) off[r + 1] = 1;
     off[0] = 0;
     for (int i = num_parts - 1; i >= 0; --i) {
-      if (sparse_part_cuts_in(parts[i])) ++off[parts[i].begin_req + 1];
+      if (part_cuts_in(parts[i])) ++off[parts[i].begin_req + 1];
     }
     for (int r = 0; r < batch; ++r) off[r + 1] += off[r];
     for (int t = threads - 1; t >= 0; --t) schedule_fill_slots(num_parts, off.data(), parts.data(), t, threads);
@@ -286,13 +288,82 @@ TEST(MlaSchedule, CutsRequestsDecidesTheCombine) {
   }
 }
 
+// Dense decode schedules by the cache lengths: topk_length = cache_seqlens, topk = the plan's
+// max_seq_len (the cap). Coverage over ragged lengths: 0, 1, a page +- 1, shorter than a block,
+// 131072, and entries past the cap (clamped as the kernels clamp them).
+TEST(MlaSchedule, DenseLengthsKeepTheInvariants) {
+  const int cap = 131072;
+  const std::vector<int> lengths = {1, 0, 63, 64, 65, 131072, 2047, 2048, 17, 131073, -1, 4096, 1};
+  const int batch = static_cast<int>(lengths.size());
+  for (int parts : {1, 5, 33, 66, 132}) {
+    const Schedule s = run(batch, cap, &lengths, parts);
+    expect_consistent(s, batch, cap, &lengths, parts);
+  }
+  EXPECT_EQ(request_len(lengths.data(), cap, 9), cap);
+  EXPECT_EQ(request_len(lengths.data(), cap, 10), 0);
+  EXPECT_EQ(request_blocks(lengths.data(), cap, 0), 1);
+  EXPECT_EQ(request_blocks(lengths.data(), cap, 5), 2048);
+}
+
+// The dense anchor shapes on the H200 (132 SMs): how many partitions get work and the most blocks
+// of 64 tokens any one takes (its time), against the least possible, ceil(blocks / partitions).
+// A single long request (b1 h128 32768) and a small batch (b4 h16 16384) are cut across the
+// partitions so that the longest one takes that least: 8 blocks. Every partition but 2 (resp. 4)
+// then has work; giving those some too would leave the longest at 8 blocks, so it would gain
+// nothing and add pieces to combine.
+TEST(MlaSchedule, DenseAnchorShapesFillThePartitions) {
+  struct Row {
+    int batch, heads, len, q_len;
+    int num_parts, busy, max_blocks;
+    bool least;  // max_blocks is ceil(blocks / num_parts)
+  };
+  const Row rows[] = {
+      {1, 128, 32768, 1, 66, 64, 8, true},        {4, 16, 16384, 1, 132, 128, 8, true},
+      {128, 128, 8192, 1, 66, 66, 253, false},    {64, 128, 8192, 1, 66, 64, 128, false},
+      {128, 128, 4096, 1, 66, 64, 128, false},    {128, 128, 8192, 2, 33, 33, 501, false},
+      {128, 64, 8192, 1, 132, 128, 128, false},   {64, 64, 4096, 1, 132, 128, 34, false},
+      {128, 16, 4096, 1, 132, 128, 64, false},
+  };
+  for (const Row& r : rows) {
+    const int parts = decode_num_parts(132, r.q_len, r.heads);
+    EXPECT_EQ(parts, r.num_parts) << r.batch << " x " << r.len;
+    const std::vector<int> lengths(r.batch, r.len);
+    const Schedule s = run(r.batch, r.len, &lengths, parts);
+    expect_consistent(s, r.batch, r.len, &lengths, parts);
+    int busy = 0, max_blocks = 0, blocks = 0;
+    for (const SparsePart& p : s.parts) {
+      if (p.begin_req > p.end_req) continue;
+      ++busy;
+      int mine = 0;
+      for (int q = p.begin_req; q <= p.end_req; ++q) {
+        int first = 0, last = 0;
+        piece_blocks(p, lengths.data(), r.len, q, first, last);
+        mine += last - first;
+      }
+      max_blocks = std::max(max_blocks, mine);
+      blocks += mine;
+    }
+    const std::string at = "b" + std::to_string(r.batch) + " h" + std::to_string(r.heads) + " " +
+                           std::to_string(r.len) + " q_len " + std::to_string(r.q_len);
+    EXPECT_EQ(busy, r.busy) << at;
+    EXPECT_EQ(max_blocks, r.max_blocks) << at;
+    EXPECT_EQ(blocks, r.batch * (r.len / 64)) << at;
+    // Never more than the payload's blocks: ceil(cost / partitions) with the fixed overhead.
+    EXPECT_LE(max_blocks, (r.batch * (r.len / 64 + kFixedOverheadBlocks) + parts - 1) / parts) << at;
+    EXPECT_EQ(max_blocks == (blocks + parts - 1) / parts, r.least) << at;
+    // The schedule the dense run reads (lengths given) is the uniform one's when they are equal.
+    const Schedule uniform = run(r.batch, r.len, nullptr, parts);
+    EXPECT_EQ(0, std::memcmp(s.parts.data(), uniform.parts.data(), parts * sizeof(SparsePart))) << at;
+  }
+}
+
 TEST(MlaSchedule, NumPartsFillsTheSmsOnce) {
-  EXPECT_EQ(sparse_num_parts(132, 1, 128), 66);
-  EXPECT_EQ(sparse_num_parts(132, 1, 64), 132);
-  EXPECT_EQ(sparse_num_parts(132, 2, 128), 33);
-  EXPECT_EQ(sparse_num_parts(132, 1, 100), 66);
-  EXPECT_EQ(sparse_num_parts(132, 4, 16), 33);
-  EXPECT_EQ(sparse_num_parts(4, 4, 128), 1);
+  EXPECT_EQ(decode_num_parts(132, 1, 128), 66);
+  EXPECT_EQ(decode_num_parts(132, 1, 64), 132);
+  EXPECT_EQ(decode_num_parts(132, 2, 128), 33);
+  EXPECT_EQ(decode_num_parts(132, 1, 100), 66);
+  EXPECT_EQ(decode_num_parts(132, 4, 16), 33);
+  EXPECT_EQ(decode_num_parts(4, 4, 128), 1);
 }
 
 }  // namespace

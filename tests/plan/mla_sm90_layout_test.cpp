@@ -1,8 +1,7 @@
-// The sm90a MLA producer's tile addresses (kernels/mla/sm90/layout.cuh) on the host: the round
-// stream's two-base store addresses are the swizzled addresses of the rows and units each thread
-// converts, and a round's stores cover its tokens' NoPE units exactly once; the pair exchange's
-// and the whole-row pieces' stores (and the rows' two store bases) (the bytes each lane converts, whole sectors and whole rows per
-// instruction); the mma selection matrix and the producers' index check (traits.cuh).
+// The sm90a MLA kernels' addresses and orders (kernels/mla/sm90/layout.cuh) on the host: the
+// wide kernel's whole-row pieces (the bytes each lane converts, whole rows per store instruction)
+// and their two store bases; the producers' index check (traits.cuh); the direct kernel's
+// fragment orders (permutations, conflict-free loads, the identities its code relies on).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -26,79 +25,12 @@ TEST(MlaSm90Layout, SwizzleKeepsRowsAndPermutesUnits) {
   }
 }
 
-// Rounds per block: one in a cluster of 2 (first_token 0 or 32, 32 tokens), two without
-// (first_token 0, 64 tokens).
-TEST(MlaSm90Layout, StreamStoresAreTheSwizzledUnitsOfEachRoundOnce) {
-  struct Share {
-    int first_token, rounds;
-  };
-  for (const Share share : {Share{0, 2}, Share{0, 1}, Share{32, 1}}) {
-    std::set<unsigned> seen;
-    for (int h = 0; h < share.rounds; ++h) {
-      for (int t = 0; t < 128; ++t) {
-        const StreamStores at = stream_stores(t, share.first_token);
-        const int j = t % 32, g = t / 32;
-        for (int u = 0; u < 8; ++u) {
-          const int n = share.first_token + g + 4 * (8 * h + u);
-          ASSERT_LT(n, 64);
-          const unsigned chunk = static_cast<unsigned>((j / 4) * kChunkBytes);
-          const unsigned lo = at.at[u % 2] + 512u * static_cast<unsigned>(8 * h + u);
-          EXPECT_EQ(lo, chunk + swz(n, 2 * (j % 4))) << t << " " << u << " " << h;
-          EXPECT_EQ(lo + at.second, chunk + swz(n, 2 * (j % 4) + 1)) << t << " " << u << " " << h;
-          EXPECT_TRUE(seen.insert(lo).second);
-          EXPECT_TRUE(seen.insert(lo + at.second).second);
-        }
-      }
-    }
-    // Every 16-byte NoPE unit of the share's rows: 8 chunks x 8 units x its tokens.
-    EXPECT_EQ(seen.size(), static_cast<size_t>(64 * 32 * share.rounds));
-    for (unsigned a : seen) {
-      EXPECT_EQ(a % 16, 0u);
-      EXPECT_LT(a, static_cast<unsigned>(8 * kChunkBytes));
-      const int row = static_cast<int>((a % kChunkBytes) / 128);
-      EXPECT_GE(row, share.first_token);
-      EXPECT_LT(row, share.first_token + 32 * share.rounds);
-    }
-  }
-}
-
 // The 128-byte row a store address falls in, and its 16-byte unit there (before the swizzle).
 struct RowUnit {
   unsigned row_start;
   int unit;
 };
 RowUnit row_unit(unsigned addr) { return RowUnit{addr / 128 * 128, static_cast<int>(addr % 128 / 16)}; }
-
-// Cfg::kMap = 2: after the swap each lane holds the raw bytes of the units it stores, and each
-// store instruction of a warp writes sixteen whole 32-byte sectors. The bytes are modelled as the
-// NoPE byte offsets of the token (lane j loads 16 j .. + 15; its partner swaps the other half).
-TEST(MlaSm90Layout, PairExchangeStoresWholeSectorsOfItsOwnBytes) {
-  for (int n = 0; n < 64; ++n) {
-    std::set<unsigned> seen;
-    for (int half = 0; half < 2; ++half) {  // the lo stores, then the hi stores
-      std::set<unsigned> sectors;
-      std::multiset<unsigned> sector_writes;
-      for (int j = 0; j < 32; ++j) {
-        const PairStores ps = pair_stores(j);
-        const PairStores partner = pair_stores(j ^ 1);
-        EXPECT_EQ(ps.swapped + partner.swapped, 1) << j;  // the pair swaps opposite halves
-        // Raw half h of lane j after the swap: its own, or the partner's other half.
-        auto byte_of_half = [&](int h) { return h == ps.swapped ? 16 * (j ^ 1) + 8 * (1 - h) : 16 * j + 8 * h; };
-        const int unit = half == 0 ? ps.lo : ps.hi;
-        const int chunk = j / 4;
-        // The stored unit's 8 values are NoPE bytes 64 chunk + 8 unit .. + 7.
-        EXPECT_EQ(byte_of_half(half), 64 * chunk + 8 * unit) << "lane " << j << " half " << half;
-        const unsigned a = static_cast<unsigned>(chunk * kChunkBytes) + swz(n, unit);
-        EXPECT_TRUE(seen.insert(a).second) << j;
-        sectors.insert(a / 32);
-        sector_writes.insert(a / 32);
-      }
-      EXPECT_EQ(sectors.size(), 16u) << n;
-      for (unsigned sec : sectors) EXPECT_EQ(sector_writes.count(sec), 2u) << n;
-    }
-    EXPECT_EQ(seen.size(), 64u) << n;  // every unit of the token's eight chunk rows once
-  }
-}
 
 // Cfg::kMap = 3: each lane's bytes and scales are those of the units it stores, every unit of the
 // token's eight rows is written once, and each store instruction writes four whole 128-byte rows.
@@ -158,44 +90,6 @@ TEST(MlaSm90Layout, RowsStoresAreTheSwizzledUnitsOfEachPiece) {
     }
     // 8 chunks x 8 units of each of the share's rows.
     EXPECT_EQ(seen.size(), static_cast<size_t>(64 * share.tokens));
-  }
-}
-
-// mma.sync m16n8k8 with f16 A and B, f32 D, as the PTX ISA lays the fragments out (lane l:
-// g = l / 4, c = l % 4): A a0 = (row g, cols 2c, 2c + 1), a1 = (row g + 8, same cols); B b = (rows
-// 2c, 2c + 1, col g); D d0, d1 = (row g, cols 2c, 2c + 1), d2, d3 = (row g + 8, same cols). With
-// every lane's B register mma_select_b(l), B is the identity and each lane's D is its own A.
-TEST(MlaSm90Layout, MmaSelectionGivesEachLaneItsOwnValues) {
-  float b[8][8] = {};
-  for (int l = 0; l < 32; ++l) {
-    const int g = l / 4, c = l % 4;
-    const unsigned r = mma_select_b(l);
-    b[2 * c][g] = (r & 0xFFFFu) == 0x3C00u ? 1.f : ((r & 0xFFFFu) == 0 ? 0.f : -1.f);
-    b[2 * c + 1][g] = (r >> 16) == 0x3C00u ? 1.f : ((r >> 16) == 0 ? 0.f : -1.f);
-  }
-  for (int k = 0; k < 8; ++k) {
-    for (int n = 0; n < 8; ++n) EXPECT_EQ(b[k][n], k == n ? 1.f : 0.f) << k << " " << n;
-  }
-  // A: lane l's four values 4 l .. 4 l + 3 in the order dequant16_mma packs them (a0 low, a0
-  // high, a1 low, a1 high); D = A B read back per lane must be the same four, in order.
-  float a[16][8] = {};
-  for (int l = 0; l < 32; ++l) {
-    const int g = l / 4, c = l % 4;
-    a[g][2 * c] = 4.f * l;
-    a[g][2 * c + 1] = 4.f * l + 1;
-    a[g + 8][2 * c] = 4.f * l + 2;
-    a[g + 8][2 * c + 1] = 4.f * l + 3;
-  }
-  for (int l = 0; l < 32; ++l) {
-    const int g = l / 4, c = l % 4;
-    float d[4] = {};
-    for (int k = 0; k < 8; ++k) {
-      d[0] += a[g][k] * b[k][2 * c];
-      d[1] += a[g][k] * b[k][2 * c + 1];
-      d[2] += a[g + 8][k] * b[k][2 * c];
-      d[3] += a[g + 8][k] * b[k][2 * c + 1];
-    }
-    for (int i = 0; i < 4; ++i) EXPECT_EQ(d[i], 4.f * l + i) << l << " " << i;
   }
 }
 

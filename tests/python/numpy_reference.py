@@ -1,6 +1,6 @@
 """An independent numpy implementation of deca's ops, for the Python tests.
 
-Written from DESIGN.md, not from src/cpu/: every request's K and V are gathered into dense
+Written from docs/semantics.md, not from src/cpu/: every request's K and V are gathered into dense
 float64 matrices first, the visibility of each key is a boolean mask built from the positions,
 and the softmax is taken over the whole row in float64. Conversions come from ml_dtypes.
 """

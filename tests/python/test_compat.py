@@ -187,6 +187,25 @@ def test_flash_mla_dense_matches_mla_decode_dense(rng):
     _eq(lse, want_lse.swapaxes(1, 2))
 
 
+def test_flash_mla_dense_fp8_cache_and_empty_requests(rng):
+    """Dense with is_fp8_kvcache=True reads the 656-byte sparse cache through block_table (what
+    deca.mla_decode_dense does with kv_format "fp8_sparse"); an empty request's rows get out 0
+    and LSE +inf, FlashMLA's convention (deca's own API gives -inf)."""
+    from test_mla import dense_cache
+    q, kv, table, lens = _dense_case(rng, [70, 0, 33], 1, 8, 16)
+    cache, _, _ = dense_cache(kv, "fp8_sparse", rng)
+    meta, splits = compat.get_mla_metadata(lens, 8, 1, is_fp8_kvcache=True)
+    out, lse = compat.flash_mla_with_kvcache(q, cache, table, lens, 512, meta, splits,
+                                             is_fp8_kvcache=True)
+    want, want_lse = deca.mla_decode_dense(q, cache, table, lens, kv_format="fp8_sparse",
+                                           return_lse=True)
+    _eq(out, want)
+    assert np.all(np.isneginf(want_lse[1])) and np.all(np.isposinf(lse[1]))
+    want_lse[1] = np.inf
+    _eq(lse, want_lse.swapaxes(1, 2))
+    assert np.all(out[1].astype(np.float32) == 0)
+
+
 def test_flash_mla_refuses_by_name(rng):
     q, kv, indices = _sparse_case(rng, 1, 1, 4, 8, 16, num_blocks=2)
     meta, _ = compat.get_mla_metadata()

@@ -220,6 +220,61 @@ def test_torch_compile_flash_mla_with_metadata_matches_eager(rng):
         same_bits(g, w)
 
 
+@pytest.mark.parametrize("fp8", [False, True])
+def test_flash_mla_dense_torch_metadata_per_step(rng, fp8):
+    """Dense FlashMLA calls (a bf16 cache, or the 656-byte cache with is_fp8_kvcache) over three
+    layers of one step with one metadata object: the first schedules, the others reuse it (on
+    CUDA), each writes deca's own call's bytes; the empty request's LSE is +inf."""
+    from test_mla import _dense_case, dense_cache
+    q, kv, table, lens = _dense_case(rng, [70, 0, 129, 5], 2, 16, 64)
+    cache = dense_cache(kv, "fp8_sparse", rng)[0] if fp8 else kv
+    meta, splits = compat.get_mla_metadata(T(lens), 2 * 16, 1, is_fp8_kvcache=fp8)
+    for layer in range(3):
+        ql = T(q) if layer == 0 else T(rng.standard_normal(q.shape).astype(ref.BF16))
+        out, lse = compat.flash_mla_with_kvcache(ql, T(cache), T(table), T(lens), 512, meta,
+                                                 splits, causal=True, is_fp8_kvcache=fp8)
+        want, want_lse = deca.mla_decode_dense(ql, T(cache), T(table), T(lens),
+                                               return_lse=True)
+        same_bits(out, want)
+        assert torch.isposinf(lse[1]).all() and torch.isneginf(want_lse[1]).all()
+        want_lse[1] = float("inf")
+        same_bits(lse, want_lse.transpose(1, 2))
+        assert meta._schedule._done == (DEV != "cpu")
+
+
+def test_torch_compile_flash_mla_dense_matches_eager(rng):
+    """Under torch.compile(fullgraph=True) the dense compat call is one deca op (and the +inf
+    LSE of rows without keys a masked fill): the compiled call gives the eager call's bytes."""
+    from test_mla import _dense_case
+    q, kv, table, lens = (T(x) for x in _dense_case(rng, [40, 0, 17], 2, 8, 16))
+
+    def attend(q, kv, table, lens):
+        return compat.flash_mla_with_kvcache(q, kv, table, lens, 512, None, None, causal=True)
+
+    want = attend(q, kv, table, lens)
+    got = torch.compile(attend, fullgraph=True, backend="aot_eager")(q, kv, table, lens)
+    for g, w in zip(got, want):
+        same_bits(g, w)
+
+
+@pytest.mark.parametrize("kv_format", ["bf16", "fp8_e4m3", "fp8_sparse"])
+def test_opcheck_mla_decode_dense(rng, kv_format):
+    import deca.torch_ops  # noqa: F401
+    from test_mla import _dense_case, dense_cache
+    q, kv, table, lens = _dense_case(rng, [40, 17], 1, 8, 16)
+    cache, scale, _ = dense_cache(kv, kv_format, rng)
+    out = torch.empty((2, 1, 8, 512), dtype=torch.bfloat16, device=DEV)
+    lse = torch.empty((2, 1, 8), dtype=torch.float32, device=DEV)
+    kv_t, fmt = T(cache), ""
+    if kv_format == "fp8_e4m3":  # as uint8 bits (opcheck's schema test cannot compare float8)
+        kv_t, fmt = kv_t.view(torch.uint8), "fp8_e4m3"
+    args = (T(q), kv_t, T(table), T(lens), out, lse, 0.0, scale or 1.0, fmt)
+    torch.library.opcheck(torch.ops.deca.mla_decode_dense.default, args)
+    torch.ops.deca.mla_decode_dense(*args)  # opcheck ran on copies: out is written here
+    want = deca.mla_decode_dense(T(q), T(cache), T(table), T(lens), kv_scale=scale)
+    same_bits(out, want)
+
+
 @pytest.mark.skipif(DEV == "cpu", reason="needs a CUDA device")
 def test_flash_attn_in_cuda_graph(rng):
     case, (q, k, v, lens, table) = _fa_inputs(rng)

@@ -52,6 +52,92 @@ def test_mla_dense_softmax_scale_and_plan(rng):
     close(out, want, "bf16")
 
 
+def dense_cache(kv, kv_format, rng=None, scale=None):
+    """The bf16 case cache `kv` (NaN in unowned slots) stored as kv_format: (cache, kv_scale,
+    real) with real [blocks, page, 1, 576] float64 the values each token holds by the format's
+    definition (NaN where no token lives). e4m3: one power-of-two scale chosen by
+    quantize_mla_fp8_e4m3, or `scale` (products rounded to fp32, then bf16); fp8_sparse: the
+    656-byte token with each 128-value group at its own magnitude (different scales)."""
+    owned = ~np.isnan(kv.astype(np.float32)).any(axis=-1)  # [blocks, page, 1]
+    src = np.where(owned[..., None], kv.astype(np.float32), 0.0)
+    if kv_format == "bf16":
+        return kv, None, kv.astype(np.float64)
+    if kv_format == "fp8_e4m3":
+        if scale is None:
+            cache, scale = deca.quantize_mla_fp8_e4m3(src.astype(ref.BF16))
+        else:
+            cache = deca.quantize_fp8(src.astype(ref.BF16), scale)
+        real = (cache.astype(np.float32) * np.float32(scale)).astype(ref.BF16).astype(np.float64)
+        cache.view(np.uint8)[~owned] = 0x7F  # e4m3 NaN
+        real[~owned] = np.nan
+        return cache, scale, real
+    src[..., :512] *= np.repeat(np.exp2(rng.integers(-4, 5, src.shape[:3] + (4,))), 128, axis=-1)
+    cache = deca.pack_mla_fp8(src.astype(ref.BF16))
+    real = np.stack([ref.unpack_fp8_token(t) for t in cache.reshape(-1, 656)])
+    real = real.reshape(src.shape)
+    cache[~owned] = 0x7F  # NaN NoPE, huge scales, NaN RoPE
+    real[~owned] = np.nan
+    return cache, None, real
+
+
+@pytest.mark.parametrize("kv_format", ["bf16", "fp8_e4m3", "fp8_sparse"])
+@pytest.mark.parametrize("seqlens,q_len,heads,page", [
+    ([70, 1, 129, 0], 1, 16, 64),
+    ([33, 20], 3, 8, 16),
+    ([4], 4, 24, 1),
+])
+def test_mla_dense_formats_match_numpy(rng, kv_format, seqlens, q_len, heads, page):
+    """Each cache format against the numpy reference over the values it stores; the format
+    follows the cache's dtype (uint8 [.., 656]: the sparse token read densely)."""
+    q, kv, table, lens = _dense_case(rng, seqlens, q_len, heads, page)
+    cache, scale, real = dense_cache(kv, kv_format, rng)
+    out, lse = deca.mla_decode_dense(q, cache, table, lens, kv_scale=scale, return_lse=True)
+    want, want_lse = ref.mla_dense(q.astype(np.float64), real, table, lens)
+    close(out, want, "bf16")
+    close_lse(lse, want_lse)
+    assert np.all(np.asarray(out.astype(np.float32))[lens == 0] == 0)
+
+
+def test_mla_dense_e4m3_arbitrary_scale_and_uint8_bits(rng):
+    """A scale that is no power of two (each value's product rounded to bf16), and the e4m3
+    cache passed as uint8 bits with kv_format="fp8_e4m3" through a plan."""
+    q, kv, table, lens = _dense_case(rng, [50, 9], 2, 8, 16)
+    cache, scale, real = dense_cache(kv, "fp8_e4m3", scale=0.0123)
+    want, want_lse = ref.mla_dense(q.astype(np.float64), real, table, lens)
+    out, lse = deca.mla_decode_dense(q, cache, table, lens, kv_scale=scale, return_lse=True)
+    close(out, want, "bf16")
+    close_lse(lse, want_lse)
+    plan = deca.MlaPlan(8, kv_format="fp8_e4m3", page_size=16, max_batch=2, max_q_len=2,
+                        max_seq_len=64)
+    assert plan.kv_format == "fp8_e4m3" and plan.config.kv_format == "fp8_e4m3"
+    bits = np.empty((2, 2, 8, 512), ref.BF16)
+    plan.run_dense(q, cache.view(np.uint8), table, lens, bits, lse=np.empty((2, 2, 8), np.float32),
+                   kv_scale=scale, reuse_schedule=True)  # reuse_schedule: ignored on the CPU
+    assert np.array_equal(bits.view(np.uint16), out.view(np.uint16))
+
+
+def test_mla_dense_format_errors(rng):
+    q, kv, table, lens = _dense_case(rng, [20], 1, 4, 16)
+    with pytest.raises(deca.Error, match=r'MlaPlan: kv_format: expected "default" or "bf16" or '
+                                         r'"fp8_e4m3" or "fp8_sparse", got \'fp8\''):
+        deca.MlaPlan(4, kv_format="fp8")
+    with pytest.raises(deca.Error, match=r"plan_mla_decode: config.kv_format: expected kDefault "
+                                         r"or kFP8Sparse for sparse decode .* got kBF16 \(bf16\)"):
+        deca.MlaPlan(4, sparse=True, topk=64, kv_format="bf16")
+    with pytest.raises(deca.Error, match=r"mla_decode_dense: kv_scale: expected 1 \(only a "
+                                         r"kFP8E4M3 cache has a per-cache scale"):
+        deca.mla_decode_dense(q, kv, table, lens, kv_scale=0.5)
+    cache, scale, _ = dense_cache(kv, "fp8_e4m3")
+    with pytest.raises(deca.Error, match=r"mla_decode_dense: kv_scale: expected a finite value "
+                                         r"> 0 .* got 0"):
+        deca.mla_decode_dense(q, cache, table, lens, kv_scale=0.0)
+    plan = deca.MlaPlan(4, kv_format="fp8_sparse", page_size=16, max_seq_len=32)
+    with pytest.raises(deca.Error, match=r"mla_decode_dense: kv_cache: expected dtype uint8 "
+                                         r"\(plan.config.kv_format kFP8Sparse\), got bf16"):
+        plan.run_dense(q, kv, table, lens, np.empty((1, 1, 4, 512), ref.BF16),
+                       lse=np.empty((1, 1, 4), np.float32))
+
+
 def _sparse_case(rng, batch, q_len, heads, topk, page, num_blocks):
     latent = rng.standard_normal((num_blocks, page, 1, 576))
     latent[..., :512] *= rng.uniform(0.01, 10.0, (num_blocks, page, 1, 1))  # varied scales

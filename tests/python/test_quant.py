@@ -74,3 +74,33 @@ def test_unpack_inverts_pack(rng):
                                atol=2 ** -9 * 2.0 ** np.ceil(np.log2(8 / 448)))
     bf = deca.unpack_mla_fp8(packed, out_dtype="bf16")
     assert np.array_equal(bf.astype(np.float32), back)
+
+
+@pytest.mark.parametrize("sigma", [1e-3, 1.0, 300.0])
+def test_quantize_mla_fp8_e4m3(rng, sigma):
+    """One power-of-two scale for the whole cache (the smallest with max|x| / scale <= 448),
+    codes = ml_dtypes' e4m3 rounding of x / scale; into a given uint8 out as well."""
+    x = (rng.standard_normal((3, 16, 1, 576)) * sigma).astype(ref.BF16)
+    q, scale = deca.quantize_mla_fp8_e4m3(x)
+    assert q.dtype == ref.FP8 and q.shape == x.shape
+    amax = np.abs(x.astype(np.float64)).max()
+    assert scale == 2.0 ** np.ceil(np.log2(amax / 448.0))
+    assert amax / scale <= 448.0 < amax / (scale / 2)
+    want = (x.astype(np.float64) / scale).astype(np.float32).astype(ref.FP8)
+    assert np.array_equal(q.view(np.uint8), want.view(np.uint8))
+    bits = np.full(x.shape, 0x55, np.uint8)
+    out, again = deca.quantize_mla_fp8_e4m3(x, bits)
+    assert out is bits and again == scale and np.array_equal(bits, q.view(np.uint8))
+
+
+def test_quantize_mla_fp8_e4m3_errors():
+    with pytest.raises(deca.Error, match=r"quantize_mla_fp8_e4m3: src: expected shape "
+                                         r"\[\.\.\., 576\]"):
+        deca.quantize_mla_fp8_e4m3(np.zeros((2, 512), ref.BF16))
+    x = np.zeros((2, 576), ref.BF16)
+    x[1, 3] = np.nan
+    out = np.full((2, 576), 0x55, np.uint8)
+    with pytest.raises(deca.Error, match=r"quantize_mla_fp8_e4m3: src: expected finite values"):
+        deca.quantize_mla_fp8_e4m3(x, out)
+    assert np.all(out == 0x55)
+    assert deca.quantize_mla_fp8_e4m3(np.zeros((1, 576), ref.BF16))[1] == 1.0

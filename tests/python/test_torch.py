@@ -191,8 +191,8 @@ def test_mla_sparse_plan_run_fast_path_matches_checked_imports(rng):
 
 def test_mla_dense_plan_run_fast_path_matches_checked_imports(rng):
     """MlaPlan.run_dense's fast path (torch tensors or deca.Tensors) and the checked imports
-    write the same bytes. Dense MLA runs on the CPU backend only, so CPU tensors on every machine
-    (the H200 round at d7f19e0 found this test asking a CUDA plan for it)."""
+    write the same bytes, on CPU tensors (every machine; the CUDA runs are
+    test_mla_dense_cuda.py's)."""
     from deca import _C
     from deca._tensors import tensor
     dev = "cpu"
@@ -208,8 +208,8 @@ def test_mla_dense_plan_run_fast_path_matches_checked_imports(rng):
     def imported(out, lse):
         return (tensor(q, "q"), tensor(kv, "kv"), tensor(table, "t", "int32"),
                 tensor(lens, "l", "int32"), tensor(out, "o", writable=True),
-                tensor(lse, "lse", writable=True), 0.0, tensor(ws, "ws", writable=True),
-                _stream(dev))
+                tensor(lse, "lse", writable=True), 0.0, 1.0, tensor(ws, "ws", writable=True),
+                _stream(dev), False)
 
     ways = [lambda out, lse: plan.run_dense(q, kv, table, lens, out, lse=lse, workspace=ws),
             lambda out, lse: _C.mla_decode_dense_planned_fast(plan._plan, *imported(out, lse)),

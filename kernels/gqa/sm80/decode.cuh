@@ -40,20 +40,14 @@ struct SharedStorage {
 };
 
 // Output column of accumulator tile `o`, column `col` (0..7) of a warp's 16 x head_dim block. The
-// 16-bit path keeps the natural order; the 8-bit V path interleaves dims so that one 32-bit shared
-// load per row feeds four n8 tiles (see pv_chunk).
+// 16-bit path keeps the natural order; the 8-bit V paths take tile pairs per 16-dim block: even
+// dims of the block, then odd (their ldmatrix.trans + prmt byte split).
 template <class T>
 __device__ __forceinline__ int out_dim(int o, int col) {
   if constexpr (T::kVPairs16) {
-    // Tile pairs per 16-dim block: even dims of the block, then odd (the ldmatrix.trans + prmt
-    // byte split of the 8-bit V paths).
     return (o / 2) * 16 + 2 * col + (o % 2);
-  } else if constexpr (T::kKvKind == kv::kKv16) {
-    return o * 8 + col;
   } else {
-    const int group = o / 4;
-    if (group < T::kVGroups32) return group * 32 + col * 4 + (o % 4);
-    return T::kVGroups32 * 32 + col * 2 + (o % 4);  // the 16-dim tail: two tiles
+    return o * 8 + col;
   }
 }
 
@@ -81,8 +75,8 @@ __device__ __forceinline__ float q_row_scale_s8(float amax) {
 }
 
 // K-dimension order inside a 16-wide k step: the 16-bit path is the mma's own (pairs at 2c and
-// 2c+8); the 8-bit K path reads 4 consecutive bytes per thread (dims 4c..4c+3), so q is permuted
-// the same way: the dot product does not care about the order of its terms.
+// 2c+8); the 8-bit K path gets 4 consecutive bytes per thread from ldmatrix (dims 4c..4c+3), so q
+// is permuted the same way: the dot product does not care about the order of its terms.
 template <class T>
 __device__ __forceinline__ int q_dim(int kk, int c, int half) {
   if constexpr (T::kKvKind == kv::kKv16) return kk * 16 + half * 8 + 2 * c;
@@ -93,7 +87,7 @@ template <class Cfg>
 __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned char* smem) {
   using T = Traits<Cfg>;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 890
-  static_assert(!(T::kTwoTerm && !T::kTwoTermI8), "the two-term e4m3 path needs sm_89+ (e4m3 mma.sync)");
+  static_assert(!T::kPvTwoTerm, "the two-term e4m3 path needs sm_89+ (e4m3 mma.sync)");
 #endif
   constexpr int D = T::kHeadDim;
   constexpr int kQTop = T::kTwoTerm ? 7 : 14;
@@ -395,8 +389,8 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
   }
 
   const float row_qk_scale[2] = {qk_scale * row_inv[0], qk_scale * row_inv[1]};
-  // P comes out of ex2 times 2^kPShift (see the softmax): 256 for e4m3 terms, 127 for int8.
-  constexpr float kPShift = !T::kPvTwoTerm ? 0.f : (T::kTwoTermI8 ? 6.988684686772166f : 8.f);
+  // P comes out of ex2 times 2^kPShift (see the softmax): 256 for e4m3 terms.
+  constexpr float kPShift = T::kPvTwoTerm ? 8.f : 0.f;
   const float row_log2_scale[2] = {log2_scale * row_inv[0], log2_scale * row_inv[1]};
 
   // ---- Softmax state and output accumulators ----
@@ -568,8 +562,8 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
       if constexpr (T::kTwoTermI8) {
         // The fp8 two-term loop below with the loops swapped: per pair of n8 tiles, every k step,
         // so that only this pair's int32 sums are live (16 registers, not 2 * kN8 * 4): one per
-        // q term, each starting at its bias; the low one is shifted into the high one after the
-        // last step (kv_convert.cuh mma_s8_two_term). q is in registers, or (head_dim > 128) the
+        // q term, each starting at its bias (kv_convert.cuh kMagicBits); the low one is shifted
+        // into the high one after the last step. q is in registers, or (head_dim > 128) the
         // chunk is 16 tokens: one pair, so nothing is loaded twice.
 #pragma unroll
         for (int j = 0; j < kN8; j += 2) {
@@ -654,27 +648,16 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
       for (int kk = 0; kk < kKSteps; ++kk) {
         unsigned a[4];
         load_q(kk, a);
-        if constexpr (T::kKvKind == kv::kKv16) {
 #pragma unroll
-          for (int j = 0; j < kN8; j += 2) {
-            // x4: (tokens 0-7, dims 0-7), (tokens 0-7, dims 8-15), (tokens 8-15, ...) x2.
-            const int m = lane / 8;
-            const int tok = local0 + j * 8 + (m / 2) * 8 + lane % 8;
-            const unsigned addr = ks + tok * T::kRowStride + (kk * 16 + (m % 2) * 8) * 2;
-            unsigned b0, b1, b2, b3;
-            ptx::ldmatrix_x4(addr, b0, b1, b2, b3);
-            ptx::mma_16816<kFp16>(s_acc[j], a, b0, b1);
-            ptx::mma_16816<kFp16>(s_acc[j + 1], a, b2, b3);
-          }
-        } else {
-#pragma unroll
-          for (int j = 0; j < kN8; ++j) {
-            const int tok = local0 + j * 8 + g;
-            const unsigned w = ptx::lds32(ks + tok * T::kRowStride + kk * 16 + 4 * c);
-            unsigned b0, b1;
-            kv::widen4<T::kKvKind>(w, b0, b1);
-            ptx::mma_16816<kFp16>(s_acc[j], a, b0, b1);
-          }
+        for (int j = 0; j < kN8; j += 2) {
+          // x4: (tokens 0-7, dims 0-7), (tokens 0-7, dims 8-15), (tokens 8-15, ...) x2.
+          const int m = lane / 8;
+          const int tok = local0 + j * 8 + (m / 2) * 8 + lane % 8;
+          const unsigned addr = ks + tok * T::kRowStride + (kk * 16 + (m % 2) * 8) * 2;
+          unsigned b0, b1, b2, b3;
+          ptx::ldmatrix_x4(addr, b0, b1, b2, b3);
+          ptx::mma_16816<kFp16>(s_acc[j], a, b0, b1);
+          ptx::mma_16816<kFp16>(s_acc[j + 1], a, b2, b3);
         }
       }
       }
@@ -725,8 +708,8 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
         const float m_use = m_new == kNegInf ? 0.f : m_new;
         alpha[h] = ptx::ex2(m_run[h] - m_use);
         m_run[h] = m_new;
-        // Two-term: P comes out times 2^kPShift (in [0, 256], e4m3 range; [0, 127] for int8
-        // terms); l and O carry the same factor, and the max this warp reports is lowered by it, so the merge, the sink,
+        // Two-term PV: P comes out times 2^kPShift (in [0, 256], e4m3 range); l and O carry the
+        // same factor, and the max this warp reports is lowered by it, so the merge, the sink,
         // LSE and the splits see consistent (m, l, o) with no extra multiply.
         const float m_p = m_use - kPShift;
         float sum = 0.f;
@@ -762,11 +745,7 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
           const int j0 = 4 * st;
           unsigned ph[4], pl[4];
           auto split_p = [](float x0, float x1, float x2, float x3, unsigned& hi, unsigned& lo) {
-            if constexpr (T::kTwoTermI8) {
-              kv::split_s8_p(x0, x1, x2, x3, hi, lo);
-            } else {
-              kv::split_e4m3_f16(x0, x1, x2, x3, hi, lo);
-            }
+            kv::split_e4m3_f16(x0, x1, x2, x3, hi, lo);
           };
           split_p(s_acc[j0][0], s_acc[j0][1], s_acc[j0 + 1][0], s_acc[j0 + 1][1], ph[0], pl[0]);
           split_p(s_acc[j0][2], s_acc[j0][3], s_acc[j0 + 1][2], s_acc[j0 + 1][3], ph[1], pl[1]);
@@ -790,23 +769,10 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
             const unsigned even0 = ptx::prmt(r0, r1, 0x6420u), odd0 = ptx::prmt(r0, r1, 0x7531u);
             const unsigned even1 = kHalf ? 0u : ptx::prmt(r2, r3, 0x6420u);
             const unsigned odd1 = kHalf ? 0u : ptx::prmt(r2, r3, 0x7531u);
-            if constexpr (T::kTwoTermI8) {
-              // One int32 tile per n8 block of V columns, into the fp32 O at once: the online
-              // softmax rescales O between chunks, so an int32 O could not outlive a chunk, and
-              // four temporaries cost no registers where an int32 copy of O would cost D / 2.
-              int t[4];
-              kv::mma_s8_two_term(t, ph, pl, even0, even1);
-#pragma unroll
-              for (int e = 0; e < 4; ++e) o_acc[2 * blk][e] += kv::magic_to_float(t[e]);
-              kv::mma_s8_two_term(t, ph, pl, odd0, odd1);
-#pragma unroll
-              for (int e = 0; e < 4; ++e) o_acc[2 * blk + 1][e] += kv::magic_to_float(t[e]);
-            } else {
-              ptx::mma_e4m3_16832(o_acc[2 * blk], ph, even0, even1);
-              ptx::mma_e4m3_16832(o_acc[2 * blk], pl, even0, even1);
-              ptx::mma_e4m3_16832(o_acc[2 * blk + 1], ph, odd0, odd1);
-              ptx::mma_e4m3_16832(o_acc[2 * blk + 1], pl, odd0, odd1);
-            }
+            ptx::mma_e4m3_16832(o_acc[2 * blk], ph, even0, even1);
+            ptx::mma_e4m3_16832(o_acc[2 * blk], pl, even0, even1);
+            ptx::mma_e4m3_16832(o_acc[2 * blk + 1], ph, odd0, odd1);
+            ptx::mma_e4m3_16832(o_acc[2 * blk + 1], pl, odd0, odd1);
           }
         }
       } else if constexpr (T::kLdsm8) {
@@ -860,43 +826,16 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
         a[2] = ptx::pack2<kFp16>(s_acc[2 * st + 1][0], s_acc[2 * st + 1][1]);
         a[3] = ptx::pack2<kFp16>(s_acc[2 * st + 1][2], s_acc[2 * st + 1][3]);
         const int tok0 = local0 + st * 16;
-        if constexpr (T::kKvKind == kv::kKv16) {
 #pragma unroll
-          for (int o = 0; o < kOTiles; o += 2) {
-            // x4.trans: (tokens 0-7, dims o*8..), (tokens 8-15, same), then dims +8.
-            const int m = lane / 8;
-            const int tok = tok0 + (m % 2) * 8 + lane % 8;
-            const unsigned addr = vs + tok * T::kRowStride + (o * 8 + (m / 2) * 8) * 2;
-            unsigned b0, b1, b2, b3;
-            ptx::ldmatrix_x4_trans(addr, b0, b1, b2, b3);
-            ptx::mma_16816<kFp16>(o_acc[o], a, b0, b1);
-            ptx::mma_16816<kFp16>(o_acc[o + 1], a, b2, b3);
-          }
-        } else {
-          // Rows (tokens) 2c, 2c+1, 2c+8, 2c+9; one 32-bit load per row feeds four n8 tiles.
-          const unsigned r0 = vs + (tok0 + 2 * c) * T::kRowStride;
-          const unsigned r1 = r0 + T::kRowStride;
-          const unsigned r2 = r0 + 8 * T::kRowStride;
-          const unsigned r3 = r2 + T::kRowStride;
-#pragma unroll
-          for (int grp = 0; grp < T::kVGroups32; ++grp) {
-            const unsigned off = grp * 32 + 4 * g;
-            const unsigned w0 = ptx::lds32(r0 + off), w1 = ptx::lds32(r1 + off);
-            const unsigned w2 = ptx::lds32(r2 + off), w3 = ptx::lds32(r3 + off);
-            unsigned b0[4], b1[4];
-            kv::widen_rows<T::kKvKind, 4>(w0, w1, w2, w3, b0, b1);
-#pragma unroll
-            for (int i = 0; i < 4; ++i) ptx::mma_16816<kFp16>(o_acc[grp * 4 + i], a, b0[i], b1[i]);
-          }
-          if constexpr (T::kVTail16) {
-            const unsigned off = T::kVGroups32 * 32 + 2 * g;
-            const unsigned w0 = ptx::lds16(r0 + off), w1 = ptx::lds16(r1 + off);
-            const unsigned w2 = ptx::lds16(r2 + off), w3 = ptx::lds16(r3 + off);
-            unsigned b0[2], b1[2];
-            kv::widen_rows<T::kKvKind, 2>(w0, w1, w2, w3, b0, b1);
-#pragma unroll
-            for (int i = 0; i < 2; ++i) ptx::mma_16816<kFp16>(o_acc[T::kVGroups32 * 4 + i], a, b0[i], b1[i]);
-          }
+        for (int o = 0; o < kOTiles; o += 2) {
+          // x4.trans: (tokens 0-7, dims o*8..), (tokens 8-15, same), then dims +8.
+          const int m = lane / 8;
+          const int tok = tok0 + (m % 2) * 8 + lane % 8;
+          const unsigned addr = vs + tok * T::kRowStride + (o * 8 + (m / 2) * 8) * 2;
+          unsigned b0, b1, b2, b3;
+          ptx::ldmatrix_x4_trans(addr, b0, b1, b2, b3);
+          ptx::mma_16816<kFp16>(o_acc[o], a, b0, b1);
+          ptx::mma_16816<kFp16>(o_acc[o + 1], a, b2, b3);
         }
       }
       }

@@ -34,10 +34,8 @@ DECA_HD constexpr int rows_per_cta(int rows_needed) {
   return rows_needed <= 16 ? 16 : (rows_needed <= 32 ? 32 : 64);
 }
 
-// `ctas` is the occupancy the kernel is built for: 2 CTAs per SM (Q in registers, three stages)
-// or 3 (Q in shared memory so the registers fit 168 per thread, stages sized to a third of the
-// SM). More warps per SM hide more instruction latency; fewer registers cost some spills.
-DECA_HD constexpr Shape make_shape(int head_dim, int rows, int kv_dtype, int ctas = 2) {
+// Built for 2 CTAs per SM: Q in registers up to head_dim 128, three stages where two CTAs fit.
+DECA_HD constexpr Shape make_shape(int head_dim, int rows, int kv_dtype) {
   Shape s{};
   s.threads = 128;
   s.warps_m = rows / 16;
@@ -53,33 +51,28 @@ DECA_HD constexpr Shape make_shape(int head_dim, int rows, int kv_dtype, int cta
   s.tile = pow2 < min_tile ? min_tile : pow2;
   s.warp_tokens = s.tile / s.warps_n;
   s.chunk = s.warp_tokens < 32 ? s.warp_tokens : 32;
-  // Rows padded to an odd number of 16-byte chunks: ldmatrix (8 rows x 16 B) and the 8-bit
-  // paths' 32-bit loads (4 rows x 32 B) then hit 32 distinct banks.
+  // Rows padded to an odd number of 16-byte chunks: ldmatrix (8 rows x 16 B) then hits 32
+  // distinct banks.
   s.chunks_per_row = row_bytes / 16;
   s.row_stride = ((s.chunks_per_row & 1) ? s.chunks_per_row : s.chunks_per_row + 1) * 16;
   s.stage_bytes = s.tile * s.row_stride;
   s.loads_per_thread = (s.tile * s.chunks_per_row + s.threads - 1) / s.threads;
   // Q stays in registers up to head_dim 128; beyond, it is read from shared memory per use so
   // that the output accumulators (head_dim / 2 registers) do not spill.
-  s.q_in_regs = head_dim <= 128 && ctas < 3;
+  s.q_in_regs = head_dim <= 128;
   s.q_row_stride = (head_dim * 2 / 16 + 1) * 16;
   s.q_bytes = s.q_in_regs ? 0 : rows * s.q_row_stride;
   // Three stages when two CTAs still fit on an SM (227 KB), else as many as fit in one (>= 2).
   const int smem_per_sm = 227 * 1024;
   const int for2 = (smem_per_sm / 2 - s.q_bytes) / (2 * s.stage_bytes);
   const int for1 = (smem_per_sm - s.q_bytes) / (2 * s.stage_bytes);
-  const int for3 = (smem_per_sm / 3 - 1024 - s.q_bytes) / (2 * s.stage_bytes);
-  if (ctas >= 3) {
-    s.stages = for3 >= 3 ? 3 : 2;
-  } else {
-    s.stages = for2 >= 3 ? 3 : (for1 >= 3 ? 3 : 2);
-  }
+  s.stages = for2 >= 3 ? 3 : (for1 >= 3 ? 3 : 2);
   s.pipe_bytes = 2 * s.stages * s.stage_bytes;
   // The warps' partial rows, then per row: max, sum and a weight per warp.
   s.merge_bytes = s.warps_n * rows * (head_dim + 2) * 4 + rows * (2 + s.warps_n) * 4;
   s.smem_bytes = (s.pipe_bytes > s.merge_bytes ? s.pipe_bytes : s.merge_bytes) + s.q_bytes;
   const int fit = smem_per_sm / (s.smem_bytes + 1024);
-  s.min_ctas = fit < ctas ? (fit < 1 ? 1 : fit) : ctas;
+  s.min_ctas = fit < 2 ? (fit < 1 ? 1 : fit) : 2;
   return s;
 }
 
@@ -125,21 +118,19 @@ struct Traits : CfgConstants<Cfg> {
   // 8-bit caches scale q per row into fp16 range (kernels/common/kv_kind.cuh), or into e4m3
   // (int8) range for the two-term path.
   static constexpr bool kScaleQRows = kKvKind != kv::kKv16;
-  // 8-bit cache kept 8-bit on the tensor cores, q and P as two terms of the cache's type
-  // (kv_kind.cuh Fp8Mma): e4m3 mma for fp8 (sm_89+), int8 IMMA for int8 (kTwoTermI8, sm_80+).
-  // kTwoTerm: q two-term and QK on the 8-bit mma; kPvTwoTerm: P two-term and PV too (all but
-  // kTwoTermQk, an int8-only mode).
-  static constexpr bool kQkI8Only = kKvKind == kv::kKvInt8 && Cfg::kFp8Mma == kv::kTwoTermQk;
-  static constexpr bool kTwoTerm = kKvKind != kv::kKv16 && (Cfg::kFp8Mma == kv::kTwoTerm || kQkI8Only);
-  static constexpr bool kTwoTermI8 = kTwoTerm && kKvKind == kv::kKvInt8;
-  static constexpr bool kPvTwoTerm = kTwoTerm && !kQkI8Only;
-  // 8-bit cache (fp8 or int8) widened to fp16, operands loaded with ldmatrix (kv_kind.cuh Fp8Mma);
-  // under kTwoTermQk for V only (QK takes the two-term branch first).
-  static constexpr bool kLdsm8 = kKvKind != kv::kKv16 && (Cfg::kFp8Mma == kv::kWidenLdsm || kQkI8Only);
-  // Both ldmatrix-fed 8-bit V paths put a 16-dim block's even dims in one n8 tile, odd in the next.
-  static constexpr bool kVPairs16 = kTwoTerm || kLdsm8;
+  // An 8-bit cache's path (kv_kind.cuh Fp8Mma, GqaKernelKey::fp8_path). kTwoTerm: q as two terms
+  // of the cache's type and QK on the 8-bit mma: e4m3 for fp8 (kv::kTwoTerm, sm_89+), IMMA for
+  // int8 (kv::kTwoTermQk, kTwoTermI8). kPvTwoTerm: P as two e4m3 terms and PV on the e4m3 mma
+  // too (fp8 kv::kTwoTerm). kLdsm8: the cache widened to fp16 from ldmatrix loads for every
+  // product the two-term path does not take (kv::kWidenLdsm; int8 kv::kTwoTermQk's PV).
+  static constexpr bool kPvTwoTerm = kKvKind == kv::kKvFp8 && Cfg::kFp8Mma == kv::kTwoTerm;
+  static constexpr bool kTwoTermI8 = kKvKind == kv::kKvInt8 && Cfg::kFp8Mma == kv::kTwoTermQk;
+  static constexpr bool kTwoTerm = kPvTwoTerm || kTwoTermI8;
+  static constexpr bool kLdsm8 = kKvKind != kv::kKv16 && !kPvTwoTerm;
+  // Every 8-bit V path puts a 16-dim block's even dims in one n8 tile, odd in the next.
+  static constexpr bool kVPairs16 = kKvKind != kv::kKv16;
 
-  static constexpr Shape kShape = make_shape(Cfg::kHeadDim, Cfg::kRows, Cfg::kKvDtype, Cfg::kCtasPerSm);
+  static constexpr Shape kShape = make_shape(Cfg::kHeadDim, Cfg::kRows, Cfg::kKvDtype);
   static constexpr int kThreads = kShape.threads;
   static constexpr int kWarpsN = kShape.warps_n;
   static constexpr int kKvBytes = kShape.kv_bytes;
@@ -158,10 +149,6 @@ struct Traits : CfgConstants<Cfg> {
   static constexpr int kSmemBytes = kShape.smem_bytes;
   static constexpr int kMinCtas = kShape.min_ctas;
 
-  // The 8-bit V path walks head_dim in groups of 32 dims (4 n8 tiles from one 32-bit load per
-  // row) and a last group of 16 (2 tiles from a 16-bit load) when head_dim % 32 == 16.
-  static constexpr int kVGroups32 = Cfg::kHeadDim / 32;
-  static constexpr bool kVTail16 = (Cfg::kHeadDim % 32) != 0;
   // The two-term path's k steps: 32 dims (QK) or 32 tokens (PV) per m16n8k32; a last QK step of
   // 16 dims when head_dim % 32 == 16, and 16-token PV steps when a warp's chunk is 16 tokens.
   static constexpr int kK32Steps = (Cfg::kHeadDim + 31) / 32;
@@ -172,6 +159,10 @@ struct Traits : CfgConstants<Cfg> {
   static_assert(kWarpTokens % kChunk == 0 && kChunk % 16 == 0, "chunking");
   static_assert(kSmemBytes <= 227 * 1024, "shared memory");
   static_assert(Cfg::kGroup >= 1, "group");
+  static_assert(kKvKind == kv::kKv16 ||
+                    (kKvKind == kv::kKvFp8 ? Cfg::kFp8Mma == kv::kTwoTerm || Cfg::kFp8Mma == kv::kWidenLdsm
+                                           : Cfg::kFp8Mma == kv::kTwoTermQk || Cfg::kFp8Mma == kv::kWidenLdsm),
+                "8-bit path: fp8 two_term | widen_ldsm, int8 two_term_qk | widen_ldsm");
 };
 
 }  // namespace deca::gqa

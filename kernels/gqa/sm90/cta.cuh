@@ -7,10 +7,28 @@
 #include "kernels/common/sm90_ptx.cuh"
 #include "kernels/gqa/params.cuh"
 #include "kernels/gqa/request.cuh"
-#include "kernels/gqa/sm90/balance.cuh"
 #include "kernels/gqa/sm90/traits.cuh"
 
 namespace deca::gqa::sm90 {
+
+// The CTA's unit of work: one request and kv head, the keys [first, end) of its split.
+struct Unit {
+  int request;
+  int kv_head;
+  int seq_len;  // the request's length (causal positions)
+  int first;    // first key (tile aligned)
+  int end;      // one past the last key
+  int tiles;
+};
+
+// The loader's walk over the unit's tiles (tile_loader.cuh): tile i of u, the end of its tiles,
+// and whether it is past them.
+struct TileCursor {
+  Unit u;
+  int i;
+  int hi;
+  bool done;
+};
 
 // The dynamic buffer's base rounded up to 1024 (the 128-byte swizzle's atoms start there, so the
 // descriptors' base offset is 0), the ring's K and V stages from it, and the wgmma descriptor of

@@ -8,7 +8,7 @@
 #include "kernels/common/ptx.cuh"
 #include "kernels/gqa/params.cuh"
 #include "kernels/gqa/request.cuh"
-#include "kernels/gqa/sm90/balance.cuh"
+#include "kernels/gqa/sm90/cta.cuh"
 #include "kernels/gqa/sm90/layout.cuh"
 
 namespace deca::gqa::sm90 {

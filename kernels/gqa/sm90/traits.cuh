@@ -19,15 +19,10 @@ DECA_HD constexpr bool supports(int head_dim, int kv_dtype, int beam_width) {
   return head_dim == kDim && kv::kind_of(kv_dtype) == kv::kKvFp8 && beam_width == 1;
 }
 
-// Whether a plan takes the Hopper kernels by default for `rows_needed` = q_len x group (x beams):
-// always; up to 16 rows the rows-on-N kernel (decode.cuh), beyond it the rows-on-M kernel
-// (decode_rows.cuh, GqaKernelKey::rows_on_m). Measured on the H200 (spec-b32-4k, KV GB/s): q4 (32
-// rows) 2835 against the portable kernel's 2087 and the rows-on-N variant's 2029, q8 (64 rows) 2376
-// against 1436 and 1078 (docs/perf-notes.md).
-DECA_HD constexpr bool default_for(int rows_needed) { return rows_needed > 0; }
-
-// Rows per CTA = wgmma's N: the rows needed (q_len x group) rounded up to 8, 16, 32 or 64; more
-// rows take more row blocks of 64.
+// Rows per CTA: the rows needed (q_len x group) rounded up to 8, 16, 32 or 64; more rows take
+// more row blocks of 64. Up to 16 they are wgmma's N (decode.cuh), 32 and 64 its M
+// (decode_rows.cuh, GqaKernelKey::rows_on_m): at 32 / 64 rows the rows-on-M kernel beat both the
+// rows on N and the portable kernel (docs/perf-notes.md).
 DECA_HD constexpr int rows_per_cta(int rows_needed) {
   return rows_needed <= 8 ? 8 : (rows_needed <= 16 ? 16 : (rows_needed <= 32 ? 32 : 64));
 }
@@ -49,7 +44,7 @@ struct SmemPlan {
 
 constexpr int kRowsOnMOperandRows = 64;  // wgmma's M
 
-DECA_HD constexpr SmemPlan make_plan(int rows, int stages, int warpgroups = 1, bool rows_on_m = false) {
+DECA_HD constexpr SmemPlan make_plan(int rows, int stages, bool rows_on_m = false) {
   SmemPlan s{};
   s.stages = stages;
   const int q_rows = rows_on_m ? kRowsOnMOperandRows : rows;
@@ -60,7 +55,7 @@ DECA_HD constexpr SmemPlan make_plan(int rows, int stages, int warpgroups = 1, b
   s.p_lo = s.p_hi + p_rows * 128;
   s.vt = s.p_lo + p_rows * 128;
   s.red = s.vt + (rows_on_m ? kStageBytes : 0);
-  s.q_inv = s.red + (rows_on_m ? 0 : 4 * warpgroups * rows * 4);
+  s.q_inv = s.red + (rows_on_m ? 0 : 4 * rows * 4);
   s.end = s.q_inv + q_rows * 4;
   return s;
 }
@@ -72,12 +67,10 @@ DECA_HD constexpr int smem_bytes(const SmemPlan& s) { return s.end + 1024; }
 DECA_HD constexpr int stages_for(int rows, bool rows_on_m = false) {
   const int per_sm = 228 * 1024;
   int st = 4;
-  while (st > 2 && 2 * (smem_bytes(make_plan(rows, st, 1, rows_on_m)) + 1024) > per_sm) --st;
+  while (st > 2 && 2 * (smem_bytes(make_plan(rows, st, rows_on_m)) + 1024) > per_sm) --st;
   return st;
 }
 
-// `stages` 0: stages_for(rows); else that many (a tuning knob: 2 stages at 8 or 16 rows leave room
-// for three CTAs per SM).
 // Stages for a launch of `units` CTAs before splitting (requests x kv heads x row blocks) on
 // `sm_count` SMs. At 8 or 16 rows the kernel fits three CTAs per SM by registers; two stages let
 // three fit by shared memory too, which pays when the grid fills three per SM (measured on the
@@ -88,14 +81,12 @@ DECA_HD constexpr int stages_for_grid(int rows, long long units, int sm_count) {
   return rows <= 16 && units >= 3LL * sm_count ? 2 : 0;
 }
 
-// `warpgroups` 2: two warpgroups share each tile (halves of the tokens in S^T, of d in O^T; a
-// tuning knob, Cfg::kWarpgroups).
-// `rows_on_m`: the rows-on-M kernel (decode_rows.cuh; 32 or 64 rows, one warpgroup).
-DECA_HD constexpr Shape make_shape(int rows, int stages = 0, int warpgroups = 1, bool rows_on_m = false) {
-  const SmemPlan plan =
-      make_plan(rows, stages > 0 ? stages : stages_for(rows, rows_on_m), warpgroups, rows_on_m);
+// `stages` 0: stages_for(rows); else that many (stages_for_grid's 2 at 8 or 16 rows).
+// `rows_on_m`: the rows-on-M kernel (decode_rows.cuh; 32 or 64 rows).
+DECA_HD constexpr Shape make_shape(int rows, int stages = 0, bool rows_on_m = false) {
+  const SmemPlan plan = make_plan(rows, stages > 0 ? stages : stages_for(rows, rows_on_m), rows_on_m);
   Shape s{};
-  s.threads = kWarpgroupThreads * warpgroups;
+  s.threads = kWarpgroupThreads;
   s.warps_m = 1;
   s.warps_n = 1;  // one slice of keys per CTA: the warpgroup's accumulators hold every token
   s.tile = kTile;
@@ -114,46 +105,31 @@ DECA_HD constexpr Shape make_shape(int rows, int stages = 0, int warpgroups = 1,
   s.merge_bytes = rows * (kDim + 2) * 4 + rows * 3 * 4;
   s.smem_bytes = smem_bytes(plan);
   const int fit = 228 * 1024 / (s.smem_bytes + 1024);
-  // Two warpgroups: at most two CTAs' worth of registers (128 per thread) are asked for; rows on
-  // M: O, its per-tile partial and P's fragments take ~200 registers, two CTAs.
-  s.min_ctas = fit >= 3 && warpgroups == 1 && !rows_on_m ? 3 : (fit >= 2 ? 2 : 1);
+  // Rows on M: O, its per-tile partial and P's fragments take ~200 registers, two CTAs.
+  s.min_ctas = fit >= 3 && !rows_on_m ? 3 : (fit >= 2 ? 2 : 1);
   return s;
 }
 
 // Beyond the shared constants (CfgConstants), the prologue of this kernel sets kStages (0: the
-// default, stages_for), kWarpgroups (1 or 2), kOverlapQk, kBalanced and kRowsOnM
-// (GqaKernelKey::spec).
+// default, stages_for) and kRowsOnM (GqaKernelKey::spec).
 template <class Cfg>
 struct Traits : CfgConstants<Cfg> {
-  static constexpr int kWarpgroups = Cfg::kWarpgroups;
-  static constexpr bool kOverlapQk = Cfg::kOverlapQk;
-  static constexpr bool kBalanced = Cfg::kBalanced;
   static constexpr bool kRowsOnM = Cfg::kRowsOnM;
-  static constexpr Shape kShape = make_shape(Cfg::kRows, Cfg::kStages, kWarpgroups, kRowsOnM);
+  static constexpr Shape kShape = make_shape(Cfg::kRows, Cfg::kStages, kRowsOnM);
   static constexpr int kTile = kShape.tile;
   static constexpr int kThreads = kShape.threads;
   static constexpr int kWarpsN = 1;
   static constexpr int kStages = kShape.stages;
   static constexpr int kSmemBytes = kShape.smem_bytes;
   static constexpr int kMinCtas = kShape.min_ctas;
-  static constexpr SmemPlan kPlan = make_plan(Cfg::kRows, kStages, kWarpgroups, kRowsOnM);
+  static constexpr SmemPlan kPlan = make_plan(Cfg::kRows, kStages, kRowsOnM);
   static constexpr int kLoadsPerThread = kShape.loads_per_thread;
   static constexpr int kCols = Cfg::kRows / 4;  // query rows (accumulator columns) per thread
 
   static_assert(supports(Cfg::kHeadDim, Cfg::kKvDtype, Cfg::kBeamWidth), "fp8 KV, head_dim 128, no beams");
-  static_assert(Cfg::kRows == 8 || Cfg::kRows == 16 || Cfg::kRows == 32 || Cfg::kRows == 64,
-                "rows per CTA = wgmma N");
+  static_assert(kRowsOnM ? Cfg::kRows == 32 || Cfg::kRows == 64 : Cfg::kRows == 8 || Cfg::kRows == 16,
+                "rows per CTA: 8 or 16 on wgmma's N (decode.cuh), 32 or 64 on its M (decode_rows.cuh)");
   static_assert(kStages >= 2, "pipeline");
-  static_assert(kWarpgroups == 1 || kWarpgroups == 2, "warpgroups");
-  static_assert(!kOverlapQk || (kWarpgroups == 1 && Cfg::kRows <= 16), "overlapped QK: one warpgroup, <= 16 rows");
-  // The balanced schedule's epilogue takes the stage of the unit's last tile while the next units'
-  // tiles are in flight: the merge area (and its staging) must fit one stage.
-  static_assert(!kBalanced || (kWarpgroups == 1 && !kOverlapQk && Cfg::kRows <= 16 &&
-                               kShape.merge_bytes <= 2 * kStageBytes),
-                "balanced schedule: one warpgroup, no overlapped QK, <= 16 rows");
-  static_assert(!kRowsOnM || ((Cfg::kRows == 32 || Cfg::kRows == 64) && kWarpgroups == 1 && !kOverlapQk &&
-                              !kBalanced),
-                "rows on M: 32 or 64 rows, one warpgroup, no overlapped QK, no balanced schedule");
   // Every wgmma operand starts on a swizzle atom (8 rows x 128 B): the descriptors' base offset is 0.
   static_assert(kPlan.q_hi % 1024 == 0 && kPlan.q_lo % 1024 == 0 && kPlan.p_hi % 1024 == 0 &&
                     kPlan.p_lo % 1024 == 0 && kPlan.vt % 1024 == 0 && (2 * kStageBytes) % 1024 == 0,

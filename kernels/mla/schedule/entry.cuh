@@ -1,4 +1,4 @@
-// JIT entry of the sparse decode scheduler: the phases of schedule_sparse into the workspace on
+// JIT entry of the sparse decode scheduler: the phases of schedule_requests into the workspace on
 // the caller's stream, reading topk_length from device memory (graph-safe: a replay schedules the
 // lengths of the replay).
 //
@@ -60,7 +60,7 @@ extern "C" __global__ void __launch_bounds__(deca::mla::kScheduleThreads)
   __shared__ int s_total;
 
   const int uniform =
-      kp.p.topk_length == nullptr ? m::sparse_request_blocks(nullptr, kp.p.topk, 0) : -1;
+      kp.p.topk_length == nullptr ? m::request_blocks(nullptr, kp.p.topk, 0) : -1;
   int total = batch * (uniform + m::kFixedOverheadBlocks);
   if (uniform < 0) {
     if (t == 0) s_total = 0;
@@ -76,7 +76,7 @@ extern "C" __global__ void __launch_bounds__(deca::mla::kScheduleThreads)
   if (t == 0) offsets[0] = 0;
   __syncthreads();
   for (int i = t; i < num_parts; i += nt) {
-    if (m::sparse_part_cuts_in(parts[i])) atomicAdd(&offsets[parts[i].begin_req + 1], 1);
+    if (m::part_cuts_in(parts[i])) atomicAdd(&offsets[parts[i].begin_req + 1], 1);
   }
   __syncthreads();
   m::schedule_block_scan(offsets, batch);

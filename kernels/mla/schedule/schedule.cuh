@@ -24,14 +24,14 @@
 namespace deca::mla {
 
 // Indices of request r that count: topk, or topk_length[r] clamped to [0, topk].
-DECA_MLA_HD inline int sparse_request_len(const int* topk_length, int topk, int r) {
+DECA_MLA_HD inline int request_len(const int* topk_length, int topk, int r) {
   if (topk_length == nullptr) return topk;
   const int len = topk_length[r];
   return len < 0 ? 0 : (len > topk ? topk : len);
 }
 
-DECA_MLA_HD inline int sparse_request_blocks(const int* topk_length, int topk, int r) {
-  return (sparse_request_len(topk_length, topk, r) + kTopkBlock - 1) / kTopkBlock;
+DECA_MLA_HD inline int request_blocks(const int* topk_length, int topk, int r) {
+  return (request_len(topk_length, topk, r) + kTopkBlock - 1) / kTopkBlock;
 }
 
 // The scheduler in phases, so that the GPU runs every phase but the walk across its threads (the
@@ -45,7 +45,7 @@ DECA_MLA_HD inline int schedule_stage_blocks(int batch, int topk, const int* top
                                              int* split_offsets, int first, int stride) {
   int cost = 0;  // batch * (512 + 5) at most: no overflow below four million requests
   for (int r = first; r < batch; r += stride) {
-    const int n = sparse_request_blocks(topk_length, topk, r);
+    const int n = request_blocks(topk_length, topk, r);
     split_offsets[r + 1] = n;
     cost += n + kFixedOverheadBlocks;
   }
@@ -134,7 +134,7 @@ DECA_MLA_HD inline void schedule_walk(int batch, int uniform_blocks, const int* 
 
 // A partition that starts inside a request (begin_block > 0) adds a piece to it; every request
 // has one piece besides (the partition holding its block 0, or its empty piece).
-DECA_MLA_HD inline bool sparse_part_cuts_in(const SparsePart& part) {
+DECA_MLA_HD inline bool part_cuts_in(const SparsePart& part) {
   return part.begin_req <= part.end_req && part.begin_block > 0;
 }
 
@@ -165,14 +165,14 @@ DECA_MLA_HD inline void schedule_fill_slots(int num_parts, const int* split_offs
 
 // Fills parts[0 .. num_parts) and split_offsets[0 .. batch]; returns the slot count
 // (split_offsets[batch]). The host's serial run of the phases the scheduler kernel runs.
-DECA_MLA_HD inline int schedule_sparse(int batch, int topk, const int* topk_length, int num_parts,
+DECA_MLA_HD inline int schedule_requests(int batch, int topk, const int* topk_length, int num_parts,
                                        SparsePart* parts, int* split_offsets) {
-  const int uniform = topk_length == nullptr ? sparse_request_blocks(nullptr, topk, 0) : -1;
+  const int uniform = topk_length == nullptr ? request_blocks(nullptr, topk, 0) : -1;
   const int total = schedule_stage_blocks(batch, topk, topk_length, split_offsets, 0, 1);
   schedule_walk(batch, uniform, split_offsets, total, num_parts, parts);
   for (int r = 0; r < batch; ++r) split_offsets[r + 1] = 1;                       // phase 3
   for (int i = 0; i < num_parts; ++i) {
-    if (sparse_part_cuts_in(parts[i])) ++split_offsets[parts[i].begin_req + 1];
+    if (part_cuts_in(parts[i])) ++split_offsets[parts[i].begin_req + 1];
   }
   split_offsets[0] = 0;                                                            // phase 4
   for (int r = 0; r < batch; ++r) split_offsets[r + 1] += split_offsets[r];
@@ -182,15 +182,15 @@ DECA_MLA_HD inline int schedule_sparse(int batch, int topk, const int* topk_leng
 
 // The slot of request r's piece in `part` (r in begin_req..end_req): every request after
 // begin_req starts in this partition, so its piece is its first slot.
-DECA_MLA_HD inline int sparse_piece_slot(const SparsePart& part, const int* split_offsets, int r) {
+DECA_MLA_HD inline int piece_slot(const SparsePart& part, const int* split_offsets, int r) {
   return r == part.begin_req ? part.begin_split : split_offsets[r];
 }
 
 // Blocks [first, last) of request r that `part` processes.
-DECA_MLA_HD inline void sparse_piece_blocks(const SparsePart& part, const int* topk_length,
+DECA_MLA_HD inline void piece_blocks(const SparsePart& part, const int* topk_length,
                                             int topk, int r, int& first, int& last) {
   first = r == part.begin_req ? part.begin_block : 0;
-  last = r == part.end_req ? part.end_block : sparse_request_blocks(topk_length, topk, r);
+  last = r == part.end_req ? part.end_block : request_blocks(topk_length, topk, r);
 }
 
 // The number of partitions: one partition is a column of (q_len x head blocks) CTAs, so this
@@ -203,7 +203,7 @@ DECA_MLA_HD inline void sparse_piece_blocks(const SparsePart& part, const int* t
 // followed by partitions starting at block 0 with the same payload, which take the same whole
 // requests (or, clamped at the batch's end, the rest). O(1): the backend asks on every call.
 DECA_MLA_HD inline bool schedule_cuts_requests(int batch, int topk, int num_parts) {
-  const int n = sparse_request_blocks(nullptr, topk, 0);
+  const int n = request_blocks(nullptr, topk, 0);
   const int payload = schedule_payload(batch * (n + kFixedOverheadBlocks), num_parts);
   int req = 0;
   int block = 0;
@@ -211,7 +211,7 @@ DECA_MLA_HD inline bool schedule_cuts_requests(int batch, int topk, int num_part
   return block > 0;
 }
 
-DECA_MLA_HD inline int sparse_num_parts(int sm_count, int q_len, int num_heads) {
+DECA_MLA_HD inline int decode_num_parts(int sm_count, int q_len, int num_heads) {
   const int head_blocks = (num_heads + 63) / 64;
   const int parts = sm_count / (q_len * head_blocks);
   return parts < 1 ? 1 : parts;

@@ -22,7 +22,7 @@
 // Grid of a decode kernel: x = head blocks of 64 heads (num_heads padded inside; a cluster of 2
 // along x may share dequantized tokens), y = query token (q_len), z = partition.
 //
-// kernels/mla/schedule/schedule.cuh fills this (schedule_sparse) and has the readers' helpers: a
+// kernels/mla/schedule/schedule.cuh fills this (schedule_requests) and has the readers' helpers: a
 // request's length and block count, a piece's blocks and its slot.
 #pragma once
 

@@ -1,14 +1,17 @@
-// Portable MLA sparse FP8 decode kernel: mma.sync tensor cores, sm_80 and newer (Hopper runs the
-// warp-specialized kernels/mla/sm90/ one; this is its reference and fallback).
+// Portable MLA decode kernel: mma.sync tensor cores, sm_80 and newer (Hopper runs the
+// warp-specialized kernels/mla/sm90/ one; this is its reference and fallback). One kernel for
+// both token sources: sparse (top-k indices into 656-byte FP8 tokens) and dense (a block table,
+// the cache in any MlaKvFormat); kernels/mla/sm80/gather.cuh has everything that differs.
 //
-// CTA = (block of 64 heads, query token, SM partition of the scheduler, kernels/mla/schedule/work.cuh). It walks
-// the partition's (request, block of 64 indices) work in order. Per block: 128 threads turn this
-// block's and the next block's indices into byte offsets (-1, indices past len(r) and ids outside
-// the pool are masked; the next block's tokens are prefetched into L2 during the math); all
-// 512 threads gather the 64 tokens with 16-byte loads, dequantize e4m3 * scale to bf16 exactly as
-// the CPU reference rounds (fp32 product, then bf16) and copy the bf16 RoPE part into K in shared
-// memory (masked tokens become zero rows, so V never carries garbage into 0 * x); QK^T (64 x 64
-// over 576 dims) is split over the 16 warps, 16 heads x 16 tokens each, into fp32 scores in
+// CTA = (block of 64 heads, query token, SM partition of the scheduler,
+// kernels/mla/schedule/work.cuh). It walks the partition's (request, block of 64 tokens) work in
+// order. Per block: 128 threads turn this block's and the next block's tokens into byte offsets
+// (masked: -1 indices, indices past len(r), ids outside the pool; dense: positions the query
+// token does not see, block ids outside the pool; the next block's records are prefetched into
+// L2 during the math); all 512 threads gather the 64 records with 16-byte loads into bf16 K rows
+// in shared memory, dequantizing 8-bit values exactly as the CPU reference rounds (fp32 product,
+// then bf16; masked tokens become zero rows, so V never carries garbage into 0 * x); QK^T (64 x
+// 64 over 576 dims) is split over the 16 warps, 16 heads x 16 tokens each, into fp32 scores in
 // shared memory; then each warp owns 16 heads x 128 value dims: it reads its heads' 64 scores,
 // runs the online softmax in exp2 with the scale folded in (the four warps of a head group
 // compute the same max and sum), and accumulates P V from the K tile's first 512 dims.
@@ -16,18 +19,20 @@
 // Output: a request whose blocks all sit in this partition is finished here (bf16 out scaled by
 // 1 / (l + sink), LSE natural log, sink excluded); a piece of a split request writes O / l and its
 // LSE to its slot for the combine kernel. After its last write the CTA lets a PDL-launched
-// combine start.
+// combine start. A query token that sees no key of its piece writes zeros and LSE -inf.
 //
-// Checked mode (kChecked, issue 9; entry kernels/mla/sm80/entry_checked.cuh): an index that is
-// neither -1 nor in [0, num_blocks * page_size), and a topk_length entry outside [0, topk], are
-// recorded in the workspace (kernels/common/check_record.cuh); both are skipped or clamped as in
-// the unchecked kernel, which compiles without the tests.
+// Checked mode (kChecked, issue 9; entries kernels/mla/sm80/entry_checked.cuh, dense_entry.cuh):
+// an index that is neither -1 nor in [0, num_blocks * page_size) (sparse), a block id outside
+// [0, num_blocks) (dense, kCheckPageId), and a length outside [0, topk] (topk_length, or dense
+// cache_seqlens against max_seq_len: kCheckTopkLength), are recorded in the workspace
+// (kernels/common/check_record.cuh); all are skipped or clamped as in the unchecked kernel, which
+// compiles without the tests.
 #pragma once
 
 #include "kernels/common/check_record.cuh"
-#include "kernels/common/kv_convert.cuh"
 #include "kernels/common/ptx.cuh"
 #include "kernels/mla/schedule/schedule.cuh"
+#include "kernels/mla/sm80/gather.cuh"
 #include "kernels/mla/sm80/traits.cuh"
 
 namespace deca::mla::portable {
@@ -35,37 +40,6 @@ namespace deca::mla::portable {
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 constexpr float kNegInf = __builtin_bit_cast(float, 0xff800000u);
-
-__device__ __forceinline__ unsigned swz(int row, int chunk) {
-  return static_cast<unsigned>(row * kRowBytes + ((chunk ^ (row & 7)) << 4));
-}
-
-// 16 e4m3 values and their group's scale -> 16 bf16 values in two 16-byte chunks. e4m3 -> fp16 is
-// exact (sm_89+ cvt; below, the bit trick with its 2^8 folded into the scale), fp16 -> fp32 too,
-// so bf16(fp32(value * scale)) is the CPU reference's rounding bit for bit.
-__device__ __forceinline__ void dequant16(const uint4& raw, float scale, uint4& lo, uint4& hi) {
-  const float s = scale * kv::widen_factor<kv::kKvFp8>();
-  const unsigned w[4] = {raw.x, raw.y, raw.z, raw.w};
-  unsigned out[8];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    unsigned a, b;
-    kv::widen4<kv::kKvFp8>(w[i], a, b);
-    const float f0 = ptx::fp16_bits_to_float(static_cast<unsigned short>(a & 0xFFFFu));
-    const float f1 = ptx::fp16_bits_to_float(static_cast<unsigned short>(a >> 16));
-    const float f2 = ptx::fp16_bits_to_float(static_cast<unsigned short>(b & 0xFFFFu));
-    const float f3 = ptx::fp16_bits_to_float(static_cast<unsigned short>(b >> 16));
-    out[2 * i] = ptx::pack2<false>(__fmul_rn(f0, s), __fmul_rn(f1, s));
-    out[2 * i + 1] = ptx::pack2<false>(__fmul_rn(f2, s), __fmul_rn(f3, s));
-  }
-  lo = make_uint4(out[0], out[1], out[2], out[3]);
-  hi = make_uint4(out[4], out[5], out[6], out[7]);
-}
-
-__device__ __forceinline__ void sts128(unsigned addr, const uint4& v) {
-  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(v.x), "r"(v.y),
-               "r"(v.z), "r"(v.w));
-}
 
 // Q rows of this CTA's heads for query token i of request r; rows past num_heads are zeros.
 __device__ __forceinline__ void load_q(const MlaSparseParams& p, Smem& sm, int r, int i, int head0) {
@@ -85,108 +59,18 @@ __device__ __forceinline__ void load_q(const MlaSparseParams& p, Smem& sm, int r
   }
 }
 
-// Where a checked kernel reports an index: request r, query token i, and the record.
-struct IndexSite {
-  int r;
-  int i;
-  void* check;
-};
-
-// Byte offset of entry k of the request's list in kv; -1 where the entry does not count.
-// Checked: an entry that counts and is neither -1 nor in the pool is recorded (then skipped).
-template <bool kChecked>
-__device__ __forceinline__ long long token_offset(const MlaSparseParams& p, const int* ids, int len,
-                                                  int k, const IndexSite& site) {
-  const int id = k < len ? __ldg(ids + k) : -1;
-  const long long pool = static_cast<long long>(p.num_blocks) * p.page_size;
-  if (id < 0 || id >= pool) {
-    if constexpr (kChecked) {
-      if (id != -1) {
-        check_report(static_cast<CheckRecord*>(site.check), kCheckIndex, site.r, site.i, k, id,
-                     pool);
-      }
-    }
-    return -1;
-  }
-  return static_cast<long long>(id / p.page_size) * p.kv_stride_block +
-         static_cast<long long>(id % p.page_size) * p.kv_stride_slot;
-}
-
-// Threads 0..63: offsets of block `blk`; threads 64..127: those of block `blk + 1` when this
-// partition processes it (-1 otherwise), for the L2 prefetch of the next block.
-template <bool kChecked>
-__device__ __forceinline__ void load_offsets(const MlaSparseParams& p, Smem& sm, const int* ids,
-                                             int len, int blk, int last, const IndexSite& site) {
-  const int tid = static_cast<int>(threadIdx.x);
-  if (tid < kKeys) {
-    sm.token_offset[tid] = token_offset<kChecked>(p, ids, len, blk * kKeys + tid, site);
-  } else if (tid < 2 * kKeys) {
-    const int k = (blk + 1) * kKeys + tid - kKeys;
-    sm.next_offset[tid - kKeys] = blk + 1 < last ? token_offset<kChecked>(p, ids, len, k, site) : -1;
-  }
-}
-
-// Byte offset inside a token of gather chunk `part` (0..31 NoPE, 32..39 RoPE).
-__device__ __forceinline__ int chunk_byte(int part) {
-  return part < kNopeChunks ? 16 * part : 528 + 16 * (part - kNopeChunks);
-}
-
-// L2 prefetch of the chunks (and each token's scales) this thread gathers from `offsets`. For the
-// next block, issued before QK^T and PV: the lines land while the tensor cores work, so the next
-// gather waits for L2 rather than DRAM, at no register cost across the math (a register double
-// buffer would spill the accumulators). For the current block, issued before its loads: the
-// gather loop stays rolled (registers again), and this keeps its five loads from each paying a
-// DRAM round trip in turn.
-__device__ __forceinline__ void prefetch(const MlaSparseParams& p, const long long* offsets) {
-#pragma unroll 1
-  for (int n = 0; n < 5; ++n) {
-    const int c = threadIdx.x + n * kThreads;
-    const long long off = offsets[c / kChunksPerToken];
-    const int part = c % kChunksPerToken;
-    if (off < 0) continue;
-    ptx::prefetch_l2(p.kv + off + chunk_byte(part));
-    if (part == 0) ptx::prefetch_l2(p.kv + off + 512);
-  }
-}
-
-// Gathers and dequantizes the 64 tokens into K: five 16-byte chunks per thread, consecutive
-// threads on consecutive chunks of one token.
-__device__ __forceinline__ void gather(const MlaSparseParams& p, Smem& sm) {
-  const unsigned base = ptx::smem_addr(sm.k);
-  // Rolled: the O accumulators stay live across the gather, and an unrolled loop's registers
-  // would push them into local memory.
-#pragma unroll 1
-  for (int n = 0; n < 5; ++n) {
-    const int c = threadIdx.x + n * kThreads;
-    const int token = c / kChunksPerToken;
-    const int part = c % kChunksPerToken;
-    const long long off = sm.token_offset[token];
-    const unsigned char* src = p.kv + (off < 0 ? 0 : off);
-    if (part < kNopeChunks) {
-      uint4 lo = make_uint4(0, 0, 0, 0), hi = lo;
-      if (off >= 0) {
-        const uint4 raw = __ldg(reinterpret_cast<const uint4*>(src + 16 * part));
-        const float scale = __ldg(reinterpret_cast<const float*>(src + 512 + 4 * (part >> 3)));
-        dequant16(raw, scale, lo, hi);
-      }
-      sts128(base + swz(token, 2 * part), lo);
-      sts128(base + swz(token, 2 * part + 1), hi);
-    } else {
-      uint4 v = make_uint4(0, 0, 0, 0);
-      if (off >= 0) v = __ldg(reinterpret_cast<const uint4*>(src + chunk_byte(part)));
-      sts128(base + swz(token, 64 + part - kNopeChunks), v);
-    }
-  }
-}
-
 // Per-thread online-softmax state for rows g and g + 8 of the warp's head group.
 struct RowState {
   float m[2];  // running max of scaled logits, log2 units
   float l[2];  // this thread's share of the running sum (reduced over the quad at the end)
 };
 
-template <bool kChecked>
-__device__ __forceinline__ void sparse_decode(const DecodeKernelParams& kp, unsigned char* smem) {
+// kDense: the token source is kp.dense's block table (kp.p.indices is null, topk_length holds
+// the cache lengths, topk the plan's max_seq_len) and kFormat its records' MlaKvFormat; sparse
+// decode reads kMlaKvFP8Sparse records through kp.p.indices.
+template <bool kChecked, bool kDense = false, int kFormat = kMlaKvFP8Sparse>
+__device__ __forceinline__ void decode(const DecodeKernelParams& kp, unsigned char* smem) {
+  static_assert(kDense || kFormat == kMlaKvFP8Sparse, "sparse decode reads the 656-byte FP8 token");
   Smem& sm = *reinterpret_cast<Smem*>(smem);
   const MlaSparseParams& p = kp.p;
   const SparseRun& run = kp.run;
@@ -231,12 +115,20 @@ __device__ __forceinline__ void sparse_decode(const DecodeKernelParams& kp, unsi
 
   for (int r = part.begin_req; r <= part.end_req; ++r) {
     int first, last;
-    sparse_piece_blocks(part, p.topk_length, p.topk, r, first, last);
-    const int len = sparse_request_len(p.topk_length, p.topk, r);
-    const int* ids = p.indices + r * p.indices_stride_batch + i * p.indices_stride_token;
+    piece_blocks(part, p.topk_length, p.topk, r, first, last);
+    const int len = request_len(p.topk_length, p.topk, r);
+    TokenList tl;
+    if constexpr (kDense) {
+      tl.list = kp.dense.block_table + r * kp.dense.block_table_stride;
+      tl.len = len - (p.q_len - 1 - i);
+    } else {
+      tl.list = p.indices + r * p.indices_stride_batch + i * p.indices_stride_token;
+      tl.len = len;
+    }
     const IndexSite site{r, i, run.check};
     if constexpr (kChecked) {
       // The length was clamped to [0, topk] above (and by the scheduler); report it once per CTA.
+      // (Dense: the cache length against max_seq_len.)
       if (threadIdx.x == 0 && p.topk_length != nullptr) {
         const int raw = p.topk_length[r];
         if (raw < 0 || raw > p.topk) {
@@ -257,11 +149,9 @@ __device__ __forceinline__ void sparse_decode(const DecodeKernelParams& kp, unsi
 
     for (int blk = first; blk < last; ++blk) {
       __syncthreads();  // PV of the previous block is done with K and the scores
-      load_offsets<kChecked>(p, sm, ids, len, blk, last, site);
+      load_offsets<kChecked, kDense>(kp, sm, tl, blk, last, site);
       __syncthreads();
-      prefetch(p, sm.token_offset);
-      gather(p, sm);
-      prefetch(p, sm.next_offset);
+      gather_block<kDense, kFormat>(kp, sm);
       __syncthreads();
 
       // QK^T: 16 heads (rg) x 16 tokens (cg) per warp, 36 k-steps of 16 dims in 9 rounds of 4.
@@ -355,7 +245,7 @@ __device__ __forceinline__ void sparse_decode(const DecodeKernelParams& kp, unsi
 
     // Epilogue: the quad's partial sums, then out (unsplit) or the piece's partial.
     const int count = run.split_offsets[r + 1] - run.split_offsets[r];
-    const int slot = sparse_piece_slot(part, run.split_offsets, r);
+    const int slot = piece_slot(part, run.split_offsets, r);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       st.l[h] += __shfl_xor_sync(0xffffffffu, st.l[h], 1);

@@ -8,5 +8,5 @@
 extern "C" __global__ void __launch_bounds__(deca::mla::portable::kThreads, 1)
     deca_mla_sparse_decode(const __grid_constant__ deca::mla::DecodeKernelParams kp) {
   extern __shared__ __align__(128) unsigned char deca_smem[];
-  deca::mla::portable::sparse_decode<false>(kp, deca_smem);
+  deca::mla::portable::decode<false>(kp, deca_smem);
 }

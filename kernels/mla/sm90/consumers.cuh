@@ -1,13 +1,13 @@
-// The consumer warpgroups of the sm90a MLA sparse decode kernel (decode.cuh): S = Q K^T on
-// wgmma, the online softmax, P V split between the two, and the outputs.
+// The consumer warpgroups of the sm90a MLA sparse decode wide kernel (decode.cuh): S = Q K^T on
+// wgmma, the online softmax, P V split between the two, and the outputs; and the softmax pieces
+// the direct kernel shares (row_ref, output_factors, store_lse).
 #pragma once
 
 #include "kernels/common/ptx.cuh"
 #include "kernels/common/sm90_ptx.cuh"
-#include "kernels/mla/sm90/knobs.cuh"
+#include "kernels/mla/sm90/config.cuh"
 #include "kernels/mla/sm90/layout.cuh"
 #include "kernels/mla/sm90/pipeline.cuh"
-#include "kernels/mla/sm90/stamps.cuh"
 #include "kernels/mla/sm90/traits.cuh"
 #include "kernels/mla/sm90/walk.cuh"
 #include "kernels/mla/schedule/work.cuh"
@@ -31,11 +31,11 @@ __device__ __forceinline__ void scale_rows(float (&o)[128], float a0, float a1) 
     o[4 * i + 3] *= a1;
   }
 }
-// scale_rows, left out (Cfg::kRescale >= 1) when every factor of the warp's 16 rows is 1. The
-// rows of a warp are the same in both consumers, so both skip the same blocks.
-template <int kRescale>
+// scale_rows, left out when every factor of the warp's 16 rows is 1 (the lazy maxima of
+// online_softmax make that the common case after the first blocks). The rows of a warp are the
+// same in both consumers, so both skip the same blocks.
 __device__ __forceinline__ void rescale(float (&o)[128], float a0, float a1) {
-  if (kRescale == 0 || !__all_sync(0xffffffffu, a0 == 1.f && a1 == 1.f)) scale_rows(o, a0, a1);
+  if (!__all_sync(0xffffffffu, a0 == 1.f && a1 == 1.f)) scale_rows(o, a0, a1);
 }
 
 // A row's reference for the exponentials from its running maximum: 0 while no valid key was
@@ -54,11 +54,12 @@ struct RowFactors {
 };
 // One block's online softmax for this thread's rows r0 and r0 + 8 (accumulator layout below; c =
 // lane % 4): S of invalid ids (-1, past topk_length, outside the pool) set to -inf before the
-// max, the running maxima m0, m1 moved (kRescaleLazy keeps one while the block's stays within 2^8
-// of it), S -> P = exp2(S sl2 - ref) in place, the sums l0, l1 rescaled and increased, P packed
-// as the A fragments of P V (k step kk: tokens 16 kk .., n8 blocks 2 kk and 2 kk + 1). Returns
-// the rows' factors for O.
-template <int kRescale>
+// max, the running maxima m0, m1 moved, S -> P = exp2(S sl2 - ref) in place, the sums l0, l1
+// rescaled and increased, P packed as the A fragments of P V (k step kk: tokens 16 kk .., n8
+// blocks 2 kk and 2 kk + 1). Returns the rows' factors for O. The maxima are lazy: a row keeps
+// its running maximum until a block's exceeds it by more than 8 (log2 units), so P <= 2^8 and O's
+// rescale (128 FMUL per thread in each consumer) is rare after the first blocks; the sums and O
+// carry the same reference, so the output is the same up to f32 rounding.
 __device__ __forceinline__ RowFactors online_softmax(float (&s)[32], const int* ids, int c, float sl2, float& m0,
                                                      float& m1, float& l0, float& l1, unsigned (&pa)[4][4]) {
 #pragma unroll
@@ -77,7 +78,7 @@ __device__ __forceinline__ RowFactors online_softmax(float (&s)[32], const int* 
   mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
   mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
   mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-  constexpr float kSlack = kRescale == kRescaleLazy ? 8.f : 0.f;
+  constexpr float kSlack = 8.f;
   const float mn0 = mx0 * sl2 > m0 + kSlack ? fmaxf(m0, mx0 * sl2) : m0;
   const float mn1 = mx1 * sl2 > m1 + kSlack ? fmaxf(m1, mx1 * sl2) : m1;
   const float ref0 = row_ref(mn0);
@@ -109,7 +110,7 @@ __device__ __forceinline__ RowFactors online_softmax(float (&s)[32], const int* 
 
 // A request's output factors and LSE for rows r0 and r0 + 8 from their full sums l and maxima m:
 // 1 / l (with the sink for a final output) and (m + log2 l) ln 2; a row with no valid key gets
-// zeros and LSE -inf (DESIGN.md), sink or not.
+// zeros and LSE -inf (docs/semantics.md), sink or not.
 __device__ __forceinline__ void output_factors(const MlaSparseParams& p, const Piece& pc, int head0, int r0,
                                                float l0, float l1, float m0, float m1, float (&f)[2],
                                                float (&lse)[2]) {
@@ -219,8 +220,7 @@ __device__ __forceinline__ bool out_rows_aligned(const MlaSparseParams& p) {
 // groups), and one lane hands each real head's row to the bulk-copy unit (one 512-byte
 // cp.async.bulk per row, no registers held). The direct stores write 16 bytes of 8 rows per
 // instruction (8 half sectors): at the end of a launch every CTA writes its outputs at once, and
-// those took ~6 us of a b64 h128 launch (the launch timeline, DECA_MLA_STAMP=2); register-held
-// 16-byte stores instead moved ptxas' allocation so that knob variants spilled. The Q tile is
+// those were a measurable part of a launch's drain (docs/perf-notes-mla.md). The Q tile is
 // free here: the request's last S = Q K^T completed (consumer 0 waited for its last P V,
 // consumer 1 for out_ready); the copies' reads of it are waited for before this returns, and the
 // next load_q waits for both warpgroups (kBarQFree, out_free).
@@ -267,16 +267,13 @@ __device__ __forceinline__ void prefetch_q(const MlaSparseParams& p, int r, int 
   }
 }
 
-// kRows: 64, or kStageRows when the other rows hold staged records (Cfg::kStage; their S rows
-// are then whatever those bytes make, never stored).
-template <int kRows = kHeadsPerCta>
 __device__ __forceinline__ void load_q(const MlaSparseParams& p, const Smem& sm, int r, int tok,
                                        int head0, int t) {
-  static_assert(kRows * 72 % 128 == 0, "whole rounds of the warpgroup");
+  static_assert(kHeadsPerCta * 72 % 128 == 0, "whole rounds of the warpgroup");
   const char* q = static_cast<const char*>(p.q);
-  // kRows rows x 72 units of 16 B; rows past num_heads are zero-filled, their q never read.
+  // 64 rows x 72 units of 16 B; rows past num_heads are zero-filled, their q never read.
 #pragma unroll 4
-  for (int i = 0; i < kRows * 72 / 128; ++i) {
+  for (int i = 0; i < kHeadsPerCta * 72 / 128; ++i) {
     const int job = t + 128 * i;
     const int row = job / 72;
     const int u = job % 72;
@@ -308,38 +305,22 @@ __device__ __forceinline__ void issue_qk(float (&s)[32], unsigned long long dq, 
 
 // O[:, 0:256] += P V, issued and committed: A = P from registers, B = V (MN-major: rows =
 // tokens, 64 columns per chunk), k step kk is tokens 16 kk .. 16 kk + 15 = two 8-row groups
-// (SBO 1024 B) at byte 2048 kk; the 256 columns are chunks 0..3 (LBO 8192 B). Descriptors from
-// the address per k step (4 here, not QK^T's 36): with desc_advance ptxas allocated the kernel
-// so that pipe 2's producer spilled 88 B without a cluster.
-// kFromSmem: A = P from shared memory instead (where consumer 1 reads it: K-major 64 x 64, k step
-// kk at byte 32 kk), so that P's registers are free once it is stored.
-template <int kProducers, bool kFromSmem>
-__device__ __forceinline__ void issue_pv_left(float (&o)[128], const unsigned (&pa)[4][4], unsigned tile,
-                                              unsigned p_tile) {
+// (SBO 1024 B) at byte 2048 kk; the 256 columns are chunks 0..3 (LBO 8192 B), as two N = 128
+// halves (columns 0..127: chunks 0, 1; 128..255: chunks 2, 3; sm90_ptx.cuh says why).
+// Descriptors from the address per k step (4 here, not QK^T's 36): with desc_advance ptxas
+// allocated the kernel so that a producer spilled.
+__device__ __forceinline__ void issue_pv_left(float (&o)[128], const unsigned (&pa)[4][4], unsigned tile) {
   wgmma_fence();
-  [[maybe_unused]] const unsigned long long dp = smem_desc_sw128(p_tile, 16, 1024);
-  [[maybe_unused]] const unsigned long long dv = smem_desc_sw128(tile, kChunkBytes, 1024);
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk) {
-    if constexpr (kFromSmem && kProducers == 2) {
-      wgmma_m64n128k16_ss<1>(o, desc_advance(dp, 32 * kk), desc_advance(dv, 2048 * kk), true);
-      wgmma_m64n128k16_ss<1>(o + 64, desc_advance(dp, 32 * kk), desc_advance(dv, 2 * kChunkBytes + 2048 * kk),
-                             true);
-    } else if constexpr (kFromSmem) {
-      wgmma_m64n256k16_ss<1>(o, desc_advance(dp, 32 * kk), desc_advance(dv, 2048 * kk), true);
-    } else if constexpr (kProducers == 2) {
-      // Columns 0..127 (chunks 0, 1) and 128..255 (chunks 2, 3): sm90_ptx.cuh says why.
-      wgmma_m64n128k16_rs<1>(o, pa[kk], smem_desc_sw128(tile + 2048 * kk, kChunkBytes, 1024), true);
-      wgmma_m64n128k16_rs<1>(o + 64, pa[kk],
-                             smem_desc_sw128(tile + 2 * kChunkBytes + 2048 * kk, kChunkBytes, 1024), true);
-    } else {
-      wgmma_m64n256k16_rs<1>(o, pa[kk], smem_desc_sw128(tile + 2048 * kk, kChunkBytes, 1024), true);
-    }
+    wgmma_m64n128k16_rs<1>(o, pa[kk], smem_desc_sw128(tile + 2048 * kk, kChunkBytes, 1024), true);
+    wgmma_m64n128k16_rs<1>(o + 64, pa[kk], smem_desc_sw128(tile + 2 * kChunkBytes + 2048 * kk, kChunkBytes, 1024),
+                           true);
   }
   wgmma_commit();
 }
 
-// Producers-only ablations: a consumer warpgroup releases each tile of the partition as soon as
+// The producers-only ablation: a consumer warpgroup releases each tile of the partition as soon as
 // it is full, and does nothing else.
 template <class Cfg>
 __device__ __forceinline__ void release_only(const DecodeKernelParams& kp, const SparsePart& part,
@@ -349,16 +330,19 @@ __device__ __forceinline__ void release_only(const DecodeKernelParams& kp, const
     const Piece pc = piece_of(kp, part, r);
     for (int blk = pc.blk_begin; blk < pc.blk_end; ++blk, ++it) {
       wait_tile<Cfg, ClusterOf<Cfg>::value>(sm, it & 1, (it >> 1) & 1);
-      if (lane == 0) release_tile<Cfg, ClusterOf<Cfg>::value>(sm, it & 1);
+      if (lane == 0) release_tile<ClusterOf<Cfg>::value>(sm, it & 1);
     }
   }
 }
 
+// Consumer 0: per request Q into the Q tile; per block S = Q K^T, the mask and the online
+// softmax, P and the row factors handed to consumer 1 (config.cuh kPInRegs says how and in which
+// order against its own P V), O[:, 0:256] += P V; per request the output factors for consumer 1,
+// its half of the outputs and the LSE.
 template <class Cfg>
 __device__ __forceinline__ void consumer0(const DecodeKernelParams& kp, const SparsePart& part,
                                           int tok, int head0, const Smem& sm) {
   constexpr int kCl = ClusterOf<Cfg>::value;
-  constexpr int kRescale = RescaleOf<Cfg>::value;
   const MlaSparseParams& p = kp.p;
   const int t = threadIdx.x;
   const int warp = t >> 5, lane = t & 31;
@@ -368,16 +352,11 @@ __device__ __forceinline__ void consumer0(const DecodeKernelParams& kp, const Sp
   const float sl2 = scale * kLog2e;
   const unsigned p_at = p_lane_addr(sm.p(), warp, lane);
 
-  constexpr bool kOverlap = PHandOf<Cfg>::value == kPHandOverlap;
-  // Phases (kStamp): tile wait, QK^T issued and waited, softmax, then (per kPHand) the
-  // hand-over and P V issue in their order, P V waited and the tile released.
-  Stamps<kStamped<Cfg>> st;
   float o[128];
   float s[32];
   int it = 0;
   int nreq = 0;
-  // The staged records (Cfg::kStage) share the Q tile: the outputs go straight to memory then.
-  const bool staged_out = !kStaged<Cfg> && out_rows_aligned(p);
+  const bool staged_out = out_rows_aligned(p);
   for (int r = part.begin_req; r <= part.end_req; ++r, ++nreq) {
     const Piece pc = piece_of(kp, part, r);
     if (nreq > 0) {
@@ -387,15 +366,14 @@ __device__ __forceinline__ void consumer0(const DecodeKernelParams& kp, const Sp
       named_bar_sync(kBarQFree, 128);
       mbar_wait(sm.out_free(), (nreq - 1) & 1);
     }
-    if (pc.blk_begin < pc.blk_end) load_q<kStaged<Cfg> ? kStageRows : kHeadsPerCta>(p, sm, r, tok, head0, t);
-    if (t == 0 && nreq == 0) timeline_mark<Cfg>(kEventQ);
+    if (pc.blk_begin < pc.blk_end) load_q(p, sm, r, tok, head0, t);
     if (r < part.end_req) prefetch_q(p, r + 1, tok, head0, t);
 #pragma unroll
     for (int i = 0; i < 128; ++i) o[i] = 0.f;
     float m0 = kNegInf, m1 = kNegInf, l0 = 0.f, l1 = 0.f;
     const unsigned long long dq = smem_desc_sw128(sm.q(), 16, 1024);
     // One block from its S (waited for here) to its P V issued: the mask, the online softmax,
-    // P to registers and (per kPHand) to consumer 1, O rescaled; the caller waits for P V.
+    // P to registers and to consumer 1, O rescaled; the caller waits for P V.
     const auto softmax_and_pv = [&](unsigned tile) {
       if constexpr (kNoMma<Cfg>) {
 #pragma unroll
@@ -404,9 +382,8 @@ __device__ __forceinline__ void consumer0(const DecodeKernelParams& kp, const Sp
         wgmma_wait<0>();
         fence_regs(s);
       }
-      st.lap(1);
       unsigned pa[4][4];
-      const auto [a0, a1] = online_softmax<kRescale>(s, sm.ids(it), c, sl2, m0, m1, l0, l1, pa);
+      const auto [a0, a1] = online_softmax(s, sm.ids(it), c, sl2, m0, m1, l0, l1, pa);
       // P and the row factors to consumer 1. WG1 may still be reading the previous block's
       // (phase it - 1 of p_free).
       const auto hand_over_p = [&] {
@@ -416,27 +393,16 @@ __device__ __forceinline__ void consumer0(const DecodeKernelParams& kp, const Sp
           sm.row_scale()[r0] = a0;
           sm.row_scale()[r0 + 8] = a1;
         }
-        if constexpr (PHandOf<Cfg>::value != kPHandRegs) fence_proxy_async_smem();
+        if constexpr (!kPInRegs<Cfg>) fence_proxy_async_smem();
         mbar_arrive(sm.p_ready());
       };
-      // kPHandAfterPv: this warpgroup's P V is issued first and the hand-over (stores, proxy
-      // fence, arrival: ~11 % of consumer 0's samples at b128 h128) runs while it executes;
-      // consumer 1's P V queues behind it on the tensor cores either way.
-      constexpr bool kHandFirst = PHandOf<Cfg>::value != kPHandAfterPv;
-      st.lap(2);
-      if constexpr (kHandFirst) {
-        hand_over_p();
-        st.lap(3);
-      }
-      rescale<kRescale>(o, a0, a1);
-      if constexpr (!kNoMma<Cfg>) {
-        issue_pv_left<ProducersOf<Cfg>::value, kOverlap>(o, pa, tile, sm.p());
-      }
-      st.lap(kHandFirst ? 4 : 3);
-      if constexpr (!kHandFirst) {
-        hand_over_p();
-        st.lap(4);
-      }
+      // Without a cluster this warpgroup's P V is issued first and the hand-over (stores, proxy
+      // fence, arrival) runs while it executes; consumer 1's P V queues behind it on the tensor
+      // cores either way.
+      if constexpr (kPInRegs<Cfg>) hand_over_p();
+      rescale(o, a0, a1);
+      if constexpr (!kNoMma<Cfg>) issue_pv_left(o, pa, tile);
+      if constexpr (!kPInRegs<Cfg>) hand_over_p();
     };
     // Every wgmma of this warpgroup done (P V the last one), then the block's tile released.
     const auto wait_and_release = [&](int stage) {
@@ -444,59 +410,17 @@ __device__ __forceinline__ void consumer0(const DecodeKernelParams& kp, const Sp
         wgmma_wait<0>();
         fence_regs(o);
       }
-      if (lane == 0) release_tile<Cfg, kCl>(sm, stage);
+      if (lane == 0) release_tile<kCl>(sm, stage);
     };
-    if constexpr (!kOverlap) {
-      for (int blk = pc.blk_begin; blk < pc.blk_end; ++blk, ++it) {
-        const int stage = it & 1;
-        const unsigned tile = sm.k(stage);
-        st.start();
-        wait_tile<Cfg, kCl>(sm, stage, (it >> 1) & 1);
-        if (t == 0 && it == 0) timeline_mark<Cfg>(kEventFirstTile);
-        st.lap(0);
-        if constexpr (!kNoMma<Cfg>) issue_qk(s, dq, tile);
-        softmax_and_pv(tile);
-        wait_and_release(stage);
-        st.lap(5);
-      }
-    } else if (pc.blk_begin < pc.blk_end) {
-      // kPHandOverlap: when the next block's tile is already full, its S is issued right behind
-      // this block's P V, and P V is waited for (and its tile released) after; else P V is
-      // waited for and its tile released first, so that the producers never wait for a tile this
-      // consumer holds only because the next one is late (releasing after the next tile's
-      // arrival made b128 h128 24 % slower). The four warps decide together (wgmma is
-      // warpgroup-wide). Written so that ptxas sees one QK^T site (two made it keep the 36 Q
-      // descriptors live: spills) and no wgmma in flight past the loop (else it serializes every
-      // wgmma).
-      wait_tile<Cfg, kCl>(sm, it & 1, (it >> 1) & 1);
-      bool pv_pending = false;
-      for (int blk = pc.blk_begin;; ++blk, ++it) {
-        const int stage = it & 1;
-        if constexpr (!kNoMma<Cfg>) {
-          issue_qk(s, dq, sm.k(stage));
-          if (pv_pending) {
-            wgmma_wait<1>();
-            fence_regs(o);
-          }
-        }
-        if (pv_pending && lane == 0) release_tile<Cfg, kCl>(sm, stage ^ 1);
-        softmax_and_pv(sm.k(stage));
-        if (blk + 1 < pc.blk_end) {
-          const unsigned parity = ((it + 1) >> 1) & 1;
-          pv_pending = named_bar_all(kBarVote, 128, tile_ready<Cfg, kCl>(sm, stage ^ 1, parity));
-          if (!pv_pending) {
-            wait_and_release(stage);
-            wait_tile<Cfg, kCl>(sm, stage ^ 1, parity);
-          }
-        } else {
-          wait_and_release(stage);
-          ++it;
-          break;
-        }
-      }
+    for (int blk = pc.blk_begin; blk < pc.blk_end; ++blk, ++it) {
+      const int stage = it & 1;
+      const unsigned tile = sm.k(stage);
+      wait_tile<Cfg, kCl>(sm, stage, (it >> 1) & 1);
+      if constexpr (!kNoMma<Cfg>) issue_qk(s, dq, tile);
+      softmax_and_pv(tile);
+      wait_and_release(stage);
     }
 
-    if (t == 0) timeline_mark<Cfg>(kEventLastRelease);
     // Epilogue: full row sums, then the output factor (1 / l, with the sink for a final
     // output) shared with WG1 and the LSE.
     float f[2], lse[2];
@@ -515,25 +439,22 @@ __device__ __forceinline__ void consumer0(const DecodeKernelParams& kp, const Sp
       store_o(kp, pc, r, tok, head0, r0, c, 0, o, f[0], f[1]);
     }
     if (c == 0) store_lse(kp, pc, r, tok, head0, r0, lse);
-    if (t == 0) timeline_mark<Cfg>(kEventOut0);
   }
   // Matches WG1's arrival after the partition's last block.
   if (it > 0) mbar_wait(sm.p_free(), (it - 1) & 1);
-  st.report(it);
 }
 
+// Consumer 1: per block P and the row factors from consumer 0, O[:, 256:512] rescaled and += P V;
+// per request the output factors from consumer 0, then its half of the outputs.
 template <class Cfg>
 __device__ __forceinline__ void consumer1(const DecodeKernelParams& kp, const SparsePart& part,
                                           int tok, int head0, const Smem& sm) {
   constexpr int kCl = ClusterOf<Cfg>::value;
-  constexpr bool kRegsP = PHandOf<Cfg>::value == kPHandRegs;
   const int t = threadIdx.x - 128;
   const int warp = t >> 5, lane = t & 31;
   const int r0 = warp * 16 + (lane >> 2);
   const int c = lane & 3;
-  // Phases (kStamp): tile wait, P wait, rescale and P V issued, P V waited, released.
-  Stamps<kStamped<Cfg>> st;
-  const bool staged_out = !kStaged<Cfg> && out_rows_aligned(kp.p);
+  const bool staged_out = out_rows_aligned(kp.p);
   float o[128];
   int it = 0;
   int nreq = 0;
@@ -544,54 +465,43 @@ __device__ __forceinline__ void consumer1(const DecodeKernelParams& kp, const Sp
     for (int blk = pc.blk_begin; blk < pc.blk_end; ++blk, ++it) {
       const int stage = it & 1;
       const unsigned tile = sm.k(stage);
-      st.start();
-      // Acquire the producer's tile for this warpgroup's own async-proxy reads.
+      // Acquire the producers' tile for this warpgroup's own async-proxy reads.
       wait_tile<Cfg, kCl>(sm, stage, (it >> 1) & 1);
-      st.lap(0);
       mbar_wait(sm.p_ready(), it & 1);
-      st.lap(1);
       const float a0 = sm.row_scale()[r0];
       const float a1 = sm.row_scale()[r0 + 8];
-      // kPHandRegs: P's A fragments from where consumer 0 stored its own (same thread layout);
-      // P's slot and the factors are then free.
+      // In a cluster P's A fragments come from where consumer 0 stored its own (same thread
+      // layout); P's slot and the factors are then free.
       [[maybe_unused]] unsigned pa[4][4];
-      if constexpr (kRegsP) {
+      if constexpr (kPInRegs<Cfg>) {
         load_p(p_lane_addr(sm.p(), warp, lane), pa);
         mbar_arrive(sm.p_free());
       }
-      rescale<RescaleOf<Cfg>::value>(o, a0, a1);
-      // O[:, 256:512] += P V: A = P (K-major 64 x 64, k step kk at byte 32 kk; or registers),
-      // B = V chunks 4..7 as in consumer 0.
+      rescale(o, a0, a1);
+      // O[:, 256:512] += P V: A = P (registers, or K-major 64 x 64 in shared memory, k step kk at
+      // byte 32 kk), B = V chunks 4..7 as in consumer 0, in N = 128 halves (columns 256..383:
+      // chunks 4, 5; 384..511: chunks 6, 7; sm90_ptx.cuh says why).
       if constexpr (!kNoMma<Cfg>) {
         wgmma_fence();
         const unsigned long long dp = smem_desc_sw128(sm.p(), 16, 1024);
         const unsigned long long dv = smem_desc_sw128(tile + 4 * kChunkBytes, kChunkBytes, 1024);
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
-          if constexpr (kRegsP && ProducersOf<Cfg>::value == 2) {
-            // 512 threads: the N = 128 halves, as consumer 0's (sm90_ptx.cuh says why).
+          if constexpr (kPInRegs<Cfg>) {
             wgmma_m64n128k16_rs<1>(o, pa[kk], desc_advance(dv, 2048 * kk), true);
             wgmma_m64n128k16_rs<1>(o + 64, pa[kk], desc_advance(dv, 2 * kChunkBytes + 2048 * kk), true);
-          } else if constexpr (kRegsP) {
-            wgmma_m64n256k16_rs<1>(o, pa[kk], desc_advance(dv, 2048 * kk), true);
-          } else if constexpr (ProducersOf<Cfg>::value == 2) {
-            // Columns 256..383 (chunks 4, 5) and 384..511 (chunks 6, 7): sm90_ptx.cuh says why.
+          } else {
             wgmma_m64n128k16_ss<1>(o, desc_advance(dp, 32 * kk), desc_advance(dv, 2048 * kk), true);
             wgmma_m64n128k16_ss<1>(o + 64, desc_advance(dp, 32 * kk),
                                    desc_advance(dv, 2 * kChunkBytes + 2048 * kk), true);
-          } else {
-            wgmma_m64n256k16_ss<1>(o, desc_advance(dp, 32 * kk), desc_advance(dv, 2048 * kk), true);
           }
         }
         wgmma_commit();
-        st.lap(2);
         wgmma_wait<0>();
         fence_regs(o);
       }
-      st.lap(3);
-      if constexpr (!kRegsP) mbar_arrive(sm.p_free());
-      if (lane == 0) release_tile<Cfg, kCl>(sm, stage);
-      st.lap(4);
+      if constexpr (!kPInRegs<Cfg>) mbar_arrive(sm.p_free());
+      if (lane == 0) release_tile<kCl>(sm, stage);
     }
     mbar_wait(sm.out_ready(), nreq & 1);
     const float* out_scale = sm.out_scale();
@@ -606,9 +516,7 @@ __device__ __forceinline__ void consumer1(const DecodeKernelParams& kp, const Sp
       mbar_arrive(sm.out_free());
       store_o(kp, pc, r, tok, head0, r0, c, 256, o, f0, f1);
     }
-    if (t == 0) timeline_mark<Cfg>(kEventOut1);
   }
-  st.report(it);
 }
 
 }  // namespace deca::mla::sm90

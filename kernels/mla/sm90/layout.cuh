@@ -1,5 +1,7 @@
-// The K/V tile's addresses the sm90a MLA producer writes (kernels/mla/sm90/producer.cuh), as host-
-// and device-callable functions so that tests/plan can check them without a GPU.
+// The addresses and fragment orders of the sm90a MLA kernels: the K tile's stores of the wide
+// kernel's producers (producer.cuh) and the records' orders the direct kernel's consumers read
+// (direct_consumer.cuh), as host- and device-callable functions so that tests/plan can check them
+// without a GPU.
 #pragma once
 
 #include "kernels/mla/sm90/traits.cuh"
@@ -12,41 +14,8 @@ DECA_HD constexpr unsigned swz(int row, int unit) {
   return static_cast<unsigned>(row * 128 + ((unit ^ (row & 7)) << 4));
 }
 
-// The round stream's NoPE stores (Cfg::kPipe = 4): producer thread t (0..127) writes, for its
-// units u = 0..7 of round h, the converted 16 values of NoPE unit j = t % 32 of token
-// n = first_token + t / 32 + 4 (8 h + u): two 16-byte units (unit0 = 2 (j % 4) and unit0 + 1) of
-// chunk j / 4, row n. Since first_token is 0 or 32 and t / 32 < 4, n % 8 = t / 32 + 4 (u % 2):
-// the row's units sit at at[u % 2] + 512 (8 h + u) and that + second.
-struct StreamStores {
-  unsigned at[2];
-  unsigned second;
-};
-DECA_HD constexpr StreamStores stream_stores(int t, int first_token) {
-  const int j = t & 31;
-  const int g = t >> 5;
-  const int unit0 = (j & 3) * 2;
-  const unsigned row0 = static_cast<unsigned>((j >> 2) * kChunkBytes + (first_token + g) * 128);
-  const unsigned sw_even = static_cast<unsigned>((unit0 ^ g) << 4);
-  // (unit0 + 1) ^ g is unit0 ^ g ^ 1: the unit's byte offset xor 16, i.e. +16 or -16.
-  return StreamStores{{row0 + sw_even, row0 + (sw_even ^ 64u)}, (sw_even & 16u) ? 0u - 16u : 16u};
-}
-
-// Cfg::kMap = 2 (the pair exchange): lane j (0..31, one token per warp) loads NoPE bytes
-// 16 j .. + 15 (bf16 units 2 (j % 4) and + 1 of chunk j / 4), then swaps the 8-byte half
-// `swapped` of them with its partner j ^ 1 (which swaps its other half), and stores its two
-// converted units at units `lo` and `hi` of its chunk's row: each store instruction then writes
-// whole 32-byte sectors (lanes j and j ^ 1 the two halves of one).
-struct PairStores {
-  int swapped, lo, hi;
-};
-DECA_HD constexpr PairStores pair_stores(int j) {
-  const int odd = j & 1;
-  const int lo = 2 * (j & 3) - odd;  // even: its own first unit; odd: the partner's second
-  return PairStores{1 - odd, lo, lo + 2};
-}
-
-// Cfg::kMap = 3 (whole rows): lane l (0..31, one token per warp) converts unit l % 8 of chunk
-// rows_chunk(l) (its first store) and of chunk rows_chunk(l) + 2 (its second): the 8 NoPE bytes
+// The whole-row pieces (producer.cuh): lane l (0..31, one token per warp) converts unit l % 8 of
+// chunk rows_chunk(l) (its first store) and of chunk rows_chunk(l) + 2 (its second): the 8 NoPE bytes
 // at rows_nope_byte(l) and 128 further, with the two groups' scales (chunks c, c + 2 are groups
 // c / 2 and c / 2 + 1: adjacent) as one 8-byte load at rows_scale_byte(l). Eight lanes fill one
 // 128-byte row per store: a store instruction writes four whole rows (chunks 0, 1, 4, 5, then
@@ -55,8 +24,8 @@ DECA_HD constexpr int rows_chunk(int l) { return ((l >> 3) & 1) + 4 * (l >> 4); 
 DECA_HD constexpr int rows_nope_byte(int l) { return 64 * rows_chunk(l) + 8 * (l & 7); }
 DECA_HD constexpr int rows_scale_byte(int l) { return kDimNope + 8 * (l >> 4); }
 
-// Cfg::kMap = 3 in a producer warpgroup's share of a block (first_token a multiple of 8, 16 / kWays
-// pieces per lane): lane l of warp g stores its piece u (token n = first_token + g + 4 u) at
+// The whole-row pieces in a producer warpgroup's share of a block (first_token a multiple of 8,
+// 16 / kWays pieces per lane): lane l of warp g stores its piece u (token n = first_token + g + 4 u) at
 // at[u % 2] + 512 u of the tile (the first unit; the second 2 kChunkBytes further), since
 // n % 8 = g + 4 (u % 2): two registers and immediates instead of one address per piece.
 struct RowsStores {
@@ -68,27 +37,7 @@ DECA_HD constexpr RowsStores rows_stores(int l, int g, int first_token) {
   return RowsStores{{row0 + sw, row0 + (sw ^ 64u)}};
 }
 
-// The lane's B register of mma.sync m16n8k8 (f16) holding the 8 x 8 identity (Cfg::kDequant = 2,
-// dequant16_mma): lane (g = lane / 4, c = lane % 4) holds B[2c][g] (low half) and B[2c + 1][g]
-// (high half), so f16 1.0 (0x3C00) where 2c or 2c + 1 is g.
-DECA_HD constexpr unsigned mma_select_b(int lane) {
-  const int g = lane >> 2, c = lane & 3;
-  return c == (g >> 1) ? 0x3C00u << (16 * (g & 1)) : 0u;
-}
-
-// Cfg::kStage = 1 (at most 16 heads): the 656-byte record of token k (0..63) of a block staged
-// in the Q tile's rows 16..63, which such a head count leaves unused: eight records per chunk in
-// chunks 1..8 (rows 16..63 of a chunk are its bytes 2048..8191, 8 x 656 = 5248 of them), so
-// chunk 0 stays Q's alone. 16-byte aligned (656 = 41 x 16) as cp.async.bulk needs.
-constexpr int kStageRows = 16;  // Q rows the staged variant keeps (heads per CTA)
-DECA_HD constexpr unsigned stage_slot(int k) {
-  return static_cast<unsigned>((1 + k / 8) * kChunkBytes + kStageRows * 128 + (k % 8) * kTokenBytes);
-}
-static_assert(kStageRows * 128 + 8 * kTokenBytes <= kChunkBytes, "eight records in a chunk's free rows");
-static_assert(stage_slot(63) + kTokenBytes <= kTileBytes, "64 records in the Q tile");
-static_assert(stage_slot(1) % 16 == 0 && kTokenBytes % 16 == 0, "cp.async.bulk alignment");
-
-// ---- Cfg::kDirect (direct.cuh): the orders its consumers' fragments read the records in ----
+// ---- The direct kernel (direct.cuh): the orders its consumers' fragments read the records in ----
 // (direct_layout tests: bijections, conflict-free loads, the identities the kernel relies on.)
 
 // P V's token order: k position kappa = 32 ks + 16 e + 4 q + j of a k step pair holds token

@@ -1,10 +1,11 @@
-// How a CTA of the sm90a MLA sparse decode kernel walks its partition (SparsePart,
-// kernels/mla/schedule/work.cuh): the request pieces the consumers take in order, and the
-// block cursors and raw index loads the producers run ahead with.
+// How a CTA of the sm90a MLA sparse decode kernels walks its partition (SparsePart,
+// kernels/mla/schedule/work.cuh): the request pieces the consumers take in order, the block
+// cursors and raw index loads the producers run ahead with, and where a token's record lies.
 #pragma once
 
 #include "kernels/common/ptx.cuh"
 #include "kernels/common/sm90_ptx.cuh"
+#include "kernels/mla/sm90/config.cuh"
 #include "kernels/mla/sm90/traits.cuh"
 #include "kernels/mla/schedule/work.cuh"
 
@@ -48,46 +49,93 @@ struct BlockPos {
   const int* row;
 };
 
+// Dense decode: the request's block-table row, and the keys query token `tok` sees (causal among
+// the q_len new tokens; below zero when it sees none).
+template <class Cfg>
 __device__ __forceinline__ void enter_request(const DecodeKernelParams& kp, const SparsePart& part,
                                               int tok, BlockPos& c) {
   const Piece pc = piece_of(kp, part, c.r);
   c.blk = pc.blk_begin;
   c.blk_end = pc.blk_end;
   c.len = request_len(kp.p, c.r);
-  c.row = kp.p.indices + c.r * kp.p.indices_stride_batch + tok * kp.p.indices_stride_token;
+  if constexpr (kDense<Cfg>) {
+    c.len -= kp.p.q_len - 1 - tok;
+    c.row = kp.dense.block_table + c.r * kp.dense.block_table_stride;
+  } else {
+    c.row = kp.p.indices + c.r * kp.p.indices_stride_batch + tok * kp.p.indices_stride_token;
+  }
 }
 
+template <class Cfg>
 __device__ __forceinline__ void settle(const DecodeKernelParams& kp, const SparsePart& part, int tok,
                                        BlockPos& c) {
   while (c.r <= part.end_req && c.blk >= c.blk_end) {
     if (++c.r > part.end_req) break;
-    enter_request(kp, part, tok, c);
+    enter_request<Cfg>(kp, part, tok, c);
   }
 }
 
+template <class Cfg>
 __device__ __forceinline__ BlockPos first_block(const DecodeKernelParams& kp, const SparsePart& part,
                                                 int tok) {
   BlockPos c{part.begin_req, 0, 0, 0, kp.p.indices};
-  if (c.r <= part.end_req) enter_request(kp, part, tok, c);
-  settle(kp, part, tok, c);
+  if (c.r <= part.end_req) enter_request<Cfg>(kp, part, tok, c);
+  settle<Cfg>(kp, part, tok, c);
   return c;
 }
 
+template <class Cfg>
 __device__ __forceinline__ void next_block(const DecodeKernelParams& kp, const SparsePart& part, int tok,
                                            BlockPos& c) {
   if (c.r > part.end_req) return;
   ++c.blk;
-  settle(kp, part, tok, c);
+  settle<Cfg>(kp, part, tok, c);
 }
 
-// Id `k` of the block at `c` as stored (-1 past the partition or past the request's length),
-// not yet checked: the check reads the loaded value, so it is done where the id is used, a block
-// later (checked_id), or the load's latency is waited for here (ptxas puts the compare right
-// after the load).
-__device__ __forceinline__ int raw_id_at(const SparsePart& part, const BlockPos& c, int k) {
+// Token `k` of the block at `c` as loaded, a block before it is used: the index as stored
+// (sparse), or the block-table entry and the slot in that block (dense); -1 past the partition or
+// past the request's (the query token's) length. Not yet checked: the check reads the loaded
+// value, so it is done where the id is used, a block later (finish_id), or the load's latency
+// would be waited for here (ptxas puts the compare right after the load).
+struct RawId {
+  int v;
+  int slot;
+};
+template <class Cfg>
+__device__ __forceinline__ RawId raw_id_at(const SparsePart& part, const BlockPos& c, int k) {
   const int pos = c.blk * kTokens + k;
-  if (c.r > part.end_req || pos >= c.len) return -1;
-  return ldg_nc_s32(c.row + pos);
+  if (c.r > part.end_req || pos >= c.len) return RawId{-1, 0};
+  if constexpr (kDense<Cfg>) {
+    return RawId{ldg_nc_s32(c.row + pos / Cfg::kPageSize), pos % Cfg::kPageSize};
+  } else {
+    return RawId{ldg_nc_s32(c.row + pos), 0};
+  }
+}
+// The token id a raw one names, or -1: an index outside the pool (checked_id), or a block-table
+// entry outside [0, num_blocks) (one unsigned compare; -1 is 2^32 - 1 as unsigned).
+template <class Cfg>
+__device__ __forceinline__ int finish_id(const DecodeKernelParams& kp, RawId raw, unsigned pool) {
+  if constexpr (kDense<Cfg>) {
+    return static_cast<unsigned>(raw.v) >= static_cast<unsigned>(kp.p.num_blocks) ? -1
+                                                                                  : raw.v * Cfg::kPageSize + raw.slot;
+  } else {
+    return checked_id(raw.v, pool);
+  }
+}
+
+// The byte offset of token `id`'s record in the pool, from an unsigned block and slot
+// (one multiply each); `id` >= 0 inside the pool, or -1, whose offset is computed but never read
+// from (ldg_nc_v2x3_if tests the id).
+template <class Cfg>
+__device__ __forceinline__ unsigned long long record_offset(const MlaSparseParams& p, int id) {
+  const unsigned u = static_cast<unsigned>(id);
+  return static_cast<unsigned long long>(u / Cfg::kPageSize) * static_cast<unsigned long long>(p.kv_stride_block) +
+         static_cast<unsigned long long>(u % Cfg::kPageSize) * static_cast<unsigned long long>(p.kv_stride_slot);
+}
+// The record (the 656-byte token, or a dense row) of token `id` (>= 0, inside the pool).
+template <class Cfg>
+__device__ __forceinline__ const unsigned char* record_of(const MlaSparseParams& p, int id) {
+  return p.kv + record_offset<Cfg>(p, id);
 }
 
 }  // namespace deca::mla::sm90

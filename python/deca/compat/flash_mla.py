@@ -1,13 +1,14 @@
 """FlashMLA's get_mla_metadata / flash_mla_with_kvcache on deca's MLA decode.
 
 The sparse FP8 call (indices given, is_fp8_kvcache=True) runs deca.mla_decode_sparse; the
-dense bf16 call (no indices) runs deca.mla_decode_dense. Shapes are FlashMLA's: q [batch,
-s_q, h_q, 576], k_cache [num_blocks, page_block_size, 1, 656] (FP8, bytes) or [.., 576]
-(bf16), out [batch, s_q, h_q, 512], softmax_lse [batch, h_q, s_q] fp32 (natural log; with an
-attention sink the sink is left out of it, as deca's is). get_mla_metadata returns (metadata,
-None) as FlashMLA's current interface does: the metadata object is scheduled by the first
-sparse call made with it (on CUDA) and that schedule serves the later calls of the step, as
-FlashMLA's lazily initialised metadata does; the num_splits slot stays None.
+dense call (no indices: a bf16 cache, or the 656-byte FP8 cache with is_fp8_kvcache=True) runs
+deca.mla_decode_dense. Shapes are FlashMLA's: q [batch, s_q, h_q, 576], k_cache [num_blocks,
+page_block_size, 1, 656] (FP8, bytes) or [.., 576] (bf16), out [batch, s_q, h_q, 512],
+softmax_lse [batch, h_q, s_q] fp32 (natural log; with an attention sink the sink is left out of
+it, as deca's is). get_mla_metadata returns (metadata, None) as FlashMLA's current interface
+does: the metadata object is scheduled by the first call made with it (on CUDA, sparse or dense)
+and that schedule serves the later calls of the step, as FlashMLA's lazily initialised metadata
+does; the num_splits slot stays None.
 """
 
 from __future__ import annotations
@@ -23,11 +24,11 @@ DIM_V = 512
 
 class MlaMetadata:
     """What get_mla_metadata promises about the calls it serves (heads, FP8, topk), checked
-    against each call, and, as FlashMLA's metadata, the decode step's schedule: the first sparse
-    CUDA call made with it schedules into a workspace the object owns, the later calls (the
-    other layers of the step: same batch, s_q, topk and topk_length contents) reuse it. Make one
-    per decode step, as FlashMLA asks. (Traced by torch.compile, each call is one deca op that
-    schedules for itself: engines call attention from an opaque op anyway.)"""
+    against each call, and, as FlashMLA's metadata, the decode step's schedule: the first CUDA
+    call made with it schedules into a workspace the object owns, the later calls (the other
+    layers of the step: same batch, s_q, topk and topk_length or cache_seqlens contents) reuse
+    it. Make one per decode step, as FlashMLA asks. (Traced by torch.compile, each call is one
+    deca op that schedules for itself: engines call attention from an opaque op anyway.)"""
 
     def __init__(self, num_q_tokens_per_head_k, num_heads_k, num_heads_q, is_fp8_kvcache,
                  topk):
@@ -65,9 +66,11 @@ def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v,
 
     Sparse (indices [batch, s_q, topk] int32 global token ids, -1 = skip; is_fp8_kvcache=True;
     block_table and cache_seqlens unused): optional topk_length [batch] int32 and attn_sink
-    [h_q] fp32. Dense (indices None): bf16 cache through block_table [batch, max_blocks] and
-    cache_seqlens [batch] (the s_q new tokens included; causal among them). deca has no
-    second ("extra") cache: extra_* arguments raise deca.Error naming them.
+    [h_q] fp32. Dense (indices None): the bf16 cache, or with is_fp8_kvcache=True the 656-byte
+    FP8 cache read densely, through block_table [batch, max_blocks] and cache_seqlens [batch]
+    (the s_q new tokens included; causal among them); a row without keys gets out 0 and LSE
+    +inf, as FlashMLA's. deca has no second ("extra") cache: extra_* arguments raise
+    deca.Error naming them.
     """
     fn = "flash_mla_with_kvcache"
     _common.refuse(fn, extra_k_cache=extra_k_cache,
@@ -111,10 +114,9 @@ def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v,
                                    attn_sink=attn_sink, softmax_scale=scale,
                                    schedule=meta._schedule if meta is not None else None)
     else:
-        if is_fp8_kvcache:
-            raise Error(f"{fn}: is_fp8_kvcache: expected False without indices (deca's dense "
-                        f"decode reads a bf16 cache; the FP8 cache is for sparse decode), "
-                        f"got True")
+        # Dense: the bf16 cache, as FlashMLA's dense kernel reads it; with is_fp8_kvcache the
+        # sparse path's 656-byte cache read densely (every token through block_table: what a
+        # V3.2 engine runs for short contexts; FlashMLA's dense kernel reads bf16 only).
         _common.refuse(fn, topk_length=topk_length, attn_sink=attn_sink)
         if s_q > 1 and not causal:
             raise Error(f"{fn}: causal: expected True with s_q {s_q} > 1 (deca's new tokens "
@@ -122,12 +124,18 @@ def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v,
         if block_table is None or cache_seqlens is None:
             raise Error(f"{fn}: block_table: expected block_table and cache_seqlens for the "
                         f"dense cache, got None")
+        cache, kv_format = ((_bytes(k_cache), "fp8_sparse") if is_fp8_kvcache
+                            else (k_cache, "bf16"))
+        scale = float(softmax_scale or 0.0)
         if ops is not None:
-            ops.mla_decode_dense(q, k_cache, block_table, cache_seqlens, out, lse,
-                                 float(softmax_scale or 0.0))
+            ops.mla_decode_dense(q, cache, block_table, cache_seqlens, out, lse, scale, 1.0,
+                                 kv_format)
         else:
-            _cached_ops.mla_dense(q, k_cache, block_table, cache_seqlens, out, lse, fn=fn,
-                                  softmax_scale=softmax_scale or 0.0)
+            # FlashMLA's metadata: the first call of a step schedules, the later layers reuse.
+            _cached_ops.mla_dense(q, cache, block_table, cache_seqlens, out, lse, fn=fn,
+                                  softmax_scale=scale, kv_format=kv_format,
+                                  schedule=meta._schedule if meta is not None else None)
+        _lonely_rows(lse)
     return out, _swap(lse)
 
 
@@ -140,6 +148,16 @@ def _bytes(cache):
     if dtype is not None and getattr(dtype, "itemsize", 0) == 1 and str(dtype) != "uint8":
         return cache.view("uint8")
     return cache
+
+
+def _lonely_rows(lse):
+    """FlashMLA's LSE for a query row that sees no key (an empty request; on a GPU also a
+    cache_seqlens entry below s_q): +inf where deca writes -inf (out is 0 in both). torch's
+    masked_fill_ keeps a torch.compile trace free of data-dependent shapes."""
+    if hasattr(lse, "masked_fill_"):
+        lse.masked_fill_(lse == float("-inf"), float("inf"))
+    else:
+        lse[lse == float("-inf")] = float("inf")
 
 
 def _swap(lse):

@@ -1,0 +1,94 @@
+// The compile-time configuration of the sm90a MLA sparse decode kernels, read from the Cfg struct
+// the JIT prologue defines (src/cuda/mla_spec.cpp renders it from mla::sm90::kernel_class):
+//   struct Cfg {
+//     static constexpr int kPageSize = 64;  // tokens per cache block: id / kPageSize, id % kPageSize
+//     static constexpr int kDirect = 0;     // 1: at most 16 heads, the kernel without the bf16 tile
+//     static constexpr int kCluster = 1;    // the wide kernel: 2 for 65..128 heads (two head blocks)
+//     static constexpr int kDense = 0;      // optional: 1 reads the tokens through the block table
+//     static constexpr int kKvFormat = 2;   // optional (MlaKvFormat): dense caches may be bf16 or e4m3
+//   };
+// Everything else the kernels do is fixed per class (below, with why); tests may add kAblate.
+// Host code reads it too (the Ablate values).
+#pragma once
+
+#include "kernels/mla/params.cuh"
+#include "kernels/mla/sm90/traits.cuh"
+
+namespace deca::mla::sm90 {
+
+// Cfg::member when the prologue defines it, else the fallback.
+#define DECA_MLA_SM90_FIELD(Trait, member, fallback)          \
+  template <class C, class = void>                            \
+  struct Trait {                                              \
+    static constexpr int value = fallback;                    \
+  };                                                          \
+  template <class C>                                          \
+  struct Trait<C, decltype(void(C::member))> {                \
+    static constexpr int value = C::member;                   \
+  };
+
+// CTAs per cluster (traits.cuh kClusterX): 2 pairs the two head blocks of 65..128 heads.
+DECA_MLA_SM90_FIELD(ClusterOf, kCluster, 1)
+// 1: the kernel without the bf16 tile (direct.cuh), one head block of at most 16 heads.
+DECA_MLA_SM90_FIELD(DirectOf, kDirect, 0)
+template <class Cfg>
+inline constexpr bool kDirect = DirectOf<Cfg>::value == 1;
+
+// Dense decode (kernels/mla/schedule/work.cuh, DenseSource): token j of a request is slot
+// j % kPageSize of block block_table[r][j / kPageSize], visible to query token i iff
+// j < len - (q_len - 1 - i). The cache's format: the 656-byte token (the sparse one, read by the
+// records' producer) or whole rows of bf16 / e4m3 (rows.cuh; the wide kernel only).
+DECA_MLA_SM90_FIELD(DenseOf, kDense, 0)
+DECA_MLA_SM90_FIELD(KvFormatOf, kKvFormat, kMlaKvFP8Sparse)
+template <class Cfg>
+inline constexpr bool kDense = DenseOf<Cfg>::value == 1;
+template <class Cfg>
+inline constexpr bool kRowFormat = KvFormatOf<Cfg>::value != kMlaKvFP8Sparse;
+
+// Timing only (tests/gpu/mla_sm90_timing_test.cpp sets it; no plan does, and the numbers are
+// wrong): builds that leave one stage out, so that a GPU round says what bounds the kernel.
+// Without the tensor-core products (their operands are still loaded); without the gather's
+// memory traffic (each record load returns finite bytes made from its address, the L2 prefetch
+// and the ring copies are left out; ids, Q and the outputs still go to memory); the consumers
+// alone (the wide kernel: the producers gather nothing, the consumers never wait for a tile and
+// compute on zeroed tiles and ids); the producers alone (the consumers release every tile or
+// slot as soon as it is full, and write nothing).
+enum Ablate : int {
+  kAblateNone = 0,
+  kAblateNoMma = 1,
+  kAblateNoGather = 2,
+  kAblateConsumersOnly = 3,
+  kAblateProducersOnly = 4,
+};
+DECA_MLA_SM90_FIELD(AblateOf, kAblate, kAblateNone)
+template <class Cfg>
+inline constexpr bool kNoMma = AblateOf<Cfg>::value == kAblateNoMma;
+template <class Cfg>
+inline constexpr bool kNoGather = AblateOf<Cfg>::value == kAblateNoGather;
+template <class Cfg>
+inline constexpr bool kNoProduce = AblateOf<Cfg>::value == kAblateConsumersOnly;
+template <class Cfg>
+inline constexpr bool kNoConsume = AblateOf<Cfg>::value == kAblateProducersOnly;
+
+#undef DECA_MLA_SM90_FIELD
+
+// ---- The wide kernel's fixed choices that differ with the cluster ------------------------------
+// (docs/perf-notes-mla.md has the rounds that chose them and the variants they beat.)
+
+// The gather's L1 policy: L1::evict_last without a cluster (the whole-row pieces read each record
+// line, and its scales, in several instructions: measured faster), L1::no_allocate in one (no
+// change there, and each CTA reads a token once).
+template <class Cfg>
+inline constexpr bool kL1EvictLast = ClusterOf<Cfg>::value == 1;
+
+// How consumer 1 takes P. In a cluster (its producers fit in 56 registers, so consumer 1 can hold
+// P's 16 A-fragment registers beside O): it loads P with ld.shared from where consumer 0 stored it
+// (the same fragment layout) and runs P V from registers, so the hand-over is an mbarrier release
+// / acquire without a proxy fence, and P's slot is free as soon as the loads complete. Without a
+// cluster (producers at 80 registers: consumer 1 has no room): P V reads P from shared memory
+// through the async proxy, so consumer 0 fences (fence.proxy.async) before handing it over, and
+// issues its own P V (A from registers) first, so that the hand-over runs while it executes.
+template <class Cfg>
+inline constexpr bool kPInRegs = ClusterOf<Cfg>::value == 2;
+
+}  // namespace deca::mla::sm90

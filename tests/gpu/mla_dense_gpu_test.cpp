@@ -1,0 +1,382 @@
+// MLA dense decode on the GPU against the CPU reference (docs/semantics.md "MLA decode"; issue 31 item 5),
+// for every decode variant this machine runs (DECA_MLA_KERNEL) and every cache format (bf16, e4m3
+// with one scale, the 656-byte token read densely): heads 1, 8, 16, 24, 64, 100, 128; q_len 1..4;
+// page sizes 1, 16, 64, 128, 256 (and 576 where plans take it); ragged lengths with 0, 1, page +- 1, shorter than a page and
+// below q_len, one request of 131072 tokens; shuffled block tables, NaN in every cache slot no
+// request owns, outputs poisoned before each run. Then the cache as a strided view, run-to-run
+// bitwise identity, CUDA graph capture + replay with new lengths, the schedule reused across
+// layers, checked plans naming a bad block id and a bad length, and the workspace checks.
+// Seed: DECA_TEST_SEED. Skipped where no GPU is present.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "common/test_seed.hpp"
+#include "deca/error.hpp"
+#include "gpu/mla_dense_gpu_runner.hpp"
+
+namespace deca::test {
+namespace {
+
+constexpr int kFormats[] = {kMlaKvBF16, kMlaKvFP8E4M3, kMlaKvFP8Sparse};
+
+struct Case {
+  std::string name;
+  MlaCaseSpec spec;
+};
+
+MlaCaseSpec spec(int heads, int q_len, int page, std::vector<int> lens) {
+  MlaCaseSpec s;
+  s.num_heads = heads;
+  s.q_len = q_len;
+  s.page_size = page;
+  s.batch = static_cast<int>(lens.size());
+  s.seq_lens = std::move(lens);
+  return s;
+}
+
+// Whether plans take this page size (a CPU plan answers without a GPU).
+bool page_size_allowed(int page) {
+  MlaConfig c;
+  c.num_heads = 1;
+  c.page_size = page;
+  c.max_seq_len = 1;
+  try {
+    plan_mla_decode(c);
+    return true;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+std::vector<Case> matrix() {
+  std::vector<Case> m;
+  auto add = [&](std::string name, MlaCaseSpec s) { m.push_back({std::move(name), s}); };
+  // Every head count and q_len; the lengths: long, empty, one page, one past it, a few tokens.
+  for (int heads : {1, 8, 16, 24, 64, 100, 128}) {
+    for (int q_len : {1, 2, 3, 4}) {
+      add("h" + std::to_string(heads) + "_q" + std::to_string(q_len),
+          spec(heads, q_len, 64, {700, 0, 64, 65, q_len + 2}));
+    }
+  }
+  for (int page : {1, 16, 128, 256, 576}) {
+    if (!page_size_allowed(page)) continue;  // 576: once plans take any page size
+    add("p" + std::to_string(page), spec(64, 2, page, {3 * page + 1, page - 1 + (page == 1), 2, 900}));
+  }
+  // Lengths below q_len (the first rows see no key: zeros, LSE -inf), length 1.
+  add("short_below_q_len", spec(16, 4, 64, {1, 3, 4, 40}));
+  // Many small requests, few heads; one long request over the whole GPU.
+  add("b96_h16", spec(16, 1, 64, std::vector<int>(96, 300)));
+  {
+    MlaCaseSpec s = spec(128, 1, 64, {4000, 1});
+    s.softmax_scale = 0.05f;
+    add("h128_scale", s);
+    MlaCaseSpec nolse = spec(64, 2, 64, {500, 2});
+    nolse.lse = false;
+    add("no_lse", nolse);
+  }
+  return m;
+}
+
+TEST(MlaDenseGpu, MatchesCpuReference) {
+  DECA_REQUIRE_GPU();
+  DECA_SEED_TRACE();
+  std::uint64_t salt = 0;
+  for (const int format : kFormats) {
+    for (const Case& k : matrix()) {
+      MlaCaseSpec s = k.spec;
+      s.kv_format = format;
+      auto rng = make_rng(++salt);
+      MlaDenseCase c = build_mla_dense_case(s, rng);
+      run_dense_reference(c);
+      for (const std::string& variant : mla_variants()) {
+        ScopedMlaKernel scoped(variant);
+        DeviceDense dev(c);
+        dev.run();
+        HostTensor out, lse;
+        dev.results(c, out, lse);
+        expect_dense_matches(variant + "/" + dense_format_name(format) + "/" + k.name + " (" +
+                                 dev.plan.kernel_name + ")",
+                             c, out, lse);
+        if (HasFatalFailure()) return;
+      }
+    }
+  }
+}
+
+// One request of 131072 tokens beside a short one: split over every partition and merged.
+TEST(MlaDenseGpu, OneRequestOf131072Tokens) {
+  DECA_REQUIRE_GPU();
+  DECA_SEED_TRACE();
+  for (const int format : kFormats) {
+    MlaCaseSpec s = spec(16, 1, 64, {131072, 7});
+    s.kv_format = format;
+    auto rng = make_rng(200 + format);
+    MlaDenseCase c = build_mla_dense_case(s, rng);
+    run_dense_reference(c);
+    for (const std::string& variant : mla_variants()) {
+      ScopedMlaKernel scoped(variant);
+      DeviceDense dev(c);
+      dev.run();
+      HostTensor out, lse;
+      dev.results(c, out, lse);
+      expect_dense_matches(variant + "/" + dense_format_name(format) + "/b2_131072 (" +
+                               dev.plan.kernel_name + ")",
+                           c, out, lse);
+    }
+  }
+}
+
+// The cache as one layer of an interleaved [blocks, 2 layers, page, 1, row] allocation: block
+// stride two pages, the other layer all NaN (0xFF).
+TEST(MlaDenseGpu, CacheAsAStridedView) {
+  DECA_REQUIRE_GPU();
+  for (const int format : kFormats) {
+    MlaCaseSpec s = spec(64, 2, 16, {100, 1, 33});
+    s.kv_format = format;
+    auto rng = make_rng(300 + format);
+    MlaDenseCase c = build_mla_dense_case(s, rng);
+    run_dense_reference(c);
+    const std::int64_t blocks = c.kv.shape()[0];
+    const std::size_t block_bytes = c.kv.bytes() / blocks;
+    HostTensor big(DType::kUINT8, {blocks, 2, static_cast<std::int64_t>(block_bytes)});
+    big.fill_bytes(0xFF);
+    for (std::int64_t b = 0; b < blocks; ++b) {
+      std::memcpy(big.data<unsigned char>() + (2 * b + 1) * block_bytes,
+                  static_cast<const unsigned char*>(c.kv.raw()) + b * block_bytes, block_bytes);
+    }
+    for (const std::string& variant : mla_variants()) {
+      ScopedMlaKernel scoped(variant);
+      DeviceDense dev(c);
+      DeviceBuffer dbig(big);
+      const std::int64_t row = mla_dense_row(format);
+      const std::size_t elem = format == kMlaKvBF16 ? 2 : 1;
+      dev.args.kv_cache = make_tensor(static_cast<char*>(dbig.get()) + block_bytes, c.kv.dtype(),
+                                      {blocks, s.page_size, 1, row},
+                                      {2 * s.page_size * row, row, row, 1}, Device::cuda(0));
+      ASSERT_EQ(block_bytes, static_cast<std::size_t>(s.page_size * row) * elem);
+      dev.run();
+      HostTensor out, lse;
+      dev.results(c, out, lse);
+      expect_dense_matches(variant + "/" + dense_format_name(format) + "/strided_cache", c, out, lse);
+    }
+  }
+}
+
+// The same inputs give the same bytes: the scheduler is deterministic and every merge runs in a
+// fixed order.
+TEST(MlaDenseGpu, RunToRunBitwiseIdentical) {
+  DECA_REQUIRE_GPU();
+  for (const std::string& variant : mla_variants()) {
+    ScopedMlaKernel scoped(variant);
+    for (const int format : kFormats) {
+      MlaCaseSpec s = spec(128, 2, 64, {5000, 1, 700, 64, 2048, 3});
+      s.kv_format = format;
+      auto rng = make_rng(400 + format);
+      MlaDenseCase c = build_mla_dense_case(s, rng);
+      DeviceDense dev(c);
+      HostTensor out0, lse0, out1, lse1;
+      dev.run();
+      dev.results(c, out0, lse0);
+      dev.poison();
+      dev.run();
+      dev.results(c, out1, lse1);
+      EXPECT_EQ(0, std::memcmp(out0.raw(), out1.raw(), out0.bytes())) << variant << " " << format;
+      EXPECT_EQ(0, std::memcmp(lse0.raw(), lse1.raw(), lse0.bytes())) << variant << " " << format;
+    }
+  }
+}
+
+// Nothing allocated or synchronized: the launches are captured and replayed, and a replay
+// schedules the cache_seqlens found in device memory at replay time.
+TEST(MlaDenseGpu, CapturedInCudaGraphReplaysNewLengths) {
+  DECA_REQUIRE_GPU();
+  for (const std::string& variant : mla_variants()) {
+    ScopedMlaKernel scoped(variant);
+    auto rng = make_rng(500);
+    MlaCaseSpec s = spec(64, 1, 64, {3000, 700, 64, 9, 1});
+    MlaDenseCase c = build_mla_dense_case(s, rng);
+    DeviceDense dev(c);
+    cudaStream_t stream;
+    ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+    dev.run(stream);  // first use loads the modules outside the capture
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    cudaGraph_t graph;
+    ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+    dev.run(stream);
+    ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+    cudaGraphExec_t exec;
+    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    // Shorter lengths only (longer would read slots the case poisoned), one request emptied.
+    const std::vector<int> shorter = {2999, 1, 0, 64, 1};
+    std::copy(shorter.begin(), shorter.end(), c.seq_lens.data<int>());
+    cuda_ok(cudaMemcpy(dev.seq_lens.get(), c.seq_lens.raw(), c.seq_lens.bytes(), cudaMemcpyHostToDevice),
+            "seq_lens");
+    run_dense_reference(c);
+    dev.poison();
+    for (int i = 0; i < 3; ++i) ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(stream);
+    HostTensor out, lse;
+    dev.results(c, out, lse);
+    expect_dense_matches(variant + "/cuda_graph", c, out, lse);
+  }
+}
+
+// The schedule made once per decode step (MlaDenseArgs::reuse_schedule): a second "layer" with
+// other q and cache contents but the first layer's lengths runs on the schedule the first left in
+// the workspace and writes what its own scheduled run writes, bit for bit. A workspace that never
+// held a schedule computes nothing (NaN).
+TEST(MlaDenseGpu, ReusedScheduleServesTheNextLayer) {
+  DECA_REQUIRE_GPU();
+  for (const std::string& variant : mla_variants()) {
+    ScopedMlaKernel scoped(variant);
+    for (const int format : kFormats) {
+      MlaCaseSpec s = spec(128, 2, 64, {4000, 2, 0, 900});
+      s.kv_format = format;
+      auto rng = make_rng(600 + format);
+      MlaDenseCase first = build_mla_dense_case(s, rng);
+      auto rng2 = make_rng(610 + format);  // another q and cache, the same lengths
+      MlaDenseCase second = build_mla_dense_case(s, rng2);
+      run_dense_reference(second);
+      DeviceDense a(first), b(second);
+      HostTensor own_out, own_lse, out, lse;
+      b.run();
+      b.results(second, own_out, own_lse);
+      b.poison();
+      a.run();  // schedules into a's workspace
+      MlaDenseArgs reuse = b.args;
+      reuse.workspace = a.args.workspace;
+      reuse.workspace_bytes = a.args.workspace_bytes;
+      reuse.reuse_schedule = true;
+      mla_decode_dense(a.plan, reuse);
+      b.results(second, out, lse, false);
+      const std::string what = variant + "/" + dense_format_name(format) + "/reused_schedule";
+      expect_dense_matches(what, second, out, lse);
+      EXPECT_EQ(0, std::memcmp(out.raw(), own_out.raw(), out.bytes())) << what;
+      EXPECT_EQ(0, std::memcmp(lse.raw(), own_lse.raw(), lse.bytes())) << what;
+
+      DeviceDense fresh(first);
+      reuse.workspace = fresh.args.workspace;  // zeroed: no schedule in it
+      b.out.fill(0);
+      b.lse.fill(0);
+      mla_decode_dense(fresh.plan, reuse);
+      b.results(second, out, lse, false);
+      for (std::int64_t i = 0; i < out.numel(); ++i) ASSERT_TRUE(std::isnan(out.get(i))) << what << " " << i;
+    }
+  }
+}
+
+// Checked plans (the portable kernel, "_chk"): a block id one past the pool and a length past
+// max_seq_len, planted in device memory, are reported by check_mla_run with the entry, the bound
+// and the value, then the record is clear; the requests without a bad entry are the reference's.
+TEST(MlaDenseGpu, CheckedPlanReportsABadBlockIdAndABadLength) {
+  DECA_REQUIRE_GPU();
+  for (const bool bad_block : {true, false}) {
+    MlaCaseSpec s = spec(64, 1, 16, {100, 40, 70});
+    auto rng = make_rng(700 + bad_block);
+    MlaDenseCase c = build_mla_dense_case(s, rng);
+    run_dense_reference(c);
+    ScopedMlaKernel portable("portable");
+    DeviceDense dev(c, /*checked=*/true);
+    EXPECT_NE(dev.plan.kernel_name.find("_chk"), std::string::npos) << dev.plan.kernel_name;
+    const std::int64_t cols = c.block_table.shape()[1];
+    const int num_blocks = static_cast<int>(c.kv.shape()[0]);
+    HostTensor table(c.block_table), lens(c.seq_lens);
+    if (bad_block) {
+      table.data<int>()[1 * cols + 1] = num_blocks;  // request 1 (40 tokens) reads column 1
+    } else {
+      // Every column request 1 may now read names a real block: the length is the one offender.
+      for (std::int64_t j = 3; j < cols; ++j) table.data<int>()[1 * cols + j] = table.data<int>()[0];
+      lens.data<int>()[1] = dev.plan.config.max_seq_len + 1;
+    }
+    cuda_ok(cudaMemcpy(dev.block_table.get(), table.raw(), table.bytes(), cudaMemcpyHostToDevice), "table");
+    cuda_ok(cudaMemcpy(dev.seq_lens.get(), lens.raw(), lens.bytes(), cudaMemcpyHostToDevice), "lens");
+    dev.run();
+    HostTensor out, lse;
+    dev.results(c, out, lse, false);
+    std::string error;
+    try {
+      check_mla_run(dev.plan, dev.workspace.get(), nullptr);
+    } catch (const Error& e) {
+      error = e.what();
+    }
+    const std::string want =
+        bad_block ? "mla_decode_dense: block_table[1][1]: expected a block id in [0, " +
+                        std::to_string(num_blocks) + ") (kv_cache's num_blocks), got " +
+                        std::to_string(num_blocks) + " (found by the checked GPU run)"
+                  : "mla_decode_dense: cache_seqlens[1]: expected a length in [0, " +
+                        std::to_string(dev.plan.config.max_seq_len) + "] (plan.config.max_seq_len), got " +
+                        std::to_string(dev.plan.config.max_seq_len + 1) + " (found by the checked GPU run)";
+    EXPECT_EQ(error, want);
+    EXPECT_NO_THROW(check_mla_run(dev.plan, dev.workspace.get(), nullptr)) << "record not cleared";
+    // Requests 0 and 2 read nothing bad: the reference's bytes within the usual bounds.
+    const std::int64_t per_request = static_cast<std::int64_t>(s.q_len) * s.num_heads * 512;
+    for (const int b : {0, 2}) {
+      for (std::int64_t i = b * per_request; i < (b + 1) * per_request; ++i) {
+        ASSERT_FALSE(std::isnan(out.get(i))) << b;
+        ASSERT_NEAR(out.get(i), c.out.get(i), 1e-2 + 2e-2 * std::fabs(c.out.get(i))) << b << " " << i;
+      }
+    }
+  }
+}
+
+TEST(MlaDenseGpu, WorkspaceAndDevicesAreChecked) {
+  DECA_REQUIRE_GPU();
+  auto rng = make_rng(800);
+  MlaDenseCase c = build_mla_dense_case(spec(16, 1, 64, {100, 3}), rng);
+  DeviceDense dev(c);
+  ASSERT_GT(dev.plan.workspace_bytes, 0u);
+  auto rejects = [&](MlaDenseArgs a, const std::string& needle) {
+    try {
+      mla_decode_dense(dev.plan, a);
+      ADD_FAILURE() << "accepted: " << needle;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  MlaDenseArgs a = dev.args;
+  a.workspace = nullptr;
+  rejects(a, "workspace: expected");
+  a = dev.args;
+  a.workspace_bytes = dev.plan.workspace_bytes - 1;
+  rejects(a, "workspace_bytes");
+  a = dev.args;
+  a.workspace = static_cast<char*>(dev.workspace.get()) + 8;
+  rejects(a, "aligned to 16 bytes");
+  a = dev.args;
+  a.cache_seqlens = c.seq_lens.view();  // a host tensor for a CUDA plan
+  rejects(a, "cache_seqlens: expected device cuda:0");
+  a = dev.args;
+  a.kv_scale = 2.f;  // a bf16 cache takes no scale
+  rejects(a, "kv_scale: expected 1");
+  HostTensor out, lse;
+  dev.results(c, out, lse);
+  for (std::int64_t i = 0; i < out.numel(); ++i) ASSERT_TRUE(std::isnan(out.get(i))) << "written " << i;
+}
+
+TEST(MlaDenseGpu, PlanReportsPartitionsAndKernel) {
+  DECA_REQUIRE_GPU();
+  for (const int format : kFormats) {
+    MlaConfig cfg;
+    cfg.num_heads = 128;
+    cfg.max_batch = 128;
+    cfg.max_seq_len = 8192;
+    cfg.kv_format = dense_format(format);
+    cfg.device = Device::cuda(0);
+    const MlaPlan plan = plan_mla_decode(cfg);
+    EXPECT_EQ(plan.sm_count, cuda::sm_count(0));
+    EXPECT_GT(plan.num_parts, 0);
+    EXPECT_GT(plan.workspace_bytes, 0u);
+    EXPECT_NE(plan.kernel_name.find("mla_dense_decode_"), std::string::npos) << plan.kernel_name;
+    std::printf("[mla] dense %s plan: %s, %d partitions, workspace %zu bytes\n", dense_format_name(format),
+                plan.kernel_name.c_str(), plan.num_parts, plan.workspace_bytes);
+  }
+}
+
+}  // namespace
+}  // namespace deca::test
