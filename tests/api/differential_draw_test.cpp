@@ -74,7 +74,8 @@ TEST(DifferentialDraw, CpuReferenceRunsEveryDrawnCase) {
     try {
       EXPECT_EQ(c->run(Side{}, 0), "") << "the CPU backend names no kernel";
     } catch (const Error& e) {
-      if (failures++ < 10) ADD_FAILURE() << "case " << d.index << " refused: " << e.what() << "\n  " << c->describe();
+      if (failures++ < 10)
+        ADD_FAILURE() << "case " << d.index << " refused: " << e.what() << "\n  " << c->describe();
       continue;
     }
     // The reference against itself: the poison left inside a view (an element not written) or
@@ -92,8 +93,8 @@ TEST(DifferentialDraw, CpuReferenceRunsEveryDrawnCase) {
     for (std::size_t k = 0; k < outs.size(); ++k) {
       const HostTensor& mirrored = mirror.copy_of(outs[k].storage);
       if (std::memcmp(mirrored.raw(), got[k].raw(), got[k].bytes()) != 0 && failures++ < 10) {
-        ADD_FAILURE() << "case " << d.index << ": " << outs[k].name << " differs when run on copies\n  "
-                      << c->describe();
+        ADD_FAILURE() << "case " << d.index << ": " << outs[k].name
+                      << " differs when run on copies\n  " << c->describe();
       }
     }
   }
@@ -135,7 +136,8 @@ TEST(DifferentialDraw, DrawsCoverEveryFeature) {
       {"gqa per-head scales", gqa([](const GqaDraw& d) { return d.spec.per_head_scales; })},
       {"gqa HND", gqa([](const GqaDraw& d) { return d.spec.layout == KvLayout::kHND; })},
       {"gqa NHD", gqa([](const GqaDraw& d) { return d.spec.layout == KvLayout::kNHD; })},
-      {"gqa K and V in one allocation", gqa([](const GqaDraw& d) { return d.spec.kv_one_allocation; })},
+      {"gqa K and V in one allocation",
+       gqa([](const GqaDraw& d) { return d.spec.kv_one_allocation; })},
       {"gqa strided q", gqa([](const GqaDraw& d) { return d.q_pad > 0; })},
       {"gqa strided out", gqa([](const GqaDraw& d) { return d.out_pad > 0; })},
       {"gqa narrower page-table view", gqa([](const GqaDraw& d) { return d.table_columns < 0; })},
@@ -143,51 +145,64 @@ TEST(DifferentialDraw, DrawsCoverEveryFeature) {
          return std::count(d.spec.seq_lens.begin(), d.spec.seq_lens.end(), 0) > 0;
        })},
       {"gqa q_len 4", gqa([](const GqaDraw& d) { return d.spec.q_len == 4; })},
-      {"gqa tree over drafts", gqa([](const GqaDraw& d) { return d.spec.q_len > 1 && d.spec.tree_mask; })},
-      {"gqa causal over drafts", gqa([](const GqaDraw& d) { return d.spec.q_len > 1 && !d.spec.tree_mask; })},
+      {"gqa tree over drafts",
+       gqa([](const GqaDraw& d) { return d.spec.q_len > 1 && d.spec.tree_mask; })},
+      {"gqa causal over drafts",
+       gqa([](const GqaDraw& d) { return d.spec.q_len > 1 && !d.spec.tree_mask; })},
       {"gqa window", gqa([](const GqaDraw& d) { return d.spec.window > 0; })},
       {"gqa softcap", gqa([](const GqaDraw& d) { return d.spec.softcap > 0; })},
       {"gqa sinks", gqa([](const GqaDraw& d) { return d.spec.sinks; })},
       {"gqa no lse", gqa([](const GqaDraw& d) { return !d.spec.lse; })},
       {"gqa beams", gqa([](const GqaDraw& d) { return d.config.beam_width > 1; })},
-      {"gqa fixed split", gqa([](const GqaDraw& d) { return d.config.split_mode == SplitMode::kFixed; })},
+      {"gqa fixed split",
+       gqa([](const GqaDraw& d) { return d.config.split_mode == SplitMode::kFixed; })},
       {"gqa checked", gqa([](const GqaDraw& d) { return d.config.checked; })},
-      {"gqa max_batch above batch", gqa([](const GqaDraw& d) { return d.config.max_batch > d.spec.batch; })},
-      {"gqa odd q heads", gqa([](const GqaDraw& d) { return d.spec.num_q_heads % 2 == 1 && d.spec.num_q_heads > 1; })},
-      {"gqa group 16", gqa([](const GqaDraw& d) { return d.spec.num_q_heads / d.spec.num_kv_heads == 16; })},
+      {"gqa max_batch above batch",
+       gqa([](const GqaDraw& d) { return d.config.max_batch > d.spec.batch; })},
+      {"gqa odd q heads",
+       gqa([](const GqaDraw& d) { return d.spec.num_q_heads % 2 == 1 && d.spec.num_q_heads > 1; })},
+      {"gqa group 16",
+       gqa([](const GqaDraw& d) { return d.spec.num_q_heads / d.spec.num_kv_heads == 16; })},
       {"gqa head_dim 256", gqa([](const GqaDraw& d) { return d.spec.head_dim == 256; })},
       {"gqa page 1", gqa([](const GqaDraw& d) { return d.spec.page_size == 1; })},
       {"gqa second run", gqa([](const GqaDraw& d) { return d.passes == 2; })},
       {"mla odd heads", mla([](const MlaSparseDraw& d) { return d.spec.num_heads % 2 == 1; })},
       {"mla heads > 64", mla([](const MlaSparseDraw& d) { return d.spec.num_heads > 64; })},
       {"mla q_len 3", mla([](const MlaSparseDraw& d) { return d.spec.q_len == 3; })},
-      {"mla topk not a multiple of 64", mla([](const MlaSparseDraw& d) { return d.spec.topk % 64 != 0; })},
+      {"mla topk not a multiple of 64",
+       mla([](const MlaSparseDraw& d) { return d.spec.topk % 64 != 0; })},
       {"mla topk_length with an empty request", mla([](const MlaSparseDraw& d) {
          return d.spec.topk_length && d.edges.empty_request && d.spec.batch > 1;
        })},
       {"mla sinks", mla([](const MlaSparseDraw& d) { return d.spec.attn_sink; })},
-      {"mla rows of -1", mla([](const MlaSparseDraw& d) { return d.edges.rows_of_skips && d.spec.batch > 1; })},
+      {"mla rows of -1",
+       mla([](const MlaSparseDraw& d) { return d.edges.rows_of_skips && d.spec.batch > 1; })},
       {"mla duplicates", mla([](const MlaSparseDraw& d) { return d.spec.duplicates > 0; })},
       {"mla strided cache", mla([](const MlaSparseDraw& d) { return d.slot_pad > 0; })},
       {"mla strided indices", mla([](const MlaSparseDraw& d) { return d.index_pad > 0; })},
-      {"mla strided q and out", mla([](const MlaSparseDraw& d) { return d.q_pad > 0 && d.out_pad > 0; })},
+      {"mla strided q and out",
+       mla([](const MlaSparseDraw& d) { return d.q_pad > 0 && d.out_pad > 0; })},
       {"mla reused schedule", mla([](const MlaSparseDraw& d) { return d.passes == 2; })},
       {"mla checked", mla([](const MlaSparseDraw& d) { return d.config.checked; })},
       {"mla unchecked", mla([](const MlaSparseDraw& d) { return !d.config.checked; })},
-      {"mla dense bf16", dense([](const MlaDenseDraw& d) { return d.spec.kv_format == kMlaKvBF16; })},
+      {"mla dense bf16",
+       dense([](const MlaDenseDraw& d) { return d.spec.kv_format == kMlaKvBF16; })},
       {"mla dense fp8 e4m3 at a scale not a power of two", dense([](const MlaDenseDraw& d) {
          return d.spec.kv_format == kMlaKvFP8E4M3 && d.spec.kv_scale > 0;
        })},
-      {"mla dense 656-byte tokens", dense([](const MlaDenseDraw& d) { return d.spec.kv_format == kMlaKvFP8Sparse; })},
+      {"mla dense 656-byte tokens",
+       dense([](const MlaDenseDraw& d) { return d.spec.kv_format == kMlaKvFP8Sparse; })},
       {"mla dense checked", dense([](const MlaDenseDraw& d) { return d.config.checked; })},
       {"mla dense unchecked", dense([](const MlaDenseDraw& d) { return !d.config.checked; })},
       {"mla dense q_len 4", dense([](const MlaDenseDraw& d) { return d.spec.q_len == 4; })},
-      {"mla dense odd heads > 64", dense([](const MlaDenseDraw& d) { return d.spec.num_heads > 64 && d.spec.num_heads % 2; })},
+      {"mla dense odd heads > 64",
+       dense([](const MlaDenseDraw& d) { return d.spec.num_heads > 64 && d.spec.num_heads % 2; })},
       {"mla dense empty request", dense([](const MlaDenseDraw& d) {
          return std::count(d.spec.seq_lens.begin(), d.spec.seq_lens.end(), 0) > 0;
        })},
       {"mla dense strided cache", dense([](const MlaDenseDraw& d) { return d.slot_pad > 0; })},
-      {"mla dense narrower block table", dense([](const MlaDenseDraw& d) { return d.drop_column > 0; })},
+      {"mla dense narrower block table",
+       dense([](const MlaDenseDraw& d) { return d.drop_column > 0; })},
       {"mla dense reused schedule", dense([](const MlaDenseDraw& d) { return d.passes == 2; })},
       {"combine bf16 out", comb([](const CombineDraw& d) { return d.out_dtype == DType::kBF16; })},
       {"combine fp16 out", comb([](const CombineDraw& d) { return d.out_dtype == DType::kFP16; })},
@@ -217,10 +232,12 @@ TEST(DifferentialDraw, CaseRebuildsFromItsSeed) {
     ASSERT_EQ(ta.size(), tb.size());
     for (std::size_t i = 0; i < ta.size(); ++i) {
       ASSERT_EQ(ta[i]->bytes(), tb[i]->bytes());
-      EXPECT_EQ(std::memcmp(ta[i]->raw(), tb[i]->raw(), ta[i]->bytes()), 0) << "tensor " << i << " of case " << d.index;
+      EXPECT_EQ(std::memcmp(ta[i]->raw(), tb[i]->raw(), ta[i]->bytes()), 0)
+          << "tensor " << i << " of case " << d.index;
     }
   }
-  EXPECT_EQ(build_case(draw_cases(40, test_seed())[17])->describe(), build_case(draws[17])->describe());
+  EXPECT_EQ(build_case(draw_cases(40, test_seed())[17])->describe(),
+            build_case(draws[17])->describe());
 }
 
 }  // namespace
