@@ -220,6 +220,70 @@ TEST(DifferentialDraw, DrawsCoverEveryFeature) {
   }
 }
 
+// The comparison sees each way a GPU run can go wrong: an element left unwritten (NaN), a byte
+// written beside a strided view, a wrong row, a row of a request without keys not zero, an LSE
+// finite where the reference has -inf.
+TEST(DifferentialDraw, CompareFindsEachKindOfMismatch) {
+  DECA_SEED_TRACE();
+  const std::vector<CaseDraw> draws = draw_cases(kCases, test_seed());
+  const CaseDraw* pick = nullptr;
+  for (const CaseDraw& d : draws) {
+    const std::vector<int>& lens = d.gqa.spec.seq_lens;
+    const auto empty = std::count(lens.begin(), lens.end(), 0);
+    if (d.family == Family::kGqa && d.gqa.out_pad > 0 && d.gqa.spec.lse && empty > 0 &&
+        empty < static_cast<long>(lens.size()) && d.gqa.spec.out_dtype != DType::kFP8E4M3) {
+      pick = &d;
+      break;
+    }
+  }
+  ASSERT_NE(pick, nullptr) << "no GQA draw with a strided out, LSE, an empty request and another";
+  const std::unique_ptr<DiffCase> c = build_case(*pick);
+  const std::vector<Output> outs = c->outputs();
+  poison(outs);
+  c->run(Side{}, 0);
+  const std::vector<HostTensor> ref = snapshot(outs);
+  ASSERT_EQ(outs.size(), 2u);
+  const Output& out = outs[0];
+  // Rows (a head's output) of the first empty request and of the first other one.
+  const GqaCaseSpec& s = pick->gqa.spec;
+  const auto first = [&](bool is_empty) {
+    const auto at = std::find_if(s.seq_lens.begin(), s.seq_lens.end(),
+                                 [&](int len) { return (len == 0) == is_empty; });
+    return static_cast<std::int64_t>(at - s.seq_lens.begin()) * s.q_len * s.num_q_heads;
+  };
+  const std::int64_t row_of_empty = first(true), other = first(false);
+  const auto check = [&](const char* what,
+                         const std::function<void(std::vector<HostTensor>&)>& spoil,
+                         const std::function<bool(const Mismatch&)>& seen) {
+    std::vector<HostTensor> got = ref;
+    spoil(got);
+    Mismatch m;
+    for (std::size_t k = 0; k < outs.size(); ++k) compare_output(outs[k], ref[k], got[k], m);
+    EXPECT_TRUE(seen(m)) << what << ": " << m.text();
+    EXPECT_FALSE(m.within(c->tolerance(""))) << what;
+  };
+  const std::int64_t dim = out.view.shape[3], stride = out.view.stride[2];
+  check(
+      "an unwritten element", [&](auto& g) { g[0].fill_bytes(0xFF); },
+      [](const Mismatch& m) { return m.nan > 0; });
+  check(
+      "a byte past a row", [&](auto& g) { g[0].set(dim, 0.f); },
+      [](const Mismatch& m) { return m.gap_writes > 0; });
+  check(
+      "a wrong row",
+      [&](auto& g) {
+        for (std::int64_t e = 0; e < dim; ++e)
+          g[0].set(other * stride + e, 1 - g[0].get(other * stride + e));
+      },
+      [](const Mismatch& m) { return m.out_rel > 0 && m.row_rel > 1; });
+  check(
+      "a row without keys not zero", [&](auto& g) { g[0].set(row_of_empty * stride, 1.f); },
+      [](const Mismatch& m) { return m.zero_rows > 0; });
+  check(
+      "a finite LSE for a row without keys", [&](auto& g) { g[1].set(row_of_empty, 0.f); },
+      [](const Mismatch& m) { return m.inf_mismatch > 0; });
+}
+
 // A case is its seed: building it twice gives the same bytes, and a shorter run of the same seed
 // draws the same first cases only when it draws the same pools, so a replay names the count.
 TEST(DifferentialDraw, CaseRebuildsFromItsSeed) {
