@@ -140,7 +140,8 @@ TEST(DifferentialDraw, DrawsCoverEveryFeature) {
          for (int l : d.spec.seq_lens) if (l == 0) return true;
          return false;
        })},
-      {"gqa q_len 4 tree", gqa([](const GqaDraw& d) { return d.spec.q_len == 4 && d.spec.tree_mask; })},
+      {"gqa q_len 4", gqa([](const GqaDraw& d) { return d.spec.q_len == 4; })},
+      {"gqa tree over drafts", gqa([](const GqaDraw& d) { return d.spec.q_len > 1 && d.spec.tree_mask; })},
       {"gqa q_len 2 causal", gqa([](const GqaDraw& d) { return d.spec.q_len == 2 && !d.spec.tree_mask; })},
       {"gqa window", gqa([](const GqaDraw& d) { return d.spec.window > 0; })},
       {"gqa softcap", gqa([](const GqaDraw& d) { return d.spec.softcap > 0; })},

@@ -57,9 +57,9 @@ inline GqaLayer draw_gqa_layer(Rng& rng, int index) {
     case 0: l.checked = false; break;  // the Hopper fp8 kernel (a checked plan may not run it)
     case 1: l.beam_width = 4, l.kv_dtype = DType::kBF16; break;
     case 2: l.max_q_len = 4, l.tree = true; break;
-    case 3: l.window = true, l.kv_dtype = DType::kINT8; break;
-    case 4: l.softcap = true, l.q_dtype = DType::kFP16; break;
-    case 5: l.fixed_split = true, l.kv_dtype = DType::kFP16; break;
+    case 3: l.window = true, l.kv_dtype = DType::kINT8, l.page_size = 1; break;
+    case 4: l.softcap = true, l.q_dtype = DType::kFP16, l.group = 16; break;
+    case 5: l.fixed_split = true, l.kv_dtype = DType::kFP16, l.head_dim = 256; break;
     case 6: l.out_dtype = DType::kFP8E4M3, l.checked = true; break;
     case 7: l.beam_width = 2, l.kv_dtype = DType::kFP8E4M3, l.window = true; break;
     default: break;
@@ -108,7 +108,7 @@ inline GqaDraw draw_gqa(Rng& rng, const GqaLayer& l) {
   s.num_q_heads = s.num_kv_heads * l.group;
   s.head_dim = l.head_dim;
   s.page_size = l.page_size;
-  s.q_len = uniform(rng, 1, l.max_q_len);
+  s.q_len = chance(rng, 0.5) ? l.max_q_len : uniform(rng, 1, l.max_q_len);  // drafts: often the full length
   const int requests = chance(rng, 0.02) ? 0 : log_uniform(rng, 1, 24);
   s.batch = requests * l.beam_width;
   s.seq_lens = draw_gqa_lengths(rng, requests, l.beam_width, s.q_len, s.num_kv_heads * s.head_dim);
@@ -191,7 +191,10 @@ class GqaDiff final : public DiffCase {
     const std::int64_t stride[4] = {p.k_stride_page, nhd ? p.k_stride_slot : p.k_stride_head,
                                     nhd ? p.k_stride_head : p.k_stride_slot, 1};
     a.k_cache = make_tensor(const_cast<void*>(p.k_cache), s.kv_dtype, 4, shape, stride);
-    a.v_cache = make_tensor(const_cast<void*>(p.v_cache), s.kv_dtype, 4, shape, stride);
+    // A pool of no pages (every request empty): V of the shared allocation would start past its
+    // end; no element is read, so it may name K's first byte.
+    const void* v_data = pages > 0 ? p.v_cache : p.k_cache;
+    a.v_cache = make_tensor(const_cast<void*>(v_data), s.kv_dtype, 4, shape, stride);
     const std::int64_t cols = c_.page_table.shape()[1];
     const std::int64_t view_cols = std::max<std::int64_t>(1, cols + d.table_columns);
     a.page_table = make_tensor(c_.page_table.raw(), DType::kINT32, {s.batch, view_cols}, {cols, 1});
