@@ -139,6 +139,26 @@ def test_flash_attn_ignores_what_flashattention3_ignores(rng):
                                        rotary_seqlens=case.seq_lens)
 
 
+@pytest.mark.parametrize("lens", [[2, 37, 1], [5, 5, 5]])
+def test_flash_attn_request_shorter_than_its_queries(rng, lens):
+    """FlashAttention's causal mask for seqlen_k < seqlen_q: query i sees keys up to
+    i + seqlen_k - seqlen_q, so the first queries see none (zeros, LSE -inf)."""
+    q_len = 6
+    case = PagedCase(rng, seq_lens=[max(n, q_len) for n in lens], q_len=q_len, hq=4, hkv=2,
+                     d=32, page=4)
+    case.seq_lens = np.asarray(lens, np.int32)
+    out, lse = compat.flash_attn_with_kvcache(case.q, case.k, case.v,
+                                              cache_seqlens=case.seq_lens,
+                                              block_table=case.page_table, causal=True,
+                                              return_softmax_lse=True)
+    want, want_lse = case.reference()
+    close(out, want, "bf16")
+    close_lse(lse, want_lse.swapaxes(1, 2))
+    for b, n in enumerate(lens):
+        assert (out[b, :q_len - n].astype(np.float32) == 0).all()
+        assert np.isneginf(lse[b, :, :q_len - n]).all() and np.isfinite(lse[b, :, q_len - n:]).all()
+
+
 def _fp8_case(rng, batch=3, hq=6, hkv=2, q_len=1):
     case = PagedCase(rng, seq_lens=[37, 9, 20][:batch], q_len=q_len, hq=hq, hkv=hkv, d=32,
                      page=8, kv_dtype="fp8_e4m3")

@@ -10,7 +10,7 @@ import sys
 
 import numpy as np
 
-from .._tensors import DTYPE_ALIASES, Error, empty, tensor
+from .._tensors import DTYPE_ALIASES, Error, empty, numpy_dtype, tensor
 
 LOG2_E = 1.0 / math.log(2.0)
 
@@ -87,6 +87,8 @@ def alloc(like, shape, dtype, where):
         dt = like.dtype if dtype == "same" else {"fp32": torch.float32,
                                                  "bf16": torch.bfloat16}[dtype]
         return torch.empty(tuple(shape), dtype=dt, device=like.device)
+    if type(like) is np.ndarray:
+        return np.empty(tuple(shape), like.dtype if dtype == "same" else numpy_dtype(dtype))
     t = tensor(like, where)
     return empty(like, t, shape, t.dtype if dtype == "same" else dtype, where)
 

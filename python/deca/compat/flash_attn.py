@@ -162,7 +162,6 @@ class _Prepared:
             self.out_dtype = lib_dtype(q_like, "bf16" if self.q_fp8 else q_dtype)
         self.fp32 = lib_dtype(q, "fp32")
         self.cuda_index = -1
-        self._plans = {}
         self.plan, self.ws = self.plan_for(q_like, k_cache, table, out, False)
         self._c_plan = self.plan._plan
         self.cuda_index = self.plan._cuda_index
@@ -216,13 +215,34 @@ class _Prepared:
         return out, (lse if lse is not None else _transposed(lse_view))
 
     def _decode(self, q, k_cache, v_cache, table, lens, out, lse, scales, checked):
+        """One decode of these requests. A request holding fewer keys than seqlen_q (lengths on
+        the host) is FlashAttention's too: query i sees the keys up to i + seqlen_k - seqlen_q,
+        so its first seqlen_q - seqlen_k queries see none (zeros, LSE -inf), which deca's own
+        calls refuse (there the new tokens are in the cache): such a request decodes as empty
+        with the others, then its last seqlen_k queries alone."""
+        seqlen_q = q.shape[1]
+        host = _host_array(lens) if seqlen_q > 1 else None
+        short = [] if host is None else np.nonzero((host > 0) & (host < seqlen_q))[0]
+        if len(short) == 0:
+            self._decode_once(q, k_cache, v_cache, table, lens, out, lse, scales, checked)
+            return
+        emptied = lens.copy() if isinstance(lens, np.ndarray) else lens.clone()
+        emptied[short] = 0
+        self._decode_once(q, k_cache, v_cache, table, emptied, out, lse, scales, checked)
+        for b in short:
+            rows = slice(seqlen_q - int(host[b]), seqlen_q)
+            self._decode_once(q[b:b + 1, rows], k_cache, v_cache, table[b:b + 1],
+                              lens[b:b + 1], out[b:b + 1, rows],
+                              None if lse is None else lse[b:b + 1, rows], scales, checked)
+
+    def _decode_once(self, q, k_cache, v_cache, table, lens, out, lse, scales, checked):
         k_scale = v_scale = 1.0
         k_scales = v_scales = None
         plan, ws = self.plan, self.ws
         if scales is not None:
             k_scale, v_scale, k_scales, v_scales = scales.values()
-            if k_scales is not None or q.shape[0] != self.shape[0]:
-                plan, ws = self.plan_for(q, k_cache, table, out, k_scales is not None)
+        if k_scales is not None or tuple(q.shape[:2]) != self.shape[:2]:
+            plan, ws = self.plan_for(q, k_cache, table, out, k_scales is not None)
         if not checked:
             if self.numpy:
                 qd, kd, od = plan._numpy_dtypes
@@ -308,6 +328,16 @@ def _window(window_size, causal, seqlen_q):
     if left < -1:
         raise Error(f"{FN}: window_size: expected left >= -1, got {window_size!r}")
     return 0 if left < 0 else left + 1
+
+
+def _host_array(x):
+    """x's values as a numpy array when x lives on the host (numpy, a CPU torch tensor), else
+    None (reading device memory would synchronise)."""
+    if isinstance(x, np.ndarray):
+        return x
+    if _common.is_torch(x) and x.device.type == "cpu":
+        return x.numpy()
+    return None
 
 
 def _widen(q):

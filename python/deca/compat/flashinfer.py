@@ -180,6 +180,8 @@ class BatchDecodeWithPagedKVCacheWrapper:
             out = _common.alloc(q, (batch, heads, dim), "same", f"{fn}: out")
         if want_lse and lse is None:
             lse = _common.alloc(q, (batch, heads), "fp32", f"{fn}: lse")
+        elif want_lse:
+            _common.expect_dtype(fn, "lse", lse, ("fp32",))
         softmax_scale = (p.sm_scale or 1.0 / math.sqrt(dim)) * \
             _common.scale_float(fn, "q_scale", q_scale)
         ks = _common.scale_float(fn, "k_scale", k_scale)
@@ -213,6 +215,8 @@ class BatchDecodeWithPagedKVCacheWrapper:
         key = (want_lse, sinks, self._plan_version)
         hit = self._plans.get(key)
         if hit is None:
+            if any(k[2] != self._plan_version for k in self._plans):
+                self._plans.clear()  # made for an earlier plan()
             p = self._planned
             hit = _cached_ops.gqa_plan(q4, k_cache, self._page_table, out4,
                                        fn="BatchDecodeWithPagedKVCacheWrapper.run",
@@ -220,7 +224,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
                                        lse=want_lse, sinks=sinks, window=p.window,
                                        softcap=p.softcap, split_mode=p.split_mode,
                                        split_tokens=p.split_tokens)
-            self._plans = {key: hit}
+            self._plans[key] = hit
         return hit
 
     forward = run
