@@ -165,6 +165,24 @@ def new_tensor(like, shape, dtype):
     return sys.modules["torch"].empty(shape, dtype=dtype, device=like.device)
 
 
+def allocator(like):
+    """new_tensor's work for like's library and device, bound once: a function of (shape,
+    dtype) that a prepared call uses per call without looking the library or device up."""
+    if type(like) is np.ndarray:
+        return np.empty
+    cupy = _cupy_of(like)
+    if cupy is not None:
+        device = like.device.id
+
+        def cupy_empty(shape, dtype):
+            with cupy.cuda.Device(device):
+                return cupy.empty(shape, dtype=dtype)
+        return cupy_empty
+    torch, device = sys.modules["torch"], like.device
+    empty = torch.empty
+    return lambda shape, dtype: empty(shape, dtype=dtype, device=device)
+
+
 def is_cpu(t):
     return t.device.kind == _C.DeviceKind.CPU
 

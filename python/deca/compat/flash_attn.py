@@ -30,8 +30,8 @@ import sys
 import numpy as np
 
 from .. import _C, _cached_ops, _plan_cache
-from .._tensors import (FALLBACKS, Error, arg_meta, bits_views, current_stream, lib_dtype,
-                        new_tensor)
+from .._tensors import (FALLBACKS, Error, allocator, arg_meta, bits_views, current_stream,
+                        lib_dtype)
 from . import _common
 from ._descale import descale_plan
 
@@ -161,6 +161,7 @@ class _Prepared:
         if out is None:
             self.out_dtype = lib_dtype(q_like, "bf16" if self.q_fp8 else q_dtype)
         self.fp32 = lib_dtype(q, "fp32")
+        self.empty = allocator(q)
         self.cuda_index = -1
         self.plan, self.ws = self.plan_for(q_like, k_cache, table, out, False)
         self._c_plan = self.plan._plan
@@ -193,16 +194,16 @@ class _Prepared:
                                   k_descale if self.kv8 else None,
                                   v_descale if self.kv8 else None)
         if out is None:
-            out = new_tensor(q, self.shape, self.out_dtype)
+            out = self.empty(self.shape, self.out_dtype)
         lse = lse_view = None
         if self.lse:
             batch, seqlen_q, nheads, _ = self.shape
             if seqlen_q == 1:
                 # [batch, nheads, 1] seen as deca's [batch, 1, nheads]: written in place.
-                lse = new_tensor(q, (batch, nheads, 1), self.fp32)
+                lse = self.empty((batch, nheads, 1), self.fp32)
                 lse_view = lse.swapaxes(1, 2)
             else:  # deca writes rows of heads; FlashAttention's layout is a transposed copy
-                lse_view = new_tensor(q, (batch, seqlen_q, nheads), self.fp32)
+                lse_view = self.empty((batch, seqlen_q, nheads), self.fp32)
         if scales is not None and scales.per_request:
             for b in range(self.shape[0]):
                 s = slice(b, b + 1)

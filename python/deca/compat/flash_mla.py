@@ -19,8 +19,8 @@ import sys
 import numpy as np
 
 from .. import _C, _cached_ops, _plan_cache
-from .._tensors import (FALLBACKS, Error, arg_meta, bits_views, current_stream, lib_dtype,
-                        new_tensor, numpy_dtype)
+from .._tensors import (FALLBACKS, Error, allocator, arg_meta, bits_views, current_stream,
+                        lib_dtype, numpy_dtype)
 from . import _common
 
 FN = "flash_mla_with_kvcache"
@@ -148,6 +148,8 @@ class _Sparse:
         self.scale = float(softmax_scale or 0.0)
         self.numpy = type(q) is np.ndarray
         self.bf16, self.fp32 = lib_dtype(q, "bf16"), lib_dtype(q, "fp32")
+        self.empty = allocator(q)
+        self.cache_is_bytes = _common.dtype_of(k_cache) == "uint8"
         self.plan, self.ws = _cached_ops.mla_sparse_plan(
             q, _bytes(k_cache), indices, fn=FN, lse=True, attn_sink=attn_sink is not None,
             topk_length=topk_length is not None)
@@ -159,14 +161,14 @@ class _Sparse:
 
     def run(self, q, k_cache, indices, topk_length, attn_sink, meta, checked):
         batch, s_q, h_q = self.shape
-        out = new_tensor(q, (batch, s_q, h_q, DIM_V), self.bf16)
+        out = self.empty((batch, s_q, h_q, DIM_V), self.bf16)
         if s_q == 1:
             # [batch, h_q, 1] seen as deca's [batch, 1, h_q]: written in place.
-            lse = new_tensor(q, (batch, h_q, 1), self.fp32)
+            lse = self.empty((batch, h_q, 1), self.fp32)
             lse_view = lse.swapaxes(1, 2)
         else:  # deca writes rows of heads; FlashMLA's layout is a transposed copy
-            lse = lse_view = new_tensor(q, (batch, s_q, h_q), self.fp32)
-        cache = _bytes(k_cache)
+            lse = lse_view = self.empty((batch, s_q, h_q), self.fp32)
+        cache = k_cache if self.cache_is_bytes else _bytes(k_cache)
         ws, reuse = self.ws, False
         schedule = meta._schedule if meta is not None else None
         if schedule is not None and ws is not None:  # no workspace: the CPU, no schedule
