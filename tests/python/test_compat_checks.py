@@ -160,6 +160,7 @@ def test_fp8_keyword_spellings_are_deca_names(rng):
         np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
     assert deca.GqaPlan(4, 2, 32, 8, kv_dtype="fp8", q_dtype="bfloat16",
                         max_seq_len=64).config.kv_dtype == "fp8_e4m3"
+    assert deca.as_tensor(k8, dtype="fp8").dtype == "fp8_e4m3"
     msg = _expect(r"GqaPlan: kv_dtype: expected a dtype name .*got \"e5m2\"", deca.GqaPlan, 4,
                   2, 32, 8, kv_dtype="e5m2", max_seq_len=64)
     assert "fp8_e4m3" in msg
