@@ -19,6 +19,8 @@ and the one-off calls depend on it, never the other way.
 
 from __future__ import annotations
 
+import sys as _sys
+
 from . import _C
 from ._tensors import tensor as _tensor
 from ._tensors import zeros_bytes
@@ -55,6 +57,37 @@ def plan(cls, names, values, like, like_t, where):
         hit = (made, zeros_bytes(like, like_t, made.workspace_bytes, f"{where}: workspace"))
         _PLANS[key] = hit
     return hit
+
+
+class StreamWorkspaces:
+    """A plan's zeroed workspaces for the one-off calls, one per CUDA stream their runs go to:
+    runs on one stream are ordered, and two streams running the same shape at once never share
+    one (a one-off call owned its workspace before it was cached). None for a plan that needs
+    none (the CPU)."""
+
+    def __init__(self, nbytes, where):
+        self.nbytes, self.where = nbytes, where
+        self.by_stream = {}
+
+    def get(self, stream, like, current):
+        """The workspace for runs on `stream` (an int handle), made at its first use beside
+        `like`; `current`: the handle of like's library's current stream, where the zero fill
+        is queued (a first use on another stream waits for it)."""
+        if not self.nbytes:
+            return None
+        ws = self.by_stream.get(stream)
+        if ws is None:
+            ws = zeros_bytes(like, _tensor(like, f"{self.where}: q"), self.nbytes,
+                             f"{self.where}: workspace")
+            if stream != current:
+                sync = getattr(ws, "device", None)
+                torch = _sys.modules.get("torch")
+                if torch is not None and isinstance(ws, torch.Tensor):
+                    torch.cuda.synchronize(sync)
+                else:
+                    _sys.modules["cupy"].cuda.get_current_stream().synchronize()
+            self.by_stream[stream] = ws
+        return ws
 
 
 def clear():

@@ -43,15 +43,17 @@ _ONEOFF = _plan_cache.memo()
 
 
 class _OneOff:
-    """What the first one-off call of a shape prepared: the plan and workspace, and the outputs'
-    shape and dtype (in the caller's library), so that a repeated call plans nothing."""
+    """What the first one-off call of a shape prepared: the plan, its workspaces (one per stream,
+    _plan_cache.StreamWorkspaces), and the outputs' shape and dtype (in the caller's library),
+    so that a repeated call plans nothing."""
 
-    __slots__ = ("plan", "workspace", "out_shape", "out_dtype", "want_lse")
+    __slots__ = ("plan", "workspaces", "out_shape", "out_dtype", "want_lse")
 
-    def __init__(self, plan, workspace, like, out_shape, want_lse):
+    def __init__(self, plan, like, out_shape, want_lse):
         """like: a torch tensor or numpy array whose library allocates the outputs; None when
         the caller passes them (another library: the first-call path allocates for it)."""
-        self.plan, self.workspace, self.want_lse = plan, workspace, want_lse
+        self.plan, self.want_lse = plan, want_lse
+        self.workspaces = _plan_cache.StreamWorkspaces(plan.workspace_bytes, "gqa_decode")
         self.out_shape = out_shape
         self.out_dtype = None if like is None else lib_dtype(like, plan.config.out_dtype)
 
@@ -62,15 +64,20 @@ class _OneOff:
         if self.want_lse and lse is None:
             lse = new_tensor(q, self.out_shape[:3], lib_dtype(q, "fp32"))
         plan = self.plan
-        if stream is not None and type(stream) is not int:
+        cuda = plan._cuda_index
+        current = current_stream(cuda, q) if cuda >= 0 else 0
+        if stream is None:
+            stream = current
+        elif type(stream) is not int:
             stream = stream_int(stream, "gqa_decode")
-        plan.run(q, k_cache, v_cache, page_table, seq_lens, out, workspace=self.workspace,
-                 lse=lse, tree_mask=tree_mask, sinks=sinks, k_scale=k_scale, v_scale=v_scale,
+        ws = self.workspaces.get(stream, q, current)
+        plan.run(q, k_cache, v_cache, page_table, seq_lens, out, workspace=ws, lse=lse,
+                 tree_mask=tree_mask, sinks=sinks, k_scale=k_scale, v_scale=v_scale,
                  k_scales=k_scales, v_scales=v_scales, softmax_scale=softmax_scale,
                  out_scale=out_scale, stream=stream)
         if plan._check_runs:
             # Checked mode: this call reports its own bad page ids and lengths (synchronising).
-            plan.check(self.workspace, stream=stream)
+            plan.check(ws, stream=stream)
         return (out, lse) if self.want_lse else out
 
 
@@ -148,8 +155,8 @@ def gqa_decode(q, k_cache, v_cache, page_table, seq_lens, out=None, *, layout="N
     c.device = qt.device
     # The sizes and maxima from the tensors, checked on them (messages name q, k_cache, ...).
     c = _C.gqa_oneoff_config(c, qt, kt, t["page_table"], out_t)
-    plan, ws = _plan_cache.plan(GqaPlan, GQA_KEYS, config_values(c), q, qt, fn)
-    prepared = _OneOff(plan, ws, None if key is None else q, tuple(qt.shape), want_lse)
+    plan, _ = _plan_cache.plan(GqaPlan, GQA_KEYS, config_values(c), q, qt, fn)
+    prepared = _OneOff(plan, None if key is None else q, tuple(qt.shape), want_lse)
     if key is not None:
         _ONEOFF[key] = prepared
     else:  # a library the prepared call does not allocate in

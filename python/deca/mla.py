@@ -157,12 +157,14 @@ def checked_run(c):
 
 class _OneOff:
     """What the first one-off call of a shape prepared (gqa._OneOff's counterpart): the plan,
-    its workspace (the caller's own when passed) and the outputs' shapes and dtypes."""
+    its workspaces (one per stream; the caller's own when passed) and the outputs' shapes and
+    dtypes."""
 
-    __slots__ = ("plan", "workspace", "shape", "bf16", "fp32", "want_lse")
+    __slots__ = ("plan", "workspaces", "shape", "bf16", "fp32", "want_lse")
 
-    def __init__(self, plan, workspace, like, shape, want_lse):
-        self.plan, self.workspace, self.shape, self.want_lse = plan, workspace, shape, want_lse
+    def __init__(self, fn, plan, like, shape, want_lse):
+        self.plan, self.shape, self.want_lse = plan, shape, want_lse
+        self.workspaces = _plan_cache.StreamWorkspaces(plan.workspace_bytes, fn)
         self.bf16 = None if like is None else lib_dtype(like, "bf16")
         self.fp32 = None if like is None else lib_dtype(like, "fp32")
 
@@ -173,17 +175,30 @@ class _OneOff:
             lse = new_tensor(q, self.shape[:3], self.fp32)
         return out, lse
 
+    def workspace(self, q, workspace, stream, fn):
+        """(workspace, stream handle) of a run: the caller's workspace, else this shape's for
+        the stream (the caller's, else the current one of q's library)."""
+        cuda = self.plan._cuda_index
+        current = current_stream(cuda, q) if cuda >= 0 else 0
+        if stream is None:
+            stream = current
+        elif type(stream) is not int:
+            stream = stream_int(stream, fn)
+        if workspace is None:
+            workspace = self.workspaces.get(stream, q, current)
+        return workspace, stream
+
     def done(self, out, lse, workspace, stream):
         if self.plan._check_runs:
             self.plan.check(workspace, stream=stream)
         return (out, lse) if self.want_lse else out
 
 
-def _prepare(fn, key, q, qt, out, lse, want_lse, values, workspace):
-    """The first call of a shape: its plan (cached by its values), the workspace, the outputs
-    allocated when the caller's library is one the prepared call cannot allocate in."""
-    plan, ws = _plan_cache.plan(MlaPlan, MLA_KEYS, values, q, qt, fn)
-    prepared = _OneOff(plan, ws, None if key is None else q, tuple(qt.shape[:3]) + (DIM_V,),
+def _prepare(fn, key, q, qt, out, lse, want_lse, values):
+    """The first call of a shape: its plan (cached by its values), the outputs allocated when
+    the caller's library is one the prepared call cannot allocate in."""
+    plan, _ = _plan_cache.plan(MlaPlan, MLA_KEYS, values, q, qt, fn)
+    prepared = _OneOff(fn, plan, None if key is None else q, tuple(qt.shape[:3]) + (DIM_V,),
                        want_lse)
     if key is not None:
         _ONEOFF[key] = prepared
@@ -212,10 +227,10 @@ def mla_decode_dense(q, kv_cache, block_table, cache_seqlens, out=None, *, softm
         hit = _ONEOFF.get(key)
         if hit is not None:
             o, l = hit.outputs(q, out, lse)
-            ws = hit.workspace if workspace is None else workspace
+            ws, handle = hit.workspace(q, workspace, stream, fn)
             hit.plan.run_dense(q, kv_cache, block_table, cache_seqlens, o, lse=l,
-                               softmax_scale=softmax_scale, workspace=ws, stream=stream)
-            return hit.done(o, l, ws, stream)
+                               softmax_scale=softmax_scale, workspace=ws, stream=handle)
+            return hit.done(o, l, ws, handle)
     qt = tensor(q, f"{fn}: q")
     kvt = tensor(kv_cache, f"{fn}: kv_cache")
     btt = tensor(block_table, f"{fn}: block_table", "int32")
@@ -229,12 +244,12 @@ def mla_decode_dense(q, kv_cache, block_table, cache_seqlens, out=None, *, softm
         max_seq_len = min(btt.shape[1] * page_size, _INT32_MAX)
     values = (qt.shape[2], False, page_size, max(qt.shape[0], 1), qt.shape[1],
               max(max_seq_len, 1), 0, want_lse, False, False, None, _device_text(qt))
-    prepared, out, lse = _prepare(fn, key, q, qt, out, lse, want_lse, values, workspace)
+    prepared, out, lse = _prepare(fn, key, q, qt, out, lse, want_lse, values)
     o, l = prepared.outputs(q, out, lse)
-    ws = prepared.workspace if workspace is None else workspace
+    ws, handle = prepared.workspace(q, workspace, stream, fn)
     prepared.plan.run_dense(q, kv_cache, block_table, cache_seqlens, o, lse=l,
-                            softmax_scale=softmax_scale, workspace=ws, stream=stream)
-    return prepared.done(o, l, ws, stream)
+                            softmax_scale=softmax_scale, workspace=ws, stream=handle)
+    return prepared.done(o, l, ws, handle)
 
 
 def mla_decode_sparse(q, kv_cache, indices, out=None, *, topk_length=None, attn_sink=None,
@@ -262,11 +277,11 @@ def mla_decode_sparse(q, kv_cache, indices, out=None, *, topk_length=None, attn_
         hit = _ONEOFF.get(key)
         if hit is not None:
             o, l = hit.outputs(q, out, lse)
-            ws = hit.workspace if workspace is None else workspace
+            ws, handle = hit.workspace(q, workspace, stream, fn)
             hit.plan.run_sparse(q, kv_cache, indices, o, topk_length=topk_length,
                                 attn_sink=attn_sink, lse=l, softmax_scale=softmax_scale,
-                                workspace=ws, stream=stream)
-            return hit.done(o, l, ws, stream)
+                                workspace=ws, stream=handle)
+            return hit.done(o, l, ws, handle)
     qt = tensor(q, f"{fn}: q")
     kvt = tensor(kv_cache, f"{fn}: kv_cache")
     it = tensor(indices, f"{fn}: indices", "int32")
@@ -279,13 +294,13 @@ def mla_decode_sparse(q, kv_cache, indices, out=None, *, topk_length=None, attn_
     values = (qt.shape[2], True, kvt.shape[1], max(qt.shape[0], 1), qt.shape[1],
               min(kvt.shape[0] * kvt.shape[1], _INT32_MAX), it.shape[2], want_lse,
               attn_sink is not None, topk_length is not None, checked, _device_text(qt))
-    prepared, out, lse = _prepare(fn, key, q, qt, out, lse, want_lse, values, workspace)
+    prepared, out, lse = _prepare(fn, key, q, qt, out, lse, want_lse, values)
     o, l = prepared.outputs(q, out, lse)
-    ws = prepared.workspace if workspace is None else workspace
+    ws, handle = prepared.workspace(q, workspace, stream, fn)
     prepared.plan.run_sparse(q, kv_cache, indices, o, topk_length=topk_length,
                              attn_sink=attn_sink, lse=l, softmax_scale=softmax_scale,
-                             workspace=ws, stream=stream)
-    return prepared.done(o, l, ws, stream)
+                             workspace=ws, stream=handle)
+    return prepared.done(o, l, ws, handle)
 
 
 def combine(partial_out, partial_lse, out=None, *, attn_sink=None, return_lse=False, lse=None,
