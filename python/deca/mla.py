@@ -93,11 +93,13 @@ class MlaPlan:
         scale = 1.0 if kv_scale is None else kv_scale
         handle = (current_stream(self._cuda_index, q) if stream is None
                   else stream_int(stream, fn))
-        fq, fo = q, out
+        fq, fkv, fo = q, kv_cache, out
         if type(q) is np.ndarray:  # q and out are bf16: their raw bits go through
             fq, fo = bits_views(_BF16, q, out)
+        if type(kv_cache) is np.ndarray:  # as the plan's bf16 / e4m3 cache (bytes: as they are)
+            (fkv,) = bits_views(kv_cache.dtype, kv_cache)
         try:  # run_sparse's fast path and fallback
-            _C.mla_decode_dense_planned_fast(self._plan, fq, kv_cache, block_table,
+            _C.mla_decode_dense_planned_fast(self._plan, fq, fkv, block_table,
                                              cache_seqlens, fo, lse, softmax_scale or 0.0,
                                              scale, workspace, handle, bool(reuse_schedule))
             return out

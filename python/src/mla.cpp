@@ -61,6 +61,17 @@ void mla_sparse_planned_fast(const MlaPlan& plan, nb::handle q, nb::handle kv_ca
   mla_decode_sparse(plan, a);
 }
 
+// The dtype a dense plan's cache is declared as on the fast path: the 16- and 8-bit value
+// formats let their raw bits (numpy uint16 / uint8) through, as q's; the 656-byte token is bytes.
+std::optional<DType> dense_cache_dtype(const MlaPlan& plan) {
+  switch (plan.config.kv_format) {
+    case MlaCacheFormat::kDefault:
+    case MlaCacheFormat::kBF16: return DType::kBF16;
+    case MlaCacheFormat::kFP8E4M3: return DType::kFP8E4M3;
+    default: return std::nullopt;
+  }
+}
+
 // MlaPlan.run_dense's fast path, as mla_sparse_planned_fast.
 void mla_dense_planned_fast(const MlaPlan& plan, nb::handle q, nb::handle kv_cache,
                             nb::handle block_table, nb::handle cache_seqlens, nb::handle out,
@@ -68,7 +79,7 @@ void mla_dense_planned_fast(const MlaPlan& plan, nb::handle q, nb::handle kv_cac
                             nb::handle workspace, std::uintptr_t stream, bool reuse_schedule) {
   constexpr const char* fn = "mla_decode_dense";
   const Tensor tq = import_fast(q, DType::kBF16, {fn, "q"}, false);
-  const Tensor tkv = import_fast(kv_cache, std::nullopt, {fn, "kv_cache"}, false);
+  const Tensor tkv = import_fast(kv_cache, dense_cache_dtype(plan), {fn, "kv_cache"}, false);
   const Tensor tbt = import_fast(block_table, DType::kINT32, {fn, "block_table"}, false);
   const Tensor tsl = import_fast(cache_seqlens, DType::kINT32, {fn, "cache_seqlens"}, false);
   const Tensor tout = import_fast(out, DType::kBF16, {fn, "out"}, true);
