@@ -137,6 +137,12 @@ if [ "${DECA_SKIP_TESTS:-0}" != 1 ] || [ -n "${DECA_DIFF:-}" ]; then
   procs=${DECA_DIFF_PROCS:-1}
   if [ "$diff_cases" -gt 0 ]; then
     log "differential test: $diff_cases cases, $procs processes, DECA_TEST_SEED=${DECA_TEST_SEED:-1234}"
+    if [ "$procs" -gt 1 ]; then
+      # One process compiles every case's kernels into the disk cache; the shards then load them.
+      DECA_DIFF_CASES=$diff_cases DECA_DIFF_PLAN_ONLY=1 timeout "${DECA_DIFF_TIMEOUT:-1200}" \
+        $build/tests/deca_test_gpu --gtest_filter='Differential.*' > "$logs/differential_plan.log" 2>&1
+      log "$(grep -h '^\[differential\] planned' "$logs/differential_plan.log")"
+    fi
     pids=()
     for ((s = 0; s < procs; ++s)); do
       DECA_DIFF_CASES=$diff_cases DECA_DIFF_SHARD=$s/$procs timeout "${DECA_DIFF_TIMEOUT:-1200}" \

@@ -115,6 +115,9 @@ TEST(DifferentialDraw, DrawsCoverEveryFeature) {
   const auto mla = [](std::function<bool(const MlaSparseDraw&)> p) -> Pred {
     return [p](const CaseDraw& c) { return c.family == Family::kMlaSparse && p(c.mla_sparse); };
   };
+  const auto dense = [](std::function<bool(const MlaDenseDraw&)> p) -> Pred {
+    return [p](const CaseDraw& c) { return c.family == Family::kMlaDense && p(c.mla_dense); };
+  };
   const auto comb = [](std::function<bool(const CombineDraw&)> p) -> Pred {
     return [p](const CaseDraw& c) { return c.family == Family::kCombine && p(c.combine); };
   };
@@ -137,12 +140,11 @@ TEST(DifferentialDraw, DrawsCoverEveryFeature) {
       {"gqa strided out", gqa([](const GqaDraw& d) { return d.out_pad > 0; })},
       {"gqa narrower page-table view", gqa([](const GqaDraw& d) { return d.table_columns < 0; })},
       {"gqa empty request", gqa([](const GqaDraw& d) {
-         for (int l : d.spec.seq_lens) if (l == 0) return true;
-         return false;
+         return std::count(d.spec.seq_lens.begin(), d.spec.seq_lens.end(), 0) > 0;
        })},
       {"gqa q_len 4", gqa([](const GqaDraw& d) { return d.spec.q_len == 4; })},
       {"gqa tree over drafts", gqa([](const GqaDraw& d) { return d.spec.q_len > 1 && d.spec.tree_mask; })},
-      {"gqa q_len 2 causal", gqa([](const GqaDraw& d) { return d.spec.q_len == 2 && !d.spec.tree_mask; })},
+      {"gqa causal over drafts", gqa([](const GqaDraw& d) { return d.spec.q_len > 1 && !d.spec.tree_mask; })},
       {"gqa window", gqa([](const GqaDraw& d) { return d.spec.window > 0; })},
       {"gqa softcap", gqa([](const GqaDraw& d) { return d.spec.softcap > 0; })},
       {"gqa sinks", gqa([](const GqaDraw& d) { return d.spec.sinks; })},
@@ -172,12 +174,29 @@ TEST(DifferentialDraw, DrawsCoverEveryFeature) {
       {"mla reused schedule", mla([](const MlaSparseDraw& d) { return d.passes == 2; })},
       {"mla checked", mla([](const MlaSparseDraw& d) { return d.config.checked; })},
       {"mla unchecked", mla([](const MlaSparseDraw& d) { return !d.config.checked; })},
+      {"mla dense bf16", dense([](const MlaDenseDraw& d) { return d.spec.kv_format == kMlaKvBF16; })},
+      {"mla dense fp8 e4m3 at a scale not a power of two", dense([](const MlaDenseDraw& d) {
+         return d.spec.kv_format == kMlaKvFP8E4M3 && d.spec.kv_scale > 0;
+       })},
+      {"mla dense 656-byte tokens", dense([](const MlaDenseDraw& d) { return d.spec.kv_format == kMlaKvFP8Sparse; })},
+      {"mla dense checked", dense([](const MlaDenseDraw& d) { return d.config.checked; })},
+      {"mla dense unchecked", dense([](const MlaDenseDraw& d) { return !d.config.checked; })},
+      {"mla dense q_len 4", dense([](const MlaDenseDraw& d) { return d.spec.q_len == 4; })},
+      {"mla dense odd heads > 64", dense([](const MlaDenseDraw& d) { return d.spec.num_heads > 64 && d.spec.num_heads % 2; })},
+      {"mla dense empty request", dense([](const MlaDenseDraw& d) {
+         return std::count(d.spec.seq_lens.begin(), d.spec.seq_lens.end(), 0) > 0;
+       })},
+      {"mla dense strided cache", dense([](const MlaDenseDraw& d) { return d.slot_pad > 0; })},
+      {"mla dense narrower block table", dense([](const MlaDenseDraw& d) { return d.drop_column > 0; })},
+      {"mla dense reused schedule", dense([](const MlaDenseDraw& d) { return d.passes == 2; })},
       {"combine bf16 out", comb([](const CombineDraw& d) { return d.out_dtype == DType::kBF16; })},
       {"combine fp16 out", comb([](const CombineDraw& d) { return d.out_dtype == DType::kFP16; })},
       {"combine fp32 out", comb([](const CombineDraw& d) { return d.out_dtype == DType::kFP32; })},
       {"combine sink", comb([](const CombineDraw& d) { return d.sink; })},
       {"combine a row without keys", comb([](const CombineDraw& d) { return d.dead_row; })},
-      {"combine strided", comb([](const CombineDraw& d) { return d.po_pad > 0 && d.out_pad > 0; })},
+      {"combine strided partial_out", comb([](const CombineDraw& d) { return d.po_pad > 0; })},
+      {"combine strided partial_lse", comb([](const CombineDraw& d) { return d.pl_pad > 0; })},
+      {"combine strided out", comb([](const CombineDraw& d) { return d.out_pad > 0; })},
   };
   for (const auto& [name, has] : features) {
     int n = 0;

@@ -23,12 +23,13 @@ namespace deca::test::diff {
 
 // One op family each; a family is a case type (tests/common/diff_gqa.hpp, diff_mla.hpp) and a
 // share of the draws (diff_draw.hpp).
-enum class Family : int { kGqa = 0, kMlaSparse, kCombine, kCount };
+enum class Family : int { kGqa = 0, kMlaSparse, kMlaDense, kCombine, kCount };
 
 inline const char* family_name(Family f) {
   switch (f) {
     case Family::kGqa: return "gqa";
     case Family::kMlaSparse: return "mla_sparse";
+    case Family::kMlaDense: return "mla_dense";
     case Family::kCombine: return "combine";
     default: return "?";
   }

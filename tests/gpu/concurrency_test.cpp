@@ -136,8 +136,8 @@ std::vector<HostTensor> serial_run(DiffCase& c) {
   return r.outputs.empty() ? std::vector<HostTensor>{} : r.outputs[0];
 }
 
-// The cases: one GQA case that every thread runs, and eight others (five GQA, two MLA sparse, one
-// combine, first of each in the draw order) for a thread each. A long draw list has many layers,
+// The cases: one GQA case that every thread runs, and eight others (four GQA, two MLA sparse, one
+// MLA dense, one combine, first of each in the draw order) for a thread each. A long draw list has many layers,
 // so the eight mostly compile different kernels.
 struct Picked {
   std::unique_ptr<DiffCase> shared;
@@ -147,7 +147,7 @@ struct Picked {
 Picked pick_cases() {
   const std::vector<CaseDraw> draws = draw_cases(2000, test_seed() + 30);
   Picked p;
-  int want[static_cast<int>(Family::kCount)] = {5, 2, 1};
+  int want[static_cast<int>(Family::kCount)] = {4, 2, 1, 1};
   for (const CaseDraw& d : draws) {
     if (!p.shared && d.family == Family::kGqa) {
       p.shared = build_case(d);
@@ -169,7 +169,7 @@ std::size_t kernels_of(const std::vector<Runs>& runs, const std::vector<std::uni
   bool mla = false;
   for (std::size_t t = 0; t < runs.size(); ++t) {
     if (!known.count(runs[t].kernel)) names.insert(runs[t].kernel);
-    mla = mla || cases[t]->family() == Family::kMlaSparse;
+    mla = mla || cases[t]->family() == Family::kMlaSparse || cases[t]->family() == Family::kMlaDense;
   }
   return names.size() + (mla ? 2 : 0);
 }

@@ -9,6 +9,8 @@
 //   DECA_DIFF_CASES=N   cases (default 1000, about a minute on an H200 after the compiles)
 //   DECA_DIFF_ONLY=i    replay case i of that run alone (the failure report prints the line)
 //   DECA_DIFF_SHARD=k/n run every n-th case from k (tools/gpu_round.sh runs n such processes)
+//   DECA_DIFF_PLAN_ONLY=1  plan (compile) the cases and stop: fills the disk cache once before
+//                       n processes would each compile the same kernels
 //
 // One summary line, "[differential] ...", is what a GPU round greps.
 #include <cuda_runtime.h>
@@ -178,6 +180,11 @@ TEST(Differential, GpuMatchesCpuReference) {
     draws = std::move(mine);
   }
   const double compile_s = compile_ahead(draws);
+  if (env_int("DECA_DIFF_PLAN_ONLY", 0) == 1) {
+    std::printf("[differential] planned %zu cases (their kernels compiled into the cache) in %.1f s\n",
+                draws.size(), compile_s);
+    return;
+  }
 
   const auto start = std::chrono::steady_clock::now();
   FamilyStats stats[static_cast<int>(Family::kCount)];
