@@ -59,7 +59,6 @@ TEST(MlaNvrtc, Sm90DecodeCompiles) {
 // powers of two (61, 576) compile without spills in the kernels the plans pick (the direct kernel
 // at 16 heads, the tiled one at 128).
 TEST(MlaNvrtc, Sm90PlanKernelsCompileForAnyPageSize) {
-  if (!kMlaSm90KernelEnabled) GTEST_SKIP() << "the sm90 MLA kernel is not enabled in this build";
   for (int heads : {16, 128}) {
     for (int page : {61, 576}) {
       MlaConfig c;
