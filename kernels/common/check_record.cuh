@@ -16,10 +16,11 @@ namespace deca {
 
 enum CheckKind : unsigned {
   kCheckClean = 0,
-  kCheckPageId = 1,      // GQA page_table[request][position] = value, not in [lo, hi)
+  kCheckPageId = 1,      // GQA page_table / MLA dense block_table [request][position] = value,
+                         // not in [lo, hi)
   kCheckSeqLen = 2,      // GQA seq_lens[request] = value, not 0 nor in [lo, hi]
   kCheckIndex = 3,       // MLA indices[request][token][position] = value, not -1 nor in [lo, hi)
-  kCheckTopkLength = 4,  // MLA topk_length[request] = value, not in [lo, hi]
+  kCheckTopkLength = 4,  // MLA topk_length / dense cache_seqlens [request] = value, not in [lo, hi]
   kCheckSchedule = 5,    // MLA reuse_schedule: the workspace's schedule was for batch = request,
                          // q_len = token, topk = position, num_parts = value, topk_length = hi
 };

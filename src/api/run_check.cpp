@@ -87,7 +87,8 @@ namespace {
   }
   if (rec.kind == kCheckSeqLen || rec.kind == kCheckTopkLength) {
     throw Error(fn + ": cache_seqlens[" + s(rec.request) + "]: expected a length in [0, " +
-                s(rec.hi) + "] (plan.config.max_seq_len), got " + s(rec.value) + kFound);
+                s(rec.hi) + "] (min(plan.config.max_seq_len, block_table's columns * page_size)), got " +
+                s(rec.value) + kFound);
   }
   if (rec.kind == kCheckSchedule) {
     throw Error(fn + ": reuse_schedule: expected the workspace to hold the schedule of this "

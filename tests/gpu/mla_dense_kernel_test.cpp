@@ -272,8 +272,9 @@ TEST(MlaDenseKernel, OneLongRequestSpreadsOverThePartitions) {
 }
 
 // Checked plans record a block id outside [0, num_blocks) as block_table[request][column] and
-// a length outside [0, max_seq_len] as kCheckTopkLength (the run's cache_seqlens), read nothing
-// outside the cache, and leave the record for the host; unchecked plans skip the same entries.
+// a length outside [0, min(max_seq_len, the table's columns * page_size)] as kCheckTopkLength
+// (the run's cache_seqlens), read nothing outside the cache, and leave the record for the host;
+// unchecked plans skip the same entries.
 TEST(MlaDenseKernel, CheckedRecordsBadBlockIdsAndLengths) {
   DECA_REQUIRE_GPU();
   auto rng = make_rng(304);
@@ -319,6 +320,26 @@ TEST(MlaDenseKernel, CheckedRecordsBadBlockIdsAndLengths) {
         EXPECT_EQ(rec.hi, bad.hi) << at;
         EXPECT_EQ(dev.record().kind, kCheckClean) << at << ": the record is cleared once read";
       }
+    }
+    // A length within max_seq_len but past the block table's columns: recorded against
+    // columns * page_size (the tokens past the columns are skipped, never read).
+    HostTensor table = k.c.block_table;
+    HostTensor lens = k.c.seq_lens;
+    table.data<int>()[1 * cols + cols - 1] = table.data<int>()[1 * cols];  // every column valid
+    lens.data<int>()[1] = cols * 16 + 4;
+    for (bool checked : {true, false}) {
+      DeviceDense dev(k, 4 * cols * 16, checked);
+      cuda_ok(cudaMemcpy(dev.block_table.get(), table.raw(), table.bytes(), cudaMemcpyHostToDevice), "table");
+      cuda_ok(cudaMemcpy(dev.seq_lens.get(), lens.raw(), lens.bytes(), cudaMemcpyHostToDevice), "lens");
+      dev.run();
+      HostTensor out, lse;
+      dev.results(k.c, out, lse);
+      const CheckRecord rec = dev.record();
+      EXPECT_EQ(rec.kind, checked ? kCheckTopkLength : kCheckClean) << format_name(format);
+      if (!checked) continue;
+      EXPECT_EQ(rec.request, 1) << format_name(format);
+      EXPECT_EQ(rec.value, cols * 16 + 4) << format_name(format);
+      EXPECT_EQ(rec.hi, cols * 16) << format_name(format);
     }
   }
 }

@@ -23,10 +23,10 @@
 //
 // Checked mode (kChecked, issue 9; entries kernels/mla/sm80/entry_checked.cuh, dense_entry.cuh):
 // an index that is neither -1 nor in [0, num_blocks * page_size) (sparse), a block id outside
-// [0, num_blocks) (dense, kCheckPageId), and a length outside [0, topk] (topk_length, or dense
-// cache_seqlens against max_seq_len: kCheckTopkLength), are recorded in the workspace
-// (kernels/common/check_record.cuh); all are skipped or clamped as in the unchecked kernel, which
-// compiles without the tests.
+// [0, num_blocks) (dense, kCheckPageId), and a length outside [0, topk] (topk_length; dense:
+// cache_seqlens outside [0, min(max_seq_len, max_blocks * page_size)], kCheckTopkLength), are
+// recorded in the workspace (kernels/common/check_record.cuh); all are skipped or clamped as in
+// the unchecked kernel, which compiles without the tests.
 #pragma once
 
 #include "kernels/common/check_record.cuh"
@@ -128,10 +128,17 @@ __device__ __forceinline__ void decode(const DecodeKernelParams& kp, unsigned ch
     const IndexSite site{r, i, run.check};
     if constexpr (kChecked) {
       // The length was clamped to [0, topk] above (and by the scheduler); report it once per CTA.
-      // (Dense: the cache length against max_seq_len.)
+      // Dense: the cache length against max_seq_len and the block table's columns (tokens past
+      // them are skipped: dense_token_offset).
       if (threadIdx.x == 0 && p.topk_length != nullptr) {
         const int raw = p.topk_length[r];
-        if (raw < 0 || raw > p.topk) {
+        if constexpr (kDense) {
+          const long long columns = static_cast<long long>(kp.dense.max_blocks) * p.page_size;
+          const long long hi = columns < p.topk ? columns : p.topk;
+          if (raw < 0 || raw > hi) {
+            check_report(static_cast<CheckRecord*>(run.check), kCheckTopkLength, r, 0, 0, raw, hi);
+          }
+        } else if (raw < 0 || raw > p.topk) {
           check_report(static_cast<CheckRecord*>(run.check), kCheckTopkLength, r, 0, 0, raw, p.topk);
         }
       }
