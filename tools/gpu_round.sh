@@ -149,10 +149,11 @@ if [ "${DECA_SKIP_TESTS:-0}" != 1 ] || [ -n "${DECA_DIFF:-}" ]; then
         $build/tests/deca_test_gpu --gtest_filter='Differential.*' > "$logs/differential_$s.log" 2>&1 &
       pids+=($!)
     done
-    for p in "${pids[@]}"; do wait "$p"; done
+    rcs=()
+    for p in "${pids[@]}"; do wait "$p"; rcs+=($?); done
     cat "$logs"/differential_[0-9]*.log > "$logs/differential.log"
     grep -h '^\[differential\] seed=' "$logs"/differential_[0-9]*.log | tee -a "$out/round.log"
-    log "differential total: $(awk '/^\[differential\] seed=/ {
+    log "differential total (process rc ${rcs[*]}): $(awk '/^\[differential\] seed=/ {
         for (i = 2; i <= NF; ++i) { split($i, kv, "="); if (kv[1] ~ /^(cases|mismatches|refusals|gpu_only|cpu_only|both)$/) t[kv[1]] += kv[2] }
         ++n } END { printf "%d processes, cases=%d mismatches=%d refusals=%d gpu_only=%d cpu_only=%d both=%d",
         n, t["cases"], t["mismatches"], t["refusals"], t["gpu_only"], t["cpu_only"], t["both"] }' "$logs"/differential_[0-9]*.log)"
