@@ -1,5 +1,5 @@
 // The differential test's case interface (tests/gpu/differential_test.cpp runs every op on the GPU
-// and on the CPU reference and compares them; tests/api/differential_draw_test.cpp keeps the
+// and on the CPU reference and compares them; tests/cpu/differential_draw_test.cpp keeps the
 // generator honest without a GPU). A case owns host tensors and the views an op call takes into
 // them; a runner moves the views to the memory of a side (the CPU: as they are; the GPU: mirrored
 // buffers), poisons every output buffer with NaN, lets the case plan and call the op there, and
