@@ -50,11 +50,14 @@ inline int pool_size(int count, Family f, int cases_per_layer, int lo, int hi) {
 inline std::vector<CaseDraw> draw_cases(int count, std::uint64_t seed) {
   Rng layers_rng(seed * 0x9E3779B97F4A7C15ull + 0xD1F7);
   std::vector<GqaLayer> gqa_layers(pool_size(count, Family::kGqa, 12, 8, 400));
-  for (std::size_t i = 0; i < gqa_layers.size(); ++i) gqa_layers[i] = draw_gqa_layer(layers_rng, static_cast<int>(i));
+  for (std::size_t i = 0; i < gqa_layers.size(); ++i)
+    gqa_layers[i] = draw_gqa_layer(layers_rng, static_cast<int>(i));
   std::vector<MlaSparseLayer> mla_layers(pool_size(count, Family::kMlaSparse, 25, 4, 64));
-  for (std::size_t i = 0; i < mla_layers.size(); ++i) mla_layers[i] = draw_mla_sparse_layer(layers_rng, static_cast<int>(i));
+  for (std::size_t i = 0; i < mla_layers.size(); ++i)
+    mla_layers[i] = draw_mla_sparse_layer(layers_rng, static_cast<int>(i));
   std::vector<MlaDenseLayer> dense_layers(pool_size(count, Family::kMlaDense, 20, 6, 64));
-  for (std::size_t i = 0; i < dense_layers.size(); ++i) dense_layers[i] = draw_mla_dense_layer(layers_rng, static_cast<int>(i));
+  for (std::size_t i = 0; i < dense_layers.size(); ++i)
+    dense_layers[i] = draw_mla_dense_layer(layers_rng, static_cast<int>(i));
 
   Rng rng(seed * 0x9E3779B97F4A7C15ull + 0xCA5E);
   const auto any = [&](const auto& pool) -> const auto& {
@@ -64,7 +67,8 @@ inline std::vector<CaseDraw> draw_cases(int count, std::uint64_t seed) {
   for (int i = 0; i < count; ++i) {
     CaseDraw& c = cases[i];
     c.index = i;
-    c.data_seed = seed * 0xBF58476D1CE4E5B9ull + static_cast<std::uint64_t>(i) * 0x94D049BB133111EBull + 1;
+    c.data_seed =
+        seed * 0xBF58476D1CE4E5B9ull + static_cast<std::uint64_t>(i) * 0x94D049BB133111EBull + 1;
     c.family = draw_family(rng);
     switch (c.family) {
       case Family::kGqa: c.gqa = draw_gqa(rng, any(gqa_layers)); break;
