@@ -65,17 +65,22 @@ struct GqaConfig {
   bool checked = checked_by_default();
 
   Device device = Device::cpu();
+
+  bool operator==(const GqaConfig&) const = default;  // field by field (a NaN softcap is unequal)
 };
 
 struct GqaPlan {
   GqaConfig config;
-  int num_splits = 1;         // CTAs per (request, kv head) along the sequence; the Hopper
-                              // kernel's balanced schedule ("_bal" kernels): the grid's CTAs,
-                              // which share the whole batch's tiles
+  int num_splits = 1;         // CTAs per (request, kv head) along the sequence
   int split_tokens = 0;       // kFixed: keys per split; 0 = even split of each request
   std::size_t workspace_bytes = 0;  // what args.workspace must provide (0 on the CPU)
   std::string kernel_name;    // readable specialization name (the JIT cache key), "" on the CPU
   int sm_count = 0;
+  // Set by plan_gqa_decode: the config it checked and planned for. A run whose plan.config still
+  // equals it checks only the run's own arguments; a plan built or edited by hand has its config
+  // checked in full on every run, with the messages plan_gqa_decode gives (naming plan.config).
+  GqaConfig validated_config;
+  bool validated = false;
 };
 
 // Validates the config (throws deca::Error naming the field) and derives the plan.

@@ -45,6 +45,21 @@ void check_cache(const GqaConfig& c, const char* name, const TensorView& t) {
   expect_dim(kFn, name, t, nhd ? 2 : 1, "num_kv_heads", c.num_kv_heads, "plan.config.num_kv_heads");
   expect_dim(kFn, name, t, 3, "head_dim", c.head_dim, "plan.config.head_dim");
   expect_aligned(kFn, name, t, kRowAlignBytes, kRowWhy);
+  // The GPU kernels keep byte strides in 32 bits (only page * page stride is 64-bit).
+  if (c.device.kind == DeviceKind::kCUDA) {
+    const std::int64_t esz = static_cast<std::int64_t>(dtype_size(c.kv_dtype));
+    const struct {
+      const char* what;
+      std::int64_t elems;
+    } strides[] = {{"page stride", t.stride[0]}, {"slot stride", t.stride[nhd ? 1 : 2]}};
+    for (const auto& st : strides) {
+      if (st.elems < 0 || st.elems * esz >= (std::int64_t{1} << 32)) {
+        throw Error(std::string(kFn) + ": " + name + " " + st.what +
+                    ": expected 0 <= stride * element size < 4 GiB on the GPU, got " + s(st.elems) +
+                    " elements of " + s(esz) + " bytes");
+      }
+    }
+  }
 }
 
 void check_scale(const char* name, float value, bool positive, const char* expected) {
@@ -210,13 +225,18 @@ void check_host_data(const GqaConfig& c, const GqaDecodeArgs& a) {
 
 }  // namespace
 
-GqaParams prepare_gqa_decode(const GqaPlan& plan, const GqaDecodeArgs& a, bool check_workspace) {
+void check_gqa_decode(const GqaPlan& plan, const GqaDecodeArgs& a, bool check_workspace) {
   const GqaConfig& c = plan.config;
-  validate_gqa_config(kFn, "plan.config", c);
+  // A plan from plan_gqa_decode carries the config it validated; only a plan built or edited by
+  // hand has its config checked again.
+  if (!plan.validated || !(c == plan.validated_config)) validate_gqa_config(kFn, "plan.config", c);
   if (plan.num_splits < 1) fail(kFn, "plan.num_splits", ">= 1", s(plan.num_splits));
   check_tensors(plan, a, check_workspace);
   check_host_data(c, a);
+}
 
+GqaParams gqa_params(const GqaPlan& plan, const GqaDecodeArgs& a, void* workspace) {
+  const GqaConfig& c = plan.config;
   const bool nhd = c.layout == KvLayout::kNHD;
   GqaParams p{};
   p.batch = static_cast<int>(a.q.shape[0]);
@@ -269,26 +289,32 @@ GqaParams prepare_gqa_decode(const GqaPlan& plan, const GqaDecodeArgs& a, bool c
 
   p.num_splits = plan.num_splits;
   p.split_tokens = plan.split_tokens;
-  p.ws_partial_o = nullptr;
-  p.ws_partial_ml = nullptr;
-  p.ws_counters = nullptr;
+  // The workspace's parts (the layout is the backend's) and the promise checked mode tests a
+  // length against.
+  if (c.device.kind == DeviceKind::kCUDA && p.batch > 0) {
+    const cuda::GqaWorkspace w = cuda::gqa_workspace(plan, workspace);
+    p.ws_partial_o = w.partial_o;
+    p.ws_partial_ml = w.partial_ml;
+    p.ws_counters = w.counters;
+    p.check = w.check;
+  }
+  p.max_seq_len = c.max_seq_len;
   return p;
 }
 
-void dispatch_gqa_decode(const GqaPlan& plan, GqaParams& params, void* workspace, void* stream,
-                         bool launch) {
+void dispatch_gqa_decode(const GqaPlan& plan, const GqaParams& params, void* stream, bool launch) {
   if (params.batch == 0) return;  // nothing to compute; a zero-sized grid is not launchable
   if (plan.config.device.kind == DeviceKind::kCPU) {
     if (launch) cpu::gqa_decode(params);
     return;
   }
-  cuda::carve_gqa_workspace(plan, workspace, params);
   cuda::gqa_decode(plan, params, stream, launch);
 }
 
 void gqa_decode_without_launch(const GqaPlan& plan, const GqaDecodeArgs& args) {
-  GqaParams params = prepare_gqa_decode(plan, args, /*check_workspace=*/true);
-  dispatch_gqa_decode(plan, params, args.workspace, args.stream, /*launch=*/false);
+  check_gqa_decode(plan, args, /*check_workspace=*/true);
+  const GqaParams params = gqa_params(plan, args, args.workspace);
+  dispatch_gqa_decode(plan, params, args.stream, /*launch=*/false);
 }
 
 }  // namespace deca::api
@@ -296,8 +322,9 @@ void gqa_decode_without_launch(const GqaPlan& plan, const GqaDecodeArgs& args) {
 namespace deca {
 
 void gqa_decode(const GqaPlan& plan, const GqaDecodeArgs& args) {
-  GqaParams params = api::prepare_gqa_decode(plan, args, /*check_workspace=*/true);
-  api::dispatch_gqa_decode(plan, params, args.workspace, args.stream);
+  api::check_gqa_decode(plan, args, /*check_workspace=*/true);
+  const GqaParams params = api::gqa_params(plan, args, args.workspace);
+  api::dispatch_gqa_decode(plan, params, args.stream);
 }
 
 }  // namespace deca

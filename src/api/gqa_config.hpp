@@ -1,6 +1,6 @@
 // GqaConfig validation, shared by plan_gqa_decode (which checks the caller's config) and
-// gqa_decode (which re-checks the config inside the plan it is given: a plan is a plain struct
-// that a caller may have built or edited by hand).
+// gqa_decode (which checks the config of a plan plan_gqa_decode did not make or that was edited
+// since: a plan is a plain struct that a caller may have built by hand).
 #pragma once
 
 #include <string_view>
@@ -20,5 +20,9 @@ void validate_gqa_config(std::string_view fn, std::string_view prefix, const Gqa
 // the caller did not write. max_seq_len stays the caller's when > 0 (a promise every request
 // must keep), else it is what page_table can address.
 GqaConfig oneshot_gqa_config(const GqaConfig& config, const GqaDecodeArgs& args);
+
+// plan_gqa_decode without the validation, for a config already validated (the one-shot call's):
+// the plan, marked validated (GqaPlan::validated).
+GqaPlan plan_validated_gqa(const GqaConfig& config);
 
 }  // namespace deca::api

@@ -64,22 +64,22 @@ class ScopedWorkspace {
 }  // namespace
 
 void gqa_decode(const GqaConfig& config, const GqaDecodeArgs& args) {
-  const GqaConfig c = api::oneshot_gqa_config(config, args);
-  const GqaPlan plan = plan_gqa_decode(c);
+  const GqaConfig c = api::oneshot_gqa_config(config, args);  // validated there
+  const GqaPlan plan = api::plan_validated_gqa(c);
   // A workspace the caller passed along is used (and checked); otherwise one is made below.
   const bool caller_workspace =
       args.workspace != nullptr && args.workspace_bytes >= plan.workspace_bytes;
-  GqaParams params = api::prepare_gqa_decode(plan, args, caller_workspace);
-  if (c.device.kind == DeviceKind::kCPU || plan.workspace_bytes == 0 || caller_workspace ||
-      params.batch == 0) {
-    api::dispatch_gqa_decode(plan, params, args.workspace, args.stream);
+  api::check_gqa_decode(plan, args, caller_workspace);
+  const bool empty = args.q.shape[0] == 0;
+  if (c.device.kind == DeviceKind::kCPU || plan.workspace_bytes == 0 || caller_workspace || empty) {
+    api::dispatch_gqa_decode(plan, api::gqa_params(plan, args, args.workspace), args.stream);
     // Checked mode: this call synchronises anyway when it owns the workspace; with the caller's
     // it reads the record too, so that a one-shot call reports its own bad indices.
-    if (caller_workspace && params.batch > 0) check_gqa_run(plan, args.workspace, args.stream);
+    if (caller_workspace && !empty) check_gqa_run(plan, args.workspace, args.stream);
     return;
   }
   ScopedWorkspace workspace(c.device.index, plan.workspace_bytes, args.stream);
-  api::dispatch_gqa_decode(plan, params, workspace.get(), args.stream);
+  api::dispatch_gqa_decode(plan, api::gqa_params(plan, args, workspace.get()), args.stream);
   workspace.finish();
   check_gqa_run(plan, workspace.get(), args.stream);
 }

@@ -160,25 +160,31 @@ GqaConfig oneshot_gqa_config(const GqaConfig& config, const GqaDecodeArgs& a) {
   return c;
 }
 
+GqaPlan plan_validated_gqa(const GqaConfig& config) {
+  GqaPlan plan;
+  plan.config = config;
+  if (config.device.kind == DeviceKind::kCUDA) {
+    cuda::plan_gqa_decode(plan);
+  } else {
+    // The CPU reference walks each request's keys once: no splits, no workspace, no kernel.
+    plan.num_splits = 1;
+    plan.split_tokens = 0;
+    plan.workspace_bytes = 0;
+    plan.kernel_name.clear();
+    plan.sm_count = 0;
+  }
+  plan.validated_config = config;
+  plan.validated = true;
+  return plan;
+}
+
 }  // namespace deca::api
 
 namespace deca {
 
 GqaPlan plan_gqa_decode(const GqaConfig& config) {
   api::validate_gqa_config("plan_gqa_decode", "config", config);
-  GqaPlan plan;
-  plan.config = config;
-  if (config.device.kind == DeviceKind::kCUDA) {
-    cuda::plan_gqa_decode(plan);
-    return plan;
-  }
-  // The CPU reference walks each request's keys once: no splits, no workspace, no kernel.
-  plan.num_splits = 1;
-  plan.split_tokens = 0;
-  plan.workspace_bytes = 0;
-  plan.kernel_name.clear();
-  plan.sm_count = 0;
-  return plan;
+  return api::plan_validated_gqa(config);
 }
 
 }  // namespace deca

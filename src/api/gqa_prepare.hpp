@@ -1,5 +1,6 @@
-// The two halves of gqa_decode: validate + fill params (no side effects), then dispatch. Split so
-// that the one-shot overload can validate everything before it allocates a workspace.
+// gqa_decode in its three steps: check the arguments (once per plan the config, per run what the
+// run adds; no side effects), fill the params (the one place that writes GqaParams), dispatch.
+// Split so that the one-shot overload can check everything before it allocates a workspace.
 #pragma once
 
 #include "deca/gqa.hpp"
@@ -7,15 +8,20 @@
 
 namespace deca::api {
 
-// Checks the plan's config and every argument against it (tensor metadata always; page table,
-// seq_lens contents only for CPU tensors), then fills the params. With `check_workspace` false
-// the caller promises to provide the workspace itself. params.ws_* are left null.
-GqaParams prepare_gqa_decode(const GqaPlan& plan, const GqaDecodeArgs& args, bool check_workspace);
+// Every check of gqa_decode(plan, args): plan.config in full unless plan_gqa_decode validated it
+// (GqaPlan::validated), the plan's own fields, every tensor against the plan (metadata always;
+// page table and seq_lens contents only in host memory), the byte strides the GPU kernels keep in
+// 32 bits. With `check_workspace` false the caller promises to provide the workspace itself.
+void check_gqa_decode(const GqaPlan& plan, const GqaDecodeArgs& args, bool check_workspace);
 
-// Runs validated params: the CPU reference, or (CUDA) carves `workspace` and launches on `stream`.
-// With `launch` false it stops before the computation (the CPU reference) or the driver call.
-void dispatch_gqa_decode(const GqaPlan& plan, GqaParams& params, void* workspace, void* stream,
-                         bool launch = true);
+// The kernels' and the CPU reference's params for checked arguments: every field, the split-KV
+// partials, arrival counters and checked-mode record in `workspace` (the plan's
+// workspace_bytes on its device; null on the CPU or where the plan needs none).
+GqaParams gqa_params(const GqaPlan& plan, const GqaDecodeArgs& args, void* workspace);
+
+// Runs the params: the CPU reference, or (CUDA) the plan's kernel on `stream`. With `launch`
+// false it stops before the computation (the CPU reference) or the driver call.
+void dispatch_gqa_decode(const GqaPlan& plan, const GqaParams& params, void* stream, bool launch = true);
 
 // gqa_decode(plan, args) without its computation: every check, the kernel lookup, the params,
 // the grid and the current device, but no cuLaunchKernelEx (nor CPU reference). What a call costs

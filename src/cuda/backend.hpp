@@ -31,14 +31,21 @@ int gqa_arch(const GqaConfig& config, const std::string& fn);
 // arch instead of this device's, so that one GPU runs every arch's code.
 void plan_gqa_decode(GqaPlan& plan, int path_arch = 0);
 
-// Points params.ws_partial_o / ws_partial_ml / ws_counters into `workspace` (at least
-// plan.workspace_bytes bytes on the plan's device, zeroed once at allocation). The layout is the
-// backend's business; src/api/ calls this after checking the workspace's size and alignment.
-void carve_gqa_workspace(const GqaPlan& plan, void* workspace, GqaParams& params);
+// Where a run of `plan` keeps its split-KV partials, arrival counters and checked-mode record in
+// `workspace` (at least plan.workspace_bytes bytes on the plan's device, zeroed once at
+// allocation); null for what the plan does not need. The layout is the backend's business; the
+// api's params fill (api::gqa_params) asks it here.
+struct GqaWorkspace {
+  float* partial_o = nullptr;
+  float* partial_ml = nullptr;
+  unsigned* counters = nullptr;
+  void* check = nullptr;  // the CheckRecord, last in the workspace (check_gqa_run reads it there)
+};
+GqaWorkspace gqa_workspace(const GqaPlan& plan, void* workspace);
 
-// Launches on `stream` (a cudaStream_t). params.ws_* already point into the caller's workspace.
-// With `launch` false it does everything but the driver call (kernel lookup, checks, grid, the
-// current device): what deca-bench --host-cost reports as deca's own part of a call.
+// Launches the plan's kernel on `stream` (a cudaStream_t) with checked, filled params (api::
+// gqa_params). With `launch` false it does everything but the driver call (kernel lookup, grid,
+// the current device): what deca-bench --host-cost reports as deca's own part of a call.
 void gqa_decode(const GqaPlan& plan, const GqaParams& params, void* stream, bool launch = true);
 
 // Compiles (or finds in the cubin cache) the kernel a plan of `config` runs on devices of compute

@@ -17,7 +17,12 @@
 #include "common/host_tensor.hpp"
 #include "deca/deca.hpp"
 
+// An inline namespace of its own: deca_test_api also links tests/common's paged_gqa_case.hpp
+// (through the differential tests), whose deca::test::GqaCase is another struct. Two classes of
+// one name in one program break the one-definition rule (their inline destructors are merged by
+// the linker: the api tests crashed in ~GqaCase); here it is deca::test::api_cases::GqaCase.
 namespace deca::test {
+inline namespace api_cases {
 
 inline constexpr std::uint8_t kPoison = 0xA5;
 
@@ -310,4 +315,5 @@ struct CombineCase {
   }
 };
 
+}  // namespace api_cases
 }  // namespace deca::test

@@ -23,6 +23,29 @@ TEST_F(GqaPlanConfig, CpuPlanIsTrivial) {
   EXPECT_EQ(plan.config.num_q_heads, c.config.num_q_heads);
 }
 
+// A plan carries the config plan_gqa_decode validated: a run checks only its arguments then. A
+// plan whose config was edited afterwards, or that was built by hand, has its config checked on
+// the run, with the messages naming plan.config.
+TEST_F(GqaPlanConfig, RunChecksTheConfigOnlyOfPlansNotMadeOrEditedSincePlanning) {
+  c.build();
+  GqaPlan plan = c.plan();
+  EXPECT_TRUE(plan.validated);
+  EXPECT_TRUE(plan.validated_config == c.config);
+  EXPECT_NO_THROW(gqa_decode(plan, c.args));
+  plan.config.head_dim = 40;  // edited after planning
+  EXPECT_FALSE(plan.config == plan.validated_config);
+  EXPECT_TRUE(rejected([&] { gqa_decode(plan, c.args); },
+                       {"gqa_decode: plan.config.head_dim", "multiple of 16 in 16..256", "got 40"}, {}));
+  GqaPlan by_hand;  // never planned
+  by_hand.config = c.config;
+  by_hand.config.softcap = -1.f;
+  EXPECT_FALSE(by_hand.validated);
+  EXPECT_TRUE(rejected([&] { gqa_decode(by_hand, c.args); },
+                       {"gqa_decode: plan.config.softcap", "finite value >= 0", "got -1"}, {}));
+  by_hand.config.softcap = 0.f;
+  EXPECT_NO_THROW(gqa_decode(by_hand, c.args));  // a valid hand-built plan runs
+}
+
 TEST_F(GqaPlanConfig, HeadCountsPositive) {
   c.config.num_kv_heads = 0;
   EXPECT_TRUE(c.plan_rejects({"plan_gqa_decode: config.num_kv_heads", "expected > 0", "got 0"}));

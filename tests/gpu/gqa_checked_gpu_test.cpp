@@ -1,4 +1,4 @@
-// Checked mode on the GPU (issue 9): bad page ids and sequence lengths planted in device memory
+// Checked mode on the GPU (GqaConfig::checked): bad page ids and sequence lengths planted in device memory
 // are never dereferenced (a huge or negative page id would fault; the lead's GPU round also runs
 // this under compute-sanitizer memcheck), the bad keys contribute nothing, every other request's
 // output is still the reference's, and check_gqa_run raises the deca::Error that names the entry,

@@ -104,7 +104,15 @@ struct DeviceCase {
       p.v_scales = vs.as<float>();
     }
     ws.fill(0);
-    cuda::carve_gqa_workspace(plan, ws.get(), p);
+    // What api::gqa_params adds from the plan: its splits and the workspace's parts.
+    p.num_splits = plan.num_splits;
+    p.split_tokens = plan.split_tokens;
+    const cuda::GqaWorkspace w = cuda::gqa_workspace(plan, ws.get());
+    p.ws_partial_o = w.partial_o;
+    p.ws_partial_ml = w.partial_ml;
+    p.ws_counters = w.counters;
+    p.check = w.check;
+    p.max_seq_len = plan.config.max_seq_len;
     out.fill(0xFF);
     lse.fill(0xFF);
   }

@@ -42,7 +42,7 @@ DECA_HD constexpr Shape make_shape(int head_dim, int rows, int kv_dtype) {
   s.warps_n = 4 / s.warps_m;
   s.kv_bytes = kv::kind_of(kv_dtype) == kv::kKv16 ? 2 : 1;
   // About 32 KB of K+V per stage whatever the dtype, so an fp8 stage holds twice the tokens of a
-  // bf16 one and keeps as many bytes in flight (NOTES.md); a power of two between 16 tokens per
+  // bf16 one and keeps as many bytes in flight; a power of two between 16 tokens per
   // warp column and 128 so that warps and softmax chunks divide it.
   const int row_bytes = head_dim * s.kv_bytes;
   const int raw = 32768 / (2 * row_bytes);

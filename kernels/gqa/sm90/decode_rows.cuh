@@ -1,5 +1,6 @@
 // Hopper (sm_90a) GQA decode for an fp8 KV cache with many query rows per KV head (speculative
-// decoding: q_len x group = 32 or 64), query rows on wgmma's M (issue 8, docs/perf-notes.md).
+// decoding: q_len x group = 32 or 64), query rows on wgmma's M (docs/design-gqa-sm90.md, "Rows
+// on M"; docs/perf-notes.md).
 // One CTA = one warpgroup = (request, kv head, block of 32 or 64 rows, split of the keys), the
 // tokens-on-M kernel's (decode.cuh) grid, loader, q and epilogue. Per 128-token tile:
 //

@@ -1,4 +1,4 @@
-// q of the Hopper fp8 GQA kernels (decode.cuh, decode_rows.cuh) as the two e4m3 terms of issue 8:
+// q of the Hopper fp8 GQA kernels (decode.cuh, decode_rows.cuh) as two e4m3 terms:
 // each query row scaled by a power of two into [128, 256), q_hi = e4m3(q_s), q_lo = e4m3(q_s -
 // q_hi), both stored as a K-major wgmma operand (rows of 128 bytes in the 128-byte swizzle) and
 // the inverse scale kept per row.

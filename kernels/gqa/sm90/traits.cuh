@@ -73,10 +73,9 @@ DECA_HD constexpr int stages_for(int rows, bool rows_on_m = false) {
 
 // Stages for a launch of `units` CTAs before splitting (requests x kv heads x row blocks) on
 // `sm_count` SMs. At 8 or 16 rows the kernel fits three CTAs per SM by registers; two stages let
-// three fit by shared memory too, which pays when the grid fills three per SM (measured on the
-// H200: l70-b99-4k 3840 -> 4057 GB/s, l70-b560-2k 3743 -> 4053), and costs when it does not (a
-// third of the SMs' slots empty, each CTA with less in flight: q235-b64-4k, 256 units, 3025 ->
-// 2592). 0: stages_for(rows).
+// three fit by shared memory too, which pays when the grid fills three per SM (more warps to
+// issue from), and costs when it does not (a third of the SMs' slots empty, each CTA with less in
+// flight); docs/perf-notes.md has the H200 figures of both. 0: stages_for(rows).
 DECA_HD constexpr int stages_for_grid(int rows, long long units, int sm_count) {
   return rows <= 16 && units >= 3LL * sm_count ? 2 : 0;
 }
