@@ -19,20 +19,22 @@ namespace {
 
 constexpr int kCases = 500;
 
-// The GPU runner's way of running a case (tests/gpu/diff_mirror.hpp) with host memory: every
-// tensor copied, views moved to the copy at their offset. Runs there must write what runs on the
-// case's own tensors write, which holds only if tensors() names every buffer a view points into
-// and outputs() the buffers the op writes.
 // The tensor of `tensors` a view points into, as the mirrors find it (-1: none).
 int holder_of(const std::vector<HostTensor*>& tensors, const TensorView& v) {
   const char* p = static_cast<const char*>(v.data);
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     const char* base = static_cast<const char*>(tensors[i]->raw());
-    if (p >= base && p < base + std::max<std::size_t>(tensors[i]->bytes(), 1)) return static_cast<int>(i);
+    if (p >= base && p < base + std::max<std::size_t>(tensors[i]->bytes(), 1)) {
+      return static_cast<int>(i);
+    }
   }
   return -1;
 }
 
+// The GPU runner's way of running a case (tests/gpu/diff_mirror.hpp) with host memory: every
+// tensor copied, views moved to the copy at their offset. Runs there must write what runs on the
+// case's own tensors write, which holds only if tensors() names every buffer a view points into
+// and outputs() the buffers the op writes.
 class HostMirror {
  public:
   explicit HostMirror(const std::vector<HostTensor*>& tensors) : host_(tensors) {
@@ -47,8 +49,8 @@ class HostMirror {
         return v;
       }
       TensorView m = v;
-      m.data = static_cast<char*>(copies_[i].raw()) + (static_cast<const char*>(v.data) -
-                                                       static_cast<const char*>(host_[i]->raw()));
+      m.data = static_cast<char*>(copies_[i].raw()) +
+               (static_cast<const char*>(v.data) - static_cast<const char*>(host_[i]->raw()));
       return m;
     };
     return s;
@@ -85,7 +87,8 @@ TEST(DifferentialDraw, CpuReferenceRunsEveryDrawnCase) {
     Side own;
     own.move = [&, tensors = c->tensors()](const TensorView& v) {
       if (holder_of(tensors, v) < 0 && failures++ < 10) {
-        ADD_FAILURE() << "case " << d.index << ": a view points into no tensor of its case\n  " << c->describe();
+        ADD_FAILURE() << "case " << d.index << ": a view points into no tensor of its case\n  "
+                      << c->describe();
       }
       return v;
     };
