@@ -178,12 +178,15 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
     const unsigned ks = SharedStorage<T>::k_stage(smem_base, stage);
     const unsigned vs = SharedStorage<T>::v_stage(smem_base, stage);
     const int tile_t0 = range.begin + items.tile(item) * T::kTile;
-    ItemKeys keys;
-    keys.end = range.end;
-    keys.beam = kBeams == 1 ? -1 : items.beam(item);  // >= 0: keys of that beam only
-    keys.bad = false;
-    if constexpr (T::kChecked) keys.bad = bad_item[item % (T::kStages + 1)] == item;
-    keys.page_rows = loader.page_rows;
+    const int beam_only = kBeams == 1 ? -1 : items.beam(item);  // >= 0: keys of that beam only
+    bool bad_tile = false;
+    if constexpr (T::kChecked) bad_tile = bad_item[item % (T::kStages + 1)] == item;
+    const int* page_rows = loader.page_rows;
+    // Checked mode: key t's page id in range (t < range.end: an entry the request's length uses).
+    auto page_ok = [&](int t) {
+      const int* row = page_rows + (beam_only > 0 ? beam_only * p.page_table_stride : 0);
+      return static_cast<unsigned>(__ldg(row + t / T::kPageSize)) < static_cast<unsigned>(p.num_pages);
+    };
 
 #pragma unroll 1
     for (int ch = 0; ch < T::kWarpTokens / T::kChunk; ++ch) {
@@ -198,9 +201,9 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
       qk_chunk<T>(q, ks, local0, ln, s_acc, qk_scratch);
       // Warp-uniform: whether some row must not see a key of the chunk (its causal start, the
       // window, the item's beam, a bad page id); if not, scale_and_mask skips the per-key test.
-      const bool need_mask = (kBeams > 1 && keys.beam >= 0) || (t0 + T::kChunk > rows.causal_start) ||
-                             (T::kWindow && t0 < cta.seq_len - p.window) || (T::kChecked && keys.bad);
-      scale_and_mask<T>(p, rows, keys, need_mask, t0, ln.c, s_acc);
+      const bool need_mask = (kBeams > 1 && beam_only >= 0) || (t0 + T::kChunk > rows.causal_start) ||
+                             (T::kWindow && t0 < cta.seq_len - p.window) || (T::kChecked && bad_tile);
+      scale_and_mask<T>(p, rows, range.end, beam_only, bad_tile, page_ok, need_mask, t0, ln.c, s_acc);
       float alpha[2];  // the rows' rescale of O
       online_softmax<T>(s_acc, m_run, l_run, o_acc, alpha);
       pv_chunk<T>(s_acc, vs, local0, ln.lane, o_acc);

@@ -55,20 +55,15 @@ __device__ __forceinline__ void fill_row_facts(RowFacts& f, const GqaParams& p, 
   f.log2_scale[1] = sc.log2 * row_inv[1];
 }
 
-// The work item being computed: the keys of one tile, for every beam or (beam >= 0) one beam's.
-struct ItemKeys {
-  int end;               // one past the split's last key
-  int beam;              // -1: every beam
-  bool bad;              // checked mode: a page id of the item was out of range
-  const int* page_rows;  // the request's first beam's page_table row
-};
-
-// S of kChunk tokens from key t0 on: scaled into log2 units (soft-capped first), and where
+// S of kChunk tokens from key t0 on, of a work item whose keys end at `end` (the split's) and
+// that holds every beam (`beam` -1) or one: scaled into log2 units (soft-capped first), and where
 // `need_mask` (the kernel's warp-uniform test of the chunk) the keys a row must not see set to
-// -inf.
-template <class T, int kN8>
-__device__ __forceinline__ void scale_and_mask(const GqaParams& p, const RowFacts& rows, const ItemKeys& it,
-                                               bool need_mask, int t0, int c, float (&s_acc)[kN8][4]) {
+// -inf. Checked mode: when a page id of the item was out of range (`bad`), its keys loaded as
+// zeros and page_ok(t) tests each key's id again (only on this rare path).
+template <class T, int kN8, class PageOk>
+__device__ __forceinline__ void scale_and_mask(const GqaParams& p, const RowFacts& rows, int end, const int& beam,
+                                               bool bad, const PageOk& page_ok, bool need_mask, int t0, int c,
+                                               float (&s_acc)[kN8][4]) {
   constexpr int kBeams = T::kBeamWidth;
 #pragma unroll
   for (int j = 0; j < kN8; ++j) {
@@ -83,19 +78,13 @@ __device__ __forceinline__ void scale_and_mask(const GqaParams& p, const RowFact
       if (need_mask) {
         const int h = e / 2;
         const int t = t0 + j * 8 + 2 * c + (e % 2);
-        bool visible = t < it.end;
+        bool visible = t < end;
         if constexpr (kBeams > 1) {
-          visible = visible && t < rows.len[h] && (it.beam < 0 || it.beam == rows.beam[h]);
+          visible = visible && t < rows.len[h] && (beam < 0 || beam == rows.beam[h]);
         }
         visible = visible && row_sees_key<T>(p, t, rows.pos[h], rows.drafts[h], rows.tree[h]);
         if constexpr (T::kChecked) {
-          // Its keys loaded as zeros; they are masked by testing each key's page id again (only
-          // on this rare path). t < it.end here, so its page_table entry is one the request's
-          // length uses.
-          if (it.bad && visible) {
-            const int* row = it.page_rows + (it.beam > 0 ? it.beam * p.page_table_stride : 0);
-            visible = static_cast<unsigned>(__ldg(row + t / T::kPageSize)) < static_cast<unsigned>(p.num_pages);
-          }
+          if (bad && visible) visible = page_ok(t);
         }
         if (!visible) x = kNegInf;
       }
