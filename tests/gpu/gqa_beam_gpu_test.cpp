@@ -86,7 +86,7 @@ std::vector<BeamCase> beam_cases() {
   // 8-bit), split boundaries a tile or more inside a page the beams do not share: the beams'
   // shared prefix is empty there, not a negative count (which re-read the keys before the split).
   {
-    GqaCaseSpec s = base(8, 2, 256, 89, DType::kFP16);  // group 4 x q_len 2 x 3 beams: 24 rows
+    GqaCaseSpec s = base_spec(8, 2, 256, 89, DType::kFP16);  // group 4 x q_len 2 x 3 beams: 24 rows
     s.batch = 6, s.q_len = 2, s.seq_lens = {120, 120, 120, 109, 70, 118};
     s.q_dtype = DType::kFP16;
     GpuOptions o;
@@ -99,7 +99,7 @@ std::vector<BeamCase> beam_cases() {
     m.push_back({"beam3_d256_page89_split", s, 3, 2, o});
   }
   {
-    GqaCaseSpec s = base(16, 1, 256, 128, DType::kFP8E4M3);  // group 16 x 2 beams: 32 rows
+    GqaCaseSpec s = base_spec(16, 1, 256, 128, DType::kFP8E4M3);  // group 16 x 2 beams: 32 rows
     s.batch = 4, s.seq_lens = {739, 739, 380, 386};      // shared pages 0-3 and 0-1
     s.layout = KvLayout::kHND;
     s.softcap = 12.f;
