@@ -54,6 +54,27 @@ __device__ __forceinline__ void qk_chain(float (&s)[H][A], const Desc& desc, uns
   wgmma_commit();
 }
 
+// V -> V^T in place in the stage at `vs` by ldmatrix.trans + prmt + stmatrix (layout.cuh, as the
+// rows-on-M kernel): V^T's token positions in rows_on_m_a_token order and its rows in rows_on_m_d
+// order, which P^T's stores and the epilogue follow. Warp w takes token blocks 2 w, 2 w + 1 of
+// the four d blocks (the thread's ldmatrix and stmatrix row offsets: ldsm_off, stsm_off); 8
+// ldmatrix, 32 prmt and 8 stmatrix per warp and tile.
+__device__ __forceinline__ void transpose_v_in_place(unsigned vs, const unsigned (&ldsm_off)[4],
+                                                     const unsigned (&stsm_off)[2]) {
+  unsigned r[8][4];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    ptx::ldmatrix_x4_trans(vs + 2048u * (i >> 2) + ldsm_off[i & 3], r[i][0], r[i][1], r[i][2], r[i][3]);
+  }
+  __syncthreads();  // in place: every warp's reads before any write
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const unsigned c[4] = {ptx::prmt(r[i][0], r[i][1], 0x6420u), ptx::prmt(r[i][0], r[i][1], 0x7531u),
+                           ptx::prmt(r[i][2], r[i][3], 0x6420u), ptx::prmt(r[i][2], r[i][3], 0x7531u)};
+    stmatrix_x4(vs + 4096u * (i & 3) + stsm_off[i >> 2], c);
+  }
+}
+
 template <class Cfg>
 __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned char* smem_raw) {
   using T = Traits<Cfg>;
@@ -107,10 +128,7 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
   // 8 (e / 4) + 2 (l % 4) + (e & 1); column index cc = 2 (e / 4) + (e & 1) of this thread's kCols.
   // O^T element e of d half m: d 64 m + 16 w + l / 4 + 8 ((e >> 1) & 1), same columns.
   auto col_row = [&](int cc) { return 8 * (cc >> 1) + 2 * (l & 3) + (cc & 1); };
-  // V transposed by ldmatrix.trans + prmt + stmatrix (layout.cuh, as the rows-on-M kernel), in
-  // place: V^T's token positions in rows_on_m_a_token order and its rows in rows_on_m_d order,
-  // which P^T's stores and the epilogue follow. Warp w takes token blocks 2 w, 2 w + 1 of the four
-  // d blocks; 8 ldmatrix, 32 prmt and 8 stmatrix per warp and tile.
+  // The V transpose's row offsets (transpose_v_in_place).
   unsigned ldsm_off[4], stsm_off[2];
 #pragma unroll
   for (int i = 0; i < 4; ++i) ldsm_off[i] = 4096u * w + rows_on_m_ldsm_offset(l, i);
@@ -170,20 +188,7 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
     // in place.
     float s[kHalves][kAcc];  // S^T of token half h
     qk_chain<Mma>(s, desc, k_off, kPlan);
-    {
-      unsigned r[8][4];
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        ptx::ldmatrix_x4_trans(vs + 2048u * (i >> 2) + ldsm_off[i & 3], r[i][0], r[i][1], r[i][2], r[i][3]);
-      }
-      __syncthreads();  // in place: every warp's reads before any write
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        const unsigned c4[4] = {ptx::prmt(r[i][0], r[i][1], 0x6420u), ptx::prmt(r[i][0], r[i][1], 0x7531u),
-                                ptx::prmt(r[i][2], r[i][3], 0x6420u), ptx::prmt(r[i][2], r[i][3], 0x7531u)};
-        stmatrix_x4(vs + 4096u * (i & 3) + stsm_off[i >> 2], c4);
-      }
-    }
+    transpose_v_in_place(vs, ldsm_off, stsm_off);
     wgmma_wait<0>();
 #pragma unroll
     for (int h = 0; h < kHalves; ++h) fence_regs(s[h]);
@@ -321,7 +326,8 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
 #pragma unroll
     for (int e = 0; e < kAcc; ++e) {
       const int n = 64 * m + 16 * w + (l >> 2) + 8 * ((e >> 1) & 1);  // V^T's row
-      area.o[col_row(2 * (e >> 2) + (e & 1)) * kDim + rows_on_m_d(n)] = o[m][e];
+      const int d = rows_on_m_d(n);
+      area.o[col_row(2 * (e >> 2) + (e & 1)) * kDim + d] = o[m][e];
     }
   }
   __syncthreads();
