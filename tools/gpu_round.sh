@@ -137,16 +137,23 @@ if [ "${DECA_SKIP_TESTS:-0}" != 1 ] || [ -n "${DECA_DIFF:-}" ]; then
   procs=${DECA_DIFF_PROCS:-1}
   if [ "$diff_cases" -gt 0 ]; then
     log "differential test: $diff_cases cases, $procs processes, DECA_TEST_SEED=${DECA_TEST_SEED:-1234}"
+    if [ "$procs" -gt 1 ]; then
+      # One process compiles every case's kernels into the disk cache; the shards then load them.
+      DECA_DIFF_CASES=$diff_cases DECA_DIFF_PLAN_ONLY=1 timeout "${DECA_DIFF_TIMEOUT:-1200}" \
+        $build/tests/deca_test_gpu --gtest_filter='Differential.*' > "$logs/differential_plan.log" 2>&1
+      log "$(grep -h '^\[differential\] planned' "$logs/differential_plan.log")"
+    fi
     pids=()
     for ((s = 0; s < procs; ++s)); do
       DECA_DIFF_CASES=$diff_cases DECA_DIFF_SHARD=$s/$procs timeout "${DECA_DIFF_TIMEOUT:-1200}" \
         $build/tests/deca_test_gpu --gtest_filter='Differential.*' > "$logs/differential_$s.log" 2>&1 &
       pids+=($!)
     done
-    for p in "${pids[@]}"; do wait "$p"; done
+    rcs=()
+    for p in "${pids[@]}"; do wait "$p"; rcs+=($?); done
     cat "$logs"/differential_[0-9]*.log > "$logs/differential.log"
     grep -h '^\[differential\] seed=' "$logs"/differential_[0-9]*.log | tee -a "$out/round.log"
-    log "differential total: $(awk '/^\[differential\] seed=/ {
+    log "differential total (process rc ${rcs[*]}): $(awk '/^\[differential\] seed=/ {
         for (i = 2; i <= NF; ++i) { split($i, kv, "="); if (kv[1] ~ /^(cases|mismatches|refusals|gpu_only|cpu_only|both)$/) t[kv[1]] += kv[2] }
         ++n } END { printf "%d processes, cases=%d mismatches=%d refusals=%d gpu_only=%d cpu_only=%d both=%d",
         n, t["cases"], t["mismatches"], t["refusals"], t["gpu_only"], t["cpu_only"], t["both"] }' "$logs"/differential_[0-9]*.log)"

@@ -19,6 +19,13 @@ is computed and every stage is host cost only.
 
 torch tensors are read through DLPack's C exchange table where torch has one (2.10 and later);
 DECA_PY_DLPACK_EXCHANGE=0 reads them through their attributes instead, for comparison.
+
+The plan-less entry points (the compat calls engines make, deca's one-off calls) are timed beside
+GqaPlan.run and torch.add: each plans at its first call of a shape and then only looks its plan
+up, so a repeated call should cost about what GqaPlan.run costs plus the allocation of its
+outputs. Beside each time, "fallbacks" counts the calls whose one-C++-call fast path refused
+them and that were retried on the checked path (deca._tensors.FALLBACKS): it must be 0 for a
+repeated shape. --clock process times process CPU time instead of wall time (a shared machine).
 """
 
 import argparse
@@ -33,6 +40,9 @@ import deca
 import deca.compat
 
 
+CLOCK = time.perf_counter
+
+
 def per_call_us(fn, iters, warm_s=0.3):
     # Warm up for a fixed wall time, not a call count: on the H200 the first case measured after
     # start-up read 13.2 us per GqaPlan.run while the same call measured later (the stage table)
@@ -45,10 +55,10 @@ def per_call_us(fn, iters, warm_s=0.3):
         n += 1
     runs = []
     for _ in range(7):
-        t0 = time.perf_counter()
+        t0 = CLOCK()
         for _ in range(iters):
             fn()
-        runs.append((time.perf_counter() - t0) / iters * 1e6)
+        runs.append((CLOCK() - t0) / iters * 1e6)
     return statistics.median(runs)
 
 
@@ -89,7 +99,10 @@ def main():
     ap.add_argument("--iters", type=int, default=2000)
     ap.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--clock", choices=["wall", "process"], default="wall")
     args = ap.parse_args()
+    global CLOCK
+    CLOCK = time.process_time if args.clock == "process" else time.perf_counter
     torch = None
     try:
         import torch  # noqa: F811
@@ -118,10 +131,13 @@ def main():
         "GqaPlan.run (checked path)": lambda: plan._run_checked(
             pq, pk, pv, table, lens, pout, ws, None, None, None, 1.0, 1.0, None, None, None, 1.0,
             plan._current_stream(q)),
-        "gqa_decode (one-off)": lambda: deca.gqa_decode(q, k, v, table, lens, out),
-        "deca.compat.flash_attn_with_kvcache": lambda: __import__(
-            "deca.compat", fromlist=["x"]).flash_attn_with_kvcache(
-                q, k, v, cache_seqlens=lens, block_table=table, causal=True),
+        "gqa_decode (one-off, out given)": lambda: deca.gqa_decode(q, k, v, table, lens, out),
+        "gqa_decode (one-off)": lambda: deca.gqa_decode(q, k, v, table, lens),
+        "deca.compat.flash_attn_with_kvcache": lambda: deca.compat.flash_attn_with_kvcache(
+            q, k, v, cache_seqlens=lens, block_table=table, causal=True),
+        "deca.compat.flash_attn_with_kvcache (+ lse)": lambda: (
+            deca.compat.flash_attn_with_kvcache(q, k, v, cache_seqlens=lens, block_table=table,
+                                                causal=True, return_softmax_lse=True)),
     }
     # FlashInfer's plan(): the CSR page list -> deca's page table, once per batch composition.
     from deca.compat import BatchDecodeWithPagedKVCacheWrapper
@@ -133,6 +149,12 @@ def main():
     wrapper = BatchDecodeWithPagedKVCacheWrapper(q if device == "cuda" else np.zeros(16, np.uint8))
     cases["FlashInfer wrapper plan() (batch 256 x 1..64 pages)"] = lambda: wrapper.plan(
         *csr, 8, 1, 128, 16, q_data_type="bfloat16")
+    # Its run() on the GQA shape above: plan() once, run() per layer.
+    run_wrapper = BatchDecodeWithPagedKVCacheWrapper(q if device == "cuda" else
+                                                     np.zeros(16, np.uint8))
+    run_wrapper.plan(np.array([0, 2], np.int32), np.array([0, 1], np.int32),
+                     np.array([1], np.int32), 8, 1, 128, 16, q_data_type="bfloat16")
+    cases["FlashInfer wrapper run()"] = lambda: run_wrapper.run(q[:, 0], (k, v))
     # Sparse FP8 MLA (batch 1, 64 heads, topk 64: the kernels keep up) through its plan and
     # through FlashMLA's signature; on the CPU the reference decode is in the time.
     mla = mla_inputs(device, torch, rng=np.random.default_rng(2))
@@ -148,21 +170,31 @@ def main():
         meta, _ = deca.compat.get_mla_metadata()
         cases["deca.compat.flash_mla_with_kvcache (same)"] = lambda: deca.compat.flash_mla_with_kvcache(
             mq, mkv, None, None, 512, meta, is_fp8_kvcache=True, indices=midx)
+        cases["mla_decode_sparse (one-off, same)"] = lambda: deca.mla_decode_sparse(
+            mq, mkv, midx, lse=mlse)
     if torch is not None:
         a = torch.ones(16, device="cuda" if device == "cuda" else "cpu")
         cases["torch.add (scale)"] = lambda: torch.add(a, a)
     results = {}
     iters = {"FlashInfer wrapper plan() (batch 256 x 1..64 pages)": max(args.iters // 20, 10)}
+    # (An older deca has no fallback counter: the column is then left out.)
+    counter = getattr(deca._tensors, "FALLBACKS", None)
+    fallbacks = {}
     for name, fn in cases.items():
         fn()
         sync()
+        before = sum(counter.values()) if counter is not None else 0
         results[name] = per_call_us(fn, iters.get(name, args.iters))
         sync()
-        print(f"{name:52s} {results[name]:8.2f} us/call")
+        fallbacks[name] = sum(counter.values()) - before if counter is not None else None
+        note = ("" if "checked path" in name or counter is None
+                else f"  fallbacks {fallbacks[name]}")
+        print(f"{name:52s} {results[name]:8.2f} us/call{note}")
     stages = breakdown(device, plan, pq, pk, pv, table, lens, pout, ws, q, args.iters)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"device": device, "deca": deca.version(), "us_per_call": results,
+            json.dump({"device": device, "deca": deca.version(), "clock": args.clock,
+                       "us_per_call": results, "fallbacks": fallbacks,
                        "gqa_plan_run_stages_us": stages}, f, indent=1)
 
 

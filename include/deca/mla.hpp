@@ -96,8 +96,8 @@ MlaPlan plan_mla_decode(const MlaConfig& config);
 // scheduler, the decode kernel and the combine, or finds them in the on-disk kernel cache
 // (DECA_CACHE_DIR, else ~/.cache/deca), and returns the decode kernel's name (what
 // MlaPlan::kernel_name will be there). Nothing is launched and, with an explicit capability, no
-// GPU is needed. The config is validated as plan_mla_decode validates it; With an explicit
-// capability config.device is not used.
+// GPU is needed. The config is validated as plan_mla_decode validates it (dense and sparse);
+// with an explicit capability config.device is not used.
 std::string precompile_mla_decode(const MlaConfig& config, int compute_capability = 0);
 
 

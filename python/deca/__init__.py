@@ -11,6 +11,7 @@ argument, what was expected and what came.
 
 from . import _C
 from ._tensors import Error
+from ._tensors import dtype_keyword as _dtype_keyword
 from ._tensors import tensor as _tensor
 from .gqa import GqaPlan, gqa_decode, precompile_gqa_decode
 from .mla import MlaPlan, combine, mla_decode_dense, mla_decode_sparse
@@ -23,6 +24,8 @@ Tensor = _C.Tensor
 def as_tensor(x, dtype=None, name="tensor"):
     """x as deca reads it (dtype, shape, element strides, device), following the same rules
     as every op: e.g. deca.as_tensor(np_array_of_ml_dtypes_bf16).dtype == "bf16"."""
+    if dtype is not None:
+        dtype = _dtype_keyword("as_tensor", "dtype", dtype)
     return _tensor(x, name, dtype)
 
 

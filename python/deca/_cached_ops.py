@@ -1,26 +1,25 @@
 """Decode calls without a plan argument, over _plan_cache: the bodies of the torch custom ops
-(deca.torch_ops) and of the compat wrappers on numpy / cupy inputs.
+(deca.torch_ops) and the plan lookups of the compat wrappers.
 
 Each takes the tensors and the scalar options a custom op can carry (no plan objects), derives
-the plan's config from the tensors' shapes and dtypes, and runs the cached plan into the
-caller's out / lse.
+the plan's config from the tensors' shapes and dtypes at the first call of a shape, and runs the
+cached plan into the caller's out / lse. A repeated call finds its (plan, workspace) by the
+tensors' own metadata (shape, dtype and device objects, read without an import) and the
+options.
 """
 
 from __future__ import annotations
 
 import sys
 
-from . import _plan_cache
-from ._tensors import Error, expect_rank, tensor, zeros_bytes
-from .mla import dense_kv_format
+from . import _C, _plan_cache
+from ._tensors import Error, arg_meta, expect_rank, tensor
+from .gqa import GQA_KEYS, GqaPlan
+from .mla import MLA_KEYS, MlaPlan, dense_kv_format
 
-
-# torch calls by their tensors' own shape, dtype and device objects (hashable, read without
-# conversion) and the options -> (plan, workspace) (_torch_key): a steady-state call skips the
-# derivation of the plan's config from converted shapes and dtypes (~2 us a tensor on the
-# development VM).
-_TORCH_GQA = {}
-_TORCH_MLA = {}
+# The caller's metadata and options -> (plan, workspace).
+_GQA_CALLS = _plan_cache.memo()
+_MLA_CALLS = _plan_cache.memo()
 
 
 def gqa(q, k_cache, v_cache, page_table, seq_lens, out, lse=None, *, fn="gqa_decode",
@@ -29,16 +28,11 @@ def gqa(q, k_cache, v_cache, page_table, seq_lens, out, lse=None, *, fn="gqa_dec
         split_mode="auto", split_tokens=0):
     """Paged GQA decode of q [batch, q_len, hq, d] into out (and lse [batch, q_len, hq]).
     max_seq_len 0: the page table's capacity (max_pages * page_size)."""
-    options = (layout, max_seq_len, kv_dtype, lse is not None, sinks is not None,
-               k_scales is not None or v_scales is not None, window, softcap, split_mode,
-               split_tokens)
-    key = _torch_key((q, k_cache, out), (getattr(page_table, "shape", None),) + options)
-    hit = _TORCH_GQA.get(key) if key is not None else None
-    if hit is None:
-        hit = _gqa_plan(q, k_cache, page_table, out, fn, *options)
-        if key is not None:
-            _TORCH_GQA[key] = hit
-    plan, ws = hit
+    plan, ws = gqa_plan(q, k_cache, page_table, out, fn=fn, layout=layout,
+                        max_seq_len=max_seq_len, kv_dtype=kv_dtype, lse=lse is not None,
+                        sinks=sinks is not None,
+                        per_head=k_scales is not None or v_scales is not None, window=window,
+                        softcap=softcap, split_mode=split_mode, split_tokens=split_tokens)
     # The caller's objects, not imports: GqaPlan.run's fast path takes them directly.
     plan.run(q, k_cache, v_cache, page_table, seq_lens, out, workspace=ws, lse=lse,
              sinks=sinks, k_scale=k_scale, v_scale=v_scale, k_scales=k_scales,
@@ -46,18 +40,29 @@ def gqa(q, k_cache, v_cache, page_table, seq_lens, out, lse=None, *, fn="gqa_dec
     return out
 
 
-def _torch_key(tensors, options):
-    """The memo key of a call whose `tensors` are all exactly torch.Tensor: their shape, dtype
-    and device objects and the options; None otherwise."""
-    torch = sys.modules.get("torch")
-    if torch is None or any(type(t) is not torch.Tensor for t in tensors):
-        return None
-    return tuple((t.shape, t.dtype, t.device) for t in tensors) + options
+def gqa_plan(q, k_cache, page_table, out, *, fn, layout="NHD", max_seq_len=0, kv_dtype=None,
+             lse=False, sinks=False, per_head=False, window=0, softcap=0.0, split_mode="auto",
+             split_tokens=0):
+    """(GqaPlan, workspace) of a GQA call: looked up by the tensors' metadata and the options,
+    derived from the tensors' shapes and dtypes at the first call."""
+    options = (layout, max_seq_len, kv_dtype, lse, sinks, per_head, window, softcap, split_mode,
+               split_tokens)
+    mq = arg_meta(q)
+    key = None
+    if mq is not None:
+        key = (mq, arg_meta(k_cache), arg_meta(out), getattr(page_table, "shape", None)) + \
+            options
+        hit = _GQA_CALLS.get(key)
+        if hit is not None:
+            return hit
+    hit = _gqa_plan(q, k_cache, page_table, out, fn, *options)
+    if key is not None:
+        _GQA_CALLS[key] = hit
+    return hit
 
 
 def _gqa_plan(q, k_cache, page_table, out, fn, layout, max_seq_len, kv_dtype, lse, sinks,
               per_head_kv_scale, window, softcap, split_mode, split_tokens):
-    """(plan, workspace) of a GQA call, its config derived from the tensors' shapes and dtypes."""
     q_shape, q_dtype, device = _meta(q, f"{fn}: q")
     k_shape, k_dtype, _ = _meta(k_cache, f"{fn}: k_cache", kv_dtype or None)
     _, out_dtype, _ = _meta(out, f"{fn}: out")
@@ -70,10 +75,15 @@ def _gqa_plan(q, k_cache, page_table, out, fn, layout, max_seq_len, kv_dtype, ls
     if not max_seq_len:
         pt_shape = tuple(getattr(page_table, "shape", ()))
         max_seq_len = pt_shape[-1] * page_size if len(pt_shape) == 2 else 1
-    return _plan_cache.gqa(q, fn, (
-        hq, hkv, d, page_size, layout, q_dtype, k_dtype, out_dtype, max(batch, 1), q_len,
-        max(int(max_seq_len), 1), lse, sinks, per_head_kv_scale, int(window), float(softcap),
-        split_mode, int(split_tokens), device))
+    values = dict(num_q_heads=hq, num_kv_heads=hkv, head_dim=d, page_size=page_size,
+                  max_seq_len=max(int(max_seq_len), 1), layout=layout, q_dtype=q_dtype,
+                  kv_dtype=k_dtype, out_dtype=out_dtype, max_batch=max(batch, 1),
+                  max_q_len=q_len, tree_mask=False, sinks=sinks, lse=lse,
+                  per_head_kv_scale=per_head_kv_scale, window=int(window),
+                  softcap=float(softcap), beam_width=1, split_mode=split_mode,
+                  split_tokens=int(split_tokens), checked=_C.checked_by_default(),
+                  device=device)
+    return _plan_cache.plan(GqaPlan, GQA_KEYS, tuple(values[k] for k in GQA_KEYS), q, None, fn)
 
 
 _TORCH_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32",
@@ -113,25 +123,9 @@ def mla_sparse(q, kv_cache, indices, out, lse=None, *, fn="mla_decode_sparse",
     `schedule` (a StepSchedule): on CUDA the run uses the holder's workspace, schedules on the
     holder's first call with this shape and reuses that schedule after (the other layers of a
     decode step)."""
-    key = _torch_key((q, kv_cache, indices),
-                     (lse is not None, attn_sink is not None, topk_length is not None))
-    hit = _TORCH_MLA.get(key) if key is not None else None
-    if hit is None:
-        qt = tensor(q, f"{fn}: q")
-        kvt = tensor(kv_cache, f"{fn}: kv_cache")
-        it = tensor(indices, f"{fn}: indices")
-        expect_rank(fn, "q", qt, 4, "[batch, q_len, num_heads, 576]")
-        expect_rank(fn, "kv_cache", kvt, 4, "[num_blocks, page_size, 1, 656]")
-        expect_rank(fn, "indices", it, 3, "[batch, q_len, topk]")
-        hit = _plan_cache.mla(
-            q, qt, fn, num_heads=qt.shape[2], sparse=True, page_size=kvt.shape[1],
-            max_batch=max(qt.shape[0], 1), max_q_len=qt.shape[1],
-            max_seq_len=max(kvt.shape[0] * kvt.shape[1], 1), topk=it.shape[2],
-            lse=lse is not None, attn_sink=attn_sink is not None,
-            topk_length=topk_length is not None, device=_plan_cache.device_text(qt))
-        if key is not None:
-            _TORCH_MLA[key] = hit
-    plan, ws = hit
+    plan, ws = mla_sparse_plan(q, kv_cache, indices, fn=fn, lse=lse is not None,
+                               attn_sink=attn_sink is not None,
+                               topk_length=topk_length is not None)
     reuse = False
     if schedule is not None and ws is not None:  # no workspace: the CPU, nothing to schedule
         ws, reuse = schedule.workspace_for(plan, q, None, fn)
@@ -142,6 +136,33 @@ def mla_sparse(q, kv_cache, indices, out, lse=None, *, fn="mla_decode_sparse",
     if schedule is not None:
         schedule.scheduled(plan)
     return out
+
+
+def mla_sparse_plan(q, kv_cache, indices, *, fn, lse, attn_sink, topk_length):
+    """(MlaPlan, workspace) of a sparse MLA call, as gqa_plan."""
+    mq = arg_meta(q)
+    key = None
+    if mq is not None:
+        key = (mq, arg_meta(kv_cache), getattr(indices, "shape", None), lse, attn_sink,
+               topk_length)
+        hit = _MLA_CALLS.get(key)
+        if hit is not None:
+            return hit
+    qt = tensor(q, f"{fn}: q")
+    kvt = tensor(kv_cache, f"{fn}: kv_cache")
+    it = tensor(indices, f"{fn}: indices")
+    expect_rank(fn, "q", qt, 4, "[batch, q_len, num_heads, 576]")
+    expect_rank(fn, "kv_cache", kvt, 4, "[num_blocks, page_size, 1, 656]")
+    expect_rank(fn, "indices", it, 3, "[batch, q_len, topk]")
+    config = dict(num_heads=qt.shape[2], sparse=True, page_size=kvt.shape[1],
+                  max_batch=max(qt.shape[0], 1), max_q_len=qt.shape[1],
+                  max_seq_len=max(min(kvt.shape[0] * kvt.shape[1], 2 ** 31 - 1), 1),
+                  topk=it.shape[2], lse=lse, attn_sink=attn_sink, topk_length=topk_length,
+                  kv_format="default", checked=None, device=_plan_cache.device_text(qt))
+    hit = _plan_cache.plan(MlaPlan, MLA_KEYS, tuple(config[k] for k in MLA_KEYS), q, qt, fn)
+    if key is not None:
+        _MLA_CALLS[key] = hit
+    return hit
 
 
 class StepSchedule:
@@ -160,6 +181,7 @@ class StepSchedule:
         """(workspace, reuse_schedule) for a run of `plan`; like_t (like imported) is needed only
         to allocate, and made here when None."""
         if self._plan is not plan:
+            from ._tensors import zeros_bytes
             self._plan, self._done = plan, False
             if like_t is None:
                 like_t = tensor(like, f"{where}: q")
@@ -179,26 +201,10 @@ def mla_dense(q, kv_cache, block_table, cache_seqlens, out, lse=None, *,
 
     kv_format (None: from kv_cache's dtype; "fp8_e4m3" for uint8 bits of e4m3 values) as
     deca.mla_decode_dense; `schedule` (a StepSchedule) as mla_sparse's."""
-    key = _torch_key((q, kv_cache, block_table), (lse is not None, kv_format))
-    hit = _TORCH_MLA.get(key) if key is not None else None
-    if hit is None:
-        qt = tensor(q, f"{fn}: q")
-        kvt = tensor(kv_cache, f"{fn}: kv_cache", "fp8_e4m3" if kv_format == "fp8_e4m3" else None)
-        btt = tensor(block_table, f"{fn}: block_table")
-        expect_rank(fn, "q", qt, 4, "[batch, q_len, num_heads, 576]")
-        expect_rank(fn, "kv_cache", kvt, 4, "[num_blocks, page_size, 1, 576 | 656]")
-        expect_rank(fn, "block_table", btt, 2, "[batch, max_blocks]")
-        hit = _plan_cache.mla(
-            q, qt, fn, num_heads=qt.shape[2], sparse=False,
-            kv_format=kv_format or dense_kv_format(kvt), page_size=kvt.shape[1],
-            max_batch=max(qt.shape[0], 1), max_q_len=qt.shape[1],
-            max_seq_len=max(btt.shape[1] * kvt.shape[1], 1), lse=lse is not None,
-            device=_plan_cache.device_text(qt))
-        if key is not None:
-            _TORCH_MLA[key] = hit
-    plan, ws = hit
+    plan, ws = mla_dense_plan(q, kv_cache, block_table, fn=fn, lse=lse is not None,
+                              kv_format=kv_format)
     reuse = False
-    if schedule is not None and ws is not None:
+    if schedule is not None and ws is not None:  # as in mla_sparse
         ws, reuse = schedule.workspace_for(plan, q, None, fn)
     plan.run_dense(q, kv_cache, block_table, cache_seqlens, out, lse=lse,
                    softmax_scale=softmax_scale or None, kv_scale=kv_scale, workspace=ws,
@@ -208,4 +214,33 @@ def mla_dense(q, kv_cache, block_table, cache_seqlens, out, lse=None, *,
     return out
 
 
-__all__ = ["gqa", "mla_sparse", "mla_dense", "Error"]
+def mla_dense_plan(q, kv_cache, block_table, *, fn, lse, kv_format=None):
+    """(MlaPlan, workspace) of a dense MLA call, as gqa_plan; kv_format as mla_dense's."""
+    mq = arg_meta(q)
+    key = None
+    if mq is not None:
+        key = ("dense", mq, arg_meta(kv_cache), getattr(block_table, "shape", None), lse,
+               kv_format)
+        hit = _MLA_CALLS.get(key)
+        if hit is not None:
+            return hit
+    qt = tensor(q, f"{fn}: q")
+    kvt = tensor(kv_cache, f"{fn}: kv_cache", "fp8_e4m3" if kv_format == "fp8_e4m3" else None)
+    btt = tensor(block_table, f"{fn}: block_table")
+    expect_rank(fn, "q", qt, 4, "[batch, q_len, num_heads, 576]")
+    expect_rank(fn, "kv_cache", kvt, 4, "[num_blocks, page_size, 1, 576 | 656]")
+    expect_rank(fn, "block_table", btt, 2, "[batch, max_blocks]")
+    config = dict(num_heads=qt.shape[2], sparse=False,
+                  kv_format=kv_format or dense_kv_format(kvt), page_size=kvt.shape[1],
+                  max_batch=max(qt.shape[0], 1), max_q_len=qt.shape[1],
+                  max_seq_len=max(min(btt.shape[1] * kvt.shape[1], 2 ** 31 - 1), 1), topk=0,
+                  lse=lse, attn_sink=False, topk_length=False, checked=None,
+                  device=_plan_cache.device_text(qt))
+    hit = _plan_cache.plan(MlaPlan, MLA_KEYS, tuple(config[k] for k in MLA_KEYS), q, qt, fn)
+    if key is not None:
+        _MLA_CALLS[key] = hit
+    return hit
+
+
+__all__ = ["gqa", "gqa_plan", "mla_sparse", "mla_sparse_plan", "mla_dense", "mla_dense_plan",
+           "StepSchedule", "Error"]

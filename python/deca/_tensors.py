@@ -15,6 +15,7 @@ for CPU arrays, torch for torch tensors on any device; other libraries pass ``ou
 
 from __future__ import annotations
 
+import collections
 import sys
 
 import ml_dtypes
@@ -23,6 +24,11 @@ import numpy as np
 from . import _C
 
 Error = _C.Error
+
+# How often each entry point's one-C++-call fast path refused a call, which was then retried on
+# its checked path (a wrong argument, or an input the fast import does not take). A repeated
+# call of one shape should never come here; tools/py_host_cost.py prints it beside each time.
+FALLBACKS = collections.Counter()
 
 # numpy dtypes from ml_dtypes -> (deca dtype, the unsigned type that holds the same bits).
 _ML_DTYPES = {
@@ -109,6 +115,72 @@ def tensor(x, where, dtype=None, writable=False):
         # Plain DLPack carries no read-only flag, so this is the one place to refuse them.
         raise Error(f"{where}: expected a writable array, got an immutable jax array")
     return _C.Tensor(x, dtype, where, writable)
+
+
+def arg_meta(x):
+    """Hashable facts of an argument that decide its plan, read from its own attributes without
+    an import: (shape, dtype) of a numpy array, (shape, dtype, device) of a torch tensor (their
+    own objects); None for anything else (whose calls go through the import every time)."""
+    kind = type(x)
+    if kind is np.ndarray:
+        return (x.shape, x.dtype)
+    torch = sys.modules.get("torch")
+    if torch is not None and kind is torch.Tensor:
+        return (x.shape, x.dtype, x.device)
+    return None
+
+
+_BITS = {dtype: bits for dtype, (_, bits) in _ML_DTYPES.items()}
+
+
+def bits_views(dtype, *arrays):
+    """numpy arrays of the ml_dtypes dtype `dtype` (np.dtype: bf16 or fp8) as views of their raw
+    bits (uint16 / uint8), the others as they are: what a plan's fast path imports, the plan
+    naming that dtype. An array of another dtype is left alone, so that the plan refuses it."""
+    bits = _BITS.get(dtype)
+    if bits is None:
+        return arrays
+    return tuple(a.view(bits) if type(a) is np.ndarray and a.dtype == dtype else a
+                 for a in arrays)
+
+
+def numpy_dtype(name):
+    """numpy's dtype (ml_dtypes' for bf16 / fp8) of a deca dtype name."""
+    return _NUMPY_DTYPES[name]
+
+
+def lib_dtype(like, name):
+    """The dtype object of like's library (torch or numpy) for the deca dtype `name`."""
+    torch = _torch_of(like)
+    if torch is not None:
+        return getattr(torch, _TORCH_DTYPES[name])
+    return _NUMPY_DTYPES[name]
+
+
+def new_tensor(like, shape, dtype):
+    """An uninitialised tensor of like's library (torch or numpy) on like's device; dtype an
+    object of that library (lib_dtype)."""
+    if type(like) is np.ndarray:
+        return np.empty(shape, dtype)
+    return sys.modules["torch"].empty(shape, dtype=dtype, device=like.device)
+
+
+def allocator(like):
+    """new_tensor's work for like's library and device, bound once: a function of (shape,
+    dtype) that a prepared call uses per call without looking the library or device up."""
+    if type(like) is np.ndarray:
+        return np.empty
+    cupy = _cupy_of(like)
+    if cupy is not None:
+        device = like.device.id
+
+        def cupy_empty(shape, dtype):
+            with cupy.cuda.Device(device):
+                return cupy.empty(shape, dtype=dtype)
+        return cupy_empty
+    torch, device = sys.modules["torch"], like.device
+    empty = torch.empty
+    return lambda shape, dtype: empty(shape, dtype=dtype, device=device)
 
 
 def is_cpu(t):
@@ -228,15 +300,44 @@ def parse_device(value, where):
     raise Error(f"{where}: device: expected 'cpu', 'cuda' or 'cuda:N', got {value!r}")
 
 
+# Other spellings of deca's dtype names: the bench CLI's "fp8", the array libraries' names.
+DTYPE_ALIASES = {
+    "fp8": "fp8_e4m3", "e4m3": "fp8_e4m3", "float8_e4m3fn": "fp8_e4m3", "fp8e4m3": "fp8_e4m3",
+    "float8_e4m3": "fp8_e4m3", "bfloat16": "bf16", "float16": "fp16", "half": "fp16",
+    "float32": "fp32", "float": "fp32",
+}
+# Names deca has no dtype for that users reach for, each with what to use instead.
+_DTYPE_HINTS = {
+    "e5m2": "deca reads fp8 as e4m3 only: fp8_e4m3", "fp8_e5m2": "deca reads fp8 as e4m3 only: "
+    "fp8_e4m3", "float8_e5m2": "deca reads fp8 as e4m3 only: fp8_e4m3",
+    "float8_e4m3fnuz": "deca reads the OCP e4m3 format (float8_e4m3fn): fp8_e4m3",
+    "fp4": "deca has no fp4 cache", "nvfp4": "deca has no fp4 cache",
+}
+
+
+def dtype_keyword(where, name, value):
+    """A dtype keyword's value as deca names it: deca's own names, and the aliases above ("fp8",
+    "bfloat16", "float16", ...); anything else raises, naming the keyword and what was meant."""
+    if not isinstance(value, str):
+        raise Error(f"{where}: {name}: expected a dtype name such as \"bf16\", got "
+                    f"{type(value).__name__} {value!r}")
+    text = DTYPE_ALIASES.get(value.lower(), value.lower())
+    if text in _DTYPE_NAMES:
+        return text
+    hint = _DTYPE_HINTS.get(text)
+    raise Error(f"{where}: {name}: expected a dtype name (bf16, fp16, fp32, fp8_e4m3 -- also "
+                f"spelled fp8 or e4m3 --, int8, uint8, int32, uint32), got \"{value}\""
+                + (f" ({hint})" if hint else ""))
+
+
+_DTYPE_NAMES = frozenset(_NUMPY_DTYPES)
+
+
 def check_dtype_keywords(where, **keywords):
-    """Names a bad dtype keyword itself ("gqa_decode: kv_dtype: ...") before any tensor is read."""
-    for name, value in keywords.items():
-        if value is None:
-            continue
-        if not isinstance(value, str):
-            raise Error(f"{where}: {name}: expected a dtype name such as \"bf16\", got "
-                        f"{type(value).__name__} {value!r}")
-        _C.parse_dtype(value, f"{where}: {name}")
+    """Each dtype keyword as deca names it (dtype_keyword), None left alone, in the order given:
+    a bad one is named itself ("gqa_decode: kv_dtype: ...") before any tensor is read."""
+    return tuple(None if value is None else dtype_keyword(where, name, value)
+                 for name, value in keywords.items())
 
 
 _INT32_MAX = 2 ** 31 - 1

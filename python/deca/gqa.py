@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from . import _C
-from ._tensors import (Error, check_dtype_keywords, check_scalars, choice, current_stream, empty,
-                       expect_rank, parse_device, stream_handle, stream_int, tensor)
+import numpy as np
+
+from . import _C, _plan_cache
+from ._tensors import (FALLBACKS, Error, arg_meta, bits_views, check_dtype_keywords,
+                       check_scalars, choice, current_stream, empty, expect_rank, lib_dtype,
+                       new_tensor, numpy_dtype, parse_device, stream_int, tensor)
 
 _LAYOUTS = ("NHD", "HND")
 # Keys per split when split_mode="fixed" is asked for without split_tokens: a few kernel tiles,
@@ -35,6 +38,49 @@ def _run_tensors(fn, q, k_cache, v_cache, page_table, seq_lens, q_dtype, kv_dtyp
     )
 
 
+# The one-off call's prepared shapes: the caller's argument metadata -> _OneOff.
+_ONEOFF = _plan_cache.memo()
+
+
+class _OneOff:
+    """What the first one-off call of a shape prepared: the plan, its workspaces (one per stream,
+    _plan_cache.StreamWorkspaces), and the outputs' shape and dtype (in the caller's library),
+    so that a repeated call plans nothing."""
+
+    __slots__ = ("plan", "workspaces", "out_shape", "out_dtype", "want_lse")
+
+    def __init__(self, plan, like, out_shape, want_lse):
+        """like: a torch tensor or numpy array whose library allocates the outputs; None when
+        the caller passes them (another library: the first-call path allocates for it)."""
+        self.plan, self.want_lse = plan, want_lse
+        self.workspaces = _plan_cache.StreamWorkspaces(plan.workspace_bytes, "gqa_decode")
+        self.out_shape = out_shape
+        self.out_dtype = None if like is None else lib_dtype(like, plan.config.out_dtype)
+
+    def run(self, q, k_cache, v_cache, page_table, seq_lens, out, lse, tree_mask, sinks,
+            k_scales, v_scales, k_scale, v_scale, softmax_scale, out_scale, stream):
+        if out is None:
+            out = new_tensor(q, self.out_shape, self.out_dtype)
+        if self.want_lse and lse is None:
+            lse = new_tensor(q, self.out_shape[:3], lib_dtype(q, "fp32"))
+        plan = self.plan
+        cuda = plan._cuda_index
+        current = current_stream(cuda, q) if cuda >= 0 else 0
+        if stream is None:
+            stream = current
+        elif type(stream) is not int:
+            stream = stream_int(stream, "gqa_decode")
+        ws = self.workspaces.get(stream, q, current)
+        plan.run(q, k_cache, v_cache, page_table, seq_lens, out, workspace=ws, lse=lse,
+                 tree_mask=tree_mask, sinks=sinks, k_scale=k_scale, v_scale=v_scale,
+                 k_scales=k_scales, v_scales=v_scales, softmax_scale=softmax_scale,
+                 out_scale=out_scale, stream=stream)
+        if plan._check_runs:
+            # Checked mode: this call reports its own bad page ids and lengths (synchronising).
+            plan.check(ws, stream=stream)
+        return (out, lse) if self.want_lse else out
+
+
 def gqa_decode(q, k_cache, v_cache, page_table, seq_lens, out=None, *, layout="NHD",
                q_dtype=None, kv_dtype=None, k_scale=1.0, v_scale=1.0, k_scales=None,
                v_scales=None, softmax_scale=None, softcap=0.0, window=0, sinks=None,
@@ -49,15 +95,34 @@ def gqa_decode(q, k_cache, v_cache, page_table, seq_lens, out=None, *, layout="N
     page_table [batch, max_pages] int32; seq_lens [batch] int32 (new tokens included).
     Optional: sinks [num_q_heads] fp32, tree_mask [batch, q_len, ceil(q_len/32)] uint32,
     lse [batch, q_len, num_q_heads] fp32. out is allocated (numpy / torch) when None.
-    This one-off form plans per call; engines use GqaPlan once and GqaPlan.run per layer.
+    This one-off form plans at the first call of each shape (tensor shapes, dtypes, device and
+    these options) and reuses that plan and its workspace after; engines use GqaPlan once and
+    GqaPlan.run per layer, with a workspace of their own per stream.
     checked (None: deca.checked_by_default()): on a GPU, the kernel tests the page ids and
     lengths it reads and this call raises deca.Error for the first bad one after the run (the
     call synchronises its stream; see GqaPlan.check).
     """
+    key = None
+    mq = arg_meta(q)
+    if mq is not None:
+        key = (mq, arg_meta(k_cache), None if out is None else arg_meta(out),
+               getattr(page_table, "shape", None), layout, q_dtype, kv_dtype, out_dtype,
+               bool(return_lse) or lse is not None, tree_mask is not None, sinks is not None,
+               k_scales is not None, v_scales is not None, window, softcap, max_seq_len,
+               split_mode, split_tokens, beam_width, checked)
+        hit = _ONEOFF.get(key)
+        if hit is not None:
+            try:
+                return hit.run(q, k_cache, v_cache, page_table, seq_lens, out, lse, tree_mask,
+                               sinks, k_scales, v_scales, k_scale, v_scale, softmax_scale,
+                               out_scale, stream)
+            except (Error, TypeError):
+                FALLBACKS["gqa_decode"] += 1  # the first-call path below names the argument
     fn = "gqa_decode"
     choice(fn, "layout", layout, _LAYOUTS)
     choice(fn, "split_mode", split_mode, _SPLIT_MODES)
-    check_dtype_keywords(fn, q_dtype=q_dtype, kv_dtype=kv_dtype, out_dtype=out_dtype)
+    q_dtype, kv_dtype, out_dtype = check_dtype_keywords(fn, q_dtype=q_dtype, kv_dtype=kv_dtype,
+                                                        out_dtype=out_dtype)
     check_scalars(fn, ints=dict(window=window, max_seq_len=max_seq_len, split_tokens=split_tokens,
                                 beam_width=beam_width),
                   floats=dict(k_scale=k_scale, v_scale=v_scale, softmax_scale=softmax_scale,
@@ -71,33 +136,14 @@ def gqa_decode(q, k_cache, v_cache, page_table, seq_lens, out=None, *, layout="N
     if kt.dtype == "uint8" and kv_dtype is None:
         raise Error(f"{fn}: k_cache: expected dtype bf16, fp16, fp8_e4m3 or int8, got uint8 "
                     f"(for fp8 bits in uint8 pass kv_dtype=\"fp8_e4m3\")")
-    batch, q_len, num_q_heads, head_dim = qt.shape
-    if layout == "NHD":
-        _, page_size, num_kv_heads, _ = kt.shape
-    else:
-        _, num_kv_heads, page_size, _ = kt.shape
-
-    out_shape = (batch, q_len, num_q_heads, head_dim)
-    if out is None:
-        out = empty(q, qt, out_shape, out_dtype or qt.dtype, f"{fn}: out")
-    out_t = tensor(out, f"{fn}: out", out_dtype, writable=True)
+    out_t = None if out is None else tensor(out, f"{fn}: out", out_dtype, writable=True)
     want_lse = return_lse or lse is not None
-    if want_lse and lse is None:
-        lse = empty(q, qt, out_shape[:3], "fp32", f"{fn}: lse")
-        t["lse"] = tensor(lse, f"{fn}: lse", writable=True)
 
     c = _C.GqaConfig()
-    c.num_q_heads, c.num_kv_heads, c.head_dim, c.page_size = (num_q_heads, num_kv_heads,
-                                                              head_dim, page_size)
     c.layout = layout
-    c.q_dtype, c.kv_dtype, c.out_dtype = qt.dtype, kt.dtype, out_t.dtype
-    c.max_batch, c.max_q_len = batch, q_len
-    if max_seq_len is None:
-        pt_shape = t["page_table"].shape
-        # The most tokens the page table can address: a bound known without reading seq_lens
-        # (which may live on the GPU).
-        max_seq_len = pt_shape[1] * page_size if len(pt_shape) == 2 else 0
-    c.max_seq_len = max_seq_len
+    c.q_dtype, c.kv_dtype = qt.dtype, kt.dtype
+    c.out_dtype = out_t.dtype if out_t is not None else (out_dtype or qt.dtype)
+    c.max_seq_len = max_seq_len or 0
     c.tree_mask = tree_mask is not None
     c.sinks = sinks is not None
     c.lse = want_lse
@@ -107,12 +153,33 @@ def gqa_decode(q, k_cache, v_cache, page_table, seq_lens, out=None, *, layout="N
     if checked is not None:
         c.checked = checked
     c.device = qt.device
+    # The sizes and maxima from the tensors, checked on them (messages name q, k_cache, ...).
+    c = _C.gqa_oneoff_config(c, qt, kt, t["page_table"], out_t)
+    plan, _ = _plan_cache.plan(GqaPlan, GQA_KEYS, config_values(c), q, qt, fn)
+    prepared = _OneOff(plan, None if key is None else q, tuple(qt.shape), want_lse)
+    if key is not None:
+        _ONEOFF[key] = prepared
+    else:  # a library the prepared call does not allocate in
+        if out is None:
+            out = empty(q, qt, tuple(qt.shape), c.out_dtype, f"{fn}: out")
+        if want_lse and lse is None:
+            lse = empty(q, qt, tuple(qt.shape[:3]), "fp32", f"{fn}: lse")
+    return prepared.run(q, k_cache, v_cache, page_table, seq_lens, out, lse, tree_mask, sinks,
+                        k_scales, v_scales, k_scale, v_scale, softmax_scale, out_scale, stream)
 
-    _C.gqa_decode_oneoff(
-        c, qt, kt, t["v_cache"], t["page_table"], t["seq_lens"], out_t, t["lse"],
-        t["tree_mask"], t["sinks"], t["k_scales"], t["v_scales"], k_scale, v_scale,
-        softmax_scale or 0.0, out_scale, None, stream_handle(stream, q, qt, fn))
-    return (out, lse) if want_lse else out
+
+# GqaPlan's keywords, in the order _plan_cache keys plans by (config_values).
+GQA_KEYS = ("num_q_heads", "num_kv_heads", "head_dim", "page_size", "max_seq_len", "layout",
+            "q_dtype", "kv_dtype", "out_dtype", "max_batch", "max_q_len", "tree_mask", "sinks",
+            "lse", "per_head_kv_scale", "window", "softcap", "beam_width", "split_mode",
+            "split_tokens", "checked", "device")
+
+
+def config_values(c):
+    """A _C.GqaConfig's fields in GQA_KEYS order, as GqaPlan takes them (a plain tuple)."""
+    d = c.device
+    return tuple(getattr(c, name) for name in GQA_KEYS[:-1]) + (
+        "cpu" if d.kind == _C.DeviceKind.CPU else f"cuda:{d.index}",)
 
 
 def _split_tokens(split_mode, split_tokens):
@@ -131,7 +198,8 @@ def _config(fn, num_q_heads, num_kv_heads, head_dim, page_size, *, max_seq_len=N
     """The _C.GqaConfig of GqaPlan's arguments (validated in C++ when it is used)."""
     choice(fn, "layout", layout, _LAYOUTS)
     choice(fn, "split_mode", split_mode, _SPLIT_MODES)
-    check_dtype_keywords(fn, q_dtype=q_dtype, kv_dtype=kv_dtype, out_dtype=out_dtype)
+    q_dtype, kv_dtype, out_dtype = check_dtype_keywords(fn, q_dtype=q_dtype, kv_dtype=kv_dtype,
+                                                        out_dtype=out_dtype)
     check_scalars(fn, ints=dict(num_q_heads=num_q_heads, num_kv_heads=num_kv_heads,
                                 head_dim=head_dim, page_size=page_size, max_batch=max_batch,
                                 max_q_len=max_q_len, max_seq_len=max_seq_len, window=window,
@@ -149,9 +217,7 @@ def _config(fn, num_q_heads, num_kv_heads, head_dim, page_size, *, max_seq_len=N
     c.num_q_heads, c.num_kv_heads, c.head_dim, c.page_size = (num_q_heads, num_kv_heads,
                                                               head_dim, page_size)
     c.layout = layout
-    c.q_dtype = _C.parse_dtype(q_dtype, f"{fn}: q_dtype")
-    c.kv_dtype = _C.parse_dtype(kv_dtype, f"{fn}: kv_dtype")
-    c.out_dtype = _C.parse_dtype(out_dtype or q_dtype, f"{fn}: out_dtype")
+    c.q_dtype, c.kv_dtype, c.out_dtype = q_dtype, kv_dtype, out_dtype or q_dtype
     c.max_batch, c.max_q_len, c.max_seq_len = max_batch, max_q_len, max_seq_len
     c.tree_mask, c.sinks, c.lse = tree_mask, sinks, lse
     c.per_head_kv_scale = per_head_kv_scale
@@ -201,6 +267,10 @@ class GqaPlan:
                     max_seq_len=max_seq_len, **options))
         d = self._plan.config.device
         self._cuda_index = d.index if d.kind == _C.DeviceKind.CUDA else -1
+        # Whether check() has anything to read: a checked plan on a GPU.
+        self._check_runs = self._plan.config.checked and self._cuda_index >= 0
+        c = self._plan.config
+        self._numpy_dtypes = tuple(numpy_dtype(d) for d in (c.q_dtype, c.kv_dtype, c.out_dtype))
 
     config = property(lambda self: self._plan.config, doc="the validated _C.GqaConfig")
     workspace_bytes = property(lambda self: self._plan.workspace_bytes,
@@ -261,12 +331,21 @@ class GqaPlan:
             stream = self._current_stream(q) if self._cuda_index >= 0 else 0
         elif type(stream) is not int:
             stream = stream_int(stream, "gqa_decode")
+        fq, fk, fv, fo = q, k_cache, v_cache, out
+        if type(q) is np.ndarray:
+            # numpy has no bf16 / fp8: ml_dtypes arrays of the plan's dtypes go to the fast path
+            # as their raw bits (the plan names their dtypes).
+            qd, kd, od = self._numpy_dtypes
+            fq, = bits_views(qd, q)
+            fk, fv = bits_views(kd, k_cache, v_cache)
+            fo, = bits_views(od, out)
         try:
             _C.gqa_decode_planned_fast(
-                self._plan, q, k_cache, v_cache, page_table, seq_lens, out, lse, tree_mask,
-                sinks, k_scales, v_scales, k_scale, v_scale, softmax_scale or 0.0, out_scale,
+                self._plan, fq, fk, fv, page_table, seq_lens, fo, lse, tree_mask, sinks,
+                k_scales, v_scales, k_scale, v_scale, softmax_scale or 0.0, out_scale,
                 workspace, stream)
         except (Error, TypeError):
+            FALLBACKS["GqaPlan.run"] += 1
             self._run_checked(q, k_cache, v_cache, page_table, seq_lens, out, workspace, lse,
                               tree_mask, sinks, k_scale, v_scale, k_scales, v_scales,
                               softmax_scale, out_scale, stream)

@@ -3,16 +3,20 @@ block table) and sparse FP8 (top-k indices) caches, and the split-KV combine ste
 
 from __future__ import annotations
 
-from . import _C
-from ._tensors import (Error, check_dtype_keywords, check_scalars, choice, current_stream, empty,
-                       expect_dim_range, expect_rank, parse_device, stream_handle, stream_int,
-                       tensor, zeros_bytes)
+import numpy as np
+
+from . import _C, _plan_cache
+from ._tensors import (FALLBACKS, Error, arg_meta, bits_views, check_dtype_keywords,
+                       check_scalars, choice, current_stream, empty, expect_dim_range, expect_rank,
+                       lib_dtype, new_tensor, numpy_dtype, parse_device, stream_handle,
+                       stream_int, tensor)
 
 _INT32_MAX = 2 ** 31 - 1
 
 DIM_QK = _C.MLA_DIM_QK  # 576 = 512 latent ("NoPE") + 64 RoPE
 DIM_V = _C.MLA_DIM_V  # 512
 FP8_TOKEN_BYTES = _C.MLA_FP8_TOKEN_BYTES  # 656
+_BF16 = numpy_dtype("bf16")
 # MlaPlan's kv_format: "default" (bf16 dense, the 656-byte token sparse), "bf16", "fp8_e4m3" (576
 # e4m3 values a token, real = stored * kv_scale), "fp8_sparse" (the 656-byte token).
 KV_FORMATS = ("default", "bf16", "fp8_e4m3", "fp8_sparse")
@@ -48,6 +52,8 @@ class MlaPlan:
         self._plan = _C.plan_mla_decode(c)
         d = self._plan.config.device
         self._cuda_index = d.index if d.kind == _C.DeviceKind.CUDA else -1
+        # Whether check() has anything to read: a checked plan (sparse or dense) on a GPU.
+        self._check_runs = checked_run(self._plan.config)
 
     config = property(lambda self: self._plan.config)
     kv_format = property(lambda self: self._plan.config.kv_format)
@@ -65,8 +71,7 @@ class MlaPlan:
         [0, 40) ..."), and clears the record. Synchronises `stream` (legacy default stream when
         None): outside CUDA-graph capture, once per step. Nothing happens for an unchecked or
         CPU plan."""
-        c = self._plan.config
-        if not c.checked or c.device.kind != _C.DeviceKind.CUDA:
+        if not self._check_runs:
             return
         wt = tensor(workspace, "check_mla_run: workspace", writable=True)
         _C.check_mla_run(self._plan, wt, stream_handle(stream, workspace, wt, "check_mla_run"))
@@ -88,13 +93,18 @@ class MlaPlan:
         scale = 1.0 if kv_scale is None else kv_scale
         handle = (current_stream(self._cuda_index, q) if stream is None
                   else stream_int(stream, fn))
+        fq, fkv, fo = q, kv_cache, out
+        if type(q) is np.ndarray:  # q and out are bf16: their raw bits go through
+            fq, fo = bits_views(_BF16, q, out)
+        if type(kv_cache) is np.ndarray:  # as the plan's bf16 / e4m3 cache (bytes: as they are)
+            (fkv,) = bits_views(kv_cache.dtype, kv_cache)
         try:  # run_sparse's fast path and fallback
-            _C.mla_decode_dense_planned_fast(self._plan, q, kv_cache, block_table, cache_seqlens,
-                                             out, lse, softmax_scale or 0.0, scale, workspace,
-                                             handle, bool(reuse_schedule))
+            _C.mla_decode_dense_planned_fast(self._plan, fq, fkv, block_table,
+                                             cache_seqlens, fo, lse, softmax_scale or 0.0,
+                                             scale, workspace, handle, bool(reuse_schedule))
             return out
         except (Error, TypeError):
-            pass
+            FALLBACKS["MlaPlan.run_dense"] += 1
         qt = tensor(q, f"{fn}: q")
         kv_dtype = "fp8_e4m3" if self._plan.config.kv_format == "fp8_e4m3" else None
         _C.mla_decode_dense_planned(
@@ -125,13 +135,16 @@ class MlaPlan:
         # are raised before any launch, so nothing runs twice.
         handle = (current_stream(self._cuda_index, q) if stream is None
                   else stream_int(stream, fn))
+        fq, fo = q, out
+        if type(q) is np.ndarray:  # as in run_dense
+            fq, fo = bits_views(_BF16, q, out)
         try:
             _C.mla_decode_sparse_planned_fast(
-                self._plan, q, kv_cache, indices, topk_length, attn_sink, out, lse,
+                self._plan, fq, kv_cache, indices, topk_length, attn_sink, fo, lse,
                 softmax_scale or 0.0, workspace, handle, bool(reuse_schedule))
             return out
         except (Error, TypeError):
-            pass
+            FALLBACKS["MlaPlan.run_sparse"] += 1
         qt = tensor(q, f"{fn}: q")
         _C.mla_decode_sparse_planned(
             self._plan, qt, tensor(kv_cache, f"{fn}: kv_cache"), tensor(indices, f"{fn}: indices", "int32"),
@@ -154,6 +167,71 @@ def _outputs(fn, q, qt, out, lse, return_lse):
     return out, lse, want_lse
 
 
+# MlaPlan's keywords, in the order _plan_cache keys plans by.
+MLA_KEYS = ("num_heads", "sparse", "kv_format", "page_size", "max_batch", "max_q_len", "max_seq_len", "topk",
+            "lse", "attn_sink", "topk_length", "checked", "device")
+# The one-off calls' prepared shapes: the caller's argument metadata -> _OneOff.
+_ONEOFF = _plan_cache.memo()
+
+
+def checked_run(c):
+    """Whether runs of a plan of config c record bad entries for check(): a checked CUDA plan,
+    sparse (indices, topk_length) or dense (block_table, cache_seqlens)."""
+    return c.checked and c.device.kind == _C.DeviceKind.CUDA
+
+
+class _OneOff:
+    """What the first one-off call of a shape prepared (gqa._OneOff's counterpart): the plan,
+    its workspaces (one per stream; the caller's own when passed) and the outputs' shapes and
+    dtypes."""
+
+    __slots__ = ("plan", "workspaces", "shape", "bf16", "fp32", "want_lse")
+
+    def __init__(self, fn, plan, like, shape, want_lse):
+        self.plan, self.shape, self.want_lse = plan, shape, want_lse
+        self.workspaces = _plan_cache.StreamWorkspaces(plan.workspace_bytes, fn)
+        self.bf16 = None if like is None else lib_dtype(like, "bf16")
+        self.fp32 = None if like is None else lib_dtype(like, "fp32")
+
+    def outputs(self, q, out, lse):
+        if out is None:
+            out = new_tensor(q, self.shape, self.bf16)
+        if self.want_lse and lse is None:
+            lse = new_tensor(q, self.shape[:3], self.fp32)
+        return out, lse
+
+    def workspace(self, q, workspace, stream, fn):
+        """(workspace, stream handle) of a run: the caller's workspace, else this shape's for
+        the stream (the caller's, else the current one of q's library)."""
+        cuda = self.plan._cuda_index
+        current = current_stream(cuda, q) if cuda >= 0 else 0
+        if stream is None:
+            stream = current
+        elif type(stream) is not int:
+            stream = stream_int(stream, fn)
+        if workspace is None:
+            workspace = self.workspaces.get(stream, q, current)
+        return workspace, stream
+
+    def done(self, out, lse, workspace, stream):
+        if self.plan._check_runs:
+            self.plan.check(workspace, stream=stream)
+        return (out, lse) if self.want_lse else out
+
+
+def _prepare(fn, key, q, qt, out, lse, want_lse, values):
+    """The first call of a shape: its plan (cached by its values), the outputs allocated when
+    the caller's library is one the prepared call cannot allocate in."""
+    plan, _ = _plan_cache.plan(MlaPlan, MLA_KEYS, values, q, qt, fn)
+    prepared = _OneOff(fn, plan, None if key is None else q, tuple(qt.shape[:3]) + (DIM_V,),
+                       want_lse)
+    if key is not None:
+        _ONEOFF[key] = prepared
+    elif out is None or (want_lse and lse is None):
+        out, lse, _ = _outputs(fn, q, qt, out, lse, want_lse)
+    return prepared, out, lse
+
+
 def mla_decode_dense(q, kv_cache, block_table, cache_seqlens, out=None, *, softmax_scale=None,
                      kv_scale=None, kv_format=None, return_lse=False, lse=None, max_seq_len=None,
                      workspace=None, checked=None, stream=None):
@@ -169,32 +247,47 @@ def mla_decode_dense(q, kv_cache, block_table, cache_seqlens, out=None, *, softm
     checked (None: deca.checked_by_default()): on a GPU, the kernel tests every block id and
     length it reads and this call raises deca.Error for the first bad one after the run (it then
     synchronises the stream; see MlaPlan.check).
+    Plans at the first call of each shape and reuses that plan (and, without `workspace`, its
+    workspace) after, as gqa_decode does.
     """
     fn = "mla_decode_dense"
+    want_lse = bool(return_lse) or lse is not None
+    mq = arg_meta(q)
+    key = None
+    if mq is not None:
+        key = ("dense", mq, arg_meta(kv_cache), getattr(block_table, "shape", None),
+               out is None, want_lse, max_seq_len, kv_format, checked)
+        hit = _ONEOFF.get(key)
+        if hit is not None:
+            o, l = hit.outputs(q, out, lse)
+            ws, handle = hit.workspace(q, workspace, stream, fn)
+            hit.plan.run_dense(q, kv_cache, block_table, cache_seqlens, o, lse=l,
+                               softmax_scale=softmax_scale, kv_scale=kv_scale, workspace=ws,
+                               stream=handle)
+            return hit.done(o, l, ws, handle)
     if kv_format is not None:
         choice(fn, "kv_format", kv_format, KV_FORMATS)
     qt = tensor(q, f"{fn}: q")
     kvt = tensor(kv_cache, f"{fn}: kv_cache", "fp8_e4m3" if kv_format == "fp8_e4m3" else None)
     btt = tensor(block_table, f"{fn}: block_table", "int32")
-    out, lse, want_lse = _outputs(fn, q, qt, out, lse, return_lse)
+    check_scalars(fn, bools=dict(return_lse=return_lse, checked=checked))
+    expect_rank(fn, "q", qt, 4, "[batch, q_len, num_heads, 576]")
     expect_rank(fn, "kv_cache", kvt, 4, "[num_blocks, page_size, 1, 576 | 656]")
     expect_rank(fn, "block_table", btt, 2, "[batch, max_blocks]")
     _expect_plan_sizes(fn, qt, kvt)
     page_size = kvt.shape[1]
     if max_seq_len is None:
         max_seq_len = min(btt.shape[1] * page_size, _INT32_MAX)
-    plan = MlaPlan(qt.shape[2], sparse=False, kv_format=kv_format or dense_kv_format(kvt),
-                   page_size=page_size, max_batch=max(qt.shape[0], 1), max_q_len=qt.shape[1],
-                   max_seq_len=max(max_seq_len, 1), lse=want_lse, checked=checked,
-                   device=_device_text(qt))
-    ws = workspace
-    if ws is None:
-        ws = zeros_bytes(q, qt, plan.workspace_bytes, f"{fn}: workspace")
-    plan.run_dense(qt, kvt, btt, cache_seqlens, _named(out, fn, "out"),
-                   lse=_named(lse, fn, "lse"), softmax_scale=softmax_scale, kv_scale=kv_scale,
-                   workspace=ws, stream=stream_handle(stream, q, qt, fn))
-    plan.check(ws, stream=stream_handle(stream, q, qt, fn))
-    return (out, lse) if want_lse else out
+    values = (qt.shape[2], False, kv_format or dense_kv_format(kvt), page_size,
+              max(qt.shape[0], 1), qt.shape[1], max(max_seq_len, 1), 0, want_lse, False, False,
+              checked, _device_text(qt))
+    prepared, out, lse = _prepare(fn, key, q, qt, out, lse, want_lse, values)
+    o, l = prepared.outputs(q, out, lse)
+    ws, handle = prepared.workspace(q, workspace, stream, fn)
+    prepared.plan.run_dense(q, kv_cache, block_table, cache_seqlens, o, lse=l,
+                            softmax_scale=softmax_scale, kv_scale=kv_scale, workspace=ws,
+                            stream=handle)
+    return prepared.done(o, l, ws, handle)
 
 
 def dense_kv_format(kvt):
@@ -220,31 +313,43 @@ def mla_decode_sparse(q, kv_cache, indices, out=None, *, topk_length=None, attn_
     checked (None: deca.checked_by_default()): on a GPU, the kernel tests every index and
     topk_length entry it reads and this call raises deca.Error for the first bad one after the
     run (it then synchronises the stream; see MlaPlan.check).
+    Plans at the first call of each shape and reuses that plan (and, without `workspace`, its
+    workspace) after, as gqa_decode does.
     """
     fn = "mla_decode_sparse"
+    want_lse = bool(return_lse) or lse is not None
+    mq = arg_meta(q)
+    key = None
+    if mq is not None:
+        key = ("sparse", mq, arg_meta(kv_cache), getattr(indices, "shape", None), out is None,
+               want_lse, topk_length is None, attn_sink is None, checked)
+        hit = _ONEOFF.get(key)
+        if hit is not None:
+            o, l = hit.outputs(q, out, lse)
+            ws, handle = hit.workspace(q, workspace, stream, fn)
+            hit.plan.run_sparse(q, kv_cache, indices, o, topk_length=topk_length,
+                                attn_sink=attn_sink, lse=l, softmax_scale=softmax_scale,
+                                workspace=ws, stream=handle)
+            return hit.done(o, l, ws, handle)
     qt = tensor(q, f"{fn}: q")
     kvt = tensor(kv_cache, f"{fn}: kv_cache")
     it = tensor(indices, f"{fn}: indices", "int32")
-    out, lse, want_lse = _outputs(fn, q, qt, out, lse, return_lse)
+    check_scalars(fn, bools=dict(return_lse=return_lse, checked=checked))
+    expect_rank(fn, "q", qt, 4, "[batch, q_len, num_heads, 576]")
     expect_rank(fn, "kv_cache", kvt, 4, "[num_blocks, page_size, 1, 656]")
     expect_rank(fn, "indices", it, 3, "[batch, q_len, topk]")
     _expect_plan_sizes(fn, qt, kvt)
     expect_dim_range(fn, "indices", it, 2, "topk", 1, _INT32_MAX)
-    plan = MlaPlan(qt.shape[2], sparse=True, page_size=kvt.shape[1], max_batch=max(qt.shape[0], 1),
-                   max_q_len=qt.shape[1],
-                   max_seq_len=min(kvt.shape[0] * kvt.shape[1], _INT32_MAX),
-                   topk=it.shape[2], lse=want_lse, attn_sink=attn_sink is not None,
-                   topk_length=topk_length is not None, checked=checked,
-                   device=_device_text(qt))
-    ws = workspace
-    if ws is None:
-        ws = zeros_bytes(q, qt, plan.workspace_bytes, f"{fn}: workspace")
-    plan.run_sparse(qt, kvt, it, _named(out, fn, "out"), topk_length=topk_length,
-                    attn_sink=attn_sink, lse=_named(lse, fn, "lse"),
-                    softmax_scale=softmax_scale, workspace=ws,
-                    stream=stream_handle(stream, q, qt, fn))
-    plan.check(ws, stream=stream_handle(stream, q, qt, fn))
-    return (out, lse) if want_lse else out
+    values = (qt.shape[2], True, "default", kvt.shape[1], max(qt.shape[0], 1), qt.shape[1],
+              min(kvt.shape[0] * kvt.shape[1], _INT32_MAX), it.shape[2], want_lse,
+              attn_sink is not None, topk_length is not None, checked, _device_text(qt))
+    prepared, out, lse = _prepare(fn, key, q, qt, out, lse, want_lse, values)
+    o, l = prepared.outputs(q, out, lse)
+    ws, handle = prepared.workspace(q, workspace, stream, fn)
+    prepared.plan.run_sparse(q, kv_cache, indices, o, topk_length=topk_length,
+                             attn_sink=attn_sink, lse=l, softmax_scale=softmax_scale,
+                             workspace=ws, stream=handle)
+    return prepared.done(o, l, ws, handle)
 
 
 def combine(partial_out, partial_lse, out=None, *, attn_sink=None, return_lse=False, lse=None,
@@ -256,7 +361,7 @@ def combine(partial_out, partial_lse, out=None, *, attn_sink=None, return_lse=Fa
     lse -inf contributes nothing; a row whose splits are all -inf gives zeros and lse -inf.
     """
     fn = "combine"
-    check_dtype_keywords(fn, out_dtype=out_dtype)
+    (out_dtype,) = check_dtype_keywords(fn, out_dtype=out_dtype)
     check_scalars(fn, bools=dict(return_lse=return_lse))
     pot = tensor(partial_out, f"{fn}: partial_out")
     expect_rank(fn, "partial_out", pot, 5, "[num_splits, batch, q_len, num_heads, dim_v]")
@@ -278,11 +383,7 @@ def _expect_plan_sizes(fn, qt, kvt):
     """The sizes the one-shot plan takes from q and kv_cache, checked on those tensors."""
     expect_dim_range(fn, "q", qt, 1, "q_len", 1, _INT32_MAX)
     expect_dim_range(fn, "q", qt, 2, "num_heads", 1, _INT32_MAX)
-    expect_dim_range(fn, "kv_cache", kvt, 1, "page_size", 1, 256)
-
-
-def _named(x, fn, name):
-    return tensor(x, f"{fn}: {name}", writable=True)
+    expect_dim_range(fn, "kv_cache", kvt, 1, "page_size", 1, _INT32_MAX)
 
 
 def _device_text(t):

@@ -34,7 +34,7 @@ def quantize_int8(src, scale, out=None, *, src_dtype=None):
 
 
 def _quantize(fn, op, dst_dtype, src, scale, out, src_dtype):
-    check_dtype_keywords(fn, src_dtype=src_dtype)
+    (src_dtype,) = check_dtype_keywords(fn, src_dtype=src_dtype)
     check_scalars(fn, floats=dict(scale=scale))
     st = tensor(src, f"{fn}: src", src_dtype)
     if out is None:
@@ -50,7 +50,7 @@ def pack_mla_fp8(src, out=None, *, src_dtype=None):
     the 64 bf16 RoPE values unchanged.
     """
     fn = "pack_mla_fp8"
-    check_dtype_keywords(fn, src_dtype=src_dtype)
+    (src_dtype,) = check_dtype_keywords(fn, src_dtype=src_dtype)
     st = tensor(src, f"{fn}: src", src_dtype)
     if out is None:
         out = empty(src, st, tuple(st.shape[:-1]) + (_FP8_TOKEN_BYTES,), "uint8", f"{fn}: out")
@@ -82,7 +82,7 @@ def unpack_mla_fp8(src, out=None, *, out_dtype=None):
 
     out_dtype: the dtype of the allocated out (default fp32); with out given it must match."""
     fn = "unpack_mla_fp8"
-    check_dtype_keywords(fn, out_dtype=out_dtype)
+    (out_dtype,) = check_dtype_keywords(fn, out_dtype=out_dtype)
     st = tensor(src, f"{fn}: src")
     if out is None:
         out = empty(src, st, tuple(st.shape[:-1]) + (_DIM_QK,), out_dtype or "fp32", f"{fn}: out")

@@ -4,6 +4,7 @@
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 
+#include "api/gqa_config.hpp"
 #include "api/gqa_prepare.hpp"
 #include "bindings.hpp"
 
@@ -198,6 +199,21 @@ void register_gqa(nb::module_& m) {
       },
       nb::arg("config"), nb::arg("compute_capability"));
 
+  // The one-off call's config from its tensors (the C++ one-off's own derivation and messages),
+  // which the Python layer plans once per call shape instead of once per call.
+  m.def(
+      "gqa_oneoff_config",
+      [](const GqaConfig& config, const Tensor& q, const Tensor& k_cache, const Tensor& page_table,
+         const Tensor* out) {
+        GqaDecodeArgs a;
+        a.q = q.view;
+        a.k_cache = k_cache.view;
+        a.page_table = page_table.view;
+        a.out = view_or_absent(out);
+        return api::oneshot_gqa_config(config, a);
+      },
+      nb::arg("config"), nb::arg("q"), nb::arg("k_cache"), nb::arg("page_table"),
+      nb::arg("out").none());
   def_run<GqaPlan>(m, "gqa_decode_planned", "plan");
   def_run<GqaConfig>(m, "gqa_decode_oneoff", "config");
   def_fast<FastStage::kRun>(m, "gqa_decode_planned_fast");

@@ -33,20 +33,21 @@ void set_common(Args& a, const Tensor& q, const Tensor& kv_cache, const Tensor& 
 
 // MlaPlan.run_sparse's fast path (GqaPlan.run's pattern, gqa.cpp): Python objects in, one import
 // each, one mla_decode_sparse call; any failure makes the Python layer retry through its checked
-// import, which raises the message a user sees.
+// import, which raises the message a user sees. q and out are bf16 in every MLA call: declaring
+// it lets their raw bits (numpy uint16) through, as a plan's dtypes do for GQA.
 void mla_sparse_planned_fast(const MlaPlan& plan, nb::handle q, nb::handle kv_cache,
                              nb::handle indices, nb::handle topk_length, nb::handle attn_sink,
                              nb::handle out, nb::handle lse, float softmax_scale,
                              nb::handle workspace, std::uintptr_t stream, bool reuse_schedule) {
   constexpr const char* fn = "mla_decode_sparse";
-  const Tensor tq = import_fast(q, std::nullopt, {fn, "q"}, false);
+  const Tensor tq = import_fast(q, DType::kBF16, {fn, "q"}, false);
   const Tensor tkv = import_fast(kv_cache, std::nullopt, {fn, "kv_cache"}, false);
   const Tensor tidx = import_fast(indices, DType::kINT32, {fn, "indices"}, false);
   const std::optional<Tensor> tlen =
       import_fast_optional(topk_length, DType::kINT32, {fn, "topk_length"}, false);
   const std::optional<Tensor> tsink =
       import_fast_optional(attn_sink, std::nullopt, {fn, "attn_sink"}, false);
-  const Tensor tout = import_fast(out, std::nullopt, {fn, "out"}, true);
+  const Tensor tout = import_fast(out, DType::kBF16, {fn, "out"}, true);
   const std::optional<Tensor> tlse = import_fast_optional(lse, std::nullopt, {fn, "lse"}, true);
   const std::optional<Tensor> tws =
       import_fast_optional(workspace, std::nullopt, {fn, "workspace"}, true);
@@ -60,17 +61,28 @@ void mla_sparse_planned_fast(const MlaPlan& plan, nb::handle q, nb::handle kv_ca
   mla_decode_sparse(plan, a);
 }
 
+// The dtype a dense plan's cache is declared as on the fast path: the 16- and 8-bit value
+// formats let their raw bits (numpy uint16 / uint8) through, as q's; the 656-byte token is bytes.
+std::optional<DType> dense_cache_dtype(const MlaPlan& plan) {
+  switch (plan.config.kv_format) {
+    case MlaCacheFormat::kDefault:
+    case MlaCacheFormat::kBF16: return DType::kBF16;
+    case MlaCacheFormat::kFP8E4M3: return DType::kFP8E4M3;
+    default: return std::nullopt;
+  }
+}
+
 // MlaPlan.run_dense's fast path, as mla_sparse_planned_fast.
 void mla_dense_planned_fast(const MlaPlan& plan, nb::handle q, nb::handle kv_cache,
                             nb::handle block_table, nb::handle cache_seqlens, nb::handle out,
                             nb::handle lse, float softmax_scale, float kv_scale,
                             nb::handle workspace, std::uintptr_t stream, bool reuse_schedule) {
   constexpr const char* fn = "mla_decode_dense";
-  const Tensor tq = import_fast(q, std::nullopt, {fn, "q"}, false);
-  const Tensor tkv = import_fast(kv_cache, std::nullopt, {fn, "kv_cache"}, false);
+  const Tensor tq = import_fast(q, DType::kBF16, {fn, "q"}, false);
+  const Tensor tkv = import_fast(kv_cache, dense_cache_dtype(plan), {fn, "kv_cache"}, false);
   const Tensor tbt = import_fast(block_table, DType::kINT32, {fn, "block_table"}, false);
   const Tensor tsl = import_fast(cache_seqlens, DType::kINT32, {fn, "cache_seqlens"}, false);
-  const Tensor tout = import_fast(out, std::nullopt, {fn, "out"}, true);
+  const Tensor tout = import_fast(out, DType::kBF16, {fn, "out"}, true);
   const std::optional<Tensor> tlse = import_fast_optional(lse, std::nullopt, {fn, "lse"}, true);
   const std::optional<Tensor> tws =
       import_fast_optional(workspace, std::nullopt, {fn, "workspace"}, true);

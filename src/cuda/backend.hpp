@@ -86,9 +86,9 @@ void mla_dense_decode(const MlaPlan& plan, const MlaDenseParams& params, void* w
 // deca::Error from `fn` naming config.device when it is absent or older than 8.0.
 int mla_arch(const MlaConfig& config, const std::string& fn);
 
-// Compiles (or finds in the cubin cache) the scheduler, decode and combine kernels a plan of the
-// `config` (dense or sparse) runs on devices of compute capability `arch`, without launching anything or
-// needing a GPU; returns the decode kernel's name.
+// Compiles (or finds in the cubin cache) the scheduler, decode and combine kernels a plan of
+// `config` (dense or sparse) runs on devices of compute capability `arch`, without launching
+// anything or needing a GPU; returns the decode kernel's name.
 std::string precompile_mla(const MlaConfig& config, int arch);
 
 // The `combine` op on CUDA tensors of `device`.

@@ -63,10 +63,10 @@ bool mla_dense_sm90_supported(int kv_format);
 // (mla_dense_sm90_supported); others mla_decode_variant(arch).
 std::string mla_plan_variant(int arch, const MlaConfig& config);
 
-  // The decode key a plan of `config` runs with `variant` on compute capability `arch`: its token
-  // source and format (dense, mla_kv_format); the sm90 kernels compile the page size in and are
-  // chosen by mla::sm90::kernel_class(config.num_heads). Throws a deca::Error from plan_mla_decode
-  // when a retired tuning variable is set (src/cuda/tuning.cpp).
+// The decode key a plan of `config` runs with `variant` on compute capability `arch`: its token
+// source and format (dense, mla_kv_format); the sm90 kernels compile the page size in and are
+// chosen by mla::sm90::kernel_class(config.num_heads). Throws a deca::Error from plan_mla_decode
+// when a retired tuning variable is set (src/cuda/tuning.cpp).
 MlaKernelKey mla_decode_key(int arch, const std::string& variant, const MlaConfig& config);
 
 }  // namespace deca::cuda

@@ -1,5 +1,5 @@
 // The differential test's case interface (tests/gpu/differential_test.cpp runs every op on the GPU
-// and on the CPU reference and compares them; tests/api/differential_draw_test.cpp keeps the
+// and on the CPU reference and compares them; tests/cpu/differential_draw_test.cpp keeps the
 // generator honest without a GPU). A case owns host tensors and the views an op call takes into
 // them; a runner moves the views to the memory of a side (the CPU: as they are; the GPU: mirrored
 // buffers), poisons every output buffer with NaN, lets the case plan and call the op there, and
@@ -23,12 +23,13 @@ namespace deca::test::diff {
 
 // One op family each; a family is a case type (tests/common/diff_gqa.hpp, diff_mla.hpp) and a
 // share of the draws (diff_draw.hpp).
-enum class Family : int { kGqa = 0, kMlaSparse, kCombine, kCount };
+enum class Family : int { kGqa = 0, kMlaSparse, kMlaDense, kCombine, kCount };
 
 inline const char* family_name(Family f) {
   switch (f) {
     case Family::kGqa: return "gqa";
     case Family::kMlaSparse: return "mla_sparse";
+    case Family::kMlaDense: return "mla_dense";
     case Family::kCombine: return "combine";
     default: return "?";
   }
@@ -38,11 +39,15 @@ inline const char* family_name(Family f) {
 
 using Rng = std::mt19937_64;
 
-inline int uniform(Rng& rng, int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); }
+inline int uniform(Rng& rng, int lo, int hi) {
+  return std::uniform_int_distribution<int>(lo, hi)(rng);
+}
 inline double uniform_real(Rng& rng, double lo, double hi) {
   return std::uniform_real_distribution<double>(lo, hi)(rng);
 }
-inline bool chance(Rng& rng, double p) { return std::uniform_real_distribution<double>(0, 1)(rng) < p; }
+inline bool chance(Rng& rng, double p) {
+  return std::uniform_real_distribution<double>(0, 1)(rng) < p;
+}
 // An integer in [lo, hi] (lo >= 1) whose logarithm is uniform: small and large sizes alike.
 inline int log_uniform(Rng& rng, int lo, int hi) {
   const double x = std::exp(uniform_real(rng, std::log(lo), std::log(hi + 1.0)));
@@ -148,8 +153,9 @@ class DiffCase {
 // (the same offsets index any copy of it); rows are runs of the last dim.
 template <class Fn>
 void for_each_element(const TensorView& v, const HostTensor& owner, Fn&& fn) {
-  const std::int64_t base = (static_cast<const char*>(v.data) - static_cast<const char*>(owner.raw())) /
-                            static_cast<std::int64_t>(dtype_size(v.dtype));
+  const std::int64_t base =
+      (static_cast<const char*>(v.data) - static_cast<const char*>(owner.raw())) /
+      static_cast<std::int64_t>(dtype_size(v.dtype));
   std::int64_t n = 1;
   for (int d = 0; d < v.rank; ++d) n *= v.shape[d];
   const std::int64_t row = v.rank > 0 ? v.shape[v.rank - 1] : 1;
@@ -164,10 +170,10 @@ void for_each_element(const TensorView& v, const HostTensor& owner, Fn&& fn) {
 }
 
 struct Mismatch {
-  double out_rel = 0;   // relative RMS over every output element
-  double row_rel = 0;   // worst row's relative RMS (a row the reference has as zeros: absolute)
-  double lse_abs = 0;   // worst finite LSE difference
-  long long nan = 0;    // NaN on the GPU side (unwritten or computed) where the reference has none
+  double out_rel = 0;  // relative RMS over every output element
+  double row_rel = 0;  // worst row's relative RMS (a row the reference has as zeros: absolute)
+  double lse_abs = 0;  // worst finite LSE difference
+  long long nan = 0;   // NaN on the GPU side (unwritten or computed) where the reference has none
   long long ref_nan = 0;       // NaN in the reference: the CPU side left an element unwritten
   long long inf_mismatch = 0;  // an LSE infinite on one side only, or of the other sign
   long long zero_rows = 0;     // a row the reference has as zeros (no visible key) not zero here
@@ -186,8 +192,8 @@ struct Mismatch {
 
 // Bytes of `t` (a copy of `owner`, which `v` views) outside the elements of `v` that are not
 // `poison`.
-inline long long gap_bytes_written(const HostTensor& t, const HostTensor& owner, const TensorView& v,
-                                   std::uint8_t poison) {
+inline long long gap_bytes_written(const HostTensor& t, const HostTensor& owner,
+                                   const TensorView& v, std::uint8_t poison) {
   std::vector<unsigned char> in_view(t.bytes(), 0);
   const std::size_t esize = dtype_size(v.dtype);
   for_each_element(v, owner, [&](std::int64_t off, std::int64_t) {
@@ -201,7 +207,8 @@ inline long long gap_bytes_written(const HostTensor& t, const HostTensor& owner,
 
 // Compares output `o` as the GPU wrote it (`got`, a copy of o.storage) with the reference's
 // (`ref`, another copy); accumulates into `m`. Both were poisoned with 0xFF before their runs.
-inline void compare_output(const Output& o, const HostTensor& ref, const HostTensor& got, Mismatch& m) {
+inline void compare_output(const Output& o, const HostTensor& ref, const HostTensor& got,
+                           Mismatch& m) {
   m.gap_writes += gap_bytes_written(ref, *o.storage, o.view, 0xFF) +
                   gap_bytes_written(got, *o.storage, o.view, 0xFF);
   if (o.lse) {

@@ -20,7 +20,7 @@
 namespace deca::test::diff {
 
 // Shares of the draws, in Family order.
-inline constexpr double kShares[static_cast<int>(Family::kCount)] = {0.55, 0.30, 0.15};
+inline constexpr double kShares[static_cast<int>(Family::kCount)] = {0.45, 0.25, 0.20, 0.10};
 
 struct CaseDraw {
   int index = 0;
@@ -28,6 +28,7 @@ struct CaseDraw {
   std::uint64_t data_seed = 0;  // the case's tensors come from this seed alone
   GqaDraw gqa;
   MlaSparseDraw mla_sparse;
+  MlaDenseDraw mla_dense;
   CombineDraw combine;
 };
 
@@ -49,9 +50,14 @@ inline int pool_size(int count, Family f, int cases_per_layer, int lo, int hi) {
 inline std::vector<CaseDraw> draw_cases(int count, std::uint64_t seed) {
   Rng layers_rng(seed * 0x9E3779B97F4A7C15ull + 0xD1F7);
   std::vector<GqaLayer> gqa_layers(pool_size(count, Family::kGqa, 12, 8, 400));
-  for (std::size_t i = 0; i < gqa_layers.size(); ++i) gqa_layers[i] = draw_gqa_layer(layers_rng, static_cast<int>(i));
+  for (std::size_t i = 0; i < gqa_layers.size(); ++i)
+    gqa_layers[i] = draw_gqa_layer(layers_rng, static_cast<int>(i));
   std::vector<MlaSparseLayer> mla_layers(pool_size(count, Family::kMlaSparse, 25, 4, 64));
-  for (std::size_t i = 0; i < mla_layers.size(); ++i) mla_layers[i] = draw_mla_sparse_layer(layers_rng, static_cast<int>(i));
+  for (std::size_t i = 0; i < mla_layers.size(); ++i)
+    mla_layers[i] = draw_mla_sparse_layer(layers_rng, static_cast<int>(i));
+  std::vector<MlaDenseLayer> dense_layers(pool_size(count, Family::kMlaDense, 20, 6, 64));
+  for (std::size_t i = 0; i < dense_layers.size(); ++i)
+    dense_layers[i] = draw_mla_dense_layer(layers_rng, static_cast<int>(i));
 
   Rng rng(seed * 0x9E3779B97F4A7C15ull + 0xCA5E);
   const auto any = [&](const auto& pool) -> const auto& {
@@ -61,11 +67,13 @@ inline std::vector<CaseDraw> draw_cases(int count, std::uint64_t seed) {
   for (int i = 0; i < count; ++i) {
     CaseDraw& c = cases[i];
     c.index = i;
-    c.data_seed = seed * 0xBF58476D1CE4E5B9ull + static_cast<std::uint64_t>(i) * 0x94D049BB133111EBull + 1;
+    c.data_seed =
+        seed * 0xBF58476D1CE4E5B9ull + static_cast<std::uint64_t>(i) * 0x94D049BB133111EBull + 1;
     c.family = draw_family(rng);
     switch (c.family) {
       case Family::kGqa: c.gqa = draw_gqa(rng, any(gqa_layers)); break;
       case Family::kMlaSparse: c.mla_sparse = draw_mla_sparse(rng, any(mla_layers)); break;
+      case Family::kMlaDense: c.mla_dense = draw_mla_dense(rng, any(dense_layers)); break;
       case Family::kCombine: c.combine = draw_combine(rng); break;
       default: break;
     }
@@ -78,6 +86,7 @@ inline std::unique_ptr<DiffCase> build_case(const CaseDraw& c) {
   switch (c.family) {
     case Family::kGqa: return std::make_unique<GqaDiff>(c.gqa, rng);
     case Family::kMlaSparse: return std::make_unique<MlaSparseDiff>(c.mla_sparse, rng);
+    case Family::kMlaDense: return std::make_unique<MlaDenseDiff>(c.mla_dense, rng);
     case Family::kCombine: return std::make_unique<CombineDiff>(c.combine, rng);
     default: return nullptr;
   }
@@ -93,8 +102,9 @@ inline void plan_case(const CaseDraw& c, Device device) {
       (void)plan_gqa_decode(cfg);
       break;
     }
-    case Family::kMlaSparse: {
-      MlaConfig cfg = c.mla_sparse.config;
+    case Family::kMlaSparse:
+    case Family::kMlaDense: {
+      MlaConfig cfg = c.family == Family::kMlaSparse ? c.mla_sparse.config : c.mla_dense.config;
       cfg.device = device;
       (void)plan_mla_decode(cfg);
       break;

@@ -103,7 +103,8 @@ Runs run_on(DiffCase& c, Mirror& m, int reps) {
   } catch (const std::exception& e) {
     r.error = e.what();
   }
-  if (const cudaError_t rc = cudaStreamSynchronize(static_cast<cudaStream_t>(side.stream)); rc != cudaSuccess) {
+  if (const cudaError_t rc = cudaStreamSynchronize(static_cast<cudaStream_t>(side.stream));
+      rc != cudaSuccess) {
     r.error += std::string(" CUDA error ") + cudaGetErrorName(rc);
   }
   return r;
@@ -112,7 +113,8 @@ Runs run_on(DiffCase& c, Mirror& m, int reps) {
 bool same_bytes(const std::vector<HostTensor>& a, const std::vector<HostTensor>& b) {
   if (a.size() != b.size()) return false;
   for (std::size_t k = 0; k < a.size(); ++k) {
-    if (a[k].bytes() != b[k].bytes() || std::memcmp(a[k].raw(), b[k].raw(), a[k].bytes()) != 0) return false;
+    if (a[k].bytes() != b[k].bytes() || std::memcmp(a[k].raw(), b[k].raw(), a[k].bytes()) != 0)
+      return false;
   }
   return true;
 }
@@ -124,7 +126,8 @@ void expect_serial_result(const std::string& what, const std::vector<Runs>& runs
     EXPECT_EQ(runs[t].error, "") << what << ", thread " << t << ": " << c.describe();
     for (std::size_t i = 0; i < runs[t].outputs.size(); ++i) {
       EXPECT_TRUE(same_bytes(runs[t].outputs[i], serial))
-          << what << ", thread " << t << ", run " << i << " differs from the serial run: " << c.describe();
+          << what << ", thread " << t << ", run " << i
+          << " differs from the serial run: " << c.describe();
     }
   }
 }
@@ -136,9 +139,9 @@ std::vector<HostTensor> serial_run(DiffCase& c) {
   return r.outputs.empty() ? std::vector<HostTensor>{} : r.outputs[0];
 }
 
-// The cases: one GQA case that every thread runs, and eight others (five GQA, two MLA sparse, one
-// combine, first of each in the draw order) for a thread each. A long draw list has many layers,
-// so the eight mostly compile different kernels.
+// The cases: one GQA case that every thread runs, and eight others (four GQA, two MLA sparse, one
+// MLA dense, one combine, first of each in the draw order) for a thread each. A long draw list has
+// many layers, so the eight mostly compile different kernels.
 struct Picked {
   std::unique_ptr<DiffCase> shared;
   std::vector<std::unique_ptr<DiffCase>> own;
@@ -147,7 +150,7 @@ struct Picked {
 Picked pick_cases() {
   const std::vector<CaseDraw> draws = draw_cases(2000, test_seed() + 30);
   Picked p;
-  int want[static_cast<int>(Family::kCount)] = {5, 2, 1};
+  int want[static_cast<int>(Family::kCount)] = {4, 2, 1, 1};
   for (const CaseDraw& d : draws) {
     if (!p.shared && d.family == Family::kGqa) {
       p.shared = build_case(d);
@@ -163,13 +166,15 @@ Picked pick_cases() {
 // The kernels the runs' plans and calls need that are not among `known`: each run's own (a GQA
 // decode kernel, an MLA decode kernel, the combine op's), and for MLA the scheduler and the split
 // merge, shared by every MLA plan of the device.
-std::size_t kernels_of(const std::vector<Runs>& runs, const std::vector<std::unique_ptr<DiffCase>>& cases,
+std::size_t kernels_of(const std::vector<Runs>& runs,
+                       const std::vector<std::unique_ptr<DiffCase>>& cases,
                        const std::set<std::string>& known) {
   std::set<std::string> names;
   bool mla = false;
   for (std::size_t t = 0; t < runs.size(); ++t) {
     if (!known.count(runs[t].kernel)) names.insert(runs[t].kernel);
-    mla = mla || cases[t]->family() == Family::kMlaSparse;
+    const Family f = cases[t]->family();
+    mla = mla || f == Family::kMlaSparse || f == Family::kMlaDense;
   }
   return names.size() + (mla ? 2 : 0);
 }
@@ -206,7 +211,8 @@ TEST(ConcurrencyChild, PlansRunsAndKernelCacheFromEightThreads) {
   std::vector<Runs> own(kThreads);
   together(kThreads, [&](int t) { own[t] = run_on(*cases.own[t], *own_mirrors[t], 2); });
   const std::uint64_t compiled = jit::test_hooks::nvrtc_compile_count() - before_own;
-  EXPECT_LE(compiled, kernels_of(own, cases.own, {same[0].kernel})) << "a kernel compiled more than once";
+  EXPECT_LE(compiled, kernels_of(own, cases.own, {same[0].kernel}))
+      << "a kernel compiled more than once";
 
   // 3. One plan object, made once, used by eight threads at once.
   cases.shared->keep_plan(Device::cuda(0));
@@ -221,9 +227,10 @@ TEST(ConcurrencyChild, PlansRunsAndKernelCacheFromEightThreads) {
     const std::vector<HostTensor> serial = serial_run(*cases.own[t]);
     expect_serial_result("eight configs at once", {own[t]}, serial, *cases.own[t]);
   }
-  std::printf("[concurrency] %d threads, %d streams: shared kernel %s; %llu kernels compiled by the "
-              "eight configs at once\n",
-              kThreads, kThreads, same[0].kernel.c_str(), static_cast<unsigned long long>(compiled));
+  std::printf(
+      "[concurrency] %d threads, %d streams: shared kernel %s; %llu kernels compiled by the "
+      "eight configs at once\n",
+      kThreads, kThreads, same[0].kernel.c_str(), static_cast<unsigned long long>(compiled));
   for (int t = 0; t < kThreads; ++t) {
     std::printf("[concurrency]   thread %d: %s\n", t, own[t].kernel.c_str());
   }
@@ -279,9 +286,10 @@ int run_child(const fs::path& cache, const fs::path& log, int timeout_s) {
 TEST(Concurrency, EightThreadsOnEightStreamsColdCache) {
   DECA_REQUIRE_GPU();
   if (in_child()) GTEST_SKIP() << "the child runs ConcurrencyChild only";
-  const fs::path dir = fs::temp_directory_path() /
-                       ("deca_concurrency_" + std::to_string(::getpid()) + "_" +
-                        std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()));
+  const fs::path dir =
+      fs::temp_directory_path() /
+      ("deca_concurrency_" + std::to_string(::getpid()) + "_" +
+       std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()));
   const fs::path cache = dir / "cache", log = dir / "child.log";
   fs::create_directories(cache);
   const int status = run_child(cache, log, 600);
@@ -291,9 +299,13 @@ TEST(Concurrency, EightThreadsOnEightStreamsColdCache) {
   for (std::string line; std::getline(lines, line);) {
     if (line.rfind("[concurrency]", 0) == 0) std::printf("%s\n", line.c_str());
   }
-  EXPECT_EQ(status, 0) << "the child (" << (status < 0 ? "timed out" : "exit " + std::to_string(status))
-                       << ") wrote:\n" << output;
-  EXPECT_NE(output.find("[       OK ] ConcurrencyChild."), std::string::npos) << "the child ran no test:\n" << output;
+  EXPECT_EQ(status, 0) << "the child ("
+                       << (status < 0 ? "timed out" : "exit " + std::to_string(status))
+                       << ") wrote:\n"
+                       << output;
+  EXPECT_NE(output.find("[       OK ] ConcurrencyChild."), std::string::npos)
+      << "the child ran no test:\n"
+      << output;
 
   // What the racing compiles left on disk: whole entries, no temp file.
   jit::DiskCache disk(cache);
@@ -386,19 +398,23 @@ TEST(Concurrency, OneShotWorkspaceBeyondTheDeviceIsAnError) {
     }
     if (found) break;
   }
-  if (!found) GTEST_SKIP() << "no batch up to 65536 needs a workspace above the device's " << total << " bytes";
+  if (!found)
+    GTEST_SKIP() << "no batch up to 65536 needs a workspace above the device's " << total
+                 << " bytes";
   const int batch = cfg.max_batch;
   const Device dev = Device::cuda(0);
   // Every request: one token, the cache's only page; q broadcast over the batch (stride 0).
-  DeviceBuffer q(kHeads * kDim * 2), k(kPage * kHeads * kDim * 2), v(kPage * kHeads * kDim * 2), table(4),
-      lens(static_cast<std::size_t>(batch) * 4), out(static_cast<std::size_t>(batch) * kHeads * kDim * 2);
+  DeviceBuffer q(kHeads * kDim * 2), k(kPage * kHeads * kDim * 2), v(kPage * kHeads * kDim * 2),
+      table(4), lens(static_cast<std::size_t>(batch) * 4),
+      out(static_cast<std::size_t>(batch) * kHeads * kDim * 2);
   for (const DeviceBuffer* b : {&q, &k, &v, &table}) b->fill(0);
   const std::vector<int> ones(batch, 1);
   cudaMemcpy(lens.get(), ones.data(), ones.size() * 4, cudaMemcpyHostToDevice);
   out.fill(0xFF);
   const auto args_for = [&](std::int64_t n) {
     GqaDecodeArgs a;
-    a.q = make_tensor(q.get(), DType::kBF16, {n, 1, kHeads, kDim}, {0, kHeads * kDim, kDim, 1}, dev);
+    a.q =
+        make_tensor(q.get(), DType::kBF16, {n, 1, kHeads, kDim}, {0, kHeads * kDim, kDim, 1}, dev);
     a.k_cache = make_tensor(k.get(), DType::kBF16, {1, kPage, kHeads, kDim}, dev);
     a.v_cache = make_tensor(v.get(), DType::kBF16, {1, kPage, kHeads, kDim}, dev);
     a.page_table = make_tensor(table.get(), DType::kINT32, {n, 1}, {0, 1}, dev);
@@ -425,8 +441,10 @@ TEST(Concurrency, OneShotWorkspaceBeyondTheDeviceIsAnError) {
   EXPECT_NO_THROW(gqa_decode(call, args_for(4)));
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   cudaMemcpy(host.data(), out.get(), 4 * kHeads * kDim * 2, cudaMemcpyDeviceToHost);
-  EXPECT_TRUE(std::all_of(host.begin(), host.begin() + 4 * kHeads * kDim * 2, [](unsigned char x) { return x == 0; }));
-  std::printf("[concurrency] one-shot batch %d on a %zu-byte device: %s\n", batch, total, message.c_str());
+  EXPECT_TRUE(std::all_of(host.begin(), host.begin() + 4 * kHeads * kDim * 2,
+                          [](unsigned char x) { return x == 0; }));
+  std::printf("[concurrency] one-shot batch %d on a %zu-byte device: %s\n", batch, total,
+              message.c_str());
 }
 
 }  // namespace

@@ -78,7 +78,8 @@ class Mirror {
     for (const Output& o : outs) {
       v.push_back(*o.storage);
       if (o.storage->bytes()) {
-        cudaMemcpyAsync(v.back().raw(), of(o.storage).get(), o.storage->bytes(), cudaMemcpyDeviceToHost, stream_);
+        cudaMemcpyAsync(v.back().raw(), of(o.storage).get(), o.storage->bytes(),
+                        cudaMemcpyDeviceToHost, stream_);
       }
     }
     cudaStreamSynchronize(stream_);

@@ -9,6 +9,8 @@
 //   DECA_DIFF_CASES=N   cases (default 1000, about a minute on an H200 after the compiles)
 //   DECA_DIFF_ONLY=i    replay case i of that run alone (the failure report prints the line)
 //   DECA_DIFF_SHARD=k/n run every n-th case from k (tools/gpu_round.sh runs n such processes)
+//   DECA_DIFF_PLAN_ONLY=1  plan (compile) the cases and stop: fills the disk cache once before
+//                       n processes would each compile the same kernels
 //
 // One summary line, "[differential] ...", is what a GPU round greps.
 #include <cuda_runtime.h>
@@ -178,6 +180,12 @@ TEST(Differential, GpuMatchesCpuReference) {
     draws = std::move(mine);
   }
   const double compile_s = compile_ahead(draws);
+  if (env_int("DECA_DIFF_PLAN_ONLY", 0) == 1) {
+    std::printf(
+        "[differential] planned %zu cases (their kernels compiled into the cache) in %.1f s\n",
+        draws.size(), compile_s);
+    return;
+  }
 
   const auto start = std::chrono::steady_clock::now();
   FamilyStats stats[static_cast<int>(Family::kCount)];
@@ -193,17 +201,19 @@ TEST(Differential, GpuMatchesCpuReference) {
     else if (r.gpu_refused) ++f.gpu_only;
     else if (r.cpu_refused) ++f.cpu_only;
     if (r.mismatch) ++f.mismatches;
-    if (!refused && r.ratio > f.worst) f.worst = r.ratio, f.worst_case = d.index, f.worst_text = r.why;
+    if (!refused && r.ratio > f.worst)
+      f.worst = r.ratio, f.worst_case = d.index, f.worst_text = r.why;
     if ((refused || r.mismatch) && reported++ < 20) {
-      std::printf("[differential] case %d %s: %s\n  %s\n  kernel %s\n  replay: DECA_TEST_SEED=%llu "
-                  "DECA_DIFF_CASES=%d DECA_DIFF_ONLY=%d\n",
-                  d.index, refused ? "refused" : "mismatch", r.why.c_str(),
-                  build_case(d)->describe().c_str(), r.kernel.c_str(),
-                  static_cast<unsigned long long>(seed), count, d.index);
+      std::printf(
+          "[differential] case %d %s: %s\n  %s\n  kernel %s\n  replay: DECA_TEST_SEED=%llu "
+          "DECA_DIFF_CASES=%d DECA_DIFF_ONLY=%d\n",
+          d.index, refused ? "refused" : "mismatch", r.why.c_str(),
+          build_case(d)->describe().c_str(), r.kernel.c_str(),
+          static_cast<unsigned long long>(seed), count, d.index);
     }
     if (r.fatal) {
-      ADD_FAILURE() << "case " << d.index << " left the CUDA context unusable; " << draws.size() - ran
-                    << " cases not run";
+      ADD_FAILURE() << "case " << d.index << " left the CUDA context unusable; "
+                    << draws.size() - ran << " cases not run";
       break;
     }
   }
@@ -223,10 +233,11 @@ TEST(Differential, GpuMatchesCpuReference) {
     worst += buf;
   }
   const int one_sided = gpu_only + cpu_only;
-  std::printf("[differential] seed=%llu shard=%d/%d cases=%d%s mismatches=%d refusals=%d gpu_only=%d "
-              "cpu_only=%d both=%d%s kernels=%zu compile_s=%.1f run_s=%.1f\n",
-              static_cast<unsigned long long>(seed), shard.index, shard.count, ran, per_family.c_str(),
-              mismatches, one_sided, gpu_only, cpu_only, both, worst.c_str(), kernels, compile_s, run_s);
+  std::printf(
+      "[differential] seed=%llu shard=%d/%d cases=%d%s mismatches=%d refusals=%d gpu_only=%d "
+      "cpu_only=%d both=%d%s kernels=%zu compile_s=%.1f run_s=%.1f\n",
+      static_cast<unsigned long long>(seed), shard.index, shard.count, ran, per_family.c_str(),
+      mismatches, one_sided, gpu_only, cpu_only, both, worst.c_str(), kernels, compile_s, run_s);
   for (int i = 0; i < static_cast<int>(Family::kCount); ++i) {
     const FamilyStats& f = stats[i];
     if (f.worst_case < 0) continue;

@@ -82,6 +82,34 @@ std::vector<BeamCase> beam_cases() {
     o.beam_width = 4;
     m.push_back({"beam4_two_row_blocks", s, 4, 1, o});
   }
+  // Pages longer than a tile (head_dim 256 at 32 rows: 32-token tiles for 16-bit caches, 64 for
+  // 8-bit), split boundaries a tile or more inside a page the beams do not share: the beams'
+  // shared prefix is empty there, not a negative count (which re-read the keys before the split).
+  {
+    GqaCaseSpec s = base_spec(8, 2, 256, 89, DType::kFP16);  // group 4 x q_len 2 x 3 beams: 24 rows
+    s.batch = 6, s.q_len = 2, s.seq_lens = {120, 120, 120, 109, 70, 118};
+    s.q_dtype = DType::kFP16;
+    GpuOptions o;
+    o.beam_width = 3;
+    o.split_mode = SplitMode::kFixed;
+    o.split_tokens = 32;
+    m.push_back({"beam3_d256_page89_fixed_split", s, 3, 2, o});
+    o.split_mode = SplitMode::kAuto;
+    o.split_tokens = 0;
+    m.push_back({"beam3_d256_page89_split", s, 3, 2, o});
+  }
+  {
+    GqaCaseSpec s = base_spec(16, 1, 256, 128, DType::kFP8E4M3);  // group 16 x 2 beams: 32 rows
+    s.batch = 4, s.seq_lens = {739, 739, 380, 386};      // shared pages 0-3 and 0-1
+    s.layout = KvLayout::kHND;
+    s.softcap = 12.f;
+    s.sinks = true;
+    GpuOptions o;
+    o.beam_width = 2;
+    o.split_mode = SplitMode::kFixed;
+    o.split_tokens = 64;
+    m.push_back({"beam2_d256_fp8_page128_fixed_split", s, 2, 2, o});
+  }
   return m;
 }
 

@@ -210,7 +210,7 @@ TEST(MlaDenseGpu, CapturedInCudaGraphReplaysNewLengths) {
     cudaGraphExec_t exec;
     ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
     // Shorter lengths only (longer would read slots the case poisoned), one request emptied.
-    const std::vector<int> shorter = {2999, 1, 0, 64, 1};
+    const std::vector<int> shorter = {2999, 1, 0, 8, 1};
     std::copy(shorter.begin(), shorter.end(), c.seq_lens.data<int>());
     cuda_ok(cudaMemcpy(dev.seq_lens.get(), c.seq_lens.raw(), c.seq_lens.bytes(), cudaMemcpyHostToDevice),
             "seq_lens");
@@ -310,7 +310,8 @@ TEST(MlaDenseGpu, CheckedPlanReportsABadBlockIdAndABadLength) {
                         std::to_string(num_blocks) + ") (kv_cache's num_blocks), got " +
                         std::to_string(num_blocks) + " (found by the checked GPU run)"
                   : "mla_decode_dense: cache_seqlens[1]: expected a length in [0, " +
-                        std::to_string(dev.plan.config.max_seq_len) + "] (plan.config.max_seq_len), got " +
+                        std::to_string(dev.plan.config.max_seq_len) +
+                        "] (min(plan.config.max_seq_len, block_table's columns * page_size)), got " +
                         std::to_string(dev.plan.config.max_seq_len + 1) + " (found by the checked GPU run)";
     EXPECT_EQ(error, want);
     EXPECT_NO_THROW(check_mla_run(dev.plan, dev.workspace.get(), nullptr)) << "record not cleared";

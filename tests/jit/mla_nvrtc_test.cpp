@@ -54,6 +54,35 @@ TEST(MlaNvrtc, Sm90DecodeCompiles) {
               r.compile_ms, r.ptxas.registers, r.ptxas.spill_store_bytes, r.ptxas.stack_bytes);
 }
 
+// The page size is compiled into the sm90 kernel (Cfg::kPageSize: one division by a constant), so
+// a plan of any page size gets its own specialisation: the ones FlashMLA's tests use that are not
+// powers of two (61, 576) compile without spills in the kernels the plans pick (the direct kernel
+// at 16 heads, the tiled one at 128).
+TEST(MlaNvrtc, Sm90PlanKernelsCompileForAnyPageSize) {
+  for (int heads : {16, 128}) {
+    for (int page : {61, 576}) {
+      MlaConfig c;
+      c.num_heads = heads;
+      c.sparse = true;
+      c.topk = 2048;
+      c.page_size = page;
+      c.checked = false;
+      const MlaKernelKey key = mla_decode_key(90, mla_plan_variant(90, c), c);
+      const jit::JitSpec spec = key.spec();
+      EXPECT_NE(spec.name.find("_p" + std::to_string(page)), std::string::npos) << spec.name;
+      const jit::CompileResult r = jit::compile(spec);
+      ASSERT_FALSE(r.cubin.empty()) << spec.name;
+      ASSERT_TRUE(r.ptxas.found) << spec.name << ": no ptxas report in the NVRTC log";
+      EXPECT_TRUE(jit::testing::elf_has_symbol(r.cubin, spec.entry)) << spec.name;
+      std::printf("[nvrtc] %-36s %7.0f ms  regs=%d spill_stores=%d stack=%d\n",
+                  spec.name.c_str(), r.compile_ms, r.ptxas.registers, r.ptxas.spill_store_bytes,
+                  r.ptxas.stack_bytes);
+      EXPECT_EQ(r.ptxas.spill_store_bytes, 0) << spec.name;
+      EXPECT_EQ(r.ptxas.stack_bytes, 0) << spec.name;
+    }
+  }
+}
+
 TEST(MlaNvrtc, NamesAreDistinctCacheKeys) {
   MlaKernelKey a;
   MlaKernelKey b = a;

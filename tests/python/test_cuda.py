@@ -278,6 +278,31 @@ def test_one_off_gqa_decode_allocates_torch_outputs(rng):
     check(out, want, "bf16", lse, want_lse)
 
 
+def test_one_off_calls_keep_a_workspace_per_stream(rng):
+    """The one-off call plans once per shape, and runs on two streams at once never share a
+    workspace (each stream gets its own, made at its first call there)."""
+    from deca import gqa
+    case = PagedCase(rng, seq_lens=[3000, 70], hq=8, hkv=2, d=64, page=16)
+    args = [cuda(x) for x in (case.q, case.k, case.v, case.page_table, case.seq_lens)]
+    want, want_lse = case.reference()
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    results = []
+    for _ in range(2):
+        for s in streams:
+            with torch.cuda.stream(s):
+                results.append(deca.gqa_decode(*args, return_lse=True))
+    torch.cuda.synchronize()
+    for out, lse in results:
+        check(out, want, "bf16", lse, want_lse)
+    from deca._tensors import arg_meta
+    prepared = [p for key, p in gqa._ONEOFF.items()
+                if key[:2] == (arg_meta(args[0]), arg_meta(args[1])) and p.want_lse]
+    assert prepared
+    handles = {int(s.cuda_stream) for s in streams}
+    assert any(handles <= set(p.workspaces.by_stream) or not p.plan.workspace_bytes
+               for p in prepared)
+
+
 def test_fp8_torch_tensors_and_plan_run_fast_path(rng):
     """float8_e4m3fn tensors, and the error message of a wrong argument still names it."""
     case = PagedCase(rng, seq_lens=[64, 9], hq=8, hkv=2, d=64, page=16, kv_dtype="fp8_e4m3",

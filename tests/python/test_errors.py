@@ -281,8 +281,8 @@ def test_mla_one_shot_messages_name_the_tensors():
     packed = deca.pack_mla_fp8(np.zeros((1, 4, 1, 576), ref.BF16))
     _expect(r"mla_decode_sparse: indices: dim 2 \(topk\): expected 1\.\.", deca.mla_decode_sparse,
             q, packed, np.zeros((1, 1, 0), np.int32))
-    _expect(r"mla_decode_dense: kv_cache: dim 1 \(page_size\): expected 1\.\.256, got 300",
-            deca.mla_decode_dense, q, np.zeros((1, 300, 1, 576), ref.BF16),
+    _expect(r"mla_decode_dense: kv_cache: dim 1 \(page_size\): expected 1\.\.2147483647, got 0",
+            deca.mla_decode_dense, q, np.zeros((1, 0, 1, 576), ref.BF16),
             np.zeros((1, 1), np.int32), np.ones(1, np.int32))
     _expect(r"mla_decode_dense: block_table: expected rank 2", deca.mla_decode_dense, q,
             np.zeros((1, 4, 1, 576), ref.BF16), np.zeros(1, np.int32), np.ones(1, np.int32))

@@ -116,6 +116,28 @@ def test_mla_dense_e4m3_arbitrary_scale_and_uint8_bits(rng):
     assert np.array_equal(bits.view(np.uint16), out.view(np.uint16))
 
 
+@pytest.mark.parametrize("kv_format", ["bf16", "fp8_e4m3", "fp8_sparse"])
+def test_mla_dense_repeated_calls_take_the_fast_path(rng, kv_format):
+    """A repeated one-off dense call of one shape runs through the plan's fast import in every
+    cache format (numpy's bf16 / e4m3 caches as their raw bits), with the first call's result;
+    a cache of another format on that plan still falls back and is refused by name."""
+    from deca._tensors import FALLBACKS
+    q, kv, table, lens = _dense_case(rng, [40, 3], 1, 8, 16)
+    cache, scale, _ = dense_cache(kv, kv_format, rng)
+    first = deca.mla_decode_dense(q, cache, table, lens, kv_scale=scale)
+    before = FALLBACKS["MlaPlan.run_dense"]
+    for _ in range(2):
+        again = deca.mla_decode_dense(q, cache, table, lens, kv_scale=scale)
+        assert np.array_equal(again.view(np.uint16), first.view(np.uint16))
+    assert FALLBACKS["MlaPlan.run_dense"] == before
+    plan = deca.MlaPlan(8, kv_format=kv_format, page_size=16, max_batch=2, max_seq_len=64)
+    other = dense_cache(kv, "fp8_e4m3" if kv_format == "bf16" else "bf16", rng)[0]
+    with pytest.raises(deca.Error, match=r"mla_decode_dense: kv_cache: expected dtype"):
+        plan.run_dense(q, other, table, lens, np.empty((2, 1, 8, 512), ref.BF16),
+                       lse=np.empty((2, 1, 8), np.float32))
+    assert FALLBACKS["MlaPlan.run_dense"] == before + 1
+
+
 def test_mla_dense_format_errors(rng):
     q, kv, table, lens = _dense_case(rng, [20], 1, 4, 16)
     with pytest.raises(deca.Error, match=r'MlaPlan: kv_format: expected "default" or "bf16" or '

@@ -116,7 +116,8 @@ def test_dense_cuda_checked_reports_bad_entries(rng, which):
     else:
         lens[0] = 129
         expect = (r"mla_decode_dense: cache_seqlens\[0\]: expected a length in \[0, 128\] "
-                  r"\(plan.config.max_seq_len\), got 129 \(found by the checked GPU run\)")
+                  r"\(min\(plan.config.max_seq_len, block_table's columns \* page_size\)\), got 129 "
+                  r"\(found by the checked GPU run\)")
     out, lse = nan_outputs(2, 1, 16)
     ws = torch.zeros(plan.workspace_bytes, dtype=torch.uint8, device=DEV)
     plan.run_dense(cuda(q), cuda(kv), cuda(table), cuda(lens), out, lse=lse, workspace=ws)
@@ -165,7 +166,7 @@ def test_dense_cuda_graph_replay_with_new_lengths(rng):
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         plan.run_dense(qt, kvt, tt, lt, out, lse=lse, workspace=ws)
-    new = np.array([1499, 1, 0, 64], np.int32)  # shorter or equal: only owned slots are read
+    new = np.array([1499, 1, 0, 8], np.int32)  # shorter or equal: only owned slots are read
     lt.copy_(cuda(new))
     out.fill_(float("nan"))
     lse.fill_(float("nan"))

@@ -129,7 +129,9 @@ struct WorkItems {
 
 // The beams' shared prefix: the tiles of `range` before the first page that differs between the
 // beams or the shortest beam's end, found by every thread at once (`first_diverged`: a shared int
-// of the kernel's).
+// of the kernel's). A page longer than a tile can start before range.begin by a tile or more (a
+// split or window boundary inside the page): when it differs, the prefix is empty (0), not a
+// negative count that would map the first items to tiles before the range.
 template <class T>
 __device__ __forceinline__ int beams_shared_tiles(const GqaParams& p, const CtaCoords<T>& cta,
                                                   const KeyRange& range, int num_tiles,
@@ -146,7 +148,8 @@ __device__ __forceinline__ int beams_shared_tiles(const GqaParams& p, const CtaC
     bool same = true;
 #pragma unroll
     for (int j = 1; j < T::kBeamWidth; ++j) same = same && __ldg(table0 + j * p.page_table_stride + pg) == id;
-    if (!same) atomicMin(&first_diverged, (pg * T::kPageSize - range.begin) / T::kTile);
+    const int from_begin = pg * T::kPageSize - range.begin;
+    if (!same) atomicMin(&first_diverged, from_begin > 0 ? from_begin / T::kTile : 0);
   }
   __syncthreads();
   return first_diverged < check_tiles ? first_diverged : check_tiles;

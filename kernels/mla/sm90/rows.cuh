@@ -59,6 +59,24 @@ __device__ __forceinline__ void produce_rows(const DecodeKernelParams& kp, const
   const int lane8 = t & 7;
   const unsigned tile = sm.k(stage);
   const unsigned peer_bar = sm.peer(ptx::smem_addr(sm.remote(stage)));
+  if constexpr (kBf16 && kCl == 1 && !kNoGather<Cfg>) {
+    // bf16 without a cluster: the rows need no conversion and no peer, so they go straight to
+    // shared memory by 16-byte cp.async (zeros for a skipped id: src-size 0 reads nothing),
+    // every token's at once (through registers, one token's units a round: a memory latency per
+    // round). Waited for here: the caller's proxy fence then orders the landed bytes for wgmma.
+#pragma unroll
+    for (int k = 0; k < kPasses; ++k) {
+      const int n = first_token + (t >> 3) + 16 * k;
+      const int id = block_ids[n];
+      const unsigned char* at = record_of<Cfg>(p, id >= 0 ? id : 0) + kUnitBytes * lane8;
+      const unsigned row = tile + swz(n, lane8);
+#pragma unroll
+      for (int c = 0; c < kChunks; ++c) ptx::cp_async_16(row + c * kChunkBytes, at + 128 * c, id >= 0);
+    }
+    ptx::cp_async_commit();
+    ptx::cp_async_wait<0>();
+    return;
+  }
 #pragma unroll
   for (int round = 0; round < kPasses / kPerRound; ++round) {
     Raw raw[kPerRound][kChunks];

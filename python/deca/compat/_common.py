@@ -1,13 +1,16 @@
-"""What the compat wrappers share: refusing what deca does not do, by name, and one call path
-that becomes a torch custom op for torch tensors and a direct cached-plan call otherwise."""
+"""What the compat wrappers share: refusing what deca does not do, by name; checking the caller's
+arguments in the caller's names before deca sees them; reading the dtype spellings engines pass;
+and translating the argument names of a message deca raises into the caller's."""
 
 from __future__ import annotations
 
 import math
+import re
 import sys
 
-from .. import _cached_ops
-from .._tensors import Error, empty, tensor
+import numpy as np
+
+from .._tensors import DTYPE_ALIASES, Error, empty, numpy_dtype, tensor
 
 LOG2_E = 1.0 / math.log(2.0)
 
@@ -18,10 +21,10 @@ def refuse(fn, **arguments):
     for name, value in arguments.items():
         if value is not None:
             raise Error(f"{fn}: {name}: expected None (deca does not support it), got "
-                        f"{_describe(value)}")
+                        f"{describe(value)}")
 
 
-def _describe(value):
+def describe(value):
     shape = getattr(value, "shape", None)
     if shape is not None:
         return f"a {type(value).__name__} of shape {tuple(shape)}"
@@ -48,24 +51,12 @@ def torch_ops(x):
     return None
 
 
-def gqa(q, k_cache, v_cache, page_table, seq_lens, out, lse, *, fn, layout="NHD",
-        max_seq_len=0, kv_dtype=None, k_scale=1.0, v_scale=1.0, k_scales=None, v_scales=None,
-        softmax_scale=0.0, softcap=0.0, window=0, sinks=None, split_mode="auto",
-        split_tokens=0):
-    """One paged GQA decode into out / lse: torch.ops.deca.gqa_decode under torch.compile, the
-    cached-plan call otherwise."""
-    ops = torch_ops(q)
-    if ops is not None:
-        ops.gqa_decode(q, k_cache, v_cache, page_table, seq_lens, out, lse, sinks, k_scales,
-                       v_scales, layout, int(max_seq_len), kv_dtype or "", float(k_scale),
-                       float(v_scale), float(softmax_scale or 0.0), float(softcap), int(window),
-                       1.0, split_mode, int(split_tokens))
-        return
-    _cached_ops.gqa(q, k_cache, v_cache, page_table, seq_lens, out, lse, fn=fn, layout=layout,
-                    max_seq_len=max_seq_len, kv_dtype=kv_dtype, k_scale=k_scale,
-                    v_scale=v_scale, k_scales=k_scales, v_scales=v_scales,
-                    softmax_scale=softmax_scale, softcap=softcap, window=window, sinks=sinks,
-                    split_mode=split_mode, split_tokens=split_tokens)
+def compiling(x):
+    """Whether torch.compile is tracing this call (x a torch tensor there); cheap otherwise."""
+    if type(x) is np.ndarray:
+        return False
+    torch = sys.modules.get("torch")
+    return torch is not None and torch.compiler.is_compiling()
 
 
 def scale_float(fn, name, value):
@@ -79,7 +70,7 @@ def scale_float(fn, name, value):
     if math.prod(shape) == 1 and device == "cpu":
         return float(value.reshape(-1)[0])
     raise Error(f"{fn}: {name}: expected a float (or a one-element CPU tensor: reading a GPU "
-                f"tensor would synchronise), got {_describe(value)}")
+                f"tensor would synchronise), got {describe(value)}")
 
 
 def is_torch(x):
@@ -96,14 +87,119 @@ def alloc(like, shape, dtype, where):
         dt = like.dtype if dtype == "same" else {"fp32": torch.float32,
                                                  "bf16": torch.bfloat16}[dtype]
         return torch.empty(tuple(shape), dtype=dt, device=like.device)
+    if type(like) is np.ndarray:
+        return np.empty(tuple(shape), like.dtype if dtype == "same" else numpy_dtype(dtype))
     t = tensor(like, where)
     return empty(like, t, shape, t.dtype if dtype == "same" else dtype, where)
 
 
 def rank(fn, name, x, n, layout):
     """x's shape (any array library's .shape), checked to have n dimensions."""
-    shape = tuple(getattr(x, "shape", ()))
+    shape = getattr(x, "shape", None)
+    if shape is None:
+        raise Error(f"{fn}: {name}: expected a tensor {layout}, got {describe(x)}")
+    shape = tuple(shape)
     if len(shape) != n:
         raise Error(f"{fn}: {name}: expected rank {n} {layout}, got {list(shape)} "
                     f"({type(x).__name__})")
     return shape
+
+
+# --- dtypes ------------------------------------------------------------------------------------
+
+_TORCH_NAMES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32",
+                "float8_e4m3fn": "fp8_e4m3", "int8": "int8", "uint8": "uint8", "int32": "int32",
+                "uint32": "uint32", "int64": "int64", "float64": "fp64", "float8_e5m2": "e5m2"}
+_NUMPY_NAMES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32",
+                "float8_e4m3fn": "fp8_e4m3", "int8": "int8", "uint8": "uint8", "int32": "int32",
+                "uint32": "uint32", "int64": "int64", "float64": "fp64", "uint16": "uint16",
+                "float8_e5m2": "e5m2"}
+
+
+def dtype_of(x):
+    """The dtype of a caller's tensor as deca names it ("bf16", "int32", ...; "int64", "fp64"
+    and the like for what deca has no use for), read from the tensor's own attributes."""
+    dt = getattr(x, "dtype", None)
+    if dt is None:
+        return type(x).__name__
+    text = str(dt)
+    if text.startswith("torch."):
+        return _TORCH_NAMES.get(text[6:], text[6:])
+    return _NUMPY_NAMES.get(text, text)
+
+
+def spell(x, name):
+    """deca dtype `name` as the caller's library spells it, for hints ("torch.int32")."""
+    torch_names = {v: k for k, v in _TORCH_NAMES.items()}
+    if is_torch(x):
+        return "torch." + torch_names.get(name, name)
+    return {"bf16": "ml_dtypes.bfloat16", "fp8_e4m3": "ml_dtypes.float8_e4m3fn"}.get(
+        name, "numpy." + torch_names.get(name, name))
+
+
+def convert_hint(x, name):
+    """How the caller turns x into dtype `name` in its own library."""
+    if is_torch(x):
+        return f".to({spell(x, name)})"
+    return f".astype({spell(x, name)})"
+
+
+def expect_dtype(fn, arg, x, allowed, hint=""):
+    """x's dtype (deca's name), checked to be one of `allowed`; the message names the caller's
+    argument, the one expected value (or the few), what came, and a hint."""
+    got = dtype_of(x)
+    if got in allowed:
+        return got
+    want = " or ".join(spell(x, a) for a in allowed)
+    if not hint and len(allowed) == 1 and got in ("int64", "uint32", "int16", "uint8") and \
+            allowed[0] == "int32":
+        hint = f"convert with {arg}{convert_hint(x, 'int32')}"
+    raise Error(f"{fn}: {arg}: expected {want}, got {spell(x, got)}" +
+                (f" ({hint})" if hint else ""))
+
+
+def dtype_spelling(fn, name, value):
+    """Any dtype spelling engines pass -- a torch dtype, a numpy dtype or scalar type, an ml_dtypes
+    type (ml_dtypes.bfloat16 itself), a string ("bfloat16", "bf16", "float16", "fp8", "e4m3",
+    "float8_e4m3fn", "torch.bfloat16") -- as deca's dtype name."""
+    text = None
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("torch."):
+            text = text[6:]
+    elif type(value).__module__ == "torch":
+        text = str(value)[6:]
+    else:
+        try:
+            text = np.dtype(value).name  # numpy dtypes and scalar types, ml_dtypes types
+        except TypeError:
+            text = None
+    if text is not None:
+        text = text.lower()
+        text = DTYPE_ALIASES.get(text, text)
+        if text in ("bf16", "fp16", "fp8_e4m3", "int8", "fp32", "uint8"):
+            return text
+    hint = ""
+    if text is not None and "e5m2" in text:
+        hint = " (deca reads fp8 as e4m3 only: did you mean fp8_e4m3?)"
+    raise Error(f"{fn}: {name}: expected a dtype deca reads -- torch.bfloat16, torch.float16, "
+                f"torch.float8_e4m3fn, torch.int8, their numpy / ml_dtypes types, or a name "
+                f"(\"bfloat16\", \"bf16\", \"float16\", \"fp8\", \"fp8_e4m3\", \"int8\") -- got "
+                f"{value!r}{hint}")
+
+
+# --- messages ------------------------------------------------------------------------------------
+
+def translate(err, fn, op, names):
+    """err (a deca.Error raised by deca's op `op`, e.g. "gqa_decode: page_table[1][0]: ...")
+    with the op replaced by the caller's function and deca's argument name by the caller's
+    (`names`: deca's -> the caller's); other messages as they are."""
+    text = str(err)
+    prefix = f"{op}: "
+    if not text.startswith(prefix):
+        return err
+    rest = text[len(prefix):]
+    m = re.match(r"([A-Za-z_]+)", rest)
+    if m and m.group(1) in names:
+        rest = names[m.group(1)] + rest[m.end():]
+    return Error(f"{fn}: {rest}")

@@ -5,13 +5,44 @@ FlashAttention's window_size = (left, right) lets query i of a request with seql
 key j iff  p - left <= j <= p + right,  p = i + seqlen_k - seqlen_q  (-1 = unbounded; causal
 sets right = 0). deca's window W shows keys p - W < t <= p, so left maps to W = left + 1 and
 right must be 0 once seqlen_q > 1 (for one query no key lies past p anyway). Its
-softmax_lse is the natural log, [batch, nheads, seqlen_q] fp32, as deca's (transposed).
+softmax_lse is the natural log, [batch, nheads, seqlen_q] fp32, -inf for a row without a key,
+as deca's (deca writes it through a transposed view, so nothing is copied).
+
+fp8 (FlashAttention-3, and vLLM with an fp8 KV cache): q may come as float8_e4m3fn with
+q_descale of shape (batch, nheads_k) (real q = stored q * q_descale), beside an fp8 cache with
+k_descale / v_descale of the same shape. deca widens q to bf16, which is exact (every e4m3 value
+is a bf16 value), and folds the descales into the scales its kernels apply in fp32: q_descale
+and k_descale both scale the logits q.k, so they multiply into deca's logit scale; v_descale is
+deca's value scale. One value each (a float, a one-element CPU tensor, or a (batch, nheads_k)
+tensor whose rows are one row: batch stride 0 as vLLM's expand() gives, or equal rows on the
+host) becomes deca's per-tensor or per-head scale: exact up to the fp32 rounding of the scale
+products, as FlashAttention-3's own kernels fold them. Rows that differ per request (a device
+tensor with a batch stride, which deca cannot read without a sync) run one request at a time,
+each with its own row as per-head scales: exact as well, at batch times the host cost. As in
+FlashAttention-3, descales apply to fp8 inputs only: q_descale to an fp8 q, k/v_descale to an
+8-bit cache; for bf16 / fp16 ones they are ignored.
 """
 
 from __future__ import annotations
 
-from .._tensors import Error, tensor
+import sys
+
+import numpy as np
+
+from .. import _C, _cached_ops, _plan_cache
+from .._tensors import (FALLBACKS, Error, allocator, arg_meta, bits_views, current_stream,
+                        lib_dtype)
 from . import _common
+from ._descale import descale_plan
+
+FN = "flash_attn_with_kvcache"
+_CACHE_LAYOUT = "[num_blocks, page_block_size, nheads_k, headdim]"
+# deca's argument names -> the caller's, for messages deca raises past the checks here.
+_NAMES = {"q": "q", "k_cache": "k_cache", "v_cache": "v_cache", "seq_lens": "cache_seqlens",
+          "out": "out", "lse": "softmax_lse", "k_scales": "k_descale", "v_scales": "v_descale",
+          "k_scale": "k_descale", "v_scale": "v_descale", "softmax_scale": "softmax_scale"}
+# The caller's call shape (metadata and options) -> _Prepared.
+_PREPARED = _plan_cache.memo()
 
 
 def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None,
@@ -28,141 +59,367 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     [num_blocks, page_block_size, nheads_k, d] through block_table [batch, max_blocks] int32
     (FlashAttention-3 spells it page_table), or a contiguous cache [batch, seqlen_cache,
     nheads_k, d] without one; cache_seqlens [batch] int32 (or an int) counts the keys of each
-    request, the new tokens included. Returns out [batch, seqlen_q, nheads, d], or (out,
-    softmax_lse [batch, nheads, seqlen_q] fp32) with return_softmax_lse.
+    request, the new tokens included. Returns out [batch, seqlen_q, nheads, d] (bf16 for an fp8
+    q), or (out, softmax_lse [batch, nheads, seqlen_q] fp32) with return_softmax_lse.
 
-    k_descale / v_descale: float scales of an fp8 cache (FlashAttention-3), or [nheads_k]
-    per-head tensors. num_splits, pack_gqa and sm_margin are performance hints deca decides
-    for itself (ignored); rotary_interleaved only matters with rotary (refused). Arguments
-    that would change the result in ways deca cannot (k / v appends, rotary, alibi,
-    cache_batch_idx, cache_leftpad, q_descale, varlen q, attention_chunk, a non-causal
-    multi-token query) raise deca.Error naming them.
+    q: bf16, fp16, or float8_e4m3fn (with q_descale; see the module's notes). k_descale /
+    v_descale: scales of an fp8 cache: floats, per-head [nheads_k] tensors, or FlashAttention-3's
+    (batch, nheads_k). num_splits, pack_gqa, sm_margin and scheduler_metadata are performance
+    hints deca decides for itself (ignored), and so are rotary_seqlens and rotary_interleaved
+    without rotary_cos (FlashAttention-3 reads them only with rotary). Arguments that would
+    change the result in ways deca cannot (k / v appends, rotary, alibi, cache_batch_idx,
+    cache_leftpad, varlen q, attention_chunk, a non-causal multi-token query) raise deca.Error
+    naming them.
     """
-    fn = "flash_attn_with_kvcache"
-    _common.refuse(fn, k=k, v=v, rotary_cos=rotary_cos, rotary_sin=rotary_sin,
-                   cache_batch_idx=cache_batch_idx, cache_leftpad=cache_leftpad,
-                   alibi_slopes=alibi_slopes, qv=qv, q_descale=q_descale,
-                   cu_seqlens_q=cu_seqlens_q, cu_seqlens_k_new=cu_seqlens_k_new,
-                   max_seqlen_q=max_seqlen_q, rotary_seqlens=rotary_seqlens,
-                   scheduler_metadata=scheduler_metadata)
-    if attention_chunk:
-        raise Error(f"{fn}: attention_chunk: expected 0 (deca does not support chunked "
-                    f"attention), got {attention_chunk!r}")
-    if block_table is not None and page_table is not None:
-        raise Error(f"{fn}: page_table: expected None when block_table is given (they are "
-                    f"the same argument), got both")
     table = block_table if block_table is not None else page_table
-
-    # Shapes through .shape only: with torch tensors this function is traced by
-    # torch.compile, and deca is entered through its custom op alone.
-    batch, seqlen_q, nheads, head_dim = _common.rank(fn, "q", q, 4,
-                                                     "[batch, seqlen_q, nheads, headdim]")
-    k_shape = _common.rank(fn, "k_cache", k_cache, 4,
-                           "[num_blocks, page_block_size, nheads_k, headdim]")
-
-    window = _window(fn, window_size, causal, seqlen_q)
-    k_scale, k_scales = _descale(fn, "k_descale", k_descale)
-    v_scale, v_scales = _descale(fn, "v_descale", v_descale)
-    if (k_scales is None) != (v_scales is None):
-        raise Error(f"{fn}: v_descale: expected per-head scales for both k and v or for "
-                    f"neither, got k_descale {_common._describe(k_descale)} and v_descale "
-                    f"{_common._describe(v_descale)}")
-
-    if table is None:
-        # A contiguous cache is one page per request: page b is request b's whole row.
-        if k_shape[0] < batch:
-            raise Error(f"{fn}: k_cache: expected at least batch ({batch}) rows without a "
-                        f"block_table, got {k_shape[0]}")
-        table = _arange_column(q, batch)
-    if cache_seqlens is None:
-        if block_table is not None or page_table is not None:
-            raise Error(f"{fn}: cache_seqlens: expected [batch] int32 key counts with a "
-                        f"paged cache, got None")
-        cache_seqlens = k_shape[1]
-    if isinstance(cache_seqlens, int):
-        cache_seqlens = _full(q, batch, cache_seqlens)
-
-    if out is None:
-        out = _common.alloc(q, (batch, seqlen_q, nheads, head_dim), "same", f"{fn}: out")
-    lse = None
-    if return_softmax_lse:
-        lse = _common.alloc(q, (batch, seqlen_q, nheads), "fp32", f"{fn}: softmax_lse")
-    _common.gqa(q, k_cache, v_cache, table, cache_seqlens, out, lse, fn=fn, layout="NHD",
-                k_scale=k_scale, v_scale=v_scale, k_scales=k_scales, v_scales=v_scales,
-                softmax_scale=softmax_scale, softcap=softcap, window=window)
-    if not return_softmax_lse:
-        return out
-    return out, _contiguous(lse.swapaxes(1, 2))
+    if (k is not None or v is not None or rotary_cos is not None or rotary_sin is not None or
+            cache_batch_idx is not None or cache_leftpad is not None or
+            alibi_slopes is not None or qv is not None or cu_seqlens_q is not None or
+            cu_seqlens_k_new is not None or max_seqlen_q is not None or attention_chunk or
+            (block_table is not None and page_table is not None)):
+        _refuse(k, v, rotary_cos, rotary_sin, cache_batch_idx, cache_leftpad, alibi_slopes, qv,
+                cu_seqlens_q, cu_seqlens_k_new, max_seqlen_q, attention_chunk, block_table,
+                page_table)
+    if _common.compiling(q):
+        return _traced(q, k_cache, v_cache, table, cache_seqlens, softmax_scale, causal,
+                       window_size, softcap, return_softmax_lse, q_descale, k_descale,
+                       v_descale, out)
+    key = None
+    mq = arg_meta(q)
+    if mq is not None and type(window_size) is tuple:
+        key = (mq, arg_meta(k_cache), getattr(table, "shape", None),
+               cache_seqlens if type(cache_seqlens) is int else cache_seqlens is None,
+               softmax_scale, causal, window_size, softcap, return_softmax_lse, out is None)
+        prepared = _PREPARED.get(key)
+        if prepared is not None:
+            try:
+                return prepared.run(q, k_cache, v_cache, table, cache_seqlens, out, q_descale,
+                                    k_descale, v_descale, False)
+            except (Error, TypeError):
+                FALLBACKS[FN] += 1  # the checked run below names what the fast one refused
+    prepared = _Prepared(q, k_cache, v_cache, table, block_table is not None, cache_seqlens,
+                         softmax_scale, causal, window_size, softcap, return_softmax_lse, out)
+    if key is not None:
+        _PREPARED[key] = prepared
+    return prepared.run(q, k_cache, v_cache, table, cache_seqlens, out, q_descale, k_descale,
+                        v_descale, True)
 
 
-def _window(fn, window_size, causal, seqlen_q):
+def _refuse(k, v, rotary_cos, rotary_sin, cache_batch_idx, cache_leftpad, alibi_slopes, qv,
+            cu_seqlens_q, cu_seqlens_k_new, max_seqlen_q, attention_chunk, block_table,
+            page_table):
+    _common.refuse(FN, k=k, v=v, rotary_cos=rotary_cos, rotary_sin=rotary_sin,
+                   cache_batch_idx=cache_batch_idx, cache_leftpad=cache_leftpad,
+                   alibi_slopes=alibi_slopes, qv=qv, cu_seqlens_q=cu_seqlens_q,
+                   cu_seqlens_k_new=cu_seqlens_k_new, max_seqlen_q=max_seqlen_q)
+    if attention_chunk:
+        raise Error(f"{FN}: attention_chunk: expected 0 (deca does not support chunked "
+                    f"attention), got {attention_chunk!r}")
+    raise Error(f"{FN}: page_table: expected None when block_table is given (they are "
+                f"the same argument), got both")
+
+
+class _Prepared:
+    """One call shape of flash_attn_with_kvcache, checked and planned at its first call: the
+    plan and workspace (per-head and per-request variants fetched as descales need them), the
+    window and scale, and the constant page table / lengths of a contiguous cache."""
+
+    def __init__(self, q, k_cache, v_cache, table, table_is_block, cache_seqlens,
+                 softmax_scale, causal, window_size, softcap, return_lse, out):
+        batch, seqlen_q, nheads, d = _common.rank(FN, "q", q, 4,
+                                                  "[batch, seqlen_q, nheads, headdim]")
+        self.table_name = "block_table" if table_is_block else "page_table"
+        q_dtype = _common.expect_dtype(FN, "q", q, ("bf16", "fp16", "fp8_e4m3"))
+        kv_dtype = _check_cache(q, k_cache, v_cache, nheads, d)
+        self.q_fp8 = q_dtype == "fp8_e4m3"
+        self.kv8 = kv_dtype in ("fp8_e4m3", "int8")
+        self.window = _window(window_size, causal, seqlen_q)
+        self.softcap = softcap
+        self.scale = float(softmax_scale or 0.0)
+        self.shape = (batch, seqlen_q, nheads, d)
+        self.lse = bool(return_lse)
+        self.hkv = k_cache.shape[2]
+        q_like = _widen(q) if self.q_fp8 else q
+        self.numpy = type(q) is np.ndarray
+        self.table = self.lens = None
+        if table is None:
+            # A contiguous cache is one page per request: page b is request b's whole row.
+            if k_cache.shape[0] < batch:
+                raise Error(f"{FN}: k_cache: expected at least batch ({batch}) rows without a "
+                            f"block_table, got {k_cache.shape[0]}")
+            self.table = _arange_column(q, batch)
+            table = self.table
+        else:
+            _common.rank(FN, self.table_name, table, 2, "[batch, max_num_blocks_per_seq]")
+        if cache_seqlens is None:
+            if self.table is None:
+                raise Error(f"{FN}: cache_seqlens: expected [batch] int32 key counts with a "
+                            f"paged cache, got None")
+            cache_seqlens = k_cache.shape[1]
+        if isinstance(cache_seqlens, int):
+            self.lens = _full(q, batch, cache_seqlens)
+        if out is None:
+            self.out_dtype = lib_dtype(q_like, "bf16" if self.q_fp8 else q_dtype)
+        self.fp32 = lib_dtype(q, "fp32")
+        self.empty = allocator(q)
+        self.cuda_index = -1
+        self.plan, self.ws = self.plan_for(q_like, k_cache, table, out, False)
+        self._c_plan = self.plan._plan
+        self.cuda_index = self.plan._cuda_index
+
+    def plan_for(self, q, k_cache, table, out, per_head):
+        """(GqaPlan, workspace) for q (bf16 / fp16) with per-head scales or without."""
+        like_out = out if out is not None else q
+        return _cached_ops.gqa_plan(q, k_cache, table, like_out, fn=FN, lse=self.lse,
+                                    per_head=per_head, window=self.window, softcap=self.softcap)
+
+    def run(self, q, k_cache, v_cache, table, lens, out, q_descale, k_descale, v_descale,
+            checked):
+        """The decode of one call of this shape. checked=False: the fast path (one C++ call);
+        checked=True: each argument checked in the caller's names first, and deca's own
+        messages translated into them."""
+        if checked:
+            _check_run(self, q, k_cache, v_cache, table, lens, out)
+        if self.table is not None:
+            table = self.table
+        if self.lens is not None:
+            lens = self.lens
+        if self.q_fp8:
+            q = _widen(q)
+        scales = None
+        if (self.q_fp8 and q_descale is not None) or (self.kv8 and (k_descale is not None or
+                                                                    v_descale is not None)):
+            scales = descale_plan(FN, q, self.shape[0], self.hkv,
+                                  q_descale if self.q_fp8 else None,
+                                  k_descale if self.kv8 else None,
+                                  v_descale if self.kv8 else None)
+        if out is None:
+            out = self.empty(self.shape, self.out_dtype)
+        lse = lse_view = None
+        if self.lse:
+            batch, seqlen_q, nheads, _ = self.shape
+            if seqlen_q == 1:
+                # [batch, nheads, 1] seen as deca's [batch, 1, nheads]: written in place.
+                lse = self.empty((batch, nheads, 1), self.fp32)
+                lse_view = lse.swapaxes(1, 2)
+            else:  # deca writes rows of heads; FlashAttention's layout is a transposed copy
+                lse_view = self.empty((batch, seqlen_q, nheads), self.fp32)
+        if scales is not None and scales.per_request:
+            for b in range(self.shape[0]):
+                s = slice(b, b + 1)
+                self._decode(q[s], k_cache, v_cache, table[s], lens[s], out[s],
+                             None if lse is None else lse_view[s], scales.request(b), checked)
+        else:
+            self._decode(q, k_cache, v_cache, table, lens, out, lse_view, scales, checked)
+        if not self.lse:
+            return out
+        return out, (lse if lse is not None else _transposed(lse_view))
+
+    def _decode(self, q, k_cache, v_cache, table, lens, out, lse, scales, checked):
+        """One decode of these requests. A request holding fewer keys than seqlen_q (lengths on
+        the host) is FlashAttention's too: query i sees the keys up to i + seqlen_k - seqlen_q,
+        so its first seqlen_q - seqlen_k queries see none (zeros, LSE -inf), which deca's own
+        calls refuse (there the new tokens are in the cache): such a request decodes as empty
+        with the others, then its last seqlen_k queries alone."""
+        seqlen_q = q.shape[1]
+        host = _host_array(lens) if seqlen_q > 1 else None
+        short = [] if host is None else np.nonzero((host > 0) & (host < seqlen_q))[0]
+        if len(short) == 0:
+            self._decode_once(q, k_cache, v_cache, table, lens, out, lse, scales, checked)
+            return
+        emptied = lens.copy() if isinstance(lens, np.ndarray) else lens.clone()
+        emptied[short] = 0
+        self._decode_once(q, k_cache, v_cache, table, emptied, out, lse, scales, checked)
+        for b in short:
+            rows = slice(seqlen_q - int(host[b]), seqlen_q)
+            self._decode_once(q[b:b + 1, rows], k_cache, v_cache, table[b:b + 1],
+                              lens[b:b + 1], out[b:b + 1, rows],
+                              None if lse is None else lse[b:b + 1, rows], scales, checked)
+
+    def _decode_once(self, q, k_cache, v_cache, table, lens, out, lse, scales, checked):
+        k_scale = v_scale = 1.0
+        k_scales = v_scales = None
+        plan, ws = self.plan, self.ws
+        if scales is not None:
+            k_scale, v_scale, k_scales, v_scales = scales.values()
+        if k_scales is not None or tuple(q.shape[:2]) != self.shape[:2]:
+            plan, ws = self.plan_for(q, k_cache, table, out, k_scales is not None)
+        if not checked:
+            if self.numpy:
+                qd, kd, od = plan._numpy_dtypes
+                (q,), (k_cache, v_cache) = bits_views(qd, q), bits_views(kd, k_cache, v_cache)
+                out, = bits_views(od, out)
+            stream = current_stream(self.cuda_index, q) if self.cuda_index >= 0 else 0
+            _C.gqa_decode_planned_fast(plan._plan, q, k_cache, v_cache, table, lens, out, lse,
+                                       None, None, k_scales, v_scales, k_scale, v_scale,
+                                       self.scale, 1.0, ws, stream)
+            return
+        try:
+            plan.run(q, k_cache, v_cache, table, lens, out, workspace=ws, lse=lse,
+                     k_scale=k_scale, v_scale=v_scale, k_scales=k_scales, v_scales=v_scales,
+                     softmax_scale=self.scale or None)
+        except Error as e:
+            names = dict(_NAMES, page_table=self.table_name)
+            raise _common.translate(e, FN, "gqa_decode", names) from None
+
+
+def _check_cache(q, k_cache, v_cache, nheads, d):
+    """k_cache / v_cache against q, in the caller's names; returns the cache's dtype."""
+    k_shape = _common.rank(FN, "k_cache", k_cache, 4, _CACHE_LAYOUT)
+    v_shape = _common.rank(FN, "v_cache", v_cache, 4, _CACHE_LAYOUT)
+    kv_dtype = _common.expect_dtype(FN, "k_cache", k_cache, ("bf16", "fp16", "fp8_e4m3", "int8"),
+                                    "fp8 bytes in uint8: pass k_cache.view(float8_e4m3fn)"
+                                    if _common.dtype_of(k_cache) == "uint8" else "")
+    if _common.dtype_of(v_cache) != kv_dtype:
+        raise Error(f"{FN}: v_cache: expected {_common.spell(v_cache, kv_dtype)} (k_cache's "
+                    f"dtype), got {_common.spell(v_cache, _common.dtype_of(v_cache))}")
+    if v_shape != k_shape:
+        raise Error(f"{FN}: v_cache: expected k_cache's shape {list(k_shape)} (deca reads one "
+                    f"headdim for K and V), got {list(v_shape)}")
+    if k_shape[3] != d:
+        raise Error(f"{FN}: q: dim 3 (headdim): expected k_cache's headdim {k_shape[3]}, got {d}")
+    hkv = k_shape[2]
+    if hkv < 1 or nheads % hkv:
+        hint = ""
+        if k_shape[1] >= 1 and nheads % k_shape[1] == 0:
+            hint = (f"; k_cache looks like [num_blocks, nheads_k, page_block_size, headdim] "
+                    f"(HND): FlashAttention reads NHD {_CACHE_LAYOUT}, e.g. "
+                    f"k_cache.transpose(1, 2)")
+        raise Error(f"{FN}: q: dim 2 (nheads): expected a multiple of k_cache's nheads_k "
+                    f"(dim 2 of {_CACHE_LAYOUT}) = {hkv}, got {nheads}{hint}")
+    return kv_dtype
+
+
+def _check_run(p, q, k_cache, v_cache, table, lens, out):
+    """What a call of a prepared shape may still get wrong, in the caller's names."""
+    batch = p.shape[0]
+    if table is not None and p.table is None:
+        _common.rank(FN, p.table_name, table, 2, "[batch, max_num_blocks_per_seq]")
+        _common.expect_dtype(FN, p.table_name, table, ("int32",))
+        if table.shape[0] != batch:
+            raise Error(f"{FN}: {p.table_name}: expected {batch} rows (q's batch), got "
+                        f"{table.shape[0]}")
+    if p.lens is None:
+        shape = _common.rank(FN, "cache_seqlens", lens, 1, "[batch] (or an int)")
+        _common.expect_dtype(FN, "cache_seqlens", lens, ("int32",))
+        if shape[0] != batch:
+            raise Error(f"{FN}: cache_seqlens: expected [batch] = [{batch}], got {list(shape)}")
+    if _common.dtype_of(v_cache) != _common.dtype_of(k_cache) or \
+            tuple(v_cache.shape) != tuple(k_cache.shape):
+        _check_cache(q, k_cache, v_cache, p.shape[2], p.shape[3])
+    if out is not None:
+        want = "bf16" if p.q_fp8 else _common.dtype_of(q)
+        _common.expect_dtype(FN, "out", out, (want,), "q's dtype (bf16 for an fp8 q)")
+        if tuple(out.shape) != p.shape:
+            raise Error(f"{FN}: out: expected q's shape {list(p.shape)}, got {list(out.shape)}")
+
+
+def _window(window_size, causal, seqlen_q):
     try:
         left, right = (int(w) for w in window_size)
     except (TypeError, ValueError):
-        raise Error(f"{fn}: window_size: expected a pair (left, right) of ints, -1 = "
+        raise Error(f"{FN}: window_size: expected a pair (left, right) of ints, -1 = "
                     f"unbounded, got {window_size!r}") from None
     if causal:
         right = 0
     if seqlen_q > 1 and right != 0:
-        raise Error(f"{fn}: causal: expected True (or window_size[1] == 0) with seqlen_q "
+        raise Error(f"{FN}: causal: expected True (or window_size[1] == 0) with seqlen_q "
                     f"{seqlen_q} > 1: deca's queries see no later key, got causal={causal!r} "
                     f"and window_size={tuple(window_size)!r}")
     if left < -1:
-        raise Error(f"{fn}: window_size: expected left >= -1, got {window_size!r}")
+        raise Error(f"{FN}: window_size: expected left >= -1, got {window_size!r}")
     return 0 if left < 0 else left + 1
 
 
-def _descale(fn, name, value):
-    """(per-tensor scale, per-head tensor or None) of k_descale / v_descale."""
-    if value is None:
-        return 1.0, None
-    shape = getattr(value, "shape", None)
-    if shape is not None and len(shape) == 1 and str(getattr(value, "device", "cpu")) != "cpu":
-        return 1.0, value
-    if shape is not None and len(shape) == 1 and shape[0] > 1:
-        return 1.0, value
-    if shape is not None and len(shape) == 2 and _batch_stride(value) == 0:
-        # vLLM passes one scale expanded to [batch, nheads_k] (batch stride 0): every request
-        # has the same row, so row 0 is the per-head scale exactly.
-        return 1.0, value[0]
-    if shape is not None and len(shape) > 1:
-        raise Error(f"{fn}: {name}: expected a float or per-head scales [nheads_k] (deca's "
-                    f"scales do not vary per request), got {_common._describe(value)}")
-    return _common.scale_float(fn, name, value), None
+def _host_array(x):
+    """x's values as a numpy array when x lives on the host (numpy, a CPU torch tensor), else
+    None (reading device memory would synchronise)."""
+    if isinstance(x, np.ndarray):
+        return x
+    if _common.is_torch(x) and x.device.type == "cpu":
+        return x.numpy()
+    return None
 
 
-def _batch_stride(x):
-    if _common.is_torch(x):
-        return x.stride(0)
-    return tensor(x, "k_descale").strides[0]
+def _widen(q):
+    """An fp8 (e4m3) q as bf16: exact, every e4m3 value being a bf16 value."""
+    if type(q) is np.ndarray:
+        import ml_dtypes
+        return q.astype(ml_dtypes.bfloat16)
+    return q.to(sys.modules["torch"].bfloat16)
+
+
+def _transposed(x):
+    """[batch, a, b] -> a contiguous [batch, b, a]."""
+    t = x.swapaxes(1, 2)
+    if isinstance(t, np.ndarray):
+        return np.ascontiguousarray(t)
+    return t.contiguous()
 
 
 def _arange_column(like, n):
     """[n, 1] int32 0..n-1 in like's library and device."""
-    import numpy as np
-    torch = _common.sys.modules.get("torch")
+    torch = sys.modules.get("torch")
     if torch is not None and isinstance(like, torch.Tensor):
         return torch.arange(n, dtype=torch.int32, device=like.device).view(n, 1)
-    cupy = _common.sys.modules.get("cupy")
+    cupy = sys.modules.get("cupy")
     if cupy is not None and isinstance(like, cupy.ndarray):
         return cupy.arange(n, dtype=cupy.int32).reshape(n, 1)
     return np.arange(n, dtype=np.int32).reshape(n, 1)
 
 
 def _full(like, n, value):
-    import numpy as np
-    torch = _common.sys.modules.get("torch")
+    torch = sys.modules.get("torch")
     if torch is not None and isinstance(like, torch.Tensor):
         return torch.full((n,), value, dtype=torch.int32, device=like.device)
-    cupy = _common.sys.modules.get("cupy")
+    cupy = sys.modules.get("cupy")
     if cupy is not None and isinstance(like, cupy.ndarray):
         return cupy.full((n,), value, dtype=cupy.int32)
     return np.full((n,), value, dtype=np.int32)
 
 
-def _contiguous(x):
-    if hasattr(x, "contiguous"):
-        # Through a flat view, so that size-1 dimensions get standard strides too.
-        return x.contiguous().view(-1).view(x.shape)
-    import numpy as np
-    return np.ascontiguousarray(x) if isinstance(x, np.ndarray) else x.copy()
+def _traced(q, k_cache, v_cache, table, cache_seqlens, softmax_scale, causal, window_size,
+            softcap, return_lse, q_descale, k_descale, v_descale, out):
+    """The call as torch.compile traces it: torch operations and the deca custom op, no memo."""
+    torch = sys.modules["torch"]
+    ops = _common.torch_ops(q)
+    batch, seqlen_q, nheads, d = _common.rank(FN, "q", q, 4, "[batch, seqlen_q, nheads, headdim]")
+    q_fp8 = q.dtype == torch.float8_e4m3fn
+    kv8 = k_cache.dtype in (torch.float8_e4m3fn, torch.int8)
+    if q_fp8:
+        q = q.to(torch.bfloat16)
+    window = _window(window_size, causal, seqlen_q)
+    if table is None:
+        table = torch.arange(batch, dtype=torch.int32, device=q.device).view(batch, 1)
+    if cache_seqlens is None:
+        cache_seqlens = k_cache.shape[1]
+    if isinstance(cache_seqlens, int):
+        cache_seqlens = torch.full((batch,), cache_seqlens, dtype=torch.int32, device=q.device)
+    scales = descale_plan(FN, q, batch, k_cache.shape[2], q_descale if q_fp8 else None,
+                          k_descale if kv8 else None, v_descale if kv8 else None,
+                          read_host=False)
+    # One op per request where the descales differ per request, else one; each writes outputs
+    # of its own (a custom op mutates whole tensors), which are then joined.
+    rows = [slice(b, b + 1) for b in range(batch)] if scales.per_request else [slice(None)]
+    outs, lses = [], []
+    for i, s in enumerate(rows):
+        k_scale, v_scale, k_scales, v_scales = (scales.request(i) if scales.per_request
+                                                 else scales).values()
+        qs = q[s]
+        o = torch.empty(qs.shape, dtype=q.dtype, device=q.device)
+        lse = None
+        if return_lse:
+            lse = torch.empty(qs.shape[:3], dtype=torch.float32, device=q.device)
+        ops.gqa_decode(qs, k_cache, v_cache, table[s], cache_seqlens[s], o, lse, None, k_scales,
+                       v_scales, "NHD", 0, "", float(k_scale), float(v_scale),
+                       float(softmax_scale or 0.0), float(softcap), int(window), 1.0, "auto", 0)
+        outs.append(o)
+        lses.append(lse)
+    result = outs[0] if len(outs) == 1 else torch.cat(outs)
+    if out is not None:
+        out.copy_(result)
+        result = out
+    if not return_lse:
+        return result
+    lse = lses[0] if len(lses) == 1 else torch.cat(lses)
+    return result, lse.transpose(1, 2).contiguous()

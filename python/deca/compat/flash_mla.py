@@ -3,23 +3,36 @@
 The sparse FP8 call (indices given, is_fp8_kvcache=True) runs deca.mla_decode_sparse; the
 dense call (no indices: a bf16 cache, or the 656-byte FP8 cache with is_fp8_kvcache=True) runs
 deca.mla_decode_dense. Shapes are FlashMLA's: q [batch, s_q, h_q, 576], k_cache [num_blocks,
-page_block_size, 1, 656] (FP8, bytes) or [.., 576] (bf16), out [batch, s_q, h_q, 512],
-softmax_lse [batch, h_q, s_q] fp32 (natural log; with an attention sink the sink is left out of
-it, as deca's is). get_mla_metadata returns (metadata, None) as FlashMLA's current interface
-does: the metadata object is scheduled by the first call made with it (on CUDA, sparse or dense)
-and that schedule serves the later calls of the step, as FlashMLA's lazily initialised metadata
-does; the num_splits slot stays None.
+page_block_size, 1, 656] (FP8, bytes) or [.., 576] (bf16), any page_block_size; out [batch, s_q,
+h_q, 512], softmax_lse [batch, h_q, s_q] fp32: the natural log of each row's sum over its valid
+keys (an attention sink is left out of it, as deca's), and, FlashMLA's convention, +inf for a
+row without a valid key, sparse and dense alike (deca's -inf mapped; its out is zeros, as
+deca's). get_mla_metadata returns (metadata, None) as FlashMLA's current interface does: the
+metadata object is scheduled by the first call made with it (on CUDA, sparse or dense) and that
+schedule serves the later calls of the step, as FlashMLA's lazily initialised metadata does;
+the num_splits slot stays None.
 """
 
 from __future__ import annotations
 
 import sys
 
-from .. import _cached_ops
-from .._tensors import Error
+import numpy as np
+
+from .. import _C, _cached_ops, _plan_cache
+from .._tensors import (FALLBACKS, Error, allocator, arg_meta, bits_views, current_stream,
+                        lib_dtype, numpy_dtype)
 from . import _common
 
+FN = "flash_mla_with_kvcache"
+DIM_QK = 576
 DIM_V = 512
+FP8_TOKEN_BYTES = 656
+# deca's argument names -> FlashMLA's, for messages deca raises past the checks here.
+_NAMES = {"q": "q", "kv_cache": "k_cache", "indices": "indices", "topk_length": "topk_length",
+          "attn_sink": "attn_sink", "block_table": "block_table",
+          "cache_seqlens": "cache_seqlens", "softmax_scale": "softmax_scale"}
+_PREPARED = _plan_cache.memo()
 
 
 class MlaMetadata:
@@ -27,8 +40,8 @@ class MlaMetadata:
     against each call, and, as FlashMLA's metadata, the decode step's schedule: the first CUDA
     call made with it schedules into a workspace the object owns, the later calls (the other
     layers of the step: same batch, s_q, topk and topk_length or cache_seqlens contents) reuse
-    it. Make one per decode step, as FlashMLA asks. (Traced by torch.compile, each call is one
-    deca op that schedules for itself: engines call attention from an opaque op anyway.)"""
+    it. Make one per decode step, as FlashMLA asks. (Traced by torch.compile, each call is one deca op that
+    schedules for itself: engines call attention from an opaque op anyway.)"""
 
     def __init__(self, num_q_tokens_per_head_k, num_heads_k, num_heads_q, is_fp8_kvcache,
                  topk):
@@ -64,79 +77,226 @@ def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v,
                            topk_length=None, extra_topk_length=None):
     """Returns (out [batch, s_q, h_q, 512] bf16, softmax_lse [batch, h_q, s_q] fp32).
 
-    Sparse (indices [batch, s_q, topk] int32 global token ids, -1 = skip; is_fp8_kvcache=True;
-    block_table and cache_seqlens unused): optional topk_length [batch] int32 and attn_sink
-    [h_q] fp32. Dense (indices None): the bf16 cache, or with is_fp8_kvcache=True the 656-byte
-    FP8 cache read densely, through block_table [batch, max_blocks] and cache_seqlens [batch]
-    (the s_q new tokens included; causal among them); a row without keys gets out 0 and LSE
-    +inf, as FlashMLA's. deca has no second ("extra") cache: extra_* arguments raise
+    Sparse (indices [batch, s_q, topk] int32 token ids block * page_block_size + slot, -1 =
+    skip; is_fp8_kvcache=True; block_table and cache_seqlens unused): optional topk_length
+    [batch] int32 and attn_sink [h_q] fp32. Dense (indices None): the bf16 cache, or with
+    is_fp8_kvcache=True the 656-byte FP8 cache read densely, through block_table [batch,
+    max_blocks] and cache_seqlens [batch] (the s_q new tokens included; causal among them); a
+    row without keys gets out 0 and LSE +inf, as FlashMLA's. deca has no second ("extra") cache
+    yet: extra_* arguments raise
     deca.Error naming them.
     """
-    fn = "flash_mla_with_kvcache"
-    _common.refuse(fn, extra_k_cache=extra_k_cache,
+    meta = tile_scheduler_metadata
+    if (extra_k_cache is not None or extra_indices_in_kvcache is not None or
+            extra_topk_length is not None or head_dim_v != DIM_V or
+            (meta is not None and type(meta) is not MlaMetadata)):
+        _refuse(extra_k_cache, extra_indices_in_kvcache, extra_topk_length, head_dim_v, meta)
+    if indices is None:
+        return _dense(q, k_cache, block_table, cache_seqlens, meta, softmax_scale, causal,
+                      is_fp8_kvcache, topk_length, attn_sink)
+    if _common.compiling(q):
+        return _sparse_traced(q, k_cache, indices, meta, softmax_scale, causal, is_fp8_kvcache,
+                              topk_length, attn_sink)
+    mq = arg_meta(q)
+    key = None
+    if mq is not None:
+        key = (mq, arg_meta(k_cache), indices.shape if hasattr(indices, "shape") else None,
+               topk_length is None, attn_sink is None, softmax_scale, is_fp8_kvcache, causal)
+        prepared = _PREPARED.get(key)
+        if prepared is not None and (meta is None or prepared.fits(meta)):
+            try:
+                return prepared.run(q, k_cache, indices, topk_length, attn_sink, meta, False)
+            except (Error, TypeError):
+                FALLBACKS[FN] += 1  # the checked run below names what the fast one refused
+    prepared = _Sparse(q, k_cache, indices, topk_length, attn_sink, meta, softmax_scale,
+                       causal, is_fp8_kvcache)
+    if key is not None:
+        _PREPARED[key] = prepared
+    return prepared.run(q, k_cache, indices, topk_length, attn_sink, meta, True)
+
+
+def _refuse(extra_k_cache, extra_indices_in_kvcache, extra_topk_length, head_dim_v, meta):
+    _common.refuse(FN, extra_k_cache=extra_k_cache,
                    extra_indices_in_kvcache=extra_indices_in_kvcache,
                    extra_topk_length=extra_topk_length)
     if head_dim_v != DIM_V:
-        raise Error(f"{fn}: head_dim_v: expected {DIM_V}, got {head_dim_v!r}")
-    if tile_scheduler_metadata is not None and not isinstance(tile_scheduler_metadata,
-                                                              MlaMetadata):
-        raise Error(f"{fn}: tile_scheduler_metadata: expected what "
-                    f"deca.compat.get_mla_metadata returned, got "
-                    f"{type(tile_scheduler_metadata).__name__}")
-    meta = tile_scheduler_metadata
-    batch, s_q, h_q, _ = _common.rank(fn, "q", q, 4, "[batch, s_q, h_q, 576]")
-    if meta is not None and meta.num_heads_q is not None and meta.num_heads_q != h_q:
-        raise Error(f"{fn}: q: expected {meta.num_heads_q} heads (get_mla_metadata's "
-                    f"num_heads_q), got {h_q}")
-    out = _common.alloc(q, (batch, s_q, h_q, DIM_V), "bf16", f"{fn}: out")
-    lse = _common.alloc(q, (batch, s_q, h_q), "fp32", f"{fn}: softmax_lse")
-    ops = _common.torch_ops(q)
-    if indices is not None:
+        raise Error(f"{FN}: head_dim_v: expected {DIM_V}, got {head_dim_v!r}")
+    raise Error(f"{FN}: tile_scheduler_metadata: expected what deca.compat.get_mla_metadata "
+                f"returned, got {type(meta).__name__}")
+
+
+class _Sparse:
+    """One sparse call shape, checked and planned at its first call."""
+
+    def __init__(self, q, k_cache, indices, topk_length, attn_sink, meta, softmax_scale,
+                 causal, is_fp8_kvcache):
+        batch, s_q, h_q = _check_q(q, meta)
         if not is_fp8_kvcache:
-            raise Error(f"{fn}: is_fp8_kvcache: expected True with indices (deca's sparse "
+            raise Error(f"{FN}: is_fp8_kvcache: expected True with indices (deca's sparse "
                         f"decode reads the 656-byte FP8 cache), got False")
         if causal:
-            raise Error(f"{fn}: causal: expected False with indices (the indices choose the "
+            raise Error(f"{FN}: causal: expected False with indices (the indices choose the "
                         f"keys), got True")
-        if meta is not None and meta.topk is not None:
-            shape = tuple(getattr(indices, "shape", ()))
-            if len(shape) == 3 and shape[2] != meta.topk:
-                raise Error(f"{fn}: indices: expected topk {meta.topk} (get_mla_metadata's "
-                            f"topk), got {shape[2]}")
-        cache = _bytes(k_cache)
-        scale = float(softmax_scale or 0.0)
-        if ops is not None:
-            # Traced by torch.compile: one opaque op, which schedules for itself.
-            ops.mla_decode_sparse(q, cache, indices, out, lse, topk_length, attn_sink, scale)
+        _check_sparse_cache(k_cache)
+        shape = _common.rank(FN, "indices", indices, 3, "[batch, s_q, topk]")
+        if shape[:2] != (batch, s_q):
+            raise Error(f"{FN}: indices: expected [batch, s_q, topk] with q's batch and s_q "
+                        f"({batch}, {s_q}), got {list(shape)}")
+        if meta is not None and meta.topk is not None and shape[2] != meta.topk:
+            raise Error(f"{FN}: indices: expected topk {meta.topk} (get_mla_metadata's topk), "
+                        f"got {shape[2]}")
+        _common.expect_dtype(FN, "indices", indices, ("int32",))
+        self.shape = (batch, s_q, h_q)
+        self.heads, self.topk = h_q, shape[2]
+        self.scale = float(softmax_scale or 0.0)
+        self.numpy = type(q) is np.ndarray
+        self.bf16, self.fp32 = lib_dtype(q, "bf16"), lib_dtype(q, "fp32")
+        self.empty = allocator(q)
+        self.cache_is_bytes = _common.dtype_of(k_cache) == "uint8"
+        self.plan, self.ws = _cached_ops.mla_sparse_plan(
+            q, _bytes(k_cache), indices, fn=FN, lse=True, attn_sink=attn_sink is not None,
+            topk_length=topk_length is not None)
+        self.cuda_index = self.plan._cuda_index
+
+    def fits(self, meta):
+        return ((meta.num_heads_q is None or meta.num_heads_q == self.heads) and
+                (meta.topk is None or meta.topk == self.topk))
+
+    def run(self, q, k_cache, indices, topk_length, attn_sink, meta, checked):
+        batch, s_q, h_q = self.shape
+        out = self.empty((batch, s_q, h_q, DIM_V), self.bf16)
+        if s_q == 1:
+            # [batch, h_q, 1] seen as deca's [batch, 1, h_q]: written in place.
+            lse = self.empty((batch, h_q, 1), self.fp32)
+            lse_view = lse.swapaxes(1, 2)
+        else:  # deca writes rows of heads; FlashMLA's layout is a transposed copy
+            lse = lse_view = self.empty((batch, s_q, h_q), self.fp32)
+        cache = k_cache if self.cache_is_bytes else _bytes(k_cache)
+        ws, reuse = self.ws, False
+        schedule = meta._schedule if meta is not None else None
+        if schedule is not None and ws is not None:  # no workspace: the CPU, no schedule
+            ws, reuse = schedule.workspace_for(self.plan, q, None, FN)
+        if checked:
+            _check_sparse_run(self, q, cache, indices, topk_length, attn_sink)
+            try:
+                self.plan.run_sparse(q, cache, indices, out, topk_length=topk_length,
+                                     attn_sink=attn_sink, lse=lse_view,
+                                     softmax_scale=self.scale or None, workspace=ws,
+                                     reuse_schedule=reuse)
+            except Error as e:
+                raise _common.translate(e, FN, "mla_decode_sparse", _NAMES) from None
         else:
-            # FlashMLA's metadata: the first call of a step schedules, the later layers reuse.
-            _cached_ops.mla_sparse(q, cache, indices, out, lse, fn=fn, topk_length=topk_length,
-                                   attn_sink=attn_sink, softmax_scale=scale,
-                                   schedule=meta._schedule if meta is not None else None)
+            o = out
+            if self.numpy:
+                q, o = bits_views(numpy_dtype("bf16"), q, out)
+            stream = current_stream(self.cuda_index, q) if self.cuda_index >= 0 else 0
+            _C.mla_decode_sparse_planned_fast(self.plan._plan, q, cache, indices, topk_length,
+                                              attn_sink, o, lse_view, self.scale, ws, stream,
+                                              reuse)
+        if schedule is not None:
+            schedule.scheduled(self.plan)
+        return out, _empty_rows_plus_inf(lse if s_q == 1 else _swap(lse))
+
+
+def _check_q(q, meta):
+    batch, s_q, h_q, d = _common.rank(FN, "q", q, 4, "[batch, s_q, h_q, 576]")
+    _common.expect_dtype(FN, "q", q, ("bf16",))
+    if d != DIM_QK:
+        raise Error(f"{FN}: q: dim 3 (head_dim): expected {DIM_QK} (512 NoPE + 64 RoPE), got "
+                    f"{d}")
+    if meta is not None and meta.num_heads_q is not None and meta.num_heads_q != h_q:
+        raise Error(f"{FN}: q: expected {meta.num_heads_q} heads (get_mla_metadata's "
+                    f"num_heads_q), got {h_q}")
+    return batch, s_q, h_q
+
+
+def _check_sparse_cache(k_cache):
+    """The 656-byte FP8 cache (sparse, or dense under is_fp8_kvcache)."""
+    shape = _common.rank(FN, "k_cache", k_cache, 4, "[num_blocks, page_block_size, 1, 656]")
+    dtype = _common.dtype_of(k_cache)
+    packing = ("the sparse cache holds 656-byte FP8 tokens (512 e4m3, 4 fp32 scales, 64 bf16 "
+               "RoPE values): pack a bf16 [.., 576] cache with deca.pack_mla_fp8")
+    if dtype not in ("uint8", "fp8_e4m3"):
+        raise Error(f"{FN}: k_cache: expected {_common.spell(k_cache, 'uint8')} or "
+                    f"{_common.spell(k_cache, 'fp8_e4m3')} [num_blocks, page_block_size, 1, "
+                    f"656], got {_common.spell(k_cache, dtype)} {list(shape)} ({packing})")
+    if shape[2] != 1 or shape[3] != FP8_TOKEN_BYTES:
+        raise Error(f"{FN}: k_cache: expected [num_blocks, page_block_size, 1, 656], got "
+                    f"{list(shape)} ({packing})")
+
+
+def _check_sparse_run(p, q, cache, indices, topk_length, attn_sink):
+    """What a call of a prepared sparse shape may still get wrong, in the caller's names."""
+    _common.expect_dtype(FN, "indices", indices, ("int32",))
+    batch, _, h_q = p.shape
+    if topk_length is not None:
+        shape = _common.rank(FN, "topk_length", topk_length, 1, "[batch]")
+        _common.expect_dtype(FN, "topk_length", topk_length, ("int32",))
+        if shape[0] != batch:
+            raise Error(f"{FN}: topk_length: expected [batch] = [{batch}], got {list(shape)}")
+    if attn_sink is not None:
+        shape = _common.rank(FN, "attn_sink", attn_sink, 1, "[h_q]")
+        _common.expect_dtype(FN, "attn_sink", attn_sink, ("fp32",))
+        if shape[0] != h_q:
+            raise Error(f"{FN}: attn_sink: expected [h_q] = [{h_q}], got {list(shape)}")
+
+
+def _dense(q, k_cache, block_table, cache_seqlens, meta, softmax_scale, causal, is_fp8_kvcache,
+           topk_length, attn_sink):
+    batch, s_q, h_q = _check_q(q, meta)
+    _common.refuse(FN, topk_length=topk_length, attn_sink=attn_sink)
+    if s_q > 1 and not causal:
+        raise Error(f"{FN}: causal: expected True with s_q {s_q} > 1 (deca's new tokens see "
+                    f"no later one), got False")
+    if block_table is None or cache_seqlens is None:
+        raise Error(f"{FN}: block_table: expected block_table and cache_seqlens for the "
+                    f"dense cache, got None")
+    # The bf16 cache, as FlashMLA's dense kernel reads it; with is_fp8_kvcache the sparse path's
+    # 656-byte cache read densely (every token through block_table: what a V3.2 engine runs for
+    # short contexts; FlashMLA's dense kernel reads bf16 only).
+    if is_fp8_kvcache:
+        _check_sparse_cache(k_cache)
+        cache, kv_format = _bytes(k_cache), "fp8_sparse"
     else:
-        # Dense: the bf16 cache, as FlashMLA's dense kernel reads it; with is_fp8_kvcache the
-        # sparse path's 656-byte cache read densely (every token through block_table: what a
-        # V3.2 engine runs for short contexts; FlashMLA's dense kernel reads bf16 only).
-        _common.refuse(fn, topk_length=topk_length, attn_sink=attn_sink)
-        if s_q > 1 and not causal:
-            raise Error(f"{fn}: causal: expected True with s_q {s_q} > 1 (deca's new tokens "
-                        f"see no later one), got False")
-        if block_table is None or cache_seqlens is None:
-            raise Error(f"{fn}: block_table: expected block_table and cache_seqlens for the "
-                        f"dense cache, got None")
-        cache, kv_format = ((_bytes(k_cache), "fp8_sparse") if is_fp8_kvcache
-                            else (k_cache, "bf16"))
-        scale = float(softmax_scale or 0.0)
-        if ops is not None:
-            ops.mla_decode_dense(q, cache, block_table, cache_seqlens, out, lse, scale, 1.0,
-                                 kv_format)
-        else:
+        _common.rank(FN, "k_cache", k_cache, 4, "[num_blocks, page_block_size, 1, 576]")
+        _common.expect_dtype(FN, "k_cache", k_cache, ("bf16",))
+        cache, kv_format = k_cache, "bf16"
+    _common.rank(FN, "block_table", block_table, 2, "[batch, max_blocks]")
+    _common.expect_dtype(FN, "block_table", block_table, ("int32",))
+    _common.expect_dtype(FN, "cache_seqlens", cache_seqlens, ("int32",))
+    out = _common.alloc(q, (batch, s_q, h_q, DIM_V), "bf16", f"{FN}: out")
+    lse = _common.alloc(q, (batch, s_q, h_q), "fp32", f"{FN}: softmax_lse")
+    ops = _common.torch_ops(q)
+    scale = float(softmax_scale or 0.0)
+    if ops is not None:
+        ops.mla_decode_dense(q, cache, block_table, cache_seqlens, out, lse, scale, 1.0,
+                             kv_format)
+    else:
+        try:
             # FlashMLA's metadata: the first call of a step schedules, the later layers reuse.
-            _cached_ops.mla_dense(q, cache, block_table, cache_seqlens, out, lse, fn=fn,
+            _cached_ops.mla_dense(q, cache, block_table, cache_seqlens, out, lse, fn=FN,
                                   softmax_scale=scale, kv_format=kv_format,
                                   schedule=meta._schedule if meta is not None else None)
-        _lonely_rows(lse)
-    return out, _swap(lse)
+        except Error as e:
+            raise _common.translate(e, FN, "mla_decode_dense", _NAMES) from None
+    return out, _empty_rows_plus_inf(_swap(lse))
+
+
+def _sparse_traced(q, k_cache, indices, meta, softmax_scale, causal, is_fp8_kvcache,
+                   topk_length, attn_sink):
+    """The sparse call as torch.compile traces it: one deca op, which schedules for itself."""
+    batch, s_q, h_q = _check_q(q, meta)
+    if not is_fp8_kvcache:
+        raise Error(f"{FN}: is_fp8_kvcache: expected True with indices (deca's sparse "
+                    f"decode reads the 656-byte FP8 cache), got False")
+    if causal:
+        raise Error(f"{FN}: causal: expected False with indices (the indices choose the "
+                    f"keys), got True")
+    out = _common.alloc(q, (batch, s_q, h_q, DIM_V), "bf16", f"{FN}: out")
+    lse = _common.alloc(q, (batch, s_q, h_q), "fp32", f"{FN}: softmax_lse")
+    _common.torch_ops(q).mla_decode_sparse(q, _bytes(k_cache), indices, out, lse, topk_length,
+                                           attn_sink, float(softmax_scale or 0.0))
+    return out, _empty_rows_plus_inf(_swap(lse))
 
 
 def _bytes(cache):
@@ -150,19 +310,18 @@ def _bytes(cache):
     return cache
 
 
-def _lonely_rows(lse):
-    """FlashMLA's LSE for a query row that sees no key (an empty request; on a GPU also a
-    cache_seqlens entry below s_q): +inf where deca writes -inf (out is 0 in both). torch's
-    masked_fill_ keeps a torch.compile trace free of data-dependent shapes."""
-    if hasattr(lse, "masked_fill_"):
-        lse.masked_fill_(lse == float("-inf"), float("inf"))
-    else:
-        lse[lse == float("-inf")] = float("inf")
-
-
 def _swap(lse):
     """[batch, s_q, h] -> FlashMLA's [batch, h, s_q], contiguous."""
     t = lse.swapaxes(1, 2)
     if hasattr(t, "contiguous"):
         return t.contiguous().view(-1).view(t.shape)
     return t.copy()
+
+
+def _empty_rows_plus_inf(lse):
+    """FlashMLA's LSE of a row without a valid key: +inf where deca writes -inf (in place)."""
+    if hasattr(lse, "nan_to_num_"):  # torch: one in-place op, NaN and +inf left as they are
+        inf = float("inf")
+        return lse.nan_to_num_(nan=float("nan"), posinf=inf, neginf=inf)
+    lse[lse == -np.inf] = np.inf
+    return lse

@@ -24,13 +24,15 @@ import sys
 
 import numpy as np
 
+from .. import _cached_ops
 from .._tensors import Error, tensor
 from . import _common
 
-_DTYPE_NAMES = {
-    "float16": "fp16", "half": "fp16", "bfloat16": "bf16", "float8_e4m3fn": "fp8_e4m3",
-    "int8": "int8", "uint8": "uint8",
-}
+# deca's argument names -> the wrapper's, for messages deca raises past the checks here.
+_NAMES = {"q": "q", "k_cache": "paged_kv_cache", "v_cache": "paged_kv_cache",
+          "page_table": "indptr", "seq_lens": "last_page_len", "lse": "lse", "out": "out",
+          "sinks": "sinks", "k_scale": "k_scale", "v_scale": "v_scale",
+          "softmax_scale": "q_scale"}
 
 
 class BatchDecodeWithPagedKVCacheWrapper:
@@ -59,6 +61,8 @@ class BatchDecodeWithPagedKVCacheWrapper:
         self._page_table = None  # [batch, capacity] int32 on the workspace's device
         self._seq_lens = None  # [batch] int32
         self._planned = None
+        self._plans = {}
+        self._plan_version = 0
 
     @property
     def is_cuda_graph_enabled(self):
@@ -71,7 +75,10 @@ class BatchDecodeWithPagedKVCacheWrapper:
              seq_lens=None, fixed_split_size=None, disable_split_kv=False):
         """Reads the CSR page list (indptr [batch + 1], indices, last_page_len [batch], on the
         host or the device: a device copy is read once here) into the page table run() uses.
-        block_tables [batch, max_pages] with seq_lens [batch] may replace the CSR form."""
+        block_tables [batch, max_pages] with seq_lens [batch] may replace the CSR form.
+        q_data_type / kv_data_type (data_type: q_data_type's older name): a torch or numpy
+        dtype, an ml_dtypes type, or a name ("float16", "bfloat16", "bf16", "fp8", "e4m3",
+        "fp8_e4m3", "int8"). run() checks what it gets against everything promised here."""
         fn = "BatchDecodeWithPagedKVCacheWrapper.plan"
         if pos_encoding_mode != "NONE":
             raise Error(f"{fn}: pos_encoding_mode: expected \"NONE\" (deca applies no "
@@ -79,9 +86,25 @@ class BatchDecodeWithPagedKVCacheWrapper:
         if window_left is None or window_left < -1:
             raise Error(f"{fn}: window_left: expected -1 (none) or >= 0, got "
                         f"{window_left!r}")
+        for name, value in (("num_qo_heads", num_qo_heads), ("num_kv_heads", num_kv_heads),
+                            ("head_dim", head_dim), ("page_size", page_size)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+                raise Error(f"{fn}: {name}: expected an int >= 1, got {value!r}")
         if num_qo_heads % num_kv_heads:
             raise Error(f"{fn}: num_qo_heads: expected a multiple of num_kv_heads "
                         f"({num_kv_heads}), got {num_qo_heads}")
+        q_dtype = _common.dtype_spelling(fn, "q_data_type" if data_type is None else
+                                         "data_type", data_type if data_type is not None else
+                                         q_data_type)
+        if q_dtype not in ("bf16", "fp16"):
+            raise Error(f"{fn}: q_data_type: expected torch.float16 or torch.bfloat16 (deca's "
+                        f"queries), got {q_data_type!r}")
+        kv_dtype = q_dtype
+        if kv_data_type is not None:
+            kv_dtype = _common.dtype_spelling(fn, "kv_data_type", kv_data_type)
+            if kv_dtype not in ("bf16", "fp16", "fp8_e4m3", "int8"):
+                raise Error(f"{fn}: kv_data_type: expected torch.float16, torch.bfloat16, "
+                            f"torch.float8_e4m3fn or torch.int8, got {kv_data_type!r}")
         if block_tables is not None:
             if seq_lens is None:
                 raise Error(f"{fn}: seq_lens: expected [batch] int32 with block_tables, got "
@@ -92,21 +115,20 @@ class BatchDecodeWithPagedKVCacheWrapper:
             table, lens = csr_to_page_table(_host(indptr), _host(indices),
                                             _host(last_page_len), page_size, fn)
         self._store(fn, table, lens, page_size)
-        q_dtype = _dtype(fn, "q_data_type", data_type if data_type is not None else
-                         q_data_type)
-        kv_dtype = _dtype(fn, "kv_data_type", kv_data_type) if kv_data_type is not None \
-            else q_dtype
         split_mode, split_tokens = "auto", 0
         if fixed_split_size is not None and fixed_split_size > 0:
             split_mode, split_tokens = "fixed", int(fixed_split_size)
         elif disable_split_kv:
             # One split per request: a fixed split as long as the longest request.
             split_mode, split_tokens = "fixed", self._page_table.shape[1] * page_size
-        self._planned = dict(
-            num_qo_heads=num_qo_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
-            page_size=page_size, window=0 if window_left < 0 else window_left + 1,
+        self._planned = _Planned(
+            num_qo_heads=int(num_qo_heads), num_kv_heads=int(num_kv_heads),
+            head_dim=int(head_dim), page_size=int(page_size),
+            window=0 if window_left < 0 else window_left + 1,
             softcap=float(logits_soft_cap or 0.0), sm_scale=sm_scale, q_dtype=q_dtype,
-            kv_dtype=kv_dtype, split_mode=split_mode, split_tokens=split_tokens)
+            kv_dtype=kv_dtype, split_mode=split_mode, split_tokens=split_tokens,
+            batch=int(self._seq_lens.shape[0]))
+        self._plan_version += 1  # run() makes its deca plans for this plan() anew
 
     def _store(self, fn, table, lens, page_size):
         batch, pages = table.shape
@@ -134,8 +156,10 @@ class BatchDecodeWithPagedKVCacheWrapper:
         """q [batch, num_qo_heads, head_dim]; paged_kv_cache: one tensor [max_pages, 2,
         page_size, num_kv_heads, head_dim] (NHD) / [max_pages, 2, num_kv_heads, page_size,
         head_dim] (HND), or a (k_cache, v_cache) pair of [max_pages, page_size, num_kv_heads,
-        head_dim] (NHD) tensors. Returns out [batch, num_qo_heads, head_dim], or (out, lse
-        [batch, num_qo_heads] fp32, base-2 log) with return_lse or lse given."""
+        head_dim] (NHD) / [max_pages, num_kv_heads, page_size, head_dim] (HND) tensors. Each is
+        checked against what plan() promised (dtypes, heads, head_dim, page size, layout).
+        Returns out [batch, num_qo_heads, head_dim], or (out, lse [batch, num_qo_heads] fp32,
+        base-2 log) with return_lse or lse given."""
         fn = "BatchDecodeWithPagedKVCacheWrapper.run"
         p = self._planned
         if p is None:
@@ -144,34 +168,116 @@ class BatchDecodeWithPagedKVCacheWrapper:
             raise Error(f"{fn}: args: expected no extra positional arguments (deca takes "
                         f"k_scale / v_scale by keyword), got {len(args)}")
         if window_left is not None and (0 if window_left < 0 else window_left + 1) != \
-                p["window"]:
-            raise Error(f"{fn}: window_left: expected the planned {p['window'] - 1} (or "
+                p.window:
+            raise Error(f"{fn}: window_left: expected the planned {p.window - 1} (or "
                         f"None), got {window_left!r}")
         k_cache, v_cache = _split_cache(fn, paged_kv_cache, self._layout)
-        batch, heads, dim = _common.rank(fn, "q", q, 3, "[batch, num_qo_heads, head_dim]")
-        if batch != self._seq_lens.shape[0]:
-            raise Error(f"{fn}: q: expected batch {self._seq_lens.shape[0]} (the planned "
-                        f"indptr), got {batch}")
+        p.check_run(fn, self._layout, q, k_cache, v_cache,
+                    isinstance(paged_kv_cache, (tuple, list)))
+        batch, heads, dim = p.batch, p.num_qo_heads, p.head_dim
         want_lse = return_lse or lse is not None
         if out is None:
             out = _common.alloc(q, (batch, heads, dim), "same", f"{fn}: out")
         if want_lse and lse is None:
             lse = _common.alloc(q, (batch, heads), "fp32", f"{fn}: lse")
-        softmax_scale = (p["sm_scale"] or 1.0 / math.sqrt(dim)) * \
+        elif want_lse:
+            _common.expect_dtype(fn, "lse", lse, ("fp32",))
+        softmax_scale = (p.sm_scale or 1.0 / math.sqrt(dim)) * \
             _common.scale_float(fn, "q_scale", q_scale)
-        _common.gqa(q[:, None], k_cache, v_cache, self._page_table, self._seq_lens,
-                    out[:, None], lse[:, None] if want_lse else None, fn=fn,
-                    layout=self._layout, max_seq_len=self._page_table.shape[1] * p["page_size"],
-                    k_scale=_common.scale_float(fn, "k_scale", k_scale),
-                    v_scale=_common.scale_float(fn, "v_scale", v_scale),
-                    softmax_scale=softmax_scale, softcap=p["softcap"], window=p["window"],
-                    sinks=sinks, split_mode=p["split_mode"], split_tokens=p["split_tokens"])
+        ks = _common.scale_float(fn, "k_scale", k_scale)
+        vs = _common.scale_float(fn, "v_scale", v_scale)
+        q4, out4, lse4 = q[:, None], out[:, None], lse[:, None] if want_lse else None
+        ops = _common.torch_ops(q)
+        if ops is not None:
+            ops.gqa_decode(q4, k_cache, v_cache, self._page_table, self._seq_lens, out4, lse4,
+                           sinks, None, None, self._layout, self._capacity(), "",
+                           ks, vs, softmax_scale, p.softcap, p.window, 1.0, p.split_mode,
+                           p.split_tokens)
+        else:
+            plan, ws = self._plan_for(q4, k_cache, out4, want_lse, sinks is not None)
+            try:
+                plan.run(q4, k_cache, v_cache, self._page_table, self._seq_lens, out4,
+                         workspace=ws, lse=lse4, sinks=sinks, k_scale=ks, v_scale=vs,
+                         softmax_scale=softmax_scale)
+            except Error as e:
+                raise _common.translate(e, fn, "gqa_decode", _NAMES) from None
         if not want_lse:
             return out
         lse *= _common.LOG2_E  # deca's natural log -> FlashInfer's base 2
         return out, lse
 
+    def _capacity(self):
+        return self._page_table.shape[1] * self._planned.page_size
+
+    def _plan_for(self, q4, k_cache, out4, want_lse, sinks):
+        """The deca plan (and workspace) of this FlashInfer plan for runs with / without LSE
+        and sinks, made at the first such run."""
+        key = (want_lse, sinks, self._plan_version)
+        hit = self._plans.get(key)
+        if hit is None:
+            if any(k[2] != self._plan_version for k in self._plans):
+                self._plans.clear()  # made for an earlier plan()
+            p = self._planned
+            hit = _cached_ops.gqa_plan(q4, k_cache, self._page_table, out4,
+                                       fn="BatchDecodeWithPagedKVCacheWrapper.run",
+                                       layout=self._layout, max_seq_len=self._capacity(),
+                                       lse=want_lse, sinks=sinks, window=p.window,
+                                       softcap=p.softcap, split_mode=p.split_mode,
+                                       split_tokens=p.split_tokens)
+            self._plans[key] = hit
+        return hit
+
     forward = run
+
+
+class _Planned:
+    """What plan() promised (heads, head_dim, page size, dtypes, batch, window, splits), which
+    run() checks its arguments against."""
+
+    def __init__(self, **fields):
+        self.__dict__.update(fields)
+
+    def check_run(self, fn, layout, q, k_cache, v_cache, pair):
+        b, h, d = _common.rank(fn, "q", q, 3, "[batch, num_qo_heads, head_dim]")
+        for dim, (got, want, what) in enumerate(((b, self.batch, "the batch plan()'s indptr "
+                                                  "holds"),
+                                                 (h, self.num_qo_heads, "plan()'s num_qo_heads"),
+                                                 (d, self.head_dim, "plan()'s head_dim"))):
+            if got != want:
+                name = ("batch", "num_qo_heads", "head_dim")[dim]
+                raise Error(f"{fn}: q: dim {dim} ({name}): expected {want} ({what}), got {got}")
+        got = _common.dtype_of(q)
+        if got != self.q_dtype:
+            raise Error(f"{fn}: q: expected {_common.spell(q, self.q_dtype)} (plan()'s "
+                        f"q_data_type), got {_common.spell(q, got)} (plan() with "
+                        f"q_data_type={_common.spell(q, got)} for such a q)")
+        names = ("paged_kv_cache[0]", "paged_kv_cache[1]") if pair else \
+            ("paged_kv_cache[:, 0]", "paged_kv_cache[:, 1]")
+        for name, cache in zip(names, (k_cache, v_cache)):
+            self._check_cache(fn, name, layout, cache)
+
+    def _check_cache(self, fn, name, layout, cache):
+        dims = ("[max_pages, page_size, num_kv_heads, head_dim]" if layout == "NHD" else
+                "[max_pages, num_kv_heads, page_size, head_dim]")
+        shape = _common.rank(fn, name, cache, 4, f"{dims} ({layout})")
+        page, heads = (shape[1], shape[2]) if layout == "NHD" else (shape[2], shape[1])
+        if shape[3] != self.head_dim:
+            raise Error(f"{fn}: {name}: dim 3 (head_dim): expected {self.head_dim} (plan()'s "
+                        f"head_dim), got {shape[3]}")
+        if (page, heads) != (self.page_size, self.num_kv_heads):
+            other = "HND" if layout == "NHD" else "NHD"
+            hint = ""
+            if (heads, page) == (self.page_size, self.num_kv_heads):
+                hint = (f"; the cache looks {other}: construct the wrapper with "
+                        f"kv_layout=\"{other}\"")
+            raise Error(f"{fn}: {name}: expected {dims} ({layout}) with page_size "
+                        f"{self.page_size} and num_kv_heads {self.num_kv_heads} (plan()'s), got "
+                        f"{list(shape)}{hint}")
+        got = _common.dtype_of(cache)
+        if got != self.kv_dtype and not (got == "uint8" and self.kv_dtype == "fp8_e4m3"):
+            raise Error(f"{fn}: {name}: expected {_common.spell(cache, self.kv_dtype)} (plan()'s "
+                        f"kv_data_type, q_data_type when not given), got "
+                        f"{_common.spell(cache, got)}")
 
 
 def csr_to_page_table(indptr, indices, last_page_len, page_size, fn="csr_to_page_table"):
@@ -218,16 +324,6 @@ def _split_cache(fn, cache, layout):
                     f"{list(shape)}")
     # Two strided views of one allocation: deca reads any page stride.
     return cache[:, 0], cache[:, 1]
-
-
-def _dtype(fn, name, value):
-    text = str(value).replace("torch.", "").replace("<class 'numpy.", "").rstrip("'>")
-    if text in ("bf16", "fp16", "fp8_e4m3", "int8"):
-        return text
-    if text in _DTYPE_NAMES:
-        return _DTYPE_NAMES[text]
-    raise Error(f"{fn}: {name}: expected torch.float16, torch.bfloat16, "
-                f"torch.float8_e4m3fn, torch.int8 (or their names), got {value!r}")
 
 
 def _host(x):

@@ -19,6 +19,18 @@ namespace {
 
 constexpr int kCases = 500;
 
+// The tensor of `tensors` a view points into, as the mirrors find it (-1: none).
+int holder_of(const std::vector<HostTensor*>& tensors, const TensorView& v) {
+  const char* p = static_cast<const char*>(v.data);
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const char* base = static_cast<const char*>(tensors[i]->raw());
+    if (p >= base && p < base + std::max<std::size_t>(tensors[i]->bytes(), 1)) {
+      return static_cast<int>(i);
+    }
+  }
+  return -1;
+}
+
 // The GPU runner's way of running a case (tests/gpu/diff_mirror.hpp) with host memory: every
 // tensor copied, views moved to the copy at their offset. Runs there must write what runs on the
 // case's own tensors write, which holds only if tensors() names every buffer a view points into
@@ -31,17 +43,15 @@ class HostMirror {
   Side side() {
     Side s;
     s.move = [this](const TensorView& v) {
-      const char* p = static_cast<const char*>(v.data);
-      for (std::size_t i = 0; i < host_.size(); ++i) {
-        const char* base = static_cast<const char*>(host_[i]->raw());
-        if (p >= base && p < base + std::max<std::size_t>(host_[i]->bytes(), 1)) {
-          TensorView m = v;
-          m.data = static_cast<char*>(copies_[i].raw()) + (p - base);
-          return m;
-        }
+      const int i = holder_of(host_, v);
+      if (i < 0) {
+        ADD_FAILURE() << "a view points into no tensor of its case";
+        return v;
       }
-      ADD_FAILURE() << "a view points into no tensor of its case";
-      return v;
+      TensorView m = v;
+      m.data = static_cast<char*>(copies_[i].raw()) +
+               (static_cast<const char*>(v.data) - static_cast<const char*>(host_[i]->raw()));
+      return m;
     };
     return s;
   }
@@ -71,10 +81,22 @@ TEST(DifferentialDraw, CpuReferenceRunsEveryDrawnCase) {
     const std::unique_ptr<DiffCase> c = build_case(d);
     const std::vector<Output> outs = c->outputs();
     poison(outs);
+    // Every case, not only the mirrored fifth: each view lies in a tensor of the case, or the GPU
+    // mirror leaves it on the host and the GPU refuses the call (a pool of no pages once put V
+    // past the end of K's shared allocation).
+    Side own;
+    own.move = [&, tensors = c->tensors()](const TensorView& v) {
+      if (holder_of(tensors, v) < 0 && failures++ < 10) {
+        ADD_FAILURE() << "case " << d.index << ": a view points into no tensor of its case\n  "
+                      << c->describe();
+      }
+      return v;
+    };
     try {
-      EXPECT_EQ(c->run(Side{}, 0), "") << "the CPU backend names no kernel";
+      EXPECT_EQ(c->run(own, 0), "") << "the CPU backend names no kernel";
     } catch (const Error& e) {
-      if (failures++ < 10) ADD_FAILURE() << "case " << d.index << " refused: " << e.what() << "\n  " << c->describe();
+      if (failures++ < 10)
+        ADD_FAILURE() << "case " << d.index << " refused: " << e.what() << "\n  " << c->describe();
       continue;
     }
     // The reference against itself: the poison left inside a view (an element not written) or
@@ -92,8 +114,8 @@ TEST(DifferentialDraw, CpuReferenceRunsEveryDrawnCase) {
     for (std::size_t k = 0; k < outs.size(); ++k) {
       const HostTensor& mirrored = mirror.copy_of(outs[k].storage);
       if (std::memcmp(mirrored.raw(), got[k].raw(), got[k].bytes()) != 0 && failures++ < 10) {
-        ADD_FAILURE() << "case " << d.index << ": " << outs[k].name << " differs when run on copies\n  "
-                      << c->describe();
+        ADD_FAILURE() << "case " << d.index << ": " << outs[k].name
+                      << " differs when run on copies\n  " << c->describe();
       }
     }
   }
@@ -115,6 +137,9 @@ TEST(DifferentialDraw, DrawsCoverEveryFeature) {
   const auto mla = [](std::function<bool(const MlaSparseDraw&)> p) -> Pred {
     return [p](const CaseDraw& c) { return c.family == Family::kMlaSparse && p(c.mla_sparse); };
   };
+  const auto dense = [](std::function<bool(const MlaDenseDraw&)> p) -> Pred {
+    return [p](const CaseDraw& c) { return c.family == Family::kMlaDense && p(c.mla_dense); };
+  };
   const auto comb = [](std::function<bool(const CombineDraw&)> p) -> Pred {
     return [p](const CaseDraw& c) { return c.family == Family::kCombine && p(c.combine); };
   };
@@ -132,57 +157,152 @@ TEST(DifferentialDraw, DrawsCoverEveryFeature) {
       {"gqa per-head scales", gqa([](const GqaDraw& d) { return d.spec.per_head_scales; })},
       {"gqa HND", gqa([](const GqaDraw& d) { return d.spec.layout == KvLayout::kHND; })},
       {"gqa NHD", gqa([](const GqaDraw& d) { return d.spec.layout == KvLayout::kNHD; })},
-      {"gqa K and V in one allocation", gqa([](const GqaDraw& d) { return d.spec.kv_one_allocation; })},
+      {"gqa K and V in one allocation",
+       gqa([](const GqaDraw& d) { return d.spec.kv_one_allocation; })},
       {"gqa strided q", gqa([](const GqaDraw& d) { return d.q_pad > 0; })},
       {"gqa strided out", gqa([](const GqaDraw& d) { return d.out_pad > 0; })},
       {"gqa narrower page-table view", gqa([](const GqaDraw& d) { return d.table_columns < 0; })},
       {"gqa empty request", gqa([](const GqaDraw& d) {
-         for (int l : d.spec.seq_lens) if (l == 0) return true;
-         return false;
+         return std::count(d.spec.seq_lens.begin(), d.spec.seq_lens.end(), 0) > 0;
        })},
-      {"gqa q_len 4 tree", gqa([](const GqaDraw& d) { return d.spec.q_len == 4 && d.spec.tree_mask; })},
-      {"gqa q_len 2 causal", gqa([](const GqaDraw& d) { return d.spec.q_len == 2 && !d.spec.tree_mask; })},
+      {"gqa q_len 4", gqa([](const GqaDraw& d) { return d.spec.q_len == 4; })},
+      {"gqa tree over drafts",
+       gqa([](const GqaDraw& d) { return d.spec.q_len > 1 && d.spec.tree_mask; })},
+      {"gqa causal over drafts",
+       gqa([](const GqaDraw& d) { return d.spec.q_len > 1 && !d.spec.tree_mask; })},
       {"gqa window", gqa([](const GqaDraw& d) { return d.spec.window > 0; })},
       {"gqa softcap", gqa([](const GqaDraw& d) { return d.spec.softcap > 0; })},
       {"gqa sinks", gqa([](const GqaDraw& d) { return d.spec.sinks; })},
       {"gqa no lse", gqa([](const GqaDraw& d) { return !d.spec.lse; })},
       {"gqa beams", gqa([](const GqaDraw& d) { return d.config.beam_width > 1; })},
-      {"gqa fixed split", gqa([](const GqaDraw& d) { return d.config.split_mode == SplitMode::kFixed; })},
+      {"gqa fixed split",
+       gqa([](const GqaDraw& d) { return d.config.split_mode == SplitMode::kFixed; })},
       {"gqa checked", gqa([](const GqaDraw& d) { return d.config.checked; })},
-      {"gqa max_batch above batch", gqa([](const GqaDraw& d) { return d.config.max_batch > d.spec.batch; })},
-      {"gqa odd q heads", gqa([](const GqaDraw& d) { return d.spec.num_q_heads % 2 == 1 && d.spec.num_q_heads > 1; })},
-      {"gqa group 16", gqa([](const GqaDraw& d) { return d.spec.num_q_heads / d.spec.num_kv_heads == 16; })},
+      {"gqa max_batch above batch",
+       gqa([](const GqaDraw& d) { return d.config.max_batch > d.spec.batch; })},
+      {"gqa odd q heads",
+       gqa([](const GqaDraw& d) { return d.spec.num_q_heads % 2 == 1 && d.spec.num_q_heads > 1; })},
+      {"gqa group 16",
+       gqa([](const GqaDraw& d) { return d.spec.num_q_heads / d.spec.num_kv_heads == 16; })},
       {"gqa head_dim 256", gqa([](const GqaDraw& d) { return d.spec.head_dim == 256; })},
       {"gqa page 1", gqa([](const GqaDraw& d) { return d.spec.page_size == 1; })},
       {"gqa second run", gqa([](const GqaDraw& d) { return d.passes == 2; })},
       {"mla odd heads", mla([](const MlaSparseDraw& d) { return d.spec.num_heads % 2 == 1; })},
       {"mla heads > 64", mla([](const MlaSparseDraw& d) { return d.spec.num_heads > 64; })},
       {"mla q_len 3", mla([](const MlaSparseDraw& d) { return d.spec.q_len == 3; })},
-      {"mla topk not a multiple of 64", mla([](const MlaSparseDraw& d) { return d.spec.topk % 64 != 0; })},
+      {"mla topk not a multiple of 64",
+       mla([](const MlaSparseDraw& d) { return d.spec.topk % 64 != 0; })},
       {"mla topk_length with an empty request", mla([](const MlaSparseDraw& d) {
          return d.spec.topk_length && d.edges.empty_request && d.spec.batch > 1;
        })},
       {"mla sinks", mla([](const MlaSparseDraw& d) { return d.spec.attn_sink; })},
-      {"mla rows of -1", mla([](const MlaSparseDraw& d) { return d.edges.rows_of_skips && d.spec.batch > 1; })},
+      {"mla rows of -1",
+       mla([](const MlaSparseDraw& d) { return d.edges.rows_of_skips && d.spec.batch > 1; })},
       {"mla duplicates", mla([](const MlaSparseDraw& d) { return d.spec.duplicates > 0; })},
       {"mla strided cache", mla([](const MlaSparseDraw& d) { return d.slot_pad > 0; })},
       {"mla strided indices", mla([](const MlaSparseDraw& d) { return d.index_pad > 0; })},
-      {"mla strided q and out", mla([](const MlaSparseDraw& d) { return d.q_pad > 0 && d.out_pad > 0; })},
+      {"mla strided q and out",
+       mla([](const MlaSparseDraw& d) { return d.q_pad > 0 && d.out_pad > 0; })},
       {"mla reused schedule", mla([](const MlaSparseDraw& d) { return d.passes == 2; })},
       {"mla checked", mla([](const MlaSparseDraw& d) { return d.config.checked; })},
       {"mla unchecked", mla([](const MlaSparseDraw& d) { return !d.config.checked; })},
+      {"mla dense bf16",
+       dense([](const MlaDenseDraw& d) { return d.spec.kv_format == kMlaKvBF16; })},
+      {"mla dense fp8 e4m3 at a scale not a power of two", dense([](const MlaDenseDraw& d) {
+         return d.spec.kv_format == kMlaKvFP8E4M3 && d.spec.kv_scale > 0;
+       })},
+      {"mla dense 656-byte tokens",
+       dense([](const MlaDenseDraw& d) { return d.spec.kv_format == kMlaKvFP8Sparse; })},
+      {"mla dense checked", dense([](const MlaDenseDraw& d) { return d.config.checked; })},
+      {"mla dense unchecked", dense([](const MlaDenseDraw& d) { return !d.config.checked; })},
+      {"mla dense q_len 4", dense([](const MlaDenseDraw& d) { return d.spec.q_len == 4; })},
+      {"mla dense odd heads > 64",
+       dense([](const MlaDenseDraw& d) { return d.spec.num_heads > 64 && d.spec.num_heads % 2; })},
+      {"mla dense empty request", dense([](const MlaDenseDraw& d) {
+         return std::count(d.spec.seq_lens.begin(), d.spec.seq_lens.end(), 0) > 0;
+       })},
+      {"mla dense strided cache", dense([](const MlaDenseDraw& d) { return d.slot_pad > 0; })},
+      {"mla dense narrower block table",
+       dense([](const MlaDenseDraw& d) { return d.drop_column > 0; })},
+      {"mla dense reused schedule", dense([](const MlaDenseDraw& d) { return d.passes == 2; })},
       {"combine bf16 out", comb([](const CombineDraw& d) { return d.out_dtype == DType::kBF16; })},
       {"combine fp16 out", comb([](const CombineDraw& d) { return d.out_dtype == DType::kFP16; })},
       {"combine fp32 out", comb([](const CombineDraw& d) { return d.out_dtype == DType::kFP32; })},
       {"combine sink", comb([](const CombineDraw& d) { return d.sink; })},
       {"combine a row without keys", comb([](const CombineDraw& d) { return d.dead_row; })},
-      {"combine strided", comb([](const CombineDraw& d) { return d.po_pad > 0 && d.out_pad > 0; })},
+      {"combine strided partial_out", comb([](const CombineDraw& d) { return d.po_pad > 0; })},
+      {"combine strided partial_lse", comb([](const CombineDraw& d) { return d.pl_pad > 0; })},
+      {"combine strided out", comb([](const CombineDraw& d) { return d.out_pad > 0; })},
   };
   for (const auto& [name, has] : features) {
     int n = 0;
     for (const CaseDraw& d : draws) n += has(d);
     EXPECT_GT(n, 0) << "no draw has: " << name;
   }
+}
+
+// The comparison sees each way a GPU run can go wrong: an element left unwritten (NaN), a byte
+// written beside a strided view, a wrong row, a row of a request without keys not zero, an LSE
+// finite where the reference has -inf.
+TEST(DifferentialDraw, CompareFindsEachKindOfMismatch) {
+  DECA_SEED_TRACE();
+  const std::vector<CaseDraw> draws = draw_cases(kCases, test_seed());
+  const CaseDraw* pick = nullptr;
+  for (const CaseDraw& d : draws) {
+    const std::vector<int>& lens = d.gqa.spec.seq_lens;
+    const auto empty = std::count(lens.begin(), lens.end(), 0);
+    if (d.family == Family::kGqa && d.gqa.out_pad > 0 && d.gqa.spec.lse && empty > 0 &&
+        empty < static_cast<long>(lens.size()) && d.gqa.spec.out_dtype != DType::kFP8E4M3) {
+      pick = &d;
+      break;
+    }
+  }
+  ASSERT_NE(pick, nullptr) << "no GQA draw with a strided out, LSE, an empty request and another";
+  const std::unique_ptr<DiffCase> c = build_case(*pick);
+  const std::vector<Output> outs = c->outputs();
+  poison(outs);
+  c->run(Side{}, 0);
+  const std::vector<HostTensor> ref = snapshot(outs);
+  ASSERT_EQ(outs.size(), 2u);
+  const Output& out = outs[0];
+  // Rows (a head's output) of the first empty request and of the first other one.
+  const GqaCaseSpec& s = pick->gqa.spec;
+  const auto first = [&](bool is_empty) {
+    const auto at = std::find_if(s.seq_lens.begin(), s.seq_lens.end(),
+                                 [&](int len) { return (len == 0) == is_empty; });
+    return static_cast<std::int64_t>(at - s.seq_lens.begin()) * s.q_len * s.num_q_heads;
+  };
+  const std::int64_t row_of_empty = first(true), other = first(false);
+  const auto check = [&](const char* what,
+                         const std::function<void(std::vector<HostTensor>&)>& spoil,
+                         const std::function<bool(const Mismatch&)>& seen) {
+    std::vector<HostTensor> got = ref;
+    spoil(got);
+    Mismatch m;
+    for (std::size_t k = 0; k < outs.size(); ++k) compare_output(outs[k], ref[k], got[k], m);
+    EXPECT_TRUE(seen(m)) << what << ": " << m.text();
+    EXPECT_FALSE(m.within(c->tolerance(""))) << what;
+  };
+  const std::int64_t dim = out.view.shape[3], stride = out.view.stride[2];
+  check(
+      "an unwritten element", [&](auto& g) { g[0].fill_bytes(0xFF); },
+      [](const Mismatch& m) { return m.nan > 0; });
+  check(
+      "a byte past a row", [&](auto& g) { g[0].set(dim, 0.f); },
+      [](const Mismatch& m) { return m.gap_writes > 0; });
+  check(
+      "a wrong row",
+      [&](auto& g) {
+        for (std::int64_t e = 0; e < dim; ++e)
+          g[0].set(other * stride + e, 1 - g[0].get(other * stride + e));
+      },
+      [](const Mismatch& m) { return m.out_rel > 0 && m.row_rel > 1; });
+  check(
+      "a row without keys not zero", [&](auto& g) { g[0].set(row_of_empty * stride, 1.f); },
+      [](const Mismatch& m) { return m.zero_rows > 0; });
+  check(
+      "a finite LSE for a row without keys", [&](auto& g) { g[1].set(row_of_empty, 0.f); },
+      [](const Mismatch& m) { return m.inf_mismatch > 0; });
 }
 
 // A case is its seed: building it twice gives the same bytes, and a shorter run of the same seed
@@ -197,10 +317,12 @@ TEST(DifferentialDraw, CaseRebuildsFromItsSeed) {
     ASSERT_EQ(ta.size(), tb.size());
     for (std::size_t i = 0; i < ta.size(); ++i) {
       ASSERT_EQ(ta[i]->bytes(), tb[i]->bytes());
-      EXPECT_EQ(std::memcmp(ta[i]->raw(), tb[i]->raw(), ta[i]->bytes()), 0) << "tensor " << i << " of case " << d.index;
+      EXPECT_EQ(std::memcmp(ta[i]->raw(), tb[i]->raw(), ta[i]->bytes()), 0)
+          << "tensor " << i << " of case " << d.index;
     }
   }
-  EXPECT_EQ(build_case(draw_cases(40, test_seed())[17])->describe(), build_case(draws[17])->describe());
+  EXPECT_EQ(build_case(draw_cases(40, test_seed())[17])->describe(),
+            build_case(draws[17])->describe());
 }
 
 }  // namespace
