@@ -11,6 +11,12 @@ enum MlaKvFormat : int {
   kMlaKvBF16 = 0,       // 576 bf16 (1152 bytes)
   kMlaKvFP8E4M3 = 1,    // 576 e4m3 (576 bytes), real = stored * kv_scale (one scale per cache)
   kMlaKvFP8Sparse = 2,  // 656 bytes: 512 e4m3, 4 fp32 scales (one per 128 values), 64 bf16 RoPE
+  // DeepSeek V4 (MODEL1), sparse only, d_qk 512 = d_v (448 NoPE + 64 RoPE; V is the whole row).
+  // 584 bytes a token, laid out per page: every token's 576-byte row (448 e4m3, then 64 bf16
+  // RoPE values) at slot * 576, then at page_size * 576 + slot * 8 its 7 ue8m0 scales (one per
+  // 64 NoPE values, real = stored * 2^(byte - 127)) and a pad byte; the page padded to a
+  // multiple of 576 bytes (kv_stride_block). The tensor is [blocks, page_size, 1, 584] over it.
+  kMlaKvModel1 = 3,
 };
 
 struct MlaDenseParams {
@@ -77,6 +83,22 @@ struct MlaSparseParams {
   long long lse_stride_head;
 
   float softmax_scale;
+
+  // The cache's token format: kMlaKvModel1 (d_qk 512: q [.., 512], V the whole 512-dim row), or
+  // any other value (zero-initialised params included) for the 656-byte token (d_qk 576: q
+  // [.., 576], V the first 512 dims). Dense runs keep their format in DenseSource.
+  int kv_format;
+  // MODEL1's second cache (extra_topk > 0; null / 0 otherwise): its selected tokens join the same
+  // softmax as the first cache's (one LSE); -1 skips, only the first extra_topk_length[b] count.
+  int extra_page_size;
+  int extra_num_blocks;
+  int extra_topk;
+  const unsigned char* extra_kv;  // [extra_num_blocks, extra_page_size, 1, 584] bytes
+  long long extra_kv_stride_block;  // bytes
+  const int* extra_indices;       // [batch, q_len, extra_topk]; id = block * extra_page_size + slot
+  long long extra_indices_stride_batch;
+  long long extra_indices_stride_token;
+  const int* extra_topk_length;   // [batch], may be null
 };
 
 struct CombineParams {
