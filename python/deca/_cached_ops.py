@@ -42,11 +42,11 @@ def gqa(q, k_cache, v_cache, page_table, seq_lens, out, lse=None, *, fn="gqa_dec
 
 def gqa_plan(q, k_cache, page_table, out, *, fn, layout="NHD", max_seq_len=0, kv_dtype=None,
              lse=False, sinks=False, per_head=False, window=0, softcap=0.0, split_mode="auto",
-             split_tokens=0):
+             split_tokens=0, tree_mask=False):
     """(GqaPlan, workspace) of a GQA call: looked up by the tensors' metadata and the options,
     derived from the tensors' shapes and dtypes at the first call."""
     options = (layout, max_seq_len, kv_dtype, lse, sinks, per_head, window, softcap, split_mode,
-               split_tokens)
+               split_tokens, tree_mask)
     mq = arg_meta(q)
     key = None
     if mq is not None:
@@ -62,7 +62,7 @@ def gqa_plan(q, k_cache, page_table, out, *, fn, layout="NHD", max_seq_len=0, kv
 
 
 def _gqa_plan(q, k_cache, page_table, out, fn, layout, max_seq_len, kv_dtype, lse, sinks,
-              per_head_kv_scale, window, softcap, split_mode, split_tokens):
+              per_head_kv_scale, window, softcap, split_mode, split_tokens, tree_mask):
     q_shape, q_dtype, device = _meta(q, f"{fn}: q")
     k_shape, k_dtype, _ = _meta(k_cache, f"{fn}: k_cache", kv_dtype or None)
     _, out_dtype, _ = _meta(out, f"{fn}: out")
@@ -78,7 +78,7 @@ def _gqa_plan(q, k_cache, page_table, out, fn, layout, max_seq_len, kv_dtype, ls
     values = dict(num_q_heads=hq, num_kv_heads=hkv, head_dim=d, page_size=page_size,
                   max_seq_len=max(int(max_seq_len), 1), layout=layout, q_dtype=q_dtype,
                   kv_dtype=k_dtype, out_dtype=out_dtype, max_batch=max(batch, 1),
-                  max_q_len=q_len, tree_mask=False, sinks=sinks, lse=lse,
+                  max_q_len=q_len, tree_mask=bool(tree_mask), sinks=sinks, lse=lse,
                   per_head_kv_scale=per_head_kv_scale, window=int(window),
                   softcap=float(softcap), beam_width=1, split_mode=split_mode,
                   split_tokens=int(split_tokens), checked=_C.checked_by_default(),

@@ -77,13 +77,62 @@ def test_flash_attn_contiguous_cache_and_int_seqlens(rng):
     (dict(cache_batch_idx=np.zeros(2, np.int32)), "cache_batch_idx"),
     (dict(cache_leftpad=np.zeros(2, np.int32)), "cache_leftpad"),
     (dict(attention_chunk=64), "attention_chunk"),
-    (dict(window_size=(-1, -1), causal=False), "causal"),
+    (dict(window_size=(-1, -2), causal=False), "window_size"),
 ])
 def test_flash_attn_refuses_by_name(rng, kwargs, name):
     case = PagedCase(rng, seq_lens=[9, 4], q_len=2, hq=4, hkv=2, d=32, page=8)
     with pytest.raises(deca.Error, match=rf"flash_attn_with_kvcache: {name}:"):
         compat.flash_attn_with_kvcache(case.q, case.k, case.v, cache_seqlens=case.seq_lens,
                                        block_table=case.page_table, **kwargs)
+
+
+def _flash_attn_visible(q_len, seqlen_k, left, right):
+    """FlashAttention's rule, written from its docstring: query i sees key j iff
+    p - left <= j <= p + right, p = i + seqlen_k - seqlen_q, -1 = unbounded."""
+    vis = np.zeros((q_len, seqlen_k), bool)
+    for i in range(q_len):
+        p = i + seqlen_k - q_len
+        for j in range(seqlen_k):
+            vis[i, j] = (left < 0 or j >= p - left) and (right < 0 or j <= p + right)
+    return vis
+
+
+@pytest.mark.parametrize("q_len,window_size", [
+    (2, (-1, -1)), (5, (-1, -1)), (4, (-1, 1)), (3, (6, -1)), (33, (-1, 2)),
+])
+def test_flash_attn_non_causal_multi_token(rng, q_len, window_size):
+    """causal=False with seqlen_q > 1: queries see keys past their own position (deca's tree
+    mask underneath), checked against FlashAttention's rule in float64."""
+    lens = [40, q_len, 17 + q_len]
+    case = PagedCase(rng, seq_lens=lens, q_len=q_len, hq=4, hkv=2, d=32, page=8)
+    out, lse = compat.flash_attn_with_kvcache(case.q, case.k, case.v,
+                                              cache_seqlens=case.seq_lens,
+                                              block_table=case.page_table, causal=False,
+                                              window_size=window_size, return_softmax_lse=True)
+    q = case.q.astype(np.float64)
+    scale = 1.0 / math.sqrt(32)
+    for b, n in enumerate(lens):
+        rows = case.page_table[b]
+        k = np.stack([case.k[rows[t // 8], t % 8] for t in range(n)]).astype(np.float64)
+        v = np.stack([case.v[rows[t // 8], t % 8] for t in range(n)]).astype(np.float64)
+        vis = _flash_attn_visible(q_len, n, *window_size)
+        for h in range(4):
+            logits = scale * q[b, :, h] @ k[:, h // 2].T
+            logits[~vis] = -np.inf
+            m = logits.max(-1, keepdims=True)
+            w = np.exp(logits - m)
+            want = (w @ v[:, h // 2]) / w.sum(-1, keepdims=True)
+            close(out[b, :, h], want, "bf16")
+            np.testing.assert_allclose(lse[b, h], (m[:, 0] + np.log(w.sum(-1))), rtol=1e-5)
+
+
+def test_flash_attn_non_causal_refuses_short_requests(rng):
+    case = PagedCase(rng, seq_lens=[9, 4], q_len=4, hq=4, hkv=2, d=32, page=8)
+    case.seq_lens = np.array([9, 3], np.int32)
+    with pytest.raises(deca.Error, match=r"flash_attn_with_kvcache: cache_seqlens: expected at "
+                                         r"least seqlen_q \(4\).*got 3 at \[1\]"):
+        compat.flash_attn_with_kvcache(case.q, case.k, case.v, cache_seqlens=case.seq_lens,
+                                       block_table=case.page_table, causal=False)
 
 
 # --- FlashInfer ----------------------------------------------------------------------------
