@@ -241,6 +241,30 @@ def test_flash_mla_dense_matches_mla_decode_dense(rng):
     _eq(lse, want_lse.swapaxes(1, 2))
 
 
+@pytest.mark.parametrize("s_q,heads,strided", [(2, 16, False), (3, 48, False),
+                                                 (2, 100, False), (4, 8, True)])
+def test_flash_mla_dense_non_causal(rng, s_q, heads, strided):
+    """causal=False with s_q > 1: every query token sees every key of its request (FlashMLA's
+    reference), in float64 from the bf16 inputs. 2 x 100 heads exceed deca's 128 heads a call
+    (token by token), a strided q cannot fold its tokens into heads (token by token too)."""
+    lens = [70, s_q, 129]
+    q, kv, table, lens = _dense_case(rng, lens, s_q, heads, 64)
+    if strided:
+        wide = np.zeros(q.shape[:3] + (640,), q.dtype)
+        wide[..., :576] = q
+        q = wide[..., :576]
+    out, lse = compat.flash_mla_with_kvcache(q, kv, table, lens, 512, None, None, causal=False)
+    scale = 1.0 / math.sqrt(576)
+    for b, n in enumerate(lens):
+        rows = np.stack([kv[table[b, t // 64], t % 64, 0] for t in range(n)]).astype(np.float64)
+        logits = scale * q[b].astype(np.float64) @ rows.T  # [s_q, heads, n]
+        m = logits.max(-1, keepdims=True)
+        w = np.exp(logits - m)
+        want = (w @ rows[:, :512]) / w.sum(-1, keepdims=True)
+        close(out[b], want, "bf16")
+        np.testing.assert_allclose(lse[b], (m[..., 0] + np.log(w.sum(-1))).T, rtol=1e-5)
+
+
 def test_flash_mla_dense_fp8_cache_and_empty_requests(rng):
     """Dense with is_fp8_kvcache=True reads the 656-byte sparse cache through block_table (what
     deca.mla_decode_dense does with kv_format "fp8_sparse"); an empty request's rows get out 0

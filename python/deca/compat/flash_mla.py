@@ -28,6 +28,7 @@ FN = "flash_mla_with_kvcache"
 DIM_QK = 576
 DIM_V = 512
 FP8_TOKEN_BYTES = 656
+MAX_HEADS = 128  # deca's MLA kernels take 1..128 heads
 # deca's argument names -> FlashMLA's, for messages deca raises past the checks here.
 _NAMES = {"q": "q", "kv_cache": "k_cache", "indices": "indices", "topk_length": "topk_length",
           "attn_sink": "attn_sink", "block_table": "block_table",
@@ -81,8 +82,9 @@ def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v,
     skip; is_fp8_kvcache=True; block_table and cache_seqlens unused): optional topk_length
     [batch] int32 and attn_sink [h_q] fp32. Dense (indices None): the bf16 cache, or with
     is_fp8_kvcache=True the 656-byte FP8 cache read densely, through block_table [batch,
-    max_blocks] and cache_seqlens [batch] (the s_q new tokens included; causal among them); a
-    row without keys gets out 0 and LSE +inf, as FlashMLA's. deca has no second ("extra") cache
+    max_blocks] and cache_seqlens [batch] (the s_q new tokens included; with causal, causal
+    among them, else every query sees every key); a row without keys gets out 0 and LSE +inf,
+    as FlashMLA's. deca has no second ("extra") cache
     yet: extra_* arguments raise
     deca.Error naming them.
     """
@@ -245,9 +247,6 @@ def _dense(q, k_cache, block_table, cache_seqlens, meta, softmax_scale, causal, 
            topk_length, attn_sink):
     batch, s_q, h_q = _check_q(q, meta)
     _common.refuse(FN, topk_length=topk_length, attn_sink=attn_sink)
-    if s_q > 1 and not causal:
-        raise Error(f"{FN}: causal: expected True with s_q {s_q} > 1 (deca's new tokens see "
-                    f"no later one), got False")
     if block_table is None or cache_seqlens is None:
         raise Error(f"{FN}: block_table: expected block_table and cache_seqlens for the "
                     f"dense cache, got None")
@@ -266,20 +265,45 @@ def _dense(q, k_cache, block_table, cache_seqlens, meta, softmax_scale, causal, 
     _common.expect_dtype(FN, "cache_seqlens", cache_seqlens, ("int32",))
     out = _common.alloc(q, (batch, s_q, h_q, DIM_V), "bf16", f"{FN}: out")
     lse = _common.alloc(q, (batch, s_q, h_q), "fp32", f"{FN}: softmax_lse")
-    ops = _common.torch_ops(q)
     scale = float(softmax_scale or 0.0)
+    schedule = meta._schedule if meta is not None else None
+    if s_q == 1 or causal:
+        _dense_call(q, cache, block_table, cache_seqlens, out, lse, scale, kv_format, schedule)
+    elif s_q * h_q <= MAX_HEADS and _heads_fold(q):
+        # Non-causal: every query token sees every key, so the s_q tokens are s_q * h_q heads
+        # of one token (MLA's one latent head serves them all alike).
+        fold = (batch, 1, s_q * h_q)
+        _dense_call(q.reshape(fold + (DIM_QK,)), cache, block_table, cache_seqlens,
+                    out.reshape(fold + (DIM_V,)), lse.reshape(fold), scale, kv_format, None)
+    else:  # one token at a time, each a one-token call that sees every key
+        for i in range(s_q):
+            _dense_call(q[:, i:i + 1], cache, block_table, cache_seqlens, out[:, i:i + 1],
+                        lse[:, i:i + 1], scale, kv_format, None)
+    return out, _empty_rows_plus_inf(_swap(lse))
+
+
+def _heads_fold(q):
+    """Whether q's [s_q, h_q] rows are one run of rows (q.reshape is then a view)."""
+    if callable(getattr(q, "stride", None)):  # torch: strides in elements
+        strides, unit = tuple(q.stride()), 1
+    else:  # numpy, cupy: in bytes
+        strides, unit = q.strides, q.itemsize
+    return strides[1] == q.shape[2] * strides[2] and strides[3] == unit
+
+
+def _dense_call(q, cache, block_table, cache_seqlens, out, lse, scale, kv_format, schedule):
+    """One dense decode (causal among q's tokens) through the torch op or deca's own call."""
+    ops = _common.torch_ops(q)
     if ops is not None:
         ops.mla_decode_dense(q, cache, block_table, cache_seqlens, out, lse, scale, 1.0,
                              kv_format)
-    else:
-        try:
-            # FlashMLA's metadata: the first call of a step schedules, the later layers reuse.
-            _cached_ops.mla_dense(q, cache, block_table, cache_seqlens, out, lse, fn=FN,
-                                  softmax_scale=scale, kv_format=kv_format,
-                                  schedule=meta._schedule if meta is not None else None)
-        except Error as e:
-            raise _common.translate(e, FN, "mla_decode_dense", _NAMES) from None
-    return out, _empty_rows_plus_inf(_swap(lse))
+        return
+    try:
+        # FlashMLA's metadata: the first call of a step schedules, the later layers reuse.
+        _cached_ops.mla_dense(q, cache, block_table, cache_seqlens, out, lse, fn=FN,
+                              softmax_scale=scale, kv_format=kv_format, schedule=schedule)
+    except Error as e:
+        raise _common.translate(e, FN, "mla_decode_dense", _NAMES) from None
 
 
 def _sparse_traced(q, k_cache, indices, meta, softmax_scale, causal, is_fp8_kvcache,
