@@ -160,8 +160,8 @@ class Gqa:
 class Mla:
     """One MLA call shape (sparse over the 656-byte cache, or dense)."""
 
-    def __init__(self, rng):
-        self.sparse = bool(rng.integers(2))
+    def __init__(self, rng, sparse):
+        self.sparse = sparse
         self.heads = int(rng.choice([16, 24, 64, 128]))
         self.page = 64
         self.q_len = int(rng.choice([1, 2]))
@@ -247,7 +247,8 @@ def main():
     rng = np.random.default_rng(args.seed)
     warmup = args.warmup_s if args.warmup_s is not None else min(120.0, args.seconds / 5)
     t0 = time.time()
-    pool = [(Gqa if i % 3 else Mla)(rng) for i in range(args.configs)]
+    # Two GQA shapes for each MLA one, the MLA ones sparse and dense in turn.
+    pool = [Gqa(rng) if i % 3 else Mla(rng, sparse=(i // 3) % 2 == 0) for i in range(args.configs)]
     counts = {"calls": 0, "verified": 0, "faults": 0, "errors": 0, "mismatches": 0,
               "faults_missed": 0}
     worst = {}
