@@ -218,6 +218,15 @@ class _OneOff:
             self.plan.check(workspace, stream=stream)
         return (out, lse) if self.want_lse else out
 
+    def call(self, run, fn, q, inputs, out, lse, workspace, stream, **scalars):
+        """One call: run (the plan's run_dense or run_sparse) on q and inputs into the outputs
+        (allocated when not given), on the workspace and stream workspace() picks; returns what
+        the API returns."""
+        o, l = self.outputs(q, out, lse)
+        ws, handle = self.workspace(q, workspace, stream, fn)
+        run(q, *inputs, o, lse=l, workspace=ws, stream=handle, **scalars)
+        return self.done(o, l, ws, handle)
+
 
 def _prepare(fn, key, q, qt, out, lse, want_lse, values):
     """The first call of a shape: its plan (cached by its values), the outputs allocated when
@@ -259,12 +268,9 @@ def mla_decode_dense(q, kv_cache, block_table, cache_seqlens, out=None, *, softm
                out is None, want_lse, max_seq_len, kv_format, checked)
         hit = _ONEOFF.get(key)
         if hit is not None:
-            o, l = hit.outputs(q, out, lse)
-            ws, handle = hit.workspace(q, workspace, stream, fn)
-            hit.plan.run_dense(q, kv_cache, block_table, cache_seqlens, o, lse=l,
-                               softmax_scale=softmax_scale, kv_scale=kv_scale, workspace=ws,
-                               stream=handle)
-            return hit.done(o, l, ws, handle)
+            return hit.call(hit.plan.run_dense, fn, q, (kv_cache, block_table, cache_seqlens),
+                            out, lse, workspace, stream, softmax_scale=softmax_scale,
+                            kv_scale=kv_scale)
     if kv_format is not None:
         choice(fn, "kv_format", kv_format, KV_FORMATS)
     qt = tensor(q, f"{fn}: q")
@@ -282,12 +288,9 @@ def mla_decode_dense(q, kv_cache, block_table, cache_seqlens, out=None, *, softm
               max(qt.shape[0], 1), qt.shape[1], max(max_seq_len, 1), 0, want_lse, False, False,
               checked, _device_text(qt))
     prepared, out, lse = _prepare(fn, key, q, qt, out, lse, want_lse, values)
-    o, l = prepared.outputs(q, out, lse)
-    ws, handle = prepared.workspace(q, workspace, stream, fn)
-    prepared.plan.run_dense(q, kv_cache, block_table, cache_seqlens, o, lse=l,
-                            softmax_scale=softmax_scale, kv_scale=kv_scale, workspace=ws,
-                            stream=handle)
-    return prepared.done(o, l, ws, handle)
+    return prepared.call(prepared.plan.run_dense, fn, q, (kv_cache, block_table, cache_seqlens),
+                         out, lse, workspace, stream, softmax_scale=softmax_scale,
+                         kv_scale=kv_scale)
 
 
 def dense_kv_format(kvt):
@@ -325,12 +328,9 @@ def mla_decode_sparse(q, kv_cache, indices, out=None, *, topk_length=None, attn_
                want_lse, topk_length is None, attn_sink is None, checked)
         hit = _ONEOFF.get(key)
         if hit is not None:
-            o, l = hit.outputs(q, out, lse)
-            ws, handle = hit.workspace(q, workspace, stream, fn)
-            hit.plan.run_sparse(q, kv_cache, indices, o, topk_length=topk_length,
-                                attn_sink=attn_sink, lse=l, softmax_scale=softmax_scale,
-                                workspace=ws, stream=handle)
-            return hit.done(o, l, ws, handle)
+            return hit.call(hit.plan.run_sparse, fn, q, (kv_cache, indices), out, lse,
+                            workspace, stream, topk_length=topk_length, attn_sink=attn_sink,
+                            softmax_scale=softmax_scale)
     qt = tensor(q, f"{fn}: q")
     kvt = tensor(kv_cache, f"{fn}: kv_cache")
     it = tensor(indices, f"{fn}: indices", "int32")
@@ -344,12 +344,9 @@ def mla_decode_sparse(q, kv_cache, indices, out=None, *, topk_length=None, attn_
               min(kvt.shape[0] * kvt.shape[1], _INT32_MAX), it.shape[2], want_lse,
               attn_sink is not None, topk_length is not None, checked, _device_text(qt))
     prepared, out, lse = _prepare(fn, key, q, qt, out, lse, want_lse, values)
-    o, l = prepared.outputs(q, out, lse)
-    ws, handle = prepared.workspace(q, workspace, stream, fn)
-    prepared.plan.run_sparse(q, kv_cache, indices, o, topk_length=topk_length,
-                             attn_sink=attn_sink, lse=l, softmax_scale=softmax_scale,
-                             workspace=ws, stream=handle)
-    return prepared.done(o, l, ws, handle)
+    return prepared.call(prepared.plan.run_sparse, fn, q, (kv_cache, indices), out, lse,
+                         workspace, stream, topk_length=topk_length, attn_sink=attn_sink,
+                         softmax_scale=softmax_scale)
 
 
 def combine(partial_out, partial_lse, out=None, *, attn_sink=None, return_lse=False, lse=None,

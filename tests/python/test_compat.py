@@ -9,7 +9,7 @@ import pytest
 import deca
 import deca.compat as compat
 import numpy_reference as ref
-from cases import PagedCase, close
+from cases import PagedCase, close, csr_pages
 from test_mla import _dense_case, _sparse_case
 
 
@@ -137,15 +137,6 @@ def test_flash_attn_non_causal_refuses_short_requests(rng):
 
 # --- FlashInfer ----------------------------------------------------------------------------
 
-def _csr(case, page):
-    counts = [-(-int(n) // page) for n in case.seq_lens]
-    indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
-    indices = np.concatenate([case.page_table[b, :c] for b, c in enumerate(counts)] +
-                             [np.zeros(0, np.int32)]).astype(np.int32)
-    last = np.array([(n - 1) % page + 1 if n else 0 for n in case.seq_lens], np.int32)
-    return indptr, indices, last
-
-
 def test_csr_to_page_table(rng):
     table, lens = compat.csr_to_page_table(np.array([0, 2, 2, 5]), np.array([7, 3, 9, 1, 4]),
                                            np.array([5, 0, 16]), 16)
@@ -163,7 +154,7 @@ def test_flashinfer_matches_gqa_decode(rng, layout, combined, window_left, cap):
     page = 16
     case = PagedCase(rng, seq_lens=[40, 1, 0, 16], hq=8, hkv=2, d=64, page=page,
                      layout=layout)
-    indptr, indices, last = _csr(case, page)
+    indptr, indices, last = csr_pages(case, page)
     w = compat.BatchDecodeWithPagedKVCacheWrapper(np.zeros(1 << 20, np.uint8), layout)
     w.plan(indptr, indices, last, 8, 2, 64, page, window_left=window_left,
            logits_soft_cap=cap, q_data_type="bfloat16")
@@ -187,7 +178,7 @@ def test_flashinfer_matches_gqa_decode(rng, layout, combined, window_left, cap):
 
 def test_flashinfer_replan_reuses_buffers_and_refuses_growth_in_graph_mode(rng):
     case = PagedCase(rng, seq_lens=[20, 9], hq=4, hkv=2, d=32, page=8)
-    indptr, indices, last = _csr(case, 8)
+    indptr, indices, last = csr_pages(case, 8)
     w = compat.BatchDecodeWithPagedKVCacheWrapper(np.zeros(16, np.uint8), use_cuda_graph=True,
                                                   max_seq_len=32)
     w.plan(indptr, indices, last, 4, 2, 32, 8, q_data_type="bfloat16")

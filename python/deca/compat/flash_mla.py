@@ -127,18 +127,23 @@ def _refuse(extra_k_cache, extra_indices_in_kvcache, extra_topk_length, head_dim
                 f"returned, got {type(meta).__name__}")
 
 
+def _check_sparse_flags(is_fp8_kvcache, causal):
+    """A sparse call's flags: deca's sparse decode reads the FP8 cache, the indices choose the keys."""
+    if not is_fp8_kvcache:
+        raise Error(f"{FN}: is_fp8_kvcache: expected True with indices (deca's sparse "
+                    f"decode reads the 656-byte FP8 cache), got False")
+    if causal:
+        raise Error(f"{FN}: causal: expected False with indices (the indices choose the "
+                    f"keys), got True")
+
+
 class _Sparse:
     """One sparse call shape, checked and planned at its first call."""
 
     def __init__(self, q, k_cache, indices, topk_length, attn_sink, meta, softmax_scale,
                  causal, is_fp8_kvcache):
         batch, s_q, h_q = _check_q(q, meta)
-        if not is_fp8_kvcache:
-            raise Error(f"{FN}: is_fp8_kvcache: expected True with indices (deca's sparse "
-                        f"decode reads the 656-byte FP8 cache), got False")
-        if causal:
-            raise Error(f"{FN}: causal: expected False with indices (the indices choose the "
-                        f"keys), got True")
+        _check_sparse_flags(is_fp8_kvcache, causal)
         _check_sparse_cache(k_cache)
         shape = _common.rank(FN, "indices", indices, 3, "[batch, s_q, topk]")
         if shape[:2] != (batch, s_q):
@@ -310,12 +315,7 @@ def _sparse_traced(q, k_cache, indices, meta, softmax_scale, causal, is_fp8_kvca
                    topk_length, attn_sink):
     """The sparse call as torch.compile traces it: one deca op, which schedules for itself."""
     batch, s_q, h_q = _check_q(q, meta)
-    if not is_fp8_kvcache:
-        raise Error(f"{FN}: is_fp8_kvcache: expected True with indices (deca's sparse "
-                    f"decode reads the 656-byte FP8 cache), got False")
-    if causal:
-        raise Error(f"{FN}: causal: expected False with indices (the indices choose the "
-                    f"keys), got True")
+    _check_sparse_flags(is_fp8_kvcache, causal)
     out = _common.alloc(q, (batch, s_q, h_q, DIM_V), "bf16", f"{FN}: out")
     lse = _common.alloc(q, (batch, s_q, h_q), "fp32", f"{FN}: softmax_lse")
     _common.torch_ops(q).mla_decode_sparse(q, _bytes(k_cache), indices, out, lse, topk_length,
