@@ -257,9 +257,13 @@ def _check_sparse_call(q, meta, causal, is_fp8_kvcache, k_cache, extra):
     _check_sparse_cache(k_cache, model1)
     extra_k_cache, extra_indices, extra_topk_length = extra
     if not model1:
-        _common.refuse(FN, extra_k_cache=extra_k_cache,
-                       extra_indices_in_kvcache=extra_indices,
-                       extra_topk_length=extra_topk_length)
+        for name, value in (("extra_k_cache", extra_k_cache),
+                            ("extra_indices_in_kvcache", extra_indices),
+                            ("extra_topk_length", extra_topk_length)):
+            if value is not None:
+                raise Error(f"{FN}: {name}: expected None with a V3.2 call (q's head dim 576: "
+                            f"deca reads a second cache for MODEL1's, head dim 512, only), got "
+                            f"{_common.describe(value)}")
     elif extra_k_cache is not None or extra_indices is not None or extra_topk_length is not None:
         if extra_k_cache is None or extra_indices is None:
             given, missing = (("extra_k_cache", "extra_indices_in_kvcache")
