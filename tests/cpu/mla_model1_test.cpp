@@ -180,15 +180,21 @@ TEST_P(Model1Reference, MatchesFloat64Semantics) {
 INSTANTIATE_TEST_SUITE_P(Cases, Model1Reference, ::testing::ValuesIn(specs()),
                          [](const auto& info) { return info.param.name; });
 
+// Two caches, both lengths given (ragged, request 0 empty in one of them).
+Model1Spec ragged_spec(int batch) {
+  Model1Spec s;
+  s.batch = batch;
+  s.topk_length = true;
+  s.extra_topk_length = true;
+  return s;
+}
+
 // q = 0: every logit 0, so each counted entry (duplicates included, both caches) weighs the same:
 // out = the mean of the listed rows, LSE = log(count).
 TEST(Model1Reference, ZeroQueryAveragesEveryCountedEntry) {
   DECA_SEED_TRACE();
   auto rng = make_rng(72);
-  Model1Spec s;
-  s.batch = 3;
-  s.topk_length = true;
-  s.extra_topk_length = true;
+  Model1Spec s = ragged_spec(3);
   s.duplicates = 6;
   Model1Case c = build_model1_case(s, rng);
   for (std::int64_t i = 0; i < c.q.numel(); ++i) c.q.set(i, 0.f);
@@ -226,10 +232,7 @@ TEST(Model1Reference, ZeroQueryAveragesEveryCountedEntry) {
 TEST(Model1Reference, RowsWithoutKeysGiveZerosAndMinusInf) {
   DECA_SEED_TRACE();
   auto rng = make_rng(73);
-  Model1Spec s;
-  s.batch = 2;
-  s.topk_length = true;
-  s.extra_topk_length = true;
+  Model1Spec s = ragged_spec(2);
   s.attn_sink = true;
   Model1Case c = build_model1_case(s, rng);
   c.topk_length.data<std::int32_t>()[0] = 0;
