@@ -80,7 +80,7 @@ struct MlaConfig {
   int num_heads = 0;
   int page_size = 64;
   bool sparse = false;   // sparse (top-k indices) or dense (block table)
-  // The cache's format (MlaCacheFormat). Sparse decode reads only kFP8Sparse (kDefault).
+  // The cache's format (MlaCacheFormat). Sparse decode reads kFP8Sparse (kDefault) or kModel1.
   MlaCacheFormat kv_format = MlaCacheFormat::kDefault;
   int max_batch = 1;
   int max_q_len = 1;
@@ -93,7 +93,7 @@ struct MlaConfig {
   bool topk_length = false;  // sparse: args.topk_length given
   // kModel1 only: a second cache (MlaSparseArgs::extra_*), in the same 584-byte format with its
   // own page size. extra_topk: its indices per query token (0 = no second cache; > 0 only with
-  // kModel1). extra_page_size: its page size (1..., read only when extra_topk > 0).
+  // kModel1). extra_page_size: its page size (>= 1; read only when extra_topk > 0).
   // extra_topk_length: args.extra_topk_length given (only with extra_topk > 0).
   int extra_topk = 0;
   int extra_page_size = 64;
