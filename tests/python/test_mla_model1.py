@@ -205,7 +205,9 @@ def test_model1_plan_run_sparse(rng):
     assert plan.kv_format == "model1" and plan.config.extra_topk == 8
     out = np.zeros((3, 2, 8, 512), ref.BF16)
     lse = np.zeros((3, 2, 8), np.float32)
-    for _ in range(2):  # the second run takes the fast path
+    from deca._tensors import FALLBACKS
+    before = dict(FALLBACKS)
+    for _ in range(2):  # both runs take the fast path: nothing falls back to the checked import
         plan.run_sparse(q, kv, idx, out, topk_length=lengths, attn_sink=sink, lse=lse,
                         extra_kv_cache=second[0], extra_indices=second[1],
                         extra_topk_length=second[2])
@@ -213,6 +215,7 @@ def test_model1_plan_run_sparse(rng):
                                         extra=second)
         close(out, want, "bf16")
         close_lse(lse, want_lse)
+    assert dict(FALLBACKS) == before
     with pytest.raises(deca.Error, match=r"mla_decode_sparse: extra_topk_length\[2\]: expected "
                                          r"0\.\.8 \(plan.config.extra_topk\), got 9"):
         plan.run_sparse(q, kv, idx, out, topk_length=lengths, attn_sink=sink, lse=lse,
