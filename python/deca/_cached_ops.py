@@ -15,7 +15,7 @@ import sys
 from . import _C, _plan_cache
 from ._tensors import Error, arg_meta, expect_rank, tensor
 from .gqa import GQA_KEYS, GqaPlan
-from .mla import MLA_KEYS, MlaPlan, dense_kv_format
+from .mla import MLA_KEYS, NO_EXTRA, MlaPlan, dense_kv_format, extra_config, sparse_kv_format
 
 # The caller's metadata and options -> (plan, workspace).
 _GQA_CALLS = _plan_cache.memo()
@@ -117,48 +117,58 @@ def _meta(x, where, dtype=None):
 
 
 def mla_sparse(q, kv_cache, indices, out, lse=None, *, fn="mla_decode_sparse",
-               topk_length=None, attn_sink=None, softmax_scale=0.0, schedule=None):
-    """Sparse FP8 MLA decode of q [batch, q_len, heads, 576] into out [.., 512] (and lse).
+               topk_length=None, attn_sink=None, softmax_scale=0.0, schedule=None,
+               extra_kv_cache=None, extra_indices=None, extra_topk_length=None):
+    """Sparse FP8 MLA decode of q [batch, q_len, heads, 576] into out [.., 512] (and lse); a
+    584-byte cache is MODEL1's (q [.., 512]), with the optional second cache (extra_*).
 
     `schedule` (a StepSchedule): on CUDA the run uses the holder's workspace, schedules on the
     holder's first call with this shape and reuses that schedule after (the other layers of a
     decode step)."""
     plan, ws = mla_sparse_plan(q, kv_cache, indices, fn=fn, lse=lse is not None,
                                attn_sink=attn_sink is not None,
-                               topk_length=topk_length is not None)
+                               topk_length=topk_length is not None,
+                               extra=(extra_kv_cache, extra_indices, extra_topk_length))
     reuse = False
     if schedule is not None and ws is not None:  # no workspace: the CPU, nothing to schedule
         ws, reuse = schedule.workspace_for(plan, q, None, fn)
     # The caller's objects, not imports: MlaPlan.run_sparse's fast path takes them directly.
     plan.run_sparse(q, kv_cache, indices, out, topk_length=topk_length, attn_sink=attn_sink,
                     lse=lse, softmax_scale=softmax_scale or None, workspace=ws,
-                    reuse_schedule=reuse)
+                    reuse_schedule=reuse, extra_kv_cache=extra_kv_cache,
+                    extra_indices=extra_indices, extra_topk_length=extra_topk_length)
     if schedule is not None:
         schedule.scheduled(plan)
     return out
 
 
-def mla_sparse_plan(q, kv_cache, indices, *, fn, lse, attn_sink, topk_length):
-    """(MlaPlan, workspace) of a sparse MLA call, as gqa_plan."""
+def mla_sparse_plan(q, kv_cache, indices, *, fn, lse, attn_sink, topk_length,
+                    extra=(None, None, None)):
+    """(MlaPlan, workspace) of a sparse MLA call, as gqa_plan; extra: (extra_kv_cache,
+    extra_indices, extra_topk_length), MODEL1's second cache."""
     mq = arg_meta(q)
     key = None
     if mq is not None:
         key = (mq, arg_meta(kv_cache), getattr(indices, "shape", None), lse, attn_sink,
-               topk_length)
+               topk_length, arg_meta(extra[0]), getattr(extra[1], "shape", None),
+               extra[2] is None)
         hit = _MLA_CALLS.get(key)
         if hit is not None:
             return hit
     qt = tensor(q, f"{fn}: q")
     kvt = tensor(kv_cache, f"{fn}: kv_cache")
     it = tensor(indices, f"{fn}: indices")
-    expect_rank(fn, "q", qt, 4, "[batch, q_len, num_heads, 576]")
-    expect_rank(fn, "kv_cache", kvt, 4, "[num_blocks, page_size, 1, 656]")
+    expect_rank(fn, "q", qt, 4, "[batch, q_len, num_heads, 576 | 512]")
+    expect_rank(fn, "kv_cache", kvt, 4, "[num_blocks, page_size, 1, 656 | 584]")
     expect_rank(fn, "indices", it, 3, "[batch, q_len, topk]")
+    extra_topk, extra_page_size, extra_topk_length = extra_config(fn, *extra)
     config = dict(num_heads=qt.shape[2], sparse=True, page_size=kvt.shape[1],
                   max_batch=max(qt.shape[0], 1), max_q_len=qt.shape[1],
                   max_seq_len=max(min(kvt.shape[0] * kvt.shape[1], 2 ** 31 - 1), 1),
                   topk=it.shape[2], lse=lse, attn_sink=attn_sink, topk_length=topk_length,
-                  kv_format="default", checked=None, device=_plan_cache.device_text(qt))
+                  kv_format=sparse_kv_format(kvt), extra_topk=extra_topk,
+                  extra_page_size=extra_page_size, extra_topk_length=extra_topk_length,
+                  checked=None, device=_plan_cache.device_text(qt))
     hit = _plan_cache.plan(MlaPlan, MLA_KEYS, tuple(config[k] for k in MLA_KEYS), q, qt, fn)
     if key is not None:
         _MLA_CALLS[key] = hit
@@ -236,6 +246,7 @@ def mla_dense_plan(q, kv_cache, block_table, *, fn, lse, kv_format=None):
                   max_seq_len=max(min(btt.shape[1] * kvt.shape[1], 2 ** 31 - 1), 1), topk=0,
                   lse=lse, attn_sink=False, topk_length=False, checked=None,
                   device=_plan_cache.device_text(qt))
+    config.update(zip(("extra_topk", "extra_page_size", "extra_topk_length"), NO_EXTRA))
     hit = _plan_cache.plan(MlaPlan, MLA_KEYS, tuple(config[k] for k in MLA_KEYS), q, qt, fn)
     if key is not None:
         _MLA_CALLS[key] = hit

@@ -52,16 +52,22 @@ def _gqa_decode_fake(q, k_cache, v_cache, page_table, seq_lens, out, lse, sinks,
 def mla_decode_sparse(q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Tensor,
                       out: torch.Tensor, lse: Optional[torch.Tensor],
                       topk_length: Optional[torch.Tensor], attn_sink: Optional[torch.Tensor],
-                      softmax_scale: float) -> None:
+                      softmax_scale: float, extra_kv_cache: Optional[torch.Tensor] = None,
+                      extra_indices: Optional[torch.Tensor] = None,
+                      extra_topk_length: Optional[torch.Tensor] = None) -> None:
     """Sparse FP8 MLA decode (deca.mla_decode_sparse's semantics) into out [batch, q_len,
-    heads, 512] and lse [batch, q_len, heads]."""
+    heads, 512] and lse [batch, q_len, heads]; a [.., 584] cache is MODEL1's (q [.., 512]), with
+    the optional second cache (extra_kv_cache, extra_indices, extra_topk_length)."""
     _cached_ops.mla_sparse(q, kv_cache, indices, out, lse, topk_length=topk_length,
-                           attn_sink=attn_sink, softmax_scale=softmax_scale)
+                           attn_sink=attn_sink, softmax_scale=softmax_scale,
+                           extra_kv_cache=extra_kv_cache, extra_indices=extra_indices,
+                           extra_topk_length=extra_topk_length)
 
 
 @mla_decode_sparse.register_fake
 def _mla_decode_sparse_fake(q, kv_cache, indices, out, lse, topk_length, attn_sink,
-                            softmax_scale):
+                            softmax_scale, extra_kv_cache=None, extra_indices=None,
+                            extra_topk_length=None):
     return None
 
 

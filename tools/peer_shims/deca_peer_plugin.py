@@ -67,7 +67,7 @@ def _sparse_cases(module):
         marks = []
         if raw.d_qk != 576 and not MODEL1:
             marks.append(pytest.mark.skip(reason="MODEL1 (d_qk 512, 584-byte tokens, extra "
-                                                 "cache): deca.compat does not take it yet"))
+                                                 "cache): selected by peer_suites.py --model1"))
         ident = (f"{i:03d}-dqk{raw.d_qk}-b{raw.b}-h{raw.h_q}-sq{raw.s_q}-sk{raw.s_kv}-"
                  f"topk{raw.topk}-page{raw.block_size}")
         params.append(pytest.param(raw.to_test_param(), id=ident, marks=marks))
