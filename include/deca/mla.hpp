@@ -37,7 +37,8 @@ inline constexpr int kMlaFp8TokenBytes = 656;  // 512 e4m3 + 4 fp32 scales + 64 
 // The reference computes on each element's real value rounded to bf16 (the 8-bit formats: the
 // stored value times its scale, in fp32, then rounded to bf16; exact for power-of-two scales,
 // which deca's packers choose), with double accumulation.
-enum class MlaCacheFormat : int { kDefault = 0, kBF16 = 1, kFP8E4M3 = 2, kFP8Sparse = 3 };
+// - kModel1: DeepSeek V4's 584-byte token (sparse only; kMlaKvModel1 in kernels/mla/params.cuh).
+enum class MlaCacheFormat : int { kDefault = 0, kBF16 = 1, kFP8E4M3 = 2, kFP8Sparse = 3, kModel1 = 4 };
 
 // "default", "bf16", "fp8_e4m3", "fp8_sparse" (messages, bindings); "?" outside the enum.
 const char* mla_cache_format_name(MlaCacheFormat format);
@@ -57,6 +58,11 @@ struct MlaConfig {
   bool lse = true;
   bool attn_sink = false;    // sparse: args.attn_sink given
   bool topk_length = false;  // sparse: args.topk_length given
+  // kModel1 only: the second cache's indices per query token (0 = none), its page size, and
+  // whether args.extra_topk_length is given.
+  int extra_topk = 0;
+  int extra_page_size = 64;
+  bool extra_topk_length = false;
   // Checked mode (deca/checked.hpp; CUDA only, the CPU backend checks on the host): the sparse
   // decode kernel tests every index it reads against -1 or [0, num_blocks * page_size) and every
   // topk_length entry against [0, topk]; the dense one every block_table entry it reads against
