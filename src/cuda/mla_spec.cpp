@@ -44,12 +44,14 @@ Sm90Render render_sm90(int page_size, const mla::sm90::KernelClass& k, bool dens
   return r;
 }
 
-// The cache format's part of a dense decode kernel's name (MlaKvFormat).
+// The cache format's part of a dense decode kernel's name (MlaKvFormat), and of every MODEL1
+// kernel's (scheduler, decode, combine: "_model1").
 const char* kv_format_name(int kv_format) {
   switch (kv_format) {
     case kMlaKvBF16: return "bf16";
     case kMlaKvFP8E4M3: return "fp8_e4m3";
     case kMlaKvFP8Sparse: return "fp8_sparse";
+    case kMlaKvModel1: return "model1";
   }
   return "fmt";
 }
@@ -61,7 +63,7 @@ std::string MlaKernelKey::name() const {
   const bool dense_decode = role == MlaKernelRole::kDecode && dense;
   std::string s = dense_decode ? "mla_dense_decode" : role_name(role);
   if (role == MlaKernelRole::kDecode) s += "_" + variant;
-  if (dense_decode) {
+  if (dense_decode || model1()) {
     s += '_';
     s += kv_format_name(kv_format);
   }
@@ -78,7 +80,7 @@ jit::JitSpec MlaKernelKey::spec() const {
   std::string header;
   switch (role) {
     case MlaKernelRole::kSchedule:
-      header = "kernels/mla/schedule/entry.cuh";
+      header = model1() ? "kernels/mla/schedule/entry_model1.cuh" : "kernels/mla/schedule/entry.cuh";
       spec.entry = "deca_mla_sparse_schedule";
       break;
     case MlaKernelRole::kDecode:
@@ -88,13 +90,16 @@ jit::JitSpec MlaKernelKey::spec() const {
       } else if (dense) {
         header = "kernels/mla/sm80/dense_entry.cuh";
         spec.entry = "deca_mla_dense_decode";
+      } else if (model1()) {
+        header = "kernels/mla/sm80/model1_entry.cuh";
+        spec.entry = "deca_mla_sparse_decode";
       } else {
         header = checked ? "kernels/mla/sm80/entry_checked.cuh" : "kernels/mla/sm80/entry.cuh";
         spec.entry = "deca_mla_sparse_decode";
       }
       break;
     case MlaKernelRole::kCombine:
-      header = "kernels/mla/combine/entry.cuh";
+      header = model1() ? "kernels/mla/combine/entry_model1.cuh" : "kernels/mla/combine/entry.cuh";
       spec.entry = "deca_mla_sparse_combine";
       break;
     case MlaKernelRole::kGenericCombine:
@@ -108,6 +113,9 @@ jit::JitSpec MlaKernelKey::spec() const {
   } else if (role == MlaKernelRole::kDecode && dense) {
     prologue = std::string("struct Cfg {\n  static constexpr bool kChecked = ") + (checked ? "true" : "false") +
                ";\n  static constexpr int kKvFormat = " + std::to_string(kv_format) + ";\n};\n";
+  } else if (role == MlaKernelRole::kDecode && model1()) {
+    prologue = std::string("struct Cfg {\n  static constexpr bool kChecked = ") + (checked ? "true" : "false") +
+               ";\n};\n";
   }
   spec.source = "// " + spec.name + "\n" + prologue + "#include \"" + header + "\"\n";
   return spec;
@@ -124,6 +132,7 @@ int mla_kv_format(const MlaConfig& config) {
     case MlaCacheFormat::kBF16: return kMlaKvBF16;
     case MlaCacheFormat::kFP8E4M3: return kMlaKvFP8E4M3;
     case MlaCacheFormat::kFP8Sparse: return kMlaKvFP8Sparse;
+    case MlaCacheFormat::kModel1: return kMlaKvModel1;
     case MlaCacheFormat::kDefault: break;
   }
   return config.sparse ? kMlaKvFP8Sparse : kMlaKvBF16;
@@ -133,9 +142,12 @@ bool mla_dense_sm90_supported(int kv_format) {
   return kv_format == kMlaKvBF16 || kv_format == kMlaKvFP8E4M3 || kv_format == kMlaKvFP8Sparse;
 }
 
+bool mla_model1_sm90_supported() { return false; }
+
 std::string mla_plan_variant(int arch, const MlaConfig& config) {
   if (config.checked) return "portable";
   if (!config.sparse && !mla_dense_sm90_supported(mla_kv_format(config))) return "portable";
+  if (mla_kv_format(config) == kMlaKvModel1 && !mla_model1_sm90_supported()) return "portable";
   return mla_decode_variant(arch);
 }
 

@@ -6,6 +6,7 @@
 
 #include "deca/mla.hpp"
 #include "jit/spec.hpp"
+#include "kernels/mla/params.cuh"
 #include "kernels/mla/sm90/traits.cuh"
 
 namespace deca::cuda {
@@ -24,6 +25,9 @@ struct MlaKernelKey {
   // "_fp8_sparse"). Sparse decode reads kMlaKvFP8Sparse.
   bool dense = false;
   int kv_format = 2;  // kMlaKvFP8Sparse
+  // MODEL1 (kv_format kMlaKvModel1, sparse): every role's kernel reads both caches' lists
+  // ("_model1" in each name; the scheduler's and combine's entry_model1.cuh).
+  bool model1() const { return kv_format == kMlaKvModel1; }
 
   // e.g. "mla_sparse_decode_portable_sm90", "mla_sparse_decode_sm90_p64_direct_sm90",
   // "mla_dense_decode_portable_bf16_chk_sm80",
@@ -57,6 +61,10 @@ int mla_kv_format(const MlaConfig& config);
 // kernels' record producers. The one switch between the sm90 and the portable kernel for dense
 // plans on sm_90.
 bool mla_dense_sm90_supported(int kv_format);
+
+// Whether the sm90 kernels decode MODEL1 (kMlaKvModel1, two caches); the portable kernel does
+// everywhere.
+bool mla_model1_sm90_supported();
 
 // The decode variant of a plan: a checked plan runs the portable kernel (the sm90 one has no
 // checked variant yet), so does a dense plan whose format the sm90 kernel does not decode

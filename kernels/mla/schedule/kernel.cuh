@@ -1,6 +1,7 @@
-// JIT entry of the sparse decode scheduler: the phases of schedule_requests into the workspace on
-// the caller's stream, reading topk_length from device memory (graph-safe: a replay schedules the
-// lengths of the replay).
+// The sparse decode scheduler kernel: the phases of schedule_requests into the workspace on the
+// caller's stream, reading topk_length (and MODEL1's extra_topk_length) from device memory
+// (graph-safe: a replay schedules the lengths of the replay). Entries: entry.cuh (one cache:
+// V3.2 sparse, dense), entry_model1.cuh (MODEL1's two caches).
 //
 // Only the walk (phase 2) is serial: thread 0 carries (request, block) from one partition to the
 // next in registers, with one load per request (none without topk_length). Block counts, piece
@@ -36,10 +37,9 @@ __device__ __forceinline__ void schedule_block_scan(int* a, int n) {
   for (int r = lo; r <= hi; ++r) a[r] += base;
 }
 
-}  // namespace deca::mla
-
-extern "C" __global__ void __launch_bounds__(deca::mla::kScheduleThreads)
-    deca_mla_sparse_schedule(const __grid_constant__ deca::mla::DecodeKernelParams kp) {
+// The whole scheduler on one CTA of kScheduleThreads threads; kExtra: both caches' lists.
+template <bool kExtra>
+__device__ __forceinline__ void schedule_kernel(const DecodeKernelParams& kp) {
   namespace m = deca::mla;
   // The decode kernel may take its SMs and set up its barriers now; its griddepcontrol.wait
   // still waits for this grid's writes.
@@ -59,13 +59,13 @@ extern "C" __global__ void __launch_bounds__(deca::mla::kScheduleThreads)
   int* offsets = dynamic_smem ? reinterpret_cast<int*>(parts + num_parts) : g_offsets;
   __shared__ int s_total;
 
-  const int uniform =
-      kp.p.topk_length == nullptr ? m::request_blocks(nullptr, kp.p.topk, 0) : -1;
+  const m::TopkLists lists = m::topk_lists<kExtra>(kp.p);
+  const int uniform = m::uniform_blocks(lists);
   int total = batch * (uniform + m::kFixedOverheadBlocks);
   if (uniform < 0) {
     if (t == 0) s_total = 0;
     __syncthreads();
-    const int mine = m::schedule_stage_blocks(batch, kp.p.topk, kp.p.topk_length, offsets, t, nt);
+    const int mine = m::schedule_stage_blocks(batch, lists, offsets, t, nt);
     atomicAdd(&s_total, mine);
     __syncthreads();
     total = s_total;
@@ -93,5 +93,7 @@ extern "C" __global__ void __launch_bounds__(deca::mla::kScheduleThreads)
   // Unreachable when the workspace is sized as plan_mla_decode sizes it (slots <= batch +
   // num_parts): a trap beats writing partials past the end of the workspace.
   if (t == 0 && offsets[batch] > kp.run.max_slots) __trap();
-  if (t == 0) *kp.run.stamp = m::schedule_stamp(kp.p, num_parts);
+  if (t == 0) *kp.run.stamp = m::schedule_stamp<kExtra>(kp.p, num_parts);
 }
+
+}  // namespace deca::mla
