@@ -29,16 +29,24 @@ struct Sm90Render {
   std::string prologue;
 };
 // Dense decode adds its token source and cache format (Cfg::kDense, kKvFormat; the sparse
-// kernels read the 656-byte token through indices, the fields' defaults).
-Sm90Render render_sm90(int page_size, const mla::sm90::KernelClass& k, bool dense, int kv_format) {
+// kernels read the 656-byte token through indices, the fields' defaults); MODEL1 its format and
+// the extra cache's page size (Cfg::kKvFormat, kExtraPageSize; "_p<page>x<extra page>").
+Sm90Render render_sm90(int page_size, const mla::sm90::KernelClass& k, bool dense, int kv_format,
+                       int extra_page_size) {
+  const bool model1 = !dense && kv_format == kMlaKvModel1;
   Sm90Render r;
-  r.suffix = "_p" + std::to_string(page_size) + (k.direct ? "_direct" : k.cluster == 2 ? "_c2" : "");
+  r.suffix = "_p" + std::to_string(page_size) + (model1 ? "x" + std::to_string(extra_page_size) : "") +
+             (k.direct ? "_direct" : k.cluster == 2 ? "_c2" : "");
   r.prologue = "struct Cfg {\n  static constexpr int kPageSize = " + std::to_string(page_size) +
                ";\n  static constexpr int kDirect = " + std::to_string(k.direct) +
                ";\n  static constexpr int kCluster = " + std::to_string(k.cluster) + ";\n";
   if (dense) {
     r.prologue += "  static constexpr int kDense = 1;\n  static constexpr int kKvFormat = " +
                   std::to_string(kv_format) + ";\n";
+  }
+  if (model1) {
+    r.prologue += "  static constexpr int kKvFormat = " + std::to_string(kv_format) +
+                  ";\n  static constexpr int kExtraPageSize = " + std::to_string(extra_page_size) + ";\n";
   }
   r.prologue += "};\n";
   return r;
@@ -68,7 +76,9 @@ std::string MlaKernelKey::name() const {
     s += kv_format_name(kv_format);
   }
   if (role == MlaKernelRole::kDecode && checked) s += "_chk";
-  if (role == MlaKernelRole::kDecode && variant == "sm90") s += render_sm90(page_size, sm90, dense, kv_format).suffix;
+  if (role == MlaKernelRole::kDecode && variant == "sm90") {
+    s += render_sm90(page_size, sm90, dense, kv_format, extra_page_size).suffix;
+  }
   s += "_sm" + std::to_string(arch);
   return s;
 }
@@ -109,7 +119,7 @@ jit::JitSpec MlaKernelKey::spec() const {
   }
   std::string prologue;
   if (role == MlaKernelRole::kDecode && variant == "sm90") {
-    prologue = render_sm90(page_size, sm90, dense, kv_format).prologue;
+    prologue = render_sm90(page_size, sm90, dense, kv_format, extra_page_size).prologue;
   } else if (role == MlaKernelRole::kDecode && dense) {
     prologue = std::string("struct Cfg {\n  static constexpr bool kChecked = ") + (checked ? "true" : "false") +
                ";\n  static constexpr int kKvFormat = " + std::to_string(kv_format) + ";\n};\n";
@@ -142,7 +152,7 @@ bool mla_dense_sm90_supported(int kv_format) {
   return kv_format == kMlaKvBF16 || kv_format == kMlaKvFP8E4M3 || kv_format == kMlaKvFP8Sparse;
 }
 
-bool mla_model1_sm90_supported() { return false; }
+bool mla_model1_sm90_supported() { return true; }
 
 std::string mla_plan_variant(int arch, const MlaConfig& config) {
   if (config.checked) return "portable";
@@ -162,7 +172,10 @@ MlaKernelKey mla_decode_key(int arch, const std::string& variant, const MlaConfi
   refuse_retired_tuning("plan_mla_decode");
   if (variant != "sm90") return k;
   k.page_size = config.page_size;
-  k.sm90 = mla::sm90::kernel_class(config.num_heads, k.dense && k.kv_format != kMlaKvFP8Sparse);
+  // MODEL1 runs the wide kernel at every head count (the direct kernel reads the 656-byte token).
+  const bool tile_only = (k.dense && k.kv_format != kMlaKvFP8Sparse) || k.model1();
+  k.sm90 = mla::sm90::kernel_class(config.num_heads, tile_only);
+  if (k.model1()) k.extra_page_size = config.extra_page_size;
   return k;
 }
 

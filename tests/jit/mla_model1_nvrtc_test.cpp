@@ -1,7 +1,8 @@
-// NVRTC compiles every MLA MODEL1 kernel (kMlaKvModel1, two caches: the scheduler, the portable
+// NVRTC compiles every portable MLA MODEL1 kernel (kMlaKvModel1, two caches: the scheduler, the
 // decode kernel plain and checked, the combine) for sm_90a and sm_80 without a GPU: each cubin
-// exports its entry and does not spill. The plan's keys name the format, so a MODEL1 plan never
-// finds a V3.2 kernel in the cache. Prints compile time, registers and spills.
+// exports its entry and does not spill (the sm90 ones: tests/jit/mla_sm90_nvrtc_test.cpp). The
+// plan's keys name the format, so a MODEL1 plan never finds a V3.2 kernel in the cache. Prints
+// compile time, registers and spills.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -78,14 +79,26 @@ TEST(MlaModel1Nvrtc, KeysNameTheFormat) {
   EXPECT_NE(dk.spec().source.find("kChecked = false"), std::string::npos);
 }
 
-// A checked plan runs the portable kernel; so does every MODEL1 plan while the sm90 kernels have
-// no MODEL1 variant (mla_model1_sm90_supported).
-TEST(MlaModel1Nvrtc, PlanVariant) {
-  for (int heads : {1, 16, 64, 128}) {
+// A checked plan runs the portable kernel, so does every plan below sm_90; on sm_90 MODEL1 runs
+// the wide kernel at every head count (no cluster up to 64 heads, a cluster of 2 above), the
+// extra cache's page size compiled in beside the first's.
+TEST(MlaModel1Nvrtc, PlanVariantAndKernelClass) {
+  ASSERT_TRUE(mla_model1_sm90_supported());
+  for (int heads = 1; heads <= 128; ++heads) {
+    SCOPED_TRACE(heads);
     EXPECT_EQ(mla_plan_variant(90, model1_config(heads, 64, 64, true)), "portable");
     EXPECT_EQ(mla_plan_variant(80, model1_config(heads, 64, 64, false)), "portable");
-    EXPECT_EQ(mla_plan_variant(90, model1_config(heads, 64, 64, false)),
-              mla_model1_sm90_supported() ? "sm90" : "portable");
+    ASSERT_EQ(mla_plan_variant(90, model1_config(heads, 64, 64, false)), "sm90");
+    const MlaKernelKey k = mla_decode_key(90, "sm90", model1_config(heads, 256, 2, false));
+    const MlaDecodeShape shape = mla_decode_shape(k);
+    EXPECT_EQ(shape.threads, 512);
+    EXPECT_EQ(k.name(), std::string("mla_sparse_decode_sm90_model1_p256x2") + (heads > 64 ? "_c2" : "") + "_sm90");
+    EXPECT_EQ(shape.cluster_x, heads > 64 ? 2 : 1);
+    const std::string src = k.spec().source;
+    EXPECT_NE(src.find("kDirect = 0;"), std::string::npos);
+    EXPECT_NE(src.find("kPageSize = 256;"), std::string::npos);
+    EXPECT_NE(src.find("kKvFormat = 3;"), std::string::npos);
+    EXPECT_NE(src.find("kExtraPageSize = 2;"), std::string::npos);
   }
 }
 

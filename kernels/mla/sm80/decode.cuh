@@ -124,10 +124,9 @@ __device__ __forceinline__ void decode(const DecodeKernelParams& kp, unsigned ch
     kb_off[j] = ((2 * j + ((lane >> 3) & 1)) ^ x) << 4;
   }
 
-  const TopkLists lists = topk_lists<kModel1>(p);
   for (int r = part.begin_req; r <= part.end_req; ++r) {
     int first, last;
-    piece_blocks(part, lists, r, first, last);
+    piece_blocks(part, topk_lists<kModel1>(p), r, first, last);
     const int len = request_len(p.topk_length, p.topk, r);
     TokenList tl;
     if constexpr (kDense) {

@@ -9,6 +9,7 @@
 
 #include "kernels/common/check_record.cuh"
 #include "kernels/common/ptx.cuh"
+#include "kernels/mla/model1.cuh"
 #include "kernels/mla/schedule/work.cuh"
 #include "kernels/mla/sm80/gather.cuh"
 #include "kernels/mla/sm80/traits.cuh"
@@ -60,10 +61,9 @@ __device__ __forceinline__ long long model1_token(const Model1Cache& c, const in
     return -1;
   }
   const int slot = id % c.page_size;
-  // (page_size - slot) * 576 + slot * 8: the scales' block follows the page's rows.
-  scale_delta = (c.page_size - slot) * kModel1RowBytes + slot * 8;
-  const unsigned char* row = c.kv + static_cast<long long>(id / c.page_size) * c.stride_block +
-                             static_cast<long long>(slot) * kModel1RowBytes;
+  scale_delta = static_cast<int>(model1_scale_offset(c.page_size, slot) - model1_row_offset(slot));
+  const unsigned char* row =
+      c.kv + static_cast<long long>(id / c.page_size) * c.stride_block + model1_row_offset(slot);
   return reinterpret_cast<long long>(row);
 }
 
@@ -114,12 +114,6 @@ __device__ __forceinline__ void prefetch_model1(const long long* rows, const int
   ptx::prefetch_l2(line < 5 ? row + 128 * line : (line == 5 ? row + kModel1RowBytes - 1 : row + deltas[c / kLines]));
 }
 
-// 2^(byte - 127) (float8_e8m0fnu): 0 is 2^-127 (a subnormal float), 255 is NaN.
-__device__ __forceinline__ float e8m0_scale(unsigned byte) {
-  if (byte == 255u) return __int_as_float(0x7FC00000);
-  return byte == 0u ? __int_as_float(0x00400000) : __int_as_float(static_cast<int>(byte << 23));
-}
-
 // The block's rows into K: chunk c of a row is its bytes 16c..16c+15; chunks 0..27 (e4m3, tile
 // c / 4's scale) become K chunks 2c and 2c + 1, chunks 28..35 (bf16 RoPE) K chunks 56..63.
 __device__ __forceinline__ void gather_model1_tokens(Smem& sm) {
@@ -135,7 +129,7 @@ __device__ __forceinline__ void gather_model1_tokens(Smem& sm) {
       uint4 lo = make_uint4(0, 0, 0, 0), hi = lo;
       if (a >= 0) {
         const uint4 raw = __ldg(reinterpret_cast<const uint4*>(row + 16 * part));
-        const float scale = e8m0_scale(__ldg(row + sm.scale_delta[token] + part / 4));
+        const float scale = e8m0_to_float(__ldg(row + sm.scale_delta[token] + part / 4));
         dequant16(raw, scale, lo, hi);
       }
       sts128(base + swz(token, 2 * part), lo);

@@ -21,7 +21,6 @@ inline constexpr int kChunksPerToken = kNopeChunks + kRopeChunks;
 // the K tile its 448 + 64 values are dims 0..511 (chunks 0..63), so V is the tile's first 512
 // dims as for V3.2, and QK^T runs 8 rounds of 64 dims instead of 9.
 inline constexpr int kModel1DimQK = 512;
-inline constexpr int kModel1RowBytes = 576;
 inline constexpr int kModel1NopeChunks = 28;
 inline constexpr int kModel1Chunks = 36;
 
