@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/test_seed.hpp"
+#include "kernels/mla/model1.cuh"
 #include "kernels/mla/schedule/schedule.cuh"
 #include "plan/mla_schedule_check.hpp"
 
@@ -116,6 +117,22 @@ TEST(MlaScheduleModel1, StampCarriesTheExtraList) {
   EXPECT_EQ(two_caches.topk, 128);
   EXPECT_EQ(two_caches.num_parts, 66);
   EXPECT_EQ(two_caches.has_topk_length, 0);
+}
+
+// The token's place in its page (kernels/mla/model1.cuh): rows back to back from 0, then 8 scale
+// bytes a token, inside the packed page of roundup(page * 584, 576) bytes.
+TEST(MlaScheduleModel1, TokenLayoutInAPage) {
+  EXPECT_EQ(model1_row_offset(0), 0);
+  EXPECT_EQ(model1_row_offset(1), 576);
+  EXPECT_EQ(model1_scale_offset(2, 0), 1152);
+  EXPECT_EQ(model1_scale_offset(2, 1), 1160);
+  EXPECT_EQ(model1_scale_offset(64, 63), 64 * 576 + 63 * 8);
+  for (int page : {1, 2, 5, 7, 64, 256}) {
+    const long long packed = (page * 584LL + 575) / 576 * 576;
+    EXPECT_LE(model1_scale_offset(page, page - 1) + kModel1ScaleBytes, packed) << page;
+    EXPECT_LE(model1_row_offset(page - 1) + kModel1RowBytes, model1_scale_offset(page, 0)) << page;
+    EXPECT_EQ(model1_row_offset(page - 1) % 16, 0) << "16-byte loads of a row";
+  }
 }
 
 }  // namespace
