@@ -116,18 +116,7 @@ struct Model1Device {
   // Synchronizes and copies the outputs back; a checked plan's record must be clean unless
   // `expect_clean` is false.
   void results(const Model1Case& c, HostTensor& o, HostTensor& l, bool expect_clean = true) const {
-    const cudaError_t rc = cudaDeviceSynchronize();
-    if (rc != cudaSuccess) ADD_FAILURE() << plan.kernel_name << ": " << cudaGetErrorName(rc);
-    o = HostTensor(DType::kBF16, c.out.shape());
-    l = HostTensor(DType::kFP32, c.lse.shape());
-    out.to_host(o);
-    lse.to_host(l);
-    if (!expect_clean) return;
-    try {
-      check_mla_run(plan, ws.get(), nullptr);
-    } catch (const Error& e) {
-      ADD_FAILURE() << plan.kernel_name << ": " << e.what();
-    }
+    take_mla_results(plan, out, lse, ws.get(), c.out.shape(), c.lse.shape(), o, l, expect_clean);
   }
 };
 
@@ -238,14 +227,7 @@ TEST(MlaModel1Gpu, BitwiseIdenticalRunToRun) {
       Model1Case c = build_model1_case(s, rng);
       ScopedMlaKernel scope(variant);
       Model1Device dev(c, false);
-      HostTensor o1, l1, o2, l2;
-      dev.run();
-      dev.results(c, o1, l1);
-      dev.poison();
-      dev.run();
-      dev.results(c, o2, l2);
-      EXPECT_EQ(0, std::memcmp(o1.raw(), o2.raw(), o1.bytes())) << dev.plan.kernel_name;
-      EXPECT_EQ(0, std::memcmp(l1.raw(), l2.raw(), l1.bytes())) << dev.plan.kernel_name;
+      expect_same_bytes_run_to_run(dev, c, dev.plan.kernel_name);
     }
   }
 }
