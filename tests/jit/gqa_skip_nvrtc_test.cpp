@@ -47,12 +47,27 @@ std::vector<GqaConfig> skip_configs() {
   return cs;
 }
 
+// The Hopper kernel's skip variant (fp8, head_dim 128, up to 16 rows): 8 and 16 rows, every mask.
+std::vector<GqaConfig> hopper_skip_configs() {
+  std::vector<GqaConfig> cs;
+  cs.push_back(skip_config(64, 8, 128, 32, DType::kFP8E4M3));  // l70: 8 rows
+  GqaConfig g16 = skip_config(64, 4, 128, 64, DType::kFP8E4M3);  // group 16: 16 rows
+  g16.sinks = true, g16.lse = true, g16.per_head_kv_scale = true;
+  cs.push_back(g16);
+  GqaConfig t = skip_config(64, 8, 128, 16, DType::kFP8E4M3);  // q_len 2 x group 8, every feature
+  t.max_q_len = 2, t.tree_mask = true, t.softcap = 30.f, t.window = 1024, t.checked = true;
+  cs.push_back(t);
+  GqaConfig p1 = skip_config(8, 1, 128, 1, DType::kFP8E4M3);  // page size 1
+  cs.push_back(p1);
+  return cs;
+}
+
 // The keys a plan makes on sm_90a, and the other arches' 8-bit paths compiled for it.
 std::vector<GqaKernelKey> skip_keys() {
   std::vector<GqaKernelKey> keys;
   std::set<std::string> names;
   for (const GqaConfig& c : skip_configs()) {
-    for (int path_arch : {90, 89, 80}) {
+    for (int path_arch : {90, 89, 80}) {  // on 90 fp8 at up to 16 rows: the Hopper kernel (test below)
       if (path_arch != 90 && c.kv_dtype != DType::kFP8E4M3 && c.kv_dtype != DType::kINT8) continue;
       const GqaKernelKey k = make_gqa_key(c, 90, 132, path_arch);
       if (names.insert(k.name()).second) keys.push_back(k);
@@ -79,6 +94,28 @@ TEST(GqaSkipNvrtc, CompilesForSm90aWithoutSpills) {
       EXPECT_EQ(r.ptxas.spill_store_bytes, 0) << spec.name;
     }
   }
+}
+
+TEST(GqaSkipNvrtc, HopperKernelCompilesForSm90aWithoutSpills) {
+  for (const GqaConfig& c : hopper_skip_configs()) {
+    const GqaKernelKey k = make_gqa_key(c, 90);
+    ASSERT_TRUE(k.wgmma() && k.skip && !k.rows_on_m) << k.name();
+    EXPECT_NE(k.name().find("_wgmma_st3"), std::string::npos) << k.name();
+    const jit::JitSpec spec = k.spec();
+    const jit::CompileResult r = jit::compile(spec);
+    ASSERT_FALSE(r.cubin.empty()) << spec.name;
+    ASSERT_TRUE(r.ptxas.found) << spec.name;
+    EXPECT_TRUE(jit::testing::elf_has_symbol(r.cubin, spec.entry)) << spec.name;
+    std::printf("[nvrtc] %-66s %7.0f ms  regs=%d spill_stores=%d stack=%d\n", spec.name.c_str(), r.compile_ms,
+                r.ptxas.registers, r.ptxas.spill_store_bytes, r.ptxas.stack_bytes);
+    EXPECT_EQ(r.ptxas.spill_store_bytes, 0) << spec.name;
+  }
+  // 32 and 64 rows (the rows-on-M kernel's) take the portable kernel's skip variant.
+  GqaConfig spec8 = skip_config(64, 8, 128, 32, DType::kFP8E4M3);
+  spec8.max_q_len = 8;
+  EXPECT_FALSE(make_gqa_key(spec8, 90).wgmma()) << make_gqa_key(spec8, 90).name();
+  spec8.skip_softmax_factor = 0.f;
+  EXPECT_TRUE(make_gqa_key(spec8, 90).wgmma());
 }
 
 // The factor is a run-time argument: plans of two factors share one kernel; factor 0 is the exact
