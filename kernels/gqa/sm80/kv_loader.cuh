@@ -127,8 +127,10 @@ struct KvLoader {
   // Item `item`'s K and V tiles (their page ids fetched) into ring stage `stage`, as cp.async
   // copies (a missing page's rows zero-filled).
   __device__ __forceinline__ void issue_tile(int item, int stage) const {
-    issue_copies<true, true>(item, SharedStorage<T>::k_stage(smem_base, stage),
-                             SharedStorage<T>::v_stage(smem_base, stage), 0u);
+    const unsigned t0 = static_cast<unsigned>(range.begin + items.tile(item) * T::kTile);
+    const unsigned ks = SharedStorage<T>::k_stage(smem_base, stage);
+    const unsigned vs = SharedStorage<T>::v_stage(smem_base, stage);
+    issue_rows<true, true>(t0, ks, vs, 0u);
   }
 
   // The copies of issue_tile into the tiles at `ks` / `vs`: K when kK, V when kV. V alone (the
@@ -136,7 +138,12 @@ struct KvLoader {
   // whose bit `v_slices` sets.
   template <bool kK, bool kV>
   __device__ __forceinline__ void issue_copies(int item, unsigned ks, unsigned vs, unsigned v_slices) const {
-    const unsigned t0 = static_cast<unsigned>(range.begin + items.tile(item) * T::kTile);
+    issue_rows<kK, kV>(static_cast<unsigned>(range.begin + items.tile(item) * T::kTile), ks, vs, v_slices);
+  }
+
+  // The copies of the tile whose first key is t0.
+  template <bool kK, bool kV>
+  __device__ __forceinline__ void issue_rows(unsigned t0, unsigned ks, unsigned vs, unsigned v_slices) const {
 #pragma unroll
     for (int i = 0; i < T::kLoadsPerThread; ++i) {
       const unsigned row = load_row(i);
