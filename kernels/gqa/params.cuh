@@ -80,6 +80,14 @@ struct GqaParams {
   // these. Set by the backend with the workspace (carve_gqa_workspace).
   int max_seq_len;             // the plan's promise: a longer seq_lens entry is reported
   void* check;                 // the CheckRecord in the workspace's last bytes
+
+  // Skip-softmax (GqaConfig::skip_softmax_factor; 0 = off). Read only by the "_skip" kernels
+  // (Cfg::kSkip) and, when > 0, by the CPU reference.
+  float skip_softmax_factor;
+  // Measurement (deca-bench --skip-softmax, the GPU tests; the public API leaves it null): when
+  // set, each "_skip" CTA adds to [0] the V rows (tokens) it copied and to [1] the V rows the
+  // exact kernel would have copied for the same keys.
+  unsigned long long* skip_counts;
 };
 
 }  // namespace deca

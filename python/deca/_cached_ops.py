@@ -25,14 +25,15 @@ _MLA_CALLS = _plan_cache.memo()
 def gqa(q, k_cache, v_cache, page_table, seq_lens, out, lse=None, *, fn="gqa_decode",
         layout="NHD", max_seq_len=0, kv_dtype=None, k_scale=1.0, v_scale=1.0, k_scales=None,
         v_scales=None, softmax_scale=0.0, softcap=0.0, window=0, sinks=None, out_scale=1.0,
-        split_mode="auto", split_tokens=0):
+        split_mode="auto", split_tokens=0, skip_softmax_factor=0.0):
     """Paged GQA decode of q [batch, q_len, hq, d] into out (and lse [batch, q_len, hq]).
     max_seq_len 0: the page table's capacity (max_pages * page_size)."""
     plan, ws = gqa_plan(q, k_cache, page_table, out, fn=fn, layout=layout,
                         max_seq_len=max_seq_len, kv_dtype=kv_dtype, lse=lse is not None,
                         sinks=sinks is not None,
                         per_head=k_scales is not None or v_scales is not None, window=window,
-                        softcap=softcap, split_mode=split_mode, split_tokens=split_tokens)
+                        softcap=softcap, split_mode=split_mode, split_tokens=split_tokens,
+                        skip_softmax_factor=skip_softmax_factor)
     # The caller's objects, not imports: GqaPlan.run's fast path takes them directly.
     plan.run(q, k_cache, v_cache, page_table, seq_lens, out, workspace=ws, lse=lse,
              sinks=sinks, k_scale=k_scale, v_scale=v_scale, k_scales=k_scales,
@@ -42,11 +43,11 @@ def gqa(q, k_cache, v_cache, page_table, seq_lens, out, lse=None, *, fn="gqa_dec
 
 def gqa_plan(q, k_cache, page_table, out, *, fn, layout="NHD", max_seq_len=0, kv_dtype=None,
              lse=False, sinks=False, per_head=False, window=0, softcap=0.0, split_mode="auto",
-             split_tokens=0, tree_mask=False):
+             split_tokens=0, tree_mask=False, skip_softmax_factor=0.0):
     """(GqaPlan, workspace) of a GQA call: looked up by the tensors' metadata and the options,
     derived from the tensors' shapes and dtypes at the first call."""
     options = (layout, max_seq_len, kv_dtype, lse, sinks, per_head, window, softcap, split_mode,
-               split_tokens, tree_mask)
+               split_tokens, tree_mask, skip_softmax_factor)
     mq = arg_meta(q)
     key = None
     if mq is not None:
@@ -62,7 +63,8 @@ def gqa_plan(q, k_cache, page_table, out, *, fn, layout="NHD", max_seq_len=0, kv
 
 
 def _gqa_plan(q, k_cache, page_table, out, fn, layout, max_seq_len, kv_dtype, lse, sinks,
-              per_head_kv_scale, window, softcap, split_mode, split_tokens, tree_mask):
+              per_head_kv_scale, window, softcap, split_mode, split_tokens, tree_mask,
+              skip_softmax_factor):
     q_shape, q_dtype, device = _meta(q, f"{fn}: q")
     k_shape, k_dtype, _ = _meta(k_cache, f"{fn}: k_cache", kv_dtype or None)
     _, out_dtype, _ = _meta(out, f"{fn}: out")
@@ -82,7 +84,7 @@ def _gqa_plan(q, k_cache, page_table, out, fn, layout, max_seq_len, kv_dtype, ls
                   per_head_kv_scale=per_head_kv_scale, window=int(window),
                   softcap=float(softcap), beam_width=1, split_mode=split_mode,
                   split_tokens=int(split_tokens), checked=_C.checked_by_default(),
-                  device=device)
+                  skip_softmax_factor=float(skip_softmax_factor), device=device)
     return _plan_cache.plan(GqaPlan, GQA_KEYS, tuple(values[k] for k in GQA_KEYS), q, None, fn)
 
 

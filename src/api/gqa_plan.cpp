@@ -68,6 +68,10 @@ void validate_gqa_config(std::string_view fn, std::string_view prefix, const Gqa
     fail(fn, field(prefix, "softcap"), "a finite value >= 0 (0 = no soft-cap)",
          float_string(c.softcap));
   }
+  if (!(std::isfinite(c.skip_softmax_factor) && c.skip_softmax_factor >= 0.f)) {
+    fail(fn, field(prefix, "skip_softmax_factor"), "a finite value >= 0 (0 = exact attention)",
+         float_string(c.skip_softmax_factor));
+  }
   expect_int(fn, prefix, "beam_width", c.beam_width, c.beam_width >= 1, ">= 1");
   if (c.max_batch % c.beam_width != 0) {
     fail(fn, field(prefix, "max_batch"),

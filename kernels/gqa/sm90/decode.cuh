@@ -76,6 +76,52 @@ __device__ __forceinline__ void transpose_v_in_place(unsigned vs, const unsigned
   }
 }
 
+// The end of the rows-on-N kernels (this file's and skip.cuh's), the ring drained: the rows' sums
+// across lanes and warps, O and (max, sum) into the epilogue's merge area (one slice: kWarpsN =
+// 1), which reuses the stages, then the output, LSE or the split's partials (epilogue.cuh).
+template <class T, int kAcc>
+__device__ __forceinline__ void finish_rows_on_n(const GqaParams& p, unsigned char* smem, float* red, int l, int w,
+                                                 const float (&m_run)[T::kCols], float (&l_run)[T::kCols],
+                                                 const float (&o)[2][kAcc], const SplitCta& c, int row0,
+                                                 int rows_total, int batch, int kv_head, float v_scale) {
+  constexpr int N = T::kRows;
+  constexpr int kHalves = 2;
+  auto col_row = [&](int cc) { return 8 * (cc >> 1) + 2 * (l & 3) + (cc & 1); };
+  const int row_blocks = c.row_blocks, row_block = c.row_block, split = c.split;
+#pragma unroll
+  for (int cc = 0; cc < T::kCols; ++cc) {
+#pragma unroll
+    for (int m = 4; m < 32; m <<= 1) l_run[cc] += __shfl_xor_sync(0xffffffffu, l_run[cc], m);
+  }
+  __syncthreads();  // the last tile's readers are done with its stage and red
+  if (l < 4) {
+#pragma unroll
+    for (int cc = 0; cc < T::kCols; ++cc) red[w * N + col_row(cc)] = l_run[cc];
+  }
+  const MergeArea<T> area(smem);
+#pragma unroll
+  for (int m = 0; m < kHalves; ++m) {
+#pragma unroll
+    for (int e = 0; e < kAcc; ++e) {
+      const int n = 64 * m + 16 * w + (l >> 2) + 8 * ((e >> 1) & 1);  // V^T's row
+      const int d = rows_on_m_d(n);
+      area.o[col_row(2 * (e >> 2) + (e & 1)) * kDim + d] = o[m][e];
+    }
+  }
+  __syncthreads();
+  if (w == 0 && l < 4) {
+#pragma unroll
+    for (int cc = 0; cc < T::kCols; ++cc) {
+      const int r = col_row(cc);
+      area.ml[2 * r] = m_run[cc] - 8.f;  // P's scale (the header)
+      area.ml[2 * r + 1] = red[r] + red[N + r] + red[2 * N + r] + red[3 * N + r];
+    }
+  }
+  __syncthreads();
+  const CtaRows cta{batch, batch, kv_head, row_blocks, row_block, split, row0, rows_total, rows_total};
+  finish_cta<T>(p, smem, cta, v_scale);
+}
+
 template <class Cfg>
 __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned char* smem_raw) {
   using T = Traits<Cfg>;
@@ -101,7 +147,7 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
   SplitCta c;
   if (!split_cta<T>(p, N, c)) return;
   const Unit u = c.unit;
-  const int row_blocks = c.row_blocks, row_block = c.row_block, split = c.split;
+  const int row_block = c.row_block;
   const int row0 = row_block * N;
 
   // ---- Loader (tile_loader.cuh): K and V tiles in token order ----
@@ -289,38 +335,7 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
   // ---- The rows into the epilogue's merge area (one slice: kWarpsN = 1), which reuses the
   // stages: every one is free once the ring is drained ----
   ptx::cp_async_wait<0>();
-#pragma unroll
-  for (int cc = 0; cc < T::kCols; ++cc) {
-#pragma unroll
-    for (int m = 4; m < 32; m <<= 1) l_run[cc] += __shfl_xor_sync(0xffffffffu, l_run[cc], m);
-  }
-  __syncthreads();  // the last tile's readers are done with its stage and red
-  if (l < 4) {
-#pragma unroll
-    for (int cc = 0; cc < T::kCols; ++cc) red[w * N + col_row(cc)] = l_run[cc];
-  }
-  const MergeArea<T> area(smem);
-#pragma unroll
-  for (int m = 0; m < kHalves; ++m) {
-#pragma unroll
-    for (int e = 0; e < kAcc; ++e) {
-      const int n = 64 * m + 16 * w + (l >> 2) + 8 * ((e >> 1) & 1);  // V^T's row
-      const int d = rows_on_m_d(n);
-      area.o[col_row(2 * (e >> 2) + (e & 1)) * kDim + d] = o[m][e];
-    }
-  }
-  __syncthreads();
-  if (w == 0 && l < 4) {
-#pragma unroll
-    for (int cc = 0; cc < T::kCols; ++cc) {
-      const int r = col_row(cc);
-      area.ml[2 * r] = m_run[cc] - 8.f;  // P's scale, see above
-      area.ml[2 * r + 1] = red[r] + red[N + r] + red[2 * N + r] + red[3 * N + r];
-    }
-  }
-  __syncthreads();
-  const CtaRows cta{batch, batch, kv_head, row_blocks, row_block, split, row0, rows_total, rows_total};
-  finish_cta<T>(p, smem, cta, v_scale);
+  finish_rows_on_n<T>(p, smem, red, l, w, m_run, l_run, o, c, row0, rows_total, batch, kv_head, v_scale);
 }
 
 }  // namespace deca::gqa::sm90
