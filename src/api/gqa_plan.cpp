@@ -6,6 +6,7 @@
 
 #include "api/check.hpp"
 #include "api/gqa_config.hpp"
+#include "api/gqa_fused.hpp"
 #include "cuda/backend.hpp"
 #include "deca/error.hpp"
 #include "deca/gqa.hpp"
@@ -75,6 +76,7 @@ void validate_gqa_config(std::string_view fn, std::string_view prefix, const Gqa
              "): batch = requests * beam_width",
          std::to_string(c.max_batch));
   }
+  validate_rope_config(fn, prefix, c);
   switch (c.split_mode) {
     case SplitMode::kAuto:
       expect_int(fn, prefix, "split_tokens", c.split_tokens, c.split_tokens == 0,
