@@ -93,44 +93,48 @@ __device__ __forceinline__ void store_code(unsigned char* row, int d, unsigned c
   }
 }
 
-// New token i of batch entry b (length len), kv head h: the codes of key pair j and value pair j
-// (values: dims 2j, 2j + 1) into the shared-memory rows k_row / v_row (element order as the
-// cache's), and, when `write`, into the token's cache slot. Checked mode: a page id out of range
-// is not written through (the loader has recorded it and masks the tile).
+// New token i of batch entry b (length len), kv head h, pair j: the cache's codes of its key pair
+// j (rotated) and value pair j (dims 2j, 2j + 1, not rotated), and their dims. With `write`, they
+// are also stored into the token's cache slot; checked mode skips a page id out of range (the
+// loader has recorded it and masks the tile).
+struct NewPair {
+  PairDims kd;
+  unsigned k0, k1, v0, v1;
+};
 template <class T>
-__device__ __forceinline__ void code_new_pair(const GqaParams& p, int b, int i, int len, int h, int j,
-                                              unsigned char* k_row, unsigned char* v_row, bool write) {
+__device__ __forceinline__ NewPair code_new_pair(const GqaParams& p, int b, int i, int len, int h, int j, bool write) {
   constexpr int kBytes = kv::kind_of(T::kKvDtype) == kv::kKv16 ? 2 : 1;
   const int t = len - p.q_len + i;
   const int pos = token_pos(p, b, i, len);
   const float ks = p.k_scales ? p.k_scales[h] : p.k_scale;
   const float vs = p.v_scales ? p.v_scales[h] : p.v_scale;
-  const PairDims kd = pair_dims<T>(j);
+  NewPair r;
+  r.kd = pair_dims<T>(j);
   const float2 k = rotated_pair<T>(p, p.k_new, b * p.k_new_stride_batch + i * p.k_new_stride_token + h * p.k_new_stride_head,
-                                   pos, kd, j);
-  const PairDims vd{2 * j, 2 * j + 1, false};
+                                   pos, r.kd, j);
   const float2 v = rotated_pair<T>(p, p.v_new, b * p.v_new_stride_batch + i * p.v_new_stride_token + h * p.v_new_stride_head,
-                                   pos, vd, j);
-  const unsigned k0 = cache_code<T>(k.x, ks), k1 = cache_code<T>(k.y, ks);
-  const unsigned v0 = cache_code<T>(v.x, vs), v1 = cache_code<T>(v.y, vs);
-  store_code<T>(k_row, kd.a, k0);
-  store_code<T>(k_row, kd.b, k1);
-  store_code<T>(v_row, vd.a, v0);
-  store_code<T>(v_row, vd.b, v1);
-  if (!write) return;
-  const int page = p.page_table[b * p.page_table_stride + t / T::kPageSize];
-  if constexpr (T::kChecked) {
-    if (static_cast<unsigned>(page) >= static_cast<unsigned>(p.num_pages)) return;
+                                   pos, PairDims{2 * j, 2 * j + 1, false}, j);
+  r.k0 = cache_code<T>(k.x, ks);
+  r.k1 = cache_code<T>(k.y, ks);
+  r.v0 = cache_code<T>(v.x, vs);
+  r.v1 = cache_code<T>(v.y, vs);
+  if (write) {
+    const int page = p.page_table[b * p.page_table_stride + t / T::kPageSize];
+    bool ok = true;
+    if constexpr (T::kChecked) ok = static_cast<unsigned>(page) < static_cast<unsigned>(p.num_pages);
+    if (ok) {
+      const long long slot = t % T::kPageSize;
+      unsigned char* kc = const_cast<unsigned char*>(static_cast<const unsigned char*>(p.k_cache)) +
+                          (page * p.k_stride_page + slot * p.k_stride_slot + h * p.k_stride_head) * kBytes;
+      unsigned char* vc = const_cast<unsigned char*>(static_cast<const unsigned char*>(p.v_cache)) +
+                          (page * p.v_stride_page + slot * p.v_stride_slot + h * p.v_stride_head) * kBytes;
+      store_code<T>(kc, r.kd.a, r.k0);
+      store_code<T>(kc, r.kd.b, r.k1);
+      store_code<T>(vc, 2 * j, r.v0);
+      store_code<T>(vc, 2 * j + 1, r.v1);
+    }
   }
-  const long long slot = t % T::kPageSize;
-  unsigned char* kc = const_cast<unsigned char*>(static_cast<const unsigned char*>(p.k_cache)) +
-                      (page * p.k_stride_page + slot * p.k_stride_slot + h * p.k_stride_head) * kBytes;
-  unsigned char* vc = const_cast<unsigned char*>(static_cast<const unsigned char*>(p.v_cache)) +
-                      (page * p.v_stride_page + slot * p.v_stride_slot + h * p.v_stride_head) * kBytes;
-  store_code<T>(kc, kd.a, k0);
-  store_code<T>(kc, kd.b, k1);
-  store_code<T>(vc, vd.a, v0);
-  store_code<T>(vc, vd.b, v1);
+  return r;
 }
 
 // q element d of a row (q-dtype row at `row`) at `pos`, rotated and rounded: for kernels that load

@@ -104,8 +104,7 @@ GqaKernelKey make_gqa_key(const GqaConfig& config, int arch, int sm_count, int p
   // measured nowhere else. docs/perf-notes.md has the figures.
   const int kind = kv::kind_of(key.kv_dtype);
   const bool wgmma_ok =
-      arch == 90 && paths == 90 && gqa::sm90::supports(key.head_dim, key.kv_dtype, key.beam_width) &&
-      key.rope_style == 0;  // the fused step: the portable kernel
+      arch == 90 && paths == 90 && gqa::sm90::supports(key.head_dim, key.kv_dtype, key.beam_width);
   key.fp8_mma = wgmma_ok                                      ? kv::kWgmma
                 : kind == kv::kKvFp8 && paths == 89 && arch >= 89 ? kv::kTwoTerm
                 : kind == kv::kKvInt8 && paths == 90           ? kv::kTwoTermQk

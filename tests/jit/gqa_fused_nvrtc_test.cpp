@@ -1,5 +1,6 @@
 // NVRTC compiles of the fused decode step's kernels (GqaConfig::rope_style) for sm_90a, no GPU
-// needed: every KV dtype, both styles, a partial rotary_dim, q_len 8 with a tree mask, beams,
+// needed: the portable kernel for every KV dtype and the Hopper fp8 kernel (both row layouts),
+// both styles, a partial rotary_dim, q_len 8 with a tree mask, beams,
 // head_dim 256, checked mode. Each exports the kernel without spilling (head_dim <= 128). A plain
 // config's kernel source names no rope constant (its code stays the plain kernel's).
 #include <gtest/gtest.h>
@@ -66,7 +67,19 @@ TEST(GqaFusedNvrtc, CompilesForSm90aWithoutSpills) {
     std::printf("[nvrtc] %-70s %7.0f ms  regs=%d spill_stores=%d stack=%d\n", spec.name.c_str(), r.compile_ms,
                 r.ptxas.registers, r.ptxas.spill_store_bytes, r.ptxas.stack_bytes);
     if (c.head_dim <= 128) EXPECT_EQ(r.ptxas.spill_store_bytes, 0) << spec.name;
+    // The Hopper kernel's fused variant: its wgmma chains stay asynchronous.
+    if (k.wgmma()) EXPECT_EQ(r.log.find("serialized"), std::string::npos) << spec.name << ":\n" << r.log;
   }
+}
+
+// fp8 at head_dim 128 without beams takes the Hopper kernel fused as plain, both of its kernels.
+TEST(GqaFusedNvrtc, Fp8TakesTheHopperKernel) {
+  GqaConfig c = fused_config(DType::kFP8E4M3, RopeStyle::kNeox, 0);
+  EXPECT_TRUE(make_gqa_key(c, 90).wgmma());
+  c.max_q_len = 8;
+  EXPECT_TRUE(make_gqa_key(c, 90).rows_on_m);
+  c.beam_width = 2, c.max_q_len = 1;
+  EXPECT_FALSE(make_gqa_key(c, 90).wgmma());
 }
 
 TEST(GqaFusedNvrtc, PlainSourceNamesNoRopeConstant) {

@@ -75,7 +75,11 @@ __device__ __forceinline__ void append_new_tokens(const GqaParams& p, const CtaC
       const int j = k % kPairs;
       unsigned char* k_row = ks + (t - t0) * T::kRowStride;
       unsigned char* v_row = vs + (t - t0) * T::kRowStride;
-      fused::code_new_pair<T>(p, b, t - first_new, len, cta.kv_head, j, k_row, v_row, write);
+      const fused::NewPair c = fused::code_new_pair<T>(p, b, t - first_new, len, cta.kv_head, j, write);
+      fused::store_code<T>(k_row, c.kd.a, c.k0);
+      fused::store_code<T>(k_row, c.kd.b, c.k1);
+      fused::store_code<T>(v_row, 2 * j, c.v0);
+      fused::store_code<T>(v_row, 2 * j + 1, c.v1);
     }
   }
 }
