@@ -10,6 +10,7 @@
 #include "data.hpp"
 #include "deca/error.hpp"
 #include "gpu_timer.hpp"
+#include "gqa_fused_case.hpp"
 #include "launch_floor.hpp"
 #include "timing.hpp"
 
@@ -278,6 +279,7 @@ CaseResult run_gqa_case(const BenchCase& bc, const RunOptions& opt) {
       r);
   // Checked runs over valid data must leave no record: a false positive fails the case.
   check_gqa_run(plan, args.workspace, nullptr);
+  if (opt.fused) r.fused = time_fused_step(plan, args, opt, mem, rng.next());
   if (opt.host_calls > 0) {
     GqaDecodeArgs a = args;
     if (!opt.cuda) {

@@ -23,6 +23,7 @@ struct RunOptions {
   // it as the other layers of a decode step do (MlaSparseArgs::reuse_schedule; how FlashMLA is
   // timed, its metadata made outside the timed calls).
   bool mla_schedule_every = false;
+  bool fused = false;           // --fused: GQA cases also time the fused decode step
   std::uint64_t seed = 0;      // fresh per run; each case derives its own from it
   GpuTimer* timer = nullptr;   // set when cuda
 };

@@ -80,6 +80,7 @@ void set_workspace_and_stream(Args& a, const Tensor* workspace, std::uintptr_t s
 
 void register_tensor(nb::module_& m);
 void register_gqa(nb::module_& m);
+void register_gqa_fused(nb::module_& m);
 void register_mla(nb::module_& m);
 void register_quant(nb::module_& m);
 void register_checked(nb::module_& m);

@@ -12,7 +12,7 @@ namespace {
 
 constexpr const char* kFn = "gqa_decode";
 constexpr const char* kOnDevice = "plan.config.device";
-constexpr const char* kFlag = "plan.config.rope_style != kNone (a fused plan)";
+constexpr const char* kFlag = "plan.config.rope_style != kNone";
 
 std::string s(std::int64_t v) { return std::to_string(v); }
 

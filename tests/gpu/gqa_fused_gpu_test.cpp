@@ -126,6 +126,25 @@ TEST_P(GqaFusedGpu, EqualsRotateAppendDecode) {
     EXPECT_TRUE(same_bytes(v_after, u.v_pool)) << plan.kernel_name << ": V pool differs from rotate + append";
   }
 
+  // The rotate and append kernels alone (deca-bench's three-launch baseline) leave the same bytes.
+  {
+    DeviceCase sep(c, plan);
+    bind_fused(sep.params, c, in);
+    sep.params.k_new = k_new.get();
+    sep.params.v_new = v_new.get();
+    sep.params.cos_sin = cos_sin.get();
+    sep.params.positions = fc.fused.positions ? positions.as<int>() : nullptr;
+    DeviceBuffer q_rot(c.q.bytes());
+    cuda::gqa_rope_append(plan, sep.params, q_rot.get(), 0, nullptr);
+    cuda::gqa_rope_append(plan, sep.params, nullptr, 1, nullptr);
+    cuda_ok(cudaDeviceSynchronize(), "gqa_rope_append");
+    HostTensor q_host(c.q.dtype(), c.q.shape()), k_host(c.k_pool.dtype(), c.k_pool.shape());
+    q_rot.to_host(q_host);
+    sep.k.to_host(k_host);
+    EXPECT_TRUE(same_bytes(q_host, u.q_rot)) << "gqa_rope_append: rotated q differs";
+    EXPECT_TRUE(same_bytes(k_host, u.k_pool)) << "gqa_rope_append: K pool differs";
+  }
+
   // The CPU reference of the fused step.
   poison_outputs(c);
   cpu::gqa_decode_fused(c.params);
