@@ -197,3 +197,93 @@ def test_flashinfer_run_fused_is_rope_append_then_run(rng):
     _bytes_equal(c.k, k_want)
     _bytes_equal(c.v, v_want)
     _bytes_equal(out, want)
+
+
+# --- torch tensors (CUDA when a GPU is present, else the CPU backend) --------------------------
+
+try:
+    import torch
+except ImportError:
+    torch = None
+needs_torch = pytest.mark.skipif(torch is None, reason="torch is not importable")
+
+
+def _torch(a, dev):
+    if a is None:
+        return None
+    if a.dtype == ref.BF16:
+        return torch.from_numpy(a.view(np.uint16).copy()).view(torch.bfloat16).to(dev)
+    if a.dtype == ref.FP8:
+        return torch.from_numpy(a.view(np.uint8).copy()).view(torch.float8_e4m3fn).to(dev)
+    return torch.from_numpy(np.ascontiguousarray(a)).to(dev)
+
+
+def _same_bits(a, b):
+    assert a.shape == b.shape and a.dtype == b.dtype
+    assert torch.equal(a.contiguous().reshape(-1).view(torch.uint8),
+                       b.contiguous().reshape(-1).view(torch.uint8))
+
+
+@needs_torch
+@pytest.mark.parametrize("kv_dtype", ["bf16", "fp8_e4m3", "int8"])
+def test_torch_fused_equals_rotate_append_decode(rng, kv_dtype):
+    """On a GPU: the fused kernel (the Hopper fp8 one for fp8 at head_dim 128) against the
+    plain kernel on the separately appended cache: caches and outputs bit for bit."""
+    dev = "cuda:0" if torch.cuda.is_available() else "cpu"
+    scale = 1.0 if kv_dtype == "bf16" else 0.03
+    f = FusedCase(rng, seq_lens=[300, 17, 1, 64], q_len=1, hq=16, hkv=2, d=128, page=16,
+                  kv_dtype=kv_dtype, k_scale=scale, v_scale=scale, positions=True)
+    c = f.c
+    q_rot, k_want, v_want = f.separately()
+    T = lambda a: _torch(a, dev)  # noqa: E731
+    k, v = T(c.k), T(c.v)
+    out = torch.empty_like(T(c.q))
+    deca.gqa_decode_fused(T(c.q), T(f.k_new), T(f.v_new), T(f.cos_sin), k, v, T(c.page_table),
+                          T(c.seq_lens), out, positions=T(f.positions), k_scale=scale,
+                          v_scale=scale)
+    _same_bits(k, T(k_want))
+    _same_bits(v, T(v_want))
+    want = deca.gqa_decode(T(q_rot), T(k_want), T(v_want), T(c.page_table), T(c.seq_lens),
+                           k_scale=scale, v_scale=scale)
+    _same_bits(out, want)
+
+
+@needs_torch
+def test_opcheck_gqa_decode_fused(rng):
+    import deca.torch_ops  # noqa: F401
+    dev = "cuda:0" if torch.cuda.is_available() else "cpu"
+    f = FusedCase(rng, seq_lens=[20, 5], hq=8, hkv=2, d=64, page=16)
+    c = f.c
+    T = lambda a: _torch(a, dev)  # noqa: E731
+    q = T(c.q)
+    out = torch.empty_like(q)
+    lse = torch.empty(q.shape[:3], dtype=torch.float32, device=dev)
+    args = (q, T(f.k_new), T(f.v_new), T(f.cos_sin), None, T(c.k), T(c.v), T(c.page_table),
+            T(c.seq_lens), out, lse, None, None, None, "neox", "NHD", 0, "", 1.0, 1.0, 0.0, 0.0,
+            0, 1.0)
+    torch.library.opcheck(torch.ops.deca.gqa_decode_fused.default, args)
+
+
+@needs_torch
+def test_torch_compile_holds_flashinfer_run_fused(rng):
+    dev = "cuda:0" if torch.cuda.is_available() else "cpu"
+    f = FusedCase(rng, seq_lens=[20, 9], hq=8, hkv=2, d=64, page=8, style="gptj")
+    c = f.c
+    counts = [-(-int(n) // 8) for n in c.seq_lens]
+    indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+    indices = np.concatenate([c.page_table[b, :n] for b, n in enumerate(counts)]).astype(np.int32)
+    last = np.array([(int(n) - 1) % 8 + 1 for n in c.seq_lens], np.int32)
+    T = lambda a: _torch(a, dev)  # noqa: E731
+    w = compat.BatchDecodeWithPagedKVCacheWrapper(torch.empty(16, dtype=torch.uint8, device=dev))
+    w.plan(T(indptr), T(indices), T(last), 8, 2, 64, 8, q_data_type=torch.bfloat16)
+    k_eager, v_eager = T(c.k), T(c.v)
+    args = (T(c.q)[:, 0], T(f.k_new)[:, 0], T(f.v_new)[:, 0])
+    want = w.run_fused(*args, (k_eager, v_eager), T(f.cos_sin), is_neox=False)
+    k, v = T(c.k), T(c.v)
+
+    def step(q, k_new, v_new, k, v, cos_sin):
+        return w.run_fused(q, k_new, v_new, (k, v), cos_sin, is_neox=False)
+
+    got = torch.compile(step, fullgraph=True, backend="aot_eager")(*args, k, v, T(f.cos_sin))
+    _same_bits(got, want)
+    _same_bits(k, k_eager)
