@@ -34,6 +34,8 @@ const char* rope_style_name(RopeStyle s) {
   return s == RopeStyle::kNeox ? "neox" : (s == RopeStyle::kGptj ? "gptj" : "none");
 }
 
+}  // namespace
+
 // Everything a run needs besides the plan or config. Tensors arrive as deca._C.Tensor, already
 // imported (and named) by the Python layer; nanobind keeps them alive for the call.
 GqaDecodeArgs make_args(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
@@ -61,6 +63,8 @@ GqaDecodeArgs make_args(const Tensor& q, const Tensor& k_cache, const Tensor& v_
   set_workspace_and_stream(a, workspace, stream);
   return a;
 }
+
+namespace {
 
 // One run entry point per way to name what runs: a GqaPlan (engines; workspace passed in) or a
 // GqaConfig (one-off calls); gqa_decode has an overload for each. `first` names that argument.

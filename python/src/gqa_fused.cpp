@@ -14,27 +14,13 @@ void register_gqa_fused(nb::module_& m) {
          const Tensor* lse, const Tensor* tree_mask, const Tensor* sinks, const Tensor* k_scales,
          const Tensor* v_scales, float k_scale, float v_scale, float softmax_scale, float out_scale,
          const Tensor* workspace, std::uintptr_t stream) {
-        GqaDecodeArgs a;
-        a.q = q.view;
+        GqaDecodeArgs a = make_args(q, k_cache, v_cache, page_table, seq_lens, out, lse, tree_mask, sinks,
+                                    k_scales, v_scales, k_scale, v_scale, softmax_scale, out_scale,
+                                    workspace, stream);
         a.k_new = k_new.view;
         a.v_new = v_new.view;
         a.cos_sin_cache = cos_sin_cache.view;
         a.positions = view_or_absent(positions);
-        a.k_cache = k_cache.view;
-        a.v_cache = v_cache.view;
-        a.page_table = page_table.view;
-        a.seq_lens = seq_lens.view;
-        a.out = out.view;
-        a.lse = view_or_absent(lse);
-        a.tree_mask = view_or_absent(tree_mask);
-        a.sinks = view_or_absent(sinks);
-        a.k_scales = view_or_absent(k_scales);
-        a.v_scales = view_or_absent(v_scales);
-        a.k_scale = k_scale;
-        a.v_scale = v_scale;
-        a.softmax_scale = softmax_scale;
-        a.out_scale = out_scale;
-        set_workspace_and_stream(a, workspace, stream);
         nb::gil_scoped_release release;
         gqa_decode(plan, a);
       },

@@ -171,21 +171,8 @@ class BatchDecodeWithPagedKVCacheWrapper:
                 p.window:
             raise Error(f"{fn}: window_left: expected the planned {p.window - 1} (or "
                         f"None), got {window_left!r}")
-        k_cache, v_cache = _split_cache(fn, paged_kv_cache, self._layout)
-        p.check_run(fn, self._layout, q, k_cache, v_cache,
-                    isinstance(paged_kv_cache, (tuple, list)))
-        batch, heads, dim = p.batch, p.num_qo_heads, p.head_dim
-        want_lse = return_lse or lse is not None
-        if out is None:
-            out = _common.alloc(q, (batch, heads, dim), "same", f"{fn}: out")
-        if want_lse and lse is None:
-            lse = _common.alloc(q, (batch, heads), "fp32", f"{fn}: lse")
-        elif want_lse:
-            _common.expect_dtype(fn, "lse", lse, ("fp32",))
-        softmax_scale = (p.sm_scale or 1.0 / math.sqrt(dim)) * \
-            _common.scale_float(fn, "q_scale", q_scale)
-        ks = _common.scale_float(fn, "k_scale", k_scale)
-        vs = _common.scale_float(fn, "v_scale", v_scale)
+        k_cache, v_cache, out, lse, want_lse, softmax_scale, ks, vs = self._prepare(
+            fn, q, paged_kv_cache, out, lse, return_lse, q_scale, k_scale, v_scale)
         q4, out4, lse4 = q[:, None], out[:, None], lse[:, None] if want_lse else None
         ops = _common.torch_ops(q)
         if ops is not None:
@@ -225,19 +212,9 @@ class BatchDecodeWithPagedKVCacheWrapper:
         p = self._planned
         if p is None:
             raise Error(f"{fn}: self: expected plan() to have been called, got no plan")
-        k_cache, v_cache = _split_cache(fn, paged_kv_cache, self._layout)
-        p.check_run(fn, self._layout, q, k_cache, v_cache,
-                    isinstance(paged_kv_cache, (tuple, list)))
-        batch, heads, dim = p.batch, p.num_qo_heads, p.head_dim
-        want_lse = return_lse or lse is not None
-        if out is None:
-            out = _common.alloc(q, (batch, heads, dim), "same", f"{fn}: out")
-        if want_lse and lse is None:
-            lse = _common.alloc(q, (batch, heads), "fp32", f"{fn}: lse")
-        softmax_scale = (p.sm_scale or 1.0 / math.sqrt(dim)) * \
-            _common.scale_float(fn, "q_scale", q_scale)
-        ks = _common.scale_float(fn, "k_scale", k_scale)
-        vs = _common.scale_float(fn, "v_scale", v_scale)
+        k_cache, v_cache, out, lse, want_lse, softmax_scale, ks, vs = self._prepare(
+            fn, q, paged_kv_cache, out, lse, return_lse, q_scale, k_scale, v_scale)
+        batch = p.batch
         pos = None
         if positions is not None:
             if _common.dtype_of(positions) != "int32":
@@ -268,6 +245,27 @@ class BatchDecodeWithPagedKVCacheWrapper:
             return out
         lse *= _common.LOG2_E  # deca's natural log -> FlashInfer's base 2
         return out, lse
+
+    def _prepare(self, fn, q, paged_kv_cache, out, lse, return_lse, q_scale, k_scale, v_scale):
+        """What run() and run_fused() check and allocate alike: the cache's two views checked
+        against the plan, out and lse (allocated when missing), the softmax and KV scales."""
+        p = self._planned
+        k_cache, v_cache = _split_cache(fn, paged_kv_cache, self._layout)
+        p.check_run(fn, self._layout, q, k_cache, v_cache,
+                    isinstance(paged_kv_cache, (tuple, list)))
+        batch, heads, dim = p.batch, p.num_qo_heads, p.head_dim
+        want_lse = return_lse or lse is not None
+        if out is None:
+            out = _common.alloc(q, (batch, heads, dim), "same", f"{fn}: out")
+        if want_lse and lse is None:
+            lse = _common.alloc(q, (batch, heads), "fp32", f"{fn}: lse")
+        elif want_lse:
+            _common.expect_dtype(fn, "lse", lse, ("fp32",))
+        softmax_scale = (p.sm_scale or 1.0 / math.sqrt(dim)) * \
+            _common.scale_float(fn, "q_scale", q_scale)
+        ks = _common.scale_float(fn, "k_scale", k_scale)
+        vs = _common.scale_float(fn, "v_scale", v_scale)
+        return k_cache, v_cache, out, lse, want_lse, softmax_scale, ks, vs
 
     def _capacity(self):
         return self._page_table.shape[1] * self._planned.page_size
