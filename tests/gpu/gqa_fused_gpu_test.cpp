@@ -162,8 +162,16 @@ TEST_P(GqaFusedGpu, EqualsRotateAppendDecode) {
   if (!fc.spec.kv_one_allocation) c.v_pool = u.v_pool;
   c.bind();
   const GpuRun plain = run_gqa_on_gpu(c, fc.opt);
-  EXPECT_TRUE(same_bytes(plain.out, gpu.out)) << "fused " << plan.kernel_name << " vs plain "
-                                              << plain.plan.kernel_name << ": outputs differ";
+  // The same bits when both plans split the keys alike (their occupancy, read from the compiled
+  // kernels, sets the split count); otherwise the usual bound between the two.
+  if (plain.plan.num_splits == plan.num_splits) {
+    EXPECT_TRUE(same_bytes(plain.out, gpu.out)) << "fused " << plan.kernel_name << " vs plain "
+                                                << plain.plan.kernel_name << ": outputs differ";
+  } else {
+    c.out = plain.out;
+    EXPECT_LE(compare(c, gpu).rel_l2, out_tolerance(c.spec.out_dtype))
+        << "fused (" << plan.num_splits << " splits) vs plain (" << plain.plan.num_splits << ")";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Fused, GqaFusedGpu, ::testing::ValuesIn(fused_gpu_cases()),
