@@ -41,13 +41,35 @@ def gqa(q, k_cache, v_cache, page_table, seq_lens, out, lse=None, *, fn="gqa_dec
     return out
 
 
+def gqa_fused(q, k_new, v_new, cos_sin_cache, k_cache, v_cache, page_table, seq_lens, out,
+              lse=None, *, positions=None, rope_style="neox", fn="gqa_decode", layout="NHD",
+              max_seq_len=0, kv_dtype=None, k_scale=1.0, v_scale=1.0, k_scales=None,
+              v_scales=None, softmax_scale=0.0, softcap=0.0, window=0, sinks=None,
+              out_scale=1.0, split_mode="auto", split_tokens=0):
+    """The fused decode step (GqaPlan.run_fused's semantics): rotary_dim from cos_sin_cache's
+    last dimension, positions [batch, q_len] int32 or None."""
+    rotary_dim = int(tuple(getattr(cos_sin_cache, "shape", (0, 0)))[-1])
+    plan, ws = gqa_plan(q, k_cache, page_table, out, fn=fn, layout=layout,
+                        max_seq_len=max_seq_len, kv_dtype=kv_dtype, lse=lse is not None,
+                        sinks=sinks is not None,
+                        per_head=k_scales is not None or v_scales is not None, window=window,
+                        softcap=softcap, split_mode=split_mode, split_tokens=split_tokens,
+                        rope_style=rope_style, rotary_dim=rotary_dim)
+    plan.run_fused(q, k_new, v_new, cos_sin_cache, k_cache, v_cache, page_table, seq_lens, out,
+                   positions=positions, workspace=ws, lse=lse, sinks=sinks, k_scale=k_scale,
+                   v_scale=v_scale, k_scales=k_scales, v_scales=v_scales,
+                   softmax_scale=softmax_scale or None, out_scale=out_scale)
+    return out
+
+
 def gqa_plan(q, k_cache, page_table, out, *, fn, layout="NHD", max_seq_len=0, kv_dtype=None,
              lse=False, sinks=False, per_head=False, window=0, softcap=0.0, split_mode="auto",
-             split_tokens=0, tree_mask=False, skip_softmax_factor=0.0):
+             split_tokens=0, tree_mask=False, skip_softmax_factor=0.0, rope_style="none",
+             rotary_dim=0):
     """(GqaPlan, workspace) of a GQA call: looked up by the tensors' metadata and the options,
     derived from the tensors' shapes and dtypes at the first call."""
     options = (layout, max_seq_len, kv_dtype, lse, sinks, per_head, window, softcap, split_mode,
-               split_tokens, tree_mask, skip_softmax_factor)
+               split_tokens, tree_mask, skip_softmax_factor, rope_style, rotary_dim)
     mq = arg_meta(q)
     key = None
     if mq is not None:
@@ -64,7 +86,7 @@ def gqa_plan(q, k_cache, page_table, out, *, fn, layout="NHD", max_seq_len=0, kv
 
 def _gqa_plan(q, k_cache, page_table, out, fn, layout, max_seq_len, kv_dtype, lse, sinks,
               per_head_kv_scale, window, softcap, split_mode, split_tokens, tree_mask,
-              skip_softmax_factor):
+              skip_softmax_factor, rope_style, rotary_dim):
     q_shape, q_dtype, device = _meta(q, f"{fn}: q")
     k_shape, k_dtype, _ = _meta(k_cache, f"{fn}: k_cache", kv_dtype or None)
     _, out_dtype, _ = _meta(out, f"{fn}: out")
@@ -84,7 +106,8 @@ def _gqa_plan(q, k_cache, page_table, out, fn, layout, max_seq_len, kv_dtype, ls
                   per_head_kv_scale=per_head_kv_scale, window=int(window),
                   softcap=float(softcap), beam_width=1, split_mode=split_mode,
                   split_tokens=int(split_tokens), checked=_C.checked_by_default(),
-                  skip_softmax_factor=float(skip_softmax_factor), device=device)
+                  skip_softmax_factor=float(skip_softmax_factor), rope_style=rope_style,
+                  rotary_dim=int(rotary_dim), device=device)
     return _plan_cache.plan(GqaPlan, GQA_KEYS, tuple(values[k] for k in GQA_KEYS), q, None, fn)
 
 

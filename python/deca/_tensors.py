@@ -78,7 +78,7 @@ def _cupy_of(x):
 # here, by name, rather than by nanobind's unnamed "incompatible function arguments".
 _OPTIONAL = frozenset({"lse", "tree_mask", "sinks", "k_scales", "v_scales", "workspace",
                        "topk_length", "attn_sink", "extra_kv_cache", "extra_indices",
-                       "extra_topk_length"})
+                       "extra_topk_length", "positions"})
 
 
 def tensor(x, where, dtype=None, writable=False):

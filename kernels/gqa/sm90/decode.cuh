@@ -26,6 +26,7 @@
 #include "kernels/gqa/epilogue.cuh"
 #include "kernels/gqa/params.cuh"
 #include "kernels/gqa/request.cuh"
+#include "kernels/gqa/sm90/append.cuh"
 #include "kernels/gqa/sm90/cta.cuh"
 #include "kernels/gqa/sm90/q_tile.cuh"
 #include "kernels/gqa/sm90/tile_loader.cuh"
@@ -218,6 +219,14 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
     const unsigned v_off = k_off + kStageBytes;
     const unsigned vs = base + v_off;
     const int tile_t0 = u.first + i_tile * kTile;
+    // ---- Fused step, append phase (append.cuh): the tile's new tokens into the stage and the cache ----
+    if constexpr (T::kFused) {
+      if (tile_has_new(p, u, tile_t0)) {
+        append_new_tokens<T>(p, u, row_block, tile_t0, smem + k_off, smem + v_off);
+        fence_proxy_async_smem();
+        __syncthreads();
+      }
+    }
 
     // S^T = K (q_hi + q_lo)^T (2 halves x 4 k-steps of 32 dims x 2 terms), and under it V -> V^T
     // in place.

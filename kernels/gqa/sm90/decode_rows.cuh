@@ -28,6 +28,7 @@
 #include "kernels/gqa/epilogue.cuh"
 #include "kernels/gqa/params.cuh"
 #include "kernels/gqa/request.cuh"
+#include "kernels/gqa/sm90/append.cuh"
 #include "kernels/gqa/sm90/cta.cuh"
 #include "kernels/gqa/sm90/q_tile.cuh"
 #include "kernels/gqa/sm90/tile_loader.cuh"
@@ -130,6 +131,14 @@ __device__ __forceinline__ void gqa_decode_rows_kernel(const GqaParams& p, unsig
     const unsigned k_off = stage * 2 * kStageBytes;
     const unsigned vs = base + k_off + kStageBytes;
     const int tile_t0 = unit.first + i_tile * kTile;
+    // ---- Fused step, append phase (append.cuh): the tile's new tokens into the stage and the cache ----
+    if constexpr (T::kFused) {
+      if (tile_has_new(p, unit, tile_t0)) {
+        append_new_tokens<T>(p, unit, row_block, tile_t0, smem + k_off, smem + k_off + kStageBytes);
+        fence_proxy_async_smem();
+        __syncthreads();
+      }
+    }
 
     // S = (q_hi + q_lo) K^T: 4 k-steps of 32 dims x 2 terms, under the V transpose.
     float s[64];
