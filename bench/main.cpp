@@ -30,6 +30,7 @@
 #include "presets.hpp"
 #include "report.hpp"
 #include "shape_spec.hpp"
+#include "skip_bench.hpp"
 
 #ifndef DECA_BENCH_GIT_COMMIT
 #define DECA_BENCH_GIT_COMMIT "unknown"
@@ -147,11 +148,29 @@ nlohmann::json device_json(const DeviceInfo& d) {
           {"runtime_version", d.runtime_version}};
 }
 
+// --fused: per GQA case, the fused step over the plain decode and over the three launches, each
+// as single launches (cold L2) and per launch inside a CUDA graph.
+void print_fused_summary(const std::vector<CaseResult>& results) {
+  std::cout << "\nfused decode step (fused / plain - 1; fused / three launches - 1):\n";
+  const auto pct = [](double a, double b) { return 100.0 * (a / b - 1.0); };
+  for (const CaseResult& r : results) {
+    if (!r.fused || r.time_us <= 0) continue;
+    const FusedTimes& f = *r.fused;
+    std::cout << "  " << std::left << std::setw(28) << r.name << std::right << std::fixed << std::setprecision(2)
+              << " vs plain " << std::setw(7) << pct(f.fused_us, r.time_us) << " %";
+    if (f.fused_graph_us && r.time_us_graph) std::cout << " (graph " << std::setw(7) << pct(*f.fused_graph_us, *r.time_us_graph) << " %)";
+    if (f.three_us) std::cout << "   vs 3 launches " << std::setw(7) << pct(f.fused_us, *f.three_us) << " %";
+    if (f.fused_graph_us && f.three_graph_us) std::cout << " (graph " << std::setw(7) << pct(*f.fused_graph_us, *f.three_graph_us) << " %)";
+    std::cout << "\n";
+  }
+  std::cout.unsetf(std::ios::floatfield);
+}
+
 int run(int argc, char** argv) {
   CLI::App app{"deca-bench: decode-attention benchmark (GQA paged decode, MLA decode).\n"
                "Shapes: docs/benchmarks.md; timing: one launch with a cold L2, median of "
                "--iters after --warmup, plus back-to-back launches in a CUDA graph."};
-  bool list = false, check = false, host_cost = false, checked = false;
+  bool list = false, check = false, host_cost = false, checked = false, fused = false;
   std::vector<std::string> presets, shapes;
   std::string json_path, backend = "auto", precompile_preset, layout_name = "nhd";
   int iters = 0, warmup = -1, device = 0, check_requests = 8, arch = 0, host_calls = 2000;
@@ -183,6 +202,10 @@ int run(int argc, char** argv) {
   app.add_flag("--check", check,
                "compare with the CPU reference (GPU: --check-requests sampled requests per case; "
                "on by default for the CPU default run)");
+  app.add_flag("--fused", fused,
+               "GQA cases also time the fused decode step (RoPE + KV append + decode, one launch) "
+               "on the same cache, and rotate + append + decode as three launches (GPU), printed "
+               "under each row and summed up at the end");
   app.add_flag("--checked", checked,
                "run every case twice, unchecked then checked (GqaConfig / MlaConfig::checked: "
                "the kernels range-test the page ids, lengths and indices they read; names end in "
@@ -210,6 +233,19 @@ int run(int argc, char** argv) {
   app.add_option("--device", device, "CUDA device index")->check(CLI::Range(0, 1 << 30));
   app.add_option("--layout", layout_name, "GQA KV cache layout: nhd (vLLM) or hnd")
       ->check(CLI::IsMember({"nhd", "hnd"}));
+  float skip_softmax = 0.f;
+  std::string dist = "uniform";
+  app.add_option("--skip-softmax", skip_softmax,
+                 "GQA cases with skip-softmax at this factor (GqaConfig::skip_softmax_factor; the "
+                 "row times the skip kernel), each also timed with the exact kernel on the same "
+                 "data; a closing table gives the time saved, the equivalent KV GB/s (the exact "
+                 "kernel's bytes / time), the V rows the kernel skipped and the output's relative "
+                 "RMS against the exact kernel's (docs/benchmarks.md)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--dist", dist,
+                 "GQA data: uniform (default: q, K, V uniform random) or peaked (16 keys per "
+                 "request and kv head whose logits sit ~20 above the rest; docs/benchmarks.md)")
+      ->check(CLI::IsMember({"uniform", "peaked"}));
   CLI11_PARSE(app, argc, argv);
 
   if (list) {
@@ -261,6 +297,9 @@ int run(int argc, char** argv) {
   opt.check_requests = check_requests;
   opt.host_calls = host_cost ? host_calls : 0;
   opt.mla_schedule_every = mla_schedule == "every";
+  opt.skip_softmax = skip_softmax;
+  opt.peaked = dist == "peaked";
+  opt.fused = fused;
   opt.seed = run_seed();
   std::vector<BenchCase> cases = collect(presets);
   cases.insert(cases.end(), shape_cases.begin(), shape_cases.end());
@@ -361,6 +400,8 @@ int run(int argc, char** argv) {
     }
     std::cout.unsetf(std::ios::floatfield);
   }
+  print_skip_table(std::cout, report.results());
+  if (fused) print_fused_summary(report.results());
   if (!json_path.empty()) {
     report.write_json(json_path);
     std::cout << "results written to " << json_path << "\n";

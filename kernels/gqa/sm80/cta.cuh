@@ -62,10 +62,20 @@ struct CtaCoords {
     return (T::kBeamWidth == 1 ? row : row % rows_per_beam) / T::kGroup;
   }
   // The q row of CTA row `row` (its beam's batch entry, token, and head of the kv head's group).
-  __device__ __forceinline__ const void* q_row(const GqaParams& p, int row) const {
+  __device__ __forceinline__ const void* q_src(const GqaParams& p, int row) const {
     const int head = kv_head * T::kGroup + row % T::kGroup;
     return static_cast<const unsigned short*>(p.q) + row_batch(row) * p.q_stride_batch +
            row_tok(row) * p.q_stride_token + head * p.q_stride_head;
+  }
+  // Where the kernel reads it: the fused step's rotated copy in shared memory (append.cuh), else
+  // the caller's q.
+  __device__ __forceinline__ const void* q_row(const GqaParams& p, int row) const {
+    if constexpr (T::kFused) {
+      extern __shared__ __align__(128) unsigned char deca_fused_smem[];
+      return reinterpret_cast<const unsigned short*>(deca_fused_smem) + (row - row0) * T::kHeadDim;
+    } else {
+      return q_src(p, row);
+    }
   }
 };
 
@@ -95,7 +105,7 @@ __device__ __forceinline__ CtaCoords<T> cta_coords(const GqaParams& p) {
   return cta;
 }
 
-// Checked mode: bad_item[item % (kStages + 1)] == item when a page id of work item `item` was out
+// Checked mode: bad_item[item % kBadItemSlots] == item when a page id of work item `item` was out
 // of range, so that the warps mask its keys. An item's ids are read kStages iterations before it
 // is consumed; with kStages + 1 slots that write never lands on a slot still being read (the
 // item kStages + 1 earlier was consumed before the __syncthreads that precedes the write). Null
@@ -104,8 +114,8 @@ template <class T>
 __device__ __forceinline__ int* checked_items(int tid) {
   int* bad_item = nullptr;
   if constexpr (T::kChecked) {
-    bad_item = checked_item_slots<T::kStages + 1>();
-    if (tid <= T::kStages) bad_item[tid] = -1;
+    bad_item = checked_item_slots<T::kBadItemSlots>();
+    if (tid < T::kBadItemSlots) bad_item[tid] = -1;
     __syncthreads();  // initialised before the prologue's first page reads
   }
   return bad_item;
