@@ -6,7 +6,6 @@
 #include <optional>
 
 #include "cpu/reference.hpp"
-#include "cuda/backend.hpp"
 #include "data.hpp"
 #include "deca/error.hpp"
 #include "deca/mla.hpp"
@@ -81,14 +80,11 @@ CaseResult run_mla_model1_case(const BenchCase& bc, const RunOptions& opt) {
              {"out_dtype", "bf16"}};
   const Device device = opt.cuda ? Device::cuda(opt.device) : Device::cpu();
   MlaPlan plan;
-  plan.config = mla_config(s, device, opt.checked);
-  if (opt.cuda) {
-    try {
-      cuda::plan_mla_sparse(plan);
-    } catch (const Error& e) {
-      r.skipped = std::string("no CUDA MLA MODEL1 kernel in this build (") + e.what() + ")";
-      return r;
-    }
+  try {
+    plan = plan_mla_decode(mla_config(s, device, opt.checked));
+  } catch (const Error& e) {
+    r.skipped = std::string("no MLA MODEL1 plan in this build (") + e.what() + ")";
+    return r;
   }
   r.num_splits = plan.num_splits;
   r.kernel_name = plan.kernel_name;
@@ -113,7 +109,7 @@ CaseResult run_mla_model1_case(const BenchCase& bc, const RunOptions& opt) {
     }
   }
 
-  // Host params (the CPU reference's) and the run's (device copies on CUDA).
+  // The CPU reference's params over the host data (--check).
   MlaSparseParams hp{};
   hp.batch = s.batch;
   hp.q_len = s.q_len;
@@ -151,18 +147,29 @@ CaseResult run_mla_model1_case(const BenchCase& bc, const RunOptions& opt) {
     hp.extra_indices_stride_token = s.extra_topk;
     hp.extra_indices_stride_batch = Q * s.extra_topk;
   }
+  // The run's arguments: the public API over the case's tensors (device copies on CUDA).
   CaseMemory mem(opt.cuda);
-  MlaSparseParams p = hp;
-  p.q = mem.place(q.get(), q_elems * 2);
-  p.kv = static_cast<const unsigned char*>(mem.place(kv.bytes.get(), kv.size));
-  p.indices = static_cast<const int*>(mem.place(idx.data(), idx.size() * 4));
-  p.out = mem.place(out.get(), q_elems * 2);
-  p.lse = static_cast<float*>(mem.place(lse.data(), lse.size() * 4));
+  auto cache_view = [&](const Cache& c) {
+    return make_tensor(mem.place(c.bytes.get(), c.size), DType::kUINT8,
+                       {c.table.num_pages, c.page, 1, kTokenBytes}, {page_bytes(c.page), kTokenBytes, kTokenBytes, 1},
+                       device);
+  };
+  MlaSparseArgs args;
+  args.q = make_tensor(mem.place(q.get(), q_elems * 2), DType::kBF16, {B, Q, H, kDim}, device);
+  args.kv_cache = cache_view(kv);
+  args.indices = make_tensor(mem.place(idx.data(), idx.size() * 4), DType::kINT32, {B, Q, s.topk}, device);
+  void* out_ptr = mem.place(out.get(), q_elems * 2);
+  args.out = make_tensor(out_ptr, DType::kBF16, {B, Q, H, kDim}, device);
+  args.lse = make_tensor(mem.place(lse.data(), lse.size() * 4), DType::kFP32, {B, Q, H}, device);
   if (extra) {
-    p.extra_kv = static_cast<const unsigned char*>(mem.place(extra->bytes.get(), extra->size));
-    p.extra_indices = static_cast<const int*>(mem.place(extra_idx.data(), extra_idx.size() * 4));
+    args.extra_kv_cache = cache_view(*extra);
+    args.extra_indices = make_tensor(mem.place(extra_idx.data(), extra_idx.size() * 4), DType::kINT32,
+                                     {B, Q, s.extra_topk}, device);
   }
+  args.softmax_scale = hp.softmax_scale;
   void* ws = mem.workspace(plan.workspace_bytes);
+  args.workspace = ws;
+  args.workspace_bytes = plan.workspace_bytes;
 
   // FLOPs: 2 * h * (512 + 512) per (query row, selected key); bytes: 584 per selected token.
   long long keys = 0;
@@ -176,14 +183,13 @@ CaseResult run_mla_model1_case(const BenchCase& bc, const RunOptions& opt) {
   const bool reuse = opt.cuda && !opt.mla_schedule_every;
   if (opt.cuda) r.shape["schedule"] = reuse ? "once" : "every";
   time_and_check(
-      opt, s.batch, p.out, out.get(), q_elems * 2,
+      opt, s.batch, out_ptr, out.get(), q_elems * 2,
       [&](void* stream) {
-        if (opt.cuda) {
-          cuda::mla_sparse_decode(plan, p, ws, stream, reuse && scheduled);
-          scheduled = true;
-        } else {
-          cpu::mla_sparse_decode(hp);
-        }
+        MlaSparseArgs a = args;
+        a.stream = stream;
+        a.reuse_schedule = reuse && scheduled;
+        mla_decode_sparse(plan, a);
+        scheduled = true;
       },
       [&](const std::vector<int>& picked) {
         // The reference over the picked requests, each alone (batch 1 views into the host data).
@@ -204,7 +210,7 @@ CaseResult run_mla_model1_case(const BenchCase& bc, const RunOptions& opt) {
         return acc.finish();
       },
       r);
-  if (opt.cuda) check_mla_run(plan, ws, nullptr);
+  check_mla_run(plan, ws, nullptr);
   r.shape["checked"] = opt.checked;
   return r;
 }

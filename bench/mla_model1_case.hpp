@@ -2,9 +2,9 @@
 // every request's context in each cache in shuffled pages, `topk` (+ `extra_topk`) distinct
 // tokens selected per query token, plan once, time the run (scheduler + decode + combine; with
 // --mla-schedule once the timed runs reuse the first run's schedule), optionally compare sampled
-// requests with the CPU reference. Runs through the CUDA backend's params interface
-// (MlaSparseParams::kv_format, extra_*). TFLOP/s = 2 h q_len keys (512 + 512) / time; bytes: 584
-// per selected token.
+// requests with the CPU reference. Through the public API (MlaCacheFormat::kModel1,
+// MlaSparseArgs::extra_*), on CUDA or the CPU. TFLOP/s = 2 h q_len keys (512 + 512) / time; bytes:
+// 584 per selected token.
 #pragma once
 
 #include "mla_case.hpp"

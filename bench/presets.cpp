@@ -212,6 +212,7 @@ std::vector<BenchCase> build_table() {
   t.mla("mla-model1-b148-h128-t16k/q2", model1(128, 148, 2, 16384, 64, 0), "FlashMLA MODEL1 peak row");
   t.mla("mla-model1-b128-h16-t128-x1024/q2", model1(16, 128, 2, 128, 256, 1024),
         "16 heads: selected-token GB/s target");
+  t.mla("small-mla-model1-b2-h16-t128-x64/q2", model1(16, 2, 2, 128, 64, 64), "small: MLA MODEL1, two caches");
 
   // Dense MLA against FlashMLA 9241ae3 (docs/peers.md, page 64), each in bf16 and in fp8 (576 e4m3
   // values a token with one scale); b128 h128 4k also over the 656-byte sparse cache read densely.

@@ -6,7 +6,8 @@
 // topk_length / extra_topk_length entries, -1 and ids outside a pool skipped, duplicates counted
 // each time) join one softmax; the sink adds exp(sink) to the denominator only; a row without
 // keys is zeros with LSE -inf. Every byte no selected token owns (unused slots, the scales' pad
-// byte, the page's padding) is 0xFF: NaN in e4m3, bf16 and e8m0.
+// byte, the page's padding) is 0xFF: NaN in e4m3, bf16 and e8m0. In its own namespace: the API
+// and CPU tests have MODEL1 case builders of their own, and a test binary may link both.
 #pragma once
 
 #include <cmath>
@@ -19,7 +20,7 @@
 #include "common/host_tensor.hpp"
 #include "deca/quant.hpp"
 
-namespace deca::test {
+namespace deca::test::model1_gpu {
 
 inline constexpr int kM1Dim = 512;
 inline constexpr int kM1Nope = 448;
@@ -229,4 +230,4 @@ inline void model1_reference(Model1Case& c) {
   }
 }
 
-}  // namespace deca::test
+}  // namespace deca::test::model1_gpu

@@ -24,6 +24,8 @@
 namespace deca::test {
 namespace {
 
+using namespace model1_gpu;
+
 template <class T>
 DeviceBuffer device_copy(const std::vector<T>& v) {
   DeviceBuffer b(v.size() * sizeof(T));
