@@ -60,12 +60,13 @@ std::vector<BenchCase> collect(const std::vector<std::string>& presets) {
 // on `jobs` threads at once (the kernel cache makes each specialization once even when two cases
 // share it); the wall time of the whole set is what a server's start-up or a build machine waits.
 int precompile(const std::vector<BenchCase>& cases, deca::KvLayout layout, int device, int arch,
-               unsigned jobs) {
+               unsigned jobs, float skip_softmax) {
   std::vector<std::pair<std::string, std::function<std::string()>>> configs;
   const deca::Device cuda = deca::Device::cuda(device);
   for (const BenchCase& c : cases) {
     if (c.family == Family::kGqa) {
-      const deca::GqaConfig g = gqa_config(c.gqa, layout, cuda);
+      deca::GqaConfig g = gqa_config(c.gqa, layout, cuda);
+      g.skip_softmax_factor = skip_softmax;  // --skip-softmax: the "_skip" kernels
       configs.emplace_back(c.name, [g, arch] { return deca::precompile_gqa_decode(g, arch); });
     } else {
       const deca::MlaConfig m = mla_config(c.mla, cuda);
@@ -393,7 +394,7 @@ int run(int argc, char** argv) {
     }
     std::vector<BenchCase> cases = collect({o.precompile_preset});
     cases.insert(cases.end(), shape_cases.begin(), shape_cases.end());
-    return precompile(cases, layout, o.device, o.arch, o.jobs);
+    return precompile(cases, layout, o.device, o.arch, o.jobs, o.skip_softmax);
   }
 
   RunOptions opt;
