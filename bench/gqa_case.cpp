@@ -12,6 +12,7 @@
 #include "gpu_timer.hpp"
 #include "gqa_fused_case.hpp"
 #include "launch_floor.hpp"
+#include "skip_bench.hpp"
 #include "timing.hpp"
 
 namespace deca::bench {
@@ -165,6 +166,7 @@ CaseResult run_gqa_case(const BenchCase& bc, const RunOptions& opt) {
   const Device device = opt.cuda ? Device::cuda(opt.device) : Device::cpu();
   GqaConfig cfg = gqa_config(s, opt.layout, device);
   cfg.checked = opt.checked;  // explicit: the bench measures what its row says, not DECA_CHECKED
+  cfg.skip_softmax_factor = opt.skip_softmax;
   const GqaPlan plan = plan_gqa_decode(cfg);
 
   // Host data: every case gets fresh random values and a freshly shuffled page pool.
@@ -194,6 +196,7 @@ CaseResult run_gqa_case(const BenchCase& bc, const RunOptions& opt) {
     fill_random(h.sinks.data(), DType::kFP32, h.sinks.size(), rng.next(), 2.f);
   }
   if (s.tree_mask) h.mask = random_tree_masks(s.batch, s.q_len, rng);
+  if (opt.peaked) make_peaked(s, opt.layout, h.lengths, h.pages, h.cache_stride, h.q.get(), h.k.get(), rng);
   const float kv_scale = random_kv_scale(s.kv_dtype);
 
   // Views on the backend's memory (host buffers, or device copies of them).
@@ -279,6 +282,10 @@ CaseResult run_gqa_case(const BenchCase& bc, const RunOptions& opt) {
       r);
   // Checked runs over valid data must leave no record: a false positive fails the case.
   check_gqa_run(plan, args.workspace, nullptr);
+  if (opt.skip_softmax > 0.f) {
+    r.skip = {{"dist", opt.peaked ? "peaked" : "uniform"}};
+    measure_skip(opt, plan, args, h.q_elems * 2, static_cast<int>(kv_elt), r);
+  }
   if (opt.fused) r.fused = time_fused_step(plan, args, opt, mem, rng.next());
   if (opt.host_calls > 0) {
     GqaDecodeArgs a = args;

@@ -30,6 +30,7 @@
 #include "presets.hpp"
 #include "report.hpp"
 #include "shape_spec.hpp"
+#include "skip_bench.hpp"
 
 #ifndef DECA_BENCH_GIT_COMMIT
 #define DECA_BENCH_GIT_COMMIT "unknown"
@@ -232,6 +233,19 @@ int run(int argc, char** argv) {
   app.add_option("--device", device, "CUDA device index")->check(CLI::Range(0, 1 << 30));
   app.add_option("--layout", layout_name, "GQA KV cache layout: nhd (vLLM) or hnd")
       ->check(CLI::IsMember({"nhd", "hnd"}));
+  float skip_softmax = 0.f;
+  std::string dist = "uniform";
+  app.add_option("--skip-softmax", skip_softmax,
+                 "GQA cases with skip-softmax at this factor (GqaConfig::skip_softmax_factor; the "
+                 "row times the skip kernel), each also timed with the exact kernel on the same "
+                 "data; a closing table gives the time saved, the equivalent KV GB/s (the exact "
+                 "kernel's bytes / time), the V rows the kernel skipped and the output's relative "
+                 "RMS against the exact kernel's (docs/benchmarks.md)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--dist", dist,
+                 "GQA data: uniform (default: q, K, V uniform random) or peaked (16 keys per "
+                 "request and kv head whose logits sit ~20 above the rest; docs/benchmarks.md)")
+      ->check(CLI::IsMember({"uniform", "peaked"}));
   CLI11_PARSE(app, argc, argv);
 
   if (list) {
@@ -283,6 +297,8 @@ int run(int argc, char** argv) {
   opt.check_requests = check_requests;
   opt.host_calls = host_cost ? host_calls : 0;
   opt.mla_schedule_every = mla_schedule == "every";
+  opt.skip_softmax = skip_softmax;
+  opt.peaked = dist == "peaked";
   opt.fused = fused;
   opt.seed = run_seed();
   std::vector<BenchCase> cases = collect(presets);
@@ -384,6 +400,7 @@ int run(int argc, char** argv) {
     }
     std::cout.unsetf(std::ios::floatfield);
   }
+  print_skip_table(std::cout, report.results());
   if (fused) print_fused_summary(report.results());
   if (!json_path.empty()) {
     report.write_json(json_path);

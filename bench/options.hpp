@@ -23,6 +23,11 @@ struct RunOptions {
   // it as the other layers of a decode step do (MlaSparseArgs::reuse_schedule; how FlashMLA is
   // timed, its metadata made outside the timed calls).
   bool mla_schedule_every = false;
+  // --skip-softmax F: GQA cases planned with GqaConfig::skip_softmax_factor F and measured
+  // against the exact kernel on the same data (skip_bench.hpp); --dist peaked: that data
+  // distribution instead of uniform random values.
+  float skip_softmax = 0.f;
+  bool peaked = false;
   bool fused = false;           // --fused: GQA cases also time the fused decode step
   std::uint64_t seed = 0;      // fresh per run; each case derives its own from it
   GpuTimer* timer = nullptr;   // set when cuda

@@ -161,6 +161,7 @@ void Report::write_json(const std::string& path) const {
       c["rel_rms_err"] = optional_json(r.rel_rms_err);
       c["num_splits"] = r.num_splits;
       c["kernel_name"] = r.kernel_name;
+      if (r.skip.is_object()) c["skip_softmax"] = r.skip;
       if (r.check_failed) c["check_failed"] = *r.check_failed;
       if (r.fused) {
         const FusedTimes& f = *r.fused;

@@ -53,6 +53,9 @@ struct CaseResult {
   std::optional<double> rel_rms_err;
   int num_splits = 1;
   std::string kernel_name;
+  // --skip-softmax: the figures against the exact kernel (skip_bench.cpp measure_skip); null
+  // otherwise. Written to the JSON as "skip_softmax".
+  nlohmann::json skip;
   std::optional<FusedTimes> fused;
 };
 

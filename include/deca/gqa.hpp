@@ -64,6 +64,16 @@ struct GqaConfig {
   int window = 0;                // sliding window in keys; 0 = none
   float softcap = 0.f;           // logits soft-cap c (c * tanh(x / c)); 0 = none
   int beam_width = 1;            // batch = requests * beam_width, beams of a request adjacent
+  // Skip-softmax (approximate; docs/semantics.md "Skip-softmax"): with f > 0, a tile of keys whose
+  // largest logit m_t has exp(m_t - m_run) < f / L (m_run: the row's running maximum over the
+  // tiles kept before it, L: the keys the row's causal window spans) adds nothing to the row's
+  // sum, output or LSE, and the GPU kernels do not read its V where no row of the CTA keeps it.
+  // The skipped weight is below f times the kept weight, so an output element moves by less than
+  // f / (1 + f) times the spread of that element over the row's values and zero, and the LSE by
+  // less than log(1 + f). 0 = exact attention (the default: the kernels without the skip test);
+  // finite and >= 0, and 0 in a fused plan (rope_style below). A plan with f > 0 runs a "_skip"
+  // kernel that takes f at run time.
+  float skip_softmax_factor = 0.f;
 
   // Fused decode step (a "fused plan"; docs/semantics.md): rope_style != kNone makes gqa_decode
   // take this step's tokens before rotary embedding (args.k_new, v_new, cos_sin_cache, optional

@@ -23,6 +23,9 @@ enum CheckKind : unsigned {
   kCheckTopkLength = 4,  // MLA topk_length / dense cache_seqlens [request] = value, not in [lo, hi]
   kCheckSchedule = 5,    // MLA reuse_schedule: the workspace's schedule was for batch = request,
                          // q_len = token, topk = position, num_parts = value, topk_length = hi
+  kCheckExtraIndex = 6,  // MLA MODEL1 extra_indices[request][token][position] = value, not -1 nor
+                         // in [lo, hi) (extra_num_blocks * extra_page_size)
+  kCheckExtraTopkLength = 7,  // MLA MODEL1 extra_topk_length[request] = value, not in [lo, hi]
 };
 
 struct CheckRecord {

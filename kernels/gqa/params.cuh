@@ -81,6 +81,13 @@ struct GqaParams {
   int max_seq_len;             // the plan's promise: a longer seq_lens entry is reported
   void* check;                 // the CheckRecord in the workspace's last bytes
 
+  // Skip-softmax (GqaConfig::skip_softmax_factor; 0 = off). Read only by the "_skip" kernels
+  // (Cfg::kSkip) and, when > 0, by the CPU reference.
+  float skip_softmax_factor;
+  // Measurement (deca-bench --skip-softmax, the GPU tests; the public API leaves it null): when
+  // set, each "_skip" CTA adds to [0] the V rows (tokens) it copied and to [1] the V rows the
+  // exact kernel would have copied for the same keys.
+  unsigned long long* skip_counts;
   // Fused decode step (GqaConfig::rope_style; the kernels: Cfg::kRopeStyle). q is then before
   // rotary embedding; k_new / v_new are this step's keys / values in q's dtype, written to the
   // cache at position seq_lens[b] - q_len + i. Null k_new: a plain decode.

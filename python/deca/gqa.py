@@ -87,7 +87,7 @@ def gqa_decode(q, k_cache, v_cache, page_table, seq_lens, out=None, *, layout="N
                v_scales=None, softmax_scale=None, softcap=0.0, window=0, sinks=None,
                tree_mask=None, return_lse=False, lse=None, out_dtype=None, out_scale=1.0,
                max_seq_len=None, split_mode="auto", split_tokens=None, beam_width=1,
-               checked=None, stream=None):
+               checked=None, skip_softmax_factor=0.0, stream=None):
     """Paged decode attention for one batch; returns out, or (out, lse) when return_lse or lse.
 
     q [batch, q_len, num_q_heads, head_dim] bf16|fp16; k_cache / v_cache in `layout` ("NHD":
@@ -102,6 +102,9 @@ def gqa_decode(q, k_cache, v_cache, page_table, seq_lens, out=None, *, layout="N
     checked (None: deca.checked_by_default()): on a GPU, the kernel tests the page ids and
     lengths it reads and this call raises deca.Error for the first bad one after the run (the
     call synchronises its stream; see GqaPlan.check).
+    skip_softmax_factor (0 = exact): skip-softmax, approximate (docs/semantics.md): tiles of keys
+    whose largest logit is below the running maximum by more than log(L / factor) add nothing
+    and their V is not read.
     """
     key = None
     mq = arg_meta(q)
@@ -110,7 +113,7 @@ def gqa_decode(q, k_cache, v_cache, page_table, seq_lens, out=None, *, layout="N
                getattr(page_table, "shape", None), layout, q_dtype, kv_dtype, out_dtype,
                bool(return_lse) or lse is not None, tree_mask is not None, sinks is not None,
                k_scales is not None, v_scales is not None, window, softcap, max_seq_len,
-               split_mode, split_tokens, beam_width, checked)
+               split_mode, split_tokens, beam_width, checked, skip_softmax_factor)
         hit = _ONEOFF.get(key)
         if hit is not None:
             try:
@@ -127,7 +130,8 @@ def gqa_decode(q, k_cache, v_cache, page_table, seq_lens, out=None, *, layout="N
     check_scalars(fn, ints=dict(window=window, max_seq_len=max_seq_len, split_tokens=split_tokens,
                                 beam_width=beam_width),
                   floats=dict(k_scale=k_scale, v_scale=v_scale, softmax_scale=softmax_scale,
-                              softcap=softcap, out_scale=out_scale),
+                              softcap=softcap, out_scale=out_scale,
+                              skip_softmax_factor=skip_softmax_factor),
                   bools=dict(return_lse=return_lse, checked=checked))
     t = _run_tensors(fn, q, k_cache, v_cache, page_table, seq_lens, q_dtype, kv_dtype, lse,
                      tree_mask, sinks, k_scales, v_scales)
@@ -153,6 +157,7 @@ def gqa_decode(q, k_cache, v_cache, page_table, seq_lens, out=None, *, layout="N
     c.split_mode, c.split_tokens = split_mode, _split_tokens(split_mode, split_tokens)
     if checked is not None:
         c.checked = checked
+    c.skip_softmax_factor = skip_softmax_factor
     c.device = qt.device
     # The sizes and maxima from the tensors, checked on them (messages name q, k_cache, ...).
     c = _C.gqa_oneoff_config(c, qt, kt, t["page_table"], out_t)
@@ -173,7 +178,8 @@ def gqa_decode(q, k_cache, v_cache, page_table, seq_lens, out=None, *, layout="N
 GQA_KEYS = ("num_q_heads", "num_kv_heads", "head_dim", "page_size", "max_seq_len", "layout",
             "q_dtype", "kv_dtype", "out_dtype", "max_batch", "max_q_len", "tree_mask", "sinks",
             "lse", "per_head_kv_scale", "window", "softcap", "beam_width", "split_mode",
-            "split_tokens", "checked", "rope_style", "rotary_dim", "device")
+            "split_tokens", "checked", "skip_softmax_factor", "rope_style", "rotary_dim",
+            "device")
 
 
 def config_values(c):
@@ -195,7 +201,8 @@ def _config(fn, num_q_heads, num_kv_heads, head_dim, page_size, *, max_seq_len=N
             layout="NHD", q_dtype="bf16", kv_dtype="bf16", out_dtype=None, max_batch=1,
             max_q_len=1, tree_mask=False, sinks=False, lse=False, per_head_kv_scale=False,
             window=0, softcap=0.0, beam_width=1, split_mode="auto", split_tokens=None,
-            checked=None, rope_style="none", rotary_dim=0, device="cpu"):
+            checked=None, skip_softmax_factor=0.0, rope_style="none", rotary_dim=0,
+            device="cpu"):
     """The _C.GqaConfig of GqaPlan's arguments (validated in C++ when it is used)."""
     choice(fn, "layout", layout, _LAYOUTS)
     choice(fn, "rope_style", rope_style, _ROPE_STYLES)
@@ -207,7 +214,7 @@ def _config(fn, num_q_heads, num_kv_heads, head_dim, page_size, *, max_seq_len=N
                                 max_q_len=max_q_len, max_seq_len=max_seq_len, window=window,
                                 beam_width=beam_width, split_tokens=split_tokens,
                                 rotary_dim=rotary_dim),
-                  floats=dict(softcap=softcap),
+                  floats=dict(softcap=softcap, skip_softmax_factor=skip_softmax_factor),
                   bools=dict(tree_mask=tree_mask, sinks=sinks, lse=lse,
                              per_head_kv_scale=per_head_kv_scale, checked=checked))
     if max_seq_len is None:
@@ -228,6 +235,7 @@ def _config(fn, num_q_heads, num_kv_heads, head_dim, page_size, *, max_seq_len=N
     c.split_mode, c.split_tokens = split_mode, _split_tokens(split_mode, split_tokens)
     if checked is not None:
         c.checked = checked
+    c.skip_softmax_factor = skip_softmax_factor
     c.rope_style, c.rotary_dim = rope_style, rotary_dim
     c.device = parse_device(device, fn)
     return c
@@ -265,7 +273,8 @@ class GqaPlan:
         per_head_kv_scale=False, window=0, softcap=0.0, beam_width=1, split_mode="auto",
         split_tokens=None (0 for "auto"; DEFAULT_FIXED_SPLIT_TOKENS = 1024 for "fixed"),
         checked=None (deca.checked_by_default(): on in a debug build or with DECA_CHECKED=1; see
-        check()), rope_style="none" ("neox" or "gptj": a fused plan, run with run_fused),
+        check()), skip_softmax_factor=0.0 (0 = exact attention; > 0: skip-softmax, see
+        gqa_decode), rope_style="none" ("neox" or "gptj": a fused plan, run with run_fused),
         rotary_dim=0 (fused: the rotated dims, a multiple of 16; 0 = head_dim), device="cpu"."""
         self._plan = _C.plan_gqa_decode(
             _config("GqaPlan", num_q_heads, num_kv_heads, head_dim, page_size,

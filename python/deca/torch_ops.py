@@ -30,21 +30,23 @@ def gqa_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                k_scales: Optional[torch.Tensor], v_scales: Optional[torch.Tensor], layout: str,
                max_seq_len: int, kv_dtype: str, k_scale: float, v_scale: float,
                softmax_scale: float, softcap: float, window: int, out_scale: float,
-               split_mode: str, split_tokens: int) -> None:
+               split_mode: str, split_tokens: int, skip_softmax_factor: float = 0.0) -> None:
     """Paged GQA decode (deca.gqa_decode's semantics) into out [batch, q_len, hq, d] and lse
     [batch, q_len, hq]; max_seq_len 0 = the page table's capacity; kv_dtype "" = the cache's own
-    dtype (pass "fp8_e4m3" for fp8 bits in uint8)."""
+    dtype (pass "fp8_e4m3" for fp8 bits in uint8); skip_softmax_factor > 0: skip-softmax
+    (approximate, deca.gqa_decode's keyword)."""
     _cached_ops.gqa(q, k_cache, v_cache, page_table, seq_lens, out, lse, layout=layout,
                     max_seq_len=max_seq_len, kv_dtype=kv_dtype or None, k_scale=k_scale,
                     v_scale=v_scale, k_scales=k_scales, v_scales=v_scales,
                     softmax_scale=softmax_scale, softcap=softcap, window=window, sinks=sinks,
-                    out_scale=out_scale, split_mode=split_mode, split_tokens=split_tokens)
+                    out_scale=out_scale, split_mode=split_mode, split_tokens=split_tokens,
+                    skip_softmax_factor=skip_softmax_factor)
 
 
 @gqa_decode.register_fake
 def _gqa_decode_fake(q, k_cache, v_cache, page_table, seq_lens, out, lse, sinks, k_scales,
                      v_scales, layout, max_seq_len, kv_dtype, k_scale, v_scale, softmax_scale,
-                     softcap, window, out_scale, split_mode, split_tokens):
+                     softcap, window, out_scale, split_mode, split_tokens, skip_softmax_factor=0.0):
     return None
 
 
@@ -82,16 +84,22 @@ def _gqa_decode_fused_fake(q, k_new, v_new, cos_sin_cache, positions, k_cache, v
 def mla_decode_sparse(q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Tensor,
                       out: torch.Tensor, lse: Optional[torch.Tensor],
                       topk_length: Optional[torch.Tensor], attn_sink: Optional[torch.Tensor],
-                      softmax_scale: float) -> None:
+                      softmax_scale: float, extra_kv_cache: Optional[torch.Tensor] = None,
+                      extra_indices: Optional[torch.Tensor] = None,
+                      extra_topk_length: Optional[torch.Tensor] = None) -> None:
     """Sparse FP8 MLA decode (deca.mla_decode_sparse's semantics) into out [batch, q_len,
-    heads, 512] and lse [batch, q_len, heads]."""
+    heads, 512] and lse [batch, q_len, heads]; a [.., 584] cache is MODEL1's (q [.., 512]), with
+    the optional second cache (extra_kv_cache, extra_indices, extra_topk_length)."""
     _cached_ops.mla_sparse(q, kv_cache, indices, out, lse, topk_length=topk_length,
-                           attn_sink=attn_sink, softmax_scale=softmax_scale)
+                           attn_sink=attn_sink, softmax_scale=softmax_scale,
+                           extra_kv_cache=extra_kv_cache, extra_indices=extra_indices,
+                           extra_topk_length=extra_topk_length)
 
 
 @mla_decode_sparse.register_fake
 def _mla_decode_sparse_fake(q, kv_cache, indices, out, lse, topk_length, attn_sink,
-                            softmax_scale):
+                            softmax_scale, extra_kv_cache=None, extra_indices=None,
+                            extra_topk_length=None):
     return None
 
 

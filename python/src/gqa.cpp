@@ -198,6 +198,7 @@ void register_gqa(nb::module_& m) {
           [](GqaConfig& c, const std::string& v) { c.split_mode = parse_split_mode(v); })
       .def_rw("split_tokens", &GqaConfig::split_tokens)
       .def_rw("checked", &GqaConfig::checked)
+      .def_rw("skip_softmax_factor", &GqaConfig::skip_softmax_factor)
       .def_rw("device", &GqaConfig::device);
 
   nb::class_<GqaPlan>(m, "GqaPlan")

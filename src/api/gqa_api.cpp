@@ -301,6 +301,7 @@ GqaParams gqa_params(const GqaPlan& plan, const GqaDecodeArgs& a, void* workspac
     p.check = w.check;
   }
   p.max_seq_len = c.max_seq_len;
+  p.skip_softmax_factor = c.skip_softmax_factor;
   fill_fused_params(p, c, a);
   return p;
 }

@@ -69,6 +69,10 @@ void validate_gqa_config(std::string_view fn, std::string_view prefix, const Gqa
     fail(fn, field(prefix, "softcap"), "a finite value >= 0 (0 = no soft-cap)",
          float_string(c.softcap));
   }
+  if (!(std::isfinite(c.skip_softmax_factor) && c.skip_softmax_factor >= 0.f)) {
+    fail(fn, field(prefix, "skip_softmax_factor"), "a finite value >= 0 (0 = exact attention)",
+         float_string(c.skip_softmax_factor));
+  }
   expect_int(fn, prefix, "beam_width", c.beam_width, c.beam_width >= 1, ">= 1");
   if (c.max_batch % c.beam_width != 0) {
     fail(fn, field(prefix, "max_batch"),
@@ -77,6 +81,12 @@ void validate_gqa_config(std::string_view fn, std::string_view prefix, const Gqa
          std::to_string(c.max_batch));
   }
   validate_rope_config(fn, prefix, c);
+  if (c.skip_softmax_factor > 0.f && c.rope_style != RopeStyle::kNone) {
+    // The skip kernels issue V by their own loop, which has no append phase.
+    fail(fn, field(prefix, "skip_softmax_factor"),
+         "0 in a fused plan (rope_style set: skip-softmax and the fused step are separate kernels)",
+         float_string(c.skip_softmax_factor));
+  }
   switch (c.split_mode) {
     case SplitMode::kAuto:
       expect_int(fn, prefix, "split_tokens", c.split_tokens, c.split_tokens == 0,

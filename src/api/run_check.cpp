@@ -120,6 +120,15 @@ void check_mla_run(const MlaPlan& plan, const void* workspace, void* stream) {
     throw Error(std::string(fn) + ": topk_length[" + s(rec.request) + "]: expected a length in [0, " +
                 s(rec.hi) + "] (topk), got " + s(rec.value) + kFound);
   }
+  if (rec.kind == kCheckExtraIndex) {
+    throw Error(std::string(fn) + ": extra_indices[" + s(rec.request) + "][" + s(rec.token) + "][" +
+                s(rec.position) + "]: expected -1 or a token id in [0, " + s(rec.hi) +
+                ") (extra_kv_cache's num_blocks * extra_page_size), got " + s(rec.value) + kFound);
+  }
+  if (rec.kind == kCheckExtraTopkLength) {
+    throw Error(std::string(fn) + ": extra_topk_length[" + s(rec.request) + "]: expected a length in [0, " +
+                s(rec.hi) + "] (extra_topk), got " + s(rec.value) + kFound);
+  }
   if (rec.kind == kCheckSchedule) {
     throw Error(std::string(fn) + ": reuse_schedule: expected the workspace to hold the schedule of "
                 "this call's shape, got one of batch " + s(rec.request) + ", q_len " + s(rec.token) +

@@ -6,25 +6,19 @@
 
 namespace deca::cpu {
 
-void attend_row(const double* q, const GatheredKV& kv, int lo, int hi,
-                const unsigned char* visible, const RowMath& math, double* out, double* lse,
-                std::vector<double>& scratch) {
+bool row_logits(const double* q, const GatheredKV& kv, int lo, int hi, const unsigned char* visible,
+                const RowMath& math, std::vector<double>& logit) {
   const int n = kv.num_keys;
-  std::fill(out, out + kv.dv, 0.0);
-  *lse = -std::numeric_limits<double>::infinity();
   lo = std::max(lo, 0);
   hi = std::min(hi, n);
-  if (lo >= hi) return;
+  if (lo >= hi) return false;
 
-  scratch.assign(static_cast<std::size_t>(hi - lo), 0.0);
-  double* logit = scratch.data();
+  logit.assign(static_cast<std::size_t>(hi - lo), 0.0);
   for (int d = 0; d < kv.dk; ++d) {
     const double qd = q[d];
     const float* k = kv.kt.data() + static_cast<std::size_t>(d) * n + lo;
     for (int t = 0; t < hi - lo; ++t) logit[t] += qd * static_cast<double>(k[t]);
   }
-
-  double m = -std::numeric_limits<double>::infinity();
   bool any = false;
   for (int t = lo; t < hi; ++t) {
     if (visible && !visible[t]) continue;
@@ -32,9 +26,24 @@ void attend_row(const double* q, const GatheredKV& kv, int lo, int hi,
     double x = math.logit_scale * logit[t - lo];
     if (math.softcap > 0.0) x = math.softcap * std::tanh(x / math.softcap);
     logit[t - lo] = x;
-    m = std::max(m, x);
   }
-  if (!any) return;
+  return any;
+}
+
+void attend_row(const double* q, const GatheredKV& kv, int lo, int hi,
+                const unsigned char* visible, const RowMath& math, double* out, double* lse,
+                std::vector<double>& scratch) {
+  std::fill(out, out + kv.dv, 0.0);
+  *lse = -std::numeric_limits<double>::infinity();
+  if (!row_logits(q, kv, lo, hi, visible, math, scratch)) return;
+  lo = std::max(lo, 0);
+  hi = std::min(hi, kv.num_keys);
+  double* logit = scratch.data();
+  double m = -std::numeric_limits<double>::infinity();
+  for (int t = lo; t < hi; ++t) {
+    if (visible && !visible[t]) continue;
+    m = std::max(m, logit[t - lo]);
+  }
 
   // m is finite unless a logit is +-inf or NaN (a NaN in the cache); those propagate as they
   // would in any kernel rather than being hidden.

@@ -40,6 +40,12 @@ struct RowMath {
   double sink = 0.0;         // a logit in the (capped) logit units; denominator only
 };
 
+// The (scaled, soft-capped) logits of q against the keys t in [lo, hi) (clamped to the gathered
+// keys) into logit[t - lo]; entries of keys that are not visible are raw dot products, unused.
+// Returns whether any key of the range is visible.
+bool row_logits(const double* q, const GatheredKV& kv, int lo, int hi, const unsigned char* visible,
+                const RowMath& math, std::vector<double>& logit);
+
 // Attends q (dk doubles) to the keys t in [lo, hi) with visible[t] != 0 (visible may be null:
 // all keys of the range are visible). Writes out[0..dv) and *lse. A row without a visible key
 // gets zeros and lse = -inf. scratch is reused between calls.

@@ -11,6 +11,7 @@
 #include "cpu/element_io.hpp"
 #include "cpu/parallel.hpp"
 #include "cpu/reference.hpp"
+#include "cpu/skip_softmax.hpp"
 
 namespace deca::cpu {
 
@@ -112,7 +113,7 @@ void gqa_decode(const GqaParams& p) {
     math.softcap = p.softcap;
     math.value_scale = p.v_scales ? p.v_scales[kvh] : p.v_scale;
 
-    std::vector<unsigned char> visible;
+    std::vector<unsigned char> visible, kept;  // kept: skip-softmax's copy, per q head
     std::vector<double> q(p.head_dim), out(p.head_dim), scratch;
     const bool fp8_out = p.out_dtype == static_cast<int>(DType::kFP8E4M3);
     for (int i = 0; i < p.q_len; ++i) {
@@ -124,7 +125,14 @@ void gqa_decode(const GqaParams& p) {
         math.has_sink = p.sinks != nullptr;
         math.sink = p.sinks ? p.sinks[h] : 0.0;
         double lse;
-        attend_row(q.data(), kv, lo, hi, visible.data(), math, out.data(), &lse, scratch);
+        if (p.skip_softmax_factor > 0.f) {
+          kept = visible;
+          const int span = skip_span(len - p.q_len + i, p.window);
+          attend_row_skip(q.data(), kv, lo, hi, kept.data(), math, p.skip_softmax_factor, span, out.data(),
+                          &lse, scratch);
+        } else {
+          attend_row(q.data(), kv, lo, hi, visible.data(), math, out.data(), &lse, scratch);
+        }
 
         const std::int64_t oo =
             b * p.out_stride_batch + i * p.out_stride_token + h * p.out_stride_head;

@@ -29,6 +29,7 @@ std::string GqaKernelKey::name() const {
   if (wgmma() && stages > 0) s += "_st" + to_string(stages);
   if (wgmma() && rows_on_m) s += "_rm";
   if (checked) s += "_chk";
+  if (skip) s += "_skip";
   if (rope_style != 0) s += (rope_style == 1 ? "_neox" : "_gptj") + to_string(rotary_dim);
   return s;
 }
@@ -54,6 +55,7 @@ jit::JitSpec GqaKernelKey::spec() const {
   src += constant("int", "kFp8Mma", to_string(fp8_path()));
   // Only when set: an unchecked kernel's source (so its cache key and code) stays what it was.
   if (checked) src += constant("bool", "kChecked", "true");
+  if (skip) src += constant("bool", "kSkip", "true");
   // Likewise only for a fused plan: a plain kernel's source stays what it was.
   if (rope_style != 0) {
     src += constant("int", "kRopeStyle", to_string(rope_style));
@@ -86,6 +88,7 @@ GqaKernelKey make_gqa_key(const GqaConfig& config, int arch, int sm_count, int p
   key.tree = config.tree_mask;
   key.softcap = config.softcap > 0.f;
   key.checked = config.checked;
+  key.skip = config.skip_softmax_factor > 0.f;
   if (config.rope_style != RopeStyle::kNone) {
     key.rope_style = static_cast<int>(config.rope_style);
     key.rotary_dim = config.rotary_dim == 0 ? config.head_dim : config.rotary_dim;
@@ -103,18 +106,22 @@ GqaKernelKey make_gqa_key(const GqaConfig& config, int arch, int sm_count, int p
   // products on IMMA and of the widening), so it is sm_90's; the other arches keep the widening,
   // measured nowhere else. docs/perf-notes.md has the figures.
   const int kind = kv::kind_of(key.kv_dtype);
-  const bool wgmma_ok =
-      arch == 90 && paths == 90 && gqa::sm90::supports(key.head_dim, key.kv_dtype, key.beam_width);
+  const int rows_needed = config.beam_width * config.max_q_len * key.group;
+  // Skip-softmax on the Hopper kernel: rows on N only (up to 16 rows, sm90/skip.cuh); more rows
+  // take the portable kernel's skip variant.
+  const bool wgmma_ok = arch == 90 && paths == 90 &&
+                        gqa::sm90::supports(key.head_dim, key.kv_dtype, key.beam_width) &&
+                        !(key.skip && rows_needed > 16);
   key.fp8_mma = wgmma_ok                                      ? kv::kWgmma
                 : kind == kv::kKvFp8 && paths == 89 && arch >= 89 ? kv::kTwoTerm
                 : kind == kv::kKvInt8 && paths == 90           ? kv::kTwoTermQk
                                                                : kv::kWidenLdsm;
-  const int rows_needed = config.beam_width * config.max_q_len * key.group;
   key.rows = key.wgmma() ? gqa::sm90::rows_per_cta(rows_needed) : gqa::rows_per_cta(rows_needed);
   if (key.wgmma()) {
     const int row_blocks = (rows_needed + key.rows - 1) / key.rows;
     const long long units = static_cast<long long>(config.max_batch) * config.num_kv_heads * row_blocks;
-    key.stages = gqa::sm90::stages_for_grid(key.rows, units, sm_count);
+    // The skip kernel's ring takes a three-stage plan's six slots (sm90/skip.cuh).
+    key.stages = key.skip ? 3 : gqa::sm90::stages_for_grid(key.rows, units, sm_count);
     // 32 or 64 rows: the rows on wgmma's M (decode_rows.cuh); up to 16 on N (decode.cuh).
     key.rows_on_m = key.rows >= 32;
   }

@@ -37,6 +37,9 @@ struct GqaKernelKey {
   bool rows_on_m = false;
   // Checked mode (GqaConfig::checked): page ids and lengths range-tested in the kernel; "_chk".
   bool checked = false;
+  // Skip-softmax (GqaConfig::skip_softmax_factor > 0): the tile-skipping kernel variant, "_skip";
+  // the factor itself is a run-time argument (GqaParams::skip_softmax_factor).
+  bool skip = false;
   // Fused decode step (GqaConfig::rope_style, kernels/gqa/fused.cuh): 1 GPT-NeoX, 2 GPT-J, 0 a
   // plain decode; rotary_dim the rotated dims. "_neox<rd>" / "_gptj<rd>".
   int rope_style = 0;

@@ -98,4 +98,9 @@ inline float round_to(DType dtype, float x) {
   }
 }
 
+// Whether the first `bytes` bytes of two tensors are equal (bit-exact results).
+inline bool same_bytes(const HostTensor& a, const HostTensor& b, long long bytes) {
+  return std::memcmp(a.raw(), b.raw(), static_cast<std::size_t>(bytes)) == 0;
+}
+
 }  // namespace deca::test

@@ -38,6 +38,7 @@ struct GpuOptions {
   // (this GPU sm_89+; else it widens), 90 two_term_qk for int8 (the Hopper kernel for fp8 on
   // sm_90a only).
   int path_arch = 0;
+  float skip_softmax_factor = 0.f;  // GqaConfig::skip_softmax_factor (> 0: the "_skip" kernel)
 };
 
 inline GqaConfig gpu_config(const GqaCase& c, const GpuOptions& o) {
@@ -65,6 +66,7 @@ inline GqaConfig gpu_config(const GqaCase& c, const GpuOptions& o) {
   cfg.split_mode = o.split_mode;
   cfg.split_tokens = o.split_tokens;
   cfg.beam_width = o.beam_width;
+  cfg.skip_softmax_factor = o.skip_softmax_factor;
   cfg.device = Device::cuda(0);
   return cfg;
 }
@@ -117,6 +119,7 @@ struct DeviceCase {
     p.ws_counters = w.counters;
     p.check = w.check;
     p.max_seq_len = plan.config.max_seq_len;
+    p.skip_softmax_factor = plan.config.skip_softmax_factor;
     out.fill(0xFF);
     lse.fill(0xFF);
   }
@@ -217,10 +220,6 @@ inline double out_tolerance(DType out) {
     case DType::kFP8E4M3: return 6e-2;
     default: return 1e-2;
   }
-}
-
-inline bool same_bytes(const HostTensor& a, const HostTensor& b, long long bytes) {
-  return std::memcmp(a.raw(), b.raw(), static_cast<std::size_t>(bytes)) == 0;
 }
 
 // A case spec of the GPU suites: heads, head_dim, page size and KV dtype; the rest defaults.

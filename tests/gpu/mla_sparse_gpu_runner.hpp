@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <random>
@@ -73,6 +74,43 @@ inline void run_reference(MlaSparseCase& c) {
   mla_decode_sparse(plan_mla_decode(sparse_config(c.spec, Device::cpu())), host_args(c));
 }
 
+// Synchronizes, then copies a run's out / lse into host tensors of `out_shape` / `lse_shape`; a
+// checked plan's record must be clean unless `expect_clean` is false (the caller checks it).
+inline void take_mla_results(const MlaPlan& plan, const DeviceBuffer& out, const DeviceBuffer& lse,
+                             const void* workspace, const std::vector<std::int64_t>& out_shape,
+                             const std::vector<std::int64_t>& lse_shape, HostTensor& o, HostTensor& l,
+                             bool expect_clean) {
+  const cudaError_t rc = cudaDeviceSynchronize();
+  if (rc != cudaSuccess) {
+    ADD_FAILURE() << plan.kernel_name << ": " << cudaGetErrorName(rc) << " " << cudaGetErrorString(rc);
+  }
+  o = HostTensor(DType::kBF16, out_shape);
+  l = HostTensor(DType::kFP32, lse_shape);
+  out.to_host(o);
+  lse.to_host(l);
+  // Checked plans: valid inputs leave no record (no false positive).
+  if (!expect_clean) return;
+  try {
+    check_mla_run(plan, workspace, nullptr);
+  } catch (const Error& e) {
+    ADD_FAILURE() << plan.kernel_name << ": " << e.what();
+  }
+}
+
+// Two runs of `dev` (a device case with run(), poison() and results(case, out, lse)) on the same
+// inputs give the same bytes.
+template <class Device, class Case>
+void expect_same_bytes_run_to_run(Device& dev, const Case& c, const std::string& what) {
+  HostTensor out0, lse0, out1, lse1;
+  dev.run();
+  dev.results(c, out0, lse0);
+  dev.poison();
+  dev.run();
+  dev.results(c, out1, lse1);
+  EXPECT_EQ(0, std::memcmp(out0.raw(), out1.raw(), out0.bytes())) << what;
+  EXPECT_EQ(0, std::memcmp(lse0.raw(), lse1.raw(), lse0.bytes())) << what;
+}
+
 inline TensorView on_device(TensorView v, const DeviceBuffer& b) {
   v.data = b.get();
   v.device = Device::cuda(0);
@@ -114,22 +152,7 @@ struct DeviceSparse {
   // Synchronizes, then copies out / lse into host tensors shaped like the case's; a checked
   // plan's record must be clean unless `expect_clean` is false (the caller checks it itself).
   void results(const MlaSparseCase& c, HostTensor& o, HostTensor& l, bool expect_clean = true) const {
-    const cudaError_t rc = cudaDeviceSynchronize();
-    if (rc != cudaSuccess) {
-      ADD_FAILURE() << plan.kernel_name << ": " << cudaGetErrorName(rc) << " "
-                    << cudaGetErrorString(rc);
-    }
-    o = HostTensor(DType::kBF16, c.out.shape());
-    l = HostTensor(DType::kFP32, c.lse.shape());
-    out.to_host(o);
-    lse.to_host(l);
-    // Checked plans: valid inputs leave no record (no false positive).
-    if (!expect_clean) return;
-    try {
-      check_mla_run(plan, workspace.get(), nullptr);
-    } catch (const Error& e) {
-      ADD_FAILURE() << plan.kernel_name << ": " << e.what();
-    }
+    take_mla_results(plan, out, lse, workspace.get(), c.out.shape(), c.lse.shape(), o, l, expect_clean);
   }
 };
 

@@ -105,7 +105,7 @@ __device__ __forceinline__ CtaCoords<T> cta_coords(const GqaParams& p) {
   return cta;
 }
 
-// Checked mode: bad_item[item % (kStages + 1)] == item when a page id of work item `item` was out
+// Checked mode: bad_item[item % kBadItemSlots] == item when a page id of work item `item` was out
 // of range, so that the warps mask its keys. An item's ids are read kStages iterations before it
 // is consumed; with kStages + 1 slots that write never lands on a slot still being read (the
 // item kStages + 1 earlier was consumed before the __syncthreads that precedes the write). Null
@@ -114,8 +114,8 @@ template <class T>
 __device__ __forceinline__ int* checked_items(int tid) {
   int* bad_item = nullptr;
   if constexpr (T::kChecked) {
-    bad_item = checked_item_slots<T::kStages + 1>();
-    if (tid <= T::kStages) bad_item[tid] = -1;
+    bad_item = checked_item_slots<T::kBadItemSlots>();
+    if (tid < T::kBadItemSlots) bad_item[tid] = -1;
     __syncthreads();  // initialised before the prologue's first page reads
   }
   return bad_item;

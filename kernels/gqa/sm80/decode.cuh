@@ -18,6 +18,9 @@
 // (max, sum, unnormalised output) to the workspace, and the last to arrive (atomic counter, which
 // it resets to zero for the next launch) merges them in split order: bitwise reproducible.
 //
+// Skip-softmax (Cfg::kSkip): skip.cuh's main loop replaces the one below (the CTA's setup and the
+// epilogue are shared); the exact kernels compile to the code without it.
+//
 // Checked mode (Cfg::kChecked): every page id is range-tested where it is read, once per page
 // slot per CTA; a bad one is never dereferenced (its keys load as zeros and are masked) and is
 // recorded in the workspace (kernels/common/check_record.cuh), as is a sequence length out of
@@ -34,6 +37,7 @@
 #include "kernels/gqa/sm80/pv.cuh"
 #include "kernels/gqa/sm80/q_operand.cuh"
 #include "kernels/gqa/sm80/qk.cuh"
+#include "kernels/gqa/sm80/skip.cuh"
 #include "kernels/gqa/sm80/softmax.cuh"
 #include "kernels/gqa/sm80/traits.cuh"
 
@@ -164,66 +168,71 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
 
   // ---- Prologue: the first kStages - 1 tiles in flight ----
   int pages_next[T::kLoadsPerThread];
-  KvLoader<T> loader(p, cta, range, items, bad_item, ln, smem_base, pages_next);
-  loader.fetch_pages(0);
+  if constexpr (T::kSkip) {
+    const SkipLoop<T, kOTiles> loop{p, cta, range, items, bad_item, ln, smem_base, q, rows, m_run, l_run, o_acc};
+    skip_main_loop<T>(loop, pages_next);
+  } else {
+    KvLoader<T> loader(p, cta, range, items, bad_item, ln, smem_base, pages_next);
+    loader.fetch_pages(0);
 #pragma unroll
-  for (int s = 0; s < T::kStages - 1; ++s) {
-    if (s < items.num_items) loader.issue_tile(s, s);
-    ptx::cp_async_commit();
-    loader.fetch_pages(s + 1);
-  }
-
-  // ---- Per work item: the next tile issued, then per chunk of the warp's tokens QK, softmax, PV ----
-  for (int item = 0; item < items.num_items; ++item) {
-    ptx::cp_async_wait<T::kStages - 2>();
-    __syncthreads();  // item `item` landed for everyone; stage (item - 1) % kStages is free
-    {
-      const int next = item + T::kStages - 1;
-      if (next < items.num_items) loader.issue_tile(next, next % T::kStages);
+    for (int s = 0; s < T::kStages - 1; ++s) {
+      if (s < items.num_items) loader.issue_tile(s, s);
       ptx::cp_async_commit();
-      loader.fetch_pages(next + 1);
+      loader.fetch_pages(s + 1);
     }
-    const int stage = item % T::kStages;
-    const unsigned ks = SharedStorage<T>::k_stage(smem_base, stage);
-    const unsigned vs = SharedStorage<T>::v_stage(smem_base, stage);
-    const int tile_t0 = range.begin + items.tile(item) * T::kTile;
-    const int beam_only = kBeams == 1 ? -1 : items.beam(item);  // >= 0: keys of that beam only
-    // ---- Fused step, append phase (append.cuh): the tile's new tokens into the stage and the cache ----
-    if constexpr (T::kFused) {
-      if (tile_has_new<T>(p, cta, tile_t0)) {
-        append_new_tokens<T>(p, cta, range, tile_t0, beam_only, smem + (ks - smem_base), smem + (vs - smem_base),
-                             ln.tid);
-        __syncthreads();
+
+    // ---- Per work item: the next tile issued, then per chunk of the warp's tokens QK, softmax, PV ----
+    for (int item = 0; item < items.num_items; ++item) {
+      ptx::cp_async_wait<T::kStages - 2>();
+      __syncthreads();  // item `item` landed for everyone; stage (item - 1) % kStages is free
+      {
+        const int next = item + T::kStages - 1;
+        if (next < items.num_items) loader.issue_tile(next, next % T::kStages);
+        ptx::cp_async_commit();
+        loader.fetch_pages(next + 1);
       }
-    }
-    bool bad_tile = false;
-    if constexpr (T::kChecked) bad_tile = bad_item[item % (T::kStages + 1)] == item;
-    const int* page_rows = loader.page_rows;
-    // Checked mode: key t's page id in range (t < range.end: an entry the request's length uses).
-    auto page_ok = [&](int t) {
-      const int* row = page_rows + (beam_only > 0 ? beam_only * p.page_table_stride : 0);
-      return static_cast<unsigned>(__ldg(row + t / T::kPageSize)) < static_cast<unsigned>(p.num_pages);
-    };
+      const int stage = item % T::kStages;
+      const unsigned ks = SharedStorage<T>::k_stage(smem_base, stage);
+      const unsigned vs = SharedStorage<T>::v_stage(smem_base, stage);
+      const int tile_t0 = range.begin + items.tile(item) * T::kTile;
+      const int beam_only = kBeams == 1 ? -1 : items.beam(item);  // >= 0: keys of that beam only
+      // ---- Fused step, append phase (append.cuh): the tile's new tokens into the stage and the cache ----
+      if constexpr (T::kFused) {
+        if (tile_has_new<T>(p, cta, tile_t0)) {
+          append_new_tokens<T>(p, cta, range, tile_t0, beam_only, smem + (ks - smem_base), smem + (vs - smem_base),
+                               ln.tid);
+          __syncthreads();
+        }
+      }
+      bool bad_tile = false;
+      if constexpr (T::kChecked) bad_tile = bad_item[item % T::kBadItemSlots] == item;
+      const int* page_rows = loader.page_rows;
+      // Checked mode: key t's page id in range (t < range.end: an entry the request's length uses).
+      auto page_ok = [&](int t) {
+        const int* row = page_rows + (beam_only > 0 ? beam_only * p.page_table_stride : 0);
+        return static_cast<unsigned>(__ldg(row + t / T::kPageSize)) < static_cast<unsigned>(p.num_pages);
+      };
 
 #pragma unroll 1
-    for (int ch = 0; ch < T::kWarpTokens / T::kChunk; ++ch) {
-      const int local0 = ln.warp_n * T::kWarpTokens + ch * T::kChunk;  // first token row in the stage
-      const int t0 = tile_t0 + local0;
-      if (t0 >= range.end) break;  // warp-uniform
-      constexpr int kN8 = T::kChunk / 8;
-      float s_acc[kN8][4];
-      int s_hi[2][4], s_lo[2][4];  // the two-term paths' working arrays (qk.cuh QkScratch)
-      unsigned qh[4], ql[4];
-      QkScratch qk_scratch{s_hi, s_lo, qh, ql};
-      qk_chunk<T>(q, ks, local0, ln, s_acc, qk_scratch);
-      // Warp-uniform: whether some row must not see a key of the chunk (its causal start, the
-      // window, the item's beam, a bad page id); if not, scale_and_mask skips the per-key test.
-      const bool need_mask = (kBeams > 1 && beam_only >= 0) || (t0 + T::kChunk > rows.causal_start) ||
-                             (T::kWindow && t0 < cta.seq_len - p.window) || (T::kChecked && bad_tile);
-      scale_and_mask<T>(p, rows, range.end, beam_only, bad_tile, page_ok, need_mask, t0, ln.c, s_acc);
-      float alpha[2];  // the rows' rescale of O
-      online_softmax<T>(s_acc, m_run, l_run, o_acc, alpha);
-      pv_chunk<T>(s_acc, vs, local0, ln.lane, o_acc);
+      for (int ch = 0; ch < T::kWarpTokens / T::kChunk; ++ch) {
+        const int local0 = ln.warp_n * T::kWarpTokens + ch * T::kChunk;  // first token row in the stage
+        const int t0 = tile_t0 + local0;
+        if (t0 >= range.end) break;  // warp-uniform
+        constexpr int kN8 = T::kChunk / 8;
+        float s_acc[kN8][4];
+        int s_hi[2][4], s_lo[2][4];  // the two-term paths' working arrays (qk.cuh QkScratch)
+        unsigned qh[4], ql[4];
+        QkScratch qk_scratch{s_hi, s_lo, qh, ql};
+        qk_chunk<T>(q, ks, local0, ln, s_acc, qk_scratch);
+        // Warp-uniform: whether some row must not see a key of the chunk (its causal start, the
+        // window, the item's beam, a bad page id); if not, scale_and_mask skips the per-key test.
+        const bool need_mask = (kBeams > 1 && beam_only >= 0) || (t0 + T::kChunk > rows.causal_start) ||
+                               (T::kWindow && t0 < cta.seq_len - p.window) || (T::kChecked && bad_tile);
+        scale_and_mask<T>(p, rows, range.end, beam_only, bad_tile, page_ok, need_mask, t0, ln.c, s_acc);
+        float alpha[2];  // the rows' rescale of O
+        online_softmax<T>(s_acc, m_run, l_run, o_acc, alpha);
+        pv_chunk<T>(s_acc, vs, local0, ln.lane, o_acc);
+      }
     }
   }
   ptx::cp_async_wait<0>();

@@ -91,7 +91,7 @@ struct KvLoader {
       if (static_cast<unsigned>(id) >= static_cast<unsigned>(p.num_pages)) {
         check_report(static_cast<CheckRecord*>(p.check), kCheckPageId, cta.batch + (beam > 0 ? beam : 0),
                      0, static_cast<int>(tok / T::kPageSize), id, p.num_pages);
-        bad_item[item % (T::kStages + 1)] = item;
+        bad_item[item % T::kBadItemSlots] = item;
         return -1;
       }
     }
@@ -130,6 +130,20 @@ struct KvLoader {
     const unsigned t0 = static_cast<unsigned>(range.begin + items.tile(item) * T::kTile);
     const unsigned ks = SharedStorage<T>::k_stage(smem_base, stage);
     const unsigned vs = SharedStorage<T>::v_stage(smem_base, stage);
+    issue_rows<true, true>(t0, ks, vs, 0u);
+  }
+
+  // The copies of issue_tile into the tiles at `ks` / `vs`: K when kK, V when kV. V alone (the
+  // skip-softmax kernel, skip.cuh) copies only the rows of the warp slices (row / kWarpTokens)
+  // whose bit `v_slices` sets.
+  template <bool kK, bool kV>
+  __device__ __forceinline__ void issue_copies(int item, unsigned ks, unsigned vs, unsigned v_slices) const {
+    issue_rows<kK, kV>(static_cast<unsigned>(range.begin + items.tile(item) * T::kTile), ks, vs, v_slices);
+  }
+
+  // The copies of the tile whose first key is t0.
+  template <bool kK, bool kV>
+  __device__ __forceinline__ void issue_rows(unsigned t0, unsigned ks, unsigned vs, unsigned v_slices) const {
 #pragma unroll
     for (int i = 0; i < T::kLoadsPerThread; ++i) {
       const unsigned row = load_row(i);
@@ -145,8 +159,12 @@ struct KvLoader {
         const unsigned char* vsrc = v_base + (static_cast<unsigned long long>(upage) * v_page_bytes +
                                               (slot * v_slot_bytes + chunk * 16));
         const unsigned off = row * T::kRowStride + chunk * 16;
-        ptx::cp_async_16(ks + off, ksrc, valid);
-        ptx::cp_async_16(vs + off, vsrc, valid);
+        if constexpr (kK) ptx::cp_async_16(ks + off, ksrc, valid);
+        if constexpr (kV && !kK) {
+          if ((v_slices >> (row / T::kWarpTokens)) & 1u) ptx::cp_async_16(vs + off, vsrc, valid);
+        } else if constexpr (kV) {
+          ptx::cp_async_16(vs + off, vsrc, valid);
+        }
       }
     }
   }

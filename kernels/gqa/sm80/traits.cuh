@@ -90,6 +90,15 @@ template <class C>
 struct CheckedOf<C, decltype(static_cast<void>(C::kChecked))> {
   static constexpr bool value = C::kChecked;
 };
+// Cfg::kSkip (skip-softmax) likewise: defined only by the "_skip" kernels' prologue.
+template <class C, class = void>
+struct SkipOf {
+  static constexpr bool value = false;
+};
+template <class C>
+struct SkipOf<C, decltype(static_cast<void>(C::kSkip))> {
+  static constexpr bool value = C::kSkip;
+};
 
 // Cfg::kRopeStyle / kRotaryDim when the prologue defines them (a fused plan), else 0: a plain
 // kernel's source stays what it was.
@@ -122,6 +131,8 @@ struct CfgConstants {
   static constexpr int kBeamWidth = Cfg::kBeamWidth;  // beams per request sharing one CTA (1: none)
   // Checked mode: page ids and lengths tested as read, bad ones masked and recorded.
   static constexpr bool kChecked = CheckedOf<Cfg>::value;
+  // Skip-softmax: tiles far below the running maximum skipped, their V not loaded.
+  static constexpr bool kSkip = SkipOf<Cfg>::value;
   // Fused decode step (kernels/gqa/fused.cuh): 0 = a plain decode, 1 GPT-NeoX, 2 GPT-J.
   static constexpr int kRopeStyle = RopeOf<Cfg>::style;
   static constexpr int kRotaryDim = RopeOf<Cfg>::dims;
@@ -165,6 +176,10 @@ struct Traits : CfgConstants<Cfg> {
   static constexpr int kMergeBytes = kShape.merge_bytes;
   static constexpr int kSmemBytes = kShape.smem_bytes;
   static constexpr int kMinCtas = kShape.min_ctas;
+  // Checked mode: slots of the per-item bad-page flags (cta.cuh checked_items): an item's page ids
+  // are read kStages iterations before the item is consumed, kStages + 1 with skip-softmax (its K
+  // runs a tile further ahead, skip.cuh).
+  static constexpr int kBadItemSlots = kStages + (CfgConstants<Cfg>::kSkip ? 2 : 1);
 
   // The two-term path's k steps: 32 dims (QK) or 32 tokens (PV) per m16n8k32; a last QK step of
   // 16 dims when head_dim % 32 == 16, and 16-token PV steps when a warp's chunk is 16 tokens.

@@ -36,20 +36,21 @@ namespace deca::gqa::sm90 {
 
 using namespace ::deca::sm90;
 
-// S^T = K (q_hi + q_lo)^T for the two m64 token halves of the K tile at byte offset k_off: 4
-// k-steps of 32 dims x 2 terms per half, one wgmma group, not waited for. desc(offset) gives the
+// acc[h] = A_h (B_hi + B_lo)^T for the H m64 halves of the A tile at byte offset a_off (K for
+// S^T = K q^T, V^T for O^T = V^T P^T), B's two terms at b_hi / b_lo: 4 k-steps of 32 x 2 terms
+// per half, into fresh accumulators, one wgmma group, not waited for. desc(offset) gives the
 // descriptor of an operand at that offset from the shared base.
-template <class Mma, int H, int A, class Desc, class Plan>
-__device__ __forceinline__ void qk_chain(float (&s)[H][A], const Desc& desc, unsigned k_off,
-                                         const Plan& plan) {
+template <class Mma, int H, int A, class Desc>
+__device__ __forceinline__ void two_term_chain(float (&acc)[H][A], const Desc& desc, unsigned a_off,
+                                               unsigned b_hi, unsigned b_lo) {
   wgmma_fence();
 #pragma unroll
   for (int h = 0; h < H; ++h) {
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
-      const unsigned long long da = desc(k_off + 8192 * h + 32 * kk);
-      Mma::mma(s[h], da, desc(plan.q_hi + 32 * kk), kk > 0);
-      Mma::mma(s[h], da, desc(plan.q_lo + 32 * kk), true);
+      const unsigned long long da = desc(a_off + 8192 * h + 32 * kk);
+      Mma::mma(acc[h], da, desc(b_hi + 32 * kk), kk > 0);
+      Mma::mma(acc[h], da, desc(b_lo + 32 * kk), true);
     }
   }
   wgmma_commit();
@@ -74,6 +75,52 @@ __device__ __forceinline__ void transpose_v_in_place(unsigned vs, const unsigned
                            ptx::prmt(r[i][2], r[i][3], 0x6420u), ptx::prmt(r[i][2], r[i][3], 0x7531u)};
     stmatrix_x4(vs + 4096u * (i & 3) + stsm_off[i >> 2], c);
   }
+}
+
+// The end of the rows-on-N kernels (this file's and skip.cuh's), the ring drained: the rows' sums
+// across lanes and warps, O and (max, sum) into the epilogue's merge area (one slice: kWarpsN =
+// 1), which reuses the stages, then the output, LSE or the split's partials (epilogue.cuh).
+template <class T, int kAcc>
+__device__ __forceinline__ void finish_rows_on_n(const GqaParams& p, unsigned char* smem, float* red, int l, int w,
+                                                 const float (&m_run)[T::kCols], float (&l_run)[T::kCols],
+                                                 const float (&o)[2][kAcc], const SplitCta& c, int row0,
+                                                 int rows_total, int batch, int kv_head, float v_scale) {
+  constexpr int N = T::kRows;
+  constexpr int kHalves = 2;
+  auto col_row = [&](int cc) { return 8 * (cc >> 1) + 2 * (l & 3) + (cc & 1); };
+  const int row_blocks = c.row_blocks, row_block = c.row_block, split = c.split;
+#pragma unroll
+  for (int cc = 0; cc < T::kCols; ++cc) {
+#pragma unroll
+    for (int m = 4; m < 32; m <<= 1) l_run[cc] += __shfl_xor_sync(0xffffffffu, l_run[cc], m);
+  }
+  __syncthreads();  // the last tile's readers are done with its stage and red
+  if (l < 4) {
+#pragma unroll
+    for (int cc = 0; cc < T::kCols; ++cc) red[w * N + col_row(cc)] = l_run[cc];
+  }
+  const MergeArea<T> area(smem);
+#pragma unroll
+  for (int m = 0; m < kHalves; ++m) {
+#pragma unroll
+    for (int e = 0; e < kAcc; ++e) {
+      const int n = 64 * m + 16 * w + (l >> 2) + 8 * ((e >> 1) & 1);  // V^T's row
+      const int d = rows_on_m_d(n);
+      area.o[col_row(2 * (e >> 2) + (e & 1)) * kDim + d] = o[m][e];
+    }
+  }
+  __syncthreads();
+  if (w == 0 && l < 4) {
+#pragma unroll
+    for (int cc = 0; cc < T::kCols; ++cc) {
+      const int r = col_row(cc);
+      area.ml[2 * r] = m_run[cc] - 8.f;  // P's scale (the header)
+      area.ml[2 * r + 1] = red[r] + red[N + r] + red[2 * N + r] + red[3 * N + r];
+    }
+  }
+  __syncthreads();
+  const CtaRows cta{batch, batch, kv_head, row_blocks, row_block, split, row0, rows_total, rows_total};
+  finish_cta<T>(p, smem, cta, v_scale);
 }
 
 template <class Cfg>
@@ -101,28 +148,16 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
   SplitCta c;
   if (!split_cta<T>(p, N, c)) return;
   const Unit u = c.unit;
-  const int row_blocks = c.row_blocks, row_block = c.row_block, split = c.split;
+  const int row_block = c.row_block;
   const int row0 = row_block * N;
 
   // ---- Loader (tile_loader.cuh): K and V tiles in token order ----
   TileLoader<T> loader(p, bad_item, tid);
   // The loader's cursor: the next tile to issue, whose page ids pages_next holds; `pend_item` is
-  // its index in the ring (tile g of the CTA goes to stage g % kStages).
+  // its index in the ring.
   TileCursor pend{u, 0, u.tiles, u.tiles <= 0};
   int pend_item = 0;
-  // Issues the pending tile (nothing past the CTA's last: an empty group keeps the count), moves
-  // the cursor on and fetches the next one's page ids.
-  auto issue_next = [&] {
-    if (!pend.done) {
-      const int stage = pend_item % T::kStages;
-      loader.issue_tile(pend, cs.k_stage(stage), cs.v_stage(stage));
-    }
-    ptx::cp_async_commit();
-    ++pend.i;
-    pend.done = pend.i >= pend.hi;
-    ++pend_item;
-    loader.fetch_pages(pend, pend_item);
-  };
+  auto issue_next = [&] { loader.issue_next(pend, pend_item, cs); };
 
   // ---- Per-thread accumulator coordinates ----
   // S^T element e of m64 half h: token 64 h + 16 w + l / 4 + 8 ((e >> 1) & 1), column (query row)
@@ -196,7 +231,7 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
     // S^T = K (q_hi + q_lo)^T (2 halves x 4 k-steps of 32 dims x 2 terms), and under it V -> V^T
     // in place.
     float s[kHalves][kAcc];  // S^T of token half h
-    qk_chain<Mma>(s, desc, k_off, kPlan);
+    two_term_chain<Mma>(s, desc, k_off, kPlan.q_hi, kPlan.q_lo);
     transpose_v_in_place(vs, ldsm_off, stsm_off);
     wgmma_wait<0>();
 #pragma unroll
@@ -296,17 +331,7 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
     // when it accumulates (DeepSeek-V3 report, "FP8 GEMM accumulation precision"): carried over
     // a whole sequence in the tensor core, O drifted by 0.3 % relative RMS at 4096 tokens.
     float ot[kHalves][kAcc];
-    wgmma_fence();
-#pragma unroll
-    for (int m = 0; m < kHalves; ++m) {
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
-        const unsigned long long da = desc(v_off + 8192 * m + 32 * kk);
-        Mma::mma(ot[m], da, desc(kPlan.p_hi + 32 * kk), kk > 0);
-        Mma::mma(ot[m], da, desc(kPlan.p_lo + 32 * kk), true);
-      }
-    }
-    wgmma_commit();
+    two_term_chain<Mma>(ot, desc, v_off, kPlan.p_hi, kPlan.p_lo);
     wgmma_wait<0>();
 #pragma unroll
     for (int m = 0; m < kHalves; ++m) {
@@ -319,38 +344,7 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
   // ---- The rows into the epilogue's merge area (one slice: kWarpsN = 1), which reuses the
   // stages: every one is free once the ring is drained ----
   ptx::cp_async_wait<0>();
-#pragma unroll
-  for (int cc = 0; cc < T::kCols; ++cc) {
-#pragma unroll
-    for (int m = 4; m < 32; m <<= 1) l_run[cc] += __shfl_xor_sync(0xffffffffu, l_run[cc], m);
-  }
-  __syncthreads();  // the last tile's readers are done with its stage and red
-  if (l < 4) {
-#pragma unroll
-    for (int cc = 0; cc < T::kCols; ++cc) red[w * N + col_row(cc)] = l_run[cc];
-  }
-  const MergeArea<T> area(smem);
-#pragma unroll
-  for (int m = 0; m < kHalves; ++m) {
-#pragma unroll
-    for (int e = 0; e < kAcc; ++e) {
-      const int n = 64 * m + 16 * w + (l >> 2) + 8 * ((e >> 1) & 1);  // V^T's row
-      const int d = rows_on_m_d(n);
-      area.o[col_row(2 * (e >> 2) + (e & 1)) * kDim + d] = o[m][e];
-    }
-  }
-  __syncthreads();
-  if (w == 0 && l < 4) {
-#pragma unroll
-    for (int cc = 0; cc < T::kCols; ++cc) {
-      const int r = col_row(cc);
-      area.ml[2 * r] = m_run[cc] - 8.f;  // P's scale, see above
-      area.ml[2 * r + 1] = red[r] + red[N + r] + red[2 * N + r] + red[3 * N + r];
-    }
-  }
-  __syncthreads();
-  const CtaRows cta{batch, batch, kv_head, row_blocks, row_block, split, row0, rows_total, rows_total};
-  finish_cta<T>(p, smem, cta, v_scale);
+  finish_rows_on_n<T>(p, smem, red, l, w, m_run, l_run, o, c, row0, rows_total, batch, kv_head, v_scale);
 }
 
 }  // namespace deca::gqa::sm90

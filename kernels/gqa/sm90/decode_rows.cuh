@@ -70,17 +70,7 @@ __device__ __forceinline__ void gqa_decode_rows_kernel(const GqaParams& p, unsig
   const int* page_row = loader.page_row_of(batch);
   TileCursor pend{unit, 0, unit.tiles, unit.tiles <= 0};
   int pend_item = 0;
-  auto issue_next = [&] {
-    if (!pend.done) {
-      const int stage = pend_item % T::kStages;
-      loader.issue_tile(pend, cs.k_stage(stage), cs.v_stage(stage));
-    }
-    ptx::cp_async_commit();
-    ++pend.i;
-    pend.done = pend.i >= pend.hi;
-    ++pend_item;
-    loader.fetch_pages(pend, pend_item);
-  };
+  auto issue_next = [&] { loader.issue_next(pend, pend_item, cs); };
 
   // ---- Operand rows: thread (w, l) holds operand rows 16 w + l / 4 + 8 h. At 64 rows operand row
   // m is query row m; at 32, query row 8 w + r sits in operand row 16 w + r (r < 8) and the rows

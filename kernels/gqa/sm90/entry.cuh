@@ -1,11 +1,13 @@
 // The JIT entry of the Hopper fp8 GQA decode kernels (kernels/gqa/sm90/decode.cuh, tokens on M;
-// decode_rows.cuh, rows on M when Cfg::kRowsOnM): a generated prologue defines `struct Cfg`
-// (GqaKernelKey::spec, fp8_mma = kv::kWgmma) and includes this file.
+// decode_rows.cuh, rows on M when Cfg::kRowsOnM; skip.cuh, skip-softmax when Cfg::kSkip): a
+// generated prologue defines `struct Cfg` (GqaKernelKey::spec, fp8_mma = kv::kWgmma) and includes
+// this file.
 // Same grid, block and parameters as the portable kernel's entry (kernels/gqa/sm80/entry.cuh).
 #pragma once
 
 #include "kernels/gqa/sm90/decode.cuh"
 #include "kernels/gqa/sm90/decode_rows.cuh"
+#include "kernels/gqa/sm90/skip.cuh"
 
 extern "C" __global__ void __launch_bounds__(deca::gqa::sm90::Traits<Cfg>::kThreads,
                                              deca::gqa::sm90::Traits<Cfg>::kMinCtas)
@@ -13,6 +15,8 @@ extern "C" __global__ void __launch_bounds__(deca::gqa::sm90::Traits<Cfg>::kThre
   extern __shared__ __align__(128) unsigned char deca_smem[];  // aligned to 1024 inside
   if constexpr (Cfg::kRowsOnM) {
     deca::gqa::sm90::gqa_decode_rows_kernel<Cfg>(params, deca_smem);
+  } else if constexpr (deca::gqa::sm90::Traits<Cfg>::kSkip) {
+    deca::gqa::sm90::gqa_decode_skip_kernel<Cfg>(params, deca_smem);
   } else {
     deca::gqa::sm90::gqa_decode_kernel<Cfg>(params, deca_smem);
   }

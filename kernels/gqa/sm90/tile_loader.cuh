@@ -99,6 +99,13 @@ struct TileLoader {
   // swz128(row0 + step i, chunk) = swz128(row0, chunk) + 128 step i (step is a multiple of 8, so
   // row % 8 and the swizzle stay).
   __device__ __forceinline__ void issue_tile(const TileCursor& c, unsigned ks, unsigned vs) const {
+    issue_copies<true, true>(c, ks, vs);
+  }
+
+  // issue_tile's copies of K (kK) and of V (kV): the skip-softmax kernel (skip.cuh) issues a
+  // tile's V apart from its K, once it knows the tile is kept.
+  template <bool kK, bool kV>
+  __device__ __forceinline__ void issue_copies(const TileCursor& c, unsigned ks, unsigned vs) const {
     const unsigned dst0 = swz128(static_cast<int>(row0_ld), static_cast<int>(chunk_ld * 16));
     auto dst = [&](int i) { return dst0 + 128u * kRowStep * i; };
     const unsigned t0 = tile_t0(c);
@@ -126,8 +133,8 @@ struct TileLoader {
         for (int r = 0; r < kRowsPerPage && pg * kRowsPerPage + r < T::kLoadsPerThread; ++r) {
           const int i = pg * kRowsPerPage + r;
           const bool valid = id >= 0 && t0 + row0_ld + kRowStep * i < end;
-          ptx::cp_async_16(ks + dst(i), kp + r * k_step, valid);
-          ptx::cp_async_16(vs + dst(i), vp + r * v_step, valid);
+          if constexpr (kK) ptx::cp_async_16(ks + dst(i), kp + r * k_step, valid);
+          if constexpr (kV) ptx::cp_async_16(vs + dst(i), vp + r * v_step, valid);
         }
       }
       return;
@@ -151,9 +158,24 @@ struct TileLoader {
       }
       const unsigned char* ksrc = k_base + (static_cast<unsigned long long>(upage) * k_page_bytes + k_in);
       const unsigned char* vsrc = v_base + (static_cast<unsigned long long>(upage) * v_page_bytes + v_in);
-      ptx::cp_async_16(ks + dst(i), ksrc, valid);
-      ptx::cp_async_16(vs + dst(i), vsrc, valid);
+      if constexpr (kK) ptx::cp_async_16(ks + dst(i), ksrc, valid);
+      if constexpr (kV) ptx::cp_async_16(vs + dst(i), vsrc, valid);
     }
+  }
+
+  // The kernels' pipeline step: issues cursor c's tile into ring stage item % kStages of cs (tile
+  // g of the CTA goes to stage g % kStages; nothing past the CTA's last tile: an empty group keeps
+  // the count), moves c and item on and fetches the next tile's page ids.
+  __device__ __forceinline__ void issue_next(TileCursor& c, int& item, const CtaSmem& cs) {
+    if (!c.done) {
+      const int stage = item % T::kStages;
+      issue_tile(c, cs.k_stage(stage), cs.v_stage(stage));
+    }
+    ptx::cp_async_commit();
+    ++c.i;
+    c.done = c.i >= c.hi;
+    ++item;
+    fetch_pages(c, item);
   }
 };
 

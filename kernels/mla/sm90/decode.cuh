@@ -76,7 +76,7 @@ __device__ __forceinline__ void mla_sparse_decode_sm90(const DecodeKernelParams&
   // partition is read within the workspace whatever the stamp says; only a matching one is used.)
   grid_dependency_wait();
   const SparsePart part = kp.run.parts[blockIdx.z];
-  const bool matches = schedule_matches(kp.p, kp.run);
+  const bool matches = schedule_matches<kModel1<Cfg>>(kp.p, kp.run);
   const unsigned raw = ptx::smem_addr(smem_raw);
   Smem sm;
   sm.base = (raw + 1023u) & ~1023u;

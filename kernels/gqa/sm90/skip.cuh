@@ -1,0 +1,326 @@
+// Hopper (sm_90a) fp8 GQA decode with skip-softmax (Cfg::kSkip, 8 or 16 query rows on wgmma's N;
+// docs/semantics.md "Skip-softmax"): decode.cuh's kernel with the order of its work changed so
+// that a tile's V is issued only once the tile's logits are known.
+//
+// The decision unit is the 128-token tile, per query row: a row drops the tile when its largest
+// logit m_t has m_t < m_ref + log2(f / L) (log2 units), m_ref being the largest logit of the tiles
+// the row kept before; a tile no real row keeps is not loaded (V), transposed nor multiplied.
+//
+// The QK of tile j + 1 (its S, masked, and its rows' maxima through the warps' `red`) runs in
+// iteration j, ahead of tile j's softmax and PV, and its S stays in registers for the next
+// iteration (N floats per thread): nothing is computed twice. K is loaded three tiles ahead (a
+// ring of four K stages), V one tile ahead (two V stages): the six 16 KB stages of decode.cuh's
+// three-stage ring. Iteration j:
+//   wait<1>, barrier           V_j and K_{j+1} have landed
+//   QK on K_{j+1} (async), V_j -> V^T in place under it (if tile j is kept)
+//   mask, maxima, barrier      rows' decisions for tile j + 1; __syncthreads_or: the CTA's vote
+//   issue V_{j+1} (if voted), K_{j+3}
+//   softmax of tile j (P of dropped rows 0), P to shared memory, barrier, PV
+// The arithmetic of a kept tile is decode.cuh's instruction for instruction, so a factor under
+// which no tile falls gives decode.cuh's bits.
+#pragma once
+
+#include "kernels/common/check_record.cuh"
+#include "kernels/common/kv_convert.cuh"
+#include "kernels/common/ptx.cuh"
+#include "kernels/common/sm90_ptx.cuh"
+#include "kernels/gqa/epilogue.cuh"
+#include "kernels/gqa/params.cuh"
+#include "kernels/gqa/request.cuh"
+#include "kernels/gqa/sm90/cta.cuh"
+#include "kernels/gqa/sm90/decode.cuh"
+#include "kernels/gqa/sm90/q_tile.cuh"
+#include "kernels/gqa/sm90/tile_loader.cuh"
+#include "kernels/gqa/sm90/traits.cuh"
+
+namespace deca::gqa::sm90 {
+
+// The ring: four K stages, then two V stages (byte offsets from the base) in the six stage slots
+// of a three-stage plan.
+struct SkipSlots {
+  static __device__ __forceinline__ unsigned k(int item) { return (item % 4) * kStageBytes; }
+  static __device__ __forceinline__ unsigned v(int item) { return (4 + item % 2) * kStageBytes; }
+};
+
+template <class Cfg>
+__device__ __forceinline__ void gqa_decode_skip_kernel(const GqaParams& p, unsigned char* smem_raw) {
+  using T = Traits<Cfg>;
+  static_assert(T::kStages == 3 && !T::kRowsOnM, "the skip ring takes a three-stage plan's six slots");
+  constexpr int N = T::kRows;
+  constexpr int kAcc = N / 2;
+  constexpr SmemPlan kPlan = T::kPlan;
+  using Mma = WgmmaE4m3<N>;
+  constexpr int kHalves = 2;
+  const int tid = threadIdx.x;
+  const int w = tid >> 5;
+  const int l = tid & 31;
+  const int q_len = p.q_len;
+  const int rows_total = q_len * T::kGroup;
+  int* bad_item = checked_ring_items<T>();
+  const CtaSmem cs(smem_raw);
+  const unsigned base = cs.base;
+  unsigned char* smem = cs.smem;
+  float* red = reinterpret_cast<float*>(smem + kPlan.red);      // [4 warps][N]
+  float* q_inv = reinterpret_cast<float*>(smem + kPlan.q_inv);  // [N]
+  auto desc = [&](unsigned offset) { return cs.desc(offset); };
+
+  SplitCta c;
+  if (!split_cta<T>(p, N, c)) return;
+  const Unit u = c.unit;
+  const int row0 = c.row_block * N;
+  const int n = u.tiles;
+  auto cursor = [&](int i) { return TileCursor{u, i, n, i >= n}; };
+  TileLoader<T> loader(p, bad_item, tid);    // K, page ids a tile ahead
+  TileLoader<T> v_loader(p, bad_item, tid);  // V, page ids read when issued
+
+  // Accumulator coordinates, V transpose and P placement: decode.cuh's.
+  auto col_row = [&](int cc) { return 8 * (cc >> 1) + 2 * (l & 3) + (cc & 1); };
+  unsigned ldsm_off[4], stsm_off[2];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) ldsm_off[i] = 4096u * w + rows_on_m_ldsm_offset(l, i);
+#pragma unroll
+  for (int i = 0; i < 2; ++i) stsm_off[i] = rows_on_m_stsm_offset(l, 2 * w + i);
+  const unsigned p_pos = 16 * (4 * ((l >> 2) & 1) + w) + 4 * (l >> 3);
+  const unsigned p_sel = ((l >> 2) & 1) ? 0x3726u : 0x5140u;
+
+  // ---- Prologue: K and V of tile 0, K of tiles 1 and 2 ----
+  loader.fetch_pages(cursor(0), 0);
+  if (n > 0) loader.template issue_copies<true, true>(cursor(0), base + SkipSlots::k(0), base + SkipSlots::v(0));
+  ptx::cp_async_commit();
+#pragma unroll
+  for (int i = 1; i < 3; ++i) {
+    loader.fetch_pages(cursor(i), i);
+    if (i < n) loader.template issue_copies<true, false>(cursor(i), base + SkipSlots::k(i), 0u);
+    ptx::cp_async_commit();
+  }
+  loader.fetch_pages(cursor(3), 3);
+
+  const int batch = u.request, kv_head = u.kv_head, seq_len = u.seq_len;
+  const int* page_row = loader.page_row_of(batch);
+  const float k_scale = p.k_scales ? p.k_scales[kv_head] : p.k_scale;
+  const float v_scale = p.v_scales ? p.v_scales[kv_head] : p.v_scale;
+  const float qk_scale = p.softmax_scale * k_scale;
+  load_q_two_term<T, N>(p, batch, kv_head, row0, rows_total, base + kPlan.q_hi, base + kPlan.q_lo, q_inv,
+                        [](int m) { return m; });
+  __syncthreads();  // q_inv written
+  const float logit_scale = T::kSoftcap ? qk_scale : qk_scale * kLog2e;
+  const int causal_start = seq_len - q_len;
+  float row_scale[T::kCols], m_run[T::kCols], l_run[T::kCols];
+  float thr[T::kCols], m_ref[T::kCols];  // log2(f / L) and the kept tiles' maximum, per column
+  unsigned real = 0u;                    // bit cc: column cc is one of the CTA's rows
+#pragma unroll
+  for (int cc = 0; cc < T::kCols; ++cc) {
+    const int row = row0 + col_row(cc);
+    row_scale[cc] = logit_scale * q_inv[col_row(cc)];
+    m_run[cc] = kNegInf, l_run[cc] = 0.f, m_ref[cc] = kNegInf;
+    const int causal = causal_start + (row < rows_total ? row : 0) / T::kGroup + 1;
+    const int span = T::kWindow && p.window < causal ? p.window : causal;
+    thr[cc] = __log2f(p.skip_softmax_factor) - __log2f(static_cast<float>(span > 1 ? span : 1));
+    if (row < rows_total) real |= 1u << cc;
+  }
+  float o[kHalves][kAcc];
+#pragma unroll
+  for (int m = 0; m < kHalves; ++m) {
+#pragma unroll
+    for (int e = 0; e < kAcc; ++e) o[m][e] = 0.f;
+  }
+  unsigned long long v_rows[2] = {0ull, 0ull};  // GqaParams::skip_counts: copied, of all
+  auto count = [&](int item, bool copied) {
+    const int t0 = u.first + item * kTile;
+    const int rows = u.end - t0 < kTile ? u.end - t0 : kTile;
+    v_rows[1] += static_cast<unsigned>(rows);
+    if (copied) v_rows[0] += static_cast<unsigned>(rows);
+  };
+
+  // Tile `item`'s S (issued on its K stage before; waited for here), scaled, soft-capped and
+  // masked (decode.cuh's block), and its rows' maxima across the warps into m_tile.
+  auto logits_and_maxima = [&](int item, float (&s)[kHalves][kAcc], float (&m_tile)[T::kCols]) {
+    wgmma_wait<0>();
+#pragma unroll
+    for (int h = 0; h < kHalves; ++h) fence_regs(s[h]);
+    const int tile_t0 = u.first + item * kTile;
+    const bool bad_tile = T::kChecked && bad_item[item % (T::kStages + 1)] == item;
+    const bool need_mask = tile_t0 + kTile > causal_start || tile_t0 + kTile > u.end ||
+                           (T::kWindow && tile_t0 < seq_len - p.window) || bad_tile;
+#pragma unroll
+    for (int h = 0; h < kHalves; ++h) {
+#pragma unroll
+      for (int e = 0; e < kAcc; ++e) {
+        const int cc = 2 * (e >> 2) + (e & 1);
+        float x = s[h][e];
+        if constexpr (T::kSoftcap) {
+          x = p.softcap * tanhf(x * row_scale[cc] / p.softcap) * kLog2e;
+        } else {
+          x *= row_scale[cc];
+        }
+        if (need_mask) {
+          const int t = tile_t0 + 64 * h + 16 * w + (l >> 2) + 8 * ((e >> 1) & 1);
+          const int row = row0 + col_row(cc);
+          const int tok = (row < rows_total ? row : 0) / T::kGroup;
+          const unsigned* tree =
+              T::kTree ? p.tree_mask + batch * p.mask_stride_batch + tok * p.mask_stride_token : nullptr;
+          bool visible = t < u.end && row_sees_key<T>(p, t, causal_start + tok, causal_start, tree);
+          if constexpr (T::kChecked) {
+            if (bad_tile && visible) {
+              visible = static_cast<unsigned>(__ldg(page_row + t / T::kPageSize)) <
+                        static_cast<unsigned>(p.num_pages);
+            }
+          }
+          if (!visible) x = kNegInf;
+        }
+        s[h][e] = x;
+      }
+    }
+    float mx[T::kCols];
+#pragma unroll
+    for (int cc = 0; cc < T::kCols; ++cc) mx[cc] = kNegInf;
+#pragma unroll
+    for (int h = 0; h < kHalves; ++h) {
+#pragma unroll
+      for (int e = 0; e < kAcc; ++e) mx[2 * (e >> 2) + (e & 1)] = fmaxf(mx[2 * (e >> 2) + (e & 1)], s[h][e]);
+    }
+#pragma unroll
+    for (int cc = 0; cc < T::kCols; ++cc) {
+#pragma unroll
+      for (int m = 4; m < 32; m <<= 1) mx[cc] = fmaxf(mx[cc], __shfl_xor_sync(0xffffffffu, mx[cc], m));
+    }
+    if (l < 4) {
+#pragma unroll
+      for (int cc = 0; cc < T::kCols; ++cc) red[w * N + col_row(cc)] = mx[cc];
+    }
+    __syncthreads();  // red complete (its next writer is the next tile's, after a barrier)
+#pragma unroll
+    for (int cc = 0; cc < T::kCols; ++cc) {
+      const int r = col_row(cc);
+      m_tile[cc] = fmaxf(fmaxf(red[r], red[N + r]), fmaxf(red[2 * N + r], red[3 * N + r]));
+    }
+  };
+  // The rows' decisions on a tile's maxima (bit cc: column cc keeps it), m_ref brought up to date.
+  auto decide = [&](const float (&m_tile)[T::kCols]) {
+    unsigned keep = 0u;
+#pragma unroll
+    for (int cc = 0; cc < T::kCols; ++cc) {
+      if (!(m_tile[cc] < m_ref[cc] + thr[cc])) {  // m_ref = -inf: kept
+        keep |= 1u << cc;
+        m_ref[cc] = fmaxf(m_ref[cc], m_tile[cc]);
+      }
+    }
+    return keep;
+  };
+
+  // ---- Tile 0's logits: its K waited for alone ----
+  float s_cur[kHalves][kAcc], m_cur[T::kCols];
+  unsigned keep_cur = 0u;
+  bool vote_cur = false;
+  if (n > 0) {
+    ptx::cp_async_wait<2>();
+    fence_proxy_async_smem();
+    __syncthreads();
+    qk_chain<Mma>(s_cur, desc, SkipSlots::k(0), kPlan);
+    logits_and_maxima(0, s_cur, m_cur);
+    keep_cur = decide(m_cur);
+    vote_cur = true;  // V of tile 0 is in flight whatever the decisions
+    count(0, true);
+  }
+
+  for (int item = 0; item < n; ++item) {
+    ptx::cp_async_wait<1>();
+    fence_proxy_async_smem();  // this thread's landed chunks, to the wgmma (async proxy) readers
+    __syncthreads();           // V of `item`, K of item + 1 landed; the last tile's stages are free
+    const bool next = item + 1 < n;  // CTA-uniform
+    const unsigned vs = base + SkipSlots::v(item);
+    float s_next[kHalves][kAcc], m_next[T::kCols];
+    unsigned keep_next = 0u;
+    bool vote_next = false;
+    if (next) qk_chain<Mma>(s_next, desc, SkipSlots::k(item + 1), kPlan);
+    if (vote_cur) transpose_v_in_place(vs, ldsm_off, stsm_off);
+    if (next) {
+      logits_and_maxima(item + 1, s_next, m_next);
+      keep_next = decide(m_next);
+      vote_next = __syncthreads_or((keep_next & real) != 0u) != 0;
+      if (p.skip_counts != nullptr) count(item + 1, vote_next);
+      if (vote_next) {
+        v_loader.fetch_pages(cursor(item + 1), item + 1);
+        v_loader.template issue_copies<false, true>(cursor(item + 1), 0u, base + SkipSlots::v(item + 1));
+      }
+    }
+    ptx::cp_async_commit();
+    if (item + 3 < n) loader.template issue_copies<true, false>(cursor(item + 3), base + SkipSlots::k(item + 3), 0u);
+    ptx::cp_async_commit();
+    loader.fetch_pages(cursor(item + 4), item + 4);
+
+    if (vote_cur) {
+      // ---- decode.cuh's softmax per query row (column cc), a dropped row's P at 0 ----
+#pragma unroll
+      for (int cc = 0; cc < T::kCols; ++cc) {
+        const int r = col_row(cc);
+        const bool kept = (keep_cur >> cc) & 1u;
+        const float m_tile = kept ? m_cur[cc] : kNegInf;
+        const float m_new = fmaxf(m_run[cc], m_tile);
+        const float m_use = m_new == kNegInf ? 0.f : m_new;
+        const float alpha = ptx::ex2(m_run[cc] - m_use);
+        m_run[cc] = m_new;
+        const float shift = m_use - 8.f;
+        const int e0 = 4 * (cc >> 1) + (cc & 1);
+        float pr[4] = {0.f, 0.f, 0.f, 0.f};
+        if (kept) {
+#pragma unroll
+          for (int h = 0; h < kHalves; ++h) {
+            pr[2 * h] = ptx::ex2(s_cur[h][e0] - shift);
+            pr[2 * h + 1] = ptx::ex2(s_cur[h][e0 + 2] - shift);
+          }
+        }
+        l_run[cc] = l_run[cc] * alpha + ((pr[0] + pr[1]) + (pr[2] + pr[3]));
+        unsigned hi, lo;
+        kv::split_e4m3_f32(pr[0], pr[1], pr[2], pr[3], hi, lo);
+        const unsigned hi_pair = __shfl_xor_sync(0xffffffffu, hi, 4);
+        const unsigned lo_pair = __shfl_xor_sync(0xffffffffu, lo, 4);
+        sts32(base + kPlan.p_hi + swz128(r, p_pos), ptx::prmt(hi, hi_pair, p_sel));
+        sts32(base + kPlan.p_lo + swz128(r, p_pos), ptx::prmt(lo, lo_pair, p_sel));
+#pragma unroll
+        for (int m = 0; m < kHalves; ++m) o[m][e0] *= alpha, o[m][e0 + 2] *= alpha;
+      }
+      fence_proxy_async_smem();  // P and V^T, to the wgmma
+      __syncthreads();
+      const unsigned v_off = SkipSlots::v(item);
+      float ot[kHalves][kAcc];
+      wgmma_fence();
+#pragma unroll
+      for (int m = 0; m < kHalves; ++m) {
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+          const unsigned long long da = desc(v_off + 8192 * m + 32 * kk);
+          Mma::mma(ot[m], da, desc(kPlan.p_hi + 32 * kk), kk > 0);
+          Mma::mma(ot[m], da, desc(kPlan.p_lo + 32 * kk), true);
+        }
+      }
+      wgmma_commit();
+      wgmma_wait<0>();
+#pragma unroll
+      for (int m = 0; m < kHalves; ++m) {
+        fence_regs(ot[m]);
+#pragma unroll
+        for (int e = 0; e < kAcc; ++e) o[m][e] += ot[m][e];
+      }
+    }
+#pragma unroll
+    for (int h = 0; h < kHalves; ++h) {
+#pragma unroll
+      for (int e = 0; e < kAcc; ++e) s_cur[h][e] = s_next[h][e];
+    }
+#pragma unroll
+    for (int cc = 0; cc < T::kCols; ++cc) m_cur[cc] = m_next[cc];
+    keep_cur = keep_next;
+    vote_cur = vote_next;
+  }
+  if (p.skip_counts != nullptr && tid == 0 && n > 0) {
+    atomicAdd(p.skip_counts, v_rows[0]);
+    atomicAdd(p.skip_counts + 1, v_rows[1]);
+  }
+
+  // ---- decode.cuh's epilogue: the rows into the merge area, the output, LSE or partials ----
+  ptx::cp_async_wait<0>();
+  finish_rows_on_n<T>(p, smem, red, l, w, m_run, l_run, o, c, row0, rows_total, batch, kv_head, v_scale);
+}
+
+}  // namespace deca::gqa::sm90

@@ -1,0 +1,149 @@
+// Skip-softmax on the GPU (GqaConfig::skip_softmax_factor > 0, the "_skip" kernels) against exact
+// attention: within the rule's error bound of the CPU reference on random and peaked data, with
+// splits, beams, window, sinks, soft-cap, tree masks and LSE; a factor too small to drop a tile
+// gives the exact kernel's bits; peaked data leaves V rows uncopied (the kernel's own count,
+// GqaParams::skip_counts). Every KV dtype and 8-bit path. Skipped where no GPU is present.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "common/skip_case.hpp"
+#include "common/test_seed.hpp"
+#include "gpu/gqa_gpu_runner.hpp"
+
+namespace deca::test {
+namespace {
+
+struct SkipCase {
+  std::string name;
+  GqaCaseSpec spec;
+  GpuOptions opt;
+  bool peaked;
+  int beams = 1;  // > 1: the beams share their prefix pages (share_prefix_pages, 1 own page)
+};
+
+std::vector<SkipCase> skip_cases() {
+  std::vector<SkipCase> m;
+  for (DType kv : {DType::kBF16, DType::kFP16, DType::kFP8E4M3, DType::kINT8}) {
+    const std::string t = dtype_name(kv);
+    GqaCaseSpec s = base_spec(32, 4, 128, 16, kv);  // group 8
+    s.batch = 3, s.seq_lens = {5000, 1, 2049};
+    if (kv == DType::kFP16) s.q_dtype = s.out_dtype = DType::kFP16;
+    m.push_back({"random_" + t, s, {}, false});
+    m.push_back({"peaked_" + t, s, {}, true});
+    GqaCaseSpec f = s;  // every feature: q_len 4 with a tree, window, sinks, soft-cap, HND
+    f.q_len = 4, f.seq_lens = {5000, 4, 2049}, f.tree_mask = true, f.window = 1500, f.sinks = true;
+    f.softcap = 25.f, f.layout = KvLayout::kHND;
+    m.push_back({"peaked_features_" + t, f, {}, true});
+    if (kv == DType::kFP8E4M3 || kv == DType::kINT8) {  // the other arches' 8-bit paths
+      for (int arch : {80, 89}) {
+        GpuOptions o;
+        o.path_arch = arch;
+        m.push_back({"peaked_" + t + "_path" + std::to_string(arch), s, o, true});
+      }
+    }
+  }
+  {
+    GqaCaseSpec s = base_spec(64, 8, 128, 32, DType::kBF16);  // l70's heads, fixed splits
+    s.batch = 2, s.seq_lens = {9000, 7777};
+    GpuOptions o;
+    o.split_mode = SplitMode::kFixed, o.split_tokens = 1024;
+    m.push_back({"peaked_fixed_split_l70", s, o, true});
+    GqaCaseSpec b = base_spec(32, 4, 128, 16, DType::kBF16);
+    b.batch = 8, b.seq_lens = {3000, 3000, 3001, 2990, 700, 700, 711, 700};
+    b.window = 2000, b.sinks = true;
+    GpuOptions ob;
+    ob.beam_width = 4;
+    m.push_back({"peaked_beam4_window_sinks", b, ob, true, 4});
+    GqaCaseSpec d = base_spec(16, 2, 256, 64, DType::kBF16);  // head_dim 256: q in shared memory
+    d.batch = 2, d.seq_lens = {3000, 65};
+    m.push_back({"peaked_d256", d, {}, true});
+    GqaCaseSpec g = base_spec(7, 1, 64, 16, DType::kFP8E4M3);  // odd group, 16 rows
+    g.batch = 2, g.seq_lens = {4097, 16}, g.per_head_scales = true;
+    m.push_back({"peaked_group7_fp8", g, {}, true});
+  }
+  return m;
+}
+
+void PrintTo(const SkipCase& c, std::ostream* os) { *os << c.name; }
+
+struct SkipRun {
+  GpuRun run;
+  unsigned long long copied = 0, total = 0;  // V rows: copied, and what the exact kernel copies
+};
+
+SkipRun run_skip(const GqaCase& c, GpuOptions o, float f) {
+  o.skip_softmax_factor = f;
+  SkipRun r;
+  const GqaPlan plan = gpu_plan(c, o);
+  DeviceCase dev(c, plan);
+  DeviceBuffer counts(2 * sizeof(unsigned long long));
+  counts.fill(0);
+  if (f > 0.f) dev.params.skip_counts = counts.as<unsigned long long>();
+  cuda::gqa_decode(plan, dev.params, nullptr);
+  cuda_ok(cudaDeviceSynchronize(), plan.kernel_name.c_str());
+  try {
+    check_gqa_run(plan, dev.ws.get(), nullptr);
+  } catch (const Error& e) {
+    ADD_FAILURE() << "kernel " << plan.kernel_name << ": " << e.what();
+  }
+  unsigned long long host[2] = {0, 0};
+  cudaMemcpy(host, counts.get(), sizeof(host), cudaMemcpyDeviceToHost);
+  r.copied = host[0], r.total = host[1];
+  r.run = dev.results(c, plan);
+  return r;
+}
+
+class GqaSkipGpu : public ::testing::TestWithParam<SkipCase> {};
+
+TEST_P(GqaSkipGpu, WithinTheBoundOfExactAttention) {
+  DECA_REQUIRE_GPU();
+  DECA_SEED_TRACE();
+  const SkipCase& sc = GetParam();
+  auto rng = make_rng(std::hash<std::string>{}(sc.name));
+  GqaCase c = build_gqa_case(sc.spec, rng);
+  if (sc.beams > 1) share_prefix_pages(c, sc.beams, 1);
+  if (sc.peaked) make_peaked(c, rng, 8, 12.f);
+
+  // The exact kernel, and the CPU reference's exact result.
+  const SkipRun exact = run_skip(c, sc.opt, 0.f);
+  EXPECT_EQ(exact.run.plan.kernel_name.find("_skip"), std::string::npos);
+  expect_matches_reference(sc.name + "_exact", c, exact.run);  // leaves the reference in c.out
+  const HostTensor ref_out = c.out, ref_lse = c.lse;
+
+  // A factor no tile of this data falls under: the skip kernel copies every V row and computes
+  // the exact kernel's bits (its exact pass is the exact kernel's loop body, in the same order).
+  const SkipRun tiny = run_skip(c, sc.opt, 1e-30f);
+  EXPECT_NE(tiny.run.plan.kernel_name.find("_skip"), std::string::npos) << tiny.run.plan.kernel_name;
+  EXPECT_EQ(tiny.copied, tiny.total);
+  EXPECT_GT(tiny.total, 0u);
+  EXPECT_TRUE(same_bytes(tiny.run.out, exact.run.out, exact.run.out.bytes())) << tiny.run.plan.kernel_name;
+  if (sc.spec.lse) EXPECT_TRUE(same_bytes(tiny.run.lse, exact.run.lse, exact.run.lse.bytes()));
+
+  const double rel_tol = out_tolerance(sc.spec.out_dtype);
+  const double lse_tol = lse_tolerance(sc.spec, tiny.run.plan.kernel_name);
+  for (float f : {0.1f, 1.f, 10.f}) {
+    const SkipRun skip = run_skip(c, sc.opt, f);
+    const double worst =
+        expect_within_skip_bound(c, ref_out, ref_lse, skip.run.out, skip.run.lse, f, rel_tol, lse_tol);
+    const Diff d = compare(c, skip.run);  // c.out: the exact reference
+    std::printf("[skip] %-34s f=%-4g V rows copied %llu of %llu (%.1f %% skipped) rel_l2=%.3g bound share %.3g\n",
+                sc.name.c_str(), f, skip.copied, skip.total,
+                skip.total ? 100.0 * (1.0 - double(skip.copied) / double(skip.total)) : 0.0, d.rel_l2, worst);
+    EXPECT_EQ(d.nan, 0);
+    EXPECT_EQ(skip.total, tiny.total);
+    EXPECT_LE(skip.copied, skip.total);
+    // Peaked data: the heavy keys sit 12 above the bulk, so from f = 1 on the bulk's tiles of the
+    // 2000+ key requests fall under f / L and their V is not read.
+    if (sc.peaked && f >= 1.f) EXPECT_LT(skip.copied, skip.total) << "no V row skipped";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, GqaSkipGpu, ::testing::ValuesIn(skip_cases()),
+                         [](const auto& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace deca::test

@@ -1,0 +1,136 @@
+// NVRTC compiles the skip-softmax kernels ("_skip", GqaConfig::skip_softmax_factor > 0) for sm_90a
+// (no GPU needed): the portable kernel for every KV dtype and its 8-bit paths, with beams, masks,
+// window, soft-cap, checked mode and 16 / 32 / 64 rows, and the Hopper fp8 / int8 kernel. Each
+// exports the kernel symbol without spilling. The exact kernels' sources (so their code) do not
+// change with the feature: no kSkip in them.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "cuda/gqa_spec.hpp"
+#include "deca/gqa.hpp"
+#include "jit/elf_symbols.hpp"
+#include "jit/nvrtc_compile.hpp"
+
+namespace deca::cuda {
+namespace {
+
+GqaConfig skip_config(int q_heads, int kv_heads, int head_dim, int page, DType kv) {
+  GqaConfig c;
+  c.num_q_heads = q_heads, c.num_kv_heads = kv_heads, c.head_dim = head_dim, c.page_size = page;
+  c.kv_dtype = kv;
+  c.max_batch = 8, c.max_seq_len = 131072;
+  c.checked = false;
+  c.skip_softmax_factor = 1.f;
+  return c;
+}
+
+std::vector<GqaConfig> skip_configs() {
+  const DType bf16 = DType::kBF16, fp16 = DType::kFP16, fp8 = DType::kFP8E4M3, int8 = DType::kINT8;
+  std::vector<GqaConfig> cs;
+  for (DType kv : {bf16, fp16, fp8, int8}) {
+    GqaConfig c = skip_config(64, 8, 128, 32, kv);  // l70
+    if (kv == fp16) c.q_dtype = c.out_dtype = fp16;
+    cs.push_back(c);
+    GqaConfig spec = c;  // speculative q_len 8 with a tree mask, soft-cap, sinks: 64 rows
+    spec.max_q_len = 8, spec.tree_mask = true, spec.softcap = 30.f, spec.sinks = true, spec.lse = true;
+    cs.push_back(spec);
+    GqaConfig beam = c;  // 4 beams share a CTA (32 rows), window, checked
+    beam.beam_width = 4, beam.max_batch = 16, beam.window = 512, beam.checked = true;
+    cs.push_back(beam);
+    cs.push_back(skip_config(16, 8, 256, 64, kv));  // head_dim 256: q in shared memory
+    cs.push_back(skip_config(32, 2, 112, 16, kv));  // head_dim % 32 == 16, 16 rows
+  }
+  return cs;
+}
+
+// The Hopper kernel's skip variant (fp8, head_dim 128, up to 16 rows): 8 and 16 rows, every mask.
+std::vector<GqaConfig> hopper_skip_configs() {
+  std::vector<GqaConfig> cs;
+  cs.push_back(skip_config(64, 8, 128, 32, DType::kFP8E4M3));  // l70: 8 rows
+  GqaConfig g16 = skip_config(64, 4, 128, 64, DType::kFP8E4M3);  // group 16: 16 rows
+  g16.sinks = true, g16.lse = true, g16.per_head_kv_scale = true;
+  cs.push_back(g16);
+  GqaConfig t = skip_config(64, 8, 128, 16, DType::kFP8E4M3);  // q_len 2 x group 8, every feature
+  t.max_q_len = 2, t.tree_mask = true, t.softcap = 30.f, t.window = 1024, t.checked = true;
+  cs.push_back(t);
+  GqaConfig p1 = skip_config(8, 1, 128, 1, DType::kFP8E4M3);  // page size 1
+  cs.push_back(p1);
+  return cs;
+}
+
+// The keys a plan makes on sm_90a, and the other arches' 8-bit paths compiled for it.
+std::vector<GqaKernelKey> skip_keys() {
+  std::vector<GqaKernelKey> keys;
+  std::set<std::string> names;
+  for (const GqaConfig& c : skip_configs()) {
+    for (int path_arch : {90, 89, 80}) {  // on 90 fp8 at up to 16 rows: the Hopper kernel (test below)
+      if (path_arch != 90 && c.kv_dtype != DType::kFP8E4M3 && c.kv_dtype != DType::kINT8) continue;
+      const GqaKernelKey k = make_gqa_key(c, 90, 132, path_arch);
+      if (names.insert(k.name()).second) keys.push_back(k);
+    }
+  }
+  return keys;
+}
+
+TEST(GqaSkipNvrtc, CompilesForSm90aWithoutSpills) {
+  for (const GqaKernelKey& k : skip_keys()) {
+    ASSERT_TRUE(k.skip);
+    EXPECT_EQ(k.name().substr(k.name().size() - 5), "_skip") << k.name();
+    const jit::JitSpec spec = k.spec();
+    EXPECT_NE(spec.source.find("kSkip = true"), std::string::npos) << spec.source;
+    const jit::CompileResult r = jit::compile(spec);
+    ASSERT_FALSE(r.cubin.empty()) << spec.name;
+    ASSERT_TRUE(r.ptxas.found) << spec.name << ": no ptxas report in the NVRTC log";
+    EXPECT_TRUE(jit::testing::elf_has_symbol(r.cubin, spec.entry)) << spec.name;
+    std::printf("[nvrtc] %-66s %7.0f ms  regs=%d spill_stores=%d stack=%d\n", spec.name.c_str(), r.compile_ms,
+                r.ptxas.registers, r.ptxas.spill_store_bytes, r.ptxas.stack_bytes);
+    // As for the exact kernels (gqa_nvrtc_matrix_test.cpp): no spill up to head_dim 128 or for
+    // int8; sm_89's two-term fp8 path is emulated on sm_90a.
+    if (!k.two_term() && (k.head_dim <= 128 || k.kv_dtype == static_cast<int>(DType::kINT8))) {
+      EXPECT_EQ(r.ptxas.spill_store_bytes, 0) << spec.name;
+    }
+  }
+}
+
+TEST(GqaSkipNvrtc, HopperKernelCompilesForSm90aWithoutSpills) {
+  for (const GqaConfig& c : hopper_skip_configs()) {
+    const GqaKernelKey k = make_gqa_key(c, 90);
+    ASSERT_TRUE(k.wgmma() && k.skip && !k.rows_on_m) << k.name();
+    EXPECT_NE(k.name().find("_wgmma_st3"), std::string::npos) << k.name();
+    const jit::JitSpec spec = k.spec();
+    const jit::CompileResult r = jit::compile(spec);
+    ASSERT_FALSE(r.cubin.empty()) << spec.name;
+    ASSERT_TRUE(r.ptxas.found) << spec.name;
+    EXPECT_TRUE(jit::testing::elf_has_symbol(r.cubin, spec.entry)) << spec.name;
+    std::printf("[nvrtc] %-66s %7.0f ms  regs=%d spill_stores=%d stack=%d\n", spec.name.c_str(), r.compile_ms,
+                r.ptxas.registers, r.ptxas.spill_store_bytes, r.ptxas.stack_bytes);
+    EXPECT_EQ(r.ptxas.spill_store_bytes, 0) << spec.name;
+  }
+  // 32 and 64 rows (the rows-on-M kernel's) take the portable kernel's skip variant.
+  GqaConfig spec8 = skip_config(64, 8, 128, 32, DType::kFP8E4M3);
+  spec8.max_q_len = 8;
+  EXPECT_FALSE(make_gqa_key(spec8, 90).wgmma()) << make_gqa_key(spec8, 90).name();
+  spec8.skip_softmax_factor = 0.f;
+  EXPECT_TRUE(make_gqa_key(spec8, 90).wgmma());
+}
+
+// The factor is a run-time argument: plans of two factors share one kernel; factor 0 is the exact
+// kernel, whose source names no kSkip.
+TEST(GqaSkipNvrtc, FactorIsNotPartOfTheKernel) {
+  GqaConfig c = skip_config(64, 8, 128, 32, DType::kBF16);
+  const std::string a = make_gqa_key(c, 90).name();
+  c.skip_softmax_factor = 0.25f;
+  EXPECT_EQ(make_gqa_key(c, 90).name(), a);
+  c.skip_softmax_factor = 0.f;
+  const GqaKernelKey exact = make_gqa_key(c, 90);
+  EXPECT_FALSE(exact.skip);
+  EXPECT_EQ(exact.name() + "_skip", a);
+  EXPECT_EQ(exact.spec().source.find("kSkip"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace deca::cuda
