@@ -169,7 +169,7 @@ const Plan& plan_for(const Side& side, const std::optional<Plan>& kept, const Co
 // A call's views (those given) moved to the side, and the side's workspace for `plan` (short by
 // side.workspace_short) and stream.
 template <class Args, class Plan>
-void to_side(const Side& side, const Plan& plan, Args& a, std::initializer_list<TensorView*> views) {
+void to_side(const Side& side, const Plan& plan, Args& a, const std::vector<TensorView*>& views) {
   for (TensorView* v : views) {
     if (v->defined()) *v = side.move(*v);
   }

@@ -181,6 +181,22 @@ auto expect_reused_schedule_matches(const std::string& what, Run& a, Run& b, con
   return reuse;
 }
 
+// Nothing allocated or synchronized: the run is captured in a CUDA graph, and a replay reads what
+// device memory holds then. update() changes the case's inputs (on the host and the device) and
+// recomputes its reference; three replays then match it. `Run`: DeviceSparse or DeviceDense.
+template <class Run, class Case, class Update>
+void expect_graph_replay_matches(const std::string& what, Run& dev, const Case& ref, Update&& update,
+                                 double rel_l2 = 1e-2) {
+  GraphReplay graph;
+  ASSERT_NO_FATAL_FAILURE(graph.capture([&](cudaStream_t stream) { dev.run(stream); }));
+  update();
+  dev.poison();
+  ASSERT_NO_FATAL_FAILURE(graph.replay(3));
+  HostTensor out, lse;
+  dev.results(ref, out, lse);
+  expect_sparse_matches(what, ref, out, lse, rel_l2);
+}
+
 // Output: relative L2 over the whole tensor within bf16's few units of last place, every element
 // within a bound of a few bf16 ulps of its row's scale (both sides round to bf16, and the
 // kernels' P is bf16: an element that is a small difference of large terms, p1 v1 - p2 v2, keeps
