@@ -181,12 +181,8 @@ class MlaSparseDiff final : public MlaDecodeDiff<MlaSparseArgs> {
   }
 
   std::vector<HostTensor*> tensors() override {
-    std::vector<HostTensor*> v = {&c_.q,         &c_.kv,  &c_.indices, &c_.topk_length,
-                                  &c_.attn_sink, &c_.out, &c_.lse};
-    for (HostTensor* t : {&q_store_, &out_store_, &kv_store_, &index_store_}) {
-      if (!t->shape().empty()) v.push_back(t);
-    }
-    return v;
+    return case_tensors({&c_.q, &c_.kv, &c_.indices, &c_.topk_length, &c_.attn_sink, &c_.out, &c_.lse},
+                        {&q_store_, &out_store_, &kv_store_, &index_store_});
   }
 
   std::vector<Output> outputs() override {
@@ -318,8 +314,7 @@ class MlaDenseDiff final : public MlaDecodeDiff<MlaDenseArgs> {
   std::string describe() const override {
     const MlaCaseSpec& s = c_.spec;
     const MlaConfig& c = d_.config;
-    std::string lens;
-    for (int l : c_.lens) lens += (lens.empty() ? "" : ",") + std::to_string(l);
+    const std::string lens = joined(c_.lens);
     return "mla_dense batch=" + std::to_string(s.batch) + " q_len=" + std::to_string(s.q_len) +
            " heads=" + std::to_string(s.num_heads) + " page=" + std::to_string(s.page_size) +
            " lens=[" + lens + "] format=" + mla_cache_format_name(c.kv_format) +
@@ -337,11 +332,8 @@ class MlaDenseDiff final : public MlaDecodeDiff<MlaDenseArgs> {
   }
 
   std::vector<HostTensor*> tensors() override {
-    std::vector<HostTensor*> v = {&c_.q, &c_.kv, &c_.block_table, &c_.seq_lens, &c_.out, &c_.lse};
-    for (HostTensor* t : {&q_store_, &out_store_, &kv_store_}) {
-      if (!t->shape().empty()) v.push_back(t);
-    }
-    return v;
+    return case_tensors({&c_.q, &c_.kv, &c_.block_table, &c_.seq_lens, &c_.out, &c_.lse},
+                        {&q_store_, &out_store_, &kv_store_});
   }
 
   std::vector<Output> outputs() override {

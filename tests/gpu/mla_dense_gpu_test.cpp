@@ -174,14 +174,7 @@ TEST(MlaDenseGpu, RunToRunBitwiseIdentical) {
       auto rng = make_rng(400 + format);
       MlaDenseCase c = build_mla_dense_case(s, rng);
       DeviceDense dev(c);
-      HostTensor out0, lse0, out1, lse1;
-      dev.run();
-      dev.results(c, out0, lse0);
-      dev.poison();
-      dev.run();
-      dev.results(c, out1, lse1);
-      EXPECT_EQ(0, std::memcmp(out0.raw(), out1.raw(), out0.bytes())) << variant << " " << format;
-      EXPECT_EQ(0, std::memcmp(lse0.raw(), lse1.raw(), lse0.bytes())) << variant << " " << format;
+      expect_run_to_run_identical(variant + " " + dense_format_name(format), dev, c);
     }
   }
 }

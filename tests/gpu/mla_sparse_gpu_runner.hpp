@@ -181,6 +181,20 @@ auto expect_reused_schedule_matches(const std::string& what, Run& a, Run& b, con
   return reuse;
 }
 
+// The same inputs give the same bytes (the scheduler is deterministic, every merge runs in a fixed
+// order): two runs of dev, its outputs poisoned between them. `Run`: DeviceSparse or DeviceDense.
+template <class Run, class Case>
+void expect_run_to_run_identical(const std::string& what, Run& dev, const Case& c) {
+  HostTensor out0, lse0, out1, lse1;
+  dev.run();
+  dev.results(c, out0, lse0);
+  dev.poison();
+  dev.run();
+  dev.results(c, out1, lse1);
+  EXPECT_EQ(0, std::memcmp(out0.raw(), out1.raw(), out0.bytes())) << what;
+  EXPECT_EQ(0, std::memcmp(lse0.raw(), lse1.raw(), lse0.bytes())) << what;
+}
+
 // Nothing allocated or synchronized: the run is captured in a CUDA graph, and a replay reads what
 // device memory holds then. update() changes the case's inputs (on the host and the device) and
 // recomputes its reference; three replays then match it. `Run`: DeviceSparse or DeviceDense.

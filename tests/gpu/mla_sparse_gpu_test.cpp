@@ -198,14 +198,7 @@ TEST(MlaSparseGpu, RunToRunBitwiseIdentical) {
     MlaSparseCase c = build_mla_sparse_case(s, rng);
     add_sparse_edges(c, SparseEdges{});
     DeviceSparse dev(c);
-    HostTensor out0, lse0, out1, lse1;
-    dev.run();
-    dev.results(c, out0, lse0);
-    dev.poison();
-    dev.run();
-    dev.results(c, out1, lse1);
-    EXPECT_EQ(0, std::memcmp(out0.raw(), out1.raw(), out0.bytes())) << variant;
-    EXPECT_EQ(0, std::memcmp(lse0.raw(), lse1.raw(), lse0.bytes())) << variant;
+    expect_run_to_run_identical(variant, dev, c);
   }
 }
 
