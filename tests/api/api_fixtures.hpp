@@ -65,17 +65,20 @@ inline ::testing::AssertionResult rejected(const std::function<void()>& call,
 }
 
 // What precompile_gqa_decode and precompile_mla_decode (`fn`) both refuse before NVRTC runs:
-// a compute capability NVRTC does not target (below 8.0, or unknown), and none at all (0) for
-// `precompile` called with a CPU config. precompile(cc) makes the call.
+// a compute capability NVRTC does not target (below 8.0, or unknown), and none at all (0) for a
+// config on the CPU or on a CUDA device that does not exist (which, given a capability, is never
+// looked at). precompile(cc, device) makes the call with a valid config on `device`.
 inline void expect_precompile_capability_checks(const std::string& fn,
-                                                const std::function<void(int)>& precompile) {
+                                                const std::function<void(int, Device)>& precompile) {
   for (int cc : {-90, 52, 75, 79, 91, 95}) {
-    EXPECT_TRUE(rejected([&] { precompile(cc); },
+    EXPECT_TRUE(rejected([&] { precompile(cc, Device::cpu()); },
                          {fn + ": compute_capability", "80", "got " + std::to_string(cc)}, {}))
         << cc;
   }
-  EXPECT_TRUE(rejected([&] { precompile(0); },
+  EXPECT_TRUE(rejected([&] { precompile(0, Device::cpu()); },
                        {fn + ": config.device", "a CUDA device", "compute_capability", "got cpu"}, {}));
+  EXPECT_TRUE(
+      rejected([&] { precompile(0, Device::cuda(4096)); }, {fn + ": config.device", "got cuda:4096"}, {}));
 }
 
 // A view of `t` with its own shape and strides (elements) and a byte offset from its start.

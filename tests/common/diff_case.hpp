@@ -150,6 +150,23 @@ class DiffCase {
 
 // ---- what the decode families' cases share -------------------------------------------------------
 
+// "1,2,3": a case's lengths in its describe() line.
+inline std::string joined(const std::vector<int>& values) {
+  std::string s;
+  for (int v : values) s += (s.empty() ? "" : ",") + std::to_string(v);
+  return s;
+}
+
+// A case's tensors(): `tensors`, then those of `optional` that hold anything (padded copies,
+// inputs a draw left out).
+inline std::vector<HostTensor*> case_tensors(std::vector<HostTensor*> tensors,
+                                             std::initializer_list<HostTensor*> optional) {
+  for (HostTensor* t : optional) {
+    if (!t->shape().empty()) tensors.push_back(t);
+  }
+  return tensors;
+}
+
 // A plan's config on `device` (a draw's config names none: each side sets its own).
 template <class Config>
 Config for_device(Config config, Device device) {
@@ -169,7 +186,7 @@ const Plan& plan_for(const Side& side, const std::optional<Plan>& kept, const Co
 // A call's views (those given) moved to the side, and the side's workspace for `plan` (short by
 // side.workspace_short) and stream.
 template <class Args, class Plan>
-void to_side(const Side& side, const Plan& plan, Args& a, std::initializer_list<TensorView*> views) {
+void to_side(const Side& side, const Plan& plan, Args& a, const std::vector<TensorView*>& views) {
   for (TensorView* v : views) {
     if (v->defined()) *v = side.move(*v);
   }

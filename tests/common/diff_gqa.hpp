@@ -221,8 +221,7 @@ class GqaDiff final : public DiffCase {
   std::string describe() const override {
     const GqaCaseSpec& s = c_.spec;
     const GqaConfig& c = d_.config;
-    std::string lens;
-    for (int l : c_.lens) lens += (lens.empty() ? "" : ",") + std::to_string(l);
+    const std::string lens = joined(c_.lens);
     std::string t =
         "gqa batch=" + std::to_string(s.batch) + " q_len=" + std::to_string(s.q_len) +
         " hq=" + std::to_string(s.num_q_heads) + " hkv=" + std::to_string(s.num_kv_heads) +
@@ -249,13 +248,9 @@ class GqaDiff final : public DiffCase {
   }
 
   std::vector<HostTensor*> tensors() override {
-    std::vector<HostTensor*> v = {&c_.q,        &c_.k_pool, &c_.page_table,
-                                  &c_.seq_lens, &c_.out,    &c_.lse};
-    for (HostTensor* t : {&c_.v_pool, &c_.tree_mask, &c_.sinks, &c_.k_scales, &c_.v_scales,
-                          &q_store_, &out_store_}) {
-      if (!t->shape().empty()) v.push_back(t);
-    }
-    return v;
+    return case_tensors({&c_.q, &c_.k_pool, &c_.page_table, &c_.seq_lens, &c_.out, &c_.lse},
+                        {&c_.v_pool, &c_.tree_mask, &c_.sinks, &c_.k_scales, &c_.v_scales, &q_store_,
+                         &out_store_});
   }
 
   std::vector<Output> outputs() override {

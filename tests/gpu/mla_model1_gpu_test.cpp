@@ -229,7 +229,7 @@ TEST(MlaModel1Gpu, BitwiseIdenticalRunToRun) {
       Model1Case c = build_model1_case(s, rng);
       ScopedMlaKernel scope(variant);
       Model1Device dev(c, false);
-      expect_same_bytes_run_to_run(dev, c, dev.plan.kernel_name);
+      expect_run_to_run_identical(dev.plan.kernel_name, dev, c);
     }
   }
 }

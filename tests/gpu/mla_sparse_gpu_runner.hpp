@@ -99,20 +99,6 @@ inline void take_mla_results(const MlaPlan& plan, const DeviceBuffer& out, const
   }
 }
 
-// Two runs of `dev` (a device case with run(), poison() and results(case, out, lse)) on the same
-// inputs give the same bytes.
-template <class Device, class Case>
-void expect_same_bytes_run_to_run(Device& dev, const Case& c, const std::string& what) {
-  HostTensor out0, lse0, out1, lse1;
-  dev.run();
-  dev.results(c, out0, lse0);
-  dev.poison();
-  dev.run();
-  dev.results(c, out1, lse1);
-  EXPECT_EQ(0, std::memcmp(out0.raw(), out1.raw(), out0.bytes())) << what;
-  EXPECT_EQ(0, std::memcmp(lse0.raw(), lse1.raw(), lse0.bytes())) << what;
-}
-
 inline TensorView on_device(TensorView v, const DeviceBuffer& b) {
   v.data = b.get();
   v.device = Device::cuda(0);
@@ -203,6 +189,37 @@ auto expect_reused_schedule_matches(const std::string& what, Run& a, Run& b, con
   EXPECT_EQ(0, std::memcmp(out.raw(), own_out.raw(), out.bytes())) << what;
   EXPECT_EQ(0, std::memcmp(lse.raw(), own_lse.raw(), lse.bytes())) << what;
   return reuse;
+}
+
+// The same inputs give the same bytes (the scheduler is deterministic, every merge runs in a fixed
+// order): two runs of dev, its outputs poisoned between them. `Run`: a device run with run(),
+// poison() and results(case, out, lse) (DeviceSparse, DeviceDense, the MODEL1 runner).
+template <class Run, class Case>
+void expect_run_to_run_identical(const std::string& what, Run& dev, const Case& c) {
+  HostTensor out0, lse0, out1, lse1;
+  dev.run();
+  dev.results(c, out0, lse0);
+  dev.poison();
+  dev.run();
+  dev.results(c, out1, lse1);
+  EXPECT_EQ(0, std::memcmp(out0.raw(), out1.raw(), out0.bytes())) << what;
+  EXPECT_EQ(0, std::memcmp(lse0.raw(), lse1.raw(), lse0.bytes())) << what;
+}
+
+// Nothing allocated or synchronized: the run is captured in a CUDA graph, and a replay reads what
+// device memory holds then. update() changes the case's inputs (on the host and the device) and
+// recomputes its reference; three replays then match it. `Run`: DeviceSparse or DeviceDense.
+template <class Run, class Case, class Update>
+void expect_graph_replay_matches(const std::string& what, Run& dev, const Case& ref, Update&& update,
+                                 double rel_l2 = 1e-2) {
+  GraphReplay graph;
+  ASSERT_NO_FATAL_FAILURE(graph.capture([&](cudaStream_t stream) { dev.run(stream); }));
+  update();
+  dev.poison();
+  ASSERT_NO_FATAL_FAILURE(graph.replay(3));
+  HostTensor out, lse;
+  dev.results(ref, out, lse);
+  expect_sparse_matches(what, ref, out, lse, rel_l2);
 }
 
 // Output: relative L2 over the whole tensor within bf16's few units of last place, every element
