@@ -63,4 +63,31 @@ class DeviceBuffer {
   std::size_t bytes_ = 0;
 };
 
+// A CUDA graph of what `run(stream)` launches on `stream`, captured at construction, replayed by
+// launch(), destroyed with the object. ok(): capture and instantiation succeeded.
+class CapturedRun {
+ public:
+  template <class Run>
+  CapturedRun(cudaStream_t stream, Run&& run) : stream_(stream) {
+    bool ok = cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal) == cudaSuccess;
+    run(stream);
+    ok = cudaStreamEndCapture(stream, &graph_) == cudaSuccess && ok;
+    ok_ = ok && cudaGraphInstantiate(&exec_, graph_, 0) == cudaSuccess;
+  }
+  ~CapturedRun() {
+    if (exec_) cudaGraphExecDestroy(exec_);
+    if (graph_) cudaGraphDestroy(graph_);
+  }
+  CapturedRun(const CapturedRun&) = delete;
+  CapturedRun& operator=(const CapturedRun&) = delete;
+  bool ok() const { return ok_; }
+  cudaError_t launch() const { return cudaGraphLaunch(exec_, stream_); }
+
+ private:
+  cudaStream_t stream_;
+  cudaGraph_t graph_ = nullptr;
+  cudaGraphExec_t exec_ = nullptr;
+  bool ok_ = false;
+};
+
 }  // namespace deca::test

@@ -203,12 +203,8 @@ TEST(MlaDenseGpu, CapturedInCudaGraphReplaysNewLengths) {
     ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
     dev.run(stream);  // first use loads the modules outside the capture
     ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-    cudaGraph_t graph;
-    ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
-    dev.run(stream);
-    ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
-    cudaGraphExec_t exec;
-    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    const CapturedRun graph(stream, [&](cudaStream_t s) { dev.run(s); });
+    ASSERT_TRUE(graph.ok());
     // Shorter lengths only (longer would read slots the case poisoned), one request emptied.
     const std::vector<int> shorter = {2999, 1, 0, 8, 1};
     std::copy(shorter.begin(), shorter.end(), c.seq_lens.data<int>());
@@ -216,10 +212,8 @@ TEST(MlaDenseGpu, CapturedInCudaGraphReplaysNewLengths) {
             "seq_lens");
     run_dense_reference(c);
     dev.poison();
-    for (int i = 0; i < 3; ++i) ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+    for (int i = 0; i < 3; ++i) ASSERT_EQ(graph.launch(), cudaSuccess);
     ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
     cudaStreamDestroy(stream);
     HostTensor out, lse;
     dev.results(c, out, lse);

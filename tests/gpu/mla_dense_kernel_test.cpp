@@ -367,12 +367,8 @@ TEST(MlaDenseKernel, ReusedScheduleAndGraphReplayWithNewLengths) {
     EXPECT_EQ(0, std::memcmp(out0.raw(), out1.raw(), out0.bytes())) << format_name(format);
     EXPECT_EQ(0, std::memcmp(lse0.raw(), lse1.raw(), lse0.bytes())) << format_name(format);
 
-    cudaGraph_t graph;
-    ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
-    dev.run(stream);
-    ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
-    cudaGraphExec_t exec;
-    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    const CapturedRun graph(stream, [&](cudaStream_t s) { dev.run(s); });
+    ASSERT_TRUE(graph.ok());
     // Shorter lengths (the tokens past them stay valid cache entries; the reference reads the same).
     for (int b = 0; b < k.c.spec.batch; ++b) {
       int& l = k.c.seq_lens.data<int>()[b];
@@ -382,10 +378,8 @@ TEST(MlaDenseKernel, ReusedScheduleAndGraphReplayWithNewLengths) {
             "seq_lens");
     run_reference(k.c);
     dev.poison();
-    for (int i = 0; i < 3; ++i) ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+    for (int i = 0; i < 3; ++i) ASSERT_EQ(graph.launch(), cudaSuccess);
     ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
     cudaStreamDestroy(stream);
     HostTensor out, lse;
     dev.results(k.c, out, lse);

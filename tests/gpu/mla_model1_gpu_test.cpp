@@ -252,12 +252,10 @@ TEST(MlaModel1Gpu, GraphReplayAndReusedSchedule) {
     Model1Device dev(c, false);
     cudaStream_t stream;
     ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
-    cudaGraph_t graph;
-    ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
-    dev.run(stream);
-    ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
-    cudaGraphExec_t exec;
-    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    dev.run(stream);  // first use outside the capture
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    const CapturedRun graph(stream, [&](cudaStream_t s) { dev.run(s); });
+    ASSERT_TRUE(graph.ok());
     for (int replay = 0; replay < 2; ++replay) {
       for (int b = 0; b < s.batch; ++b) {  // new lengths, the same entries (rows past them unread)
         c.topk_length[b] = static_cast<int>(rng() % (s.topk + 1));
@@ -271,15 +269,13 @@ TEST(MlaModel1Gpu, GraphReplayAndReusedSchedule) {
       cudaMemcpy(dev.extra_topk_length.get(), c.extra_topk_length.data(), s.batch * sizeof(int),
                  cudaMemcpyHostToDevice);
       dev.poison();
-      ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+      ASSERT_EQ(graph.launch(), cudaSuccess);
       ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
       model1_reference(c);
       HostTensor out, lse;
       dev.results(c, out, lse);
       expect_sparse_matches("replay " + std::to_string(replay) + " [" + dev.plan.kernel_name + "]", c, out, lse);
     }
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
     cudaStreamDestroy(stream);
 
     // Layer 2: new q and tokens, same lengths and indices: the schedule in the workspace serves.

@@ -218,12 +218,8 @@ TEST(MlaSparseGpu, CapturedInCudaGraph) {
     ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
     dev.run(stream);  // first use loads the modules outside the capture
     ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-    cudaGraph_t graph;
-    ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
-    dev.run(stream);
-    ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
-    cudaGraphExec_t exec;
-    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    const CapturedRun graph(stream, [&](cudaStream_t s) { dev.run(s); });
+    ASSERT_TRUE(graph.ok());
 
     // New lengths written to the device after capture: the replay must use them. Shorter ones
     // only: longer would count tokens the poisoning treated as never indexed.
@@ -235,10 +231,8 @@ TEST(MlaSparseGpu, CapturedInCudaGraph) {
                        cudaMemcpyHostToDevice), "topk_length");
     run_reference(c);
     dev.poison();
-    for (int i = 0; i < 3; ++i) ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+    for (int i = 0; i < 3; ++i) ASSERT_EQ(graph.launch(), cudaSuccess);
     ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
     cudaStreamDestroy(stream);
     HostTensor out, lse;
     dev.results(c, out, lse);
