@@ -10,9 +10,7 @@
 
 namespace deca::cuda {
 
-namespace {
-
-jit::JitSpec rope_append_spec(const GqaConfig& c, int arch) {
+jit::JitSpec gqa_rope_append_spec(const GqaConfig& c, int arch) {
   using std::to_string;
   const int style = static_cast<int>(c.rope_style);
   const int rotary = c.rotary_dim == 0 ? c.head_dim : c.rotary_dim;
@@ -32,13 +30,11 @@ jit::JitSpec rope_append_spec(const GqaConfig& c, int arch) {
   return spec;
 }
 
-}  // namespace
-
 void gqa_rope_append(const GqaPlan& plan, const GqaParams& params, void* q_out, int mode, void* stream) {
   if (params.batch == 0) return;
   const int device = plan.config.device.index;
   jit::ScopedDevice scope(device);
-  const jit::LoadedKernel& kernel = jit::get_kernel(rope_append_spec(plan.config, compute_capability(device)), device);
+  const jit::LoadedKernel& kernel = jit::get_kernel(gqa_rope_append_spec(plan.config, compute_capability(device)), device);
   const int heads = mode == 0 ? params.num_q_heads : params.num_kv_heads;
   jit::Dim3 grid;
   grid.x = static_cast<unsigned>(params.batch * params.q_len);

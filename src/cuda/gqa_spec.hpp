@@ -78,4 +78,8 @@ struct GqaKernelKey {
 // to be 90, the e4m3 mma.sync an `arch` of 89 or more.
 GqaKernelKey make_gqa_key(const GqaConfig& config, int arch, int sm_count = 132, int path_arch = 0);
 
+// The fused step's rotate / append kernel alone for a fused config (kernels/gqa/rope_append.cuh;
+// src/cuda/gqa_rope_append.cpp launches it).
+jit::JitSpec gqa_rope_append_spec(const GqaConfig& config, int arch);
+
 }  // namespace deca::cuda

@@ -64,6 +64,20 @@ inline ::testing::AssertionResult rejected(const std::function<void()>& call,
   return ::testing::AssertionSuccess() << message;
 }
 
+// What precompile_gqa_decode and precompile_mla_decode (`fn`) both refuse before NVRTC runs:
+// a compute capability NVRTC does not target (below 8.0, or unknown), and none at all (0) for
+// `precompile` called with a CPU config. precompile(cc) makes the call.
+inline void expect_precompile_capability_checks(const std::string& fn,
+                                                const std::function<void(int)>& precompile) {
+  for (int cc : {-90, 52, 75, 79, 91, 95}) {
+    EXPECT_TRUE(rejected([&] { precompile(cc); },
+                         {fn + ": compute_capability", "80", "got " + std::to_string(cc)}, {}))
+        << cc;
+  }
+  EXPECT_TRUE(rejected([&] { precompile(0); },
+                       {fn + ": config.device", "a CUDA device", "compute_capability", "got cpu"}, {}));
+}
+
 // A view of `t` with its own shape and strides (elements) and a byte offset from its start.
 inline TensorView view_as(const HostTensor& t, std::initializer_list<std::int64_t> shape,
                           std::initializer_list<std::int64_t> strides,

@@ -112,6 +112,23 @@ TEST_F(GqaPlanConfig, WindowAndSoftcap) {
   c.config.softcap = std::numeric_limits<float>::infinity();
   EXPECT_TRUE(c.plan_rejects({"config.softcap", "finite value >= 0", "got inf"}));
 }
+TEST_F(GqaPlanConfig, SkipSoftmaxFactor) {
+  c.build();
+  c.config.skip_softmax_factor = -0.5f;
+  EXPECT_TRUE(c.plan_rejects({"plan_gqa_decode: config.skip_softmax_factor", "finite value >= 0", "got -0.5"}));
+  c.config.skip_softmax_factor = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_TRUE(c.plan_rejects({"config.skip_softmax_factor", "finite value >= 0", "got nan"}));
+  c.config.skip_softmax_factor = std::numeric_limits<float>::infinity();
+  EXPECT_TRUE(c.plan_rejects({"config.skip_softmax_factor", "finite value >= 0", "got inf"}));
+  c.config.skip_softmax_factor = 2.f;  // any finite factor plans; on the CPU it names no kernel
+  const GqaPlan plan = plan_gqa_decode(c.config);
+  EXPECT_EQ(plan.config.skip_softmax_factor, 2.f);
+  EXPECT_EQ(plan.kernel_name, "");
+  GqaPlan by_hand = plan;  // a factor edited into a planned config is checked at the run
+  by_hand.config.skip_softmax_factor = -1.f;
+  EXPECT_TRUE(rejected([&] { gqa_decode(by_hand, c.args); },
+                       {"gqa_decode: plan.config.skip_softmax_factor", "finite value >= 0", "got -1"}, {}));
+}
 TEST_F(GqaPlanConfig, BeamWidth) {
   c.config.beam_width = 0;
   EXPECT_TRUE(c.plan_rejects({"config.beam_width", ">= 1", "got 0"}));

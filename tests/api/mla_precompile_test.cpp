@@ -16,12 +16,7 @@ namespace {
 }
 
 MlaConfig sparse_config() {
-  MlaConfig c;
-  c.num_heads = 16;
-  c.sparse = true;
-  c.topk = 128;
-  c.max_batch = 4;
-  return c;
+  return MlaConfig{.num_heads = 16, .sparse = true, .max_batch = 4, .topk = 128};
 }
 
 TEST(MlaPrecompile, ConfigFieldsAreValidated) {
@@ -44,19 +39,10 @@ TEST(MlaPrecompile, DenseConfigsAreValidatedToo) {
   EXPECT_TRUE(precompile_rejects(c, 90, {"precompile_mla_decode: config.topk", "got 64"}));
 }
 
-TEST(MlaPrecompile, CapabilityBelowAmpereOrUnknownIsRejected) {
-  const MlaConfig c = sparse_config();
-  for (int cc : {-90, 52, 75, 79, 91, 95}) {
-    EXPECT_TRUE(precompile_rejects(
-        c, cc, {"precompile_mla_decode: compute_capability", "80", "got " + std::to_string(cc)}))
-        << cc;
-  }
-}
-
-TEST(MlaPrecompile, WithoutCapabilityTheDeviceMustBeCuda) {
-  const MlaConfig c = sparse_config();  // a CPU config: nothing to compile for
-  EXPECT_TRUE(precompile_rejects(
-      c, 0, {"precompile_mla_decode: config.device", "a CUDA device", "compute_capability", "got cpu"}));
+// Below Ampere or unknown; none with a CPU config (nothing to compile for).
+TEST(MlaPrecompile, CapabilityIsChecked) {
+  expect_precompile_capability_checks("precompile_mla_decode",
+                                      [](int cc) { precompile_mla_decode(sparse_config(), cc); });
 }
 
 TEST(MlaPrecompile, WithCapabilityTheDeviceIsNotUsed) {

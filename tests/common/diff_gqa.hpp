@@ -259,33 +259,20 @@ class GqaDiff final : public DiffCase {
   }
 
   std::vector<Output> outputs() override {
-    std::vector<Output> o = {{"out", d_.out_pad ? &out_store_ : &c_.out, args_.out, false}};
-    if (c_.spec.lse) o.push_back({"lse", &c_.lse, args_.lse, true});
-    return o;
+    return decode_outputs(c_.out, out_store_, d_.out_pad, args_.out, c_.lse, args_.lse, c_.spec.lse);
   }
 
   int passes() const override { return d_.passes; }
 
-  void keep_plan(Device device) override {
-    GqaConfig cfg = d_.config;
-    cfg.device = device;
-    kept_ = plan_gqa_decode(cfg);
-  }
+  void keep_plan(Device device) override { kept_ = plan_gqa_decode(for_device(d_.config, device)); }
 
   std::string run(const Side& side, int) override {
-    GqaConfig cfg = d_.config;
-    cfg.device = side.device;
     std::optional<GqaPlan> made;
-    const GqaPlan& plan =
-        kept_ && kept_->config.device == side.device ? *kept_ : made.emplace(plan_gqa_decode(cfg));
+    const GqaPlan& plan = plan_for(side, kept_, d_.config, made, plan_gqa_decode);
     GqaDecodeArgs a = args_;
-    for (TensorView* v : {&a.q, &a.k_cache, &a.v_cache, &a.page_table, &a.seq_lens, &a.out, &a.lse,
-                          &a.tree_mask, &a.sinks, &a.k_scales, &a.v_scales}) {
-      if (v->defined()) *v = side.move(*v);
-    }
-    a.workspace = plan.workspace_bytes ? side.workspace(plan.workspace_bytes) : nullptr;
-    a.workspace_bytes = plan.workspace_bytes - std::min(plan.workspace_bytes, side.workspace_short);
-    a.stream = side.stream;
+    to_side(side, plan, a,
+            {&a.q, &a.k_cache, &a.v_cache, &a.page_table, &a.seq_lens, &a.out, &a.lse, &a.tree_mask,
+             &a.sinks, &a.k_scales, &a.v_scales});
     gqa_decode(plan, a);
     if (side.gpu()) check_gqa_run(plan, a.workspace, a.stream);
     return plan.kernel_name;

@@ -144,33 +144,18 @@ class MlaSparseDiff final : public DiffCase {
   }
 
   std::vector<Output> outputs() override {
-    std::vector<Output> o = {{"out", d_.out_pad ? &out_store_ : &c_.out, args_.out, false}};
-    if (c_.spec.lse) o.push_back({"lse", &c_.lse, args_.lse, true});
-    return o;
+    return decode_outputs(c_.out, out_store_, d_.out_pad, args_.out, c_.lse, args_.lse, c_.spec.lse);
   }
 
   int passes() const override { return d_.passes; }
 
-  void keep_plan(Device device) override {
-    MlaConfig cfg = d_.config;
-    cfg.device = device;
-    kept_ = plan_mla_decode(cfg);
-  }
+  void keep_plan(Device device) override { kept_ = plan_mla_decode(for_device(d_.config, device)); }
 
   std::string run(const Side& side, int pass) override {
-    MlaConfig cfg = d_.config;
-    cfg.device = side.device;
     std::optional<MlaPlan> made;
-    const MlaPlan& plan =
-        kept_ && kept_->config.device == side.device ? *kept_ : made.emplace(plan_mla_decode(cfg));
+    const MlaPlan& plan = plan_for(side, kept_, d_.config, made, plan_mla_decode);
     MlaSparseArgs a = args_;
-    for (TensorView* v :
-         {&a.q, &a.kv_cache, &a.indices, &a.topk_length, &a.attn_sink, &a.out, &a.lse}) {
-      if (v->defined()) *v = side.move(*v);
-    }
-    a.workspace = plan.workspace_bytes ? side.workspace(plan.workspace_bytes) : nullptr;
-    a.workspace_bytes = plan.workspace_bytes - std::min(plan.workspace_bytes, side.workspace_short);
-    a.stream = side.stream;
+    to_side(side, plan, a, {&a.q, &a.kv_cache, &a.indices, &a.topk_length, &a.attn_sink, &a.out, &a.lse});
     a.reuse_schedule = side.gpu() && pass == 1;
     mla_decode_sparse(plan, a);
     if (side.gpu()) check_mla_run(plan, a.workspace, a.stream);
@@ -329,32 +314,18 @@ class MlaDenseDiff final : public DiffCase {
   }
 
   std::vector<Output> outputs() override {
-    std::vector<Output> o = {{"out", d_.out_pad ? &out_store_ : &c_.out, args_.out, false}};
-    if (c_.spec.lse) o.push_back({"lse", &c_.lse, args_.lse, true});
-    return o;
+    return decode_outputs(c_.out, out_store_, d_.out_pad, args_.out, c_.lse, args_.lse, c_.spec.lse);
   }
 
   int passes() const override { return d_.passes; }
 
-  void keep_plan(Device device) override {
-    MlaConfig cfg = d_.config;
-    cfg.device = device;
-    kept_ = plan_mla_decode(cfg);
-  }
+  void keep_plan(Device device) override { kept_ = plan_mla_decode(for_device(d_.config, device)); }
 
   std::string run(const Side& side, int pass) override {
-    MlaConfig cfg = d_.config;
-    cfg.device = side.device;
     std::optional<MlaPlan> made;
-    const MlaPlan& plan =
-        kept_ && kept_->config.device == side.device ? *kept_ : made.emplace(plan_mla_decode(cfg));
+    const MlaPlan& plan = plan_for(side, kept_, d_.config, made, plan_mla_decode);
     MlaDenseArgs a = args_;
-    for (TensorView* v : {&a.q, &a.kv_cache, &a.block_table, &a.cache_seqlens, &a.out, &a.lse}) {
-      if (v->defined()) *v = side.move(*v);
-    }
-    a.workspace = plan.workspace_bytes ? side.workspace(plan.workspace_bytes) : nullptr;
-    a.workspace_bytes = plan.workspace_bytes - std::min(plan.workspace_bytes, side.workspace_short);
-    a.stream = side.stream;
+    to_side(side, plan, a, {&a.q, &a.kv_cache, &a.block_table, &a.cache_seqlens, &a.out, &a.lse});
     a.reuse_schedule = side.gpu() && pass == 1;
     mla_decode_dense(plan, a);
     if (side.gpu()) check_mla_run(plan, a.workspace, a.stream);

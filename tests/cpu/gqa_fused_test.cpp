@@ -73,6 +73,11 @@ std::vector<FusedCpuCase> fused_cases() {
     c.spec.sinks = true;
     c.spec.softcap = 20.f;
   });
+  add("fp8_out", [](FusedCpuCase& c) {
+    c.spec.out_dtype = DType::kFP8E4M3;
+    c.spec.out_scale = 0.5f;
+    c.spec.kv_dtype = DType::kFP8E4M3;
+  });
   add("q3_empty_request", [](FusedCpuCase& c) {
     c.spec.q_len = 3;
     c.spec.seq_lens = {0, 16, 18};

@@ -81,6 +81,11 @@ std::vector<FusedGpuCase> fused_gpu_cases() {
     c.spec.softcap = 15.f;
     c.fused.style = RopeStyle::kGptj;
   });
+  add("fp8_out_fp8_cache", DType::kFP8E4M3, [](FusedGpuCase& c) {
+    c.spec.out_dtype = DType::kFP8E4M3;
+    c.spec.out_scale = 0.25f;
+    c.spec.q_len = 2;
+  });
   add("split_auto_long_int8", DType::kINT8, [](FusedGpuCase& c) {
     c.spec.batch = 1;
     c.spec.seq_lens = {5000};

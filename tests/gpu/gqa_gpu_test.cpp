@@ -489,22 +489,11 @@ TEST(GqaGpu, CapturedInCudaGraph) {
   GqaCase c = build_gqa_case(s, rng);
   const GqaPlan plan = gpu_plan(c);
   DeviceCase dev(c, plan);
-  cudaStream_t stream;
-  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
-  cuda::gqa_decode(plan, dev.params, stream);  // first use loads the module outside the capture
-  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-  cudaGraph_t graph;
-  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
-  cuda::gqa_decode(plan, dev.params, stream);
-  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
-  cudaGraphExec_t exec;
-  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  GraphReplay graph;
+  ASSERT_NO_FATAL_FAILURE(
+      graph.capture([&](cudaStream_t stream) { cuda::gqa_decode(plan, dev.params, stream); }));
   dev.out.fill(0xFF);
-  for (int i = 0; i < 3; ++i) ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
-  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaStreamDestroy(stream);
+  ASSERT_NO_FATAL_FAILURE(graph.replay(3));
   expect_matches_reference("cuda_graph", c, dev.results(c, plan));
 }
 

@@ -250,12 +250,8 @@ TEST(MlaModel1Gpu, GraphReplayAndReusedSchedule) {
     Model1Case c = build_model1_case(s, rng);
     ScopedMlaKernel scope(variant);
     Model1Device dev(c, false);
-    cudaStream_t stream;
-    ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
-    dev.run(stream);  // first use outside the capture
-    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-    const CapturedRun graph(stream, [&](cudaStream_t s) { dev.run(s); });
-    ASSERT_TRUE(graph.ok());
+    GraphReplay graph;
+    ASSERT_NO_FATAL_FAILURE(graph.capture([&](cudaStream_t st) { dev.run(st); }));
     for (int replay = 0; replay < 2; ++replay) {
       for (int b = 0; b < s.batch; ++b) {  // new lengths, the same entries (rows past them unread)
         c.topk_length[b] = static_cast<int>(rng() % (s.topk + 1));
@@ -269,14 +265,12 @@ TEST(MlaModel1Gpu, GraphReplayAndReusedSchedule) {
       cudaMemcpy(dev.extra_topk_length.get(), c.extra_topk_length.data(), s.batch * sizeof(int),
                  cudaMemcpyHostToDevice);
       dev.poison();
-      ASSERT_EQ(graph.launch(), cudaSuccess);
-      ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+      ASSERT_NO_FATAL_FAILURE(graph.replay(1));
       model1_reference(c);
       HostTensor out, lse;
       dev.results(c, out, lse);
       expect_sparse_matches("replay " + std::to_string(replay) + " [" + dev.plan.kernel_name + "]", c, out, lse);
     }
-    cudaStreamDestroy(stream);
 
     // Layer 2: new q and tokens, same lengths and indices: the schedule in the workspace serves.
     Model1Case layer2 = build_model1_case(s, rng);

@@ -214,12 +214,8 @@ TEST(MlaSparseGpu, CapturedInCudaGraph) {
     MlaSparseCase c = build_mla_sparse_case(s, rng);
     add_sparse_edges(c, SparseEdges{});
     DeviceSparse dev(c);
-    cudaStream_t stream;
-    ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
-    dev.run(stream);  // first use loads the modules outside the capture
-    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-    const CapturedRun graph(stream, [&](cudaStream_t s) { dev.run(s); });
-    ASSERT_TRUE(graph.ok());
+    GraphReplay graph;
+    ASSERT_NO_FATAL_FAILURE(graph.capture([&](cudaStream_t st) { dev.run(st); }));
 
     // New lengths written to the device after capture: the replay must use them. Shorter ones
     // only: longer would count tokens the poisoning treated as never indexed.
@@ -227,13 +223,10 @@ TEST(MlaSparseGpu, CapturedInCudaGraph) {
       int& l = c.topk_length.data<int>()[b];
       l = b % 2 ? l / 3 : (l + 1) / 2;
     }
-    cuda_ok(cudaMemcpy(dev.topk_length.get(), c.topk_length.raw(), c.topk_length.bytes(),
-                       cudaMemcpyHostToDevice), "topk_length");
+    dev.topk_length.from_host(c.topk_length);
     run_reference(c);
     dev.poison();
-    for (int i = 0; i < 3; ++i) ASSERT_EQ(graph.launch(), cudaSuccess);
-    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-    cudaStreamDestroy(stream);
+    ASSERT_NO_FATAL_FAILURE(graph.replay(3));
     HostTensor out, lse;
     dev.results(c, out, lse);
     expect_sparse_matches(variant + "/cuda_graph", c, out, lse);
@@ -263,20 +256,7 @@ TEST(MlaSparseGpu, ReusedScheduleServesTheNextLayer) {
     std::memcpy(second.q.raw(), other.q.raw(), other.q.bytes());
     run_reference(second);
     DeviceSparse a(first), b(second);
-    a.run();  // schedules into a's workspace
-    HostTensor own_out, own_lse, out, lse;
-    b.run();  // b's own schedule, for the bitwise comparison
-    b.results(second, own_out, own_lse);
-    b.poison();
-    MlaSparseArgs reuse = b.args;
-    reuse.workspace = a.args.workspace;
-    reuse.workspace_bytes = a.args.workspace_bytes;
-    reuse.reuse_schedule = true;
-    mla_decode_sparse(a.plan, reuse);
-    b.results(second, out, lse, false);
-    expect_sparse_matches(variant + "/reused_schedule", second, out, lse);
-    EXPECT_EQ(0, std::memcmp(out.raw(), own_out.raw(), out.bytes())) << variant;
-    EXPECT_EQ(0, std::memcmp(lse.raw(), own_lse.raw(), lse.bytes())) << variant;
+    expect_reused_schedule_matches(variant + "/reused_schedule", a, b, second);
   }
 }
 

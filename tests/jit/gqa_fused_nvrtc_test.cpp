@@ -72,6 +72,27 @@ TEST(GqaFusedNvrtc, CompilesForSm90aWithoutSpills) {
   }
 }
 
+// The portable kernel's fused variant on the other arches' paths (sm_80 widening, sm_89 two-term
+// e4m3), every 8-bit dtype, and the rotate / append kernels alone (deca-bench's baseline).
+TEST(GqaFusedNvrtc, CompilesForSm80AndSm89) {
+  for (int arch : {80, 89}) {
+    for (DType kv : {DType::kFP8E4M3, DType::kINT8}) {
+      const GqaKernelKey k = make_gqa_key(fused_config(kv, RopeStyle::kGptj, 64), arch);
+      const jit::CompileResult r = jit::compile(k.spec());
+      ASSERT_FALSE(r.cubin.empty()) << k.name();
+      EXPECT_TRUE(jit::testing::elf_has_symbol(r.cubin, "deca_gqa_decode")) << k.name();
+      EXPECT_EQ(r.ptxas.spill_store_bytes, 0) << k.name();
+    }
+  }
+  for (DType kv : {DType::kBF16, DType::kFP8E4M3, DType::kINT8}) {
+    const jit::JitSpec spec = gqa_rope_append_spec(fused_config(kv, RopeStyle::kNeox, 0), 90);
+    const jit::CompileResult r = jit::compile(spec);
+    ASSERT_FALSE(r.cubin.empty()) << spec.name;
+    EXPECT_TRUE(jit::testing::elf_has_symbol(r.cubin, spec.entry)) << spec.name;
+    EXPECT_EQ(r.ptxas.spill_store_bytes, 0) << spec.name;
+  }
+}
+
 // fp8 at head_dim 128 without beams takes the Hopper kernel fused as plain, both of its kernels.
 TEST(GqaFusedNvrtc, Fp8TakesTheHopperKernel) {
   GqaConfig c = fused_config(DType::kFP8E4M3, RopeStyle::kNeox, 0);

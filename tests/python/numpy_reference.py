@@ -66,9 +66,27 @@ def softmax_rows(logits, visible, sink):
     return e / denom, m + np.log(total)
 
 
+def skip_tiles(logits, visible, factor, span, tile=64):
+    """Skip-softmax (docs/semantics.md): the visible mask with the dropped tiles cleared. Tiles of
+    `tile` keys from key 0 in ascending order; a tile whose largest visible logit is below
+    log(factor / span) plus the largest logit of the tiles kept before it is dropped."""
+    kept = visible.copy()
+    m_ref = -np.inf
+    for t0 in range(0, len(logits), tile):
+        seen = visible[t0:t0 + tile]
+        if not seen.any():
+            continue
+        m_t = logits[t0:t0 + tile][seen].max()
+        if m_t < m_ref + np.log(factor) - np.log(span):
+            kept[t0:t0 + tile] = False
+        else:
+            m_ref = max(m_ref, m_t)
+    return kept
+
+
 def gqa_decode(q, k, v, page_table, seq_lens, *, layout="NHD", k_scale=1.0, v_scale=1.0,
                k_scales=None, v_scales=None, softmax_scale=None, softcap=0.0, window=0,
-               sinks=None, tree_mask=None):
+               sinks=None, tree_mask=None, skip_softmax_factor=0.0):
     """q, k, v: float64 real values (k / v before scaling). Returns (out, lse) float64."""
     batch, q_len, hq, d = q.shape
     hkv = k.shape[2] if layout == "NHD" else k.shape[1]
@@ -89,7 +107,12 @@ def gqa_decode(q, k, v, page_table, seq_lens, *, layout="NHD", k_scale=1.0, v_sc
                 logits = scale * (kb[:, h // group, :] @ q[b, i, h])
                 if softcap:
                     logits = softcap * np.tanh(logits / softcap)
-                w, lse[b, i, h] = softmax_rows(logits, visible,
+                seen = visible
+                if skip_softmax_factor > 0:
+                    p = n - q_len + i
+                    span = min(p + 1, window) if window > 0 else p + 1
+                    seen = skip_tiles(logits, visible, skip_softmax_factor, span)
+                w, lse[b, i, h] = softmax_rows(logits, seen,
                                                float(sinks[h]) if sinks is not None else None)
                 out[b, i, h] = w @ vb[:, h // group, :]
     return out, lse

@@ -109,7 +109,6 @@ __device__ __forceinline__ void qk_widen_ldsm(const QOperand<T>& q, unsigned ks,
                                               float (&s_acc)[kN8][4]) {
   constexpr int kKSteps = T::kHeadDim / 16;
   constexpr bool kFp16 = T::kComputeFp16;
-  const int lane = ln.lane;
 #pragma unroll
   for (int kk = 0; kk < kKSteps; kk += 2) {
     const bool pair = kk + 1 < kKSteps;  // compile-time after unrolling
@@ -121,7 +120,7 @@ __device__ __forceinline__ void qk_widen_ldsm(const QOperand<T>& q, unsigned ks,
       // x4: (tokens 0-7, step kk), (tokens 0-7, kk + 1), (tokens 8-15, kk), (8-15, kk + 1); the
       // last step alone (x2) when there is no pair.
       unsigned w0, w1, w2, w3;
-      load_k8<T, 16>(ks, local0, lane, j, kk, w0, w1, w2, w3);
+      load_k8<T, 16>(ks, local0, ln.lane, j, kk, w0, w1, w2, w3);
       unsigned b0, b1;
       kv::widen4<T::kKvKind>(w0, b0, b1);
       ptx::mma_16816<kFp16>(s_acc[j], a0, b0, b1);
