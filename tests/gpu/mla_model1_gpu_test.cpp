@@ -250,14 +250,8 @@ TEST(MlaModel1Gpu, GraphReplayAndReusedSchedule) {
     Model1Case c = build_model1_case(s, rng);
     ScopedMlaKernel scope(variant);
     Model1Device dev(c, false);
-    cudaStream_t stream;
-    ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
-    cudaGraph_t graph;
-    ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
-    dev.run(stream);
-    ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
-    cudaGraphExec_t exec;
-    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    GraphReplay graph;
+    ASSERT_NO_FATAL_FAILURE(graph.capture([&](cudaStream_t st) { dev.run(st); }));
     for (int replay = 0; replay < 2; ++replay) {
       for (int b = 0; b < s.batch; ++b) {  // new lengths, the same entries (rows past them unread)
         c.topk_length[b] = static_cast<int>(rng() % (s.topk + 1));
@@ -271,16 +265,12 @@ TEST(MlaModel1Gpu, GraphReplayAndReusedSchedule) {
       cudaMemcpy(dev.extra_topk_length.get(), c.extra_topk_length.data(), s.batch * sizeof(int),
                  cudaMemcpyHostToDevice);
       dev.poison();
-      ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
-      ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+      ASSERT_NO_FATAL_FAILURE(graph.replay(1));
       model1_reference(c);
       HostTensor out, lse;
       dev.results(c, out, lse);
       expect_sparse_matches("replay " + std::to_string(replay) + " [" + dev.plan.kernel_name + "]", c, out, lse);
     }
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
-    cudaStreamDestroy(stream);
 
     // Layer 2: new q and tokens, same lengths and indices: the schedule in the workspace serves.
     Model1Case layer2 = build_model1_case(s, rng);
