@@ -6,6 +6,7 @@
 // writes them to the cache.
 #pragma once
 
+#include "kernels/common/check_record.cuh"
 #include "kernels/common/kv_kind.cuh"
 #include "kernels/common/ptx.cuh"
 #include "kernels/gqa/params.cuh"
@@ -36,9 +37,20 @@ __device__ __forceinline__ float load_cos_sin(const GqaParams& p, long long off)
   return p.cos_sin_dtype == kv::kFP16 ? ptx::fp16_bits_to_float(b) : ptx::bf16_bits_to_float(b);
 }
 
-// The rotary position of new token i of batch entry b (length len > 0).
+// The rotary position of new token i of batch entry b (length len > 0). Checked mode: a position
+// outside cos_sin_cache's rows is recorded (position 1: from `positions`, 0: derived from
+// seq_lens) and read as 0, so that no row past the cache is dereferenced.
+template <class T>
 __device__ __forceinline__ int token_pos(const GqaParams& p, int b, int i, int len) {
-  return p.positions ? p.positions[b * p.positions_stride_batch + i] : len - p.q_len + i;
+  const int pos = p.positions ? p.positions[b * p.positions_stride_batch + i] : len - p.q_len + i;
+  if constexpr (T::kChecked) {
+    if (static_cast<unsigned>(pos) >= static_cast<unsigned>(p.max_position)) {
+      check_report(static_cast<CheckRecord*>(p.check), kCheckPosition, b, i, p.positions ? 1 : 0, pos,
+                   p.max_position);
+      return 0;
+    }
+  }
+  return pos;
 }
 
 // Pair j (0 .. head_dim / 2) of a row: the rotary pairs first (frequency j), then the unrotated
@@ -105,7 +117,7 @@ template <class T>
 __device__ __forceinline__ NewPair code_new_pair(const GqaParams& p, int b, int i, int len, int h, int j, bool write) {
   constexpr int kBytes = kv::kind_of(T::kKvDtype) == kv::kKv16 ? 2 : 1;
   const int t = len - p.q_len + i;
-  const int pos = token_pos(p, b, i, len);
+  const int pos = token_pos<T>(p, b, i, len);
   const float ks = p.k_scales ? p.k_scales[h] : p.k_scale;
   const float vs = p.v_scales ? p.v_scales[h] : p.v_scale;
   NewPair r;

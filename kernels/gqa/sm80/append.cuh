@@ -36,7 +36,7 @@ __device__ __forceinline__ void rope_q_rows(const GqaParams& p, const CtaCoords<
                           static_cast<const unsigned short*>(p.q);
     const fused::PairDims d = fused::pair_dims<T>(j);
     // An empty request (len 0) has no position; its rows output zeros whatever q holds.
-    const float2 v = fused::rotated_pair<T>(p, p.q, off, len > 0 ? fused::token_pos(p, b, i, len) : 0,
+    const float2 v = fused::rotated_pair<T>(p, p.q, off, len > 0 ? fused::token_pos<T>(p, b, i, len) : 0,
                                             len > 0 ? d : fused::PairDims{d.a, d.b, false}, j);
     dst[r * T::kHeadDim + d.a] = fused::q_bits<T>(v.x);
     dst[r * T::kHeadDim + d.b] = fused::q_bits<T>(v.y);
