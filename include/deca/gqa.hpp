@@ -151,8 +151,10 @@ struct GqaDecodeArgs {
   //   cos_sin_cache: [max_position, rotary_dim] fp32 | bf16 | fp16 (vLLM's layout: cos of the
   //     rotary_dim / 2 frequencies, then their sin), rows contiguous.
   //   positions: optional [batch, q_len] int32, the rotary position of each new token (vLLM
-  //     passes them); absent = seq_lens[b] - q_len + i. Every position must be < max_position
-  //     (checked on the host for CPU tensors; on the GPU the caller's contract).
+  //     passes them); absent = seq_lens[b] - q_len + i. Every position must be in
+  //     [0, max_position): checked on the host for CPU tensors; on the GPU the caller's contract,
+  //     which a checked plan tests (an out-of-range position reads row 0 and check_gqa_run
+  //     reports it, naming positions[b][i] or seq_lens[b]).
   TensorView k_new;
   TensorView v_new;
   TensorView cos_sin_cache;

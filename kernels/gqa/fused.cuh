@@ -6,6 +6,7 @@
 // writes them to the cache.
 #pragma once
 
+#include "kernels/common/check_record.cuh"
 #include "kernels/common/kv_kind.cuh"
 #include "kernels/common/ptx.cuh"
 #include "kernels/gqa/params.cuh"
@@ -36,9 +37,20 @@ __device__ __forceinline__ float load_cos_sin(const GqaParams& p, long long off)
   return p.cos_sin_dtype == kv::kFP16 ? ptx::fp16_bits_to_float(b) : ptx::bf16_bits_to_float(b);
 }
 
-// The rotary position of new token i of batch entry b (length len > 0).
+// The rotary position of new token i of batch entry b (length len > 0). Checked mode: a position
+// outside cos_sin_cache's rows is recorded (position 1: from `positions`, 0: derived from
+// seq_lens) and read as 0, so that no row past the cache is dereferenced.
+template <class T>
 __device__ __forceinline__ int token_pos(const GqaParams& p, int b, int i, int len) {
-  return p.positions ? p.positions[b * p.positions_stride_batch + i] : len - p.q_len + i;
+  const int pos = p.positions ? p.positions[b * p.positions_stride_batch + i] : len - p.q_len + i;
+  if constexpr (T::kChecked) {
+    if (static_cast<unsigned>(pos) >= static_cast<unsigned>(p.max_position)) {
+      check_report(static_cast<CheckRecord*>(p.check), kCheckPosition, b, i, p.positions ? 1 : 0, pos,
+                   p.max_position);
+      return 0;
+    }
+  }
+  return pos;
 }
 
 // Pair j (0 .. head_dim / 2) of a row: the rotary pairs first (frequency j), then the unrotated
@@ -105,7 +117,7 @@ template <class T>
 __device__ __forceinline__ NewPair code_new_pair(const GqaParams& p, int b, int i, int len, int h, int j, bool write) {
   constexpr int kBytes = kv::kind_of(T::kKvDtype) == kv::kKv16 ? 2 : 1;
   const int t = len - p.q_len + i;
-  const int pos = token_pos(p, b, i, len);
+  const int pos = token_pos<T>(p, b, i, len);
   const float ks = p.k_scales ? p.k_scales[h] : p.k_scale;
   const float vs = p.v_scales ? p.v_scales[h] : p.v_scale;
   NewPair r;
@@ -135,6 +147,73 @@ __device__ __forceinline__ NewPair code_new_pair(const GqaParams& p, int b, int 
     }
   }
   return r;
+}
+
+// A CTA's new-token items: the keys [lo, hi) = [max(lo_key, first new), min(hi_key, len)) of
+// its range, head_dim / 2 pairs each; item k is token lo + k / (head_dim / 2), pair
+// k % (head_dim / 2), and thread `tid` of `threads` takes items tid, tid + threads, ...
+// Its first item is coded when the kernel starts (early_pair: its loads overlap the pipeline's
+// first tiles, and row block 0 writes it to the cache then), so that the tile holding it only
+// stores the codes; t < 0: the thread has no such item (or the kernel codes none early).
+struct EarlyPair {
+  int t;
+  int j;
+  NewPair c;
+};
+__device__ __forceinline__ EarlyPair no_early_pair() {
+  EarlyPair e;
+  e.t = -1;
+  return e;
+}
+
+template <class T>
+__device__ __forceinline__ EarlyPair early_pair(const GqaParams& p, int b, int len, int h, int lo_key, int hi_key,
+                                                int tid, bool write) {
+  constexpr int kPairs = T::kHeadDim / 2;
+  const int first_new = len - p.q_len;
+  const int lo = lo_key > first_new ? lo_key : first_new;
+  const int hi = hi_key < len ? hi_key : len;
+  if (len == 0 || tid >= (hi - lo) * kPairs) return no_early_pair();
+  EarlyPair e;
+  e.t = lo + tid / kPairs;
+  e.j = tid % kPairs;
+  e.c = code_new_pair<T>(p, b, e.t - first_new, len, h, e.j, write);
+  return e;
+}
+
+// early_pair in a fused kernel without beams (their items are coded at their tiles), else none.
+template <class T>
+__device__ __forceinline__ EarlyPair kernel_early_pair(const GqaParams& p, int b, int len, int h, int lo_key,
+                                                       int hi_key, int tid, bool write) {
+  if constexpr (T::kFused && T::kBeamWidth == 1) {
+    return early_pair<T>(p, b, len, h, lo_key, hi_key, tid, write);
+  } else {
+    return no_early_pair();
+  }
+}
+
+// The items of the tile [t0, t0 + tile) (the same numbering as early_pair's): each coded (the
+// thread's early one taken as it is) and handed to store(row in the tile, pair, codes); with
+// `write`, the ones not coded early also go to the cache.
+template <class T, class Store>
+__device__ __forceinline__ void append_tile(const GqaParams& p, int b, int len, int h, int lo_key, int hi_key,
+                                            int t0, int tile, int tid, int threads, const EarlyPair& early,
+                                            bool write, const Store& store) {
+  constexpr int kPairs = T::kHeadDim / 2;
+  if (len == 0) return;
+  const int first_new = len - p.q_len;
+  const int lo = lo_key > first_new ? lo_key : first_new;
+  const int hi = hi_key < len ? hi_key : len;
+  const int k_lo = ((t0 > lo ? t0 : lo) - lo) * kPairs;
+  const int k_hi = ((t0 + tile < hi ? t0 + tile : hi) - lo) * kPairs;
+  int k = tid;
+  if (k < k_lo) k += (k_lo - k + threads - 1) / threads * threads;
+  for (; k < k_hi; k += threads) {
+    const int t = lo + k / kPairs;
+    const int j = k % kPairs;
+    const NewPair c = k == tid && early.t >= 0 ? early.c : code_new_pair<T>(p, b, t - first_new, len, h, j, write);
+    store(t - t0, j, c);
+  }
 }
 
 // q element d of a row (q-dtype row at `row`) at `pos`, rotated and rounded: for kernels that load

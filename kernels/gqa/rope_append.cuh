@@ -42,7 +42,7 @@ extern "C" __global__ void __launch_bounds__(128)
     if (h >= p.num_q_heads) return;
     const long long row = b * p.q_stride_batch + i * p.q_stride_token + h * p.q_stride_head;
     const fused::PairDims d = fused::pair_dims<T>(j);
-    const float2 v = fused::rotated_pair<T>(p, p.q, row, len > 0 ? fused::token_pos(p, b, i, len) : 0,
+    const float2 v = fused::rotated_pair<T>(p, p.q, row, len > 0 ? fused::token_pos<T>(p, b, i, len) : 0,
                                             len > 0 ? d : fused::PairDims{d.a, d.b, false}, j);
     unsigned short* dst = q_out + ((static_cast<long long>(b) * p.q_len + i) * p.num_q_heads + h) * T::kHeadDim;
     dst[d.a] = fused::q_bits<T>(v.x);

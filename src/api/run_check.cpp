@@ -69,6 +69,14 @@ void check_gqa_run(const GqaPlan& plan, const void* workspace, void* stream) {
                 "] (q_len..min(max_pages * page_size, plan.config.max_seq_len)), got " +
                 s(rec.value) + kFound);
   }
+  if (rec.kind == kCheckPosition) {
+    const std::string where = rec.position == 1
+                                  ? "positions[" + s(rec.request) + "][" + s(rec.token) + "]"
+                                  : "seq_lens[" + s(rec.request) + "] - q_len + " + s(rec.token) +
+                                        " (the position of new token " + s(rec.token) + ")";
+    throw Error(std::string(fn) + ": " + where + ": expected a position in [0, " + s(rec.hi) +
+                ") (cos_sin_cache's rows), got " + s(rec.value) + kFound);
+  }
   throw Error(std::string(kCheckFn) + ": workspace: expected a check record of a GQA run, got kind " +
               s(rec.kind) + " (a workspace shared with another plan?)");
 }

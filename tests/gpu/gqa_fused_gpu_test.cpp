@@ -182,5 +182,44 @@ TEST_P(GqaFusedGpu, EqualsRotateAppendDecode) {
 INSTANTIATE_TEST_SUITE_P(Fused, GqaFusedGpu, ::testing::ValuesIn(fused_gpu_cases()),
                          [](const auto& info) { return info.param.name; });
 
+// Checked mode: a rotary position past cos_sin_cache's rows is read as row 0 and reported by
+// check_gqa_run, naming the entry (the portable and the Hopper fp8 kernel).
+TEST(GqaFusedGpuChecked, PositionPastTheCosSinCacheIsReported) {
+  DECA_REQUIRE_GPU();
+  for (DType kv : {DType::kBF16, DType::kFP8E4M3}) {
+    GqaCaseSpec spec = base_spec(32, 4, 128, 16, kv);
+    spec.batch = 2;
+    spec.seq_lens = {40, 9};
+    auto rng = make_rng(11);
+    GqaCase c = build_gqa_case(spec, rng);
+    FusedSpec f;
+    f.positions = true;
+    FusedInputs in = make_fused_inputs(c, f, rng);
+    in.positions.data<int>()[1] = static_cast<int>(in.cos_sin.shape()[0]);  // request 1, token 0
+    GqaPlan plan;
+    plan.config = gpu_config(c, GpuOptions{});
+    plan.config.rope_style = RopeStyle::kNeox;
+    plan.config.checked = true;
+    cuda::plan_gqa_decode(plan);
+    DeviceCase dev(c, plan);
+    DeviceBuffer k_new(in.k_new), v_new(in.v_new), cos_sin(in.cos_sin), positions(in.positions);
+    bind_fused(dev.params, c, in);
+    dev.params.k_new = k_new.get();
+    dev.params.v_new = v_new.get();
+    dev.params.cos_sin = cos_sin.get();
+    dev.params.positions = positions.as<int>();
+    cuda::gqa_decode(plan, dev.params, nullptr);
+    cuda_ok(cudaDeviceSynchronize(), plan.kernel_name.c_str());
+    try {
+      check_gqa_run(plan, dev.ws.get(), nullptr);
+      ADD_FAILURE() << plan.kernel_name << ": no error reported";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("gqa_decode: positions[1][0]: expected a position in [0, "),
+                std::string::npos)
+          << plan.kernel_name << ": " << e.what();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace deca::test

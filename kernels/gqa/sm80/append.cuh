@@ -36,7 +36,7 @@ __device__ __forceinline__ void rope_q_rows(const GqaParams& p, const CtaCoords<
                           static_cast<const unsigned short*>(p.q);
     const fused::PairDims d = fused::pair_dims<T>(j);
     // An empty request (len 0) has no position; its rows output zeros whatever q holds.
-    const float2 v = fused::rotated_pair<T>(p, p.q, off, len > 0 ? fused::token_pos(p, b, i, len) : 0,
+    const float2 v = fused::rotated_pair<T>(p, p.q, off, len > 0 ? fused::token_pos<T>(p, b, i, len) : 0,
                                             len > 0 ? d : fused::PairDims{d.a, d.b, false}, j);
     dst[r * T::kHeadDim + d.a] = fused::q_bits<T>(v.x);
     dst[r * T::kHeadDim + d.b] = fused::q_bits<T>(v.y);
@@ -52,35 +52,28 @@ __device__ __forceinline__ bool tile_has_new(const GqaParams& p, const CtaCoords
 
 // The new tokens of the tile from t0 (work item of beam `beam_only`, -1: all beams) inside
 // [range.begin, range.end): their codes into the landed stage (ks / vs generic pointers), and,
-// for row block 0, into the cache. The caller synchronises before the warps read the stage.
+// for row block 0, into the cache (fused.cuh append_tile; `early`: beam 0's item coded at the
+// start). The caller synchronises before the warps read the stage.
 template <class T>
 __device__ __forceinline__ void append_new_tokens(const GqaParams& p, const CtaCoords<T>& cta, const KeyRange& range,
                                                   int t0, int beam_only, unsigned char* ks, unsigned char* vs,
-                                                  int tid) {
-  constexpr int kPairs = T::kHeadDim / 2;
+                                                  int tid, const fused::EarlyPair& early) {
   const bool write = cta.row_block == 0;
-  int lo_key = t0 > range.begin ? t0 : range.begin;
-  int hi_key = t0 + T::kTile < range.end ? t0 + T::kTile : range.end;
+  const auto store = [&](int r, int j, const fused::NewPair& c) {
+    unsigned char* k_row = ks + r * T::kRowStride;
+    unsigned char* v_row = vs + r * T::kRowStride;
+    fused::store_code<T>(k_row, c.kd.a, c.k0);
+    fused::store_code<T>(k_row, c.kd.b, c.k1);
+    fused::store_code<T>(v_row, 2 * j, c.v0);
+    fused::store_code<T>(v_row, 2 * j + 1, c.v1);
+  };
 #pragma unroll 1
   for (int beam = 0; beam < T::kBeamWidth; ++beam) {
     if (beam_only >= 0 && beam != beam_only) continue;
     const int b = cta.batch + beam;
     const int len = T::kBeamWidth == 1 ? cta.seq_len : load_seq_len<T>(p, b);
-    if (len == 0) continue;
-    const int first_new = len - p.q_len;
-    const int lo = lo_key > first_new ? lo_key : first_new;
-    const int hi = hi_key < len ? hi_key : len;
-    for (int k = tid; k < (hi - lo) * kPairs; k += T::kThreads) {
-      const int t = lo + k / kPairs;
-      const int j = k % kPairs;
-      unsigned char* k_row = ks + (t - t0) * T::kRowStride;
-      unsigned char* v_row = vs + (t - t0) * T::kRowStride;
-      const fused::NewPair c = fused::code_new_pair<T>(p, b, t - first_new, len, cta.kv_head, j, write);
-      fused::store_code<T>(k_row, c.kd.a, c.k0);
-      fused::store_code<T>(k_row, c.kd.b, c.k1);
-      fused::store_code<T>(v_row, 2 * j, c.v0);
-      fused::store_code<T>(v_row, 2 * j + 1, c.v1);
-    }
+    fused::append_tile<T>(p, b, len, cta.kv_head, range.begin, range.end, t0, T::kTile, tid, T::kThreads,
+                          beam == 0 ? early : fused::no_early_pair(), write, store);
   }
 }
 

@@ -180,6 +180,9 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
       ptx::cp_async_commit();
       loader.fetch_pages(s + 1);
     }
+    // ---- Fused step (append.cuh): this thread's first new-token item coded while tiles fly ----
+    const fused::EarlyPair early = fused::kernel_early_pair<T>(p, cta.batch, cta.seq_len, cta.kv_head, range.begin,
+                                                               range.end, ln.tid, cta.row_block == 0);
 
     // ---- Per work item: the next tile issued, then per chunk of the warp's tokens QK, softmax, PV ----
     for (int item = 0; item < items.num_items; ++item) {
@@ -200,7 +203,7 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
       if constexpr (T::kFused) {
         if (tile_has_new<T>(p, cta, tile_t0)) {
           append_new_tokens<T>(p, cta, range, tile_t0, beam_only, smem + (ks - smem_base), smem + (vs - smem_base),
-                               ln.tid);
+                               ln.tid, early);
           __syncthreads();
         }
       }

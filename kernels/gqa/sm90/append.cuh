@@ -17,30 +17,26 @@ __device__ __forceinline__ bool tile_has_new(const GqaParams& p, const Unit& u, 
   return t0 + kTile > u.seq_len - p.q_len && t0 < u.seq_len;
 }
 
+// This thread's first new-token item of the unit, coded at the start (fused.cuh early_pair).
+template <class T>
+__device__ __forceinline__ fused::EarlyPair early_new_pair(const GqaParams& p, const Unit& u, int row_block) {
+  return fused::kernel_early_pair<T>(p, u.request, u.seq_len, u.kv_head, u.first, u.end,
+                                     static_cast<int>(threadIdx.x), row_block == 0);
+}
+
 // The new tokens of [t0, t0 + kTile) inside the unit's keys into the K and V stages at generic
 // addresses ks / vs (rows of 128 e4m3 bytes, swizzled). The caller fences (generic -> async
 // proxy) and synchronises before the stage is read.
 template <class T>
 __device__ __forceinline__ void append_new_tokens(const GqaParams& p, const Unit& u, int row_block, int t0,
-                                                  unsigned char* ks, unsigned char* vs) {
-  constexpr int kPairs = kDim / 2;
-  if (u.seq_len == 0) return;
-  const int first_new = u.seq_len - p.q_len;
-  int lo = t0 > u.first ? t0 : u.first;
-  lo = lo > first_new ? lo : first_new;
-  const int hi_tile = t0 + kTile < u.end ? t0 + kTile : u.end;
-  const int hi = hi_tile < u.seq_len ? hi_tile : u.seq_len;
-  for (int k = static_cast<int>(threadIdx.x); k < (hi - lo) * kPairs; k += T::kThreads) {
-    const int t = lo + k / kPairs;
-    const int j = k % kPairs;
-    const fused::NewPair c = fused::code_new_pair<T>(p, u.request, t - first_new, u.seq_len, u.kv_head, j,
-                                                     row_block == 0);
-    const int r = t - t0;
-    ks[swz128(r, c.kd.a)] = static_cast<unsigned char>(c.k0);
-    ks[swz128(r, c.kd.b)] = static_cast<unsigned char>(c.k1);
-    vs[swz128(r, 2 * j)] = static_cast<unsigned char>(c.v0);
-    vs[swz128(r, 2 * j + 1)] = static_cast<unsigned char>(c.v1);
-  }
+                                                  unsigned char* ks, unsigned char* vs, const fused::EarlyPair& early) {
+  fused::append_tile<T>(p, u.request, u.seq_len, u.kv_head, u.first, u.end, t0, kTile, static_cast<int>(threadIdx.x),
+                        T::kThreads, early, row_block == 0, [&](int r, int j, const fused::NewPair& c) {
+                          ks[swz128(r, c.kd.a)] = static_cast<unsigned char>(c.k0);
+                          ks[swz128(r, c.kd.b)] = static_cast<unsigned char>(c.k1);
+                          vs[swz128(r, 2 * j)] = static_cast<unsigned char>(c.v0);
+                          vs[swz128(r, 2 * j + 1)] = static_cast<unsigned char>(c.v1);
+                        });
 }
 
 }  // namespace deca::gqa::sm90

@@ -180,6 +180,8 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
   loader.fetch_pages(pend, 0);
 #pragma unroll
   for (int s = 0; s < T::kStages - 1; ++s) issue_next();
+  // Fused step (append.cuh): this thread's first new-token item coded while the tiles fly.
+  const fused::EarlyPair early = early_new_pair<T>(p, u, row_block);
 
   const int batch = u.request;
   const int kv_head = u.kv_head;
@@ -222,7 +224,7 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
     // ---- Fused step, append phase (append.cuh): the tile's new tokens into the stage and the cache ----
     if constexpr (T::kFused) {
       if (tile_has_new(p, u, tile_t0)) {
-        append_new_tokens<T>(p, u, row_block, tile_t0, smem + k_off, smem + v_off);
+        append_new_tokens<T>(p, u, row_block, tile_t0, smem + k_off, smem + v_off, early);
         fence_proxy_async_smem();
         __syncthreads();
       }

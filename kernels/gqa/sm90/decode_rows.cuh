@@ -84,6 +84,8 @@ __device__ __forceinline__ void gqa_decode_rows_kernel(const GqaParams& p, unsig
   loader.fetch_pages(pend, 0);
 #pragma unroll
   for (int s = 0; s < T::kStages - 1; ++s) issue_next();
+  // Fused step (append.cuh): this thread's first new-token item coded while the tiles fly.
+  const fused::EarlyPair early = early_new_pair<T>(p, unit, row_block);
 
   const float k_scale = p.k_scales ? p.k_scales[kv_head] : p.k_scale;
   const float v_scale = p.v_scales ? p.v_scales[kv_head] : p.v_scale;
@@ -134,7 +136,7 @@ __device__ __forceinline__ void gqa_decode_rows_kernel(const GqaParams& p, unsig
     // ---- Fused step, append phase (append.cuh): the tile's new tokens into the stage and the cache ----
     if constexpr (T::kFused) {
       if (tile_has_new(p, unit, tile_t0)) {
-        append_new_tokens<T>(p, unit, row_block, tile_t0, smem + k_off, smem + k_off + kStageBytes);
+        append_new_tokens<T>(p, unit, row_block, tile_t0, smem + k_off, smem + k_off + kStageBytes, early);
         fence_proxy_async_smem();
         __syncthreads();
       }

@@ -40,7 +40,7 @@ __device__ __forceinline__ void load_q_two_term(const GqaParams& p, int batch, i
         // The fused step (kernels/gqa/fused.cuh): each element rotated at its token's position
         // and rounded to q's dtype; an empty request (no position) keeps q as it is.
         const int len = load_seq_len<T>(p, batch);
-        const int pos = len > 0 ? fused::token_pos(p, batch, row / T::kGroup, len) : 0;
+        const int pos = len > 0 ? fused::token_pos<T>(p, batch, row / T::kGroup, len) : 0;
         const long long off = q - static_cast<const unsigned short*>(p.q) - d0;
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
