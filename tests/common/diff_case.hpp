@@ -22,9 +22,19 @@
 
 namespace deca::test::diff {
 
-// One op family each; a family is a case type (tests/common/diff_gqa.hpp, diff_mla.hpp) and a
-// share of the draws (diff_draw.hpp).
-enum class Family : int { kGqa = 0, kMlaSparse, kMlaDense, kCombine, kCount };
+// One op family each; a family is a case type (tests/common/diff_gqa.hpp, diff_mla.hpp,
+// diff_model1.hpp) and a share of the draws (diff_draw.hpp). kGqaFused: the fused decode step
+// (rope_style set); kGqaSkip: skip-softmax (a "_skip" kernel against exact attention).
+enum class Family : int {
+  kGqa = 0,
+  kMlaSparse,
+  kMlaDense,
+  kCombine,
+  kMlaModel1,
+  kGqaFused,
+  kGqaSkip,
+  kCount
+};
 
 inline const char* family_name(Family f) {
   switch (f) {
@@ -32,6 +42,9 @@ inline const char* family_name(Family f) {
     case Family::kMlaSparse: return "mla_sparse";
     case Family::kMlaDense: return "mla_dense";
     case Family::kCombine: return "combine";
+    case Family::kMlaModel1: return "mla_model1";
+    case Family::kGqaFused: return "gqa_fused";
+    case Family::kGqaSkip: return "gqa_skip";
     default: return "?";
   }
 }
@@ -108,12 +121,16 @@ struct Side {
 };
 
 // An output of a case: the host tensor that holds it (its every byte is poisoned before a run) and
-// the view the op writes. Bytes of the tensor outside the view must keep their poison.
+// the view the op writes. Bytes of the tensor outside the view must keep their poison. An
+// `in_place` output is a tensor the op updates (a KV cache the fused step appends to): it is not
+// poisoned, each side starts from the case's bytes (save_in_place / restore_in_place), and the
+// whole tensor must end bitwise as the reference left it.
 struct Output {
-  const char* name;  // "out", "lse"
+  const char* name;  // "out", "lse", "k_cache"
   HostTensor* storage;
   TensorView view;
   bool lse;
+  bool in_place = false;
 };
 
 // Error bounds of a case: relative RMS of the whole output, of any one row (the last dim) and the
@@ -123,6 +140,8 @@ struct Tolerance {
   double row_rel = 5e-2;
   double lse_abs = 2e-3;
 };
+
+struct Mismatch;
 
 class DiffCase {
  public:
@@ -146,6 +165,11 @@ class DiffCase {
   virtual void keep_plan(Device) {}
   // The bounds for a GPU run of `kernel` against the reference.
   virtual Tolerance tolerance(const std::string& kernel) const = 0;
+  // Accumulates into `m` how the GPU's outputs (`got`, copies of outputs()' storage in order)
+  // differ from the reference's (`ref`), `t` being tolerance() of the GPU's kernel; by default
+  // compare_output on each.
+  virtual void compare(const std::vector<Output>& outs, const std::vector<HostTensor>& ref,
+                       const std::vector<HostTensor>& got, const Tolerance& t, Mismatch& m) const;
 };
 
 // ---- what the decode families' cases share -------------------------------------------------------
@@ -236,15 +260,29 @@ struct Mismatch {
   long long inf_mismatch = 0;  // an LSE infinite on one side only, or of the other sign
   long long zero_rows = 0;     // a row the reference has as zeros (no visible key) not zero here
   long long gap_writes = 0;    // bytes outside the view that lost their poison, either side
+  long long in_place_bytes = 0;  // bytes of an in-place output not as the reference left them
+  // A case with an element-wise bound of its own (skip-softmax): the largest share of it an
+  // element or LSE used (within: <= 1); out_rel / row_rel / lse_abs are then not bounded.
+  double bound_share = -1;
   bool within(const Tolerance& t) const {
+    const bool errors = bound_share >= 0 ? bound_share <= 1
+                                         : out_rel <= t.out_rel && row_rel <= t.row_rel &&
+                                               lse_abs <= t.lse_abs;
     return nan == 0 && ref_nan == 0 && inf_mismatch == 0 && zero_rows == 0 && gap_writes == 0 &&
-           out_rel <= t.out_rel && row_rel <= t.row_rel && lse_abs <= t.lse_abs;
+           in_place_bytes == 0 && errors;
+  }
+  // The error's largest share of its bounds.
+  double ratio(const Tolerance& t) const {
+    if (bound_share >= 0) return bound_share;
+    return std::max({out_rel / t.out_rel, row_rel / t.row_rel, lse_abs / t.lse_abs});
   }
   std::string text() const {
     return "out_rel=" + std::to_string(out_rel) + " row_rel=" + std::to_string(row_rel) +
            " lse_abs=" + std::to_string(lse_abs) + " nan=" + std::to_string(nan) +
            " ref_nan=" + std::to_string(ref_nan) + " inf_mismatch=" + std::to_string(inf_mismatch) +
-           " zero_rows=" + std::to_string(zero_rows) + " gap_writes=" + std::to_string(gap_writes);
+           " zero_rows=" + std::to_string(zero_rows) + " gap_writes=" + std::to_string(gap_writes) +
+           " in_place_bytes=" + std::to_string(in_place_bytes) +
+           (bound_share >= 0 ? " bound_share=" + std::to_string(bound_share) : "");
   }
 };
 
@@ -267,6 +305,12 @@ inline long long gap_bytes_written(const HostTensor& t, const HostTensor& owner,
 // (`ref`, another copy); accumulates into `m`. Both were poisoned with 0xFF before their runs.
 inline void compare_output(const Output& o, const HostTensor& ref, const HostTensor& got,
                            Mismatch& m) {
+  if (o.in_place) {
+    const auto* a = static_cast<const unsigned char*>(got.raw());
+    const auto* b = static_cast<const unsigned char*>(ref.raw());
+    for (std::size_t i = 0; i < ref.bytes(); ++i) m.in_place_bytes += a[i] != b[i];
+    return;
+  }
   m.gap_writes += gap_bytes_written(ref, *o.storage, o.view, 0xFF) +
                   gap_bytes_written(got, *o.storage, o.view, 0xFF);
   if (o.lse) {
@@ -312,6 +356,12 @@ inline void compare_output(const Output& o, const HostTensor& ref, const HostTen
   m.out_rel = std::max(m.out_rel, den > 0 ? std::sqrt(num / den) : std::sqrt(num));
 }
 
+inline void DiffCase::compare(const std::vector<Output>& outs, const std::vector<HostTensor>& ref,
+                              const std::vector<HostTensor>& got, const Tolerance&,
+                              Mismatch& m) const {
+  for (std::size_t k = 0; k < outs.size(); ++k) compare_output(outs[k], ref[k], got[k], m);
+}
+
 // Copies of every output's storage, in outputs() order.
 inline std::vector<HostTensor> snapshot(const std::vector<Output>& outs) {
   std::vector<HostTensor> v;
@@ -320,7 +370,25 @@ inline std::vector<HostTensor> snapshot(const std::vector<Output>& outs) {
 }
 
 inline void poison(const std::vector<Output>& outs) {
-  for (const Output& o : outs) o.storage->fill_bytes(0xFF);
+  for (const Output& o : outs) {
+    if (!o.in_place) o.storage->fill_bytes(0xFF);
+  }
+}
+
+// The in-place outputs' bytes before a run, and putting them back after it: the next side starts
+// from the case's own data, not from what the first run appended.
+inline std::vector<HostTensor> save_in_place(const std::vector<Output>& outs) {
+  std::vector<HostTensor> v;
+  for (const Output& o : outs) {
+    if (o.in_place) v.push_back(*o.storage);
+  }
+  return v;
+}
+inline void restore_in_place(const std::vector<Output>& outs, const std::vector<HostTensor>& saved) {
+  std::size_t k = 0;
+  for (const Output& o : outs) {
+    if (o.in_place) std::memcpy(o.storage->raw(), saved[k].raw(), saved[k].bytes()), ++k;
+  }
 }
 
 }  // namespace deca::test::diff

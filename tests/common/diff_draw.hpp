@@ -16,11 +16,14 @@
 #include "common/diff_case.hpp"
 #include "common/diff_gqa.hpp"
 #include "common/diff_mla.hpp"
+#include "common/diff_model1.hpp"
 
 namespace deca::test::diff {
 
-// Shares of the draws, in Family order.
-inline constexpr double kShares[static_cast<int>(Family::kCount)] = {0.45, 0.25, 0.20, 0.10};
+// Shares of the draws, in Family order: GQA, MLA sparse (V3.2), MLA dense, combine, MLA MODEL1,
+// the fused GQA step, GQA skip-softmax.
+inline constexpr double kShares[static_cast<int>(Family::kCount)] = {0.34, 0.17, 0.15, 0.07,
+                                                                     0.12, 0.09, 0.06};
 
 struct CaseDraw {
   int index = 0;
@@ -30,6 +33,7 @@ struct CaseDraw {
   MlaSparseDraw mla_sparse;
   MlaDenseDraw mla_dense;
   CombineDraw combine;
+  Model1Draw model1;  // kGqaFused and kGqaSkip draw into `gqa`
 };
 
 inline Family draw_family(Rng& rng) {
@@ -58,6 +62,15 @@ inline std::vector<CaseDraw> draw_cases(int count, std::uint64_t seed) {
   std::vector<MlaDenseLayer> dense_layers(pool_size(count, Family::kMlaDense, 20, 6, 64));
   for (std::size_t i = 0; i < dense_layers.size(); ++i)
     dense_layers[i] = draw_mla_dense_layer(layers_rng, static_cast<int>(i));
+  std::vector<Model1Layer> model1_layers(pool_size(count, Family::kMlaModel1, 20, 6, 64));
+  for (std::size_t i = 0; i < model1_layers.size(); ++i)
+    model1_layers[i] = draw_model1_layer(layers_rng, static_cast<int>(i));
+  std::vector<GqaLayer> fused_layers(pool_size(count, Family::kGqaFused, 10, 8, 200));
+  for (std::size_t i = 0; i < fused_layers.size(); ++i)
+    fused_layers[i] = draw_gqa_fused_layer(layers_rng, static_cast<int>(i));
+  std::vector<GqaLayer> skip_layers(pool_size(count, Family::kGqaSkip, 10, 8, 200));
+  for (std::size_t i = 0; i < skip_layers.size(); ++i)
+    skip_layers[i] = draw_gqa_skip_layer(layers_rng, static_cast<int>(i));
 
   Rng rng(seed * 0x9E3779B97F4A7C15ull + 0xCA5E);
   const auto any = [&](const auto& pool) -> const auto& {
@@ -75,6 +88,9 @@ inline std::vector<CaseDraw> draw_cases(int count, std::uint64_t seed) {
       case Family::kMlaSparse: c.mla_sparse = draw_mla_sparse(rng, any(mla_layers)); break;
       case Family::kMlaDense: c.mla_dense = draw_mla_dense(rng, any(dense_layers)); break;
       case Family::kCombine: c.combine = draw_combine(rng); break;
+      case Family::kMlaModel1: c.model1 = draw_model1(rng, any(model1_layers)); break;
+      case Family::kGqaFused: c.gqa = draw_gqa(rng, any(fused_layers)); break;
+      case Family::kGqaSkip: c.gqa = draw_gqa(rng, any(skip_layers)); break;
       default: break;
     }
   }
@@ -84,7 +100,10 @@ inline std::vector<CaseDraw> draw_cases(int count, std::uint64_t seed) {
 inline std::unique_ptr<DiffCase> build_case(const CaseDraw& c) {
   Rng rng(c.data_seed);
   switch (c.family) {
-    case Family::kGqa: return std::make_unique<GqaDiff>(c.gqa, rng);
+    case Family::kGqa:
+    case Family::kGqaFused:
+    case Family::kGqaSkip: return std::make_unique<GqaDiff>(c.gqa, rng);
+    case Family::kMlaModel1: return std::make_unique<Model1Diff>(c.model1, rng);
     case Family::kMlaSparse: return std::make_unique<MlaSparseDiff>(c.mla_sparse, rng);
     case Family::kMlaDense: return std::make_unique<MlaDenseDiff>(c.mla_dense, rng);
     case Family::kCombine: return std::make_unique<CombineDiff>(c.combine, rng);
@@ -96,19 +115,20 @@ inline std::unique_ptr<DiffCase> build_case(const CaseDraw& c) {
 // data; throws deca::Error where the case would be refused at plan time.
 inline void plan_case(const CaseDraw& c, Device device) {
   switch (c.family) {
-    case Family::kGqa: {
-      GqaConfig cfg = c.gqa.config;
-      cfg.device = device;
-      (void)plan_gqa_decode(cfg);
+    case Family::kGqa:
+    case Family::kGqaFused:
+    case Family::kGqaSkip: {
+      (void)plan_gqa_decode(for_device(c.gqa.config, device));
+      if (c.gqa.tiny) {  // the second pass's exact kernel
+        GqaConfig exact = c.gqa.config;
+        exact.skip_softmax_factor = 0.f;
+        (void)plan_gqa_decode(for_device(exact, device));
+      }
       break;
     }
-    case Family::kMlaSparse:
-    case Family::kMlaDense: {
-      MlaConfig cfg = c.family == Family::kMlaSparse ? c.mla_sparse.config : c.mla_dense.config;
-      cfg.device = device;
-      (void)plan_mla_decode(cfg);
-      break;
-    }
+    case Family::kMlaSparse: (void)plan_mla_decode(for_device(c.mla_sparse.config, device)); break;
+    case Family::kMlaDense: (void)plan_mla_decode(for_device(c.mla_dense.config, device)); break;
+    case Family::kMlaModel1: (void)plan_mla_decode(for_device(c.model1.config, device)); break;
     default: break;  // the combine op has no plan
   }
 }

@@ -6,6 +6,12 @@
 // compiles tens of kernels, not one per case. Everything else is drawn per case: batch, lengths
 // (empty requests included), KV heads, layout, the strided views, scales, sinks, LSE, window and
 // soft-cap values, the plan's maxima above the call's sizes.
+//
+// Two more families share the case: the fused decode step (a layer's rope style and rotary_dim;
+// per case k_new / v_new, the cos/sin cache's dtype, explicit or derived positions; the caches
+// after the call compared bitwise) and skip-softmax (the GPU's "_skip" kernel against the CPU's
+// exact attention within the documented bound, on random or peaked data; or a factor too small to
+// drop a tile, whose GPU run must give the exact kernel's bits on the same fixed split).
 #pragma once
 
 #include <algorithm>
@@ -16,7 +22,9 @@
 #include <vector>
 
 #include "common/diff_case.hpp"
+#include "common/fused_gqa_case.hpp"
 #include "common/paged_gqa_case.hpp"
+#include "common/skip_case.hpp"
 #include "deca/gqa.hpp"
 
 namespace deca::test::diff {
@@ -29,6 +37,9 @@ struct GqaLayer {
   int beam_width = 1;
   DType q_dtype = DType::kBF16, kv_dtype = DType::kBF16, out_dtype = DType::kBF16;
   bool window = false, tree = false, softcap = false, checked = false, fixed_split = false;
+  RopeStyle rope_style = RopeStyle::kNone;  // the fused family's layers: kNeox or kGptj
+  int rotary_dim = 0;                       // fused: 0 = head_dim
+  bool skip = false;                        // the skip family's layers
 };
 
 // Layer `index` of a pool: random, except that the first layers each force one feature on, so
@@ -69,6 +80,26 @@ inline GqaLayer draw_gqa_layer(Rng& rng, int index) {
   return l;
 }
 
+// A fused layer: a GQA layer (every feature and KV dtype) with a rope style and a rotary_dim
+// (whole or partial); the first two take each style with a partial rotation.
+inline GqaLayer draw_gqa_fused_layer(Rng& rng, int index) {
+  GqaLayer l = draw_gqa_layer(rng, index % 8);
+  l.rope_style = (index % 2 == 0) ? RopeStyle::kNeox : RopeStyle::kGptj;
+  const int pairs16 = l.head_dim / 16;
+  l.rotary_dim = index < 2 ? 16 * std::max(1, pairs16 / 2)
+                           : (chance(rng, 0.5) ? 0 : 16 * uniform(rng, 1, pairs16));
+  return l;
+}
+
+// A skip-softmax layer: a GQA layer whose output keeps 8 significant bits or more (the bound's
+// rounding share is relative to the row), the "_skip" kernel.
+inline GqaLayer draw_gqa_skip_layer(Rng& rng, int index) {
+  GqaLayer l = draw_gqa_layer(rng, index % 8);
+  if (l.out_dtype == DType::kFP8E4M3) l.out_dtype = l.q_dtype;
+  l.skip = true;
+  return l;
+}
+
 struct GqaDraw {
   GqaCaseSpec spec;       // the data (sizes, dtypes, features, cache layout)
   GqaConfig config;       // the plan's config; each side sets its device
@@ -78,6 +109,12 @@ struct GqaDraw {
   int table_columns = 0;  // page_table view's columns, <= the table's (its rows then strided)
   float scale_16bit = 0;  // 16-bit caches: the K and V scales (and per-head bases); 0: 1
   int passes = 1;
+  FusedSpec fused;        // fused plans (config.rope_style set): positions, cos/sin dtype
+  // Skip plans (config.skip_softmax_factor > 0): peaked data (`heavy` keys `gap` above the bulk),
+  // and `tiny`: a factor no tile falls under, the second GPU pass the exact kernel (bitwise).
+  bool peaked = false, tiny = false;
+  int heavy = 8;
+  float gap = 12.f;
 };
 
 // Lengths of `requests` requests (beams repeated next to each other), empty ones included, their
@@ -103,6 +140,34 @@ inline std::vector<int> draw_gqa_lengths(Rng& rng, int requests, int beams, int 
     for (int& l : lens) l = l == 0 ? 0 : std::max(q_len, static_cast<int>(l * f));
   }
   return lens;
+}
+
+// At most about 8 splits: the GPU refuses more than its merge holds (the CPU has no splits).
+inline void fix_split(Rng& rng, GqaConfig& c) {
+  c.split_mode = SplitMode::kFixed;
+  c.split_tokens = uniform(rng, (c.max_seq_len + 7) / 8, std::max(c.max_seq_len, 1));
+}
+
+inline void draw_fused_parts(Rng& rng, GqaDraw& d) {
+  d.fused.style = d.config.rope_style;
+  d.fused.rotary_dim = d.config.rotary_dim;
+  d.fused.positions = chance(rng, 0.5);
+  d.fused.position_shift = uniform(rng, 0, 5);
+  d.fused.cos_sin_dtype = pick(rng, {DType::kFP32, DType::kFP32, DType::kBF16, DType::kFP16});
+}
+
+inline void draw_skip_parts(Rng& rng, GqaDraw& d) {
+  d.out_pad = 0;  // the bound reads the outputs as the case lays them out
+  d.peaked = chance(rng, 0.5);
+  d.heavy = uniform(rng, 1, 16);
+  d.gap = static_cast<float>(uniform_real(rng, 4, 16));
+  d.tiny = chance(rng, 0.25);
+  const double f = std::exp(uniform_real(rng, std::log(0.01), std::log(10.0)));
+  d.config.skip_softmax_factor = d.tiny ? 1e-30f : static_cast<float>(f);
+  if (d.tiny) {
+    d.passes = 2;
+    if (d.config.split_mode == SplitMode::kAuto) fix_split(rng, d.config);
+  }
 }
 
 inline GqaDraw draw_gqa(Rng& rng, const GqaLayer& l) {
@@ -151,11 +216,7 @@ inline GqaDraw draw_gqa(Rng& rng, const GqaLayer& l) {
   c.per_head_kv_scale = s.per_head_scales;
   c.window = s.window, c.softcap = s.softcap;
   c.checked = l.checked;
-  if (l.fixed_split) {
-    // At most about 8 splits: the GPU refuses more than its merge holds (the CPU has no splits).
-    c.split_mode = SplitMode::kFixed;
-    c.split_tokens = uniform(rng, (c.max_seq_len + 7) / 8, std::max(c.max_seq_len, 1));
-  }
+  if (l.fixed_split) fix_split(rng, c);
   d.own_pages = uniform(rng, 0, 2);
   if (chance(rng, 0.3)) d.q_pad = 8 * uniform(rng, 1, 4);
   if (chance(rng, 0.3)) d.out_pad = 16 * uniform(rng, 1, 2);
@@ -163,6 +224,9 @@ inline GqaDraw draw_gqa(Rng& rng, const GqaLayer& l) {
   const bool quant = s.kv_dtype == DType::kFP8E4M3 || s.kv_dtype == DType::kINT8;
   if (!quant && chance(rng, 0.4)) d.scale_16bit = static_cast<float>(uniform_real(rng, 0.7, 1.4));
   d.passes = chance(rng, 0.25) ? 2 : 1;
+  c.rope_style = l.rope_style, c.rotary_dim = l.rotary_dim;
+  if (l.rope_style != RopeStyle::kNone) draw_fused_parts(rng, d);
+  if (l.skip) draw_skip_parts(rng, d);
   return d;
 }
 
@@ -173,7 +237,9 @@ class GqaDiff final : public DiffCase {
   GqaDiff(const GqaDraw& d, Rng& rng) : d_(d), c_(build_gqa_case(d.spec, rng)) {
     c_.bind();
     const GqaCaseSpec& s = c_.spec;
-    if (d.config.beam_width > 1) share_prefix_pages(c_, d.config.beam_width, d.own_pages);
+    const bool fused = d.config.rope_style != RopeStyle::kNone;
+    if (d.config.beam_width > 1)
+      share_prefix_pages(c_, d.config.beam_width, d.own_pages, fused ? s.q_len : 0);
     const bool quant = s.kv_dtype == DType::kFP8E4M3 || s.kv_dtype == DType::kINT8;
     if (!quant) {
       // 16-bit caches store real values, so any scale is a valid call; kept near 1 so that the
@@ -185,6 +251,8 @@ class GqaDiff final : public DiffCase {
         c_.v_scales.data<float>()[h] = (1.f + 0.05f * h) / base;
       }
     }
+    if (d.peaked) make_peaked(c_, rng, d.heavy, d.gap);
+    if (fused) fused_ = make_fused_inputs(c_, d.fused, rng);
     if (d.q_pad) q_store_ = padded_copy(c_.q, d.q_pad);
     if (d.out_pad) out_store_ = padded_copy(c_.out, d.out_pad);
 
@@ -214,9 +282,17 @@ class GqaDiff final : public DiffCase {
     a.k_scale = c_.k_scale, a.v_scale = c_.v_scale;
     a.softmax_scale = s.softmax_scale;
     a.out_scale = s.out_scale;
+    if (fused) {
+      a.k_new = fused_.k_new.view(), a.v_new = fused_.v_new.view();
+      a.cos_sin_cache = fused_.cos_sin.view();
+      if (d.fused.positions) a.positions = fused_.positions.view();
+    }
   }
 
-  Family family() const override { return Family::kGqa; }
+  Family family() const override {
+    if (d_.config.rope_style != RopeStyle::kNone) return Family::kGqaFused;
+    return d_.config.skip_softmax_factor > 0.f ? Family::kGqaSkip : Family::kGqa;
+  }
 
   std::string describe() const override {
     const GqaCaseSpec& s = c_.spec;
@@ -244,30 +320,69 @@ class GqaDiff final : public DiffCase {
         " columns=" + std::to_string(args_.page_table.shape[1]) + "/" +
         std::to_string(c_.page_table.shape()[1]) + " q_pad=" + std::to_string(d_.q_pad) +
         " out_pad=" + std::to_string(d_.out_pad) + " passes=" + std::to_string(d_.passes);
+    if (c.rope_style != RopeStyle::kNone) {
+      t += std::string(" rope=") + (c.rope_style == RopeStyle::kNeox ? "neox" : "gptj") +
+           " rotary_dim=" + std::to_string(c.rotary_dim) +
+           " positions=" + std::to_string(d_.fused.positions) +
+           " shift=" + std::to_string(d_.fused.position_shift) +
+           " cos_sin=" + dtype_name(d_.fused.cos_sin_dtype);
+    }
+    if (c.skip_softmax_factor > 0.f) {
+      t += " skip_factor=" + std::to_string(c.skip_softmax_factor) +
+           " tiny=" + std::to_string(d_.tiny) + " peaked=" + std::to_string(d_.peaked) +
+           " heavy=" + std::to_string(d_.heavy) + " gap=" + std::to_string(d_.gap);
+    }
     return t;
   }
 
   std::vector<HostTensor*> tensors() override {
     return case_tensors({&c_.q, &c_.k_pool, &c_.page_table, &c_.seq_lens, &c_.out, &c_.lse},
                         {&c_.v_pool, &c_.tree_mask, &c_.sinks, &c_.k_scales, &c_.v_scales, &q_store_,
-                         &out_store_});
+                         &out_store_, &fused_.k_new, &fused_.v_new, &fused_.cos_sin,
+                         &fused_.positions});
   }
 
+  // The fused step appends to the caches: they are outputs too, compared bitwise.
   std::vector<Output> outputs() override {
-    return decode_outputs(c_.out, out_store_, d_.out_pad, args_.out, c_.lse, args_.lse, c_.spec.lse);
+    std::vector<Output> o =
+        decode_outputs(c_.out, out_store_, d_.out_pad, args_.out, c_.lse, args_.lse, c_.spec.lse);
+    if (d_.config.rope_style == RopeStyle::kNone) return o;
+    o.push_back({"k_cache", &c_.k_pool, c_.k_pool.view(), false, true});
+    if (!c_.v_pool.shape().empty()) o.push_back({"v_cache", &c_.v_pool, c_.v_pool.view(), false, true});
+    return o;
   }
 
   int passes() const override { return d_.passes; }
 
   void keep_plan(Device device) override { kept_ = plan_gqa_decode(for_device(d_.config, device)); }
 
-  std::string run(const Side& side, int) override {
+  // The config a run plans: the draw's, except for skip plans the CPU's (exact attention, what the
+  // GPU's skip kernel is bounded against) and a tiny factor's second GPU pass (the exact kernel).
+  GqaConfig run_config(const Side& side, int pass) const {
+    GqaConfig c = d_.config;
+    if (c.skip_softmax_factor > 0.f && (!side.gpu() || (d_.tiny && pass == 1)))
+      c.skip_softmax_factor = 0.f;
+    return c;
+  }
+
+  std::string run(const Side& side, int pass) override {
+    const GqaConfig config = run_config(side, pass);
+    // Both sides must take the draw's config (a one-sided refusal is a failure).
+    if (!(config == d_.config)) (void)plan_gqa_decode(for_device(d_.config, side.device));
+    return run_as(side, config);
+  }
+
+  // Runs the case with `config` (the draw's, or a variant of it) planned on side.device.
+  std::string run_as(const Side& side, const GqaConfig& config) {
     std::optional<GqaPlan> made;
-    const GqaPlan& plan = plan_for(side, kept_, d_.config, made, plan_gqa_decode);
+    const GqaPlan& plan =
+        config == d_.config ? plan_for(side, kept_, config, made, plan_gqa_decode)
+                            : made.emplace(plan_gqa_decode(for_device(config, side.device)));
     GqaDecodeArgs a = args_;
     to_side(side, plan, a,
             {&a.q, &a.k_cache, &a.v_cache, &a.page_table, &a.seq_lens, &a.out, &a.lse, &a.tree_mask,
-             &a.sinks, &a.k_scales, &a.v_scales});
+             &a.sinks, &a.k_scales, &a.v_scales, &a.k_new, &a.v_new, &a.cos_sin_cache,
+             &a.positions});
     gqa_decode(plan, a);
     if (side.gpu()) check_gqa_run(plan, a.workspace, a.stream);
     return plan.kernel_name;
@@ -304,11 +419,27 @@ class GqaDiff final : public DiffCase {
     return t;
   }
 
+  // Skip plans: the GPU's outputs within the skip bound of the CPU's exact ones (out_pad is 0:
+  // outputs()' storage is the case's out and lse); the rest as compare_output finds it.
+  void compare(const std::vector<Output>& outs, const std::vector<HostTensor>& ref,
+               const std::vector<HostTensor>& got, const Tolerance& t, Mismatch& m) const override {
+    DiffCase::compare(outs, ref, got, t, m);
+    if (d_.config.skip_softmax_factor == 0.f) return;
+    const HostTensor& none = ref[0];  // lse absent: skip_bound reads no LSE
+    const SkipBound b = skip_bound(c_, ref[0], c_.spec.lse ? ref[1] : none, got[0],
+                                   c_.spec.lse ? got[1] : none, d_.config.skip_softmax_factor,
+                                   t.out_rel, t.lse_abs);
+    m.bound_share = b.bad + b.lse_bad > 0 ? std::max(b.worst, 1.0 + 1e-9) : b.worst;
+  }
+
   const GqaDraw& draw() const { return d_; }
+  const GqaCase& gqa_case() const { return c_; }
+  const FusedInputs& fused_inputs() const { return fused_; }
 
  private:
   GqaDraw d_;
   GqaCase c_;
+  FusedInputs fused_;               // fused plans: k_new, v_new, cos/sin cache, positions
   HostTensor q_store_, out_store_;  // padded copies of q / out when their views are strided
   GqaDecodeArgs args_;              // host views
   std::optional<GqaPlan> kept_;     // keep_plan's

@@ -258,6 +258,7 @@ inline MlaDenseDraw draw_mla_dense(Rng& rng, const MlaDenseLayer& l) {
     s.kv_scale = static_cast<float>(uniform_real(rng, 0.005, 0.02));  // not a power of two
   }
   s.spare_blocks = uniform(rng, 0, 3);
+  if (tokens == 0) s.spare_blocks = std::max(s.spare_blocks, 1);  // a pool of at least one block
   s.lse = chance(rng, 0.75);
   if (chance(rng, 0.3))
     s.softmax_scale = static_cast<float>(uniform_real(rng, 0.5, 1.5) / std::sqrt(576.0));

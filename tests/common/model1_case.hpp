@@ -230,10 +230,9 @@ inline std::vector<int> model1_lengths(const Model1Spec& s, int topk, bool ragge
   return lens;
 }
 
-inline Model1Case build_model1_case(const Model1Spec& s, std::mt19937_64& rng) {
-  Model1Case c;
-  c.spec = s;
-  MlaConfig& cfg = c.config;
+// The plan config of a spec's case (the smallest maxima its call needs).
+inline MlaConfig model1_config(const Model1Spec& s) {
+  MlaConfig cfg;
   cfg.num_heads = s.num_heads;
   cfg.page_size = s.page_size;
   cfg.sparse = true;
@@ -247,6 +246,13 @@ inline Model1Case build_model1_case(const Model1Spec& s, std::mt19937_64& rng) {
   cfg.extra_topk = s.extra_topk;
   cfg.extra_page_size = s.extra_page_size;
   cfg.extra_topk_length = s.extra_topk_length;
+  return cfg;
+}
+
+inline Model1Case build_model1_case(const Model1Spec& s, std::mt19937_64& rng) {
+  Model1Case c;
+  c.spec = s;
+  c.config = model1_config(s);
 
   c.kv = make_model1_pool(s.page_size, s.blocks, s.block_pad, rng);
   c.lens = model1_lengths(s, s.topk, s.topk_length, rng);

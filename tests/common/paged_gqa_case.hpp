@@ -298,7 +298,9 @@ inline GqaCase build_gqa_case(const GqaCaseSpec& spec, std::mt19937_64& rng) {
 // every slot the beam reads in it (a longer beam keeps its own copy of beam 0's last, partial
 // page). Pages a beam gave up stay in the pool with their data; the reference reads through the
 // page table, as the kernels do.
-inline void share_prefix_pages(GqaCase& c, int beams, int own_pages) {
+// `own_tail` > 0: no page that holds one of the last own_tail tokens of either beam is shared
+// (the fused step appends there: each request's new tokens must go to pages of its own).
+inline void share_prefix_pages(GqaCase& c, int beams, int own_pages, int own_tail = 0) {
   const auto& s = c.spec;
   const std::int64_t cols = c.page_table.shape()[1];
   int* table = c.page_table.data<int>();
@@ -310,6 +312,7 @@ inline void share_prefix_pages(GqaCase& c, int beams, int own_pages) {
       const int pages = (c.lens[b] + s.page_size - 1) / s.page_size;
       for (int pg = 0; pg < std::min(pages - own_pages, pages0); ++pg) {
         if (std::min(c.lens[b], (pg + 1) * s.page_size) > len0) break;
+        if (own_tail > 0 && (pg + 1) * s.page_size > std::min(len0, c.lens[b]) - own_tail) break;
         table[b * cols + pg] = table[r * beams * cols + pg];
       }
     }

@@ -63,7 +63,9 @@ class HostMirror {
     return copies_.front();
   }
   void poison(const std::vector<Output>& outs) {
-    for (const Output& o : outs) const_cast<HostTensor&>(copy_of(o.storage)).fill_bytes(0xFF);
+    for (const Output& o : outs) {
+      if (!o.in_place) const_cast<HostTensor&>(copy_of(o.storage)).fill_bytes(0xFF);
+    }
   }
 
  private:
@@ -80,6 +82,7 @@ TEST(DifferentialDraw, CpuReferenceRunsEveryDrawnCase) {
     ++per_family[static_cast<int>(d.family)];
     const std::unique_ptr<DiffCase> c = build_case(d);
     const std::vector<Output> outs = c->outputs();
+    const std::vector<HostTensor> before = save_in_place(outs);
     poison(outs);
     // Every case, not only the mirrored fifth: each view lies in a tensor of the case, or the GPU
     // mirror leaves it on the host and the GPU refuses the call (a pool of no pages once put V
@@ -103,7 +106,8 @@ TEST(DifferentialDraw, CpuReferenceRunsEveryDrawnCase) {
     // lost outside it (a write past the view) is what this sees.
     Mismatch m;
     const std::vector<HostTensor> got = snapshot(outs);
-    for (std::size_t k = 0; k < outs.size(); ++k) compare_output(outs[k], got[k], got[k], m);
+    restore_in_place(outs, before);  // the mirrored run starts from the case's caches
+    c->compare(outs, got, got, Tolerance{0, 0, 0}, m);
     if (!m.within(Tolerance{0, 0, 0}) && failures++ < 10) {
       ADD_FAILURE() << "case " << d.index << ": " << m.text() << "\n  " << c->describe();
     }
@@ -142,6 +146,20 @@ TEST(DifferentialDraw, DrawsCoverEveryFeature) {
   };
   const auto comb = [](std::function<bool(const CombineDraw&)> p) -> Pred {
     return [p](const CaseDraw& c) { return c.family == Family::kCombine && p(c.combine); };
+  };
+  const auto m1 = [](std::function<bool(const Model1Spec&)> p) -> Pred {
+    return [p](const CaseDraw& c) { return c.family == Family::kMlaModel1 && p(c.model1.spec); };
+  };
+  const auto fused = [](std::function<bool(const GqaDraw&)> p) -> Pred {
+    return [p](const CaseDraw& c) { return c.family == Family::kGqaFused && p(c.gqa); };
+  };
+  const auto skip = [](std::function<bool(const GqaDraw&)> p) -> Pred {
+    return [p](const CaseDraw& c) { return c.family == Family::kGqaSkip && p(c.gqa); };
+  };
+  const auto either_page = [](int page) {
+    return [page](const Model1Spec& s) {
+      return s.page_size == page || (s.extra_topk > 0 && s.extra_page_size == page);
+    };
   };
   const std::vector<std::pair<std::string, Pred>> features = {
       {"gqa kv bf16", gqa([](const GqaDraw& d) { return d.spec.kv_dtype == DType::kBF16; })},
@@ -233,6 +251,61 @@ TEST(DifferentialDraw, DrawsCoverEveryFeature) {
       {"combine strided partial_out", comb([](const CombineDraw& d) { return d.po_pad > 0; })},
       {"combine strided partial_lse", comb([](const CombineDraw& d) { return d.pl_pad > 0; })},
       {"combine strided out", comb([](const CombineDraw& d) { return d.out_pad > 0; })},
+      {"model1 one cache", m1([](const Model1Spec& s) { return s.extra_topk == 0; })},
+      {"model1 two caches", m1([](const Model1Spec& s) { return s.extra_topk > 0; })},
+      {"model1 page 1", m1(either_page(1))},
+      {"model1 page 2", m1(either_page(2))},
+      {"model1 page 61", m1(either_page(61))},
+      {"model1 page 256", m1(either_page(256))},
+      {"model1 ragged topk_length", m1([](const Model1Spec& s) { return s.topk_length; })},
+      {"model1 ragged extra_topk_length",
+       m1([](const Model1Spec& s) { return s.extra_topk_length; })},
+      {"model1 -1 entries", m1([](const Model1Spec& s) { return s.skip > 0; })},
+      {"model1 a row of only -1", m1([](const Model1Spec& s) { return s.all_invalid_row; })},
+      {"model1 duplicates", m1([](const Model1Spec& s) { return s.duplicates > 0; })},
+      {"model1 sinks", m1([](const Model1Spec& s) { return s.attn_sink; })},
+      {"model1 heads > 64 odd", m1([](const Model1Spec& s) { return s.num_heads > 64 && s.num_heads % 2; })},
+      {"model1 one head", m1([](const Model1Spec& s) { return s.num_heads == 1; })},
+      {"model1 q_len 4", m1([](const Model1Spec& s) { return s.q_len == 4; })},
+      {"model1 topk not a multiple of 64", m1([](const Model1Spec& s) { return s.topk % 64 != 0; })},
+      {"model1 strided views", m1([](const Model1Spec& s) { return s.strided; })},
+      {"model1 padded blocks", m1([](const Model1Spec& s) { return s.block_pad > 0; })},
+      {"model1 checked", [](const CaseDraw& c) {
+         return c.family == Family::kMlaModel1 && c.model1.config.checked;
+       }},
+      {"model1 reused schedule", [](const CaseDraw& c) {
+         return c.family == Family::kMlaModel1 && c.model1.passes == 2;
+       }},
+      {"fused neox", fused([](const GqaDraw& d) { return d.fused.style == RopeStyle::kNeox; })},
+      {"fused gptj", fused([](const GqaDraw& d) { return d.fused.style == RopeStyle::kGptj; })},
+      {"fused partial rotary_dim", fused([](const GqaDraw& d) {
+         return d.config.rotary_dim > 0 && d.config.rotary_dim < d.spec.head_dim;
+       })},
+      {"fused explicit positions", fused([](const GqaDraw& d) { return d.fused.positions; })},
+      {"fused derived positions", fused([](const GqaDraw& d) { return !d.fused.positions; })},
+      {"fused cos/sin bf16 or fp16",
+       fused([](const GqaDraw& d) { return d.fused.cos_sin_dtype != DType::kFP32; })},
+      {"fused kv bf16", fused([](const GqaDraw& d) { return d.spec.kv_dtype == DType::kBF16; })},
+      {"fused kv fp16", fused([](const GqaDraw& d) { return d.spec.kv_dtype == DType::kFP16; })},
+      {"fused kv fp8", fused([](const GqaDraw& d) { return d.spec.kv_dtype == DType::kFP8E4M3; })},
+      {"fused kv int8", fused([](const GqaDraw& d) { return d.spec.kv_dtype == DType::kINT8; })},
+      {"fused 8-bit per-head scales", fused([](const GqaDraw& d) {
+         return d.spec.per_head_scales &&
+                (d.spec.kv_dtype == DType::kFP8E4M3 || d.spec.kv_dtype == DType::kINT8);
+       })},
+      {"fused q_len 4", fused([](const GqaDraw& d) { return d.spec.q_len == 4; })},
+      {"fused tree", fused([](const GqaDraw& d) { return d.spec.tree_mask && d.spec.q_len > 1; })},
+      {"fused window", fused([](const GqaDraw& d) { return d.spec.window > 0; })},
+      {"fused beams", fused([](const GqaDraw& d) { return d.config.beam_width > 1; })},
+      {"fused fixed split",
+       fused([](const GqaDraw& d) { return d.config.split_mode == SplitMode::kFixed; })},
+      {"skip peaked", skip([](const GqaDraw& d) { return d.peaked && !d.tiny; })},
+      {"skip random data", skip([](const GqaDraw& d) { return !d.peaked && !d.tiny; })},
+      {"skip factor >= 1",
+       skip([](const GqaDraw& d) { return d.config.skip_softmax_factor >= 1.f; })},
+      {"skip tiny factor against the exact kernel", skip([](const GqaDraw& d) { return d.tiny; })},
+      {"skip kv fp8", skip([](const GqaDraw& d) { return d.spec.kv_dtype == DType::kFP8E4M3; })},
+      {"skip beams", skip([](const GqaDraw& d) { return d.config.beam_width > 1; })},
   };
   for (const auto& [name, has] : features) {
     int n = 0;
@@ -303,6 +376,93 @@ TEST(DifferentialDraw, CompareFindsEachKindOfMismatch) {
   check(
       "a finite LSE for a row without keys", [&](auto& g) { g[1].set(row_of_empty, 0.f); },
       [](const Mismatch& m) { return m.inf_mismatch > 0; });
+}
+
+// The fused family's CPU runs leave the caches as "rotate, then append" through separate steps
+// (the test's own arithmetic, common/fused_gqa_case.hpp) leaves them: the new tokens in their
+// slots, every other byte (other requests', shared beam pages, spare pages) as it was.
+TEST(DifferentialDraw, FusedCachesAreRotateThenAppend) {
+  DECA_SEED_TRACE();
+  int n = 0;
+  for (const CaseDraw& d : draw_cases(kCases, test_seed())) {
+    if (d.family != Family::kGqaFused) continue;
+    ++n;
+    const std::unique_ptr<DiffCase> c = build_case(d);
+    auto& g = dynamic_cast<GqaDiff&>(*c);
+    const Unfused want = rotate_and_append(g.gqa_case(), g.fused_inputs());
+    c->run(Side{}, 0);
+    EXPECT_TRUE(same_bytes(g.gqa_case().k_pool, want.k_pool)) << c->describe();
+    if (!want.v_pool.shape().empty())
+      EXPECT_TRUE(same_bytes(g.gqa_case().v_pool, want.v_pool)) << c->describe();
+  }
+  EXPECT_GT(n, 0);
+}
+
+// The skip family's bound on the CPU: the reference's own skip-softmax (64-key tiles) against
+// its exact attention on every drawn skip case, and the bound's peaked data make it drop tiles.
+TEST(DifferentialDraw, CpuSkipWithinTheBound) {
+  DECA_SEED_TRACE();
+  int n = 0, changed = 0;
+  for (const CaseDraw& d : draw_cases(kCases, test_seed())) {
+    if (d.family != Family::kGqaSkip) continue;
+    ++n;
+    const std::unique_ptr<DiffCase> c = build_case(d);
+    const std::vector<Output> outs = c->outputs();
+    poison(outs);
+    c->run(Side{}, 0);  // the CPU side: exact attention
+    const std::vector<HostTensor> exact = snapshot(outs);
+    poison(outs);
+    dynamic_cast<GqaDiff&>(*c).run_as(Side{}, d.gqa.config);
+    const std::vector<HostTensor> skipped = snapshot(outs);
+    Mismatch m;
+    c->compare(outs, exact, skipped, Tolerance{std::ldexp(1.0, -7), 0, 1e-5}, m);
+    EXPECT_TRUE(m.within(Tolerance{})) << m.text() << "\n  " << c->describe();
+    changed += !same_bytes(exact[0], skipped[0]);
+  }
+  EXPECT_GT(n, 0);
+  EXPECT_GT(changed, 0) << "no drawn skip case dropped a tile on the CPU";
+}
+
+// The new comparisons see their failures: a cache byte not as the reference left it, an output
+// element or an LSE outside the skip bound.
+TEST(DifferentialDraw, CompareFindsCacheAndSkipMismatches) {
+  DECA_SEED_TRACE();
+  const std::vector<CaseDraw> draws = draw_cases(kCases, test_seed());
+  const auto first = [&](Family f, const std::function<bool(const CaseDraw&)>& ok) {
+    for (const CaseDraw& d : draws) {
+      if (d.family == f && ok(d)) return &d;
+    }
+    return static_cast<const CaseDraw*>(nullptr);
+  };
+  const auto spoiled = [](const CaseDraw& d, const std::function<void(std::vector<HostTensor>&)>& spoil) {
+    const std::unique_ptr<DiffCase> c = build_case(d);
+    const std::vector<Output> outs = c->outputs();
+    poison(outs);
+    c->run(Side{}, 0);
+    const std::vector<HostTensor> ref = snapshot(outs);
+    std::vector<HostTensor> got = ref;
+    spoil(got);
+    Mismatch m;
+    c->compare(outs, ref, got, c->tolerance(""), m);
+    return m;
+  };
+  const CaseDraw* fused = first(Family::kGqaFused, [](const CaseDraw&) { return true; });
+  ASSERT_NE(fused, nullptr);
+  const Mismatch cache = spoiled(*fused, [](auto& g) {
+    static_cast<unsigned char*>(g.back().raw())[g.back().bytes() / 2] ^= 1;  // a cache byte
+  });
+  EXPECT_GT(cache.in_place_bytes, 0) << cache.text();
+  EXPECT_FALSE(cache.within(Tolerance{}));
+  const CaseDraw* skip = first(Family::kGqaSkip, [](const CaseDraw& d) {
+    return d.gqa.spec.lse && std::count(d.gqa.spec.seq_lens.begin(), d.gqa.spec.seq_lens.end(), 0) == 0;
+  });
+  ASSERT_NE(skip, nullptr);
+  const Mismatch element = spoiled(*skip, [](auto& g) { g[0].set(0, g[0].get(0) + 100.f); });
+  EXPECT_GT(element.bound_share, 1) << element.text();
+  EXPECT_FALSE(element.within(Tolerance{}));
+  const Mismatch lse = spoiled(*skip, [](auto& g) { g[1].set(0, g[1].get(0) + 1.f); });
+  EXPECT_GT(lse.bound_share, 1) << lse.text();  // a skip run's LSE is never above the exact one
+  EXPECT_FALSE(lse.within(Tolerance{}));
 }
 
 // A case is its seed: building it twice gives the same bytes, and a shorter run of the same seed
