@@ -53,24 +53,19 @@ inline int pool_size(int count, Family f, int cases_per_layer, int lo, int hi) {
 
 inline std::vector<CaseDraw> draw_cases(int count, std::uint64_t seed) {
   Rng layers_rng(seed * 0x9E3779B97F4A7C15ull + 0xD1F7);
-  std::vector<GqaLayer> gqa_layers(pool_size(count, Family::kGqa, 12, 8, 400));
-  for (std::size_t i = 0; i < gqa_layers.size(); ++i)
-    gqa_layers[i] = draw_gqa_layer(layers_rng, static_cast<int>(i));
-  std::vector<MlaSparseLayer> mla_layers(pool_size(count, Family::kMlaSparse, 25, 4, 64));
-  for (std::size_t i = 0; i < mla_layers.size(); ++i)
-    mla_layers[i] = draw_mla_sparse_layer(layers_rng, static_cast<int>(i));
-  std::vector<MlaDenseLayer> dense_layers(pool_size(count, Family::kMlaDense, 20, 6, 64));
-  for (std::size_t i = 0; i < dense_layers.size(); ++i)
-    dense_layers[i] = draw_mla_dense_layer(layers_rng, static_cast<int>(i));
-  std::vector<Model1Layer> model1_layers(pool_size(count, Family::kMlaModel1, 20, 6, 64));
-  for (std::size_t i = 0; i < model1_layers.size(); ++i)
-    model1_layers[i] = draw_model1_layer(layers_rng, static_cast<int>(i));
-  std::vector<GqaLayer> fused_layers(pool_size(count, Family::kGqaFused, 10, 8, 200));
-  for (std::size_t i = 0; i < fused_layers.size(); ++i)
-    fused_layers[i] = draw_gqa_fused_layer(layers_rng, static_cast<int>(i));
-  std::vector<GqaLayer> skip_layers(pool_size(count, Family::kGqaSkip, 10, 8, 200));
-  for (std::size_t i = 0; i < skip_layers.size(); ++i)
-    skip_layers[i] = draw_gqa_skip_layer(layers_rng, static_cast<int>(i));
+  const auto pool = [&](Family f, int cases_per_layer, int lo, int hi, auto draw_layer) {
+    std::vector<decltype(draw_layer(layers_rng, 0))> layers(
+        pool_size(count, f, cases_per_layer, lo, hi));
+    for (std::size_t i = 0; i < layers.size(); ++i)
+      layers[i] = draw_layer(layers_rng, static_cast<int>(i));
+    return layers;
+  };
+  const auto gqa_layers = pool(Family::kGqa, 12, 8, 400, draw_gqa_layer);
+  const auto mla_layers = pool(Family::kMlaSparse, 25, 4, 64, draw_mla_sparse_layer);
+  const auto dense_layers = pool(Family::kMlaDense, 20, 6, 64, draw_mla_dense_layer);
+  const auto model1_layers = pool(Family::kMlaModel1, 20, 6, 64, draw_model1_layer);
+  const auto fused_layers = pool(Family::kGqaFused, 10, 8, 200, draw_gqa_fused_layer);
+  const auto skip_layers = pool(Family::kGqaSkip, 10, 8, 200, draw_gqa_skip_layer);
 
   Rng rng(seed * 0x9E3779B97F4A7C15ull + 0xCA5E);
   const auto any = [&](const auto& pool) -> const auto& {

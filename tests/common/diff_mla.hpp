@@ -88,6 +88,13 @@ struct MlaSparseDraw {
   int passes = 1;              // 2: the second GPU run reuses the first's schedule
 };
 
+// A sparse plan's maxima above the call's sizes (each often) and its checked switch.
+inline void draw_sparse_maxima(Rng& rng, MlaConfig& c, int max_q_len, bool checked) {
+  if (chance(rng, 0.3)) c.max_batch += uniform(rng, 1, 8);
+  if (chance(rng, 0.3)) c.max_q_len = max_q_len;
+  c.checked = checked;
+}
+
 inline MlaSparseDraw draw_mla_sparse(Rng& rng, const MlaSparseLayer& l) {
   MlaSparseDraw d;
   MlaCaseSpec& s = d.spec;
@@ -120,9 +127,7 @@ inline MlaSparseDraw draw_mla_sparse(Rng& rng, const MlaSparseLayer& l) {
 
   d.config = sparse_config(s, Device::cpu());
   if (chance(rng, 0.3)) d.config.kv_format = MlaCacheFormat::kFP8Sparse;  // what kDefault means
-  if (chance(rng, 0.3)) d.config.max_batch += uniform(rng, 1, 8);
-  if (chance(rng, 0.3)) d.config.max_q_len = 3;
-  d.config.checked = l.checked;
+  draw_sparse_maxima(rng, d.config, 3, l.checked);
   if (chance(rng, 0.3)) d.q_pad = 8 * uniform(rng, 1, 4);
   if (chance(rng, 0.3)) d.out_pad = 8 * uniform(rng, 1, 4);
   if (chance(rng, 0.25)) d.slot_pad = 16 * uniform(rng, 1, 2);

@@ -99,11 +99,9 @@ inline Model1Draw draw_model1(Rng& rng, const Model1Layer& l) {
   s.duplicates = uniform(rng, 0, 4);
   s.all_invalid_row = chance(rng, 0.2);
 
-  d.config = model1_config(s);
-  if (chance(rng, 0.3)) d.config.max_batch += uniform(rng, 1, 8);
-  if (chance(rng, 0.3)) d.config.max_q_len = 4;
-  d.config.checked = l.checked;
   d.passes = chance(rng, 0.3) ? 2 : 1;
+  d.config = model1_config(s);
+  draw_sparse_maxima(rng, d.config, 4, l.checked);
   return d;
 }
 
