@@ -151,6 +151,8 @@ class Model1Diff final : public MlaDecodeDiff<MlaSparseArgs> {
     return o;
   }
 
+  const Model1Case& model1_case() const { return c_; }
+
  private:
   // `pool`'s bytes copied into `bytes`, and its [blocks, page, 1, 584] view over the copy.
   static TensorView pool_view(const Model1Pool& pool, HostTensor& bytes) {

@@ -429,6 +429,41 @@ TEST(DifferentialDraw, CpuSkipWithinTheBound) {
   EXPECT_GT(changed, 0) << "no drawn skip case dropped a tile on the CPU";
 }
 
+// The MODEL1 family's CPU side against the float64 semantics (common/model1_case.hpp's brute
+// force) on the drawn cases small enough for it: the reference the GPU is held to, on the draws'
+// page sizes, lengths, holes, duplicates and sinks.
+TEST(DifferentialDraw, Model1CpuMatchesBruteForce) {
+  DECA_SEED_TRACE();
+  int n = 0;
+  for (const CaseDraw& d : draw_cases(kCases, test_seed())) {
+    const Model1Spec& s = d.model1.spec;
+    if (d.family != Family::kMlaModel1 ||
+        static_cast<std::int64_t>(s.batch) * s.q_len * s.num_heads * (s.topk + s.extra_topk) > (1 << 16))
+      continue;
+    ++n;
+    const std::unique_ptr<DiffCase> c = build_case(d);
+    c->run(Side{}, 0);
+    const Model1Case& m = dynamic_cast<Model1Diff&>(*c).model1_case();
+    const MlaExpected e = m.brute_force();
+    const HostTensor out = m.out_rows(), lse = m.lse_rows();
+    // Each element within bf16 rounding of its row's largest value (fp32 sums cancel: an element
+    // far below the row's scale keeps no relative precision); the LSE within float rounding.
+    long long bad = 0;
+    for (std::size_t row = 0; row < e.lse.size(); ++row) {
+      double scale = 0;
+      for (int k = 0; k < 512; ++k) scale = std::max(scale, std::fabs(double(e.out[row * 512 + k])));
+      for (int k = 0; k < 512; ++k) {
+        const double want = double(e.out[row * 512 + k]);
+        bad += !(std::fabs(out.get(static_cast<std::int64_t>(row * 512 + k)) - want) <= scale * 0x1p-7);
+      }
+      const double want = double(e.lse[row]), got = lse.data<float>()[row];
+      if (s.lse) bad += std::isinf(want) ? got != want : !(std::fabs(got - want) <= 1e-5 * (1 + std::fabs(want)));
+    }
+    EXPECT_EQ(bad, 0) << c->describe();
+  }
+  EXPECT_GT(n, 0);
+}
+
 // The new comparisons see their failures: a cache byte not as the reference left it, an output
 // element or an LSE outside the skip bound.
 TEST(DifferentialDraw, CompareFindsCacheAndSkipMismatches) {
