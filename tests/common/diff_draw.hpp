@@ -64,8 +64,8 @@ inline std::vector<CaseDraw> draw_cases(int count, std::uint64_t seed) {
   const auto mla_layers = pool(Family::kMlaSparse, 25, 4, 64, draw_mla_sparse_layer);
   const auto dense_layers = pool(Family::kMlaDense, 20, 6, 64, draw_mla_dense_layer);
   const auto model1_layers = pool(Family::kMlaModel1, 20, 6, 64, draw_model1_layer);
-  const auto fused_layers = pool(Family::kGqaFused, 10, 8, 200, draw_gqa_fused_layer);
-  const auto skip_layers = pool(Family::kGqaSkip, 10, 8, 200, draw_gqa_skip_layer);
+  const auto fused_layers = pool(Family::kGqaFused, 20, 8, 64, draw_gqa_fused_layer);
+  const auto skip_layers = pool(Family::kGqaSkip, 20, 8, 64, draw_gqa_skip_layer);
 
   Rng rng(seed * 0x9E3779B97F4A7C15ull + 0xCA5E);
   const auto any = [&](const auto& pool) -> const auto& {
