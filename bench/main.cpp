@@ -149,146 +149,97 @@ nlohmann::json device_json(const DeviceInfo& d) {
           {"runtime_version", d.runtime_version}};
 }
 
-int run(int argc, char** argv) {
-  CLI::App app{"deca-bench: decode-attention benchmark (GQA paged decode, MLA decode).\n"
-               "Shapes: docs/benchmarks.md; timing: one launch with a cold L2, median of "
-               "--iters after --warmup, plus back-to-back launches in a CUDA graph."};
-  bool list = false, check = false, host_cost = false, checked = false;
+// The command line: every option's value (defaults as --help prints them).
+struct Cli {
+  bool list = false, check = false, host_cost = false, checked = false, fused = false;
+  float skip_softmax = 0.f;
+  std::string dist = "uniform";
   std::vector<std::string> presets, shapes;
-  std::string json_path, backend = "auto", precompile_preset, layout_name = "nhd";
+  std::string json_path, backend = "auto", precompile_preset, layout_name = "nhd", mla_schedule = "once";
   int iters = 0, warmup = -1, device = 0, check_requests = 8, arch = 0, host_calls = 2000;
   unsigned jobs = std::max(1u, std::thread::hardware_concurrency());
   double check_tol = 0.01;
-  app.add_flag("--list", list, "list the presets and groups, then exit");
-  app.add_option("--preset", presets,
+};
+
+void add_options(CLI::App& app, Cli& o) {
+  app.add_flag("--list", o.list, "list the presets and groups, then exit");
+  app.add_option("--preset", o.presets,
                  "group (small, gqa, anchors, mla, all), shape or case name; repeatable "
                  "(default: gqa on a GPU, small on the CPU)");
-  app.add_option("--shape", shapes, kShapeHelp);
-  app.add_flag("--host-cost", host_cost,
+  app.add_option("--shape", o.shapes, kShapeHelp);
+  app.add_flag("--host-cost", o.host_cost,
                "also time the host side of one gqa_decode call (argument checks, kernel lookup, "
                "launch; no synchronisation): median of --host-calls calls, printed with its two "
                "parts: the launch floor (cuLaunchKernelEx of an empty kernel with a parameter "
                "struct of the same size) and deca's own (the call without the launch). On the CPU "
                "backend the calls have 0 requests, so no attention is computed in the timed part");
-  std::string mla_schedule = "once";
-  app.add_option("--mla-schedule", mla_schedule,
+  app.add_option("--mla-schedule", o.mla_schedule,
                  "MLA on the GPU (sparse and dense): 'once' (default) schedules in the first run of "
                  "a case and reuses that schedule in the timed ones, as the layers of a decode step "
                  "do (Mla*Args::reuse_schedule; FlashMLA is timed so, its metadata made ahead); "
                  "'every' schedules in every run (one layer alone)")
       ->check(CLI::IsMember({"once", "every"}));
-  app.add_option("--host-calls", host_calls, "calls timed by --host-cost (default 2000)")
+  app.add_option("--host-calls", o.host_calls, "calls timed by --host-cost (default 2000)")
       ->check(CLI::Range(1, 1 << 30));
-  app.add_option("--json", json_path, "write the results to this JSON file");
-  app.add_option("--backend", backend, "auto (the GPU when present), cpu or cuda")
+  app.add_option("--json", o.json_path, "write the results to this JSON file");
+  app.add_option("--backend", o.backend, "auto (the GPU when present), cpu or cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
-  app.add_flag("--check", check,
+  app.add_flag("--check", o.check,
                "compare with the CPU reference (GPU: --check-requests sampled requests per case; "
                "on by default for the CPU default run)");
-  app.add_flag("--checked", checked,
+  app.add_flag("--fused", o.fused,
+               "GQA cases also time the fused decode step (RoPE + KV append + decode, one launch) "
+               "on the same cache, and rotate + append + decode as three launches (GPU), printed "
+               "under each row and summed up at the end");
+  app.add_flag("--checked", o.checked,
                "run every case twice, unchecked then checked (GqaConfig / MlaConfig::checked: "
                "the kernels range-test the page ids, lengths and indices they read; names end in "
                "_chk, the row in \" chk\"), and print the checked mode's cost per case");
-  app.add_option("--check-requests", check_requests, "requests compared per case on the GPU")
+  app.add_option("--check-requests", o.check_requests, "requests compared per case on the GPU")
       ->check(CLI::Range(1, 1 << 30));
-  app.add_option("--check-tol", check_tol,
+  app.add_option("--check-tol", o.check_tol,
                  "largest relative RMS error --check accepts (default 0.01: bf16 output "
                  "rounding is ~0.003)")
       ->check(CLI::Range(0.0, 1.0));
-  app.add_option("--iters", iters, "timed runs per case (default: 20 GPU, 3 CPU)")
+  app.add_option("--iters", o.iters, "timed runs per case (default: 20 GPU, 3 CPU)")
       ->check(CLI::Range(1, 1 << 30));
-  app.add_option("--warmup", warmup, "untimed runs first (default: 5 GPU, 1 CPU)")
+  app.add_option("--warmup", o.warmup, "untimed runs first (default: 5 GPU, 1 CPU)")
       ->check(CLI::Range(0, 1 << 30));
-  CLI::Option* precompile_opt = app.add_option("--precompile", precompile_preset,
+  CLI::Option* precompile_opt = app.add_option("--precompile", o.precompile_preset,
                  "compile every GPU kernel specialization of this preset (or all; with --shape "
                  "too) into the kernel cache, in parallel (--jobs), then exit");
-  app.add_option("--jobs", jobs, "threads for --precompile (default: every core)")
+  app.add_option("--jobs", o.jobs, "threads for --precompile (default: every core)")
       ->check(CLI::Range(1, 1024));
-  app.add_option("--arch", arch,
+  app.add_option("--arch", o.arch,
                  "with --precompile: the compute capability to compile for (80, 86, 89, 90, ...); "
                  "needs no GPU (default: the device's)")
       ->check(CLI::Range(1, 1000))
       ->needs(precompile_opt);
-  app.add_option("--device", device, "CUDA device index")->check(CLI::Range(0, 1 << 30));
-  app.add_option("--layout", layout_name, "GQA KV cache layout: nhd (vLLM) or hnd")
+  app.add_option("--device", o.device, "CUDA device index")->check(CLI::Range(0, 1 << 30));
+  app.add_option("--layout", o.layout_name, "GQA KV cache layout: nhd (vLLM) or hnd")
       ->check(CLI::IsMember({"nhd", "hnd"}));
-  float skip_softmax = 0.f;
-  std::string dist = "uniform";
-  app.add_option("--skip-softmax", skip_softmax,
+  app.add_option("--skip-softmax", o.skip_softmax,
                  "GQA cases with skip-softmax at this factor (GqaConfig::skip_softmax_factor; the "
                  "row times the skip kernel), each also timed with the exact kernel on the same "
                  "data; a closing table gives the time saved, the equivalent KV GB/s (the exact "
                  "kernel's bytes / time), the V rows the kernel skipped and the output's relative "
                  "RMS against the exact kernel's (docs/benchmarks.md)")
       ->check(CLI::PositiveNumber);
-  app.add_option("--dist", dist,
+  app.add_option("--dist", o.dist,
                  "GQA data: uniform (default: q, K, V uniform random) or peaked (16 keys per "
                  "request and kv head whose logits sit ~20 above the rest; docs/benchmarks.md)")
       ->check(CLI::IsMember({"uniform", "peaked"}));
-  CLI11_PARSE(app, argc, argv);
+}
 
-  if (list) {
-    print_presets(std::cout);
-    return 0;
-  }
-  if (!json_path.empty()) {
-    if (const std::string why = json_path_problem(json_path); !why.empty()) {
-      std::cerr << "deca-bench: --json: expected a path where a file can be written, got '"
-                << json_path << "': " << why << "\n";
-      return 2;
-    }
-  }
-  std::vector<BenchCase> shape_cases;
-  for (const std::string& spec : shapes) shape_cases.push_back(parse_shape(spec));
-  const deca::KvLayout layout = layout_name == "hnd" ? deca::KvLayout::kHND : deca::KvLayout::kNHD;
-  const bool gpu = deca::cuda::available();
-  if (!precompile_preset.empty()) {
-    if (!gpu && arch == 0) {
-      std::cerr << "deca-bench: --precompile: no CUDA device found: name the compute capability "
-                   "to compile for with --arch (e.g. --arch 90 for Hopper)\n";
-      return 2;
-    }
-    std::vector<BenchCase> cases = collect({precompile_preset});
-    cases.insert(cases.end(), shape_cases.begin(), shape_cases.end());
-    return precompile(cases, layout, device, arch, jobs, skip_softmax);
-  }
-
-  RunOptions opt;
-  opt.cuda = backend == "cuda" || (backend == "auto" && gpu);
-  if (opt.cuda && !gpu) {
-    std::cerr << "deca-bench: --backend cuda: no CUDA GPU found (driver or device missing)\n";
-    return 2;
-  }
-  const bool default_run = presets.empty() && shape_cases.empty();
-  if (default_run) {
-    if (opt.cuda) {
-      presets = {"gqa"};
-    } else {
-      if (!gpu) std::cout << "no CUDA GPU found: running the CPU backend on the small preset\n";
-      presets = {"small"};
-    }
-  }
-  opt.device = device;
-  opt.layout = layout;
-  opt.iters = iters > 0 ? iters : (opt.cuda ? 20 : 3);
-  opt.warmup = warmup >= 0 ? warmup : (opt.cuda ? 5 : 1);
-  opt.check = check || (default_run && !opt.cuda);
-  opt.check_requests = check_requests;
-  opt.host_calls = host_cost ? host_calls : 0;
-  opt.mla_schedule_every = mla_schedule == "every";
-  opt.skip_softmax = skip_softmax;
-  opt.peaked = dist == "peaked";
-  opt.seed = run_seed();
-  std::vector<BenchCase> cases = collect(presets);
-  cases.insert(cases.end(), shape_cases.begin(), shape_cases.end());
-
+// The run's description (device, timing method, commit, seed), printed and kept for the JSON;
+// on the GPU the timer (opt.timer) is made here and the copy bandwidth measured.
+RunInfo describe_run(RunOptions& opt, std::unique_ptr<GpuTimer>& timer) {
   RunInfo info;
   info.git_commit = git_commit();
   info.date = utc_now_iso8601();
   info.seed = std::to_string(opt.seed);
-  std::unique_ptr<GpuTimer> timer;
   if (opt.cuda) {
-    timer = std::make_unique<GpuTimer>(device);
+    timer = std::make_unique<GpuTimer>(opt.device);
     opt.timer = timer.get();
     const DeviceInfo& d = timer->info();
     info.device = device_json(d);
@@ -314,16 +265,61 @@ int run(int argc, char** argv) {
   }
   std::cout << "commit " << info.git_commit << ", seed " << info.seed
             << (opt.check ? ", checking against the CPU reference" : "") << "\n\n";
+  return info;
+}
 
-  Report report(std::cout, info);
-  report.print_header();
+// --checked: a case's unchecked and checked medians (single launch and, on the GPU, in a graph).
+struct CheckedCost {
+  std::string name;
+  double plain_us, checked_us;
+  std::optional<double> plain_graph_us, checked_graph_us;
+};
+
+// The checked mode's price per case: median single launch (cold L2) and, on the GPU, the
+// per-launch median inside a CUDA graph, checked over unchecked. MLA sparse rows compare the
+// portable checked kernel with whatever the unchecked plan ran (the sm90 kernel on Hopper unless
+// DECA_MLA_KERNEL=portable).
+void print_checked_costs(const std::vector<CheckedCost>& costs) {
+  std::cout << "\nchecked mode cost (checked / unchecked - 1):\n";
+  for (const CheckedCost& k : costs) {
+    std::cout << "  " << std::left << std::setw(28) << k.name << std::right << std::fixed
+              << std::setprecision(2) << std::setw(8) << 100.0 * (k.checked_us / k.plain_us - 1.0)
+              << " %  (" << k.plain_us << " -> " << k.checked_us << " us)";
+    if (k.plain_graph_us && k.checked_graph_us && *k.plain_graph_us > 0) {
+      std::cout << "   graph " << std::setw(7) << 100.0 * (*k.checked_graph_us / *k.plain_graph_us - 1.0)
+                << " %";
+    }
+    std::cout << "\n";
+  }
+  std::cout.unsetf(std::ios::floatfield);
+}
+
+// One case on opt's backend: its row, with --check's verdict against check_tol, or the error.
+CaseResult run_case(const BenchCase& c, const RunOptions& opt, double check_tol) {
+  CaseResult r;
+  try {
+    r = c.family == Family::kGqa ? run_gqa_case(c, opt) : run_mla_case(c, opt);
+    if (opt.checked) r.name += " chk";
+    if (r.rel_rms_err && std::isnan(*r.rel_rms_err)) {
+      r.check_failed = "non-finite output (rows left unwritten, or NaN produced)";
+    } else if (r.rel_rms_err && *r.rel_rms_err > check_tol) {
+      r.check_failed = "relative RMS error " + std::to_string(*r.rel_rms_err) + " above --check-tol " +
+                       std::to_string(check_tol);
+    }
+  } catch (const std::exception& e) {
+    r = CaseResult{};
+    r.name = c.name;
+    r.backend = opt.cuda ? "cuda" : "cpu";
+    r.error = e.what();
+  }
+  return r;
+}
+
+// Every case (twice with --checked: unchecked, then checked) into the report; prints the counts
+// and the checked mode's costs. Returns the number of failed rows.
+int run_cases(const std::vector<BenchCase>& cases, RunOptions opt, bool checked, double check_tol,
+              Report& report) {
   int failed = 0, skipped = 0;
-  // --checked: (case, unchecked median, checked median, graph medians) for the closing table.
-  struct CheckedCost {
-    std::string name;
-    double plain_us, checked_us;
-    std::optional<double> plain_graph_us, checked_graph_us;
-  };
   std::vector<CheckedCost> costs;
   std::optional<CaseResult> plain;  // the unchecked row of the current pair
   const int passes = checked ? 2 : 1;
@@ -333,22 +329,7 @@ int run(int argc, char** argv) {
     const BenchCase& c = cases[i];
     std::cerr << "[" << i + 1 << "/" << cases.size() << "] " << c.name
               << (opt.checked ? " (checked)" : "") << " ..." << std::endl;
-    CaseResult r;
-    try {
-      r = c.family == Family::kGqa ? run_gqa_case(c, opt) : run_mla_case(c, opt);
-      if (opt.checked) r.name += " chk";
-      if (r.rel_rms_err && std::isnan(*r.rel_rms_err)) {
-        r.check_failed = "non-finite output (rows left unwritten, or NaN produced)";
-      } else if (r.rel_rms_err && *r.rel_rms_err > check_tol) {
-        r.check_failed = "relative RMS error " + std::to_string(*r.rel_rms_err) +
-                         " above --check-tol " + std::to_string(check_tol);
-      }
-    } catch (const std::exception& e) {
-      r = CaseResult{};
-      r.name = c.name;
-      r.backend = opt.cuda ? "cuda" : "cpu";
-      r.error = e.what();
-    }
+    CaseResult r = run_case(c, opt, check_tol);
     failed += (r.error || r.check_failed) ? 1 : 0;
     skipped += (r.skipped && !r.error) ? 1 : 0;
     if (checked && !opt.checked) plain = r;
@@ -360,28 +341,101 @@ int run(int argc, char** argv) {
   const std::size_t rows = cases.size() * passes;
   std::cout << "\n" << rows << " cases: " << rows - failed - skipped << " ran, "
             << skipped << " skipped, " << failed << " failed\n";
-  if (!costs.empty()) {
-    // The checked mode's price per case: median single launch (cold L2) and, on the GPU, the
-    // per-launch median inside a CUDA graph, checked over unchecked. MLA sparse rows compare the
-    // portable checked kernel with whatever the unchecked plan ran (the sm90 kernel on Hopper
-    // unless DECA_MLA_KERNEL=portable).
-    std::cout << "\nchecked mode cost (checked / unchecked - 1):\n";
-    for (const CheckedCost& k : costs) {
-      std::cout << "  " << std::left << std::setw(28) << k.name << std::right << std::fixed
-                << std::setprecision(2) << std::setw(8) << 100.0 * (k.checked_us / k.plain_us - 1.0)
-                << " %  (" << k.plain_us << " -> " << k.checked_us << " us)";
-      if (k.plain_graph_us && k.checked_graph_us && *k.plain_graph_us > 0) {
-        std::cout << "   graph " << std::setw(7)
-                  << 100.0 * (*k.checked_graph_us / *k.plain_graph_us - 1.0) << " %";
-      }
-      std::cout << "\n";
-    }
-    std::cout.unsetf(std::ios::floatfield);
+  if (!costs.empty()) print_checked_costs(costs);
+  return failed;
+}
+
+// --fused: per GQA case, the fused step over the plain decode and over the three launches, each
+// as single launches (cold L2) and per launch inside a CUDA graph.
+void print_fused_summary(const std::vector<CaseResult>& results) {
+  std::cout << "\nfused decode step (fused / plain - 1; fused / three launches - 1):\n";
+  const auto pct = [](double a, double b) { return 100.0 * (a / b - 1.0); };
+  for (const CaseResult& r : results) {
+    if (!r.fused || r.time_us <= 0) continue;
+    const FusedTimes& f = *r.fused;
+    std::cout << "  " << std::left << std::setw(28) << r.name << std::right << std::fixed << std::setprecision(2)
+              << " vs plain " << std::setw(7) << pct(f.fused_us, r.time_us) << " %";
+    if (f.fused_graph_us && r.time_us_graph) std::cout << " (graph " << std::setw(7) << pct(*f.fused_graph_us, *r.time_us_graph) << " %)";
+    if (f.three_us) std::cout << "   vs 3 launches " << std::setw(7) << pct(f.fused_us, *f.three_us) << " %";
+    if (f.fused_graph_us && f.three_graph_us) std::cout << " (graph " << std::setw(7) << pct(*f.fused_graph_us, *f.three_graph_us) << " %)";
+    std::cout << "\n";
   }
+  std::cout.unsetf(std::ios::floatfield);
+}
+
+int run(int argc, char** argv) {
+  CLI::App app{"deca-bench: decode-attention benchmark (GQA paged decode, MLA decode).\n"
+               "Shapes: docs/benchmarks.md; timing: one launch with a cold L2, median of "
+               "--iters after --warmup, plus back-to-back launches in a CUDA graph."};
+  Cli o;
+  add_options(app, o);
+  CLI11_PARSE(app, argc, argv);
+
+  if (o.list) {
+    print_presets(std::cout);
+    return 0;
+  }
+  if (!o.json_path.empty()) {
+    if (const std::string why = json_path_problem(o.json_path); !why.empty()) {
+      std::cerr << "deca-bench: --json: expected a path where a file can be written, got '"
+                << o.json_path << "': " << why << "\n";
+      return 2;
+    }
+  }
+  std::vector<BenchCase> shape_cases;
+  for (const std::string& spec : o.shapes) shape_cases.push_back(parse_shape(spec));
+  const deca::KvLayout layout = o.layout_name == "hnd" ? deca::KvLayout::kHND : deca::KvLayout::kNHD;
+  const bool gpu = deca::cuda::available();
+  if (!o.precompile_preset.empty()) {
+    if (!gpu && o.arch == 0) {
+      std::cerr << "deca-bench: --precompile: no CUDA device found: name the compute capability "
+                   "to compile for with --arch (e.g. --arch 90 for Hopper)\n";
+      return 2;
+    }
+    std::vector<BenchCase> cases = collect({o.precompile_preset});
+    cases.insert(cases.end(), shape_cases.begin(), shape_cases.end());
+    return precompile(cases, layout, o.device, o.arch, o.jobs, o.skip_softmax);
+  }
+
+  RunOptions opt;
+  opt.cuda = o.backend == "cuda" || (o.backend == "auto" && gpu);
+  if (opt.cuda && !gpu) {
+    std::cerr << "deca-bench: --backend cuda: no CUDA GPU found (driver or device missing)\n";
+    return 2;
+  }
+  const bool default_run = o.presets.empty() && shape_cases.empty();
+  if (default_run) {
+    if (opt.cuda) {
+      o.presets = {"gqa"};
+    } else {
+      if (!gpu) std::cout << "no CUDA GPU found: running the CPU backend on the small preset\n";
+      o.presets = {"small"};
+    }
+  }
+  opt.device = o.device;
+  opt.layout = layout;
+  opt.iters = o.iters > 0 ? o.iters : (opt.cuda ? 20 : 3);
+  opt.warmup = o.warmup >= 0 ? o.warmup : (opt.cuda ? 5 : 1);
+  opt.check = o.check || (default_run && !opt.cuda);
+  opt.check_requests = o.check_requests;
+  opt.host_calls = o.host_cost ? o.host_calls : 0;
+  opt.mla_schedule_every = o.mla_schedule == "every";
+  opt.skip_softmax = o.skip_softmax;
+  opt.peaked = o.dist == "peaked";
+  opt.fused = o.fused;
+  opt.seed = run_seed();
+  std::vector<BenchCase> cases = collect(o.presets);
+  cases.insert(cases.end(), shape_cases.begin(), shape_cases.end());
+
+  std::unique_ptr<GpuTimer> timer;
+  Report report(std::cout, describe_run(opt, timer));
+  report.print_header();
+  const int failed = run_cases(cases, opt, o.checked, o.check_tol, report);
   print_skip_table(std::cout, report.results());
-  if (!json_path.empty()) {
-    report.write_json(json_path);
-    std::cout << "results written to " << json_path << "\n";
+  if (o.fused) print_fused_summary(report.results());
+  if (!o.json_path.empty()) {
+    report.write_json(o.json_path);
+    std::cout << "results written to " << o.json_path << "\n";
   }
   return failed ? 1 : 0;
 }

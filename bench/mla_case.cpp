@@ -13,6 +13,7 @@
 #include "deca/error.hpp"
 #include "deca/mla.hpp"
 #include "gpu_timer.hpp"
+#include "mla_model1_case.hpp"
 #include "timing.hpp"
 
 namespace deca::bench {
@@ -251,6 +252,11 @@ MlaConfig mla_config(const MlaShape& s, Device device, bool checked) {
   cfg.page_size = s.page_size;
   cfg.sparse = s.sparse;
   cfg.kv_format = s.sparse ? MlaCacheFormat::kDefault : cache_format(s.kv_format);
+  if (is_model1(s)) {
+    cfg.kv_format = MlaCacheFormat::kModel1;
+    cfg.extra_topk = s.extra_topk;
+    cfg.extra_page_size = s.extra_page_size;
+  }
   cfg.max_batch = s.batch;
   cfg.max_q_len = s.q_len;
   cfg.max_seq_len = s.seq_len;
@@ -262,6 +268,7 @@ MlaConfig mla_config(const MlaShape& s, Device device, bool checked) {
 }
 
 CaseResult run_mla_case(const BenchCase& bc, const RunOptions& opt) {
+  if (is_model1(bc.mla)) return run_mla_model1_case(bc, opt);
   const MlaShape& s = bc.mla;
   CaseResult r;
   r.name = bc.name;

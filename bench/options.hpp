@@ -28,6 +28,7 @@ struct RunOptions {
   // distribution instead of uniform random values.
   float skip_softmax = 0.f;
   bool peaked = false;
+  bool fused = false;           // --fused: GQA cases also time the fused decode step
   std::uint64_t seed = 0;      // fresh per run; each case derives its own from it
   GpuTimer* timer = nullptr;   // set when cuda
 };

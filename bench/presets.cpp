@@ -7,6 +7,7 @@
 #include <set>
 
 #include "deca/error.hpp"
+#include "kernels/mla/params.cuh"
 
 namespace deca::bench {
 namespace {
@@ -193,6 +194,26 @@ std::vector<BenchCase> build_table() {
   t.mla("mla-sparse-anchor-b128-h16-t2k", mla_shape(16, 128, 32768, 1, true, 2048),
         "16 heads: selected-token GB/s target");
 
+  // MODEL1 (DeepSeek V4, 584-byte tokens) against FlashMLA 9241ae3 (docs/peers.md): topk of a
+  // context in pages of 256 (+ the extra cache's of a context in pages of 64), and 16 heads.
+  auto model1 = [](int heads, int batch, int q_len, int topk, int page, int extra_topk) {
+    MlaShape s = mla_shape(heads, batch, std::max(4 * topk, 8192), q_len, true, topk);
+    s.kv_format = kMlaKvModel1;
+    s.page_size = page;
+    s.extra_topk = extra_topk;
+    s.extra_page_size = 64;
+    s.extra_seq_len = extra_topk > 0 ? 4 * extra_topk : 0;
+    return s;
+  };
+  t.mla("mla-model1-b128-h128-t128-x1024/q2", model1(128, 128, 2, 128, 256, 1024), "FlashMLA MODEL1 row");
+  t.mla("mla-model1-b128-h64-t128-x1024/q2", model1(64, 128, 2, 128, 256, 1024), "FlashMLA MODEL1 row");
+  t.mla("mla-model1-b64-h128-t128-x512/q2", model1(128, 64, 2, 128, 256, 512), "FlashMLA MODEL1 row");
+  t.mla("mla-model1-b128-h128-t2k", model1(128, 128, 1, 2048, 64, 0), "FlashMLA MODEL1 row, no extra");
+  t.mla("mla-model1-b148-h128-t16k/q2", model1(128, 148, 2, 16384, 64, 0), "FlashMLA MODEL1 peak row");
+  t.mla("mla-model1-b128-h16-t128-x1024/q2", model1(16, 128, 2, 128, 256, 1024),
+        "16 heads: selected-token GB/s target");
+  t.mla("small-mla-model1-b2-h16-t128-x64/q2", model1(16, 2, 2, 128, 64, 64), "small: MLA MODEL1, two caches");
+
   // Dense MLA against FlashMLA 9241ae3 (docs/peers.md, page 64), each in bf16 and in fp8 (576 e4m3
   // values a token with one scale); b128 h128 4k also over the 656-byte sparse cache read densely.
   constexpr int kBf16Cache = 0, kE4m3Cache = 1, kTokenCache = 2;
@@ -245,6 +266,10 @@ const Group kGroups[] = {
     {"mla-sparse", "every sparse MLA shape, FlashMLA's measured rows included",
      [](const BenchCase& c) {
        return c.family == Family::kMla && starts_with(c.name, "mla-sparse-");
+     }},
+    {"mla-model1", "every MODEL1 MLA shape (584-byte tokens, a second cache), FlashMLA's rows",
+     [](const BenchCase& c) {
+       return c.family == Family::kMla && starts_with(c.name, "mla-model1-");
      }},
     {"mla-dense", "every dense MLA shape (docs/benchmarks.md and docs/peers.md rows, bf16 and fp8)",
      [](const BenchCase& c) {
@@ -326,7 +351,7 @@ std::vector<BenchCase> resolve_preset(const std::string& name) {
     std::string near;
     for (const std::string& n : nearest_presets(name)) near += (near.empty() ? "" : ", ") + n;
     throw Error("deca-bench: --preset: expected a group (small, gqa, anchors, sweep, mla, "
-                "mla-sparse, mla-dense, all) or a case name from --list, got '" + name +
+                "mla-sparse, mla-model1, mla-dense, all) or a case name from --list, got '" + name +
                 "'; did you mean: " + near + "?");
   }
   return out;

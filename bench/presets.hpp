@@ -40,7 +40,14 @@ struct MlaShape {
   bool sparse = false;           // sparse FP8 (656-byte tokens, top-k indices) or dense
   int topk = 0;
   // Dense: the cache format (MlaKvFormat: 0 bf16, 1 e4m3 with one scale, 2 the 656-byte token).
+  // Sparse: 3 (kMlaKvModel1) for MODEL1's 584-byte token (bench/mla_model1_case.cpp), else the
+  // 656-byte one.
   int kv_format = 0;
+  // MODEL1's second cache: indices per query token (0 = none), page size, and every request's
+  // context in it.
+  int extra_topk = 0;
+  int extra_page_size = 64;
+  int extra_seq_len = 0;
 };
 
 enum class Family { kGqa, kMla };

@@ -102,10 +102,25 @@ void Report::add(CaseResult r) {
       out_ << "  [" << r.host_note << "]\n";
     }
     if (!r.graph_note.empty()) out_ << "    (no graph figure: " << r.graph_note << ")\n";
+    if (r.fused) print_fused(r);
     if (r.check_failed) out_ << "    CHECK FAILED: " << *r.check_failed << "\n";
   }
   out_.flush();
   results_.push_back(std::move(r));
+}
+
+// --fused: the fused step against the plain decode (this row) and the three launches.
+void Report::print_fused(const CaseResult& r) {
+  const FusedTimes& f = *r.fused;
+  const auto pct = [](double a, double b) { return b > 0 ? fixed(100.0 * (a / b - 1.0), 1) + " %" : std::string("-"); };
+  out_ << "    fused: " << fixed(f.fused_us, 1) << " us (" << pct(f.fused_us, r.time_us) << " vs plain)";
+  if (f.fused_graph_us && r.time_us_graph) {
+    out_ << ", graph " << fixed(*f.fused_graph_us, 1) << " us (" << pct(*f.fused_graph_us, *r.time_us_graph) << ")";
+  }
+  if (f.three_us) out_ << "; rotate + append + decode (3 launches) " << fixed(*f.three_us, 1) << " us";
+  if (f.three_graph_us) out_ << ", graph " << fixed(*f.three_graph_us, 1) << " us";
+  if (f.max_abs_vs_three) out_ << "; max |fused - 3 launches| " << sci(f.max_abs_vs_three);
+  out_ << "  [" << f.kernel_name << "]\n";
 }
 
 void Report::write_json(const std::string& path) const {
@@ -148,6 +163,15 @@ void Report::write_json(const std::string& path) const {
       c["kernel_name"] = r.kernel_name;
       if (r.skip.is_object()) c["skip_softmax"] = r.skip;
       if (r.check_failed) c["check_failed"] = *r.check_failed;
+      if (r.fused) {
+        const FusedTimes& f = *r.fused;
+        c["fused"] = {{"kernel_name", f.kernel_name},
+                      {"time_us", f.fused_us},
+                      {"time_us_graph", optional_json(f.fused_graph_us)},
+                      {"three_launch_time_us", optional_json(f.three_us)},
+                      {"three_launch_time_us_graph", optional_json(f.three_graph_us)},
+                      {"max_abs_vs_three_launch", optional_json(f.max_abs_vs_three)}};
+      }
     }
     j["cases"].push_back(std::move(c));
   }

@@ -10,6 +10,18 @@
 
 namespace deca::bench {
 
+// --fused (GQA, bench/gqa_fused_case.cpp): the fused decode step (rotate q and k_new, append,
+// decode: one launch) on the case's cache, and the same three steps as three launches (rotate,
+// append, plain decode). Graph figures: per fused launch / per three-launch group.
+struct FusedTimes {
+  std::string kernel_name;
+  double fused_us = 0;
+  std::optional<double> fused_graph_us;
+  std::optional<double> three_us;  // CUDA only
+  std::optional<double> three_graph_us;
+  std::optional<double> max_abs_vs_three;  // fused output against the three launches' (CUDA)
+};
+
 struct CaseResult {
   std::string name;
   std::string backend;          // "cpu" | "cuda"
@@ -44,6 +56,7 @@ struct CaseResult {
   // --skip-softmax: the figures against the exact kernel (skip_bench.cpp measure_skip); null
   // otherwise. Written to the JSON as "skip_softmax".
   nlohmann::json skip;
+  std::optional<FusedTimes> fused;
 };
 
 struct RunInfo {
@@ -64,6 +77,7 @@ class Report {
   const std::vector<CaseResult>& results() const { return results_; }
 
  private:
+  void print_fused(const CaseResult& r);
   std::ostream& out_;
   RunInfo info_;
   std::vector<CaseResult> results_;

@@ -12,11 +12,10 @@ int main() {
   const int pages = batch * max_pages;
   std::vector<std::uint16_t> q(batch * q_heads * dim), out(q.size());         // bf16 bits
   std::vector<std::uint16_t> k(pages * page * kv_heads * dim), v(k.size());   // NHD pages
-  for (std::size_t i = 0; i < q.size(); ++i) q[i] = deca::float_to_bf16(std::sin(0.1f * i));
-  for (std::size_t i = 0; i < k.size(); ++i) {
-    k[i] = deca::float_to_bf16(std::cos(0.3f * i));
-    v[i] = deca::float_to_bf16(std::sin(0.7f * i));
-  }
+  auto fill = [](std::vector<std::uint16_t>& x, float f) {  // any values: sin(f * i)
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] = deca::float_to_bf16(std::sin(f * i));
+  };
+  fill(q, 0.1f), fill(k, 0.3f), fill(v, 0.7f);
   std::vector<std::int32_t> page_table = {7, 2, 5, 0, 1, 6, 3, 4};  // [batch, max_pages]
   std::vector<std::int32_t> seq_lens = {37, 64};                    // the new token included
 

@@ -100,7 +100,7 @@ def main():
     ap.add_argument("--suite", action="append", choices=sorted(SUITES),
                     help="suites to run (default: every suite whose folder is given)")
     ap.add_argument("--model1", action="store_true",
-                    help="also run FlashMLA's MODEL1 cases (skipped until deca.compat takes them)")
+                    help="also run FlashMLA's MODEL1 cases (d_qk 512, a second cache)")
     ap.add_argument("--wheels", help="a folder holding einops-*.whl, where einops is missing")
     ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
                     help="cpu: a dry run of the FlashMLA suites on deca's CPU backend, to check "

@@ -26,6 +26,8 @@ up, so a repeated call should cost about what GqaPlan.run costs plus the allocat
 outputs. Beside each time, "fallbacks" counts the calls whose one-C++-call fast path refused
 them and that were retried on the checked path (deca._tensors.FALLBACKS): it must be 0 for a
 repeated shape. --clock process times process CPU time instead of wall time (a shared machine).
+--profile SUBSTRING (repeatable) runs the cases whose names contain it under cProfile after the
+table and prints where their host time goes (the 25 functions with the most time of their own).
 """
 
 import argparse
@@ -100,6 +102,7 @@ def main():
     ap.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto")
     ap.add_argument("--json", default=None)
     ap.add_argument("--clock", choices=["wall", "process"], default="wall")
+    ap.add_argument("--profile", action="append", default=[])
     args = ap.parse_args()
     global CLOCK
     CLOCK = time.process_time if args.clock == "process" else time.perf_counter
@@ -191,11 +194,28 @@ def main():
                 else f"  fallbacks {fallbacks[name]}")
         print(f"{name:52s} {results[name]:8.2f} us/call{note}")
     stages = breakdown(device, plan, pq, pk, pv, table, lens, pout, ws, q, args.iters)
+    for name, fn in cases.items():
+        if any(p in name for p in args.profile):
+            profile(name, fn, args.iters, sync)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": device, "deca": deca.version(), "clock": args.clock,
                        "us_per_call": results, "fallbacks": fallbacks,
                        "gqa_plan_run_stages_us": stages}, f, indent=1)
+
+
+def profile(name, fn, iters, sync):
+    """Where the host time of `iters` calls of fn goes, by function (own time first)."""
+    import cProfile
+    import pstats
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(iters):
+        fn()
+    prof.disable()
+    sync()
+    print(f"\n== profile: {name} ({iters} calls; cProfile's own overhead inflates every line)")
+    pstats.Stats(prof).sort_stats("tottime").print_stats(25)
 
 
 def breakdown(device, plan, pq, pk, pv, table, lens, pout, ws, q, iters):

@@ -23,6 +23,18 @@ enum class KvLayout : int {
   kHND = 1,  // [num_pages, num_kv_heads, page_size, head_dim]  (FlashInfer / TensorRT-LLM)
 };
 
+// The fused decode step's rotary embedding (GqaConfig::rope_style; docs/semantics.md, "Fused
+// decode step"). Dimension pairs rotated by the angle of the token's position, cos / sin taken
+// from the cos_sin_cache row of that position: i in [0, rotary_dim / 2) pairs
+//   kNeox (GPT-NeoX, vLLM is_neox_style=True): dims i and i + rotary_dim / 2
+//   kGptj (GPT-J, interleaved, vLLM is_neox_style=False): dims 2i and 2i + 1
+// as (x, y) -> (x cos - y sin, y cos + x sin); dims from rotary_dim on are not rotated.
+enum class RopeStyle : int {
+  kNone = 0,  // plain decode: q is rotated and the new tokens appended by the caller
+  kNeox = 1,
+  kGptj = 2,
+};
+
 enum class SplitMode : int {
   kAuto = 0,   // split count from the shapes, the promised max length and the SM count
   kFixed = 1,  // every split covers exactly `split_tokens` keys: results do not depend on the
@@ -59,8 +71,17 @@ struct GqaConfig {
   // The skipped weight is below f times the kept weight, so an output element moves by less than
   // f / (1 + f) times the spread of that element over the row's values and zero, and the LSE by
   // less than log(1 + f). 0 = exact attention (the default: the kernels without the skip test);
-  // finite and >= 0. A plan with f > 0 runs a "_skip" kernel that takes f at run time.
+  // finite and >= 0, and 0 in a fused plan (rope_style below). A plan with f > 0 runs a "_skip"
+  // kernel that takes f at run time.
   float skip_softmax_factor = 0.f;
+
+  // Fused decode step (a "fused plan"; docs/semantics.md): rope_style != kNone makes gqa_decode
+  // take this step's tokens before rotary embedding (args.k_new, v_new, cos_sin_cache, optional
+  // positions), rotate q and k_new, write k_new / v_new into their cache slots (quantized for
+  // 8-bit caches) and attend over the cache including them, in one kernel launch. The kernel is
+  // specialised on the style and rotary_dim.
+  RopeStyle rope_style = RopeStyle::kNone;
+  int rotary_dim = 0;            // fused: a multiple of 16 in 16..head_dim; 0 = head_dim
 
   SplitMode split_mode = SplitMode::kAuto;
   int split_tokens = 0;  // kFixed: keys per split (a multiple of the kernel tile, rounded up)
@@ -116,6 +137,28 @@ struct GqaDecodeArgs {
   TensorView sinks;       // optional [num_q_heads] fp32 logits
   TensorView k_scales;    // optional [num_kv_heads] fp32 (per-head; overrides k_scale)
   TensorView v_scales;    // optional [num_kv_heads] fp32
+
+  // Fused plans only (GqaConfig::rope_style != kNone; absent otherwise). q is then this step's
+  // query BEFORE rotary embedding; the op never writes q, k_new, v_new.
+  //   k_new, v_new: [batch, q_len, num_kv_heads, head_dim] config.q_dtype, head_dim contiguous:
+  //     this step's keys (before rotary embedding) and values. Token i of batch entry b goes to
+  //     cache position seq_lens[b] - q_len + i (seq_lens include the new tokens, as for plain
+  //     decode), i.e. page page_table[b][pos / page_size], slot pos % page_size; 8-bit caches
+  //     store round(real / scale) with the per-tensor or per-head scale (saturating: e4m3 at
+  //     +-448, int8 at +-127, NaN as 0). A request with seq_lens[b] == 0 writes nothing. The pages
+  //     that receive a batch entry's new tokens must be its own (no other entry's page_table row,
+  //     beams included, names them): otherwise what the other entry reads there is unspecified.
+  //   cos_sin_cache: [max_position, rotary_dim] fp32 | bf16 | fp16 (vLLM's layout: cos of the
+  //     rotary_dim / 2 frequencies, then their sin), rows contiguous.
+  //   positions: optional [batch, q_len] int32, the rotary position of each new token (vLLM
+  //     passes them); absent = seq_lens[b] - q_len + i. Every position must be in
+  //     [0, max_position): checked on the host for CPU tensors; on the GPU the caller's contract,
+  //     which a checked plan tests (an out-of-range position reads row 0 and check_gqa_run
+  //     reports it, naming positions[b][i] or seq_lens[b]).
+  TensorView k_new;
+  TensorView v_new;
+  TensorView cos_sin_cache;
+  TensorView positions;
 
   float k_scale = 1.f;        // real = stored * scale (quantized caches)
   float v_scale = 1.f;

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "deca/mla.hpp"
 #include "deca/tensor.hpp"
 
 namespace deca {
@@ -26,12 +27,25 @@ float choose_int8_scale(const TensorView& src);
 void quantize_fp8(const TensorView& src, const TensorView& out, float scale);
 void quantize_int8(const TensorView& src, const TensorView& out, float scale);
 
-// MLA sparse FP8 token packer: src [..., 576] bf16 -> out [..., 656] uint8. Per token: bytes
-// 0..511 e4m3 NoPE values, 512..527 four fp32 scales (one per 128 values, powers of two:
-// 2^ceil(log2(max|x| / 448))), 528..655 the 64 bf16 RoPE values unchanged.
-void pack_mla_fp8(const TensorView& src, const TensorView& out);
-// The inverse (for tests and the reference): out [..., 576] fp32 | bf16.
-void unpack_mla_fp8(const TensorView& src, const TensorView& out);
+// MLA sparse FP8 token packer, in the cache format `format` (MlaCacheFormat, deca/mla.hpp):
+// - kFP8Sparse (or kDefault): src [..., 576] bf16 -> out [..., 656] uint8 (last dim
+//   contiguous). Per token: bytes 0..511 e4m3 NoPE values, 512..527 four fp32 scales (one per
+//   128 values, powers of two: 2^ceil(log2(max|x| / 448))), 528..655 the 64 bf16 RoPE values.
+// - kModel1: src [num_blocks, page_size, 1, 512] bf16 -> out [num_blocks, page_size, 1, 584]
+//   uint8 over the MODEL1 page layout (out's dim 1 stride 584 bytes, dim 3 contiguous, dim 0
+//   stride >= mla_model1_page_bytes(page_size), e.g. a view of a [num_blocks,
+//   mla_model1_page_bytes(page_size)] buffer). Per token: 448 e4m3 values, tiles of 64 scaled by
+//   2^max(ceil(log2(max|x| / 448)), -13) (FlashMLA's choice: the same bytes as its packer),
+//   stored as ue8m0 (127 + the exponent); the pad byte after the 7 scales is written 0; the
+//   page's padding past page_size * 584 bytes (outside the view) is not written.
+// Any other format: deca::Error naming `format`. src's values must be finite.
+void pack_mla_fp8(const TensorView& src, const TensorView& out,
+                  MlaCacheFormat format = MlaCacheFormat::kFP8Sparse);
+// The inverse (for tests and the reference): out [..., 576] (kModel1: [num_blocks, page_size, 1,
+// 512]) fp32 | bf16, each value stored e4m3 * its scale (in fp32; rounded to bf16 for a bf16
+// out), the RoPE values unchanged.
+void unpack_mla_fp8(const TensorView& src, const TensorView& out,
+                    MlaCacheFormat format = MlaCacheFormat::kFP8Sparse);
 
 // MLA dense e4m3 cache (MlaCacheFormat::kFP8E4M3) from a bf16 one: src [..., 576] bf16 (e.g. the
 // whole [num_blocks, page_size, 1, 576] cache, or the tokens being appended to it), out of src's

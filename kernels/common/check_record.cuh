@@ -23,6 +23,12 @@ enum CheckKind : unsigned {
   kCheckTopkLength = 4,  // MLA topk_length / dense cache_seqlens [request] = value, not in [lo, hi]
   kCheckSchedule = 5,    // MLA reuse_schedule: the workspace's schedule was for batch = request,
                          // q_len = token, topk = position, num_parts = value, topk_length = hi
+  kCheckExtraIndex = 6,  // MLA MODEL1 extra_indices[request][token][position] = value, not -1 nor
+                         // in [lo, hi) (extra_num_blocks * extra_page_size)
+  kCheckExtraTopkLength = 7,  // MLA MODEL1 extra_topk_length[request] = value, not in [lo, hi]
+  kCheckPosition = 8,    // GQA fused step: the rotary position of new token `token` of request =
+                         // value, not in [0, hi) (cos_sin_cache's rows); position 1: read from
+                         // positions[request][token], 0: seq_lens[request] - q_len + token
 };
 
 struct CheckRecord {

@@ -88,6 +88,25 @@ struct GqaParams {
   // set, each "_skip" CTA adds to [0] the V rows (tokens) it copied and to [1] the V rows the
   // exact kernel would have copied for the same keys.
   unsigned long long* skip_counts;
+  // Fused decode step (GqaConfig::rope_style; the kernels: Cfg::kRopeStyle). q is then before
+  // rotary embedding; k_new / v_new are this step's keys / values in q's dtype, written to the
+  // cache at position seq_lens[b] - q_len + i. Null k_new: a plain decode.
+  int rope_style;              // deca::RopeStyle value (0 = none)
+  int rotary_dim;
+  const void* k_new;           // [batch, q_len, num_kv_heads, head_dim]
+  long long k_new_stride_batch;
+  long long k_new_stride_token;
+  long long k_new_stride_head;
+  const void* v_new;
+  long long v_new_stride_batch;
+  long long v_new_stride_token;
+  long long v_new_stride_head;
+  const void* cos_sin;         // [max_position, rotary_dim]: cos then sin
+  long long cos_sin_stride;
+  int cos_sin_dtype;           // deca::DType value: fp32 | bf16 | fp16
+  int max_position;
+  const int* positions;        // [batch, q_len], may be null (then seq_lens[b] - q_len + i)
+  long long positions_stride_batch;
 };
 
 }  // namespace deca

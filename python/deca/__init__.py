@@ -14,9 +14,10 @@ from ._tensors import Error
 from ._tensors import dtype_keyword as _dtype_keyword
 from ._tensors import tensor as _tensor
 from .gqa import GqaPlan, gqa_decode, precompile_gqa_decode
+from .gqa_fused import gqa_decode_fused
 from .mla import MlaPlan, combine, mla_decode_dense, mla_decode_sparse
-from .quant import (choose_fp8_scale, choose_int8_scale, pack_mla_fp8, quantize_fp8,
-                    quantize_int8, quantize_mla_fp8_e4m3, unpack_mla_fp8)
+from .quant import (choose_fp8_scale, choose_int8_scale, mla_model1_page_bytes, pack_mla_fp8,
+                    quantize_fp8, quantize_int8, quantize_mla_fp8_e4m3, unpack_mla_fp8)
 
 Tensor = _C.Tensor
 
@@ -43,7 +44,7 @@ def checked_by_default():
 __version__ = _C.version()
 
 __all__ = [
-    "Error", "Tensor", "as_tensor", "version", "checked_by_default", "GqaPlan", "gqa_decode", "precompile_gqa_decode",
+    "Error", "Tensor", "as_tensor", "version", "checked_by_default", "GqaPlan", "gqa_decode", "gqa_decode_fused", "precompile_gqa_decode",
     "MlaPlan", "mla_decode_dense", "mla_decode_sparse", "combine", "choose_fp8_scale", "choose_int8_scale", "quantize_fp8",
-    "quantize_int8", "pack_mla_fp8", "unpack_mla_fp8", "quantize_mla_fp8_e4m3",
+    "quantize_int8", "pack_mla_fp8", "unpack_mla_fp8", "quantize_mla_fp8_e4m3", "mla_model1_page_bytes",
 ]

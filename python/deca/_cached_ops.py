@@ -15,7 +15,7 @@ import sys
 from . import _C, _plan_cache
 from ._tensors import Error, arg_meta, expect_rank, tensor
 from .gqa import GQA_KEYS, GqaPlan
-from .mla import MLA_KEYS, MlaPlan, dense_kv_format
+from .mla import MLA_KEYS, NO_EXTRA, MlaPlan, dense_kv_format, extra_config, sparse_kv_format
 
 # The caller's metadata and options -> (plan, workspace).
 _GQA_CALLS = _plan_cache.memo()
@@ -41,13 +41,35 @@ def gqa(q, k_cache, v_cache, page_table, seq_lens, out, lse=None, *, fn="gqa_dec
     return out
 
 
+def gqa_fused(q, k_new, v_new, cos_sin_cache, k_cache, v_cache, page_table, seq_lens, out,
+              lse=None, *, positions=None, rope_style="neox", fn="gqa_decode", layout="NHD",
+              max_seq_len=0, kv_dtype=None, k_scale=1.0, v_scale=1.0, k_scales=None,
+              v_scales=None, softmax_scale=0.0, softcap=0.0, window=0, sinks=None,
+              out_scale=1.0, split_mode="auto", split_tokens=0):
+    """The fused decode step (GqaPlan.run_fused's semantics): rotary_dim from cos_sin_cache's
+    last dimension, positions [batch, q_len] int32 or None."""
+    rotary_dim = int(tuple(getattr(cos_sin_cache, "shape", (0, 0)))[-1])
+    plan, ws = gqa_plan(q, k_cache, page_table, out, fn=fn, layout=layout,
+                        max_seq_len=max_seq_len, kv_dtype=kv_dtype, lse=lse is not None,
+                        sinks=sinks is not None,
+                        per_head=k_scales is not None or v_scales is not None, window=window,
+                        softcap=softcap, split_mode=split_mode, split_tokens=split_tokens,
+                        rope_style=rope_style, rotary_dim=rotary_dim)
+    plan.run_fused(q, k_new, v_new, cos_sin_cache, k_cache, v_cache, page_table, seq_lens, out,
+                   positions=positions, workspace=ws, lse=lse, sinks=sinks, k_scale=k_scale,
+                   v_scale=v_scale, k_scales=k_scales, v_scales=v_scales,
+                   softmax_scale=softmax_scale or None, out_scale=out_scale)
+    return out
+
+
 def gqa_plan(q, k_cache, page_table, out, *, fn, layout="NHD", max_seq_len=0, kv_dtype=None,
              lse=False, sinks=False, per_head=False, window=0, softcap=0.0, split_mode="auto",
-             split_tokens=0, skip_softmax_factor=0.0):
+             split_tokens=0, tree_mask=False, skip_softmax_factor=0.0, rope_style="none",
+             rotary_dim=0):
     """(GqaPlan, workspace) of a GQA call: looked up by the tensors' metadata and the options,
     derived from the tensors' shapes and dtypes at the first call."""
     options = (layout, max_seq_len, kv_dtype, lse, sinks, per_head, window, softcap, split_mode,
-               split_tokens, skip_softmax_factor)
+               split_tokens, tree_mask, skip_softmax_factor, rope_style, rotary_dim)
     mq = arg_meta(q)
     key = None
     if mq is not None:
@@ -63,7 +85,8 @@ def gqa_plan(q, k_cache, page_table, out, *, fn, layout="NHD", max_seq_len=0, kv
 
 
 def _gqa_plan(q, k_cache, page_table, out, fn, layout, max_seq_len, kv_dtype, lse, sinks,
-              per_head_kv_scale, window, softcap, split_mode, split_tokens, skip_softmax_factor):
+              per_head_kv_scale, window, softcap, split_mode, split_tokens, tree_mask,
+              skip_softmax_factor, rope_style, rotary_dim):
     q_shape, q_dtype, device = _meta(q, f"{fn}: q")
     k_shape, k_dtype, _ = _meta(k_cache, f"{fn}: k_cache", kv_dtype or None)
     _, out_dtype, _ = _meta(out, f"{fn}: out")
@@ -79,11 +102,12 @@ def _gqa_plan(q, k_cache, page_table, out, fn, layout, max_seq_len, kv_dtype, ls
     values = dict(num_q_heads=hq, num_kv_heads=hkv, head_dim=d, page_size=page_size,
                   max_seq_len=max(int(max_seq_len), 1), layout=layout, q_dtype=q_dtype,
                   kv_dtype=k_dtype, out_dtype=out_dtype, max_batch=max(batch, 1),
-                  max_q_len=q_len, tree_mask=False, sinks=sinks, lse=lse,
+                  max_q_len=q_len, tree_mask=bool(tree_mask), sinks=sinks, lse=lse,
                   per_head_kv_scale=per_head_kv_scale, window=int(window),
                   softcap=float(softcap), beam_width=1, split_mode=split_mode,
                   split_tokens=int(split_tokens), checked=_C.checked_by_default(),
-                  skip_softmax_factor=float(skip_softmax_factor), device=device)
+                  skip_softmax_factor=float(skip_softmax_factor), rope_style=rope_style,
+                  rotary_dim=int(rotary_dim), device=device)
     return _plan_cache.plan(GqaPlan, GQA_KEYS, tuple(values[k] for k in GQA_KEYS), q, None, fn)
 
 
@@ -118,48 +142,58 @@ def _meta(x, where, dtype=None):
 
 
 def mla_sparse(q, kv_cache, indices, out, lse=None, *, fn="mla_decode_sparse",
-               topk_length=None, attn_sink=None, softmax_scale=0.0, schedule=None):
-    """Sparse FP8 MLA decode of q [batch, q_len, heads, 576] into out [.., 512] (and lse).
+               topk_length=None, attn_sink=None, softmax_scale=0.0, schedule=None,
+               extra_kv_cache=None, extra_indices=None, extra_topk_length=None):
+    """Sparse FP8 MLA decode of q [batch, q_len, heads, 576] into out [.., 512] (and lse); a
+    584-byte cache is MODEL1's (q [.., 512]), with the optional second cache (extra_*).
 
     `schedule` (a StepSchedule): on CUDA the run uses the holder's workspace, schedules on the
     holder's first call with this shape and reuses that schedule after (the other layers of a
     decode step)."""
     plan, ws = mla_sparse_plan(q, kv_cache, indices, fn=fn, lse=lse is not None,
                                attn_sink=attn_sink is not None,
-                               topk_length=topk_length is not None)
+                               topk_length=topk_length is not None,
+                               extra=(extra_kv_cache, extra_indices, extra_topk_length))
     reuse = False
     if schedule is not None and ws is not None:  # no workspace: the CPU, nothing to schedule
         ws, reuse = schedule.workspace_for(plan, q, None, fn)
     # The caller's objects, not imports: MlaPlan.run_sparse's fast path takes them directly.
     plan.run_sparse(q, kv_cache, indices, out, topk_length=topk_length, attn_sink=attn_sink,
                     lse=lse, softmax_scale=softmax_scale or None, workspace=ws,
-                    reuse_schedule=reuse)
+                    reuse_schedule=reuse, extra_kv_cache=extra_kv_cache,
+                    extra_indices=extra_indices, extra_topk_length=extra_topk_length)
     if schedule is not None:
         schedule.scheduled(plan)
     return out
 
 
-def mla_sparse_plan(q, kv_cache, indices, *, fn, lse, attn_sink, topk_length):
-    """(MlaPlan, workspace) of a sparse MLA call, as gqa_plan."""
+def mla_sparse_plan(q, kv_cache, indices, *, fn, lse, attn_sink, topk_length,
+                    extra=(None, None, None)):
+    """(MlaPlan, workspace) of a sparse MLA call, as gqa_plan; extra: (extra_kv_cache,
+    extra_indices, extra_topk_length), MODEL1's second cache."""
     mq = arg_meta(q)
     key = None
     if mq is not None:
         key = (mq, arg_meta(kv_cache), getattr(indices, "shape", None), lse, attn_sink,
-               topk_length)
+               topk_length, arg_meta(extra[0]), getattr(extra[1], "shape", None),
+               extra[2] is None)
         hit = _MLA_CALLS.get(key)
         if hit is not None:
             return hit
     qt = tensor(q, f"{fn}: q")
     kvt = tensor(kv_cache, f"{fn}: kv_cache")
     it = tensor(indices, f"{fn}: indices")
-    expect_rank(fn, "q", qt, 4, "[batch, q_len, num_heads, 576]")
-    expect_rank(fn, "kv_cache", kvt, 4, "[num_blocks, page_size, 1, 656]")
+    expect_rank(fn, "q", qt, 4, "[batch, q_len, num_heads, 576 | 512]")
+    expect_rank(fn, "kv_cache", kvt, 4, "[num_blocks, page_size, 1, 656 | 584]")
     expect_rank(fn, "indices", it, 3, "[batch, q_len, topk]")
+    extra_topk, extra_page_size, extra_topk_length = extra_config(fn, *extra)
     config = dict(num_heads=qt.shape[2], sparse=True, page_size=kvt.shape[1],
                   max_batch=max(qt.shape[0], 1), max_q_len=qt.shape[1],
                   max_seq_len=max(min(kvt.shape[0] * kvt.shape[1], 2 ** 31 - 1), 1),
                   topk=it.shape[2], lse=lse, attn_sink=attn_sink, topk_length=topk_length,
-                  kv_format="default", checked=None, device=_plan_cache.device_text(qt))
+                  kv_format=sparse_kv_format(kvt), extra_topk=extra_topk,
+                  extra_page_size=extra_page_size, extra_topk_length=extra_topk_length,
+                  checked=None, device=_plan_cache.device_text(qt))
     hit = _plan_cache.plan(MlaPlan, MLA_KEYS, tuple(config[k] for k in MLA_KEYS), q, qt, fn)
     if key is not None:
         _MLA_CALLS[key] = hit
@@ -237,6 +271,7 @@ def mla_dense_plan(q, kv_cache, block_table, *, fn, lse, kv_format=None):
                   max_seq_len=max(min(btt.shape[1] * kvt.shape[1], 2 ** 31 - 1), 1), topk=0,
                   lse=lse, attn_sink=False, topk_length=False, checked=None,
                   device=_plan_cache.device_text(qt))
+    config.update(zip(("extra_topk", "extra_page_size", "extra_topk_length"), NO_EXTRA))
     hit = _plan_cache.plan(MlaPlan, MLA_KEYS, tuple(config[k] for k in MLA_KEYS), q, qt, fn)
     if key is not None:
         _MLA_CALLS[key] = hit

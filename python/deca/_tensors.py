@@ -77,7 +77,8 @@ def _cupy_of(x):
 # Tensor arguments that may be None (absent). Any other tensor argument given as None is refused
 # here, by name, rather than by nanobind's unnamed "incompatible function arguments".
 _OPTIONAL = frozenset({"lse", "tree_mask", "sinks", "k_scales", "v_scales", "workspace",
-                       "topk_length", "attn_sink"})
+                       "topk_length", "attn_sink", "extra_kv_cache", "extra_indices",
+                       "extra_topk_length", "positions"})
 
 
 def tensor(x, where, dtype=None, writable=False):

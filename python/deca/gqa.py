@@ -15,6 +15,7 @@ _LAYOUTS = ("NHD", "HND")
 # gives batch invariance, this one is merely a reasonable cost.
 DEFAULT_FIXED_SPLIT_TOKENS = 1024
 _SPLIT_MODES = ("auto", "fixed")
+_ROPE_STYLES = ("none", "neox", "gptj")
 _CACHE_SHAPE = {
     "NHD": "[num_pages, page_size, num_kv_heads, head_dim]",
     "HND": "[num_pages, num_kv_heads, page_size, head_dim]",
@@ -177,7 +178,8 @@ def gqa_decode(q, k_cache, v_cache, page_table, seq_lens, out=None, *, layout="N
 GQA_KEYS = ("num_q_heads", "num_kv_heads", "head_dim", "page_size", "max_seq_len", "layout",
             "q_dtype", "kv_dtype", "out_dtype", "max_batch", "max_q_len", "tree_mask", "sinks",
             "lse", "per_head_kv_scale", "window", "softcap", "beam_width", "split_mode",
-            "split_tokens", "checked", "skip_softmax_factor", "device")
+            "split_tokens", "checked", "skip_softmax_factor", "rope_style", "rotary_dim",
+            "device")
 
 
 def config_values(c):
@@ -199,16 +201,19 @@ def _config(fn, num_q_heads, num_kv_heads, head_dim, page_size, *, max_seq_len=N
             layout="NHD", q_dtype="bf16", kv_dtype="bf16", out_dtype=None, max_batch=1,
             max_q_len=1, tree_mask=False, sinks=False, lse=False, per_head_kv_scale=False,
             window=0, softcap=0.0, beam_width=1, split_mode="auto", split_tokens=None,
-            checked=None, skip_softmax_factor=0.0, device="cpu"):
+            checked=None, skip_softmax_factor=0.0, rope_style="none", rotary_dim=0,
+            device="cpu"):
     """The _C.GqaConfig of GqaPlan's arguments (validated in C++ when it is used)."""
     choice(fn, "layout", layout, _LAYOUTS)
+    choice(fn, "rope_style", rope_style, _ROPE_STYLES)
     choice(fn, "split_mode", split_mode, _SPLIT_MODES)
     q_dtype, kv_dtype, out_dtype = check_dtype_keywords(fn, q_dtype=q_dtype, kv_dtype=kv_dtype,
                                                         out_dtype=out_dtype)
     check_scalars(fn, ints=dict(num_q_heads=num_q_heads, num_kv_heads=num_kv_heads,
                                 head_dim=head_dim, page_size=page_size, max_batch=max_batch,
                                 max_q_len=max_q_len, max_seq_len=max_seq_len, window=window,
-                                beam_width=beam_width, split_tokens=split_tokens),
+                                beam_width=beam_width, split_tokens=split_tokens,
+                                rotary_dim=rotary_dim),
                   floats=dict(softcap=softcap, skip_softmax_factor=skip_softmax_factor),
                   bools=dict(tree_mask=tree_mask, sinks=sinks, lse=lse,
                              per_head_kv_scale=per_head_kv_scale, checked=checked))
@@ -231,6 +236,7 @@ def _config(fn, num_q_heads, num_kv_heads, head_dim, page_size, *, max_seq_len=N
     if checked is not None:
         c.checked = checked
     c.skip_softmax_factor = skip_softmax_factor
+    c.rope_style, c.rotary_dim = rope_style, rotary_dim
     c.device = parse_device(device, fn)
     return c
 
@@ -268,7 +274,8 @@ class GqaPlan:
         split_tokens=None (0 for "auto"; DEFAULT_FIXED_SPLIT_TOKENS = 1024 for "fixed"),
         checked=None (deca.checked_by_default(): on in a debug build or with DECA_CHECKED=1; see
         check()), skip_softmax_factor=0.0 (0 = exact attention; > 0: skip-softmax, see
-        gqa_decode), device="cpu"."""
+        gqa_decode), rope_style="none" ("neox" or "gptj": a fused plan, run with run_fused),
+        rotary_dim=0 (fused: the rotated dims, a multiple of 16; 0 = head_dim), device="cpu"."""
         self._plan = _C.plan_gqa_decode(
             _config("GqaPlan", num_q_heads, num_kv_heads, head_dim, page_size,
                     max_seq_len=max_seq_len, **options))
@@ -376,3 +383,38 @@ class GqaPlan:
             self._plan, t["q"], t["k_cache"], t["v_cache"], t["page_table"], t["seq_lens"],
             out_t, t["lse"], t["tree_mask"], t["sinks"], t["k_scales"], t["v_scales"], k_scale,
             v_scale, softmax_scale or 0.0, out_scale, ws_t, stream)
+
+    def run_fused(self, q, k_new, v_new, cos_sin_cache, k_cache, v_cache, page_table, seq_lens,
+                  out, *, positions=None, workspace=None, lse=None, tree_mask=None, sinks=None,
+                  k_scale=1.0, v_scale=1.0, k_scales=None, v_scales=None, softmax_scale=None,
+                  out_scale=1.0, stream=None):
+        """The fused decode step of a plan made with rope_style "neox" or "gptj" (docs/python.md,
+        "Fused decode step"): rotates q and k_new ([batch, q_len, heads, head_dim], q's dtype,
+        before rotary embedding) at their positions (positions [batch, q_len] int32, else
+        seq_lens[b] - q_len + i) with cos_sin_cache [max_position, rotary_dim] (vLLM's layout:
+        cos then sin), writes k_new / v_new into the caches at cache position
+        seq_lens[b] - q_len + i (quantized with k_scale / v_scale or k_scales / v_scales for
+        fp8 / int8 caches), then attends as run() does, in one launch. Writes out (and lse) and
+        the new slots of k_cache / v_cache; returns out."""
+        fn = "gqa_decode"
+        if stream is None:
+            stream = self._current_stream(q) if self._cuda_index >= 0 else 0
+        elif type(stream) is not int:
+            stream = stream_int(stream, fn)
+        check_scalars(fn, floats=dict(k_scale=k_scale, v_scale=v_scale,
+                                      softmax_scale=softmax_scale, out_scale=out_scale))
+        c = self._plan.config
+        t = _run_tensors(fn, q, k_cache, v_cache, page_table, seq_lens, c.q_dtype, c.kv_dtype,
+                         lse, tree_mask, sinks, k_scales, v_scales)
+        _C.gqa_decode_fused_planned(
+            self._plan, t["q"], tensor(k_new, f"{fn}: k_new", c.q_dtype),
+            tensor(v_new, f"{fn}: v_new", c.q_dtype), tensor(cos_sin_cache, f"{fn}: cos_sin_cache"),
+            tensor(positions, f"{fn}: positions", "int32"),
+            # The caches are written (the new tokens' slots).
+            tensor(k_cache, f"{fn}: k_cache", c.kv_dtype, writable=True),
+            tensor(v_cache, f"{fn}: v_cache", c.kv_dtype, writable=True),
+            t["page_table"], t["seq_lens"], tensor(out, f"{fn}: out", c.out_dtype, writable=True),
+            t["lse"], t["tree_mask"], t["sinks"], t["k_scales"], t["v_scales"], k_scale, v_scale,
+            softmax_scale or 0.0, out_scale, tensor(workspace, f"{fn}: workspace", writable=True),
+            stream)
+        return out

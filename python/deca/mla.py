@@ -1,5 +1,6 @@
 """MLA decode (DeepSeek): dense (bf16, e4m3 with one scale, or the 656-byte FP8 token, through a
-block table) and sparse FP8 (top-k indices) caches, and the split-KV combine step."""
+block table) and sparse FP8 (top-k indices) caches, DeepSeek V4's MODEL1 sparse cache (584-byte
+tokens, an optional second cache), and the split-KV combine step."""
 
 from __future__ import annotations
 
@@ -16,10 +17,13 @@ _INT32_MAX = 2 ** 31 - 1
 DIM_QK = _C.MLA_DIM_QK  # 576 = 512 latent ("NoPE") + 64 RoPE
 DIM_V = _C.MLA_DIM_V  # 512
 FP8_TOKEN_BYTES = _C.MLA_FP8_TOKEN_BYTES  # 656
+MODEL1_DIM_QK = _C.MLA_MODEL1_DIM_QK  # 512 = 448 NoPE + 64 RoPE (V is the whole row)
+MODEL1_TOKEN_BYTES = _C.MLA_MODEL1_TOKEN_BYTES  # 584
 _BF16 = numpy_dtype("bf16")
 # MlaPlan's kv_format: "default" (bf16 dense, the 656-byte token sparse), "bf16", "fp8_e4m3" (576
-# e4m3 values a token, real = stored * kv_scale), "fp8_sparse" (the 656-byte token).
-KV_FORMATS = ("default", "bf16", "fp8_e4m3", "fp8_sparse")
+# e4m3 values a token, real = stored * kv_scale), "fp8_sparse" (the 656-byte token), "model1"
+# (DeepSeek V4's 584-byte token, sparse only; see pack_mla_fp8(format="model1")).
+KV_FORMATS = ("default", "bf16", "fp8_e4m3", "fp8_sparse", "model1")
 
 
 class MlaPlan:
@@ -30,22 +34,31 @@ class MlaPlan:
 
     def __init__(self, num_heads, *, sparse=False, kv_format="default", page_size=64,
                  max_batch=1, max_q_len=1, max_seq_len=0, topk=0, lse=True, attn_sink=False,
-                 topk_length=False, checked=None, device="cpu"):
-        """kv_format (KV_FORMATS): the cache a dense plan reads; sparse plans read only the
-        656-byte token ("default" or "fp8_sparse"). max_seq_len (dense, >= 1): the longest
-        cache_seqlens entry any run may pass. checked (None: deca.checked_by_default()): CUDA
-        plans test every index, length and block id they read (see check()) and run the portable
-        decode kernel."""
+                 topk_length=False, extra_topk=0, extra_page_size=64, extra_topk_length=False,
+                 checked=None, device="cpu"):
+        """kv_format (KV_FORMATS): the cache a dense plan reads; sparse plans read the 656-byte
+        token ("default" or "fp8_sparse") or MODEL1's 584-byte one ("model1": q and K are 512
+        dims, V the whole row). extra_topk (> 0: "model1" only): the second cache's indices per
+        query token (run_sparse's extra_kv_cache / extra_indices), extra_page_size its page
+        size, extra_topk_length whether runs pass extra_topk_length. max_seq_len (dense, >= 1):
+        the longest cache_seqlens entry any run may pass. checked (None:
+        deca.checked_by_default()): CUDA plans test every index, length and block id they read
+        (see check()) and run the portable decode kernel."""
         check_scalars("MlaPlan", ints=dict(num_heads=num_heads, page_size=page_size,
                                            max_batch=max_batch, max_q_len=max_q_len,
-                                           max_seq_len=max_seq_len, topk=topk),
+                                           max_seq_len=max_seq_len, topk=topk,
+                                           extra_topk=extra_topk,
+                                           extra_page_size=extra_page_size),
                       bools=dict(sparse=sparse, lse=lse, attn_sink=attn_sink,
-                                 topk_length=topk_length, checked=checked))
+                                 topk_length=topk_length, extra_topk_length=extra_topk_length,
+                                 checked=checked))
         choice("MlaPlan", "kv_format", kv_format, KV_FORMATS)
         c = _C.MlaConfig()
         c.num_heads, c.page_size, c.sparse, c.kv_format = num_heads, page_size, sparse, kv_format
         c.max_batch, c.max_q_len, c.max_seq_len, c.topk = max_batch, max_q_len, max_seq_len, topk
         c.lse, c.attn_sink, c.topk_length = lse, attn_sink, topk_length
+        c.extra_topk, c.extra_page_size = extra_topk, extra_page_size
+        c.extra_topk_length = extra_topk_length
         if checked is not None:
             c.checked = checked
         c.device = parse_device(device, "MlaPlan")
@@ -118,8 +131,14 @@ class MlaPlan:
 
     def run_sparse(self, q, kv_cache, indices, out, *, topk_length=None, attn_sink=None,
                    lse=None, softmax_scale=None, workspace=None, stream=None,
-                   reuse_schedule=False):
+                   reuse_schedule=False, extra_kv_cache=None, extra_indices=None,
+                   extra_topk_length=None):
         """Sparse FP8 MLA decode into out (and lse when given); returns out.
+
+        A "model1" plan with extra_topk > 0 also takes the second cache: extra_kv_cache
+        [blocks, extra_page_size, 1, 584] uint8, extra_indices [batch, q_len, extra_topk] int32
+        (-1 = skip) and, when planned, extra_topk_length [batch] int32; its selected tokens join
+        the same softmax as kv_cache's.
 
         reuse_schedule=True (CUDA) skips the scheduler and runs on the schedule an earlier run
         of this plan left in `workspace`: the other layers of a decode step, whose batch, q_len,
@@ -141,7 +160,8 @@ class MlaPlan:
         try:
             _C.mla_decode_sparse_planned_fast(
                 self._plan, fq, kv_cache, indices, topk_length, attn_sink, fo, lse,
-                softmax_scale or 0.0, workspace, handle, bool(reuse_schedule))
+                softmax_scale or 0.0, workspace, handle, bool(reuse_schedule), extra_kv_cache,
+                extra_indices, extra_topk_length)
             return out
         except (Error, TypeError):
             FALLBACKS["MlaPlan.run_sparse"] += 1
@@ -151,7 +171,10 @@ class MlaPlan:
             tensor(topk_length, f"{fn}: topk_length", "int32"), tensor(attn_sink, f"{fn}: attn_sink"),
             tensor(out, f"{fn}: out", writable=True), tensor(lse, f"{fn}: lse", writable=True),
             softmax_scale or 0.0, tensor(workspace, f"{fn}: workspace", writable=True),
-            stream_handle(stream, q, qt, fn), reuse_schedule)
+            stream_handle(stream, q, qt, fn), reuse_schedule,
+            tensor(extra_kv_cache, f"{fn}: extra_kv_cache"),
+            tensor(extra_indices, f"{fn}: extra_indices", "int32"),
+            tensor(extra_topk_length, f"{fn}: extra_topk_length", "int32"))
         return out
 
 
@@ -169,7 +192,10 @@ def _outputs(fn, q, qt, out, lse, return_lse):
 
 # MlaPlan's keywords, in the order _plan_cache keys plans by.
 MLA_KEYS = ("num_heads", "sparse", "kv_format", "page_size", "max_batch", "max_q_len", "max_seq_len", "topk",
-            "lse", "attn_sink", "topk_length", "checked", "device")
+            "lse", "attn_sink", "topk_length", "extra_topk", "extra_page_size",
+            "extra_topk_length", "checked", "device")
+# The values of the three extra_* keys for a call without a second cache.
+NO_EXTRA = (0, 64, False)
 # The one-off calls' prepared shapes: the caller's argument metadata -> _OneOff.
 _ONEOFF = _plan_cache.memo()
 
@@ -218,6 +244,15 @@ class _OneOff:
             self.plan.check(workspace, stream=stream)
         return (out, lse) if self.want_lse else out
 
+    def call(self, run, fn, q, inputs, out, lse, workspace, stream, **scalars):
+        """One call: run (the plan's run_dense or run_sparse) on q and inputs into the outputs
+        (allocated when not given), on the workspace and stream workspace() picks; returns what
+        the API returns."""
+        o, l = self.outputs(q, out, lse)
+        ws, handle = self.workspace(q, workspace, stream, fn)
+        run(q, *inputs, o, lse=l, workspace=ws, stream=handle, **scalars)
+        return self.done(o, l, ws, handle)
+
 
 def _prepare(fn, key, q, qt, out, lse, want_lse, values):
     """The first call of a shape: its plan (cached by its values), the outputs allocated when
@@ -259,12 +294,9 @@ def mla_decode_dense(q, kv_cache, block_table, cache_seqlens, out=None, *, softm
                out is None, want_lse, max_seq_len, kv_format, checked)
         hit = _ONEOFF.get(key)
         if hit is not None:
-            o, l = hit.outputs(q, out, lse)
-            ws, handle = hit.workspace(q, workspace, stream, fn)
-            hit.plan.run_dense(q, kv_cache, block_table, cache_seqlens, o, lse=l,
-                               softmax_scale=softmax_scale, kv_scale=kv_scale, workspace=ws,
-                               stream=handle)
-            return hit.done(o, l, ws, handle)
+            return hit.call(hit.plan.run_dense, fn, q, (kv_cache, block_table, cache_seqlens),
+                            out, lse, workspace, stream, softmax_scale=softmax_scale,
+                            kv_scale=kv_scale)
     if kv_format is not None:
         choice(fn, "kv_format", kv_format, KV_FORMATS)
     qt = tensor(q, f"{fn}: q")
@@ -279,15 +311,12 @@ def mla_decode_dense(q, kv_cache, block_table, cache_seqlens, out=None, *, softm
     if max_seq_len is None:
         max_seq_len = min(btt.shape[1] * page_size, _INT32_MAX)
     values = (qt.shape[2], False, kv_format or dense_kv_format(kvt), page_size,
-              max(qt.shape[0], 1), qt.shape[1], max(max_seq_len, 1), 0, want_lse, False, False,
-              checked, _device_text(qt))
+              max(qt.shape[0], 1), qt.shape[1], max(max_seq_len, 1), 0, want_lse, False, False) + \
+        NO_EXTRA + (checked, _device_text(qt))
     prepared, out, lse = _prepare(fn, key, q, qt, out, lse, want_lse, values)
-    o, l = prepared.outputs(q, out, lse)
-    ws, handle = prepared.workspace(q, workspace, stream, fn)
-    prepared.plan.run_dense(q, kv_cache, block_table, cache_seqlens, o, lse=l,
-                            softmax_scale=softmax_scale, kv_scale=kv_scale, workspace=ws,
-                            stream=handle)
-    return prepared.done(o, l, ws, handle)
+    return prepared.call(prepared.plan.run_dense, fn, q, (kv_cache, block_table, cache_seqlens),
+                         out, lse, workspace, stream, softmax_scale=softmax_scale,
+                         kv_scale=kv_scale)
 
 
 def dense_kv_format(kvt):
@@ -303,13 +332,19 @@ def dense_kv_format(kvt):
 
 def mla_decode_sparse(q, kv_cache, indices, out=None, *, topk_length=None, attn_sink=None,
                       softmax_scale=None, return_lse=False, lse=None, workspace=None,
-                      checked=None, stream=None):
+                      checked=None, stream=None, kv_format=None, extra_kv_cache=None,
+                      extra_indices=None, extra_topk_length=None):
     """Sparse FP8 MLA decode; returns out, or (out, lse) when return_lse or lse is given.
 
     q [batch, q_len, num_heads, 576] bf16; kv_cache [num_blocks, page_size, 1, 656] uint8 (see
     pack_mla_fp8); indices [batch, q_len, topk] int32 global token ids (block * page_size +
     slot), -1 = skip; topk_length [batch] int32 (only the first topk_length[b] count);
     attn_sink [num_heads] fp32 (joins the denominator; lse excludes it).
+    kv_format "model1" (None: from kv_cache's last dim, 584 for MODEL1): DeepSeek V4's cache, q
+    [.., 512] and kv_cache [num_blocks, page_size, 1, 584] (pack_mla_fp8(format="model1")), V the
+    whole 512-dim row, softmax_scale default 1 / sqrt(512); optionally a second cache in that
+    format: extra_kv_cache with extra_indices [batch, q_len, extra_topk] (ids into it, -1 = skip)
+    and extra_topk_length [batch] int32, whose selected tokens join the same softmax.
     checked (None: deca.checked_by_default()): on a GPU, the kernel tests every index and
     topk_length entry it reads and this call raises deca.Error for the first bad one after the
     run (it then synchronises the stream; see MlaPlan.check).
@@ -318,38 +353,70 @@ def mla_decode_sparse(q, kv_cache, indices, out=None, *, topk_length=None, attn_
     """
     fn = "mla_decode_sparse"
     want_lse = bool(return_lse) or lse is not None
+    extra = (extra_kv_cache, extra_indices, extra_topk_length)
     mq = arg_meta(q)
     key = None
     if mq is not None:
         key = ("sparse", mq, arg_meta(kv_cache), getattr(indices, "shape", None), out is None,
-               want_lse, topk_length is None, attn_sink is None, checked)
+               want_lse, topk_length is None, attn_sink is None, checked, kv_format,
+               arg_meta(extra_kv_cache), getattr(extra_indices, "shape", None),
+               extra_topk_length is None)
         hit = _ONEOFF.get(key)
         if hit is not None:
-            o, l = hit.outputs(q, out, lse)
-            ws, handle = hit.workspace(q, workspace, stream, fn)
-            hit.plan.run_sparse(q, kv_cache, indices, o, topk_length=topk_length,
-                                attn_sink=attn_sink, lse=l, softmax_scale=softmax_scale,
-                                workspace=ws, stream=handle)
-            return hit.done(o, l, ws, handle)
+            return hit.call(hit.plan.run_sparse, fn, q, (kv_cache, indices), out, lse,
+                            workspace, stream, topk_length=topk_length, attn_sink=attn_sink,
+                            softmax_scale=softmax_scale, extra_kv_cache=extra_kv_cache,
+                            extra_indices=extra_indices, extra_topk_length=extra_topk_length)
+    if kv_format is not None:
+        choice(fn, "kv_format", kv_format, ("default", "fp8_sparse", "model1"))
     qt = tensor(q, f"{fn}: q")
     kvt = tensor(kv_cache, f"{fn}: kv_cache")
     it = tensor(indices, f"{fn}: indices", "int32")
     check_scalars(fn, bools=dict(return_lse=return_lse, checked=checked))
-    expect_rank(fn, "q", qt, 4, "[batch, q_len, num_heads, 576]")
-    expect_rank(fn, "kv_cache", kvt, 4, "[num_blocks, page_size, 1, 656]")
+    expect_rank(fn, "q", qt, 4, "[batch, q_len, num_heads, 576 | 512]")
+    expect_rank(fn, "kv_cache", kvt, 4, "[num_blocks, page_size, 1, 656 | 584]")
     expect_rank(fn, "indices", it, 3, "[batch, q_len, topk]")
     _expect_plan_sizes(fn, qt, kvt)
     expect_dim_range(fn, "indices", it, 2, "topk", 1, _INT32_MAX)
-    values = (qt.shape[2], True, "default", kvt.shape[1], max(qt.shape[0], 1), qt.shape[1],
-              min(kvt.shape[0] * kvt.shape[1], _INT32_MAX), it.shape[2], want_lse,
-              attn_sink is not None, topk_length is not None, checked, _device_text(qt))
+    values = (qt.shape[2], True, kv_format or sparse_kv_format(kvt), kvt.shape[1],
+              max(qt.shape[0], 1), qt.shape[1], min(kvt.shape[0] * kvt.shape[1], _INT32_MAX),
+              it.shape[2], want_lse, attn_sink is not None, topk_length is not None) + \
+        extra_config(fn, *extra) + (checked, _device_text(qt))
     prepared, out, lse = _prepare(fn, key, q, qt, out, lse, want_lse, values)
-    o, l = prepared.outputs(q, out, lse)
-    ws, handle = prepared.workspace(q, workspace, stream, fn)
-    prepared.plan.run_sparse(q, kv_cache, indices, o, topk_length=topk_length,
-                             attn_sink=attn_sink, lse=l, softmax_scale=softmax_scale,
-                             workspace=ws, stream=handle)
-    return prepared.done(o, l, ws, handle)
+    return prepared.call(prepared.plan.run_sparse, fn, q, (kv_cache, indices), out, lse,
+                         workspace, stream, topk_length=topk_length, attn_sink=attn_sink,
+                         softmax_scale=softmax_scale, extra_kv_cache=extra_kv_cache,
+                         extra_indices=extra_indices, extra_topk_length=extra_topk_length)
+
+
+def sparse_kv_format(kvt):
+    """The kv_format a sparse cache's shape names (an imported deca._C.Tensor): "model1" for a
+    584-byte token, "default" (the 656-byte token) otherwise (the plan names what it expects)."""
+    if len(kvt.shape) == 4 and kvt.shape[3] == MODEL1_TOKEN_BYTES:
+        return "model1"
+    return "default"
+
+
+def extra_config(fn, extra_kv_cache, extra_indices, extra_topk_length):
+    """(extra_topk, extra_page_size, extra_topk_length) of a sparse call's plan, from the second
+    cache's arguments (NO_EXTRA without them). The cache and its indices come together."""
+    if extra_kv_cache is None and extra_indices is None:
+        if extra_topk_length is not None:
+            raise Error(f"{fn}: extra_topk_length: expected None without extra_kv_cache and "
+                        f"extra_indices (the second cache), got a tensor")
+        return NO_EXTRA
+    if extra_kv_cache is None or extra_indices is None:
+        given, missing = (("extra_kv_cache", "extra_indices") if extra_indices is None
+                          else ("extra_indices", "extra_kv_cache"))
+        raise Error(f"{fn}: {missing}: expected a tensor with {given} (the second cache and its "
+                    f"indices come together), got None")
+    ekv = tensor(extra_kv_cache, f"{fn}: extra_kv_cache")
+    eit = tensor(extra_indices, f"{fn}: extra_indices", "int32")
+    expect_rank(fn, "extra_kv_cache", ekv, 4, "[num_blocks, extra_page_size, 1, 584]")
+    expect_rank(fn, "extra_indices", eit, 3, "[batch, q_len, extra_topk]")
+    expect_dim_range(fn, "extra_kv_cache", ekv, 1, "page_size", 1, _INT32_MAX)
+    expect_dim_range(fn, "extra_indices", eit, 2, "extra_topk", 1, _INT32_MAX)
+    return (eit.shape[2], ekv.shape[1], extra_topk_length is not None)
 
 
 def combine(partial_out, partial_lse, out=None, *, attn_sink=None, return_lse=False, lse=None,

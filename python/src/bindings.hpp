@@ -79,7 +79,15 @@ void set_workspace_and_stream(Args& a, const Tensor* workspace, std::uintptr_t s
 }
 
 void register_tensor(nb::module_& m);
+// gqa_decode's arguments from imported tensors (gqa.cpp); gqa_fused.cpp adds the fused ones.
+GqaDecodeArgs make_args(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                        const Tensor& page_table, const Tensor& seq_lens, const Tensor& out,
+                        const Tensor* lse, const Tensor* tree_mask, const Tensor* sinks,
+                        const Tensor* k_scales, const Tensor* v_scales, float k_scale,
+                        float v_scale, float softmax_scale, float out_scale,
+                        const Tensor* workspace, std::uintptr_t stream);
 void register_gqa(nb::module_& m);
+void register_gqa_fused(nb::module_& m);
 void register_mla(nb::module_& m);
 void register_quant(nb::module_& m);
 void register_checked(nb::module_& m);

@@ -23,6 +23,19 @@ SplitMode parse_split_mode(const std::string& name) {
   throw Error("GqaConfig: split_mode: expected \"auto\" or \"fixed\", got \"" + name + "\"");
 }
 
+// The fused decode step's style by the names Python uses ("none", "neox", "gptj").
+RopeStyle parse_rope_style(const std::string& name) {
+  if (name == "none") return RopeStyle::kNone;
+  if (name == "neox") return RopeStyle::kNeox;
+  if (name == "gptj") return RopeStyle::kGptj;
+  throw Error("GqaConfig: rope_style: expected \"none\", \"neox\" or \"gptj\", got \"" + name + "\"");
+}
+const char* rope_style_name(RopeStyle s) {
+  return s == RopeStyle::kNeox ? "neox" : (s == RopeStyle::kGptj ? "gptj" : "none");
+}
+
+}  // namespace
+
 // Everything a run needs besides the plan or config. Tensors arrive as deca._C.Tensor, already
 // imported (and named) by the Python layer; nanobind keeps them alive for the call.
 GqaDecodeArgs make_args(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
@@ -50,6 +63,8 @@ GqaDecodeArgs make_args(const Tensor& q, const Tensor& k_cache, const Tensor& v_
   set_workspace_and_stream(a, workspace, stream);
   return a;
 }
+
+namespace {
 
 // One run entry point per way to name what runs: a GqaPlan (engines; workspace passed in) or a
 // GqaConfig (one-off calls); gqa_decode has an overload for each. `first` names that argument.
@@ -173,6 +188,10 @@ void register_gqa(nb::module_& m) {
       .def_rw("window", &GqaConfig::window)
       .def_rw("softcap", &GqaConfig::softcap)
       .def_rw("beam_width", &GqaConfig::beam_width)
+      .def_prop_rw(
+          "rope_style", [](const GqaConfig& c) { return rope_style_name(c.rope_style); },
+          [](GqaConfig& c, const std::string& v) { c.rope_style = parse_rope_style(v); })
+      .def_rw("rotary_dim", &GqaConfig::rotary_dim)
       .def_prop_rw(
           "split_mode",
           [](const GqaConfig& c) { return c.split_mode == SplitMode::kAuto ? "auto" : "fixed"; },

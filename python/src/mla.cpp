@@ -11,11 +11,19 @@ namespace {
 
 MlaCacheFormat parse_kv_format(const std::string& name) {
   for (const MlaCacheFormat f : {MlaCacheFormat::kDefault, MlaCacheFormat::kBF16,
-                                 MlaCacheFormat::kFP8E4M3, MlaCacheFormat::kFP8Sparse}) {
+                                 MlaCacheFormat::kFP8E4M3, MlaCacheFormat::kFP8Sparse,
+                                 MlaCacheFormat::kModel1}) {
     if (name == mla_cache_format_name(f)) return f;
   }
-  throw Error("MlaConfig: kv_format: expected \"default\", \"bf16\", \"fp8_e4m3\" or "
-              "\"fp8_sparse\", got \"" + name + "\"");
+  throw Error("MlaConfig: kv_format: expected \"default\", \"bf16\", \"fp8_e4m3\", "
+              "\"fp8_sparse\" or \"model1\", got \"" + name + "\"");
+}
+
+// The second cache's arguments (MODEL1), absent when None.
+void set_extra(MlaSparseArgs& a, const Tensor* kv, const Tensor* indices, const Tensor* length) {
+  a.extra_kv_cache = view_or_absent(kv);
+  a.extra_indices = view_or_absent(indices);
+  a.extra_topk_length = view_or_absent(length);
 }
 
 // The fields dense and sparse args share.
@@ -38,7 +46,9 @@ void set_common(Args& a, const Tensor& q, const Tensor& kv_cache, const Tensor& 
 void mla_sparse_planned_fast(const MlaPlan& plan, nb::handle q, nb::handle kv_cache,
                              nb::handle indices, nb::handle topk_length, nb::handle attn_sink,
                              nb::handle out, nb::handle lse, float softmax_scale,
-                             nb::handle workspace, std::uintptr_t stream, bool reuse_schedule) {
+                             nb::handle workspace, std::uintptr_t stream, bool reuse_schedule,
+                             nb::handle extra_kv_cache, nb::handle extra_indices,
+                             nb::handle extra_topk_length) {
   constexpr const char* fn = "mla_decode_sparse";
   const Tensor tq = import_fast(q, DType::kBF16, {fn, "q"}, false);
   const Tensor tkv = import_fast(kv_cache, std::nullopt, {fn, "kv_cache"}, false);
@@ -51,11 +61,18 @@ void mla_sparse_planned_fast(const MlaPlan& plan, nb::handle q, nb::handle kv_ca
   const std::optional<Tensor> tlse = import_fast_optional(lse, std::nullopt, {fn, "lse"}, true);
   const std::optional<Tensor> tws =
       import_fast_optional(workspace, std::nullopt, {fn, "workspace"}, true);
+  const std::optional<Tensor> tekv =
+      import_fast_optional(extra_kv_cache, std::nullopt, {fn, "extra_kv_cache"}, false);
+  const std::optional<Tensor> teidx =
+      import_fast_optional(extra_indices, DType::kINT32, {fn, "extra_indices"}, false);
+  const std::optional<Tensor> telen =
+      import_fast_optional(extra_topk_length, DType::kINT32, {fn, "extra_topk_length"}, false);
   MlaSparseArgs a;
   set_common(a, tq, tkv, tout, ptr_or_null(tlse), softmax_scale, ptr_or_null(tws), stream);
   a.indices = tidx.view;
   a.topk_length = view_or_absent(ptr_or_null(tlen));
   a.attn_sink = view_or_absent(ptr_or_null(tsink));
+  set_extra(a, ptr_or_null(tekv), ptr_or_null(teidx), ptr_or_null(telen));
   a.reuse_schedule = reuse_schedule;
   nb::gil_scoped_release release;
   mla_decode_sparse(plan, a);
@@ -104,6 +121,10 @@ void register_mla(nb::module_& m) {
   m.attr("MLA_DIM_NOPE") = kMlaDimNope;
   m.attr("MLA_DIM_ROPE") = kMlaDimRope;
   m.attr("MLA_FP8_TOKEN_BYTES") = kMlaFp8TokenBytes;
+  m.attr("MLA_MODEL1_DIM_QK") = kMlaModel1DimQK;
+  m.attr("MLA_MODEL1_TOKEN_BYTES") = kMlaModel1TokenBytes;
+  m.def("mla_model1_page_bytes", [](int page_size) { return mla_model1_page_bytes(page_size); },
+        nb::arg("page_size"));
 
   nb::class_<MlaConfig>(m, "MlaConfig")
       .def(nb::init<>())
@@ -121,6 +142,9 @@ void register_mla(nb::module_& m) {
       .def_rw("lse", &MlaConfig::lse)
       .def_rw("attn_sink", &MlaConfig::attn_sink)
       .def_rw("topk_length", &MlaConfig::topk_length)
+      .def_rw("extra_topk", &MlaConfig::extra_topk)
+      .def_rw("extra_page_size", &MlaConfig::extra_page_size)
+      .def_rw("extra_topk_length", &MlaConfig::extra_topk_length)
       .def_rw("checked", &MlaConfig::checked)
       .def_rw("device", &MlaConfig::device);
 
@@ -158,12 +182,15 @@ void register_mla(nb::module_& m) {
       "mla_decode_sparse_planned",
       [](const MlaPlan& plan, const Tensor& q, const Tensor& kv_cache, const Tensor& indices,
          const Tensor* topk_length, const Tensor* attn_sink, const Tensor& out, const Tensor* lse,
-         float softmax_scale, const Tensor* workspace, std::uintptr_t stream, bool reuse_schedule) {
+         float softmax_scale, const Tensor* workspace, std::uintptr_t stream, bool reuse_schedule,
+         const Tensor* extra_kv_cache, const Tensor* extra_indices,
+         const Tensor* extra_topk_length) {
         MlaSparseArgs a;
         set_common(a, q, kv_cache, out, lse, softmax_scale, workspace, stream);
         a.indices = indices.view;
         a.topk_length = view_or_absent(topk_length);
         a.attn_sink = view_or_absent(attn_sink);
+        set_extra(a, extra_kv_cache, extra_indices, extra_topk_length);
         a.reuse_schedule = reuse_schedule;
         nb::gil_scoped_release release;
         mla_decode_sparse(plan, a);
@@ -171,7 +198,9 @@ void register_mla(nb::module_& m) {
       nb::arg("plan"), nb::arg("q"), nb::arg("kv_cache"), nb::arg("indices"),
       nb::arg("topk_length").none(), nb::arg("attn_sink").none(), nb::arg("out"),
       nb::arg("lse").none(), nb::arg("softmax_scale"), nb::arg("workspace").none(),
-      nb::arg("stream"), nb::arg("reuse_schedule") = false);
+      nb::arg("stream"), nb::arg("reuse_schedule") = false,
+      nb::arg("extra_kv_cache").none() = nb::none(), nb::arg("extra_indices").none() = nb::none(),
+      nb::arg("extra_topk_length").none() = nb::none());
 
   m.def("mla_decode_dense_planned_fast", &mla_dense_planned_fast, nb::arg("plan"), nb::arg("q"),
         nb::arg("kv_cache"), nb::arg("block_table"), nb::arg("cache_seqlens"), nb::arg("out"),
@@ -182,7 +211,9 @@ void register_mla(nb::module_& m) {
         nb::arg("kv_cache"), nb::arg("indices"), nb::arg("topk_length").none(),
         nb::arg("attn_sink").none(), nb::arg("out"), nb::arg("lse").none(),
         nb::arg("softmax_scale"), nb::arg("workspace").none(), nb::arg("stream"),
-        nb::arg("reuse_schedule"));
+        nb::arg("reuse_schedule"), nb::arg("extra_kv_cache").none() = nb::none(),
+        nb::arg("extra_indices").none() = nb::none(),
+        nb::arg("extra_topk_length").none() = nb::none());
 
   m.def(
       "combine",

@@ -17,6 +17,7 @@ NB_MODULE(_C, m) {
 
   deca::python::register_tensor(m);
   deca::python::register_gqa(m);
+  deca::python::register_gqa_fused(m);
   deca::python::register_mla(m);
   deca::python::register_quant(m);
   deca::python::register_checked(m);

@@ -6,6 +6,7 @@
 
 #include "api/check.hpp"
 #include "api/gqa_config.hpp"
+#include "api/gqa_fused.hpp"
 #include "api/gqa_prepare.hpp"
 #include "api/paged_check.hpp"
 #include "api/params_fill.hpp"
@@ -232,6 +233,7 @@ void check_gqa_decode(const GqaPlan& plan, const GqaDecodeArgs& a, bool check_wo
   if (!plan.validated || !(c == plan.validated_config)) validate_gqa_config(kFn, "plan.config", c);
   if (plan.num_splits < 1) fail(kFn, "plan.num_splits", ">= 1", s(plan.num_splits));
   check_tensors(plan, a, check_workspace);
+  check_fused_args(plan, a);
   check_host_data(c, a);
 }
 
@@ -300,13 +302,14 @@ GqaParams gqa_params(const GqaPlan& plan, const GqaDecodeArgs& a, void* workspac
   }
   p.max_seq_len = c.max_seq_len;
   p.skip_softmax_factor = c.skip_softmax_factor;
+  fill_fused_params(p, c, a);
   return p;
 }
 
 void dispatch_gqa_decode(const GqaPlan& plan, const GqaParams& params, void* stream, bool launch) {
   if (params.batch == 0) return;  // nothing to compute; a zero-sized grid is not launchable
   if (plan.config.device.kind == DeviceKind::kCPU) {
-    if (launch) cpu::gqa_decode(params);
+    if (launch) params.rope_style != 0 ? cpu::gqa_decode_fused(params) : cpu::gqa_decode(params);
     return;
   }
   cuda::gqa_decode(plan, params, stream, launch);

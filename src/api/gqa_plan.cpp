@@ -6,6 +6,7 @@
 
 #include "api/check.hpp"
 #include "api/gqa_config.hpp"
+#include "api/gqa_fused.hpp"
 #include "cuda/backend.hpp"
 #include "deca/error.hpp"
 #include "deca/gqa.hpp"
@@ -78,6 +79,13 @@ void validate_gqa_config(std::string_view fn, std::string_view prefix, const Gqa
          "a multiple of beam_width (" + std::to_string(c.beam_width) +
              "): batch = requests * beam_width",
          std::to_string(c.max_batch));
+  }
+  validate_rope_config(fn, prefix, c);
+  if (c.skip_softmax_factor > 0.f && c.rope_style != RopeStyle::kNone) {
+    // The skip kernels issue V by their own loop, which has no append phase.
+    fail(fn, field(prefix, "skip_softmax_factor"),
+         "0 in a fused plan (rope_style set: skip-softmax and the fused step are separate kernels)",
+         float_string(c.skip_softmax_factor));
   }
   switch (c.split_mode) {
     case SplitMode::kAuto:

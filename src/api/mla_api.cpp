@@ -1,11 +1,13 @@
-// MLA decode: plan, dense (block table over a bf16, e4m3 or 656-byte FP8 cache) and sparse
-// (656-byte FP8 tokens + top-k indices). Validation, params, dispatch to the CPU reference or the
-// CUDA backend.
+// MLA decode: plan, config validation, the checks dense and sparse decode share
+// (api/mla_checks.hpp), and dense decode (block table over a bf16, e4m3 or 656-byte FP8 cache):
+// validation, params, dispatch to the CPU reference or the CUDA backend. Sparse decode:
+// mla_sparse_api.cpp.
 #include <cmath>
 #include <cstdint>
 #include <string>
 
 #include "api/check.hpp"
+#include "api/mla_checks.hpp"
 #include "api/paged_check.hpp"
 #include "api/params_fill.hpp"
 #include "cuda/backend.hpp"
@@ -14,15 +16,11 @@
 #include "deca/mla.hpp"
 #include "kernels/mla/params.cuh"
 
-namespace deca::api {
-
-namespace {
-
-constexpr const char* kPlanDevice = "plan.config.device";
-constexpr const char* kRowWhy =
-    "row starts 16-byte aligned: GPU kernels load rows as 16-byte vectors";
+namespace deca::api::mla {
 
 std::string s(std::int64_t v) { return float_string(v); }
+
+namespace {
 
 void expect_field(const char* fn, std::string_view prefix, const char* name, int value, bool ok,
                   std::string_view expected) {
@@ -35,6 +33,7 @@ const char* enum_name(MlaCacheFormat f) {
     case MlaCacheFormat::kBF16: return "kBF16";
     case MlaCacheFormat::kFP8E4M3: return "kFP8E4M3";
     case MlaCacheFormat::kFP8Sparse: return "kFP8Sparse";
+    case MlaCacheFormat::kModel1: return "kModel1";
   }
   return "?";
 }
@@ -49,25 +48,48 @@ std::string format_text(MlaCacheFormat f) {
 bool format_in_enum(MlaCacheFormat f) {
   const int v = static_cast<int>(f);
   return v >= static_cast<int>(MlaCacheFormat::kDefault) &&
-         v <= static_cast<int>(MlaCacheFormat::kFP8Sparse);
-}
-
-// kDefault resolved: bf16 for dense decode, the 656-byte token for sparse.
-MlaCacheFormat stored_format(const MlaConfig& c) {
-  if (c.kv_format != MlaCacheFormat::kDefault) return c.kv_format;
-  return c.sparse ? MlaCacheFormat::kFP8Sparse : MlaCacheFormat::kBF16;
+         v <= static_cast<int>(MlaCacheFormat::kModel1);
 }
 
 void validate_kv_format(const char* fn, std::string_view prefix, const MlaConfig& c) {
   const std::string arg = std::string(prefix) + ".kv_format";
   if (!format_in_enum(c.kv_format)) {
-    fail(fn, arg, "an MlaCacheFormat: kDefault, kBF16, kFP8E4M3 or kFP8Sparse",
+    fail(fn, arg, "an MlaCacheFormat: kDefault, kBF16, kFP8E4M3, kFP8Sparse or kModel1",
          format_text(c.kv_format));
   }
-  if (c.sparse && stored_format(c) != MlaCacheFormat::kFP8Sparse) {
+  const MlaCacheFormat f = stored_format(c);
+  if (c.sparse && f != MlaCacheFormat::kFP8Sparse && f != MlaCacheFormat::kModel1) {
     fail(fn, arg,
-         "kDefault or kFP8Sparse for sparse decode (sparse decode reads the 656-byte FP8 token)",
+         "kDefault, kFP8Sparse or kModel1 for sparse decode (sparse decode reads the 656-byte "
+         "or the 584-byte FP8 token)",
          format_text(c.kv_format));
+  }
+  if (!c.sparse && f == MlaCacheFormat::kModel1) {
+    fail(fn, arg,
+         "kDefault, kBF16, kFP8E4M3 or kFP8Sparse for dense decode (kModel1 is read by sparse "
+         "decode only)",
+         format_text(c.kv_format));
+  }
+}
+
+// The second cache: kModel1 sparse decode only; its page size matters only when it is used.
+void validate_extra(const char* fn, std::string_view prefix, const MlaConfig& c) {
+  const std::string p(prefix);
+  expect_field(fn, prefix, "extra_topk", c.extra_topk, c.extra_topk >= 0,
+               ">= 0 (indices per query token into the second cache; 0 = none)");
+  if (c.extra_topk > 0 && !(c.sparse && is_model1(c))) {
+    const std::string why =
+        c.sparse ? "kv_format is " + format_text(c.kv_format) : std::string("sparse is false");
+    fail(fn, p + ".extra_topk",
+         "0 (a second cache is read by kModel1 sparse decode only; " + why + ")",
+         s(c.extra_topk));
+  }
+  if (c.extra_topk > 0) {
+    expect_field(fn, prefix, "extra_page_size", c.extra_page_size, c.extra_page_size >= 1,
+                 ">= 1");
+  }
+  if (c.extra_topk_length && c.extra_topk <= 0) {
+    fail(fn, p + ".extra_topk_length", "false without a second cache (extra_topk is 0)", "true");
   }
 }
 
@@ -97,6 +119,7 @@ void validate_mla_config(const char* fn, std::string_view prefix, const MlaConfi
     }
   }
   validate_kv_format(fn, prefix, c);
+  validate_extra(fn, prefix, c);
   if (c.device.kind == DeviceKind::kCUDA) {
     const int count = cuda::device_count();
     if (c.device.index < 0 || c.device.index >= count) {
@@ -114,12 +137,14 @@ void validate_mla_config(const char* fn, std::string_view prefix, const MlaConfi
 void check_q_out_lse(const char* fn, const MlaConfig& c, const TensorView& q, const TensorView& out,
                      const TensorView& lse) {
   const Device dev = c.device;
+  const bool m1 = is_model1(c);
   expect_tensor(fn, "q", q, dev, kPlanDevice, {DType::kBF16}, "", 4,
-                "[batch, q_len, num_heads, 576]");
+                m1 ? "[batch, q_len, num_heads, 512]" : "[batch, q_len, num_heads, 576]");
   expect_dim_range(fn, "q", q, 0, "batch", 0, c.max_batch, "plan.config.max_batch");
   expect_dim_range(fn, "q", q, 1, "q_len", 1, c.max_q_len, "plan.config.max_q_len");
   expect_dim(fn, "q", q, 2, "num_heads", c.num_heads, "plan.config.num_heads");
-  expect_dim(fn, "q", q, 3, "head_dim", kMlaDimQK, "512 NoPE + 64 RoPE");
+  expect_dim(fn, "q", q, 3, "head_dim", dim_qk(c),
+             m1 ? "448 NoPE + 64 RoPE: plan.config.kv_format kModel1" : "512 NoPE + 64 RoPE");
   expect_aligned(fn, "q", q, kRowAlignBytes, kRowWhy);
 
   expect_tensor(fn, "out", out, dev, kPlanDevice, {DType::kBF16}, "", 4,
@@ -127,7 +152,8 @@ void check_q_out_lse(const char* fn, const MlaConfig& c, const TensorView& q, co
   expect_dim(fn, "out", out, 0, "batch", q.shape[0], "q's batch");
   expect_dim(fn, "out", out, 1, "q_len", q.shape[1], "q's q_len");
   expect_dim(fn, "out", out, 2, "num_heads", c.num_heads, "plan.config.num_heads");
-  expect_dim(fn, "out", out, 3, "dim_v", kMlaDimV, "V is the first 512 dims of the latent");
+  expect_dim(fn, "out", out, 3, "dim_v", kMlaDimV,
+             m1 ? "V is the whole 512-dim row" : "V is the first 512 dims of the latent");
   expect_no_overlap(fn, "out", out);
   expect_aligned(fn, "out", out, kRowAlignBytes, kRowWhy);
 
@@ -170,6 +196,10 @@ CacheSpec cache_spec(const MlaConfig& c) {
 }
 
 void check_cache(const char* fn, const MlaConfig& c, const TensorView& kv) {
+  if (is_model1(c)) {
+    check_model1_cache(fn, "kv_cache", kv, c.device, c.page_size, "plan.config.page_size");
+    return;
+  }
   const CacheSpec spec = cache_spec(c);
   expect_tensor(fn, "kv_cache", kv, c.device, kPlanDevice, {spec.dtype}, spec.why, 4, spec.dims);
   expect_dim(fn, "kv_cache", kv, 1, "page_size", c.page_size, "plan.config.page_size");
@@ -198,22 +228,65 @@ void check_kv_scale(const char* fn, const MlaConfig& c, float v) {
   }
 }
 
+}  // namespace
+
+MlaCacheFormat stored_format(const MlaConfig& c) {
+  if (c.kv_format != MlaCacheFormat::kDefault) return c.kv_format;
+  return c.sparse ? MlaCacheFormat::kFP8Sparse : MlaCacheFormat::kBF16;
+}
+
 int kernel_format(const MlaConfig& c) {
   switch (stored_format(c)) {
     case MlaCacheFormat::kFP8E4M3: return kMlaKvFP8E4M3;
     case MlaCacheFormat::kFP8Sparse: return kMlaKvFP8Sparse;
+    case MlaCacheFormat::kModel1: return kMlaKvModel1;
     default: return kMlaKvBF16;
   }
 }
 
-void check_softmax_scale(const char* fn, float v) {
+void check_model1_cache(const char* fn, std::string_view arg, const TensorView& kv, Device device,
+                        int page_size, std::string_view why) {
+  expect_tensor(fn, arg, kv, device, kPlanDevice, {DType::kUINT8}, "the 584-byte MODEL1 token", 4,
+                "[num_blocks, page_size, 1, 584]");
+  expect_dim(fn, arg, kv, 1, "page_size", page_size, why);
+  expect_dim(fn, arg, kv, 2, "kv_heads", 1, "one shared latent head");
+  expect_dim(fn, arg, kv, 3, "token_bytes", kMlaModel1TokenBytes,
+             "448 e4m3 + 64 bf16 + 7 ue8m0 scales + 1 pad");
+  if (kv.shape[0] == 0) return;
+  // The view's shape, not its addresses: rows sit at slot * 576 and scales after the rows, so
+  // only a view with FlashMLA's slot stride describes the page.
+  if (kv.shape[1] > 1 && kv.stride[1] != kMlaModel1TokenBytes) {
+    fail(fn, arg,
+         "the stride of dim 1 (page_size) 584 bytes: the [num_blocks, page_size, 1, 584] view "
+         "of MODEL1 pages",
+         s(kv.stride[1]) + " bytes");
+  }
+  const auto page_bytes = static_cast<std::int64_t>(mla_model1_page_bytes(page_size));
+  if (kv.shape[0] > 1 && kv.stride[0] < page_bytes) {
+    fail(fn, arg,
+         "the stride of dim 0 (num_blocks) >= " + s(page_bytes) +
+             " bytes (mla_model1_page_bytes(" + s(page_size) +
+             "): the page's rows and scales, padded to a multiple of 576)",
+         s(kv.stride[0]) + " bytes");
+  }
+  // Rows are loaded as 16-byte vectors: the data and the block stride keep them aligned (the
+  // slot stride, 584, is not an address step).
+  TensorView blocks = kv;
+  blocks.shape[1] = 1;
+  expect_aligned(fn, arg, blocks, kRowAlignBytes, kRowWhy);
+}
+
+void check_softmax_scale(const char* fn, const MlaConfig& c, float v) {
   if (!std::isfinite(v) || v < 0.f) {
-    fail(fn, "softmax_scale", "a finite value >= 0 (0 = 1 / sqrt(576))", float_string(v));
+    fail(fn, "softmax_scale",
+         is_model1(c) ? "a finite value >= 0 (0 = 1 / sqrt(512))"
+                      : "a finite value >= 0 (0 = 1 / sqrt(576))",
+         float_string(v));
   }
 }
 
-// A CUDA run's scratch: plan.workspace_bytes on the plan's device, 16-byte aligned (the partials
-// are loaded as 16-byte vectors; the backend keeps its sub-buffers 256 bytes apart from there).
+// The partials are loaded as 16-byte vectors; the backend keeps its sub-buffers 256 bytes apart
+// from there.
 void check_workspace(const char* fn, const MlaPlan& plan, const void* ws, std::size_t bytes) {
   if (plan.workspace_bytes == 0) return;
   if (ws == nullptr) {
@@ -234,6 +307,8 @@ void check_workspace(const char* fn, const MlaPlan& plan, const void* ws, std::s
   }
 }
 
+namespace {
+
 void expect_plan_mode(const char* fn, const MlaPlan& plan, bool sparse) {
   if (plan.config.sparse != sparse) {
     fail(fn, "plan.config.sparse",
@@ -242,8 +317,8 @@ void expect_plan_mode(const char* fn, const MlaPlan& plan, bool sparse) {
   }
 }
 
-// What dense and sparse decode check alike, in this order: the plan (its config, and that it was
-// made for this mode), q / out / lse, and the cache (in the plan's kv_format).
+}  // namespace
+
 void check_plan_and_common(const char* fn, const MlaPlan& plan, bool sparse, const TensorView& q,
                            const TensorView& out, const TensorView& lse, const TensorView& kv) {
   const MlaConfig& c = plan.config;
@@ -253,9 +328,7 @@ void check_plan_and_common(const char* fn, const MlaPlan& plan, bool sparse, con
   check_cache(fn, c, kv);
 }
 
-}  // namespace
-
-}  // namespace deca::api
+}  // namespace deca::api::mla
 
 namespace deca {
 
@@ -265,12 +338,13 @@ const char* mla_cache_format_name(MlaCacheFormat format) {
     case MlaCacheFormat::kBF16: return "bf16";
     case MlaCacheFormat::kFP8E4M3: return "fp8_e4m3";
     case MlaCacheFormat::kFP8Sparse: return "fp8_sparse";
+    case MlaCacheFormat::kModel1: return "model1";
   }
   return "?";
 }
 
 MlaPlan plan_mla_decode(const MlaConfig& config) {
-  api::validate_mla_config("plan_mla_decode", "config", config);
+  api::mla::validate_mla_config("plan_mla_decode", "config", config);
   MlaPlan plan;
   plan.config = config;
   if (config.device.kind == DeviceKind::kCUDA) {
@@ -292,7 +366,7 @@ std::string precompile_mla_decode(const MlaConfig& config, int compute_capabilit
   MlaConfig c = config;
   // With a capability the device plays no part: validate everything else as a plan would.
   if (compute_capability != 0) c.device = Device::cpu();
-  api::validate_mla_config(fn, "config", c);
+  api::mla::validate_mla_config(fn, "config", c);
   if (compute_capability != 0) {
     api::expect_compile_capability(fn, compute_capability);
     return cuda::precompile_mla(config, compute_capability);
@@ -306,6 +380,7 @@ std::string precompile_mla_decode(const MlaConfig& config, int compute_capabilit
 
 void mla_decode_dense(const MlaPlan& plan, const MlaDenseArgs& a) {
   using namespace api;
+  using namespace api::mla;
   constexpr const char* fn = "mla_decode_dense";
   const MlaConfig& c = plan.config;
   check_plan_and_common(fn, plan, false, a.q, a.out, a.lse, a.kv_cache);
@@ -317,7 +392,7 @@ void mla_decode_dense(const MlaPlan& plan, const MlaDenseArgs& a) {
   expect_tensor(fn, "cache_seqlens", a.cache_seqlens, c.device, kPlanDevice, {DType::kINT32}, "",
                 1, "[batch]");
   expect_dim(fn, "cache_seqlens", a.cache_seqlens, 0, "batch", batch, "q's batch");
-  check_softmax_scale(fn, a.softmax_scale);
+  check_softmax_scale(fn, c, a.softmax_scale);
   check_kv_scale(fn, c, a.kv_scale);
   // The overlap rule (check.hpp): a table or length overwritten mid-run would be read unchecked.
   expect_disjoint(fn, {{"out", &a.out}, {"lse", &a.lse}},
@@ -365,94 +440,6 @@ void mla_decode_dense(const MlaPlan& plan, const MlaDenseArgs& a) {
     return;
   }
   cpu::mla_dense_decode(p);
-}
-
-void mla_decode_sparse(const MlaPlan& plan, const MlaSparseArgs& a) {
-  using namespace api;
-  constexpr const char* fn = "mla_decode_sparse";
-  const MlaConfig& c = plan.config;
-  check_plan_and_common(fn, plan, true, a.q, a.out, a.lse, a.kv_cache);
-  const std::int64_t batch = a.q.shape[0];
-  const std::int64_t q_len = a.q.shape[1];
-  expect_tensor(fn, "indices", a.indices, c.device, kPlanDevice, {DType::kINT32}, "", 3,
-                "[batch, q_len, topk]");
-  expect_dim(fn, "indices", a.indices, 0, "batch", batch, "q's batch");
-  expect_dim(fn, "indices", a.indices, 1, "q_len", q_len, "q's q_len");
-  expect_dim(fn, "indices", a.indices, 2, "topk", c.topk, "plan.config.topk");
-  expect_presence(fn, "topk_length", a.topk_length, c.topk_length, "plan.config.topk_length");
-  if (c.topk_length) {
-    expect_tensor(fn, "topk_length", a.topk_length, c.device, kPlanDevice, {DType::kINT32}, "", 1,
-                  "[batch]");
-    expect_dim(fn, "topk_length", a.topk_length, 0, "batch", batch, "q's batch");
-  }
-  expect_presence(fn, "attn_sink", a.attn_sink, c.attn_sink, "plan.config.attn_sink");
-  if (c.attn_sink) {
-    expect_tensor(fn, "attn_sink", a.attn_sink, c.device, kPlanDevice, {DType::kFP32}, "", 1,
-                  "[num_heads]");
-    expect_dim(fn, "attn_sink", a.attn_sink, 0, "num_heads", c.num_heads, "plan.config.num_heads");
-  }
-  check_softmax_scale(fn, a.softmax_scale);
-  expect_disjoint(fn, {{"out", &a.out}, {"lse", &a.lse}},
-                  {{"q", &a.q},
-                   {"kv_cache", &a.kv_cache},
-                   {"indices", &a.indices},
-                   {"topk_length", &a.topk_length},
-                   {"attn_sink", &a.attn_sink}});
-
-  const bool on_gpu = c.device.kind == DeviceKind::kCUDA;
-  if (on_gpu) check_workspace(fn, plan, a.workspace, a.workspace_bytes);
-
-  // Host data: topk_length within [0, topk]; the indices that count are -1 or a token id.
-  // Device-resident indices and topk_length are the caller's contract (reading them would cost
-  // a copy and a sync per call, and break graph capture): the GPU kernels clamp topk_length to
-  // [0, topk] and skip ids outside the pool, where the CPU path raises.
-  const std::int64_t num_blocks = a.kv_cache.shape[0];
-  const std::int64_t num_tokens = num_blocks * c.page_size;
-  for (std::int64_t b = 0; !on_gpu && b < batch; ++b) {
-    std::int64_t used = c.topk;
-    if (c.topk_length) {
-      used = load_i32(a.topk_length, b);
-      if (used < 0 || used > c.topk) {
-        fail(fn, "topk_length[" + s(b) + "]", "0.." + s(c.topk) + " (plan.config.topk)", s(used));
-      }
-    }
-    for (std::int64_t i = 0; i < q_len; ++i) {
-      for (std::int64_t k = 0; k < used; ++k) {
-        const std::int64_t id = load_i32(a.indices, b, i, k);
-        if (id != -1 && (id < 0 || id >= num_tokens)) {
-          fail(fn, "indices[" + s(b) + "][" + s(i) + "][" + s(k) + "]",
-               "-1 (skip) or a token id in [0, " + s(num_tokens) + ") (num_blocks " +
-                   s(num_blocks) + " * page_size " + s(c.page_size) + ")",
-               s(id));
-        }
-      }
-    }
-  }
-
-  MlaSparseParams p{};
-  p.batch = static_cast<int>(batch);
-  p.q_len = static_cast<int>(q_len);
-  p.num_heads = c.num_heads;
-  p.page_size = c.page_size;
-  p.topk = c.topk;
-  p.num_blocks = static_cast<int>(num_blocks);
-  fill_q(p, a.q);
-  p.kv = static_cast<const unsigned char*>(a.kv_cache.data);
-  p.kv_stride_block = a.kv_cache.stride[0];
-  p.kv_stride_slot = a.kv_cache.stride[1];
-  p.indices = static_cast<const int*>(a.indices.data);
-  p.indices_stride_batch = a.indices.stride[0];
-  p.indices_stride_token = a.indices.stride[1];
-  if (c.topk_length) p.topk_length = static_cast<const int*>(a.topk_length.data);
-  if (c.attn_sink) p.attn_sink = static_cast<const float*>(a.attn_sink.data);
-  fill_out_lse(p, a.out, a.lse, c.lse);
-  p.softmax_scale = softmax_scale_or_default(a.softmax_scale, kMlaDimQK);
-  if (p.batch == 0) return;
-  if (on_gpu) {
-    cuda::mla_sparse_decode(plan, p, a.workspace, a.stream, a.reuse_schedule);
-    return;
-  }
-  cpu::mla_sparse_decode(p);
 }
 
 }  // namespace deca

@@ -2,11 +2,13 @@
 // src/cpu/quant.cpp. Every check runs before anything is written; `out` may share no byte with
 // `src` (a quantiser writing into its own input would read values it has already replaced).
 #include <cmath>
+#include <cstdint>
 #include <string>
 
 #include "api/check.hpp"
 #include "cpu/quant.hpp"
 #include "deca/error.hpp"
+#include "deca/mla.hpp"
 #include "deca/quant.hpp"
 
 namespace deca {
@@ -83,6 +85,49 @@ void check_same_leading(const char* fn, const TensorView& src, const TensorView&
   }
 }
 
+// The token formats the packers write: the 656-byte one (kFP8Sparse, kDefault) or MODEL1's.
+MlaCacheFormat packer_format(const char* fn, MlaCacheFormat f) {
+  if (f == MlaCacheFormat::kDefault || f == MlaCacheFormat::kFP8Sparse ||
+      f == MlaCacheFormat::kModel1) {
+    return f;
+  }
+  const char* name = mla_cache_format_name(f);
+  api::fail(fn, "format",
+            "kFP8Sparse (fp8_sparse), kDefault (the same) or kModel1 (model1): the sparse "
+            "caches' token formats",
+            std::string(name) == "?" ? std::to_string(static_cast<int>(f)) : std::string(name));
+}
+
+// MODEL1 values: [num_blocks, page_size, 1, 512].
+void check_model1_values(const char* fn, const char* arg, const TensorView& t) {
+  if (t.rank != 4 || t.shape[2] != 1 || t.shape[3] != kMlaModel1DimQK) {
+    api::fail(fn, arg, "shape [num_blocks, page_size, 1, 512] (format kModel1)", t.describe());
+  }
+}
+
+// MODEL1 pages: the [num_blocks, page_size, 1, 584] byte view of deca/mla.hpp (kModel1).
+void check_model1_pages(const char* fn, const char* arg, const TensorView& t) {
+  if (t.rank != 4 || t.shape[2] != 1 || t.shape[3] != kMlaModel1TokenBytes) {
+    api::fail(fn, arg, "shape [num_blocks, page_size, 1, 584] (format kModel1)", t.describe());
+  }
+  if (t.shape[0] == 0 || t.shape[1] == 0) return;
+  if (t.stride[3] != 1) {
+    api::fail(fn, arg, "a contiguous last dimension (stride 1)",
+              "stride " + std::to_string(t.stride[3]));
+  }
+  if (t.shape[1] > 1 && t.stride[1] != kMlaModel1TokenBytes) {
+    api::fail(fn, arg, "the stride of dim 1 (page_size) 584 bytes (the MODEL1 page view)",
+              std::to_string(t.stride[1]) + " bytes");
+  }
+  const auto page = static_cast<std::int64_t>(mla_model1_page_bytes(static_cast<int>(t.shape[1])));
+  if (t.shape[0] > 1 && t.stride[0] < page) {
+    api::fail(fn, arg,
+              "the stride of dim 0 (num_blocks) >= " + std::to_string(page) +
+                  " bytes (mla_model1_page_bytes(" + std::to_string(t.shape[1]) + "))",
+              std::to_string(t.stride[0]) + " bytes");
+  }
+}
+
 }  // namespace
 
 float choose_fp8_scale(const TensorView& src) {
@@ -115,8 +160,18 @@ void quantize_int8(const TensorView& src, const TensorView& out, float scale) {
   cpu::quantize_int8(src, out, scale);
 }
 
-void pack_mla_fp8(const TensorView& src, const TensorView& out) {
+void pack_mla_fp8(const TensorView& src, const TensorView& out, MlaCacheFormat format) {
   const char* fn = "pack_mla_fp8";
+  if (packer_format(fn, format) == MlaCacheFormat::kModel1) {
+    check_host_tensor(fn, "src", src, {DType::kBF16});
+    check_model1_values(fn, "src", src);
+    check_out(fn, src, out, {DType::kUINT8});
+    check_model1_pages(fn, "out", out);
+    check_same_leading(fn, src, out);
+    finite_max_abs(fn, src);
+    cpu::pack_mla_model1(src, out);
+    return;
+  }
   check_host_tensor(fn, "src", src, {DType::kBF16});
   check_token_tensor(fn, "src", src, kMlaDim);
   check_out(fn, src, out, {DType::kUINT8});
@@ -137,8 +192,17 @@ float quantize_mla_fp8_e4m3(const TensorView& src, const TensorView& out) {
   return scale;
 }
 
-void unpack_mla_fp8(const TensorView& src, const TensorView& out) {
+void unpack_mla_fp8(const TensorView& src, const TensorView& out, MlaCacheFormat format) {
   const char* fn = "unpack_mla_fp8";
+  if (packer_format(fn, format) == MlaCacheFormat::kModel1) {
+    check_host_tensor(fn, "src", src, {DType::kUINT8});
+    check_model1_pages(fn, "src", src);
+    check_out(fn, src, out, {DType::kFP32, DType::kBF16});
+    check_model1_values(fn, "out", out);
+    check_same_leading(fn, src, out);
+    cpu::unpack_mla_model1(src, out);
+    return;
+  }
   check_host_tensor(fn, "src", src, {DType::kUINT8});
   check_token_tensor(fn, "src", src, kMlaTokenBytes);
   check_out(fn, src, out, {DType::kFP32, DType::kBF16});

@@ -69,6 +69,14 @@ void check_gqa_run(const GqaPlan& plan, const void* workspace, void* stream) {
                 "] (q_len..min(max_pages * page_size, plan.config.max_seq_len)), got " +
                 s(rec.value) + kFound);
   }
+  if (rec.kind == kCheckPosition) {
+    const std::string where = rec.position == 1
+                                  ? "positions[" + s(rec.request) + "][" + s(rec.token) + "]"
+                                  : "seq_lens[" + s(rec.request) + "] - q_len + " + s(rec.token) +
+                                        " (the position of new token " + s(rec.token) + ")";
+    throw Error(std::string(fn) + ": " + where + ": expected a position in [0, " + s(rec.hi) +
+                ") (cos_sin_cache's rows), got " + s(rec.value) + kFound);
+  }
   throw Error(std::string(kCheckFn) + ": workspace: expected a check record of a GQA run, got kind " +
               s(rec.kind) + " (a workspace shared with another plan?)");
 }
@@ -119,6 +127,15 @@ void check_mla_run(const MlaPlan& plan, const void* workspace, void* stream) {
   if (rec.kind == kCheckTopkLength) {
     throw Error(std::string(fn) + ": topk_length[" + s(rec.request) + "]: expected a length in [0, " +
                 s(rec.hi) + "] (topk), got " + s(rec.value) + kFound);
+  }
+  if (rec.kind == kCheckExtraIndex) {
+    throw Error(std::string(fn) + ": extra_indices[" + s(rec.request) + "][" + s(rec.token) + "][" +
+                s(rec.position) + "]: expected -1 or a token id in [0, " + s(rec.hi) +
+                ") (extra_kv_cache's num_blocks * extra_page_size), got " + s(rec.value) + kFound);
+  }
+  if (rec.kind == kCheckExtraTopkLength) {
+    throw Error(std::string(fn) + ": extra_topk_length[" + s(rec.request) + "]: expected a length in [0, " +
+                s(rec.hi) + "] (extra_topk), got " + s(rec.value) + kFound);
   }
   if (rec.kind == kCheckSchedule) {
     throw Error(std::string(fn) + ": reuse_schedule: expected the workspace to hold the schedule of "

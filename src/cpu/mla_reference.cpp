@@ -1,6 +1,8 @@
-// MLA decode references (docs/semantics.md, "MLA decode"): dense over a paged latent cache (bf16, e4m3
-// with one scale, or the 656-byte FP8 token), and sparse over the 656-byte FP8 token format with
-// top-k indices. One latent KV head: K is the whole 576-dim row, V its first 512 dims.
+// MLA decode references (docs/semantics.md, "MLA decode"): dense over a paged latent cache
+// (bf16, e4m3 with one scale, or the 656-byte FP8 token), and sparse over the 656-byte FP8 token
+// format with top-k indices. One latent KV head: K is the whole 576-dim row, V its first 512
+// dims. Sparse MODEL1: 512-dim rows in the 584-byte page layout, K = V = the row, and the second
+// cache's selected tokens in the same softmax.
 //
 // Every format is read as bf16 values (the precision the kernels compute in): a key row is
 // 576 values exactly representable in bf16, then the arithmetic of attention_core (products
@@ -12,6 +14,7 @@
 
 #include "cpu/attention_core.hpp"
 #include "cpu/element_io.hpp"
+#include "cpu/model1_layout.hpp"
 #include "cpu/parallel.hpp"
 #include "cpu/reference.hpp"
 
@@ -25,17 +28,17 @@ constexpr int kRope = 64;
 constexpr int kGroup = 128;
 constexpr int kBf16 = static_cast<int>(DType::kBF16);
 
-double default_scale(float softmax_scale) {
-  return softmax_scale != 0.f ? softmax_scale : 1.0 / std::sqrt(static_cast<double>(kDimQK));
+double default_scale(float softmax_scale, int dim_qk = kDimQK) {
+  return softmax_scale != 0.f ? softmax_scale : 1.0 / std::sqrt(static_cast<double>(dim_qk));
 }
 
-void load_q(const void* q, std::int64_t offset, double* dst) {
-  for (int d = 0; d < kDimQK; ++d) dst[d] = load_element(q, kBf16, offset + d);
+void load_q(const void* q, std::int64_t offset, double* dst, int dim_qk = kDimQK) {
+  for (int d = 0; d < dim_qk; ++d) dst[d] = load_element(q, kBf16, offset + d);
 }
 
-// A gathered key row also provides V: its first 512 dims.
+// A gathered key row also provides V: its first 512 dims (all of a MODEL1 row).
 void set_key(GatheredKV& kv, int key, const float* row) {
-  for (int d = 0; d < kDimQK; ++d) kv.k_at(key, d) = row[d];
+  for (int d = 0; d < kv.dk; ++d) kv.k_at(key, d) = row[d];
   for (int d = 0; d < kDimV; ++d) kv.v_at(key, d) = row[d];
 }
 
@@ -52,6 +55,24 @@ void dequant_token(const unsigned char* token, float* row) {
     std::uint16_t bits;
     std::memcpy(&bits, token + kDimV + 16 + 2 * r, 2);
     row[kDimV + r] = bf16_bits_to_float(bits);
+  }
+}
+
+// Dequantizes token `slot` of a MODEL1 page starting at `page`: e4m3 * its tile's scale, rounded
+// to bf16 as dequant_token does, then the bf16 RoPE part. Reads the row's 576 bytes and the 7
+// scale bytes, never the pad byte or the page's padding.
+void dequant_model1(const unsigned char* page, int page_size, int slot, float* row) {
+  const float* fp8 = fp8e4m3_table();
+  const unsigned char* r = page + model1_row_offset(slot);
+  const unsigned char* sc = page + model1_scale_offset(page_size, slot);
+  for (int d = 0; d < kModel1Nope; ++d) {
+    const float real = fp8[r[d]] * ue8m0_to_float(sc[d / kModel1Tile]);
+    row[d] = bf16_bits_to_float(float_to_bf16_bits(real));
+  }
+  for (int k = 0; k < kRope; ++k) {
+    std::uint16_t bits;
+    std::memcpy(&bits, r + kModel1Nope + 2 * k, 2);
+    row[kModel1Nope + k] = bf16_bits_to_float(bits);
   }
 }
 
@@ -114,34 +135,79 @@ void mla_dense_decode(const MlaDenseParams& p) {
   }
 }
 
+namespace {
+
+// One cache's selection for a query row: its tokens and where they live.
+struct Selection {
+  const unsigned char* kv;
+  long long stride_block;
+  long long stride_slot;  // V3.2 only: MODEL1 rows are at slot * 576
+  int page_size;
+  const int* ids;  // this row's indices
+  int count;       // entries that count (topk_length clamp applied by the caller)
+};
+
+int valid_keys(const Selection& s) {
+  int keys = 0;
+  for (int k = 0; k < s.count; ++k) keys += s.ids[k] >= 0;
+  return keys;
+}
+
+// Every listed id is a key, duplicates included; -1 entries are skipped.
+void gather(const Selection& s, bool model1, GatheredKV& kv, int& key, float* row) {
+  for (int k = 0; k < s.count; ++k) {
+    const int id = s.ids[k];
+    if (id < 0) continue;
+    const unsigned char* block =
+        s.kv + static_cast<std::int64_t>(id / s.page_size) * s.stride_block;
+    if (model1) {
+      dequant_model1(block, s.page_size, id % s.page_size, row);
+    } else {
+      dequant_token(block + static_cast<std::int64_t>(id % s.page_size) * s.stride_slot, row);
+    }
+    set_key(kv, key++, row);
+  }
+}
+
+}  // namespace
+
 void mla_sparse_decode(const MlaSparseParams& p) {
-  const double scale = default_scale(p.softmax_scale);
+  const bool model1 = p.kv_format == kMlaKvModel1;
+  const int dim_qk = model1 ? kDimV : kDimQK;
+  const double scale = default_scale(p.softmax_scale, dim_qk);
+  const bool extra = model1 && p.extra_topk > 0;
   GatheredKV kv;
   std::vector<float> row(kDimQK);
   for (int b = 0; b < p.batch; ++b) {
     const int count = p.topk_length ? p.topk_length[b] : p.topk;
+    int extra_count = 0;
+    if (extra) extra_count = p.extra_topk_length ? p.extra_topk_length[b] : p.extra_topk;
     for (int i = 0; i < p.q_len; ++i) {
-      const int* ids = p.indices + b * p.indices_stride_batch + i * p.indices_stride_token;
-      int keys = 0;
-      for (int k = 0; k < count; ++k) keys += ids[k] >= 0;
-      kv.resize(keys, kDimQK, kDimV);
-      // Every listed id is a key, duplicates included; -1 entries are skipped.
-      int key = 0;
-      for (int k = 0; k < count; ++k) {
-        if (ids[k] < 0) continue;
-        const std::int64_t off = static_cast<std::int64_t>(ids[k] / p.page_size) * p.kv_stride_block +
-                                 static_cast<std::int64_t>(ids[k] % p.page_size) * p.kv_stride_slot;
-        dequant_token(p.kv + off, row.data());
-        set_key(kv, key++, row.data());
+      const Selection first{p.kv, p.kv_stride_block, p.kv_stride_slot, p.page_size,
+                            p.indices + b * p.indices_stride_batch + i * p.indices_stride_token,
+                            count};
+      Selection second{};
+      if (extra) {
+        second = {p.extra_kv, p.extra_kv_stride_block, 0, p.extra_page_size,
+                  p.extra_indices + b * p.extra_indices_stride_batch +
+                      i * p.extra_indices_stride_token,
+                  extra_count};
       }
+      // One softmax over the keys of both caches.
+      const int keys = valid_keys(first) + valid_keys(second);
+      kv.resize(keys, dim_qk, kDimV);
+      int key = 0;
+      gather(first, model1, kv, key, row.data());
+      gather(second, model1, kv, key, row.data());
       parallel_for(p.num_heads, [&](std::int64_t item, int) {
         const int h = static_cast<int>(item);
         RowMath math;
         math.logit_scale = scale;
         math.has_sink = p.attn_sink != nullptr;
         math.sink = p.attn_sink ? p.attn_sink[h] : 0.0;
-        std::vector<double> q(kDimQK), out(kDimV), scratch;
-        load_q(p.q, b * p.q_stride_batch + i * p.q_stride_token + h * p.q_stride_head, q.data());
+        std::vector<double> q(dim_qk), out(kDimV), scratch;
+        load_q(p.q, b * p.q_stride_batch + i * p.q_stride_token + h * p.q_stride_head, q.data(),
+               dim_qk);
         double lse;
         attend_row(q.data(), kv, 0, keys, nullptr, math, out.data(), &lse, scratch);
         const std::int64_t oo =

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "cpu/convert.hpp"
+#include "cpu/model1_layout.hpp"
 #include "cpu/tensor_walk.hpp"
 #include "deca/quant.hpp"
 
@@ -27,6 +28,9 @@ namespace {
 constexpr int kMlaNope = 512;
 constexpr int kMlaRope = 64;
 constexpr int kMlaGroup = 128;
+// FlashMLA's packer floors the tile scale at 2^ceil(log2(1e-4)) = 2^-13; so does deca's, so
+// that both write the same bytes.
+constexpr int kM1MinScaleExp = -13;
 
 float load_float(const void* base, DType dtype, std::int64_t offset) {
   switch (dtype) {
@@ -105,6 +109,69 @@ void pack_mla_fp8(const TensorView& src, const TensorView& out) {
       std::memcpy(token + kMlaNope + 16 + 2 * i, &r, 2);
     }
   });
+}
+
+void pack_mla_model1(const TensorView& src, const TensorView& out) {
+  const auto* in = static_cast<const std::uint16_t*>(src.data);
+  auto* dst = static_cast<std::uint8_t*>(out.data);
+  const std::int64_t sd = src.stride[3];
+  const int page_size = static_cast<int>(src.shape[1]);
+  for (std::int64_t blk = 0; blk < src.shape[0]; ++blk) {
+    std::uint8_t* page = dst + blk * out.stride[0];
+    for (int slot = 0; slot < page_size; ++slot) {
+      const std::uint16_t* x = in + blk * src.stride[0] + slot * src.stride[1];
+      std::uint8_t* row = page + model1_row_offset(slot);
+      std::uint8_t* scales = page + model1_scale_offset(page_size, slot);
+      for (int t = 0; t < kModel1Tiles; ++t) {
+        float amax = 0.f;
+        for (int i = t * kModel1Tile; i < (t + 1) * kModel1Tile; ++i) {
+          amax = std::fmax(amax, std::fabs(bf16_bits_to_float(x[i * sd])));
+        }
+        const float floor = std::ldexp(1.f, kM1MinScaleExp);
+        const float scale = amax == 0.f ? floor : std::fmax(fp8_pow2_scale(amax), floor);
+        for (int i = t * kModel1Tile; i < (t + 1) * kModel1Tile; ++i) {
+          row[i] = float_to_fp8e4m3_bits(bf16_bits_to_float(x[i * sd]) / scale);
+        }
+        scales[t] = static_cast<std::uint8_t>(std::ilogb(scale) + 127);
+      }
+      scales[kModel1Tiles] = 0;  // the pad byte: no reader looks at it; written for determinism
+      for (int i = 0; i < kMlaRope; ++i) {
+        const std::uint16_t r = x[(kModel1Nope + i) * sd];
+        std::memcpy(row + kModel1Nope + 2 * i, &r, 2);
+      }
+    }
+  }
+}
+
+void unpack_mla_model1(const TensorView& src, const TensorView& out) {
+  const auto* in = static_cast<const std::uint8_t*>(src.data);
+  const std::int64_t dd = out.stride[3];
+  const bool to_bf16 = out.dtype == DType::kBF16;
+  const float* fp8 = fp8e4m3_table();
+  const int page_size = static_cast<int>(src.shape[1]);
+  for (std::int64_t blk = 0; blk < src.shape[0]; ++blk) {
+    const std::uint8_t* page = in + blk * src.stride[0];
+    for (int slot = 0; slot < page_size; ++slot) {
+      const std::int64_t od = blk * out.stride[0] + slot * out.stride[1];
+      auto store = [&](int i, float v) {
+        if (to_bf16) {
+          static_cast<std::uint16_t*>(out.data)[od + i * dd] = float_to_bf16_bits(v);
+        } else {
+          static_cast<float*>(out.data)[od + i * dd] = v;
+        }
+      };
+      const std::uint8_t* row = page + model1_row_offset(slot);
+      const std::uint8_t* scales = page + model1_scale_offset(page_size, slot);
+      for (int i = 0; i < kModel1Nope; ++i) {
+        store(i, fp8[row[i]] * ue8m0_to_float(scales[i / kModel1Tile]));
+      }
+      for (int i = 0; i < kMlaRope; ++i) {
+        std::uint16_t r;
+        std::memcpy(&r, row + kModel1Nope + 2 * i, 2);
+        store(kModel1Nope + i, bf16_bits_to_float(r));
+      }
+    }
+  }
 }
 
 void unpack_mla_fp8(const TensorView& src, const TensorView& out) {

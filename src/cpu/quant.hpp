@@ -17,5 +17,9 @@ void quantize_int8(const TensorView& src, const TensorView& out, float scale);
 void pack_mla_fp8(const TensorView& src, const TensorView& out);
 // src [..., 656] uint8 (last dim contiguous) -> out [..., 576] fp32 | bf16.
 void unpack_mla_fp8(const TensorView& src, const TensorView& out);
+// MODEL1: src [blocks, page, 1, 512] bf16 -> out [blocks, page, 1, 584] uint8 over the page
+// layout (deca/mla.hpp, MlaCacheFormat::kModel1), and back to fp32 | bf16.
+void pack_mla_model1(const TensorView& src, const TensorView& out);
+void unpack_mla_model1(const TensorView& src, const TensorView& out);
 
 }  // namespace deca::cpu

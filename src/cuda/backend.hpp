@@ -47,6 +47,10 @@ GqaWorkspace gqa_workspace(const GqaPlan& plan, void* workspace);
 // gqa_params). With `launch` false it does everything but the driver call (kernel lookup, grid,
 // the current device): what deca-bench --host-cost reports as deca's own part of a call.
 void gqa_decode(const GqaPlan& plan, const GqaParams& params, void* stream, bool launch = true);
+// The fused step's rotate (mode 0: q into q_out, contiguous [batch, q_len, num_q_heads,
+// head_dim] in q's dtype) or append (mode 1: k_new / v_new into the cache) alone, for a fused
+// plan's params (src/cuda/gqa_rope_append.cpp; deca-bench --fused's three-launch baseline).
+void gqa_rope_append(const GqaPlan& plan, const GqaParams& params, void* q_out, int mode, void* stream);
 
 // Compiles (or finds in the cubin cache) the kernel a plan of `config` runs on devices of compute
 // capability `arch`, without launching anything or needing a GPU; returns its name. Both this and

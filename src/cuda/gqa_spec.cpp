@@ -30,6 +30,7 @@ std::string GqaKernelKey::name() const {
   if (wgmma() && rows_on_m) s += "_rm";
   if (checked) s += "_chk";
   if (skip) s += "_skip";
+  if (rope_style != 0) s += (rope_style == 1 ? "_neox" : "_gptj") + to_string(rotary_dim);
   return s;
 }
 
@@ -55,6 +56,11 @@ jit::JitSpec GqaKernelKey::spec() const {
   // Only when set: an unchecked kernel's source (so its cache key and code) stays what it was.
   if (checked) src += constant("bool", "kChecked", "true");
   if (skip) src += constant("bool", "kSkip", "true");
+  // Likewise only for a fused plan: a plain kernel's source stays what it was.
+  if (rope_style != 0) {
+    src += constant("int", "kRopeStyle", to_string(rope_style));
+    src += constant("int", "kRotaryDim", to_string(rotary_dim));
+  }
   if (wgmma()) {  // the Hopper kernel's own fields (kernels/gqa/sm90/traits.cuh)
     src += constant("int", "kStages", to_string(stages));
     src += constant("bool", "kRowsOnM", b(rows_on_m));
@@ -83,6 +89,10 @@ GqaKernelKey make_gqa_key(const GqaConfig& config, int arch, int sm_count, int p
   key.softcap = config.softcap > 0.f;
   key.checked = config.checked;
   key.skip = config.skip_softmax_factor > 0.f;
+  if (config.rope_style != RopeStyle::kNone) {
+    key.rope_style = static_cast<int>(config.rope_style);
+    key.rotary_dim = config.rotary_dim == 0 ? config.head_dim : config.rotary_dim;
+  }
   const int paths = path_arch != 0 ? path_arch : arch;
   // fp8: mma.sync m16n8k32 .e4m3 exists from sm_89 on, but only sm_89 (Ada) runs it on the tensor
   // cores (QMMA.16832.F32.E4M3). ptxas for sm_90a lowers it to an e4m3 -> fp16 unpack of both

@@ -40,6 +40,10 @@ struct GqaKernelKey {
   // Skip-softmax (GqaConfig::skip_softmax_factor > 0): the tile-skipping kernel variant, "_skip";
   // the factor itself is a run-time argument (GqaParams::skip_softmax_factor).
   bool skip = false;
+  // Fused decode step (GqaConfig::rope_style, kernels/gqa/fused.cuh): 1 GPT-NeoX, 2 GPT-J, 0 a
+  // plain decode; rotary_dim the rotated dims. "_neox<rd>" / "_gptj<rd>".
+  int rope_style = 0;
+  int rotary_dim = 0;
 
   // The path the kernel takes: fp8_mma for an 8-bit cache; 16-bit caches have one path.
   int fp8_path() const {
@@ -73,5 +77,9 @@ struct GqaKernelKey {
 // `arch`, so that one GPU runs the code other arches' plans select. The Hopper kernel needs both
 // to be 90, the e4m3 mma.sync an `arch` of 89 or more.
 GqaKernelKey make_gqa_key(const GqaConfig& config, int arch, int sm_count = 132, int path_arch = 0);
+
+// The fused step's rotate / append kernel alone for a fused config (kernels/gqa/rope_append.cuh;
+// src/cuda/gqa_rope_append.cpp launches it).
+jit::JitSpec gqa_rope_append_spec(const GqaConfig& config, int arch);
 
 }  // namespace deca::cuda

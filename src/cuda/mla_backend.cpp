@@ -79,11 +79,12 @@ struct Kernels {
   const jit::LoadedKernel* combine;
 };
 
-MlaKernelKey key(int arch, MlaKernelRole role, const std::string& variant = "portable") {
+// The scheduler or combine key beside decode key `dk`: MODEL1's read both caches' lists.
+MlaKernelKey key(const MlaKernelKey& dk, MlaKernelRole role) {
   MlaKernelKey k;
-  k.arch = arch;
+  k.arch = dk.arch;
   k.role = role;
-  k.variant = variant;
+  if (dk.model1()) k.kv_format = dk.kv_format;
   return k;
 }
 
@@ -107,9 +108,9 @@ const Kernels& kernels(const MlaKernelKey& dk, int num_heads, int device) {
   k.arch = dk.arch;
   k.variant = dk.variant;
   k.shape = mla_decode_shape(dk);
-  k.schedule = &jit::get_kernel(key(dk.arch, MlaKernelRole::kSchedule).spec(), device);
+  k.schedule = &jit::get_kernel(key(dk, MlaKernelRole::kSchedule).spec(), device);
   k.decode = &jit::get_kernel(dk.spec(), device);
-  k.combine = &jit::get_kernel(key(dk.arch, MlaKernelRole::kCombine).spec(), device);
+  k.combine = &jit::get_kernel(key(dk, MlaKernelRole::kCombine).spec(), device);
   std::lock_guard<std::mutex> lock(registry_mu);
   return registry.try_emplace(id, k).first->second;
 }
@@ -259,14 +260,16 @@ void mla_sparse_decode(const MlaPlan& plan, const MlaSparseParams& params, void*
                        void* stream, bool reuse_schedule) {
   mla::DecodeKernelParams kp{};
   kp.p = params;
-  // Without topk_length the schedule is a function of (batch, topk, num_parts): when it cuts no
-  // request the decode kernel wrote every output itself and the combine is left out (launched,
-  // it costs its launch and one wave of CTAs per 132 (request, 8 heads) that return at once:
-  // b128 h128 a few us). A reused schedule of another shape gets NaN outputs from the decode
-  // kernel either way.
-  const bool combine = params.topk_length != nullptr ||
+  // Without lengths the schedule is a function of (batch, topk (+ extra_topk), num_parts): when
+  // it cuts no request the decode kernel wrote every output itself and the combine is left out
+  // (launched, it costs its launch and one wave of CTAs per 132 (request, 8 heads) that return
+  // at once: b128 h128 a few us). A reused schedule of another shape gets NaN outputs from the
+  // decode kernel either way.
+  const mla::TopkLists lists = params.kv_format == kMlaKvModel1 ? mla::topk_lists<true>(params)
+                                                                : mla::topk_lists<false>(params);
+  const bool combine = mla::uniform_blocks(lists) < 0 ||
                        (plan.num_parts >= 1 &&
-                        mla::schedule_cuts_requests(params.batch, params.topk, plan.num_parts));
+                        mla::schedule_cuts_requests(params.batch, lists, plan.num_parts));
   run_mla_decode(plan, kp, workspace, stream, reuse_schedule, combine, "mla_decode_sparse");
 }
 
@@ -274,9 +277,9 @@ int mla_arch(const MlaConfig& config, const std::string& fn) { return checked_ar
 
 std::string precompile_mla(const MlaConfig& config, int arch) {
   const MlaKernelKey dk = mla_decode_key(arch, mla_plan_variant(arch, config), config);
-  (void)jit::compile_only(key(arch, MlaKernelRole::kSchedule).spec());
+  (void)jit::compile_only(key(dk, MlaKernelRole::kSchedule).spec());
   (void)jit::compile_only(dk.spec());
-  (void)jit::compile_only(key(arch, MlaKernelRole::kCombine).spec());
+  (void)jit::compile_only(key(dk, MlaKernelRole::kCombine).spec());
   return dk.name();
 }
 
@@ -286,8 +289,10 @@ void combine(const CombineParams& params, int device, void* stream) {
                 "got " + std::to_string(params.batch) + " and " + std::to_string(params.q_len));
   }
   const int arch = checked_arch(Device::cuda(device), "combine");
-  const jit::LoadedKernel& k =
-      jit::get_kernel(key(arch, MlaKernelRole::kGenericCombine).spec(), device);
+  MlaKernelKey generic;
+  generic.arch = arch;
+  generic.role = MlaKernelRole::kGenericCombine;
+  const jit::LoadedKernel& k = jit::get_kernel(generic.spec(), device);
   CombineParams p = params;
   void* args[] = {&p};
   jit::ScopedDevice scope(device);

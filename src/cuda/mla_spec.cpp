@@ -29,10 +29,14 @@ struct Sm90Render {
   std::string prologue;
 };
 // Dense decode adds its token source and cache format (Cfg::kDense, kKvFormat; the sparse
-// kernels read the 656-byte token through indices, the fields' defaults).
-Sm90Render render_sm90(int page_size, const mla::sm90::KernelClass& k, bool dense, int kv_format) {
+// kernels read the 656-byte token through indices, the fields' defaults); MODEL1 its format and
+// the extra cache's page size (Cfg::kKvFormat, kExtraPageSize; "_p<page>x<extra page>").
+Sm90Render render_sm90(int page_size, const mla::sm90::KernelClass& k, bool dense, int kv_format,
+                       int extra_page_size) {
+  const bool model1 = !dense && kv_format == kMlaKvModel1;
   Sm90Render r;
-  r.suffix = "_p" + std::to_string(page_size) + (k.direct ? "_direct" : k.cluster == 2 ? "_c2" : "");
+  r.suffix = "_p" + std::to_string(page_size) + (model1 ? "x" + std::to_string(extra_page_size) : "") +
+             (k.direct ? "_direct" : k.cluster == 2 ? "_c2" : "");
   r.prologue = "struct Cfg {\n  static constexpr int kPageSize = " + std::to_string(page_size) +
                ";\n  static constexpr int kDirect = " + std::to_string(k.direct) +
                ";\n  static constexpr int kCluster = " + std::to_string(k.cluster) + ";\n";
@@ -40,16 +44,22 @@ Sm90Render render_sm90(int page_size, const mla::sm90::KernelClass& k, bool dens
     r.prologue += "  static constexpr int kDense = 1;\n  static constexpr int kKvFormat = " +
                   std::to_string(kv_format) + ";\n";
   }
+  if (model1) {
+    r.prologue += "  static constexpr int kKvFormat = " + std::to_string(kv_format) +
+                  ";\n  static constexpr int kExtraPageSize = " + std::to_string(extra_page_size) + ";\n";
+  }
   r.prologue += "};\n";
   return r;
 }
 
-// The cache format's part of a dense decode kernel's name (MlaKvFormat).
+// The cache format's part of a dense decode kernel's name (MlaKvFormat), and of every MODEL1
+// kernel's (scheduler, decode, combine: "_model1").
 const char* kv_format_name(int kv_format) {
   switch (kv_format) {
     case kMlaKvBF16: return "bf16";
     case kMlaKvFP8E4M3: return "fp8_e4m3";
     case kMlaKvFP8Sparse: return "fp8_sparse";
+    case kMlaKvModel1: return "model1";
   }
   return "fmt";
 }
@@ -61,12 +71,14 @@ std::string MlaKernelKey::name() const {
   const bool dense_decode = role == MlaKernelRole::kDecode && dense;
   std::string s = dense_decode ? "mla_dense_decode" : role_name(role);
   if (role == MlaKernelRole::kDecode) s += "_" + variant;
-  if (dense_decode) {
+  if (dense_decode || model1()) {
     s += '_';
     s += kv_format_name(kv_format);
   }
   if (role == MlaKernelRole::kDecode && checked) s += "_chk";
-  if (role == MlaKernelRole::kDecode && variant == "sm90") s += render_sm90(page_size, sm90, dense, kv_format).suffix;
+  if (role == MlaKernelRole::kDecode && variant == "sm90") {
+    s += render_sm90(page_size, sm90, dense, kv_format, extra_page_size).suffix;
+  }
   s += "_sm" + std::to_string(arch);
   return s;
 }
@@ -78,7 +90,7 @@ jit::JitSpec MlaKernelKey::spec() const {
   std::string header;
   switch (role) {
     case MlaKernelRole::kSchedule:
-      header = "kernels/mla/schedule/entry.cuh";
+      header = model1() ? "kernels/mla/schedule/entry_model1.cuh" : "kernels/mla/schedule/entry.cuh";
       spec.entry = "deca_mla_sparse_schedule";
       break;
     case MlaKernelRole::kDecode:
@@ -88,13 +100,16 @@ jit::JitSpec MlaKernelKey::spec() const {
       } else if (dense) {
         header = "kernels/mla/sm80/dense_entry.cuh";
         spec.entry = "deca_mla_dense_decode";
+      } else if (model1()) {
+        header = "kernels/mla/sm80/model1_entry.cuh";
+        spec.entry = "deca_mla_sparse_decode";
       } else {
         header = checked ? "kernels/mla/sm80/entry_checked.cuh" : "kernels/mla/sm80/entry.cuh";
         spec.entry = "deca_mla_sparse_decode";
       }
       break;
     case MlaKernelRole::kCombine:
-      header = "kernels/mla/combine/entry.cuh";
+      header = model1() ? "kernels/mla/combine/entry_model1.cuh" : "kernels/mla/combine/entry.cuh";
       spec.entry = "deca_mla_sparse_combine";
       break;
     case MlaKernelRole::kGenericCombine:
@@ -104,10 +119,13 @@ jit::JitSpec MlaKernelKey::spec() const {
   }
   std::string prologue;
   if (role == MlaKernelRole::kDecode && variant == "sm90") {
-    prologue = render_sm90(page_size, sm90, dense, kv_format).prologue;
+    prologue = render_sm90(page_size, sm90, dense, kv_format, extra_page_size).prologue;
   } else if (role == MlaKernelRole::kDecode && dense) {
     prologue = std::string("struct Cfg {\n  static constexpr bool kChecked = ") + (checked ? "true" : "false") +
                ";\n  static constexpr int kKvFormat = " + std::to_string(kv_format) + ";\n};\n";
+  } else if (role == MlaKernelRole::kDecode && model1()) {
+    prologue = std::string("struct Cfg {\n  static constexpr bool kChecked = ") + (checked ? "true" : "false") +
+               ";\n};\n";
   }
   spec.source = "// " + spec.name + "\n" + prologue + "#include \"" + header + "\"\n";
   return spec;
@@ -124,6 +142,7 @@ int mla_kv_format(const MlaConfig& config) {
     case MlaCacheFormat::kBF16: return kMlaKvBF16;
     case MlaCacheFormat::kFP8E4M3: return kMlaKvFP8E4M3;
     case MlaCacheFormat::kFP8Sparse: return kMlaKvFP8Sparse;
+    case MlaCacheFormat::kModel1: return kMlaKvModel1;
     case MlaCacheFormat::kDefault: break;
   }
   return config.sparse ? kMlaKvFP8Sparse : kMlaKvBF16;
@@ -133,9 +152,12 @@ bool mla_dense_sm90_supported(int kv_format) {
   return kv_format == kMlaKvBF16 || kv_format == kMlaKvFP8E4M3 || kv_format == kMlaKvFP8Sparse;
 }
 
+bool mla_model1_sm90_supported() { return true; }
+
 std::string mla_plan_variant(int arch, const MlaConfig& config) {
   if (config.checked) return "portable";
   if (!config.sparse && !mla_dense_sm90_supported(mla_kv_format(config))) return "portable";
+  if (mla_kv_format(config) == kMlaKvModel1 && !mla_model1_sm90_supported()) return "portable";
   return mla_decode_variant(arch);
 }
 
@@ -150,7 +172,10 @@ MlaKernelKey mla_decode_key(int arch, const std::string& variant, const MlaConfi
   refuse_retired_tuning("plan_mla_decode");
   if (variant != "sm90") return k;
   k.page_size = config.page_size;
-  k.sm90 = mla::sm90::kernel_class(config.num_heads, k.dense && k.kv_format != kMlaKvFP8Sparse);
+  // MODEL1 runs the wide kernel at every head count (the direct kernel reads the 656-byte token).
+  const bool tile_only = (k.dense && k.kv_format != kMlaKvFP8Sparse) || k.model1();
+  k.sm90 = mla::sm90::kernel_class(config.num_heads, tile_only);
+  if (k.model1()) k.extra_page_size = config.extra_page_size;
   return k;
 }
 

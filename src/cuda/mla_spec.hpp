@@ -6,6 +6,7 @@
 
 #include "deca/mla.hpp"
 #include "jit/spec.hpp"
+#include "kernels/mla/params.cuh"
 #include "kernels/mla/sm90/traits.cuh"
 
 namespace deca::cuda {
@@ -17,6 +18,7 @@ struct MlaKernelKey {
   MlaKernelRole role = MlaKernelRole::kDecode;
   std::string variant = "portable";    // decode only: "portable" (sm_80+) or "sm90"
   int page_size = 0;                   // sm90 decode only: compiled in (Cfg::kPageSize)
+  int extra_page_size = 0;             // sm90 MODEL1 decode only: Cfg::kExtraPageSize
   mla::sm90::KernelClass sm90{0, 1};   // sm90 decode only: which kernel (Cfg::kDirect, kCluster)
   bool checked = false;                // portable decode only: MlaConfig::checked, "_chk"
   // Decode only: dense decode (the block table as token source, "mla_dense_decode_...") and the
@@ -24,8 +26,12 @@ struct MlaKernelKey {
   // "_fp8_sparse"). Sparse decode reads kMlaKvFP8Sparse.
   bool dense = false;
   int kv_format = 2;  // kMlaKvFP8Sparse
+  // MODEL1 (kv_format kMlaKvModel1, sparse): every role's kernel reads both caches' lists
+  // ("_model1" in each name; the scheduler's and combine's entry_model1.cuh).
+  bool model1() const { return kv_format == kMlaKvModel1; }
 
   // e.g. "mla_sparse_decode_portable_sm90", "mla_sparse_decode_sm90_p64_direct_sm90",
+  // "mla_sparse_decode_sm90_model1_p256x64_c2_sm90", "mla_sparse_decode_portable_model1_chk_sm90",
   // "mla_dense_decode_portable_bf16_chk_sm80",
   // "mla_sparse_combine_sm90", "combine_sm80"
   std::string name() const;
@@ -57,6 +63,10 @@ int mla_kv_format(const MlaConfig& config);
 // kernels' record producers. The one switch between the sm90 and the portable kernel for dense
 // plans on sm_90.
 bool mla_dense_sm90_supported(int kv_format);
+
+// Whether the sm90 kernels decode MODEL1 (kMlaKvModel1, two caches: the wide kernel at every
+// head count); the portable kernel does everywhere.
+bool mla_model1_sm90_supported();
 
 // The decode variant of a plan: a checked plan runs the portable kernel (the sm90 one has no
 // checked variant yet), so does a dense plan whose format the sm90 kernel does not decode

@@ -64,6 +64,23 @@ inline ::testing::AssertionResult rejected(const std::function<void()>& call,
   return ::testing::AssertionSuccess() << message;
 }
 
+// What precompile_gqa_decode and precompile_mla_decode (`fn`) both refuse before NVRTC runs:
+// a compute capability NVRTC does not target (below 8.0, or unknown), and none at all (0) for a
+// config on the CPU or on a CUDA device that does not exist (which, given a capability, is never
+// looked at). precompile(cc, device) makes the call with a valid config on `device`.
+inline void expect_precompile_capability_checks(const std::string& fn,
+                                                const std::function<void(int, Device)>& precompile) {
+  for (int cc : {-90, 52, 75, 79, 91, 95}) {
+    EXPECT_TRUE(rejected([&] { precompile(cc, Device::cpu()); },
+                         {fn + ": compute_capability", "80", "got " + std::to_string(cc)}, {}))
+        << cc;
+  }
+  EXPECT_TRUE(rejected([&] { precompile(0, Device::cpu()); },
+                       {fn + ": config.device", "a CUDA device", "compute_capability", "got cpu"}, {}));
+  EXPECT_TRUE(
+      rejected([&] { precompile(0, Device::cuda(4096)); }, {fn + ": config.device", "got cuda:4096"}, {}));
+}
+
 // A view of `t` with its own shape and strides (elements) and a byte offset from its start.
 inline TensorView view_as(const HostTensor& t, std::initializer_list<std::int64_t> shape,
                           std::initializer_list<std::int64_t> strides,

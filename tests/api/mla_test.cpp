@@ -53,7 +53,7 @@ TEST(MlaPlan, KvFormat) {
   MlaCase d(false);
   d.config.kv_format = static_cast<MlaCacheFormat>(7);
   EXPECT_TRUE(plan_rejects(d.config, {"plan_mla_decode: config.kv_format",
-                                      "kDefault, kBF16, kFP8E4M3 or kFP8Sparse", "got 7"}));
+                                      "kDefault, kBF16, kFP8E4M3, kFP8Sparse or kModel1", "got 7"}));
   for (const MlaCacheFormat f : {MlaCacheFormat::kDefault, MlaCacheFormat::kBF16,
                                  MlaCacheFormat::kFP8E4M3, MlaCacheFormat::kFP8Sparse}) {
     d.config.kv_format = f;
@@ -62,7 +62,7 @@ TEST(MlaPlan, KvFormat) {
 
   MlaCase s(true);
   s.config.kv_format = MlaCacheFormat::kBF16;
-  EXPECT_TRUE(plan_rejects(s.config, {"config.kv_format", "kDefault or kFP8Sparse for sparse decode",
+  EXPECT_TRUE(plan_rejects(s.config, {"config.kv_format", "kDefault, kFP8Sparse or kModel1 for sparse decode",
                                       "got kBF16 (bf16)"}));
   s.config.kv_format = MlaCacheFormat::kFP8E4M3;
   EXPECT_TRUE(plan_rejects(s.config, {"config.kv_format", "got kFP8E4M3 (fp8_e4m3)"}));

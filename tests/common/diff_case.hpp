@@ -12,6 +12,7 @@
 #include <cstring>
 #include <functional>
 #include <initializer_list>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -146,6 +147,63 @@ class DiffCase {
   // The bounds for a GPU run of `kernel` against the reference.
   virtual Tolerance tolerance(const std::string& kernel) const = 0;
 };
+
+// ---- what the decode families' cases share -------------------------------------------------------
+
+// "1,2,3": a case's lengths in its describe() line.
+inline std::string joined(const std::vector<int>& values) {
+  std::string s;
+  for (int v : values) s += (s.empty() ? "" : ",") + std::to_string(v);
+  return s;
+}
+
+// A case's tensors(): `tensors`, then those of `optional` that hold anything (padded copies,
+// inputs a draw left out).
+inline std::vector<HostTensor*> case_tensors(std::vector<HostTensor*> tensors,
+                                             std::initializer_list<HostTensor*> optional) {
+  for (HostTensor* t : optional) {
+    if (!t->shape().empty()) tensors.push_back(t);
+  }
+  return tensors;
+}
+
+// A plan's config on `device` (a draw's config names none: each side sets its own).
+template <class Config>
+Config for_device(Config config, Device device) {
+  config.device = device;
+  return config;
+}
+
+// The plan a run on side.device uses: the one keep_plan made there, else one made now (into
+// `made`) from `config` on that device.
+template <class Plan, class Config, class Make>
+const Plan& plan_for(const Side& side, const std::optional<Plan>& kept, const Config& config,
+                     std::optional<Plan>& made, Make&& make) {
+  if (kept && kept->config.device == side.device) return *kept;
+  return made.emplace(make(for_device(config, side.device)));
+}
+
+// A call's views (those given) moved to the side, and the side's workspace for `plan` (short by
+// side.workspace_short) and stream.
+template <class Args, class Plan>
+void to_side(const Side& side, const Plan& plan, Args& a, const std::vector<TensorView*>& views) {
+  for (TensorView* v : views) {
+    if (v->defined()) *v = side.move(*v);
+  }
+  a.workspace = plan.workspace_bytes ? side.workspace(plan.workspace_bytes) : nullptr;
+  a.workspace_bytes = plan.workspace_bytes - std::min(plan.workspace_bytes, side.workspace_short);
+  a.stream = side.stream;
+}
+
+// A decode's outputs: out (in its padded copy when the draw pads the rows) and, when asked for,
+// the LSE.
+inline std::vector<Output> decode_outputs(HostTensor& out, HostTensor& padded_out, bool padded,
+                                          const TensorView& out_view, HostTensor& lse,
+                                          const TensorView& lse_view, bool with_lse) {
+  std::vector<Output> o = {{"out", padded ? &padded_out : &out, out_view, false}};
+  if (with_lse) o.push_back({"lse", &lse, lse_view, true});
+  return o;
+}
 
 // ---- comparing ----------------------------------------------------------------------------------
 

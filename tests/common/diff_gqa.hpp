@@ -221,8 +221,7 @@ class GqaDiff final : public DiffCase {
   std::string describe() const override {
     const GqaCaseSpec& s = c_.spec;
     const GqaConfig& c = d_.config;
-    std::string lens;
-    for (int l : c_.lens) lens += (lens.empty() ? "" : ",") + std::to_string(l);
+    const std::string lens = joined(c_.lens);
     std::string t =
         "gqa batch=" + std::to_string(s.batch) + " q_len=" + std::to_string(s.q_len) +
         " hq=" + std::to_string(s.num_q_heads) + " hkv=" + std::to_string(s.num_kv_heads) +
@@ -249,43 +248,26 @@ class GqaDiff final : public DiffCase {
   }
 
   std::vector<HostTensor*> tensors() override {
-    std::vector<HostTensor*> v = {&c_.q,        &c_.k_pool, &c_.page_table,
-                                  &c_.seq_lens, &c_.out,    &c_.lse};
-    for (HostTensor* t : {&c_.v_pool, &c_.tree_mask, &c_.sinks, &c_.k_scales, &c_.v_scales,
-                          &q_store_, &out_store_}) {
-      if (!t->shape().empty()) v.push_back(t);
-    }
-    return v;
+    return case_tensors({&c_.q, &c_.k_pool, &c_.page_table, &c_.seq_lens, &c_.out, &c_.lse},
+                        {&c_.v_pool, &c_.tree_mask, &c_.sinks, &c_.k_scales, &c_.v_scales, &q_store_,
+                         &out_store_});
   }
 
   std::vector<Output> outputs() override {
-    std::vector<Output> o = {{"out", d_.out_pad ? &out_store_ : &c_.out, args_.out, false}};
-    if (c_.spec.lse) o.push_back({"lse", &c_.lse, args_.lse, true});
-    return o;
+    return decode_outputs(c_.out, out_store_, d_.out_pad, args_.out, c_.lse, args_.lse, c_.spec.lse);
   }
 
   int passes() const override { return d_.passes; }
 
-  void keep_plan(Device device) override {
-    GqaConfig cfg = d_.config;
-    cfg.device = device;
-    kept_ = plan_gqa_decode(cfg);
-  }
+  void keep_plan(Device device) override { kept_ = plan_gqa_decode(for_device(d_.config, device)); }
 
   std::string run(const Side& side, int) override {
-    GqaConfig cfg = d_.config;
-    cfg.device = side.device;
     std::optional<GqaPlan> made;
-    const GqaPlan& plan =
-        kept_ && kept_->config.device == side.device ? *kept_ : made.emplace(plan_gqa_decode(cfg));
+    const GqaPlan& plan = plan_for(side, kept_, d_.config, made, plan_gqa_decode);
     GqaDecodeArgs a = args_;
-    for (TensorView* v : {&a.q, &a.k_cache, &a.v_cache, &a.page_table, &a.seq_lens, &a.out, &a.lse,
-                          &a.tree_mask, &a.sinks, &a.k_scales, &a.v_scales}) {
-      if (v->defined()) *v = side.move(*v);
-    }
-    a.workspace = plan.workspace_bytes ? side.workspace(plan.workspace_bytes) : nullptr;
-    a.workspace_bytes = plan.workspace_bytes - std::min(plan.workspace_bytes, side.workspace_short);
-    a.stream = side.stream;
+    to_side(side, plan, a,
+            {&a.q, &a.k_cache, &a.v_cache, &a.page_table, &a.seq_lens, &a.out, &a.lse, &a.tree_mask,
+             &a.sinks, &a.k_scales, &a.v_scales});
     gqa_decode(plan, a);
     if (side.gpu()) check_gqa_run(plan, a.workspace, a.stream);
     return plan.kernel_name;

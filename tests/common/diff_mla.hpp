@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "common/diff_case.hpp"
@@ -17,6 +18,50 @@
 #include "deca/mla.hpp"
 
 namespace deca::test::diff {
+
+// ---- what sparse and dense decode share --------------------------------------------------------
+
+// An MLA decode case: the draw's config (its plan kept per device), the GPU passes, a run (the
+// views moved to the side, the schedule reused on the second GPU pass, a checked plan's record
+// read) and the GPU suites' bounds: bf16 output, P in bf16 (tests/gpu/mla_sparse_gpu_runner.hpp);
+// the 8-bit formats' values are real values rounded to bf16 on both sides. `Args`: MlaSparseArgs
+// or MlaDenseArgs, filled by the derived case's constructor.
+template <class Args>
+class MlaDecodeDiff : public DiffCase {
+ public:
+  int passes() const override { return passes_; }
+
+  void keep_plan(Device device) override { kept_ = plan_mla_decode(for_device(config_, device)); }
+
+  std::string run(const Side& side, int pass) override {
+    std::optional<MlaPlan> made;
+    const MlaPlan& plan = plan_for(side, kept_, config_, made, plan_mla_decode);
+    Args a = args_;
+    to_side(side, plan, a, views(a));
+    a.reuse_schedule = side.gpu() && pass == 1;
+    if constexpr (std::is_same_v<Args, MlaSparseArgs>) {
+      mla_decode_sparse(plan, a);
+    } else {
+      mla_decode_dense(plan, a);
+    }
+    if (side.gpu()) check_mla_run(plan, a.workspace, a.stream);
+    return plan.kernel_name;
+  }
+
+  Tolerance tolerance(const std::string&) const override { return Tolerance{1e-2, 5e-2, 2e-3}; }
+
+ protected:
+  MlaDecodeDiff(const MlaConfig& config, int passes) : config_(config), passes_(passes) {}
+  // Every view of a call (those not given are skipped).
+  virtual std::vector<TensorView*> views(Args& a) const = 0;
+
+  Args args_;
+
+ private:
+  MlaConfig config_;
+  int passes_;
+  std::optional<MlaPlan> kept_;  // keep_plan's
+};
 
 // ---- sparse decode ------------------------------------------------------------------------------
 
@@ -86,9 +131,10 @@ inline MlaSparseDraw draw_mla_sparse(Rng& rng, const MlaSparseLayer& l) {
   return d;
 }
 
-class MlaSparseDiff final : public DiffCase {
+class MlaSparseDiff final : public MlaDecodeDiff<MlaSparseArgs> {
  public:
-  MlaSparseDiff(const MlaSparseDraw& d, Rng& rng) : d_(d), c_(build_mla_sparse_case(d.spec, rng)) {
+  MlaSparseDiff(const MlaSparseDraw& d, Rng& rng)
+      : MlaDecodeDiff(d.config, d.passes), d_(d), c_(build_mla_sparse_case(d.spec, rng)) {
     add_sparse_edges(c_, d.edges);  // may add a poisoned block in front of the pool
     MlaSparseArgs& a = args_;
     a.q = c_.q.view();
@@ -135,57 +181,22 @@ class MlaSparseDiff final : public DiffCase {
   }
 
   std::vector<HostTensor*> tensors() override {
-    std::vector<HostTensor*> v = {&c_.q,         &c_.kv,  &c_.indices, &c_.topk_length,
-                                  &c_.attn_sink, &c_.out, &c_.lse};
-    for (HostTensor* t : {&q_store_, &out_store_, &kv_store_, &index_store_}) {
-      if (!t->shape().empty()) v.push_back(t);
-    }
-    return v;
+    return case_tensors({&c_.q, &c_.kv, &c_.indices, &c_.topk_length, &c_.attn_sink, &c_.out, &c_.lse},
+                        {&q_store_, &out_store_, &kv_store_, &index_store_});
   }
 
   std::vector<Output> outputs() override {
-    std::vector<Output> o = {{"out", d_.out_pad ? &out_store_ : &c_.out, args_.out, false}};
-    if (c_.spec.lse) o.push_back({"lse", &c_.lse, args_.lse, true});
-    return o;
+    return decode_outputs(c_.out, out_store_, d_.out_pad, args_.out, c_.lse, args_.lse, c_.spec.lse);
   }
-
-  int passes() const override { return d_.passes; }
-
-  void keep_plan(Device device) override {
-    MlaConfig cfg = d_.config;
-    cfg.device = device;
-    kept_ = plan_mla_decode(cfg);
-  }
-
-  std::string run(const Side& side, int pass) override {
-    MlaConfig cfg = d_.config;
-    cfg.device = side.device;
-    std::optional<MlaPlan> made;
-    const MlaPlan& plan =
-        kept_ && kept_->config.device == side.device ? *kept_ : made.emplace(plan_mla_decode(cfg));
-    MlaSparseArgs a = args_;
-    for (TensorView* v :
-         {&a.q, &a.kv_cache, &a.indices, &a.topk_length, &a.attn_sink, &a.out, &a.lse}) {
-      if (v->defined()) *v = side.move(*v);
-    }
-    a.workspace = plan.workspace_bytes ? side.workspace(plan.workspace_bytes) : nullptr;
-    a.workspace_bytes = plan.workspace_bytes - std::min(plan.workspace_bytes, side.workspace_short);
-    a.stream = side.stream;
-    a.reuse_schedule = side.gpu() && pass == 1;
-    mla_decode_sparse(plan, a);
-    if (side.gpu()) check_mla_run(plan, a.workspace, a.stream);
-    return plan.kernel_name;
-  }
-
-  // The MLA GPU suite's bounds (tests/gpu/mla_sparse_gpu_runner.hpp): bf16 output, P in bf16.
-  Tolerance tolerance(const std::string&) const override { return Tolerance{1e-2, 5e-2, 2e-3}; }
 
  private:
+  std::vector<TensorView*> views(MlaSparseArgs& a) const override {
+    return {&a.q, &a.kv_cache, &a.indices, &a.topk_length, &a.attn_sink, &a.out, &a.lse};
+  }
+
   MlaSparseDraw d_;
   MlaSparseCase c_;
   HostTensor q_store_, out_store_, kv_store_, index_store_;  // padded copies (strided views)
-  MlaSparseArgs args_;
-  std::optional<MlaPlan> kept_;  // keep_plan's
 };
 
 // ---- dense decode -------------------------------------------------------------------------------
@@ -273,9 +284,10 @@ inline MlaDenseDraw draw_mla_dense(Rng& rng, const MlaDenseLayer& l) {
   return d;
 }
 
-class MlaDenseDiff final : public DiffCase {
+class MlaDenseDiff final : public MlaDecodeDiff<MlaDenseArgs> {
  public:
-  MlaDenseDiff(const MlaDenseDraw& d, Rng& rng) : d_(d), c_(build_mla_dense_case(d.spec, rng)) {
+  MlaDenseDiff(const MlaDenseDraw& d, Rng& rng)
+      : MlaDecodeDiff(d.config, d.passes), d_(d), c_(build_mla_dense_case(d.spec, rng)) {
     MlaDenseArgs& a = args_;
     a.q = c_.q.view();
     a.out = c_.out.view();
@@ -302,8 +314,7 @@ class MlaDenseDiff final : public DiffCase {
   std::string describe() const override {
     const MlaCaseSpec& s = c_.spec;
     const MlaConfig& c = d_.config;
-    std::string lens;
-    for (int l : c_.lens) lens += (lens.empty() ? "" : ",") + std::to_string(l);
+    const std::string lens = joined(c_.lens);
     return "mla_dense batch=" + std::to_string(s.batch) + " q_len=" + std::to_string(s.q_len) +
            " heads=" + std::to_string(s.num_heads) + " page=" + std::to_string(s.page_size) +
            " lens=[" + lens + "] format=" + mla_cache_format_name(c.kv_format) +
@@ -321,56 +332,22 @@ class MlaDenseDiff final : public DiffCase {
   }
 
   std::vector<HostTensor*> tensors() override {
-    std::vector<HostTensor*> v = {&c_.q, &c_.kv, &c_.block_table, &c_.seq_lens, &c_.out, &c_.lse};
-    for (HostTensor* t : {&q_store_, &out_store_, &kv_store_}) {
-      if (!t->shape().empty()) v.push_back(t);
-    }
-    return v;
+    return case_tensors({&c_.q, &c_.kv, &c_.block_table, &c_.seq_lens, &c_.out, &c_.lse},
+                        {&q_store_, &out_store_, &kv_store_});
   }
 
   std::vector<Output> outputs() override {
-    std::vector<Output> o = {{"out", d_.out_pad ? &out_store_ : &c_.out, args_.out, false}};
-    if (c_.spec.lse) o.push_back({"lse", &c_.lse, args_.lse, true});
-    return o;
+    return decode_outputs(c_.out, out_store_, d_.out_pad, args_.out, c_.lse, args_.lse, c_.spec.lse);
   }
-
-  int passes() const override { return d_.passes; }
-
-  void keep_plan(Device device) override {
-    MlaConfig cfg = d_.config;
-    cfg.device = device;
-    kept_ = plan_mla_decode(cfg);
-  }
-
-  std::string run(const Side& side, int pass) override {
-    MlaConfig cfg = d_.config;
-    cfg.device = side.device;
-    std::optional<MlaPlan> made;
-    const MlaPlan& plan =
-        kept_ && kept_->config.device == side.device ? *kept_ : made.emplace(plan_mla_decode(cfg));
-    MlaDenseArgs a = args_;
-    for (TensorView* v : {&a.q, &a.kv_cache, &a.block_table, &a.cache_seqlens, &a.out, &a.lse}) {
-      if (v->defined()) *v = side.move(*v);
-    }
-    a.workspace = plan.workspace_bytes ? side.workspace(plan.workspace_bytes) : nullptr;
-    a.workspace_bytes = plan.workspace_bytes - std::min(plan.workspace_bytes, side.workspace_short);
-    a.stream = side.stream;
-    a.reuse_schedule = side.gpu() && pass == 1;
-    mla_decode_dense(plan, a);
-    if (side.gpu()) check_mla_run(plan, a.workspace, a.stream);
-    return plan.kernel_name;
-  }
-
-  // As sparse decode: bf16 output, P in bf16; the 8-bit formats' values are real values rounded
-  // to bf16 on both sides.
-  Tolerance tolerance(const std::string&) const override { return Tolerance{1e-2, 5e-2, 2e-3}; }
 
  private:
+  std::vector<TensorView*> views(MlaDenseArgs& a) const override {
+    return {&a.q, &a.kv_cache, &a.block_table, &a.cache_seqlens, &a.out, &a.lse};
+  }
+
   MlaDenseDraw d_;
   MlaDenseCase c_;
   HostTensor q_store_, out_store_, kv_store_;  // padded copies (strided views)
-  MlaDenseArgs args_;
-  std::optional<MlaPlan> kept_;  // keep_plan's
 };
 
 // ---- combine ------------------------------------------------------------------------------------

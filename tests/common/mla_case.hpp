@@ -337,18 +337,16 @@ inline void add_sparse_edges(MlaSparseCase& c, const SparseEdges& e) {
 }
 
 inline MlaConfig sparse_config(const MlaCaseSpec& s, Device device) {
-  MlaConfig cfg;
-  cfg.num_heads = s.num_heads;
-  cfg.page_size = s.page_size;
-  cfg.sparse = true;
-  cfg.max_batch = s.batch;
-  cfg.max_q_len = s.q_len;
-  cfg.topk = s.topk;
-  cfg.lse = s.lse;
-  cfg.attn_sink = s.attn_sink;
-  cfg.topk_length = s.topk_length;
-  cfg.device = device;
-  return cfg;
+  return MlaConfig{.num_heads = s.num_heads,
+                   .page_size = s.page_size,
+                   .sparse = true,
+                   .max_batch = s.batch,
+                   .max_q_len = s.q_len,
+                   .topk = s.topk,
+                   .lse = s.lse,
+                   .attn_sink = s.attn_sink,
+                   .topk_length = s.topk_length,
+                   .device = device};
 }
 
 }  // namespace deca::test

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "common/mla_brute.hpp"
 #include "common/mla_case.hpp"
 #include "common/test_seed.hpp"
 #include "cpu/reference.hpp"
@@ -18,34 +19,8 @@
 namespace deca::test {
 namespace {
 
-constexpr double kInf = std::numeric_limits<double>::infinity();
-
-struct Expected {
-  std::vector<long double> out;  // [rows][512]
-  std::vector<long double> lse;  // [rows]
-};
-
-// Full softmax of one row over explicit key rows (each 576 values), long double.
-void softmax_row(const std::vector<float>& q, const std::vector<std::vector<long double>>& keys,
-                 long double scale, const float* sink, long double* out, long double* lse) {
-  *lse = -kInf;
-  if (keys.empty()) return;
-  std::vector<long double> logit;
-  for (const auto& k : keys) {
-    long double dot = 0;
-    for (int d = 0; d < kMlaQk; ++d) dot += static_cast<long double>(q[d]) * k[d];
-    logit.push_back(scale * dot);
-  }
-  const long double mx = *std::max_element(logit.begin(), logit.end());
-  long double z = 0;
-  for (long double x : logit) z += std::exp(x - mx);
-  *lse = mx + std::log(z);
-  const long double denom = z + (sink ? std::exp(static_cast<long double>(*sink) - mx) : 0.0L);
-  for (std::size_t n = 0; n < keys.size(); ++n) {
-    const long double w = std::exp(logit[n] - mx) / denom;
-    for (int d = 0; d < kMlaV; ++d) out[d] += w * keys[n][d];
-  }
-}
+using Expected = MlaExpected;
+constexpr auto softmax_row = mla_softmax_row;
 
 std::vector<float> q_row(const HostTensor& q, std::int64_t row) {
   std::vector<float> v(kMlaQk);
@@ -115,19 +90,7 @@ Expected brute_force_sparse(const MlaSparseCase& c) {
 }
 
 int expect_close(const HostTensor& out, const HostTensor& lse, bool check_lse, const Expected& e) {
-  int bad = 0;
-  for (std::size_t n = 0; n < e.out.size(); ++n) {
-    const double want = static_cast<double>(e.out[n]), got = out.get(static_cast<std::int64_t>(n));
-    if (!(std::fabs(got - want) <= std::fabs(want) * 0x1p-7 + 1e-30) && ++bad <= 5) {
-      ADD_FAILURE() << "out[" << n << "]: got " << got << ", want " << want;
-    }
-  }
-  for (std::size_t n = 0; check_lse && n < e.lse.size(); ++n) {
-    const double want = static_cast<double>(e.lse[n]), got = lse.data<float>()[n];
-    const bool ok = std::isinf(want) ? got == want : std::fabs(got - want) <= 2e-6 * std::max(1.0, std::fabs(want));
-    if (!ok && ++bad <= 5) ADD_FAILURE() << "lse[" << n << "]: got " << got << ", want " << want;
-  }
-  return bad;
+  return expect_mla_close(out, lse, check_lse, e);
 }
 
 struct NamedMla {

@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -57,10 +58,54 @@ class DeviceBuffer {
     if (ptr_) cudaMemset(ptr_, byte, bytes_);
   }
   void to_host(HostTensor& t) const { cudaMemcpy(t.raw(), ptr_, t.bytes(), cudaMemcpyDeviceToHost); }
+  // New contents from `t` (at most the buffer's bytes), e.g. lengths changed after a capture.
+  void from_host(const HostTensor& t) const {
+    cuda_ok(cudaMemcpy(ptr_, t.raw(), std::min(t.bytes(), bytes_), cudaMemcpyHostToDevice), "from_host");
+  }
 
  private:
   void* ptr_ = nullptr;
   std::size_t bytes_ = 0;
+};
+
+// One call captured in a CUDA graph on its own stream, for the tests that check that a launch
+// allocates and synchronizes nothing, and that a replay reads what device memory holds then (new
+// lengths written after the capture). capture(run): run(stream) once outside the capture (the
+// first use loads the modules; `warm` false when the caller ran it on stream() already), then a
+// second run captured and instantiated; replay(n): n launches of the graph, then a sync. Call
+// both under ASSERT_NO_FATAL_FAILURE.
+class GraphReplay {
+ public:
+  GraphReplay() { cuda_ok(cudaStreamCreate(&stream_), "cudaStreamCreate"); }
+  ~GraphReplay() {
+    if (exec_) cudaGraphExecDestroy(exec_);
+    if (graph_) cudaGraphDestroy(graph_);
+    if (stream_) cudaStreamDestroy(stream_);
+  }
+  GraphReplay(const GraphReplay&) = delete;
+  GraphReplay& operator=(const GraphReplay&) = delete;
+
+  cudaStream_t stream() const { return stream_; }
+  template <class Run>
+  void capture(Run&& run, bool warm = true) {
+    if (warm) {
+      run(stream_);
+      ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+    }
+    ASSERT_EQ(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeGlobal), cudaSuccess);
+    run(stream_);
+    ASSERT_EQ(cudaStreamEndCapture(stream_, &graph_), cudaSuccess);
+    ASSERT_EQ(cudaGraphInstantiate(&exec_, graph_, 0), cudaSuccess);
+  }
+  void replay(int times) const {
+    for (int i = 0; i < times; ++i) ASSERT_EQ(cudaGraphLaunch(exec_, stream_), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+  }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+  cudaGraph_t graph_ = nullptr;
+  cudaGraphExec_t exec_ = nullptr;
 };
 
 }  // namespace deca::test

@@ -224,13 +224,11 @@ inline double out_tolerance(DType out) {
 
 // A case spec of the GPU suites: heads, head_dim, page size and KV dtype; the rest defaults.
 inline GqaCaseSpec base_spec(int q_heads, int kv_heads, int head_dim, int page, DType kv) {
-  GqaCaseSpec s;
-  s.num_q_heads = q_heads;
-  s.num_kv_heads = kv_heads;
-  s.head_dim = head_dim;
-  s.page_size = page;
-  s.kv_dtype = kv;
-  return s;
+  return GqaCaseSpec{.num_q_heads = q_heads,
+                     .num_kv_heads = kv_heads,
+                     .head_dim = head_dim,
+                     .page_size = page,
+                     .kv_dtype = kv};
 }
 
 // LSE is fp32 on both sides; the kernel's products run in the cache's 16-bit type, so an fp16 q

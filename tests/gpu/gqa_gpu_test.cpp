@@ -21,11 +21,16 @@ struct MatrixCase {
   GpuOptions opt;
 };
 
-std::vector<MatrixCase> matrix() {
-  std::vector<MatrixCase> m;
-  auto add = [&](std::string name, GqaCaseSpec s, GpuOptions o = {}) {
+// The matrix's cases, by what they cover; each add(name, spec, options) is one case.
+struct CaseList {
+  std::vector<MatrixCase>& m;
+  void operator()(std::string name, GqaCaseSpec s, GpuOptions o = {}) const {
     m.push_back({std::move(name), std::move(s), o});
-  };
+  }
+};
+
+// Lengths at the edges, dtypes, head dims, group sizes, page sizes, K and V in one allocation.
+void shape_cases(const CaseList& add) {
   // Lengths at the edges: 1, page-1, page, page+1, a tile +-1, long; several per batch.
   const std::vector<int> edges = {1, 15, 16, 17, 63, 64, 65, 127, 129, 300, 1000};
   for (DType kv : {DType::kBF16, DType::kFP16, DType::kFP8E4M3, DType::kINT8}) {
@@ -89,6 +94,10 @@ std::vector<MatrixCase> matrix() {
     s.kv_one_allocation = true;
     add("kv_one_allocation", s);
   }
+}
+
+// Features (window, sinks, soft-cap, per-head scales, LSE off, speculative decoding) and split-KV.
+void feature_cases(const CaseList& add) {
   // Features: window, sinks, soft-cap, per-head scales, LSE off, speculative decoding.
   {
     GqaCaseSpec s = base_spec(64, 8, 64, 16, DType::kBF16);
@@ -164,6 +173,10 @@ std::vector<MatrixCase> matrix() {
     o.max_seq_len = 32768;
     add("promised_maxima", s, o);
   }
+}
+
+// The Hopper fp8 kernel's own paths.
+void sm90_cases(const CaseList& add) {
   // The Hopper fp8 kernel (kernels/gqa/sm90/, sm_90a's default for fp8 at head_dim 128) over what
   // its own code handles differently from the portable kernel: rows on wgmma's N (8 / 16 / 32 / 64,
   // groups that are not powers of two padded inside), two row blocks of 64, q_len 4 and 8 with
@@ -220,27 +233,10 @@ std::vector<MatrixCase> matrix() {
     s.out_scale = 0.01f;
     add("fp8_fixed_split_out_fp8", s, o);
   }
-  // Every 8-bit case once more on the other arches' paths, compiled for this GPU (the unsuffixed
-  // case runs this GPU's own): fp8 and int8 on the ldmatrix-fed widening (sm_80's), fp8 on the
-  // two-term e4m3 mma.sync (sm_89's; this GPU sm_89+), int8 with QK on IMMA (sm_90's). The
-  // two-term products must meet the same tolerance as widening (simulated 0.18 % relative RMS
-  // against 1 % allowed for bf16 out).
-  const std::size_t n = m.size();
-  for (std::size_t i = 0; i < n; ++i) {
-    const DType kv = m[i].spec.kv_dtype;
-    if (kv != DType::kFP8E4M3 && kv != DType::kINT8) continue;
-    const struct {
-      const char* suffix;
-      int path_arch;
-    } paths[] = {{"_widen_ldsm", 80}, {kv == DType::kFP8E4M3 ? "_two_term" : "_two_term_qk",
-                                       kv == DType::kFP8E4M3 ? 89 : 90}};
-    for (const auto& path : paths) {
-      MatrixCase v = m[i];
-      v.name += path.suffix;
-      v.opt.path_arch = path.path_arch;
-      m.push_back(std::move(v));
-    }
-  }
+}
+
+// The rows-on-M kernel's own paths.
+void rows_on_m_cases(const CaseList& add) {
   // The rows-on-M kernel (kernels/gqa/sm90/decode_rows.cuh, 32 or 64 rows) over what it does its
   // own way: query rows mapped to operand rows (32: one real row per thread, padding skipped),
   // groups that are not powers of two (30 and 40 rows), masks per (row, token) in the permuted K
@@ -277,6 +273,10 @@ std::vector<MatrixCase> matrix() {
     s.sinks = true;
     add("fp8_rm_two_row_blocks_tree_sinks", s, o);
   }
+}
+
+// The int8 two-term QK's features.
+void int8_two_term_cases(const CaseList& add) {
   // The int8 two-term QK (IMMA, sm_90's path; PV widened) over the features the fp8 cases above
   // cover and the int8 ones do not: head dims (a lone 16-dim k step at d80, 16-token chunks and q
   // in shared memory at d256), groups (non-powers of two), pages, q_len 4/8 causal and tree,
@@ -354,6 +354,37 @@ std::vector<MatrixCase> matrix() {
     s.layout = KvLayout::kHND;
     add_int8("per_head_scales_hnd", s);
   }
+}
+
+std::vector<MatrixCase> matrix() {
+  std::vector<MatrixCase> m;
+  const CaseList add{m};
+  shape_cases(add);
+  feature_cases(add);
+  sm90_cases(add);
+  // Every 8-bit case once more on the other arches' paths, compiled for this GPU (the unsuffixed
+  // case runs this GPU's own): fp8 and int8 on the ldmatrix-fed widening (sm_80's), fp8 on the
+  // two-term e4m3 mma.sync (sm_89's; this GPU sm_89+), int8 with QK on IMMA (sm_90's). The
+  // two-term products must meet the same tolerance as widening (simulated 0.18 % relative RMS
+  // against 1 % allowed for bf16 out).
+  const std::size_t n = m.size();
+  for (std::size_t i = 0; i < n; ++i) {
+    const DType kv = m[i].spec.kv_dtype;
+    if (kv != DType::kFP8E4M3 && kv != DType::kINT8) continue;
+    const struct {
+      const char* suffix;
+      int path_arch;
+    } paths[] = {{"_widen_ldsm", 80}, {kv == DType::kFP8E4M3 ? "_two_term" : "_two_term_qk",
+                                       kv == DType::kFP8E4M3 ? 89 : 90}};
+    for (const auto& path : paths) {
+      MatrixCase v = m[i];
+      v.name += path.suffix;
+      v.opt.path_arch = path.path_arch;
+      m.push_back(std::move(v));
+    }
+  }
+  rows_on_m_cases(add);
+  int8_two_term_cases(add);
   return m;
 }
 
@@ -489,22 +520,11 @@ TEST(GqaGpu, CapturedInCudaGraph) {
   GqaCase c = build_gqa_case(s, rng);
   const GqaPlan plan = gpu_plan(c);
   DeviceCase dev(c, plan);
-  cudaStream_t stream;
-  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
-  cuda::gqa_decode(plan, dev.params, stream);  // first use loads the module outside the capture
-  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-  cudaGraph_t graph;
-  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
-  cuda::gqa_decode(plan, dev.params, stream);
-  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
-  cudaGraphExec_t exec;
-  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  GraphReplay graph;
+  ASSERT_NO_FATAL_FAILURE(
+      graph.capture([&](cudaStream_t stream) { cuda::gqa_decode(plan, dev.params, stream); }));
   dev.out.fill(0xFF);
-  for (int i = 0; i < 3; ++i) ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
-  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaStreamDestroy(stream);
+  ASSERT_NO_FATAL_FAILURE(graph.replay(3));
   expect_matches_reference("cuda_graph", c, dev.results(c, plan));
 }
 

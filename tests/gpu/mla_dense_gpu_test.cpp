@@ -80,6 +80,21 @@ std::vector<Case> matrix() {
   return m;
 }
 
+// Case c (its reference computed) on every variant this machine runs.
+void expect_variants_match(const std::string& name, const MlaDenseCase& c) {
+  for (const std::string& variant : mla_variants()) {
+    ScopedMlaKernel scoped(variant);
+    DeviceDense dev(c);
+    dev.run();
+    HostTensor out, lse;
+    dev.results(c, out, lse);
+    expect_dense_matches(variant + "/" + dense_format_name(c.spec.kv_format) + "/" + name + " (" +
+                             dev.plan.kernel_name + ")",
+                         c, out, lse);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+}
+
 TEST(MlaDenseGpu, MatchesCpuReference) {
   DECA_REQUIRE_GPU();
   DECA_SEED_TRACE();
@@ -91,17 +106,8 @@ TEST(MlaDenseGpu, MatchesCpuReference) {
       auto rng = make_rng(++salt);
       MlaDenseCase c = build_mla_dense_case(s, rng);
       run_dense_reference(c);
-      for (const std::string& variant : mla_variants()) {
-        ScopedMlaKernel scoped(variant);
-        DeviceDense dev(c);
-        dev.run();
-        HostTensor out, lse;
-        dev.results(c, out, lse);
-        expect_dense_matches(variant + "/" + dense_format_name(format) + "/" + k.name + " (" +
-                                 dev.plan.kernel_name + ")",
-                             c, out, lse);
-        if (HasFatalFailure()) return;
-      }
+      expect_variants_match(k.name, c);
+      if (HasFatalFailure()) return;
     }
   }
 }
@@ -116,16 +122,7 @@ TEST(MlaDenseGpu, OneRequestOf131072Tokens) {
     auto rng = make_rng(200 + format);
     MlaDenseCase c = build_mla_dense_case(s, rng);
     run_dense_reference(c);
-    for (const std::string& variant : mla_variants()) {
-      ScopedMlaKernel scoped(variant);
-      DeviceDense dev(c);
-      dev.run();
-      HostTensor out, lse;
-      dev.results(c, out, lse);
-      expect_dense_matches(variant + "/" + dense_format_name(format) + "/b2_131072 (" +
-                               dev.plan.kernel_name + ")",
-                           c, out, lse);
-    }
+    expect_variants_match("b2_131072", c);
   }
 }
 
@@ -177,14 +174,7 @@ TEST(MlaDenseGpu, RunToRunBitwiseIdentical) {
       auto rng = make_rng(400 + format);
       MlaDenseCase c = build_mla_dense_case(s, rng);
       DeviceDense dev(c);
-      HostTensor out0, lse0, out1, lse1;
-      dev.run();
-      dev.results(c, out0, lse0);
-      dev.poison();
-      dev.run();
-      dev.results(c, out1, lse1);
-      EXPECT_EQ(0, std::memcmp(out0.raw(), out1.raw(), out0.bytes())) << variant << " " << format;
-      EXPECT_EQ(0, std::memcmp(lse0.raw(), lse1.raw(), lse0.bytes())) << variant << " " << format;
+      expect_run_to_run_identical(variant + " " + dense_format_name(format), dev, c);
     }
   }
 }
@@ -199,31 +189,14 @@ TEST(MlaDenseGpu, CapturedInCudaGraphReplaysNewLengths) {
     MlaCaseSpec s = spec(64, 1, 64, {3000, 700, 64, 9, 1});
     MlaDenseCase c = build_mla_dense_case(s, rng);
     DeviceDense dev(c);
-    cudaStream_t stream;
-    ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
-    dev.run(stream);  // first use loads the modules outside the capture
-    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-    cudaGraph_t graph;
-    ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
-    dev.run(stream);
-    ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
-    cudaGraphExec_t exec;
-    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-    // Shorter lengths only (longer would read slots the case poisoned), one request emptied.
-    const std::vector<int> shorter = {2999, 1, 0, 8, 1};
-    std::copy(shorter.begin(), shorter.end(), c.seq_lens.data<int>());
-    cuda_ok(cudaMemcpy(dev.seq_lens.get(), c.seq_lens.raw(), c.seq_lens.bytes(), cudaMemcpyHostToDevice),
-            "seq_lens");
-    run_dense_reference(c);
-    dev.poison();
-    for (int i = 0; i < 3; ++i) ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
-    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
-    cudaStreamDestroy(stream);
-    HostTensor out, lse;
-    dev.results(c, out, lse);
-    expect_dense_matches(variant + "/cuda_graph", c, out, lse);
+    auto new_lengths = [&] {
+      // Shorter lengths only (longer would read slots the case poisoned), one request emptied.
+      const std::vector<int> shorter = {2999, 1, 0, 8, 1};
+      std::copy(shorter.begin(), shorter.end(), c.seq_lens.data<int>());
+      dev.seq_lens.from_host(c.seq_lens);
+      run_dense_reference(c);
+    };
+    expect_graph_replay_matches(variant + "/cuda_graph", dev, c, new_lengths, 4e-3);
   }
 }
 
@@ -244,22 +217,10 @@ TEST(MlaDenseGpu, ReusedScheduleServesTheNextLayer) {
       MlaDenseCase second = build_mla_dense_case(s, rng2);
       run_dense_reference(second);
       DeviceDense a(first), b(second);
-      HostTensor own_out, own_lse, out, lse;
-      b.run();
-      b.results(second, own_out, own_lse);
-      b.poison();
-      a.run();  // schedules into a's workspace
-      MlaDenseArgs reuse = b.args;
-      reuse.workspace = a.args.workspace;
-      reuse.workspace_bytes = a.args.workspace_bytes;
-      reuse.reuse_schedule = true;
-      mla_decode_dense(a.plan, reuse);
-      b.results(second, out, lse, false);
       const std::string what = variant + "/" + dense_format_name(format) + "/reused_schedule";
-      expect_dense_matches(what, second, out, lse);
-      EXPECT_EQ(0, std::memcmp(out.raw(), own_out.raw(), out.bytes())) << what;
-      EXPECT_EQ(0, std::memcmp(lse.raw(), own_lse.raw(), lse.bytes())) << what;
+      MlaDenseArgs reuse = expect_reused_schedule_matches(what, a, b, second, 4e-3);
 
+      HostTensor out, lse;
       DeviceDense fresh(first);
       reuse.workspace = fresh.args.workspace;  // zeroed: no schedule in it
       b.out.fill(0);

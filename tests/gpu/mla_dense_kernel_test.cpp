@@ -291,6 +291,19 @@ TEST(MlaDenseKernel, CheckedRecordsBadBlockIdsAndLengths) {
       long long hi;
     };
     const int max_seq_len = 70;
+    // A run of the case with this block table and these lengths; the plan's record, read.
+    auto record_of = [&](const HostTensor& table, const HostTensor& lens, int plan_max_seq_len,
+                         bool checked) {
+      DeviceDense dev(k, plan_max_seq_len, checked);
+      dev.block_table.from_host(table);
+      dev.seq_lens.from_host(lens);
+      dev.run();
+      HostTensor out, lse;
+      dev.results(k.c, out, lse);
+      const CheckRecord rec = dev.record();
+      EXPECT_EQ(dev.record().kind, kCheckClean) << format_name(format) << ": the record is cleared when read";
+      return rec;
+    };
     for (const Bad bad : {Bad{1 * cols + 3, num_blocks, kCheckPageId, 1, 3, num_blocks},
                           Bad{0 * cols + 0, -2, kCheckPageId, 0, 0, num_blocks},
                           Bad{-1 - 2, -5, kCheckTopkLength, 2, 0, max_seq_len},
@@ -300,13 +313,7 @@ TEST(MlaDenseKernel, CheckedRecordsBadBlockIdsAndLengths) {
       if (bad.entry >= 0) table.data<int>()[bad.entry] = bad.value;
       else lens.data<int>()[-1 - bad.entry] = bad.value;
       for (bool checked : {true, false}) {
-        DeviceDense dev(k, max_seq_len, checked);
-        cuda_ok(cudaMemcpy(dev.block_table.get(), table.raw(), table.bytes(), cudaMemcpyHostToDevice), "table");
-        cuda_ok(cudaMemcpy(dev.seq_lens.get(), lens.raw(), lens.bytes(), cudaMemcpyHostToDevice), "lens");
-        dev.run();
-        HostTensor out, lse;
-        dev.results(k.c, out, lse);
-        const CheckRecord rec = dev.record();
+        const CheckRecord rec = record_of(table, lens, max_seq_len, checked);
         const std::string at = std::string(format_name(format)) + " value " + std::to_string(bad.value) +
                                (checked ? " checked" : " unchecked");
         if (!checked) {
@@ -318,7 +325,6 @@ TEST(MlaDenseKernel, CheckedRecordsBadBlockIdsAndLengths) {
         EXPECT_EQ(rec.position, bad.position) << at;
         EXPECT_EQ(rec.value, bad.value) << at;
         EXPECT_EQ(rec.hi, bad.hi) << at;
-        EXPECT_EQ(dev.record().kind, kCheckClean) << at << ": the record is cleared once read";
       }
     }
     // A length within max_seq_len but past the block table's columns: recorded against
@@ -328,13 +334,7 @@ TEST(MlaDenseKernel, CheckedRecordsBadBlockIdsAndLengths) {
     table.data<int>()[1 * cols + cols - 1] = table.data<int>()[1 * cols];  // every column valid
     lens.data<int>()[1] = cols * 16 + 4;
     for (bool checked : {true, false}) {
-      DeviceDense dev(k, 4 * cols * 16, checked);
-      cuda_ok(cudaMemcpy(dev.block_table.get(), table.raw(), table.bytes(), cudaMemcpyHostToDevice), "table");
-      cuda_ok(cudaMemcpy(dev.seq_lens.get(), lens.raw(), lens.bytes(), cudaMemcpyHostToDevice), "lens");
-      dev.run();
-      HostTensor out, lse;
-      dev.results(k.c, out, lse);
-      const CheckRecord rec = dev.record();
+      const CheckRecord rec = record_of(table, lens, 4 * cols * 16, checked);
       EXPECT_EQ(rec.kind, checked ? kCheckTopkLength : kCheckClean) << format_name(format);
       if (!checked) continue;
       EXPECT_EQ(rec.request, 1) << format_name(format);
@@ -356,8 +356,8 @@ TEST(MlaDenseKernel, ReusedScheduleAndGraphReplayWithNewLengths) {
     run_reference(k.c);
     DeviceDense dev(k, 2048, false);
     HostTensor out0, lse0, out1, lse1;
-    cudaStream_t stream;
-    ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+    GraphReplay graph;
+    const cudaStream_t stream = graph.stream();
     dev.run(stream);
     dev.results(k.c, out0, lse0);
     expect_sparse_matches(std::string(format_name(format)) + " scheduled", k.c, out0, lse0);
@@ -367,26 +367,16 @@ TEST(MlaDenseKernel, ReusedScheduleAndGraphReplayWithNewLengths) {
     EXPECT_EQ(0, std::memcmp(out0.raw(), out1.raw(), out0.bytes())) << format_name(format);
     EXPECT_EQ(0, std::memcmp(lse0.raw(), lse1.raw(), lse0.bytes())) << format_name(format);
 
-    cudaGraph_t graph;
-    ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
-    dev.run(stream);
-    ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
-    cudaGraphExec_t exec;
-    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    ASSERT_NO_FATAL_FAILURE(graph.capture([&](cudaStream_t st) { dev.run(st); }, /*warm=*/false));
     // Shorter lengths (the tokens past them stay valid cache entries; the reference reads the same).
     for (int b = 0; b < k.c.spec.batch; ++b) {
       int& l = k.c.seq_lens.data<int>()[b];
       l = b % 2 ? l / 3 : (l + 1) / 2;
     }
-    cuda_ok(cudaMemcpy(dev.seq_lens.get(), k.c.seq_lens.raw(), k.c.seq_lens.bytes(), cudaMemcpyHostToDevice),
-            "seq_lens");
+    dev.seq_lens.from_host(k.c.seq_lens);
     run_reference(k.c);
     dev.poison();
-    for (int i = 0; i < 3; ++i) ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
-    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
-    cudaStreamDestroy(stream);
+    ASSERT_NO_FATAL_FAILURE(graph.replay(3));
     HostTensor out, lse;
     dev.results(k.c, out, lse);
     expect_sparse_matches(std::string(format_name(format)) + " graph replay", k.c, out, lse);

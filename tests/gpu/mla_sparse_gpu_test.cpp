@@ -198,14 +198,7 @@ TEST(MlaSparseGpu, RunToRunBitwiseIdentical) {
     MlaSparseCase c = build_mla_sparse_case(s, rng);
     add_sparse_edges(c, SparseEdges{});
     DeviceSparse dev(c);
-    HostTensor out0, lse0, out1, lse1;
-    dev.run();
-    dev.results(c, out0, lse0);
-    dev.poison();
-    dev.run();
-    dev.results(c, out1, lse1);
-    EXPECT_EQ(0, std::memcmp(out0.raw(), out1.raw(), out0.bytes())) << variant;
-    EXPECT_EQ(0, std::memcmp(lse0.raw(), lse1.raw(), lse0.bytes())) << variant;
+    expect_run_to_run_identical(variant, dev, c);
   }
 }
 
@@ -221,35 +214,16 @@ TEST(MlaSparseGpu, CapturedInCudaGraph) {
     MlaSparseCase c = build_mla_sparse_case(s, rng);
     add_sparse_edges(c, SparseEdges{});
     DeviceSparse dev(c);
-    cudaStream_t stream;
-    ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
-    dev.run(stream);  // first use loads the modules outside the capture
-    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-    cudaGraph_t graph;
-    ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
-    dev.run(stream);
-    ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
-    cudaGraphExec_t exec;
-    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-
-    // New lengths written to the device after capture: the replay must use them. Shorter ones
-    // only: longer would count tokens the poisoning treated as never indexed.
-    for (int b = 0; b < s.batch; ++b) {
-      int& l = c.topk_length.data<int>()[b];
-      l = b % 2 ? l / 3 : (l + 1) / 2;
-    }
-    cuda_ok(cudaMemcpy(dev.topk_length.get(), c.topk_length.raw(), c.topk_length.bytes(),
-                       cudaMemcpyHostToDevice), "topk_length");
-    run_reference(c);
-    dev.poison();
-    for (int i = 0; i < 3; ++i) ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
-    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
-    cudaStreamDestroy(stream);
-    HostTensor out, lse;
-    dev.results(c, out, lse);
-    expect_sparse_matches(variant + "/cuda_graph", c, out, lse);
+    // Shorter lengths only: longer would count tokens the poisoning treated as never indexed.
+    auto new_lengths = [&] {
+      for (int b = 0; b < s.batch; ++b) {
+        int& l = c.topk_length.data<int>()[b];
+        l = b % 2 ? l / 3 : (l + 1) / 2;
+      }
+      dev.topk_length.from_host(c.topk_length);
+      run_reference(c);
+    };
+    expect_graph_replay_matches(variant + "/cuda_graph", dev, c, new_lengths);
   }
 }
 
@@ -276,20 +250,7 @@ TEST(MlaSparseGpu, ReusedScheduleServesTheNextLayer) {
     std::memcpy(second.q.raw(), other.q.raw(), other.q.bytes());
     run_reference(second);
     DeviceSparse a(first), b(second);
-    a.run();  // schedules into a's workspace
-    HostTensor own_out, own_lse, out, lse;
-    b.run();  // b's own schedule, for the bitwise comparison
-    b.results(second, own_out, own_lse);
-    b.poison();
-    MlaSparseArgs reuse = b.args;
-    reuse.workspace = a.args.workspace;
-    reuse.workspace_bytes = a.args.workspace_bytes;
-    reuse.reuse_schedule = true;
-    mla_decode_sparse(a.plan, reuse);
-    b.results(second, out, lse, false);
-    expect_sparse_matches(variant + "/reused_schedule", second, out, lse);
-    EXPECT_EQ(0, std::memcmp(out.raw(), own_out.raw(), out.bytes())) << variant;
-    EXPECT_EQ(0, std::memcmp(lse.raw(), own_lse.raw(), lse.bytes())) << variant;
+    expect_reused_schedule_matches(variant + "/reused_schedule", a, b, second);
   }
 }
 

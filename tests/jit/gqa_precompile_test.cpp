@@ -3,15 +3,11 @@
 // (the entry a server's plan_gqa_decode then loads instead of running NVRTC).
 #include <gtest/gtest.h>
 
-#include <chrono>
-#include <cstdio>
 #include <string>
 
 #include "cuda/gqa_spec.hpp"
 #include "deca/gqa.hpp"
-#include "jit/cache_key.hpp"
-#include "jit/disk_cache.hpp"
-#include "jit/elf_symbols.hpp"
+#include "jit/precompile_check.hpp"
 
 namespace deca::cuda {
 namespace {
@@ -26,27 +22,16 @@ GqaConfig l70_fp8() {
 }
 
 TEST(GqaPrecompile, LeavesTheSpecializationInTheDiskCache) {
-  const std::filesystem::path dir = jit::DiskCache::default_dir();
+  const std::filesystem::path dir = jit::testing::cache_dir_to_check();
   for (int cc : {90, 80}) {
     const GqaConfig config = l70_fp8();
-    const auto t0 = std::chrono::steady_clock::now();
-    const std::string name = precompile_gqa_decode(config, cc);
-    const double ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    const std::string name =
+        jit::testing::timed_precompile([&] { return precompile_gqa_decode(config, cc); });
     const jit::JitSpec spec = make_gqa_key(config, cc).spec();
     EXPECT_EQ(name, spec.name);
     EXPECT_EQ(name.rfind("gqa_sm" + std::to_string(cc) + "_d128_g8_", 0), 0u) << name;
-    std::printf("[precompile] %s: %.0f ms\n", name.c_str(), ms);
-    if (dir.empty()) {
-      std::printf("[precompile] no cache directory (DECA_CACHE_DIR, XDG_CACHE_HOME, HOME unset): "
-                  "the disk entry is not checked\n");
-      continue;
-    }
-    jit::DiskCache disk(dir);
-    jit::DiskEntry entry;
-    ASSERT_EQ(disk.read(jit::cache_key(spec).str(), &entry), jit::DiskRead::hit)
-        << disk.path_for(jit::cache_key(spec).str());
-    EXPECT_TRUE(jit::testing::elf_has_symbol(entry.cubin, spec.entry)) << name;
+    if (dir.empty()) continue;
+    const jit::DiskEntry entry = jit::testing::expect_cached(dir, spec);
     EXPECT_NE(entry.log.find("ptxas"), std::string::npos) << "the NVRTC log (ptxas -v) is kept";
   }
 }

@@ -11,8 +11,7 @@
 
 #include "cuda/gqa_spec.hpp"
 #include "deca/gqa.hpp"
-#include "jit/elf_symbols.hpp"
-#include "jit/nvrtc_compile.hpp"
+#include "jit/compile_check.hpp"
 
 namespace deca::cuda {
 namespace {
@@ -200,14 +199,8 @@ TEST(GqaSm90Nvrtc, SpecializationsCompileWithoutSpillsOrSerializedWgmma) {
     EXPECT_EQ(k.name().find("_rm") != std::string::npos, k.rows_on_m) << k.name();
     EXPECT_EQ(k.shape().threads, 128) << k.name();
     const jit::JitSpec spec = k.spec();
-    const jit::CompileResult r = jit::compile(spec);
-    ASSERT_FALSE(r.cubin.empty()) << spec.name << ":\n" << r.log;
-    ASSERT_TRUE(r.ptxas.found) << spec.name << ": no ptxas report in the NVRTC log";
-    EXPECT_TRUE(jit::testing::elf_has_symbol(r.cubin, spec.entry)) << spec.name;
-    std::printf("[nvrtc] %-60s %7.0f ms  regs=%d spill_stores=%d stack=%d\n", spec.name.c_str(),
-                r.compile_ms, r.ptxas.registers, r.ptxas.spill_store_bytes, r.ptxas.stack_bytes);
-    EXPECT_EQ(r.ptxas.spill_store_bytes, 0) << spec.name;
-    EXPECT_EQ(r.ptxas.stack_bytes, 0) << spec.name;
+    const jit::CompileResult r = jit::testing::compile_and_check(spec);
+    jit::testing::expect_no_spills(r, spec.name);
     EXPECT_EQ(r.log.find("serialized"), std::string::npos) << spec.name << ":\n" << r.log;
   }
 }

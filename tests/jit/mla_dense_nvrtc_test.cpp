@@ -9,8 +9,7 @@
 
 #include "cuda/mla_spec.hpp"
 #include "deca/mla.hpp"
-#include "jit/elf_symbols.hpp"
-#include "jit/nvrtc_compile.hpp"
+#include "jit/compile_check.hpp"
 #include "kernels/mla/params.cuh"
 
 namespace deca::cuda {
@@ -32,14 +31,7 @@ TEST(MlaDenseNvrtc, EveryPortableDenseKernelCompilesForSm90aAndSm80WithoutSpilli
     for (int format : {kMlaKvBF16, kMlaKvFP8E4M3, kMlaKvFP8Sparse}) {
       for (bool checked : {false, true}) {
         const jit::JitSpec spec = dense_key(arch, format, checked).spec();
-        const jit::CompileResult r = jit::compile(spec);
-        ASSERT_FALSE(r.cubin.empty()) << spec.name;
-        ASSERT_TRUE(r.ptxas.found) << spec.name << ": no ptxas report in the NVRTC log";
-        EXPECT_TRUE(jit::testing::elf_has_symbol(r.cubin, spec.entry)) << spec.name;
-        std::printf("[nvrtc] %-46s %7.0f ms  regs=%d spill_stores=%d stack=%d\n", spec.name.c_str(),
-                    r.compile_ms, r.ptxas.registers, r.ptxas.spill_store_bytes, r.ptxas.stack_bytes);
-        EXPECT_EQ(r.ptxas.spill_store_bytes, 0) << spec.name;
-        EXPECT_EQ(r.ptxas.stack_bytes, 0) << spec.name;
+        jit::testing::expect_no_spills(jit::testing::compile_and_check(spec), spec.name);
       }
     }
   }

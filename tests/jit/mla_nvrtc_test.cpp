@@ -11,8 +11,7 @@
 #include "cuda/mla_spec.hpp"
 #include "deca/error.hpp"
 #include "deca/mla.hpp"
-#include "jit/elf_symbols.hpp"
-#include "jit/nvrtc_compile.hpp"
+#include "jit/compile_check.hpp"
 #include "jit/scoped_env.hpp"
 
 namespace deca::cuda {
@@ -27,13 +26,7 @@ TEST(MlaNvrtc, EveryKernelCompilesForSm90aAndSm80WithoutSpilling) {
       key.arch = arch;
       key.role = role;
       const jit::JitSpec spec = key.spec();
-      const jit::CompileResult r = jit::compile(spec);
-      ASSERT_FALSE(r.cubin.empty()) << spec.name;
-      ASSERT_TRUE(r.ptxas.found) << spec.name << ": no ptxas report in the NVRTC log";
-      EXPECT_TRUE(jit::testing::elf_has_symbol(r.cubin, spec.entry)) << spec.name;
-      std::printf("[nvrtc] %-36s %7.0f ms  regs=%d spill_stores=%d stack=%d\n", spec.name.c_str(),
-                  r.compile_ms, r.ptxas.registers, r.ptxas.spill_store_bytes, r.ptxas.stack_bytes);
-      EXPECT_EQ(r.ptxas.spill_store_bytes, 0) << spec.name;
+      jit::testing::expect_no_spills(jit::testing::compile_and_check(spec), spec.name, false);
     }
   }
 }
@@ -46,12 +39,7 @@ TEST(MlaNvrtc, Sm90DecodeCompiles) {
   key.arch = 90;
   key.variant = "sm90";
   key.page_size = 64;
-  const jit::JitSpec spec = key.spec();
-  const jit::CompileResult r = jit::compile(spec);
-  ASSERT_FALSE(r.cubin.empty()) << spec.name;
-  EXPECT_TRUE(jit::testing::elf_has_symbol(r.cubin, spec.entry)) << spec.name;
-  std::printf("[nvrtc] %-36s %7.0f ms  regs=%d spill_stores=%d stack=%d\n", spec.name.c_str(),
-              r.compile_ms, r.ptxas.registers, r.ptxas.spill_store_bytes, r.ptxas.stack_bytes);
+  jit::testing::compile_and_check(key.spec());
 }
 
 // The page size is compiled into the sm90 kernel (Cfg::kPageSize: one division by a constant), so
@@ -70,15 +58,7 @@ TEST(MlaNvrtc, Sm90PlanKernelsCompileForAnyPageSize) {
       const MlaKernelKey key = mla_decode_key(90, mla_plan_variant(90, c), c);
       const jit::JitSpec spec = key.spec();
       EXPECT_NE(spec.name.find("_p" + std::to_string(page)), std::string::npos) << spec.name;
-      const jit::CompileResult r = jit::compile(spec);
-      ASSERT_FALSE(r.cubin.empty()) << spec.name;
-      ASSERT_TRUE(r.ptxas.found) << spec.name << ": no ptxas report in the NVRTC log";
-      EXPECT_TRUE(jit::testing::elf_has_symbol(r.cubin, spec.entry)) << spec.name;
-      std::printf("[nvrtc] %-36s %7.0f ms  regs=%d spill_stores=%d stack=%d\n",
-                  spec.name.c_str(), r.compile_ms, r.ptxas.registers, r.ptxas.spill_store_bytes,
-                  r.ptxas.stack_bytes);
-      EXPECT_EQ(r.ptxas.spill_store_bytes, 0) << spec.name;
-      EXPECT_EQ(r.ptxas.stack_bytes, 0) << spec.name;
+      jit::testing::expect_no_spills(jit::testing::compile_and_check(spec), spec.name);
     }
   }
 }

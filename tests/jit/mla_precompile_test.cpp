@@ -4,15 +4,11 @@
 // of running NVRTC).
 #include <gtest/gtest.h>
 
-#include <chrono>
-#include <cstdio>
 #include <string>
 
 #include "cuda/mla_spec.hpp"
 #include "deca/mla.hpp"
-#include "jit/cache_key.hpp"
-#include "jit/disk_cache.hpp"
-#include "jit/elf_symbols.hpp"
+#include "jit/precompile_check.hpp"
 
 namespace deca::cuda {
 namespace {
@@ -29,23 +25,15 @@ MlaConfig sparse(int heads) {
 }
 
 TEST(MlaPrecompile, LeavesTheRunsKernelsInTheDiskCache) {
-  const std::filesystem::path dir = jit::DiskCache::default_dir();
+  const std::filesystem::path dir = jit::testing::cache_dir_to_check();
   for (int cc : {90, 80}) {
     const MlaConfig config = sparse(16);
-    const auto t0 = std::chrono::steady_clock::now();
-    const std::string name = precompile_mla_decode(config, cc);
-    const double ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    const std::string name =
+        jit::testing::timed_precompile([&] { return precompile_mla_decode(config, cc); });
     const MlaKernelKey decode = mla_decode_key(cc, mla_plan_variant(cc, config), config);
     EXPECT_EQ(name, decode.name());
     EXPECT_EQ(name.rfind(cc == 90 ? "mla_sparse_decode_sm90_" : "mla_sparse_decode_portable_", 0), 0u) << name;
-    std::printf("[precompile] %s: %.0f ms\n", name.c_str(), ms);
-    if (dir.empty()) {
-      std::printf("[precompile] no cache directory (DECA_CACHE_DIR, XDG_CACHE_HOME, HOME unset): "
-                  "the disk entries are not checked\n");
-      continue;
-    }
-    jit::DiskCache disk(dir);
+    if (dir.empty()) continue;
     for (MlaKernelRole role : {MlaKernelRole::kSchedule, MlaKernelRole::kDecode, MlaKernelRole::kCombine}) {
       MlaKernelKey k = decode;
       if (role != MlaKernelRole::kDecode) {
@@ -53,10 +41,7 @@ TEST(MlaPrecompile, LeavesTheRunsKernelsInTheDiskCache) {
         k.arch = cc;
         k.role = role;
       }
-      const jit::JitSpec spec = k.spec();
-      jit::DiskEntry entry;
-      ASSERT_EQ(disk.read(jit::cache_key(spec).str(), &entry), jit::DiskRead::hit) << spec.name;
-      EXPECT_TRUE(jit::testing::elf_has_symbol(entry.cubin, spec.entry)) << spec.name;
+      jit::testing::expect_cached(dir, k.spec());
     }
   }
 }

@@ -1,5 +1,5 @@
-// NVRTC compiles the sm90a MLA sparse FP8 decode kernels (no GPU needed: runs in CI): every kernel
-// a plan selects, at several page sizes; each cubin exports the entry, and ptxas reports no
+// NVRTC compiles the sm90a MLA sparse decode kernels (no GPU needed: runs in CI): every kernel
+// a plan selects, at several page sizes (MODEL1's at the page pairs its tests and bench use); each cubin exports the entry, and ptxas reports no
 // spills, no stack and none of the warnings that silently cost the design its point: setmaxnreg
 // ignored (C7508) or wgmma serialized (the accumulators touched inside a wgmma pipeline stage).
 #include <gtest/gtest.h>
@@ -55,6 +55,30 @@ TEST(MlaSm90Nvrtc, DenseKernelsCompileWithoutSpills) {
   for (int format : {kMlaKvBF16, kMlaKvFP8E4M3, kMlaKvFP8Sparse}) {
     for (int heads : {16, 64, 128}) {
       for (int page : {1, 61, 64}) expect_clean_compile(test::mla_sm90_spec(page, heads, 0, format));
+    }
+  }
+}
+
+// The MODEL1 kernels (584-byte tokens of two caches, the wide kernel at every head count) the GPU
+// tests (tests/gpu/mla_model1_gpu_test.cpp) and the mla-model1 bench rows plan: each (page,
+// extra page) pair they use, without and with a cluster, as mla_decode_key makes them.
+TEST(MlaSm90Nvrtc, Model1KernelsCompileWithoutSpills) {
+  struct Pages {
+    int page, extra;
+  };
+  for (const Pages pg : {Pages{64, 256}, Pages{256, 2}, Pages{2, 64}, Pages{256, 64}, Pages{64, 2},
+                         Pages{64, 64}, Pages{7, 5}}) {
+    for (int heads : {16, 128}) {
+      MlaConfig c;
+      c.num_heads = heads;
+      c.sparse = true;
+      c.kv_format = MlaCacheFormat::kModel1;
+      c.topk = 128;
+      c.page_size = pg.page;
+      c.extra_topk = 1024;
+      c.extra_page_size = pg.extra;
+      c.checked = false;
+      expect_clean_compile(cuda::mla_decode_key(90, "sm90", c).spec());
     }
   }
 }

@@ -9,71 +9,20 @@
 #include <string>
 #include <vector>
 
-#include "kernels/mla/schedule/schedule.cuh"
 #include "common/test_seed.hpp"
+#include "kernels/mla/schedule/schedule.cuh"
+#include "plan/mla_schedule_check.hpp"
 
 namespace deca::mla {
 namespace {
 
-struct Schedule {
-  std::vector<SparsePart> parts;
-  std::vector<int> offsets;
-  int slots = 0;
-};
-
 Schedule run(int batch, int topk, const std::vector<int>* lengths, int num_parts) {
-  Schedule s;
-  s.parts.assign(num_parts, SparsePart{-7, -7, -7, -7, -7, -7, -7, -7});
-  s.offsets.assign(batch + 1, -7);
-  s.slots = schedule_requests(batch, topk, lengths ? lengths->data() : nullptr, num_parts,
-                            s.parts.data(), s.offsets.data());
-  return s;
+  return run(batch, one_cache(lengths ? lengths->data() : nullptr, topk), num_parts);
 }
 
-// Every block of every request is processed exactly once, each piece has its own slot inside
-// the request's range, pieces of a request take its slots in order, the counts the kernels read
-// match, and an empty request still gets exactly one piece.
 void expect_consistent(const Schedule& s, int batch, int topk, const std::vector<int>* lengths,
                        int num_parts) {
-  const int* len = lengths ? lengths->data() : nullptr;
-  ASSERT_EQ(s.offsets[0], 0);
-  ASSERT_EQ(s.slots, s.offsets[batch]);
-  EXPECT_LE(s.slots, batch + num_parts);
-  std::vector<std::vector<int>> seen(batch);
-  std::vector<std::vector<int>> slots(batch);
-  for (int r = 0; r < batch; ++r) {
-    seen[r].assign(request_blocks(len, topk, r), 0);
-  }
-  for (int i = 0; i < num_parts; ++i) {
-    const SparsePart& p = s.parts[i];
-    if (p.begin_req > p.end_req) {
-      continue;
-    }
-    ASSERT_GE(p.begin_req, 0);
-    ASSERT_LT(p.end_req, batch);
-    EXPECT_EQ(p.begin_split_count, s.offsets[p.begin_req + 1] - s.offsets[p.begin_req]) << i;
-    EXPECT_EQ(p.end_split_count, s.offsets[p.end_req + 1] - s.offsets[p.end_req]) << i;
-    for (int r = p.begin_req; r <= p.end_req; ++r) {
-      int first = 0, last = 0;
-      piece_blocks(p, len, topk, r, first, last);
-      ASSERT_LE(0, first);
-      ASSERT_LE(first, last);
-      ASSERT_LE(last, static_cast<int>(seen[r].size()));
-      if (seen[r].empty()) EXPECT_EQ(first, last);
-      else EXPECT_LT(first, last) << "partition " << i << " holds an empty piece of request " << r;
-      for (int b = first; b < last; ++b) ++seen[r][b];
-      slots[r].push_back(piece_slot(p, s.offsets.data(), r));
-    }
-  }
-  for (int r = 0; r < batch; ++r) {
-    for (std::size_t b = 0; b < seen[r].size(); ++b) {
-      EXPECT_EQ(seen[r][b], 1) << "request " << r << " block " << b;
-    }
-    const int count = s.offsets[r + 1] - s.offsets[r];
-    ASSERT_EQ(static_cast<int>(slots[r].size()), count) << "request " << r;
-    ASSERT_GE(count, 1) << "request " << r;
-    for (int j = 0; j < count; ++j) EXPECT_EQ(slots[r][j], s.offsets[r] + j) << "request " << r;
-  }
+  expect_consistent(s, batch, one_cache(lengths ? lengths->data() : nullptr, topk), num_parts);
 }
 
 TEST(MlaSchedule, SeedExampleTwoRequestsOf128On66Partitions) {
@@ -237,7 +186,7 @@ TEST(MlaSchedule, PhasesInAnyThreadOrderMatchTheOnePassWalk) {
     std::vector<int> off(batch + 1, -7);
     int total = 0;
     for (int t = threads - 1; t >= 0; --t) {
-      total += schedule_stage_blocks(batch, topk, len, off.data(), t, threads);
+      total += schedule_stage_blocks(batch, one_cache(len, topk), off.data(), t, threads);
     }
     const int uniform = len == nullptr ? request_blocks(nullptr, topk, 0) : -1;
     if (uniform >= 0) EXPECT_EQ(total, batch * (uniform + kFixedOverheadBlocks));
@@ -269,7 +218,7 @@ TEST(MlaSchedule, CutsRequestsDecidesTheCombine) {
                       Row{128, 4096, 66, false}, Row{132, 64, 132, false}, Row{133, 64, 132, false},
                       Row{100, 2048, 66, true},
                       Row{3, 64, 8, false}}) {
-    EXPECT_EQ(schedule_cuts_requests(r.batch, r.topk, r.num_parts), r.cuts)
+    EXPECT_EQ(schedule_cuts_requests(r.batch, one_cache(nullptr, r.topk), r.num_parts), r.cuts)
         << r.batch << " x " << r.topk << " on " << r.num_parts;
     // The same as counting the pieces of the full schedule.
     const Schedule s = run(r.batch, r.topk, nullptr, r.num_parts);
@@ -283,7 +232,7 @@ TEST(MlaSchedule, CutsRequestsDecidesTheCombine) {
     const int topk = 1 + static_cast<int>(rng() % 8192);
     const int num_parts = 1 + static_cast<int>(rng() % 264);
     const Schedule s = run(batch, topk, nullptr, num_parts);
-    EXPECT_EQ(schedule_cuts_requests(batch, topk, num_parts), s.slots > batch)
+    EXPECT_EQ(schedule_cuts_requests(batch, one_cache(nullptr, topk), num_parts), s.slots > batch)
         << batch << " x " << topk << " on " << num_parts;
   }
 }
@@ -337,7 +286,7 @@ TEST(MlaSchedule, DenseAnchorShapesFillThePartitions) {
       int mine = 0;
       for (int q = p.begin_req; q <= p.end_req; ++q) {
         int first = 0, last = 0;
-        piece_blocks(p, lengths.data(), r.len, q, first, last);
+        piece_blocks(p, one_cache(lengths.data(), r.len), q, first, last);
         mine += last - first;
       }
       max_blocks = std::max(max_blocks, mine);

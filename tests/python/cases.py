@@ -92,6 +92,35 @@ class PagedCase:
                               layout=self.layout, **ks, **kw)
 
 
+def csr_pages(case, page):
+    """FlashInfer's CSR form of a case's page table at `page` tokens a page: (indptr, indices,
+    last_page_len)."""
+    counts = [-(-int(n) // page) for n in case.seq_lens]
+    indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+    indices = np.concatenate([case.page_table[b, :c] for b, c in enumerate(counts)] +
+                             [np.zeros(0, np.int32)]).astype(np.int32)
+    last = np.array([(n - 1) % page + 1 if n else 0 for n in case.seq_lens], np.int32)
+    return indptr, indices, last
+
+
+def to_cuda(a, device="cuda:0"):
+    """numpy (ml_dtypes included) -> a torch tensor on `device` with the same dtype and bits;
+    None stays None."""
+    import torch
+    if a is None:
+        return None
+    if a.dtype == ref.BF16:
+        return torch.from_numpy(a.view(np.uint16).copy()).view(torch.bfloat16).to(device)
+    if a.dtype == ref.FP8:
+        return torch.from_numpy(a.view(np.uint8).copy()).view(torch.float8_e4m3fn).to(device)
+    return torch.from_numpy(np.ascontiguousarray(a)).to(device)
+
+
+def to_host(t):
+    """A torch tensor -> float64 numpy."""
+    return t.detach().float().cpu().numpy().astype(np.float64)
+
+
 def tree_mask(rng, batch, q_len):
     """[batch, q_len, ceil(q_len / 32)] uint32: each draft sees itself and a random subset of
     the earlier drafts."""

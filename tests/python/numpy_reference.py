@@ -56,6 +56,8 @@ def softmax_rows(logits, visible, sink):
         return np.zeros_like(logits), -np.inf
     vis = logits[visible]
     m = vis.max()
+    if sink is not None and np.isposinf(sink):  # the sink takes all the weight
+        return np.zeros_like(logits), m + np.log(np.where(visible, np.exp(logits - m), 0).sum())
     if sink is not None:
         m = max(m, sink)
     e = np.where(visible, np.exp(logits - m), 0.0)
@@ -143,26 +145,61 @@ def unpack_fp8_token(token_bytes):
     return np.concatenate([nope * np.repeat(scales, 128), rope])
 
 
-def mla_sparse(q, kv_bytes, indices, topk_length=None, attn_sink=None, softmax_scale=None):
-    """q [b, s, h, 576] float64; kv_bytes [blocks, page, 1, 656] uint8; indices [b, s, topk]."""
+def model1_block_bytes(cache, block):
+    """The page bytes of block `block` of a MODEL1 cache view [blocks, page, 1, 584] (slot
+    stride 584: the page's page * 584 bytes are contiguous from the block's start)."""
+    page = cache.shape[1]
+    return np.lib.stride_tricks.as_strided(cache[block], (page * 584,), (1,), writeable=False)
+
+
+def unpack_model1_token(cache, x):
+    """Token x of a MODEL1 cache -> 512 float64 values (own reading of the documented layout):
+    its row at slot * 576 (448 e4m3, 64 bf16), its 7 ue8m0 scales at page * 576 + slot * 8."""
+    page = cache.shape[1]
+    block, slot = divmod(int(x), page)
+    data = model1_block_bytes(cache, block)
+    row = data[slot * 576:(slot + 1) * 576].copy()
+    exps = data[page * 576 + slot * 8:page * 576 + slot * 8 + 7].astype(np.float64)
+    scales = np.where(exps == 255, np.nan, 2.0 ** (exps - 127))
+    nope = row[:448].view(FP8).astype(np.float64) * np.repeat(scales, 64)
+    return np.concatenate([nope, row[448:].view(BF16).astype(np.float64)])
+
+
+def _selected_rows(cache, indices, lengths, b, i, unpack, dim):
+    ids = indices[b, i]
+    if lengths is not None:
+        ids = ids[:int(lengths[b])]
+    ids = ids[ids >= 0]  # duplicates stay: they count twice
+    page = cache.shape[1]
+    if unpack is unpack_fp8_token:
+        rows = [unpack(cache[x // page, x % page, 0]) for x in ids]
+    else:
+        rows = [unpack(cache, x) for x in ids]
+    return np.array(rows).reshape(len(ids), dim)
+
+
+def mla_sparse(q, kv_bytes, indices, topk_length=None, attn_sink=None, softmax_scale=None,
+               extra=None):
+    """q [b, s, h, 576] float64; kv_bytes [blocks, page, 1, 656] uint8; indices [b, s, topk].
+    MODEL1 (q [.., 512], kv_bytes the [blocks, page, 1, 584] page view): V is the whole row;
+    extra = (extra_kv_bytes, extra_indices, extra_topk_length) adds the second cache's selected
+    rows to the same softmax."""
     batch, q_len, heads, dqk = q.shape
-    page = kv_bytes.shape[1]
+    unpack = unpack_model1_token if dqk == 512 else unpack_fp8_token
     scale = softmax_scale if softmax_scale else 1.0 / np.sqrt(dqk)
     out = np.zeros((batch, q_len, heads, 512))
     lse = np.full((batch, q_len, heads), -np.inf)
     for b in range(batch):
         for i in range(q_len):
-            ids = indices[b, i]
-            if topk_length is not None:
-                ids = ids[:int(topk_length[b])]
-            ids = ids[ids >= 0]  # duplicates stay: they count twice
-            rows = np.array([unpack_fp8_token(kv_bytes[x // page, x % page, 0]) for x in ids])
-            rows = rows.reshape(len(ids), 576)
-            visible = np.ones(len(ids), bool)
+            rows = _selected_rows(kv_bytes, indices, topk_length, b, i, unpack, dqk)
+            if extra is not None:
+                rows = np.concatenate([rows, _selected_rows(extra[0], extra[1], extra[2], b, i,
+                                                            unpack, dqk)])
+            visible = np.ones(len(rows), bool)
             for h in range(heads):
                 sink = float(attn_sink[h]) if attn_sink is not None else None
                 w, lse[b, i, h] = softmax_rows(scale * (rows @ q[b, i, h]), visible, sink)
-                out[b, i, h] = w @ rows[:, :512] if len(ids) else 0.0
+                out[b, i, h] = w @ rows[:, :512] if len(rows) else 0.0
     return out, lse
 
 

@@ -9,7 +9,7 @@ import pytest
 import deca
 import deca.compat as compat
 import numpy_reference as ref
-from cases import PagedCase, close
+from cases import PagedCase, close, csr_pages
 from test_mla import _dense_case, _sparse_case
 
 
@@ -77,7 +77,7 @@ def test_flash_attn_contiguous_cache_and_int_seqlens(rng):
     (dict(cache_batch_idx=np.zeros(2, np.int32)), "cache_batch_idx"),
     (dict(cache_leftpad=np.zeros(2, np.int32)), "cache_leftpad"),
     (dict(attention_chunk=64), "attention_chunk"),
-    (dict(window_size=(-1, -1), causal=False), "causal"),
+    (dict(window_size=(-1, -2), causal=False), "window_size"),
 ])
 def test_flash_attn_refuses_by_name(rng, kwargs, name):
     case = PagedCase(rng, seq_lens=[9, 4], q_len=2, hq=4, hkv=2, d=32, page=8)
@@ -86,16 +86,56 @@ def test_flash_attn_refuses_by_name(rng, kwargs, name):
                                        block_table=case.page_table, **kwargs)
 
 
+def _flash_attn_visible(q_len, seqlen_k, left, right):
+    """FlashAttention's rule, written from its docstring: query i sees key j iff
+    p - left <= j <= p + right, p = i + seqlen_k - seqlen_q, -1 = unbounded."""
+    vis = np.zeros((q_len, seqlen_k), bool)
+    for i in range(q_len):
+        p = i + seqlen_k - q_len
+        for j in range(seqlen_k):
+            vis[i, j] = (left < 0 or j >= p - left) and (right < 0 or j <= p + right)
+    return vis
+
+
+@pytest.mark.parametrize("q_len,window_size", [
+    (2, (-1, -1)), (5, (-1, -1)), (4, (-1, 1)), (3, (6, -1)), (33, (-1, 2)),
+])
+def test_flash_attn_non_causal_multi_token(rng, q_len, window_size):
+    """causal=False with seqlen_q > 1: queries see keys past their own position (deca's tree
+    mask underneath), checked against FlashAttention's rule in float64."""
+    lens = [40, q_len, 17 + q_len]
+    case = PagedCase(rng, seq_lens=lens, q_len=q_len, hq=4, hkv=2, d=32, page=8)
+    out, lse = compat.flash_attn_with_kvcache(case.q, case.k, case.v,
+                                              cache_seqlens=case.seq_lens,
+                                              block_table=case.page_table, causal=False,
+                                              window_size=window_size, return_softmax_lse=True)
+    q = case.q.astype(np.float64)
+    scale = 1.0 / math.sqrt(32)
+    for b, n in enumerate(lens):
+        rows = case.page_table[b]
+        k = np.stack([case.k[rows[t // 8], t % 8] for t in range(n)]).astype(np.float64)
+        v = np.stack([case.v[rows[t // 8], t % 8] for t in range(n)]).astype(np.float64)
+        vis = _flash_attn_visible(q_len, n, *window_size)
+        for h in range(4):
+            logits = scale * q[b, :, h] @ k[:, h // 2].T
+            logits[~vis] = -np.inf
+            m = logits.max(-1, keepdims=True)
+            w = np.exp(logits - m)
+            want = (w @ v[:, h // 2]) / w.sum(-1, keepdims=True)
+            close(out[b, :, h], want, "bf16")
+            np.testing.assert_allclose(lse[b, h], (m[:, 0] + np.log(w.sum(-1))), rtol=1e-5)
+
+
+def test_flash_attn_non_causal_refuses_short_requests(rng):
+    case = PagedCase(rng, seq_lens=[9, 4], q_len=4, hq=4, hkv=2, d=32, page=8)
+    case.seq_lens = np.array([9, 3], np.int32)
+    with pytest.raises(deca.Error, match=r"flash_attn_with_kvcache: cache_seqlens: expected at "
+                                         r"least seqlen_q \(4\).*got 3 at \[1\]"):
+        compat.flash_attn_with_kvcache(case.q, case.k, case.v, cache_seqlens=case.seq_lens,
+                                       block_table=case.page_table, causal=False)
+
+
 # --- FlashInfer ----------------------------------------------------------------------------
-
-def _csr(case, page):
-    counts = [-(-int(n) // page) for n in case.seq_lens]
-    indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
-    indices = np.concatenate([case.page_table[b, :c] for b, c in enumerate(counts)] +
-                             [np.zeros(0, np.int32)]).astype(np.int32)
-    last = np.array([(n - 1) % page + 1 if n else 0 for n in case.seq_lens], np.int32)
-    return indptr, indices, last
-
 
 def test_csr_to_page_table(rng):
     table, lens = compat.csr_to_page_table(np.array([0, 2, 2, 5]), np.array([7, 3, 9, 1, 4]),
@@ -114,7 +154,7 @@ def test_flashinfer_matches_gqa_decode(rng, layout, combined, window_left, cap):
     page = 16
     case = PagedCase(rng, seq_lens=[40, 1, 0, 16], hq=8, hkv=2, d=64, page=page,
                      layout=layout)
-    indptr, indices, last = _csr(case, page)
+    indptr, indices, last = csr_pages(case, page)
     w = compat.BatchDecodeWithPagedKVCacheWrapper(np.zeros(1 << 20, np.uint8), layout)
     w.plan(indptr, indices, last, 8, 2, 64, page, window_left=window_left,
            logits_soft_cap=cap, q_data_type="bfloat16")
@@ -138,7 +178,7 @@ def test_flashinfer_matches_gqa_decode(rng, layout, combined, window_left, cap):
 
 def test_flashinfer_replan_reuses_buffers_and_refuses_growth_in_graph_mode(rng):
     case = PagedCase(rng, seq_lens=[20, 9], hq=4, hkv=2, d=32, page=8)
-    indptr, indices, last = _csr(case, 8)
+    indptr, indices, last = csr_pages(case, 8)
     w = compat.BatchDecodeWithPagedKVCacheWrapper(np.zeros(16, np.uint8), use_cuda_graph=True,
                                                   max_seq_len=32)
     w.plan(indptr, indices, last, 4, 2, 32, 8, q_data_type="bfloat16")
@@ -190,6 +230,30 @@ def test_flash_mla_dense_matches_mla_decode_dense(rng):
     want, want_lse = deca.mla_decode_dense(q, kv, table, lens, return_lse=True)
     _eq(out, want)
     _eq(lse, want_lse.swapaxes(1, 2))
+
+
+@pytest.mark.parametrize("s_q,heads,strided", [(2, 16, False), (3, 48, False),
+                                                 (2, 100, False), (4, 8, True)])
+def test_flash_mla_dense_non_causal(rng, s_q, heads, strided):
+    """causal=False with s_q > 1: every query token sees every key of its request (FlashMLA's
+    reference), in float64 from the bf16 inputs. 2 x 100 heads exceed deca's 128 heads a call
+    (token by token), a strided q cannot fold its tokens into heads (token by token too)."""
+    lens = [70, s_q, 129]
+    q, kv, table, lens = _dense_case(rng, lens, s_q, heads, 64)
+    if strided:
+        wide = np.zeros(q.shape[:3] + (640,), q.dtype)
+        wide[..., :576] = q
+        q = wide[..., :576]
+    out, lse = compat.flash_mla_with_kvcache(q, kv, table, lens, 512, None, None, causal=False)
+    scale = 1.0 / math.sqrt(576)
+    for b, n in enumerate(lens):
+        rows = np.stack([kv[table[b, t // 64], t % 64, 0] for t in range(n)]).astype(np.float64)
+        logits = scale * q[b].astype(np.float64) @ rows.T  # [s_q, heads, n]
+        m = logits.max(-1, keepdims=True)
+        w = np.exp(logits - m)
+        want = (w @ rows[:, :512]) / w.sum(-1, keepdims=True)
+        close(out[b], want, "bf16")
+        np.testing.assert_allclose(lse[b], (m[..., 0] + np.log(w.sum(-1))).T, rtol=1e-5)
 
 
 def test_flash_mla_dense_fp8_cache_and_empty_requests(rng):

@@ -11,7 +11,7 @@ import pytest
 import deca
 import deca.compat as compat
 import numpy_reference as ref
-from cases import PagedCase
+from cases import PagedCase, csr_pages
 from test_mla import _sparse_case
 
 RUN = "BatchDecodeWithPagedKVCacheWrapper.run"
@@ -28,21 +28,12 @@ def _expect(match, fn, *a, **kw):
 
 # --- FlashInfer: run() against plan() -------------------------------------------------------------
 
-def _csr(case, page):
-    counts = [-(-int(n) // page) for n in case.seq_lens]
-    indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
-    indices = np.concatenate([case.page_table[b, :c] for b, c in enumerate(counts)] +
-                             [np.zeros(0, np.int32)]).astype(np.int32)
-    last = np.array([(n - 1) % page + 1 if n else 0 for n in case.seq_lens], np.int32)
-    return indptr, indices, last
-
-
 @pytest.fixture
 def planned(rng):
     """A wrapper planned for 8 / 2 heads, head_dim 64, page 16, bf16, and its case."""
     case = PagedCase(rng, seq_lens=[20, 9], hq=8, hkv=2, d=64, page=16)
     w = compat.BatchDecodeWithPagedKVCacheWrapper(np.zeros(16, np.uint8))
-    w.plan(*_csr(case, 16), 8, 2, 64, 16, q_data_type="bfloat16")
+    w.plan(*csr_pages(case, 16), 8, 2, 64, 16, q_data_type="bfloat16")
     return w, case
 
 
@@ -78,7 +69,7 @@ def test_flashinfer_run_refuses_another_page_size_and_kv_heads(planned):
 def test_flashinfer_run_names_an_hnd_cache_passed_as_nhd(rng):
     case = PagedCase(rng, seq_lens=[20, 9], hq=8, hkv=2, d=64, page=4, layout="HND")
     w = compat.BatchDecodeWithPagedKVCacheWrapper(np.zeros(16, np.uint8))  # NHD by default
-    w.plan(*_csr(case, 4), 8, 2, 64, 4, q_data_type="bf16")
+    w.plan(*csr_pages(case, 4), 8, 2, 64, 4, q_data_type="bf16")
     msg = _expect(rf"{RUN}: paged_kv_cache\[0\]: expected .*NHD", w.run, case.q[:, 0],
                   (case.k, case.v))
     assert 'kv_layout="HND"' in msg
@@ -97,7 +88,7 @@ def test_flashinfer_default_q_data_type_is_float16(rng):
     """FlashInfer's default q_data_type is float16: a bf16 q then is a mistake to name."""
     case = PagedCase(rng, seq_lens=[20, 9], hq=8, hkv=2, d=64, page=16)
     w = compat.BatchDecodeWithPagedKVCacheWrapper(np.zeros(16, np.uint8))
-    w.plan(*_csr(case, 16), 8, 2, 64, 16)
+    w.plan(*csr_pages(case, 16), 8, 2, 64, 16)
     msg = _expect(rf"{RUN}: q: expected numpy.float16 \(plan\(\)'s q_data_type\), got "
                   r"ml_dtypes.bfloat16", w.run, case.q[:, 0], (case.k, case.v))
     assert "q_data_type=ml_dtypes.bfloat16" in msg
@@ -107,7 +98,7 @@ def test_flashinfer_replan_checks_against_the_new_plan(planned, rng):
     w, case = planned
     w.run(case.q[:, 0], (case.k, case.v))
     other = PagedCase(rng, seq_lens=[5, 30, 7], hq=4, hkv=1, d=32, page=8)
-    w.plan(*_csr(other, 8), 4, 1, 32, 8, q_data_type=np.dtype(ml_dtypes.bfloat16))
+    w.plan(*csr_pages(other, 8), 4, 1, 32, 8, q_data_type=np.dtype(ml_dtypes.bfloat16))
     out = w.run(other.q[:, 0], (other.k, other.v))
     want = deca.gqa_decode(other.q, other.k, other.v, other.page_table, other.seq_lens)
     np.testing.assert_array_equal(out.view(np.uint16), want[:, 0].view(np.uint16))
@@ -122,7 +113,7 @@ def test_flashinfer_replan_checks_against_the_new_plan(planned, rng):
 ])
 def test_flashinfer_plan_takes_every_q_dtype_spelling(planned, spelling, want):
     w, case = planned
-    w.plan(*_csr(case, 16), 8, 2, 64, 16, q_data_type=spelling)
+    w.plan(*csr_pages(case, 16), 8, 2, 64, 16, q_data_type=spelling)
     assert w._planned.q_dtype == want
 
 
@@ -131,18 +122,18 @@ def test_flashinfer_plan_takes_every_q_dtype_spelling(planned, spelling, want):
                                       np.dtype(ml_dtypes.float8_e4m3fn)])
 def test_flashinfer_plan_takes_every_fp8_spelling(planned, spelling):
     w, case = planned
-    w.plan(*_csr(case, 16), 8, 2, 64, 16, q_data_type="bf16", kv_data_type=spelling)
+    w.plan(*csr_pages(case, 16), 8, 2, 64, 16, q_data_type="bf16", kv_data_type=spelling)
     assert w._planned.kv_dtype == "fp8_e4m3"
 
 
 def test_flashinfer_plan_names_a_dtype_it_cannot_read(planned):
     w, case = planned
     msg = _expect(rf"{PLAN}: kv_data_type: expected a dtype deca reads", w.plan,
-                  *_csr(case, 16), 8, 2, 64, 16, kv_data_type="float8_e5m2")
+                  *csr_pages(case, 16), 8, 2, 64, 16, kv_data_type="float8_e5m2")
     assert "did you mean fp8_e4m3" in msg
     _expect(rf"{PLAN}: q_data_type: expected torch.float16 or torch.bfloat16", w.plan,
-            *_csr(case, 16), 8, 2, 64, 16, q_data_type="fp8")
-    _expect(rf"{PLAN}: head_dim: expected an int >= 1, got 0", w.plan, *_csr(case, 16), 8, 2,
+            *csr_pages(case, 16), 8, 2, 64, 16, q_data_type="fp8")
+    _expect(rf"{PLAN}: head_dim: expected an int >= 1, got 0", w.plan, *csr_pages(case, 16), 8, 2,
             0, 16)
 
 

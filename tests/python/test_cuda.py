@@ -10,7 +10,7 @@ import pytest
 
 import deca
 import numpy_reference as ref
-from cases import PagedCase, tree_mask
+from cases import PagedCase, to_cuda as cuda, to_host as host, tree_mask
 
 torch = pytest.importorskip("torch")
 if not torch.cuda.is_available():
@@ -20,21 +20,6 @@ DEV = "cuda:0"
 # Relative L2 error bounds of the GPU kernels against the float64 reference (as the C++ GPU
 # suite's): products run in 16-bit with fp32 accumulation, P is rounded before PV.
 REL_L2 = {"bf16": 1e-2, "fp16": 4e-3, "fp8_e4m3": 6e-2}
-
-
-def cuda(a):
-    """numpy (ml_dtypes included) -> a CUDA torch tensor with the same dtype and bits."""
-    if a is None:
-        return None
-    if a.dtype == ref.BF16:
-        return torch.from_numpy(a.view(np.uint16).copy()).view(torch.bfloat16).to(DEV)
-    if a.dtype == ref.FP8:
-        return torch.from_numpy(a.view(np.uint8).copy()).view(torch.float8_e4m3fn).to(DEV)
-    return torch.from_numpy(np.ascontiguousarray(a)).to(DEV)
-
-
-def host(t):
-    return t.detach().float().cpu().numpy().astype(np.float64)
 
 
 def nan_like(shape, dtype):

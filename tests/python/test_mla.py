@@ -141,10 +141,11 @@ def test_mla_dense_repeated_calls_take_the_fast_path(rng, kv_format):
 def test_mla_dense_format_errors(rng):
     q, kv, table, lens = _dense_case(rng, [20], 1, 4, 16)
     with pytest.raises(deca.Error, match=r'MlaPlan: kv_format: expected "default" or "bf16" or '
-                                         r'"fp8_e4m3" or "fp8_sparse", got \'fp8\''):
+                                         r'"fp8_e4m3" or "fp8_sparse" or "model1", got \'fp8\''):
         deca.MlaPlan(4, kv_format="fp8")
-    with pytest.raises(deca.Error, match=r"plan_mla_decode: config.kv_format: expected kDefault "
-                                         r"or kFP8Sparse for sparse decode .* got kBF16 \(bf16\)"):
+    with pytest.raises(deca.Error, match=r"plan_mla_decode: config.kv_format: expected kDefault, "
+                                         r"kFP8Sparse or kModel1 for sparse decode .* got kBF16 "
+                                         r"\(bf16\)"):
         deca.MlaPlan(4, sparse=True, topk=64, kv_format="bf16")
     with pytest.raises(deca.Error, match=r"mla_decode_dense: kv_scale: expected 1 \(only a "
                                          r"kFP8E4M3 cache has a per-cache scale"):

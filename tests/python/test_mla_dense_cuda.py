@@ -10,6 +10,7 @@ import pytest
 
 import deca
 import numpy_reference as ref
+from cases import to_cuda as cuda, to_host as host
 from test_mla import _dense_case, dense_cache
 
 torch = pytest.importorskip("torch")
@@ -22,19 +23,6 @@ DEV = "cuda:0"
 # LSE bound of the C++ GPU suite.
 REL_L2 = 4e-3
 LSE_TOL = 2e-3
-
-
-def cuda(a):
-    """numpy (ml_dtypes included) -> a CUDA torch tensor with the same dtype and bits."""
-    if a.dtype == ref.BF16:
-        return torch.from_numpy(a.view(np.uint16).copy()).view(torch.bfloat16).to(DEV)
-    if a.dtype == ref.FP8:
-        return torch.from_numpy(a.view(np.uint8).copy()).view(torch.float8_e4m3fn).to(DEV)
-    return torch.from_numpy(np.ascontiguousarray(a)).to(DEV)
-
-
-def host(t):
-    return t.detach().float().cpu().numpy().astype(np.float64)
 
 
 def nan_outputs(batch, q_len, heads):

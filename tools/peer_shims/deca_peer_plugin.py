@@ -10,14 +10,12 @@ DECA_PEER_SUITE names the suite:
   MODEL1 cases (d_qk 512, extra cache) are skipped unless DECA_PEER_MODEL1=1.
 * flashmla-dense: FlashMLA's tests/test_flash_mla_dense_decoding.py; its main() builds the case
   list, which is recorded (test_flash_mla swapped for a recorder while main() runs) and run case
-  by case. Cases deca cannot take (kv heads > 1: MLA has one latent head; non-causal multi-token
-  queries) are skipped with the reason, and all of them while deca's dense MLA decode has no CUDA
-  kernel.
+  by case. Cases deca cannot take (kv heads > 1: MLA has one latent head) are skipped with the
+  reason, and all of them while deca's dense MLA decode has no CUDA kernel.
 * fa3-kvcache: FlashAttention-3's hopper/test_flash_attn.py::test_flash_attn_kvcache on the
   decode-shaped subset: no K/V append and no rotary (FLASH_ATTENTION_DISABLE_APPENDKV, set by the
   runner), no local window or chunked attention (FLASH_ATTENTION_DISABLE_LOCAL), no leftpad, no
-  batch index, no varlen q, seqlen_q <= 64 (the other cases are deselected); non-causal
-  multi-token queries are skipped (every query sees every key: a kernel feature deca lacks).
+  batch index, no varlen q, seqlen_q <= 64 (the other cases are deselected).
 """
 
 import dataclasses
@@ -28,8 +26,6 @@ import pytest
 SUITE = os.environ.get("DECA_PEER_SUITE", "")
 DEVICE = os.environ.get("DECA_PEER_DEVICE", "cuda")
 MODEL1 = os.environ.get("DECA_PEER_MODEL1", "0") == "1"
-NON_CAUSAL = ("non-causal multi-token queries (every query sees every key): a kernel feature "
-              "deca does not have")
 
 
 def pytest_configure(config):
@@ -71,7 +67,7 @@ def _sparse_cases(module):
         marks = []
         if raw.d_qk != 576 and not MODEL1:
             marks.append(pytest.mark.skip(reason="MODEL1 (d_qk 512, 584-byte tokens, extra "
-                                                 "cache): deca.compat does not take it yet"))
+                                                 "cache): selected by peer_suites.py --model1"))
         ident = (f"{i:03d}-dqk{raw.d_qk}-b{raw.b}-h{raw.h_q}-sq{raw.s_q}-sk{raw.s_kv}-"
                  f"topk{raw.topk}-page{raw.block_size}")
         params.append(pytest.param(raw.to_test_param(), id=ident, marks=marks))
@@ -110,8 +106,6 @@ def _dense_cases(module):
         elif t.h_kv != 1:
             marks.append(pytest.mark.skip(reason=f"h_kv {t.h_kv}: MLA has one latent head "
                                                  f"(deca.compat takes num_heads_k 1)"))
-        elif t.s_q > 1 and not t.is_causal:
-            marks.append(pytest.mark.skip(reason=NON_CAUSAL))
         ident = (f"{i:04d}-b{t.b}-sq{t.s_q}-sk{t.s_k}-h{t.h_q}-hkv{t.h_kv}-"
                  f"{'varlen' if t.is_varlen else 'fixed'}-{'causal' if t.is_causal else 'full'}")
         params.append(pytest.param(t, id=ident, marks=marks))
@@ -145,8 +139,6 @@ def pytest_collection_modifyitems(config, items):
                 params.get("local", False):
             dropped.append(item)
             continue
-        if params.get("seqlen_q", 1) > 1 and not params.get("causal", False):
-            item.add_marker(pytest.mark.skip(reason=NON_CAUSAL))
         kept.append(item)
     if dropped:
         config.hook.pytest_deselected(items=dropped)

@@ -62,10 +62,20 @@ struct CtaCoords {
     return (T::kBeamWidth == 1 ? row : row % rows_per_beam) / T::kGroup;
   }
   // The q row of CTA row `row` (its beam's batch entry, token, and head of the kv head's group).
-  __device__ __forceinline__ const void* q_row(const GqaParams& p, int row) const {
+  __device__ __forceinline__ const void* q_src(const GqaParams& p, int row) const {
     const int head = kv_head * T::kGroup + row % T::kGroup;
     return static_cast<const unsigned short*>(p.q) + row_batch(row) * p.q_stride_batch +
            row_tok(row) * p.q_stride_token + head * p.q_stride_head;
+  }
+  // Where the kernel reads it: the fused step's rotated copy in shared memory (append.cuh), else
+  // the caller's q.
+  __device__ __forceinline__ const void* q_row(const GqaParams& p, int row) const {
+    if constexpr (T::kFused) {
+      extern __shared__ __align__(128) unsigned char deca_fused_smem[];
+      return reinterpret_cast<const unsigned short*>(deca_fused_smem) + (row - row0) * T::kHeadDim;
+    } else {
+      return q_src(p, row);
+    }
   }
 };
 

@@ -31,6 +31,7 @@
 #include "kernels/gqa/epilogue.cuh"
 #include "kernels/gqa/params.cuh"
 #include "kernels/gqa/request.cuh"
+#include "kernels/gqa/sm80/append.cuh"
 #include "kernels/gqa/sm80/cta.cuh"
 #include "kernels/gqa/sm80/kv_loader.cuh"
 #include "kernels/gqa/sm80/pv.cuh"
@@ -122,6 +123,12 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
   const KvScales scales = kv_scales<T>(p, cta.kv_head);
   const unsigned smem_base = ptx::smem_addr(smem);
 
+  // ---- Fused step, rope phase (append.cuh): the CTA's q rows rotated into shared memory ----
+  if constexpr (T::kFused) {
+    rope_q_rows<T>(p, cta, smem, ln.tid);
+    __syncthreads();
+  }
+
   // ---- q: this warp's 16 rows (g and g + 8 per thread) as A fragments ----
   const unsigned q_smem = Q::smem(smem_base);
   const int my_row_lo = cta.row0 + ln.warp_m * 16 + ln.g;
@@ -157,6 +164,8 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
 #pragma unroll
   for (int o = 0; o < kOTiles; ++o) o_acc[o][0] = o_acc[o][1] = o_acc[o][2] = o_acc[o][3] = 0.f;
 
+  if constexpr (T::kFused) __syncthreads();  // the rotated q read before the ring reuses its bytes
+
   // ---- Prologue: the first kStages - 1 tiles in flight ----
   int pages_next[T::kLoadsPerThread];
   if constexpr (T::kSkip) {
@@ -171,6 +180,9 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
       ptx::cp_async_commit();
       loader.fetch_pages(s + 1);
     }
+    // ---- Fused step (append.cuh): this thread's first new-token item coded while tiles fly ----
+    const fused::EarlyPair early = fused::kernel_early_pair<T>(p, cta.batch, cta.seq_len, cta.kv_head, range.begin,
+                                                               range.end, ln.tid, cta.row_block == 0);
 
     // ---- Per work item: the next tile issued, then per chunk of the warp's tokens QK, softmax, PV ----
     for (int item = 0; item < items.num_items; ++item) {
@@ -187,6 +199,14 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
       const unsigned vs = SharedStorage<T>::v_stage(smem_base, stage);
       const int tile_t0 = range.begin + items.tile(item) * T::kTile;
       const int beam_only = kBeams == 1 ? -1 : items.beam(item);  // >= 0: keys of that beam only
+      // ---- Fused step, append phase (append.cuh): the tile's new tokens into the stage and the cache ----
+      if constexpr (T::kFused) {
+        if (tile_has_new<T>(p, cta, tile_t0)) {
+          append_new_tokens<T>(p, cta, range, tile_t0, beam_only, smem + (ks - smem_base), smem + (vs - smem_base),
+                               ln.tid, early);
+          __syncthreads();
+        }
+      }
       bool bad_tile = false;
       if constexpr (T::kChecked) bad_tile = bad_item[item % T::kBadItemSlots] == item;
       const int* page_rows = loader.page_rows;

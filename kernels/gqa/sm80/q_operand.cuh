@@ -74,6 +74,23 @@ struct QLayout {
   }
 };
 
+// The thread's two q rows, g and g + 8 of its warp's 16: whether each is one of the CTA's, and its
+// q (null past the CTA's rows).
+struct ThreadQRows {
+  bool lo_ok, hi_ok;
+  const void* q_lo;
+  const void* q_hi;
+};
+
+template <class T>
+__device__ __forceinline__ ThreadQRows thread_q_rows(const GqaParams& p, const CtaCoords<T>& cta, const Lane& ln) {
+  const int row_lo = cta.row0 + ln.warp_m * 16 + ln.g;
+  const int row_hi = row_lo + 8;
+  const bool lo_ok = row_lo < cta.rows_total;
+  const bool hi_ok = row_hi < cta.rows_total;
+  return {lo_ok, hi_ok, lo_ok ? cta.q_row(p, row_lo) : nullptr, hi_ok ? cta.q_row(p, row_hi) : nullptr};
+}
+
 // The loads below fill the kernel's row_inv[h]: the inverse of the power of two the thread's row
 // g + 8 h was scaled by (8-bit caches), applied to that row's logits. The register loads stage
 // the rows in arrays of the kernel's (f, amax, sc; gqa_decode_kernel says why).
@@ -87,13 +104,8 @@ __device__ __forceinline__ void load_q_two_term(const GqaParams& p, const CtaCoo
                                                 float4 (&f)[T::kK32Steps][4], float (&amax)[2], float (&sc)[2]) {
   using Q = QLayout<T>;
   constexpr int D = Q::D;
-  const int row_lo = cta.row0 + ln.warp_m * 16 + ln.g;  // the thread's rows g and g + 8
-  const int row_hi = row_lo + 8;
+  const auto [lo_ok, hi_ok, q_lo, q_hi] = thread_q_rows<T>(p, cta, ln);
   const int c = ln.c;
-  const bool lo_ok = row_lo < cta.rows_total;
-  const bool hi_ok = row_hi < cta.rows_total;
-  const void* q_lo = lo_ok ? cta.q_row(p, row_lo) : nullptr;
-  const void* q_hi = hi_ok ? cta.q_row(p, row_hi) : nullptr;
   amax[0] = amax[1] = 0.f;
 #pragma unroll
   for (int kk = 0; kk < T::kK32Steps; ++kk) {
@@ -134,13 +146,8 @@ __device__ __forceinline__ void load_q_16bit(const GqaParams& p, const CtaCoords
                                              float (&amax)[2]) {
   using Q = QLayout<T>;
   constexpr int kKSteps = Q::kKSteps;
-  const int row_lo = cta.row0 + ln.warp_m * 16 + ln.g;  // the thread's rows g and g + 8
-  const int row_hi = row_lo + 8;
+  const auto [lo_ok, hi_ok, q_lo, q_hi] = thread_q_rows<T>(p, cta, ln);
   const int c = ln.c;
-  const bool lo_ok = row_lo < cta.rows_total;
-  const bool hi_ok = row_hi < cta.rows_total;
-  const void* q_lo = lo_ok ? cta.q_row(p, row_lo) : nullptr;
-  const void* q_hi = hi_ok ? cta.q_row(p, row_hi) : nullptr;
 #pragma unroll
   for (int kk = 0; kk < kKSteps; ++kk) {
 #pragma unroll

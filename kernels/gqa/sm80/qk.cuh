@@ -21,22 +21,23 @@ struct QkScratch {
   unsigned (&ql)[4];
 };
 
-// Two-term paths: the m16n8k32 B fragments of n8 tiles j and j + 1 at k step kk, K bytes straight
-// from shared memory (ldmatrix on 8-bit rows gives thread (g, c) bytes 4c..4c+3 of row g, dims in
-// natural order).
-template <class T>
+// 8-bit K rows of n8 tiles j and j + 1 at k step kk of kStep bytes, straight from shared memory
+// (ldmatrix on 8-bit rows gives thread (g, c) bytes 4c..4c+3 of row g, dims in natural order):
+// the two-term paths' m16n8k32 B fragments (kStep 32), or two m16n8k16 steps' raw bytes to widen
+// (kStep 16).
+template <class T, int kStep = 32>
 __device__ __forceinline__ void load_k8(unsigned ks, int local0, int lane, int j, int kk, unsigned& b0,
                                         unsigned& b1, unsigned& b2, unsigned& b3) {
   const int m = lane / 8;
-  if (kk * 32 + 16 < T::kHeadDim) {
-    // x4: (tokens 0-7, dims 0-15), (tokens 0-7, dims 16-31), (tokens 8-15, ...) x2.
+  if (kk * kStep + 16 < T::kHeadDim) {
+    // x4: (tokens 0-7, bytes 0-15), (tokens 0-7, bytes 16-31), (tokens 8-15, ...) x2.
     const int tok = local0 + j * 8 + (m / 2) * 8 + lane % 8;
-    ptx::ldmatrix_x4(ks + tok * T::kRowStride + kk * 32 + (m % 2) * 16, b0, b1, b2, b3);
+    ptx::ldmatrix_x4(ks + tok * T::kRowStride + kk * kStep + (m % 2) * 16, b0, b1, b2, b3);
   } else {
-    // 16 dims left: (tokens 0-7), (tokens 8-15); the upper k half is zero on both sides
-    // (padding bytes of the row could hold anything, NaN codes included).
+    // 16 bytes left: (tokens 0-7), (tokens 8-15); the upper half is zero on both sides (padding
+    // bytes of the row could hold anything, NaN codes included).
     const int tok = local0 + j * 8 + (m % 2) * 8 + lane % 8;
-    ptx::ldmatrix_x2(ks + tok * T::kRowStride + kk * 32, b0, b2);
+    ptx::ldmatrix_x2(ks + tok * T::kRowStride + kk * kStep, b0, b2);
     b1 = b3 = 0u;
   }
 }
@@ -108,7 +109,6 @@ __device__ __forceinline__ void qk_widen_ldsm(const QOperand<T>& q, unsigned ks,
                                               float (&s_acc)[kN8][4]) {
   constexpr int kKSteps = T::kHeadDim / 16;
   constexpr bool kFp16 = T::kComputeFp16;
-  const int lane = ln.lane;
 #pragma unroll
   for (int kk = 0; kk < kKSteps; kk += 2) {
     const bool pair = kk + 1 < kKSteps;  // compile-time after unrolling
@@ -117,17 +117,10 @@ __device__ __forceinline__ void qk_widen_ldsm(const QOperand<T>& q, unsigned ks,
     if (pair) q.a16(kk + 1, ln, a1);
 #pragma unroll
     for (int j = 0; j < kN8; j += 2) {
-      const int m = lane / 8;
+      // x4: (tokens 0-7, step kk), (tokens 0-7, kk + 1), (tokens 8-15, kk), (8-15, kk + 1); the
+      // last step alone (x2) when there is no pair.
       unsigned w0, w1, w2, w3;
-      if (pair) {
-        // x4: (tokens 0-7, step kk), (tokens 0-7, kk + 1), (tokens 8-15, kk), (8-15, kk + 1).
-        const int tok = local0 + j * 8 + (m / 2) * 8 + lane % 8;
-        ptx::ldmatrix_x4(ks + tok * T::kRowStride + kk * 16 + (m % 2) * 16, w0, w1, w2, w3);
-      } else {
-        const int tok = local0 + j * 8 + (m % 2) * 8 + lane % 8;
-        ptx::ldmatrix_x2(ks + tok * T::kRowStride + kk * 16, w0, w2);
-        w1 = w3 = 0u;
-      }
+      load_k8<T, 16>(ks, local0, ln.lane, j, kk, w0, w1, w2, w3);
       unsigned b0, b1;
       kv::widen4<T::kKvKind>(w0, b0, b1);
       ptx::mma_16816<kFp16>(s_acc[j], a0, b0, b1);

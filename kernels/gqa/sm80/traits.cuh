@@ -100,6 +100,19 @@ struct SkipOf<C, decltype(static_cast<void>(C::kSkip))> {
   static constexpr bool value = C::kSkip;
 };
 
+// Cfg::kRopeStyle / kRotaryDim when the prologue defines them (a fused plan), else 0: a plain
+// kernel's source stays what it was.
+template <class C, class = void>
+struct RopeOf {
+  static constexpr int style = 0;
+  static constexpr int dims = 0;
+};
+template <class C>
+struct RopeOf<C, decltype(static_cast<void>(C::kRopeStyle))> {
+  static constexpr int style = C::kRopeStyle;
+  static constexpr int dims = C::kRotaryDim;
+};
+
 // The specialization constants both GQA kernels read (this file's Traits and sm90/traits.cuh's),
 // as a base so that T::kGroup and the like name the same lines; code inside a Traits reads
 // them as Cfg:: (members of a dependent base are not found unqualified).
@@ -120,6 +133,10 @@ struct CfgConstants {
   static constexpr bool kChecked = CheckedOf<Cfg>::value;
   // Skip-softmax: tiles far below the running maximum skipped, their V not loaded.
   static constexpr bool kSkip = SkipOf<Cfg>::value;
+  // Fused decode step (kernels/gqa/fused.cuh): 0 = a plain decode, 1 GPT-NeoX, 2 GPT-J.
+  static constexpr int kRopeStyle = RopeOf<Cfg>::style;
+  static constexpr int kRotaryDim = RopeOf<Cfg>::dims;
+  static constexpr bool kFused = kRopeStyle != 0;
 };
 
 template <class Cfg>

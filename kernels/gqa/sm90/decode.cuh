@@ -26,6 +26,7 @@
 #include "kernels/gqa/epilogue.cuh"
 #include "kernels/gqa/params.cuh"
 #include "kernels/gqa/request.cuh"
+#include "kernels/gqa/sm90/append.cuh"
 #include "kernels/gqa/sm90/cta.cuh"
 #include "kernels/gqa/sm90/q_tile.cuh"
 #include "kernels/gqa/sm90/tile_loader.cuh"
@@ -35,20 +36,21 @@ namespace deca::gqa::sm90 {
 
 using namespace ::deca::sm90;
 
-// S^T = K (q_hi + q_lo)^T for the two m64 token halves of the K tile at byte offset k_off: 4
-// k-steps of 32 dims x 2 terms per half, one wgmma group, not waited for. desc(offset) gives the
+// acc[h] = A_h (B_hi + B_lo)^T for the H m64 halves of the A tile at byte offset a_off (K for
+// S^T = K q^T, V^T for O^T = V^T P^T), B's two terms at b_hi / b_lo: 4 k-steps of 32 x 2 terms
+// per half, into fresh accumulators, one wgmma group, not waited for. desc(offset) gives the
 // descriptor of an operand at that offset from the shared base.
-template <class Mma, int H, int A, class Desc, class Plan>
-__device__ __forceinline__ void qk_chain(float (&s)[H][A], const Desc& desc, unsigned k_off,
-                                         const Plan& plan) {
+template <class Mma, int H, int A, class Desc>
+__device__ __forceinline__ void two_term_chain(float (&acc)[H][A], const Desc& desc, unsigned a_off,
+                                               unsigned b_hi, unsigned b_lo) {
   wgmma_fence();
 #pragma unroll
   for (int h = 0; h < H; ++h) {
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
-      const unsigned long long da = desc(k_off + 8192 * h + 32 * kk);
-      Mma::mma(s[h], da, desc(plan.q_hi + 32 * kk), kk > 0);
-      Mma::mma(s[h], da, desc(plan.q_lo + 32 * kk), true);
+      const unsigned long long da = desc(a_off + 8192 * h + 32 * kk);
+      Mma::mma(acc[h], da, desc(b_hi + 32 * kk), kk > 0);
+      Mma::mma(acc[h], da, desc(b_lo + 32 * kk), true);
     }
   }
   wgmma_commit();
@@ -152,22 +154,10 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
   // ---- Loader (tile_loader.cuh): K and V tiles in token order ----
   TileLoader<T> loader(p, bad_item, tid);
   // The loader's cursor: the next tile to issue, whose page ids pages_next holds; `pend_item` is
-  // its index in the ring (tile g of the CTA goes to stage g % kStages).
+  // its index in the ring.
   TileCursor pend{u, 0, u.tiles, u.tiles <= 0};
   int pend_item = 0;
-  // Issues the pending tile (nothing past the CTA's last: an empty group keeps the count), moves
-  // the cursor on and fetches the next one's page ids.
-  auto issue_next = [&] {
-    if (!pend.done) {
-      const int stage = pend_item % T::kStages;
-      loader.issue_tile(pend, cs.k_stage(stage), cs.v_stage(stage));
-    }
-    ptx::cp_async_commit();
-    ++pend.i;
-    pend.done = pend.i >= pend.hi;
-    ++pend_item;
-    loader.fetch_pages(pend, pend_item);
-  };
+  auto issue_next = [&] { loader.issue_next(pend, pend_item, cs); };
 
   // ---- Per-thread accumulator coordinates ----
   // S^T element e of m64 half h: token 64 h + 16 w + l / 4 + 8 ((e >> 1) & 1), column (query row)
@@ -190,6 +180,8 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
   loader.fetch_pages(pend, 0);
 #pragma unroll
   for (int s = 0; s < T::kStages - 1; ++s) issue_next();
+  // Fused step (append.cuh): this thread's first new-token item coded while the tiles fly.
+  const fused::EarlyPair early = early_new_pair<T>(p, u, row_block);
 
   const int batch = u.request;
   const int kv_head = u.kv_head;
@@ -229,11 +221,19 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
     const unsigned v_off = k_off + kStageBytes;
     const unsigned vs = base + v_off;
     const int tile_t0 = u.first + i_tile * kTile;
+    // ---- Fused step, append phase (append.cuh): the tile's new tokens into the stage and the cache ----
+    if constexpr (T::kFused) {
+      if (tile_has_new(p, u, tile_t0)) {
+        append_new_tokens<T>(p, u, row_block, tile_t0, smem + k_off, smem + v_off, early);
+        fence_proxy_async_smem();
+        __syncthreads();
+      }
+    }
 
     // S^T = K (q_hi + q_lo)^T (2 halves x 4 k-steps of 32 dims x 2 terms), and under it V -> V^T
     // in place.
     float s[kHalves][kAcc];  // S^T of token half h
-    qk_chain<Mma>(s, desc, k_off, kPlan);
+    two_term_chain<Mma>(s, desc, k_off, kPlan.q_hi, kPlan.q_lo);
     transpose_v_in_place(vs, ldsm_off, stsm_off);
     wgmma_wait<0>();
 #pragma unroll
@@ -333,17 +333,7 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
     // when it accumulates (DeepSeek-V3 report, "FP8 GEMM accumulation precision"): carried over
     // a whole sequence in the tensor core, O drifted by 0.3 % relative RMS at 4096 tokens.
     float ot[kHalves][kAcc];
-    wgmma_fence();
-#pragma unroll
-    for (int m = 0; m < kHalves; ++m) {
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
-        const unsigned long long da = desc(v_off + 8192 * m + 32 * kk);
-        Mma::mma(ot[m], da, desc(kPlan.p_hi + 32 * kk), kk > 0);
-        Mma::mma(ot[m], da, desc(kPlan.p_lo + 32 * kk), true);
-      }
-    }
-    wgmma_commit();
+    two_term_chain<Mma>(ot, desc, v_off, kPlan.p_hi, kPlan.p_lo);
     wgmma_wait<0>();
 #pragma unroll
     for (int m = 0; m < kHalves; ++m) {

@@ -28,6 +28,7 @@
 #include "kernels/gqa/epilogue.cuh"
 #include "kernels/gqa/params.cuh"
 #include "kernels/gqa/request.cuh"
+#include "kernels/gqa/sm90/append.cuh"
 #include "kernels/gqa/sm90/cta.cuh"
 #include "kernels/gqa/sm90/q_tile.cuh"
 #include "kernels/gqa/sm90/tile_loader.cuh"
@@ -69,17 +70,7 @@ __device__ __forceinline__ void gqa_decode_rows_kernel(const GqaParams& p, unsig
   const int* page_row = loader.page_row_of(batch);
   TileCursor pend{unit, 0, unit.tiles, unit.tiles <= 0};
   int pend_item = 0;
-  auto issue_next = [&] {
-    if (!pend.done) {
-      const int stage = pend_item % T::kStages;
-      loader.issue_tile(pend, cs.k_stage(stage), cs.v_stage(stage));
-    }
-    ptx::cp_async_commit();
-    ++pend.i;
-    pend.done = pend.i >= pend.hi;
-    ++pend_item;
-    loader.fetch_pages(pend, pend_item);
-  };
+  auto issue_next = [&] { loader.issue_next(pend, pend_item, cs); };
 
   // ---- Operand rows: thread (w, l) holds operand rows 16 w + l / 4 + 8 h. At 64 rows operand row
   // m is query row m; at 32, query row 8 w + r sits in operand row 16 w + r (r < 8) and the rows
@@ -93,6 +84,8 @@ __device__ __forceinline__ void gqa_decode_rows_kernel(const GqaParams& p, unsig
   loader.fetch_pages(pend, 0);
 #pragma unroll
   for (int s = 0; s < T::kStages - 1; ++s) issue_next();
+  // Fused step (append.cuh): this thread's first new-token item coded while the tiles fly.
+  const fused::EarlyPair early = early_new_pair<T>(p, unit, row_block);
 
   const float k_scale = p.k_scales ? p.k_scales[kv_head] : p.k_scale;
   const float v_scale = p.v_scales ? p.v_scales[kv_head] : p.v_scale;
@@ -140,6 +133,14 @@ __device__ __forceinline__ void gqa_decode_rows_kernel(const GqaParams& p, unsig
     const unsigned k_off = stage * 2 * kStageBytes;
     const unsigned vs = base + k_off + kStageBytes;
     const int tile_t0 = unit.first + i_tile * kTile;
+    // ---- Fused step, append phase (append.cuh): the tile's new tokens into the stage and the cache ----
+    if constexpr (T::kFused) {
+      if (tile_has_new(p, unit, tile_t0)) {
+        append_new_tokens<T>(p, unit, row_block, tile_t0, smem + k_off, smem + k_off + kStageBytes, early);
+        fence_proxy_async_smem();
+        __syncthreads();
+      }
+    }
 
     // S = (q_hi + q_lo) K^T: 4 k-steps of 32 dims x 2 terms, under the V transpose.
     float s[64];

@@ -8,6 +8,7 @@
 #include "kernels/common/kv_kind.cuh"
 #include "kernels/common/ptx.cuh"
 #include "kernels/common/sm90_ptx.cuh"
+#include "kernels/gqa/fused.cuh"
 #include "kernels/gqa/params.cuh"
 #include "kernels/gqa/request.cuh"
 #include "kernels/gqa/sm90/layout.cuh"
@@ -35,8 +36,19 @@ __device__ __forceinline__ void load_q_two_term(const GqaParams& p, int batch, i
       const int head = kv_head * T::kGroup + row % T::kGroup;
       const unsigned short* q = static_cast<const unsigned short*>(p.q) + batch * p.q_stride_batch +
                                 (row / T::kGroup) * p.q_stride_token + head * p.q_stride_head + d0;
+      if constexpr (T::kFused) {
+        // The fused step (kernels/gqa/fused.cuh): each element rotated at its token's position
+        // and rounded to q's dtype; an empty request (no position) keeps q as it is.
+        const int len = load_seq_len<T>(p, batch);
+        const int pos = len > 0 ? fused::token_pos<T>(p, batch, row / T::kGroup, len) : 0;
+        const long long off = q - static_cast<const unsigned short*>(p.q) - d0;
 #pragma unroll
-      for (int j = 0; j < 8; j += 2) {
+        for (int j = 0; j < 8; ++j) {
+          x[j] = len > 0 ? fused::rotated_q_elem<T>(p, off, pos, d0 + j) : fused::load_q_elem<T>(p.q, off + d0 + j);
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < 8 && !T::kFused; j += 2) {
         const unsigned two = *reinterpret_cast<const unsigned*>(q + j);
         const unsigned short lo = static_cast<unsigned short>(two & 0xFFFFu);
         const unsigned short hi = static_cast<unsigned short>(two >> 16);

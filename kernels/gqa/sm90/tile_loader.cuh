@@ -162,6 +162,21 @@ struct TileLoader {
       if constexpr (kV) ptx::cp_async_16(vs + dst(i), vsrc, valid);
     }
   }
+
+  // The kernels' pipeline step: issues cursor c's tile into ring stage item % kStages of cs (tile
+  // g of the CTA goes to stage g % kStages; nothing past the CTA's last tile: an empty group keeps
+  // the count), moves c and item on and fetches the next tile's page ids.
+  __device__ __forceinline__ void issue_next(TileCursor& c, int& item, const CtaSmem& cs) {
+    if (!c.done) {
+      const int stage = item % T::kStages;
+      issue_tile(c, cs.k_stage(stage), cs.v_stage(stage));
+    }
+    ptx::cp_async_commit();
+    ++c.i;
+    c.done = c.i >= c.hi;
+    ++item;
+    fetch_pages(c, item);
+  }
 };
 
 }  // namespace deca::gqa::sm90

@@ -18,6 +18,8 @@
 
 namespace deca::mla {
 
+// kExtra: a MODEL1 run (its stamp carries the extra cache's list, ScheduleStamp).
+template <bool kExtra = false>
 __device__ __forceinline__ void sparse_combine(const DecodeKernelParams& kp) {
   ptx::griddep_wait();
   const MlaSparseParams& p = kp.p;
@@ -29,7 +31,7 @@ __device__ __forceinline__ void sparse_combine(const DecodeKernelParams& kp) {
   if (h >= p.num_heads) return;
   auto* out = static_cast<unsigned short*>(p.out) + r * p.out_stride_batch +
               i * p.out_stride_token + h * p.out_stride_head + lane * 4;
-  if (!schedule_matches(p, run)) {
+  if (!schedule_matches<kExtra>(p, run)) {
     // A reused schedule of another call shape (ScheduleStamp): the decode kernel wrote nothing.
     const uint2 nan2 = make_uint2(0x7FC07FC0u, 0x7FC07FC0u);  // bf16 NaN pairs
 #pragma unroll

@@ -34,6 +34,42 @@ DECA_MLA_HD inline int request_blocks(const int* topk_length, int topk, int r) {
   return (request_len(topk_length, topk, r) + kTopkBlock - 1) / kTopkBlock;
 }
 
+// The index lists of a call: the first cache's and, for MODEL1 (kMlaKvModel1), the extra
+// cache's (extra_topk > 0). Request r's work list is the first cache's blocks of 64 indices, then
+// the extra cache's (each block from one cache), so that the scheduler's costs and cuts spread
+// both selections over the partitions alike.
+struct TopkLists {
+  const int* topk_length;
+  int topk;
+  const int* extra_topk_length;
+  int extra_topk;  // 0: one cache
+};
+
+// One cache's lists (V3.2, dense).
+DECA_MLA_HD inline TopkLists one_cache(const int* topk_length, int topk) {
+  return TopkLists{topk_length, topk, nullptr, 0};
+}
+
+// The lists of a call; kExtra (MODEL1 kernels only) adds the extra cache's. Without it the extra
+// fields are constants, so the one-cache kernels compile as they did before the second cache.
+template <bool kExtra>
+DECA_MLA_HD inline TopkLists topk_lists(const MlaSparseParams& p) {
+  if constexpr (kExtra) return TopkLists{p.topk_length, p.topk, p.extra_topk_length, p.extra_topk};
+  return one_cache(p.topk_length, p.topk);
+}
+
+// Blocks of request r in both caches: the first cache's come first.
+DECA_MLA_HD inline int request_blocks(const TopkLists& l, int r) {
+  const int n = request_blocks(l.topk_length, l.topk, r);
+  return l.extra_topk > 0 ? n + request_blocks(l.extra_topk_length, l.extra_topk, r) : n;
+}
+
+// Every request's block count when no length is given (the uniform walk), else -1.
+DECA_MLA_HD inline int uniform_blocks(const TopkLists& l) {
+  if (l.topk_length != nullptr || (l.extra_topk > 0 && l.extra_topk_length != nullptr)) return -1;
+  return request_blocks(l, 0);
+}
+
 // The scheduler in phases, so that the GPU runs every phase but the walk across its threads (the
 // walk is the only serial part, and it touches nothing but registers and one load per request).
 // `first` / `stride` pick a thread's share of a parallel phase; the host runs them with 0 / 1.
@@ -41,11 +77,11 @@ DECA_MLA_HD inline int request_blocks(const int* topk_length, int topk, int r) {
 // counts (phase 3), then the offsets (phase 4).
 
 // Phase 1, per request: n(r) into split_offsets[r + 1]; returns this share's sum of costs.
-DECA_MLA_HD inline int schedule_stage_blocks(int batch, int topk, const int* topk_length,
-                                             int* split_offsets, int first, int stride) {
-  int cost = 0;  // batch * (512 + 5) at most: no overflow below four million requests
+DECA_MLA_HD inline int schedule_stage_blocks(int batch, const TopkLists& lists, int* split_offsets,
+                                             int first, int stride) {
+  int cost = 0;  // batch * (512 + 5) at most per cache: no overflow below two million requests
   for (int r = first; r < batch; r += stride) {
-    const int n = request_blocks(topk_length, topk, r);
+    const int n = request_blocks(lists, r);
     split_offsets[r + 1] = n;
     cost += n + kFixedOverheadBlocks;
   }
@@ -165,10 +201,10 @@ DECA_MLA_HD inline void schedule_fill_slots(int num_parts, const int* split_offs
 
 // Fills parts[0 .. num_parts) and split_offsets[0 .. batch]; returns the slot count
 // (split_offsets[batch]). The host's serial run of the phases the scheduler kernel runs.
-DECA_MLA_HD inline int schedule_requests(int batch, int topk, const int* topk_length, int num_parts,
+DECA_MLA_HD inline int schedule_requests(int batch, const TopkLists& lists, int num_parts,
                                        SparsePart* parts, int* split_offsets) {
-  const int uniform = topk_length == nullptr ? request_blocks(nullptr, topk, 0) : -1;
-  const int total = schedule_stage_blocks(batch, topk, topk_length, split_offsets, 0, 1);
+  const int uniform = uniform_blocks(lists);
+  const int total = schedule_stage_blocks(batch, lists, split_offsets, 0, 1);
   schedule_walk(batch, uniform, split_offsets, total, num_parts, parts);
   for (int r = 0; r < batch; ++r) split_offsets[r + 1] = 1;                       // phase 3
   for (int i = 0; i < num_parts; ++i) {
@@ -187,23 +223,23 @@ DECA_MLA_HD inline int piece_slot(const SparsePart& part, const int* split_offse
 }
 
 // Blocks [first, last) of request r that `part` processes.
-DECA_MLA_HD inline void piece_blocks(const SparsePart& part, const int* topk_length,
-                                            int topk, int r, int& first, int& last) {
+DECA_MLA_HD inline void piece_blocks(const SparsePart& part, const TopkLists& lists, int r, int& first,
+                                    int& last) {
   first = r == part.begin_req ? part.begin_block : 0;
-  last = r == part.end_req ? part.end_block : request_blocks(topk_length, topk, r);
+  last = r == part.end_req ? part.end_block : request_blocks(lists, r);
 }
 
 // The number of partitions: one partition is a column of (q_len x head blocks) CTAs, so this
 // many columns fill the SMs once. Fewer would leave SMs idle; more would make every request pay
 // the fixed overhead more often without adding parallelism (FlashMLA's choice, seed 001 3.3).
-// Whether the schedule of a call without topk_length (every request topk indices) cuts a
+// Whether the schedule of a call without lengths (every request topk (+ extra_topk) indices) cuts a
 // request, i.e. whether the combine kernel has pieces to merge: the backend leaves it out when
 // not (at b128 / b64 x 128 heads on 66 partitions it would only launch 2048 / 1024 CTAs that
 // return at once). The walk's first partition decides: one that ends on a request boundary is
 // followed by partitions starting at block 0 with the same payload, which take the same whole
 // requests (or, clamped at the batch's end, the rest). O(1): the backend asks on every call.
-DECA_MLA_HD inline bool schedule_cuts_requests(int batch, int topk, int num_parts) {
-  const int n = request_blocks(nullptr, topk, 0);
+DECA_MLA_HD inline bool schedule_cuts_requests(int batch, const TopkLists& lists, int num_parts) {
+  const int n = uniform_blocks(lists);
   const int payload = schedule_payload(batch * (n + kFixedOverheadBlocks), num_parts);
   int req = 0;
   int block = 0;

@@ -9,7 +9,9 @@
 // costs n(r) + kFixedOverheadBlocks units (loading q, softmax state, the write-back): the
 // scheduler walks the requests in order and fills num_parts SM partitions with about
 // ceil(sum of costs / num_parts) + kFixedOverheadBlocks units each, cutting a request between two
-// partitions where a partition fills (FlashMLA's scheme, seed 001 step 3).
+// partitions where a partition fills (FlashMLA's scheme, seed 001 step 3). MODEL1's second cache
+// (MlaSparseParams::extra_*) appends its blocks to the request's list: n(r) = ceil(len(r) / 64) +
+// ceil(extra_len(r) / 64), every block from one cache (TopkLists, schedule.cuh).
 //
 // Splits. A request whose blocks all sit in one partition is unsplit: that partition writes its
 // final bf16 output and LSE (the attention sink applied). A request cut into k pieces has k
@@ -54,13 +56,17 @@ struct SparsePart {
 // schedule of another shape can neither send a partition past this call's tensors nor pass
 // unnoticed. (Equal shapes with other topk_length contents are the caller's contract, as the
 // contents of indices are.)
+// MODEL1's extra cache adds its extra_topk and whether extra_topk_length was given (0 for one
+// cache: the one-cache kernels neither write nor compare them).
 struct ScheduleStamp {
   int batch;
   int q_len;
   int topk;
   int num_parts;
   int has_topk_length;
-  int pad[3];
+  int extra_topk;
+  int has_extra_topk_length;
+  int pad;
 };
 
 // What the decode and combine kernels read besides MlaSparseParams (all in the workspace).
@@ -78,6 +84,8 @@ struct SparseRun {
 };
 
 // The stamp of a call: what the scheduler writes (schedule_matches compares the same fields).
+// kExtra: the MODEL1 kernels' (both caches' lists).
+template <bool kExtra = false>
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
 __host__ __device__
 #endif
@@ -88,15 +96,25 @@ inline ScheduleStamp schedule_stamp(const MlaSparseParams& p, int num_parts) {
   s.topk = p.topk;
   s.num_parts = num_parts;
   s.has_topk_length = p.topk_length != nullptr ? 1 : 0;
+  if constexpr (kExtra) {
+    s.extra_topk = p.extra_topk;
+    s.has_extra_topk_length = p.extra_topk_length != nullptr ? 1 : 0;
+  }
   return s;
 }
 
 // Whether the workspace's schedule was made for this call (see ScheduleStamp).
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+template <bool kExtra = false>
 __device__ __forceinline__ bool schedule_matches(const MlaSparseParams& p, const SparseRun& run) {
   const ScheduleStamp s = *run.stamp;
-  return s.batch == p.batch && s.q_len == p.q_len && s.topk == p.topk && s.num_parts == run.num_parts &&
-         s.has_topk_length == (p.topk_length != nullptr ? 1 : 0);
+  const bool one = s.batch == p.batch && s.q_len == p.q_len && s.topk == p.topk &&
+                   s.num_parts == run.num_parts && s.has_topk_length == (p.topk_length != nullptr ? 1 : 0);
+  if constexpr (kExtra) {
+    return one && s.extra_topk == p.extra_topk &&
+           s.has_extra_topk_length == (p.extra_topk_length != nullptr ? 1 : 0);
+  }
+  return one;
 }
 
 // What a decode kernel writes instead of attention when the schedule is another call shape's:

@@ -21,18 +21,24 @@
 // LSE to its slot for the combine kernel. After its last write the CTA lets a PDL-launched
 // combine start. A query token that sees no key of its piece writes zeros and LSE -inf.
 //
+// MODEL1 (kFormat kMlaKvModel1, entry kernels/mla/sm80/model1_entry.cuh): q and K have 512 dims
+// (448 dequantized NoPE + 64 RoPE), V is the same 512; a request's blocks come from two caches,
+// the first cache's then the extra cache's, all in one online softmax (kernels/mla/sm80/model1.cuh).
+//
 // Checked mode (kChecked, issue 9; entries kernels/mla/sm80/entry_checked.cuh, dense_entry.cuh):
 // an index that is neither -1 nor in [0, num_blocks * page_size) (sparse), a block id outside
 // [0, num_blocks) (dense, kCheckPageId), and a length outside [0, topk] (topk_length; dense:
 // cache_seqlens outside [0, min(max_seq_len, max_blocks * page_size)], kCheckTopkLength), are
 // recorded in the workspace (kernels/common/check_record.cuh); all are skipped or clamped as in
-// the unchecked kernel, which compiles without the tests.
+// the unchecked kernel, which compiles without the tests. MODEL1 tests the extra cache's indices
+// and extra_topk_length alike (kCheckExtraIndex, kCheckExtraTopkLength).
 #pragma once
 
 #include "kernels/common/check_record.cuh"
 #include "kernels/common/ptx.cuh"
 #include "kernels/mla/schedule/schedule.cuh"
 #include "kernels/mla/sm80/gather.cuh"
+#include "kernels/mla/sm80/model1.cuh"
 #include "kernels/mla/sm80/traits.cuh"
 
 namespace deca::mla::portable {
@@ -42,11 +48,13 @@ constexpr float kLn2 = 0.6931471805599453f;
 constexpr float kNegInf = __builtin_bit_cast(float, 0xff800000u);
 
 // Q rows of this CTA's heads for query token i of request r; rows past num_heads are zeros.
+// kChunks 16-byte chunks a row: 72 (576 dims), or 64 (MODEL1's 512).
+template <int kChunks>
 __device__ __forceinline__ void load_q(const MlaSparseParams& p, Smem& sm, int r, int i, int head0) {
   const unsigned base = ptx::smem_addr(sm.q);
-  for (int c = threadIdx.x; c < kRows * 72; c += kThreads) {
-    const int row = c / 72;
-    const int chunk = c % 72;
+  for (int c = threadIdx.x; c < kRows * kChunks; c += kThreads) {
+    const int row = c / kChunks;
+    const int chunk = c % kChunks;
     uint4 v = make_uint4(0, 0, 0, 0);
     if (head0 + row < p.num_heads) {
       const auto* src = static_cast<const unsigned char*>(p.q) +
@@ -67,14 +75,17 @@ struct RowState {
 
 // kDense: the token source is kp.dense's block table (kp.p.indices is null, topk_length holds
 // the cache lengths, topk the plan's max_seq_len) and kFormat its records' MlaKvFormat; sparse
-// decode reads kMlaKvFP8Sparse records through kp.p.indices.
+// decode reads kMlaKvFP8Sparse records through kp.p.indices, or kMlaKvModel1 records of two
+// caches through kp.p.indices and kp.p.extra_indices (kernels/mla/sm80/model1.cuh).
 template <bool kChecked, bool kDense = false, int kFormat = kMlaKvFP8Sparse>
 __device__ __forceinline__ void decode(const DecodeKernelParams& kp, unsigned char* smem) {
-  static_assert(kDense || kFormat == kMlaKvFP8Sparse, "sparse decode reads the 656-byte FP8 token");
+  constexpr bool kModel1 = kFormat == kMlaKvModel1;
+  static_assert(kDense ? !kModel1 : (kFormat == kMlaKvFP8Sparse || kModel1),
+                "sparse decode reads the 656-byte FP8 token or MODEL1's");
   Smem& sm = *reinterpret_cast<Smem*>(smem);
   const MlaSparseParams& p = kp.p;
   const SparseRun& run = kp.run;
-  if (!schedule_matches(p, run)) {
+  if (!schedule_matches<kModel1>(p, run)) {
     // A reused schedule of another call shape: NaN outputs, no attention, and in checked mode a
     // record of what the workspace held.
     fill_nan_outputs(p, static_cast<int>(blockIdx.x) * kRows, kRows, static_cast<int>(blockIdx.y),
@@ -115,7 +126,7 @@ __device__ __forceinline__ void decode(const DecodeKernelParams& kp, unsigned ch
 
   for (int r = part.begin_req; r <= part.end_req; ++r) {
     int first, last;
-    piece_blocks(part, p.topk_length, p.topk, r, first, last);
+    piece_blocks(part, topk_lists<kModel1>(p), r, first, last);
     const int len = request_len(p.topk_length, p.topk, r);
     TokenList tl;
     if constexpr (kDense) {
@@ -142,10 +153,19 @@ __device__ __forceinline__ void decode(const DecodeKernelParams& kp, unsigned ch
           check_report(static_cast<CheckRecord*>(run.check), kCheckTopkLength, r, 0, 0, raw, p.topk);
         }
       }
+      if constexpr (kModel1) {
+        if (threadIdx.x == 0 && p.extra_topk > 0 && p.extra_topk_length != nullptr) {
+          const int raw = p.extra_topk_length[r];
+          if (raw < 0 || raw > p.extra_topk) {
+            check_report(static_cast<CheckRecord*>(run.check), kCheckExtraTopkLength, r, 0, 0, raw,
+                         p.extra_topk);
+          }
+        }
+      }
     }
 
     __syncthreads();  // the previous request's last QK^T is done with Q
-    load_q(p, sm, r, i, head0);
+    load_q<(kModel1 ? kModel1DimQK : kDimQK) / 8>(p, sm, r, i, head0);
 
     RowState st;
     st.m[0] = st.m[1] = kNegInf;
@@ -156,17 +176,24 @@ __device__ __forceinline__ void decode(const DecodeKernelParams& kp, unsigned ch
 
     for (int blk = first; blk < last; ++blk) {
       __syncthreads();  // PV of the previous block is done with K and the scores
-      load_offsets<kChecked, kDense>(kp, sm, tl, blk, last, site);
-      __syncthreads();
-      gather_block<kDense, kFormat>(kp, sm);
+      if constexpr (kModel1) {
+        load_model1_offsets<kChecked>(p, sm, blk, last, site);
+        __syncthreads();
+        gather_model1_block(sm);
+      } else {
+        load_offsets<kChecked, kDense>(kp, sm, tl, blk, last, site);
+        __syncthreads();
+        gather_block<kDense, kFormat>(kp, sm);
+      }
       __syncthreads();
 
-      // QK^T: 16 heads (rg) x 16 tokens (cg) per warp, 36 k-steps of 16 dims in 9 rounds of 4.
+      // QK^T: 16 heads (rg) x 16 tokens (cg) per warp, 36 k-steps of 16 dims in 9 rounds of 4
+      // (MODEL1: 32 in 8).
       // Within a round of 8 chunks the swizzle is a fixed permutation, so four offsets per
       // operand serve every round (computed ones get hoisted 36-fold and spill).
       float s[2][4] = {};
 #pragma unroll 1
-      for (int round = 0; round < kDimQK / 64; ++round) {
+      for (int round = 0; round < (kModel1 ? kModel1DimQK : kDimQK) / 64; ++round) {
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
           unsigned a[4], b0, b1, b2, b3;

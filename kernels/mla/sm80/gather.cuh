@@ -179,6 +179,20 @@ __device__ __forceinline__ void prefetch_lines(const MlaSparseParams& p, const l
 
 // ---- Gathers into the K tile (bf16 [64 tokens][576], swizzled rows) ---------------------------
 
+// Chunk c of the block's records, kChunks per token: its token, its index in the token and the
+// token's record offset (-1: the token does not count).
+struct TokenChunk {
+  int token;
+  int part;
+  long long off;
+};
+
+template <int kChunks>
+__device__ __forceinline__ TokenChunk token_chunk(const Smem& sm, int c) {
+  const int token = c / kChunks;
+  return {token, c % kChunks, sm.token_offset[token]};
+}
+
 // The 656-byte FP8 token: five 16-byte chunks per thread, consecutive threads on consecutive
 // chunks of one token; e4m3 * the group's scale -> bf16, the RoPE part copied.
 __device__ __forceinline__ void gather_fp8_tokens(const MlaSparseParams& p, Smem& sm) {
@@ -187,10 +201,7 @@ __device__ __forceinline__ void gather_fp8_tokens(const MlaSparseParams& p, Smem
   // would push them into local memory.
 #pragma unroll 1
   for (int n = 0; n < 5; ++n) {
-    const int c = threadIdx.x + n * kThreads;
-    const int token = c / kChunksPerToken;
-    const int part = c % kChunksPerToken;
-    const long long off = sm.token_offset[token];
+    const auto [token, part, off] = token_chunk<kChunksPerToken>(sm, threadIdx.x + n * kThreads);
     const unsigned char* src = p.kv + (off < 0 ? 0 : off);
     if (part < kNopeChunks) {
       uint4 lo = make_uint4(0, 0, 0, 0), hi = lo;
@@ -218,10 +229,7 @@ __device__ __forceinline__ void gather_bf16_rows(const MlaSparseParams& p, Smem&
   const unsigned base = ptx::smem_addr(sm.k);
 #pragma unroll 1
   for (int n = 0; n < 9; ++n) {
-    const int c = threadIdx.x + n * kThreads;
-    const int token = c / kChunks;
-    const int part = c % kChunks;
-    const long long off = sm.token_offset[token];
+    const auto [token, part, off] = token_chunk<kChunks>(sm, threadIdx.x + n * kThreads);
     ptx::cp_async_16(base + swz(token, part), p.kv + (off < 0 ? 0 : off) + 16 * part, off >= 0);
   }
   ptx::cp_async_commit();
@@ -234,9 +242,7 @@ __device__ __forceinline__ void gather_e4m3_rows(const MlaSparseParams& p, Smem&
   const unsigned base = ptx::smem_addr(sm.k);
 #pragma unroll 1
   for (int c = threadIdx.x; c < kKeys * kChunks; c += kThreads) {
-    const int token = c / kChunks;
-    const int part = c % kChunks;
-    const long long off = sm.token_offset[token];
+    const auto [token, part, off] = token_chunk<kChunks>(sm, c);
     uint4 lo = make_uint4(0, 0, 0, 0), hi = lo;
     if (off >= 0) {
       const uint4 raw = __ldg(reinterpret_cast<const uint4*>(p.kv + off + 16 * part));

@@ -5,7 +5,9 @@
 //     static constexpr int kDirect = 0;     // 1: at most 16 heads, the kernel without the bf16 tile
 //     static constexpr int kCluster = 1;    // the wide kernel: 2 for 65..128 heads (two head blocks)
 //     static constexpr int kDense = 0;      // optional: 1 reads the tokens through the block table
-//     static constexpr int kKvFormat = 2;   // optional (MlaKvFormat): dense caches may be bf16 or e4m3
+//     static constexpr int kKvFormat = 2;   // optional (MlaKvFormat): dense caches may be bf16 or e4m3,
+//                                           // sparse ones MODEL1's 584-byte token (kMlaKvModel1)
+//     static constexpr int kExtraPageSize = 64;  // MODEL1 only: the extra cache's page size
 //   };
 // Everything else the kernels do is fixed per class (below, with why); tests may add kAblate.
 // Host code reads it too (the Ablate values).
@@ -43,7 +45,17 @@ DECA_MLA_SM90_FIELD(KvFormatOf, kKvFormat, kMlaKvFP8Sparse)
 template <class Cfg>
 inline constexpr bool kDense = DenseOf<Cfg>::value == 1;
 template <class Cfg>
-inline constexpr bool kRowFormat = KvFormatOf<Cfg>::value != kMlaKvFP8Sparse;
+inline constexpr bool kRowFormat =
+    KvFormatOf<Cfg>::value == kMlaKvBF16 || KvFormatOf<Cfg>::value == kMlaKvFP8E4M3;
+
+// MODEL1 (kMlaKvModel1, sparse, the wide kernel only): the 584-byte token of two caches, the
+// first cache's blocks of a request then the extra cache's (walk.cuh), each read by the MODEL1
+// producer (model1.cuh) into the tile's chunks 0..7 (448 dequantized NoPE + 64 RoPE: the 512
+// dims of K and V); QK^T runs over those 8 chunks, P V as for V3.2. The extra cache's page size
+// is compiled in as the first cache's is.
+template <class Cfg>
+inline constexpr bool kModel1 = KvFormatOf<Cfg>::value == kMlaKvModel1;
+DECA_MLA_SM90_FIELD(ExtraPageOf, kExtraPageSize, 1)
 
 // Timing only (tests/gpu/mla_sm90_timing_test.cpp sets it; no plan does, and the numbers are
 // wrong): builds that leave one stage out, so that a GPU round says what bounds the kernel.

@@ -5,6 +5,7 @@
 
 #include "kernels/common/ptx.cuh"
 #include "kernels/common/sm90_ptx.cuh"
+#include "kernels/mla/model1.cuh"
 #include "kernels/mla/sm90/config.cuh"
 #include "kernels/mla/sm90/layout.cuh"
 #include "kernels/mla/sm90/pipeline.cuh"
@@ -255,28 +256,36 @@ __device__ __forceinline__ void store_o_staged(const MlaSparseParams& p, const S
   __syncwarp();
 }
 
-// Pulls the next request's Q rows (64 x 1152 B = 576 lines of 128 B) into L2 while this one
-// runs: load_q then waits for L2, not HBM.
+// The chunks of 64 dims QK^T runs over: 9 (576), or MODEL1's 8 (512).
+template <class Cfg>
+inline constexpr int kQkChunks = kModel1<Cfg> ? kModel1Dim / 64 : kDimQK / 64;
+
+// Pulls the next request's Q rows (64 x 1152 B = 576 lines of 128 B; MODEL1 1024 B) into L2
+// while this one runs: load_q then waits for L2, not HBM.
+template <class Cfg>
 __device__ __forceinline__ void prefetch_q(const MlaSparseParams& p, int r, int tok, int head0, int t) {
+  constexpr int kLines = kQkChunks<Cfg>;
   const char* q = static_cast<const char*>(p.q);
-  for (int line = t; line < kHeadsPerCta * 9; line += 128) {
-    const int head = head0 + line / 9;
+  for (int line = t; line < kHeadsPerCta * kLines; line += 128) {
+    const int head = head0 + line / kLines;
     if (head >= p.num_heads) break;
     prefetch_l2(q + 2 * (r * p.q_stride_batch + tok * p.q_stride_token + head * p.q_stride_head) +
-                128 * (line % 9));
+                128 * (line % kLines));
   }
 }
 
+template <class Cfg>
 __device__ __forceinline__ void load_q(const MlaSparseParams& p, const Smem& sm, int r, int tok,
                                        int head0, int t) {
-  static_assert(kHeadsPerCta * 72 % 128 == 0, "whole rounds of the warpgroup");
+  constexpr int kUnits = 8 * kQkChunks<Cfg>;
+  static_assert(kHeadsPerCta * kUnits % 128 == 0, "whole rounds of the warpgroup");
   const char* q = static_cast<const char*>(p.q);
-  // 64 rows x 72 units of 16 B; rows past num_heads are zero-filled, their q never read.
+  // 64 rows x 72 (MODEL1 64) units of 16 B; rows past num_heads are zero-filled, their q never read.
 #pragma unroll 4
-  for (int i = 0; i < kHeadsPerCta * 72 / 128; ++i) {
+  for (int i = 0; i < kHeadsPerCta * kUnits / 128; ++i) {
     const int job = t + 128 * i;
-    const int row = job / 72;
-    const int u = job % 72;
+    const int row = job / kUnits;
+    const int u = job % kUnits;
     const int head = head0 + row;
     const bool valid = head < p.num_heads;
     const char* src = valid ? q + 2 * (r * p.q_stride_batch + tok * p.q_stride_token +
@@ -292,11 +301,12 @@ __device__ __forceinline__ void load_q(const MlaSparseParams& p, const Smem& sm,
 
 // S = Q K^T into s, issued and committed (not waited for): A = Q (K-major, rows = heads), B = K
 // (K-major, rows = tokens); k step kk reads 16 columns = 32 B at byte 32 (kk % 4) of chunk kk / 4.
+template <class Cfg>
 __device__ __forceinline__ void issue_qk(float (&s)[32], unsigned long long dq, unsigned tile) {
   wgmma_fence();
   const unsigned long long dk = smem_desc_sw128(tile, 16, 1024);
 #pragma unroll
-  for (int kk = 0; kk < kDimQK / 16; ++kk) {
+  for (int kk = 0; kk < 4 * kQkChunks<Cfg>; ++kk) {
     const unsigned off = (kk >> 2) * kChunkBytes + (kk & 3) * 32;
     wgmma_m64n64k16_ss<0>(s, desc_advance(dq, off), desc_advance(dk, off), kk > 0);
   }
@@ -327,7 +337,7 @@ __device__ __forceinline__ void release_only(const DecodeKernelParams& kp, const
                                              const Smem& sm, int lane) {
   int it = 0;
   for (int r = part.begin_req; r <= part.end_req; ++r) {
-    const Piece pc = piece_of(kp, part, r);
+    const Piece pc = piece_of<Cfg>(kp, part, r);
     for (int blk = pc.blk_begin; blk < pc.blk_end; ++blk, ++it) {
       wait_tile<Cfg, ClusterOf<Cfg>::value>(sm, it & 1, (it >> 1) & 1);
       if (lane == 0) release_tile<ClusterOf<Cfg>::value>(sm, it & 1);
@@ -358,7 +368,7 @@ __device__ __forceinline__ void consumer0(const DecodeKernelParams& kp, const Sp
   int nreq = 0;
   const bool staged_out = out_rows_aligned(p);
   for (int r = part.begin_req; r <= part.end_req; ++r, ++nreq) {
-    const Piece pc = piece_of(kp, part, r);
+    const Piece pc = piece_of<Cfg>(kp, part, r);
     if (nreq > 0) {
       // The previous request's outputs may have been staged in the Q tile (store_o_staged): every
       // warp of both warpgroups has read its rows back before the next Q lands there. Consumer
@@ -366,8 +376,8 @@ __device__ __forceinline__ void consumer0(const DecodeKernelParams& kp, const Sp
       named_bar_sync(kBarQFree, 128);
       mbar_wait(sm.out_free(), (nreq - 1) & 1);
     }
-    if (pc.blk_begin < pc.blk_end) load_q(p, sm, r, tok, head0, t);
-    if (r < part.end_req) prefetch_q(p, r + 1, tok, head0, t);
+    if (pc.blk_begin < pc.blk_end) load_q<Cfg>(p, sm, r, tok, head0, t);
+    if (r < part.end_req) prefetch_q<Cfg>(p, r + 1, tok, head0, t);
 #pragma unroll
     for (int i = 0; i < 128; ++i) o[i] = 0.f;
     float m0 = kNegInf, m1 = kNegInf, l0 = 0.f, l1 = 0.f;
@@ -416,7 +426,7 @@ __device__ __forceinline__ void consumer0(const DecodeKernelParams& kp, const Sp
       const int stage = it & 1;
       const unsigned tile = sm.k(stage);
       wait_tile<Cfg, kCl>(sm, stage, (it >> 1) & 1);
-      if constexpr (!kNoMma<Cfg>) issue_qk(s, dq, tile);
+      if constexpr (!kNoMma<Cfg>) issue_qk<Cfg>(s, dq, tile);
       softmax_and_pv(tile);
       wait_and_release(stage);
     }
@@ -459,7 +469,7 @@ __device__ __forceinline__ void consumer1(const DecodeKernelParams& kp, const Sp
   int it = 0;
   int nreq = 0;
   for (int r = part.begin_req; r <= part.end_req; ++r, ++nreq) {
-    const Piece pc = piece_of(kp, part, r);
+    const Piece pc = piece_of<Cfg>(kp, part, r);
 #pragma unroll
     for (int i = 0; i < 128; ++i) o[i] = 0.f;
     for (int blk = pc.blk_begin; blk < pc.blk_end; ++blk, ++it) {

@@ -5,6 +5,10 @@
 // of a request through its block table, causal among the q_len new tokens (walk.cuh), from the
 // 656-byte token or from bf16 / e4m3 rows (Cfg::kKvFormat, rows.cuh): only the producers differ.
 //
+// MODEL1 (Cfg::kKvFormat kMlaKvModel1, config.cuh kModel1): this kernel at every head count; a
+// request's blocks come from two caches (walk.cuh), the producers read the 584-byte token
+// (model1.cuh) into the tile's first 8 chunks (its 512 dims), QK^T runs over those 8.
+//
 // Unit of work: one CTA = (block of 64 heads = grid x, query token = grid y, SM partition = grid
 // z). The partition's SparsePart (kernels/mla/schedule/work.cuh) lists the requests and blocks of
 // 64 top-k indices it owns; the CTA walks them in order and, per request piece, writes either the
@@ -76,7 +80,7 @@ __device__ __forceinline__ void mla_sparse_decode_sm90(const DecodeKernelParams&
   // partition is read within the workspace whatever the stamp says; only a matching one is used.)
   grid_dependency_wait();
   const SparsePart part = kp.run.parts[blockIdx.z];
-  const bool matches = schedule_matches(kp.p, kp.run);
+  const bool matches = schedule_matches<kModel1<Cfg>>(kp.p, kp.run);
   const unsigned raw = ptx::smem_addr(smem_raw);
   Smem sm;
   sm.base = (raw + 1023u) & ~1023u;

@@ -51,7 +51,8 @@ using namespace ::deca::sm90;  // the Hopper PTX wrappers
 template <class Cfg>
 __device__ __forceinline__ void mla_sparse_direct_sm90(const DecodeKernelParams& kp, unsigned char* smem_raw) {
   static_assert(ClusterOf<Cfg>::value == 1, "Cfg::kDirect: one head block of at most 16 heads, no cluster");
-  static_assert(!kRowFormat<Cfg>, "Cfg::kDirect: the 656-byte token only (dense bf16 / e4m3 rows: the wide kernel)");
+  static_assert(!kRowFormat<Cfg> && !kModel1<Cfg>,
+                "Cfg::kDirect: the 656-byte token only (dense bf16 / e4m3 rows, MODEL1: the wide kernel)");
   grid_dependency_wait();
   const SparsePart part = kp.run.parts[blockIdx.z];
   const bool matches = schedule_matches(kp.p, kp.run);

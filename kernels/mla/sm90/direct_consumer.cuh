@@ -74,7 +74,7 @@ __device__ __forceinline__ void consumer_direct(const DecodeKernelParams& kp, co
   int nq = 0;  // Qs loaded so far (the phase of kBarQLanded)
   float o[8 * 2 * kG];  // m-block mb (group mb / 2) at o[8 mb ..], m64n16 accumulator layout
   for (int r = part.begin_req; r <= part.end_req; ++r, ++nreq) {
-    const Piece pc = piece_of(kp, part, r);
+    const Piece pc = piece_of<Cfg>(kp, part, r);
     // Both warpgroups are past the previous request's reads of Q, the head scales, the sums and
     // the O^T exchange over Q's terms.
     if (nreq > 0) rendezvous(sm.bar(DirectPlan::kBarRequest), (nreq - 1) & 1);

@@ -188,7 +188,7 @@ __device__ __forceinline__ void producer_copies(const DecodeKernelParams& kp, co
   const int warp = tg >> 5, lane = tg & 31;
   const int mine = 16 * warp + (lane & 15);  // the token whose id this lane loads
   const unsigned pool = pool_bound(static_cast<long long>(p.num_blocks) * Cfg::kPageSize);
-  BlockPos cur = first_block<Cfg>(kp, part, tok);
+  BlockPos<Cfg> cur = first_block<Cfg>(kp, part, tok);
   RawId id = raw_id_at<Cfg>(part, cur, mine);
   for (int it = 0; cur.r <= part.end_req; ++it) {
     const int c = finish_id<Cfg>(kp, id, pool);

@@ -82,8 +82,10 @@ __device__ __forceinline__ void store_tile(const Smem& sm, unsigned addr, uint4 
 __device__ __forceinline__ void wait_empty(const Smem& sm, int stage, unsigned parity) {
   mbar_wait(sm.empty(stage), parity);
 }
+// MODEL1's producers write 8 chunks a token (its 512 dims), not 9.
+template <bool kModel1Tile = false>
 __device__ __forceinline__ void expect_peer_bytes(const Smem& sm, int stage) {
-  mbar_arrive_expect_tx_cta(sm.remote(stage), kPeerBytes);
+  mbar_arrive_expect_tx_cta(sm.remote(stage), kModel1Tile ? kPeerBytes / 9 * 8 : kPeerBytes);
 }
 
 // A tile is ready when the local producers' 256 arrivals (and, in a cluster, the peer's bytes)

@@ -17,6 +17,7 @@
 #include "kernels/mla/sm90/dequant.cuh"
 #include "kernels/mla/sm90/gather.cuh"
 #include "kernels/mla/sm90/layout.cuh"
+#include "kernels/mla/sm90/model1.cuh"
 #include "kernels/mla/sm90/pipeline.cuh"
 #include "kernels/mla/sm90/rows.cuh"
 #include "kernels/mla/sm90/traits.cuh"
@@ -130,16 +131,20 @@ __device__ __forceinline__ void producer(const DecodeKernelParams& kp, const Spa
   const int tg = threadIdx.x - 256;  // among both producer warpgroups: the id staging, the peer's bytes
   const int t = tg & 127;            // in this warpgroup: its share of the block
   const unsigned pool = pool_bound(static_cast<long long>(p.num_blocks) * Cfg::kPageSize);
+  [[maybe_unused]] unsigned extra_pool = 0;
+  if constexpr (kModel1<Cfg>) {
+    extra_pool = pool_bound(static_cast<long long>(p.extra_num_blocks) * ExtraPageOf<Cfg>::value);
+  }
   const int first_token = rank * (kTokens / kCl) + (tg >> 7) * (kTokens / kWays);
   const int pf_k = first_token + t / kTpt;  // the token this thread prefetches in a block
 
   // Cursors at blocks i (produced now), i + 1 (whose ids are loaded now) and i + 2 (whose
   // prefetch id is loaded now, for the prefetch issued at block i + 1: the L2 prefetch runs one
   // block ahead of the gather).
-  BlockPos cur = first_block<Cfg>(kp, part, tok);
-  BlockPos nxt = cur;
+  BlockPos<Cfg> cur = first_block<Cfg>(kp, part, tok);
+  BlockPos<Cfg> nxt = cur;
   next_block<Cfg>(kp, part, tok, nxt);
-  BlockPos far = nxt;
+  BlockPos<Cfg> far = nxt;
   RawId pf_raw = raw_id_at<Cfg>(part, far, pf_k);  // block 1's, prefetched at block 0
   next_block<Cfg>(kp, part, tok, far);
   RawId my_raw = tg < kTokens ? raw_id_at<Cfg>(part, cur, tg) : RawId{-1, 0};
@@ -151,13 +156,13 @@ __device__ __forceinline__ void producer(const DecodeKernelParams& kp, const Spa
     // without it).
     const auto wait_free = [&] {
       wait_empty(sm, stage, ((it >> 1) & 1) ^ 1);
-      if (kCl == 2 && tg == 0) expect_peer_bytes(sm, stage);
+      if (kCl == 2 && tg == 0) expect_peer_bytes<kModel1<Cfg>>(sm, stage);
     };
     wait_free();
     // Every CTA keeps all 64 ids: the consumers mask with them. The slot of block it was last
     // read by the consumers of block it - kIdSlots, done before the wait for block it - 2.
-    if (tg < kTokens) sm.ids(it)[tg] = finish_id<Cfg>(kp, my_raw, pool);
-    const int pf_id = finish_id<Cfg>(kp, pf_raw, pool);
+    if (tg < kTokens) sm.ids(it)[tg] = finish_id<Cfg>(kp, my_raw, pool, extra_pool);
+    const int pf_id = finish_id<Cfg>(kp, pf_raw, pool, extra_pool);
     named_bar_sync(kBarIds, 256);
     // A block ahead: the next block's ids, and the id of the block two ahead.
     if (tg < kTokens) my_raw = raw_id_at<Cfg>(part, nxt, tg);
@@ -165,6 +170,10 @@ __device__ __forceinline__ void producer(const DecodeKernelParams& kp, const Spa
       if (pf_id >= 0) prefetch_row<Cfg, kTpt>(p, pf_id, t);
       pf_raw = raw_id_at<Cfg>(part, far, pf_k);
       produce_rows<Cfg, kCl, kWays>(kp, sm, stage, sm.ids(it), t, first_token);
+    } else if constexpr (kModel1<Cfg>) {
+      if (pf_id >= 0) prefetch_model1<Cfg, kTpt>(p, pf_id, pf_raw.slot != 0, t);
+      pf_raw = raw_id_at<Cfg>(part, far, pf_k);
+      produce_model1<Cfg, kCl, kWays>(p, sm, stage, sm.ids(it), t, first_token, in_extra(cur));
     } else {
       if (pf_id >= 0) prefetch_record<Cfg, kTpt>(p, pf_id, t);
       pf_raw = raw_id_at<Cfg>(part, far, pf_k);

@@ -7,6 +7,7 @@
 #include "kernels/common/sm90_ptx.cuh"
 #include "kernels/mla/sm90/config.cuh"
 #include "kernels/mla/sm90/traits.cuh"
+#include "kernels/mla/schedule/schedule.cuh"
 #include "kernels/mla/schedule/work.cuh"
 
 namespace deca::mla::sm90 {
@@ -28,9 +29,16 @@ __device__ __forceinline__ int request_len(const MlaSparseParams& p, int r) {
   return l > p.topk ? p.topk : l;
 }
 
+// MODEL1 (kModel1<Cfg>): the request's blocks of both caches.
+template <class Cfg>
 __device__ __forceinline__ Piece piece_of(const DecodeKernelParams& kp, const SparsePart& part,
                                           int r) {
-  const int n = (request_len(kp.p, r) + kTokens - 1) / kTokens;
+  int n;
+  if constexpr (kModel1<Cfg>) {
+    n = request_blocks(topk_lists<true>(kp.p), r);
+  } else {
+    n = (request_len(kp.p, r) + kTokens - 1) / kTokens;
+  }
   Piece pc;
   pc.blk_begin = r == part.begin_req ? part.begin_block : 0;
   pc.blk_end = r == part.end_req ? part.end_block : n;
@@ -44,17 +52,38 @@ __device__ __forceinline__ Piece piece_of(const DecodeKernelParams& kp, const Sp
 // A position in the partition's order of blocks, as the producers walk it, with the request's
 // row of indices for the CTA's query token: set once per request, so that a block's id loads
 // add an offset to it (built from the strides per load, the address took ~25 instructions).
-struct BlockPos {
+// MODEL1 (BlockPosT<true>): n1 = the first cache's blocks; from block n1 on, `row` and `len` are
+// the extra cache's, shifted so that position blk * 64 + k still addresses entry
+// (blk - n1) * 64 + k (to_extra). The one-cache kernels keep the struct without n1.
+template <bool kTwoCaches>
+struct BlockPosT {
   int r, blk, blk_end, len;
   const int* row;
 };
+template <>
+struct BlockPosT<true> {
+  int r, blk, blk_end, len;
+  const int* row;
+  int n1;
+};
+template <class Cfg>
+using BlockPos = BlockPosT<kModel1<Cfg>>;
+
+// MODEL1: the cursor enters request c.r's extra-cache blocks.
+__device__ __forceinline__ void to_extra(const MlaSparseParams& p, int tok, BlockPosT<true>& c) {
+  const int shift = c.n1 * kTokens;
+  c.row = p.extra_indices + c.r * p.extra_indices_stride_batch + tok * p.extra_indices_stride_token - shift;
+  c.len = shift + ::deca::mla::request_len(p.extra_topk_length, p.extra_topk, c.r);
+}
+// Whether the cursor's block is the extra cache's (MODEL1).
+__device__ __forceinline__ bool in_extra(const BlockPosT<true>& c) { return c.blk >= c.n1; }
 
 // Dense decode: the request's block-table row, and the keys query token `tok` sees (causal among
 // the q_len new tokens; below zero when it sees none).
 template <class Cfg>
 __device__ __forceinline__ void enter_request(const DecodeKernelParams& kp, const SparsePart& part,
-                                              int tok, BlockPos& c) {
-  const Piece pc = piece_of(kp, part, c.r);
+                                              int tok, BlockPos<Cfg>& c) {
+  const Piece pc = piece_of<Cfg>(kp, part, c.r);
   c.blk = pc.blk_begin;
   c.blk_end = pc.blk_end;
   c.len = request_len(kp.p, c.r);
@@ -64,11 +93,15 @@ __device__ __forceinline__ void enter_request(const DecodeKernelParams& kp, cons
   } else {
     c.row = kp.p.indices + c.r * kp.p.indices_stride_batch + tok * kp.p.indices_stride_token;
   }
+  if constexpr (kModel1<Cfg>) {
+    c.n1 = (c.len + kTokens - 1) / kTokens;
+    if (c.blk >= c.n1) to_extra(kp.p, tok, c);
+  }
 }
 
 template <class Cfg>
 __device__ __forceinline__ void settle(const DecodeKernelParams& kp, const SparsePart& part, int tok,
-                                       BlockPos& c) {
+                                       BlockPos<Cfg>& c) {
   while (c.r <= part.end_req && c.blk >= c.blk_end) {
     if (++c.r > part.end_req) break;
     enter_request<Cfg>(kp, part, tok, c);
@@ -76,9 +109,9 @@ __device__ __forceinline__ void settle(const DecodeKernelParams& kp, const Spars
 }
 
 template <class Cfg>
-__device__ __forceinline__ BlockPos first_block(const DecodeKernelParams& kp, const SparsePart& part,
+__device__ __forceinline__ BlockPos<Cfg> first_block(const DecodeKernelParams& kp, const SparsePart& part,
                                                 int tok) {
-  BlockPos c{part.begin_req, 0, 0, 0, kp.p.indices};
+  BlockPos<Cfg> c{part.begin_req, 0, 0, 0, kp.p.indices};
   if (c.r <= part.end_req) enter_request<Cfg>(kp, part, tok, c);
   settle<Cfg>(kp, part, tok, c);
   return c;
@@ -86,15 +119,19 @@ __device__ __forceinline__ BlockPos first_block(const DecodeKernelParams& kp, co
 
 template <class Cfg>
 __device__ __forceinline__ void next_block(const DecodeKernelParams& kp, const SparsePart& part, int tok,
-                                           BlockPos& c) {
+                                           BlockPos<Cfg>& c) {
   if (c.r > part.end_req) return;
   ++c.blk;
+  // MODEL1: the request goes on in the extra cache (a new request's cursor is set by settle).
+  if constexpr (kModel1<Cfg>) {
+    if (c.blk == c.n1 && c.blk < c.blk_end) to_extra(kp.p, tok, c);
+  }
   settle<Cfg>(kp, part, tok, c);
 }
 
 // Token `k` of the block at `c` as loaded, a block before it is used: the index as stored
-// (sparse), or the block-table entry and the slot in that block (dense); -1 past the partition or
-// past the request's (the query token's) length. Not yet checked: the check reads the loaded
+// (sparse; MODEL1: slot 1 for the extra cache's), or the block-table entry and the slot in that
+// block (dense); -1 past the partition or past the request's (the query token's) length. Not yet checked: the check reads the loaded
 // value, so it is done where the id is used, a block later (finish_id), or the load's latency
 // would be waited for here (ptxas puts the compare right after the load).
 struct RawId {
@@ -102,20 +139,26 @@ struct RawId {
   int slot;
 };
 template <class Cfg>
-__device__ __forceinline__ RawId raw_id_at(const SparsePart& part, const BlockPos& c, int k) {
+__device__ __forceinline__ RawId raw_id_at(const SparsePart& part, const BlockPos<Cfg>& c, int k) {
   const int pos = c.blk * kTokens + k;
   if (c.r > part.end_req || pos >= c.len) return RawId{-1, 0};
   if constexpr (kDense<Cfg>) {
     return RawId{ldg_nc_s32(c.row + pos / Cfg::kPageSize), pos % Cfg::kPageSize};
+  } else if constexpr (kModel1<Cfg>) {
+    return RawId{ldg_nc_s32(c.row + pos), in_extra(c) ? 1 : 0};
   } else {
     return RawId{ldg_nc_s32(c.row + pos), 0};
   }
 }
 // The token id a raw one names, or -1: an index outside the pool (checked_id), or a block-table
 // entry outside [0, num_blocks) (one unsigned compare; -1 is 2^32 - 1 as unsigned).
+// MODEL1: an extra cache's index (raw.slot 1) against that cache's pool, `extra_pool`.
 template <class Cfg>
-__device__ __forceinline__ int finish_id(const DecodeKernelParams& kp, RawId raw, unsigned pool) {
-  if constexpr (kDense<Cfg>) {
+__device__ __forceinline__ int finish_id(const DecodeKernelParams& kp, RawId raw, unsigned pool,
+                                         unsigned extra_pool = 0) {
+  if constexpr (kModel1<Cfg>) {
+    return checked_id(raw.v, raw.slot ? extra_pool : pool);
+  } else if constexpr (kDense<Cfg>) {
     return static_cast<unsigned>(raw.v) >= static_cast<unsigned>(kp.p.num_blocks) ? -1
                                                                                   : raw.v * Cfg::kPageSize + raw.slot;
   } else {

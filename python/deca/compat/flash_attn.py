@@ -4,7 +4,10 @@ backend makes), on deca's paged GQA decode.
 FlashAttention's window_size = (left, right) lets query i of a request with seqlen_k keys see
 key j iff  p - left <= j <= p + right,  p = i + seqlen_k - seqlen_q  (-1 = unbounded; causal
 sets right = 0). deca's window W shows keys p - W < t <= p, so left maps to W = left + 1 and
-right must be 0 once seqlen_q > 1 (for one query no key lies past p anyway). Its
+a query of a multi-token call (seqlen_q > 1) that may see keys past p (causal False, right -1
+or > 0) runs as deca's tree mask: the last seqlen_q keys are the new tokens, and bit j of row i
+(new key j visible to query i) is set iff j <= i + right (every j for right -1); keys before
+the new ones are visible to every query, the window permitting, as in FlashAttention. Its
 softmax_lse is the natural log, [batch, nheads, seqlen_q] fp32, -inf for a row without a key,
 as deca's (deca writes it through a transposed view, so nothing is copied).
 
@@ -68,8 +71,9 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     hints deca decides for itself (ignored), and so are rotary_seqlens and rotary_interleaved
     without rotary_cos (FlashAttention-3 reads them only with rotary). Arguments that would
     change the result in ways deca cannot (k / v appends, rotary, alibi, cache_batch_idx,
-    cache_leftpad, varlen q, attention_chunk, a non-causal multi-token query) raise deca.Error
-    naming them.
+    cache_leftpad, varlen q, attention_chunk) raise deca.Error naming them; so does a
+    non-causal multi-token query under torch.compile, or one whose request holds fewer keys
+    than seqlen_q.
     """
     table = block_table if block_table is not None else page_table
     if (k is not None or v is not None or rotary_cos is not None or rotary_sin is not None or
@@ -134,6 +138,7 @@ class _Prepared:
         self.q_fp8 = q_dtype == "fp8_e4m3"
         self.kv8 = kv_dtype in ("fp8_e4m3", "int8")
         self.window = _window(window_size, causal, seqlen_q)
+        self.mask = _lookahead_mask(q, batch, seqlen_q, window_size, causal)
         self.softcap = softcap
         self.scale = float(softmax_scale or 0.0)
         self.shape = (batch, seqlen_q, nheads, d)
@@ -171,7 +176,8 @@ class _Prepared:
         """(GqaPlan, workspace) for q (bf16 / fp16) with per-head scales or without."""
         like_out = out if out is not None else q
         return _cached_ops.gqa_plan(q, k_cache, table, like_out, fn=FN, lse=self.lse,
-                                    per_head=per_head, window=self.window, softcap=self.softcap)
+                                    per_head=per_head, window=self.window, softcap=self.softcap,
+                                    tree_mask=self.mask is not None)
 
     def run(self, q, k_cache, v_cache, table, lens, out, q_descale, k_descale, v_descale,
             checked):
@@ -208,14 +214,16 @@ class _Prepared:
             for b in range(self.shape[0]):
                 s = slice(b, b + 1)
                 self._decode(q[s], k_cache, v_cache, table[s], lens[s], out[s],
-                             None if lse is None else lse_view[s], scales.request(b), checked)
+                             None if lse is None else lse_view[s], scales.request(b), checked,
+                             None if self.mask is None else self.mask[s])
         else:
-            self._decode(q, k_cache, v_cache, table, lens, out, lse_view, scales, checked)
+            self._decode(q, k_cache, v_cache, table, lens, out, lse_view, scales, checked,
+                         self.mask)
         if not self.lse:
             return out
         return out, (lse if lse is not None else _transposed(lse_view))
 
-    def _decode(self, q, k_cache, v_cache, table, lens, out, lse, scales, checked):
+    def _decode(self, q, k_cache, v_cache, table, lens, out, lse, scales, checked, mask):
         """One decode of these requests. A request holding fewer keys than seqlen_q (lengths on
         the host) is FlashAttention's too: query i sees the keys up to i + seqlen_k - seqlen_q,
         so its first seqlen_q - seqlen_k queries see none (zeros, LSE -inf), which deca's own
@@ -225,18 +233,23 @@ class _Prepared:
         host = _host_array(lens) if seqlen_q > 1 else None
         short = [] if host is None else np.nonzero((host > 0) & (host < seqlen_q))[0]
         if len(short) == 0:
-            self._decode_once(q, k_cache, v_cache, table, lens, out, lse, scales, checked)
+            self._decode_once(q, k_cache, v_cache, table, lens, out, lse, scales, checked, mask)
             return
+        if mask is not None:
+            b = int(short[0])
+            raise Error(f"{FN}: cache_seqlens: expected at least seqlen_q ({seqlen_q}) keys in "
+                        f"every non-empty request of a non-causal call (deca's new tokens are "
+                        f"the last seqlen_q keys), got {int(host[b])} at [{b}]")
         emptied = lens.copy() if isinstance(lens, np.ndarray) else lens.clone()
         emptied[short] = 0
-        self._decode_once(q, k_cache, v_cache, table, emptied, out, lse, scales, checked)
+        self._decode_once(q, k_cache, v_cache, table, emptied, out, lse, scales, checked, None)
         for b in short:
             rows = slice(seqlen_q - int(host[b]), seqlen_q)
             self._decode_once(q[b:b + 1, rows], k_cache, v_cache, table[b:b + 1],
                               lens[b:b + 1], out[b:b + 1, rows],
-                              None if lse is None else lse[b:b + 1, rows], scales, checked)
+                              None if lse is None else lse[b:b + 1, rows], scales, checked, None)
 
-    def _decode_once(self, q, k_cache, v_cache, table, lens, out, lse, scales, checked):
+    def _decode_once(self, q, k_cache, v_cache, table, lens, out, lse, scales, checked, mask):
         k_scale = v_scale = 1.0
         k_scales = v_scales = None
         plan, ws = self.plan, self.ws
@@ -251,11 +264,11 @@ class _Prepared:
                 out, = bits_views(od, out)
             stream = current_stream(self.cuda_index, q) if self.cuda_index >= 0 else 0
             _C.gqa_decode_planned_fast(plan._plan, q, k_cache, v_cache, table, lens, out, lse,
-                                       None, None, k_scales, v_scales, k_scale, v_scale,
+                                       mask, None, k_scales, v_scales, k_scale, v_scale,
                                        self.scale, 1.0, ws, stream)
             return
         try:
-            plan.run(q, k_cache, v_cache, table, lens, out, workspace=ws, lse=lse,
+            plan.run(q, k_cache, v_cache, table, lens, out, workspace=ws, lse=lse, tree_mask=mask,
                      k_scale=k_scale, v_scale=v_scale, k_scales=k_scales, v_scales=v_scales,
                      softmax_scale=self.scale or None)
         except Error as e:
@@ -320,15 +333,44 @@ def _window(window_size, causal, seqlen_q):
     except (TypeError, ValueError):
         raise Error(f"{FN}: window_size: expected a pair (left, right) of ints, -1 = "
                     f"unbounded, got {window_size!r}") from None
-    if causal:
-        right = 0
-    if seqlen_q > 1 and right != 0:
-        raise Error(f"{FN}: causal: expected True (or window_size[1] == 0) with seqlen_q "
-                    f"{seqlen_q} > 1: deca's queries see no later key, got causal={causal!r} "
-                    f"and window_size={tuple(window_size)!r}")
     if left < -1:
         raise Error(f"{FN}: window_size: expected left >= -1, got {window_size!r}")
     return 0 if left < 0 else left + 1
+
+
+def _lookahead(window_size, causal, seqlen_q):
+    """How far past its own position a query of a multi-token call sees (FlashAttention's
+    window_size[1]; -1 = every new key), or None where no key lies past it (causal, right 0, or
+    one query)."""
+    right = int(window_size[1])
+    if causal or seqlen_q == 1 or right == 0:
+        return None
+    if right < -1:
+        raise Error(f"{FN}: window_size: expected right >= -1, got {tuple(window_size)!r}")
+    return right
+
+
+def _lookahead_mask(like, batch, seqlen_q, window_size, causal):
+    """deca's tree mask [batch, seqlen_q, ceil(seqlen_q / 32)] uint32 for a query that sees
+    keys past its position (module notes), in like's library and device; None when none does."""
+    right = _lookahead(window_size, causal, seqlen_q)
+    if right is None:
+        return None
+    i = np.arange(seqlen_q)[:, None]
+    j = np.arange(seqlen_q)[None, :]
+    see = np.ones((seqlen_q, seqlen_q), bool) if right < 0 else j <= i + right
+    words = (seqlen_q + 31) // 32
+    bits = np.zeros((seqlen_q, words * 32), np.uint64)
+    bits[:, :seqlen_q] = see
+    row = (bits.reshape(seqlen_q, words, 32) << np.arange(32, dtype=np.uint64)).sum(-1)
+    mask = np.ascontiguousarray(np.broadcast_to(row.astype(np.uint32), (batch, seqlen_q, words)))
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(like, torch.Tensor):
+        return torch.from_numpy(mask).to(like.device)
+    cupy = sys.modules.get("cupy")
+    if cupy is not None and isinstance(like, cupy.ndarray):
+        return cupy.asarray(mask)
+    return mask
 
 
 def _host_array(x):
@@ -389,6 +431,11 @@ def _traced(q, k_cache, v_cache, table, cache_seqlens, softmax_scale, causal, wi
     if q_fp8:
         q = q.to(torch.bfloat16)
     window = _window(window_size, causal, seqlen_q)
+    if _lookahead(window_size, causal, seqlen_q) is not None:
+        raise Error(f"{FN}: causal: expected True (or window_size[1] == 0) with seqlen_q "
+                    f"{seqlen_q} > 1 under torch.compile (deca's custom op takes no tree mask; "
+                    f"eager calls run non-causal queries), got causal={causal!r} and "
+                    f"window_size={tuple(window_size)!r}")
     if table is None:
         table = torch.arange(batch, dtype=torch.int32, device=q.device).view(batch, 1)
     if cache_seqlens is None:

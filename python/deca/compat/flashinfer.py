@@ -171,21 +171,8 @@ class BatchDecodeWithPagedKVCacheWrapper:
                 p.window:
             raise Error(f"{fn}: window_left: expected the planned {p.window - 1} (or "
                         f"None), got {window_left!r}")
-        k_cache, v_cache = _split_cache(fn, paged_kv_cache, self._layout)
-        p.check_run(fn, self._layout, q, k_cache, v_cache,
-                    isinstance(paged_kv_cache, (tuple, list)))
-        batch, heads, dim = p.batch, p.num_qo_heads, p.head_dim
-        want_lse = return_lse or lse is not None
-        if out is None:
-            out = _common.alloc(q, (batch, heads, dim), "same", f"{fn}: out")
-        if want_lse and lse is None:
-            lse = _common.alloc(q, (batch, heads), "fp32", f"{fn}: lse")
-        elif want_lse:
-            _common.expect_dtype(fn, "lse", lse, ("fp32",))
-        softmax_scale = (p.sm_scale or 1.0 / math.sqrt(dim)) * \
-            _common.scale_float(fn, "q_scale", q_scale)
-        ks = _common.scale_float(fn, "k_scale", k_scale)
-        vs = _common.scale_float(fn, "v_scale", v_scale)
+        k_cache, v_cache, out, lse, want_lse, softmax_scale, ks, vs = self._prepare(
+            fn, q, paged_kv_cache, out, lse, return_lse, q_scale, k_scale, v_scale)
         q4, out4, lse4 = q[:, None], out[:, None], lse[:, None] if want_lse else None
         ops = _common.torch_ops(q)
         if ops is not None:
@@ -205,6 +192,80 @@ class BatchDecodeWithPagedKVCacheWrapper:
             return out
         lse *= _common.LOG2_E  # deca's natural log -> FlashInfer's base 2
         return out, lse
+
+    def run_fused(self, q, k_new, v_new, paged_kv_cache, cos_sin_cache, *, positions=None,
+                  is_neox=True, q_scale=None, k_scale=None, v_scale=None, out=None, lse=None,
+                  return_lse=False, sinks=None):
+        """One launch for what FlashInfer does in three calls per layer:
+        apply_rope_with_cos_sin_cache(positions, q, k_new, head_dim, cos_sin_cache, is_neox)
+        (vLLM's rotary convention: cos_sin_cache [max_position, rotary_dim], the cos of the
+        rotary_dim / 2 frequencies then their sin; is_neox True rotates the halves, False the
+        interleaved pairs; dims past rotary_dim unrotated), then append_paged_kv_cache(k_rot,
+        v_new, batch_indices = arange(batch), positions = last token of each request,
+        paged_kv_cache, indices, indptr, last_page_len) with this plan's indices, which must
+        already count the new token (plan() after growing last_page_len, as for an append),
+        then run(q_rot, paged_kv_cache). q [batch, num_qo_heads, head_dim], k_new / v_new
+        [batch, num_kv_heads, head_dim] in q's dtype (one new token per request); fp8 caches
+        store round(x / k_scale), round(x / v_scale). positions [batch] int32 or int64: the
+        rotary positions (None: each token's cache position). Returns what run() returns."""
+        fn = "BatchDecodeWithPagedKVCacheWrapper.run_fused"
+        p = self._planned
+        if p is None:
+            raise Error(f"{fn}: self: expected plan() to have been called, got no plan")
+        k_cache, v_cache, out, lse, want_lse, softmax_scale, ks, vs = self._prepare(
+            fn, q, paged_kv_cache, out, lse, return_lse, q_scale, k_scale, v_scale)
+        batch = p.batch
+        pos = None
+        if positions is not None:
+            if _common.dtype_of(positions) != "int32":
+                positions = positions.int() if _common.is_torch(positions) else \
+                    positions.astype(np.int32)
+            pos = positions.reshape(batch, 1)
+        style = "neox" if is_neox else "gptj"
+        q4, out4, lse4 = q[:, None], out[:, None], lse[:, None] if want_lse else None
+        k4, v4 = k_new[:, None], v_new[:, None]
+        ops = _common.torch_ops(q)
+        try:
+            if ops is not None:
+                ops.gqa_decode_fused(q4, k4, v4, cos_sin_cache, pos, k_cache, v_cache,
+                                     self._page_table, self._seq_lens, out4, lse4, sinks, None,
+                                     None, style, self._layout, self._capacity(), "", ks, vs,
+                                     softmax_scale, p.softcap, p.window, 1.0)
+            else:
+                _cached_ops.gqa_fused(q4, k4, v4, cos_sin_cache, k_cache, v_cache,
+                                      self._page_table, self._seq_lens, out4, lse4,
+                                      positions=pos, rope_style=style, fn=fn,
+                                      layout=self._layout, max_seq_len=self._capacity(),
+                                      k_scale=ks, v_scale=vs, softmax_scale=softmax_scale,
+                                      softcap=p.softcap, window=p.window, sinks=sinks,
+                                      split_mode=p.split_mode, split_tokens=p.split_tokens)
+        except Error as e:
+            raise _common.translate(e, fn, "gqa_decode", _NAMES) from None
+        if not want_lse:
+            return out
+        lse *= _common.LOG2_E  # deca's natural log -> FlashInfer's base 2
+        return out, lse
+
+    def _prepare(self, fn, q, paged_kv_cache, out, lse, return_lse, q_scale, k_scale, v_scale):
+        """What run() and run_fused() check and allocate alike: the cache's two views checked
+        against the plan, out and lse (allocated when missing), the softmax and KV scales."""
+        p = self._planned
+        k_cache, v_cache = _split_cache(fn, paged_kv_cache, self._layout)
+        p.check_run(fn, self._layout, q, k_cache, v_cache,
+                    isinstance(paged_kv_cache, (tuple, list)))
+        batch, heads, dim = p.batch, p.num_qo_heads, p.head_dim
+        want_lse = return_lse or lse is not None
+        if out is None:
+            out = _common.alloc(q, (batch, heads, dim), "same", f"{fn}: out")
+        if want_lse and lse is None:
+            lse = _common.alloc(q, (batch, heads), "fp32", f"{fn}: lse")
+        elif want_lse:
+            _common.expect_dtype(fn, "lse", lse, ("fp32",))
+        softmax_scale = (p.sm_scale or 1.0 / math.sqrt(dim)) * \
+            _common.scale_float(fn, "q_scale", q_scale)
+        ks = _common.scale_float(fn, "k_scale", k_scale)
+        vs = _common.scale_float(fn, "v_scale", v_scale)
+        return k_cache, v_cache, out, lse, want_lse, softmax_scale, ks, vs
 
     def _capacity(self):
         return self._page_table.shape[1] * self._planned.page_size
