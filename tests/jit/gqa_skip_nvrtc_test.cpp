@@ -5,15 +5,13 @@
 // change with the feature: no kSkip in them.
 #include <gtest/gtest.h>
 
-#include <cstdio>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "cuda/gqa_spec.hpp"
 #include "deca/gqa.hpp"
-#include "jit/elf_symbols.hpp"
-#include "jit/nvrtc_compile.hpp"
+#include "jit/compile_check.hpp"
 
 namespace deca::cuda {
 namespace {
@@ -86,20 +84,13 @@ TEST(GqaSkipNvrtc, CompilesWithoutSpills) {
     EXPECT_EQ(k.name().substr(k.name().size() - 5), "_skip") << k.name();
     const jit::JitSpec spec = k.spec();
     EXPECT_NE(spec.source.find("kSkip = true"), std::string::npos) << spec.source;
-    const jit::CompileResult r = jit::compile(spec);
-    ASSERT_FALSE(r.cubin.empty()) << spec.name;
-    ASSERT_TRUE(r.ptxas.found) << spec.name << ": no ptxas report in the NVRTC log";
-    EXPECT_TRUE(jit::testing::elf_has_symbol(r.cubin, spec.entry)) << spec.name;
-    std::printf("[nvrtc] %-66s %7.0f ms  regs=%d spill_stores=%d stack=%d\n", spec.name.c_str(), r.compile_ms,
-                r.ptxas.registers, r.ptxas.spill_store_bytes, r.ptxas.stack_bytes);
+    const jit::CompileResult r = jit::testing::compile_and_check(spec);
     // No spill up to head_dim 128 (sm_89's two-term fp8 path compiled for sm_90a is emulated
     // there: gqa_nvrtc_matrix_test.cpp). Beyond, O holds head_dim / 2 registers at the two-CTA
     // bound of 255 and a few words spill: the exact bf16 / fp8 kernels' case, and here int8's on
     // sm_80 too (12 bytes: the skip loop's second page-id array).
     const bool emulated = k.arch == 90 && k.two_term();
-    if (!emulated && k.head_dim <= 128) {
-      EXPECT_EQ(r.ptxas.spill_store_bytes, 0) << spec.name;
-    }
+    if (!emulated && k.head_dim <= 128) jit::testing::expect_no_spills(r, spec.name);
   }
 }
 
@@ -109,13 +100,7 @@ TEST(GqaSkipNvrtc, HopperKernelCompilesForSm90aWithoutSpills) {
     ASSERT_TRUE(k.wgmma() && k.skip && !k.rows_on_m) << k.name();
     EXPECT_NE(k.name().find("_wgmma_st3"), std::string::npos) << k.name();
     const jit::JitSpec spec = k.spec();
-    const jit::CompileResult r = jit::compile(spec);
-    ASSERT_FALSE(r.cubin.empty()) << spec.name;
-    ASSERT_TRUE(r.ptxas.found) << spec.name;
-    EXPECT_TRUE(jit::testing::elf_has_symbol(r.cubin, spec.entry)) << spec.name;
-    std::printf("[nvrtc] %-66s %7.0f ms  regs=%d spill_stores=%d stack=%d\n", spec.name.c_str(), r.compile_ms,
-                r.ptxas.registers, r.ptxas.spill_store_bytes, r.ptxas.stack_bytes);
-    EXPECT_EQ(r.ptxas.spill_store_bytes, 0) << spec.name;
+    jit::testing::expect_no_spills(jit::testing::compile_and_check(spec), spec.name);
   }
   // 32 and 64 rows (the rows-on-M kernel's) take the portable kernel's skip variant.
   GqaConfig spec8 = skip_config(64, 8, 128, 32, DType::kFP8E4M3);
