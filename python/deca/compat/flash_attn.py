@@ -176,10 +176,7 @@ def _fused(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, tab
     else:
         (cs, pos), style = _fa_fused.identity(q, batch, seqlen_q, traced), "neox"
     if table is None:
-        if k_cache.shape[0] < batch:
-            raise Error(f"{FN}: k_cache: expected at least batch ({batch}) rows without a "
-                        f"block_table, got {k_cache.shape[0]}")
-        table = _arange_column(q, batch)
+        table = _contiguous_table(q, k_cache, batch)
     if cache_seqlens is None:
         raise Error(f"{FN}: cache_seqlens: expected [batch] int32 key counts before the append "
                     f"with k / v, got None")
@@ -221,12 +218,7 @@ class _Prepared:
         self.numpy = type(q) is np.ndarray
         self.table = self.lens = None
         if table is None:
-            # A contiguous cache is one page per request: page b is request b's whole row.
-            if k_cache.shape[0] < batch:
-                raise Error(f"{FN}: k_cache: expected at least batch ({batch}) rows without a "
-                            f"block_table, got {k_cache.shape[0]}")
-            self.table = _arange_column(q, batch)
-            table = self.table
+            self.table = table = _contiguous_table(q, k_cache, batch)
         else:
             _common.rank(FN, self.table_name, table, 2, "[batch, max_num_blocks_per_seq]")
         if cache_seqlens is None:
@@ -470,6 +462,15 @@ def _transposed(x):
     if isinstance(t, np.ndarray):
         return np.ascontiguousarray(t)
     return t.contiguous()
+
+
+def _contiguous_table(q, k_cache, batch):
+    """The page table of a contiguous cache [batch, seqlen_cache, ...]: one page per request,
+    page b being request b's whole row."""
+    if k_cache.shape[0] < batch:
+        raise Error(f"{FN}: k_cache: expected at least batch ({batch}) rows without a "
+                    f"block_table, got {k_cache.shape[0]}")
+    return _arange_column(q, batch)
 
 
 def _arange_column(like, n):
