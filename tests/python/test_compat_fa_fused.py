@@ -178,6 +178,18 @@ def test_append_without_rotary_is_exact(rng):
                                           case.v[b, i].view(np.uint16))
 
 
+@pytest.mark.parametrize("seqlen_new", [2, 4])
+def test_non_causal_append_without_rotary(rng, seqlen_new):
+    """A multi-token non-causal query with k / v appended: every query sees every key, the new
+    ones included (deca's tree mask over the new tokens)."""
+    case = _Case(rng, cache_seqlens=[0, 6, 9], seqlen_new=seqlen_new, rotary_dim=0)
+    out, lse = case.call(causal=False)
+    want, want_lse, new_k, new_v = case.reference(False, False)
+    close(out, want, "bf16")
+    np.testing.assert_allclose(lse, want_lse, rtol=1e-4, atol=1e-4)
+    case.check_cache(new_k, new_v)
+
+
 def test_cos_sin_table_built_once_per_pair(rng):
     from deca.compat import _fa_fused
     case = _Case(rng, cache_seqlens=[2, 5], seqlen_new=1, rotary_dim=32)

@@ -147,10 +147,10 @@ def _fa3_dropped(params):
     new_kv = params.get("new_kv", False)
     if new_kv and not params.get("seqlen_new_eq_seqlen_q", True):
         return "seqlen_new != seqlen_q: deca's fused step appends one key per query"
-    if new_kv and not params.get("causal", True) and params.get("seqlen_q", 1) > 1:
-        return ("non-causal seqlen_q > 1 with k / v appended: deca's fused step takes no "
-                "look-ahead mask, and rotates each query at its own position where FlashAttention "
-                "rotates them all at one")
+    if new_kv and not params.get("causal", True) and params.get("seqlen_q", 1) > 1 and \
+            params.get("rotary_fraction", 0.0) > 0:
+        return ("non-causal seqlen_q > 1 with rotary: FlashAttention rotates every query at one "
+                "position, deca's fused step each at its own")
     if params.get("rotary_fraction", 0.0) == 0.0 and params.get("rotary_interleaved", False):
         return "rotary_interleaved without rotary: the same case as rotary_interleaved False"
     if not new_kv and not params.get("seqlen_new_eq_seqlen_q", True):

@@ -41,7 +41,7 @@ _TABLES_MAX = 64
 _IDENTITY = {}
 
 
-def check_new(q, k, v, rotary_cos, rotary_sin, lookahead):
+def check_new(q, k, v, rotary_cos, rotary_sin, lookahead, traced):
     """k / v / rotary against q in the caller's names: what deca's fused op can express."""
     batch, seqlen_q, _, d = q.shape
     if k is None or v is None:
@@ -74,10 +74,15 @@ def check_new(q, k, v, rotary_cos, rotary_sin, lookahead):
         if rc[1] < 8 or (2 * rc[1]) % 16 or 2 * rc[1] > d:
             raise Error(f"{FN}: rotary_cos: dim 1: expected rotary_dim / 2 with rotary_dim a "
                         f"multiple of 16 in 16..headdim ({d}), got {rc[1]}")
-    if lookahead is not None:
+    if lookahead is not None and rotary_cos is not None:
+        raise Error(f"{FN}: causal: expected True (or window_size[1] == 0) with rotary and "
+                    f"seqlen_q {seqlen_q} > 1 (FlashAttention rotates such queries all at one "
+                    f"position, deca's fused step each at its own), got a query that sees keys "
+                    f"past its position")
+    if lookahead is not None and traced:
         raise Error(f"{FN}: causal: expected True (or window_size[1] == 0) with k / v appended "
-                    f"and seqlen_q {seqlen_q} > 1 (deca's fused step rotates every query at "
-                    f"its own position and takes no look-ahead mask), got a query that sees "
+                    f"and seqlen_q {seqlen_q} > 1 under torch.compile (deca's custom op takes "
+                    f"no tree mask; eager calls run non-causal queries), got a query that sees "
                     f"keys past its position")
 
 
@@ -161,12 +166,13 @@ def new_tokens(x, compute_dtype, scale, scales, name):
 
 
 def run(q, k_new, v_new, table, positions_, k_cache, v_cache, page_table, seq_lens, out, lse,
-        style, scales, softmax_scale, softcap, window):
-    """One fused call: the torch custom op for torch tensors (traceable), else the cached plan."""
+        style, scales, softmax_scale, softcap, window, mask):
+    """One fused call: the torch custom op for torch tensors (traceable), else (and with a tree
+    mask, which the op does not take) the cached plan."""
     k_scale, v_scale, k_scales, v_scales = scales
     ops = _common.torch_ops(q)
     try:
-        if ops is not None:
+        if ops is not None and mask is None:
             ops.gqa_decode_fused(q, k_new, v_new, table, positions_, k_cache, v_cache,
                                  page_table, seq_lens, out, lse, None, k_scales, v_scales, style,
                                  "NHD", 0, "", float(k_scale), float(v_scale),
@@ -176,7 +182,7 @@ def run(q, k_new, v_new, table, positions_, k_cache, v_cache, page_table, seq_le
                                   seq_lens, out, lse, positions=positions_, rope_style=style,
                                   fn=FN, k_scale=k_scale, v_scale=v_scale, k_scales=k_scales,
                                   v_scales=v_scales, softmax_scale=softmax_scale,
-                                  softcap=softcap, window=window)
+                                  softcap=softcap, window=window, tree_mask=mask)
     except Error as e:
         raise _common.translate(e, FN, "gqa_decode", NAMES) from None
     return out

@@ -71,8 +71,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     with rotary_cos / rotary_sin [seqlen_ro, rotary_dim / 2] (rotary_interleaved: GPT-J pairs,
     else GPT-NeoX halves; rotary_seqlens: the positions' base) together with q, in deca's fused
     decode step (one launch; _fa_fused's notes). What it cannot express raises deca.Error naming
-    the argument: seqlen_new != seqlen_q, k without v, rotary without k, a query that sees keys
-    past its position (non-causal seqlen_q > 1), descales that differ per request.
+    the argument: seqlen_new != seqlen_q, k without v, rotary without k, rotary with a query
+    that sees keys past its position (non-causal seqlen_q > 1), descales that differ per request.
 
     q: bf16, fp16, or float8_e4m3fn (with q_descale; see the module's notes). k_descale /
     v_descale: scales of an fp8 cache: floats, per-head [nheads_k] tensors, or FlashAttention-3's
@@ -140,14 +140,15 @@ def _fused(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, tab
     q_dtype = _common.expect_dtype(FN, "q", q, ("bf16", "fp16", "fp8_e4m3"))
     kv_dtype = _check_cache(q, k_cache, v_cache, nheads, d)
     window = _window(window_size, causal, seqlen_q)
+    traced = _common.compiling(q)
     _fa_fused.check_new(q, k, v, rotary_cos, rotary_sin,
-                        _lookahead(window_size, causal, seqlen_q))
+                        _lookahead(window_size, causal, seqlen_q), traced)
+    mask = _lookahead_mask(q, batch, seqlen_q, window_size, causal)
     if k.shape[2] != k_cache.shape[2]:
         raise Error(f"{FN}: k: dim 2 (nheads_k): expected k_cache's {k_cache.shape[2]}, got "
                     f"{k.shape[2]}")
     q_fp8 = q_dtype == "fp8_e4m3"
     wide = "bf16" if q_fp8 else q_dtype
-    traced = _common.compiling(q)
     scale = float(softmax_scale or 0.0) or d ** -0.5
     if q_fp8 and q_descale is not None:
         qs = descale_plan(FN, q, batch, k_cache.shape[2], q_descale, None, None,
@@ -189,7 +190,7 @@ def _fused(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, tab
         out = allocator(q)(tuple(q.shape), lib_dtype(q, wide))
     lse = allocator(q)((batch, seqlen_q, nheads), lib_dtype(q, "fp32")) if return_lse else None
     _fa_fused.run(q, k, v, cs, pos, k_cache, v_cache, table, seq_lens, out, lse, style, scales,
-                  scale, softcap, window)
+                  scale, softcap, window, mask)
     return (out, _transposed(lse)) if return_lse else out
 
 
