@@ -127,15 +127,21 @@ TEST_P(GqaFusedReference, EqualsRotateAppendDecode) {
 INSTANTIATE_TEST_SUITE_P(Styles, GqaFusedReference, ::testing::ValuesIn(fused_cases()),
                          [](const auto& info) { return info.param.name; });
 
+// One request of `len` keys, one KV head of 32 dims: the hand-made cases below.
+GqaCaseSpec one_request(int num_q_heads, int len) {
+  GqaCaseSpec s;
+  s.batch = 1;
+  s.num_q_heads = num_q_heads;
+  s.num_kv_heads = 1;
+  s.head_dim = 32;
+  s.seq_lens = {len};
+  return s;
+}
+
 // Rotation by position 0 is the identity (cos 1, sin 0): the fused step at a position-0 token
 // stores k_new as given.
 TEST(GqaFusedReferenceHand, PositionZeroStoresKeyUnrotated) {
-  GqaCaseSpec s;
-  s.batch = 1;
-  s.num_q_heads = 2;
-  s.num_kv_heads = 1;
-  s.head_dim = 32;
-  s.seq_lens = {1};
+  const GqaCaseSpec s = one_request(2, 1);
   auto rng = make_rng(7);
   GqaCase c = build_gqa_case(s, rng);
   const FusedInputs in = make_fused_inputs(c, FusedSpec{}, rng);
@@ -152,12 +158,7 @@ TEST(GqaFusedReferenceHand, PositionZeroStoresKeyUnrotated) {
 // exact x c = 1 + 2^-7 + 2^-17 + 2^-24 rounds (a tie, to even) to 1 + 2^-7 + 2^-17: x c - y s is
 // exactly 0 from the rounded products, +-2^-24 (bf16 0x3380 / 0xB380) if either is fused.
 TEST(GqaFusedReferenceHand, RotationProductsRoundedBeforeTheSum) {
-  GqaCaseSpec s;
-  s.batch = 1;
-  s.num_q_heads = 1;
-  s.num_kv_heads = 1;
-  s.head_dim = 32;
-  s.seq_lens = {2};  // the new token at position 1
+  const GqaCaseSpec s = one_request(1, 2);  // the new token at position 1
   auto rng = make_rng(11);
   GqaCase c = build_gqa_case(s, rng);
   FusedInputs in = make_fused_inputs(c, FusedSpec{}, rng);
