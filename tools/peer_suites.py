@@ -16,8 +16,10 @@ tools/peer_shims/ provides `flash_mla` and `flash_attn_interface` (deca.compat's
 the peers' names), a pytest plugin that turns each peer file into pytest cases and selects what
 deca is meant to pass (tools/peer_shims/deca_peer_plugin.py says which and why), and stand-ins
 for `rich` and `triton` where those are not installed (imported, never used, by FlashMLA's
-scripts). FlashAttention's test needs einops: where it is not installed, --wheels names a folder
-holding its wheel (pure Python, imported from the wheel file).
+scripts) and for `flash_attn.layers.rotary.apply_rotary_emb` (the rotary reference
+FlashAttention's kv-cache test imports from FlashAttention-2's package). FlashAttention's test
+needs einops: where it is not installed, --wheels names a folder holding its wheel (pure Python,
+imported from the wheel file).
 
 Every suite runs in its own pytest process with DECA_CHECKED=0 (the compat calls never read a
 checked plan's record, and the checked kernels read a length they refuse as 0). Prints each
@@ -42,17 +44,16 @@ SUITES = {
     "flashmla-sparse": ("flashmla", "test_flash_mla_sparse_decoding.py", "", {}),
     "flashmla-dense": ("flashmla", "test_flash_mla_dense_decoding.py", "", {}),
     "fa3-kvcache": ("fa3", "test_flash_attn.py", "::test_flash_attn_kvcache",
-                    {"FLASH_ATTENTION_DISABLE_APPENDKV": "TRUE",
-                     "FLASH_ATTENTION_DISABLE_LOCAL": "TRUE"}),
+                    {"FLASH_ATTENTION_DISABLE_LOCAL": "TRUE"}),
 }
 
 
 def stubs_dir(tmp):
-    """A folder with a stand-in for each of rich / triton that is not installed (never one that
-    is: the stand-ins must not shadow a real package)."""
+    """A folder with a stand-in for each of rich / triton / flash_attn that is not installed
+    (never one that is: the stand-ins must not shadow a real package)."""
     folder = os.path.join(tmp, "stubs")
     os.makedirs(folder, exist_ok=True)
-    for name in ("rich", "triton"):
+    for name in ("rich", "triton", "flash_attn"):
         if importlib.util.find_spec(name) is None:
             os.symlink(os.path.join(SHIMS, "stubs", name), os.path.join(folder, name))
     return folder

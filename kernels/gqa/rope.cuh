@@ -19,11 +19,15 @@ namespace deca::gqa {
 DECA_HD constexpr int rope_first(int style, int i) { return style == 1 ? i : 2 * i; }
 DECA_HD constexpr int rope_second(int style, int half, int i) { return style == 1 ? i + half : 2 * i + 1; }
 
+// A product rounded to fp32 on its own. On the host, separate statements are not enough: GCC
+// contracts across them (-ffp-contract=fast, its default for C++) wherever the target has FMA
+// (aarch64, x86 with -mfma), fusing x c - y s into one rounding; the volatile keeps the product.
 DECA_HD inline float rope_mul(float a, float b) {
 #if defined(__CUDA_ARCH__)
   return __fmul_rn(a, b);
 #else
-  return a * b;
+  const volatile float r = a * b;
+  return r;
 #endif
 }
 

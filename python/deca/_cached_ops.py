@@ -45,18 +45,20 @@ def gqa_fused(q, k_new, v_new, cos_sin_cache, k_cache, v_cache, page_table, seq_
               lse=None, *, positions=None, rope_style="neox", fn="gqa_decode", layout="NHD",
               max_seq_len=0, kv_dtype=None, k_scale=1.0, v_scale=1.0, k_scales=None,
               v_scales=None, softmax_scale=0.0, softcap=0.0, window=0, sinks=None,
-              out_scale=1.0, split_mode="auto", split_tokens=0):
+              out_scale=1.0, split_mode="auto", split_tokens=0, tree_mask=None):
     """The fused decode step (GqaPlan.run_fused's semantics): rotary_dim from cos_sin_cache's
-    last dimension, positions [batch, q_len] int32 or None."""
+    last dimension, positions [batch, q_len] int32 or None, tree_mask as for gqa_decode."""
     rotary_dim = int(tuple(getattr(cos_sin_cache, "shape", (0, 0)))[-1])
     plan, ws = gqa_plan(q, k_cache, page_table, out, fn=fn, layout=layout,
                         max_seq_len=max_seq_len, kv_dtype=kv_dtype, lse=lse is not None,
                         sinks=sinks is not None,
                         per_head=k_scales is not None or v_scales is not None, window=window,
                         softcap=softcap, split_mode=split_mode, split_tokens=split_tokens,
-                        rope_style=rope_style, rotary_dim=rotary_dim)
+                        tree_mask=tree_mask is not None, rope_style=rope_style,
+                        rotary_dim=rotary_dim)
     plan.run_fused(q, k_new, v_new, cos_sin_cache, k_cache, v_cache, page_table, seq_lens, out,
-                   positions=positions, workspace=ws, lse=lse, sinks=sinks, k_scale=k_scale,
+                   positions=positions, workspace=ws, lse=lse, tree_mask=tree_mask, sinks=sinks,
+                   k_scale=k_scale,
                    v_scale=v_scale, k_scales=k_scales, v_scales=v_scales,
                    softmax_scale=softmax_scale or None, out_scale=out_scale)
     return out

@@ -69,6 +69,18 @@ void check_scale(const char* name, float value, bool positive, const char* expec
   }
 }
 
+// The bytes of the caller's workspace the kernels write (undefined on the CPU or without one).
+TensorView workspace_view(const GqaPlan& plan, const GqaDecodeArgs& a) {
+  TensorView ws;
+  const Device& dev = plan.config.device;
+  if (dev.kind == DeviceKind::kCUDA && a.workspace != nullptr && a.workspace_bytes > 0) {
+    // Only the plan's bytes are written, however large a buffer the caller passed.
+    const std::size_t used = std::min(a.workspace_bytes, plan.workspace_bytes);
+    ws = make_tensor(a.workspace, DType::kUINT8, {static_cast<std::int64_t>(used)}, dev);
+  }
+  return ws;
+}
+
 void check_tensors(const GqaPlan& plan, const GqaDecodeArgs& a, bool check_workspace) {
   const GqaConfig& c = plan.config;
   const Device dev = c.device;
@@ -154,12 +166,7 @@ void check_tensors(const GqaPlan& plan, const GqaDecodeArgs& a, bool check_works
 
   // The overlap rule (check.hpp): out, lse and the workspace share no byte with any input or
   // with each other. An index tensor overwritten mid-run would be dereferenced unchecked.
-  TensorView ws;
-  if (dev.kind == DeviceKind::kCUDA && a.workspace != nullptr && a.workspace_bytes > 0) {
-    // Only the plan's bytes are written, however large a buffer the caller passed.
-    const std::size_t used = std::min(a.workspace_bytes, plan.workspace_bytes);
-    ws = make_tensor(a.workspace, DType::kUINT8, {static_cast<std::int64_t>(used)}, dev);
-  }
+  const TensorView ws = workspace_view(plan, a);
   expect_disjoint(kFn, {{"out", &a.out}, {"lse", &a.lse}, {"workspace", &ws}},
                   {{"q", &a.q},
                    {"k_cache", &a.k_cache},
@@ -233,7 +240,7 @@ void check_gqa_decode(const GqaPlan& plan, const GqaDecodeArgs& a, bool check_wo
   if (!plan.validated || !(c == plan.validated_config)) validate_gqa_config(kFn, "plan.config", c);
   if (plan.num_splits < 1) fail(kFn, "plan.num_splits", ">= 1", s(plan.num_splits));
   check_tensors(plan, a, check_workspace);
-  check_fused_args(plan, a);
+  check_fused_args(plan, a, workspace_view(plan, a));
   check_host_data(c, a);
 }
 

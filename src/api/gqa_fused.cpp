@@ -73,7 +73,7 @@ void validate_rope_config(std::string_view fn, std::string_view prefix, const Gq
   }
 }
 
-void check_fused_args(const GqaPlan& plan, const GqaDecodeArgs& a) {
+void check_fused_args(const GqaPlan& plan, const GqaDecodeArgs& a, const TensorView& workspace) {
   const GqaConfig& c = plan.config;
   const bool fused = is_fused(c);
   expect_presence(kFn, "k_new", a.k_new, fused, kFlag);
@@ -113,7 +113,7 @@ void check_fused_args(const GqaPlan& plan, const GqaDecodeArgs& a) {
       {"k_scales", &a.k_scales}, {"v_scales", &a.v_scales}};
   expect_disjoint(kFn, {{"k_cache", &a.k_cache}}, inputs);
   expect_disjoint(kFn, {{"v_cache", &a.v_cache}}, inputs);
-  expect_disjoint(kFn, {{"out", &a.out}, {"lse", &a.lse}},
+  expect_disjoint(kFn, {{"out", &a.out}, {"lse", &a.lse}, {"workspace", &workspace}},
                   {{"k_new", &a.k_new}, {"v_new", &a.v_new}, {"cos_sin_cache", &a.cos_sin_cache},
                    {"positions", &a.positions}});
   if (c.device.kind == DeviceKind::kCPU) check_host_positions(a);

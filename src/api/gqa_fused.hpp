@@ -17,8 +17,9 @@ inline int rotary_dims(const GqaConfig& c) { return c.rotary_dim == 0 ? c.head_d
 void validate_rope_config(std::string_view fn, std::string_view prefix, const GqaConfig& c);
 
 // The fused arguments against the plan (absent for a plain plan), the caches as outputs against
-// every input, and on the CPU the positions' range.
-void check_fused_args(const GqaPlan& plan, const GqaDecodeArgs& a);
+// every input, out, lse and `workspace` (the bytes the kernels write) against the fused inputs,
+// and on the CPU the positions' range.
+void check_fused_args(const GqaPlan& plan, const GqaDecodeArgs& a, const TensorView& workspace);
 
 // The params' fused fields (left zero for a plain plan).
 void fill_fused_params(GqaParams& p, const GqaConfig& c, const GqaDecodeArgs& a);

@@ -72,6 +72,32 @@ TEST_F(GqaCudaPlanned, HostTensorForCudaPlan) {
   EXPECT_TRUE(run_rejects({"seq_lens", "device cuda:0", "got cpu"}));
 }
 
+// A fused plan's workspace is written while k_new, v_new, cos_sin_cache and positions are read:
+// one that shares their bytes is refused like one that shares q's. The workspace and k_new are
+// views of one buffer, so the workspace's span overlaps k_new and no other argument.
+class GqaCudaFusedPlanned : public GqaCudaPlanned {
+ protected:
+  void SetUp() override {
+    c.config.rope_style = RopeStyle::kNeox;
+    GqaCudaPlanned::SetUp();
+  }
+};
+TEST_F(GqaCudaFusedPlanned, WorkspaceMayNotOverlapAFusedInput) {
+  const Device dev = c.config.device;
+  const int hk = c.config.num_kv_heads, d = c.config.head_dim;
+  const std::int64_t new_elems = static_cast<std::int64_t>(c.batch) * c.q_len * hk * d;
+  HostTensor shared(DType::kBF16, {static_cast<std::int64_t>(plan.workspace_bytes / 2) + new_elems});
+  HostTensor v_new(DType::kBF16, {c.batch, c.q_len, hk, d});
+  HostTensor cos_sin(DType::kFP32, {64, d});
+  c.args.k_new = view_as(shared, {c.batch, c.q_len, hk, d}, {c.q_len * hk * d, hk * d, d, 1});
+  c.args.v_new = v_new.view();
+  c.args.cos_sin_cache = cos_sin.view();
+  for (TensorView* t : {&c.args.k_new, &c.args.v_new, &c.args.cos_sin_cache}) t->device = dev;
+  c.args.workspace = shared.raw();
+  c.args.workspace_bytes = plan.workspace_bytes;
+  EXPECT_TRUE(run_rejects({"gqa_decode: workspace", "k_new"}));
+}
+
 // The environment variables that chose retired GQA kernel variants (src/cuda/tuning.cpp) are
 // refused when a plan is made, naming the variable and what replaced it: a stale setting must not
 // change nothing silently.

@@ -4,6 +4,8 @@
 // bit for bit.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -125,15 +127,21 @@ TEST_P(GqaFusedReference, EqualsRotateAppendDecode) {
 INSTANTIATE_TEST_SUITE_P(Styles, GqaFusedReference, ::testing::ValuesIn(fused_cases()),
                          [](const auto& info) { return info.param.name; });
 
+// One request of `len` keys, one KV head of 32 dims: the hand-made cases below.
+GqaCaseSpec one_request(int num_q_heads, int len) {
+  GqaCaseSpec s;
+  s.batch = 1;
+  s.num_q_heads = num_q_heads;
+  s.num_kv_heads = 1;
+  s.head_dim = 32;
+  s.seq_lens = {len};
+  return s;
+}
+
 // Rotation by position 0 is the identity (cos 1, sin 0): the fused step at a position-0 token
 // stores k_new as given.
 TEST(GqaFusedReferenceHand, PositionZeroStoresKeyUnrotated) {
-  GqaCaseSpec s;
-  s.batch = 1;
-  s.num_q_heads = 2;
-  s.num_kv_heads = 1;
-  s.head_dim = 32;
-  s.seq_lens = {1};
+  const GqaCaseSpec s = one_request(2, 1);
   auto rng = make_rng(7);
   GqaCase c = build_gqa_case(s, rng);
   const FusedInputs in = make_fused_inputs(c, FusedSpec{}, rng);
@@ -143,6 +151,28 @@ TEST(GqaFusedReferenceHand, PositionZeroStoresKeyUnrotated) {
     ASSERT_EQ(c.k_pool.get(gqa_cache_offset(c, pg, 0, 0, d)), in.k_new.get(d)) << "dim " << d;
     ASSERT_EQ(c.v_pool.get(gqa_cache_offset(c, pg, 0, 0, d)), in.v_new.get(d)) << "dim " << d;
   }
+}
+
+// The rotation's products are each rounded to fp32 before the difference (no fused multiply-add),
+// whatever the host compiler contracts. With x = y = 1 + 2^-7 (bf16) and c = s = 1 + 2^-17, the
+// exact x c = 1 + 2^-7 + 2^-17 + 2^-24 rounds (a tie, to even) to 1 + 2^-7 + 2^-17: x c - y s is
+// exactly 0 from the rounded products, +-2^-24 (bf16 0x3380 / 0xB380) if either is fused.
+TEST(GqaFusedReferenceHand, RotationProductsRoundedBeforeTheSum) {
+  const GqaCaseSpec s = one_request(1, 2);  // the new token at position 1
+  auto rng = make_rng(11);
+  GqaCase c = build_gqa_case(s, rng);
+  FusedInputs in = make_fused_inputs(c, FusedSpec{}, rng);
+  const float x = 1.f + std::ldexp(1.f, -7);
+  const float cs = 1.f + std::ldexp(1.f, -17);
+  const int half = s.head_dim / 2;
+  in.k_new.set(0, x);     // NeoX pair 0: dims 0 and half
+  in.k_new.set(half, x);
+  in.cos_sin.set(1 * s.head_dim + 0, cs);     // position 1, frequency 0: cos
+  in.cos_sin.set(1 * s.head_dim + half, cs);  // and sin
+  cpu::gqa_decode_fused(c.params);
+  const std::int64_t pg = c.page_table.data<int>()[0];
+  const std::uint16_t k0 = c.k_pool.data<std::uint16_t>()[gqa_cache_offset(c, pg, 1, 0, 0)];
+  EXPECT_EQ(k0, 0u) << "x c - y s fused into one rounding (bits " << k0 << ")";
 }
 
 }  // namespace

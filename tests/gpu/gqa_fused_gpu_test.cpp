@@ -55,12 +55,14 @@ std::vector<FusedGpuCase> fused_gpu_cases() {
     });
     add("q5_tree_window_split_" + k, kv, [](FusedGpuCase& c) {
       c.spec.q_len = 5;
-      c.spec.seq_lens = {21, 5, 300, 64};
+      c.spec.seq_lens = {21, 5, 130, 66};
       c.spec.tree_mask = true;
       c.spec.window = 100;
       c.spec.sinks = true;
-      // Splits of 64 keys: the new tokens of the 64-key request end a split, those of the
-      // 300-key one (295 .. 299) sit in the last split behind four others.
+      // Fixed splits of 64 keys (128 for the Hopper fp8 kernel's tiles): the new tokens of the
+      // 66-key request (61 .. 65) straddle the first boundary, those of the 130-key one
+      // (125 .. 129) the second (the first for 128-key splits): two CTAs append a request's
+      // tokens, each its own.
       c.opt.split_mode = SplitMode::kFixed;
       c.opt.split_tokens = 64;
     });

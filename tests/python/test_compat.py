@@ -71,8 +71,8 @@ def test_flash_attn_contiguous_cache_and_int_seqlens(rng):
 
 
 @pytest.mark.parametrize("kwargs,name", [
-    (dict(k=np.zeros(1)), "k"),
-    (dict(rotary_cos=np.zeros(1)), "rotary_cos"),
+    (dict(k=np.zeros(1)), "v"),
+    (dict(rotary_cos=np.zeros(1)), "k"),
     (dict(alibi_slopes=np.zeros(4, np.float32)), "alibi_slopes"),
     (dict(cache_batch_idx=np.zeros(2, np.int32)), "cache_batch_idx"),
     (dict(cache_leftpad=np.zeros(2, np.int32)), "cache_leftpad"),

@@ -381,3 +381,33 @@ def test_flash_mla_lse_plus_inf_under_compile(rng):
     out, lse = torch.compile(step, backend="aot_eager")(qt)
     same_bits(out, want_out)
     same_bits(lse, want_lse)
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_flash_attn_append_rotary_torch_matches_numpy(rng, compiled):
+    """k / v appended with rotary (deca's fused step) from torch tensors, eagerly and under
+    torch.compile(fullgraph=True): the numpy call's cache bytes, and its output (bitwise on the
+    CPU backend, within bf16 rounding on CUDA)."""
+    from test_compat_fa_fused import _Case
+    case = _Case(rng, cache_seqlens=[0, 7, 13], seqlen_new=2, rotary_dim=32)
+    k_cache, v_cache = T(case.c.k), T(case.c.v)
+    args = [T(x) for x in (case.q, case.k, case.v, case.cos, case.sin, case.cache_seqlens,
+                           case.c.page_table)]
+    want, want_lse = case.call(causal=True, rotary_interleaved=True)
+
+    def step(q, k, v, cos, sin, lens, table):
+        return compat.flash_attn_with_kvcache(q, k_cache, v_cache, k, v, rotary_cos=cos,
+                                              rotary_sin=sin, cache_seqlens=lens,
+                                              block_table=table, causal=True,
+                                              rotary_interleaved=True, return_softmax_lse=True)
+
+    run = torch.compile(step, fullgraph=True, backend="aot_eager") if compiled else step
+    out, lse = run(*args)
+    same_bits(k_cache.cpu(), T(case.c.k).cpu())
+    same_bits(v_cache.cpu(), T(case.c.v).cpu())
+    if DEV == "cpu":
+        same_bits(out, T(want))
+    else:
+        torch.testing.assert_close(out.float().cpu(), torch.from_numpy(
+            np.asarray(want, np.float32)), rtol=2 ** -7, atol=1e-6)
+    torch.testing.assert_close(lse.cpu(), torch.from_numpy(want_lse), rtol=1e-5, atol=1e-5)

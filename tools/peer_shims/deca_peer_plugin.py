@@ -13,9 +13,12 @@ DECA_PEER_SUITE names the suite:
   by case. Cases deca cannot take (kv heads > 1: MLA has one latent head) are skipped with the
   reason, and all of them while deca's dense MLA decode has no CUDA kernel.
 * fa3-kvcache: FlashAttention-3's hopper/test_flash_attn.py::test_flash_attn_kvcache on the
-  decode-shaped subset: no K/V append and no rotary (FLASH_ATTENTION_DISABLE_APPENDKV, set by the
-  runner), no local window or chunked attention (FLASH_ATTENTION_DISABLE_LOCAL), no leftpad, no
-  batch index, no varlen q, seqlen_q <= 64 (the other cases are deselected).
+  decode-shaped subset: K/V appends with and without rotary (deca's fused decode step) where
+  seqlen_new == seqlen_q and the queries are causal (or one), no local window or chunked
+  attention (FLASH_ATTENTION_DISABLE_LOCAL, set by the runner), no leftpad, no batch index, no
+  varlen q, seqlen_q <= 64; the other cases are deselected, the count per reason printed at the
+  end. The test's rotary reference (flash_attn.layers.rotary.apply_rotary_emb, FlashAttention-2's
+  Triton kernel) is deca's stand-in in stubs/flash_attn where the package is missing.
 """
 
 import dataclasses
@@ -122,24 +125,58 @@ def pytest_pyfunc_call(pyfuncitem):
     return True
 
 
-# The decode-shaped subset of test_flash_attn_kvcache: parameter -> the values it keeps.
-_FA3_KEEP = {"has_leftpad": (False,), "has_batch_idx": (False,), "varlen_q": (False,),
-             "new_kv": (False,), "rotary_fraction": (0.0,), "has_rotary_seqlens": (False,)}
+# The subset of test_flash_attn_kvcache deca runs: parameter -> the values it keeps, and why the
+# others go.
+_FA3_KEEP = {
+    "has_leftpad": ((False,), "cache_leftpad: deca's requests start at key 0"),
+    "has_batch_idx": ((False,), "cache_batch_idx: deca reads request b's pages from row b"),
+    "varlen_q": ((False,), "varlen q / k_new (cu_seqlens_q, cu_seqlens_k_new): deca's decode "
+                           "takes [batch, seqlen_q] queries"),
+}
+
+
+def _fa3_dropped(params):
+    """Why deca does not run this case of test_flash_attn_kvcache (None: it runs)."""
+    for name, (values, reason) in _FA3_KEEP.items():
+        if name in params and params[name] not in values:
+            return reason
+    if params.get("seqlen_q", 1) > 64:
+        return "seqlen_q > 64: a prefill, not a decode step"
+    if params.get("local", False):
+        return "local windows with look-ahead (FLASH_ATTENTION_DISABLE_LOCAL)"
+    new_kv = params.get("new_kv", False)
+    if new_kv and not params.get("seqlen_new_eq_seqlen_q", True):
+        return "seqlen_new != seqlen_q: deca's fused step appends one key per query"
+    if new_kv and not params.get("causal", True) and params.get("seqlen_q", 1) > 1 and \
+            params.get("rotary_fraction", 0.0) > 0:
+        return ("non-causal seqlen_q > 1 with rotary: FlashAttention rotates every query at one "
+                "position, deca's fused step each at its own")
+    if params.get("rotary_fraction", 0.0) == 0.0 and params.get("rotary_interleaved", False):
+        return "rotary_interleaved without rotary: the same case as rotary_interleaved False"
+    if not new_kv and not params.get("seqlen_new_eq_seqlen_q", True):
+        return "seqlen_new without k / v: the same case as seqlen_new_eq_seqlen_q True"
+    return None
 
 
 def pytest_collection_modifyitems(config, items):
     if SUITE != "fa3-kvcache":
         return
     kept, dropped = [], []
+    reasons = config._deca_dropped = {}
     for item in items:
         params = getattr(getattr(item, "callspec", None), "params", {})
-        if item.originalname != "test_flash_attn_kvcache" or any(
-                name in params and params[name] not in values
-                for name, values in _FA3_KEEP.items()) or params.get("seqlen_q", 1) > 64 or \
-                params.get("local", False):
+        reason = ("not test_flash_attn_kvcache" if item.originalname != "test_flash_attn_kvcache"
+                  else _fa3_dropped(params))
+        if reason is not None:
             dropped.append(item)
+            reasons[reason] = reasons.get(reason, 0) + 1
             continue
         kept.append(item)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    for reason, count in sorted(getattr(config, "_deca_dropped", {}).items()):
+        terminalreporter.write_line(f"deselected {count}: {reason}")

@@ -96,25 +96,34 @@ __device__ __forceinline__ bool skip_chunk_logits(const SkipLoop<T, kOTiles>& s,
   return true;
 }
 
+// f(ch, s_acc) for each chunk of the warp's slice of item `item` (its K tile in the ring) that
+// starts before the CTA's end, s_acc holding the chunk's logits (skip_chunk_logits).
+template <class T, int kOTiles, class F>
+__device__ __forceinline__ void for_each_chunk(const SkipLoop<T, kOTiles>& s, int item, const F& f) {
+  const unsigned ks = SkipRing<T>::k_stage(s.smem_base, item);
+#pragma unroll 1
+  for (int ch = 0; ch < T::kWarpTokens / T::kChunk; ++ch) {
+    float s_acc[T::kChunk / 8][4];
+    if (!skip_chunk_logits<T>(s, item, ks, ch, s_acc)) break;
+    f(ch, s_acc);
+  }
+}
+
 // The max pass over item `item`'s K tile: per row, the largest logit of the warp's slice, then
 // the decision against m_ref (updated with the slice's max when kept). Returns the rows' keep
 // bits (bit h: row h keeps the slice).
 template <class T, int kOTiles>
 __device__ __forceinline__ unsigned skip_decide(const SkipLoop<T, kOTiles>& s, int item, const float (&thr)[2],
                                                 float (&m_ref)[2]) {
-  constexpr int kN8 = T::kChunk / 8;
-  const unsigned ks = SkipRing<T>::k_stage(s.smem_base, item);
   float mx[2] = {kNegInf, kNegInf};
-#pragma unroll 1
-  for (int ch = 0; ch < T::kWarpTokens / T::kChunk; ++ch) {
-    float s_acc[kN8][4];
-    if (!skip_chunk_logits<T>(s, item, ks, ch, s_acc)) break;
+  for_each_chunk<T>(s, item, [&](int, auto& s_acc) {
+    constexpr int kN8 = T::kChunk / 8;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
 #pragma unroll
       for (int j = 0; j < kN8; ++j) mx[h] = fmaxf(mx[h], fmaxf(s_acc[j][2 * h], s_acc[j][2 * h + 1]));
     }
-  }
+  });
   unsigned keep = 0u;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -133,13 +142,9 @@ __device__ __forceinline__ unsigned skip_decide(const SkipLoop<T, kOTiles>& s, i
 // decode.cuh loop body with a dropped row's logits at -inf.
 template <class T, int kOTiles>
 __device__ __forceinline__ void skip_exact_pass(const SkipLoop<T, kOTiles>& s, int item, unsigned keep) {
-  constexpr int kN8 = T::kChunk / 8;
-  const unsigned ks = SkipRing<T>::k_stage(s.smem_base, item);
   const unsigned vs = SkipRing<T>::v_stage(s.smem_base, item);
-#pragma unroll 1
-  for (int ch = 0; ch < T::kWarpTokens / T::kChunk; ++ch) {
-    float s_acc[kN8][4];
-    if (!skip_chunk_logits<T>(s, item, ks, ch, s_acc)) break;
+  for_each_chunk<T>(s, item, [&](int ch, auto& s_acc) {
+    constexpr int kN8 = T::kChunk / 8;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       if (!((keep >> h) & 1u)) {
@@ -150,7 +155,7 @@ __device__ __forceinline__ void skip_exact_pass(const SkipLoop<T, kOTiles>& s, i
     float alpha[2];
     online_softmax<T>(s_acc, s.m_run, s.l_run, s.o_acc, alpha);
     pv_chunk<T>(s_acc, vs, s.ln.warp_n * T::kWarpTokens + ch * T::kChunk, s.ln.lane, s.o_acc);
-  }
+  });
 }
 
 // Whether the thread's row h is one of the CTA's (a padding row's decisions do not count).

@@ -216,7 +216,7 @@ __device__ __forceinline__ void gqa_decode_skip_kernel(const GqaParams& p, unsig
     ptx::cp_async_wait<2>();
     fence_proxy_async_smem();
     __syncthreads();
-    qk_chain<Mma>(s_cur, desc, SkipSlots::k(0), kPlan);
+    two_term_chain<Mma>(s_cur, desc, SkipSlots::k(0), kPlan.q_hi, kPlan.q_lo);
     logits_and_maxima(0, s_cur, m_cur);
     keep_cur = decide(m_cur);
     vote_cur = true;  // V of tile 0 is in flight whatever the decisions
@@ -232,7 +232,7 @@ __device__ __forceinline__ void gqa_decode_skip_kernel(const GqaParams& p, unsig
     float s_next[kHalves][kAcc], m_next[T::kCols];
     unsigned keep_next = 0u;
     bool vote_next = false;
-    if (next) qk_chain<Mma>(s_next, desc, SkipSlots::k(item + 1), kPlan);
+    if (next) two_term_chain<Mma>(s_next, desc, SkipSlots::k(item + 1), kPlan.q_hi, kPlan.q_lo);
     if (vote_cur) transpose_v_in_place(vs, ldsm_off, stsm_off);
     if (next) {
       logits_and_maxima(item + 1, s_next, m_next);
@@ -282,19 +282,8 @@ __device__ __forceinline__ void gqa_decode_skip_kernel(const GqaParams& p, unsig
       }
       fence_proxy_async_smem();  // P and V^T, to the wgmma
       __syncthreads();
-      const unsigned v_off = SkipSlots::v(item);
       float ot[kHalves][kAcc];
-      wgmma_fence();
-#pragma unroll
-      for (int m = 0; m < kHalves; ++m) {
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk) {
-          const unsigned long long da = desc(v_off + 8192 * m + 32 * kk);
-          Mma::mma(ot[m], da, desc(kPlan.p_hi + 32 * kk), kk > 0);
-          Mma::mma(ot[m], da, desc(kPlan.p_lo + 32 * kk), true);
-        }
-      }
-      wgmma_commit();
+      two_term_chain<Mma>(ot, desc, SkipSlots::v(item), kPlan.p_hi, kPlan.p_lo);
       wgmma_wait<0>();
 #pragma unroll
       for (int m = 0; m < kHalves; ++m) {

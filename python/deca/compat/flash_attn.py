@@ -35,7 +35,7 @@ import numpy as np
 from .. import _C, _cached_ops, _plan_cache
 from .._tensors import (FALLBACKS, Error, allocator, arg_meta, bits_views, current_stream,
                         lib_dtype)
-from . import _common
+from . import _common, _fa_fused
 from ._descale import descale_plan
 
 FN = "flash_attn_with_kvcache"
@@ -62,28 +62,39 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     [num_blocks, page_block_size, nheads_k, d] through block_table [batch, max_blocks] int32
     (FlashAttention-3 spells it page_table), or a contiguous cache [batch, seqlen_cache,
     nheads_k, d] without one; cache_seqlens [batch] int32 (or an int) counts the keys of each
-    request, the new tokens included. Returns out [batch, seqlen_q, nheads, d] (bf16 for an fp8
-    q), or (out, softmax_lse [batch, nheads, seqlen_q] fp32) with return_softmax_lse.
+    request, the new tokens included (without k / v). Returns out [batch, seqlen_q, nheads, d]
+    (bf16 for an fp8 q), or (out, softmax_lse [batch, nheads, seqlen_q] fp32) with
+    return_softmax_lse.
+
+    k, v [batch, seqlen_q, nheads_k, d] (q's dtype, or fp8 with its descale): appended at
+    cache_seqlens[b] + i (which then counts the keys before them and is not updated), rotated
+    with rotary_cos / rotary_sin [seqlen_ro, rotary_dim / 2] (rotary_interleaved: GPT-J pairs,
+    else GPT-NeoX halves; rotary_seqlens: the positions' base) together with q, in deca's fused
+    decode step (one launch; _fa_fused's notes). What it cannot express raises deca.Error naming
+    the argument: seqlen_new != seqlen_q, k without v, rotary without k, rotary with a query
+    that sees keys past its position (non-causal seqlen_q > 1), descales that differ per request.
 
     q: bf16, fp16, or float8_e4m3fn (with q_descale; see the module's notes). k_descale /
     v_descale: scales of an fp8 cache: floats, per-head [nheads_k] tensors, or FlashAttention-3's
     (batch, nheads_k). num_splits, pack_gqa, sm_margin and scheduler_metadata are performance
     hints deca decides for itself (ignored), and so are rotary_seqlens and rotary_interleaved
     without rotary_cos (FlashAttention-3 reads them only with rotary). Arguments that would
-    change the result in ways deca cannot (k / v appends, rotary, alibi, cache_batch_idx,
+    change the result in ways deca cannot (alibi, cache_batch_idx,
     cache_leftpad, varlen q, attention_chunk) raise deca.Error naming them; so does a
     non-causal multi-token query under torch.compile, or one whose request holds fewer keys
     than seqlen_q.
     """
     table = block_table if block_table is not None else page_table
-    if (k is not None or v is not None or rotary_cos is not None or rotary_sin is not None or
-            cache_batch_idx is not None or cache_leftpad is not None or
+    if (cache_batch_idx is not None or cache_leftpad is not None or
             alibi_slopes is not None or qv is not None or cu_seqlens_q is not None or
             cu_seqlens_k_new is not None or max_seqlen_q is not None or attention_chunk or
             (block_table is not None and page_table is not None)):
-        _refuse(k, v, rotary_cos, rotary_sin, cache_batch_idx, cache_leftpad, alibi_slopes, qv,
-                cu_seqlens_q, cu_seqlens_k_new, max_seqlen_q, attention_chunk, block_table,
-                page_table)
+        _refuse(cache_batch_idx, cache_leftpad, alibi_slopes, qv, cu_seqlens_q,
+                cu_seqlens_k_new, max_seqlen_q, attention_chunk, block_table, page_table)
+    if k is not None or v is not None or rotary_cos is not None or rotary_sin is not None:
+        return _fused(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, table,
+                      softmax_scale, causal, window_size, softcap, rotary_interleaved,
+                      rotary_seqlens, return_softmax_lse, q_descale, k_descale, v_descale, out)
     if _common.compiling(q):
         return _traced(q, k_cache, v_cache, table, cache_seqlens, softmax_scale, causal,
                        window_size, softcap, return_softmax_lse, q_descale, k_descale,
@@ -109,11 +120,9 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
                         v_descale, True)
 
 
-def _refuse(k, v, rotary_cos, rotary_sin, cache_batch_idx, cache_leftpad, alibi_slopes, qv,
-            cu_seqlens_q, cu_seqlens_k_new, max_seqlen_q, attention_chunk, block_table,
-            page_table):
-    _common.refuse(FN, k=k, v=v, rotary_cos=rotary_cos, rotary_sin=rotary_sin,
-                   cache_batch_idx=cache_batch_idx, cache_leftpad=cache_leftpad,
+def _refuse(cache_batch_idx, cache_leftpad, alibi_slopes, qv, cu_seqlens_q, cu_seqlens_k_new,
+            max_seqlen_q, attention_chunk, block_table, page_table):
+    _common.refuse(FN, cache_batch_idx=cache_batch_idx, cache_leftpad=cache_leftpad,
                    alibi_slopes=alibi_slopes, qv=qv, cu_seqlens_q=cu_seqlens_q,
                    cu_seqlens_k_new=cu_seqlens_k_new, max_seqlen_q=max_seqlen_q)
     if attention_chunk:
@@ -121,6 +130,68 @@ def _refuse(k, v, rotary_cos, rotary_sin, cache_batch_idx, cache_leftpad, alibi_
                     f"attention), got {attention_chunk!r}")
     raise Error(f"{FN}: page_table: expected None when block_table is given (they are "
                 f"the same argument), got both")
+
+
+def _fused(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, table,
+           softmax_scale, causal, window_size, softcap, rotary_interleaved, rotary_seqlens,
+           return_lse, q_descale, k_descale, v_descale, out):
+    """k / v appended (and rotated with q) in deca's fused decode step (_fa_fused's notes)."""
+    batch, seqlen_q, nheads, d = _common.rank(FN, "q", q, 4, "[batch, seqlen_q, nheads, headdim]")
+    q_dtype = _common.expect_dtype(FN, "q", q, ("bf16", "fp16", "fp8_e4m3"))
+    kv_dtype = _check_cache(q, k_cache, v_cache, nheads, d)
+    window = _window(window_size, causal, seqlen_q)
+    traced = _common.compiling(q)
+    _fa_fused.check_new(q, k, v, rotary_cos, rotary_sin,
+                        _lookahead(window_size, causal, seqlen_q), traced)
+    mask = _lookahead_mask(q, batch, seqlen_q, window_size, causal)
+    if k.shape[2] != k_cache.shape[2]:
+        raise Error(f"{FN}: k: dim 2 (nheads_k): expected k_cache's {k_cache.shape[2]}, got "
+                    f"{k.shape[2]}")
+    q_fp8 = q_dtype == "fp8_e4m3"
+    wide = "bf16" if q_fp8 else q_dtype
+    scale = float(softmax_scale or 0.0) or d ** -0.5
+    if q_fp8 and q_descale is not None:
+        qs = descale_plan(FN, q, batch, k_cache.shape[2], q_descale, None, None,
+                          read_host=not traced)
+        if qs.per_request or qs.k_scales is not None:
+            raise Error(f"{FN}: q_descale: expected one value (every row alike) with k / v "
+                        f"appended, got one per request or per head")
+        scale *= float(qs.k_scale)
+    if q_fp8:
+        q = _widen(q)
+    scales = (1.0, 1.0, None, None)
+    if kv_dtype in ("fp8_e4m3", "int8") and (k_descale is not None or v_descale is not None):
+        plan = descale_plan(FN, q, batch, k_cache.shape[2], None, k_descale, v_descale,
+                            read_host=not traced)
+        if plan.per_request:
+            raise Error(f"{FN}: k_descale: expected one row for every request with k / v "
+                        f"appended (deca quantizes the new keys with one scale per head), got "
+                        f"rows that differ per request")
+        scales = plan.values()
+    k = _fa_fused.new_tokens(k, wide, scales[0], scales[2], "k")
+    v = _fa_fused.new_tokens(v, wide, scales[1], scales[3], "v")
+    if rotary_cos is not None:
+        cs = _fa_fused.cos_sin_cache(rotary_cos, rotary_sin, traced)
+        pos = None if rotary_seqlens is None else _fa_fused.positions(rotary_seqlens, seqlen_q)
+        style = "gptj" if rotary_interleaved else "neox"
+    else:
+        (cs, pos), style = _fa_fused.identity(q, batch, seqlen_q, traced), "neox"
+    if table is None:
+        table = _contiguous_table(q, k_cache, batch)
+    if cache_seqlens is None:
+        raise Error(f"{FN}: cache_seqlens: expected [batch] int32 key counts before the append "
+                    f"with k / v, got None")
+    if isinstance(cache_seqlens, int):
+        seq_lens = _full(q, batch, cache_seqlens + seqlen_q)
+    else:
+        _common.expect_dtype(FN, "cache_seqlens", cache_seqlens, ("int32",))
+        seq_lens = cache_seqlens + seqlen_q
+    if out is None:
+        out = allocator(q)(tuple(q.shape), lib_dtype(q, wide))
+    lse = allocator(q)((batch, seqlen_q, nheads), lib_dtype(q, "fp32")) if return_lse else None
+    _fa_fused.run(q, k, v, cs, pos, k_cache, v_cache, table, seq_lens, out, lse, style, scales,
+                  scale, softcap, window, mask)
+    return (out, _transposed(lse)) if return_lse else out
 
 
 class _Prepared:
@@ -148,12 +219,7 @@ class _Prepared:
         self.numpy = type(q) is np.ndarray
         self.table = self.lens = None
         if table is None:
-            # A contiguous cache is one page per request: page b is request b's whole row.
-            if k_cache.shape[0] < batch:
-                raise Error(f"{FN}: k_cache: expected at least batch ({batch}) rows without a "
-                            f"block_table, got {k_cache.shape[0]}")
-            self.table = _arange_column(q, batch)
-            table = self.table
+            self.table = table = _contiguous_table(q, k_cache, batch)
         else:
             _common.rank(FN, self.table_name, table, 2, "[batch, max_num_blocks_per_seq]")
         if cache_seqlens is None:
@@ -397,6 +463,15 @@ def _transposed(x):
     if isinstance(t, np.ndarray):
         return np.ascontiguousarray(t)
     return t.contiguous()
+
+
+def _contiguous_table(q, k_cache, batch):
+    """The page table of a contiguous cache [batch, seqlen_cache, ...]: one page per request,
+    page b being request b's whole row."""
+    if k_cache.shape[0] < batch:
+        raise Error(f"{FN}: k_cache: expected at least batch ({batch}) rows without a "
+                    f"block_table, got {k_cache.shape[0]}")
+    return _arange_column(q, batch)
 
 
 def _arange_column(like, n):
