@@ -188,10 +188,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
                          softmax_scale=softmax_scale)
             except Error as e:
                 raise _common.translate(e, fn, "gqa_decode", _NAMES) from None
-        if not want_lse:
-            return out
-        lse *= _common.LOG2_E  # deca's natural log -> FlashInfer's base 2
-        return out, lse
+        return _returned(out, lse, want_lse)
 
     def run_fused(self, q, k_new, v_new, paged_kv_cache, cos_sin_cache, *, positions=None,
                   is_neox=True, q_scale=None, k_scale=None, v_scale=None, out=None, lse=None,
@@ -241,10 +238,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
                                       split_mode=p.split_mode, split_tokens=p.split_tokens)
         except Error as e:
             raise _common.translate(e, fn, "gqa_decode", _NAMES) from None
-        if not want_lse:
-            return out
-        lse *= _common.LOG2_E  # deca's natural log -> FlashInfer's base 2
-        return out, lse
+        return _returned(out, lse, want_lse)
 
     def _prepare(self, fn, q, paged_kv_cache, out, lse, return_lse, q_scale, k_scale, v_scale):
         """What run() and run_fused() check and allocate alike: the cache's two views checked
@@ -421,3 +415,11 @@ def _copy_into(dst, host):
         dst.set(np.ascontiguousarray(host))
         return
     dst[...] = host
+
+
+def _returned(out, lse, want_lse):
+    """What run() / run_fused() return: out, or (out, lse) in FlashInfer's base 2."""
+    if not want_lse:
+        return out
+    lse *= _common.LOG2_E  # deca's natural log -> FlashInfer's base 2
+    return out, lse
