@@ -66,8 +66,9 @@ struct GqaConfig {
   int beam_width = 1;            // batch = requests * beam_width, beams of a request adjacent
   // Skip-softmax (approximate; docs/semantics.md "Skip-softmax"): with f > 0, a tile of keys whose
   // largest logit m_t has exp(m_t - m_run) < f / L (m_run: the row's running maximum over the
-  // tiles kept before it, L: the keys the row's causal window spans) adds nothing to the row's
-  // sum, output or LSE, and the GPU kernels do not read its V where no row of the CTA keeps it.
+  // tiles kept before it, L: the keys the row's causal window spans, with a tree mask plus the
+  // drafts after the row's own) adds nothing to the row's sum, output or LSE, and the GPU kernels
+  // do not read its V where no row of the CTA keeps it.
   // The skipped weight is below f times the kept weight, so an output element moves by less than
   // f / (1 + f) times the spread of that element over the row's values and zero, and the LSE by
   // less than log(1 + f). 0 = exact attention (the default: the kernels without the skip test);

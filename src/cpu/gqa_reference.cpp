@@ -127,7 +127,7 @@ void gqa_decode(const GqaParams& p) {
         double lse;
         if (p.skip_softmax_factor > 0.f) {
           kept = visible;
-          const int span = skip_span(len - p.q_len + i, p.window);
+          const int span = skip_span(len - p.q_len + i, p.window, p.tree_mask ? p.q_len - 1 - i : 0);
           attend_row_skip(q.data(), kv, lo, hi, kept.data(), math, p.skip_softmax_factor, span, out.data(),
                           &lse, scratch);
         } else {

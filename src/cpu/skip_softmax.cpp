@@ -6,9 +6,9 @@
 
 namespace deca::cpu {
 
-int skip_span(int pos, int window) {
+int skip_span(int pos, int window, int later_drafts) {
   const int causal = pos + 1;
-  return window > 0 && window < causal ? window : causal;
+  return (window > 0 && window < causal ? window : causal) + later_drafts;
 }
 
 int drop_skipped_tiles(const std::vector<double>& logit, int lo, int hi, double factor, int span,

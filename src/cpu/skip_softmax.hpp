@@ -14,9 +14,11 @@ namespace deca::cpu {
 // taken in ascending order.
 inline constexpr int kSkipRefTile = 64;
 
-// The keys a row's causal window spans: L of the rule, min(pos + 1, window) (pos + 1 without a
-// window). Draft keys a tree mask hides still count: L bounds the visible keys from above.
-int skip_span(int pos, int window);
+// L of the rule: the keys a row's causal window spans, min(pos + 1, window) (pos + 1 without a
+// window), plus `later_drafts`, the draft keys after the row's own (q_len - 1 - i with a tree
+// mask, whose bits may show them; 0 without). Draft keys a tree mask hides still count: L bounds
+// the visible keys from above.
+int skip_span(int pos, int window, int later_drafts = 0);
 
 // Clears visible[t] (t in [lo, hi)) for every key of a dropped tile: a tile whose largest visible
 // logit m_t has m_t < m_run + log(factor / span), m_run being the largest logit of the tiles kept

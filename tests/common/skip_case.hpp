@@ -64,6 +64,41 @@ inline void make_peaked(GqaCase& c, std::mt19937_64& rng, int heavy, float gap) 
   }
 }
 
+// Drafts that see every draft, later ones included (a non-causal query through the tree mask),
+// on data that puts row 0's later keys just under its threshold were L only the keys up to the
+// row (pos + 1): every q row is sqrt(head_dim) e_0, so with the default scale a key's logit is its
+// k[0]; key 0's is 0, every other key's just below log(f); V is -1 in keys [0, first_keys), +1
+// after, so dropping the later keys would move row 0's output by far more than the bound. For a
+// 16-bit cache (values exact) and spec.tree_mask.
+inline void make_drafts_see_all(GqaCase& c, double f, int first_keys) {
+  const auto& s = c.spec;
+  const int words = (s.q_len + 31) / 32;
+  for (int b = 0; b < s.batch; ++b) {
+    for (int i = 0; i < s.q_len; ++i) {
+      unsigned* row = c.tree_mask.data<unsigned>() + (static_cast<std::int64_t>(b) * s.q_len + i) * words;
+      for (int j = 0; j < s.q_len; ++j) row[j / 32] |= 1u << (j % 32);
+      for (int h = 0; h < s.num_q_heads; ++h) {
+        const std::int64_t o = ((static_cast<std::int64_t>(b) * s.q_len + i) * s.num_q_heads + h) * s.head_dim;
+        for (int d = 0; d < s.head_dim; ++d) c.q.set(o + d, d == 0 ? std::sqrt(float(s.head_dim)) : 0.f);
+      }
+    }
+    const std::int64_t kv_row = static_cast<std::int64_t>(s.num_kv_heads) * s.head_dim;
+    const float below = round_to(s.kv_dtype, static_cast<float>(std::log(f) - 0.1));
+    for (int t = 0; t < c.lens[b]; ++t) {
+      const std::int64_t pg = c.page_table.data<int>()[b * c.page_table.shape()[1] + t / s.page_size];
+      for (int kvh = 0; kvh < s.num_kv_heads; ++kvh) {
+        for (int d = 0; d < s.head_dim; ++d) {
+          const float k = d == 0 && t > 0 ? below : 0.f, v = t < first_keys ? -1.f : 1.f;
+          c.k_logical[b][t * kv_row + kvh * s.head_dim + d] = k;
+          c.v_logical[b][t * kv_row + kvh * s.head_dim + d] = v;
+          c.k_pool.set(gqa_cache_offset(c, pg, t % s.page_size, kvh, d), k);
+          c.v_pool.set(gqa_cache_offset(c, pg, t % s.page_size, kvh, d), v);
+        }
+      }
+    }
+  }
+}
+
 // How outputs of a skip-softmax run (`out`, `lse`) sit against those of exact attention on the
 // same case (`exact_out`, `exact_lse`; all [batch, q_len, heads, head_dim] / [.., heads]) for
 // factor f: every element must lie within f / (1 + f) times its spread over the request's values

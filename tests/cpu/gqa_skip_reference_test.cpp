@@ -76,6 +76,9 @@ TEST(SkipSoftmaxRule, SpanIsTheCausalWindow) {
   EXPECT_EQ(cpu::skip_span(99, 32), 32);
   EXPECT_EQ(cpu::skip_span(10, 32), 11);
   EXPECT_EQ(cpu::skip_span(0, 1), 1);
+  // With a tree mask the drafts after the row's own count: its mask bits may show them.
+  EXPECT_EQ(cpu::skip_span(99, 0, 3), 103);
+  EXPECT_EQ(cpu::skip_span(99, 32, 3), 35);
 }
 
 struct Outputs {
@@ -153,6 +156,24 @@ TEST_P(SkipSoftmaxBound, WithinTheBoundForEveryFactor) {
   }
   // Peaked data at f = 10 drops tiles (the outputs move): the test sees the rule act.
   if (GetParam().peaked) EXPECT_TRUE(any_change);
+}
+
+// A tree mask that shows every row all the drafts (a non-causal query): row 0 sees 192 keys, so
+// L must count them, not its position's 1, or the 128 keys after its first tile, each just
+// under f times key 0's weight, are dropped: S / K about 1.7 at f = 0.1, 2 at f = 1.
+TEST(SkipSoftmaxReference, TreeMaskShowingLaterDraftsStaysWithinTheBound) {
+  DECA_SEED_TRACE();
+  GqaCaseSpec s;
+  s.q_len = 192, s.seq_lens = {192}, s.tree_mask = true;
+  s.num_q_heads = 2, s.num_kv_heads = 1, s.head_dim = 64, s.out_dtype = DType::kFP16;
+  for (float f : {0.1f, 1.f}) {
+    auto rng = test::make_rng(41);
+    GqaCase c = test::build_gqa_case(s, rng);
+    test::make_drafts_see_all(c, f, kT);
+    const Outputs exact = run_reference(c, 0.f);
+    const Outputs skip = run_reference(c, f);
+    test::expect_within_skip_bound(c, exact.out, exact.lse, skip.out, skip.lse, f, std::ldexp(1.0, -10), 1e-5);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, SkipSoftmaxBound, ::testing::ValuesIn(bound_cases()),

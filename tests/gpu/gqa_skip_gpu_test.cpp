@@ -23,6 +23,7 @@ struct SkipCase {
   GpuOptions opt;
   bool peaked;
   int beams = 1;  // > 1: the beams share their prefix pages (share_prefix_pages, 1 own page)
+  bool drafts_see_all = false;  // make_drafts_see_all's data (for f = 0.1)
 };
 
 std::vector<SkipCase> skip_cases() {
@@ -64,6 +65,13 @@ std::vector<SkipCase> skip_cases() {
     GqaCaseSpec g = base_spec(7, 1, 64, 16, DType::kFP8E4M3);  // odd group, 16 rows
     g.batch = 2, g.seq_lens = {4097, 16}, g.per_head_scales = true;
     m.push_back({"peaked_group7_fp8", g, {}, true});
+    // A tree mask showing every row all 192 drafts: row 0's L counts them (one split, so that
+    // the keys after row 0's first tile are not the first of another split).
+    GqaCaseSpec t = base_spec(2, 1, 64, 16, DType::kBF16);
+    t.batch = 1, t.q_len = 192, t.seq_lens = {192}, t.tree_mask = true;
+    GpuOptions ot;
+    ot.split_mode = SplitMode::kFixed, ot.split_tokens = 1024;
+    m.push_back({"drafts_see_all", t, ot, false, 1, true});
   }
   return m;
 }
@@ -107,6 +115,7 @@ TEST_P(GqaSkipGpu, WithinTheBoundOfExactAttention) {
   GqaCase c = build_gqa_case(sc.spec, rng);
   if (sc.beams > 1) share_prefix_pages(c, sc.beams, 1);
   if (sc.peaked) make_peaked(c, rng, 8, 12.f);
+  if (sc.drafts_see_all) make_drafts_see_all(c, 0.1, 64);
 
   // The exact kernel, and the CPU reference's exact result.
   const SkipRun exact = run_skip(c, sc.opt, 0.f);

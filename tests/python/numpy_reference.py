@@ -111,6 +111,8 @@ def gqa_decode(q, k, v, page_table, seq_lens, *, layout="NHD", k_scale=1.0, v_sc
                 if skip_softmax_factor > 0:
                     p = n - q_len + i
                     span = min(p + 1, window) if window > 0 else p + 1
+                    if tree_mask is not None:
+                        span += q_len - 1 - i  # later drafts: the mask may show them
                     seen = skip_tiles(logits, visible, skip_softmax_factor, span)
                 w, lse[b, i, h] = softmax_rows(logits, seen,
                                                float(sinks[h]) if sinks is not None else None)

@@ -189,12 +189,14 @@ __device__ __forceinline__ void skip_main_loop(const SkipLoop<T, kOTiles>& s, in
   const int n = s.items.num_items;
   __shared__ int votes[T::kThreads / 32];  // per warp: some real row keeps the slice
 
-  // f / L per row in log2 units; L = the keys the row's causal window spans.
+  // f / L per row in log2 units; L = the keys the row's causal window spans, plus with a tree
+  // mask the drafts after the row's own (its mask bits may show them).
   float thr[2], m_ref[2] = {kNegInf, kNegInf};
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int causal = s.rows.pos[h] + 1;
-    const int span = T::kWindow && p.window < causal ? p.window : causal;
+    int span = T::kWindow && p.window < causal ? p.window : causal;
+    if constexpr (T::kTree) span += s.rows.len[h] - causal;
     thr[h] = __log2f(p.skip_softmax_factor) - __log2f(static_cast<float>(span > 1 ? span : 1));
   }
   const bool real0 = skip_row_real<T>(s.cta, s.ln, 0), real1 = skip_row_real<T>(s.cta, s.ln, 1);

@@ -114,7 +114,8 @@ __device__ __forceinline__ void gqa_decode_skip_kernel(const GqaParams& p, unsig
     row_scale[cc] = logit_scale * q_inv[col_row(cc)];
     m_run[cc] = kNegInf, l_run[cc] = 0.f, m_ref[cc] = kNegInf;
     const int causal = causal_start + (row < rows_total ? row : 0) / T::kGroup + 1;
-    const int span = T::kWindow && p.window < causal ? p.window : causal;
+    int span = T::kWindow && p.window < causal ? p.window : causal;
+    if constexpr (T::kTree) span += seq_len - causal;  // and the drafts after the row (a tree may show them)
     thr[cc] = __log2f(p.skip_softmax_factor) - __log2f(static_cast<float>(span > 1 ? span : 1));
     if (row < rows_total) real |= 1u << cc;
   }
