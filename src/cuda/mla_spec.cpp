@@ -175,7 +175,10 @@ MlaKernelKey mla_decode_key(int arch, const std::string& variant, const MlaConfi
   // MODEL1 runs the wide kernel at every head count (the direct kernel reads the 656-byte token).
   const bool tile_only = (k.dense && k.kv_format != kMlaKvFP8Sparse) || k.model1();
   k.sm90 = mla::sm90::kernel_class(config.num_heads, tile_only);
-  if (k.model1()) k.extra_page_size = config.extra_page_size;
+  // Without a second cache its page size is never read (validate_extra leaves it unchecked: 0 or
+  // below is allowed) and would be a divisor compiled in: MlaConfig's default stands in, so such
+  // plans share one kernel.
+  if (k.model1()) k.extra_page_size = config.extra_topk > 0 ? config.extra_page_size : MlaConfig{}.extra_page_size;
   return k;
 }
 

@@ -102,5 +102,22 @@ TEST(MlaModel1Nvrtc, PlanVariantAndKernelClass) {
   }
 }
 
+// Without a second cache (extra_topk 0) the config's extra_page_size is not validated (0 or
+// negative passes); the sm90 key must not compile it in as the divisor of the extra cache's ids,
+// and plans that differ only there share one kernel.
+TEST(MlaModel1Nvrtc, UnusedExtraPageSizeIsNotCompiledIn) {
+  for (int unused : {0, -3, 2, 64}) {
+    SCOPED_TRACE(unused);
+    MlaConfig c = model1_config(64, 64, unused, false);
+    c.extra_topk = 0;
+    const MlaKernelKey k = mla_decode_key(90, "sm90", c);
+    EXPECT_EQ(k.extra_page_size, MlaConfig{}.extra_page_size);
+    EXPECT_EQ(k.name(), "mla_sparse_decode_sm90_model1_p64x64_sm90");
+    EXPECT_NE(k.spec().source.find("kExtraPageSize = 64;"), std::string::npos);
+  }
+  // With a second cache its page size is the kernel's.
+  EXPECT_EQ(mla_decode_key(90, "sm90", model1_config(64, 64, 2, false)).extra_page_size, 2);
+}
+
 }  // namespace
 }  // namespace deca::cuda
