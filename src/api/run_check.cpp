@@ -142,6 +142,8 @@ void check_mla_run(const MlaPlan& plan, const void* workspace, void* stream) {
                 "this call's shape, got one of batch " + s(rec.request) + ", q_len " + s(rec.token) +
                 ", topk " + s(rec.position) + ", " + s(rec.value) + " partitions" +
                 (rec.hi != 0 ? ", with topk_length" : ", without topk_length") +
+                // The record has no room for the second cache's list, which the kernels compare too.
+                (c.extra_topk > 0 ? " (or another extra_topk / extra_topk_length than this call's)" : "") +
                 " (nothing was written; out and lse hold NaN)" + kFound);
   }
   throw Error(std::string(kCheckFn) + ": workspace: expected a check record of an MLA sparse run, "
