@@ -3,6 +3,7 @@
 // tile sizes and shared-memory bytes from the same lines; nothing is kept twice by hand.
 #pragma once
 
+#include "kernels/common/cfg_field.cuh"
 #include "kernels/common/kv_kind.cuh"
 
 namespace deca::gqa {
@@ -80,38 +81,12 @@ DECA_HD constexpr Shape make_shape(int head_dim, int rows, int kv_dtype) {
 // shared memory.
 DECA_HD constexpr int max_merge_splits(const Shape& s, int rows) { return s.smem_bytes / (rows * 8); }
 
-// Cfg::kChecked when the prologue defines it, else false: the generated source of an unchecked
-// kernel stays what it was (same text, same cache key, same code).
-template <class C, class = void>
-struct CheckedOf {
-  static constexpr bool value = false;
-};
-template <class C>
-struct CheckedOf<C, decltype(static_cast<void>(C::kChecked))> {
-  static constexpr bool value = C::kChecked;
-};
-// Cfg::kSkip (skip-softmax) likewise: defined only by the "_skip" kernels' prologue.
-template <class C, class = void>
-struct SkipOf {
-  static constexpr bool value = false;
-};
-template <class C>
-struct SkipOf<C, decltype(static_cast<void>(C::kSkip))> {
-  static constexpr bool value = C::kSkip;
-};
-
-// Cfg::kRopeStyle / kRotaryDim when the prologue defines them (a fused plan), else 0: a plain
-// kernel's source stays what it was.
-template <class C, class = void>
-struct RopeOf {
-  static constexpr int style = 0;
-  static constexpr int dims = 0;
-};
-template <class C>
-struct RopeOf<C, decltype(static_cast<void>(C::kRopeStyle))> {
-  static constexpr int style = C::kRopeStyle;
-  static constexpr int dims = C::kRotaryDim;
-};
+// Optional Cfg members (kernels/common/cfg_field.cuh): checked mode, skip-softmax and the fused
+// step's RoPE style and rotated dims are defined only by their kernels' prologues.
+DECA_CFG_FIELD(CheckedOf, kChecked, false)
+DECA_CFG_FIELD(SkipOf, kSkip, false)
+DECA_CFG_FIELD(RopeStyleOf, kRopeStyle, 0)
+DECA_CFG_FIELD(RotaryDimOf, kRotaryDim, 0)
 
 // The specialization constants both GQA kernels read (this file's Traits and sm90/traits.cuh's),
 // as a base so that T::kGroup and the like name the same lines; code inside a Traits reads
@@ -134,8 +109,8 @@ struct CfgConstants {
   // Skip-softmax: tiles far below the running maximum skipped, their V not loaded.
   static constexpr bool kSkip = SkipOf<Cfg>::value;
   // Fused decode step (kernels/gqa/fused.cuh): 0 = a plain decode, 1 GPT-NeoX, 2 GPT-J.
-  static constexpr int kRopeStyle = RopeOf<Cfg>::style;
-  static constexpr int kRotaryDim = RopeOf<Cfg>::dims;
+  static constexpr int kRopeStyle = RopeStyleOf<Cfg>::value;
+  static constexpr int kRotaryDim = RotaryDimOf<Cfg>::value;
   static constexpr bool kFused = kRopeStyle != 0;
 };
 

@@ -13,26 +13,16 @@
 // Host code reads it too (the Ablate values).
 #pragma once
 
+#include "kernels/common/cfg_field.cuh"
 #include "kernels/mla/params.cuh"
 #include "kernels/mla/sm90/traits.cuh"
 
 namespace deca::mla::sm90 {
 
-// Cfg::member when the prologue defines it, else the fallback.
-#define DECA_MLA_SM90_FIELD(Trait, member, fallback)          \
-  template <class C, class = void>                            \
-  struct Trait {                                              \
-    static constexpr int value = fallback;                    \
-  };                                                          \
-  template <class C>                                          \
-  struct Trait<C, decltype(void(C::member))> {                \
-    static constexpr int value = C::member;                   \
-  };
-
 // CTAs per cluster (traits.cuh kClusterX): 2 pairs the two head blocks of 65..128 heads.
-DECA_MLA_SM90_FIELD(ClusterOf, kCluster, 1)
+DECA_CFG_FIELD(ClusterOf, kCluster, 1)
 // 1: the kernel without the bf16 tile (direct.cuh), one head block of at most 16 heads.
-DECA_MLA_SM90_FIELD(DirectOf, kDirect, 0)
+DECA_CFG_FIELD(DirectOf, kDirect, 0)
 template <class Cfg>
 inline constexpr bool kDirect = DirectOf<Cfg>::value == 1;
 
@@ -40,8 +30,8 @@ inline constexpr bool kDirect = DirectOf<Cfg>::value == 1;
 // j % kPageSize of block block_table[r][j / kPageSize], visible to query token i iff
 // j < len - (q_len - 1 - i). The cache's format: the 656-byte token (the sparse one, read by the
 // records' producer) or whole rows of bf16 / e4m3 (rows.cuh; the wide kernel only).
-DECA_MLA_SM90_FIELD(DenseOf, kDense, 0)
-DECA_MLA_SM90_FIELD(KvFormatOf, kKvFormat, kMlaKvFP8Sparse)
+DECA_CFG_FIELD(DenseOf, kDense, 0)
+DECA_CFG_FIELD(KvFormatOf, kKvFormat, static_cast<int>(kMlaKvFP8Sparse))
 template <class Cfg>
 inline constexpr bool kDense = DenseOf<Cfg>::value == 1;
 template <class Cfg>
@@ -55,7 +45,7 @@ inline constexpr bool kRowFormat =
 // is compiled in as the first cache's is.
 template <class Cfg>
 inline constexpr bool kModel1 = KvFormatOf<Cfg>::value == kMlaKvModel1;
-DECA_MLA_SM90_FIELD(ExtraPageOf, kExtraPageSize, 1)
+DECA_CFG_FIELD(ExtraPageOf, kExtraPageSize, 1)
 
 // Timing only (tests/gpu/mla_sm90_timing_test.cpp sets it; no plan does, and the numbers are
 // wrong): builds that leave one stage out, so that a GPU round says what bounds the kernel.
@@ -72,7 +62,7 @@ enum Ablate : int {
   kAblateConsumersOnly = 3,
   kAblateProducersOnly = 4,
 };
-DECA_MLA_SM90_FIELD(AblateOf, kAblate, kAblateNone)
+DECA_CFG_FIELD(AblateOf, kAblate, static_cast<int>(kAblateNone))
 template <class Cfg>
 inline constexpr bool kNoMma = AblateOf<Cfg>::value == kAblateNoMma;
 template <class Cfg>
@@ -82,7 +72,6 @@ inline constexpr bool kNoProduce = AblateOf<Cfg>::value == kAblateConsumersOnly;
 template <class Cfg>
 inline constexpr bool kNoConsume = AblateOf<Cfg>::value == kAblateProducersOnly;
 
-#undef DECA_MLA_SM90_FIELD
 
 // ---- The wide kernel's fixed choices that differ with the cluster ------------------------------
 // (docs/perf-notes-mla.md has the rounds that chose them and the variants they beat.)
