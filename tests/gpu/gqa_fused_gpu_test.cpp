@@ -23,6 +23,7 @@ struct FusedGpuCase {
   GqaCaseSpec spec;
   FusedSpec fused;
   GpuOptions opt;
+  std::string kernel;  // a part of the kernel name the case is meant to run (empty: any)
 };
 
 std::vector<FusedGpuCase> fused_gpu_cases() {
@@ -93,6 +94,44 @@ std::vector<FusedGpuCase> fused_gpu_cases() {
     c.spec.seq_lens = {5000};
     c.spec.q_len = 2;
   });
+  // The Hopper fp8 kernel's other shapes: rows on M with two row blocks (row block 1 reads the
+  // new tokens, only row block 0 writes them) and with 32 rows (padding operand rows); rows on N
+  // on a two-stage ring (a grid of three CTAs per SM, stages_for_grid) with 128-token pages and a
+  // fp16 cos/sin cache.
+  add("q16_group8_two_row_blocks_fp8", DType::kFP8E4M3, [](FusedGpuCase& c) {
+    c.spec.q_len = 16;
+    c.spec.seq_lens = {16, 40, 129, 18};
+    c.kernel = "_r64_";
+  });
+  add("q4_rows32_fp8", DType::kFP8E4M3, [](FusedGpuCase& c) {
+    c.spec.q_len = 4;
+    c.spec.seq_lens = {17, 32, 4, 700};
+    c.kernel = "_r32_";
+  });
+  add("two_stages_page128_fp8", DType::kFP8E4M3, [](FusedGpuCase& c) {
+    c.spec.page_size = 128;
+    c.spec.seq_lens = {129, 128, 1, 700};
+    c.opt.max_batch = 128;  // 512 units: three CTAs per SM, the two-stage plan
+    c.fused.cos_sin_dtype = DType::kFP16;
+    c.kernel = "_wgmma_st2";
+  });
+  // The portable kernel's 8-bit fp8 paths without beams (an fp8 plan on the H200 otherwise takes
+  // the Hopper kernel): the widening (path 80) and the two-term e4m3 mma (path 89).
+  for (int arch : {80, 89}) {
+    add("neox_fp8_path" + std::to_string(arch), DType::kFP8E4M3, [arch](FusedGpuCase& c) {
+      c.spec.q_len = 3;
+      c.opt.path_arch = arch;
+      c.kernel = arch == 80 ? "_ldsm" : "_2term";
+    });
+  }
+  // head_dim 256: q staged in shared memory after the ring that held the rotated rows.
+  add("d256_group8_bf16", DType::kBF16, [](FusedGpuCase& c) {
+    c.spec = base_spec(16, 2, 256, 16, DType::kBF16);
+    c.spec.batch = 3;
+    c.spec.q_len = 2;
+    c.spec.seq_lens = {17, 2, 300};
+    c.fused.rotary_dim = 64;
+  });
   return v;
 }
 
@@ -113,6 +152,7 @@ TEST_P(GqaFusedGpu, EqualsRotateAppendDecode) {
   plan.config.rope_style = fc.fused.style;
   plan.config.rotary_dim = fc.fused.rotary_dim;
   cuda::plan_gqa_decode(plan, fc.opt.path_arch);
+  EXPECT_NE(plan.kernel_name.find(fc.kernel), std::string::npos) << plan.kernel_name << " is not a " << fc.kernel;
   DeviceCase dev(c, plan);
   DeviceBuffer k_new(in.k_new), v_new(in.v_new), cos_sin(in.cos_sin), positions(in.positions);
   bind_fused(dev.params, c, in);

@@ -24,6 +24,7 @@ struct SkipCase {
   bool peaked;
   int beams = 1;  // > 1: the beams share their prefix pages (share_prefix_pages, 1 own page)
   bool drafts_see_all = false;  // make_drafts_see_all's data (for f = 0.1)
+  std::string kernel;  // a part of the skip kernel's name the case is meant to run (empty: any)
 };
 
 std::vector<SkipCase> skip_cases() {
@@ -62,6 +63,13 @@ std::vector<SkipCase> skip_cases() {
     GqaCaseSpec d = base_spec(16, 2, 256, 64, DType::kBF16);  // head_dim 256: q in shared memory
     d.batch = 2, d.seq_lens = {3000, 65};
     m.push_back({"peaked_d256", d, {}, true});
+    // The Hopper skip kernel at 16 rows (two draft tokens of a group of 8: four columns a
+    // thread, a tree mask) on fixed splits (its partials merged in the launch).
+    GqaCaseSpec h = base_spec(32, 4, 128, 16, DType::kFP8E4M3);
+    h.batch = 2, h.q_len = 2, h.seq_lens = {5000, 2}, h.tree_mask = true;
+    GpuOptions oh;
+    oh.split_mode = SplitMode::kFixed, oh.split_tokens = 1024;
+    m.push_back({"peaked_rows16_tree_fixed_split_fp8", h, oh, true, 1, false, "_r16_p16_qbf16_kvfp8_e4m3_obf16_tree_wgmma"});
     GqaCaseSpec g = base_spec(7, 1, 64, 16, DType::kFP8E4M3);  // odd group, 16 rows
     g.batch = 2, g.seq_lens = {4097, 16}, g.per_head_scales = true;
     m.push_back({"peaked_group7_fp8", g, {}, true});
@@ -128,9 +136,18 @@ TEST_P(GqaSkipGpu, WithinTheBoundOfExactAttention) {
   // Both on one fixed split (an automatic split count follows each kernel's occupancy).
   GpuOptions fixed = sc.opt;
   if (fixed.split_mode == SplitMode::kAuto) fixed.split_mode = SplitMode::kFixed, fixed.split_tokens = 512;
-  const SkipRun exact_fixed = run_skip(c, fixed, 0.f);
   const SkipRun tiny = run_skip(c, fixed, 1e-30f);
+  // Its exact counterpart is the same kernel without "_skip": an fp8 plan of more than 16 rows
+  // skips on the portable kernel (gqa_spec.cpp), while its exact plan takes the Hopper kernel,
+  // whose arithmetic differs; path 80 gives the exact plan the portable kernel too.
+  GpuOptions exact_opt = fixed;
+  const bool portable_skip = tiny.run.plan.kernel_name.find("_wgmma") == std::string::npos;
+  if (portable_skip && sc.spec.kv_dtype == DType::kFP8E4M3 && exact_opt.path_arch == 0) exact_opt.path_arch = 80;
+  const SkipRun exact_fixed = run_skip(c, exact_opt, 0.f);
+  EXPECT_EQ(exact_fixed.run.plan.kernel_name.find("_wgmma") == std::string::npos, portable_skip)
+      << exact_fixed.run.plan.kernel_name << " vs " << tiny.run.plan.kernel_name;
   EXPECT_NE(tiny.run.plan.kernel_name.find("_skip"), std::string::npos) << tiny.run.plan.kernel_name;
+  EXPECT_NE(tiny.run.plan.kernel_name.find(sc.kernel), std::string::npos) << tiny.run.plan.kernel_name;
   EXPECT_EQ(tiny.copied, tiny.total);
   EXPECT_GT(tiny.total, 0u);
   EXPECT_TRUE(same_bytes(tiny.run.out, exact_fixed.run.out, exact_fixed.run.out.bytes()))
