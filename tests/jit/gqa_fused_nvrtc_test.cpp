@@ -1,7 +1,9 @@
 // NVRTC compiles of the fused decode step's kernels (GqaConfig::rope_style) for sm_90a, no GPU
-// needed: the portable kernel for every KV dtype and the Hopper fp8 kernel (both row layouts),
+// needed: the portable kernel for every KV dtype and 8-bit path and the Hopper fp8 kernel (both row
+// layouts, 32 and 64 rows on M, the two-stage ring),
 // both styles, a partial rotary_dim, q_len 8 with a tree mask, beams,
-// head_dim 256, checked mode. Each exports the kernel without spilling (head_dim <= 128). A plain
+// head_dim 256, checked mode. Each exports the kernel without spilling (head_dim <= 128; the sm_89
+// two-term path compiled for sm_90a aside, see below). A plain
 // config's kernel source names no rope constant (its code stays the plain kernel's).
 #include <gtest/gtest.h>
 
@@ -50,6 +52,14 @@ std::vector<GqaConfig> fused_configs() {
   GqaConfig d256 = fused_config(bf16, RopeStyle::kNeox, 128);
   d256.num_q_heads = 16, d256.head_dim = 256;
   cs.push_back(d256);
+  // The Hopper kernel's other fused shapes (the GPU test's cases): 32 rows on M (padding operand
+  // rows), and 8 rows on N on the two-stage ring a grid of three CTAs per SM takes.
+  GqaConfig rows32 = fused_config(fp8, RopeStyle::kGptj, 64);
+  rows32.max_q_len = 4;
+  cs.push_back(rows32);
+  GqaConfig two_stage = fused_config(fp8, RopeStyle::kNeox, 0);
+  two_stage.max_batch = 128;
+  cs.push_back(two_stage);
   return cs;
 }
 
@@ -84,6 +94,20 @@ TEST(GqaFusedNvrtc, CompilesForSm80AndSm89) {
       EXPECT_EQ(r.ptxas.spill_store_bytes, 0) << k.name();
     }
   }
+  // The portable kernel's fp8 paths compiled for sm_90a (path_arch: the GPU test's fp8 cases
+  // that do not take the Hopper kernel). The two-term e4m3 mma.sync is sm_89's: ptxas for sm_90a
+  // lowers it to fp16 mma and spills a little there, plain kernel included (the test-only path),
+  // so only the widening is held to no spills.
+  for (int path : {80, 89}) {
+    GqaConfig c = fused_config(DType::kFP8E4M3, RopeStyle::kNeox, 0);
+    c.max_q_len = 3;
+    const GqaKernelKey k = make_gqa_key(c, 90, 132, path);
+    ASSERT_FALSE(k.wgmma()) << k.name();
+    const jit::CompileResult r = jit::compile(k.spec());
+    ASSERT_FALSE(r.cubin.empty()) << k.name();
+    EXPECT_TRUE(jit::testing::elf_has_symbol(r.cubin, "deca_gqa_decode")) << k.name();
+    if (path == 80) EXPECT_EQ(r.ptxas.spill_store_bytes, 0) << k.name();
+  }
   for (DType kv : {DType::kBF16, DType::kFP8E4M3, DType::kINT8}) {
     const jit::JitSpec spec = gqa_rope_append_spec(fused_config(kv, RopeStyle::kNeox, 0), 90);
     const jit::CompileResult r = jit::compile(spec);
@@ -99,6 +123,11 @@ TEST(GqaFusedNvrtc, Fp8TakesTheHopperKernel) {
   EXPECT_TRUE(make_gqa_key(c, 90).wgmma());
   c.max_q_len = 8;
   EXPECT_TRUE(make_gqa_key(c, 90).rows_on_m);
+  c.max_q_len = 4;
+  EXPECT_EQ(make_gqa_key(c, 90).rows, 32);
+  EXPECT_TRUE(make_gqa_key(c, 90).rows_on_m);
+  c.max_q_len = 1, c.max_batch = 128;  // 1024 units on 132 SMs: three CTAs per SM, two stages
+  EXPECT_EQ(make_gqa_key(c, 90, 132).stages, 2);
   c.beam_width = 2, c.max_q_len = 1;
   EXPECT_FALSE(make_gqa_key(c, 90).wgmma());
 }
