@@ -3,8 +3,8 @@
 // MlaSparseArgs, and what a brute force needs (the logical indices and lengths). Caches are
 // packed by deca::pack_mla_fp8(kModel1) into pages whose padding, pad bytes and never-selected
 // tokens are poisoned with 0xFF (NaN in e4m3, a NaN scale in ue8m0), so a reader that touches
-// them produces NaN. Entries past a row's length hold ids outside the pool. Outputs start as
-// kModel1Poison bytes.
+// them produces NaN. Entries past a row's length hold ids outside the pool or of such poisoned
+// tokens. Outputs start as kModel1Poison bytes.
 #pragma once
 
 #include <algorithm>
@@ -193,7 +193,8 @@ inline void poison_unselected(Model1Pool& pool, const std::set<int>& used) {
 }
 
 // Indices of one cache: `topk` entries per (request, query) in rows of `row` int32, the first
-// lens[b] counted (ids of the pool, -1 holes, duplicates), the rest ids far outside the pool.
+// lens[b] counted (ids of the pool, -1 holes, duplicates), the rest ids far outside the pool or
+// of unselected tokens.
 inline std::set<int> fill_model1_indices(HostTensor& t, const Model1Spec& s, int topk, int row,
                                          int tokens, const std::vector<int>& lens,
                                          std::mt19937_64& rng) {
@@ -215,6 +216,18 @@ inline std::set<int> fill_model1_indices(HostTensor& t, const Model1Spec& s, int
       }
       if (s.all_invalid_row && b == 0 && i == 0) std::fill(r, r + lens[b], -1);
       for (int k = 0; k < lens[b]; ++k) if (r[k] >= 0) used.insert(r[k]);
+    }
+  }
+  // Every other entry past a length names a token no counted entry selects (poisoned by the
+  // caller), where the pool has one: read by mistake it shows as NaN, where an id outside the
+  // pool would be skipped by the GPU kernels as well. Chosen without drawing from rng.
+  std::vector<int> unused;
+  for (int id = 0; id < tokens; ++id) if (!used.count(id)) unused.push_back(id);
+  if (unused.empty()) return used;
+  for (int b = 0; b < s.batch; ++b) {
+    for (int i = 0; i < s.q_len; ++i) {
+      std::int32_t* r = d + (static_cast<std::int64_t>(b) * s.q_len + i) * row;
+      for (int k = lens[b]; k < topk; k += 2) r[k] = unused[static_cast<std::size_t>(b + 3 * i + k) % unused.size()];
     }
   }
   return used;

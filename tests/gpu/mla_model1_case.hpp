@@ -5,9 +5,12 @@
 // values; logits = softmax_scale * q . K; the selected tokens of both caches (the first
 // topk_length / extra_topk_length entries, -1 and ids outside a pool skipped, duplicates counted
 // each time) join one softmax; the sink adds exp(sink) to the denominator only; a row without
-// keys is zeros with LSE -inf. Every byte no selected token owns (unused slots, the scales' pad
-// byte, the page's padding) is 0xFF: NaN in e4m3, bf16 and e8m0. In its own namespace: the API
-// and CPU tests have MODEL1 case builders of their own, and a test binary may link both.
+// keys is zeros with LSE -inf. Every byte no counted entry's token owns (unused slots, the
+// scales' pad byte, the page's padding) is 0xFF: NaN in e4m3, bf16 and e8m0. Each cache's last
+// block is such poison only: entries past a request's length name its tokens (in the pool, so a
+// kernel that read past the length would meet NaN rather than skip an id outside the pool). In
+// its own namespace: the API and CPU tests have MODEL1 case builders of their own, and a test
+// binary may link both.
 #pragma once
 
 #include <cmath>
@@ -19,6 +22,7 @@
 
 #include "common/host_tensor.hpp"
 #include "deca/quant.hpp"
+#include "kernels/mla/params.cuh"
 
 namespace deca::test::model1_gpu {
 
@@ -32,7 +36,7 @@ struct Model1Spec {
   int num_heads = 8;
   int topk = 128;
   int page_size = 64;
-  int pool_blocks = 8;
+  int pool_blocks = 8;  // blocks counted entries pick from (the cache has one more: poison)
   int extra_topk = 256;  // 0: no extra cache
   int extra_page_size = 64;
   int extra_pool_blocks = 8;
@@ -58,6 +62,8 @@ struct Model1Cache {
   }
   Model1Cache() = default;
   long long pool() const { return static_cast<long long>(blocks) * page_size; }
+  // The tokens counted entries pick from: all but the last block (never written).
+  long long selectable() const { return pool() - page_size; }
   std::uint8_t* row(int id) { return bytes.data() + (id / page_size) * stride + (id % page_size) * kM1RowBytes; }
   std::uint8_t* scales(int id) {
     return bytes.data() + (id / page_size) * stride + static_cast<long long>(page_size) * kM1RowBytes +
@@ -114,40 +120,81 @@ struct Model1Case {
     return clamp_len(spec.extra_topk_length ? extra_topk_length[b] : spec.extra_topk, spec.extra_topk);
   }
   static int clamp_len(int v, int cap) { return v < 0 ? 0 : (v > cap ? cap : v); }
+  // The entries that count in each [batch x q_len] row of one cache's indices, at the lengths now.
+  std::vector<int> row_lens(bool second) const {
+    std::vector<int> lens;
+    for (int b = 0; b < spec.batch; ++b) {
+      for (int i = 0; i < spec.q_len; ++i) lens.push_back(second ? extra_len(b) : len(b));
+    }
+    return lens;
+  }
 };
 
-// Index lists for one cache: ids in the pool, ~6% -1, ~6% duplicates of an earlier entry of the
-// row, entries past a request's length set to an id outside the pool (never read).
-inline void model1_fill_indices(std::vector<int>& ids, int rows, int topk, long long pool,
+// Index lists for one cache: ids of its selectable tokens, ~6% -1, ~6% duplicates of an earlier
+// entry of the row, ~3% outside the pool (just past its end, where the other cache's pool may
+// still reach, or negative other than -1: the kernels skip both); entries past a row's length
+// name tokens of the poison block.
+inline void model1_fill_indices(std::vector<int>& ids, int topk, const Model1Cache& c,
                                 const std::vector<int>& lens_per_row, std::mt19937_64& rng) {
+  const int rows = static_cast<int>(lens_per_row.size());
   ids.assign(static_cast<std::size_t>(rows) * topk, 0);
   for (int row = 0; row < rows; ++row) {
     int* r = ids.data() + static_cast<std::size_t>(row) * topk;
     for (int k = 0; k < topk; ++k) {
       const unsigned roll = rng() % 100;
       if (k >= lens_per_row[row]) {
-        r[k] = static_cast<int>(pool) + 7;
+        r[k] = static_cast<int>(c.selectable() + static_cast<long long>(rng() % c.page_size));
       } else if (roll < 6) {
         r[k] = -1;
-      } else if (roll < 12 && k > 0) {
+      } else if (roll < 9) {
+        r[k] = roll == 6 ? -2 - static_cast<int>(rng() % 5)
+                         : static_cast<int>(c.pool() + static_cast<long long>(rng() % (4 * c.page_size)));
+      } else if (roll < 15 && k > 0) {
         const int earlier = r[rng() % k];
         r[k] = earlier >= 0 ? earlier : 0;
       } else {
-        r[k] = static_cast<int>(rng() % pool);
+        r[k] = static_cast<int>(rng() % c.selectable());
       }
     }
   }
 }
 
-// Writes a token at every id a list selects (the rest stays 0xFF).
-inline void model1_write_selected(Model1Cache& c, const std::vector<int>& ids, std::vector<int>& written,
+// Writes a token at every id a row's counted entries select (the rest stays 0xFF).
+inline void model1_write_selected(Model1Cache& c, const std::vector<int>& ids, int topk,
+                                  const std::vector<int>& lens_per_row, std::vector<int>& written,
                                   std::mt19937_64& rng) {
   std::vector<char> done(static_cast<std::size_t>(c.pool()), 0);
-  for (int id : ids) {
-    if (id < 0 || id >= c.pool() || done[id]) continue;
-    done[id] = 1;
-    c.write(id, rng);
-    written.push_back(id);
+  for (std::size_t row = 0; row < lens_per_row.size(); ++row) {
+    for (int k = 0; k < lens_per_row[row]; ++k) {
+      const int id = ids[row * topk + k];
+      if (id < 0 || id >= c.pool() || done[id]) continue;
+      done[id] = 1;
+      c.write(id, rng);
+      written.push_back(id);
+    }
+  }
+}
+
+// Counted entries outside their pool become -1, which the reference reads alike (the checked
+// kernel reports the former).
+inline void model1_outside_to_skip(Model1Case& c) {
+  const auto fix = [](std::vector<int>& ids, int topk, long long pool, const std::vector<int>& lens) {
+    for (std::size_t row = 0; row < lens.size(); ++row) {
+      for (int k = 0; k < lens[row]; ++k) {
+        int& id = ids[row * topk + k];
+        if (id < -1 || id >= pool) id = -1;
+      }
+    }
+  };
+  fix(c.indices, c.spec.topk, c.kv.pool(), c.row_lens(false));
+  if (c.spec.extra_topk > 0) fix(c.extra_indices, c.spec.extra_topk, c.extra.pool(), c.row_lens(true));
+}
+
+// Tokens for the counted entries of both caches at the case's lengths now.
+inline void model1_write_counted(Model1Case& c, std::mt19937_64& rng) {
+  model1_write_selected(c.kv, c.indices, c.spec.topk, c.row_lens(false), c.written, rng);
+  if (c.spec.extra_topk > 0) {
+    model1_write_selected(c.extra, c.extra_indices, c.spec.extra_topk, c.row_lens(true), c.extra_written, rng);
   }
 }
 
@@ -157,8 +204,8 @@ inline Model1Case build_model1_case(const Model1Spec& s, std::mt19937_64& rng) {
   c.q = HostTensor(DType::kBF16, {s.batch, s.q_len, s.num_heads, kM1Dim});
   std::uniform_real_distribution<float> u(-1.f, 1.f);
   for (std::int64_t e = 0; e < c.q.numel(); ++e) c.q.set(e, u(rng));
-  c.kv = Model1Cache(s.page_size, s.pool_blocks, s.stride_pad);
-  c.extra = Model1Cache(s.extra_page_size, s.extra_pool_blocks, s.stride_pad);
+  c.kv = Model1Cache(s.page_size, s.pool_blocks + 1, s.stride_pad);
+  c.extra = Model1Cache(s.extra_page_size, s.extra_pool_blocks + 1, s.stride_pad);
   // Ragged lengths: request 0 has none in the first cache, request 1 none in the extra one.
   c.topk_length.assign(s.batch, s.topk);
   c.extra_topk_length.assign(s.batch, s.extra_topk);
@@ -166,24 +213,74 @@ inline Model1Case build_model1_case(const Model1Spec& s, std::mt19937_64& rng) {
     if (s.topk_length) c.topk_length[b] = b == 0 ? 0 : static_cast<int>(rng() % (s.topk + 1));
     if (s.extra_topk_length) c.extra_topk_length[b] = b == 1 ? 0 : static_cast<int>(rng() % (s.extra_topk + 1));
   }
-  std::vector<int> rows_len, rows_extra;
-  for (int b = 0; b < s.batch; ++b) {
-    for (int i = 0; i < s.q_len; ++i) {
-      rows_len.push_back(c.len(b));
-      rows_extra.push_back(c.extra_len(b));
-    }
-  }
-  model1_fill_indices(c.indices, s.batch * s.q_len, s.topk, c.kv.pool(), rows_len, rng);
-  if (s.extra_topk > 0) {
-    model1_fill_indices(c.extra_indices, s.batch * s.q_len, s.extra_topk, c.extra.pool(), rows_extra, rng);
-  }
-  model1_write_selected(c.kv, c.indices, c.written, rng);
-  model1_write_selected(c.extra, c.extra_indices, c.extra_written, rng);
+  model1_fill_indices(c.indices, s.topk, c.kv, c.row_lens(false), rng);
+  if (s.extra_topk > 0) model1_fill_indices(c.extra_indices, s.extra_topk, c.extra, c.row_lens(true), rng);
+  model1_write_counted(c, rng);
   c.attn_sink.resize(s.num_heads);
   for (float& v : c.attn_sink) v = 2.f * u(rng);
   c.out = HostTensor(DType::kBF16, {s.batch, s.q_len, s.num_heads, kM1Dim});
   c.lse = HostTensor(DType::kFP32, {s.batch, s.q_len, s.num_heads});
   return c;
+}
+
+// Where a case's tensors lie (on the GPU, or the host's own copies).
+struct Model1Buffers {
+  const void* q;
+  const void* kv;
+  const void* extra;
+  const int* indices;
+  const int* extra_indices;
+  const int* topk_length;
+  const int* extra_topk_length;
+  const float* sink;
+  void* out;
+  float* lse;
+};
+
+// The case's call as MlaSparseParams over `b` (contiguous tensors; what the spec leaves out null).
+inline MlaSparseParams model1_params(const Model1Case& c, const Model1Buffers& b) {
+  const Model1Spec& s = c.spec;
+  MlaSparseParams p{};
+  p.batch = s.batch;
+  p.q_len = s.q_len;
+  p.num_heads = s.num_heads;
+  p.page_size = s.page_size;
+  p.topk = s.topk;
+  p.num_blocks = c.kv.blocks;
+  p.q = b.q;
+  p.q_stride_head = kM1Dim;
+  p.q_stride_token = p.q_stride_head * s.num_heads;
+  p.q_stride_batch = p.q_stride_token * s.q_len;
+  p.kv = static_cast<const unsigned char*>(b.kv);
+  p.kv_stride_block = c.kv.stride;
+  p.kv_stride_slot = 584;
+  p.indices = b.indices;
+  p.indices_stride_token = s.topk;
+  p.indices_stride_batch = static_cast<long long>(s.topk) * s.q_len;
+  p.topk_length = s.topk_length ? b.topk_length : nullptr;
+  p.attn_sink = s.attn_sink ? b.sink : nullptr;
+  p.out = b.out;
+  p.out_stride_head = kM1Dim;
+  p.out_stride_token = p.out_stride_head * s.num_heads;
+  p.out_stride_batch = p.out_stride_token * s.q_len;
+  p.lse = s.lse ? b.lse : nullptr;
+  p.lse_stride_head = 1;
+  p.lse_stride_token = s.num_heads;
+  p.lse_stride_batch = static_cast<long long>(s.num_heads) * s.q_len;
+  p.softmax_scale = s.scale();
+  p.kv_format = kMlaKvModel1;
+  p.extra_topk = s.extra_topk;
+  if (s.extra_topk > 0) {
+    p.extra_page_size = s.extra_page_size;
+    p.extra_num_blocks = c.extra.blocks;
+    p.extra_kv = static_cast<const unsigned char*>(b.extra);
+    p.extra_kv_stride_block = c.extra.stride;
+    p.extra_indices = b.extra_indices;
+    p.extra_indices_stride_token = s.extra_topk;
+    p.extra_indices_stride_batch = static_cast<long long>(s.extra_topk) * s.q_len;
+    p.extra_topk_length = s.extra_topk_length ? b.extra_topk_length : nullptr;
+  }
+  return p;
 }
 
 // The float64 reference into c.out / c.lse (module comment).

@@ -16,10 +16,12 @@
 #include <vector>
 
 #include "common/test_seed.hpp"
+#include "cpu/reference.hpp"
 #include "cuda/backend.hpp"
 #include "deca/error.hpp"
 #include "gpu/mla_model1_case.hpp"
 #include "gpu/mla_sparse_gpu_runner.hpp"
+#include "kernels/mla/schedule/schedule.cuh"
 
 namespace deca::test {
 namespace {
@@ -65,50 +67,14 @@ struct Model1Device {
     cuda::plan_mla_sparse(plan);
     ws = DeviceBuffer(plan.workspace_bytes);
     ws.fill(0);
-    fill_params(s);
+    fill_params(c);
     poison();
   }
 
-  void fill_params(const Model1Spec& s) {
-    p.batch = s.batch;
-    p.q_len = s.q_len;
-    p.num_heads = s.num_heads;
-    p.page_size = s.page_size;
-    p.topk = s.topk;
-    p.num_blocks = s.pool_blocks;
-    p.q = q.get();
-    p.q_stride_head = kM1Dim;
-    p.q_stride_token = p.q_stride_head * s.num_heads;
-    p.q_stride_batch = p.q_stride_token * s.q_len;
-    p.kv = kv.as<unsigned char>();
-    p.kv_stride_block = (static_cast<long long>(s.page_size) * 584 + 575) / 576 * 576 + s.stride_pad;
-    p.kv_stride_slot = 584;
-    p.indices = indices.as<int>();
-    p.indices_stride_token = s.topk;
-    p.indices_stride_batch = static_cast<long long>(s.topk) * s.q_len;
-    p.topk_length = s.topk_length ? topk_length.as<int>() : nullptr;
-    p.attn_sink = s.attn_sink ? sink.as<float>() : nullptr;
-    p.out = out.get();
-    p.out_stride_head = kM1Dim;
-    p.out_stride_token = p.out_stride_head * s.num_heads;
-    p.out_stride_batch = p.out_stride_token * s.q_len;
-    p.lse = s.lse ? lse.as<float>() : nullptr;
-    p.lse_stride_head = 1;
-    p.lse_stride_token = s.num_heads;
-    p.lse_stride_batch = static_cast<long long>(s.num_heads) * s.q_len;
-    p.softmax_scale = s.scale();
-    p.kv_format = kMlaKvModel1;
-    p.extra_topk = s.extra_topk;
-    if (s.extra_topk > 0) {
-      p.extra_page_size = s.extra_page_size;
-      p.extra_num_blocks = s.extra_pool_blocks;
-      p.extra_kv = extra.as<unsigned char>();
-      p.extra_kv_stride_block = (static_cast<long long>(s.extra_page_size) * 584 + 575) / 576 * 576 + s.stride_pad;
-      p.extra_indices = extra_indices.as<int>();
-      p.extra_indices_stride_token = s.extra_topk;
-      p.extra_indices_stride_batch = static_cast<long long>(s.extra_topk) * s.q_len;
-      p.extra_topk_length = s.extra_topk_length ? extra_topk_length.as<int>() : nullptr;
-    }
+  void fill_params(const Model1Case& c) {
+    p = model1_params(c, {q.get(), kv.get(), extra.get(), indices.as<int>(), extra_indices.as<int>(),
+                          topk_length.as<int>(), extra_topk_length.as<int>(), sink.as<float>(), out.get(),
+                          lse.as<float>()});
   }
   void poison() const {
     out.fill(0xFF);
@@ -144,6 +110,35 @@ void expect_model1(Model1Case& c, const std::string& variant, const std::string&
   expect_sparse_matches(what + " [" + dev.plan.kernel_name + "]", c, out, lse);
 }
 
+// No GPU needed: the cases' own float64 reference agrees with the CPU backend's on the same bytes
+// (two readings of the semantics), and the poison the builder plants (the page padding, pad
+// bytes, unselected slots, the poison block that entries past a length name) is never read.
+// Counted ids outside a pool become -1 first: the CPU backend, which the API guards, reads them.
+TEST(MlaModel1GpuCase, ReferenceAgreesWithTheCpuBackend) {
+  DECA_SEED_TRACE();
+  int n = 0;
+  for (int heads : {8, 100}) {
+    for (int q_len : {1, 3}) {
+      auto rng = make_rng(3900 + ++n);
+      Model1Spec s = spec(heads, q_len, n % 2 ? 2 : 64, n % 2 ? 256 : 7);
+      s.topk_length = n % 2 == 0;
+      s.extra_topk_length = n != 2;
+      s.attn_sink = n >= 3;
+      s.stride_pad = n == 4 ? 48 : 0;
+      Model1Case c = build_model1_case(s, rng);
+      model1_outside_to_skip(c);
+      model1_reference(c);
+      HostTensor out(DType::kBF16, c.out.shape()), lse(DType::kFP32, c.lse.shape());
+      out.fill_bytes(0xFF);
+      lse.fill_bytes(0xFF);
+      cpu::mla_sparse_decode(model1_params(
+          c, {c.q.raw(), c.kv.bytes.data(), c.extra.bytes.data(), c.indices.data(), c.extra_indices.data(),
+              c.topk_length.data(), c.extra_topk_length.data(), c.attn_sink.data(), out.raw(), lse.data<float>()}));
+      expect_sparse_matches("cpu h" + std::to_string(heads) + " q" + std::to_string(q_len), c, out, lse);
+    }
+  }
+}
+
 TEST(MlaModel1Gpu, HeadsQLenPagesBothCaches) {
   DECA_REQUIRE_GPU();
   DECA_SEED_TRACE();
@@ -158,7 +153,7 @@ TEST(MlaModel1Gpu, HeadsQLenPagesBothCaches) {
         s.topk_length = n % 2 == 0;
         s.extra_topk_length = n % 3 != 0;
         s.attn_sink = n % 4 == 1;
-        s.stride_pad = n % 5 == 0 ? 576 : 0;
+        s.stride_pad = n % 5 == 0 ? 576 : (n % 5 == 2 ? 48 : 0);
         Model1Case c = build_model1_case(s, rng);
         model1_reference(c);
         expect_model1(c, variant, "h" + std::to_string(heads) + " q" + std::to_string(q_len) + " p" +
@@ -208,7 +203,45 @@ TEST(MlaModel1Gpu, ProductionShapesAndEdges) {
         model1_reference(c);
         const std::string what = std::string(r.name) + " edge " + std::to_string(edge);
         expect_model1(c, variant, what);
-        if (variant == "portable") expect_model1(c, variant, what + " checked", /*checked=*/true);
+        if (variant == "portable") {
+          model1_outside_to_skip(c);  // the reference reads them alike; the checked kernel reports them
+          expect_model1(c, variant, what + " checked", /*checked=*/true);
+        }
+      }
+    }
+  }
+}
+
+// Enough requests that a partition takes whole ones: the decode kernel writes the final outputs
+// itself (the sink applied there, the combine left out when nothing is cut), which the cases
+// above, whose few requests are all cut, never reach. Uniform lists (no cut, checked against the
+// scheduler) and ragged ones with 0 in either cache (most whole, some cut); partial blocks in
+// both caches, a padded head block and the cluster.
+TEST(MlaModel1Gpu, WholeRequestsInOnePartition) {
+  DECA_REQUIRE_GPU();
+  DECA_SEED_TRACE();
+  int salt = 0;
+  for (const std::string& variant : mla_variants()) {
+    for (int heads : {40, 100}) {
+      for (bool ragged : {false, true}) {
+        auto rng = make_rng(3800 + ++salt);
+        Model1Spec s = spec(heads, heads > 64 ? 1 : 2, 64, 2);
+        s.topk = 32;
+        s.extra_topk = 40;
+        s.pool_blocks = 2;
+        s.extra_pool_blocks = 40;
+        const int parts = mla::decode_num_parts(cuda::sm_count(0), s.q_len, heads);
+        s.batch = 2 * parts;
+        s.topk_length = s.extra_topk_length = ragged;
+        s.attn_sink = true;
+        if (!ragged) {
+          const mla::TopkLists lists{nullptr, s.topk, nullptr, s.extra_topk};
+          ASSERT_FALSE(mla::schedule_cuts_requests(s.batch, lists, parts)) << s.batch << " on " << parts;
+        }
+        Model1Case c = build_model1_case(s, rng);
+        model1_reference(c);
+        expect_model1(c, variant, std::string(ragged ? "ragged" : "uniform") + " h" + std::to_string(heads) +
+                                      " b" + std::to_string(s.batch));
       }
     }
   }
@@ -257,8 +290,7 @@ TEST(MlaModel1Gpu, GraphReplayAndReusedSchedule) {
         c.topk_length[b] = static_cast<int>(rng() % (s.topk + 1));
         c.extra_topk_length[b] = replay == 1 && b == 3 ? 0 : static_cast<int>(rng() % (s.extra_topk + 1));
       }
-      model1_write_selected(c.kv, c.indices, c.written, rng);  // the now-counted entries get tokens
-      model1_write_selected(c.extra, c.extra_indices, c.extra_written, rng);
+      model1_write_counted(c, rng);  // the now-counted entries (some of the poison block) get tokens
       cudaMemcpy(dev.kv.get(), c.kv.bytes.data(), c.kv.bytes.size(), cudaMemcpyHostToDevice);
       cudaMemcpy(dev.extra.get(), c.extra.bytes.data(), c.extra.bytes.size(), cudaMemcpyHostToDevice);
       cudaMemcpy(dev.topk_length.get(), c.topk_length.data(), s.batch * sizeof(int), cudaMemcpyHostToDevice);
@@ -280,8 +312,7 @@ TEST(MlaModel1Gpu, GraphReplayAndReusedSchedule) {
     layer2.extra_topk_length = c.extra_topk_length;
     layer2.written.clear();
     layer2.extra_written.clear();
-    model1_write_selected(layer2.kv, layer2.indices, layer2.written, rng);
-    model1_write_selected(layer2.extra, layer2.extra_indices, layer2.extra_written, rng);
+    model1_write_counted(layer2, rng);
     model1_reference(layer2);
     cudaMemcpy(dev.q.get(), layer2.q.raw(), layer2.q.bytes(), cudaMemcpyHostToDevice);
     cudaMemcpy(dev.kv.get(), layer2.kv.bytes.data(), layer2.kv.bytes.size(), cudaMemcpyHostToDevice);
@@ -315,6 +346,7 @@ TEST(MlaModel1Gpu, CheckedOffendersInEitherCache) {
     Model1Spec s = spec(16, 2, 64, 2);
     s.topk_length = s.extra_topk_length = true;
     Model1Case c = build_model1_case(s, rng);
+    model1_outside_to_skip(c);  // the planted offender is the only one
     // Request 2 counts every entry of both lists: those past its drawn lengths become -1.
     for (int i = 0; i < s.q_len; ++i) {
       for (int k = c.len(2); k < s.topk; ++k) c.index(2, i, k) = -1;

@@ -358,7 +358,9 @@ __device__ __forceinline__ void consumer0(const DecodeKernelParams& kp, const Sp
   const int warp = t >> 5, lane = t & 31;
   const int r0 = warp * 16 + (lane >> 2);
   const int c = lane & 3;
-  const float scale = p.softmax_scale != 0.f ? p.softmax_scale : 0.041666666666666664f;  // 1/sqrt(576)
+  // 0: 1 / sqrt(d_qk), as the CPU reference reads the params (576; MODEL1's 512).
+  const float scale = p.softmax_scale != 0.f ? p.softmax_scale
+                                             : (kModel1<Cfg> ? 0.044194173824159216f : 0.041666666666666664f);
   const float sl2 = scale * kLog2e;
   const unsigned p_at = p_lane_addr(sm.p(), warp, lane);
 
