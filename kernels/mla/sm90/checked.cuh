@@ -4,8 +4,9 @@
 // check_mla_run reads either kernel's record alike.
 //
 // What is skipped does not change: the unchecked kernels already mask every id outside its pool
-// (finish_id: the consumers see -1, the producers read nothing through it); checked mode only
-// adds the record. The test rides on finish_id's compare, a block after the id was loaded (the
+// (finish_id: the consumers see -1, the producers read nothing through it); checked mode adds the
+// record, and for dense decode the portable kernel's limit of a length to the block table's
+// columns (walk.cuh enter_request; unchecked, cache_seqlens within them is the caller's promise). The test rides on finish_id's compare, a block after the id was loaded (the
 // load's latency is not waited for): per block one compare and select keep the first block in
 // which a thread's id was refused (first_refused, one register across the loop). Nothing else is
 // on a block's path: after its last block the thread walks its cursor to that block again, loads
@@ -15,8 +16,10 @@
 // the entry's position were live inside the block loop. Lengths are tested by one producer warp
 // after its blocks (check_lengths).
 //
-// In a cluster of 2 both CTAs load the same ids and lengths and test them alike; whichever claims
-// the record first writes the same fields.
+// In a cluster of 2 both CTAs load the same ids and lengths and test them alike (each CTA's
+// producers read only through ids they tested themselves, its consumers mask with its own);
+// whichever claims the record first writes the same fields. The record's other words are written
+// only by the thread whose atomicCAS claimed it, and read by the host after the stream.
 #pragma once
 
 #include "kernels/common/check_record.cuh"

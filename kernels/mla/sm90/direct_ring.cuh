@@ -213,7 +213,7 @@ __device__ __forceinline__ void producer_copies(const DecodeKernelParams& kp, co
     mbar_arrive(sm.full(it));
   }
   if constexpr (kChecked<Cfg>) {
-    if (lane < 16) report_refused<Cfg>(kp, part, tok, bad_it, mine, pool);  // lanes 16..31 load the same ids
+    if (lane < 16) report_refused<Cfg>(kp, part, tok, bad_it, mine, pool);  // 16..31 hold the same ids
     if (warp == 0) check_lengths<Cfg>(kp, part, lane);
   }
 }

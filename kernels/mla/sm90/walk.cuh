@@ -138,9 +138,9 @@ __device__ __forceinline__ void next_block(const DecodeKernelParams& kp, const S
 // (sparse; MODEL1: slot 1 for the extra cache's), or the block-table entry and the slot in that
 // block (dense); -1 past the partition or past the request's (the query token's) length (a checked
 // dense kernel's slot -1 then tells it from a table entry of -1, which is an offender there).
-// Not yet checked: the check reads the loaded
-// value, so it is done where the id is used, a block later (finish_id), or the load's latency
-// would be waited for here (ptxas puts the compare right after the load).
+// Not yet checked: the check reads the loaded value, so it is done where the id is used, a
+// block later (finish_id), or the load's latency would be waited for here (ptxas puts the compare
+// right after the load).
 struct RawId {
   int v;
   int slot;
