@@ -104,7 +104,9 @@ struct MlaConfig {
   // [0, num_blocks) and every cache_seqlens entry against [0, max_seq_len]. The first offender is
   // recorded in the workspace (kCheckBytes more of it, zeroed once at allocation) for
   // check_mla_run and skipped (a bad length clamped), nothing outside the cache is read. Runs
-  // the portable decode kernel ("..._portable_chk_smXX"): the sm90 kernel has no checked variant.
+  // the portable decode kernel ("..._portable_chk_smXX"); on sm_90 with DECA_MLA_SM90_CHECKED=1
+  // (docs/tuning.md; pending its first GPU round) the sm90 kernels' checked builds ("_chk" in
+  // the sm90 kernel's name), with the same record.
   bool checked = checked_by_default();
   Device device = Device::cpu();
 };

@@ -31,8 +31,10 @@ struct Sm90Render {
 // Dense decode adds its token source and cache format (Cfg::kDense, kKvFormat; the sparse
 // kernels read the 656-byte token through indices, the fields' defaults); MODEL1 its format and
 // the extra cache's page size (Cfg::kKvFormat, kExtraPageSize; "_p<page>x<extra page>").
+// A checked kernel adds Cfg::kChecked (kernels/mla/sm90/checked.cuh); the unchecked ones' source
+// stays without it.
 Sm90Render render_sm90(int page_size, const mla::sm90::KernelClass& k, bool dense, int kv_format,
-                       int extra_page_size) {
+                       int extra_page_size, bool checked) {
   const bool model1 = !dense && kv_format == kMlaKvModel1;
   Sm90Render r;
   r.suffix = "_p" + std::to_string(page_size) + (model1 ? "x" + std::to_string(extra_page_size) : "") +
@@ -48,6 +50,7 @@ Sm90Render render_sm90(int page_size, const mla::sm90::KernelClass& k, bool dens
     r.prologue += "  static constexpr int kKvFormat = " + std::to_string(kv_format) +
                   ";\n  static constexpr int kExtraPageSize = " + std::to_string(extra_page_size) + ";\n";
   }
+  if (checked) r.prologue += "  static constexpr bool kChecked = true;\n";
   r.prologue += "};\n";
   return r;
 }
@@ -77,7 +80,7 @@ std::string MlaKernelKey::name() const {
   }
   if (role == MlaKernelRole::kDecode && checked) s += "_chk";
   if (role == MlaKernelRole::kDecode && variant == "sm90") {
-    s += render_sm90(page_size, sm90, dense, kv_format, extra_page_size).suffix;
+    s += render_sm90(page_size, sm90, dense, kv_format, extra_page_size, checked).suffix;
   }
   s += "_sm" + std::to_string(arch);
   return s;
@@ -119,7 +122,7 @@ jit::JitSpec MlaKernelKey::spec() const {
   }
   std::string prologue;
   if (role == MlaKernelRole::kDecode && variant == "sm90") {
-    prologue = render_sm90(page_size, sm90, dense, kv_format, extra_page_size).prologue;
+    prologue = render_sm90(page_size, sm90, dense, kv_format, extra_page_size, checked).prologue;
   } else if (role == MlaKernelRole::kDecode && dense) {
     prologue = std::string("struct Cfg {\n  static constexpr bool kChecked = ") + (checked ? "true" : "false") +
                ";\n  static constexpr int kKvFormat = " + std::to_string(kv_format) + ";\n};\n";
@@ -154,8 +157,12 @@ bool mla_dense_sm90_supported(int kv_format) {
 
 bool mla_model1_sm90_supported() { return true; }
 
+bool mla_sm90_checked(int arch) {
+  return arch == 90 && tuning_override(Tuning::kMlaSm90Checked, "plan_mla_decode").value_or(0) == 1;
+}
+
 std::string mla_plan_variant(int arch, const MlaConfig& config) {
-  if (config.checked) return "portable";
+  if (config.checked && !mla_sm90_checked(arch)) return "portable";
   if (!config.sparse && !mla_dense_sm90_supported(mla_kv_format(config))) return "portable";
   if (mla_kv_format(config) == kMlaKvModel1 && !mla_model1_sm90_supported()) return "portable";
   return mla_decode_variant(arch);
@@ -166,7 +173,7 @@ MlaKernelKey mla_decode_key(int arch, const std::string& variant, const MlaConfi
   k.arch = arch;
   k.role = MlaKernelRole::kDecode;
   k.variant = variant;
-  k.checked = config.checked && variant == "portable";
+  k.checked = config.checked;
   k.dense = !config.sparse;
   k.kv_format = mla_kv_format(config);
   refuse_retired_tuning("plan_mla_decode");

@@ -20,7 +20,7 @@ struct MlaKernelKey {
   int page_size = 0;                   // sm90 decode only: compiled in (Cfg::kPageSize)
   int extra_page_size = 0;             // sm90 MODEL1 decode only: Cfg::kExtraPageSize
   mla::sm90::KernelClass sm90{0, 1};   // sm90 decode only: which kernel (Cfg::kDirect, kCluster)
-  bool checked = false;                // portable decode only: MlaConfig::checked, "_chk"
+  bool checked = false;                // MlaConfig::checked, "_chk" (portable, or sm90 by mla_sm90_checked)
   // Decode only: dense decode (the block table as token source, "mla_dense_decode_...") and the
   // cache's records (MlaKvFormat, kernels/mla/params.cuh; named for dense: "_bf16", "_fp8_e4m3",
   // "_fp8_sparse"). Sparse decode reads kMlaKvFP8Sparse.
@@ -68,9 +68,14 @@ bool mla_dense_sm90_supported(int kv_format);
 // head count); the portable kernel does everywhere.
 bool mla_model1_sm90_supported();
 
-// The decode variant of a plan: a checked plan runs the portable kernel (the sm90 one has no
-// checked variant yet), so does a dense plan whose format the sm90 kernel does not decode
-// (mla_dense_sm90_supported); others mla_decode_variant(arch).
+// Whether checked plans on compute capability `arch` may run the sm90 kernels' checked builds:
+// arch 90 with DECA_MLA_SM90_CHECKED=1 (src/cuda/tuning.cpp; off by default, pending their first
+// GPU round).
+bool mla_sm90_checked(int arch);
+
+// The decode variant of a plan: a checked plan runs the portable kernel unless mla_sm90_checked,
+// so does a dense plan whose format the sm90 kernel does not decode (mla_dense_sm90_supported);
+// others mla_decode_variant(arch). The key's `checked` follows the config for either variant.
 std::string mla_plan_variant(int arch, const MlaConfig& config);
 
 // The decode key a plan of `config` runs with `variant` on compute capability `arch`: its token

@@ -19,6 +19,9 @@ constexpr TuningRow kRows[] = {
     // ---- MLA ----
     {Tuning::kMlaKernel, "DECA_MLA_KERNEL", 0, 0, "portable", "the sm90a kernels on sm_90",
      "portable: run the sm_80 mma.sync MLA kernels on Hopper too"},
+    {Tuning::kMlaSm90Checked, "DECA_MLA_SM90_CHECKED", 0, 1, nullptr, "checked plans run the portable kernel",
+     "1: checked MLA plans on sm_90 run the sm90a kernels' checked builds (_chk in the sm90 kernel's name); "
+     "pending their first GPU round"},
 };
 
 // Variables that chose variants since deleted: name, and what to do instead.

@@ -17,6 +17,7 @@ enum class Tuning {
   kGqaSplits,      // DECA_GQA_SPLITS: splits per unit instead of the split model's choice
   // MLA
   kMlaKernel,      // DECA_MLA_KERNEL: "portable" forces the sm_80 kernel on Hopper
+  kMlaSm90Checked, // DECA_MLA_SM90_CHECKED: 1 runs checked plans on the sm90a kernels' checked builds
 };
 
 struct TuningRow {

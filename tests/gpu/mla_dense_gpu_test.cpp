@@ -232,56 +232,59 @@ TEST(MlaDenseGpu, ReusedScheduleServesTheNextLayer) {
   }
 }
 
-// Checked plans (the portable kernel, "_chk"): a block id one past the pool and a length past
-// max_seq_len, planted in device memory, are reported by check_mla_run with the entry, the bound
-// and the value, then the record is clear; the requests without a bad entry are the reference's.
+// Checked plans (the portable kernel, "_chk", and on Hopper the sm90 kernels' checked builds,
+// DECA_MLA_SM90_CHECKED=1): a block id one past the pool and a length past max_seq_len, planted in
+// device memory, are reported by check_mla_run with the entry, the bound and the value, then the
+// record is clear; the requests without a bad entry are the reference's.
 TEST(MlaDenseGpu, CheckedPlanReportsABadBlockIdAndABadLength) {
   DECA_REQUIRE_GPU();
-  for (const bool bad_block : {true, false}) {
-    MlaCaseSpec s = spec(64, 1, 16, {100, 40, 70});
-    auto rng = make_rng(700 + bad_block);
-    MlaDenseCase c = build_mla_dense_case(s, rng);
-    run_dense_reference(c);
-    ScopedMlaKernel portable("portable");
-    DeviceDense dev(c, /*checked=*/true);
-    EXPECT_NE(dev.plan.kernel_name.find("_chk"), std::string::npos) << dev.plan.kernel_name;
-    const std::int64_t cols = c.block_table.shape()[1];
-    const int num_blocks = static_cast<int>(c.kv.shape()[0]);
-    HostTensor table(c.block_table), lens(c.seq_lens);
-    if (bad_block) {
-      table.data<int>()[1 * cols + 1] = num_blocks;  // request 1 (40 tokens) reads column 1
-    } else {
-      // Every column request 1 may now read names a real block: the length is the one offender.
-      for (std::int64_t j = 3; j < cols; ++j) table.data<int>()[1 * cols + j] = table.data<int>()[0];
-      lens.data<int>()[1] = dev.plan.config.max_seq_len + 1;
-    }
-    cuda_ok(cudaMemcpy(dev.block_table.get(), table.raw(), table.bytes(), cudaMemcpyHostToDevice), "table");
-    cuda_ok(cudaMemcpy(dev.seq_lens.get(), lens.raw(), lens.bytes(), cudaMemcpyHostToDevice), "lens");
-    dev.run();
-    HostTensor out, lse;
-    dev.results(c, out, lse, false);
-    std::string error;
-    try {
-      check_mla_run(dev.plan, dev.workspace.get(), nullptr);
-    } catch (const Error& e) {
-      error = e.what();
-    }
-    const std::string want =
-        bad_block ? "mla_decode_dense: block_table[1][1]: expected a block id in [0, " +
-                        std::to_string(num_blocks) + ") (kv_cache's num_blocks), got " +
-                        std::to_string(num_blocks) + " (found by the checked GPU run)"
-                  : "mla_decode_dense: cache_seqlens[1]: expected a length in [0, " +
-                        std::to_string(dev.plan.config.max_seq_len) +
-                        "] (min(plan.config.max_seq_len, block_table's columns * page_size)), got " +
-                        std::to_string(dev.plan.config.max_seq_len + 1) + " (found by the checked GPU run)";
-    EXPECT_EQ(error, want);
-    EXPECT_NO_THROW(check_mla_run(dev.plan, dev.workspace.get(), nullptr)) << "record not cleared";
-    // Requests 0 and 2 read nothing bad: the reference's bytes within the usual bounds.
-    const std::int64_t per_request = static_cast<std::int64_t>(s.q_len) * s.num_heads * 512;
-    for (const int b : {0, 2}) {
-      for (std::int64_t i = b * per_request; i < (b + 1) * per_request; ++i) {
-        ASSERT_FALSE(std::isnan(out.get(i))) << b;
-        ASSERT_NEAR(out.get(i), c.out.get(i), 1e-2 + 2e-2 * std::fabs(c.out.get(i))) << b << " " << i;
+  for (const std::string& variant : mla_variants()) {
+    for (const bool bad_block : {true, false}) {
+      MlaCaseSpec s = spec(64, 1, 16, {100, 40, 70});
+      auto rng = make_rng(700 + bad_block);
+      MlaDenseCase c = build_mla_dense_case(s, rng);
+      run_dense_reference(c);
+      ScopedCheckedKernel scoped(variant);
+      DeviceDense dev(c, /*checked=*/true);
+      expect_checked_kernel(dev.plan, variant);
+      const std::int64_t cols = c.block_table.shape()[1];
+      const int num_blocks = static_cast<int>(c.kv.shape()[0]);
+      HostTensor table(c.block_table), lens(c.seq_lens);
+      if (bad_block) {
+        table.data<int>()[1 * cols + 1] = num_blocks;  // request 1 (40 tokens) reads column 1
+      } else {
+        // Every column request 1 may now read names a real block: the length is the one offender.
+        for (std::int64_t j = 3; j < cols; ++j) table.data<int>()[1 * cols + j] = table.data<int>()[0];
+        lens.data<int>()[1] = dev.plan.config.max_seq_len + 1;
+      }
+      cuda_ok(cudaMemcpy(dev.block_table.get(), table.raw(), table.bytes(), cudaMemcpyHostToDevice), "table");
+      cuda_ok(cudaMemcpy(dev.seq_lens.get(), lens.raw(), lens.bytes(), cudaMemcpyHostToDevice), "lens");
+      dev.run();
+      HostTensor out, lse;
+      dev.results(c, out, lse, false);
+      std::string error;
+      try {
+        check_mla_run(dev.plan, dev.workspace.get(), nullptr);
+      } catch (const Error& e) {
+        error = e.what();
+      }
+      const std::string want =
+          bad_block ? "mla_decode_dense: block_table[1][1]: expected a block id in [0, " +
+                          std::to_string(num_blocks) + ") (kv_cache's num_blocks), got " +
+                          std::to_string(num_blocks) + " (found by the checked GPU run)"
+                    : "mla_decode_dense: cache_seqlens[1]: expected a length in [0, " +
+                          std::to_string(dev.plan.config.max_seq_len) +
+                          "] (min(plan.config.max_seq_len, block_table's columns * page_size)), got " +
+                          std::to_string(dev.plan.config.max_seq_len + 1) + " (found by the checked GPU run)";
+      EXPECT_EQ(error, want) << variant;
+      EXPECT_NO_THROW(check_mla_run(dev.plan, dev.workspace.get(), nullptr)) << "record not cleared";
+      // Requests 0 and 2 read nothing bad: the reference's bytes within the usual bounds.
+      const std::int64_t per_request = static_cast<std::int64_t>(s.q_len) * s.num_heads * 512;
+      for (const int b : {0, 2}) {
+        for (std::int64_t i = b * per_request; i < (b + 1) * per_request; ++i) {
+          ASSERT_FALSE(std::isnan(out.get(i))) << b;
+          ASSERT_NEAR(out.get(i), c.out.get(i), 1e-2 + 2e-2 * std::fabs(c.out.get(i))) << b << " " << i;
+        }
       }
     }
   }

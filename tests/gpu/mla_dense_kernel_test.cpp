@@ -274,7 +274,10 @@ TEST(MlaDenseKernel, OneLongRequestSpreadsOverThePartitions) {
 // Checked plans record a block id outside [0, num_blocks) as block_table[request][column] and
 // a length outside [0, min(max_seq_len, the table's columns * page_size)] as kCheckTopkLength
 // (the run's cache_seqlens), read nothing outside the cache, and leave the record for the host;
-// unchecked plans skip the same entries.
+// unchecked plans skip the same entries, so a checked kernel writes its unchecked kernel's bytes.
+// Both checked kernels, the portable one and on Hopper the sm90 ones (DECA_MLA_SM90_CHECKED=1:
+// the wide kernel for bf16 / e4m3, the direct kernel for the 656-byte token at these 16 heads),
+// must leave the same record.
 TEST(MlaDenseKernel, CheckedRecordsBadBlockIdsAndLengths) {
   DECA_REQUIRE_GPU();
   auto rng = make_rng(304);
@@ -291,55 +294,61 @@ TEST(MlaDenseKernel, CheckedRecordsBadBlockIdsAndLengths) {
       long long hi;
     };
     const int max_seq_len = 70;
-    // A run of the case with this block table and these lengths; the plan's record, read.
-    auto record_of = [&](const HostTensor& table, const HostTensor& lens, int plan_max_seq_len,
-                         bool checked) {
+    struct Run {
+      CheckRecord rec;
+      HostTensor out, lse;
+    };
+    // A run of the case with this block table and these lengths on variant's kernel; the plan's
+    // record, read, and the outputs.
+    auto run_of = [&](const HostTensor& table, const HostTensor& lens, int plan_max_seq_len, bool checked,
+                      const std::string& variant) {
+      ScopedCheckedKernel scoped(variant);
       DeviceDense dev(k, plan_max_seq_len, checked);
+      if (checked) expect_checked_kernel(dev.plan, variant);
       dev.block_table.from_host(table);
       dev.seq_lens.from_host(lens);
       dev.run();
-      HostTensor out, lse;
-      dev.results(k.c, out, lse);
-      const CheckRecord rec = dev.record();
+      Run r;
+      dev.results(k.c, r.out, r.lse);
+      r.rec = dev.record();
       EXPECT_EQ(dev.record().kind, kCheckClean) << format_name(format) << ": the record is cleared when read";
-      return rec;
+      return r;
     };
-    for (const Bad bad : {Bad{1 * cols + 3, num_blocks, kCheckPageId, 1, 3, num_blocks},
-                          Bad{0 * cols + 0, -2, kCheckPageId, 0, 0, num_blocks},
-                          Bad{-1 - 2, -5, kCheckTopkLength, 2, 0, max_seq_len},
-                          Bad{-1 - 1, max_seq_len + 1, kCheckTopkLength, 1, 0, max_seq_len}}) {
-      HostTensor table = k.c.block_table;  // copies: the case stays valid for the next row
-      HostTensor lens = k.c.seq_lens;
-      if (bad.entry >= 0) table.data<int>()[bad.entry] = bad.value;
-      else lens.data<int>()[-1 - bad.entry] = bad.value;
-      for (bool checked : {true, false}) {
-        const CheckRecord rec = record_of(table, lens, max_seq_len, checked);
-        const std::string at = std::string(format_name(format)) + " value " + std::to_string(bad.value) +
-                               (checked ? " checked" : " unchecked");
-        if (!checked) {
-          EXPECT_EQ(rec.kind, kCheckClean) << at;
-          continue;
-        }
-        EXPECT_EQ(rec.kind, bad.kind) << at;
-        EXPECT_EQ(rec.request, bad.request) << at;
-        EXPECT_EQ(rec.position, bad.position) << at;
-        EXPECT_EQ(rec.value, bad.value) << at;
-        EXPECT_EQ(rec.hi, bad.hi) << at;
+    for (const std::string& variant : mla_variants()) {
+      for (const Bad bad : {Bad{1 * cols + 3, num_blocks, kCheckPageId, 1, 3, num_blocks},
+                            Bad{0 * cols + 0, -2, kCheckPageId, 0, 0, num_blocks},
+                            Bad{0 * cols + 1, -1, kCheckPageId, 0, 1, num_blocks},
+                            Bad{-1 - 2, -5, kCheckTopkLength, 2, 0, max_seq_len},
+                            Bad{-1 - 1, max_seq_len + 1, kCheckTopkLength, 1, 0, max_seq_len}}) {
+        HostTensor table = k.c.block_table;  // copies: the case stays valid for the next row
+        HostTensor lens = k.c.seq_lens;
+        if (bad.entry >= 0) table.data<int>()[bad.entry] = bad.value;
+        else lens.data<int>()[-1 - bad.entry] = bad.value;
+        const std::string at = variant + " " + format_name(format) + " value " + std::to_string(bad.value);
+        const Run unchecked = run_of(table, lens, max_seq_len, false, variant);
+        const Run checked = run_of(table, lens, max_seq_len, true, variant);
+        EXPECT_EQ(unchecked.rec.kind, kCheckClean) << at;
+        EXPECT_EQ(checked.rec.kind, bad.kind) << at;
+        EXPECT_EQ(checked.rec.request, bad.request) << at;
+        EXPECT_EQ(checked.rec.token, 0) << at;
+        EXPECT_EQ(checked.rec.position, bad.position) << at;
+        EXPECT_EQ(checked.rec.value, bad.value) << at;
+        EXPECT_EQ(checked.rec.hi, bad.hi) << at;
+        EXPECT_EQ(0, std::memcmp(checked.out.raw(), unchecked.out.raw(), checked.out.bytes())) << at;
+        EXPECT_EQ(0, std::memcmp(checked.lse.raw(), unchecked.lse.raw(), checked.lse.bytes())) << at;
       }
-    }
-    // A length within max_seq_len but past the block table's columns: recorded against
-    // columns * page_size (the tokens past the columns are skipped, never read).
-    HostTensor table = k.c.block_table;
-    HostTensor lens = k.c.seq_lens;
-    table.data<int>()[1 * cols + cols - 1] = table.data<int>()[1 * cols];  // every column valid
-    lens.data<int>()[1] = cols * 16 + 4;
-    for (bool checked : {true, false}) {
-      const CheckRecord rec = record_of(table, lens, 4 * cols * 16, checked);
-      EXPECT_EQ(rec.kind, checked ? kCheckTopkLength : kCheckClean) << format_name(format);
-      if (!checked) continue;
-      EXPECT_EQ(rec.request, 1) << format_name(format);
-      EXPECT_EQ(rec.value, cols * 16 + 4) << format_name(format);
-      EXPECT_EQ(rec.hi, cols * 16) << format_name(format);
+      // A length within max_seq_len but past the block table's columns: recorded against
+      // columns * page_size (the tokens past the columns are skipped, never read).
+      HostTensor table = k.c.block_table;
+      HostTensor lens = k.c.seq_lens;
+      table.data<int>()[1 * cols + cols - 1] = table.data<int>()[1 * cols];  // every column valid
+      lens.data<int>()[1] = cols * 16 + 4;
+      const Run r = run_of(table, lens, 4 * cols * 16, true, variant);
+      const std::string at = variant + " " + format_name(format);
+      EXPECT_EQ(r.rec.kind, kCheckTopkLength) << at;
+      EXPECT_EQ(r.rec.request, 1) << at;
+      EXPECT_EQ(r.rec.value, cols * 16 + 4) << at;
+      EXPECT_EQ(r.rec.hi, cols * 16) << at;
     }
   }
 }

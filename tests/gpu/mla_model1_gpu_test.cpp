@@ -100,10 +100,13 @@ Model1Spec spec(int heads, int q_len, int page, int extra_page) {
   return s;
 }
 
-// Runs the case on a fresh plan of `variant` and compares with the reference.
+// Runs the case on a fresh plan of `variant` (checked: its checked kernel, ScopedCheckedKernel)
+// and compares with the reference.
 void expect_model1(Model1Case& c, const std::string& variant, const std::string& what, bool checked = false) {
   ScopedMlaKernel scope(variant);
+  ScopedCheckedKernel checked_scope(variant);
   Model1Device dev(c, checked);
+  if (checked) expect_checked_kernel(dev.plan, variant);
   dev.run();
   HostTensor out, lse;
   dev.results(c, out, lse);
@@ -203,10 +206,8 @@ TEST(MlaModel1Gpu, ProductionShapesAndEdges) {
         model1_reference(c);
         const std::string what = std::string(r.name) + " edge " + std::to_string(edge);
         expect_model1(c, variant, what);
-        if (variant == "portable") {
-          model1_outside_to_skip(c);  // the reference reads them alike; the checked kernel reports them
-          expect_model1(c, variant, what + " checked", /*checked=*/true);
-        }
+        model1_outside_to_skip(c);  // the reference reads them alike; the checked kernels report them
+        expect_model1(c, variant, what + " checked", /*checked=*/true);
       }
     }
   }
@@ -336,47 +337,63 @@ TEST(MlaModel1Gpu, GraphReplayAndReusedSchedule) {
 }
 
 // Checked mode: an index outside its pool in either cache, and an extra_topk_length past
-// extra_topk, are skipped (clamped) as the reference reads them and reported by name.
+// extra_topk, are skipped (clamped) as the reference reads them and reported by name, with the
+// same record by the portable checked kernel and on Hopper the sm90 ones (DECA_MLA_SM90_CHECKED=1:
+// the wide kernel at 16 heads, its cluster of 2 at 128).
+void expect_model1_offender(const std::string& variant, int heads, const std::string& which) {
+  ScopedCheckedKernel scoped(variant);
+  auto rng = make_rng(3700);
+  Model1Spec s = spec(heads, 2, 64, 2);
+  s.topk_length = s.extra_topk_length = true;
+  Model1Case c = build_model1_case(s, rng);
+  model1_outside_to_skip(c);  // the planted offender is the only one
+  // Request 2 counts every entry of both lists: those past its drawn lengths become -1.
+  for (int i = 0; i < s.q_len; ++i) {
+    for (int k = c.len(2); k < s.topk; ++k) c.index(2, i, k) = -1;
+    for (int k = c.extra_len(2); k < s.extra_topk; ++k) c.extra_index(2, i, k) = -1;
+  }
+  c.topk_length[2] = s.topk;
+  c.extra_topk_length[2] = s.extra_topk;
+  std::string expected;
+  if (which == "extra_topk_length") {
+    model1_reference(c);  // the kernel reads it clamped to extra_topk
+    c.extra_topk_length[2] = s.extra_topk + 5;
+    expected = ": extra_topk_length[2]";
+  } else {
+    const bool first = which == "indices";
+    const int k = first ? s.topk - 1 : s.extra_topk - 1;
+    int& entry = first ? c.index(2, 1, k) : c.extra_index(2, 1, k);
+    entry = -1;
+    model1_reference(c);
+    entry = static_cast<int>(first ? c.kv.pool() : c.extra.pool());
+    expected = ": " + which + "[2][1][" + std::to_string(k) + "]";
+  }
+  Model1Device dev(c, /*checked=*/true);
+  expect_checked_kernel(dev.plan, variant);
+  EXPECT_NE(dev.plan.kernel_name.find("_model1_chk"), std::string::npos) << dev.plan.kernel_name;
+  dev.run();
+  HostTensor out, lse;
+  dev.results(c, out, lse, /*expect_clean=*/false);
+  const std::string at = variant + " h" + std::to_string(heads) + " " + which;
+  expect_sparse_matches(at + " offender", c, out, lse);
+  std::string error;
+  try {
+    check_mla_run(dev.plan, dev.ws.get(), nullptr);
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  EXPECT_NE(error.find(expected), std::string::npos) << at << ": " << error;
+}
+
 TEST(MlaModel1Gpu, CheckedOffendersInEitherCache) {
   DECA_REQUIRE_GPU();
   DECA_SEED_TRACE();
-  ScopedMlaKernel portable("portable");
-  for (const char* which : {"indices", "extra_indices", "extra_topk_length"}) {
-    auto rng = make_rng(3700);
-    Model1Spec s = spec(16, 2, 64, 2);
-    s.topk_length = s.extra_topk_length = true;
-    Model1Case c = build_model1_case(s, rng);
-    model1_outside_to_skip(c);  // the planted offender is the only one
-    // Request 2 counts every entry of both lists: those past its drawn lengths become -1.
-    for (int i = 0; i < s.q_len; ++i) {
-      for (int k = c.len(2); k < s.topk; ++k) c.index(2, i, k) = -1;
-      for (int k = c.extra_len(2); k < s.extra_topk; ++k) c.extra_index(2, i, k) = -1;
+  for (const std::string& variant : mla_variants()) {
+    for (int heads : {16, 128}) {
+      for (const char* which : {"indices", "extra_indices", "extra_topk_length"}) {
+        expect_model1_offender(variant, heads, which);
+      }
     }
-    c.topk_length[2] = s.topk;
-    c.extra_topk_length[2] = s.extra_topk;
-    const std::string w = which;
-    if (w == "extra_topk_length") {
-      model1_reference(c);  // the kernel reads it clamped to extra_topk
-      c.extra_topk_length[2] = s.extra_topk + 5;
-    } else {
-      int& entry = w == "indices" ? c.index(2, 1, s.topk - 1) : c.extra_index(2, 1, s.extra_topk - 1);
-      entry = -1;
-      model1_reference(c);
-      entry = static_cast<int>(w == "indices" ? c.kv.pool() : c.extra.pool());
-    }
-    Model1Device dev(c, /*checked=*/true);
-    EXPECT_NE(dev.plan.kernel_name.find("_model1_chk"), std::string::npos) << dev.plan.kernel_name;
-    dev.run();
-    HostTensor out, lse;
-    dev.results(c, out, lse, /*expect_clean=*/false);
-    expect_sparse_matches(w + " offender", c, out, lse);
-    std::string error;
-    try {
-      check_mla_run(dev.plan, dev.ws.get(), nullptr);
-    } catch (const Error& e) {
-      error = e.what();
-    }
-    EXPECT_NE(error.find(": " + w + "[2]"), std::string::npos) << error;
   }
 }
 

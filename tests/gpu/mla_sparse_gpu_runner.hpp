@@ -21,12 +21,14 @@
 #include "deca/error.hpp"
 #include "deca/mla.hpp"
 #include "gpu/device_buffer.hpp"
+#include "jit/scoped_env.hpp"
 
 namespace deca::test {
 
 // The decode variants this machine runs: the portable kernel everywhere, the sm90 ones on Hopper. Selected through DECA_MLA_KERNEL, as a user would. The tests run checked
-// plans by default (tests/common/checked_on.cpp), and a checked plan runs the portable kernel:
-// the sm90 variant is therefore tested with DECA_CHECKED=0, so that it keeps its coverage.
+// plans by default (tests/common/checked_on.cpp), and a checked plan runs the portable kernel
+// (unless DECA_MLA_SM90_CHECKED=1: ScopedCheckedKernel below): the sm90 variant is therefore
+// tested with DECA_CHECKED=0, so that it keeps its coverage.
 inline std::vector<std::string> mla_variants() {
   std::vector<std::string> v = {"portable"};
   if (cuda::available() && cuda::compute_capability(0) == 90) {
@@ -55,6 +57,27 @@ class ScopedMlaKernel {
   std::string old_, old_checked_;
   bool had_ = false, had_checked_ = false;
 };
+
+// The checked kernels of a variant (mla_variants()): for "portable" the verified portable checked
+// kernel, for "sm90" the sm90 kernels' checked builds (DECA_MLA_SM90_CHECKED=1, off by default
+// pending their first GPU round), for the plans made in its scope. Checked plans stay checked
+// (DECA_CHECKED is left as it is); an unchecked plan made in its scope runs the variant's
+// unchecked kernel.
+class ScopedCheckedKernel {
+ public:
+  explicit ScopedCheckedKernel(const std::string& variant)
+      : kernel_("DECA_MLA_KERNEL", variant == "portable" ? "portable" : nullptr),
+        sm90_checked_("DECA_MLA_SM90_CHECKED", variant == "sm90" ? "1" : nullptr) {}
+
+ private:
+  jit::testing::ScopedEnv kernel_, sm90_checked_;
+};
+
+// Whether `plan` runs variant's checked decode kernel ("_chk" in its name).
+inline void expect_checked_kernel(const MlaPlan& plan, const std::string& variant) {
+  EXPECT_NE(plan.kernel_name.find("decode_" + variant), std::string::npos) << plan.kernel_name;
+  EXPECT_NE(plan.kernel_name.find("_chk"), std::string::npos) << plan.kernel_name;
+}
 
 inline MlaSparseArgs host_args(MlaSparseCase& c) {
   MlaSparseArgs a;

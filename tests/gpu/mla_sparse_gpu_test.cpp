@@ -286,36 +286,42 @@ TEST(MlaSparseGpu, ReusedScheduleOfAnotherShapeIsRefused) {
     mla_decode_sparse(a.plan, reuse);
     expect_nan(variant + "/batch_4_for_2");
   }
-  // A checked plan reports the mismatch (and records nothing for a matching reuse).
-  auto rng = make_rng(106);
-  MlaSparseCase big = build_mla_sparse_case(spec(16, 1, 128, 64, 4), rng);
-  MlaSparseCase small = build_mla_sparse_case(spec(16, 1, 128, 64, 2), rng);
-  MlaConfig cfg = sparse_config(big.spec, Device::cuda(0));
-  cfg.checked = true;
-  const MlaPlan plan = plan_mla_decode(cfg);
-  DeviceSparse a(big), b(small);
-  DeviceBuffer ws(plan.workspace_bytes);
-  ws.fill(0);
-  MlaSparseArgs first = a.args;
-  first.workspace = ws.get();
-  first.workspace_bytes = ws.bytes();
-  mla_decode_sparse(plan, first);
-  first.reuse_schedule = true;
-  mla_decode_sparse(plan, first);
-  EXPECT_NO_THROW(check_mla_run(plan, ws.get(), nullptr));
-  MlaSparseArgs other = b.args;
-  other.workspace = ws.get();
-  other.workspace_bytes = ws.bytes();
-  other.reuse_schedule = true;
-  mla_decode_sparse(plan, other);
-  try {
-    check_mla_run(plan, ws.get(), nullptr);
-    ADD_FAILURE() << "a reused schedule of batch 4 for batch 2 passed the check";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("reuse_schedule: expected the workspace to hold the schedule "
-                                         "of this call's shape, got one of batch 4, q_len 1, topk 128"),
-              std::string::npos)
-        << e.what();
+  // A checked plan reports the mismatch (and records nothing for a matching reuse): the portable
+  // checked kernel, and on Hopper the sm90 ones (DECA_MLA_SM90_CHECKED=1; the direct kernel at
+  // these 16 heads).
+  for (const std::string& variant : mla_variants()) {
+    ScopedCheckedKernel scoped(variant);
+    auto rng = make_rng(106);
+    MlaSparseCase big = build_mla_sparse_case(spec(16, 1, 128, 64, 4), rng);
+    MlaSparseCase small = build_mla_sparse_case(spec(16, 1, 128, 64, 2), rng);
+    MlaConfig cfg = sparse_config(big.spec, Device::cuda(0));
+    cfg.checked = true;
+    const MlaPlan plan = plan_mla_decode(cfg);
+    expect_checked_kernel(plan, variant);
+    DeviceSparse a(big), b(small);
+    DeviceBuffer ws(plan.workspace_bytes);
+    ws.fill(0);
+    MlaSparseArgs first = a.args;
+    first.workspace = ws.get();
+    first.workspace_bytes = ws.bytes();
+    mla_decode_sparse(plan, first);
+    first.reuse_schedule = true;
+    mla_decode_sparse(plan, first);
+    EXPECT_NO_THROW(check_mla_run(plan, ws.get(), nullptr));
+    MlaSparseArgs other = b.args;
+    other.workspace = ws.get();
+    other.workspace_bytes = ws.bytes();
+    other.reuse_schedule = true;
+    mla_decode_sparse(plan, other);
+    try {
+      check_mla_run(plan, ws.get(), nullptr);
+      ADD_FAILURE() << "a reused schedule of batch 4 for batch 2 passed the check";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("reuse_schedule: expected the workspace to hold the schedule "
+                                           "of this call's shape, got one of batch 4, q_len 1, topk 128"),
+                std::string::npos)
+          << e.what();
+    }
   }
 }
 

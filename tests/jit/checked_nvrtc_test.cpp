@@ -110,9 +110,10 @@ TEST(MlaCheckedNvrtc, CheckedPlansRunThePortableKernelUncheckedOnesKeepTheirs) {
   MlaKernelKey plain = mla_decode_key(90, "portable", c);
   EXPECT_FALSE(plain.checked);
   EXPECT_EQ(plain.spec().source.find("checked"), std::string::npos) << plain.spec().source;
-  // The sm90 kernel has no checked variant: a checked config never marks its key.
+  // The sm90 kernels' checked builds (behind DECA_MLA_SM90_CHECKED; mla_sm90_nvrtc_test.cpp):
+  // a checked config marks either variant's key.
   c.checked = true;
-  EXPECT_FALSE(mla_decode_key(90, "sm90", c).checked);
+  EXPECT_TRUE(mla_decode_key(90, "sm90", c).checked);
 }
 
 }  // namespace

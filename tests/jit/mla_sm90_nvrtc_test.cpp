@@ -7,9 +7,11 @@
 #include <cstdio>
 #include <string>
 
+#include "deca/error.hpp"
 #include "jit/elf_symbols.hpp"
 #include "jit/mla_sm90_spec.hpp"
 #include "jit/nvrtc_compile.hpp"
+#include "jit/scoped_env.hpp"
 #include "kernels/mla/params.cuh"
 #include "kernels/mla/sm90/traits.cuh"
 
@@ -17,8 +19,9 @@ namespace deca {
 namespace {
 
 // `timing_only`: an ablation whose numbers are wrong anyway; a few spilled bytes there only
-// blur its time, so they are printed, not failed on.
-void expect_clean_compile(const jit::JitSpec& spec, bool timing_only = false) {
+// blur its time, so they are printed, not failed on. `bound`: the spilled and stack bytes allowed
+// (none by default).
+void expect_clean_compile(const jit::JitSpec& spec, bool timing_only = false, const jit::PtxasInfo& bound = {}) {
   const jit::CompileResult r = jit::compile(spec);
   ASSERT_FALSE(r.cubin.empty()) << spec.name;
   ASSERT_TRUE(r.ptxas.found) << spec.name << ": no ptxas report in the NVRTC log:\n" << r.log;
@@ -27,9 +30,9 @@ void expect_clean_compile(const jit::JitSpec& spec, bool timing_only = false) {
               spec.name.c_str(), r.compile_ms, r.ptxas.registers, r.ptxas.spill_store_bytes,
               r.ptxas.spill_load_bytes, r.ptxas.stack_bytes);
   if (!timing_only) {
-    EXPECT_EQ(r.ptxas.spill_store_bytes, 0) << spec.name;
-    EXPECT_EQ(r.ptxas.spill_load_bytes, 0) << spec.name;
-    EXPECT_EQ(r.ptxas.stack_bytes, 0) << spec.name;
+    EXPECT_LE(r.ptxas.spill_store_bytes, bound.spill_store_bytes) << spec.name;
+    EXPECT_LE(r.ptxas.spill_load_bytes, bound.spill_load_bytes) << spec.name;
+    EXPECT_LE(r.ptxas.stack_bytes, bound.stack_bytes) << spec.name;
   }
   // 384 threads (the direct kernel) or 512, one CTA per SM: the launch budget setmaxnreg
   // redistributes.
@@ -79,6 +82,106 @@ TEST(MlaSm90Nvrtc, Model1KernelsCompileWithoutSpills) {
       c.extra_page_size = pg.extra;
       c.checked = false;
       expect_clean_compile(cuda::mla_decode_key(90, "sm90", c).spec());
+    }
+  }
+}
+
+// The checked builds (Cfg::kChecked, kernels/mla/sm90/checked.cuh) of every kernel class and
+// format a checked plan may run on sm_90 under DECA_MLA_SM90_CHECKED=1, as mla_decode_key makes
+// them: sparse V3.2 and dense 656-byte (the direct kernel at 16 heads, the wide kernel at 64, the
+// cluster of 2 at 128), dense bf16 / e4m3 and MODEL1 (the wide kernel, without and with a
+// cluster), at pages 1, 61, 64 and 576. Their tests ride on finish_id's compare and write the
+// record after the block loop: no spill (none beyond the unchecked build's), no serialized wgmma,
+// registers within the launch budget as the unchecked builds'.
+MlaConfig checked_sm90_config(int heads, int page, int format) {
+  MlaConfig c;
+  c.num_heads = heads;
+  c.page_size = page;
+  c.checked = true;
+  c.sparse = format == kMlaKvFP8Sparse || format == kMlaKvModel1;
+  c.topk = 2048;
+  c.max_seq_len = 65536;
+  switch (format) {
+    case kMlaKvBF16: c.kv_format = MlaCacheFormat::kBF16; break;
+    case kMlaKvFP8E4M3: c.kv_format = MlaCacheFormat::kFP8E4M3; break;
+    case kMlaKvModel1:
+      c.kv_format = MlaCacheFormat::kModel1;
+      c.extra_topk = 512;
+      c.extra_page_size = page;
+      break;
+    default: c.kv_format = MlaCacheFormat::kFP8Sparse; break;
+  }
+  return c;
+}
+
+TEST(MlaSm90Nvrtc, CheckedKernelsCompileWithoutSpills) {
+  struct Kind {
+    int format;
+    bool dense;
+  };
+  for (const Kind kind : {Kind{kMlaKvFP8Sparse, false}, Kind{kMlaKvFP8Sparse, true}, Kind{kMlaKvBF16, true},
+                          Kind{kMlaKvFP8E4M3, true}, Kind{kMlaKvModel1, false}}) {
+    for (int heads : {16, 64, 128}) {
+      // The tile-only formats' 16 and 64 heads are one kernel (the wide one without a cluster).
+      const bool tile_only = kind.format == kMlaKvBF16 || kind.format == kMlaKvFP8E4M3 || kind.format == kMlaKvModel1;
+      if (tile_only && heads == 64) continue;
+      for (int page : {1, 61, 64, 576}) {
+        MlaConfig c = checked_sm90_config(heads, page, kind.format);
+        c.sparse = !kind.dense;
+        const cuda::MlaKernelKey key = cuda::mla_decode_key(90, "sm90", c);
+        ASSERT_TRUE(key.checked);
+        const jit::JitSpec spec = key.spec();
+        EXPECT_NE(spec.source.find("kChecked = true;"), std::string::npos) << spec.source;
+        EXPECT_NE(spec.name.find("_chk_p"), std::string::npos) << spec.name;
+        jit::PtxasInfo bound;
+        if (kind.format == kMlaKvModel1 && page == 1) {
+          // MODEL1 at pages 1 x 1 (no plan of the tests or the bench uses it): the unchecked
+          // build spills a few bytes in its 80-register producers already; the checked one may
+          // spill no more than it.
+          c.checked = false;
+          bound = jit::compile(cuda::mla_decode_key(90, "sm90", c).spec()).ptxas;
+          std::printf("[nvrtc] unchecked MODEL1 p1x1 at %d heads: spill_stores=%d spill_loads=%d stack=%d\n", heads,
+                      bound.spill_store_bytes, bound.spill_load_bytes, bound.stack_bytes);
+        }
+        expect_clean_compile(spec, false, bound);
+      }
+    }
+  }
+}
+
+// A checked plan runs the portable kernel on sm_90 unless DECA_MLA_SM90_CHECKED=1 (pending the
+// sm90 checked builds' first GPU round); with it, the sm90 kernel's checked build, named "_chk",
+// for every format the sm90 kernels serve, unless DECA_MLA_KERNEL=portable. Unchecked plans and
+// their kernels' source are what they were.
+TEST(MlaSm90Nvrtc, CheckedSelectionFollowsTheOverride) {
+  jit::testing::ScopedEnv kernel("DECA_MLA_KERNEL", nullptr);
+  jit::testing::ScopedEnv override_off("DECA_MLA_SM90_CHECKED", nullptr);
+  for (int format : {kMlaKvFP8Sparse, kMlaKvBF16, kMlaKvFP8E4M3, kMlaKvModel1}) {
+    MlaConfig c = checked_sm90_config(16, 64, format);
+    EXPECT_EQ(cuda::mla_plan_variant(90, c), "portable") << format;
+    {
+      jit::testing::ScopedEnv on("DECA_MLA_SM90_CHECKED", "1");
+      EXPECT_EQ(cuda::mla_plan_variant(90, c), "sm90") << format;
+      EXPECT_EQ(cuda::mla_plan_variant(80, c), "portable") << format;
+      const cuda::MlaKernelKey key = cuda::mla_decode_key(90, "sm90", c);
+      EXPECT_NE(key.name().find("_sm90_"), std::string::npos) << key.name();
+      EXPECT_NE(key.name().find("_chk_p64"), std::string::npos) << key.name();
+      c.checked = false;
+      const cuda::MlaKernelKey plain = cuda::mla_decode_key(90, "sm90", c);
+      EXPECT_EQ(plain.name().find("_chk"), std::string::npos) << plain.name();
+      EXPECT_EQ(plain.spec().source.find("kChecked"), std::string::npos) << plain.spec().source;
+      EXPECT_EQ(cuda::mla_plan_variant(90, c), "sm90") << format;
+      c.checked = true;
+      jit::testing::ScopedEnv portable("DECA_MLA_KERNEL", "portable");
+      EXPECT_EQ(cuda::mla_plan_variant(90, c), "portable") << format;
+    }
+    {
+      jit::testing::ScopedEnv off("DECA_MLA_SM90_CHECKED", "0");
+      EXPECT_EQ(cuda::mla_plan_variant(90, c), "portable") << format;
+    }
+    {
+      jit::testing::ScopedEnv bad("DECA_MLA_SM90_CHECKED", "2");
+      EXPECT_THROW(cuda::mla_plan_variant(90, c), Error) << format;
     }
   }
 }

@@ -28,6 +28,7 @@
 // request's length and block count, a piece's blocks and its slot.
 #pragma once
 
+#include "kernels/common/check_record.cuh"
 #include "kernels/mla/params.cuh"
 
 namespace deca::mla {
@@ -115,6 +116,16 @@ __device__ __forceinline__ bool schedule_matches(const MlaSparseParams& p, const
            s.has_extra_topk_length == (p.extra_topk_length != nullptr ? 1 : 0);
   }
   return one;
+}
+
+// A checked decode kernel's record of a schedule that schedule_matches refused: what the
+// workspace held (kCheckSchedule), by one thread of the grid.
+__device__ __forceinline__ void report_schedule_mismatch(const SparseRun& run) {
+  if (blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0 && threadIdx.x == 0) {
+    const ScheduleStamp st = *run.stamp;
+    check_report(static_cast<CheckRecord*>(run.check), kCheckSchedule, st.batch, st.q_len, st.topk, st.num_parts,
+                 st.has_topk_length);
+  }
 }
 
 // What a decode kernel writes instead of attention when the schedule is another call shape's:

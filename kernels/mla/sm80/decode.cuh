@@ -90,13 +90,7 @@ __device__ __forceinline__ void decode(const DecodeKernelParams& kp, unsigned ch
     // record of what the workspace held.
     fill_nan_outputs(p, static_cast<int>(blockIdx.x) * kRows, kRows, static_cast<int>(blockIdx.y),
                      static_cast<int>(blockIdx.z), static_cast<int>(gridDim.z));
-    if constexpr (kChecked) {
-      if (blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0 && threadIdx.x == 0) {
-        const ScheduleStamp st = *run.stamp;
-        check_report(static_cast<CheckRecord*>(run.check), kCheckSchedule, st.batch, st.q_len, st.topk,
-                     st.num_parts, st.has_topk_length);
-      }
-    }
+    if constexpr (kChecked) report_schedule_mismatch(run);
     return;
   }
   const SparsePart& part = run.parts[blockIdx.z];  // read in place: registers go to O

@@ -8,6 +8,7 @@
 //     static constexpr int kKvFormat = 2;   // optional (MlaKvFormat): dense caches may be bf16 or e4m3,
 //                                           // sparse ones MODEL1's 584-byte token (kMlaKvModel1)
 //     static constexpr int kExtraPageSize = 64;  // MODEL1 only: the extra cache's page size
+//     static constexpr bool kChecked = true;     // optional: checked mode (checked.cuh)
 //   };
 // Everything else the kernels do is fixed per class (below, with why); tests may add kAblate.
 // Host code reads it too (the Ablate values).
@@ -46,6 +47,14 @@ inline constexpr bool kRowFormat =
 template <class Cfg>
 inline constexpr bool kModel1 = KvFormatOf<Cfg>::value == kMlaKvModel1;
 DECA_CFG_FIELD(ExtraPageOf, kExtraPageSize, 1)
+
+// Checked mode (checked.cuh): the ids, lengths and schedule the kernel reads are range-tested and
+// the first offender recorded (kernels/common/check_record.cuh), as the portable checked kernel
+// does. Written into the prologue only for checked plans, so the other kernels' source and
+// machine code stay what they were.
+DECA_CFG_FIELD(CheckedOf, kChecked, false)
+template <class Cfg>
+inline constexpr bool kChecked = CheckedOf<Cfg>::value;
 
 // Timing only (tests/gpu/mla_sm90_timing_test.cpp sets it; no plan does, and the numbers are
 // wrong): builds that leave one stage out, so that a GPU round says what bounds the kernel.

@@ -131,6 +131,7 @@ __device__ __forceinline__ void mla_sparse_decode_sm90(const DecodeKernelParams&
   if (!matches) {
     fill_nan_outputs(kp.p, static_cast<int>(blockIdx.x) * kHeadsPerCta, kHeadsPerCta, static_cast<int>(blockIdx.y),
                      static_cast<int>(blockIdx.z), static_cast<int>(gridDim.z));
+    check_schedule<Cfg>(kp);
     return;
   }
 

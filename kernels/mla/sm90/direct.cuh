@@ -78,6 +78,7 @@ __device__ __forceinline__ void mla_sparse_direct_sm90(const DecodeKernelParams&
   if (!matches) {
     fill_nan_outputs(kp.p, 0, kHeadsPerCta, static_cast<int>(blockIdx.y), static_cast<int>(blockIdx.z),
                      static_cast<int>(gridDim.z));
+    check_schedule<Cfg>(kp);
     return;
   }
   const int tok = blockIdx.y;

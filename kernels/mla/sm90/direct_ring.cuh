@@ -5,6 +5,7 @@
 
 #include "kernels/common/ptx.cuh"
 #include "kernels/common/sm90_ptx.cuh"
+#include "kernels/mla/sm90/checked.cuh"
 #include "kernels/mla/sm90/config.cuh"
 #include "kernels/mla/sm90/consumers.cuh"
 #include "kernels/mla/sm90/layout.cuh"
@@ -190,8 +191,10 @@ __device__ __forceinline__ void producer_copies(const DecodeKernelParams& kp, co
   const unsigned pool = pool_bound(static_cast<long long>(p.num_blocks) * Cfg::kPageSize);
   BlockPos<Cfg> cur = first_block<Cfg>(kp, part, tok);
   RawId id = raw_id_at<Cfg>(part, cur, mine);
+  [[maybe_unused]] int bad_it = -1;  // checked: the first block whose id of this lane was refused
   for (int it = 0; cur.r <= part.end_req; ++it) {
     const int c = finish_id<Cfg>(kp, id, pool);
+    if constexpr (kChecked<Cfg>) bad_it = first_refused<Cfg>(id, c, it, bad_it);  // checked.cuh
     next_block<Cfg>(kp, part, tok, cur);
     id = raw_id_at<Cfg>(part, cur, mine);  // the next block's, in flight while this one waits
     mbar_wait(sm.empty(it), ((it / kDirectRing) & 1) ^ 1);
@@ -208,6 +211,10 @@ __device__ __forceinline__ void producer_copies(const DecodeKernelParams& kp, co
     }
     ptx::cp_async_mbar_arrive_noinc(ptx::smem_addr(sm.full(it)));
     mbar_arrive(sm.full(it));
+  }
+  if constexpr (kChecked<Cfg>) {
+    if (lane < 16) report_refused<Cfg>(kp, part, tok, bad_it, mine, pool);  // 16..31 hold the same ids
+    if (warp == 0) check_lengths<Cfg>(kp, part, lane);
   }
 }
 

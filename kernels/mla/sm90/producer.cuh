@@ -13,6 +13,7 @@
 
 #include "kernels/common/ptx.cuh"
 #include "kernels/common/sm90_ptx.cuh"
+#include "kernels/mla/sm90/checked.cuh"
 #include "kernels/mla/sm90/config.cuh"
 #include "kernels/mla/sm90/dequant.cuh"
 #include "kernels/mla/sm90/gather.cuh"
@@ -148,6 +149,7 @@ __device__ __forceinline__ void producer(const DecodeKernelParams& kp, const Spa
   RawId pf_raw = raw_id_at<Cfg>(part, far, pf_k);  // block 1's, prefetched at block 0
   next_block<Cfg>(kp, part, tok, far);
   RawId my_raw = tg < kTokens ? raw_id_at<Cfg>(part, cur, tg) : RawId{-1, 0};
+  [[maybe_unused]] int bad_it = -1;  // checked: the first block whose id of this thread was refused
   for (int it = 0; cur.r <= part.end_req; ++it) {
     const int stage = it & 1;
     // The tile free. Fresh barriers complete "the phase before phase 0", so the first two waits
@@ -161,7 +163,13 @@ __device__ __forceinline__ void producer(const DecodeKernelParams& kp, const Spa
     wait_free();
     // Every CTA keeps all 64 ids: the consumers mask with them. The slot of block it was last
     // read by the consumers of block it - kIdSlots, done before the wait for block it - 2.
-    if (tg < kTokens) sm.ids(it)[tg] = finish_id<Cfg>(kp, my_raw, pool, extra_pool);
+    // Checked, the first block whose id of these was refused is kept for the record (checked.cuh);
+    // the prefetch's ids are the same entries, finished silently.
+    if (tg < kTokens) {
+      const int id = finish_id<Cfg>(kp, my_raw, pool, extra_pool);
+      if constexpr (kChecked<Cfg>) bad_it = first_refused<Cfg>(my_raw, id, it, bad_it);
+      sm.ids(it)[tg] = id;
+    }
     const int pf_id = finish_id<Cfg>(kp, pf_raw, pool, extra_pool);
     named_bar_sync(kBarIds, 256);
     // A block ahead: the next block's ids, and the id of the block two ahead.
@@ -184,6 +192,10 @@ __device__ __forceinline__ void producer(const DecodeKernelParams& kp, const Spa
     cur = nxt;
     next_block<Cfg>(kp, part, tok, nxt);
     next_block<Cfg>(kp, part, tok, far);
+  }
+  if constexpr (kChecked<Cfg>) {
+    report_refused<Cfg>(kp, part, tok, bad_it, tg, pool, extra_pool);
+    if (tg < 32) check_lengths<Cfg>(kp, part, tg);
   }
 }
 

@@ -90,6 +90,11 @@ __device__ __forceinline__ void enter_request(const DecodeKernelParams& kp, cons
   if constexpr (kDense<Cfg>) {
     c.len -= kp.p.q_len - 1 - tok;
     c.row = kp.dense.block_table + c.r * kp.dense.block_table_stride;
+    if constexpr (kChecked<Cfg>) {
+      // A length past the table's columns (recorded by check_lengths) reads no entry past them.
+      const long long columns = static_cast<long long>(kp.dense.max_blocks) * Cfg::kPageSize;
+      if (c.len > columns) c.len = static_cast<int>(columns);
+    }
   } else {
     c.row = kp.p.indices + c.r * kp.p.indices_stride_batch + tok * kp.p.indices_stride_token;
   }
@@ -131,9 +136,11 @@ __device__ __forceinline__ void next_block(const DecodeKernelParams& kp, const S
 
 // Token `k` of the block at `c` as loaded, a block before it is used: the index as stored
 // (sparse; MODEL1: slot 1 for the extra cache's), or the block-table entry and the slot in that
-// block (dense); -1 past the partition or past the request's (the query token's) length. Not yet checked: the check reads the loaded
-// value, so it is done where the id is used, a block later (finish_id), or the load's latency
-// would be waited for here (ptxas puts the compare right after the load).
+// block (dense); -1 past the partition or past the request's (the query token's) length (a checked
+// dense kernel's slot -1 then tells it from a table entry of -1, which is an offender there).
+// Not yet checked: the check reads the loaded value, so it is done where the id is used, a
+// block later (finish_id), or the load's latency would be waited for here (ptxas puts the compare
+// right after the load).
 struct RawId {
   int v;
   int slot;
@@ -141,7 +148,7 @@ struct RawId {
 template <class Cfg>
 __device__ __forceinline__ RawId raw_id_at(const SparsePart& part, const BlockPos<Cfg>& c, int k) {
   const int pos = c.blk * kTokens + k;
-  if (c.r > part.end_req || pos >= c.len) return RawId{-1, 0};
+  if (c.r > part.end_req || pos >= c.len) return RawId{-1, kChecked<Cfg> && kDense<Cfg> ? -1 : 0};
   if constexpr (kDense<Cfg>) {
     return RawId{ldg_nc_s32(c.row + pos / Cfg::kPageSize), pos % Cfg::kPageSize};
   } else if constexpr (kModel1<Cfg>) {
