@@ -19,6 +19,15 @@ MlaCacheFormat parse_kv_format(const std::string& name) {
               "\"fp8_sparse\" or \"model1\", got \"" + name + "\"");
 }
 
+// MlaConfig::lse_of_empty_row as Python spells it: "-inf" (deca's) or "+inf" (FlashMLA's).
+const char* lse_of_empty_row_name(MlaLseOfEmptyRow v) { return v == MlaLseOfEmptyRow::kPosInf ? "+inf" : "-inf"; }
+
+MlaLseOfEmptyRow parse_lse_of_empty_row(const std::string& name) {
+  if (name == "-inf") return MlaLseOfEmptyRow::kNegInf;
+  if (name == "+inf") return MlaLseOfEmptyRow::kPosInf;
+  throw Error("MlaConfig: lse_of_empty_row: expected \"-inf\" or \"+inf\", got \"" + name + "\"");
+}
+
 // The second cache's arguments (MODEL1), absent when None.
 void set_extra(MlaSparseArgs& a, const Tensor* kv, const Tensor* indices, const Tensor* length) {
   a.extra_kv_cache = view_or_absent(kv);
@@ -140,6 +149,10 @@ void register_mla(nb::module_& m) {
       .def_rw("max_seq_len", &MlaConfig::max_seq_len)
       .def_rw("topk", &MlaConfig::topk)
       .def_rw("lse", &MlaConfig::lse)
+      .def_prop_rw(
+          "lse_of_empty_row",
+          [](const MlaConfig& c) { return std::string(lse_of_empty_row_name(c.lse_of_empty_row)); },
+          [](MlaConfig& c, const std::string& v) { c.lse_of_empty_row = parse_lse_of_empty_row(v); })
       .def_rw("attn_sink", &MlaConfig::attn_sink)
       .def_rw("topk_length", &MlaConfig::topk_length)
       .def_rw("extra_topk", &MlaConfig::extra_topk)

@@ -19,6 +19,9 @@ constexpr TuningRow kRows[] = {
     // ---- MLA ----
     {Tuning::kMlaKernel, "DECA_MLA_KERNEL", 0, 0, "portable", "the sm90a kernels on sm_90",
      "portable: run the sm_80 mma.sync MLA kernels on Hopper too"},
+    {Tuning::kMlaCombine, "DECA_MLA_COMBINE", 0, 0, "split", "one warp per (request, token, head) row",
+     "split: the MLA combine with one CTA per row, a warp per 128 value dims and 16 pieces' loads in "
+     "flight (bitwise the same result; pending its first GPU round)"},
 };
 
 // Variables that chose variants since deleted: name, and what to do instead.
