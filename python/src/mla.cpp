@@ -57,7 +57,7 @@ void mla_sparse_planned_fast(const MlaPlan& plan, nb::handle q, nb::handle kv_ca
                              nb::handle out, nb::handle lse, float softmax_scale,
                              nb::handle workspace, std::uintptr_t stream, bool reuse_schedule,
                              nb::handle extra_kv_cache, nb::handle extra_indices,
-                             nb::handle extra_topk_length) {
+                             nb::handle extra_topk_length, bool lse_heads_first_layout) {
   constexpr const char* fn = "mla_decode_sparse";
   const Tensor tq = import_fast(q, DType::kBF16, {fn, "q"}, false);
   const Tensor tkv = import_fast(kv_cache, std::nullopt, {fn, "kv_cache"}, false);
@@ -67,7 +67,8 @@ void mla_sparse_planned_fast(const MlaPlan& plan, nb::handle q, nb::handle kv_ca
   const std::optional<Tensor> tsink =
       import_fast_optional(attn_sink, std::nullopt, {fn, "attn_sink"}, false);
   const Tensor tout = import_fast(out, DType::kBF16, {fn, "out"}, true);
-  const std::optional<Tensor> tlse = import_fast_optional(lse, std::nullopt, {fn, "lse"}, true);
+  std::optional<Tensor> tlse = import_fast_optional(lse, std::nullopt, {fn, "lse"}, true);
+  lse_heads_first(tlse, lse_heads_first_layout);
   const std::optional<Tensor> tws =
       import_fast_optional(workspace, std::nullopt, {fn, "workspace"}, true);
   const std::optional<Tensor> tekv =
@@ -226,7 +227,7 @@ void register_mla(nb::module_& m) {
         nb::arg("softmax_scale"), nb::arg("workspace").none(), nb::arg("stream"),
         nb::arg("reuse_schedule"), nb::arg("extra_kv_cache").none() = nb::none(),
         nb::arg("extra_indices").none() = nb::none(),
-        nb::arg("extra_topk_length").none() = nb::none());
+        nb::arg("extra_topk_length").none() = nb::none(), nb::arg("lse_heads_first") = false);
 
   m.def(
       "combine",

@@ -178,9 +178,10 @@ class _Sparse:
         batch, s_q, h_q = self.shape
         out = self.empty((batch, s_q, h_q, DIM_V), self.bf16)
         if s_q == 1:
-            # [batch, h_q, 1] seen as deca's [batch, 1, h_q]: written in place.
+            # [batch, h_q, 1] seen as deca's [batch, 1, h_q]: written in place. The fast path
+            # takes it as it is (the binding swaps the view's dims), saving the swapaxes.
             lse = self.empty((batch, h_q, 1), self.fp32)
-            lse_view = lse.swapaxes(1, 2)
+            lse_view = lse if not checked else lse.swapaxes(1, 2)
         else:  # deca writes rows of heads; FlashMLA's layout is a transposed copy
             lse = lse_view = self.empty((batch, s_q, h_q), self.fp32)
         cache = k_cache if self.cache_is_bytes else _bytes(k_cache)
@@ -207,7 +208,7 @@ class _Sparse:
             stream = current_stream(self.cuda_index, q) if self.cuda_index >= 0 else 0
             _C.mla_decode_sparse_planned_fast(self.plan._plan, q, cache, indices, topk_length,
                                               attn_sink, o, lse_view, self.scale, ws, stream,
-                                              reuse, ekv, eidx, elen)
+                                              reuse, ekv, eidx, elen, s_q == 1)
         if schedule is not None:
             schedule.scheduled(self.plan)
         return out, lse if s_q == 1 else _swap(lse)
