@@ -73,6 +73,8 @@ __device__ __forceinline__ RowWeights warp_row_weights(const float* lse, long lo
   // One value for the whole warp even where a NaN LSE made the butterfly's pairs disagree (the
   // sum is NaN then, as row_weights' is).
   m = __shfl_sync(0xffffffffu, m, 0);
+  // row_weights' empty-row block, repeated: a helper shared with it changes the verified
+  // combines' register allocation.
   RowWeights w;
   w.m = m;
   w.empty = m == neg_inf;

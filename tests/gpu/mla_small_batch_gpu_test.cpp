@@ -106,6 +106,19 @@ TEST(MlaCombineSplit, DenseBitwiseTheDefaultCombine) {
   }
 }
 
+// Three requests of 8192 indices (cut over the partitions) with topk_length and sinks.
+MlaCaseSpec long_sparse_spec(int heads, int q_len) {
+  MlaCaseSpec s;
+  s.batch = 3;
+  s.q_len = q_len;
+  s.num_heads = heads;
+  s.topk = 8192;
+  s.pool_blocks = 160;
+  s.topk_length = true;
+  s.attn_sink = true;
+  return s;
+}
+
 // Sparse requests of 8192 indices cut over the partitions: sinks, ragged topk_length (an empty
 // request), a row of -1 only, poisoned unused tokens; q_len 1 and 2, 16 heads (the direct kernel)
 // and 128 (the cluster).
@@ -116,16 +129,8 @@ TEST(MlaCombineSplit, SparseBitwiseTheDefaultCombine) {
     ScopedMlaKernel scoped(variant);
     for (int heads : {16, 128}) {
       for (int q_len : {1, 2}) {
-        MlaCaseSpec s;
-        s.batch = 3;
-        s.q_len = q_len;
-        s.num_heads = heads;
-        s.topk = 8192;
-        s.pool_blocks = 160;
-        s.topk_length = true;
-        s.attn_sink = true;
         auto rng = make_rng(500 + heads + q_len);
-        MlaSparseCase c = build_mla_sparse_case(s, rng);
+        MlaSparseCase c = build_mla_sparse_case(long_sparse_spec(heads, q_len), rng);
         add_sparse_edges(c, SparseEdges{});
         run_reference(c);
         expect_split_is_default<DeviceSparse>(variant + "/sparse_h" + std::to_string(heads) + "_q" +
@@ -188,16 +193,9 @@ TEST(MlaLseEmptyGpu, PlusInfOnlyForRowsWithoutKeys) {
       expect_plus_inf_plan<DeviceDense>(variant + "/dense_h" + std::to_string(heads), d, 6 * heads);
       // Sparse: request 1's first token all -1 (8192 indices: cut, every piece empty, so the
       // combine writes its LSE), the last request's topk_length 0.
-      MlaCaseSpec s;
-      s.batch = 3;
-      s.num_heads = heads;
-      s.topk = 8192;
-      s.pool_blocks = 160;
-      s.topk_length = true;
-      s.attn_sink = true;
-      MlaSparseCase c = build_mla_sparse_case(s, rng);
+      MlaSparseCase c = build_mla_sparse_case(long_sparse_spec(heads, 1), rng);
       add_sparse_edges(c, SparseEdges{});
-      c.topk_length.data<int>()[1] = s.topk;
+      c.topk_length.data<int>()[1] = c.spec.topk;
       c.bind();
       expect_plus_inf_plan<DeviceSparse>(variant + "/sparse_h" + std::to_string(heads), c, 2 * heads);
       if (HasFatalFailure()) return;
