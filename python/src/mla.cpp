@@ -20,7 +20,9 @@ MlaCacheFormat parse_kv_format(const std::string& name) {
 }
 
 // MlaConfig::lse_of_empty_row as Python spells it: "-inf" (deca's) or "+inf" (FlashMLA's).
-const char* lse_of_empty_row_name(MlaLseOfEmptyRow v) { return v == MlaLseOfEmptyRow::kPosInf ? "+inf" : "-inf"; }
+const char* lse_of_empty_row_name(MlaLseOfEmptyRow v) {
+  return v == MlaLseOfEmptyRow::kPosInf ? "+inf" : "-inf";
+}
 
 MlaLseOfEmptyRow parse_lse_of_empty_row(const std::string& name) {
   if (name == "-inf") return MlaLseOfEmptyRow::kNegInf;

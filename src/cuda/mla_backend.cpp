@@ -59,7 +59,8 @@ int head_blocks(int num_heads) { return (num_heads + 63) / 64; }
 // DECA_MLA_COMBINE=split): a CTA per (request, token, head).
 jit::Dim3 combine_grid(int num_heads, int q_len, int batch, bool split = false) {
   jit::Dim3 grid;
-  grid.x = static_cast<unsigned>(split ? num_heads : (num_heads + mla::kCombineWarps - 1) / mla::kCombineWarps);
+  const int per_cta = split ? 1 : mla::kCombineWarps;
+  grid.x = static_cast<unsigned>((num_heads + per_cta - 1) / per_cta);
   grid.y = static_cast<unsigned>(q_len);
   grid.z = static_cast<unsigned>(batch);
   return grid;

@@ -112,7 +112,8 @@ jit::JitSpec MlaKernelKey::spec() const {
       break;
     case MlaKernelRole::kCombine:
       if (combine_split) {
-        header = model1() ? "kernels/mla/combine/entry_model1_split.cuh" : "kernels/mla/combine/entry_split.cuh";
+        header = model1() ? "kernels/mla/combine/entry_model1_split.cuh"
+                          : "kernels/mla/combine/entry_split.cuh";
       } else {
         header = model1() ? "kernels/mla/combine/entry_model1.cuh" : "kernels/mla/combine/entry.cuh";
       }

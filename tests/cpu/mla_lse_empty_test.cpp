@@ -45,8 +45,8 @@ TEST(MlaLseEmpty, SparsePlusInfOnlyForRowsWithoutKeys) {
   c.topk_length.data<int>()[0] = 8;
   c.topk_length.data<int>()[1] = 0;           // request 1: nothing counts
   c.topk_length.data<int>()[2] = 8;           // request 2: keys (unless all were drawn -1)
-  const int empty = expect_only_empty_rows_change(c.params, c.out, c.lse,
-                                                  [](const MlaSparseParams& p) { cpu::mla_sparse_decode(p); });
+  const auto decode = [](const MlaSparseParams& p) { cpu::mla_sparse_decode(p); };
+  const int empty = expect_only_empty_rows_change(c.params, c.out, c.lse, decode);
   EXPECT_GE(empty, 3 * s.num_heads);  // request 0's first token and both of request 1's
   EXPECT_LT(empty, c.lse.numel());
 }
@@ -59,8 +59,8 @@ TEST(MlaLseEmpty, DensePlusInfOnlyForEmptyRequests) {
   s.page_size = 4;
   auto rng = make_rng(72);
   MlaDenseCase c = build_mla_dense_case(s, rng);
-  const int empty = expect_only_empty_rows_change(c.params, c.out, c.lse,
-                                                  [](const MlaDenseParams& p) { cpu::mla_dense_decode(p); });
+  const auto decode = [](const MlaDenseParams& p) { cpu::mla_dense_decode(p); };
+  const int empty = expect_only_empty_rows_change(c.params, c.out, c.lse, decode);
   EXPECT_EQ(empty, s.num_heads);  // request 0
 }
 

@@ -66,8 +66,10 @@ TEST(MlaCombineNvrtc, PortableLsePosInfKernelsCompileWithoutSpilling) {
     bool checked;
   };
   for (int arch : {90, 80}) {
-    for (const Plan pl : {Plan{true, MlaCacheFormat::kDefault, false}, Plan{true, MlaCacheFormat::kDefault, true},
-                          Plan{false, MlaCacheFormat::kBF16, false}, Plan{true, MlaCacheFormat::kModel1, false}}) {
+    for (const Plan pl : {Plan{true, MlaCacheFormat::kDefault, false},
+                          Plan{true, MlaCacheFormat::kDefault, true},
+                          Plan{false, MlaCacheFormat::kBF16, false},
+                          Plan{true, MlaCacheFormat::kModel1, false}}) {
       MlaConfig c;
       c.num_heads = 64;
       c.sparse = pl.sparse;

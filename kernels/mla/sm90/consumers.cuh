@@ -146,7 +146,8 @@ __device__ __forceinline__ void store_lse(const DecodeKernelParams& kp, const Pi
     if (pc.split) {
       kp.run.partial_lse[(static_cast<long long>(pc.slot) * p.q_len + tok) * p.num_heads + head] = lse[half];
     } else if (p.lse != nullptr) {
-      p.lse[r * p.lse_stride_batch + tok * p.lse_stride_token + head * p.lse_stride_head] = final_lse(lse[half]);
+      p.lse[r * p.lse_stride_batch + tok * p.lse_stride_token + head * p.lse_stride_head] =
+          final_lse(lse[half]);
     }
   }
 }
