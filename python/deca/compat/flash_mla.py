@@ -411,7 +411,11 @@ def _bytes(cache):
 
 
 def _swap(lse):
-    """[batch, s_q, h] -> FlashMLA's [batch, h, s_q], contiguous."""
+    """[batch, s_q, h] -> FlashMLA's [batch, h, s_q], contiguous. With s_q 1 both are the same
+    memory: one reshape (a view), no transposed view and copy per call."""
+    batch, s_q, h = lse.shape
+    if s_q == 1:
+        return lse.reshape(batch, h, 1)
     t = lse.swapaxes(1, 2)
     if hasattr(t, "contiguous"):
         return t.contiguous().view(-1).view(t.shape)
