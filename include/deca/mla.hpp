@@ -76,6 +76,15 @@ enum class MlaCacheFormat : int {
 // enum.
 const char* mla_cache_format_name(MlaCacheFormat format);
 
+// The LSE a row without a valid key gets (MlaConfig::lse_of_empty_row). Its output row is zeros
+// either way. kNegInf is the log of the empty sum (deca's convention, and what `combine` reads
+// as "no key"); kPosInf is FlashMLA's (its compat layer asks for it, so that no extra kernel maps
+// the LSE afterwards). Rows with keys, and NaN LSEs (NaN inputs), are the same under both.
+enum class MlaLseOfEmptyRow : int {
+  kNegInf = 0,
+  kPosInf = 1,
+};
+
 struct MlaConfig {
   int num_heads = 0;
   int page_size = 64;
@@ -89,6 +98,12 @@ struct MlaConfig {
   int max_seq_len = 0;
   int topk = 0;          // sparse: indices per query token
   bool lse = true;
+  // The LSE written for a row without a valid key (an empty request, a query token whose keys
+  // are all masked, indices all -1): -inf (default) or +inf. On CUDA it is compiled into the
+  // decode and combine kernels ("_lsepinf" in MlaPlan::kernel_name); only the final LSE is
+  // affected, never a split piece's. Refused (plan_mla_decode, config.lse_of_empty_row) outside
+  // the enum.
+  MlaLseOfEmptyRow lse_of_empty_row = MlaLseOfEmptyRow::kNegInf;
   bool attn_sink = false;    // sparse: args.attn_sink given
   bool topk_length = false;  // sparse: args.topk_length given
   // kModel1 only: a second cache (MlaSparseArgs::extra_*), in the same 584-byte format with its
@@ -123,7 +138,8 @@ struct MlaPlan {
   int sm_count = 0;
   // CUDA: SM partitions the scheduler fills (sm_count / (max_q_len * head blocks of 64)).
   int num_parts = 0;
-  // CUDA: the decode kernel, e.g. "mla_sparse_decode_portable_sm90"; "" on the CPU.
+  // CUDA: the decode kernel, e.g. "mla_sparse_decode_portable_sm90" (with "+" and the combine
+  // kernel's name when DECA_MLA_COMBINE picks another combine, docs/tuning.md); "" on the CPU.
   std::string kernel_name;
 };
 

@@ -17,6 +17,14 @@ struct RowWeights {
   bool empty;
 };
 
+// The LSE and the output factor of a non-empty row from its largest LSE (w.m) and the sum of
+// exp(lse_j - m) over its pieces.
+__device__ __forceinline__ void finish_weights(RowWeights& w, float sum, const float* sink) {
+  w.lse = w.m + __logf(sum);
+  const float denom = sum + (sink != nullptr ? __expf(*sink - w.m) : 0.f);
+  w.inv_denom = __frcp_rn(denom);  // no IEEE-division slow path (a call that spills)
+}
+
 __device__ __forceinline__ RowWeights row_weights(const float* lse, long long stride, int count,
                                                   const float* sink) {
   const float neg_inf = -__int_as_float(0x7f800000);
@@ -38,9 +46,52 @@ __device__ __forceinline__ RowWeights row_weights(const float* lse, long long st
     const float l = lse[j * stride];
     if (l != neg_inf) sum += __expf(l - m);
   }
-  w.lse = m + __logf(sum);
-  const float denom = sum + (sink != nullptr ? __expf(*sink - m) : 0.f);
-  w.inv_denom = __frcp_rn(denom);  // no IEEE-division slow path (a call that spills)
+  finish_weights(w, sum, sink);
+  return w;
+}
+
+// row_weights spread over a warp, for rows of many pieces: lane t loads the LSEs of pieces t,
+// t + 32, ... (one load each, all in flight) instead of every lane loading every LSE in turn.
+// The maximum is the same (a maximum is exact in any order) and the sum adds the same terms in
+// the same order, lane k's term shuffled to all at step k (an empty piece adds +0, which leaves
+// a non-negative sum as it was), so the weights are bitwise row_weights'. Every lane of the warp
+// must call it with the same arguments.
+__device__ __forceinline__ RowWeights warp_row_weights(const float* lse, long long stride, int count,
+                                                       const float* sink) {
+  const float neg_inf = -__int_as_float(0x7f800000);
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  float m = neg_inf;
+  for (int j = lane; j < count; j += 32) {
+    const float l = lse[j * stride];
+    if (l != neg_inf && !(l <= m)) m = l;
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float l = __shfl_xor_sync(0xffffffffu, m, o);
+    if (l != neg_inf && !(l <= m)) m = l;
+  }
+  // One value for the whole warp even where a NaN LSE made the butterfly's pairs disagree (the
+  // sum is NaN then, as row_weights' is).
+  m = __shfl_sync(0xffffffffu, m, 0);
+  // row_weights' empty-row block, repeated: a helper shared with it changes the verified
+  // combines' register allocation.
+  RowWeights w;
+  w.m = m;
+  w.empty = m == neg_inf;
+  if (w.empty) {
+    w.inv_denom = 0.f;
+    w.lse = neg_inf;
+    return w;
+  }
+  float sum = 0.f;
+  for (int base = 0; base < count; base += 32) {
+    const int j = base + lane;
+    const float l = j < count ? lse[j * stride] : neg_inf;
+    const float e = l != neg_inf ? __expf(l - m) : 0.f;
+    const int n = count - base < 32 ? count - base : 32;
+    for (int k = 0; k < n; ++k) sum += __shfl_sync(0xffffffffu, e, k);
+  }
+  finish_weights(w, sum, sink);
   return w;
 }
 

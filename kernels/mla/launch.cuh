@@ -7,6 +7,9 @@ namespace deca::mla {
 // The combine kernels: one warp per output row.
 inline constexpr int kCombineWarps = 8;
 inline constexpr int kCombineThreads = 32 * kCombineWarps;
+// The split combine (DECA_MLA_COMBINE=split): one CTA per row, a warp per 128 value dims.
+inline constexpr int kCombineSplitWarps = 4;
+inline constexpr int kCombineSplitThreads = 32 * kCombineSplitWarps;
 
 // The scheduler kernel: one thread walks, all run the rest.
 inline constexpr int kScheduleThreads = 128;

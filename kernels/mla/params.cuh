@@ -19,6 +19,12 @@ enum MlaKvFormat : int {
   kMlaKvModel1 = 3,
 };
 
+// What a row without a valid key gets as its final LSE (MlaConfig::lse_of_empty_row).
+enum MlaLseEmpty : int {
+  kMlaLseEmptyNegInf = 0,  // -inf: the log of an empty sum (deca's convention)
+  kMlaLseEmptyPosInf = 1,  // +inf: FlashMLA's convention
+};
+
 struct MlaDenseParams {
   int batch;
   int q_len;
@@ -50,6 +56,7 @@ struct MlaDenseParams {
   long long lse_stride_head;
 
   float softmax_scale;
+  int lse_empty;         // MlaLseEmpty, as MlaSparseParams::lse_empty
 };
 
 struct MlaSparseParams {
@@ -93,6 +100,11 @@ struct MlaSparseParams {
   int extra_page_size;
   int extra_num_blocks;
   int extra_topk;
+  // The final LSE of a row without a valid key (MlaLseEmpty): kMlaLseEmptyNegInf (0, deca's
+  // convention) or kMlaLseEmptyPosInf (FlashMLA's). The CPU reference reads it; the GPU kernels
+  // compile the plan's choice in (kernels/mla/lse.cuh) and never read this field. It fills the
+  // padding before extra_kv, so the struct's layout (the kernels' parameter offsets) is unchanged.
+  int lse_empty;
   const unsigned char* extra_kv;  // [extra_num_blocks, extra_page_size, 1, 584] bytes
   long long extra_kv_stride_block;  // bytes
   const int* extra_indices;       // [batch, q_len, extra_topk]; id = block * extra_page_size + slot

@@ -145,9 +145,11 @@ def _meta(x, where, dtype=None):
 
 def mla_sparse(q, kv_cache, indices, out, lse=None, *, fn="mla_decode_sparse",
                topk_length=None, attn_sink=None, softmax_scale=0.0, schedule=None,
-               extra_kv_cache=None, extra_indices=None, extra_topk_length=None):
+               extra_kv_cache=None, extra_indices=None, extra_topk_length=None,
+               lse_of_empty_row="-inf"):
     """Sparse FP8 MLA decode of q [batch, q_len, heads, 576] into out [.., 512] (and lse); a
     584-byte cache is MODEL1's (q [.., 512]), with the optional second cache (extra_*).
+    lse_of_empty_row: MlaPlan's ("+inf": FlashMLA's convention, written by the kernels).
 
     `schedule` (a StepSchedule): on CUDA the run uses the holder's workspace, schedules on the
     holder's first call with this shape and reuses that schedule after (the other layers of a
@@ -155,7 +157,8 @@ def mla_sparse(q, kv_cache, indices, out, lse=None, *, fn="mla_decode_sparse",
     plan, ws = mla_sparse_plan(q, kv_cache, indices, fn=fn, lse=lse is not None,
                                attn_sink=attn_sink is not None,
                                topk_length=topk_length is not None,
-                               extra=(extra_kv_cache, extra_indices, extra_topk_length))
+                               extra=(extra_kv_cache, extra_indices, extra_topk_length),
+                               lse_of_empty_row=lse_of_empty_row)
     reuse = False
     if schedule is not None and ws is not None:  # no workspace: the CPU, nothing to schedule
         ws, reuse = schedule.workspace_for(plan, q, None, fn)
@@ -170,7 +173,7 @@ def mla_sparse(q, kv_cache, indices, out, lse=None, *, fn="mla_decode_sparse",
 
 
 def mla_sparse_plan(q, kv_cache, indices, *, fn, lse, attn_sink, topk_length,
-                    extra=(None, None, None)):
+                    extra=(None, None, None), lse_of_empty_row="-inf"):
     """(MlaPlan, workspace) of a sparse MLA call, as gqa_plan; extra: (extra_kv_cache,
     extra_indices, extra_topk_length), MODEL1's second cache."""
     mq = arg_meta(q)
@@ -178,7 +181,7 @@ def mla_sparse_plan(q, kv_cache, indices, *, fn, lse, attn_sink, topk_length,
     if mq is not None:
         key = (mq, arg_meta(kv_cache), getattr(indices, "shape", None), lse, attn_sink,
                topk_length, arg_meta(extra[0]), getattr(extra[1], "shape", None),
-               extra[2] is None)
+               extra[2] is None, lse_of_empty_row)
         hit = _MLA_CALLS.get(key)
         if hit is not None:
             return hit
@@ -195,7 +198,8 @@ def mla_sparse_plan(q, kv_cache, indices, *, fn, lse, attn_sink, topk_length,
                   topk=it.shape[2], lse=lse, attn_sink=attn_sink, topk_length=topk_length,
                   kv_format=sparse_kv_format(kvt), extra_topk=extra_topk,
                   extra_page_size=extra_page_size, extra_topk_length=extra_topk_length,
-                  checked=None, device=_plan_cache.device_text(qt))
+                  checked=None, device=_plan_cache.device_text(qt),
+                  lse_of_empty_row=lse_of_empty_row)
     hit = _plan_cache.plan(MlaPlan, MLA_KEYS, tuple(config[k] for k in MLA_KEYS), q, qt, fn)
     if key is not None:
         _MLA_CALLS[key] = hit
@@ -233,13 +237,13 @@ class StepSchedule:
 
 def mla_dense(q, kv_cache, block_table, cache_seqlens, out, lse=None, *,
               fn="mla_decode_dense", softmax_scale=0.0, kv_scale=1.0, kv_format=None,
-              schedule=None):
+              schedule=None, lse_of_empty_row="-inf"):
     """Dense MLA decode of q [batch, q_len, heads, 576] into out [.., 512] (and lse).
 
     kv_format (None: from kv_cache's dtype; "fp8_e4m3" for uint8 bits of e4m3 values) as
     deca.mla_decode_dense; `schedule` (a StepSchedule) as mla_sparse's."""
     plan, ws = mla_dense_plan(q, kv_cache, block_table, fn=fn, lse=lse is not None,
-                              kv_format=kv_format)
+                              kv_format=kv_format, lse_of_empty_row=lse_of_empty_row)
     reuse = False
     if schedule is not None and ws is not None:  # as in mla_sparse
         ws, reuse = schedule.workspace_for(plan, q, None, fn)
@@ -251,13 +255,13 @@ def mla_dense(q, kv_cache, block_table, cache_seqlens, out, lse=None, *,
     return out
 
 
-def mla_dense_plan(q, kv_cache, block_table, *, fn, lse, kv_format=None):
+def mla_dense_plan(q, kv_cache, block_table, *, fn, lse, kv_format=None, lse_of_empty_row="-inf"):
     """(MlaPlan, workspace) of a dense MLA call, as gqa_plan; kv_format as mla_dense's."""
     mq = arg_meta(q)
     key = None
     if mq is not None:
         key = ("dense", mq, arg_meta(kv_cache), getattr(block_table, "shape", None), lse,
-               kv_format)
+               kv_format, lse_of_empty_row)
         hit = _MLA_CALLS.get(key)
         if hit is not None:
             return hit
@@ -272,7 +276,7 @@ def mla_dense_plan(q, kv_cache, block_table, *, fn, lse, kv_format=None):
                   max_batch=max(qt.shape[0], 1), max_q_len=qt.shape[1],
                   max_seq_len=max(min(btt.shape[1] * kvt.shape[1], 2 ** 31 - 1), 1), topk=0,
                   lse=lse, attn_sink=False, topk_length=False, checked=None,
-                  device=_plan_cache.device_text(qt))
+                  device=_plan_cache.device_text(qt), lse_of_empty_row=lse_of_empty_row)
     config.update(zip(("extra_topk", "extra_page_size", "extra_topk_length"), NO_EXTRA))
     hit = _plan_cache.plan(MlaPlan, MLA_KEYS, tuple(config[k] for k in MLA_KEYS), q, qt, fn)
     if key is not None:

@@ -24,6 +24,8 @@ _BF16 = numpy_dtype("bf16")
 # e4m3 values a token, real = stored * kv_scale), "fp8_sparse" (the 656-byte token), "model1"
 # (DeepSeek V4's 584-byte token, sparse only; see pack_mla_fp8(format="model1")).
 KV_FORMATS = ("default", "bf16", "fp8_e4m3", "fp8_sparse", "model1")
+# MlaPlan's lse_of_empty_row: what a row without a valid key gets as its LSE.
+LSE_OF_EMPTY_ROW = ("-inf", "+inf")
 
 
 class MlaPlan:
@@ -35,7 +37,7 @@ class MlaPlan:
     def __init__(self, num_heads, *, sparse=False, kv_format="default", page_size=64,
                  max_batch=1, max_q_len=1, max_seq_len=0, topk=0, lse=True, attn_sink=False,
                  topk_length=False, extra_topk=0, extra_page_size=64, extra_topk_length=False,
-                 checked=None, device="cpu"):
+                 checked=None, device="cpu", lse_of_empty_row="-inf"):
         """kv_format (KV_FORMATS): the cache a dense plan reads; sparse plans read the 656-byte
         token ("default" or "fp8_sparse") or MODEL1's 584-byte one ("model1": q and K are 512
         dims, V the whole row). extra_topk (> 0: "model1" only): the second cache's indices per
@@ -43,7 +45,9 @@ class MlaPlan:
         size, extra_topk_length whether runs pass extra_topk_length. max_seq_len (dense, >= 1):
         the longest cache_seqlens entry any run may pass. checked (None:
         deca.checked_by_default()): CUDA plans test every index, length and block id they read
-        (see check()) and run the portable decode kernel."""
+        (see check()) and run the portable decode kernel. lse_of_empty_row: the LSE of a row
+        without a valid key, "-inf" (deca's convention) or "+inf" (FlashMLA's; compiled into
+        the CUDA kernels)."""
         check_scalars("MlaPlan", ints=dict(num_heads=num_heads, page_size=page_size,
                                            max_batch=max_batch, max_q_len=max_q_len,
                                            max_seq_len=max_seq_len, topk=topk,
@@ -53,12 +57,14 @@ class MlaPlan:
                                  topk_length=topk_length, extra_topk_length=extra_topk_length,
                                  checked=checked))
         choice("MlaPlan", "kv_format", kv_format, KV_FORMATS)
+        choice("MlaPlan", "lse_of_empty_row", lse_of_empty_row, LSE_OF_EMPTY_ROW)
         c = _C.MlaConfig()
         c.num_heads, c.page_size, c.sparse, c.kv_format = num_heads, page_size, sparse, kv_format
         c.max_batch, c.max_q_len, c.max_seq_len, c.topk = max_batch, max_q_len, max_seq_len, topk
         c.lse, c.attn_sink, c.topk_length = lse, attn_sink, topk_length
         c.extra_topk, c.extra_page_size = extra_topk, extra_page_size
         c.extra_topk_length = extra_topk_length
+        c.lse_of_empty_row = lse_of_empty_row
         if checked is not None:
             c.checked = checked
         c.device = parse_device(device, "MlaPlan")
@@ -193,7 +199,7 @@ def _outputs(fn, q, qt, out, lse, return_lse):
 # MlaPlan's keywords, in the order _plan_cache keys plans by.
 MLA_KEYS = ("num_heads", "sparse", "kv_format", "page_size", "max_batch", "max_q_len", "max_seq_len", "topk",
             "lse", "attn_sink", "topk_length", "extra_topk", "extra_page_size",
-            "extra_topk_length", "checked", "device")
+            "extra_topk_length", "checked", "device", "lse_of_empty_row")
 # The values of the three extra_* keys for a call without a second cache.
 NO_EXTRA = (0, 64, False)
 # The one-off calls' prepared shapes: the caller's argument metadata -> _OneOff.
@@ -312,7 +318,7 @@ def mla_decode_dense(q, kv_cache, block_table, cache_seqlens, out=None, *, softm
         max_seq_len = min(btt.shape[1] * page_size, _INT32_MAX)
     values = (qt.shape[2], False, kv_format or dense_kv_format(kvt), page_size,
               max(qt.shape[0], 1), qt.shape[1], max(max_seq_len, 1), 0, want_lse, False, False) + \
-        NO_EXTRA + (checked, _device_text(qt))
+        NO_EXTRA + (checked, _device_text(qt), "-inf")
     prepared, out, lse = _prepare(fn, key, q, qt, out, lse, want_lse, values)
     return prepared.call(prepared.plan.run_dense, fn, q, (kv_cache, block_table, cache_seqlens),
                          out, lse, workspace, stream, softmax_scale=softmax_scale,
@@ -381,7 +387,7 @@ def mla_decode_sparse(q, kv_cache, indices, out=None, *, topk_length=None, attn_
     values = (qt.shape[2], True, kv_format or sparse_kv_format(kvt), kvt.shape[1],
               max(qt.shape[0], 1), qt.shape[1], min(kvt.shape[0] * kvt.shape[1], _INT32_MAX),
               it.shape[2], want_lse, attn_sink is not None, topk_length is not None) + \
-        extra_config(fn, *extra) + (checked, _device_text(qt))
+        extra_config(fn, *extra) + (checked, _device_text(qt), "-inf")
     prepared, out, lse = _prepare(fn, key, q, qt, out, lse, want_lse, values)
     return prepared.call(prepared.plan.run_sparse, fn, q, (kv_cache, indices), out, lse,
                          workspace, stream, topk_length=topk_length, attn_sink=attn_sink,

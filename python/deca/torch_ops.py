@@ -86,37 +86,41 @@ def mla_decode_sparse(q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Te
                       topk_length: Optional[torch.Tensor], attn_sink: Optional[torch.Tensor],
                       softmax_scale: float, extra_kv_cache: Optional[torch.Tensor] = None,
                       extra_indices: Optional[torch.Tensor] = None,
-                      extra_topk_length: Optional[torch.Tensor] = None) -> None:
+                      extra_topk_length: Optional[torch.Tensor] = None,
+                      lse_of_empty_row: str = "-inf") -> None:
     """Sparse FP8 MLA decode (deca.mla_decode_sparse's semantics) into out [batch, q_len,
     heads, 512] and lse [batch, q_len, heads]; a [.., 584] cache is MODEL1's (q [.., 512]), with
-    the optional second cache (extra_kv_cache, extra_indices, extra_topk_length)."""
+    the optional second cache (extra_kv_cache, extra_indices, extra_topk_length).
+    lse_of_empty_row: the LSE of a row without a valid key, "-inf" or "+inf" (MlaPlan's)."""
     _cached_ops.mla_sparse(q, kv_cache, indices, out, lse, topk_length=topk_length,
                            attn_sink=attn_sink, softmax_scale=softmax_scale,
                            extra_kv_cache=extra_kv_cache, extra_indices=extra_indices,
-                           extra_topk_length=extra_topk_length)
+                           extra_topk_length=extra_topk_length,
+                           lse_of_empty_row=lse_of_empty_row)
 
 
 @mla_decode_sparse.register_fake
 def _mla_decode_sparse_fake(q, kv_cache, indices, out, lse, topk_length, attn_sink,
                             softmax_scale, extra_kv_cache=None, extra_indices=None,
-                            extra_topk_length=None):
+                            extra_topk_length=None, lse_of_empty_row="-inf"):
     return None
 
 
 @torch.library.custom_op(f"{_LIB}::mla_decode_dense", mutates_args=("out", "lse"))
 def mla_decode_dense(q: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tensor,
                      cache_seqlens: torch.Tensor, out: torch.Tensor, lse: Optional[torch.Tensor],
-                     softmax_scale: float, kv_scale: float, kv_format: str) -> None:
+                     softmax_scale: float, kv_scale: float, kv_format: str,
+                     lse_of_empty_row: str = "-inf") -> None:
     """Dense MLA decode (deca.mla_decode_dense's semantics) into out [batch, q_len, heads, 512]
     and lse [batch, q_len, heads]: a bf16, fp8 e4m3 (kv_scale: real = stored * kv_scale) or
     656-byte token cache; kv_format "" = from the cache's dtype (pass "fp8_e4m3" for e4m3 bits
-    in uint8)."""
+    in uint8). lse_of_empty_row as mla_decode_sparse's."""
     _cached_ops.mla_dense(q, kv_cache, block_table, cache_seqlens, out, lse,
                           softmax_scale=softmax_scale, kv_scale=kv_scale,
-                          kv_format=kv_format or None)
+                          kv_format=kv_format or None, lse_of_empty_row=lse_of_empty_row)
 
 
 @mla_decode_dense.register_fake
 def _mla_decode_dense_fake(q, kv_cache, block_table, cache_seqlens, out, lse, softmax_scale,
-                           kv_scale, kv_format):
+                           kv_scale, kv_format, lse_of_empty_row="-inf"):
     return None

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "deca/deca.hpp"
 
@@ -54,6 +55,16 @@ inline std::optional<Tensor> import_fast_optional(nb::handle object, std::option
                                                   const FastWhere& where, bool writable) {
   return object.is_none() ? std::optional<Tensor>()
                           : std::optional<Tensor>(import_fast(object, declared, where, writable));
+}
+
+// An LSE passed in the peers' layout [batch, heads, q_len] (FlashAttention's and FlashMLA's
+// returned tensor) as deca's [batch, q_len, heads] view of the same memory: dims 1 and 2 and
+// their strides swapped. The compat layers' fast paths pass the tensor they return, so Python
+// makes no transposed view per call. Anything but rank 3 is left for the API's shape check.
+inline void lse_heads_first(std::optional<Tensor>& lse, bool heads_first) {
+  if (!heads_first || !lse || lse->view.rank != 3) return;
+  std::swap(lse->view.shape[1], lse->view.shape[2]);
+  std::swap(lse->view.stride[1], lse->view.stride[2]);
 }
 
 // An optional import as the pointer the helpers below and make_args take: null for None.

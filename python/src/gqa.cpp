@@ -108,7 +108,8 @@ void run_planned_fast(const GqaPlan& plan, nb::handle q, nb::handle k_cache, nb:
                       nb::handle page_table, nb::handle seq_lens, nb::handle out, nb::handle lse,
                       nb::handle tree_mask, nb::handle sinks, nb::handle k_scales,
                       nb::handle v_scales, float k_scale, float v_scale, float softmax_scale,
-                      float out_scale, nb::handle workspace, std::uintptr_t stream) {
+                      float out_scale, nb::handle workspace, std::uintptr_t stream,
+                      bool lse_heads_first_layout) {
   if constexpr (stage == FastStage::kNothing) return;
   const GqaConfig& c = plan.config;
   constexpr const char* fn = "gqa_decode";
@@ -124,7 +125,8 @@ void run_planned_fast(const GqaPlan& plan, nb::handle q, nb::handle k_cache, nb:
   const Tensor tpt = in(page_table, std::nullopt, "page_table");
   const Tensor tsl = in(seq_lens, std::nullopt, "seq_lens");
   const Tensor tout = import_fast(out, c.out_dtype, {fn, "out"}, true);
-  const std::optional<Tensor> tlse = maybe(lse, "lse", true);
+  std::optional<Tensor> tlse = maybe(lse, "lse", true);
+  lse_heads_first(tlse, lse_heads_first_layout);
   const std::optional<Tensor> tmask = maybe(tree_mask, "tree_mask", false);
   const std::optional<Tensor> tsinks = maybe(sinks, "sinks", false);
   const std::optional<Tensor> tks = maybe(k_scales, "k_scales", false);
@@ -150,7 +152,7 @@ void def_fast(nb::module_& m, const char* name) {
         nb::arg("lse").none(), nb::arg("tree_mask").none(), nb::arg("sinks").none(),
         nb::arg("k_scales").none(), nb::arg("v_scales").none(), nb::arg("k_scale"),
         nb::arg("v_scale"), nb::arg("softmax_scale"), nb::arg("out_scale"),
-        nb::arg("workspace").none(), nb::arg("stream"));
+        nb::arg("workspace").none(), nb::arg("stream"), nb::arg("lse_heads_first") = false);
 }
 
 }  // namespace

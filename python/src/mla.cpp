@@ -19,6 +19,17 @@ MlaCacheFormat parse_kv_format(const std::string& name) {
               "\"fp8_sparse\" or \"model1\", got \"" + name + "\"");
 }
 
+// MlaConfig::lse_of_empty_row as Python spells it: "-inf" (deca's) or "+inf" (FlashMLA's).
+const char* lse_of_empty_row_name(MlaLseOfEmptyRow v) {
+  return v == MlaLseOfEmptyRow::kPosInf ? "+inf" : "-inf";
+}
+
+MlaLseOfEmptyRow parse_lse_of_empty_row(const std::string& name) {
+  if (name == "-inf") return MlaLseOfEmptyRow::kNegInf;
+  if (name == "+inf") return MlaLseOfEmptyRow::kPosInf;
+  throw Error("MlaConfig: lse_of_empty_row: expected \"-inf\" or \"+inf\", got \"" + name + "\"");
+}
+
 // The second cache's arguments (MODEL1), absent when None.
 void set_extra(MlaSparseArgs& a, const Tensor* kv, const Tensor* indices, const Tensor* length) {
   a.extra_kv_cache = view_or_absent(kv);
@@ -48,7 +59,7 @@ void mla_sparse_planned_fast(const MlaPlan& plan, nb::handle q, nb::handle kv_ca
                              nb::handle out, nb::handle lse, float softmax_scale,
                              nb::handle workspace, std::uintptr_t stream, bool reuse_schedule,
                              nb::handle extra_kv_cache, nb::handle extra_indices,
-                             nb::handle extra_topk_length) {
+                             nb::handle extra_topk_length, bool lse_heads_first_layout) {
   constexpr const char* fn = "mla_decode_sparse";
   const Tensor tq = import_fast(q, DType::kBF16, {fn, "q"}, false);
   const Tensor tkv = import_fast(kv_cache, std::nullopt, {fn, "kv_cache"}, false);
@@ -58,7 +69,8 @@ void mla_sparse_planned_fast(const MlaPlan& plan, nb::handle q, nb::handle kv_ca
   const std::optional<Tensor> tsink =
       import_fast_optional(attn_sink, std::nullopt, {fn, "attn_sink"}, false);
   const Tensor tout = import_fast(out, DType::kBF16, {fn, "out"}, true);
-  const std::optional<Tensor> tlse = import_fast_optional(lse, std::nullopt, {fn, "lse"}, true);
+  std::optional<Tensor> tlse = import_fast_optional(lse, std::nullopt, {fn, "lse"}, true);
+  lse_heads_first(tlse, lse_heads_first_layout);
   const std::optional<Tensor> tws =
       import_fast_optional(workspace, std::nullopt, {fn, "workspace"}, true);
   const std::optional<Tensor> tekv =
@@ -140,6 +152,10 @@ void register_mla(nb::module_& m) {
       .def_rw("max_seq_len", &MlaConfig::max_seq_len)
       .def_rw("topk", &MlaConfig::topk)
       .def_rw("lse", &MlaConfig::lse)
+      .def_prop_rw(
+          "lse_of_empty_row",
+          [](const MlaConfig& c) { return std::string(lse_of_empty_row_name(c.lse_of_empty_row)); },
+          [](MlaConfig& c, const std::string& v) { c.lse_of_empty_row = parse_lse_of_empty_row(v); })
       .def_rw("attn_sink", &MlaConfig::attn_sink)
       .def_rw("topk_length", &MlaConfig::topk_length)
       .def_rw("extra_topk", &MlaConfig::extra_topk)
@@ -213,7 +229,7 @@ void register_mla(nb::module_& m) {
         nb::arg("softmax_scale"), nb::arg("workspace").none(), nb::arg("stream"),
         nb::arg("reuse_schedule"), nb::arg("extra_kv_cache").none() = nb::none(),
         nb::arg("extra_indices").none() = nb::none(),
-        nb::arg("extra_topk_length").none() = nb::none());
+        nb::arg("extra_topk_length").none() = nb::none(), nb::arg("lse_heads_first") = false);
 
   m.def(
       "combine",

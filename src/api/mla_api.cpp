@@ -118,6 +118,10 @@ void validate_mla_config(const char* fn, std::string_view prefix, const MlaConfi
            "true");
     }
   }
+  if (c.lse_of_empty_row != MlaLseOfEmptyRow::kNegInf && c.lse_of_empty_row != MlaLseOfEmptyRow::kPosInf) {
+    fail(fn, std::string(prefix) + ".lse_of_empty_row", "kNegInf or kPosInf",
+         std::to_string(static_cast<int>(c.lse_of_empty_row)));
+  }
   validate_kv_format(fn, prefix, c);
   validate_extra(fn, prefix, c);
   if (c.device.kind == DeviceKind::kCUDA) {
@@ -434,6 +438,7 @@ void mla_decode_dense(const MlaPlan& plan, const MlaDenseArgs& a) {
   p.seq_lens = static_cast<const int*>(a.cache_seqlens.data);
   fill_out_lse(p, a.out, a.lse, c.lse);
   p.softmax_scale = softmax_scale_or_default(a.softmax_scale, kMlaDimQK);
+  p.lse_empty = static_cast<int>(c.lse_of_empty_row);
   if (p.batch == 0) return;
   if (on_gpu) {
     cuda::mla_dense_decode(plan, p, a.workspace, a.stream, a.reuse_schedule);

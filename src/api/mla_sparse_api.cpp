@@ -188,6 +188,7 @@ void mla_decode_sparse(const MlaPlan& plan, const MlaSparseArgs& a) {
   fill_extra(p, c, a);
   fill_out_lse(p, a.out, a.lse, c.lse);
   p.softmax_scale = softmax_scale_or_default(a.softmax_scale, dim_qk(c));
+  p.lse_empty = static_cast<int>(c.lse_of_empty_row);
   if (p.batch == 0) return;
   if (on_gpu) {
     cuda::mla_sparse_decode(plan, p, a.workspace, a.stream, a.reuse_schedule);

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "cpu/attention_core.hpp"
@@ -99,6 +100,15 @@ void load_dense_token(const MlaDenseParams& p, std::int64_t off, float* row) {
   }
 }
 
+// The final LSE of a row (MlaSparseParams::lse_empty): a row without a valid key has the log of
+// an empty sum, -inf, which the +inf convention (FlashMLA's) replaces.
+float final_lse(double lse, int lse_empty) {
+  if (lse_empty == kMlaLseEmptyPosInf && lse == -std::numeric_limits<double>::infinity()) {
+    return std::numeric_limits<float>::infinity();
+  }
+  return static_cast<float>(lse);
+}
+
 }  // namespace
 
 void mla_dense_decode(const MlaDenseParams& p) {
@@ -129,7 +139,7 @@ void mla_dense_decode(const MlaDenseParams& p) {
       for (int d = 0; d < kDimV; ++d) store_element(p.out, kBf16, oo + d, out[d]);
       if (p.lse) {
         p.lse[b * p.lse_stride_batch + i * p.lse_stride_token + h * p.lse_stride_head] =
-            static_cast<float>(lse);
+            final_lse(lse, p.lse_empty);
       }
     });
   }
@@ -215,7 +225,7 @@ void mla_sparse_decode(const MlaSparseParams& p) {
         for (int d = 0; d < kDimV; ++d) store_element(p.out, kBf16, oo + d, out[d]);
         if (p.lse) {
           p.lse[b * p.lse_stride_batch + i * p.lse_stride_token + h * p.lse_stride_head] =
-              static_cast<float>(lse);
+              final_lse(lse, p.lse_empty);
         }
       });
     }

@@ -55,18 +55,20 @@ Layout layout(const MlaConfig& c, int num_parts) {
 int head_blocks(int num_heads) { return (num_heads + 63) / 64; }
 
 // Both combine kernels (the MLA split merge and the generic op): a warp per (request, token,
-// head), kCombineWarps heads per CTA.
-jit::Dim3 combine_grid(int num_heads, int q_len, int batch) {
+// head), kCombineWarps heads per CTA; `split` (the MLA combine spread over the value dims,
+// DECA_MLA_COMBINE=split): a CTA per (request, token, head).
+jit::Dim3 combine_grid(int num_heads, int q_len, int batch, bool split = false) {
   jit::Dim3 grid;
-  grid.x = static_cast<unsigned>((num_heads + mla::kCombineWarps - 1) / mla::kCombineWarps);
+  const int per_cta = split ? 1 : mla::kCombineWarps;
+  grid.x = static_cast<unsigned>((num_heads + per_cta - 1) / per_cta);
   grid.y = static_cast<unsigned>(q_len);
   grid.z = static_cast<unsigned>(batch);
   return grid;
 }
 
-jit::Dim3 combine_block() {
+jit::Dim3 combine_block(bool split = false) {
   jit::Dim3 block;
-  block.x = mla::kCombineThreads;
+  block.x = split ? mla::kCombineSplitThreads : mla::kCombineThreads;
   return block;
 }
 
@@ -77,29 +79,42 @@ struct Kernels {
   const jit::LoadedKernel* schedule;
   const jit::LoadedKernel* decode;
   const jit::LoadedKernel* combine;
+  bool combine_split;
 };
 
-// The scheduler or combine key beside decode key `dk`: MODEL1's read both caches' lists.
-MlaKernelKey key(const MlaKernelKey& dk, MlaKernelRole role) {
+// The scheduler or combine key beside decode key `dk`: MODEL1's read both caches' lists; the
+// combine writes the decode kernel's convention for empty rows, spread over the value dims when
+// `combine_split`.
+MlaKernelKey key(const MlaKernelKey& dk, MlaKernelRole role, bool combine_split = false) {
   MlaKernelKey k;
   k.arch = dk.arch;
   k.role = role;
   if (dk.model1()) k.kv_format = dk.kv_format;
+  if (role == MlaKernelRole::kCombine) {
+    k.lse_pos_inf = dk.lse_pos_inf;
+    k.combine_split = combine_split;
+  }
   return k;
 }
 
-// Every decode kernel set a plan made, by (decode kernel name, head count, device): loaded once
-// and kept, so a run does one map lookup, no hashing, compiling or device queries, and finds the
-// kernels its plan named even if DECA_MLA_KERNEL changed since.
+// Every decode kernel set a plan made, by (MlaPlan::kernel_name, head count, device): loaded
+// once and kept, so a run does one map lookup, no hashing, compiling or device queries, and finds
+// the kernels its plan named even if DECA_MLA_KERNEL or DECA_MLA_COMBINE changed since.
 std::mutex registry_mu;
 std::map<std::pair<std::string, int>, Kernels> registry;
 
-std::pair<std::string, int> registry_id(const std::string& decode_name, int num_heads, int device) {
-  return std::make_pair(decode_name + "_h" + std::to_string(num_heads), device);
+std::pair<std::string, int> registry_id(const std::string& plan_name, int num_heads, int device) {
+  return std::make_pair(plan_name + "_h" + std::to_string(num_heads), device);
 }
 
-const Kernels& kernels(const MlaKernelKey& dk, int num_heads, int device) {
-  const auto id = registry_id(dk.name(), num_heads, device);
+// MlaPlan::kernel_name: the decode kernel's name, and "+" the combine's when it is not the
+// default one (DECA_MLA_COMBINE), so that a plan and a benchmark row say what they run.
+std::string plan_name(const MlaKernelKey& dk, bool combine_split) {
+  return combine_split ? dk.name() + "+" + key(dk, MlaKernelRole::kCombine, true).name() : dk.name();
+}
+
+const Kernels& kernels(const MlaKernelKey& dk, bool combine_split, int num_heads, int device) {
+  const auto id = registry_id(plan_name(dk, combine_split), num_heads, device);
   {
     std::lock_guard<std::mutex> lock(registry_mu);
     if (auto it = registry.find(id); it != registry.end()) return it->second;
@@ -110,7 +125,8 @@ const Kernels& kernels(const MlaKernelKey& dk, int num_heads, int device) {
   k.shape = mla_decode_shape(dk);
   k.schedule = &jit::get_kernel(key(dk, MlaKernelRole::kSchedule).spec(), device);
   k.decode = &jit::get_kernel(dk.spec(), device);
-  k.combine = &jit::get_kernel(key(dk, MlaKernelRole::kCombine).spec(), device);
+  k.combine = &jit::get_kernel(key(dk, MlaKernelRole::kCombine, combine_split).spec(), device);
+  k.combine_split = combine_split;
   std::lock_guard<std::mutex> lock(registry_mu);
   return registry.try_emplace(id, k).first->second;
 }
@@ -127,12 +143,13 @@ const Kernels& plan_kernels(const MlaPlan& plan, const std::string& fn) {
   }
   const int arch = compute_capability(device);
   const MlaKernelKey dk = mla_decode_key(arch, mla_plan_variant(arch, plan.config), plan.config);
-  if (dk.name() != plan.kernel_name) {
+  const bool split = mla_combine_split();
+  if (plan_name(dk, split) != plan.kernel_name) {
     throw Error(fn + ": plan.kernel_name: expected the name of a decode kernel this "
-                "device runs (\"" + dk.name() + "\" for this config here), got \"" +
+                "device runs (\"" + plan_name(dk, split) + "\" for this config here), got \"" +
                 plan.kernel_name + "\": make the plan again with plan_mla_decode");
   }
-  return kernels(dk, plan.config.num_heads, device);
+  return kernels(dk, split, plan.config.num_heads, device);
 }
 
 int device_attribute(cudaDeviceAttr attr, int device) {
@@ -184,8 +201,9 @@ void plan_mla_run(MlaPlan& plan) {
   plan.num_parts = mla::decode_num_parts(plan.sm_count, c.max_q_len, c.num_heads);
   plan.num_splits = plan.num_parts;
   plan.workspace_bytes = layout(c, plan.num_parts).total();
-  plan.kernel_name = dk.name();
-  (void)kernels(dk, c.num_heads, device);
+  const bool split = mla_combine_split();
+  plan.kernel_name = plan_name(dk, split);
+  (void)kernels(dk, split, c.num_heads, device);
 }
 
 void run_mla_decode(const MlaPlan& plan, mla::DecodeKernelParams& kp, void* workspace, void* stream,
@@ -250,8 +268,8 @@ void run_mla_decode(const MlaPlan& plan, mla::DecodeKernelParams& kp, void* work
   jit::LaunchOptions combine_options;
   // PDL needs sm_90; below, the attribute would be ignored at best.
   combine_options.pdl = k.arch >= 90;
-  jit::launch(*k.combine, combine_grid(params.num_heads, params.q_len, params.batch),
-              combine_block(), 0, stream, args, combine_options);
+  jit::launch(*k.combine, combine_grid(params.num_heads, params.q_len, params.batch, k.combine_split),
+              combine_block(k.combine_split), 0, stream, args, combine_options);
 }
 
 void plan_mla_sparse(MlaPlan& plan) { plan_mla_run(plan); }
@@ -279,8 +297,9 @@ std::string precompile_mla(const MlaConfig& config, int arch) {
   const MlaKernelKey dk = mla_decode_key(arch, mla_plan_variant(arch, config), config);
   (void)jit::compile_only(key(dk, MlaKernelRole::kSchedule).spec());
   (void)jit::compile_only(dk.spec());
-  (void)jit::compile_only(key(dk, MlaKernelRole::kCombine).spec());
-  return dk.name();
+  const bool split = mla_combine_split();
+  (void)jit::compile_only(key(dk, MlaKernelRole::kCombine, split).spec());
+  return plan_name(dk, split);
 }
 
 void combine(const CombineParams& params, int device, void* stream) {

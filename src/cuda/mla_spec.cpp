@@ -78,10 +78,12 @@ std::string MlaKernelKey::name() const {
     s += '_';
     s += kv_format_name(kv_format);
   }
+  if (role == MlaKernelRole::kCombine && combine_split) s += "_split";
   if (role == MlaKernelRole::kDecode && checked) s += "_chk";
   if (role == MlaKernelRole::kDecode && variant == "sm90") {
     s += render_sm90(page_size, sm90, dense, kv_format, extra_page_size, checked).suffix;
   }
+  if (lse_pos_inf && (role == MlaKernelRole::kDecode || role == MlaKernelRole::kCombine)) s += "_lsepinf";
   s += "_sm" + std::to_string(arch);
   return s;
 }
@@ -112,7 +114,12 @@ jit::JitSpec MlaKernelKey::spec() const {
       }
       break;
     case MlaKernelRole::kCombine:
-      header = model1() ? "kernels/mla/combine/entry_model1.cuh" : "kernels/mla/combine/entry.cuh";
+      if (combine_split) {
+        header = model1() ? "kernels/mla/combine/entry_model1_split.cuh"
+                          : "kernels/mla/combine/entry_split.cuh";
+      } else {
+        header = model1() ? "kernels/mla/combine/entry_model1.cuh" : "kernels/mla/combine/entry.cuh";
+      }
       spec.entry = "deca_mla_sparse_combine";
       break;
     case MlaKernelRole::kGenericCombine:
@@ -130,9 +137,14 @@ jit::JitSpec MlaKernelKey::spec() const {
     prologue = std::string("struct Cfg {\n  static constexpr bool kChecked = ") + (checked ? "true" : "false") +
                ";\n};\n";
   }
+  if (lse_pos_inf && (role == MlaKernelRole::kDecode || role == MlaKernelRole::kCombine)) {
+    prologue += "#define DECA_MLA_LSE_EMPTY_POS_INF 1\n";
+  }
   spec.source = "// " + spec.name + "\n" + prologue + "#include \"" + header + "\"\n";
   return spec;
 }
+
+bool mla_combine_split() { return tuning_override(Tuning::kMlaCombine, "plan_mla_decode").has_value(); }
 
 std::string mla_decode_variant(int arch) {
   if (arch != 90) return "portable";
@@ -176,6 +188,7 @@ MlaKernelKey mla_decode_key(int arch, const std::string& variant, const MlaConfi
   k.checked = config.checked;
   k.dense = !config.sparse;
   k.kv_format = mla_kv_format(config);
+  k.lse_pos_inf = config.lse_of_empty_row == MlaLseOfEmptyRow::kPosInf;
   refuse_retired_tuning("plan_mla_decode");
   if (variant != "sm90") return k;
   k.page_size = config.page_size;

@@ -29,6 +29,13 @@ struct MlaKernelKey {
   // MODEL1 (kv_format kMlaKvModel1, sparse): every role's kernel reads both caches' lists
   // ("_model1" in each name; the scheduler's and combine's entry_model1.cuh).
   bool model1() const { return kv_format == kMlaKvModel1; }
+  // Combine only: the combine spread over the value dimensions (DECA_MLA_COMBINE=split,
+  // kernels/mla/combine/entry_split.cuh; "mla_sparse_combine_split").
+  bool combine_split = false;
+  // Decode and combine: a row without a valid key gets the final LSE +inf instead of -inf
+  // (MlaConfig::lse_of_empty_row; kernels/mla/lse.cuh; "_lsepinf" in the name, the macro in the
+  // source). Off, the kernels' names and sources are what they were.
+  bool lse_pos_inf = false;
 
   // e.g. "mla_sparse_decode_portable_sm90", "mla_sparse_decode_sm90_p64_direct_sm90",
   // "mla_sparse_decode_sm90_model1_p256x64_c2_sm90", "mla_sparse_decode_portable_model1_chk_sm90",
@@ -39,6 +46,10 @@ struct MlaKernelKey {
   // and kKvFormat) + #include of the role's entry header.
   jit::JitSpec spec() const;
 };
+
+// The combine a plan launches: the split one (combine_split) when DECA_MLA_COMBINE=split
+// (src/cuda/tuning.cpp; pending its first GPU round), else the one warp per row.
+bool mla_combine_split();
 
 // The decode variant a plan runs on a device of compute capability `arch`: "sm90" when arch == 90
 // and DECA_MLA_KERNEL is not "portable" (src/cuda/tuning.cpp); else "portable".

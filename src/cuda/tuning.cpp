@@ -22,6 +22,9 @@ constexpr TuningRow kRows[] = {
     {Tuning::kMlaSm90Checked, "DECA_MLA_SM90_CHECKED", 0, 1, nullptr, "checked plans run the portable kernel",
      "1: checked MLA plans on sm_90 run the sm90a kernels' checked builds (_chk in the sm90 kernel's name); "
      "pending their first GPU round"},
+    {Tuning::kMlaCombine, "DECA_MLA_COMBINE", 0, 0, "split", "one warp per (request, token, head) row",
+     "split: the MLA combine with one CTA per row, a warp per 128 value dims and 16 pieces' loads in "
+     "flight (bitwise the same result; pending its first GPU round)"},
 };
 
 // Variables that chose variants since deleted: name, and what to do instead.

@@ -48,6 +48,7 @@ struct MlaCaseSpec {
   int duplicates = 2;         // per (request, token) row, ids repeated from earlier entries
   bool topk_length = false;
   bool attn_sink = false;
+  int lse_empty = kMlaLseEmptyNegInf;  // MlaLseEmpty: params.lse_empty, config.lse_of_empty_row
 };
 
 inline float mla_default_scale(float s) { return s != 0.f ? s : 1.f / std::sqrt(576.f); }
@@ -63,6 +64,7 @@ void bind_mla_common(Params& p, const MlaCaseSpec& s, HostTensor& q, const HostT
   p.kv_stride_slot = row;
   p.kv_stride_block = static_cast<std::int64_t>(row) * s.page_size;
   p.softmax_scale = mla_default_scale(s.softmax_scale);
+  p.lse_empty = s.lse_empty;
 }
 
 // The real value of an e4m3 element under one cache scale, as docs/semantics.md defines it: the product
@@ -344,6 +346,7 @@ inline MlaConfig sparse_config(const MlaCaseSpec& s, Device device) {
                    .max_q_len = s.q_len,
                    .topk = s.topk,
                    .lse = s.lse,
+                   .lse_of_empty_row = static_cast<MlaLseOfEmptyRow>(s.lse_empty),
                    .attn_sink = s.attn_sink,
                    .topk_length = s.topk_length,
                    .device = device};

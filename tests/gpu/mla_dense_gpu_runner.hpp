@@ -42,6 +42,7 @@ inline MlaConfig dense_config(const MlaDenseCase& c, Device device) {
   cfg.max_q_len = s.q_len;
   cfg.max_seq_len = std::max<int>(1, static_cast<int>(c.block_table.shape()[1]) * s.page_size);
   cfg.lse = s.lse;
+  cfg.lse_of_empty_row = static_cast<MlaLseOfEmptyRow>(s.lse_empty);
   cfg.device = device;
   return cfg;
 }

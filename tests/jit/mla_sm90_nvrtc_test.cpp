@@ -12,6 +12,7 @@
 #include "jit/mla_sm90_spec.hpp"
 #include "jit/nvrtc_compile.hpp"
 #include "jit/scoped_env.hpp"
+#include "deca/mla.hpp"
 #include "kernels/mla/params.cuh"
 #include "kernels/mla/sm90/traits.cuh"
 
@@ -183,6 +184,33 @@ TEST(MlaSm90Nvrtc, CheckedSelectionFollowsTheOverride) {
       jit::testing::ScopedEnv bad("DECA_MLA_SM90_CHECKED", "2");
       EXPECT_THROW(cuda::mla_plan_variant(90, c), Error) << format;
     }
+  }
+}
+
+// The kernels of plans with MlaConfig::lse_of_empty_row kPosInf (FlashMLA's compat layer): the
+// sparse direct, wide and cluster kernels, the dense bf16 wide kernel and MODEL1's, each with the
+// convention compiled in ("_lsepinf", the macro in the source) and as clean as without it.
+TEST(MlaSm90Nvrtc, LsePosInfKernelsCompileWithoutSpills) {
+  struct Plan {
+    int heads;
+    bool sparse;
+    MlaCacheFormat format;
+  };
+  for (const Plan pl : {Plan{16, true, MlaCacheFormat::kDefault}, Plan{64, true, MlaCacheFormat::kDefault},
+                        Plan{128, true, MlaCacheFormat::kDefault}, Plan{16, false, MlaCacheFormat::kBF16},
+                        Plan{128, true, MlaCacheFormat::kModel1}}) {
+    MlaConfig c;
+    c.num_heads = pl.heads;
+    c.sparse = pl.sparse;
+    c.kv_format = pl.format;
+    c.topk = pl.sparse ? 2048 : 0;
+    c.max_seq_len = 4096;
+    c.checked = false;
+    c.lse_of_empty_row = MlaLseOfEmptyRow::kPosInf;
+    const jit::JitSpec spec = cuda::mla_decode_key(90, "sm90", c).spec();
+    EXPECT_NE(spec.name.find("_lsepinf_sm90"), std::string::npos) << spec.name;
+    EXPECT_NE(spec.source.find("#define DECA_MLA_LSE_EMPTY_POS_INF 1"), std::string::npos) << spec.source;
+    expect_clean_compile(spec);
   }
 }
 

@@ -306,6 +306,26 @@ TEST(MlaSchedule, DenseAnchorShapesFillThePartitions) {
   }
 }
 
+// The pieces the combine merges per request at the small-batch rows (docs/perf-notes-mla.md,
+// "Small batches": the default combine's time is about one dependent round trip per piece): one
+// request of 32768 tokens at 128 heads is cut into 64 pieces, four of 16384 at 16 heads into 32
+// each.
+TEST(MlaSchedule, SmallBatchRowsPiecesPerRequest) {
+  struct Row {
+    int batch, heads, len;
+    std::vector<int> pieces;
+  };
+  const Row rows[] = {{1, 128, 32768, {64}}, {4, 16, 16384, {32, 32, 32, 32}}};
+  for (const Row& r : rows) {
+    const int parts = decode_num_parts(132, 1, r.heads);
+    const std::vector<int> lengths(r.batch, r.len);
+    const Schedule s = run(r.batch, r.len, &lengths, parts);
+    std::vector<int> pieces;
+    for (int b = 0; b < r.batch; ++b) pieces.push_back(s.offsets[b + 1] - s.offsets[b]);
+    EXPECT_EQ(pieces, r.pieces) << "b" << r.batch << " h" << r.heads;
+  }
+}
+
 TEST(MlaSchedule, NumPartsFillsTheSmsOnce) {
   EXPECT_EQ(decode_num_parts(132, 1, 128), 66);
   EXPECT_EQ(decode_num_parts(132, 1, 64), 132);

@@ -51,6 +51,36 @@ def test_flash_mla_dense_lse_layout(rng):
     close_lse(lse, want_lse.swapaxes(1, 2))
 
 
+def test_repeated_calls_write_the_peers_lse_layout_directly(rng):
+    """The fast path of a repeated call takes the returned [batch, heads, 1] LSE as it is (the
+    binding swaps the view's dims; no swapaxes per call) and writes FlashMLA's +inf in the
+    kernels: the same bytes as the first, checked call, and no fallback to the checked path."""
+    from deca._tensors import FALLBACKS
+    q, kv, indices = _sparse_case(rng, 3, 1, 8, 64, 16, num_blocks=6)
+    indices[1] = -1
+    sink = rng.normal(0.0, 1.0, 8).astype(np.float32)
+    case = PagedCase(rng, seq_lens=[37, 0, 16], q_len=1, hq=6, hkv=2, d=32, page=8)
+    before = dict(FALLBACKS)
+    mla, fa = [], []
+    for _ in range(3):
+        mla.append(compat.flash_mla_with_kvcache(q, kv, None, None, 512, None, None,
+                                                 is_fp8_kvcache=True, indices=indices,
+                                                 attn_sink=sink))
+        fa.append(compat.flash_attn_with_kvcache(case.q, case.k, case.v,
+                                                 cache_seqlens=case.seq_lens,
+                                                 block_table=case.page_table, causal=True,
+                                                 return_softmax_lse=True))
+    assert dict(FALLBACKS) == before
+    for (out, lse), (out0, lse0) in ((m, mla[0]) for m in mla[1:]):
+        assert lse.shape == (3, 8, 1) and np.array_equal(_bits(lse), _bits(lse0))
+        assert np.array_equal(_bits(out), _bits(out0))
+    assert np.isposinf(mla[-1][1][1]).all() and np.isfinite(mla[-1][1][0]).all()
+    for (out, lse), (out0, lse0) in ((f, fa[0]) for f in fa[1:]):
+        assert lse.shape == (3, 6, 1) and np.array_equal(_bits(lse), _bits(lse0))
+        assert np.array_equal(_bits(out), _bits(out0))
+    assert np.isneginf(fa[-1][1][1]).all() and np.isfinite(fa[-1][1][0]).all()
+
+
 @pytest.mark.parametrize("seqlen_q", [1, 2])
 def test_flash_attn_lse_is_natural_and_transposed(rng, seqlen_q):
     case = PagedCase(rng, seq_lens=[37, 0, 16], q_len=seqlen_q, hq=6, hkv=2, d=32, page=8)

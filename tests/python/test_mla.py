@@ -230,3 +230,44 @@ def test_mla_sparse_all_skipped_row(rng):
     want, want_lse = ref.mla_sparse(q.astype(np.float64), kv, indices)
     close(out, want, "bf16")
     close_lse(lse, want_lse)
+
+
+def test_mla_plan_lse_of_empty_row(rng):
+    """MlaPlan(lse_of_empty_row="+inf") (FlashMLA's convention, what deca.compat asks for): the
+    rows without a valid key get LSE +inf where the default plan writes -inf; outputs and every
+    other LSE are the same bytes. Dense (an empty request) and sparse (a row of -1 only,
+    topk_length 0)."""
+    q, kv, table, lens = _dense_case(rng, [0, 2, 40], 2, 4, 16)
+    runs = {}
+    for convention in ("-inf", "+inf"):
+        plan = deca.MlaPlan(4, page_size=16, max_batch=3, max_q_len=2, max_seq_len=64,
+                            lse_of_empty_row=convention)
+        assert plan.config.lse_of_empty_row == convention
+        out = np.full((3, 2, 4, 512), np.nan, ref.BF16)
+        lse = np.full((3, 2, 4), np.nan, np.float32)
+        plan.run_dense(q, kv, table, lens, out, lse=lse)
+        runs[convention] = out, lse
+    (out0, lse0), (out1, lse1) = runs["-inf"], runs["+inf"]
+    assert np.array_equal(out0.view(np.uint16), out1.view(np.uint16))
+    empty = np.isneginf(lse0)
+    assert empty.sum() == 4 * 2  # request 0's two tokens
+    assert np.isposinf(lse1[empty]).all()
+    assert np.array_equal(lse0[~empty].view(np.uint32), lse1[~empty].view(np.uint32))
+
+    q, kv, indices = _sparse_case(rng, 3, 1, 4, 16, 16, num_blocks=4)
+    indices[1] = -1
+    topk_length = np.array([16, 16, 0], np.int32)
+    got = {}
+    for convention in ("-inf", "+inf"):
+        plan = deca.MlaPlan(4, sparse=True, topk=16, page_size=16, max_batch=3, topk_length=True,
+                            lse_of_empty_row=convention)
+        out = np.full((3, 1, 4, 512), np.nan, ref.BF16)
+        lse = np.full((3, 1, 4), np.nan, np.float32)
+        plan.run_sparse(q, kv, indices, out, topk_length=topk_length, lse=lse)
+        got[convention] = out, lse
+    assert np.array_equal(got["-inf"][0].view(np.uint16), got["+inf"][0].view(np.uint16))
+    assert np.isneginf(got["-inf"][1][1:]).all() and np.isposinf(got["+inf"][1][1:]).all()
+    assert np.array_equal(got["-inf"][1][0].view(np.uint32), got["+inf"][1][0].view(np.uint32))
+    with pytest.raises(deca.Error, match=r'MlaPlan: lse_of_empty_row: expected "-inf" or "\+inf", '
+                                         r"got 'inf'"):
+        deca.MlaPlan(4, lse_of_empty_row="inf")

@@ -37,6 +37,7 @@
 #include "kernels/common/check_record.cuh"
 #include "kernels/common/ptx.cuh"
 #include "kernels/mla/schedule/schedule.cuh"
+#include "kernels/mla/lse.cuh"
 #include "kernels/mla/sm80/gather.cuh"
 #include "kernels/mla/sm80/model1.cuh"
 #include "kernels/mla/sm80/traits.cuh"
@@ -300,7 +301,7 @@ __device__ __forceinline__ void decode(const DecodeKernelParams& kp, unsigned ch
               ptx::pack2<false>(o[n][2 * h] * inv, o[n][2 * h + 1] * inv);
         }
         if (p.lse != nullptr && cg == 0 && t == 0) {
-          p.lse[r * p.lse_stride_batch + i * p.lse_stride_token + head * p.lse_stride_head] = lse;
+          p.lse[r * p.lse_stride_batch + i * p.lse_stride_token + head * p.lse_stride_head] = final_lse(lse);
         }
       } else {
         const float inv = empty ? 0.f : __frcp_rn(st.l[h]);

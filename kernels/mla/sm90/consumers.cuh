@@ -5,6 +5,7 @@
 
 #include "kernels/common/ptx.cuh"
 #include "kernels/common/sm90_ptx.cuh"
+#include "kernels/mla/lse.cuh"
 #include "kernels/mla/model1.cuh"
 #include "kernels/mla/sm90/config.cuh"
 #include "kernels/mla/sm90/layout.cuh"
@@ -145,7 +146,8 @@ __device__ __forceinline__ void store_lse(const DecodeKernelParams& kp, const Pi
     if (pc.split) {
       kp.run.partial_lse[(static_cast<long long>(pc.slot) * p.q_len + tok) * p.num_heads + head] = lse[half];
     } else if (p.lse != nullptr) {
-      p.lse[r * p.lse_stride_batch + tok * p.lse_stride_token + head * p.lse_stride_head] = lse[half];
+      p.lse[r * p.lse_stride_batch + tok * p.lse_stride_token + head * p.lse_stride_head] =
+          final_lse(lse[half]);
     }
   }
 }

@@ -268,15 +268,18 @@ class _Prepared:
         if out is None:
             out = self.empty(self.shape, self.out_dtype)
         lse = lse_view = None
+        per_request = scales is not None and scales.per_request
         if self.lse:
             batch, seqlen_q, nheads, _ = self.shape
             if seqlen_q == 1:
-                # [batch, nheads, 1] seen as deca's [batch, 1, nheads]: written in place.
+                # [batch, nheads, 1] seen as deca's [batch, 1, nheads]: written in place. The
+                # fast path takes it as it is (the binding swaps the view's dims), saving the
+                # per-call swapaxes.
                 lse = self.empty((batch, nheads, 1), self.fp32)
-                lse_view = lse.swapaxes(1, 2)
+                lse_view = lse if not checked and not per_request else lse.swapaxes(1, 2)
             else:  # deca writes rows of heads; FlashAttention's layout is a transposed copy
                 lse_view = self.empty((batch, seqlen_q, nheads), self.fp32)
-        if scales is not None and scales.per_request:
+        if per_request:
             for b in range(self.shape[0]):
                 s = slice(b, b + 1)
                 self._decode(q[s], k_cache, v_cache, table[s], lens[s], out[s],
@@ -284,22 +287,25 @@ class _Prepared:
                              None if self.mask is None else self.mask[s])
         else:
             self._decode(q, k_cache, v_cache, table, lens, out, lse_view, scales, checked,
-                         self.mask)
+                         self.mask, heads_first=lse_view is not None and lse_view is lse)
         if not self.lse:
             return out
         return out, (lse if lse is not None else _transposed(lse_view))
 
-    def _decode(self, q, k_cache, v_cache, table, lens, out, lse, scales, checked, mask):
+    def _decode(self, q, k_cache, v_cache, table, lens, out, lse, scales, checked, mask,
+                heads_first=False):
         """One decode of these requests. A request holding fewer keys than seqlen_q (lengths on
         the host) is FlashAttention's too: query i sees the keys up to i + seqlen_k - seqlen_q,
         so its first seqlen_q - seqlen_k queries see none (zeros, LSE -inf), which deca's own
         calls refuse (there the new tokens are in the cache): such a request decodes as empty
-        with the others, then its last seqlen_k queries alone."""
+        with the others, then its last seqlen_k queries alone. heads_first: lse is
+        FlashAttention's [batch, nheads, 1] itself (one query token, the fast path)."""
         seqlen_q = q.shape[1]
         host = _host_array(lens) if seqlen_q > 1 else None
         short = [] if host is None else np.nonzero((host > 0) & (host < seqlen_q))[0]
         if len(short) == 0:
-            self._decode_once(q, k_cache, v_cache, table, lens, out, lse, scales, checked, mask)
+            self._decode_once(q, k_cache, v_cache, table, lens, out, lse, scales, checked, mask,
+                              heads_first)
             return
         if mask is not None:
             b = int(short[0])
@@ -315,7 +321,8 @@ class _Prepared:
                               lens[b:b + 1], out[b:b + 1, rows],
                               None if lse is None else lse[b:b + 1, rows], scales, checked, None)
 
-    def _decode_once(self, q, k_cache, v_cache, table, lens, out, lse, scales, checked, mask):
+    def _decode_once(self, q, k_cache, v_cache, table, lens, out, lse, scales, checked, mask,
+                     heads_first=False):
         k_scale = v_scale = 1.0
         k_scales = v_scales = None
         plan, ws = self.plan, self.ws
@@ -331,7 +338,7 @@ class _Prepared:
             stream = current_stream(self.cuda_index, q) if self.cuda_index >= 0 else 0
             _C.gqa_decode_planned_fast(plan._plan, q, k_cache, v_cache, table, lens, out, lse,
                                        mask, None, k_scales, v_scales, k_scale, v_scale,
-                                       self.scale, 1.0, ws, stream)
+                                       self.scale, 1.0, ws, stream, heads_first)
             return
         try:
             plan.run(q, k_cache, v_cache, table, lens, out, workspace=ws, lse=lse, tree_mask=mask,

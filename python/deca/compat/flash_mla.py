@@ -36,6 +36,9 @@ FP8_TOKEN_BYTES = 656
 MAX_HEADS = 128  # deca's MLA kernels take 1..128 heads
 MODEL1_DIM_QK = 512
 MODEL1_TOKEN_BYTES = 584
+# FlashMLA's LSE of a row without a valid key (its tests' reference): the plans ask deca's
+# kernels to write it (MlaPlan's lse_of_empty_row), so no kernel maps -inf afterwards.
+EMPTY_ROW_LSE = "+inf"
 # deca's argument names -> FlashMLA's, for messages deca raises past the checks here.
 _NAMES = {"q": "q", "kv_cache": "k_cache", "indices": "indices", "topk_length": "topk_length",
           "attn_sink": "attn_sink", "block_table": "block_table",
@@ -163,7 +166,8 @@ class _Sparse:
         self.extra_is_bytes = extra[0] is None or _common.dtype_of(extra[0]) == "uint8"
         self.plan, self.ws = _cached_ops.mla_sparse_plan(
             q, _bytes(k_cache), indices, fn=FN, lse=True, attn_sink=attn_sink is not None,
-            topk_length=topk_length is not None, extra=_deca_extra(extra))
+            topk_length=topk_length is not None, extra=_deca_extra(extra),
+            lse_of_empty_row=EMPTY_ROW_LSE)
         self.cuda_index = self.plan._cuda_index
 
     def fits(self, meta):
@@ -174,9 +178,10 @@ class _Sparse:
         batch, s_q, h_q = self.shape
         out = self.empty((batch, s_q, h_q, DIM_V), self.bf16)
         if s_q == 1:
-            # [batch, h_q, 1] seen as deca's [batch, 1, h_q]: written in place.
+            # [batch, h_q, 1] seen as deca's [batch, 1, h_q]: written in place. The fast path
+            # takes it as it is (the binding swaps the view's dims), saving the swapaxes.
             lse = self.empty((batch, h_q, 1), self.fp32)
-            lse_view = lse.swapaxes(1, 2)
+            lse_view = lse if not checked else lse.swapaxes(1, 2)
         else:  # deca writes rows of heads; FlashMLA's layout is a transposed copy
             lse = lse_view = self.empty((batch, s_q, h_q), self.fp32)
         cache = k_cache if self.cache_is_bytes else _bytes(k_cache)
@@ -203,10 +208,10 @@ class _Sparse:
             stream = current_stream(self.cuda_index, q) if self.cuda_index >= 0 else 0
             _C.mla_decode_sparse_planned_fast(self.plan._plan, q, cache, indices, topk_length,
                                               attn_sink, o, lse_view, self.scale, ws, stream,
-                                              reuse, ekv, eidx, elen)
+                                              reuse, ekv, eidx, elen, s_q == 1)
         if schedule is not None:
             schedule.scheduled(self.plan)
-        return out, _empty_rows_plus_inf(lse if s_q == 1 else _swap(lse))
+        return out, lse if s_q == 1 else _swap(lse)
 
 
 def _check_q(q, meta, sparse=False):
@@ -353,7 +358,7 @@ def _dense(q, k_cache, block_table, cache_seqlens, meta, softmax_scale, causal, 
         for i in range(s_q):
             _dense_call(q[:, i:i + 1], cache, block_table, cache_seqlens, out[:, i:i + 1],
                         lse[:, i:i + 1], scale, kv_format, None)
-    return out, _empty_rows_plus_inf(_swap(lse))
+    return out, _swap(lse)
 
 
 def _heads_fold(q):
@@ -370,12 +375,13 @@ def _dense_call(q, cache, block_table, cache_seqlens, out, lse, scale, kv_format
     ops = _common.torch_ops(q)
     if ops is not None:
         ops.mla_decode_dense(q, cache, block_table, cache_seqlens, out, lse, scale, 1.0,
-                             kv_format)
+                             kv_format, EMPTY_ROW_LSE)
         return
     try:
         # FlashMLA's metadata: the first call of a step schedules, the later layers reuse.
         _cached_ops.mla_dense(q, cache, block_table, cache_seqlens, out, lse, fn=FN,
-                              softmax_scale=scale, kv_format=kv_format, schedule=schedule)
+                              softmax_scale=scale, kv_format=kv_format, schedule=schedule,
+                              lse_of_empty_row=EMPTY_ROW_LSE)
     except Error as e:
         raise _common.translate(e, FN, "mla_decode_dense", _NAMES) from None
 
@@ -389,8 +395,8 @@ def _sparse_traced(q, k_cache, indices, meta, softmax_scale, causal, is_fp8_kvca
     ekv, eidx, elen = _deca_extra(extra)
     _common.torch_ops(q).mla_decode_sparse(q, _bytes(k_cache), indices, out, lse, topk_length,
                                            attn_sink, float(softmax_scale or 0.0), ekv, eidx,
-                                           elen)
-    return out, _empty_rows_plus_inf(_swap(lse))
+                                           elen, EMPTY_ROW_LSE)
+    return out, _swap(lse)
 
 
 def _bytes(cache):
@@ -405,17 +411,12 @@ def _bytes(cache):
 
 
 def _swap(lse):
-    """[batch, s_q, h] -> FlashMLA's [batch, h, s_q], contiguous."""
+    """[batch, s_q, h] -> FlashMLA's [batch, h, s_q], contiguous. With s_q 1 both are the same
+    memory: one reshape (a view), no transposed view and copy per call."""
+    batch, s_q, h = lse.shape
+    if s_q == 1:
+        return lse.reshape(batch, h, 1)
     t = lse.swapaxes(1, 2)
     if hasattr(t, "contiguous"):
         return t.contiguous().view(-1).view(t.shape)
     return t.copy()
-
-
-def _empty_rows_plus_inf(lse):
-    """FlashMLA's LSE of a row without a valid key: +inf where deca writes -inf (in place)."""
-    if hasattr(lse, "nan_to_num_"):  # torch: one in-place op, NaN and +inf left as they are
-        inf = float("inf")
-        return lse.nan_to_num_(nan=float("nan"), posinf=inf, neginf=inf)
-    lse[lse == -np.inf] = np.inf
-    return lse
