@@ -17,6 +17,7 @@ enum class Tuning {
   kGqaSplits,      // DECA_GQA_SPLITS: splits per unit instead of the split model's choice
   // MLA
   kMlaKernel,      // DECA_MLA_KERNEL: "portable" forces the sm_80 kernel on Hopper
+  kMlaDenseConsumers,  // DECA_MLA_DENSE_CONSUMERS: "split" gives dense wide-kernel plans the split consumers
 };
 
 struct TuningRow {

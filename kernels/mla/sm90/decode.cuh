@@ -62,6 +62,7 @@
 #include "kernels/mla/sm90/consumers.cuh"
 #include "kernels/mla/sm90/pipeline.cuh"
 #include "kernels/mla/sm90/producer.cuh"
+#include "kernels/mla/sm90/split_consumer.cuh"
 #include "kernels/mla/sm90/traits.cuh"
 #include "kernels/mla/schedule/work.cuh"
 
@@ -104,7 +105,9 @@ __device__ __forceinline__ void mla_sparse_decode_sm90(const DecodeKernelParams&
     mbar_init(sm.p_free(), 128);   // every consumer-1 thread
     mbar_init(sm.out_ready(), 128);
     mbar_init(sm.out_free(), 128);
-    mbar_init(sm.q_loaded(), 128);  // unused (traits.cuh SmemPlan::kBarQLoaded)
+    // Unused by the default consumers (traits.cuh SmemPlan::kBarQLoaded); both split consumers'
+    // rendezvous (split_consumer.cuh).
+    mbar_init(sm.q_loaded(), kSplit<Cfg> ? 256 : 128);
     fence_mbar_init();
   }
   if constexpr (kNoProduce<Cfg>) {
@@ -139,24 +142,45 @@ __device__ __forceinline__ void mla_sparse_decode_sm90(const DecodeKernelParams&
   // Read through a shuffle so that ptxas sees a warp-uniform role: wgmma in a path it takes for
   // divergent is serialized (C7518: a wait after every wgmma).
   const int wg = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / 128, 0);
-  constexpr RegBudget kRegs = reg_budget(kCl);
-  if (wg >= 2) {
-    setmaxnreg_dec<kRegs.producer>();
-    if constexpr (!kNoProduce<Cfg>) producer<Cfg, kCl>(kp, part, tok, sm, static_cast<int>(rank));
-  } else if (wg == 0) {
-    setmaxnreg_inc<kRegs.consumer0>();
-    if constexpr (kNoConsume<Cfg>) {
-      release_only<Cfg>(kp, part, sm, static_cast<int>(threadIdx.x & 31));
+  if constexpr (kSplit<Cfg>) {
+    // The split consumers (split_consumer.cuh): both warpgroups run the same program.
+    static_assert(split_consumers_fit(kCl, KvFormatOf<Cfg>::value == kMlaKvBF16),
+                  "the split consumers: in a cluster, or bf16 rows (traits.cuh)");
+    constexpr RegBudget kSplitRegs = split_reg_budget();
+    static_assert(kSplitRegs.consumer0 == kSplitRegs.consumer1, "one program, one budget");
+    if (wg >= 2) {
+      setmaxnreg_dec<kSplitRegs.producer>();
+      if constexpr (!kNoProduce<Cfg>) producer<Cfg, kCl>(kp, part, tok, sm, static_cast<int>(rank));
     } else {
-      consumer0<Cfg>(kp, part, tok, head0, sm);
+      setmaxnreg_inc<kSplitRegs.consumer0>();
+      if constexpr (kNoConsume<Cfg>) {
+        release_only<Cfg>(kp, part, sm, static_cast<int>(threadIdx.x & 31));
+      } else if (wg == 0) {
+        split_consumer<Cfg, 0>(kp, part, tok, head0, sm);
+      } else {
+        split_consumer<Cfg, 1>(kp, part, tok, head0, sm);
+      }
     }
   } else {
-    static_assert(kRegs.consumer1 > launch_regs(kThreadsWide), "consumer 1 gains registers");
-    setmaxnreg_inc<kRegs.consumer1>();
-    if constexpr (kNoConsume<Cfg>) {
-      release_only<Cfg>(kp, part, sm, static_cast<int>(threadIdx.x & 31));
+    constexpr RegBudget kRegs = reg_budget(kCl);
+    if (wg >= 2) {
+      setmaxnreg_dec<kRegs.producer>();
+      if constexpr (!kNoProduce<Cfg>) producer<Cfg, kCl>(kp, part, tok, sm, static_cast<int>(rank));
+    } else if (wg == 0) {
+      setmaxnreg_inc<kRegs.consumer0>();
+      if constexpr (kNoConsume<Cfg>) {
+        release_only<Cfg>(kp, part, sm, static_cast<int>(threadIdx.x & 31));
+      } else {
+        consumer0<Cfg>(kp, part, tok, head0, sm);
+      }
     } else {
-      consumer1<Cfg>(kp, part, tok, head0, sm);
+      static_assert(kRegs.consumer1 > launch_regs(kThreadsWide), "consumer 1 gains registers");
+      setmaxnreg_inc<kRegs.consumer1>();
+      if constexpr (kNoConsume<Cfg>) {
+        release_only<Cfg>(kp, part, sm, static_cast<int>(threadIdx.x & 31));
+      } else {
+        consumer1<Cfg>(kp, part, tok, head0, sm);
+      }
     }
   }
   // The combine kernel (launched with programmatic dependent launch) may start; its
