@@ -20,9 +20,9 @@ constexpr TuningRow kRows[] = {
     {Tuning::kMlaKernel, "DECA_MLA_KERNEL", 0, 0, "portable", "the sm90a kernels on sm_90",
      "portable: run the sm_80 mma.sync MLA kernels on Hopper too"},
     {Tuning::kMlaDenseConsumers, "DECA_MLA_DENSE_CONSUMERS", 0, 0, "default|split", "default",
-     "split: dense MLA plans on the sm90a wide kernel in a cluster (65..128 heads), and bf16 ones without "
-     "(17..64 heads, 16 or fewer for bf16 rows), run the split consumers (each warpgroup S over half of a "
-     "block's tokens, blocks in pairs; kernel name \"_split\"); pending its first GPU round"},
+     "split: dense MLA plans on the sm90a wide kernel run the split consumers where they fit (every cache "
+     "format at 65..128 heads, bf16 rows at 1..64; kernel name \"_split\"): each consumer warpgroup S over "
+     "half of a block's tokens, blocks in pairs; pending its first GPU round"},
 };
 
 // Variables that chose variants since deleted: name, and what to do instead.

@@ -50,6 +50,8 @@ __device__ __forceinline__ float quad_sum(float v) {
   return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
+// A value of each of this thread's rows r0 (a0) and r0 + 8 (a1): O's rescale factors, or a
+// block's row maxima (block_max).
 struct RowFactors {
   float a0, a1;
 };
@@ -66,11 +68,10 @@ __device__ __forceinline__ void mask_invalid(float (&s)[4 * kN8], const int* ids
     if (v.y < 0) s[4 * i + 1] = s[4 * i + 3] = kNegInf;
   }
 }
-// The rows' maxima of S over the tokens (the quad's lanes hold the columns).
+// The rows' maxima of S over the tokens (the quad's lanes hold the columns), unscaled.
 template <int kN8>
-__device__ __forceinline__ void block_max(const float (&s)[4 * kN8], float& mx0, float& mx1) {
-  mx0 = kNegInf;
-  mx1 = kNegInf;
+__device__ __forceinline__ RowFactors block_max(const float (&s)[4 * kN8]) {
+  float mx0 = kNegInf, mx1 = kNegInf;
 #pragma unroll
   for (int i = 0; i < kN8; ++i) {
     mx0 = fmaxf(mx0, fmaxf(s[4 * i], s[4 * i + 1]));
@@ -80,6 +81,7 @@ __device__ __forceinline__ void block_max(const float (&s)[4 * kN8], float& mx0,
   mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
   mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
   mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+  return RowFactors{mx0, mx1};
 }
 // From the block's maxima mx0, mx1 (unscaled): the running maxima m0, m1 moved, S -> P =
 // exp2(S sl2 - ref) in place, the sums l0, l1 rescaled and increased, P packed as the A fragments
@@ -124,9 +126,8 @@ __device__ __forceinline__ RowFactors softmax_rows(float (&s)[4 * kN8], float mx
 __device__ __forceinline__ RowFactors online_softmax(float (&s)[32], const int* ids, int c, float sl2, float& m0,
                                                      float& m1, float& l0, float& l1, unsigned (&pa)[4][4]) {
   mask_invalid<8>(s, ids, c);
-  float mx0, mx1;
-  block_max<8>(s, mx0, mx1);
-  return softmax_rows<8>(s, mx0, mx1, sl2, m0, m1, l0, l1, pa);
+  const RowFactors mx = block_max<8>(s);
+  return softmax_rows<8>(s, mx.a0, mx.a1, sl2, m0, m1, l0, l1, pa);
 }
 
 // A request's output factors and LSE for rows r0 and r0 + 8 from their full sums l and maxima m:

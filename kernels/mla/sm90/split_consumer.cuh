@@ -157,11 +157,10 @@ __device__ __forceinline__ void split_consumer(const DecodeKernelParams& kp, con
   // this warpgroup's half published (k steps 2 w, 2 w + 1 of the P slot). Returns O's factors.
   const auto softmax_half = [&](float (&s)[16], int it, unsigned (&mine)[2][4]) {
     mask_invalid<4>(s, sm.ids(it) + 32 * wg, c);
-    float mx0, mx1;
-    block_max<4>(s, mx0, mx1);
-    float ox0 = mx0, ox1 = mx1;
+    const RowFactors mx = block_max<4>(s);
+    float ox0 = mx.a0, ox1 = mx.a1;
     exchange(ox0, ox1);
-    const RowFactors a = softmax_rows<4>(s, fmaxf(mx0, ox0), fmaxf(mx1, ox1), sl2, m0, m1, l0, l1, mine);
+    const RowFactors a = softmax_rows<4>(s, fmaxf(mx.a0, ox0), fmaxf(mx.a1, ox1), sl2, m0, m1, l0, l1, mine);
     stmatrix_x4(p_at ^ (64u * static_cast<unsigned>(wg)), mine[0]);
     stmatrix_x4(p_at ^ (64u * static_cast<unsigned>(wg) + 32u), mine[1]);
     mbar_arrive(p_mine);
