@@ -76,6 +76,8 @@ TEST(MlaSm90Nvrtc, DenseSplitConsumersCompileWithoutSpills) {
       }
     }
   }
+  // The consumers-alone and producers-alone builds (config.cuh Ablate 3, 4; no no-wgmma one).
+  for (int ablate : {3, 4}) expect_clean_compile(test::mla_sm90_spec(64, 128, ablate, kMlaKvBF16, true), true);
 }
 
 // The MODEL1 kernels (584-byte tokens of two caches, the wide kernel at every head count) the GPU
