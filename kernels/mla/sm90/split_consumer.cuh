@@ -94,6 +94,31 @@ __device__ __forceinline__ void issue_pv_split(float (&o)[128], unsigned (&mine)
   wgmma_commit();
 }
 
+// A request piece's end for warpgroup kWg: the row sums of both halves (h + x == x + h: both get
+// the same bits), the output factors and LSE, its half of the outputs (warpgroup 0 the LSE). r0
+// is read again from %tid.x (volatile: not kept live across the blocks, where ptxas spilled it
+// in a cluster).
+template <int kWg, class Exchange>
+__device__ __forceinline__ void split_outputs(const DecodeKernelParams& kp, const Piece& pc, const Smem& sm, int r,
+                                              int tok, int head0, const float (&o)[128], float h0, float h1,
+                                              float m0, float m1, Exchange&& exchange) {
+  const MlaSparseParams& p = kp.p;
+  float x0 = h0, x1 = h1;
+  exchange(x0, x1);
+  unsigned tid;
+  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(tid));
+  const int warp = static_cast<int>((tid & 127u) >> 5), lane = static_cast<int>(tid & 31u);
+  const int r0 = warp * 16 + (lane >> 2);
+  float f[2], lse[2];
+  output_factors(p, pc, head0, r0, h0 + x0, h1 + x1, m0, m1, f, lse);
+  if (!pc.split && out_rows_aligned(p)) {
+    store_o_staged(p, sm, r, tok, head0, warp, lane, 256 * kWg, o, f[0], f[1]);
+  } else {
+    store_o(kp, pc, r, tok, head0, r0, lane & 3, 256 * kWg, o, f[0], f[1]);
+  }
+  if (kWg == 0 && (lane & 3) == 0) store_lse(kp, pc, r, tok, head0, r0, lse);
+}
+
 // Consumer warpgroup kWg (0 or 1) of the split consumers: per request its half of Q, per pair of
 // blocks as above, per request its half of the outputs (warpgroup 0 the LSE). The warpgroup is a
 // template argument so that its tile offsets are immediates (with a run-time one the descriptors
@@ -127,7 +152,6 @@ __device__ __forceinline__ void split_consumer(const DecodeKernelParams& kp, con
   constexpr unsigned kMine = 256u * kWg, kTheirs = 256u * (kWg ^ 1);
   constexpr unsigned k_rows = static_cast<unsigned>(kWg) * (32 * 128);       // this warpgroup's tokens
   constexpr unsigned v_cols = static_cast<unsigned>(kWg) * (4 * kChunkBytes);  // its 256 columns of V
-  const bool staged_out = out_rows_aligned(p);
 
   unsigned rounds = 0;  // exchange rounds so far: the round barriers' phase
   unsigned qphase = 0;  // q barrier phases so far
@@ -236,24 +260,7 @@ __device__ __forceinline__ void split_consumer(const DecodeKernelParams& kp, con
       it += has_b ? 2 : 1;
     }
 
-    // Epilogue: the row sums of both halves (a + b == b + a: both get the same bits), the output
-    // factors and LSE, this warpgroup's half of the outputs.
-    const float h0 = quad_sum(l0), h1 = quad_sum(l1);
-    float x0 = h0, x1 = h1;
-    exchange(x0, x1);
-    float f[2], lse[2];
-    // r0 read again from %tid.x (volatile: not kept live across the blocks, where ptxas spilled
-    // it in a cluster).
-    unsigned tid;
-    asm volatile("mov.u32 %0, %%tid.x;" : "=r"(tid));
-    const int r0 = static_cast<int>((tid & 127u) >> 5) * 16 + static_cast<int>((tid & 31u) >> 2);
-    output_factors(p, pc, head0, r0, h0 + x0, h1 + x1, m0, m1, f, lse);
-    if (!pc.split && staged_out) {
-      store_o_staged(p, sm, r, tok, head0, warp, lane, 256 * wg, o, f[0], f[1]);
-    } else {
-      store_o(kp, pc, r, tok, head0, r0, c, 256 * wg, o, f[0], f[1]);
-    }
-    if (wg == 0 && c == 0) store_lse(kp, pc, r, tok, head0, r0, lse);
+    split_outputs<kWg>(kp, pc, sm, r, tok, head0, o, quad_sum(l0), quad_sum(l1), m0, m1, exchange);
   }
 }
 
