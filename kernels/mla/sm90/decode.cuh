@@ -30,6 +30,8 @@
 //       memory, O[:, 0:256] += P V (A = P from registers), and the softmax state for the epilogue.
 //   WG1 (consumer 1): O[:, 256:512] += P V with P from shared memory (or, in a cluster, loaded
 //       into registers), after rescaling its O by WG0's per-row factors.
+//   Dense plans with Cfg::kSplit (config.cuh) run split_consumer.cuh on WG0 and WG1 instead: each
+//       S over half of a block's tokens, P V over the block for its half of O, blocks in pairs.
 //   WG2, WG3 (producers): per block, the 64 ids staged for the consumers' masks, the L2 prefetch
 //       of the next block's records, and each warpgroup's half of the block's tokens gathered,
 //       dequantized and stored in whole 128-byte rows (producer.cuh). Invalid ids leave zero rows.
@@ -53,7 +55,7 @@
 // shared-memory plan, register budgets), pipeline.cuh (shared-memory accessors, tile stores and
 // hand-overs), walk.cuh (the partition's request pieces and block cursors, where a record lies),
 // dequant.cuh (e4m3 x scale -> bf16), layout.cuh (the tile's store addresses), producer.cuh,
-// consumers.cuh; this file the kernel: setup, roles, teardown.
+// consumers.cuh, split_consumer.cuh; this file the kernel: setup, roles, teardown.
 #pragma once
 
 #include "kernels/common/ptx.cuh"
