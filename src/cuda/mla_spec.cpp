@@ -34,17 +34,18 @@ struct Sm90Render {
 // A checked kernel adds Cfg::kChecked (kernels/mla/sm90/checked.cuh); the unchecked ones' source
 // stays without it.
 Sm90Render render_sm90(int page_size, const mla::sm90::KernelClass& k, bool dense, int kv_format,
-                       int extra_page_size, bool checked) {
+                       int extra_page_size, bool checked, bool split) {
   const bool model1 = !dense && kv_format == kMlaKvModel1;
   Sm90Render r;
   r.suffix = "_p" + std::to_string(page_size) + (model1 ? "x" + std::to_string(extra_page_size) : "") +
-             (k.direct ? "_direct" : k.cluster == 2 ? "_c2" : "");
+             (k.direct ? "_direct" : k.cluster == 2 ? "_c2" : "") + (split ? "_split" : "");
   r.prologue = "struct Cfg {\n  static constexpr int kPageSize = " + std::to_string(page_size) +
                ";\n  static constexpr int kDirect = " + std::to_string(k.direct) +
                ";\n  static constexpr int kCluster = " + std::to_string(k.cluster) + ";\n";
   if (dense) {
     r.prologue += "  static constexpr int kDense = 1;\n  static constexpr int kKvFormat = " +
                   std::to_string(kv_format) + ";\n";
+    if (split) r.prologue += "  static constexpr int kSplit = 1;\n";
   }
   if (model1) {
     r.prologue += "  static constexpr int kKvFormat = " + std::to_string(kv_format) +
@@ -81,7 +82,7 @@ std::string MlaKernelKey::name() const {
   if (role == MlaKernelRole::kCombine && combine_split) s += "_split";
   if (role == MlaKernelRole::kDecode && checked) s += "_chk";
   if (role == MlaKernelRole::kDecode && variant == "sm90") {
-    s += render_sm90(page_size, sm90, dense, kv_format, extra_page_size, checked).suffix;
+    s += render_sm90(page_size, sm90, dense, kv_format, extra_page_size, checked, split).suffix;
   }
   if (lse_pos_inf && (role == MlaKernelRole::kDecode || role == MlaKernelRole::kCombine)) s += "_lsepinf";
   s += "_sm" + std::to_string(arch);
@@ -129,7 +130,7 @@ jit::JitSpec MlaKernelKey::spec() const {
   }
   std::string prologue;
   if (role == MlaKernelRole::kDecode && variant == "sm90") {
-    prologue = render_sm90(page_size, sm90, dense, kv_format, extra_page_size, checked).prologue;
+    prologue = render_sm90(page_size, sm90, dense, kv_format, extra_page_size, checked, split).prologue;
   } else if (role == MlaKernelRole::kDecode && dense) {
     prologue = std::string("struct Cfg {\n  static constexpr bool kChecked = ") + (checked ? "true" : "false") +
                ";\n  static constexpr int kKvFormat = " + std::to_string(kv_format) + ";\n};\n";
@@ -195,11 +196,17 @@ MlaKernelKey mla_decode_key(int arch, const std::string& variant, const MlaConfi
   // MODEL1 runs the wide kernel at every head count (the direct kernel reads the 656-byte token).
   const bool tile_only = (k.dense && k.kv_format != kMlaKvFP8Sparse) || k.model1();
   k.sm90 = mla::sm90::kernel_class(config.num_heads, tile_only);
+  k.split = k.dense && mla_dense_split_consumers(k.sm90, k.kv_format);
   // Without a second cache its page size is never read (validate_extra leaves it unchecked: 0 or
   // below is allowed) and would be a divisor compiled in: MlaConfig's default stands in, so such
   // plans share one kernel.
   if (k.model1()) k.extra_page_size = config.extra_topk > 0 ? config.extra_page_size : MlaConfig{}.extra_page_size;
   return k;
+}
+
+bool mla_dense_split_consumers(const mla::sm90::KernelClass& sm90, int kv_format) {
+  const bool asked = tuning_override(Tuning::kMlaDenseConsumers, "plan_mla_decode").value_or(0) == 1;
+  return asked && !sm90.direct && mla::sm90::split_consumers_fit(sm90.cluster, kv_format == kMlaKvBF16);
 }
 
 MlaDecodeShape mla_decode_shape(const MlaKernelKey& key) {

@@ -26,6 +26,9 @@ struct MlaKernelKey {
   // "_fp8_sparse"). Sparse decode reads kMlaKvFP8Sparse.
   bool dense = false;
   int kv_format = 2;  // kMlaKvFP8Sparse
+  // sm90 dense decode on the wide kernel only: the split consumers (Cfg::kSplit,
+  // kernels/mla/sm90/split_consumer.cuh; "_split" in the name), chosen by DECA_MLA_DENSE_CONSUMERS.
+  bool split = false;
   // MODEL1 (kv_format kMlaKvModel1, sparse): every role's kernel reads both caches' lists
   // ("_model1" in each name; the scheduler's and combine's entry_model1.cuh).
   bool model1() const { return kv_format == kMlaKvModel1; }
@@ -91,8 +94,16 @@ std::string mla_plan_variant(int arch, const MlaConfig& config);
 
 // The decode key a plan of `config` runs with `variant` on compute capability `arch`: its token
 // source and format (dense, mla_kv_format); the sm90 kernels compile the page size in and are
-// chosen by mla::sm90::kernel_class(config.num_heads). Throws a deca::Error from plan_mla_decode
+// chosen by mla::sm90::kernel_class(config.num_heads); a dense plan on the wide kernel takes the
+// split consumers when DECA_MLA_DENSE_CONSUMERS is "split" (mla_dense_split_consumers). Throws a deca::Error from plan_mla_decode
 // when a retired tuning variable is set (src/cuda/tuning.cpp).
 MlaKernelKey mla_decode_key(int arch, const std::string& variant, const MlaConfig& config);
+
+// Whether a dense sm90 plan of kernel class `sm90` and cache format `kv_format` (MlaKvFormat) runs
+// the split consumers: DECA_MLA_DENSE_CONSUMERS=split (src/cuda/tuning.cpp) and a wide kernel they
+// fit beside its producers (mla::sm90::split_consumers_fit: in a cluster, 65..128 heads, or bf16
+// rows without one); otherwise the consumers of kernels/mla/sm90/consumers.cuh. Throws a
+// deca::Error from plan_mla_decode when the variable holds anything but "default" or "split".
+bool mla_dense_split_consumers(const mla::sm90::KernelClass& sm90, int kv_format);
 
 }  // namespace deca::cuda

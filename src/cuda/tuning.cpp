@@ -25,6 +25,10 @@ constexpr TuningRow kRows[] = {
     {Tuning::kMlaCombine, "DECA_MLA_COMBINE", 0, 0, "split", "one warp per (request, token, head) row",
      "split: the MLA combine with one CTA per row, a warp per 128 value dims and 16 pieces' loads in "
      "flight (bitwise the same result; pending its first GPU round)"},
+    {Tuning::kMlaDenseConsumers, "DECA_MLA_DENSE_CONSUMERS", 0, 0, "default|split", "default",
+     "split: dense MLA plans on the sm90a wide kernel run the split consumers where they fit (every cache "
+     "format at 65..128 heads, bf16 rows at 1..64; kernel name \"_split\"): each consumer warpgroup S over "
+     "half of a block's tokens, blocks in pairs; pending its first GPU round"},
 };
 
 // Variables that chose variants since deleted: name, and what to do instead.

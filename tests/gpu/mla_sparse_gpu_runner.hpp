@@ -37,25 +37,42 @@ inline std::vector<std::string> mla_variants() {
   return v;
 }
 
+// The dense decode variants: mla_variants, and on Hopper "sm90_split", the sm90 kernels with the
+// split consumers (DECA_MLA_DENSE_CONSUMERS=split; plans they do not fit keep the default ones).
+inline std::vector<std::string> mla_dense_variants() {
+  std::vector<std::string> v = mla_variants();
+  if (std::find(v.begin(), v.end(), "sm90") != v.end()) v.push_back("sm90_split");
+  return v;
+}
+
+// Sets DECA_MLA_KERNEL (and DECA_CHECKED, DECA_MLA_DENSE_CONSUMERS) for `variant` of
+// mla_dense_variants, restoring them when it goes.
 class ScopedMlaKernel {
  public:
   explicit ScopedMlaKernel(const std::string& variant) {
-    if (const char* old = std::getenv("DECA_MLA_KERNEL")) old_ = old, had_ = true;
-    if (const char* old = std::getenv("DECA_CHECKED")) old_checked_ = old, had_checked_ = true;
+    save("DECA_MLA_KERNEL", 0);
+    save("DECA_CHECKED", 1);
+    save("DECA_MLA_DENSE_CONSUMERS", 2);
     if (variant == "portable") setenv("DECA_MLA_KERNEL", "portable", 1);
     else unsetenv("DECA_MLA_KERNEL");
-    if (variant == "sm90") setenv("DECA_CHECKED", "0", 1);
+    if (variant != "portable") setenv("DECA_CHECKED", "0", 1);
+    if (variant == "sm90_split") setenv("DECA_MLA_DENSE_CONSUMERS", "split", 1);
+    else unsetenv("DECA_MLA_DENSE_CONSUMERS");
   }
   ~ScopedMlaKernel() {
-    if (had_) setenv("DECA_MLA_KERNEL", old_.c_str(), 1);
-    else unsetenv("DECA_MLA_KERNEL");
-    if (had_checked_) setenv("DECA_CHECKED", old_checked_.c_str(), 1);
-    else unsetenv("DECA_CHECKED");
+    for (int i = 0; i < 3; ++i) {
+      if (had_[i]) setenv(kNames[i], old_[i].c_str(), 1);
+      else unsetenv(kNames[i]);
+    }
   }
 
  private:
-  std::string old_, old_checked_;
-  bool had_ = false, had_checked_ = false;
+  static constexpr const char* kNames[3] = {"DECA_MLA_KERNEL", "DECA_CHECKED", "DECA_MLA_DENSE_CONSUMERS"};
+  void save(const char* name, int i) {
+    if (const char* old = std::getenv(name)) old_[i] = old, had_[i] = true;
+  }
+  std::string old_[3];
+  bool had_[3] = {false, false, false};
 };
 
 // The checked kernels of a variant (mla_variants()): for "portable" the verified portable checked

@@ -63,6 +63,27 @@ TEST(MlaSm90Nvrtc, DenseKernelsCompileWithoutSpills) {
   }
 }
 
+// The dense kernels with the split consumers (DECA_MLA_DENSE_CONSUMERS=split,
+// kernels/mla/sm90/split_consumer.cuh) where they fit (traits.cuh split_consumers_fit): every
+// format in a cluster (65..128 heads), bf16 rows without one (17..64 heads; 16 and fewer too), at
+// page sizes 1, 61, 64 and 576 (q_len is a run-time value: one kernel serves 1..4). The plans they
+// do not fit keep the default consumers' kernel.
+TEST(MlaSm90Nvrtc, DenseSplitConsumersCompileWithoutSpills) {
+  for (int format : {kMlaKvBF16, kMlaKvFP8E4M3, kMlaKvFP8Sparse}) {
+    for (int heads : {16, 64, 128}) {
+      for (int page : {1, 61, 64, 576}) {
+        const jit::JitSpec spec = test::mla_sm90_spec(page, heads, 0, format, true);
+        const bool fits = heads > 64 || (format == kMlaKvBF16);
+        EXPECT_EQ(spec.name.find("_split") != std::string::npos, fits) << spec.name;
+        EXPECT_EQ(spec.source.find("kSplit = 1;") != std::string::npos, fits) << spec.name;
+        if (fits) expect_clean_compile(spec);
+      }
+    }
+  }
+  // The consumers-alone and producers-alone builds (config.cuh Ablate 3, 4; no no-wgmma one).
+  for (int ablate : {3, 4}) expect_clean_compile(test::mla_sm90_spec(64, 128, ablate, kMlaKvBF16, true), true);
+}
+
 // The MODEL1 kernels (584-byte tokens of two caches, the wide kernel at every head count) the GPU
 // tests (tests/gpu/mla_model1_gpu_test.cpp) and the mla-model1 bench rows plan: each (page,
 // extra page) pair they use, without and with a cluster, as mla_decode_key makes them.

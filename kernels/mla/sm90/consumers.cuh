@@ -51,28 +51,30 @@ __device__ __forceinline__ float quad_sum(float v) {
   return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
+// A value of each of this thread's rows r0 (a0) and r0 + 8 (a1): O's rescale factors, or a
+// block's row maxima (block_max).
 struct RowFactors {
   float a0, a1;
 };
-// One block's online softmax for this thread's rows r0 and r0 + 8 (accumulator layout below; c =
-// lane % 4): S of invalid ids (-1, past topk_length, outside the pool) set to -inf before the
-// max, the running maxima m0, m1 moved, S -> P = exp2(S sl2 - ref) in place, the sums l0, l1
-// rescaled and increased, P packed as the A fragments of P V (k step kk: tokens 16 kk .., n8
-// blocks 2 kk and 2 kk + 1). Returns the rows' factors for O. The maxima are lazy: a row keeps
-// its running maximum until a block's exceeds it by more than 8 (log2 units), so P <= 2^8 and O's
-// rescale (128 FMUL per thread in each consumer) is rare after the first blocks; the sums and O
-// carry the same reference, so the output is the same up to f32 rounding.
-__device__ __forceinline__ RowFactors online_softmax(float (&s)[32], const int* ids, int c, float sl2, float& m0,
-                                                     float& m1, float& l0, float& l1, unsigned (&pa)[4][4]) {
+// The pieces of a block's online softmax over kN8 n8 blocks of tokens (8: the whole block on one
+// warpgroup; 4: the split consumers' half, split_consumer.cuh), for this thread's rows r0 and
+// r0 + 8 (accumulator layout below; c = lane % 4).
+// S of invalid ids (-1, past topk_length, outside the pool) set to -inf before the max.
+template <int kN8>
+__device__ __forceinline__ void mask_invalid(float (&s)[4 * kN8], const int* ids, int c) {
 #pragma unroll
-  for (int i = 0; i < 8; ++i) {
+  for (int i = 0; i < kN8; ++i) {
     const int2 v = *reinterpret_cast<const int2*>(ids + 8 * i + 2 * c);
     if (v.x < 0) s[4 * i] = s[4 * i + 2] = kNegInf;
     if (v.y < 0) s[4 * i + 1] = s[4 * i + 3] = kNegInf;
   }
+}
+// The rows' maxima of S over the tokens (the quad's lanes hold the columns), unscaled.
+template <int kN8>
+__device__ __forceinline__ RowFactors block_max(const float (&s)[4 * kN8]) {
   float mx0 = kNegInf, mx1 = kNegInf;
 #pragma unroll
-  for (int i = 0; i < 8; ++i) {
+  for (int i = 0; i < kN8; ++i) {
     mx0 = fmaxf(mx0, fmaxf(s[4 * i], s[4 * i + 1]));
     mx1 = fmaxf(mx1, fmaxf(s[4 * i + 2], s[4 * i + 3]));
   }
@@ -80,6 +82,18 @@ __device__ __forceinline__ RowFactors online_softmax(float (&s)[32], const int* 
   mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
   mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
   mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+  return RowFactors{mx0, mx1};
+}
+// From the block's maxima mx0, mx1 (unscaled): the running maxima m0, m1 moved, S -> P =
+// exp2(S sl2 - ref) in place, the sums l0, l1 rescaled and increased, P packed as the A fragments
+// of P V (k step kk: tokens 16 kk .., n8 blocks 2 kk and 2 kk + 1). Returns the rows' factors for
+// O. The maxima are lazy: a row keeps its running maximum until a block's exceeds it by more than
+// 8 (log2 units), so P <= 2^8 and O's rescale (128 FMUL per thread in each consumer) is rare
+// after the first blocks; the sums and O carry the same reference, so the output is the same up
+// to f32 rounding.
+template <int kN8>
+__device__ __forceinline__ RowFactors softmax_rows(float (&s)[4 * kN8], float mx0, float mx1, float sl2, float& m0,
+                                                   float& m1, float& l0, float& l1, unsigned (&pa)[kN8 / 2][4]) {
   constexpr float kSlack = 8.f;
   const float mn0 = mx0 * sl2 > m0 + kSlack ? fmaxf(m0, mx0 * sl2) : m0;
   const float mn1 = mx1 * sl2 > m1 + kSlack ? fmaxf(m1, mx1 * sl2) : m1;
@@ -90,7 +104,7 @@ __device__ __forceinline__ RowFactors online_softmax(float (&s)[32], const int* 
   m1 = mn1;
   float sum0 = 0.f, sum1 = 0.f;
 #pragma unroll
-  for (int i = 0; i < 8; ++i) {
+  for (int i = 0; i < kN8; ++i) {
     s[4 * i] = ptx::ex2(fmaf(s[4 * i], sl2, -ref0));
     s[4 * i + 1] = ptx::ex2(fmaf(s[4 * i + 1], sl2, -ref0));
     s[4 * i + 2] = ptx::ex2(fmaf(s[4 * i + 2], sl2, -ref1));
@@ -101,13 +115,20 @@ __device__ __forceinline__ RowFactors online_softmax(float (&s)[32], const int* 
   l0 = l0 * a.a0 + sum0;
   l1 = l1 * a.a1 + sum1;
 #pragma unroll
-  for (int kk = 0; kk < 4; ++kk) {
+  for (int kk = 0; kk < kN8 / 2; ++kk) {
     pa[kk][0] = f32x2_to_bf16x2(s[8 * kk + 0], s[8 * kk + 1]);
     pa[kk][1] = f32x2_to_bf16x2(s[8 * kk + 2], s[8 * kk + 3]);
     pa[kk][2] = f32x2_to_bf16x2(s[8 * kk + 4], s[8 * kk + 5]);
     pa[kk][3] = f32x2_to_bf16x2(s[8 * kk + 6], s[8 * kk + 7]);
   }
   return a;
+}
+// One block's online softmax on one warpgroup (64 tokens).
+__device__ __forceinline__ RowFactors online_softmax(float (&s)[32], const int* ids, int c, float sl2, float& m0,
+                                                     float& m1, float& l0, float& l1, unsigned (&pa)[4][4]) {
+  mask_invalid<8>(s, ids, c);
+  const RowFactors mx = block_max<8>(s);
+  return softmax_rows<8>(s, mx.a0, mx.a1, sl2, m0, m1, l0, l1, pa);
 }
 
 // A request's output factors and LSE for rows r0 and r0 + 8 from their full sums l and maxima m:
@@ -276,16 +297,19 @@ __device__ __forceinline__ void prefetch_q(const MlaSparseParams& p, int r, int 
   }
 }
 
-template <class Cfg>
+// Q into the Q tile by one warpgroup (thread t); with kParts = 2, part `part` of it (the split
+// consumers load a half each and hand over by mbarrier, so the named barrier is left out).
+template <class Cfg, int kParts = 1>
 __device__ __forceinline__ void load_q(const MlaSparseParams& p, const Smem& sm, int r, int tok,
-                                       int head0, int t) {
+                                       int head0, int t, int part = 0) {
   constexpr int kUnits = 8 * kQkChunks<Cfg>;
-  static_assert(kHeadsPerCta * kUnits % 128 == 0, "whole rounds of the warpgroup");
+  constexpr int kRounds = kHeadsPerCta * kUnits / 128 / kParts;
+  static_assert(kRounds * 128 * kParts == kHeadsPerCta * kUnits, "whole rounds of the warpgroup");
   const char* q = static_cast<const char*>(p.q);
   // 64 rows x 72 (MODEL1 64) units of 16 B; rows past num_heads are zero-filled, their q never read.
 #pragma unroll 4
-  for (int i = 0; i < kHeadsPerCta * kUnits / 128; ++i) {
-    const int job = t + 128 * i;
+  for (int i = 0; i < kRounds; ++i) {
+    const int job = t + 128 * (i + kRounds * part);
     const int row = job / kUnits;
     const int u = job % kUnits;
     const int head = head0 + row;
@@ -298,7 +322,7 @@ __device__ __forceinline__ void load_q(const MlaSparseParams& p, const Smem& sm,
   ptx::cp_async_commit();
   ptx::cp_async_wait<0>();
   fence_proxy_async_smem();
-  named_bar_sync(kBarQReady, 128);
+  if constexpr (kParts == 1) named_bar_sync(kBarQReady, 128);
 }
 
 // S = Q K^T into s, issued and committed (not waited for): A = Q (K-major, rows = heads), B = K
