@@ -19,6 +19,12 @@
 // layout.cuh) writes V^T with its tokens in the order of the A fragments a lane packs from its S
 // accumulators, and its rows in a d order that keeps every stmatrix block on eight consecutive
 // rows; the epilogue maps O's columns back.
+//
+// 16-bit caches (bf16 / fp16, Traits::k16): 64-token tiles; S [64 x 64 tokens] = q K^T on eight
+// m64n64k16 steps, P packed from the S accumulators into the m64k16 A fragments (the accumulator
+// columns of an n16 block are the fragment's k positions: no reordering), and O += P V with V as
+// stored, MN-major (tnspB = 1): no transpose, no V^T tile, one CTA barrier per tile, O in d
+// order and accumulated in the tensor core after its rescale in registers.
 #pragma once
 
 #include "kernels/common/check_record.cuh"
@@ -38,12 +44,62 @@ namespace deca::gqa::sm90 {
 
 using namespace ::deca::sm90;
 
+// The 16-bit cache's end of a tile (Traits::k16): P = 2^(x - m + 8) for the thread's rows (a
+// padding row at 32 rows gives zeros) packed into the A fragments of the four k16 steps (register
+// j of step kk: S elements 8 kk + 2 j, + 1, i.e. row h = j & 1, tokens 16 kk + 2 (l % 4) + 8 (j >>
+// 1) and + 1), the rows' sums, O rescaled by alpha in registers, then O += P V (V at byte offset
+// v_off, MN-major through desc_v), waited for.
+template <class T, int kHalves, class Logit, class DescV>
+__device__ __forceinline__ void rows_on_m_pv_16bit(const float (&s)[32], float (&o)[64], const float (&alpha)[kHalves],
+                                                   const float (&shift)[kHalves], const float (&row_scale)[kHalves],
+                                                   float (&l_run)[kHalves], const Logit& logit, const DescV& desc_v,
+                                                   unsigned v_off) {
+  unsigned a[4][4];
+  float sum[kHalves];
+#pragma unroll
+  for (int h = 0; h < kHalves; ++h) sum[h] = 0.f;
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int h = j & 1;
+      if (h >= kHalves) {
+        a[kk][j] = 0u;
+        continue;
+      }
+      float pr[2];
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const float x = s[8 * kk + 2 * j + c];
+        pr[c] = ptx::ex2(T::kSoftcap ? logit(x, h) - shift[h] : fmaf(x, row_scale[h], -shift[h]));
+      }
+      sum[h] += pr[0] + pr[1];
+      a[kk][j] = ptx::pack2<T::kF16>(pr[0], pr[1]);
+    }
+  }
+#pragma unroll
+  for (int h = 0; h < kHalves; ++h) l_run[h] = l_run[h] * alpha[h] + sum[h];
+#pragma unroll
+  for (int e = 0; e < 64; ++e) {
+    const int h = (e >> 1) & 1;
+    if (h < kHalves) o[e] *= alpha[h];
+  }
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) Wgmma16<T::kF16>::rs_n128_tb(o, a[kk], desc_v(v_off + 2048u * kk), true);
+  wgmma_commit();
+  wgmma_wait<0>();
+  fence_regs(o);
+}
+
 template <class Cfg>
 __device__ __forceinline__ void gqa_decode_rows_kernel(const GqaParams& p, unsigned char* smem_raw) {
   using T = Traits<Cfg>;
   constexpr int N = T::kRows;                       // query rows of the CTA: 32 or 64
   constexpr int kHalves = N == 64 ? 2 : 1;          // a thread's rows: l / 4 and, at 64, l / 4 + 8
   constexpr SmemPlan kPlan = T::kPlan;
+  constexpr int kTileT = T::kTile;
+  constexpr int kS = kTileT / 2;  // S accumulators per thread: 64 (fp8, 128 tokens) or 32 (16-bit, 64)
   const int tid = threadIdx.x;
   const int w = tid >> 5;
   const int l = tid & 31;
@@ -55,6 +111,9 @@ __device__ __forceinline__ void gqa_decode_rows_kernel(const GqaParams& p, unsig
   unsigned char* smem = cs.smem;
   float* q_inv = reinterpret_cast<float*>(smem + kPlan.q_inv);  // [64 operand rows]
   auto desc = [&](unsigned offset) { return cs.desc(offset); };
+  // 16-bit: V as PV's B operand, MN-major: d blocks of 64 (LBO 8192 B), 8-token groups (SBO 1024 B).
+  const unsigned long long desc16_v0 = T::k16 ? smem_desc_sw128(cs.base, 8192, 1024) : 0ull;
+  auto desc16_v = [&](unsigned offset) { return desc_advance(desc16_v0, offset); };
 
   // ---- Schedule: one unit (request, kv head, row block), the keys of split blockIdx.x ----
   SplitCta cta_unit;
@@ -95,8 +154,13 @@ __device__ __forceinline__ void gqa_decode_rows_kernel(const GqaParams& p, unsig
   // positive so that masked keys (-inf) stay -inf, not NaN.
   const float qk_scale_signed = p.softmax_scale * k_scale;
   const float qk_scale = fmaxf(fabsf(qk_scale_signed), 1e-30f);
-  load_q_two_term<T, kRowsOnMOperandRows>(p, batch, kv_head, row0, rows_total, base + kPlan.q_hi,
-                                          base + kPlan.q_lo, q_inv, row_of_operand, qk_scale_signed < 0.f);
+  if constexpr (T::k16) {
+    load_q_16bit<T, kRowsOnMOperandRows>(p, batch, kv_head, row0, rows_total, base + kPlan.q_hi, row_of_operand,
+                                         qk_scale_signed < 0.f);
+  } else {
+    load_q_two_term<T, kRowsOnMOperandRows>(p, batch, kv_head, row0, rows_total, base + kPlan.q_hi,
+                                            base + kPlan.q_lo, q_inv, row_of_operand, qk_scale_signed < 0.f);
+  }
   __syncthreads();  // q_inv written
   const float logit_scale = T::kSoftcap ? qk_scale : qk_scale * kLog2e;
   float row_scale[kHalves], m_run[kHalves], l_run[kHalves];
@@ -105,7 +169,7 @@ __device__ __forceinline__ void gqa_decode_rows_kernel(const GqaParams& p, unsig
   const int causal_start = seq_len - q_len;  // keys below are visible to every row (window aside)
 #pragma unroll
   for (int h = 0; h < kHalves; ++h) {
-    row_scale[h] = logit_scale * q_inv[16 * w + (l >> 2) + 8 * h];
+    row_scale[h] = T::k16 ? logit_scale : logit_scale * q_inv[16 * w + (l >> 2) + 8 * h];
     m_run[h] = kNegInf;
     l_run[h] = 0.f;
     const int row = row0 + qrow[h];
@@ -132,18 +196,28 @@ __device__ __forceinline__ void gqa_decode_rows_kernel(const GqaParams& p, unsig
     const int stage = item % T::kStages;
     const unsigned k_off = stage * 2 * kStageBytes;
     const unsigned vs = base + k_off + kStageBytes;
-    const int tile_t0 = unit.first + i_tile * kTile;
+    const int tile_t0 = unit.first + i_tile * kTileT;
     // ---- Fused step, append phase (append.cuh): the tile's new tokens into the stage and the cache ----
     if constexpr (T::kFused) {
-      if (tile_has_new(p, unit, tile_t0)) {
+      if (tile_has_new<T>(p, unit, tile_t0)) {
         append_new_tokens<T>(p, unit, row_block, tile_t0, smem + k_off, smem + k_off + kStageBytes, early);
         fence_proxy_async_smem();
         __syncthreads();
       }
     }
 
+    float s[kS];
+    if constexpr (T::k16) {
+      // S = q K^T: 8 k-steps of 16 dims, q and K in two column blocks each (blocked128).
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kDim / 16; ++kk) {
+        Wgmma16<T::kF16>::ss_n64(s, desc(kPlan.q_hi + blocked128(0, 32 * kk, kRowsOnMOperandRows)),
+                                 desc(k_off + blocked128(0, 32 * kk, kTileT)), kk > 0);
+      }
+      wgmma_commit();
+    } else {
     // S = (q_hi + q_lo) K^T: 4 k-steps of 32 dims x 2 terms, under the V transpose.
-    float s[64];
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
@@ -165,17 +239,18 @@ __device__ __forceinline__ void gqa_decode_rows_kernel(const GqaParams& p, unsig
         stmatrix_x4(vt + 4096u * db + stsm_off[tb], c);
       }
     }
+    }
     wgmma_wait<0>();
     fence_regs(s);
 
     // ---- Mask (a tile that needs one), then the rows' maxima of the raw logits (a quad of lanes
     // per row): the scale is >= 0 and the soft-cap monotonic, so they are the scaled maxima ----
     const bool bad_tile = T::kChecked && bad_item[item % (T::kStages + 1)] == item;
-    const bool need_mask = tile_t0 + kTile > causal_start || tile_t0 + kTile > unit.end ||
+    const bool need_mask = tile_t0 + kTileT > causal_start || tile_t0 + kTileT > unit.end ||
                            (T::kWindow && tile_t0 < seq_len - p.window) || bad_tile;
     if (need_mask) {
 #pragma unroll
-      for (int e = 0; e < 64; ++e) {
+      for (int e = 0; e < kS; ++e) {
         const int h = (e >> 1) & 1;
         if (h >= kHalves) continue;  // padding row
         const int t = tile_t0 + rows_on_m_token(e, l);
@@ -193,7 +268,7 @@ __device__ __forceinline__ void gqa_decode_rows_kernel(const GqaParams& p, unsig
 #pragma unroll
     for (int h = 0; h < kHalves; ++h) mx[h] = kNegInf;
 #pragma unroll
-    for (int e = 0; e < 64; ++e) {
+    for (int e = 0; e < kS; ++e) {
       const int h = (e >> 1) & 1;
       if (h < kHalves) mx[h] = fmaxf(mx[h], s[e]);
     }
@@ -217,6 +292,9 @@ __device__ __forceinline__ void gqa_decode_rows_kernel(const GqaParams& p, unsig
       m_run[h] = m_new;
       shift[h] = m_use - 8.f;  // P times 256: e4m3's range (the max reported 8 lower, as decode.cuh)
     }
+    if constexpr (T::k16) {
+      rows_on_m_pv_16bit<T, kHalves>(s, o, alpha, shift, row_scale, l_run, logit, desc16_v, k_off + kStageBytes);
+    } else {
 
     // ---- P = 2^(x - m + 8) as two e4m3 terms, straight into the A fragments of the k32 steps:
     // register j of step kk holds elements 16 kk + 8 (j >> 1) + {0, 1, 4, 5} + 2 (j & 1) ----
@@ -269,6 +347,7 @@ __device__ __forceinline__ void gqa_decode_rows_kernel(const GqaParams& p, unsig
       const int h = (e >> 1) & 1;
       if (h < kHalves) o[e] = o[e] * alpha[h] + ot[e];
     }
+    }
   }
 
   // ---- The rows into the epilogue's merge area (one slice: kWarpsN = 1) ----
@@ -284,7 +363,8 @@ __device__ __forceinline__ void gqa_decode_rows_kernel(const GqaParams& p, unsig
   for (int e = 0; e < 64; ++e) {
     const int h = (e >> 1) & 1;
     if (h >= kHalves) continue;
-    const int d = rows_on_m_d(8 * (e >> 2) + 2 * (l & 3) + (e & 1));  // V^T's row order
+    const int n = 8 * (e >> 2) + 2 * (l & 3) + (e & 1);
+    const int d = T::k16 ? n : rows_on_m_d(n);  // V^T's row order (16-bit: d order)
     area.o[qrow[h] * kDim + d] = o[e];
   }
   if ((l & 3) == 0) {
