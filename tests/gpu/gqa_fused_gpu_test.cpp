@@ -93,6 +93,16 @@ std::vector<FusedGpuCase> fused_gpu_cases() {
     c.spec.seq_lens = {5000};
     c.spec.q_len = 2;
   });
+  // The 16-bit cases at head_dim 128 without beams once more through the 16-bit Hopper kernel.
+  const std::size_t n = v.size();
+  for (std::size_t i = 0; i < n; ++i) {
+    const DType kv = v[i].spec.kv_dtype;
+    if ((kv != DType::kBF16 && kv != DType::kFP16) || v[i].spec.head_dim != 128 || v[i].opt.beam_width != 1) continue;
+    FusedGpuCase w = v[i];
+    w.name += "_wgmma16";
+    w.opt.hopper_16bit = 1;
+    v.push_back(std::move(w));
+  }
   return v;
 }
 
@@ -112,7 +122,7 @@ TEST_P(GqaFusedGpu, EqualsRotateAppendDecode) {
   plan.config = gpu_config(c, fc.opt);
   plan.config.rope_style = fc.fused.style;
   plan.config.rotary_dim = fc.fused.rotary_dim;
-  cuda::plan_gqa_decode(plan, fc.opt.path_arch);
+  plan_with(plan, fc.opt);
   DeviceCase dev(c, plan);
   DeviceBuffer k_new(in.k_new), v_new(in.v_new), cos_sin(in.cos_sin), positions(in.positions);
   bind_fused(dev.params, c, in);
