@@ -63,7 +63,7 @@ struct GqaKernelKey {
   // The generated prologue + #include "kernels/gqa/sm80/entry.cuh" (or sm90/entry.cuh).
   jit::JitSpec spec() const;
   gqa::Shape shape() const {
-    return wgmma() ? gqa::sm90::make_shape(rows, stages, rows_on_m, gqa::sm90::kv_bytes_of(kv_dtype))
+    return wgmma() ? gqa::sm90::make_shape(rows, stages, rows_on_m, gqa::sm90::kv_bytes_of(kv_dtype), head_dim)
                    : gqa::make_shape(head_dim, rows, kv_dtype);
   }
 };

@@ -93,11 +93,12 @@ std::vector<FusedGpuCase> fused_gpu_cases() {
     c.spec.seq_lens = {5000};
     c.spec.q_len = 2;
   });
-  // The 16-bit cases at head_dim 128 without beams once more through the 16-bit Hopper kernel.
+  // The 16-bit cases at head_dim 64 / 128 without beams once more through the 16-bit Hopper kernel.
   const std::size_t n = v.size();
   for (std::size_t i = 0; i < n; ++i) {
     const DType kv = v[i].spec.kv_dtype;
-    if ((kv != DType::kBF16 && kv != DType::kFP16) || v[i].spec.head_dim != 128 || v[i].opt.beam_width != 1) continue;
+    const int d = v[i].spec.head_dim;
+    if ((kv != DType::kBF16 && kv != DType::kFP16) || (d != 64 && d != 128) || v[i].opt.beam_width != 1) continue;
     FusedGpuCase w = v[i];
     w.name += "_wgmma16";
     w.opt.hopper_16bit = 1;

@@ -1,7 +1,8 @@
 // The Hopper GQA kernels for bf16 / fp16 caches (kernels/gqa/sm90/, Traits::k16) without a GPU
 // (this runs in CI): plans send 16-bit caches to them only with the DECA_GQA_SM90_16BIT override
 // (make_gqa_key's hopper_16bit), and NVRTC compiles their specializations for sm_90a over the rows
-// values (8 / 16 on N, 32 / 64 on M), q_len 1..4 with causal masks, both 16-bit types, fp8 out,
+// values (8 / 16 on N, 32 / 64 on M), head_dim 64 and 128, q_len 1..4 with causal masks, both
+// 16-bit types, fp8 out,
 // checked mode, masks and the fused step: entry exported, nothing spilled, no wgmma serialized,
 // registers within the CTAs per SM the shared memory is sized for.
 #include <gtest/gtest.h>
@@ -49,7 +50,9 @@ TEST(GqaSm90Nvrtc16, PlansTakeTheHopperKernelOnlyWithTheOverride) {
       {10, 2, 128, 1, 1, DType::kBF16, 90, false, true, 8},    // group 5
       {8, 8, 128, 1, 1, DType::kFP16, 90, false, true, 8},     // MHA
       {64, 8, 128, 1, 2, DType::kBF16, 90, false, false, 16},  // beams: portable
-      {64, 8, 64, 1, 1, DType::kBF16, 90, false, false, 16},   // head_dim 64: portable
+      {64, 8, 64, 1, 1, DType::kBF16, 90, false, true, 8},     // head_dim 64 (gpt-oss): 128-token tiles
+      {64, 8, 64, 4, 1, DType::kFP16, 90, false, true, 32},    // head_dim 64, rows on M
+      {64, 8, 80, 1, 1, DType::kBF16, 90, false, false, 16},   // head_dim 80: portable
       {64, 8, 256, 1, 1, DType::kBF16, 90, false, false, 16},  // head_dim 256: portable
       {64, 8, 128, 1, 1, DType::kBF16, 90, true, false, 16},   // skip-softmax: portable
       {64, 8, 128, 1, 1, DType::kBF16, 89, false, false, 16},  // no wgmma below sm_90
@@ -72,7 +75,7 @@ TEST(GqaSm90Nvrtc16, PlansTakeTheHopperKernelOnlyWithTheOverride) {
     }
     EXPECT_EQ(k.rows, r.rows) << k.name();
     EXPECT_EQ(k.rows_on_m, r.rows >= 32) << k.name();
-    EXPECT_EQ(k.shape().tile, 64) << k.name();
+    EXPECT_EQ(k.shape().tile, r.head_dim == 64 ? 128 : 64) << k.name();  // 16 KB per K or V
     EXPECT_EQ(k.shape().kv_bytes, 2) << k.name();
   }
   // fp8 plans are the same kernels whatever the override.
@@ -90,25 +93,28 @@ TEST(GqaSm90Nvrtc16, PlansTakeTheHopperKernelOnlyWithTheOverride) {
   EXPECT_EQ(k99.shape().min_ctas, 3) << k99.name();
 }
 
-// The same ring and shared-memory plan as fp8 (16 KB per K or V per stage, 64 tokens), so the same
-// CTAs per SM at every rows value; the loader's chunks cover a tile once.
+// The same ring and shared-memory plan as fp8 (16 KB per K or V per stage: 64 tokens at head_dim
+// 128, 128 at 64), so the same CTAs per SM at every rows value; the loader's chunks cover a tile.
 TEST(GqaSm90Nvrtc16, ShapeMatchesTheFp8Ring) {
   for (int rows : {8, 16, -32, -64}) {
     const bool on_m = rows < 0;
     rows = on_m ? -rows : rows;
     for (int stages : {0, 2}) {
       if (on_m && stages == 2) continue;
-      const gqa::Shape s8 = gqa::sm90::make_shape(rows, stages, on_m, 1);
-      const gqa::Shape s16 = gqa::sm90::make_shape(rows, stages, on_m, 2);
-      EXPECT_EQ(s16.tile, 64) << rows;
-      EXPECT_EQ(s16.chunks_per_row, 16) << rows;
-      EXPECT_EQ(s16.loads_per_thread * s16.threads, s16.tile * s16.chunks_per_row) << rows;
-      EXPECT_EQ(s16.stage_bytes, s16.tile * s16.row_stride) << rows;
-      EXPECT_EQ(s16.stages, s8.stages) << rows;
-      EXPECT_EQ(s16.smem_bytes, s8.smem_bytes) << rows;
-      EXPECT_EQ(s16.min_ctas, s8.min_ctas) << rows;
-      std::printf("[sm90 16-bit shape] rows %2d%s: stages %d, smem %d B, min_ctas %d\n", rows, on_m ? " (M)" : "",
-                  s16.stages, s16.smem_bytes, s16.min_ctas);
+      for (int d : {64, 128}) {
+        const gqa::Shape s8 = gqa::sm90::make_shape(rows, stages, on_m, 1);
+        const gqa::Shape s16 = gqa::sm90::make_shape(rows, stages, on_m, 2, d);
+        EXPECT_EQ(s16.tile, 128 * 64 / d) << rows;
+        EXPECT_EQ(s16.chunks_per_row, d / 8) << rows;
+        EXPECT_EQ(s16.loads_per_thread * s16.threads, s16.tile * s16.chunks_per_row) << rows;
+        EXPECT_EQ(s16.stage_bytes, s16.tile * s16.row_stride) << rows;
+        EXPECT_EQ(s16.stages, s8.stages) << rows;
+        EXPECT_EQ(s16.smem_bytes, s8.smem_bytes) << rows;
+        EXPECT_EQ(s16.min_ctas, s8.min_ctas) << rows;
+        EXPECT_LE(s16.merge_bytes, s16.pipe_bytes) << rows;
+        std::printf("[sm90 16-bit shape] d%d rows %2d%s: stages %d, smem %d B, min_ctas %d\n", d, rows,
+                    on_m ? " (M)" : "", s16.stages, s16.smem_bytes, s16.min_ctas);
+      }
     }
   }
 }
@@ -140,6 +146,17 @@ TEST(GqaSm90Nvrtc16, SpecializationsCompileWithoutSpillsOrSerializedWgmma) {
       c.rope_style = RopeStyle::kNeox, c.checked = true;
     });
   }
+  // head_dim 64 (128-token tiles): rows 8 / 16 on N, 32 / 64 on M, the gpt-oss window layer.
+  for (DType kv : {DType::kBF16, DType::kFP16}) {
+    for (int q_len : {1, 2, 4}) add(config16(64, 8, 64, q_len, kv), none);
+    add(config16(64, 4, 64, 4, kv), none);
+  }
+  add(config16(64, 8, 64, 1, DType::kBF16), [](GqaConfig& c) {
+    c.window = 128, c.sinks = true, c.page_size = 16, c.checked = true, c.lse = true;
+  });
+  add(config16(64, 8, 64, 4, DType::kFP16), [](GqaConfig& c) {
+    c.tree_mask = true, c.softcap = 30.f, c.out_dtype = DType::kFP8E4M3, c.rope_style = RopeStyle::kGptj;
+  });
   GqaConfig st2 = config16(64, 8, 128, 1, DType::kBF16);  // two stages (three CTAs per SM)
   st2.max_batch = 99;
   add(st2, [](GqaConfig& c) { c.window = 512, c.checked = true; });

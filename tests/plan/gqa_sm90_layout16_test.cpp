@@ -102,6 +102,50 @@ TEST(GqaSm90Layout16, MnMajorDescriptorsSeeVAsStored) {
   }
 }
 
+// head_dim 64 (128-token tiles of one column block): S^T's two m64 token halves at 8192 h, P^T of
+// 128 tokens in two column blocks (the p_hi and p_lo areas), V's single d block read MN-major at
+// 2048 kk over eight k-steps; rows on M: S's B = K with N = 128 tokens, O's B = V with N = 64.
+TEST(GqaSm90Layout16, HeadDim64DescriptorsSeeTheirOperands) {
+  constexpr int kTok64 = tile_tokens(2, 64);
+  ASSERT_EQ(kTok64, 128);
+  for (int rows : {8, 16}) {
+    const SmemPlan plan = make_plan(rows, 3);
+    ASSERT_EQ(plan.p_lo - plan.p_hi, rows * 128);  // P^T's second column block
+    for (int kk = 0; kk < 4; ++kk) {                // QK: 64 dims
+      for (int k = 0; k < 16; ++k) {
+        for (int h = 0; h < 2; ++h) {
+          for (int t = 0; t < 64; ++t) {
+            ASSERT_EQ(kmajor(kBase + blocked128(64 * h, 32 * kk, kTok64), 1024, t, k),
+                      kBase + blocked128(64 * h + t, 2 * (16 * kk + k), kTok64));
+          }
+        }
+      }
+    }
+    for (int kk = 0; kk < kTok64 / 16; ++kk) {  // PV: 128 tokens
+      for (int k = 0; k < 16; ++k) {
+        const int t = 16 * kk + k;
+        for (int n = 0; n < rows; ++n) {
+          ASSERT_EQ(kmajor(kBase + plan.p_hi + blocked128(0, 32 * kk, rows), 1024, n, k),
+                    kBase + plan.p_hi + blocked128(n, 2 * t, rows));
+        }
+        for (int d = 0; d < 64; ++d) {  // A = V^T (M = 64 d) and, rows on M, B = V (N = 64 d)
+          ASSERT_EQ(mnmajor(kBase + kStageBytes + 2048u * kk, 128u * kTok64, 1024, d, k),
+                    kBase + kStageBytes + blocked128(t, 2 * d, kTok64));
+        }
+      }
+    }
+  }
+  // Rows on M: S = q K^T, B = K with N = 128 token rows (16 groups of 8, SBO 1024).
+  for (int kk = 0; kk < 4; ++kk) {
+    for (int k = 0; k < 16; ++k) {
+      for (int t = 0; t < kTok64; ++t) {
+        ASSERT_EQ(kmajor(kBase + blocked128(0, 32 * kk, kTok64), 1024, t, k),
+                  kBase + blocked128(t, 2 * (16 * kk + k), kTok64));
+      }
+    }
+  }
+}
+
 // Rows on M: the S accumulators (m64n64, element e of lane l: row l / 4 + 8 ((e >> 1) & 1), column
 // 8 (e >> 2) + 2 (l % 4) + (e & 1)) packed as A register j of step kk from elements 8 kk + 2 j, + 1
 // are the m64k16 fragment's (a0 row l / 4, k 2 (l % 4) + {0, 1}; a1 row + 8; a2 k + 8; a3 both).

@@ -341,6 +341,34 @@ struct Wgmma16 {
 #undef DECA_W16_N64
   }
 
+  // wgmma.mma_async.sync.aligned.m64n128k16.f32.T.T d, a-desc, b-desc, scale-d, 1, 1, 0, 0;
+  // both K-major: the rows-on-M kernel's S = q K^T at head_dim 64 (64 operand rows x 128 tokens).
+  static __device__ __forceinline__ void ss_n128(float (&d)[64], unsigned long long desc_a,
+                                                 unsigned long long desc_b, bool accumulate) {
+#define DECA_W16_N128SS(TY)                                                                              \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                                           \
+               "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " " DECA_WGMMA_D64             \
+               ", %64, %65, p, 1, 1, 0, 0;\n}\n"                                                        \
+               : DECA_WGMMA_F64(d, 0)                                                                  \
+               : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)))
+    DECA_WGMMA16_TY(kF16, DECA_W16_N128SS("f16"), DECA_W16_N128SS("bf16"))
+#undef DECA_W16_N128SS
+  }
+
+  // wgmma.mma_async.sync.aligned.m64n64k16.f32.T.T d, {a0, a1, a2, a3}, b-desc, scale-d, 1, 1, 1;
+  // rs_n128_tb below at N = 64: the rows-on-M kernel's O += P V at head_dim 64.
+  static __device__ __forceinline__ void rs_n64_tb(float (&d)[32], const unsigned (&a)[4], unsigned long long desc_b,
+                                                   bool accumulate) {
+#define DECA_W16_N64RS(TY)                                                                               \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                                           \
+               "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " " DECA_WGMMA_D32              \
+               ", {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"                                          \
+               : DECA_WGMMA_F32(d, 0)                                                                  \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(static_cast<int>(accumulate)))
+    DECA_WGMMA16_TY(kF16, DECA_W16_N64RS("f16"), DECA_W16_N64RS("bf16"))
+#undef DECA_W16_N64RS
+  }
+
   // wgmma.mma_async.sync.aligned.m64n128k16.f32.T.T d, {a0, a1, a2, a3}, b-desc, scale-d, 1, 1, 1;
   // A from registers (the m64k16 fragment of wgmma_m64n16k16_rs), B MN-major (tnspB = 1): the
   // rows-on-M kernel's O += P V with V as stored (tokens on K, d contiguous).

@@ -83,32 +83,38 @@ __device__ __forceinline__ void transpose_v_in_place(unsigned vs, const unsigned
   }
 }
 
-// S^T = K q^T for a 16-bit cache: 8 k-steps of 16 dims, K at byte offset k_off and q at q_off (two
-// column blocks each, blocked128: 64 token rows, N query rows), into fresh accumulators, one
-// wgmma group, not waited for.
-template <class T, int N, class Desc>
-__device__ __forceinline__ void qk_chain_16bit(float* acc, const Desc& desc, unsigned k_off, unsigned q_off) {
+// S^T = K q^T for a 16-bit cache: per m64 half h of the tile's tokens, head_dim / 16 k-steps of
+// 16 dims, K at byte offset k_off and q at q_off (column blocks of 128 B, blocked128: the tile's
+// token rows, N query rows), into fresh accumulators, one wgmma group, not waited for.
+template <class T, int N, int H, int kAcc, class Desc>
+__device__ __forceinline__ void qk_chain_16bit(float (&acc)[H][kAcc], const Desc& desc, unsigned k_off,
+                                               unsigned q_off) {
   wgmma_fence();
 #pragma unroll
-  for (int kk = 0; kk < kDim / 16; ++kk) {
-    Wgmma16<T::kF16>::template ss_n<N, 0>(acc, desc(k_off + blocked128(0, 32 * kk, T::kTile)),
-                                          desc(q_off + blocked128(0, 32 * kk, N)), kk > 0);
+  for (int h = 0; h < H; ++h) {
+#pragma unroll
+    for (int kk = 0; kk < T::kHeadDim / 16; ++kk) {
+      Wgmma16<T::kF16>::template ss_n<N, 0>(acc[h], desc(k_off + blocked128(64 * h, 32 * kk, T::kTile)),
+                                            desc(q_off + blocked128(0, 32 * kk, N)), kk > 0);
+    }
   }
   wgmma_commit();
 }
 
-// O^T += V^T P^T for a 16-bit cache: for each m64 half of d, 4 k-steps of 16 tokens, A = the V
-// tile at v_off read MN-major (d block m at 8192 m, 16 tokens = two 8-row groups at 2048 kk), B =
-// P^T at p_off (N rows of 64 tokens, K-major). Accumulates into o; one group, not waited for.
-template <class T, int N, int kAcc, class Desc>
-__device__ __forceinline__ void pv_chain_16bit(float (&o)[2][kAcc], const Desc& desc, unsigned v_off,
+// O^T += V^T P^T for a 16-bit cache: for each m64 half m of d, one k-step per 16 tokens, A = the V
+// tile at v_off read MN-major (d block m at m x tile x 128 B, 16 tokens = two 8-row groups at
+// 2048 kk), B = P^T at p_off (N rows of the tile's tokens, K-major, blocked128). Accumulates into
+// o; one group, not waited for.
+template <class T, int N, int M, int kAcc, class Desc>
+__device__ __forceinline__ void pv_chain_16bit(float (&o)[M][kAcc], const Desc& desc, unsigned v_off,
                                                unsigned p_off) {
   wgmma_fence();
 #pragma unroll
-  for (int m = 0; m < 2; ++m) {
+  for (int m = 0; m < M; ++m) {
 #pragma unroll
     for (int kk = 0; kk < T::kTile / 16; ++kk) {
-      Wgmma16<T::kF16>::template ss_n<N, 1>(o[m], desc(v_off + 8192u * m + 2048u * kk), desc(p_off + 32u * kk), true);
+      Wgmma16<T::kF16>::template ss_n<N, 1>(o[m], desc(v_off + 128u * T::kTile * m + 2048u * kk),
+                                            desc(p_off + blocked128(0, 32 * kk, N)), true);
     }
   }
   wgmma_commit();
@@ -117,13 +123,12 @@ __device__ __forceinline__ void pv_chain_16bit(float (&o)[2][kAcc], const Desc& 
 // The end of the rows-on-N kernels (this file's and skip.cuh's), the ring drained: the rows' sums
 // across lanes and warps, O and (max, sum) into the epilogue's merge area (one slice: kWarpsN =
 // 1), which reuses the stages, then the output, LSE or the split's partials (epilogue.cuh).
-template <class T, int kAcc>
+template <class T, int kHalves, int kAcc>
 __device__ __forceinline__ void finish_rows_on_n(const GqaParams& p, unsigned char* smem, float* red, int l, int w,
                                                  const float (&m_run)[T::kCols], float (&l_run)[T::kCols],
-                                                 const float (&o)[2][kAcc], const SplitCta& c, int row0,
+                                                 const float (&o)[kHalves][kAcc], const SplitCta& c, int row0,
                                                  int rows_total, int batch, int kv_head, float v_scale) {
   constexpr int N = T::kRows;
-  constexpr int kHalves = 2;
   auto col_row = [&](int cc) { return 8 * (cc >> 1) + 2 * (l & 3) + (cc & 1); };
   const int row_blocks = c.row_blocks, row_block = c.row_block, split = c.split;
 #pragma unroll
@@ -143,7 +148,7 @@ __device__ __forceinline__ void finish_rows_on_n(const GqaParams& p, unsigned ch
     for (int e = 0; e < kAcc; ++e) {
       const int n = 64 * m + 16 * w + (l >> 2) + 8 * ((e >> 1) & 1);  // V^T's row
       const int d = T::k16 ? n : rows_on_m_d(n);  // 16-bit: V^T read in d order
-      area.o[col_row(2 * (e >> 2) + (e & 1)) * kDim + d] = o[m][e];
+      area.o[col_row(2 * (e >> 2) + (e & 1)) * T::kHeadDim + d] = o[m][e];
     }
   }
   __syncthreads();
@@ -167,7 +172,7 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
   constexpr int kAcc = N / 2;  // accumulator floats per thread per m64 tile
   constexpr SmemPlan kPlan = T::kPlan;
   using Mma = WgmmaE4m3<N>;
-  constexpr int kHalves = 2;                 // m64 halves of d (O^T)
+  constexpr int kHalves = T::kHeadDim / 64;  // m64 halves of d (O^T): 2, or 1 at head_dim 64
   constexpr int kSHalves = T::kTile / 64;    // m64 halves of the tile's tokens (S^T): 2 fp8, 1 16-bit
   constexpr int kTileT = T::kTile;
   const int tid = threadIdx.x;
@@ -278,7 +283,7 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
     // in place; 16-bit: S^T = K q^T (8 k-steps of 16 dims), V stays.
     float s[kSHalves][kAcc];  // S^T of token half h
     if constexpr (T::k16) {
-      qk_chain_16bit<T, N>(s[0], desc, k_off, kPlan.q_hi);
+      qk_chain_16bit<T, N>(s, desc, k_off, kPlan.q_hi);
     } else {
       two_term_chain<Mma>(s, desc, k_off, kPlan.q_hi, kPlan.q_lo);
       transpose_v_in_place(vs, ldsm_off, stsm_off);
@@ -365,11 +370,15 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
       }
       l_run[cc] = l_run[cc] * alpha + ((pr[0] + pr[1]) + (pr[2] + pr[3]));
       if constexpr (T::k16) {
-        // P^T row r, tokens 16 w + l / 4 and + 8, one 16-bit value each, in token order.
-        const unsigned two = ptx::pack2<T::kF16>(pr[0], pr[1]);
-        const unsigned tok = 16u * w + (l >> 2);
-        sts16(base + kPlan.p_hi + swz128(r, 2 * tok), static_cast<unsigned short>(two & 0xFFFFu));
-        sts16(base + kPlan.p_hi + swz128(r, 2 * (tok + 8)), static_cast<unsigned short>(two >> 16));
+        // P^T row r, tokens 64 h + 16 w + l / 4 and + 8, one 16-bit value each, in token order
+        // (column blocks of 64 tokens, blocked128, at 128 tokens).
+#pragma unroll
+        for (int h = 0; h < kSHalves; ++h) {
+          const unsigned two = ptx::pack2<T::kF16>(pr[2 * h], pr[2 * h + 1]);
+          const int tok = 64 * h + 16 * w + (l >> 2);
+          sts16(base + kPlan.p_hi + blocked128(r, 2 * tok, N), static_cast<unsigned short>(two & 0xFFFFu));
+          sts16(base + kPlan.p_hi + blocked128(r, 2 * (tok + 8), N), static_cast<unsigned short>(two >> 16));
+        }
       } else {
         unsigned hi, lo;
         kv::split_e4m3_f32(pr[0], pr[1], pr[2], pr[3], hi, lo);

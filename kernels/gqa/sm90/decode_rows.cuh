@@ -45,21 +45,22 @@ namespace deca::gqa::sm90 {
 using namespace ::deca::sm90;
 
 // The 16-bit cache's end of a tile (Traits::k16): P = 2^(x - m + 8) for the thread's rows (a
-// padding row at 32 rows gives zeros) packed into the A fragments of the four k16 steps (register
+// padding row at 32 rows gives zeros) packed into the A fragments of the tile's k16 steps (register
 // j of step kk: S elements 8 kk + 2 j, + 1, i.e. row h = j & 1, tokens 16 kk + 2 (l % 4) + 8 (j >>
 // 1) and + 1), the rows' sums, O rescaled by alpha in registers, then O += P V (V at byte offset
-// v_off, MN-major through desc_v), waited for.
-template <class T, int kHalves, class Logit, class DescV>
-__device__ __forceinline__ void rows_on_m_pv_16bit(const float (&s)[32], float (&o)[64], const float (&alpha)[kHalves],
+// v_off, MN-major through desc_v: N = head_dim), waited for.
+template <class T, int kHalves, int kS, int kO, class Logit, class DescV>
+__device__ __forceinline__ void rows_on_m_pv_16bit(const float (&s)[kS], float (&o)[kO], const float (&alpha)[kHalves],
                                                    const float (&shift)[kHalves], const float (&row_scale)[kHalves],
                                                    float (&l_run)[kHalves], const Logit& logit, const DescV& desc_v,
                                                    unsigned v_off) {
-  unsigned a[4][4];
+  constexpr int kSteps = kS / 8;  // k16 steps of the tile's tokens
+  unsigned a[kSteps][4];
   float sum[kHalves];
 #pragma unroll
   for (int h = 0; h < kHalves; ++h) sum[h] = 0.f;
 #pragma unroll
-  for (int kk = 0; kk < 4; ++kk) {
+  for (int kk = 0; kk < kSteps; ++kk) {
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const int h = j & 1;
@@ -80,13 +81,19 @@ __device__ __forceinline__ void rows_on_m_pv_16bit(const float (&s)[32], float (
 #pragma unroll
   for (int h = 0; h < kHalves; ++h) l_run[h] = l_run[h] * alpha[h] + sum[h];
 #pragma unroll
-  for (int e = 0; e < 64; ++e) {
+  for (int e = 0; e < kO; ++e) {
     const int h = (e >> 1) & 1;
     if (h < kHalves) o[e] *= alpha[h];
   }
   wgmma_fence();
 #pragma unroll
-  for (int kk = 0; kk < 4; ++kk) Wgmma16<T::kF16>::rs_n128_tb(o, a[kk], desc_v(v_off + 2048u * kk), true);
+  for (int kk = 0; kk < kSteps; ++kk) {
+    if constexpr (kO == 64) {
+      Wgmma16<T::kF16>::rs_n128_tb(o, a[kk], desc_v(v_off + 2048u * kk), true);
+    } else {
+      Wgmma16<T::kF16>::rs_n64_tb(o, a[kk], desc_v(v_off + 2048u * kk), true);
+    }
+  }
   wgmma_commit();
   wgmma_wait<0>();
   fence_regs(o);
@@ -99,7 +106,8 @@ __device__ __forceinline__ void gqa_decode_rows_kernel(const GqaParams& p, unsig
   constexpr int kHalves = N == 64 ? 2 : 1;          // a thread's rows: l / 4 and, at 64, l / 4 + 8
   constexpr SmemPlan kPlan = T::kPlan;
   constexpr int kTileT = T::kTile;
-  constexpr int kS = kTileT / 2;  // S accumulators per thread: 64 (fp8, 128 tokens) or 32 (16-bit, 64)
+  constexpr int kS = kTileT / 2;  // S accumulators per thread: 64 (128 tokens) or 32 (16-bit d128: 64)
+  constexpr int kO = T::k16 ? T::kHeadDim / 2 : 64;  // O accumulators per thread (N = head_dim)
   const int tid = threadIdx.x;
   const int w = tid >> 5;
   const int l = tid & 31;
@@ -111,8 +119,9 @@ __device__ __forceinline__ void gqa_decode_rows_kernel(const GqaParams& p, unsig
   unsigned char* smem = cs.smem;
   float* q_inv = reinterpret_cast<float*>(smem + kPlan.q_inv);  // [64 operand rows]
   auto desc = [&](unsigned offset) { return cs.desc(offset); };
-  // 16-bit: V as PV's B operand, MN-major: d blocks of 64 (LBO 8192 B), 8-token groups (SBO 1024 B).
-  const unsigned long long desc16_v0 = T::k16 ? smem_desc_sw128(cs.base, 8192, 1024) : 0ull;
+  // 16-bit: V as PV's B operand, MN-major: d blocks of 64 (LBO: a column block, tile x 128 B),
+  // 8-token groups (SBO 1024 B).
+  const unsigned long long desc16_v0 = T::k16 ? smem_desc_sw128(cs.base, 128u * kTileT, 1024) : 0ull;
   auto desc16_v = [&](unsigned offset) { return desc_advance(desc16_v0, offset); };
 
   // ---- Schedule: one unit (request, kv head, row block), the keys of split blockIdx.x ----
@@ -177,9 +186,9 @@ __device__ __forceinline__ void gqa_decode_rows_kernel(const GqaParams& p, unsig
     row_pos[h] = causal_start + tok;
     tree[h] = T::kTree ? p.tree_mask + batch * p.mask_stride_batch + tok * p.mask_stride_token : nullptr;
   }
-  float o[64];  // O: element e is row h = (e >> 1) & 1, V^T row 8 (e >> 2) + 2 (l % 4) + (e & 1)
+  float o[kO];  // O: element e is row h = (e >> 1) & 1, V^T row 8 (e >> 2) + 2 (l % 4) + (e & 1)
 #pragma unroll
-  for (int e = 0; e < 64; ++e) o[e] = 0.f;
+  for (int e = 0; e < kO; ++e) o[e] = 0.f;
   const unsigned vt = base + kPlan.vt;
   // The V transpose (layout.cuh): warp w takes token blocks 2 w and 2 w + 1 (16 tokens each) of
   // every d block (32 d): one ldmatrix.trans, four prmt and one stmatrix per pair.
@@ -211,9 +220,14 @@ __device__ __forceinline__ void gqa_decode_rows_kernel(const GqaParams& p, unsig
       // S = q K^T: 8 k-steps of 16 dims, q and K in two column blocks each (blocked128).
       wgmma_fence();
 #pragma unroll
-      for (int kk = 0; kk < kDim / 16; ++kk) {
-        Wgmma16<T::kF16>::ss_n64(s, desc(kPlan.q_hi + blocked128(0, 32 * kk, kRowsOnMOperandRows)),
-                                 desc(k_off + blocked128(0, 32 * kk, kTileT)), kk > 0);
+      for (int kk = 0; kk < T::kHeadDim / 16; ++kk) {
+        const unsigned long long da = desc(kPlan.q_hi + blocked128(0, 32 * kk, kRowsOnMOperandRows));
+        const unsigned long long db = desc(k_off + blocked128(0, 32 * kk, kTileT));
+        if constexpr (kS == 64) {
+          Wgmma16<T::kF16>::ss_n128(s, da, db, kk > 0);  // head_dim 64: 128 tokens
+        } else {
+          Wgmma16<T::kF16>::ss_n64(s, da, db, kk > 0);
+        }
       }
       wgmma_commit();
     } else {
@@ -360,12 +374,12 @@ __device__ __forceinline__ void gqa_decode_rows_kernel(const GqaParams& p, unsig
   __syncthreads();  // every warp's wgmma reads of the stages are done: the area reuses them
   const MergeArea<T> area(smem);
 #pragma unroll
-  for (int e = 0; e < 64; ++e) {
+  for (int e = 0; e < kO; ++e) {
     const int h = (e >> 1) & 1;
     if (h >= kHalves) continue;
     const int n = 8 * (e >> 2) + 2 * (l & 3) + (e & 1);
     const int d = T::k16 ? n : rows_on_m_d(n);  // V^T's row order (16-bit: d order)
-    area.o[qrow[h] * kDim + d] = o[e];
+    area.o[qrow[h] * T::kHeadDim + d] = o[e];
   }
   if ((l & 3) == 0) {
 #pragma unroll

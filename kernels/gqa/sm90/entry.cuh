@@ -1,5 +1,6 @@
 // The JIT entry of the Hopper GQA decode kernels, fp8 (and bf16 / fp16: Traits::k16)
-// (kernels/gqa/sm90/decode.cuh, tokens on M; decode_rows.cuh, rows on M when Cfg::kRowsOnM; skip.cuh, skip-softmax when Cfg::kSkip): a
+// (kernels/gqa/sm90/decode.cuh, tokens on M; decode_rows.cuh, rows on M when Cfg::kRowsOnM;
+// skip.cuh, skip-softmax when Cfg::kSkip, fp8 only: the plan keeps 16-bit skip plans portable): a
 // generated prologue defines `struct Cfg` (GqaKernelKey::spec, fp8_mma = kv::kWgmma) and includes
 // this file.
 // Same grid, block and parameters as the portable kernel's entry (kernels/gqa/sm80/entry.cuh).
@@ -16,7 +17,6 @@ extern "C" __global__ void __launch_bounds__(deca::gqa::sm90::Traits<Cfg>::kThre
   if constexpr (Cfg::kRowsOnM) {
     deca::gqa::sm90::gqa_decode_rows_kernel<Cfg>(params, deca_smem);
   } else if constexpr (deca::gqa::sm90::Traits<Cfg>::kSkip) {
-    static_assert(!deca::gqa::sm90::Traits<Cfg>::k16, "skip-softmax: fp8 caches only (the plan keeps 16-bit ones portable)");
     deca::gqa::sm90::gqa_decode_skip_kernel<Cfg>(params, deca_smem);
   } else {
     deca::gqa::sm90::gqa_decode_kernel<Cfg>(params, deca_smem);

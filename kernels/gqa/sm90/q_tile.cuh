@@ -89,16 +89,18 @@ __device__ __forceinline__ void load_q_two_term(const GqaParams& p, int batch, i
 }
 
 // The 16-bit caches' q: one term of the cache's type (bf16 / fp16, round to nearest), operand
-// row m = query row row0 + row_of(m) as above, 256 B per row in two column blocks at q_base
-// (blocked128 with kOperandRows rows: the plan's q_hi and q_lo areas). No row scale: the 16-bit
-// wgmma takes q as it is. `negate`: store -q (sign bits flipped). The caller synchronises.
+// row m = query row row0 + row_of(m) as above, 2 x head_dim bytes per row in column blocks of
+// 128 B at q_base (blocked128 with kOperandRows rows: at head_dim 128 the plan's q_hi and q_lo
+// areas). No row scale: the 16-bit wgmma takes q as it is. `negate`: store -q (sign bits
+// flipped). The caller synchronises.
 template <class T, int kOperandRows, class RowOf>
 __device__ __forceinline__ void load_q_16bit(const GqaParams& p, int batch, int kv_head, int row0, int rows_total,
                                              unsigned q_base, const RowOf& row_of, bool negate = false) {
   const unsigned sign = negate ? 0x80008000u : 0u;
-  for (int i = static_cast<int>(threadIdx.x); i < kOperandRows * 16; i += T::kThreads) {
-    const int m = i >> 4;
-    const int d0 = 8 * (i & 15);
+  constexpr int kRowChunks = T::kHeadDim / 8;  // 16-byte chunks of a row: 8 (d64) or 16 (d128)
+  for (int i = static_cast<int>(threadIdx.x); i < kOperandRows * kRowChunks; i += T::kThreads) {
+    const int m = i / kRowChunks;
+    const int d0 = 8 * (i % kRowChunks);
     const int r = row_of(m);
     const int row = r < 0 ? rows_total : row0 + r;
     float x[8];

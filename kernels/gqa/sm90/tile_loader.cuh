@@ -16,7 +16,7 @@ namespace deca::gqa::sm90 {
 
 template <class T>
 struct TileLoader {
-  static constexpr int kChunks = kDim * T::kKvBytes / 16;  // 16-byte chunks per token row: 8 or 16
+  static constexpr int kChunks = T::kHeadDim * T::kKvBytes / 16;  // 16-byte chunks per token row: 8 or 16
   static constexpr int kChunkShift = kChunks == 8 ? 3 : 4;
   static constexpr int kRowStep = T::kThreads / kChunks;  // loader rows between a thread's chunks
   static_assert(kChunks == 1 << kChunkShift && kRowStep % 8 == 0, "a thread's rows keep row % 8");

@@ -22,13 +22,14 @@ constexpr int kStageBytes = kTile * kDim;  // one of K or V (fp8 128 tokens, 16-
 DECA_HD constexpr bool supports(int head_dim, int kv_dtype, int beam_width) {
   return head_dim == kDim && kv::kind_of(kv_dtype) == kv::kKvFp8 && beam_width == 1;
 }
-// The same kernels for a bf16 / fp16 cache: head_dim 128, no beams.
+// The same kernels for a bf16 / fp16 cache: head_dim 64 or 128, no beams.
 DECA_HD constexpr bool supports_16bit(int head_dim, int kv_dtype, int beam_width) {
-  return head_dim == kDim && kv::kind_of(kv_dtype) == kv::kKv16 && beam_width == 1;
+  return (head_dim == 64 || head_dim == kDim) && kv::kind_of(kv_dtype) == kv::kKv16 && beam_width == 1;
 }
-// Bytes per cached value (1 fp8, 2 bf16 / fp16) and the tokens of a 16 KB tile of them: 128 / 64.
+// Bytes per cached value (1 fp8, 2 bf16 / fp16) and the tokens of a 16 KB tile of `head_dim`-wide
+// rows of them: 128 (fp8 d128, 16-bit d64) or 64 (16-bit d128).
 DECA_HD constexpr int kv_bytes_of(int kv_dtype) { return kv::kind_of(kv_dtype) == kv::kKv16 ? 2 : 1; }
-DECA_HD constexpr int tile_tokens(int kv_bytes) { return kStageBytes / (kDim * kv_bytes); }
+DECA_HD constexpr int tile_tokens(int kv_bytes, int head_dim = kDim) { return kStageBytes / (head_dim * kv_bytes); }
 
 // Rows per CTA: the rows needed (q_len x group) rounded up to 8, 16, 32 or 64; more rows take
 // more row blocks of 64. Up to 16 they are wgmma's N (decode.cuh), 32 and 64 its M
@@ -97,18 +98,19 @@ DECA_HD constexpr int stages_for_grid(int rows, long long units, int sm_count) {
 
 // `stages` 0: stages_for(rows); else that many (stages_for_grid's 2 at 8 or 16 rows).
 // `rows_on_m`: the rows-on-M kernel (decode_rows.cuh; 32 or 64 rows). `kv_bytes`: kv_bytes_of.
-DECA_HD constexpr Shape make_shape(int rows, int stages = 0, bool rows_on_m = false, int kv_bytes = 1) {
+DECA_HD constexpr Shape make_shape(int rows, int stages = 0, bool rows_on_m = false, int kv_bytes = 1,
+                                   int head_dim = kDim) {
   const SmemPlan plan = make_plan(rows, stages > 0 ? stages : stages_for(rows, rows_on_m), rows_on_m);
   Shape s{};
   s.threads = kWarpgroupThreads;
   s.warps_m = 1;
   s.warps_n = 1;  // one slice of keys per CTA: the warpgroup's accumulators hold every token
-  s.tile = tile_tokens(kv_bytes);
+  s.tile = tile_tokens(kv_bytes, head_dim);
   s.warp_tokens = s.tile;
   s.chunk = s.tile;
   s.kv_bytes = kv_bytes;
-  s.chunks_per_row = kDim * kv_bytes / 16;
-  s.row_stride = kDim * kv_bytes;
+  s.chunks_per_row = head_dim * kv_bytes / 16;
+  s.row_stride = head_dim * kv_bytes;
   s.stage_bytes = kStageBytes;
   s.loads_per_thread = s.tile * s.chunks_per_row / s.threads;
   s.q_in_regs = false;
@@ -116,7 +118,7 @@ DECA_HD constexpr Shape make_shape(int rows, int stages = 0, bool rows_on_m = fa
   s.q_bytes = 2 * (rows_on_m ? kRowsOnMOperandRows : rows) * 128;
   s.stages = plan.stages;
   s.pipe_bytes = 2 * plan.stages * kStageBytes;
-  s.merge_bytes = rows * (kDim + 2) * 4 + rows * 3 * 4;
+  s.merge_bytes = rows * (head_dim + 2) * 4 + rows * 3 * 4;
   s.smem_bytes = smem_bytes(plan);
   const int fit = 228 * 1024 / (s.smem_bytes + 1024);
   // Rows on M: O, its per-tile partial and P's fragments take ~200 registers, two CTAs.
@@ -134,7 +136,7 @@ struct Traits : CfgConstants<Cfg> {
   static constexpr bool k16 = kv::kind_of(Cfg::kKvDtype) == kv::kKv16;
   static constexpr bool kF16 = Cfg::kKvDtype == kv::kFP16;
   static constexpr int kKvBytes = kv_bytes_of(Cfg::kKvDtype);
-  static constexpr Shape kShape = make_shape(Cfg::kRows, Cfg::kStages, kRowsOnM, kKvBytes);
+  static constexpr Shape kShape = make_shape(Cfg::kRows, Cfg::kStages, kRowsOnM, kKvBytes, Cfg::kHeadDim);
   static constexpr int kTile = kShape.tile;
   static constexpr int kThreads = kShape.threads;
   static constexpr int kWarpsN = 1;
