@@ -15,18 +15,18 @@
 #include "cuda/gqa_spec.hpp"
 #include "deca/gqa.hpp"
 #include "jit/compile_check.hpp"
+#include "jit/gqa_sm90_config.hpp"
 
 namespace deca::cuda {
 namespace {
 
+// q (and out) in the cache's type, unchecked (GqaConfig's default is checked; the tests set it
+// where they want it).
 GqaConfig config16(int q_heads, int kv_heads, int head_dim, int q_len, DType kv) {
-  GqaConfig c;
-  c.num_q_heads = q_heads, c.num_kv_heads = kv_heads, c.head_dim = head_dim;
-  c.page_size = 64, c.max_batch = 8, c.max_seq_len = 4096, c.max_q_len = q_len;
-  c.kv_dtype = kv;
+  GqaConfig c = testing::sm90_config(q_heads, kv_heads, head_dim, q_len, kv);
   c.q_dtype = kv == DType::kFP16 ? DType::kFP16 : DType::kBF16;
   c.out_dtype = c.q_dtype;
-  c.checked = false;  // GqaConfig's default is checked; the tests set it where they want it
+  c.checked = false;
   return c;
 }
 
