@@ -74,7 +74,8 @@ TEST(GqaSm90Layout16, KMajorDescriptorsSeeKAndQWhereTheyAreStored) {
       for (int kk = 0; kk < kTok / 16; ++kk) {
         for (int n = 0; n < rows; ++n) {
           for (int k = 0; k < 16; ++k) {
-            ASSERT_EQ(kmajor(kBase + plan.p_hi + 32 * kk, 1024, n, k), kBase + plan.p_hi + swz128(n, 2 * (16 * kk + k)));
+            ASSERT_EQ(kmajor(kBase + plan.p_hi + 32 * kk, 1024, n, k),
+                      kBase + plan.p_hi + swz128(n, 2 * (16 * kk + k)));
           }
         }
       }

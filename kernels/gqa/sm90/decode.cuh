@@ -18,11 +18,12 @@
 // kernel's (epilogue.cuh); O comes out times 256 (P's scale) and the max reported 8 lower, the
 // same convention as the portable kernel's two-term path.
 //
-// 16-bit caches (bf16 / fp16, Traits::k16): 64-token tiles of the same 16 KB, q and P one term of
-// the cache's type on the k16 wgmma (8 k-steps of S^T, one m64 half of tokens), and V read as
-// stored: 16-bit wgmma operands may be MN-major, so O^T's A = V^T is V's tile with tnspA = 1 (no
-// transpose, O^T's rows in d order). O accumulates in the tensor core (f32 at full precision for
-// 16-bit products), rescaled in registers before each tile's PV.
+// 16-bit caches (bf16 / fp16, Traits::k16): tiles of the same 16 KB (64 tokens at head_dim 128,
+// 128 at 64), q and P one term of the cache's type on the k16 wgmma (head_dim / 16 k-steps of S^T
+// per m64 half of tokens), and V read as stored: 16-bit wgmma operands may be MN-major, so O^T's
+// A = V^T is V's tile with tnspA = 1 (no transpose, O^T's rows in d order). O accumulates in the
+// tensor core (f32 at full precision for 16-bit products), rescaled in registers before each
+// tile's PV.
 #pragma once
 
 #include "kernels/common/check_record.cuh"
@@ -173,7 +174,7 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
   constexpr SmemPlan kPlan = T::kPlan;
   using Mma = WgmmaE4m3<N>;
   constexpr int kHalves = T::kHeadDim / 64;  // m64 halves of d (O^T): 2, or 1 at head_dim 64
-  constexpr int kSHalves = T::kTile / 64;    // m64 halves of the tile's tokens (S^T): 2 fp8, 1 16-bit
+  constexpr int kSHalves = T::kTile / 64;    // m64 halves of the tile's tokens (S^T): 2 at 128 tokens, 1 at 64
   constexpr int kTileT = T::kTile;
   const int tid = threadIdx.x;
   const int w = tid >> 5;  // warp
