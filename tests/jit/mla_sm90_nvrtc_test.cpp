@@ -235,6 +235,43 @@ TEST(MlaSm90Nvrtc, LsePosInfKernelsCompileWithoutSpills) {
   }
 }
 
+// The +inf convention in the sm90 builds still pending their first GPU round, whose final LSE goes
+// through the same store_lse: the checked builds (a checked FlashMLA plan under
+// DECA_MLA_SM90_CHECKED=1) and the dense split consumers (DECA_MLA_DENSE_CONSUMERS=split; the
+// compat layer's dense calls, bf16 and the 656-byte cache).
+TEST(MlaSm90Nvrtc, LsePosInfCheckedAndSplitConsumerKernelsCompile) {
+  const auto expect_pos_inf = [](const cuda::MlaKernelKey& key, const char* part) {
+    const jit::JitSpec spec = key.spec();
+    EXPECT_NE(spec.name.find(part), std::string::npos) << spec.name;
+    EXPECT_NE(spec.name.find("_lsepinf_sm90"), std::string::npos) << spec.name;
+    EXPECT_NE(spec.source.find("#define DECA_MLA_LSE_EMPTY_POS_INF 1"), std::string::npos) << spec.source;
+    expect_clean_compile(spec);
+  };
+  for (int format : {kMlaKvFP8Sparse, kMlaKvBF16, kMlaKvModel1}) {
+    for (int heads : {16, 64, 128}) {
+      if (format != kMlaKvFP8Sparse && heads == 64) continue;  // the same wide kernel as 16
+      MlaConfig c = checked_sm90_config(heads, 64, format);
+      c.lse_of_empty_row = MlaLseOfEmptyRow::kPosInf;
+      const cuda::MlaKernelKey key = cuda::mla_decode_key(90, "sm90", c);
+      ASSERT_TRUE(key.checked && key.lse_pos_inf);
+      expect_pos_inf(key, "_chk_p");
+    }
+  }
+  jit::testing::ScopedEnv split("DECA_MLA_DENSE_CONSUMERS", "split");
+  for (int format : {kMlaKvBF16, kMlaKvFP8Sparse}) {
+    for (int heads : {16, 128}) {
+      if (format == kMlaKvFP8Sparse && heads == 16) continue;  // the direct kernel: no split consumers
+      MlaConfig c = checked_sm90_config(heads, 64, format);
+      c.sparse = false;
+      c.checked = false;
+      c.lse_of_empty_row = MlaLseOfEmptyRow::kPosInf;
+      const cuda::MlaKernelKey key = cuda::mla_decode_key(90, "sm90", c);
+      ASSERT_TRUE(key.split && key.lse_pos_inf) << key.name();
+      expect_pos_inf(key, "_split");
+    }
+  }
+}
+
 // The timing-only builds that leave a stage out (config.cuh Ablate), as the timing test runs them:
 // their numbers are wrong anyway, so a few spilled bytes there are printed, not failed on.
 TEST(MlaSm90Nvrtc, AblationsCompile) {

@@ -253,8 +253,8 @@ def test_flash_mla_dense_torch_metadata_per_step(rng, fp8):
 
 
 def test_torch_compile_flash_mla_dense_matches_eager(rng):
-    """Under torch.compile(fullgraph=True) the dense compat call is one deca op (and the +inf
-    LSE of rows without keys a masked fill): the compiled call gives the eager call's bytes."""
+    """Under torch.compile(fullgraph=True) the dense compat call is one deca op (whose kernels
+    write the +inf LSE of rows without keys): the compiled call gives the eager call's bytes."""
     from test_mla import _dense_case
     q, kv, table, lens = (T(x) for x in _dense_case(rng, [40, 0, 17], 2, 8, 16))
 
@@ -267,22 +267,29 @@ def test_torch_compile_flash_mla_dense_matches_eager(rng):
         same_bits(g, w)
 
 
+@pytest.mark.parametrize("empty_row_lse", ["-inf", "+inf"])
 @pytest.mark.parametrize("kv_format", ["bf16", "fp8_e4m3", "fp8_sparse"])
-def test_opcheck_mla_decode_dense(rng, kv_format):
+def test_opcheck_mla_decode_dense(rng, kv_format, empty_row_lse):
+    """The registered op, with its string argument lse_of_empty_row (FlashMLA's "+inf" too): an
+    empty request's LSE is that value, everything else deca's own call's bytes."""
     import deca.torch_ops  # noqa: F401
     from test_mla import _dense_case, dense_cache
-    q, kv, table, lens = _dense_case(rng, [40, 17], 1, 8, 16)
+    q, kv, table, lens = _dense_case(rng, [40, 17, 0], 1, 8, 16)
     cache, scale, _ = dense_cache(kv, kv_format, rng)
-    out = torch.empty((2, 1, 8, 512), dtype=torch.bfloat16, device=DEV)
-    lse = torch.empty((2, 1, 8), dtype=torch.float32, device=DEV)
+    out = torch.empty((3, 1, 8, 512), dtype=torch.bfloat16, device=DEV)
+    lse = torch.empty((3, 1, 8), dtype=torch.float32, device=DEV)
     kv_t, fmt = T(cache), ""
     if kv_format == "fp8_e4m3":  # as uint8 bits (opcheck's schema test cannot compare float8)
         kv_t, fmt = kv_t.view(torch.uint8), "fp8_e4m3"
-    args = (T(q), kv_t, T(table), T(lens), out, lse, 0.0, scale or 1.0, fmt)
+    args = (T(q), kv_t, T(table), T(lens), out, lse, 0.0, scale or 1.0, fmt, empty_row_lse)
     torch.library.opcheck(torch.ops.deca.mla_decode_dense.default, args)
     torch.ops.deca.mla_decode_dense(*args)  # opcheck ran on copies: out is written here
-    want = deca.mla_decode_dense(T(q), T(cache), T(table), T(lens), kv_scale=scale)
+    want, want_lse = deca.mla_decode_dense(T(q), T(cache), T(table), T(lens), kv_scale=scale,
+                                           return_lse=True)
     same_bits(out, want)
+    assert torch.isneginf(want_lse[2]).all()
+    want_lse[2] = float(empty_row_lse)
+    same_bits(lse, want_lse)
 
 
 @pytest.mark.skipif(DEV == "cpu", reason="needs a CUDA device")
