@@ -20,6 +20,9 @@ namespace deca::cuda {
 
 namespace {
 
+// DECA_GQA_SM90_16BIT=1: bf16 / fp16 caches on the Hopper kernel (make_gqa_key's hopper_16bit).
+bool hopper_16bit(const char* fn) { return tuning_override(Tuning::kGqaSm9016Bit, fn).value_or(0) == 1; }
+
 constexpr int kMaxSplits = 256;
 constexpr std::size_t kAlign = 256;
 
@@ -95,7 +98,8 @@ const Prepared& prepared_slow(const GqaPlan& plan, int device) {
       return it->second;
     }
   }
-  const GqaKernelKey key = make_gqa_key(plan.config, compute_capability(device), sm_count(device));
+  const GqaKernelKey key = make_gqa_key(plan.config, compute_capability(device), sm_count(device), 0,
+                                       hopper_16bit("gqa_decode"));
   if (key.name() != plan.kernel_name) {
     throw Error("gqa_decode: plan.kernel_name: expected \"" + key.name() +
                 "\" (what the plan's config gives on this device now), got \"" + plan.kernel_name +
@@ -152,7 +156,7 @@ void plan_gqa_decode(GqaPlan& plan, int path_arch) {
   const int device = plan_device(plan);
   const int arch = gqa_arch(c, "plan_gqa_decode");
   plan.sm_count = sm_count(device);
-  const GqaKernelKey key = make_gqa_key(c, arch, plan.sm_count, path_arch);
+  const GqaKernelKey key = make_gqa_key(c, arch, plan.sm_count, path_arch, hopper_16bit("plan_gqa_decode"));
   const gqa::Shape shape = key.shape();
   // Occupancy comes from the compiled kernel itself (its registers), not from a guess.
   const jit::LoadedKernel& kernel = jit::get_kernel(key.spec(), device);
@@ -225,7 +229,7 @@ void gqa_decode(const GqaPlan& plan, const GqaParams& params, void* stream, bool
 
 std::string precompile_gqa(const GqaConfig& config, int arch) {
   refuse_retired_tuning("precompile_gqa_decode");
-  const GqaKernelKey key = make_gqa_key(config, arch);
+  const GqaKernelKey key = make_gqa_key(config, arch, 132, 0, hopper_16bit("precompile_gqa_decode"));
   (void)jit::compile_only(key.spec());
   return key.name();
 }

@@ -74,7 +74,7 @@ jit::JitSpec GqaKernelKey::spec() const {
   return spec;
 }
 
-GqaKernelKey make_gqa_key(const GqaConfig& config, int arch, int sm_count, int path_arch) {
+GqaKernelKey make_gqa_key(const GqaConfig& config, int arch, int sm_count, int path_arch, bool hopper_16bit) {
   GqaKernelKey key;
   key.arch = arch;
   key.head_dim = config.head_dim;
@@ -107,10 +107,12 @@ GqaKernelKey make_gqa_key(const GqaConfig& config, int arch, int sm_count, int p
   // measured nowhere else. docs/perf-notes.md has the figures.
   const int kind = kv::kind_of(key.kv_dtype);
   const int rows_needed = config.beam_width * config.max_q_len * key.group;
-  // Skip-softmax on the Hopper kernel: rows on N only (up to 16 rows, sm90/skip.cuh); more rows
-  // take the portable kernel's skip variant.
-  const bool wgmma_ok = arch == 90 && paths == 90 &&
-                        gqa::sm90::supports(key.head_dim, key.kv_dtype, key.beam_width) &&
+  // Skip-softmax on the Hopper kernel: rows on N only (up to 16 rows, sm90/skip.cuh) and fp8 only;
+  // more rows and 16-bit caches take the portable kernel's skip variant. 16-bit caches take the
+  // Hopper kernel only with the override (pending its first GPU round: docs/tuning.md).
+  const bool fp8_ok = gqa::sm90::supports(key.head_dim, key.kv_dtype, key.beam_width);
+  const bool b16_ok = hopper_16bit && gqa::sm90::supports_16bit(key.head_dim, key.kv_dtype, key.beam_width);
+  const bool wgmma_ok = arch == 90 && paths == 90 && (fp8_ok || (b16_ok && !key.skip)) &&
                         !(key.skip && rows_needed > 16);
   key.fp8_mma = wgmma_ok                                      ? kv::kWgmma
                 : kind == kv::kKvFp8 && paths == 89 && arch >= 89 ? kv::kTwoTerm

@@ -50,11 +50,12 @@ struct GqaKernelKey {
     switch (kv::kind_of(kv_dtype)) {
       case kv::kKvFp8: return fp8_mma == kv::kWgmma || fp8_mma == kv::kTwoTerm ? fp8_mma : kv::kWidenLdsm;
       case kv::kKvInt8: return fp8_mma == kv::kTwoTermQk ? fp8_mma : kv::kWidenLdsm;
-      default: return kv::k16Bit;
+      default: return fp8_mma == kv::kWgmma ? kv::kWgmma : kv::k16Bit;  // the Hopper kernel or the portable one
     }
   }
   bool two_term() const { return fp8_path() == kv::kTwoTerm; }
-  // The Hopper kernel (kernels/gqa/sm90/): fp8, head_dim 128, no beams, sm_90a.
+  // The Hopper kernel (kernels/gqa/sm90/): fp8 (or, with DECA_GQA_SM90_16BIT, bf16 / fp16),
+  // head_dim 128, no beams, sm_90a.
   bool wgmma() const { return fp8_path() == kv::kWgmma; }
 
   // e.g. "gqa_sm90_d128_g8_r8_p32_qbf16_kvfp8_e4m3_obf16_win_tree_cap_wgmma"
@@ -62,7 +63,8 @@ struct GqaKernelKey {
   // The generated prologue + #include "kernels/gqa/sm80/entry.cuh" (or sm90/entry.cuh).
   jit::JitSpec spec() const;
   gqa::Shape shape() const {
-    return wgmma() ? gqa::sm90::make_shape(rows, stages, rows_on_m) : gqa::make_shape(head_dim, rows, kv_dtype);
+    return wgmma() ? gqa::sm90::make_shape(rows, stages, rows_on_m, gqa::sm90::kv_bytes_of(kv_dtype), head_dim)
+                   : gqa::make_shape(head_dim, rows, kv_dtype);
   }
 };
 
@@ -76,7 +78,11 @@ struct GqaKernelKey {
 // `path_arch` (tests only; 0 = `arch`): choose the path a plan takes on that arch, compiled for
 // `arch`, so that one GPU runs the code other arches' plans select. The Hopper kernel needs both
 // to be 90, the e4m3 mma.sync an `arch` of 89 or more.
-GqaKernelKey make_gqa_key(const GqaConfig& config, int arch, int sm_count = 132, int path_arch = 0);
+// `hopper_16bit` (the DECA_GQA_SM90_16BIT override, read by the caller): bf16 / fp16 caches at
+// head_dim 64 or 128 without beams take the Hopper kernel too ("_kvbf16..._wgmma"), except with
+// skip-softmax (its kernel is fp8's alone); else they take the portable kernel, as by default.
+GqaKernelKey make_gqa_key(const GqaConfig& config, int arch, int sm_count = 132, int path_arch = 0,
+                          bool hopper_16bit = false);
 
 // The fused step's rotate / append kernel alone for a fused config (kernels/gqa/rope_append.cuh;
 // src/cuda/gqa_rope_append.cpp launches it).

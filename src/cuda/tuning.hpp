@@ -15,6 +15,7 @@ namespace deca::cuda {
 enum class Tuning {
   // GQA
   kGqaSplits,      // DECA_GQA_SPLITS: splits per unit instead of the split model's choice
+  kGqaSm9016Bit,   // DECA_GQA_SM90_16BIT: 1 = bf16 / fp16 caches on the Hopper wgmma kernel
   // MLA
   kMlaKernel,      // DECA_MLA_KERNEL: "portable" forces the sm_80 kernel on Hopper
   kMlaSm90Checked, // DECA_MLA_SM90_CHECKED: 1 runs checked plans on the sm90a kernels' checked builds

@@ -61,7 +61,7 @@ CheckedRun run_checked(const GqaCase& c, const GpuOptions& o = {}) {
   GqaPlan plan;
   plan.config = gpu_config(c, o);
   plan.config.checked = true;
-  cuda::plan_gqa_decode(plan);
+  plan_with(plan, o);
   EXPECT_NE(plan.kernel_name.find("_chk"), std::string::npos) << plan.kernel_name;
   DeviceCase dev(c, plan);
   cuda::gqa_decode(plan, dev.params, nullptr);
@@ -146,7 +146,15 @@ std::vector<PageCase> page_cases() {
   GpuOptions fixed;
   fixed.split_mode = SplitMode::kFixed;
   fixed.split_tokens = 256;
+  GpuOptions hopper16;  // the 16-bit Hopper kernel (DECA_GQA_SM90_16BIT=1)
+  hopper16.hopper_16bit = 1;
+  GpuOptions hopper16_fixed = fixed;
+  hopper16_fixed.hopper_16bit = 1;
   return {
+      {"bf16_huge_wgmma16", DType::kBF16, {300, 1000, 77, 500}, 2, 1 << 30, hopper16},
+      {"fp16_negative_wgmma16", DType::kFP16, {300, 1000, 77, 500}, 2, -7, hopper16},
+      {"bf16_long_splits_wgmma16", DType::kBF16, {20000, 77, 3000}, 1, 99999, hopper16},
+      {"fp16_fixed_splits_wgmma16", DType::kFP16, {4000, 77, 3000}, 1, 1 << 30, hopper16_fixed},
       {"bf16_huge", DType::kBF16, {300, 1000, 77, 500}, 2, 1 << 30, {}},
       {"bf16_negative", DType::kBF16, {300, 1000, 77, 500}, 2, -7, {}},
       {"fp8_past_pool", DType::kFP8E4M3, {300, 1000, 77, 500}, 2, 0, {}},  // 0: num_pages

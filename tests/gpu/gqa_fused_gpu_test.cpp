@@ -132,6 +132,17 @@ std::vector<FusedGpuCase> fused_gpu_cases() {
     c.spec.seq_lens = {17, 2, 300};
     c.fused.rotary_dim = 64;
   });
+  // The 16-bit cases at head_dim 64 / 128 without beams once more through the 16-bit Hopper kernel.
+  const std::size_t n = v.size();
+  for (std::size_t i = 0; i < n; ++i) {
+    const DType kv = v[i].spec.kv_dtype;
+    const int d = v[i].spec.head_dim;
+    if ((kv != DType::kBF16 && kv != DType::kFP16) || (d != 64 && d != 128) || v[i].opt.beam_width != 1) continue;
+    FusedGpuCase w = v[i];
+    w.name += "_wgmma16";
+    w.opt.hopper_16bit = 1;
+    v.push_back(std::move(w));
+  }
   return v;
 }
 
@@ -151,7 +162,7 @@ TEST_P(GqaFusedGpu, EqualsRotateAppendDecode) {
   plan.config = gpu_config(c, fc.opt);
   plan.config.rope_style = fc.fused.style;
   plan.config.rotary_dim = fc.fused.rotary_dim;
-  cuda::plan_gqa_decode(plan, fc.opt.path_arch);
+  plan_with(plan, fc.opt);
   EXPECT_NE(plan.kernel_name.find(fc.kernel), std::string::npos) << plan.kernel_name << " is not a " << fc.kernel;
   DeviceCase dev(c, plan);
   DeviceBuffer k_new(in.k_new), v_new(in.v_new), cos_sin(in.cos_sin), positions(in.positions);

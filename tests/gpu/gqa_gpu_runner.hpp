@@ -18,6 +18,7 @@
 #include "deca/error.hpp"
 #include "deca/gqa.hpp"
 #include "gpu/device_buffer.hpp"
+#include "jit/scoped_env.hpp"
 
 namespace deca::test {
 
@@ -39,6 +40,9 @@ struct GpuOptions {
   // sm_90a only).
   int path_arch = 0;
   float skip_softmax_factor = 0.f;  // GqaConfig::skip_softmax_factor (> 0: the "_skip" kernel)
+  // 16-bit caches: DECA_GQA_SM90_16BIT for this plan (1: the Hopper wgmma kernel on sm_90a where
+  // it applies, 0: the portable kernel); -1 leaves the environment as it is.
+  int hopper_16bit = -1;
 };
 
 inline GqaConfig gpu_config(const GqaCase& c, const GpuOptions& o) {
@@ -136,10 +140,21 @@ struct DeviceCase {
   }
 };
 
+// plan_gqa_decode with the options' path_arch and DECA_GQA_SM90_16BIT (read when the plan is
+// made; the plan keeps the kernel it named).
+inline void plan_with(GqaPlan& plan, const GpuOptions& o) {
+  if (o.hopper_16bit >= 0) {
+    const jit::testing::ScopedEnv env("DECA_GQA_SM90_16BIT", o.hopper_16bit ? "1" : "0");
+    cuda::plan_gqa_decode(plan, o.path_arch);
+  } else {
+    cuda::plan_gqa_decode(plan, o.path_arch);
+  }
+}
+
 inline GqaPlan gpu_plan(const GqaCase& c, const GpuOptions& o = {}) {
   GqaPlan plan;
   plan.config = gpu_config(c, o);
-  cuda::plan_gqa_decode(plan, o.path_arch);
+  plan_with(plan, o);
   return plan;
 }
 

@@ -356,6 +356,37 @@ void int8_two_term_cases(const CaseList& add) {
   }
 }
 
+// The Hopper kernels for 16-bit caches (DECA_GQA_SM90_16BIT, pending their first GPU round): every
+// bf16 / fp16 case of the matrix at head_dim 64 or 128 without beams once more through them ("_wgmma16";
+// the unsuffixed case runs the portable kernel, the verified default), and every case of the fp8
+// Hopper kernel's own lists (the "fp8_" cases of sm90_cases, before sm90_end, and of
+// rows_on_m_cases, from rows_on_m_begin on) with its cache in bf16, or fp16 with fp16 q every
+// other case.
+void hopper_16bit_cases(std::vector<MatrixCase>& m, std::size_t sm90_end, std::size_t rows_on_m_begin) {
+  const std::size_t n = m.size();
+  auto hopper = [](const MatrixCase& c) {
+    return (c.spec.head_dim == 64 || c.spec.head_dim == 128) && c.opt.beam_width == 1 && c.opt.path_arch == 0 &&
+           c.opt.skip_softmax_factor == 0.f;
+  };
+  for (std::size_t i = 0; i < n; ++i) {
+    const DType kv = m[i].spec.kv_dtype;
+    const bool sixteen = kv == DType::kBF16 || kv == DType::kFP16;
+    const bool fp8_own = kv == DType::kFP8E4M3 && m[i].name.rfind("fp8_", 0) == 0 &&
+                         (i < sm90_end || i >= rows_on_m_begin);
+    if (!hopper(m[i]) || !(sixteen || fp8_own) || (fp8_own && m[i].spec.head_dim != 128)) continue;
+    MatrixCase v = m[i];
+    if (fp8_own) {
+      const bool fp16 = i % 2 == 1;
+      v.spec.kv_dtype = fp16 ? DType::kFP16 : DType::kBF16;
+      v.spec.q_dtype = fp16 ? DType::kFP16 : DType::kBF16;
+      v.name = (fp16 ? "fp16" : "bf16") + v.name.substr(3);
+    }
+    v.name += "_wgmma16";
+    v.opt.hopper_16bit = 1;
+    m.push_back(std::move(v));
+  }
+}
+
 std::vector<MatrixCase> matrix() {
   std::vector<MatrixCase> m;
   const CaseList add{m};
@@ -383,7 +414,9 @@ std::vector<MatrixCase> matrix() {
       m.push_back(std::move(v));
     }
   }
+  const std::size_t n_fp8_sm90 = m.size();
   rows_on_m_cases(add);
+  hopper_16bit_cases(m, n, n_fp8_sm90);
   int8_two_term_cases(add);
   return m;
 }
@@ -416,7 +449,17 @@ TEST_P(GqaGpuMatrix, MatchesCpuReference) {
   const int rows = mc.spec.q_len * (mc.spec.num_q_heads / mc.spec.num_kv_heads);
   const bool wgmma_case = fp8 && mc.spec.head_dim == 128 && mc.opt.beam_width == 1 && cc == 90 &&
                           (mc.opt.path_arch == 0 || mc.opt.path_arch == 90);
-  EXPECT_EQ(gpu.plan.kernel_name.find("_wgmma") != std::string::npos, wgmma_case) << gpu.plan.kernel_name;
+  // With DECA_GQA_SM90_16BIT=1 the 16-bit cases at head_dim 64 / 128 without beams take it too.
+  const bool sixteen = mc.spec.kv_dtype == DType::kBF16 || mc.spec.kv_dtype == DType::kFP16;
+  const bool d_16bit = mc.spec.head_dim == 64 || mc.spec.head_dim == 128;
+  const bool wgmma16_case = sixteen && mc.opt.hopper_16bit == 1 && d_16bit && mc.opt.beam_width == 1 && cc == 90 &&
+                            mc.opt.path_arch == 0;
+  if (wgmma16_case) {
+    EXPECT_NE(gpu.plan.kernel_name.find("_wgmma"), std::string::npos) << gpu.plan.kernel_name;
+    EXPECT_EQ(gpu.plan.kernel_name.find("_rm") != std::string::npos, rows > 16) << gpu.plan.kernel_name;
+  }
+  EXPECT_EQ(gpu.plan.kernel_name.find("_wgmma") != std::string::npos, wgmma_case || wgmma16_case)
+      << gpu.plan.kernel_name;
   if (wgmma_case) {
     EXPECT_EQ(gpu.plan.kernel_name.find("_rm") != std::string::npos, rows > 16) << gpu.plan.kernel_name;
     if (out16) EXPECT_LE(compare(c, gpu).rel_l2, 4e-3) << seed_message();
@@ -434,21 +477,29 @@ INSTANTIATE_TEST_SUITE_P(Matrix, GqaGpuMatrix, ::testing::ValuesIn(matrix()),
 // logit scale's sign into q and takes the rows' maxima before scaling, so a negative scale must
 // flip the logits (the largest raw S is then the smallest logit), and a zero scale give every
 // visible key the same weight with masked keys still at zero weight.
-TEST(GqaGpu, Fp8KScaleOfEitherSignOrZero) {
+// The same through the 16-bit Hopper kernels (bf16, DECA_GQA_SM90_16BIT=1).
+TEST(GqaGpu, HopperKScaleOfEitherSignOrZero) {
   DECA_REQUIRE_GPU();
-  for (int q_len : {1, 4, 8}) {  // 8 rows on wgmma's N, 32 and 64 on its M
-    for (float factor : {-1.f, 0.f}) {
-      auto rng = make_rng(21 + q_len);
-      GqaCaseSpec s = base_spec(64, 8, 128, 64, DType::kFP8E4M3);
-      s.batch = 2, s.q_len = q_len, s.seq_lens = {700, q_len + 40};
-      s.window = 300;
-      GqaCase c = build_gqa_case(s, rng);
-      c.k_scale *= factor;
-      c.bind();
-      const GpuRun gpu = run_gqa_on_gpu(c);
-      expect_matches_reference(std::string("k_scale x") + (factor < 0 ? "-1" : "0") + " q_len " +
-                                   std::to_string(q_len),
-                               c, gpu);
+  for (DType kv : {DType::kFP8E4M3, DType::kBF16}) {
+    GpuOptions o;
+    o.hopper_16bit = kv == DType::kBF16 ? 1 : -1;
+    for (int q_len : {1, 4, 8}) {  // 8 rows on wgmma's N, 32 and 64 on its M
+      for (float factor : {-1.f, 0.f}) {
+        auto rng = make_rng(21 + q_len);
+        GqaCaseSpec s = base_spec(64, 8, 128, 64, kv);
+        s.batch = 2, s.q_len = q_len, s.seq_lens = {700, q_len + 40};
+        s.window = 300;
+        GqaCase c = build_gqa_case(s, rng);
+        c.k_scale *= factor;
+        c.bind();
+        const GpuRun gpu = run_gqa_on_gpu(c, o);
+        if (cuda::compute_capability(0) == 90) {
+          EXPECT_NE(gpu.plan.kernel_name.find("_wgmma"), std::string::npos) << gpu.plan.kernel_name;
+        }
+        expect_matches_reference(std::string("k_scale x") + (factor < 0 ? "-1" : "0") + " q_len " +
+                                     std::to_string(q_len) + " " + gpu.plan.kernel_name,
+                                 c, gpu);
+      }
     }
   }
 }
@@ -474,19 +525,22 @@ TEST(GqaGpu, FixedSplitIsBatchInvariant) {
   GqaCaseSpec s = base_spec(32, 4, 128, 32, DType::kBF16);
   s.batch = 6, s.seq_lens = {5000, 100, 2000, 1, 7000, 64};
   GqaCase c = build_gqa_case(s, rng);
-  GpuOptions o;
-  o.split_mode = SplitMode::kFixed;
-  o.split_tokens = 512;
-  o.max_batch = 64;
-  o.max_seq_len = 8192;
-  const GpuRun full = run_gqa_on_gpu(c, o);
-  o.run_batch = 1;
-  const GpuRun alone = run_gqa_on_gpu(c, o);
-  const long long req_bytes = static_cast<long long>(s.q_len) * s.num_q_heads * s.head_dim *
-                              static_cast<long long>(dtype_size(s.out_dtype));
-  EXPECT_TRUE(same_bytes(full.out, alone.out, req_bytes));
-  EXPECT_TRUE(same_bytes(full.lse, alone.lse,
-                         static_cast<long long>(s.q_len) * s.num_q_heads * 4));
+  for (int hopper_16bit : {0, 1}) {  // the portable kernel, the 16-bit Hopper kernel
+    GpuOptions o;
+    o.split_mode = SplitMode::kFixed;
+    o.split_tokens = 512;
+    o.max_batch = 64;
+    o.max_seq_len = 8192;
+    o.hopper_16bit = hopper_16bit;
+    const GpuRun full = run_gqa_on_gpu(c, o);
+    o.run_batch = 1;
+    const GpuRun alone = run_gqa_on_gpu(c, o);
+    const long long req_bytes = static_cast<long long>(s.q_len) * s.num_q_heads * s.head_dim *
+                                static_cast<long long>(dtype_size(s.out_dtype));
+    EXPECT_TRUE(same_bytes(full.out, alone.out, req_bytes)) << full.plan.kernel_name;
+    EXPECT_TRUE(same_bytes(full.lse, alone.lse, static_cast<long long>(s.q_len) * s.num_q_heads * 4))
+        << full.plan.kernel_name;
+  }
 }
 
 // The split counters reset themselves: many launches on one workspace with no memset between

@@ -12,17 +12,12 @@
 #include "cuda/gqa_spec.hpp"
 #include "deca/gqa.hpp"
 #include "jit/compile_check.hpp"
+#include "jit/gqa_sm90_config.hpp"
 
 namespace deca::cuda {
 namespace {
 
-GqaConfig config(int q_heads, int kv_heads, int head_dim, int q_len, DType kv) {
-  GqaConfig c;
-  c.num_q_heads = q_heads, c.num_kv_heads = kv_heads, c.head_dim = head_dim;
-  c.page_size = 64, c.max_batch = 8, c.max_seq_len = 4096, c.max_q_len = q_len;
-  c.kv_dtype = kv;
-  return c;
-}
+constexpr auto config = &testing::sm90_config;
 
 TEST(GqaSm90Nvrtc, PlansSendFp8HeadDim128WithoutBeamsToTheHopperKernel) {
   struct Row {

@@ -156,6 +156,7 @@ TEST(MlaSm90Keys, DenseSplitConsumersFollowTheOverride) {
   const auto config = [](int heads, int kv_format) {
     MlaConfig c;
     c.sparse = false;
+    c.checked = false;  // the tests' default is checked (tests/common/checked_on.cpp): "_chk" names
     c.num_heads = heads;
     c.page_size = 64;
     c.kv_format = kv_format == kMlaKvBF16        ? MlaCacheFormat::kBF16

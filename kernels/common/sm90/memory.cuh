@@ -117,5 +117,8 @@ __device__ __forceinline__ void stmatrix_x4_trans(unsigned addr, const unsigned 
 __device__ __forceinline__ void sts32(unsigned addr, unsigned v) {
   asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
 }
+__device__ __forceinline__ void sts16(unsigned addr, unsigned short v) {
+  asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(addr), "h"(v) : "memory");
+}
 
 }  // namespace deca::sm90

@@ -298,6 +298,106 @@ __device__ __forceinline__ void wgmma_m64n128k16_rs(float* d, const unsigned (&a
                  "n"(kTransB));
 }
 
+// ---- wgmma.mma_async with 16-bit operands of either type (PTX ISA 9.7.15.5.2) ------------------
+// The Hopper GQA kernels for bf16 / fp16 caches (kernels/gqa/sm90/decode.cuh, decode_rows.cuh):
+// Wgmma16<kF16> runs f16 x f16 when kF16, else bf16 x bf16, into f32; `accumulate` false
+// overwrites d (scale-d = 0). Both operand types are the cache's.
+#define DECA_WGMMA16_TY(kF16, stmt_f16, stmt_bf16) \
+  if constexpr (kF16) {                            \
+    stmt_f16;                                      \
+  } else {                                         \
+    stmt_bf16;                                     \
+  }
+template <bool kF16>
+struct Wgmma16 {
+  // wgmma.mma_async.sync.aligned.m64nNk16.f32.T.T d, a-desc, b-desc, scale-d, 1, 1, tnspA, 0;
+  // N = 8 or 16 (d: N / 2 floats), A and B from shared memory, B K-major, A K-major or
+  // (kTransA = 1) MN-major: the rows-on-N kernel's S^T = K q^T (A = K) and O^T = V^T P^T (A = V
+  // as stored, d contiguous: MN-major).
+  template <int N, int kTransA>
+  static __device__ __forceinline__ void ss_n(float* d, unsigned long long desc_a, unsigned long long desc_b,
+                                              bool accumulate) {
+    static_assert(N == 8 || N == 16, "N");
+    if constexpr (N == 8) {
+#define DECA_W16_N8(TY)                                                                                  \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"                                            \
+               "wgmma.mma_async.sync.aligned.m64n8k16.f32." TY "." TY                                  \
+               " {%0, %1, %2, %3}, %4, %5, p, 1, 1, %7, 0;\n}\n"                                        \
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                                        \
+               : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)), "n"(kTransA))
+      DECA_WGMMA16_TY(kF16, DECA_W16_N8("f16"), DECA_W16_N8("bf16"))
+#undef DECA_W16_N8
+    } else {
+#define DECA_W16_N16(TY)                                                                                 \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"                                           \
+               "wgmma.mma_async.sync.aligned.m64n16k16.f32." TY "." TY " " DECA_WGMMA_D8               \
+               ", %8, %9, p, 1, 1, %11, 0;\n}\n"                                                        \
+               : DECA_WGMMA_F8(d, 0)                                                                   \
+               : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)), "n"(kTransA))
+      DECA_WGMMA16_TY(kF16, DECA_W16_N16("f16"), DECA_W16_N16("bf16"))
+#undef DECA_W16_N16
+    }
+  }
+
+  // wgmma.mma_async.sync.aligned.m64n64k16.f32.T.T d, a-desc, b-desc, scale-d, 1, 1, 0, 0;
+  // both K-major: the rows-on-M kernel's S = q K^T (64 operand rows x 64 tokens).
+  static __device__ __forceinline__ void ss_n64(float (&d)[32], unsigned long long desc_a,
+                                                unsigned long long desc_b, bool accumulate) {
+#define DECA_W16_N64(TY)                                                                                 \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                           \
+               "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " " DECA_WGMMA_D32              \
+               ", %32, %33, p, 1, 1, 0, 0;\n}\n"                                                        \
+               : DECA_WGMMA_F32(d, 0)                                                                  \
+               : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)))
+    DECA_WGMMA16_TY(kF16, DECA_W16_N64("f16"), DECA_W16_N64("bf16"))
+#undef DECA_W16_N64
+  }
+
+  // wgmma.mma_async.sync.aligned.m64n128k16.f32.T.T d, a-desc, b-desc, scale-d, 1, 1, 0, 0;
+  // both K-major: the rows-on-M kernel's S = q K^T at head_dim 64 (64 operand rows x 128 tokens).
+  static __device__ __forceinline__ void ss_n128(float (&d)[64], unsigned long long desc_a,
+                                                 unsigned long long desc_b, bool accumulate) {
+#define DECA_W16_N128SS(TY)                                                                              \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                                           \
+               "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " " DECA_WGMMA_D64             \
+               ", %64, %65, p, 1, 1, 0, 0;\n}\n"                                                        \
+               : DECA_WGMMA_F64(d, 0)                                                                  \
+               : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)))
+    DECA_WGMMA16_TY(kF16, DECA_W16_N128SS("f16"), DECA_W16_N128SS("bf16"))
+#undef DECA_W16_N128SS
+  }
+
+  // wgmma.mma_async.sync.aligned.m64n64k16.f32.T.T d, {a0, a1, a2, a3}, b-desc, scale-d, 1, 1, 1;
+  // rs_n128_tb below at N = 64: the rows-on-M kernel's O += P V at head_dim 64.
+  static __device__ __forceinline__ void rs_n64_tb(float (&d)[32], const unsigned (&a)[4], unsigned long long desc_b,
+                                                   bool accumulate) {
+#define DECA_W16_N64RS(TY)                                                                               \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                                           \
+               "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " " DECA_WGMMA_D32              \
+               ", {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"                                          \
+               : DECA_WGMMA_F32(d, 0)                                                                  \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(static_cast<int>(accumulate)))
+    DECA_WGMMA16_TY(kF16, DECA_W16_N64RS("f16"), DECA_W16_N64RS("bf16"))
+#undef DECA_W16_N64RS
+  }
+
+  // wgmma.mma_async.sync.aligned.m64n128k16.f32.T.T d, {a0, a1, a2, a3}, b-desc, scale-d, 1, 1, 1;
+  // A from registers (the m64k16 fragment of wgmma_m64n16k16_rs), B MN-major (tnspB = 1): the
+  // rows-on-M kernel's O += P V with V as stored (tokens on K, d contiguous).
+  static __device__ __forceinline__ void rs_n128_tb(float (&d)[64], const unsigned (&a)[4], unsigned long long desc_b,
+                                                    bool accumulate) {
+#define DECA_W16_N128(TY)                                                                                \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"                                           \
+               "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " " DECA_WGMMA_D64             \
+               ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"                                          \
+               : DECA_WGMMA_F64(d, 0)                                                                  \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(static_cast<int>(accumulate)))
+    DECA_WGMMA16_TY(kF16, DECA_W16_N128("f16"), DECA_W16_N128("bf16"))
+#undef DECA_W16_N128
+  }
+};
+#undef DECA_WGMMA16_TY
+
 #undef DECA_WGMMA_F8
 #undef DECA_WGMMA_F32
 #undef DECA_WGMMA_F64

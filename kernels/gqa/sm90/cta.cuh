@@ -1,4 +1,4 @@
-// What both Hopper fp8 GQA kernels (decode.cuh, decode_rows.cuh) set up first: their shared
+// What both Hopper GQA kernels (decode.cuh, decode_rows.cuh) set up first: their shared
 // memory's base, stages and wgmma descriptors, the checked mode's ring slots, and split-KV's unit
 // of the CTA.
 #pragma once
@@ -85,7 +85,7 @@ __device__ __forceinline__ bool split_cta(const GqaParams& p, int rows, SplitCta
   const KeyRange range = split_range<T>(p, c.unit.seq_len, c.unit.seq_len, c.split);
   c.unit.first = range.begin;
   c.unit.end = range.end;
-  c.unit.tiles = range.end > range.begin ? (range.end - range.begin + kTile - 1) / kTile : 0;
+  c.unit.tiles = range.end > range.begin ? (range.end - range.begin + T::kTile - 1) / T::kTile : 0;
   return true;
 }
 

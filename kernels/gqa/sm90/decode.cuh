@@ -17,6 +17,13 @@
 // ahead. The merge of the CTA's rows, the output, LSE, sinks and split-KV are the portable
 // kernel's (epilogue.cuh); O comes out times 256 (P's scale) and the max reported 8 lower, the
 // same convention as the portable kernel's two-term path.
+//
+// 16-bit caches (bf16 / fp16, Traits::k16): tiles of the same 16 KB (64 tokens at head_dim 128,
+// 128 at 64), q and P one term of the cache's type on the k16 wgmma (head_dim / 16 k-steps of S^T
+// per m64 half of tokens), and V read as stored: 16-bit wgmma operands may be MN-major, so O^T's
+// A = V^T is V's tile with tnspA = 1 (no transpose, O^T's rows in d order). O accumulates in the
+// tensor core (f32 at full precision for 16-bit products), rescaled in registers before each
+// tile's PV.
 #pragma once
 
 #include "kernels/common/check_record.cuh"
@@ -77,16 +84,52 @@ __device__ __forceinline__ void transpose_v_in_place(unsigned vs, const unsigned
   }
 }
 
+// S^T = K q^T for a 16-bit cache: per m64 half h of the tile's tokens, head_dim / 16 k-steps of
+// 16 dims, K at byte offset k_off and q at q_off (column blocks of 128 B, blocked128: the tile's
+// token rows, N query rows), into fresh accumulators, one wgmma group, not waited for.
+template <class T, int N, int H, int kAcc, class Desc>
+__device__ __forceinline__ void qk_chain_16bit(float (&acc)[H][kAcc], const Desc& desc, unsigned k_off,
+                                               unsigned q_off) {
+  wgmma_fence();
+#pragma unroll
+  for (int h = 0; h < H; ++h) {
+#pragma unroll
+    for (int kk = 0; kk < T::kHeadDim / 16; ++kk) {
+      Wgmma16<T::kF16>::template ss_n<N, 0>(acc[h], desc(k_off + blocked128(64 * h, 32 * kk, T::kTile)),
+                                            desc(q_off + blocked128(0, 32 * kk, N)), kk > 0);
+    }
+  }
+  wgmma_commit();
+}
+
+// O^T += V^T P^T for a 16-bit cache: for each m64 half m of d, one k-step per 16 tokens, A = the V
+// tile at v_off read MN-major (d block m at m x tile x 128 B, 16 tokens = two 8-row groups at
+// 2048 kk), B = P^T at p_off (N rows of the tile's tokens, K-major, blocked128). Accumulates into
+// o; one group, not waited for.
+template <class T, int N, int M, int kAcc, class Desc>
+__device__ __forceinline__ void pv_chain_16bit(float (&o)[M][kAcc], const Desc& desc, unsigned v_off,
+                                               unsigned p_off) {
+  wgmma_fence();
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+#pragma unroll
+    for (int kk = 0; kk < T::kTile / 16; ++kk) {
+      Wgmma16<T::kF16>::template ss_n<N, 1>(o[m], desc(v_off + 128u * T::kTile * m + 2048u * kk),
+                                            desc(p_off + blocked128(0, 32 * kk, N)), true);
+    }
+  }
+  wgmma_commit();
+}
+
 // The end of the rows-on-N kernels (this file's and skip.cuh's), the ring drained: the rows' sums
 // across lanes and warps, O and (max, sum) into the epilogue's merge area (one slice: kWarpsN =
 // 1), which reuses the stages, then the output, LSE or the split's partials (epilogue.cuh).
-template <class T, int kAcc>
+template <class T, int kHalves, int kAcc>
 __device__ __forceinline__ void finish_rows_on_n(const GqaParams& p, unsigned char* smem, float* red, int l, int w,
                                                  const float (&m_run)[T::kCols], float (&l_run)[T::kCols],
-                                                 const float (&o)[2][kAcc], const SplitCta& c, int row0,
+                                                 const float (&o)[kHalves][kAcc], const SplitCta& c, int row0,
                                                  int rows_total, int batch, int kv_head, float v_scale) {
   constexpr int N = T::kRows;
-  constexpr int kHalves = 2;
   auto col_row = [&](int cc) { return 8 * (cc >> 1) + 2 * (l & 3) + (cc & 1); };
   const int row_blocks = c.row_blocks, row_block = c.row_block, split = c.split;
 #pragma unroll
@@ -105,8 +148,8 @@ __device__ __forceinline__ void finish_rows_on_n(const GqaParams& p, unsigned ch
 #pragma unroll
     for (int e = 0; e < kAcc; ++e) {
       const int n = 64 * m + 16 * w + (l >> 2) + 8 * ((e >> 1) & 1);  // V^T's row
-      const int d = rows_on_m_d(n);
-      area.o[col_row(2 * (e >> 2) + (e & 1)) * kDim + d] = o[m][e];
+      const int d = T::k16 ? n : rows_on_m_d(n);  // 16-bit: V^T read in d order
+      area.o[col_row(2 * (e >> 2) + (e & 1)) * T::kHeadDim + d] = o[m][e];
     }
   }
   __syncthreads();
@@ -130,7 +173,9 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
   constexpr int kAcc = N / 2;  // accumulator floats per thread per m64 tile
   constexpr SmemPlan kPlan = T::kPlan;
   using Mma = WgmmaE4m3<N>;
-  constexpr int kHalves = 2;  // m64 halves of the tile's tokens (S^T) and of d (O^T)
+  constexpr int kHalves = T::kHeadDim / 64;  // m64 halves of d (O^T): 2, or 1 at head_dim 64
+  constexpr int kSHalves = T::kTile / 64;    // m64 halves of the tile's tokens (S^T): 2 at 128 tokens, 1 at 64
+  constexpr int kTileT = T::kTile;
   const int tid = threadIdx.x;
   const int w = tid >> 5;  // warp
   const int l = tid & 31;
@@ -191,15 +236,20 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
   const float v_scale = p.v_scales ? p.v_scales[kv_head] : p.v_scale;
   const float qk_scale = p.softmax_scale * k_scale;
 
-  // ---- q: rows scaled by a power of two each into [128, 256), split into two e4m3 terms ----
-  load_q_two_term<T, N>(p, batch, kv_head, row0, rows_total, base + kPlan.q_hi, base + kPlan.q_lo,
-                        q_inv, [](int m) { return m; });
+  // ---- q: rows scaled by a power of two each into [128, 256), split into two e4m3 terms (16-bit:
+  // one term of the cache's type, no scale) ----
+  if constexpr (T::k16) {
+    load_q_16bit<T, N>(p, batch, kv_head, row0, rows_total, base + kPlan.q_hi, [](int m) { return m; });
+  } else {
+    load_q_two_term<T, N>(p, batch, kv_head, row0, rows_total, base + kPlan.q_hi, base + kPlan.q_lo,
+                          q_inv, [](int m) { return m; });
+  }
   __syncthreads();  // q_inv written
   // Logit scale of column cc (log2 units, the row's q scale undone).
   const float logit_scale = T::kSoftcap ? qk_scale : qk_scale * kLog2e;
   float row_scale[T::kCols];
 #pragma unroll
-  for (int cc = 0; cc < T::kCols; ++cc) row_scale[cc] = logit_scale * q_inv[col_row(cc)];
+  for (int cc = 0; cc < T::kCols; ++cc) row_scale[cc] = T::k16 ? logit_scale : logit_scale * q_inv[col_row(cc)];
   float m_run[T::kCols], l_run[T::kCols];
 #pragma unroll
   for (int cc = 0; cc < T::kCols; ++cc) m_run[cc] = kNegInf, l_run[cc] = 0.f;
@@ -220,10 +270,10 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
     const unsigned k_off = stage * 2 * kStageBytes;  // from the base
     const unsigned v_off = k_off + kStageBytes;
     const unsigned vs = base + v_off;
-    const int tile_t0 = u.first + i_tile * kTile;
+    const int tile_t0 = u.first + i_tile * kTileT;
     // ---- Fused step, append phase (append.cuh): the tile's new tokens into the stage and the cache ----
     if constexpr (T::kFused) {
-      if (tile_has_new(p, u, tile_t0)) {
+      if (tile_has_new<T>(p, u, tile_t0)) {
         append_new_tokens<T>(p, u, row_block, tile_t0, smem + k_off, smem + v_off, early);
         fence_proxy_async_smem();
         __syncthreads();
@@ -231,20 +281,24 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
     }
 
     // S^T = K (q_hi + q_lo)^T (2 halves x 4 k-steps of 32 dims x 2 terms), and under it V -> V^T
-    // in place.
-    float s[kHalves][kAcc];  // S^T of token half h
-    two_term_chain<Mma>(s, desc, k_off, kPlan.q_hi, kPlan.q_lo);
-    transpose_v_in_place(vs, ldsm_off, stsm_off);
+    // in place; 16-bit: S^T = K q^T (8 k-steps of 16 dims), V stays.
+    float s[kSHalves][kAcc];  // S^T of token half h
+    if constexpr (T::k16) {
+      qk_chain_16bit<T, N>(s, desc, k_off, kPlan.q_hi);
+    } else {
+      two_term_chain<Mma>(s, desc, k_off, kPlan.q_hi, kPlan.q_lo);
+      transpose_v_in_place(vs, ldsm_off, stsm_off);
+    }
     wgmma_wait<0>();
 #pragma unroll
-    for (int h = 0; h < kHalves; ++h) fence_regs(s[h]);
+    for (int h = 0; h < kSHalves; ++h) fence_regs(s[h]);
 
     // ---- Scale, soft-cap, mask ----
     const bool bad_tile = T::kChecked && bad_item[item % (T::kStages + 1)] == item;
-    const bool need_mask = tile_t0 + kTile > causal_start || tile_t0 + kTile > u.end ||
+    const bool need_mask = tile_t0 + kTileT > causal_start || tile_t0 + kTileT > u.end ||
                            (T::kWindow && tile_t0 < seq_len - p.window) || bad_tile;
 #pragma unroll
-    for (int h = 0; h < kHalves; ++h) {
+    for (int h = 0; h < kSHalves; ++h) {
 #pragma unroll
       for (int e = 0; e < kAcc; ++e) {
         const int cc = 2 * (e >> 2) + (e & 1);
@@ -278,7 +332,7 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
 #pragma unroll
     for (int cc = 0; cc < T::kCols; ++cc) mx[cc] = kNegInf;
 #pragma unroll
-    for (int h = 0; h < kHalves; ++h) {
+    for (int h = 0; h < kSHalves; ++h) {
 #pragma unroll
       for (int e = 0; e < kAcc; ++e) {
         const int cc = 2 * (e >> 2) + (e & 1);
@@ -311,17 +365,29 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
       const int e0 = 4 * (cc >> 1) + (cc & 1);  // elements e0 (token +0) and e0 + 2 (token +8)
       float pr[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-      for (int h = 0; h < kHalves; ++h) {
+      for (int h = 0; h < kSHalves; ++h) {
         pr[2 * h] = ptx::ex2(s[h][e0] - shift);
         pr[2 * h + 1] = ptx::ex2(s[h][e0 + 2] - shift);
       }
       l_run[cc] = l_run[cc] * alpha + ((pr[0] + pr[1]) + (pr[2] + pr[3]));
-      unsigned hi, lo;
-      kv::split_e4m3_f32(pr[0], pr[1], pr[2], pr[3], hi, lo);
-      const unsigned hi_pair = __shfl_xor_sync(0xffffffffu, hi, 4);
-      const unsigned lo_pair = __shfl_xor_sync(0xffffffffu, lo, 4);
-      sts32(base + kPlan.p_hi + swz128(r, p_pos), ptx::prmt(hi, hi_pair, p_sel));
-      sts32(base + kPlan.p_lo + swz128(r, p_pos), ptx::prmt(lo, lo_pair, p_sel));
+      if constexpr (T::k16) {
+        // P^T row r, tokens 64 h + 16 w + l / 4 and + 8, one 16-bit value each, in token order
+        // (column blocks of 64 tokens, blocked128, at 128 tokens).
+#pragma unroll
+        for (int h = 0; h < kSHalves; ++h) {
+          const unsigned two = ptx::pack2<T::kF16>(pr[2 * h], pr[2 * h + 1]);
+          const int tok = 64 * h + 16 * w + (l >> 2);
+          sts16(base + kPlan.p_hi + blocked128(r, 2 * tok, N), static_cast<unsigned short>(two & 0xFFFFu));
+          sts16(base + kPlan.p_hi + blocked128(r, 2 * (tok + 8), N), static_cast<unsigned short>(two >> 16));
+        }
+      } else {
+        unsigned hi, lo;
+        kv::split_e4m3_f32(pr[0], pr[1], pr[2], pr[3], hi, lo);
+        const unsigned hi_pair = __shfl_xor_sync(0xffffffffu, hi, 4);
+        const unsigned lo_pair = __shfl_xor_sync(0xffffffffu, lo, 4);
+        sts32(base + kPlan.p_hi + swz128(r, p_pos), ptx::prmt(hi, hi_pair, p_sel));
+        sts32(base + kPlan.p_lo + swz128(r, p_pos), ptx::prmt(lo, lo_pair, p_sel));
+      }
 #pragma unroll
       for (int m = 0; m < kHalves; ++m) o[m][e0] *= alpha, o[m][e0 + 2] *= alpha;
     }
@@ -332,14 +398,22 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
     // accumulator per tile that is added to O in fp32. Hopper's fp8 wgmma keeps only ~14 bits
     // when it accumulates (DeepSeek-V3 report, "FP8 GEMM accumulation precision"): carried over
     // a whole sequence in the tensor core, O drifted by 0.3 % relative RMS at 4096 tokens.
-    float ot[kHalves][kAcc];
-    two_term_chain<Mma>(ot, desc, v_off, kPlan.p_hi, kPlan.p_lo);
-    wgmma_wait<0>();
+    // 16-bit: O^T += V^T P^T straight into O (rescaled above), V read MN-major.
+    if constexpr (T::k16) {
+      pv_chain_16bit<T, N>(o, desc, v_off, kPlan.p_hi);
+      wgmma_wait<0>();
 #pragma unroll
-    for (int m = 0; m < kHalves; ++m) {
-      fence_regs(ot[m]);
+      for (int m = 0; m < kHalves; ++m) fence_regs(o[m]);
+    } else {
+      float ot[kHalves][kAcc];
+      two_term_chain<Mma>(ot, desc, v_off, kPlan.p_hi, kPlan.p_lo);
+      wgmma_wait<0>();
 #pragma unroll
-      for (int e = 0; e < kAcc; ++e) o[m][e] += ot[m][e];
+      for (int m = 0; m < kHalves; ++m) {
+        fence_regs(ot[m]);
+#pragma unroll
+        for (int e = 0; e < kAcc; ++e) o[m][e] += ot[m][e];
+      }
     }
   }
 

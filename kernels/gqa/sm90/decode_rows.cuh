@@ -19,6 +19,12 @@
 // layout.cuh) writes V^T with its tokens in the order of the A fragments a lane packs from its S
 // accumulators, and its rows in a d order that keeps every stmatrix block on eight consecutive
 // rows; the epilogue maps O's columns back.
+//
+// 16-bit caches (bf16 / fp16, Traits::k16): 64-token tiles; S [64 x 64 tokens] = q K^T on eight
+// m64n64k16 steps, P packed from the S accumulators into the m64k16 A fragments (the accumulator
+// columns of an n16 block are the fragment's k positions: no reordering), and O += P V with V as
+// stored, MN-major (tnspB = 1): no transpose, no V^T tile, one CTA barrier per tile, O in d
+// order and accumulated in the tensor core after its rescale in registers.
 #pragma once
 
 #include "kernels/common/check_record.cuh"
@@ -38,12 +44,70 @@ namespace deca::gqa::sm90 {
 
 using namespace ::deca::sm90;
 
+// The 16-bit cache's end of a tile (Traits::k16): P = 2^(x - m + 8) for the thread's rows (a
+// padding row at 32 rows gives zeros) packed into the A fragments of the tile's k16 steps (register
+// j of step kk: S elements 8 kk + 2 j, + 1, i.e. row h = j & 1, tokens 16 kk + 2 (l % 4) + 8 (j >>
+// 1) and + 1), the rows' sums, O rescaled by alpha in registers, then O += P V (V at byte offset
+// v_off, MN-major through desc_v: N = head_dim), waited for.
+template <class T, int kHalves, int kS, int kO, class Logit, class DescV>
+__device__ __forceinline__ void rows_on_m_pv_16bit(const float (&s)[kS], float (&o)[kO], const float (&alpha)[kHalves],
+                                                   const float (&shift)[kHalves], const float (&row_scale)[kHalves],
+                                                   float (&l_run)[kHalves], const Logit& logit, const DescV& desc_v,
+                                                   unsigned v_off) {
+  constexpr int kSteps = kS / 8;  // k16 steps of the tile's tokens
+  unsigned a[kSteps][4];
+  float sum[kHalves];
+#pragma unroll
+  for (int h = 0; h < kHalves; ++h) sum[h] = 0.f;
+#pragma unroll
+  for (int kk = 0; kk < kSteps; ++kk) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int h = j & 1;
+      if (h >= kHalves) {
+        a[kk][j] = 0u;
+        continue;
+      }
+      float pr[2];
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const float x = s[8 * kk + 2 * j + c];
+        pr[c] = ptx::ex2(T::kSoftcap ? logit(x, h) - shift[h] : fmaf(x, row_scale[h], -shift[h]));
+      }
+      sum[h] += pr[0] + pr[1];
+      a[kk][j] = ptx::pack2<T::kF16>(pr[0], pr[1]);
+    }
+  }
+#pragma unroll
+  for (int h = 0; h < kHalves; ++h) l_run[h] = l_run[h] * alpha[h] + sum[h];
+#pragma unroll
+  for (int e = 0; e < kO; ++e) {
+    const int h = (e >> 1) & 1;
+    if (h < kHalves) o[e] *= alpha[h];
+  }
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < kSteps; ++kk) {
+    if constexpr (kO == 64) {
+      Wgmma16<T::kF16>::rs_n128_tb(o, a[kk], desc_v(v_off + 2048u * kk), true);
+    } else {
+      Wgmma16<T::kF16>::rs_n64_tb(o, a[kk], desc_v(v_off + 2048u * kk), true);
+    }
+  }
+  wgmma_commit();
+  wgmma_wait<0>();
+  fence_regs(o);
+}
+
 template <class Cfg>
 __device__ __forceinline__ void gqa_decode_rows_kernel(const GqaParams& p, unsigned char* smem_raw) {
   using T = Traits<Cfg>;
   constexpr int N = T::kRows;                       // query rows of the CTA: 32 or 64
   constexpr int kHalves = N == 64 ? 2 : 1;          // a thread's rows: l / 4 and, at 64, l / 4 + 8
   constexpr SmemPlan kPlan = T::kPlan;
+  constexpr int kTileT = T::kTile;
+  constexpr int kS = kTileT / 2;  // S accumulators per thread: 64 (128 tokens) or 32 (16-bit d128: 64)
+  constexpr int kO = T::k16 ? T::kHeadDim / 2 : 64;  // O accumulators per thread (N = head_dim)
   const int tid = threadIdx.x;
   const int w = tid >> 5;
   const int l = tid & 31;
@@ -55,6 +119,10 @@ __device__ __forceinline__ void gqa_decode_rows_kernel(const GqaParams& p, unsig
   unsigned char* smem = cs.smem;
   float* q_inv = reinterpret_cast<float*>(smem + kPlan.q_inv);  // [64 operand rows]
   auto desc = [&](unsigned offset) { return cs.desc(offset); };
+  // 16-bit: V as PV's B operand, MN-major: d blocks of 64 (LBO: a column block, tile x 128 B),
+  // 8-token groups (SBO 1024 B).
+  const unsigned long long desc16_v0 = T::k16 ? smem_desc_sw128(cs.base, 128u * kTileT, 1024) : 0ull;
+  auto desc16_v = [&](unsigned offset) { return desc_advance(desc16_v0, offset); };
 
   // ---- Schedule: one unit (request, kv head, row block), the keys of split blockIdx.x ----
   SplitCta cta_unit;
@@ -95,8 +163,13 @@ __device__ __forceinline__ void gqa_decode_rows_kernel(const GqaParams& p, unsig
   // positive so that masked keys (-inf) stay -inf, not NaN.
   const float qk_scale_signed = p.softmax_scale * k_scale;
   const float qk_scale = fmaxf(fabsf(qk_scale_signed), 1e-30f);
-  load_q_two_term<T, kRowsOnMOperandRows>(p, batch, kv_head, row0, rows_total, base + kPlan.q_hi,
-                                          base + kPlan.q_lo, q_inv, row_of_operand, qk_scale_signed < 0.f);
+  if constexpr (T::k16) {
+    load_q_16bit<T, kRowsOnMOperandRows>(p, batch, kv_head, row0, rows_total, base + kPlan.q_hi, row_of_operand,
+                                         qk_scale_signed < 0.f);
+  } else {
+    load_q_two_term<T, kRowsOnMOperandRows>(p, batch, kv_head, row0, rows_total, base + kPlan.q_hi,
+                                            base + kPlan.q_lo, q_inv, row_of_operand, qk_scale_signed < 0.f);
+  }
   __syncthreads();  // q_inv written
   const float logit_scale = T::kSoftcap ? qk_scale : qk_scale * kLog2e;
   float row_scale[kHalves], m_run[kHalves], l_run[kHalves];
@@ -105,7 +178,7 @@ __device__ __forceinline__ void gqa_decode_rows_kernel(const GqaParams& p, unsig
   const int causal_start = seq_len - q_len;  // keys below are visible to every row (window aside)
 #pragma unroll
   for (int h = 0; h < kHalves; ++h) {
-    row_scale[h] = logit_scale * q_inv[16 * w + (l >> 2) + 8 * h];
+    row_scale[h] = T::k16 ? logit_scale : logit_scale * q_inv[16 * w + (l >> 2) + 8 * h];
     m_run[h] = kNegInf;
     l_run[h] = 0.f;
     const int row = row0 + qrow[h];
@@ -113,9 +186,9 @@ __device__ __forceinline__ void gqa_decode_rows_kernel(const GqaParams& p, unsig
     row_pos[h] = causal_start + tok;
     tree[h] = T::kTree ? p.tree_mask + batch * p.mask_stride_batch + tok * p.mask_stride_token : nullptr;
   }
-  float o[64];  // O: element e is row h = (e >> 1) & 1, V^T row 8 (e >> 2) + 2 (l % 4) + (e & 1)
+  float o[kO];  // O: element e is row h = (e >> 1) & 1, V^T row 8 (e >> 2) + 2 (l % 4) + (e & 1)
 #pragma unroll
-  for (int e = 0; e < 64; ++e) o[e] = 0.f;
+  for (int e = 0; e < kO; ++e) o[e] = 0.f;
   const unsigned vt = base + kPlan.vt;
   // The V transpose (layout.cuh): warp w takes token blocks 2 w and 2 w + 1 (16 tokens each) of
   // every d block (32 d): one ldmatrix.trans, four prmt and one stmatrix per pair.
@@ -132,18 +205,33 @@ __device__ __forceinline__ void gqa_decode_rows_kernel(const GqaParams& p, unsig
     const int stage = item % T::kStages;
     const unsigned k_off = stage * 2 * kStageBytes;
     const unsigned vs = base + k_off + kStageBytes;
-    const int tile_t0 = unit.first + i_tile * kTile;
+    const int tile_t0 = unit.first + i_tile * kTileT;
     // ---- Fused step, append phase (append.cuh): the tile's new tokens into the stage and the cache ----
     if constexpr (T::kFused) {
-      if (tile_has_new(p, unit, tile_t0)) {
+      if (tile_has_new<T>(p, unit, tile_t0)) {
         append_new_tokens<T>(p, unit, row_block, tile_t0, smem + k_off, smem + k_off + kStageBytes, early);
         fence_proxy_async_smem();
         __syncthreads();
       }
     }
 
+    float s[kS];
+    if constexpr (T::k16) {
+      // S = q K^T: 8 k-steps of 16 dims, q and K in two column blocks each (blocked128).
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < T::kHeadDim / 16; ++kk) {
+        const unsigned long long da = desc(kPlan.q_hi + blocked128(0, 32 * kk, kRowsOnMOperandRows));
+        const unsigned long long db = desc(k_off + blocked128(0, 32 * kk, kTileT));
+        if constexpr (kS == 64) {
+          Wgmma16<T::kF16>::ss_n128(s, da, db, kk > 0);  // head_dim 64: 128 tokens
+        } else {
+          Wgmma16<T::kF16>::ss_n64(s, da, db, kk > 0);
+        }
+      }
+      wgmma_commit();
+    } else {
     // S = (q_hi + q_lo) K^T: 4 k-steps of 32 dims x 2 terms, under the V transpose.
-    float s[64];
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
@@ -165,17 +253,18 @@ __device__ __forceinline__ void gqa_decode_rows_kernel(const GqaParams& p, unsig
         stmatrix_x4(vt + 4096u * db + stsm_off[tb], c);
       }
     }
+    }
     wgmma_wait<0>();
     fence_regs(s);
 
     // ---- Mask (a tile that needs one), then the rows' maxima of the raw logits (a quad of lanes
     // per row): the scale is >= 0 and the soft-cap monotonic, so they are the scaled maxima ----
     const bool bad_tile = T::kChecked && bad_item[item % (T::kStages + 1)] == item;
-    const bool need_mask = tile_t0 + kTile > causal_start || tile_t0 + kTile > unit.end ||
+    const bool need_mask = tile_t0 + kTileT > causal_start || tile_t0 + kTileT > unit.end ||
                            (T::kWindow && tile_t0 < seq_len - p.window) || bad_tile;
     if (need_mask) {
 #pragma unroll
-      for (int e = 0; e < 64; ++e) {
+      for (int e = 0; e < kS; ++e) {
         const int h = (e >> 1) & 1;
         if (h >= kHalves) continue;  // padding row
         const int t = tile_t0 + rows_on_m_token(e, l);
@@ -193,7 +282,7 @@ __device__ __forceinline__ void gqa_decode_rows_kernel(const GqaParams& p, unsig
 #pragma unroll
     for (int h = 0; h < kHalves; ++h) mx[h] = kNegInf;
 #pragma unroll
-    for (int e = 0; e < 64; ++e) {
+    for (int e = 0; e < kS; ++e) {
       const int h = (e >> 1) & 1;
       if (h < kHalves) mx[h] = fmaxf(mx[h], s[e]);
     }
@@ -217,6 +306,9 @@ __device__ __forceinline__ void gqa_decode_rows_kernel(const GqaParams& p, unsig
       m_run[h] = m_new;
       shift[h] = m_use - 8.f;  // P times 256: e4m3's range (the max reported 8 lower, as decode.cuh)
     }
+    if constexpr (T::k16) {
+      rows_on_m_pv_16bit<T, kHalves>(s, o, alpha, shift, row_scale, l_run, logit, desc16_v, k_off + kStageBytes);
+    } else {
 
     // ---- P = 2^(x - m + 8) as two e4m3 terms, straight into the A fragments of the k32 steps:
     // register j of step kk holds elements 16 kk + 8 (j >> 1) + {0, 1, 4, 5} + 2 (j & 1) ----
@@ -269,6 +361,7 @@ __device__ __forceinline__ void gqa_decode_rows_kernel(const GqaParams& p, unsig
       const int h = (e >> 1) & 1;
       if (h < kHalves) o[e] = o[e] * alpha[h] + ot[e];
     }
+    }
   }
 
   // ---- The rows into the epilogue's merge area (one slice: kWarpsN = 1) ----
@@ -281,11 +374,12 @@ __device__ __forceinline__ void gqa_decode_rows_kernel(const GqaParams& p, unsig
   __syncthreads();  // every warp's wgmma reads of the stages are done: the area reuses them
   const MergeArea<T> area(smem);
 #pragma unroll
-  for (int e = 0; e < 64; ++e) {
+  for (int e = 0; e < kO; ++e) {
     const int h = (e >> 1) & 1;
     if (h >= kHalves) continue;
-    const int d = rows_on_m_d(8 * (e >> 2) + 2 * (l & 3) + (e & 1));  // V^T's row order
-    area.o[qrow[h] * kDim + d] = o[e];
+    const int n = 8 * (e >> 2) + 2 * (l & 3) + (e & 1);
+    const int d = T::k16 ? n : rows_on_m_d(n);  // V^T's row order (16-bit: d order)
+    area.o[qrow[h] * T::kHeadDim + d] = o[e];
   }
   if ((l & 3) == 0) {
 #pragma unroll

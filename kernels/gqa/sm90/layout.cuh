@@ -1,4 +1,4 @@
-// Shared-memory layouts of the Hopper fp8 GQA kernels' tiles (kernels/gqa/sm90/decode.cuh,
+// Shared-memory layouts of the Hopper GQA kernels' tiles (kernels/gqa/sm90/decode.cuh,
 // decode_rows.cuh), as plain constexpr functions: the device code and the host tests
 // (tests/plan/gqa_sm90_layout_test.cpp, coverage and bank conflicts) read the same lines.
 #pragma once
@@ -10,6 +10,17 @@ namespace deca::gqa::sm90 {
 // Byte `byte` of row `row` in a tile of 128-byte rows in the 128-byte swizzle.
 DECA_HD constexpr unsigned swz128(int row, int byte) {
   return static_cast<unsigned>(row * 128 + ((((byte >> 4) ^ (row & 7))) << 4) + (byte & 15));
+}
+
+// A K-major operand of rows wider than 128 B (16-bit values at head_dim 128: 256 B per row), as
+// the wgmma descriptors of the 128-byte swizzle want it: column blocks of 128 B (64 values), each
+// `rows` rows of 128 B swizzled, block b at b x 128 rows bytes. Byte `byte` of row `row`. The
+// 16-bit caches' K and V stages (64 token rows: blocks 8 KB apart), q (kRows or 64 operand rows)
+// and P^T (64 tokens: one block) use it; a k16 step kk of a K-major operand starts at
+// blocked128(0, 32 kk, rows), V read MN-major (d on M / N, tokens on K) starts a 16-token step at
+// 2048 kk and d block m at 8192 m.
+DECA_HD constexpr unsigned blocked128(int row, int byte, int rows) {
+  return static_cast<unsigned>((byte >> 7) * rows * 128) + swz128(row, byte & 127);
 }
 
 // The rows-on-M kernel's V transpose (decode_rows.cuh). K and V stay in token order, so element e

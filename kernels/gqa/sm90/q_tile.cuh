@@ -1,7 +1,7 @@
-// q of the Hopper fp8 GQA kernels (decode.cuh, decode_rows.cuh) as two e4m3 terms:
+// q of the Hopper GQA kernels (decode.cuh, decode_rows.cuh): for fp8 caches as two e4m3 terms:
 // each query row scaled by a power of two into [128, 256), q_hi = e4m3(q_s), q_lo = e4m3(q_s -
 // q_hi), both stored as a K-major wgmma operand (rows of 128 bytes in the 128-byte swizzle) and
-// the inverse scale kept per row.
+// the inverse scale kept per row; for 16-bit caches one term of the cache's type (load_q_16bit).
 #pragma once
 
 #include "kernels/common/kv_convert.cuh"
@@ -14,6 +14,38 @@
 #include "kernels/gqa/sm90/layout.cuh"
 
 namespace deca::gqa::sm90 {
+
+// Eight q values d0 .. d0 + 7 of query row `row` of the CTA's kv head (row < rows_total), as
+// floats: as stored, or rotated by the fused step.
+template <class T>
+__device__ __forceinline__ void load_q_chunk(const GqaParams& p, int batch, int kv_head, int row, int d0,
+                                             float (&x)[8]) {
+  const int head = kv_head * T::kGroup + row % T::kGroup;
+  const unsigned short* q = static_cast<const unsigned short*>(p.q) + batch * p.q_stride_batch +
+                            (row / T::kGroup) * p.q_stride_token + head * p.q_stride_head + d0;
+  if constexpr (T::kFused) {
+    // The fused step (kernels/gqa/fused.cuh): each element rotated at its token's position
+    // and rounded to q's dtype; an empty request (no position) keeps q as it is.
+    const int len = load_seq_len<T>(p, batch);
+    const int pos = len > 0 ? fused::token_pos<T>(p, batch, row / T::kGroup, len) : 0;
+    const long long off = q - static_cast<const unsigned short*>(p.q) - d0;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      x[j] = len > 0 ? fused::rotated_q_elem<T>(p, off, pos, d0 + j) : fused::load_q_elem<T>(p.q, off + d0 + j);
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < 8 && !T::kFused; j += 2) {
+    const unsigned two = *reinterpret_cast<const unsigned*>(q + j);
+    const unsigned short lo = static_cast<unsigned short>(two & 0xFFFFu);
+    const unsigned short hi = static_cast<unsigned short>(two >> 16);
+    if constexpr (T::kQDtype == kv::kFP16) {
+      x[j] = ptx::fp16_bits_to_float(lo), x[j + 1] = ptx::fp16_bits_to_float(hi);
+    } else {
+      x[j] = ptx::bf16_bits_to_float(lo), x[j + 1] = ptx::bf16_bits_to_float(hi);
+    }
+  }
+}
 
 // Operand rows 0 .. kOperandRows - 1 at shared addresses q_hi and q_lo; operand row m holds query
 // row row0 + row_of(m) of the CTA (rows past rows_total, and row_of(m) < 0, hold zeros), and
@@ -33,31 +65,7 @@ __device__ __forceinline__ void load_q_two_term(const GqaParams& p, int batch, i
     float x[8];
     float amax = 0.f;
     if (row < rows_total) {
-      const int head = kv_head * T::kGroup + row % T::kGroup;
-      const unsigned short* q = static_cast<const unsigned short*>(p.q) + batch * p.q_stride_batch +
-                                (row / T::kGroup) * p.q_stride_token + head * p.q_stride_head + d0;
-      if constexpr (T::kFused) {
-        // The fused step (kernels/gqa/fused.cuh): each element rotated at its token's position
-        // and rounded to q's dtype; an empty request (no position) keeps q as it is.
-        const int len = load_seq_len<T>(p, batch);
-        const int pos = len > 0 ? fused::token_pos<T>(p, batch, row / T::kGroup, len) : 0;
-        const long long off = q - static_cast<const unsigned short*>(p.q) - d0;
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          x[j] = len > 0 ? fused::rotated_q_elem<T>(p, off, pos, d0 + j) : fused::load_q_elem<T>(p.q, off + d0 + j);
-        }
-      }
-#pragma unroll
-      for (int j = 0; j < 8 && !T::kFused; j += 2) {
-        const unsigned two = *reinterpret_cast<const unsigned*>(q + j);
-        const unsigned short lo = static_cast<unsigned short>(two & 0xFFFFu);
-        const unsigned short hi = static_cast<unsigned short>(two >> 16);
-        if constexpr (T::kQDtype == kv::kFP16) {
-          x[j] = ptx::fp16_bits_to_float(lo), x[j + 1] = ptx::fp16_bits_to_float(hi);
-        } else {
-          x[j] = ptx::bf16_bits_to_float(lo), x[j + 1] = ptx::bf16_bits_to_float(hi);
-        }
-      }
+      load_q_chunk<T>(p, batch, kv_head, row, d0, x);
 #pragma unroll
       for (int j = 0; j < 8; ++j) amax = fmaxf(amax, fabsf(x[j]));
     } else {
@@ -77,6 +85,37 @@ __device__ __forceinline__ void load_q_two_term(const GqaParams& p, int batch, i
       ::deca::sm90::sts32(q_lo + swz128(m, d0 + 4 * j), lo[j] ^ sign);
     }
     if ((i & 15) == 0) q_inv[m] = 1.f / sc;  // exact: a power of two
+  }
+}
+
+// The 16-bit caches' q: one term of the cache's type (bf16 / fp16, round to nearest), operand
+// row m = query row row0 + row_of(m) as above, 2 x head_dim bytes per row in column blocks of
+// 128 B at q_base (blocked128 with kOperandRows rows: at head_dim 128 the plan's q_hi and q_lo
+// areas). No row scale: the 16-bit wgmma takes q as it is. `negate`: store -q (sign bits
+// flipped). The caller synchronises.
+template <class T, int kOperandRows, class RowOf>
+__device__ __forceinline__ void load_q_16bit(const GqaParams& p, int batch, int kv_head, int row0, int rows_total,
+                                             unsigned q_base, const RowOf& row_of, bool negate = false) {
+  const unsigned sign = negate ? 0x80008000u : 0u;
+  constexpr int kRowChunks = T::kHeadDim / 8;  // 16-byte chunks of a row: 8 (d64) or 16 (d128)
+  for (int i = static_cast<int>(threadIdx.x); i < kOperandRows * kRowChunks; i += T::kThreads) {
+    const int m = i / kRowChunks;
+    const int d0 = 8 * (i % kRowChunks);
+    const int r = row_of(m);
+    const int row = r < 0 ? rows_total : row0 + r;
+    float x[8];
+    if (row < rows_total) {
+      load_q_chunk<T>(p, batch, kv_head, row, d0, x);
+    } else {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) x[j] = 0.f;
+    }
+    uint4 v;
+    v.x = ptx::pack2<T::kF16>(x[0], x[1]) ^ sign;
+    v.y = ptx::pack2<T::kF16>(x[2], x[3]) ^ sign;
+    v.z = ptx::pack2<T::kF16>(x[4], x[5]) ^ sign;
+    v.w = ptx::pack2<T::kF16>(x[6], x[7]) ^ sign;
+    ::deca::sm90::sts128(q_base + blocked128(m, 2 * d0, kOperandRows), v);
   }
 }
 

@@ -1,7 +1,8 @@
-// The cp.async loader of the Hopper fp8 GQA kernels (decode.cuh, decode_rows.cuh): 128 threads
-// copy a 128-token tile of K and of V, 16-byte chunks, each where the 128-byte swizzle of the wgmma
-// descriptors puts it. Thread (row tid / 8 + 16 i, chunk tid % 8) of every tile; page ids read a
-// tile ahead, tokens in order (the V transpose puts them where each kernel's PV wants them).
+// The cp.async loader of the Hopper GQA kernels (decode.cuh, decode_rows.cuh): 128 threads copy
+// a tile of K and of V (fp8: 128 tokens of 8 chunks; 16-bit: 64 tokens of 16 chunks), 16-byte
+// chunks, each where the 128-byte swizzle of the wgmma descriptors puts it. Thread (row tid / C +
+// (128 / C) i, chunk tid % C) of every tile (C chunks per token); page ids read a tile ahead,
+// tokens in order (the fp8 V transpose puts them where each kernel's PV wants them).
 #pragma once
 
 #include "kernels/common/check_record.cuh"
@@ -15,7 +16,10 @@ namespace deca::gqa::sm90 {
 
 template <class T>
 struct TileLoader {
-  static constexpr int kRowStep = T::kThreads / 8;  // loader rows between a thread's chunks
+  static constexpr int kChunks = T::kHeadDim * T::kKvBytes / 16;  // 16-byte chunks per token row: 8 or 16
+  static constexpr int kChunkShift = kChunks == 8 ? 3 : 4;
+  static constexpr int kRowStep = T::kThreads / kChunks;  // loader rows between a thread's chunks
+  static_assert(kChunks == 1 << kChunkShift && kRowStep % 8 == 0, "a thread's rows keep row % 8");
   // When a tile spans at most 32 whole pages (page size 4..128), lane j of every warp reads the
   // tile's page j and each row takes its id by shuffle when the tile is issued: one load per
   // thread and tile. Otherwise one of the 8 threads of a row reads the row's id (the portable
@@ -25,7 +29,7 @@ struct TileLoader {
   // Tiles start at multiples of 128 (every split boundary is tile aligned), so when the page size
   // divides 128 the slot of each of the thread's rows is the same in every tile.
   static constexpr bool kFixedSlots = T::kTile % T::kPageSize == 0;
-  // Pages of at least a loader step (16 rows at 128 threads) that divide the tile: a thread's
+  // Pages of at least a loader step (16 rows fp8, 8 rows 16-bit) that divide the tile: a thread's
   // rows fall in runs of kRowsPerPage per page, kThreadPages pages.
   static constexpr bool kPageRuns = kPagePerLane && kFixedSlots && T::kPageSize >= kRowStep;
   static constexpr int kRowsPerPage = kPageRuns ? T::kPageSize / kRowStep : 1;
@@ -39,8 +43,8 @@ struct TileLoader {
 
   __device__ __forceinline__ TileLoader(const GqaParams& params, int* bad, int tid)
       : p(params), bad_item(bad) {
-    chunk_ld = static_cast<unsigned>(tid & 7);
-    row0_ld = static_cast<unsigned>(tid >> 3);
+    chunk_ld = static_cast<unsigned>(tid & (kChunks - 1));
+    row0_ld = static_cast<unsigned>(tid >> kChunkShift);
     l = static_cast<unsigned>(tid & 31);
     k_lane = row0_ld % T::kPageSize * static_cast<unsigned>(p.k_stride_slot) + chunk_ld * 16;
     v_lane = row0_ld % T::kPageSize * static_cast<unsigned>(p.v_stride_slot) + chunk_ld * 16;
@@ -97,7 +101,7 @@ struct TileLoader {
   // Cursor c's tile (its page ids fetched by fetch_pages) into the K tile at shared address ks and
   // the V tile at vs, in token order: the thread's chunk of row row0 + step i at
   // swz128(row0 + step i, chunk) = swz128(row0, chunk) + 128 step i (step is a multiple of 8, so
-  // row % 8 and the swizzle stay).
+  // row % 8 and the swizzle stay); 16-bit rows of 16 chunks in two column blocks (blocked128).
   __device__ __forceinline__ void issue_tile(const TileCursor& c, unsigned ks, unsigned vs) const {
     issue_copies<true, true>(c, ks, vs);
   }
@@ -106,7 +110,12 @@ struct TileLoader {
   // tile's V apart from its K, once it knows the tile is kept.
   template <bool kK, bool kV>
   __device__ __forceinline__ void issue_copies(const TileCursor& c, unsigned ks, unsigned vs) const {
-    const unsigned dst0 = swz128(static_cast<int>(row0_ld), static_cast<int>(chunk_ld * 16));
+    unsigned dst0;
+    if constexpr (kChunks == 8) {
+      dst0 = swz128(static_cast<int>(row0_ld), static_cast<int>(chunk_ld * 16));
+    } else {
+      dst0 = blocked128(static_cast<int>(row0_ld), static_cast<int>(chunk_ld * 16), T::kTile);
+    }
     auto dst = [&](int i) { return dst0 + 128u * kRowStep * i; };
     const unsigned t0 = tile_t0(c);
     const unsigned end = static_cast<unsigned>(c.u.end);
@@ -146,7 +155,7 @@ struct TileLoader {
       const bool valid = page >= 0;
       const unsigned upage = valid ? static_cast<unsigned>(page) : 0u;
       unsigned k_in, v_in;  // byte offsets inside the page
-      if constexpr (kFixedSlots && T::kPageSize >= 16) {
+      if constexpr (kFixedSlots && T::kPageSize >= kRowStep) {
         // (row0_ld + kRowStep i) % P = row0_ld % P + (kRowStep i) % P (both powers of two, one
         // divides the other): the second term is a constant.
         k_in = k_lane + (kRowStep * i) % T::kPageSize * k_slot_bytes;

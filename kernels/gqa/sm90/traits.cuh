@@ -1,6 +1,9 @@
-// Compile-time shape of the Hopper GQA decode kernel for fp8 KV (kernels/gqa/sm90/decode.cuh,
-// docs/design-gqa-sm90.md): one warpgroup per CTA, 128-token tiles, the query rows of a KV head on
-// wgmma's N. Host-compilable: the planner (src/cuda/gqa_spec.cpp) takes tile, threads and shared
+// Compile-time shape of the Hopper GQA decode kernels (kernels/gqa/sm90/decode.cuh,
+// docs/design-gqa-sm90.md): one warpgroup per CTA, the query rows of a KV head on wgmma's N (or M,
+// decode_rows.cuh). fp8 caches take 128-token tiles; 16-bit caches (bf16 / fp16, behind the
+// DECA_GQA_SM90_16BIT override) 64-token tiles of the same 16 KB per K or V, so the ring, the
+// shared-memory plan and the CTAs per SM are the same for both (docs/perf-notes.md has the
+// prediction behind that choice). Host-compilable: the planner (src/cuda/gqa_spec.cpp) takes tile, threads and shared
 // memory from the same `make_shape` as the device code, as it does for the portable kernel.
 #pragma once
 
@@ -9,15 +12,24 @@
 
 namespace deca::gqa::sm90 {
 
-constexpr int kTile = 128;      // tokens per stage: two m64 halves of the S^T wgmma
+constexpr int kTile = 128;      // fp8 tokens per stage: two m64 halves of the S^T wgmma
 constexpr int kDim = 128;       // head_dim: one 128-byte swizzled row per fp8 token
 constexpr int kWarpgroupThreads = 128;
-constexpr int kStageBytes = kTile * kDim;  // one of K or V, fp8
+constexpr int kStageBytes = kTile * kDim;  // one of K or V (fp8 128 tokens, 16-bit 64 tokens)
 
-// What the kernel covers; other configurations take the portable kernel.
+// What the fp8 kernel covers; other configurations take the portable kernel (or, 16-bit caches
+// with the override, supports_16bit).
 DECA_HD constexpr bool supports(int head_dim, int kv_dtype, int beam_width) {
   return head_dim == kDim && kv::kind_of(kv_dtype) == kv::kKvFp8 && beam_width == 1;
 }
+// The same kernels for a bf16 / fp16 cache: head_dim 64 or 128, no beams.
+DECA_HD constexpr bool supports_16bit(int head_dim, int kv_dtype, int beam_width) {
+  return (head_dim == 64 || head_dim == kDim) && kv::kind_of(kv_dtype) == kv::kKv16 && beam_width == 1;
+}
+// Bytes per cached value (1 fp8, 2 bf16 / fp16) and the tokens of a 16 KB tile of `head_dim`-wide
+// rows of them: 128 (fp8 d128, 16-bit d64) or 64 (16-bit d128).
+DECA_HD constexpr int kv_bytes_of(int kv_dtype) { return kv::kind_of(kv_dtype) == kv::kKv16 ? 2 : 1; }
+DECA_HD constexpr int tile_tokens(int kv_bytes, int head_dim = kDim) { return kStageBytes / (head_dim * kv_bytes); }
 
 // Rows per CTA: the rows needed (q_len x group) rounded up to 8, 16, 32 or 64; more rows take
 // more row blocks of 64. Up to 16 they are wgmma's N (decode.cuh), 32 and 64 its M
@@ -33,6 +45,10 @@ DECA_HD constexpr int rows_per_cta(int rows_needed) {
 // the inverse q scale per row. The epilogue's merge area (epilogue.cuh) reuses the stages.
 // The rows-on-M kernel (decode_rows.cuh, `rows_on_m`) keeps P in registers and transposes V into
 // a tile of its own (vt): no P tiles, no cross-warp maxima, q as 64 operand rows whatever the rows.
+// 16-bit caches use the same offsets: a K or V stage is 64 tokens x 256 B as two column blocks
+// of 64 rows x 128 B (d 0..63, then 64..127; layout.cuh tile16_offset), q is one 16-bit term of
+// rows x 256 B whose two column blocks are the q_hi and q_lo areas, and P^T one term of rows x 64
+// tokens x 2 B in the p_hi area (p_lo and q_inv unused).
 struct SmemPlan {
   int stages;
   int q_hi, q_lo, p_hi, p_lo;
@@ -81,27 +97,28 @@ DECA_HD constexpr int stages_for_grid(int rows, long long units, int sm_count) {
 }
 
 // `stages` 0: stages_for(rows); else that many (stages_for_grid's 2 at 8 or 16 rows).
-// `rows_on_m`: the rows-on-M kernel (decode_rows.cuh; 32 or 64 rows).
-DECA_HD constexpr Shape make_shape(int rows, int stages = 0, bool rows_on_m = false) {
+// `rows_on_m`: the rows-on-M kernel (decode_rows.cuh; 32 or 64 rows). `kv_bytes`: kv_bytes_of.
+DECA_HD constexpr Shape make_shape(int rows, int stages = 0, bool rows_on_m = false, int kv_bytes = 1,
+                                   int head_dim = kDim) {
   const SmemPlan plan = make_plan(rows, stages > 0 ? stages : stages_for(rows, rows_on_m), rows_on_m);
   Shape s{};
   s.threads = kWarpgroupThreads;
   s.warps_m = 1;
   s.warps_n = 1;  // one slice of keys per CTA: the warpgroup's accumulators hold every token
-  s.tile = kTile;
-  s.warp_tokens = kTile;
-  s.chunk = kTile;
-  s.kv_bytes = 1;
-  s.chunks_per_row = kDim / 16;
-  s.row_stride = kDim;
+  s.tile = tile_tokens(kv_bytes, head_dim);
+  s.warp_tokens = s.tile;
+  s.chunk = s.tile;
+  s.kv_bytes = kv_bytes;
+  s.chunks_per_row = head_dim * kv_bytes / 16;
+  s.row_stride = head_dim * kv_bytes;
   s.stage_bytes = kStageBytes;
-  s.loads_per_thread = kTile * (kDim / 16) / s.threads;
+  s.loads_per_thread = s.tile * s.chunks_per_row / s.threads;
   s.q_in_regs = false;
   s.q_row_stride = 128;
   s.q_bytes = 2 * (rows_on_m ? kRowsOnMOperandRows : rows) * 128;
   s.stages = plan.stages;
   s.pipe_bytes = 2 * plan.stages * kStageBytes;
-  s.merge_bytes = rows * (kDim + 2) * 4 + rows * 3 * 4;
+  s.merge_bytes = rows * (head_dim + 2) * 4 + rows * 3 * 4;
   s.smem_bytes = smem_bytes(plan);
   const int fit = 228 * 1024 / (s.smem_bytes + 1024);
   // Rows on M: O, its per-tile partial and P's fragments take ~200 registers, two CTAs.
@@ -114,7 +131,12 @@ DECA_HD constexpr Shape make_shape(int rows, int stages = 0, bool rows_on_m = fa
 template <class Cfg>
 struct Traits : CfgConstants<Cfg> {
   static constexpr bool kRowsOnM = Cfg::kRowsOnM;
-  static constexpr Shape kShape = make_shape(Cfg::kRows, Cfg::kStages, kRowsOnM);
+  // A 16-bit cache (bf16 / fp16): one-term q and P of the cache's type on the 16-bit wgmma, V
+  // read MN-major (no transpose), 64-token tiles. kF16: fp16 operands, else bf16.
+  static constexpr bool k16 = kv::kind_of(Cfg::kKvDtype) == kv::kKv16;
+  static constexpr bool kF16 = Cfg::kKvDtype == kv::kFP16;
+  static constexpr int kKvBytes = kv_bytes_of(Cfg::kKvDtype);
+  static constexpr Shape kShape = make_shape(Cfg::kRows, Cfg::kStages, kRowsOnM, kKvBytes, Cfg::kHeadDim);
   static constexpr int kTile = kShape.tile;
   static constexpr int kThreads = kShape.threads;
   static constexpr int kWarpsN = 1;
@@ -125,7 +147,10 @@ struct Traits : CfgConstants<Cfg> {
   static constexpr int kLoadsPerThread = kShape.loads_per_thread;
   static constexpr int kCols = Cfg::kRows / 4;  // query rows (accumulator columns) per thread
 
-  static_assert(supports(Cfg::kHeadDim, Cfg::kKvDtype, Cfg::kBeamWidth), "fp8 KV, head_dim 128, no beams");
+  static_assert(supports(Cfg::kHeadDim, Cfg::kKvDtype, Cfg::kBeamWidth) ||
+                    supports_16bit(Cfg::kHeadDim, Cfg::kKvDtype, Cfg::kBeamWidth),
+                "fp8, bf16 or fp16 KV, head_dim 128, no beams");
+  static_assert(kShape.loads_per_thread * kShape.threads == kTile * kShape.chunks_per_row, "loader");
   static_assert(kRowsOnM ? Cfg::kRows == 32 || Cfg::kRows == 64 : Cfg::kRows == 8 || Cfg::kRows == 16,
                 "rows per CTA: 8 or 16 on wgmma's N (decode.cuh), 32 or 64 on its M (decode_rows.cuh)");
   static_assert(kStages >= 2, "pipeline");

@@ -1,0 +1,175 @@
+// The Hopper GQA kernels for bf16 / fp16 caches (kernels/gqa/sm90/, Traits::k16) without a GPU
+// (this runs in CI): plans send 16-bit caches to them only with the DECA_GQA_SM90_16BIT override
+// (make_gqa_key's hopper_16bit), and NVRTC compiles their specializations for sm_90a over the rows
+// values (8 / 16 on N, 32 / 64 on M), head_dim 64 and 128, q_len 1..4 with causal masks, both
+// 16-bit types, fp8 out,
+// checked mode, masks and the fused step: entry exported, nothing spilled, no wgmma serialized,
+// registers within the CTAs per SM the shared memory is sized for.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "cuda/gqa_spec.hpp"
+#include "deca/gqa.hpp"
+#include "jit/compile_check.hpp"
+#include "jit/gqa_sm90_config.hpp"
+
+namespace deca::cuda {
+namespace {
+
+// q (and out) in the cache's type, unchecked (GqaConfig's default is checked; the tests set it
+// where they want it).
+GqaConfig config16(int q_heads, int kv_heads, int head_dim, int q_len, DType kv) {
+  GqaConfig c = testing::sm90_config(q_heads, kv_heads, head_dim, q_len, kv);
+  c.q_dtype = kv == DType::kFP16 ? DType::kFP16 : DType::kBF16;
+  c.out_dtype = c.q_dtype;
+  c.checked = false;
+  return c;
+}
+
+TEST(GqaSm90Nvrtc16, PlansTakeTheHopperKernelOnlyWithTheOverride) {
+  struct Row {
+    int q_heads, kv_heads, head_dim, q_len, beams;
+    DType kv;
+    int arch;
+    bool skip;
+    bool wgmma;  // with the override
+    int rows;    // with the override
+  };
+  const Row table[] = {
+      {64, 8, 128, 1, 1, DType::kBF16, 90, false, true, 8},    // l70: group 8
+      {64, 8, 128, 1, 1, DType::kFP16, 90, false, true, 8},    // fp16
+      {64, 4, 128, 1, 1, DType::kBF16, 90, false, true, 16},   // q235: group 16
+      {64, 8, 128, 2, 1, DType::kBF16, 90, false, true, 16},   // q_len 2
+      {64, 8, 128, 3, 1, DType::kFP16, 90, false, true, 32},   // q_len 3: rows on M
+      {64, 8, 128, 4, 1, DType::kBF16, 90, false, true, 32},   // spec q4
+      {64, 8, 128, 8, 1, DType::kBF16, 90, false, true, 64},   // spec q8
+      {10, 2, 128, 1, 1, DType::kBF16, 90, false, true, 8},    // group 5
+      {8, 8, 128, 1, 1, DType::kFP16, 90, false, true, 8},     // MHA
+      {64, 8, 128, 1, 2, DType::kBF16, 90, false, false, 16},  // beams: portable
+      {64, 8, 64, 1, 1, DType::kBF16, 90, false, true, 8},     // head_dim 64 (gpt-oss): 128-token tiles
+      {64, 8, 64, 4, 1, DType::kFP16, 90, false, true, 32},    // head_dim 64, rows on M
+      {64, 8, 80, 1, 1, DType::kBF16, 90, false, false, 16},   // head_dim 80: portable
+      {64, 8, 256, 1, 1, DType::kBF16, 90, false, false, 16},  // head_dim 256: portable
+      {64, 8, 128, 1, 1, DType::kBF16, 90, true, false, 16},   // skip-softmax: portable
+      {64, 8, 128, 1, 1, DType::kBF16, 89, false, false, 16},  // no wgmma below sm_90
+      {64, 8, 128, 1, 1, DType::kFP16, 80, false, false, 16},
+  };
+  for (const Row& r : table) {
+    GqaConfig c = config16(r.q_heads, r.kv_heads, r.head_dim, r.q_len, r.kv);
+    c.beam_width = r.beams;
+    c.skip_softmax_factor = r.skip ? 0.5f : 0.f;
+    const GqaKernelKey plain = make_gqa_key(c, r.arch);  // default: the portable kernel
+    EXPECT_FALSE(plain.wgmma()) << plain.name();
+    EXPECT_EQ(plain.name().find("_wgmma"), std::string::npos) << plain.name();
+    const GqaKernelKey k = make_gqa_key(c, r.arch, 132, 0, true);
+    EXPECT_EQ(k.wgmma(), r.wgmma) << k.name();
+    EXPECT_EQ(k.name().find("_wgmma") != std::string::npos, r.wgmma) << k.name();
+    EXPECT_EQ(k.spec().source.find("kernels/gqa/sm90/entry.cuh") != std::string::npos, r.wgmma) << k.name();
+    if (!r.wgmma) {
+      EXPECT_EQ(k.name(), plain.name());  // the override changes nothing it does not cover
+      continue;
+    }
+    EXPECT_EQ(k.rows, r.rows) << k.name();
+    EXPECT_EQ(k.rows_on_m, r.rows >= 32) << k.name();
+    EXPECT_EQ(k.shape().tile, r.head_dim == 64 ? 128 : 64) << k.name();  // 16 KB per K or V
+    EXPECT_EQ(k.shape().kv_bytes, 2) << k.name();
+  }
+  // fp8 plans are the same kernels whatever the override.
+  const GqaConfig f8 = config16(64, 8, 128, 1, DType::kFP8E4M3);
+  EXPECT_EQ(make_gqa_key(f8, 90, 132, 0, true).name(), make_gqa_key(f8, 90).name());
+  // A test's path_arch of another arch keeps the portable kernel.
+  const GqaConfig b = config16(64, 8, 128, 1, DType::kBF16);
+  EXPECT_FALSE(make_gqa_key(b, 90, 132, 80, true).wgmma());
+  EXPECT_TRUE(make_gqa_key(b, 90, 132, 90, true).wgmma());
+  // The grid rule is fp8's: two stages where it fills three CTAs per SM.
+  GqaConfig big = b;
+  big.max_batch = 99;  // l70-b99-4k: 792 units
+  const GqaKernelKey k99 = make_gqa_key(big, 90, 132, 0, true);
+  EXPECT_EQ(k99.stages, 2) << k99.name();
+  EXPECT_EQ(k99.shape().min_ctas, 3) << k99.name();
+}
+
+// The same ring and shared-memory plan as fp8 (16 KB per K or V per stage: 64 tokens at head_dim
+// 128, 128 at 64), so the same CTAs per SM at every rows value; the loader's chunks cover a tile.
+TEST(GqaSm90Nvrtc16, ShapeMatchesTheFp8Ring) {
+  for (int rows : {8, 16, -32, -64}) {
+    const bool on_m = rows < 0;
+    rows = on_m ? -rows : rows;
+    for (int stages : {0, 2}) {
+      if (on_m && stages == 2) continue;
+      for (int d : {64, 128}) {
+        const gqa::Shape s8 = gqa::sm90::make_shape(rows, stages, on_m, 1);
+        const gqa::Shape s16 = gqa::sm90::make_shape(rows, stages, on_m, 2, d);
+        EXPECT_EQ(s16.tile, 128 * 64 / d) << rows;
+        EXPECT_EQ(s16.chunks_per_row, d / 8) << rows;
+        EXPECT_EQ(s16.loads_per_thread * s16.threads, s16.tile * s16.chunks_per_row) << rows;
+        EXPECT_EQ(s16.stage_bytes, s16.tile * s16.row_stride) << rows;
+        EXPECT_EQ(s16.stages, s8.stages) << rows;
+        EXPECT_EQ(s16.smem_bytes, s8.smem_bytes) << rows;
+        EXPECT_EQ(s16.min_ctas, s8.min_ctas) << rows;
+        EXPECT_LE(s16.merge_bytes, s16.pipe_bytes) << rows;
+        std::printf("[sm90 16-bit shape] d%d rows %2d%s: stages %d, smem %d B, min_ctas %d\n", d, rows,
+                    on_m ? " (M)" : "", s16.stages, s16.smem_bytes, s16.min_ctas);
+      }
+    }
+  }
+}
+
+TEST(GqaSm90Nvrtc16, SpecializationsCompileWithoutSpillsOrSerializedWgmma) {
+  std::vector<GqaKernelKey> keys;
+  std::set<std::string> names;
+  auto add = [&](GqaConfig c, auto&& tweak) {
+    tweak(c);
+    const GqaKernelKey k = make_gqa_key(c, 90, 132, 0, true);
+    if (names.insert(k.name()).second) keys.push_back(k);  // q_len 3 and 4: the same 32-row kernel
+  };
+  auto none = [](GqaConfig&) {};
+  for (DType kv : {DType::kBF16, DType::kFP16}) {
+    // q_len 1..4 at group 8 (rows 8, 16, 32, 32) and group 16 at q_len 4 (64 rows), causal masks.
+    for (int q_len : {1, 2, 3, 4}) add(config16(64, 8, 128, q_len, kv), none);
+    add(config16(64, 4, 128, 4, kv), none);
+  }
+  // Features on both sides (rows on N and on M), across both types.
+  for (int q_len : {1, 4}) {
+    add(config16(64, 8, 128, q_len, DType::kBF16), [](GqaConfig& c) { c.checked = true, c.tree_mask = true; });
+    add(config16(10, 2, 128, q_len, DType::kFP16), [](GqaConfig& c) {
+      c.window = 128, c.softcap = 30.f, c.page_size = 48, c.sinks = true, c.lse = true;
+    });
+    add(config16(64, 8, 128, q_len, DType::kBF16), [](GqaConfig& c) {
+      c.out_dtype = DType::kFP8E4M3, c.page_size = 1, c.q_dtype = DType::kFP16;
+    });
+    add(config16(64, 8, 128, q_len, DType::kFP16), [](GqaConfig& c) {
+      c.rope_style = RopeStyle::kNeox, c.checked = true;
+    });
+  }
+  // head_dim 64 (128-token tiles): rows 8 / 16 on N, 32 / 64 on M, the gpt-oss window layer.
+  for (DType kv : {DType::kBF16, DType::kFP16}) {
+    for (int q_len : {1, 2, 4}) add(config16(64, 8, 64, q_len, kv), none);
+    add(config16(64, 4, 64, 4, kv), none);
+  }
+  add(config16(64, 8, 64, 1, DType::kBF16), [](GqaConfig& c) {
+    c.window = 128, c.sinks = true, c.page_size = 16, c.checked = true, c.lse = true;
+  });
+  add(config16(64, 8, 64, 4, DType::kFP16), [](GqaConfig& c) {
+    c.tree_mask = true, c.softcap = 30.f, c.out_dtype = DType::kFP8E4M3, c.rope_style = RopeStyle::kGptj;
+  });
+  GqaConfig st2 = config16(64, 8, 128, 1, DType::kBF16);  // two stages (three CTAs per SM)
+  st2.max_batch = 99;
+  add(st2, [](GqaConfig& c) { c.window = 512, c.checked = true; });
+  for (const GqaKernelKey& k : keys) {
+    ASSERT_TRUE(k.wgmma()) << k.name();
+    EXPECT_EQ(k.shape().threads, 128) << k.name();
+    const jit::JitSpec spec = k.spec();
+    const jit::CompileResult r = jit::testing::compile_and_check(spec);
+    jit::testing::expect_no_spills(r, spec.name);
+    EXPECT_EQ(r.log.find("serialized"), std::string::npos) << spec.name << ":\n" << r.log;
+    EXPECT_LE(r.ptxas.registers * k.shape().threads * k.shape().min_ctas, 65536) << spec.name;
+  }
+}
+
+}  // namespace
+}  // namespace deca::cuda
