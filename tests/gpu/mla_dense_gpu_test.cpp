@@ -252,9 +252,9 @@ TEST(MlaDenseGpu, ReusedScheduleServesTheNextLayer) {
 
 // Checked plans (the portable kernel, "_chk", and on Hopper the sm90 kernels' checked builds,
 // DECA_MLA_SM90_CHECKED=1, with the default and the split consumers): a block id one past the pool
-// and a length past max_seq_len, planted in
-// device memory, are reported by check_mla_run with the entry, the bound and the value, then the
-// record is clear; the requests without a bad entry are the reference's.
+// and a length past max_seq_len, planted in device memory, are reported by check_mla_run with the
+// entry, the bound and the value, then the record is clear; the requests without a bad entry are
+// the reference's.
 TEST(MlaDenseGpu, CheckedPlanReportsABadBlockIdAndABadLength) {
   DECA_REQUIRE_GPU();
   for (const std::string& variant : mla_dense_variants()) {
