@@ -196,7 +196,7 @@ MlaKernelKey mla_decode_key(int arch, const std::string& variant, const MlaConfi
   // MODEL1 runs the wide kernel at every head count (the direct kernel reads the 656-byte token).
   const bool tile_only = (k.dense && k.kv_format != kMlaKvFP8Sparse) || k.model1();
   k.sm90 = mla::sm90::kernel_class(config.num_heads, tile_only);
-  k.split = k.dense && mla_dense_split_consumers(k.sm90, k.kv_format);
+  k.split = k.dense && mla_dense_split_consumers(k.sm90, k.kv_format, k.checked);
   // Without a second cache its page size is never read (validate_extra leaves it unchecked: 0 or
   // below is allowed) and would be a divisor compiled in: MlaConfig's default stands in, so such
   // plans share one kernel.
@@ -204,9 +204,10 @@ MlaKernelKey mla_decode_key(int arch, const std::string& variant, const MlaConfi
   return k;
 }
 
-bool mla_dense_split_consumers(const mla::sm90::KernelClass& sm90, int kv_format) {
+bool mla_dense_split_consumers(const mla::sm90::KernelClass& sm90, int kv_format, bool checked) {
   const bool asked = tuning_override(Tuning::kMlaDenseConsumers, "plan_mla_decode").value_or(0) == 1;
-  return asked && !sm90.direct && mla::sm90::split_consumers_fit(sm90.cluster, kv_format == kMlaKvBF16);
+  return asked && !sm90.direct &&
+         mla::sm90::split_consumers_fit(sm90.cluster, kv_format == kMlaKvBF16, checked && kv_format == kMlaKvFP8Sparse);
 }
 
 MlaDecodeShape mla_decode_shape(const MlaKernelKey& key) {

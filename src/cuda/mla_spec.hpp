@@ -99,11 +99,12 @@ std::string mla_plan_variant(int arch, const MlaConfig& config);
 // when a retired tuning variable is set (src/cuda/tuning.cpp).
 MlaKernelKey mla_decode_key(int arch, const std::string& variant, const MlaConfig& config);
 
-// Whether a dense sm90 plan of kernel class `sm90` and cache format `kv_format` (MlaKvFormat) runs
-// the split consumers: DECA_MLA_DENSE_CONSUMERS=split (src/cuda/tuning.cpp) and a wide kernel they
-// fit beside its producers (mla::sm90::split_consumers_fit: in a cluster, 65..128 heads, or bf16
-// rows without one); otherwise the consumers of kernels/mla/sm90/consumers.cuh. Throws a
-// deca::Error from plan_mla_decode when the variable holds anything but "default" or "split".
-bool mla_dense_split_consumers(const mla::sm90::KernelClass& sm90, int kv_format);
+// Whether a dense sm90 plan of kernel class `sm90`, cache format `kv_format` (MlaKvFormat) and
+// `checked` runs the split consumers: DECA_MLA_DENSE_CONSUMERS=split (src/cuda/tuning.cpp) and a
+// wide kernel they fit beside its producers (mla::sm90::split_consumers_fit: in a cluster, 65..128
+// heads, or bf16 rows without one; not a checked plan of the 656-byte token); otherwise the
+// consumers of kernels/mla/sm90/consumers.cuh. Throws a deca::Error from plan_mla_decode when the
+// variable holds anything but "default" or "split".
+bool mla_dense_split_consumers(const mla::sm90::KernelClass& sm90, int kv_format, bool checked);
 
 }  // namespace deca::cuda

@@ -30,8 +30,9 @@ constexpr TuningRow kRows[] = {
      "flight (bitwise the same result; pending its first GPU round)"},
     {Tuning::kMlaDenseConsumers, "DECA_MLA_DENSE_CONSUMERS", 0, 0, "default|split", "default",
      "split: dense MLA plans on the sm90a wide kernel run the split consumers where they fit (every cache "
-     "format at 65..128 heads, bf16 rows at 1..64; kernel name \"_split\"): each consumer warpgroup S over "
-     "half of a block's tokens, blocks in pairs; pending its first GPU round"},
+     "format at 65..128 heads, bf16 rows at 1..64; not checked plans of the 656-byte token; kernel name "
+     "\"_split\"): each consumer warpgroup S over half of a block's tokens, blocks in pairs; pending its first "
+     "GPU round"},
 };
 
 // Variables that chose variants since deleted: name, and what to do instead.

@@ -2,8 +2,8 @@
 // for every decode variant this machine runs (DECA_MLA_KERNEL; on Hopper the sm90 kernels with the
 // default consumers and with the split ones, DECA_MLA_DENSE_CONSUMERS) and every cache format (bf16, e4m3
 // with one scale, the 656-byte token read densely): heads 1, 8, 16, 24, 64, 100, 128; q_len 1..4;
-// page sizes 1, 16, 64, 128, 256 (and 576 where plans take it); ragged lengths with 0, 1, page +- 1, shorter than a page and
-// below q_len, one request of 131072 tokens; shuffled block tables, NaN in every cache slot no
+// page sizes 1, 16, 61, 64, 128, 256, 576; ragged lengths with 0, 1, page +- 1, shorter than a page and
+// below q_len, partitions of several requests, one request of 131072 tokens; shuffled block tables, NaN in every cache slot no
 // request owns, outputs poisoned before each run. Then the cache as a strided view, run-to-run
 // bitwise identity, CUDA graph capture + replay with new lengths, the schedule reused across
 // layers, checked plans naming a bad block id and a bad length, and the workspace checks.
@@ -62,12 +62,27 @@ std::vector<Case> matrix() {
           spec(heads, q_len, 64, {700, 0, 64, 65, q_len + 2}));
     }
   }
-  for (int page : {1, 16, 128, 256, 576}) {
+  for (int page : {1, 16, 61, 128, 256, 576}) {
     if (!page_size_allowed(page)) continue;  // 576: once plans take any page size
     add("p" + std::to_string(page), spec(64, 2, page, {3 * page + 1, page - 1 + (page == 1), 2, 900}));
   }
   // Lengths below q_len (the first rows see no key: zeros, LSE -inf), length 1.
   add("short_below_q_len", spec(16, 4, 64, {1, 3, 4, 40}));
+  // 40 ragged requests on few partitions (q_len 3 and 4: a partition is a column of q_len x head
+  // blocks CTAs), so that partitions hold two or three requests, an empty one among them: what a
+  // CTA carries from one request to the next (the Q tile after staged outputs, the consumers'
+  // barrier phases, block pairs starting on either tile). In a cluster at page 61 with LSE +inf
+  // for rows without a key, and without one at page 1; a cluster at page 576 besides.
+  std::vector<int> many;
+  for (int i = 0; i < 40; ++i) {
+    constexpr int kRagged[16] = {0, 1, 63, 64, 65, 128, 129, 200, 300, 2, 700, 0, 191, 5, 64, 130};
+    many.push_back(kRagged[i % 16] + 3 * (i / 16));
+  }
+  MlaCaseSpec many_c2 = spec(128, 3, 61, many);
+  many_c2.lse_empty = kMlaLseEmptyPosInf;
+  add("many_h128_q3_p61", many_c2);
+  add("many_h64_q4_p1", spec(64, 4, 1, many));
+  add("h128_q2_p576", spec(128, 2, 576, {3 * 576 + 1, 575, 0, 1, 1300, 2}));
   // Many small requests, few heads; one long request over the whole GPU.
   add("b96_h16", spec(16, 1, 64, std::vector<int>(96, 300)));
   {
@@ -236,12 +251,13 @@ TEST(MlaDenseGpu, ReusedScheduleServesTheNextLayer) {
 }
 
 // Checked plans (the portable kernel, "_chk", and on Hopper the sm90 kernels' checked builds,
-// DECA_MLA_SM90_CHECKED=1): a block id one past the pool and a length past max_seq_len, planted in
-// device memory, are reported by check_mla_run with the entry, the bound and the value, then the
-// record is clear; the requests without a bad entry are the reference's.
+// DECA_MLA_SM90_CHECKED=1, with the default and the split consumers): a block id one past the pool
+// and a length past max_seq_len, planted in device memory, are reported by check_mla_run with the
+// entry, the bound and the value, then the record is clear; the requests without a bad entry are
+// the reference's.
 TEST(MlaDenseGpu, CheckedPlanReportsABadBlockIdAndABadLength) {
   DECA_REQUIRE_GPU();
-  for (const std::string& variant : mla_variants()) {
+  for (const std::string& variant : mla_dense_variants()) {
     for (const bool bad_block : {true, false}) {
       MlaCaseSpec s = spec(64, 1, 16, {100, 40, 70});
       auto rng = make_rng(700 + bad_block);

@@ -75,25 +75,31 @@ class ScopedMlaKernel {
   bool had_[3] = {false, false, false};
 };
 
-// The checked kernels of a variant (mla_variants()): for "portable" the verified portable checked
-// kernel, for "sm90" the sm90 kernels' checked builds (DECA_MLA_SM90_CHECKED=1, off by default
-// pending their first GPU round), for the plans made in its scope. Checked plans stay checked
-// (DECA_CHECKED is left as it is); an unchecked plan made in its scope runs the variant's
-// unchecked kernel.
+// The checked kernels of a variant (mla_dense_variants()): for "portable" the verified portable
+// checked kernel, for "sm90" the sm90 kernels' checked builds (DECA_MLA_SM90_CHECKED=1, off by
+// default pending their first GPU round), for "sm90_split" those with the split consumers where a
+// dense plan takes them (DECA_MLA_DENSE_CONSUMERS=split), for the plans made in its scope. Checked
+// plans stay checked (DECA_CHECKED is left as it is); an unchecked plan made in its scope runs the
+// variant's unchecked kernel.
 class ScopedCheckedKernel {
  public:
   explicit ScopedCheckedKernel(const std::string& variant)
       : kernel_("DECA_MLA_KERNEL", variant == "portable" ? "portable" : nullptr),
-        sm90_checked_("DECA_MLA_SM90_CHECKED", variant == "sm90" ? "1" : nullptr) {}
+        sm90_checked_("DECA_MLA_SM90_CHECKED", variant == "portable" ? nullptr : "1"),
+        consumers_("DECA_MLA_DENSE_CONSUMERS", variant == "sm90_split" ? "split" : nullptr) {}
 
  private:
-  jit::testing::ScopedEnv kernel_, sm90_checked_;
+  jit::testing::ScopedEnv kernel_, sm90_checked_, consumers_;
 };
 
-// Whether `plan` runs variant's checked decode kernel ("_chk" in its name).
+// Whether `plan` runs variant's checked decode kernel ("_chk" in its name; for "sm90_split" the
+// sm90 one with "_split", which the checked dense plans of this suite's bf16 cases all take).
 inline void expect_checked_kernel(const MlaPlan& plan, const std::string& variant) {
-  EXPECT_NE(plan.kernel_name.find("decode_" + variant), std::string::npos) << plan.kernel_name;
-  EXPECT_NE(plan.kernel_name.find("_chk"), std::string::npos) << plan.kernel_name;
+  const bool split = variant == "sm90_split";
+  const std::string decode = plan.kernel_name.substr(0, plan.kernel_name.find('+'));  // not the combine's
+  EXPECT_NE(decode.find("decode_" + (split ? std::string("sm90") : variant)), std::string::npos) << decode;
+  EXPECT_NE(decode.find("_chk"), std::string::npos) << decode;
+  EXPECT_EQ(decode.find("_split") != std::string::npos, split) << decode;
 }
 
 inline MlaSparseArgs host_args(MlaSparseCase& c) {

@@ -142,8 +142,9 @@ TEST(MlaSm90Keys, RetiredVariablesAreRefusedByName) {
 }
 
 // DECA_MLA_DENSE_CONSUMERS=split gives dense sm90 plans the split consumers where they fit (every
-// format at 65..128 heads, bf16 rows at 1..64), "_split" in the name and Cfg::kSplit in the
-// source; unset or "default", sparse plans and the direct kernel never; other values are refused.
+// format at 65..128 heads, bf16 rows at 1..64; checked plans too, but for the 656-byte token's),
+// "_split" in the name and Cfg::kSplit in the source; unset or "default", sparse plans and the
+// direct kernel never; other values are refused.
 TEST(MlaSm90Keys, DenseSplitConsumersFollowTheOverride) {
   struct Row {
     int heads, kv_format;
@@ -169,6 +170,10 @@ TEST(MlaSm90Keys, DenseSplitConsumersFollowTheOverride) {
     EXPECT_EQ(k.split, r.split) << k.name();
     EXPECT_EQ(k.name().find("_split") != std::string::npos, r.split) << k.name();
     EXPECT_EQ(k.spec().source.find("kSplit = 1;") != std::string::npos, r.split) << k.name();
+    // Checked plans alike, but for the 656-byte token's (traits.cuh split_consumers_fit).
+    MlaConfig checked = config(r.heads, r.kv_format);
+    checked.checked = true;
+    EXPECT_EQ(mla_decode_key(90, "sm90", checked).split, r.split && r.kv_format != kMlaKvFP8Sparse) << k.name();
   }
   MlaConfig sparse;
   sparse.sparse = true;

@@ -171,6 +171,37 @@ TEST(MlaSm90Nvrtc, CheckedKernelsCompileWithoutSpills) {
   }
 }
 
+// Checked dense plans under DECA_MLA_DENSE_CONSUMERS=split take the split consumers where they fit
+// (the checked producers then run at the split consumers' 48 registers): bf16 rows without a
+// cluster (16 and 64 heads are one kernel), bf16 and e4m3 rows in one, at pages 1, 61, 64, 576.
+// The checked 656-byte records keep the default consumers (their producers spilled at 48
+// registers: traits.cuh split_consumers_fit), whose checked builds CheckedKernelsCompileWithoutSpills
+// compiles.
+TEST(MlaSm90Nvrtc, CheckedSplitConsumersCompileWithoutSpills) {
+  jit::testing::ScopedEnv split("DECA_MLA_DENSE_CONSUMERS", "split");
+  for (int format : {kMlaKvBF16, kMlaKvFP8E4M3, kMlaKvFP8Sparse}) {
+    for (int heads : {64, 128}) {
+      if (heads == 64 && format != kMlaKvBF16) continue;  // the default consumers' checked kernel
+      for (int page : {1, 61, 64, 576}) {
+        MlaConfig c = checked_sm90_config(heads, page, format);
+        c.sparse = false;
+        const cuda::MlaKernelKey key = cuda::mla_decode_key(90, "sm90", c);
+        ASSERT_TRUE(key.checked);
+        if (format == kMlaKvFP8Sparse) {
+          EXPECT_FALSE(key.split) << key.name();
+          continue;
+        }
+        ASSERT_TRUE(key.split) << key.name();
+        const jit::JitSpec spec = key.spec();
+        EXPECT_NE(spec.source.find("kChecked = true;"), std::string::npos) << spec.source;
+        EXPECT_NE(spec.source.find("kSplit = 1;"), std::string::npos) << spec.source;
+        EXPECT_NE(spec.name.find("_split"), std::string::npos) << spec.name;
+        expect_clean_compile(spec);
+      }
+    }
+  }
+}
+
 // A checked plan runs the portable kernel on sm_90 unless DECA_MLA_SM90_CHECKED=1 (pending the
 // sm90 checked builds' first GPU round); with it, the sm90 kernel's checked build, named "_chk",
 // for every format the sm90 kernels serve, unless DECA_MLA_KERNEL=portable. Unchecked plans and

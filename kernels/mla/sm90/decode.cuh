@@ -147,8 +147,9 @@ __device__ __forceinline__ void mla_sparse_decode_sm90(const DecodeKernelParams&
   const int wg = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / 128, 0);
   if constexpr (kSplit<Cfg>) {
     // The split consumers (split_consumer.cuh): both warpgroups run the same program.
-    static_assert(split_consumers_fit(kCl, KvFormatOf<Cfg>::value == kMlaKvBF16),
-                  "the split consumers: in a cluster, or bf16 rows (traits.cuh)");
+    static_assert(split_consumers_fit(kCl, KvFormatOf<Cfg>::value == kMlaKvBF16,
+                                      kChecked<Cfg> && KvFormatOf<Cfg>::value == kMlaKvFP8Sparse),
+                  "the split consumers: in a cluster, or bf16 rows; not the checked 656-byte records (traits.cuh)");
     constexpr RegBudget kSplitRegs = split_reg_budget();
     static_assert(kSplitRegs.consumer0 == kSplitRegs.consumer1, "one program, one budget");
     if (wg >= 2) {

@@ -27,9 +27,10 @@
 //     completes round k + 1 of its barrier only after all of the other's threads passed their
 //     wait of round k (the same arrivals), so a wait never sees its barrier two phases on.
 //   p(w) (out_ready for 0, out_free for 1; 128 arrivals): w's P half of block `it` is in the P
-//     slot (phase it). w writes its half of block it + 1 only after round it + 1's exchange, which
-//     the other reaches after loading w's half of block it into registers (ldmatrix: generic
-//     loads of generic stores, no proxy fence).
+//     slot (phase it). w writes its half of block it + 1 only after the exchange round of block
+//     it + 1 (the rounds also count the requests' ends, so its number is not it + 1), which the
+//     other reaches after loading w's half of block it into registers (ldmatrix: generic loads of
+//     generic stores, no proxy fence).
 //   q (q_loaded, 256 arrivals: both warpgroups), twice per request: the previous request's staged
 //     outputs were read back from the Q tile (phase 2 n), then this request's two Q halves landed
 //     and were fenced for the async proxy (2 n + 1).
