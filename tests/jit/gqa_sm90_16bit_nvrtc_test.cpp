@@ -228,6 +228,9 @@ TEST(GqaSm90Nvrtc16, SpecializationsCompileWithoutSpillsOrSerializedWgmma) {
   add(config16(64, 4, 256, 4, DType::kFP16), [](GqaConfig& c) {
     c.checked = true, c.lse = true, c.out_dtype = DType::kFP8E4M3, c.rope_style = RopeStyle::kGptj;
   });
+  // Pages holding whole tiles (larger than one: the loader's one id per tile) at 128 and 256.
+  add(config16(64, 8, 128, 1, DType::kFP16), [](GqaConfig& c) { c.page_size = 128, c.checked = true; });
+  add(config16(64, 8, 256, 4, DType::kBF16), [](GqaConfig& c) { c.page_size = 128, c.checked = true; });
   GqaConfig st2 = config16(64, 8, 128, 1, DType::kBF16);  // two stages (three CTAs per SM)
   st2.max_batch = 99;
   add(st2, [](GqaConfig& c) { c.window = 512, c.checked = true; });

@@ -36,6 +36,10 @@ struct TileLoader {
   // kernel's scheme, decode.cuh). Ids of pages past the unit's last key are never read (their
   // table entries may be anything): they stay -1, and so do rows past it.
   static constexpr bool kPagePerLane = T::kTile % T::kPageSize == 0 && T::kTile / T::kPageSize <= 32;
+  // 16-bit caches whose pages hold whole tiles (a page a multiple of the tile, larger: 64-slot
+  // pages at head_dim 256's 32-token tiles): every thread reads the tile's one page id, and its
+  // rows are slots t0 % P + row of that page.
+  static constexpr bool kTileInPage = T::k16 && T::kPageSize > T::kTile && T::kPageSize % T::kTile == 0;
   // Tiles start at multiples of 128 (every split boundary is tile aligned), so when the page size
   // divides 128 the slot of each of the thread's rows is the same in every tile.
   static constexpr bool kFixedSlots = T::kTile % T::kPageSize == 0;
@@ -49,7 +53,7 @@ struct TileLoader {
   int* bad_item;  // checked mode: the ring's items whose page ids failed the range test
   unsigned chunk_ld, row0_ld, l;
   unsigned k_lane, v_lane;
-  int pages_next[kPagePerLane ? 1 : kRowLoads];
+  int pages_next[kPagePerLane || kTileInPage ? 1 : kRowLoads];
 
   __device__ __forceinline__ TileLoader(const GqaParams& params, int* bad, int tid)
       : p(params), bad_item(bad) {
@@ -82,7 +86,10 @@ struct TileLoader {
   __device__ __forceinline__ void fetch_pages(const TileCursor& c, int item) {
     const unsigned t0 = tile_t0(c);
     const int* page_row = page_row_of(c.u.request);
-    if constexpr (kPagePerLane) {
+    if constexpr (kTileInPage) {
+      const unsigned page_index = t0 / T::kPageSize;
+      pages_next[0] = !c.done ? checked_id(__ldg(page_row + page_index), item, c.u.request, page_index) : -1;
+    } else if constexpr (kPagePerLane) {
       const unsigned page_index = t0 / T::kPageSize + l;
       const bool needed = !c.done && l < T::kTile / T::kPageSize &&
                           t0 + l * T::kPageSize < static_cast<unsigned>(c.u.end);
@@ -138,6 +145,26 @@ struct TileLoader {
     const unsigned k_slot_bytes = static_cast<unsigned>(p.k_stride_slot);
     const unsigned v_page_bytes = static_cast<unsigned>(p.v_stride_page);
     const unsigned v_slot_bytes = static_cast<unsigned>(p.v_stride_slot);
+    if constexpr (kTileInPage) {
+      // One page: the thread's rows at slots t0 % P + row0 + step i, one address and an offset each.
+      const int id = pages_next[0];
+      const unsigned long long upage = id >= 0 ? static_cast<unsigned>(id) : 0u;
+      const unsigned slot0 = t0 % T::kPageSize + row0_ld;
+      const unsigned char* kp = k_base + (upage * k_page_bytes + slot0 * k_slot_bytes + chunk_ld * 16);
+      const unsigned char* vp = v_base + (upage * v_page_bytes + slot0 * v_slot_bytes + chunk_ld * 16);
+      const unsigned long long k_step = static_cast<unsigned long long>(kRowStep) * k_slot_bytes;
+      const unsigned long long v_step = static_cast<unsigned long long>(kRowStep) * v_slot_bytes;
+#pragma unroll
+      for (int i = 0; i < kRowLoads; ++i) {
+        const bool valid = id >= 0 && t0 + row0_ld + kRowStep * i < end;
+#pragma unroll
+        for (int j = 0; j < kColReps; ++j) {
+          if constexpr (kK) ptx::cp_async_16(ks + dst(i) + kRepDst * j, kp + i * k_step + kRepSrc * j, valid);
+          if constexpr (kV) ptx::cp_async_16(vs + dst(i) + kRepDst * j, vp + i * v_step + kRepSrc * j, valid);
+        }
+      }
+      return;
+    }
     if constexpr (kPageRuns) {
       // Rows row0 + step i of page (step i) / P: one id shuffle and one address per page the
       // thread touches (two for P = 64), each row an offset from it.
@@ -181,10 +208,15 @@ struct TileLoader {
       }
       const unsigned char* ksrc = k_base + (static_cast<unsigned long long>(upage) * k_page_bytes + k_in);
       const unsigned char* vsrc = v_base + (static_cast<unsigned long long>(upage) * v_page_bytes + v_in);
+      if constexpr (kColReps == 1) {
+        if constexpr (kK) ptx::cp_async_16(ks + dst(i), ksrc, valid);
+        if constexpr (kV) ptx::cp_async_16(vs + dst(i), vsrc, valid);
+      } else {
 #pragma unroll
-      for (int j = 0; j < kColReps; ++j) {
-        if constexpr (kK) ptx::cp_async_16(ks + dst(i) + kRepDst * j, ksrc + kRepSrc * j, valid);
-        if constexpr (kV) ptx::cp_async_16(vs + dst(i) + kRepDst * j, vsrc + kRepSrc * j, valid);
+        for (int j = 0; j < kColReps; ++j) {
+          if constexpr (kK) ptx::cp_async_16(ks + dst(i) + kRepDst * j, ksrc + kRepSrc * j, valid);
+          if constexpr (kV) ptx::cp_async_16(vs + dst(i) + kRepDst * j, vsrc + kRepSrc * j, valid);
+        }
       }
     }
   }
