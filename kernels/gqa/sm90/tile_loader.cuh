@@ -45,8 +45,9 @@ struct TileLoader {
   static constexpr bool kFixedSlots = T::kTile % T::kPageSize == 0;
   // Pages of at least a loader step (16 rows fp8, 8 rows 16-bit) that divide the tile: a thread's
   // rows fall in runs of kRowsPerPage per page, kThreadPages pages.
-  static constexpr bool kPageRuns = kPagePerLane && kFixedSlots && T::kPageSize >= kRowStep;
-  static constexpr int kRowsPerPage = kPageRuns ? T::kPageSize / kRowStep : 1;
+  // A tile inside one page (kTileInPage) is one run of all the thread's rows.
+  static constexpr bool kPageRuns = (kPagePerLane && kFixedSlots && T::kPageSize >= kRowStep) || kTileInPage;
+  static constexpr int kRowsPerPage = kTileInPage ? kRowLoads : (kPageRuns ? T::kPageSize / kRowStep : 1);
   static constexpr int kThreadPages = (kRowLoads + kRowsPerPage - 1) / kRowsPerPage;
 
   const GqaParams& p;
@@ -145,26 +146,6 @@ struct TileLoader {
     const unsigned k_slot_bytes = static_cast<unsigned>(p.k_stride_slot);
     const unsigned v_page_bytes = static_cast<unsigned>(p.v_stride_page);
     const unsigned v_slot_bytes = static_cast<unsigned>(p.v_stride_slot);
-    if constexpr (kTileInPage) {
-      // One page: the thread's rows at slots t0 % P + row0 + step i, one address and an offset each.
-      const int id = pages_next[0];
-      const unsigned long long upage = id >= 0 ? static_cast<unsigned>(id) : 0u;
-      const unsigned slot0 = t0 % T::kPageSize + row0_ld;
-      const unsigned char* kp = k_base + (upage * k_page_bytes + slot0 * k_slot_bytes + chunk_ld * 16);
-      const unsigned char* vp = v_base + (upage * v_page_bytes + slot0 * v_slot_bytes + chunk_ld * 16);
-      const unsigned long long k_step = static_cast<unsigned long long>(kRowStep) * k_slot_bytes;
-      const unsigned long long v_step = static_cast<unsigned long long>(kRowStep) * v_slot_bytes;
-#pragma unroll
-      for (int i = 0; i < kRowLoads; ++i) {
-        const bool valid = id >= 0 && t0 + row0_ld + kRowStep * i < end;
-#pragma unroll
-        for (int j = 0; j < kColReps; ++j) {
-          if constexpr (kK) ptx::cp_async_16(ks + dst(i) + kRepDst * j, kp + i * k_step + kRepSrc * j, valid);
-          if constexpr (kV) ptx::cp_async_16(vs + dst(i) + kRepDst * j, vp + i * v_step + kRepSrc * j, valid);
-        }
-      }
-      return;
-    }
     if constexpr (kPageRuns) {
       // Rows row0 + step i of page (step i) / P: one id shuffle and one address per page the
       // thread touches (two for P = 64), each row an offset from it.
@@ -176,6 +157,10 @@ struct TileLoader {
         const unsigned long long upage = id >= 0 ? static_cast<unsigned>(id) : 0u;
         const unsigned char* kp = k_base + (upage * k_page_bytes + k_lane);
         const unsigned char* vp = v_base + (upage * v_page_bytes + v_lane);
+        if constexpr (kTileInPage) {  // the tile's first slot in its page (every lane holds the id)
+          kp += t0 % T::kPageSize * k_slot_bytes;
+          vp += t0 % T::kPageSize * v_slot_bytes;
+        }
 #pragma unroll
         for (int r = 0; r < kRowsPerPage && pg * kRowsPerPage + r < kRowLoads; ++r) {
           const int i = pg * kRowsPerPage + r;
