@@ -2,7 +2,7 @@
 // plan configs (every KV dtype and 8-bit path per arch, head_dim 64 / 128 / 256, q_len 1 / 2 / 4 / 8
 // with tree masks, checked mode, window + soft-cap + sinks at a page size and group that are not
 // powers of two, fp16 q with fp8 out at page 1, beams, the l70-b99-4k grid's two stages, fixed
-// splits, one long request, group 128) compiled by precompile_gqa_decode for sm_90a, sm_89 and
+// splits, one long request, group 128, sm_90's fp8 fused step and skip-softmax) compiled by precompile_gqa_decode for sm_90a, sm_89 and
 // sm_80 into $DECA_CACHE_DIR, two at a time; prints "arch name" per distinct kernel. Build it
 // against the library of each tree to compare, run it with a fresh cache directory for each, and
 // compare them with tools/sass_diff.py:
@@ -90,6 +90,17 @@ int main() {
   add(90, chk(beams(128, DType::kFP8E4M3)));
   add(90, chk(beams(128, DType::kBF16)));
   add(90, beams(256, DType::kINT8));
+  // sm_90's fp8 fused step (rope) and skip-softmax kernels (sm90/append.cuh, sm90/skip.cuh).
+  GqaConfig fz = plain(128, DType::kFP8E4M3);
+  fz.rope_style = RopeStyle::kNeox;
+  add(90, fz);
+  add(90, chk(spec(128, DType::kFP8E4M3, 4)));
+  fz.max_q_len = 4;
+  add(90, chk(fz));
+  GqaConfig sk = plain(128, DType::kFP8E4M3);
+  sk.skip_softmax_factor = 0.5f;
+  add(90, sk);
+  add(90, chk(sk));
   // sm_89 and sm_80: the portable kernel's paths there.
   for (int arch : {89, 80}) {
     for (int d : {64, 128, 256}) add(arch, plain(d, DType::kFP8E4M3));

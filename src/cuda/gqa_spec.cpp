@@ -123,7 +123,9 @@ GqaKernelKey make_gqa_key(const GqaConfig& config, int arch, int sm_count, int p
     const int row_blocks = (rows_needed + key.rows - 1) / key.rows;
     const long long units = static_cast<long long>(config.max_batch) * config.num_kv_heads * row_blocks;
     // The skip kernel's ring takes a three-stage plan's six slots (sm90/skip.cuh).
-    key.stages = key.skip ? 3 : gqa::sm90::stages_for_grid(key.rows, units, sm_count);
+    key.stages = key.skip ? 3
+                           : gqa::sm90::stages_for_grid(key.rows, units, sm_count, gqa::sm90::kv_bytes_of(key.kv_dtype),
+                                                        key.head_dim);
     // 32 or 64 rows: the rows on wgmma's M (decode_rows.cuh); up to 16 on N (decode.cuh).
     key.rows_on_m = key.rows >= 32;
   }

@@ -79,7 +79,7 @@ struct GqaKernelKey {
 // `arch`, so that one GPU runs the code other arches' plans select. The Hopper kernel needs both
 // to be 90, the e4m3 mma.sync an `arch` of 89 or more.
 // `hopper_16bit` (the DECA_GQA_SM90_16BIT override, read by the caller): bf16 / fp16 caches at
-// head_dim 64 or 128 without beams take the Hopper kernel too ("_kvbf16..._wgmma"), except with
+// head_dim 64, 128 or 256 without beams take the Hopper kernel too ("_kvbf16..._wgmma"), except with
 // skip-softmax (its kernel is fp8's alone); else they take the portable kernel, as by default.
 GqaKernelKey make_gqa_key(const GqaConfig& config, int arch, int sm_count = 132, int path_arch = 0,
                           bool hopper_16bit = false);

@@ -19,11 +19,11 @@
 namespace deca::test {
 namespace {
 
-GqaCaseSpec spec_of(DType kv, std::vector<int> lens, int page = 16) {
+GqaCaseSpec spec_of(DType kv, std::vector<int> lens, int page = 16, int head_dim = 128) {
   GqaCaseSpec s;
   s.num_q_heads = 16;
   s.num_kv_heads = 2;
-  s.head_dim = 128;
+  s.head_dim = head_dim;
   s.page_size = page;
   s.kv_dtype = kv;
   s.batch = static_cast<int>(lens.size());
@@ -136,6 +136,7 @@ struct PageCase {
   int bad_request;
   int bad_value;
   GpuOptions opt;
+  int head_dim = 128;
 };
 
 void PrintTo(const PageCase& c, std::ostream* os) { *os << c.name; }
@@ -155,6 +156,10 @@ std::vector<PageCase> page_cases() {
       {"fp16_negative_wgmma16", DType::kFP16, {300, 1000, 77, 500}, 2, -7, hopper16},
       {"bf16_long_splits_wgmma16", DType::kBF16, {20000, 77, 3000}, 1, 99999, hopper16},
       {"fp16_fixed_splits_wgmma16", DType::kFP16, {4000, 77, 3000}, 1, 1 << 30, hopper16_fixed},
+      // head_dim 256 (32-token tiles of two 16-key pages).
+      {"bf16_huge_d256_wgmma16", DType::kBF16, {300, 1000, 77, 500}, 2, 1 << 30, hopper16, 256},
+      {"fp16_long_splits_d256_wgmma16", DType::kFP16, {20000, 77, 3000}, 1, 99999, hopper16, 256},
+      {"bf16_fixed_splits_d256_wgmma16", DType::kBF16, {4000, 77, 3000}, 1, -7, hopper16_fixed, 256},
       {"bf16_huge", DType::kBF16, {300, 1000, 77, 500}, 2, 1 << 30, {}},
       {"bf16_negative", DType::kBF16, {300, 1000, 77, 500}, 2, -7, {}},
       {"fp8_past_pool", DType::kFP8E4M3, {300, 1000, 77, 500}, 2, 0, {}},  // 0: num_pages
@@ -174,7 +179,7 @@ TEST_P(GqaCheckedPage, BadPageIdIsSkippedAndReported) {
   DECA_REQUIRE_GPU();
   const PageCase& pc = GetParam();
   auto rng = make_rng(std::hash<std::string>{}(pc.name));
-  GqaCase c = build_gqa_case(spec_of(pc.kv, pc.lens), rng);
+  GqaCase c = build_gqa_case(spec_of(pc.kv, pc.lens, 16, pc.head_dim), rng);
   ASSERT_EQ(c.lens[pc.bad_request], 77);
   const Outputs ref = reference(c);
   // The bad request's expectation: the same case with its length cut to the bad page's start

@@ -132,12 +132,11 @@ std::vector<FusedGpuCase> fused_gpu_cases() {
     c.spec.seq_lens = {17, 2, 300};
     c.fused.rotary_dim = 64;
   });
-  // The 16-bit cases at head_dim 64 / 128 without beams once more through the 16-bit Hopper kernel.
+  // The 16-bit cases the 16-bit Hopper kernel covers (head_dim 64 / 128 / 256 without beams) once
+  // more through it.
   const std::size_t n = v.size();
   for (std::size_t i = 0; i < n; ++i) {
-    const DType kv = v[i].spec.kv_dtype;
-    const int d = v[i].spec.head_dim;
-    if ((kv != DType::kBF16 && kv != DType::kFP16) || (d != 64 && d != 128) || v[i].opt.beam_width != 1) continue;
+    if (!hopper_16bit_covers(v[i].spec.head_dim, v[i].spec.kv_dtype, v[i].opt.beam_width)) continue;
     FusedGpuCase w = v[i];
     w.name += "_wgmma16";
     w.opt.hopper_16bit = 1;

@@ -19,6 +19,7 @@
 #include "deca/gqa.hpp"
 #include "gpu/device_buffer.hpp"
 #include "jit/scoped_env.hpp"
+#include "kernels/gqa/sm90/traits.cuh"
 
 namespace deca::test {
 
@@ -44,6 +45,12 @@ struct GpuOptions {
   // it applies, 0: the portable kernel); -1 leaves the environment as it is.
   int hopper_16bit = -1;
 };
+
+// Whether the 16-bit Hopper kernel covers a cache of this head_dim, dtype and beam width (the
+// planner's own test, kernels/gqa/sm90/traits.cuh): the cases the GPU suites run through it.
+inline bool hopper_16bit_covers(int head_dim, DType kv, int beam_width) {
+  return gqa::sm90::supports_16bit(head_dim, static_cast<int>(kv), beam_width);
+}
 
 inline GqaConfig gpu_config(const GqaCase& c, const GpuOptions& o) {
   const auto& s = c.spec;

@@ -1,7 +1,7 @@
 // The Hopper GQA kernels for bf16 / fp16 caches (kernels/gqa/sm90/, Traits::k16) without a GPU
 // (this runs in CI): plans send 16-bit caches to them only with the DECA_GQA_SM90_16BIT override
 // (make_gqa_key's hopper_16bit), and NVRTC compiles their specializations for sm_90a over the rows
-// values (8 / 16 on N, 32 / 64 on M), head_dim 64 and 128, q_len 1..4 with causal masks, both
+// values (8 / 16 on N, 32 / 64 on M), head_dim 64, 128 and 256, q_len 1..4 with causal masks, both
 // 16-bit types, fp8 out,
 // checked mode, masks and the fused step: entry exported, nothing spilled, no wgmma serialized,
 // registers within the CTAs per SM the shared memory is sized for.
@@ -53,7 +53,12 @@ TEST(GqaSm90Nvrtc16, PlansTakeTheHopperKernelOnlyWithTheOverride) {
       {64, 8, 64, 1, 1, DType::kBF16, 90, false, true, 8},     // head_dim 64 (gpt-oss): 128-token tiles
       {64, 8, 64, 4, 1, DType::kFP16, 90, false, true, 32},    // head_dim 64, rows on M
       {64, 8, 80, 1, 1, DType::kBF16, 90, false, false, 16},   // head_dim 80: portable
-      {64, 8, 256, 1, 1, DType::kBF16, 90, false, false, 16},  // head_dim 256: portable
+      {32, 16, 256, 1, 1, DType::kBF16, 90, false, true, 8},   // g3-b32-8k: head_dim 256, 32-token tiles
+      {64, 8, 256, 2, 1, DType::kFP16, 90, false, true, 16},   // head_dim 256, 16 rows
+      {64, 8, 256, 4, 1, DType::kBF16, 90, false, true, 32},   // head_dim 256, rows on M
+      {64, 4, 256, 4, 1, DType::kFP16, 90, false, true, 64},
+      {64, 8, 256, 1, 2, DType::kBF16, 90, false, false, 16},  // head_dim 256 with beams: portable
+      {64, 8, 192, 1, 1, DType::kBF16, 90, false, false, 16},  // head_dim 192: portable
       {64, 8, 128, 1, 1, DType::kBF16, 90, true, false, 16},   // skip-softmax: portable
       {64, 8, 128, 1, 1, DType::kBF16, 89, false, false, 16},  // no wgmma below sm_90
       {64, 8, 128, 1, 1, DType::kFP16, 80, false, false, 16},
@@ -75,7 +80,7 @@ TEST(GqaSm90Nvrtc16, PlansTakeTheHopperKernelOnlyWithTheOverride) {
     }
     EXPECT_EQ(k.rows, r.rows) << k.name();
     EXPECT_EQ(k.rows_on_m, r.rows >= 32) << k.name();
-    EXPECT_EQ(k.shape().tile, r.head_dim == 64 ? 128 : 64) << k.name();  // 16 KB per K or V
+    EXPECT_EQ(k.shape().tile, 8192 / r.head_dim) << k.name();  // 16 KB per K or V
     EXPECT_EQ(k.shape().kv_bytes, 2) << k.name();
   }
   // fp8 plans are the same kernels whatever the override.
@@ -91,6 +96,20 @@ TEST(GqaSm90Nvrtc16, PlansTakeTheHopperKernelOnlyWithTheOverride) {
   const GqaKernelKey k99 = make_gqa_key(big, 90, 132, 0, true);
   EXPECT_EQ(k99.stages, 2) << k99.name();
   EXPECT_EQ(k99.shape().min_ctas, 3) << k99.name();
+  // Head_dim 256: 8 rows keep the rule (three CTAs at two stages); 16 rows at two stages fit only
+  // two CTAs by shared memory, so they keep three stages.
+  GqaConfig g3 = config16(32, 16, 256, 1, DType::kBF16);
+  g3.max_batch = 32;  // g3-b32-8k: 512 units
+  const GqaKernelKey kg3 = make_gqa_key(g3, 90, 132, 0, true);
+  EXPECT_EQ(kg3.stages, 2) << kg3.name();
+  EXPECT_EQ(kg3.shape().min_ctas, 3) << kg3.name();
+  GqaConfig g16 = config16(64, 8, 256, 2, DType::kBF16);
+  g16.max_batch = 64;
+  const GqaKernelKey k16 = make_gqa_key(g16, 90, 132, 0, true);
+  EXPECT_EQ(k16.rows, 16) << k16.name();
+  EXPECT_EQ(k16.stages, 0) << k16.name();
+  EXPECT_EQ(k16.shape().stages, 3) << k16.name();
+  EXPECT_EQ(k16.shape().min_ctas, 2) << k16.name();
 }
 
 // The same ring and shared-memory plan as fp8 (16 KB per K or V per stage: 64 tokens at head_dim
@@ -116,6 +135,37 @@ TEST(GqaSm90Nvrtc16, ShapeMatchesTheFp8Ring) {
                     on_m ? " (M)" : "", s16.stages, s16.smem_bytes, s16.min_ctas);
       }
     }
+  }
+}
+
+// Head_dim 256: 32-token tiles of the same 16 KB per K or V; q of 512 B rows and (rows on M) no
+// V^T tile, so its own plan: two CTAs per SM at every rows value (three at 8 rows on two stages),
+// rows on M at two stages with the merge area over the stages and q.
+TEST(GqaSm90Nvrtc16, HeadDim256Shape) {
+  struct Row {
+    int rows, stages;
+    bool on_m;
+    int want_stages, want_min_ctas;
+  };
+  const Row table[] = {{8, 0, false, 3, 2},  {8, 2, false, 2, 3},  {16, 0, false, 3, 2},
+                       {16, 2, false, 2, 2}, {32, 0, true, 2, 2}, {64, 0, true, 2, 2}};
+  for (const Row& r : table) {
+    const gqa::Shape s = gqa::sm90::make_shape(r.rows, r.stages, r.on_m, 2, 256);
+    const gqa::sm90::SmemPlan plan = gqa::sm90::make_kernel_plan(r.rows, s.stages, r.on_m, 2, 256);
+    EXPECT_EQ(s.tile, 32) << r.rows;
+    EXPECT_EQ(s.chunks_per_row, 32) << r.rows;
+    EXPECT_EQ(s.loads_per_thread, 8) << r.rows;
+    EXPECT_EQ(s.stage_bytes, s.tile * s.row_stride) << r.rows;
+    EXPECT_EQ(s.stages, r.want_stages) << r.rows;
+    EXPECT_EQ(s.min_ctas, r.want_min_ctas) << r.rows;
+    EXPECT_EQ(plan.p_hi - plan.q_hi, (r.on_m ? 64 : r.rows) * 512) << r.rows;  // q: 4 column blocks
+    EXPECT_EQ(plan.vt, plan.p_lo + (r.on_m ? 0 : r.rows * 128)) << r.rows;
+    EXPECT_EQ(plan.red, plan.vt) << r.rows;  // no V^T tile
+    EXPECT_LE(s.merge_bytes, plan.p_hi) << r.rows;
+    EXPECT_EQ(s.merge_bytes <= s.pipe_bytes, !(r.on_m && r.rows == 64)) << r.rows;
+    EXPECT_LE(s.min_ctas * (s.smem_bytes + 1024), 228 * 1024) << r.rows;
+    std::printf("[sm90 16-bit shape] d256 rows %2d%s: stages %d, smem %d B, min_ctas %d\n", r.rows,
+                r.on_m ? " (M)" : "", s.stages, s.smem_bytes, s.min_ctas);
   }
 }
 
@@ -157,6 +207,30 @@ TEST(GqaSm90Nvrtc16, SpecializationsCompileWithoutSpillsOrSerializedWgmma) {
   add(config16(64, 8, 64, 4, DType::kFP16), [](GqaConfig& c) {
     c.tree_mask = true, c.softcap = 30.f, c.out_dtype = DType::kFP8E4M3, c.rope_style = RopeStyle::kGptj;
   });
+  // head_dim 256 (32-token tiles): rows 8 / 16 on N, 32 / 64 on M, both types, q_len 1..4, and
+  // the features across them.
+  for (DType kv : {DType::kBF16, DType::kFP16}) {
+    for (int q_len : {1, 2, 3, 4}) add(config16(64, 8, 256, q_len, kv), none);
+    add(config16(64, 4, 256, 4, kv), none);
+    add(config16(32, 16, 256, 1, kv), [](GqaConfig& c) { c.max_batch = 32; });  // g3: two stages
+  }
+  for (int q_len : {1, 4}) {
+    add(config16(64, 8, 256, q_len, DType::kBF16), [](GqaConfig& c) {
+      c.checked = true, c.tree_mask = true, c.lse = true, c.sinks = true;
+    });
+    add(config16(10, 2, 256, q_len, DType::kFP16), [](GqaConfig& c) {
+      c.window = 128, c.softcap = 30.f, c.page_size = 16, c.out_dtype = DType::kFP8E4M3;
+    });
+    add(config16(64, 8, 256, q_len, DType::kBF16), [](GqaConfig& c) {
+      c.rope_style = RopeStyle::kNeox, c.checked = true, c.page_size = 1;
+    });
+  }
+  add(config16(64, 4, 256, 4, DType::kFP16), [](GqaConfig& c) {
+    c.checked = true, c.lse = true, c.out_dtype = DType::kFP8E4M3, c.rope_style = RopeStyle::kGptj;
+  });
+  // Pages holding whole tiles (larger than one: the loader's one id per tile) at 128 and 256.
+  add(config16(64, 8, 128, 1, DType::kFP16), [](GqaConfig& c) { c.page_size = 128, c.checked = true; });
+  add(config16(64, 8, 256, 4, DType::kBF16), [](GqaConfig& c) { c.page_size = 128, c.checked = true; });
   GqaConfig st2 = config16(64, 8, 128, 1, DType::kBF16);  // two stages (three CTAs per SM)
   st2.max_batch = 99;
   add(st2, [](GqaConfig& c) { c.window = 512, c.checked = true; });

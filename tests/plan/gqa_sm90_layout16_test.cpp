@@ -30,20 +30,36 @@ unsigned mnmajor(unsigned start, unsigned lbo, unsigned sbo, int mn, int k) {
 constexpr unsigned kBase = 0x8000;  // any 1024-aligned base (CtaSmem rounds it up)
 constexpr int kTok = tile_tokens(2);
 
+// The loader's map (tile_loader.cuh) at every 16-bit head_dim: C chunks per token row taken by L
+// = min(C, 16) threads, thread (row tid / L + (128 / L) i, chunk tid % L + L j), its destination
+// the first one's plus 128 B per row step and two column blocks per j (head_dim 256): each chunk
+// where blocked128 puts it, every byte of the 16 KB tile once, every source byte of the rows once.
 TEST(GqaSm90Layout16, LoaderChunksCoverATileOnce) {
   ASSERT_EQ(kTok, 64);
-  constexpr int kChunks = 16, kRowStep = 128 / kChunks, kLoads = kTok * kChunks / 128;
-  std::vector<int> hits(kStageBytes, 0);
-  for (int tid = 0; tid < 128; ++tid) {
-    const int row0 = tid >> 4, chunk = tid & 15;
-    const unsigned dst0 = blocked128(row0, 16 * chunk, kTok);
-    for (int i = 0; i < kLoads; ++i) {
-      const unsigned dst = dst0 + 128u * kRowStep * i;  // the loader's step
-      EXPECT_EQ(dst, blocked128(row0 + kRowStep * i, 16 * chunk, kTok));
-      for (int b = 0; b < 16; ++b) ++hits[dst + b];
+  for (int d : {64, 128, 256}) {
+    const int tok = tile_tokens(2, d), chunks = 2 * d / 16;
+    const int lane_chunks = chunks < 16 ? chunks : 16, reps = chunks / lane_chunks;
+    const int row_step = 128 / lane_chunks, row_loads = tok / row_step;
+    const unsigned rep_src = 16u * lane_chunks, rep_dst = rep_src / 128u * tok * 128u;
+    ASSERT_EQ(row_step % 8, 0) << d;  // the swizzle phase (row % 8) is the same for all rows of a thread
+    ASSERT_EQ(row_loads * reps * 128, tok * chunks) << d;
+    std::vector<int> hits(kStageBytes, 0), src_hits(tok * 2 * d, 0);
+    for (int tid = 0; tid < 128; ++tid) {
+      const int row0 = tid / lane_chunks, chunk = tid % lane_chunks;
+      const unsigned dst0 = blocked128(row0, 16 * chunk, tok);
+      for (int i = 0; i < row_loads; ++i) {
+        for (int j = 0; j < reps; ++j) {
+          const unsigned dst = dst0 + 128u * row_step * i + rep_dst * j;  // the loader's steps
+          const int row = row0 + row_step * i;
+          const unsigned src = 16u * chunk + rep_src * j;  // bytes into the token's row
+          EXPECT_EQ(dst, blocked128(row, static_cast<int>(src), tok)) << d;
+          for (int b = 0; b < 16; ++b) ++hits[dst + b], ++src_hits[row * 2 * d + src + b];
+        }
+      }
     }
+    for (int b = 0; b < kStageBytes; ++b) ASSERT_EQ(hits[b], 1) << d << " " << b;
+    for (int b = 0; b < tok * 2 * d; ++b) ASSERT_EQ(src_hits[b], 1) << d << " " << b;
   }
-  for (int b = 0; b < kStageBytes; ++b) ASSERT_EQ(hits[b], 1) << b;
 }
 
 // S^T = K q^T (rows on N, decode.cuh qk_chain_16bit) and S = q K^T (rows on M): K and q K-major,
@@ -147,6 +163,58 @@ TEST(GqaSm90Layout16, HeadDim64DescriptorsSeeTheirOperands) {
   }
 }
 
+// head_dim 256 (32-token tiles, four column blocks of 32 rows: 4 KB apart; q of 512 B rows, four
+// blocks of N or 64 rows). Rows on N: S^T's A = K with M = 64 (rows 32..63 padding, read inside
+// the stage), B = q; O^T's A = V^T, d block m at 4096 m, 16 tokens at 2048 kk; P^T's 32 tokens in
+// the first 64 B of each row. Rows on M: S's A = q, B = K with N = 32; O's B = V with N = 256
+// over the four blocks, LBO 4096.
+TEST(GqaSm90Layout16, HeadDim256DescriptorsSeeTheirOperands) {
+  constexpr int kT = tile_tokens(2, 256);
+  ASSERT_EQ(kT, 32);
+  for (int rows : {8, 16, 64}) {
+    const bool on_m = rows == 64;
+    const SmemPlan plan = make_kernel_plan(rows, 2, on_m, 2, 256);
+    ASSERT_EQ(plan.p_hi - plan.q_hi, rows * 512);
+    const unsigned k_off = 2 * kStageBytes, v_off = k_off + kStageBytes;  // stage 1
+    for (int kk = 0; kk < 16; ++kk) {  // QK: 256 dims
+      for (int k = 0; k < 16; ++k) {
+        const int d = 16 * kk + k;
+        for (int t = 0; t < 64; ++t) {
+          const unsigned a = kmajor(kBase + k_off + blocked128(0, 32 * kk, kT), 1024, t, k);
+          if (t < kT) {
+            ASSERT_EQ(a, kBase + k_off + blocked128(t, 2 * d, kT));
+          } else {  // padding rows of S^T (rows on N): inside the stage's K and V
+            ASSERT_GE(a, kBase + k_off);
+            ASSERT_LT(a, kBase + k_off + 2 * kStageBytes);
+          }
+        }
+        for (int r = 0; r < rows; ++r) {
+          ASSERT_EQ(kmajor(kBase + plan.q_hi + blocked128(0, 32 * kk, rows), 1024, r, k),
+                    kBase + plan.q_hi + blocked128(r, 2 * d, rows));
+        }
+      }
+    }
+    for (int kk = 0; kk < kT / 16; ++kk) {  // PV: 32 tokens
+      for (int k = 0; k < 16; ++k) {
+        const int t = 16 * kk + k;
+        for (int m = 0; m < 4; ++m) {
+          for (int mn = 0; mn < 64; ++mn) {  // rows on N: A = V^T, d block m
+            ASSERT_EQ(mnmajor(kBase + v_off + 128u * kT * m + 2048u * kk, 16, 1024, mn, k),
+                      kBase + v_off + blocked128(t, 2 * (64 * m + mn), kT));
+          }
+        }
+        for (int d = 0; d < 256; ++d) {  // rows on M: B = V, N = 256
+          ASSERT_EQ(mnmajor(kBase + v_off + 2048u * kk, 128u * kT, 1024, d, k), kBase + v_off + blocked128(t, 2 * d, kT));
+        }
+        for (int n = 0; n < rows && !on_m; ++n) {  // P^T
+          ASSERT_EQ(kmajor(kBase + plan.p_hi + blocked128(0, 32 * kk, rows), 1024, n, k),
+                    kBase + plan.p_hi + swz128(n, 2 * t));
+        }
+      }
+    }
+  }
+}
+
 // Rows on M: the S accumulators (m64n64, element e of lane l: row l / 4 + 8 ((e >> 1) & 1), column
 // 8 (e >> 2) + 2 (l % 4) + (e & 1)) packed as A register j of step kk from elements 8 kk + 2 j, + 1
 // are the m64k16 fragment's (a0 row l / 4, k 2 (l % 4) + {0, 1}; a1 row + 8; a2 k + 8; a3 both).
@@ -170,8 +238,9 @@ TEST(GqaSm90Layout16, RowsOnMAccumulatorsAreTheAFragments) {
 // token of S^T element e0 / e0 + 2 of column cc is the stored one.
 TEST(GqaSm90Layout16, RowsOnNPStoresCoverPOnce) {
   for (int rows : {8, 16}) {
+    for (int tile : {64, 32}) {  // head_dim 128; 256, whose warps 2 and 3 are padding and store nothing
     std::vector<int> hits(rows * 128, 0);
-    for (int w = 0; w < 4; ++w) {
+    for (int w = 0; w < tile / 16; ++w) {
       for (int l = 0; l < 32; ++l) {
         for (int cc = 0; cc < rows / 4; ++cc) {
           const int r = 8 * (cc >> 1) + 2 * (l & 3) + (cc & 1);
@@ -189,7 +258,12 @@ TEST(GqaSm90Layout16, RowsOnNPStoresCoverPOnce) {
         }
       }
     }
-    for (int b = 0; b < rows * 128; ++b) ASSERT_EQ(hits[b], 1) << rows << " " << b;
+    for (int n = 0; n < rows; ++n) {
+      for (int x = 0; x < 128; ++x) {  // PV reads bytes 0 .. 2 tile - 1 of a row
+        ASSERT_EQ(hits[swz128(n, x)], x < 2 * tile ? 1 : 0) << rows << " " << n << " " << x;
+      }
+    }
+    }
   }
 }
 

@@ -353,6 +353,20 @@ struct Wgmma16 {
 #undef DECA_W16_N64
   }
 
+  // wgmma.mma_async.sync.aligned.m64n32k16.f32.T.T d, a-desc, b-desc, scale-d, 1, 1, 0, 0;
+  // both K-major: the rows-on-M kernel's S = q K^T at head_dim 256 (64 operand rows x 32 tokens).
+  static __device__ __forceinline__ void ss_n32(float (&d)[16], unsigned long long desc_a,
+                                                unsigned long long desc_b, bool accumulate) {
+#define DECA_W16_N32(TY)                                                                                 \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"                                           \
+               "wgmma.mma_async.sync.aligned.m64n32k16.f32." TY "." TY " " DECA_WGMMA_D16              \
+               ", %16, %17, p, 1, 1, 0, 0;\n}\n"                                                        \
+               : DECA_WGMMA_F8(d, 0), DECA_WGMMA_F8(d, 8)                                              \
+               : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)))
+    DECA_WGMMA16_TY(kF16, DECA_W16_N32("f16"), DECA_W16_N32("bf16"))
+#undef DECA_W16_N32
+  }
+
   // wgmma.mma_async.sync.aligned.m64n128k16.f32.T.T d, a-desc, b-desc, scale-d, 1, 1, 0, 0;
   // both K-major: the rows-on-M kernel's S = q K^T at head_dim 64 (64 operand rows x 128 tokens).
   static __device__ __forceinline__ void ss_n128(float (&d)[64], unsigned long long desc_a,
@@ -394,6 +408,21 @@ struct Wgmma16 {
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(static_cast<int>(accumulate)))
     DECA_WGMMA16_TY(kF16, DECA_W16_N128("f16"), DECA_W16_N128("bf16"))
 #undef DECA_W16_N128
+  }
+
+  // wgmma.mma_async.sync.aligned.m64n256k16.f32.T.T d, {a0, a1, a2, a3}, b-desc, scale-d, 1, 1, 1;
+  // rs_n128_tb at N = 256: the rows-on-M kernel's O += P V at head_dim 256 (four column blocks
+  // of V, LBO apart).
+  static __device__ __forceinline__ void rs_n256_tb(float (&d)[128], const unsigned (&a)[4], unsigned long long desc_b,
+                                                    bool accumulate) {
+#define DECA_W16_N256(TY)                                                                                \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"                                          \
+               "wgmma.mma_async.sync.aligned.m64n256k16.f32." TY "." TY " " DECA_WGMMA_D128            \
+               ", {%128, %129, %130, %131}, %132, p, 1, 1, 1;\n}\n"                                     \
+               : DECA_WGMMA_F128(d)                                                                    \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(static_cast<int>(accumulate)))
+    DECA_WGMMA16_TY(kF16, DECA_W16_N256("f16"), DECA_W16_N256("bf16"))
+#undef DECA_W16_N256
   }
 };
 #undef DECA_WGMMA16_TY

@@ -23,7 +23,8 @@
 // per m64 half of tokens), and V read as stored: 16-bit wgmma operands may be MN-major, so O^T's
 // A = V^T is V's tile with tnspA = 1 (no transpose, O^T's rows in d order). O accumulates in the
 // tensor core (f32 at full precision for 16-bit products), rescaled in registers before each
-// tile's PV.
+// tile's PV. Head_dim 256: 32-token tiles (16 KB per K or V, the same ring), S^T's M half padding
+// (its rows read the next column block's bytes and are set to -inf), O^T in four m64 d blocks.
 #pragma once
 
 #include "kernels/common/check_record.cuh"
@@ -173,9 +174,12 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
   constexpr int kAcc = N / 2;  // accumulator floats per thread per m64 tile
   constexpr SmemPlan kPlan = T::kPlan;
   using Mma = WgmmaE4m3<N>;
-  constexpr int kHalves = T::kHeadDim / 64;  // m64 halves of d (O^T): 2, or 1 at head_dim 64
-  constexpr int kSHalves = T::kTile / 64;    // m64 halves of the tile's tokens (S^T): 2 at 128 tokens, 1 at 64
+  constexpr int kHalves = T::kHeadDim / 64;  // m64 blocks of d (O^T): 2, 1 at head_dim 64, 4 at 256
   constexpr int kTileT = T::kTile;
+  // m64 halves of the tile's tokens (S^T): 2 at 128 tokens, 1 at 64 or 32 (16-bit d256: rows
+  // 32..63 of S^T's M are padding, warps 2 and 3 hold no token; kPadWarps).
+  constexpr int kSHalves = kTileT >= 64 ? kTileT / 64 : 1;
+  constexpr bool kPadWarps = kTileT < 64;
   const int tid = threadIdx.x;
   const int w = tid >> 5;  // warp
   const int l = tid & 31;
@@ -323,6 +327,9 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
           }
           if (!visible) x = kNegInf;
         }
+        if constexpr (kPadWarps) {
+          if (16 * w >= kTileT) x = kNegInf;  // padding rows of M (warp-uniform)
+        }
         s[h][e] = x;
       }
     }
@@ -372,9 +379,11 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
       l_run[cc] = l_run[cc] * alpha + ((pr[0] + pr[1]) + (pr[2] + pr[3]));
       if constexpr (T::k16) {
         // P^T row r, tokens 64 h + 16 w + l / 4 and + 8, one 16-bit value each, in token order
-        // (column blocks of 64 tokens, blocked128, at 128 tokens).
+        // (column blocks of 64 tokens, blocked128, at 128 tokens; at 32 the padding warps store
+        // nothing: PV reads the first 64 B of each row).
 #pragma unroll
         for (int h = 0; h < kSHalves; ++h) {
+          if (kPadWarps && 16 * w >= kTileT) break;
           const unsigned two = ptx::pack2<T::kF16>(pr[2 * h], pr[2 * h + 1]);
           const int tok = 64 * h + 16 * w + (l >> 2);
           sts16(base + kPlan.p_hi + blocked128(r, 2 * tok, N), static_cast<unsigned short>(two & 0xFFFFu));

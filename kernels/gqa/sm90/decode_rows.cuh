@@ -24,7 +24,9 @@
 // m64n64k16 steps, P packed from the S accumulators into the m64k16 A fragments (the accumulator
 // columns of an n16 block are the fragment's k positions: no reordering), and O += P V with V as
 // stored, MN-major (tnspB = 1): no transpose, no V^T tile, one CTA barrier per tile, O in d
-// order and accumulated in the tensor core after its rescale in registers.
+// order and accumulated in the tensor core after its rescale in registers. Head_dim 256: 32-token
+// tiles, S on m64n32k16, O one m64n256 accumulator (128 registers per thread), two stages and
+// two CTAs per SM; the merge area (64 x 256 f32) runs over the stages into q (traits.cuh).
 #pragma once
 
 #include "kernels/common/check_record.cuh"
@@ -88,7 +90,9 @@ __device__ __forceinline__ void rows_on_m_pv_16bit(const float (&s)[kS], float (
   wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < kSteps; ++kk) {
-    if constexpr (kO == 64) {
+    if constexpr (kO == 128) {
+      Wgmma16<T::kF16>::rs_n256_tb(o, a[kk], desc_v(v_off + 2048u * kk), true);  // head_dim 256
+    } else if constexpr (kO == 64) {
       Wgmma16<T::kF16>::rs_n128_tb(o, a[kk], desc_v(v_off + 2048u * kk), true);
     } else {
       Wgmma16<T::kF16>::rs_n64_tb(o, a[kk], desc_v(v_off + 2048u * kk), true);
@@ -106,7 +110,8 @@ __device__ __forceinline__ void gqa_decode_rows_kernel(const GqaParams& p, unsig
   constexpr int kHalves = N == 64 ? 2 : 1;          // a thread's rows: l / 4 and, at 64, l / 4 + 8
   constexpr SmemPlan kPlan = T::kPlan;
   constexpr int kTileT = T::kTile;
-  constexpr int kS = kTileT / 2;  // S accumulators per thread: 64 (128 tokens) or 32 (16-bit d128: 64)
+  // S accumulators per thread: 64 (128 tokens), 32 (16-bit d128: 64 tokens) or 16 (d256: 32).
+  constexpr int kS = kTileT / 2;
   constexpr int kO = T::k16 ? T::kHeadDim / 2 : 64;  // O accumulators per thread (N = head_dim)
   const int tid = threadIdx.x;
   const int w = tid >> 5;
@@ -217,7 +222,7 @@ __device__ __forceinline__ void gqa_decode_rows_kernel(const GqaParams& p, unsig
 
     float s[kS];
     if constexpr (T::k16) {
-      // S = q K^T: 8 k-steps of 16 dims, q and K in two column blocks each (blocked128).
+      // S = q K^T: head_dim / 16 k-steps of 16 dims, q and K in column blocks of 64 dims (blocked128).
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < T::kHeadDim / 16; ++kk) {
@@ -225,6 +230,8 @@ __device__ __forceinline__ void gqa_decode_rows_kernel(const GqaParams& p, unsig
         const unsigned long long db = desc(k_off + blocked128(0, 32 * kk, kTileT));
         if constexpr (kS == 64) {
           Wgmma16<T::kF16>::ss_n128(s, da, db, kk > 0);  // head_dim 64: 128 tokens
+        } else if constexpr (kS == 16) {
+          Wgmma16<T::kF16>::ss_n32(s, da, db, kk > 0);  // head_dim 256: 32 tokens
         } else {
           Wgmma16<T::kF16>::ss_n64(s, da, db, kk > 0);
         }

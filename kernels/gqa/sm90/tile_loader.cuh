@@ -1,8 +1,10 @@
 // The cp.async loader of the Hopper GQA kernels (decode.cuh, decode_rows.cuh): 128 threads copy
-// a tile of K and of V (fp8: 128 tokens of 8 chunks; 16-bit: 64 tokens of 16 chunks), 16-byte
-// chunks, each where the 128-byte swizzle of the wgmma descriptors puts it. Thread (row tid / C +
-// (128 / C) i, chunk tid % C) of every tile (C chunks per token); page ids read a tile ahead,
-// tokens in order (the fp8 V transpose puts them where each kernel's PV wants them).
+// a tile of K and of V (fp8: 128 tokens of 8 chunks; 16-bit: 128 tokens of 8 at head_dim 64, 64
+// of 16 at 128, 32 of 32 at 256), 16-byte chunks, each where the 128-byte swizzle of the wgmma
+// descriptors puts it. A row's C chunks are taken by L = min(C, 16) threads: thread (row tid / L
+// + (128 / L) i, chunk tid % L + L j) of every tile; the row step 128 / L is 8 or 16, a multiple
+// of the swizzle's 8 rows, so every row of a thread has the same swizzle phase. Page ids read a
+// tile ahead, tokens in order (the fp8 V transpose puts them where each kernel's PV wants them).
 #pragma once
 
 #include "kernels/common/check_record.cuh"
@@ -16,34 +18,47 @@ namespace deca::gqa::sm90 {
 
 template <class T>
 struct TileLoader {
-  static constexpr int kChunks = T::kHeadDim * T::kKvBytes / 16;  // 16-byte chunks per token row: 8 or 16
-  static constexpr int kChunkShift = kChunks == 8 ? 3 : 4;
-  static constexpr int kRowStep = T::kThreads / kChunks;  // loader rows between a thread's chunks
-  static_assert(kChunks == 1 << kChunkShift && kRowStep % 8 == 0, "a thread's rows keep row % 8");
+  static constexpr int kChunks = T::kHeadDim * T::kKvBytes / 16;  // 16-byte chunks per token row: 8, 16 or 32
+  static constexpr int kLaneChunks = kChunks < 16 ? kChunks : 16;  // threads per row
+  static constexpr int kColReps = kChunks / kLaneChunks;          // chunks per thread and row: 1 or 2
+  static constexpr int kChunkShift = kLaneChunks == 8 ? 3 : 4;
+  static constexpr int kRowStep = T::kThreads / kLaneChunks;  // loader rows between a thread's rows
+  static constexpr int kRowLoads = T::kTile / kRowStep;       // rows per thread and tile
+  // Chunk tid % L + L j of a row: 16 L j bytes on in the cache, and (16-bit, blocked128) 16 L j /
+  // 128 column blocks of kTile x 128 B on in the tile.
+  static constexpr unsigned kRepSrc = 16u * kLaneChunks;
+  static constexpr unsigned kRepDst = kRepSrc / 128u * T::kTile * 128u;
+  static_assert(kLaneChunks == 1 << kChunkShift && kRowStep % 8 == 0, "a thread's rows keep row % 8");
+  static_assert(kRowLoads * kColReps == T::kLoadsPerThread, "loads per thread");
   // When a tile spans at most 32 whole pages (page size 4..128), lane j of every warp reads the
   // tile's page j and each row takes its id by shuffle when the tile is issued: one load per
   // thread and tile. Otherwise one of the 8 threads of a row reads the row's id (the portable
   // kernel's scheme, decode.cuh). Ids of pages past the unit's last key are never read (their
   // table entries may be anything): they stay -1, and so do rows past it.
   static constexpr bool kPagePerLane = T::kTile % T::kPageSize == 0 && T::kTile / T::kPageSize <= 32;
+  // 16-bit caches whose pages hold whole tiles (a page a multiple of the tile, larger: 64-slot
+  // pages at head_dim 256's 32-token tiles): every thread reads the tile's one page id, and its
+  // rows are slots t0 % P + row of that page.
+  static constexpr bool kTileInPage = T::k16 && T::kPageSize > T::kTile && T::kPageSize % T::kTile == 0;
   // Tiles start at multiples of 128 (every split boundary is tile aligned), so when the page size
   // divides 128 the slot of each of the thread's rows is the same in every tile.
   static constexpr bool kFixedSlots = T::kTile % T::kPageSize == 0;
   // Pages of at least a loader step (16 rows fp8, 8 rows 16-bit) that divide the tile: a thread's
   // rows fall in runs of kRowsPerPage per page, kThreadPages pages.
-  static constexpr bool kPageRuns = kPagePerLane && kFixedSlots && T::kPageSize >= kRowStep;
-  static constexpr int kRowsPerPage = kPageRuns ? T::kPageSize / kRowStep : 1;
-  static constexpr int kThreadPages = (T::kLoadsPerThread + kRowsPerPage - 1) / kRowsPerPage;
+  // A tile inside one page (kTileInPage) is one run of all the thread's rows.
+  static constexpr bool kPageRuns = (kPagePerLane && kFixedSlots && T::kPageSize >= kRowStep) || kTileInPage;
+  static constexpr int kRowsPerPage = kTileInPage ? kRowLoads : (kPageRuns ? T::kPageSize / kRowStep : 1);
+  static constexpr int kThreadPages = (kRowLoads + kRowsPerPage - 1) / kRowsPerPage;
 
   const GqaParams& p;
   int* bad_item;  // checked mode: the ring's items whose page ids failed the range test
   unsigned chunk_ld, row0_ld, l;
   unsigned k_lane, v_lane;
-  int pages_next[kPagePerLane ? 1 : T::kLoadsPerThread];
+  int pages_next[kPagePerLane || kTileInPage ? 1 : kRowLoads];
 
   __device__ __forceinline__ TileLoader(const GqaParams& params, int* bad, int tid)
       : p(params), bad_item(bad) {
-    chunk_ld = static_cast<unsigned>(tid & (kChunks - 1));
+    chunk_ld = static_cast<unsigned>(tid & (kLaneChunks - 1));
     row0_ld = static_cast<unsigned>(tid >> kChunkShift);
     l = static_cast<unsigned>(tid & 31);
     k_lane = row0_ld % T::kPageSize * static_cast<unsigned>(p.k_stride_slot) + chunk_ld * 16;
@@ -72,14 +87,17 @@ struct TileLoader {
   __device__ __forceinline__ void fetch_pages(const TileCursor& c, int item) {
     const unsigned t0 = tile_t0(c);
     const int* page_row = page_row_of(c.u.request);
-    if constexpr (kPagePerLane) {
+    if constexpr (kTileInPage) {
+      const unsigned page_index = t0 / T::kPageSize;
+      pages_next[0] = !c.done ? checked_id(__ldg(page_row + page_index), item, c.u.request, page_index) : -1;
+    } else if constexpr (kPagePerLane) {
       const unsigned page_index = t0 / T::kPageSize + l;
       const bool needed = !c.done && l < T::kTile / T::kPageSize &&
                           t0 + l * T::kPageSize < static_cast<unsigned>(c.u.end);
       pages_next[0] = needed ? checked_id(__ldg(page_row + page_index), item, c.u.request, page_index) : -1;
     } else {
 #pragma unroll
-      for (int i = 0; i < T::kLoadsPerThread; ++i) {
+      for (int i = 0; i < kRowLoads; ++i) {
         const unsigned tok = t0 + row0_ld + kRowStep * i;
         const bool needed = !c.done && tok < static_cast<unsigned>(c.u.end) && chunk_ld == 0;
         const unsigned page_index = tok / T::kPageSize;
@@ -101,7 +119,8 @@ struct TileLoader {
   // Cursor c's tile (its page ids fetched by fetch_pages) into the K tile at shared address ks and
   // the V tile at vs, in token order: the thread's chunk of row row0 + step i at
   // swz128(row0 + step i, chunk) = swz128(row0, chunk) + 128 step i (step is a multiple of 8, so
-  // row % 8 and the swizzle stay); 16-bit rows of 16 chunks in two column blocks (blocked128).
+  // row % 8 and the swizzle stay); 16-bit rows of 16 or 32 chunks in column blocks (blocked128),
+  // the second chunk of a row (j = 1, head_dim 256) two blocks on.
   __device__ __forceinline__ void issue_tile(const TileCursor& c, unsigned ks, unsigned vs) const {
     issue_copies<true, true>(c, ks, vs);
   }
@@ -138,18 +157,25 @@ struct TileLoader {
         const unsigned long long upage = id >= 0 ? static_cast<unsigned>(id) : 0u;
         const unsigned char* kp = k_base + (upage * k_page_bytes + k_lane);
         const unsigned char* vp = v_base + (upage * v_page_bytes + v_lane);
+        if constexpr (kTileInPage) {  // the tile's first slot in its page (every lane holds the id)
+          kp += t0 % T::kPageSize * k_slot_bytes;
+          vp += t0 % T::kPageSize * v_slot_bytes;
+        }
 #pragma unroll
-        for (int r = 0; r < kRowsPerPage && pg * kRowsPerPage + r < T::kLoadsPerThread; ++r) {
+        for (int r = 0; r < kRowsPerPage && pg * kRowsPerPage + r < kRowLoads; ++r) {
           const int i = pg * kRowsPerPage + r;
           const bool valid = id >= 0 && t0 + row0_ld + kRowStep * i < end;
-          if constexpr (kK) ptx::cp_async_16(ks + dst(i), kp + r * k_step, valid);
-          if constexpr (kV) ptx::cp_async_16(vs + dst(i), vp + r * v_step, valid);
+#pragma unroll
+          for (int j = 0; j < kColReps; ++j) {
+            if constexpr (kK) ptx::cp_async_16(ks + dst(i) + kRepDst * j, kp + r * k_step + kRepSrc * j, valid);
+            if constexpr (kV) ptx::cp_async_16(vs + dst(i) + kRepDst * j, vp + r * v_step + kRepSrc * j, valid);
+          }
         }
       }
       return;
     }
 #pragma unroll
-    for (int i = 0; i < T::kLoadsPerThread; ++i) {
+    for (int i = 0; i < kRowLoads; ++i) {
       const unsigned row = row0_ld + kRowStep * i;
       const int page = page_of_row(t0, end, i);
       const bool valid = page >= 0;
@@ -167,8 +193,16 @@ struct TileLoader {
       }
       const unsigned char* ksrc = k_base + (static_cast<unsigned long long>(upage) * k_page_bytes + k_in);
       const unsigned char* vsrc = v_base + (static_cast<unsigned long long>(upage) * v_page_bytes + v_in);
-      if constexpr (kK) ptx::cp_async_16(ks + dst(i), ksrc, valid);
-      if constexpr (kV) ptx::cp_async_16(vs + dst(i), vsrc, valid);
+      if constexpr (kColReps == 1) {
+        if constexpr (kK) ptx::cp_async_16(ks + dst(i), ksrc, valid);
+        if constexpr (kV) ptx::cp_async_16(vs + dst(i), vsrc, valid);
+      } else {
+#pragma unroll
+        for (int j = 0; j < kColReps; ++j) {
+          if constexpr (kK) ptx::cp_async_16(ks + dst(i) + kRepDst * j, ksrc + kRepSrc * j, valid);
+          if constexpr (kV) ptx::cp_async_16(vs + dst(i) + kRepDst * j, vsrc + kRepSrc * j, valid);
+        }
+      }
     }
   }
 
