@@ -12,7 +12,8 @@
 #                                cores), then the timing tests alone (DECA_SKIP_TIMING=1: not them)
 #   DECA_GTEST_TIMEOUT / DECA_PYTEST_TIMEOUT / DECA_BENCH_TIMEOUT   seconds per step (a round must
 #                                fit the device call's limit)
-#   DECA_PYTEST_ARGS="..."       extra pytest arguments (e.g. -k cuda)
+#   DECA_PYTEST_ARGS="..."       extra pytest arguments, split at spaces (e.g. -x --maxfail=3)
+#   DECA_PYTEST_K="..."          pytest's -k expression, passed as one argument (e.g. "cuda or compat")
 #   DECA_BENCH_ARGS="..."        extra deca-bench arguments (e.g. --host-cost)
 #   DECA_BENCH_VARIANTS="A=1 B=2,C=3"   run every preset once per variant: a comma-separated list of
 #                                env assignments per variant (space between variants); the JSON
@@ -169,7 +170,7 @@ if [ "${DECA_SKIP_PYTHON:-0}" != 1 ]; then
   log "module NEEDED: $(awk '{print $5}' "$logs/module_needed.txt" | tr '\n' ' ')"
   log "python tests"
   (cd "$root" && PYTHONPATH=/tmp/deca-py timeout "${DECA_PYTEST_TIMEOUT:-420}" python3 -m pytest tests/python -q -rs \
-      -p no:cacheprovider ${DECA_PYTEST_ARGS:-}) > "$logs/pytest.log" 2>&1
+      -p no:cacheprovider ${DECA_PYTEST_K:+-k "$DECA_PYTEST_K"} ${DECA_PYTEST_ARGS:-}) > "$logs/pytest.log" 2>&1
   log "pytest rc=$? $(tail -1 "$logs/pytest.log")"
   grep -E "^FAILED|^ERROR" "$logs/pytest.log" | head -30
   if [ -f "$root/tools/py_host_cost.py" ]; then
