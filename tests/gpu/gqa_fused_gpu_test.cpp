@@ -5,9 +5,10 @@
 //  - the CPU reference of the fused step: outputs within the usual bound;
 //  - the plain decode kernel on the separately appended cache with the rotated q: the fused
 //    variant reads the same q values and cache bytes, so its outputs are the same bits.
-// Skips without a GPU.
+// Skips without a GPU, except the host check that every case is a valid fused call.
 #include <gtest/gtest.h>
 
+#include <exception>
 #include <string>
 #include <vector>
 
