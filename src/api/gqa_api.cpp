@@ -242,6 +242,7 @@ void check_gqa_decode(const GqaPlan& plan, const GqaDecodeArgs& a, bool check_wo
   check_tensors(plan, a, check_workspace);
   check_fused_args(plan, a, workspace_view(plan, a));
   check_host_data(c, a);
+  check_fused_host_data(c, a);
 }
 
 GqaParams gqa_params(const GqaPlan& plan, const GqaDecodeArgs& a, void* workspace) {

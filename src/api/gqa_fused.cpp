@@ -116,7 +116,10 @@ void check_fused_args(const GqaPlan& plan, const GqaDecodeArgs& a, const TensorV
   expect_disjoint(kFn, {{"out", &a.out}, {"lse", &a.lse}, {"workspace", &workspace}},
                   {{"k_new", &a.k_new}, {"v_new", &a.v_new}, {"cos_sin_cache", &a.cos_sin_cache},
                    {"positions", &a.positions}});
-  if (c.device.kind == DeviceKind::kCPU) check_host_positions(a);
+}
+
+void check_fused_host_data(const GqaConfig& c, const GqaDecodeArgs& a) {
+  if (is_fused(c) && c.device.kind == DeviceKind::kCPU) check_host_positions(a);
 }
 
 void fill_fused_params(GqaParams& p, const GqaConfig& c, const GqaDecodeArgs& a) {

@@ -17,9 +17,13 @@ inline int rotary_dims(const GqaConfig& c) { return c.rotary_dim == 0 ? c.head_d
 void validate_rope_config(std::string_view fn, std::string_view prefix, const GqaConfig& c);
 
 // The fused arguments against the plan (absent for a plain plan), the caches as outputs against
-// every input, out, lse and `workspace` (the bytes the kernels write) against the fused inputs,
-// and on the CPU the positions' range.
+// every input, out, lse and `workspace` (the bytes the kernels write) against the fused inputs.
 void check_fused_args(const GqaPlan& plan, const GqaDecodeArgs& a, const TensorView& workspace);
+
+// A fused call's host data (the CPU only): every rotary position a row of cos_sin_cache. Called
+// after the lengths are checked, so that a length below q_len is reported as seq_lens[b] (as the
+// checked GPU run reports it), not as the negative position it implies.
+void check_fused_host_data(const GqaConfig& c, const GqaDecodeArgs& a);
 
 // The params' fused fields (left zero for a plain plan).
 void fill_fused_params(GqaParams& p, const GqaConfig& c, const GqaDecodeArgs& a);

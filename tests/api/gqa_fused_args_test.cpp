@@ -107,6 +107,18 @@ TEST_F(GqaFusedArgs, PositionsPastTheCosSinCache) {
   EXPECT_TRUE(rejects({"gqa_decode: seq_lens[1] - q_len + 0", "[0, 8)", "got 8"}));
 }
 
+// A length below q_len (a request's new tokens are its last q_len keys: they would go to negative
+// slots) is refused on the CPU, naming the entry as the checked GPU run reports it; nothing written.
+TEST_F(GqaFusedArgs, SeqLenBelowQLen) {
+  c.q_len = 3;
+  c.lens = {5, 1};
+  SetUp();
+  EXPECT_TRUE(rejects({"gqa_decode: seq_lens[1]", ">= q_len (3)", "got 1"}));
+  c.lens = {5, 3};
+  SetUp();
+  ASSERT_NO_THROW(gqa_decode(c.plan(), c.args));
+}
+
 TEST_F(GqaFusedArgs, CacheMayNotOverlapAnInput) {
   // k_new a view into the K cache's bytes: the append would write what it reads.
   c.args.k_new = view_as(c.k, {c.batch, c.q_len, c.config.num_kv_heads, c.config.head_dim},

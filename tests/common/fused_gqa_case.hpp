@@ -10,6 +10,8 @@
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "common/paged_gqa_case.hpp"
@@ -54,9 +56,25 @@ inline void bind_fused(GqaParams& p, const GqaCase& c, const FusedInputs& in) {
   p.positions_stride_batch = s.q_len;
 }
 
+// The fused step's contract on the lengths (docs/semantics.md, "Fused decode step"): a request's
+// new tokens are its last q_len keys, so each length is 0 (nothing appended) or at least q_len.
+// The helpers below write the new tokens' slots on the host (a shorter length would put them at
+// negative slots, outside the pools), and a GPU run would only report the length through its
+// checked record: a case outside the contract is refused here, before either.
+inline void expect_fused_lengths(const GqaCase& c) {
+  for (int b = 0; b < c.spec.batch; ++b) {
+    const int len = c.lens[b];
+    if (len != 0 && len < c.spec.q_len) {
+      throw std::invalid_argument("fused test case: seq_lens[" + std::to_string(b) + "] = " + std::to_string(len) +
+                                  ": expected 0 or a length >= q_len (" + std::to_string(c.spec.q_len) + ")");
+    }
+  }
+}
+
 // The fused inputs of case `c` (built with build_gqa_case), its new slots poisoned, its params
 // bound. The cos/sin cache is the usual base-10000 one, sized past the largest position.
 inline FusedInputs make_fused_inputs(GqaCase& c, const FusedSpec& f, std::mt19937_64& rng) {
+  expect_fused_lengths(c);
   const auto& s = c.spec;
   FusedInputs in;
   in.spec = f;

@@ -5,9 +5,10 @@
 //  - the CPU reference of the fused step: outputs within the usual bound;
 //  - the plain decode kernel on the separately appended cache with the rotated q: the fused
 //    variant reads the same q values and cache bytes, so its outputs are the same bits.
-// Skips without a GPU.
+// Skips without a GPU, except the host check that every case is a valid fused call.
 #include <gtest/gtest.h>
 
+#include <exception>
 #include <string>
 #include <vector>
 
@@ -88,6 +89,7 @@ std::vector<FusedGpuCase> fused_gpu_cases() {
     c.spec.out_dtype = DType::kFP8E4M3;
     c.spec.out_scale = 0.25f;
     c.spec.q_len = 2;
+    c.spec.seq_lens = {17, 32, 2, 700};  // every length at least q_len: 2 = a request's first tokens
   });
   add("split_auto_long_int8", DType::kINT8, [](FusedGpuCase& c) {
     c.spec.batch = 1;
@@ -120,6 +122,7 @@ std::vector<FusedGpuCase> fused_gpu_cases() {
   for (int arch : {80, 89}) {
     add("neox_fp8_path" + std::to_string(arch), DType::kFP8E4M3, [arch](FusedGpuCase& c) {
       c.spec.q_len = 3;
+      c.spec.seq_lens = {17, 32, 3, 700};  // new tokens 14 .. 16 straddle a page; 3: the first ones
       c.opt.path_arch = arch;
       c.kernel = arch == 80 ? "_ldsm" : "_2term";
     });
@@ -145,15 +148,46 @@ std::vector<FusedGpuCase> fused_gpu_cases() {
   return v;
 }
 
+// Case fc's host data, from its name's seed: the paged case (beams share their prefix pages, each
+// request's new tokens in pages of its own) and the fused inputs (make_fused_inputs refuses a
+// length outside the fused step's contract).
+GqaCase host_case(const FusedGpuCase& fc, FusedInputs& in) {
+  auto rng = make_rng(std::hash<std::string>{}(fc.name));
+  GqaCase c = build_gqa_case(fc.spec, rng);
+  if (fc.opt.beam_width > 1) share_prefix_pages(c, fc.opt.beam_width, /*own_pages=*/1, fc.spec.q_len);
+  in = make_fused_inputs(c, fc.fused, rng);
+  return c;
+}
+
+// On the host, without a GPU: every case above is a call the fused step's contract allows, and
+// the CPU reference of the fused step leaves its caches as "rotate, then append". A case outside
+// the contract (a length below q_len) would otherwise show only on the GPU, as the checked run's
+// record of seq_lens.
+TEST(GqaFusedGpuCases, AreFusedCallsTheCpuReferenceRuns) {
+  for (const FusedGpuCase& fc : fused_gpu_cases()) {
+    SCOPED_TRACE(fc.name);
+    FusedInputs in;
+    GqaCase c;
+    try {
+      c = host_case(fc, in);
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << e.what();
+      continue;
+    }
+    const Unfused u = rotate_and_append(c, in);
+    cpu::gqa_decode_fused(c.params);
+    EXPECT_TRUE(same_bytes(c.k_pool, u.k_pool)) << "K pool differs from rotate + append";
+    if (!fc.spec.kv_one_allocation) EXPECT_TRUE(same_bytes(c.v_pool, u.v_pool)) << "V pool differs";
+  }
+}
+
 class GqaFusedGpu : public ::testing::TestWithParam<FusedGpuCase> {};
 
 TEST_P(GqaFusedGpu, EqualsRotateAppendDecode) {
   DECA_REQUIRE_GPU();
   const FusedGpuCase& fc = GetParam();
-  auto rng = make_rng(std::hash<std::string>{}(fc.name));
-  GqaCase c = build_gqa_case(fc.spec, rng);
-  if (fc.opt.beam_width > 1) share_prefix_pages(c, fc.opt.beam_width, /*own_pages=*/1);
-  const FusedInputs in = make_fused_inputs(c, fc.fused, rng);
+  FusedInputs in;
+  GqaCase c = host_case(fc, in);
   const Unfused u = rotate_and_append(c, in);
 
   // The fused launch.

@@ -60,6 +60,10 @@ std::vector<GqaConfig> fused_configs() {
   GqaConfig two_stage = fused_config(fp8, RopeStyle::kNeox, 0);
   two_stage.max_batch = 128;
   cs.push_back(two_stage);
+  // An fp8 output after the fused step, checked (the GPU test's fp8_out_fp8_cache).
+  GqaConfig out8 = fused_config(fp8, RopeStyle::kNeox, 0);
+  out8.out_dtype = DType::kFP8E4M3, out8.max_q_len = 2, out8.checked = true;
+  cs.push_back(out8);
   return cs;
 }
 
@@ -101,6 +105,7 @@ TEST(GqaFusedNvrtc, CompilesForSm80AndSm89) {
   for (int path : {80, 89}) {
     GqaConfig c = fused_config(DType::kFP8E4M3, RopeStyle::kNeox, 0);
     c.max_q_len = 3;
+    c.checked = true;  // as the GPU test runs them
     const GqaKernelKey k = make_gqa_key(c, 90, 132, path);
     ASSERT_FALSE(k.wgmma()) << k.name();
     const jit::CompileResult r = jit::compile(k.spec());
