@@ -45,6 +45,28 @@ TEST(MlaCombinePlan, MeasuredRowsTakeTheFasterCombine) {
   }
 }
 
+// The cases of tests/gpu/mla_small_batch_gpu_test.cpp whose plan of max_batch = batch must take
+// the split combine (that test compares it bitwise with a plan of max_batch 64, which must not):
+// dense rows (blocks: the block table's columns, ceil(longest / 64) + 1), the sparse cases (8192
+// indices), the +inf cases and the graph case.
+TEST(MlaCombinePlan, GpuSuiteCasesTakeTheCombineTheyTest) {
+  struct Case {
+    int batch, heads, q_len, blocks;
+  };
+  const Case split_cases[] = {
+      {1, 128, 1, 513}, {4, 16, 1, 257}, {3, 100, 1, 142}, {3, 64, 2, 142}, {2, 16, 1, 314},
+      {1, 64, 4, 189},  {5, 64, 1, 189}, {3, 16, 1, 128},  {3, 16, 2, 128}, {3, 64, 2, 128},
+      {3, 128, 1, 128}, {3, 128, 1, 470}, {3, 16, 2, 470}, {2, 16, 1, 2049}};
+  for (const Case& c : split_cases) {
+    const int parts = mla::decode_num_parts(132, c.q_len, c.heads);
+    EXPECT_TRUE(mla_split_combine(c.batch, c.blocks, parts)) << c.batch << " x h" << c.heads << " q" << c.q_len;
+    EXPECT_FALSE(mla_split_combine(64, c.blocks, parts)) << "max_batch 64, h" << c.heads << " q" << c.q_len;
+  }
+  // The +inf test's q_len 3 dense case stays on the warp-per-row combine.
+  EXPECT_FALSE(mla_split_combine(4, 470, mla::decode_num_parts(132, 3, 16)));
+  EXPECT_FALSE(mla_split_combine(4, 470, mla::decode_num_parts(132, 3, 128)));
+}
+
 // The threshold: 16 pieces a request on average, from the schedule itself (not the partition
 // count alone: short requests are cut into at most their block count).
 TEST(MlaCombinePlan, ThresholdIsSixteenPiecesPerRequest) {
