@@ -276,10 +276,9 @@ struct CheckedCost {
 };
 
 // The checked mode's price per case: median single launch (cold L2) and, on the GPU, the
-// per-launch median inside a CUDA graph, checked over unchecked. MLA rows compare the portable
-// checked kernel with whatever the unchecked plan ran (the sm90 kernel on Hopper unless
-// DECA_MLA_KERNEL=portable); with DECA_MLA_SM90_CHECKED=1 the sm90 kernels' checked builds with
-// their unchecked ones.
+// per-launch median inside a CUDA graph, checked over unchecked. MLA rows compare a kernel's
+// checked build with the kernel itself (on Hopper the sm90 kernels' unless
+// DECA_MLA_KERNEL=portable).
 void print_checked_costs(const std::vector<CheckedCost>& costs) {
   std::cout << "\nchecked mode cost (checked / unchecked - 1):\n";
   for (const CheckedCost& k : costs) {

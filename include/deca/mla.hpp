@@ -119,9 +119,9 @@ struct MlaConfig {
   // [0, num_blocks) and every cache_seqlens entry against [0, max_seq_len]. The first offender is
   // recorded in the workspace (kCheckBytes more of it, zeroed once at allocation) for
   // check_mla_run and skipped (a bad length clamped), nothing outside the cache is read. Runs
-  // the portable decode kernel ("..._portable_chk_smXX"); on sm_90 with DECA_MLA_SM90_CHECKED=1
-  // (docs/tuning.md; pending its first GPU round) the sm90 kernels' checked builds ("_chk" in
-  // the sm90 kernel's name), with the same record.
+  // the checked build of the plan's decode kernel: on sm_90 the sm90 kernels' ("_chk" before the
+  // sm90 suffix), elsewhere (and with DECA_MLA_KERNEL=portable) the portable kernel's
+  // ("..._portable_chk_smXX"), with the same record.
   bool checked = checked_by_default();
   Device device = Device::cpu();
 };
@@ -138,8 +138,10 @@ struct MlaPlan {
   int sm_count = 0;
   // CUDA: SM partitions the scheduler fills (sm_count / (max_q_len * head blocks of 64)).
   int num_parts = 0;
-  // CUDA: the decode kernel, e.g. "mla_sparse_decode_portable_sm90" (with "+" and the combine
-  // kernel's name when DECA_MLA_COMBINE picks another combine, docs/tuning.md); "" on the CPU.
+  // CUDA: the decode kernel, e.g. "mla_sparse_decode_portable_sm90", with "+" and the combine
+  // kernel's name when the plan takes the split combine (max_batch requests of the longest length
+  // each cut into 16 or more pieces: a few long requests, e.g. one of 32k tokens at 128 heads);
+  // "" on the CPU.
   std::string kernel_name;
 };
 
@@ -154,9 +156,9 @@ MlaPlan plan_mla_decode(const MlaConfig& config);
 
 // Compiles ahead of time the GPU kernels that a plan of `config` runs on devices of compute
 // capability `compute_capability` (80, 86, 89, 90, ...; 0 = that of config.device): the
-// scheduler, the decode kernel and the combine, or finds them in the on-disk kernel cache
-// (DECA_CACHE_DIR, else ~/.cache/deca), and returns the decode kernel's name (what
-// MlaPlan::kernel_name will be there). Nothing is launched and, with an explicit capability, no
+// scheduler, the decode kernel and both combines (which one a plan takes depends on the device's
+// SM count), or finds them in the on-disk kernel cache (DECA_CACHE_DIR, else ~/.cache/deca), and
+// returns the decode kernel's name (how MlaPlan::kernel_name will begin there). Nothing is launched and, with an explicit capability, no
 // GPU is needed. The config is validated as plan_mla_decode validates it (dense and sparse);
 // with an explicit capability config.device is not used.
 std::string precompile_mla_decode(const MlaConfig& config, int compute_capability = 0);

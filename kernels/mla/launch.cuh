@@ -7,7 +7,8 @@ namespace deca::mla {
 // The combine kernels: one warp per output row.
 inline constexpr int kCombineWarps = 8;
 inline constexpr int kCombineThreads = 32 * kCombineWarps;
-// The split combine (DECA_MLA_COMBINE=split): one CTA per row, a warp per 128 value dims.
+// The split combine (a plan's choice, src/plan/mla_combine.hpp): one CTA per row, a warp per 128
+// value dims.
 inline constexpr int kCombineSplitWarps = 4;
 inline constexpr int kCombineSplitThreads = 32 * kCombineSplitWarps;
 

@@ -45,7 +45,7 @@ class MlaPlan:
         size, extra_topk_length whether runs pass extra_topk_length. max_seq_len (dense, >= 1):
         the longest cache_seqlens entry any run may pass. checked (None:
         deca.checked_by_default()): CUDA plans test every index, length and block id they read
-        (see check()) and run the portable decode kernel. lse_of_empty_row: the LSE of a row
+        (see check()) and run their decode kernel's checked build. lse_of_empty_row: the LSE of a row
         without a valid key, "-inf" (deca's convention) or "+inf" (FlashMLA's; compiled into
         the CUDA kernels)."""
         check_scalars("MlaPlan", ints=dict(num_heads=num_heads, page_size=page_size,

@@ -92,7 +92,8 @@ int mla_arch(const MlaConfig& config, const std::string& fn);
 
 // Compiles (or finds in the cubin cache) the scheduler, decode and combine kernels a plan of
 // `config` (dense or sparse) runs on devices of compute capability `arch`, without launching
-// anything or needing a GPU; returns the decode kernel's name.
+// anything or needing a GPU (both combines: the plan's choice depends on the SM count); returns
+// the decode kernel's name.
 std::string precompile_mla(const MlaConfig& config, int arch);
 
 // The `combine` op on CUDA tensors of `device`.

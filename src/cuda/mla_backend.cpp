@@ -56,7 +56,7 @@ int head_blocks(int num_heads) { return (num_heads + 63) / 64; }
 
 // Both combine kernels (the MLA split merge and the generic op): a warp per (request, token,
 // head), kCombineWarps heads per CTA; `split` (the MLA combine spread over the value dims,
-// DECA_MLA_COMBINE=split): a CTA per (request, token, head).
+// mla_combine_split): a CTA per (request, token, head).
 jit::Dim3 combine_grid(int num_heads, int q_len, int batch, bool split = false) {
   jit::Dim3 grid;
   const int per_cta = split ? 1 : mla::kCombineWarps;
@@ -99,7 +99,7 @@ MlaKernelKey key(const MlaKernelKey& dk, MlaKernelRole role, bool combine_split 
 
 // Every decode kernel set a plan made, by (MlaPlan::kernel_name, head count, device): loaded
 // once and kept, so a run does one map lookup, no hashing, compiling or device queries, and finds
-// the kernels its plan named even if DECA_MLA_KERNEL or DECA_MLA_COMBINE changed since.
+// the kernels its plan named even if DECA_MLA_KERNEL changed since.
 std::mutex registry_mu;
 std::map<std::pair<std::string, int>, Kernels> registry;
 
@@ -108,7 +108,7 @@ std::pair<std::string, int> registry_id(const std::string& plan_name, int num_he
 }
 
 // MlaPlan::kernel_name: the decode kernel's name, and "+" the combine's when it is not the
-// default one (DECA_MLA_COMBINE), so that a plan and a benchmark row say what they run.
+// warp-per-row one (mla_combine_split), so that a plan and a benchmark row say what they run.
 std::string plan_name(const MlaKernelKey& dk, bool combine_split) {
   return combine_split ? dk.name() + "+" + key(dk, MlaKernelRole::kCombine, true).name() : dk.name();
 }
@@ -143,7 +143,7 @@ const Kernels& plan_kernels(const MlaPlan& plan, const std::string& fn) {
   }
   const int arch = compute_capability(device);
   const MlaKernelKey dk = mla_decode_key(arch, mla_plan_variant(arch, plan.config), plan.config);
-  const bool split = mla_combine_split();
+  const bool split = mla_combine_split(plan.config, plan.num_parts);
   if (plan_name(dk, split) != plan.kernel_name) {
     throw Error(fn + ": plan.kernel_name: expected the name of a decode kernel this "
                 "device runs (\"" + plan_name(dk, split) + "\" for this config here), got \"" +
@@ -201,7 +201,7 @@ void plan_mla_run(MlaPlan& plan) {
   plan.num_parts = mla::decode_num_parts(plan.sm_count, c.max_q_len, c.num_heads);
   plan.num_splits = plan.num_parts;
   plan.workspace_bytes = layout(c, plan.num_parts).total();
-  const bool split = mla_combine_split();
+  const bool split = mla_combine_split(c, plan.num_parts);
   plan.kernel_name = plan_name(dk, split);
   (void)kernels(dk, split, c.num_heads, device);
 }
@@ -297,9 +297,9 @@ std::string precompile_mla(const MlaConfig& config, int arch) {
   const MlaKernelKey dk = mla_decode_key(arch, mla_plan_variant(arch, config), config);
   (void)jit::compile_only(key(dk, MlaKernelRole::kSchedule).spec());
   (void)jit::compile_only(dk.spec());
-  const bool split = mla_combine_split();
-  (void)jit::compile_only(key(dk, MlaKernelRole::kCombine, split).spec());
-  return plan_name(dk, split);
+  // The combine a plan takes depends on the device's SM count (mla_combine_split): both.
+  for (bool split : {false, true}) (void)jit::compile_only(key(dk, MlaKernelRole::kCombine, split).spec());
+  return dk.name();
 }
 
 void combine(const CombineParams& params, int device, void* stream) {

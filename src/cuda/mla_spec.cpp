@@ -5,8 +5,10 @@
 #include <string>
 
 #include "kernels/mla/params.cuh"
+#include "kernels/mla/schedule/work.cuh"
 #include "kernels/mla/sm80/traits.cuh"
 #include "kernels/mla/sm90/traits.cuh"
+#include "plan/mla_combine.hpp"
 
 namespace deca::cuda {
 
@@ -34,18 +36,17 @@ struct Sm90Render {
 // A checked kernel adds Cfg::kChecked (kernels/mla/sm90/checked.cuh); the unchecked ones' source
 // stays without it.
 Sm90Render render_sm90(int page_size, const mla::sm90::KernelClass& k, bool dense, int kv_format,
-                       int extra_page_size, bool checked, bool split) {
+                       int extra_page_size, bool checked) {
   const bool model1 = !dense && kv_format == kMlaKvModel1;
   Sm90Render r;
   r.suffix = "_p" + std::to_string(page_size) + (model1 ? "x" + std::to_string(extra_page_size) : "") +
-             (k.direct ? "_direct" : k.cluster == 2 ? "_c2" : "") + (split ? "_split" : "");
+             (k.direct ? "_direct" : k.cluster == 2 ? "_c2" : "");
   r.prologue = "struct Cfg {\n  static constexpr int kPageSize = " + std::to_string(page_size) +
                ";\n  static constexpr int kDirect = " + std::to_string(k.direct) +
                ";\n  static constexpr int kCluster = " + std::to_string(k.cluster) + ";\n";
   if (dense) {
     r.prologue += "  static constexpr int kDense = 1;\n  static constexpr int kKvFormat = " +
                   std::to_string(kv_format) + ";\n";
-    if (split) r.prologue += "  static constexpr int kSplit = 1;\n";
   }
   if (model1) {
     r.prologue += "  static constexpr int kKvFormat = " + std::to_string(kv_format) +
@@ -82,7 +83,7 @@ std::string MlaKernelKey::name() const {
   if (role == MlaKernelRole::kCombine && combine_split) s += "_split";
   if (role == MlaKernelRole::kDecode && checked) s += "_chk";
   if (role == MlaKernelRole::kDecode && variant == "sm90") {
-    s += render_sm90(page_size, sm90, dense, kv_format, extra_page_size, checked, split).suffix;
+    s += render_sm90(page_size, sm90, dense, kv_format, extra_page_size, checked).suffix;
   }
   if (lse_pos_inf && (role == MlaKernelRole::kDecode || role == MlaKernelRole::kCombine)) s += "_lsepinf";
   s += "_sm" + std::to_string(arch);
@@ -130,7 +131,7 @@ jit::JitSpec MlaKernelKey::spec() const {
   }
   std::string prologue;
   if (role == MlaKernelRole::kDecode && variant == "sm90") {
-    prologue = render_sm90(page_size, sm90, dense, kv_format, extra_page_size, checked, split).prologue;
+    prologue = render_sm90(page_size, sm90, dense, kv_format, extra_page_size, checked).prologue;
   } else if (role == MlaKernelRole::kDecode && dense) {
     prologue = std::string("struct Cfg {\n  static constexpr bool kChecked = ") + (checked ? "true" : "false") +
                ";\n  static constexpr int kKvFormat = " + std::to_string(kv_format) + ";\n};\n";
@@ -145,7 +146,15 @@ jit::JitSpec MlaKernelKey::spec() const {
   return spec;
 }
 
-bool mla_combine_split() { return tuning_override(Tuning::kMlaCombine, "plan_mla_decode").has_value(); }
+int mla_plan_blocks(const MlaConfig& config) {
+  const auto blocks = [](int n) { return n <= 0 ? 0 : (n - 1) / mla::kTopkBlock + 1; };
+  if (!config.sparse) return blocks(config.max_seq_len);
+  return blocks(config.topk) + (mla_kv_format(config) == kMlaKvModel1 ? blocks(config.extra_topk) : 0);
+}
+
+bool mla_combine_split(const MlaConfig& config, int num_parts) {
+  return plan::mla_split_combine(config.max_batch, mla_plan_blocks(config), num_parts);
+}
 
 std::string mla_decode_variant(int arch) {
   if (arch != 90) return "portable";
@@ -170,12 +179,7 @@ bool mla_dense_sm90_supported(int kv_format) {
 
 bool mla_model1_sm90_supported() { return true; }
 
-bool mla_sm90_checked(int arch) {
-  return arch == 90 && tuning_override(Tuning::kMlaSm90Checked, "plan_mla_decode").value_or(0) == 1;
-}
-
 std::string mla_plan_variant(int arch, const MlaConfig& config) {
-  if (config.checked && !mla_sm90_checked(arch)) return "portable";
   if (!config.sparse && !mla_dense_sm90_supported(mla_kv_format(config))) return "portable";
   if (mla_kv_format(config) == kMlaKvModel1 && !mla_model1_sm90_supported()) return "portable";
   return mla_decode_variant(arch);
@@ -196,18 +200,11 @@ MlaKernelKey mla_decode_key(int arch, const std::string& variant, const MlaConfi
   // MODEL1 runs the wide kernel at every head count (the direct kernel reads the 656-byte token).
   const bool tile_only = (k.dense && k.kv_format != kMlaKvFP8Sparse) || k.model1();
   k.sm90 = mla::sm90::kernel_class(config.num_heads, tile_only);
-  k.split = k.dense && mla_dense_split_consumers(k.sm90, k.kv_format, k.checked);
   // Without a second cache its page size is never read (validate_extra leaves it unchecked: 0 or
   // below is allowed) and would be a divisor compiled in: MlaConfig's default stands in, so such
   // plans share one kernel.
   if (k.model1()) k.extra_page_size = config.extra_topk > 0 ? config.extra_page_size : MlaConfig{}.extra_page_size;
   return k;
-}
-
-bool mla_dense_split_consumers(const mla::sm90::KernelClass& sm90, int kv_format, bool checked) {
-  const bool asked = tuning_override(Tuning::kMlaDenseConsumers, "plan_mla_decode").value_or(0) == 1;
-  return asked && !sm90.direct &&
-         mla::sm90::split_consumers_fit(sm90.cluster, kv_format == kMlaKvBF16, checked && kv_format == kMlaKvFP8Sparse);
 }
 
 MlaDecodeShape mla_decode_shape(const MlaKernelKey& key) {

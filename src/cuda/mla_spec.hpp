@@ -20,19 +20,16 @@ struct MlaKernelKey {
   int page_size = 0;                   // sm90 decode only: compiled in (Cfg::kPageSize)
   int extra_page_size = 0;             // sm90 MODEL1 decode only: Cfg::kExtraPageSize
   mla::sm90::KernelClass sm90{0, 1};   // sm90 decode only: which kernel (Cfg::kDirect, kCluster)
-  bool checked = false;                // MlaConfig::checked, "_chk" (portable, or sm90 by mla_sm90_checked)
+  bool checked = false;                // MlaConfig::checked, "_chk" (either variant)
   // Decode only: dense decode (the block table as token source, "mla_dense_decode_...") and the
   // cache's records (MlaKvFormat, kernels/mla/params.cuh; named for dense: "_bf16", "_fp8_e4m3",
   // "_fp8_sparse"). Sparse decode reads kMlaKvFP8Sparse.
   bool dense = false;
   int kv_format = 2;  // kMlaKvFP8Sparse
-  // sm90 dense decode on the wide kernel only: the split consumers (Cfg::kSplit,
-  // kernels/mla/sm90/split_consumer.cuh; "_split" in the name), chosen by DECA_MLA_DENSE_CONSUMERS.
-  bool split = false;
   // MODEL1 (kv_format kMlaKvModel1, sparse): every role's kernel reads both caches' lists
   // ("_model1" in each name; the scheduler's and combine's entry_model1.cuh).
   bool model1() const { return kv_format == kMlaKvModel1; }
-  // Combine only: the combine spread over the value dimensions (DECA_MLA_COMBINE=split,
+  // Combine only: the combine spread over the value dimensions (mla_combine_split,
   // kernels/mla/combine/entry_split.cuh; "mla_sparse_combine_split").
   bool combine_split = false;
   // Decode and combine: a row without a valid key gets the final LSE +inf instead of -inf
@@ -50,9 +47,14 @@ struct MlaKernelKey {
   jit::JitSpec spec() const;
 };
 
-// The combine a plan launches: the split one (combine_split) when DECA_MLA_COMBINE=split
-// (src/cuda/tuning.cpp; pending its first GPU round), else the one warp per row.
-bool mla_combine_split();
+// Blocks of 64 in the longest request a plan of `config` may run: dense ceil(max_seq_len / 64),
+// sparse ceil(topk / 64) (MODEL1: + ceil(extra_topk / 64), the extra cache's blocks).
+int mla_plan_blocks(const MlaConfig& config);
+
+// The combine a plan of `config` on `num_parts` partitions launches: the split one
+// (combine_split) when its max_batch requests of the longest length are each cut into many pieces
+// (plan::mla_split_combine, src/plan/mla_combine.hpp), else the one warp per row.
+bool mla_combine_split(const MlaConfig& config, int num_parts);
 
 // The decode variant a plan runs on a device of compute capability `arch`: "sm90" when arch == 90
 // and DECA_MLA_KERNEL is not "portable" (src/cuda/tuning.cpp); else "portable".
@@ -82,29 +84,16 @@ bool mla_dense_sm90_supported(int kv_format);
 // head count); the portable kernel does everywhere.
 bool mla_model1_sm90_supported();
 
-// Whether checked plans on compute capability `arch` may run the sm90 kernels' checked builds:
-// arch 90 with DECA_MLA_SM90_CHECKED=1 (src/cuda/tuning.cpp; off by default, pending their first
-// GPU round).
-bool mla_sm90_checked(int arch);
-
-// The decode variant of a plan: a checked plan runs the portable kernel unless mla_sm90_checked,
-// so does a dense plan whose format the sm90 kernel does not decode (mla_dense_sm90_supported);
-// others mla_decode_variant(arch). The key's `checked` follows the config for either variant.
+// The decode variant of a plan: mla_decode_variant(arch), but the portable kernel for a dense
+// plan whose format the sm90 kernel does not decode (mla_dense_sm90_supported). Checked plans
+// take the same variant (on sm90 the kernels' checked builds, kernels/mla/sm90/checked.cuh): the
+// key's `checked` follows the config for either.
 std::string mla_plan_variant(int arch, const MlaConfig& config);
 
 // The decode key a plan of `config` runs with `variant` on compute capability `arch`: its token
 // source and format (dense, mla_kv_format); the sm90 kernels compile the page size in and are
-// chosen by mla::sm90::kernel_class(config.num_heads); a dense plan on the wide kernel takes the
-// split consumers when DECA_MLA_DENSE_CONSUMERS is "split" (mla_dense_split_consumers). Throws a deca::Error from plan_mla_decode
+// chosen by mla::sm90::kernel_class(config.num_heads). Throws a deca::Error from plan_mla_decode
 // when a retired tuning variable is set (src/cuda/tuning.cpp).
 MlaKernelKey mla_decode_key(int arch, const std::string& variant, const MlaConfig& config);
-
-// Whether a dense sm90 plan of kernel class `sm90`, cache format `kv_format` (MlaKvFormat) and
-// `checked` runs the split consumers: DECA_MLA_DENSE_CONSUMERS=split (src/cuda/tuning.cpp) and a
-// wide kernel they fit beside its producers (mla::sm90::split_consumers_fit: in a cluster, 65..128
-// heads, or bf16 rows without one; not a checked plan of the 656-byte token); otherwise the
-// consumers of kernels/mla/sm90/consumers.cuh. Throws a deca::Error from plan_mla_decode when the
-// variable holds anything but "default" or "split".
-bool mla_dense_split_consumers(const mla::sm90::KernelClass& sm90, int kv_format, bool checked);
 
 }  // namespace deca::cuda

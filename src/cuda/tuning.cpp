@@ -22,17 +22,6 @@ constexpr TuningRow kRows[] = {
     // ---- MLA ----
     {Tuning::kMlaKernel, "DECA_MLA_KERNEL", 0, 0, "portable", "the sm90a kernels on sm_90",
      "portable: run the sm_80 mma.sync MLA kernels on Hopper too"},
-    {Tuning::kMlaSm90Checked, "DECA_MLA_SM90_CHECKED", 0, 1, nullptr, "checked plans run the portable kernel",
-     "1: checked MLA plans on sm_90 run the sm90a kernels' checked builds (_chk in the sm90 kernel's name); "
-     "pending their first GPU round"},
-    {Tuning::kMlaCombine, "DECA_MLA_COMBINE", 0, 0, "split", "one warp per (request, token, head) row",
-     "split: the MLA combine with one CTA per row, a warp per 128 value dims and 16 pieces' loads in "
-     "flight (bitwise the same result; pending its first GPU round)"},
-    {Tuning::kMlaDenseConsumers, "DECA_MLA_DENSE_CONSUMERS", 0, 0, "default|split", "default",
-     "split: dense MLA plans on the sm90a wide kernel run the split consumers where they fit (every cache "
-     "format at 65..128 heads, bf16 rows at 1..64; not checked plans of the 656-byte token; kernel name "
-     "\"_split\"): each consumer warpgroup S over half of a block's tokens, blocks in pairs; pending its first "
-     "GPU round"},
 };
 
 // Variables that chose variants since deleted: name, and what to do instead.
@@ -73,6 +62,10 @@ constexpr Retired kRetired[] = {
     {"DECA_MLA_NARROW", "at most 16 heads run the direct kernel"},
     {"DECA_MLA_DIRECT", "at most 16 heads run the direct kernel (its alternating consumers)"},
     {"DECA_MLA_STAMP", "time phases with the ablations of tests/gpu/mla_sm90_timing_test.cpp"},
+    {"DECA_MLA_DENSE_CONSUMERS", "dense plans run the default consumers (the split ones were slower on every row)"},
+    {"DECA_MLA_SM90_CHECKED", "checked plans on sm_90 run the sm90a kernels' checked builds"},
+    {"DECA_MLA_COMBINE",
+     "the plan takes the split combine when its longest requests are each cut into 16 or more pieces"},
 };
 
 std::string quoted(const char* s) { return std::string("\"") + s + "\""; }

@@ -18,9 +18,6 @@ enum class Tuning {
   kGqaSm9016Bit,   // DECA_GQA_SM90_16BIT: 1 = bf16 / fp16 caches on the Hopper wgmma kernel
   // MLA
   kMlaKernel,      // DECA_MLA_KERNEL: "portable" forces the sm_80 kernel on Hopper
-  kMlaSm90Checked, // DECA_MLA_SM90_CHECKED: 1 runs checked plans on the sm90a kernels' checked builds
-  kMlaCombine,     // DECA_MLA_COMBINE: "split" runs the combine spread over the value dims
-  kMlaDenseConsumers,  // DECA_MLA_DENSE_CONSUMERS: "split" gives dense wide-kernel plans the split consumers
 };
 
 struct TuningRow {

@@ -49,6 +49,9 @@ struct MlaCaseSpec {
   bool topk_length = false;
   bool attn_sink = false;
   int lse_empty = kMlaLseEmptyNegInf;  // MlaLseEmpty: params.lse_empty, config.lse_of_empty_row
+  // The GPU plan's max_batch (0: batch). A larger one leaves the schedule of a run as it is but
+  // keeps the plan on the warp-per-row combine (src/plan/mla_combine.hpp).
+  int max_batch = 0;
 };
 
 inline float mla_default_scale(float s) { return s != 0.f ? s : 1.f / std::sqrt(576.f); }
@@ -342,7 +345,7 @@ inline MlaConfig sparse_config(const MlaCaseSpec& s, Device device) {
   return MlaConfig{.num_heads = s.num_heads,
                    .page_size = s.page_size,
                    .sparse = true,
-                   .max_batch = s.batch,
+                   .max_batch = s.max_batch > 0 ? s.max_batch : s.batch,
                    .max_q_len = s.q_len,
                    .topk = s.topk,
                    .lse = s.lse,

@@ -3,7 +3,7 @@
 // memory, are skipped (clamped) exactly as the unchecked kernel does, every output is the
 // reference's for the inputs so read, and check_mla_run raises the deca::Error naming the entry,
 // then finds the record cleared. Each case runs the portable checked kernel and, on Hopper, the
-// sm90 kernels' checked builds (DECA_MLA_SM90_CHECKED=1: the direct kernel at 16 heads, the wide
+// sm90 kernels' checked builds (what a checked plan runs there: the direct kernel at 16 heads, the wide
 // kernel at 64, the cluster of 2 at 128): both must give the same error (the same record) and
 // outputs that match the reference. Skipped where no GPU is present.
 #include <gtest/gtest.h>

@@ -30,13 +30,6 @@ inline const char* dense_format_name(int kv_format) {
   return mla_cache_format_name(dense_format(kv_format));
 }
 
-// Whether the plan of a case runs the split consumers under `variant` (mla_dense_variants): the
-// wide kernel where they fit (kernels/mla/sm90/traits.cuh split_consumers_fit).
-inline bool dense_split_expected(const std::string& variant, const MlaCaseSpec& s) {
-  const mla::sm90::KernelClass k = mla::sm90::kernel_class(s.num_heads, s.kv_format != kMlaKvFP8Sparse);
-  return variant == "sm90_split" && !k.direct && mla::sm90::split_consumers_fit(k.cluster, s.kv_format == kMlaKvBF16);
-}
-
 // max_seq_len: the block table's capacity (every length a case holds fits it).
 inline MlaConfig dense_config(const MlaDenseCase& c, Device device) {
   const MlaCaseSpec& s = c.spec;
@@ -45,7 +38,7 @@ inline MlaConfig dense_config(const MlaDenseCase& c, Device device) {
   cfg.page_size = s.page_size;
   cfg.sparse = false;
   cfg.kv_format = dense_format(s.kv_format);
-  cfg.max_batch = s.batch;
+  cfg.max_batch = s.max_batch > 0 ? s.max_batch : s.batch;
   cfg.max_q_len = s.q_len;
   cfg.max_seq_len = std::max<int>(1, static_cast<int>(c.block_table.shape()[1]) * s.page_size);
   cfg.lse = s.lse;

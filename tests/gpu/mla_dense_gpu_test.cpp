@@ -1,12 +1,13 @@
-// MLA dense decode on the GPU against the CPU reference (docs/semantics.md "MLA decode"; issue 31 item 5),
-// for every decode variant this machine runs (DECA_MLA_KERNEL; on Hopper the sm90 kernels with the
-// default consumers and with the split ones, DECA_MLA_DENSE_CONSUMERS) and every cache format (bf16, e4m3
-// with one scale, the 656-byte token read densely): heads 1, 8, 16, 24, 64, 100, 128; q_len 1..4;
-// page sizes 1, 16, 61, 64, 128, 256, 576; ragged lengths with 0, 1, page +- 1, shorter than a page and
-// below q_len, partitions of several requests, one request of 131072 tokens; shuffled block tables, NaN in every cache slot no
-// request owns, outputs poisoned before each run. Then the cache as a strided view, run-to-run
-// bitwise identity, CUDA graph capture + replay with new lengths, the schedule reused across
-// layers, checked plans naming a bad block id and a bad length, and the workspace checks.
+// MLA dense decode on the GPU against the CPU reference (docs/semantics.md "MLA decode"; issue 31
+// item 5), for every decode variant this machine runs (DECA_MLA_KERNEL; on Hopper the sm90
+// kernels) and every cache format (bf16, e4m3 with one scale, the 656-byte token read densely):
+// heads 1, 8, 16, 24, 64, 100, 128; q_len 1..4; page sizes 1, 16, 61, 64, 128, 256, 576; ragged
+// lengths with 0, 1, page +- 1, shorter than a page and below q_len, partitions of several
+// requests, one request of 131072 tokens (its plan takes the split combine); shuffled block
+// tables, NaN in every cache slot no request owns, outputs poisoned before each run. Then the
+// cache as a strided view, run-to-run bitwise identity, CUDA graph capture + replay with new
+// lengths, the schedule reused across layers, checked plans naming a bad block id and a bad
+// length, and the workspace checks.
 // Seed: DECA_TEST_SEED. Skipped where no GPU is present.
 #include <gtest/gtest.h>
 
@@ -98,11 +99,9 @@ std::vector<Case> matrix() {
 
 // Case c (its reference computed) on every variant this machine runs.
 void expect_variants_match(const std::string& name, const MlaDenseCase& c) {
-  for (const std::string& variant : mla_dense_variants()) {
+  for (const std::string& variant : mla_variants()) {
     ScopedMlaKernel scoped(variant);
     DeviceDense dev(c);
-    EXPECT_EQ(dev.plan.kernel_name.find("_split") != std::string::npos, dense_split_expected(variant, c.spec))
-        << variant << " " << dev.plan.kernel_name;
     dev.run();
     HostTensor out, lse;
     dev.results(c, out, lse);
@@ -162,7 +161,7 @@ TEST(MlaDenseGpu, CacheAsAStridedView) {
       std::memcpy(big.data<unsigned char>() + (2 * b + 1) * block_bytes,
                   static_cast<const unsigned char*>(c.kv.raw()) + b * block_bytes, block_bytes);
     }
-    for (const std::string& variant : mla_dense_variants()) {
+    for (const std::string& variant : mla_variants()) {
       ScopedMlaKernel scoped(variant);
       DeviceDense dev(c);
       DeviceBuffer dbig(big);
@@ -184,7 +183,7 @@ TEST(MlaDenseGpu, CacheAsAStridedView) {
 // fixed order.
 TEST(MlaDenseGpu, RunToRunBitwiseIdentical) {
   DECA_REQUIRE_GPU();
-  for (const std::string& variant : mla_dense_variants()) {
+  for (const std::string& variant : mla_variants()) {
     ScopedMlaKernel scoped(variant);
     for (const int format : kFormats) {
       MlaCaseSpec s = spec(128, 2, 64, {5000, 1, 700, 64, 2048, 3});
@@ -201,7 +200,7 @@ TEST(MlaDenseGpu, RunToRunBitwiseIdentical) {
 // schedules the cache_seqlens found in device memory at replay time.
 TEST(MlaDenseGpu, CapturedInCudaGraphReplaysNewLengths) {
   DECA_REQUIRE_GPU();
-  for (const std::string& variant : mla_dense_variants()) {
+  for (const std::string& variant : mla_variants()) {
     ScopedMlaKernel scoped(variant);
     auto rng = make_rng(500);
     MlaCaseSpec s = spec(64, 1, 64, {3000, 700, 64, 9, 1});
@@ -224,7 +223,7 @@ TEST(MlaDenseGpu, CapturedInCudaGraphReplaysNewLengths) {
 // held a schedule computes nothing (NaN).
 TEST(MlaDenseGpu, ReusedScheduleServesTheNextLayer) {
   DECA_REQUIRE_GPU();
-  for (const std::string& variant : mla_dense_variants()) {
+  for (const std::string& variant : mla_variants()) {
     ScopedMlaKernel scoped(variant);
     for (const int format : kFormats) {
       MlaCaseSpec s = spec(128, 2, 64, {4000, 2, 0, 900});
@@ -250,14 +249,14 @@ TEST(MlaDenseGpu, ReusedScheduleServesTheNextLayer) {
   }
 }
 
-// Checked plans (the portable kernel, "_chk", and on Hopper the sm90 kernels' checked builds,
-// DECA_MLA_SM90_CHECKED=1, with the default and the split consumers): a block id one past the pool
+// Checked plans (the portable kernel, "_chk", and on Hopper the sm90 kernels' checked builds): a
+// block id one past the pool
 // and a length past max_seq_len, planted in device memory, are reported by check_mla_run with the
 // entry, the bound and the value, then the record is clear; the requests without a bad entry are
 // the reference's.
 TEST(MlaDenseGpu, CheckedPlanReportsABadBlockIdAndABadLength) {
   DECA_REQUIRE_GPU();
-  for (const std::string& variant : mla_dense_variants()) {
+  for (const std::string& variant : mla_variants()) {
     for (const bool bad_block : {true, false}) {
       MlaCaseSpec s = spec(64, 1, 16, {100, 40, 70});
       auto rng = make_rng(700 + bad_block);

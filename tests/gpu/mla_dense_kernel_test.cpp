@@ -275,7 +275,7 @@ TEST(MlaDenseKernel, OneLongRequestSpreadsOverThePartitions) {
 // a length outside [0, min(max_seq_len, the table's columns * page_size)] as kCheckTopkLength
 // (the run's cache_seqlens), read nothing outside the cache, and leave the record for the host;
 // unchecked plans skip the same entries, so a checked kernel writes its unchecked kernel's bytes.
-// Both checked kernels, the portable one and on Hopper the sm90 ones (DECA_MLA_SM90_CHECKED=1:
+// Both checked kernels, the portable one and on Hopper the sm90 ones (the default there:
 // the wide kernel for bf16 / e4m3, the direct kernel for the 656-byte token at these 16 heads),
 // must leave the same record.
 TEST(MlaDenseKernel, CheckedRecordsBadBlockIdsAndLengths) {

@@ -338,7 +338,7 @@ TEST(MlaModel1Gpu, GraphReplayAndReusedSchedule) {
 
 // Checked mode: an index outside its pool in either cache, and an extra_topk_length past
 // extra_topk, are skipped (clamped) as the reference reads them and reported by name, with the
-// same record by the portable checked kernel and on Hopper the sm90 ones (DECA_MLA_SM90_CHECKED=1:
+// same record by the portable checked kernel and on Hopper the sm90 ones (the default there:
 // the wide kernel at 16 heads, its cluster of 2 at 128).
 void expect_model1_offender(const std::string& variant, int heads, const std::string& which) {
   ScopedCheckedKernel scoped(variant);

@@ -1,12 +1,14 @@
 // Small batches and single long requests (issue 31's b1 h128 32768 and b4 h16 16384 rows) and the
 // LSE of rows without a valid key, on the GPU through the public API:
-//  - the split combine (DECA_MLA_COMBINE=split, pending its first GPU round) writes the default
-//    combine's bytes, output and LSE, for cut dense and sparse requests of every decode variant
-//    (dense: the split consumers too, DECA_MLA_DENSE_CONSUMERS=split); it matches the CPU reference, runs to the same bytes twice and replays in a CUDA graph;
+//  - the split combine (a plan's choice for a few requests cut into many pieces each,
+//    src/plan/mla_combine.hpp) writes the warp-per-row combine's bytes, output and LSE, for cut
+//    dense and sparse requests of every decode variant: the same inputs under a plan of the
+//    case's batch (the split combine) and one of max_batch 64 (the other); it matches the CPU
+//    reference, runs to the same bytes twice and replays in a CUDA graph;
 //  - plans with MlaConfig::lse_of_empty_row kPosInf write +inf exactly where the default plans
 //    write -inf (empty requests, query tokens before their first key, index rows of -1 only,
 //    requests cut over many partitions with no key at all: the combine's write) and the same
-//    bytes everywhere else, under both combines (dense: the split consumers too).
+//    bytes everywhere else, under both combines.
 // Skips itself without a GPU.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -22,19 +24,25 @@
 #include "gpu/device_buffer.hpp"
 #include "gpu/mla_dense_gpu_runner.hpp"
 #include "gpu/mla_sparse_gpu_runner.hpp"
-#include "jit/scoped_env.hpp"
 
 namespace deca::test {
 namespace {
 
 constexpr const char* kSplitName = "+mla_sparse_combine_split";
 
-// A device run made with DECA_MLA_COMBINE=split (`split`) or unset: the plan, made in the
-// constructor, keeps its combine whatever the variable says later.
+// A plan's max_batch that keeps it on the warp-per-row combine: 64 requests average at most 3
+// pieces on 132 partitions.
+constexpr int kManyRequests = 64;
+
+// A device run of `c` whose plan takes the split combine (`split`: max_batch = the case's batch,
+// whose requests that plan cuts into 16 or more pieces each; every case below is chosen so) or
+// the warp-per-row one (max_batch kManyRequests). Both schedule the run's batch alike, so their
+// decode kernels write the same partials.
 template <class Run, class Case>
 std::unique_ptr<Run> make_run(Case& c, bool split) {
-  jit::testing::ScopedEnv env("DECA_MLA_COMBINE", split ? "split" : nullptr);
+  c.spec.max_batch = split ? 0 : kManyRequests;
   auto run = std::make_unique<Run>(c);
+  c.spec.max_batch = 0;
   EXPECT_EQ(run->plan.kernel_name.find(kSplitName) != std::string::npos, split) << run->plan.kernel_name;
   return run;
 }
@@ -79,13 +87,17 @@ struct DenseRow {
   int format;
 };
 
+// Each row's plan of max_batch = batch takes the split combine (pieces a request, from the
+// longest length, on 132 SMs): 65, 33, 21, 21, 63, 32, 24.
 const std::vector<DenseRow>& dense_rows() {
   static const std::vector<DenseRow> rows = {
       {"b1_h128_32768", 128, 1, {32768}, kMlaKvBF16},
       {"b4_h16_16384", 16, 1, {16384, 16384, 16384, 16384}, kMlaKvBF16},
-      {"b3_h100_q2_ragged", 100, 2, {0, 1, 9000}, kMlaKvFP8E4M3},
+      {"b3_h100_ragged", 100, 1, {0, 1, 9000}, kMlaKvFP8E4M3},
+      {"b3_h64_q2_ragged", 64, 2, {0, 1, 9000}, kMlaKvBF16},
       {"b2_h16_fp8_sparse", 16, 1, {20000, 3}, kMlaKvFP8Sparse},
-      {"b5_h64_q4", 64, 4, {2, 5000, 64, 65, 12000}, kMlaKvBF16},
+      {"b1_h64_q4", 64, 4, {12000}, kMlaKvBF16},
+      {"b5_h64", 64, 1, {2, 5000, 64, 65, 12000}, kMlaKvBF16},
   };
   return rows;
 }
@@ -93,7 +105,7 @@ const std::vector<DenseRow>& dense_rows() {
 TEST(MlaCombineSplit, DenseBitwiseTheDefaultCombine) {
   DECA_REQUIRE_GPU();
   DECA_SEED_TRACE();
-  for (const std::string& variant : mla_dense_variants()) {
+  for (const std::string& variant : mla_variants()) {
     ScopedMlaKernel scoped(variant);
     std::uint64_t salt = 0;
     for (const DenseRow& r : dense_rows()) {
@@ -120,24 +132,26 @@ MlaCaseSpec long_sparse_spec(int heads, int q_len) {
 }
 
 // Sparse requests of 8192 indices cut over the partitions: sinks, ragged topk_length (an empty
-// request), a row of -1 only, poisoned unused tokens; q_len 1 and 2, 16 heads (the direct kernel)
-// and 128 (the cluster).
+// request), a row of -1 only, poisoned unused tokens; 16 heads (the direct kernel) at q_len 1 and
+// 2, 64 (the wide kernel) at 2, 128 (the cluster) at 1: 32, 19, 19 and 19 pieces a request (at 128
+// heads and q_len 2, 33 partitions cut three requests 10 ways: the warp-per-row combine's case).
 TEST(MlaCombineSplit, SparseBitwiseTheDefaultCombine) {
   DECA_REQUIRE_GPU();
   DECA_SEED_TRACE();
+  struct Shape {
+    int heads, q_len;
+  };
   for (const std::string& variant : mla_variants()) {
     ScopedMlaKernel scoped(variant);
-    for (int heads : {16, 128}) {
-      for (int q_len : {1, 2}) {
-        auto rng = make_rng(500 + heads + q_len);
-        MlaSparseCase c = build_mla_sparse_case(long_sparse_spec(heads, q_len), rng);
-        add_sparse_edges(c, SparseEdges{});
-        run_reference(c);
-        expect_split_is_default<DeviceSparse>(variant + "/sparse_h" + std::to_string(heads) + "_q" +
-                                                  std::to_string(q_len),
-                                              c);
-        if (HasFatalFailure()) return;
-      }
+    for (const Shape sh : {Shape{16, 1}, Shape{16, 2}, Shape{64, 2}, Shape{128, 1}}) {
+      auto rng = make_rng(500 + sh.heads + sh.q_len);
+      MlaSparseCase c = build_mla_sparse_case(long_sparse_spec(sh.heads, sh.q_len), rng);
+      add_sparse_edges(c, SparseEdges{});
+      run_reference(c);
+      expect_split_is_default<DeviceSparse>(variant + "/sparse_h" + std::to_string(sh.heads) + "_q" +
+                                                std::to_string(sh.q_len),
+                                            c);
+      if (HasFatalFailure()) return;
     }
   }
 }
@@ -162,10 +176,12 @@ TEST(MlaCombineSplit, GraphReplayWithNewLengths) {
   }
 }
 
-// The +inf plans against the default ones on the same inputs, under both combines.
+// The +inf plans against the default ones on the same inputs, under the warp-per-row combine and
+// (`with_split`: a case whose plan of max_batch = batch takes it) the split one.
 template <class Run, class Case>
-void expect_plus_inf_plan(const std::string& what, Case& c, int min_empty) {
+void expect_plus_inf_plan(const std::string& what, Case& c, int min_empty, bool with_split) {
   for (bool split : {false, true}) {
+    if (split && !with_split) continue;
     c.spec.lse_empty = kMlaLseEmptyNegInf;
     auto neg = make_run<Run>(c, split);
     c.spec.lse_empty = kMlaLseEmptyPosInf;
@@ -183,22 +199,28 @@ void expect_plus_inf_plan(const std::string& what, Case& c, int min_empty) {
 TEST(MlaLseEmptyGpu, PlusInfOnlyForRowsWithoutKeys) {
   DECA_REQUIRE_GPU();
   DECA_SEED_TRACE();
-  for (const std::string& variant : mla_dense_variants()) {
+  for (const std::string& variant : mla_variants()) {
     ScopedMlaKernel scoped(variant);
     for (int heads : {16, 128}) {
       // Dense, q_len 3: request 0 empty (3 rows), request 1 of one token (2 rows before it),
-      // request 2 of two (1 row), request 3 cut over the partitions.
+      // request 2 of two (1 row), request 3 cut over the partitions (4 requests on 44 or 22
+      // partitions: the warp-per-row combine only).
       auto rng = make_rng(700 + heads);
       MlaDenseCase d = build_mla_dense_case(dense_spec(heads, 3, {0, 1, 2, 30000}, kMlaKvBF16), rng);
-      expect_plus_inf_plan<DeviceDense>(variant + "/dense_h" + std::to_string(heads), d, 6 * heads);
-      if (variant == "sm90_split") continue;  // the split consumers are dense only
+      expect_plus_inf_plan<DeviceDense>(variant + "/dense_h" + std::to_string(heads), d, 6 * heads, false);
+      // Dense under both combines: request 0 empty, request 1 of one token (at q_len 2 a row
+      // before it), request 2 cut 22 ways (q_len 2 at 16 heads, 1 at 128: 66 partitions).
+      const int q_len = heads == 16 ? 2 : 1;
+      MlaDenseCase d2 = build_mla_dense_case(dense_spec(heads, q_len, {0, 1, 30000}, kMlaKvBF16), rng);
+      expect_plus_inf_plan<DeviceDense>(variant + "/dense_split_h" + std::to_string(heads), d2,
+                                        (q_len + q_len - 1) * heads, true);
       // Sparse: request 1's first token all -1 (8192 indices: cut, every piece empty, so the
       // combine writes its LSE), the last request's topk_length 0.
       MlaSparseCase c = build_mla_sparse_case(long_sparse_spec(heads, 1), rng);
       add_sparse_edges(c, SparseEdges{});
       c.topk_length.data<int>()[1] = c.spec.topk;
       c.bind();
-      expect_plus_inf_plan<DeviceSparse>(variant + "/sparse_h" + std::to_string(heads), c, 2 * heads);
+      expect_plus_inf_plan<DeviceSparse>(variant + "/sparse_h" + std::to_string(heads), c, 2 * heads, true);
       if (HasFatalFailure()) return;
     }
   }

@@ -25,10 +25,12 @@
 
 namespace deca::test {
 
-// The decode variants this machine runs: the portable kernel everywhere, the sm90 ones on Hopper. Selected through DECA_MLA_KERNEL, as a user would. The tests run checked
-// plans by default (tests/common/checked_on.cpp), and a checked plan runs the portable kernel
-// (unless DECA_MLA_SM90_CHECKED=1: ScopedCheckedKernel below): the sm90 variant is therefore
-// tested with DECA_CHECKED=0, so that it keeps its coverage.
+// The decode variants this machine runs: the portable kernel everywhere, the sm90 ones on Hopper.
+// Selected through DECA_MLA_KERNEL, as a user would. The tests run checked plans by default
+// (tests/common/checked_on.cpp), which on Hopper run the sm90 kernels' checked builds: the sm90
+// variant is tested with DECA_CHECKED=0, so that the unchecked kernels (what a plan runs with
+// checked mode off, and what the benchmarks time) keep their coverage; the checked tests
+// (ScopedCheckedKernel below) cover the checked builds.
 inline std::vector<std::string> mla_variants() {
   std::vector<std::string> v = {"portable"};
   if (cuda::available() && cuda::compute_capability(0) == 90) {
@@ -37,69 +39,51 @@ inline std::vector<std::string> mla_variants() {
   return v;
 }
 
-// The dense decode variants: mla_variants, and on Hopper "sm90_split", the sm90 kernels with the
-// split consumers (DECA_MLA_DENSE_CONSUMERS=split; plans they do not fit keep the default ones).
-inline std::vector<std::string> mla_dense_variants() {
-  std::vector<std::string> v = mla_variants();
-  if (std::find(v.begin(), v.end(), "sm90") != v.end()) v.push_back("sm90_split");
-  return v;
-}
-
-// Sets DECA_MLA_KERNEL (and DECA_CHECKED, DECA_MLA_DENSE_CONSUMERS) for `variant` of
-// mla_dense_variants, restoring them when it goes.
+// Sets DECA_MLA_KERNEL (and DECA_CHECKED) for `variant` of mla_variants, restoring them when it
+// goes.
 class ScopedMlaKernel {
  public:
   explicit ScopedMlaKernel(const std::string& variant) {
     save("DECA_MLA_KERNEL", 0);
     save("DECA_CHECKED", 1);
-    save("DECA_MLA_DENSE_CONSUMERS", 2);
     if (variant == "portable") setenv("DECA_MLA_KERNEL", "portable", 1);
     else unsetenv("DECA_MLA_KERNEL");
     if (variant != "portable") setenv("DECA_CHECKED", "0", 1);
-    if (variant == "sm90_split") setenv("DECA_MLA_DENSE_CONSUMERS", "split", 1);
-    else unsetenv("DECA_MLA_DENSE_CONSUMERS");
   }
   ~ScopedMlaKernel() {
-    for (int i = 0; i < 3; ++i) {
+    for (int i = 0; i < 2; ++i) {
       if (had_[i]) setenv(kNames[i], old_[i].c_str(), 1);
       else unsetenv(kNames[i]);
     }
   }
 
  private:
-  static constexpr const char* kNames[3] = {"DECA_MLA_KERNEL", "DECA_CHECKED", "DECA_MLA_DENSE_CONSUMERS"};
+  static constexpr const char* kNames[2] = {"DECA_MLA_KERNEL", "DECA_CHECKED"};
   void save(const char* name, int i) {
     if (const char* old = std::getenv(name)) old_[i] = old, had_[i] = true;
   }
-  std::string old_[3];
-  bool had_[3] = {false, false, false};
+  std::string old_[2];
+  bool had_[2] = {false, false};
 };
 
-// The checked kernels of a variant (mla_dense_variants()): for "portable" the verified portable
-// checked kernel, for "sm90" the sm90 kernels' checked builds (DECA_MLA_SM90_CHECKED=1, off by
-// default pending their first GPU round), for "sm90_split" those with the split consumers where a
-// dense plan takes them (DECA_MLA_DENSE_CONSUMERS=split), for the plans made in its scope. Checked
-// plans stay checked (DECA_CHECKED is left as it is); an unchecked plan made in its scope runs the
-// variant's unchecked kernel.
+// The checked kernels of a variant (mla_variants()): for "portable" the portable checked kernel
+// (DECA_MLA_KERNEL=portable), for "sm90" the sm90 kernels' checked builds (what a checked plan
+// runs on Hopper), for the plans made in its scope. Checked plans stay checked (DECA_CHECKED is
+// left as it is); an unchecked plan made in its scope runs the variant's unchecked kernel.
 class ScopedCheckedKernel {
  public:
   explicit ScopedCheckedKernel(const std::string& variant)
-      : kernel_("DECA_MLA_KERNEL", variant == "portable" ? "portable" : nullptr),
-        sm90_checked_("DECA_MLA_SM90_CHECKED", variant == "portable" ? nullptr : "1"),
-        consumers_("DECA_MLA_DENSE_CONSUMERS", variant == "sm90_split" ? "split" : nullptr) {}
+      : kernel_("DECA_MLA_KERNEL", variant == "portable" ? "portable" : nullptr) {}
 
  private:
-  jit::testing::ScopedEnv kernel_, sm90_checked_, consumers_;
+  jit::testing::ScopedEnv kernel_;
 };
 
-// Whether `plan` runs variant's checked decode kernel ("_chk" in its name; for "sm90_split" the
-// sm90 one with "_split", which the checked dense plans of this suite's bf16 cases all take).
+// Whether `plan` runs variant's checked decode kernel ("_chk" in its name).
 inline void expect_checked_kernel(const MlaPlan& plan, const std::string& variant) {
-  const bool split = variant == "sm90_split";
   const std::string decode = plan.kernel_name.substr(0, plan.kernel_name.find('+'));  // not the combine's
-  EXPECT_NE(decode.find("decode_" + (split ? std::string("sm90") : variant)), std::string::npos) << decode;
+  EXPECT_NE(decode.find("decode_" + variant), std::string::npos) << decode;
   EXPECT_NE(decode.find("_chk"), std::string::npos) << decode;
-  EXPECT_EQ(decode.find("_split") != std::string::npos, split) << decode;
 }
 
 inline MlaSparseArgs host_args(MlaSparseCase& c) {

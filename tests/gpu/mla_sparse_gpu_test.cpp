@@ -287,7 +287,7 @@ TEST(MlaSparseGpu, ReusedScheduleOfAnotherShapeIsRefused) {
     expect_nan(variant + "/batch_4_for_2");
   }
   // A checked plan reports the mismatch (and records nothing for a matching reuse): the portable
-  // checked kernel, and on Hopper the sm90 ones (DECA_MLA_SM90_CHECKED=1; the direct kernel at
+  // checked kernel, and on Hopper the sm90 ones (the default there; the direct kernel at
   // these 16 heads).
   for (const std::string& variant : mla_variants()) {
     ScopedCheckedKernel scoped(variant);

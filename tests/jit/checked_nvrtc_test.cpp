@@ -85,7 +85,10 @@ TEST(MlaCheckedNvrtc, PortableChkDecodeCompilesForSm90aAndSm80WithoutSpilling) {
   for (int arch : {90, 80}) {
     MlaConfig c;
     c.num_heads = 128, c.sparse = true, c.topk = 2048, c.checked = true;
-    const MlaKernelKey key = mla_decode_key(arch, mla_plan_variant(arch, c), c);
+    // sm_90 runs the sm90 kernels' checked builds (mla_sm90_nvrtc_test.cpp); the portable one is
+    // what sm_80 (and DECA_MLA_KERNEL=portable) runs, compiled here for both.
+    const MlaKernelKey key = mla_decode_key(arch, "portable", c);
+    EXPECT_EQ(mla_plan_variant(arch, c), mla_decode_variant(arch));
     EXPECT_EQ(key.name(), "mla_sparse_decode_portable_chk_sm" + std::to_string(arch));
     const jit::JitSpec spec = key.spec();
     EXPECT_NE(spec.source.find("sm80/entry_checked.cuh"), std::string::npos) << spec.source;
@@ -99,19 +102,19 @@ TEST(MlaCheckedNvrtc, PortableChkDecodeCompilesForSm90aAndSm80WithoutSpilling) {
   }
 }
 
-TEST(MlaCheckedNvrtc, CheckedPlansRunThePortableKernelUncheckedOnesKeepTheirs) {
+TEST(MlaCheckedNvrtc, CheckedPlansRunTheirVariantsCheckedBuild) {
   MlaConfig c;
   c.num_heads = 128, c.sparse = true, c.topk = 2048;
   c.checked = true;
-  EXPECT_EQ(mla_plan_variant(90, c), "portable");
+  EXPECT_EQ(mla_plan_variant(90, c), mla_decode_variant(90));
   EXPECT_EQ(mla_plan_variant(80, c), "portable");
   c.checked = false;
   EXPECT_EQ(mla_plan_variant(90, c), mla_decode_variant(90));
   MlaKernelKey plain = mla_decode_key(90, "portable", c);
   EXPECT_FALSE(plain.checked);
   EXPECT_EQ(plain.spec().source.find("checked"), std::string::npos) << plain.spec().source;
-  // The sm90 kernels' checked builds (behind DECA_MLA_SM90_CHECKED; mla_sm90_nvrtc_test.cpp):
-  // a checked config marks either variant's key.
+  // The sm90 kernels' checked builds (mla_sm90_nvrtc_test.cpp): a checked config marks either
+  // variant's key.
   c.checked = true;
   EXPECT_TRUE(mla_decode_key(90, "sm90", c).checked);
 }

@@ -107,7 +107,7 @@ TEST(MlaDenseNvrtc, PlanKeysFromTheConfig) {
       EXPECT_EQ(k.kv_format, r.kv_format);
       EXPECT_EQ(k.name(), "mla_dense_decode_portable_" + std::string(r.name) + "_sm" + std::to_string(arch));
       c.checked = true;
-      EXPECT_EQ(mla_plan_variant(arch, c), "portable");
+      EXPECT_EQ(mla_plan_variant(arch, c), variant);  // a checked plan: its variant's checked build
       EXPECT_EQ(mla_decode_key(arch, "portable", c).name(),
                 "mla_dense_decode_portable_" + std::string(r.name) + "_chk_sm" + std::to_string(arch));
       c.checked = false;

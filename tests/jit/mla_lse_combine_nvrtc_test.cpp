@@ -90,8 +90,6 @@ TEST(MlaCombineNvrtc, PortableLsePosInfKernelsCompileWithoutSpilling) {
 // A default plan's keys carry neither the combine choice nor the LSE convention: names and
 // sources are the ones the kernel caches and the verified machine code were made from.
 TEST(MlaCombineNvrtc, DefaultKeysUnchanged) {
-  jit::testing::ScopedEnv unset("DECA_MLA_COMBINE", nullptr);
-  EXPECT_FALSE(mla_combine_split());
   MlaConfig c;
   c.num_heads = 128;
   c.sparse = true;
@@ -103,10 +101,44 @@ TEST(MlaCombineNvrtc, DefaultKeysUnchanged) {
     EXPECT_EQ(k.name().find("lsepinf"), std::string::npos);
     EXPECT_EQ(k.spec().source.find("DECA_MLA_LSE"), std::string::npos);
   }
-  jit::testing::ScopedEnv split("DECA_MLA_COMBINE", "split");
-  EXPECT_TRUE(mla_combine_split());
-  jit::testing::ScopedEnv bad("DECA_MLA_COMBINE", "spread");
-  EXPECT_THROW(mla_combine_split(), Error);
+}
+
+// The plan's combine (mla_combine_split): the split one for a few long requests, by the config's
+// maxima (dense max_seq_len, sparse topk + MODEL1's extra_topk) and the partition count; the rule
+// itself is table-tested in tests/plan/mla_combine_test.cpp. DECA_MLA_COMBINE is retired.
+TEST(MlaCombineNvrtc, PlanChoosesTheCombineFromItsMaxima) {
+  MlaConfig dense;
+  dense.num_heads = 16;
+  dense.max_batch = 4;
+  dense.max_seq_len = 16384;
+  EXPECT_EQ(mla_plan_blocks(dense), 256);
+  EXPECT_TRUE(mla_combine_split(dense, 132));   // 32 pieces a request
+  EXPECT_FALSE(mla_combine_split(dense, 33));   // 8
+  dense.max_batch = 64;
+  EXPECT_FALSE(mla_combine_split(dense, 132));  // 2
+  dense.max_batch = 1;
+  dense.max_seq_len = 32769;
+  EXPECT_EQ(mla_plan_blocks(dense), 513);
+  EXPECT_TRUE(mla_combine_split(dense, 66));
+  MlaConfig sparse;
+  sparse.sparse = true;
+  sparse.num_heads = 128;
+  sparse.topk = 2048;
+  sparse.max_batch = 1;
+  EXPECT_EQ(mla_plan_blocks(sparse), 32);
+  EXPECT_TRUE(mla_combine_split(sparse, 66));   // 32 pieces of one block
+  sparse.max_batch = 3;
+  EXPECT_TRUE(mla_combine_split(sparse, 66));   // 16 (the threshold)
+  sparse.max_batch = 4;
+  EXPECT_FALSE(mla_combine_split(sparse, 66));  // 11
+  sparse.kv_format = MlaCacheFormat::kModel1;
+  sparse.topk = 128;
+  sparse.extra_topk = 1000;
+  EXPECT_EQ(mla_plan_blocks(sparse), 2 + 16);
+  sparse.kv_format = MlaCacheFormat::kDefault;
+  EXPECT_EQ(mla_plan_blocks(sparse), 2);  // the extra list counts for MODEL1 only
+  jit::testing::ScopedEnv retired("DECA_MLA_COMBINE", "split");
+  EXPECT_THROW((void)mla_decode_key(90, "sm90", sparse), Error);
 }
 
 }  // namespace

@@ -79,14 +79,15 @@ TEST(MlaModel1Nvrtc, KeysNameTheFormat) {
   EXPECT_NE(dk.spec().source.find("kChecked = false"), std::string::npos);
 }
 
-// A checked plan runs the portable kernel, so does every plan below sm_90; on sm_90 MODEL1 runs
+// Every plan below sm_90 runs the portable kernel; on sm_90 MODEL1 plans, checked or not, run
 // the wide kernel at every head count (no cluster up to 64 heads, a cluster of 2 above), the
 // extra cache's page size compiled in beside the first's.
 TEST(MlaModel1Nvrtc, PlanVariantAndKernelClass) {
   ASSERT_TRUE(mla_model1_sm90_supported());
   for (int heads = 1; heads <= 128; ++heads) {
     SCOPED_TRACE(heads);
-    EXPECT_EQ(mla_plan_variant(90, model1_config(heads, 64, 64, true)), "portable");
+    EXPECT_EQ(mla_plan_variant(90, model1_config(heads, 64, 64, true)), mla_decode_variant(90));
+    EXPECT_EQ(mla_plan_variant(80, model1_config(heads, 64, 64, true)), "portable");
     EXPECT_EQ(mla_plan_variant(80, model1_config(heads, 64, 64, false)), "portable");
     ASSERT_EQ(mla_plan_variant(90, model1_config(heads, 64, 64, false)), "sm90");
     const MlaKernelKey k = mla_decode_key(90, "sm90", model1_config(heads, 256, 2, false));

@@ -141,63 +141,6 @@ TEST(MlaSm90Keys, RetiredVariablesAreRefusedByName) {
   EXPECT_EQ(mla_decode_variant(90), "sm90");
 }
 
-// DECA_MLA_DENSE_CONSUMERS=split gives dense sm90 plans the split consumers where they fit (every
-// format at 65..128 heads, bf16 rows at 1..64; checked plans too, but for the 656-byte token's),
-// "_split" in the name and Cfg::kSplit in the source; unset or "default", sparse plans and the
-// direct kernel never; other values are refused.
-TEST(MlaSm90Keys, DenseSplitConsumersFollowTheOverride) {
-  struct Row {
-    int heads, kv_format;
-    bool split;
-  };
-  const Row rows[] = {{128, kMlaKvBF16, true},       {128, kMlaKvFP8E4M3, true}, {128, kMlaKvFP8Sparse, true},
-                      {100, kMlaKvFP8E4M3, true},    {64, kMlaKvBF16, true},     {16, kMlaKvBF16, true},
-                      {64, kMlaKvFP8E4M3, false},    {24, kMlaKvFP8Sparse, false}, {16, kMlaKvFP8Sparse, false}};
-  const auto config = [](int heads, int kv_format) {
-    MlaConfig c;
-    c.sparse = false;
-    c.checked = false;  // the tests' default is checked (tests/common/checked_on.cpp): "_chk" names
-    c.num_heads = heads;
-    c.page_size = 64;
-    c.kv_format = kv_format == kMlaKvBF16        ? MlaCacheFormat::kBF16
-                  : kv_format == kMlaKvFP8E4M3 ? MlaCacheFormat::kFP8E4M3
-                                               : MlaCacheFormat::kFP8Sparse;
-    return c;
-  };
-  jit::testing::ScopedEnv env("DECA_MLA_DENSE_CONSUMERS", "split");
-  for (const Row& r : rows) {
-    const MlaKernelKey k = mla_decode_key(90, "sm90", config(r.heads, r.kv_format));
-    EXPECT_EQ(k.split, r.split) << k.name();
-    EXPECT_EQ(k.name().find("_split") != std::string::npos, r.split) << k.name();
-    EXPECT_EQ(k.spec().source.find("kSplit = 1;") != std::string::npos, r.split) << k.name();
-    // Checked plans alike, but for the 656-byte token's (traits.cuh split_consumers_fit).
-    MlaConfig checked = config(r.heads, r.kv_format);
-    checked.checked = true;
-    EXPECT_EQ(mla_decode_key(90, "sm90", checked).split, r.split && r.kv_format != kMlaKvFP8Sparse) << k.name();
-  }
-  MlaConfig sparse;
-  sparse.sparse = true;
-  sparse.topk = 128;
-  sparse.num_heads = 128;
-  EXPECT_FALSE(mla_decode_key(90, "sm90", sparse).split);
-  EXPECT_FALSE(mla_decode_key(90, "portable", config(128, kMlaKvBF16)).split);
-  env.set("default");
-  EXPECT_FALSE(mla_decode_key(90, "sm90", config(128, kMlaKvBF16)).split);
-  env.set(nullptr);
-  EXPECT_EQ(mla_decode_key(90, "sm90", config(128, kMlaKvBF16)).name(), "mla_dense_decode_sm90_bf16_p64_c2_sm90");
-  env.set("yes");
-  try {
-    (void)mla_decode_key(90, "sm90", config(128, kMlaKvBF16));
-    ADD_FAILURE() << "DECA_MLA_DENSE_CONSUMERS=yes: expected a deca::Error";
-  } catch (const Error& e) {
-    const std::string what = e.what();
-    EXPECT_NE(what.find("plan_mla_decode: environment DECA_MLA_DENSE_CONSUMERS: expected one of \"default|split\""),
-              std::string::npos)
-        << what;
-    EXPECT_NE(what.find("got \"yes\""), std::string::npos) << what;
-  }
-}
-
 TEST(MlaNvrtc, PortableOnAnythingButSm90) {
   EXPECT_EQ(mla_decode_variant(80), "portable");
   EXPECT_EQ(mla_decode_variant(89), "portable");

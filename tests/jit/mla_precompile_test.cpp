@@ -1,6 +1,6 @@
 // precompile_mla_decode without a GPU: for an explicit compute capability it returns the decode
 // kernel's name a plan gets on such a device and leaves the scheduler's, the decode kernel's and
-// the combine's cubins in the on-disk cache (what a server's plan_mla_decode then loads instead
+// both combines' cubins in the on-disk cache (what a server's plan_mla_decode then loads instead
 // of running NVRTC).
 #include <gtest/gtest.h>
 
@@ -42,6 +42,11 @@ TEST(MlaPrecompile, LeavesTheRunsKernelsInTheDiskCache) {
         k.role = role;
       }
       jit::testing::expect_cached(dir, k.spec());
+      // Both combines: which one a plan takes depends on the device's SM count.
+      if (role == MlaKernelRole::kCombine) {
+        k.combine_split = true;
+        jit::testing::expect_cached(dir, k.spec());
+      }
     }
   }
 }

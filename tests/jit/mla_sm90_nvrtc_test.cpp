@@ -63,27 +63,6 @@ TEST(MlaSm90Nvrtc, DenseKernelsCompileWithoutSpills) {
   }
 }
 
-// The dense kernels with the split consumers (DECA_MLA_DENSE_CONSUMERS=split,
-// kernels/mla/sm90/split_consumer.cuh) where they fit (traits.cuh split_consumers_fit): every
-// format in a cluster (65..128 heads), bf16 rows without one (17..64 heads; 16 and fewer too), at
-// page sizes 1, 61, 64 and 576 (q_len is a run-time value: one kernel serves 1..4). The plans they
-// do not fit keep the default consumers' kernel.
-TEST(MlaSm90Nvrtc, DenseSplitConsumersCompileWithoutSpills) {
-  for (int format : {kMlaKvBF16, kMlaKvFP8E4M3, kMlaKvFP8Sparse}) {
-    for (int heads : {16, 64, 128}) {
-      for (int page : {1, 61, 64, 576}) {
-        const jit::JitSpec spec = test::mla_sm90_spec(page, heads, 0, format, true);
-        const bool fits = heads > 64 || (format == kMlaKvBF16);
-        EXPECT_EQ(spec.name.find("_split") != std::string::npos, fits) << spec.name;
-        EXPECT_EQ(spec.source.find("kSplit = 1;") != std::string::npos, fits) << spec.name;
-        if (fits) expect_clean_compile(spec);
-      }
-    }
-  }
-  // The consumers-alone and producers-alone builds (config.cuh Ablate 3, 4; no no-wgmma one).
-  for (int ablate : {3, 4}) expect_clean_compile(test::mla_sm90_spec(64, 128, ablate, kMlaKvBF16, true), true);
-}
-
 // The MODEL1 kernels (584-byte tokens of two caches, the wide kernel at every head count) the GPU
 // tests (tests/gpu/mla_model1_gpu_test.cpp) and the mla-model1 bench rows plan: each (page,
 // extra page) pair they use, without and with a cluster, as mla_decode_key makes them.
@@ -109,7 +88,7 @@ TEST(MlaSm90Nvrtc, Model1KernelsCompileWithoutSpills) {
 }
 
 // The checked builds (Cfg::kChecked, kernels/mla/sm90/checked.cuh) of every kernel class and
-// format a checked plan may run on sm_90 under DECA_MLA_SM90_CHECKED=1, as mla_decode_key makes
+// format a checked plan runs on sm_90, as mla_decode_key makes
 // them: sparse V3.2 and dense 656-byte (the direct kernel at 16 heads, the wide kernel at 64, the
 // cluster of 2 at 128), dense bf16 / e4m3 and MODEL1 (the wide kernel, without and with a
 // cluster), at pages 1, 61, 64 and 576. Their tests ride on finish_id's compare and write the
@@ -171,70 +150,38 @@ TEST(MlaSm90Nvrtc, CheckedKernelsCompileWithoutSpills) {
   }
 }
 
-// Checked dense plans under DECA_MLA_DENSE_CONSUMERS=split take the split consumers where they fit
-// (the checked producers then run at the split consumers' 48 registers): bf16 rows without a
-// cluster (16 and 64 heads are one kernel), bf16 and e4m3 rows in one, at pages 1, 61, 64, 576.
-// The checked 656-byte records keep the default consumers (their producers spilled at 48
-// registers: traits.cuh split_consumers_fit), whose checked builds CheckedKernelsCompileWithoutSpills
-// compiles.
-TEST(MlaSm90Nvrtc, CheckedSplitConsumersCompileWithoutSpills) {
-  jit::testing::ScopedEnv split("DECA_MLA_DENSE_CONSUMERS", "split");
-  for (int format : {kMlaKvBF16, kMlaKvFP8E4M3, kMlaKvFP8Sparse}) {
-    for (int heads : {64, 128}) {
-      if (heads == 64 && format != kMlaKvBF16) continue;  // the default consumers' checked kernel
-      for (int page : {1, 61, 64, 576}) {
-        MlaConfig c = checked_sm90_config(heads, page, format);
-        c.sparse = false;
-        const cuda::MlaKernelKey key = cuda::mla_decode_key(90, "sm90", c);
-        ASSERT_TRUE(key.checked);
-        if (format == kMlaKvFP8Sparse) {
-          EXPECT_FALSE(key.split) << key.name();
-          continue;
-        }
-        ASSERT_TRUE(key.split) << key.name();
-        const jit::JitSpec spec = key.spec();
-        EXPECT_NE(spec.source.find("kChecked = true;"), std::string::npos) << spec.source;
-        EXPECT_NE(spec.source.find("kSplit = 1;"), std::string::npos) << spec.source;
-        EXPECT_NE(spec.name.find("_split"), std::string::npos) << spec.name;
-        expect_clean_compile(spec);
-      }
-    }
-  }
-}
-
-// A checked plan runs the portable kernel on sm_90 unless DECA_MLA_SM90_CHECKED=1 (pending the
-// sm90 checked builds' first GPU round); with it, the sm90 kernel's checked build, named "_chk",
-// for every format the sm90 kernels serve, unless DECA_MLA_KERNEL=portable. Unchecked plans and
-// their kernels' source are what they were.
-TEST(MlaSm90Nvrtc, CheckedSelectionFollowsTheOverride) {
+// A checked plan on sm_90 runs the sm90 kernel's checked build, named "_chk", for every format
+// the sm90 kernels serve; on other archs, and with DECA_MLA_KERNEL=portable, the portable
+// kernel's. Unchecked plans and their kernels' source are what they were. DECA_MLA_SM90_CHECKED,
+// the override that chose them before their GPU round, is refused.
+TEST(MlaSm90Nvrtc, CheckedPlansSelectTheSm90CheckedBuilds) {
   jit::testing::ScopedEnv kernel("DECA_MLA_KERNEL", nullptr);
-  jit::testing::ScopedEnv override_off("DECA_MLA_SM90_CHECKED", nullptr);
   for (int format : {kMlaKvFP8Sparse, kMlaKvBF16, kMlaKvFP8E4M3, kMlaKvModel1}) {
     MlaConfig c = checked_sm90_config(16, 64, format);
-    EXPECT_EQ(cuda::mla_plan_variant(90, c), "portable") << format;
+    EXPECT_EQ(cuda::mla_plan_variant(90, c), "sm90") << format;
+    EXPECT_EQ(cuda::mla_plan_variant(80, c), "portable") << format;
+    const cuda::MlaKernelKey key = cuda::mla_decode_key(90, "sm90", c);
+    EXPECT_NE(key.name().find("_sm90_"), std::string::npos) << key.name();
+    EXPECT_NE(key.name().find("_chk_p64"), std::string::npos) << key.name();
+    EXPECT_NE(key.spec().source.find("kChecked = true;"), std::string::npos) << key.spec().source;
+    c.checked = false;
+    const cuda::MlaKernelKey plain = cuda::mla_decode_key(90, "sm90", c);
+    EXPECT_EQ(plain.name().find("_chk"), std::string::npos) << plain.name();
+    EXPECT_EQ(plain.spec().source.find("kChecked"), std::string::npos) << plain.spec().source;
+    EXPECT_EQ(cuda::mla_plan_variant(90, c), "sm90") << format;
+    c.checked = true;
     {
-      jit::testing::ScopedEnv on("DECA_MLA_SM90_CHECKED", "1");
-      EXPECT_EQ(cuda::mla_plan_variant(90, c), "sm90") << format;
-      EXPECT_EQ(cuda::mla_plan_variant(80, c), "portable") << format;
-      const cuda::MlaKernelKey key = cuda::mla_decode_key(90, "sm90", c);
-      EXPECT_NE(key.name().find("_sm90_"), std::string::npos) << key.name();
-      EXPECT_NE(key.name().find("_chk_p64"), std::string::npos) << key.name();
-      c.checked = false;
-      const cuda::MlaKernelKey plain = cuda::mla_decode_key(90, "sm90", c);
-      EXPECT_EQ(plain.name().find("_chk"), std::string::npos) << plain.name();
-      EXPECT_EQ(plain.spec().source.find("kChecked"), std::string::npos) << plain.spec().source;
-      EXPECT_EQ(cuda::mla_plan_variant(90, c), "sm90") << format;
-      c.checked = true;
       jit::testing::ScopedEnv portable("DECA_MLA_KERNEL", "portable");
       EXPECT_EQ(cuda::mla_plan_variant(90, c), "portable") << format;
     }
-    {
-      jit::testing::ScopedEnv off("DECA_MLA_SM90_CHECKED", "0");
-      EXPECT_EQ(cuda::mla_plan_variant(90, c), "portable") << format;
-    }
-    {
-      jit::testing::ScopedEnv bad("DECA_MLA_SM90_CHECKED", "2");
-      EXPECT_THROW(cuda::mla_plan_variant(90, c), Error) << format;
+    jit::testing::ScopedEnv retired("DECA_MLA_SM90_CHECKED", "1");
+    try {
+      (void)cuda::mla_decode_key(90, "sm90", c);
+      ADD_FAILURE() << "DECA_MLA_SM90_CHECKED=1: expected a deca::Error";
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("plan_mla_decode: environment DECA_MLA_SM90_CHECKED: expected unset"), std::string::npos)
+          << what;
     }
   }
 }
@@ -266,11 +213,9 @@ TEST(MlaSm90Nvrtc, LsePosInfKernelsCompileWithoutSpills) {
   }
 }
 
-// The +inf convention in the sm90 builds still pending their first GPU round, whose final LSE goes
-// through the same store_lse: the checked builds (a checked FlashMLA plan under
-// DECA_MLA_SM90_CHECKED=1) and the dense split consumers (DECA_MLA_DENSE_CONSUMERS=split; the
-// compat layer's dense calls, bf16 and the 656-byte cache).
-TEST(MlaSm90Nvrtc, LsePosInfCheckedAndSplitConsumerKernelsCompile) {
+// The +inf convention in the sm90 checked builds (a checked FlashMLA plan), whose final LSE goes
+// through the same store_lse.
+TEST(MlaSm90Nvrtc, LsePosInfCheckedKernelsCompile) {
   const auto expect_pos_inf = [](const cuda::MlaKernelKey& key, const char* part) {
     const jit::JitSpec spec = key.spec();
     EXPECT_NE(spec.name.find(part), std::string::npos) << spec.name;
@@ -286,19 +231,6 @@ TEST(MlaSm90Nvrtc, LsePosInfCheckedAndSplitConsumerKernelsCompile) {
       const cuda::MlaKernelKey key = cuda::mla_decode_key(90, "sm90", c);
       ASSERT_TRUE(key.checked && key.lse_pos_inf);
       expect_pos_inf(key, "_chk_p");
-    }
-  }
-  jit::testing::ScopedEnv split("DECA_MLA_DENSE_CONSUMERS", "split");
-  for (int format : {kMlaKvBF16, kMlaKvFP8Sparse}) {
-    for (int heads : {16, 128}) {
-      if (format == kMlaKvFP8Sparse && heads == 16) continue;  // the direct kernel: no split consumers
-      MlaConfig c = checked_sm90_config(heads, 64, format);
-      c.sparse = false;
-      c.checked = false;
-      c.lse_of_empty_row = MlaLseOfEmptyRow::kPosInf;
-      const cuda::MlaKernelKey key = cuda::mla_decode_key(90, "sm90", c);
-      ASSERT_TRUE(key.split && key.lse_pos_inf) << key.name();
-      expect_pos_inf(key, "_split");
     }
   }
 }

@@ -12,10 +12,8 @@
 namespace deca::test {
 
 // `dense_format` >= 0: the dense decode kernel of that cache format (MlaKvFormat), as
-// mla_decode_key makes it; `split`: with the split consumers where the plan's kernel is the wide
-// one (what DECA_MLA_DENSE_CONSUMERS=split selects).
-inline jit::JitSpec mla_sm90_spec(int page_size, int num_heads, int ablate = 0, int dense_format = -1,
-                                  bool split = false) {
+// mla_decode_key makes it.
+inline jit::JitSpec mla_sm90_spec(int page_size, int num_heads, int ablate = 0, int dense_format = -1) {
   cuda::MlaKernelKey key;
   key.arch = 90;
   key.role = cuda::MlaKernelRole::kDecode;
@@ -24,8 +22,6 @@ inline jit::JitSpec mla_sm90_spec(int page_size, int num_heads, int ablate = 0, 
   key.dense = dense_format >= 0;
   if (key.dense) key.kv_format = dense_format;
   key.sm90 = mla::sm90::kernel_class(num_heads, key.dense && dense_format != kMlaKvFP8Sparse);
-  key.split = split && key.dense && !key.sm90.direct &&
-              mla::sm90::split_consumers_fit(key.sm90.cluster, dense_format == kMlaKvBF16);
   jit::JitSpec spec = key.spec();
   if (ablate != 0) {
     const std::string field = "  static constexpr int kAblate = " + std::to_string(ablate) + ";\n";

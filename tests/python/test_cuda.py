@@ -337,25 +337,25 @@ def test_mla_sparse_cuda(rng):
 
 
 def use_checked_kernel(monkeypatch, checked):
-    """`checked` "sm90": a checked plan on the sm90 kernels' checked builds
-    (DECA_MLA_SM90_CHECKED=1, off by default pending their first GPU round; the portable kernel
-    elsewhere). Returns the plan's `checked`."""
-    if checked == "sm90":
-        monkeypatch.setenv("DECA_MLA_SM90_CHECKED", "1")
+    """`checked` "portable": a checked plan on the portable kernel's checked build
+    (DECA_MLA_KERNEL=portable); True: a checked plan on the device's own kernel (on Hopper the
+    sm90 kernels' checked builds). Returns the plan's `checked`."""
+    if checked == "portable":
+        monkeypatch.setenv("DECA_MLA_KERNEL", "portable")
         return True
     return checked
 
 
-@pytest.mark.parametrize("checked", [False, True, "sm90"])
+@pytest.mark.parametrize("checked", [False, True, "portable"])
 @pytest.mark.parametrize("heads,q_len,topk,page", [(1, 3, 100, 48), (3, 1, 200, 7),
                                                    (127, 3, 100, 64), (24, 4, 70, 1)])
 def test_mla_sparse_cuda_odd_shapes(rng, monkeypatch, heads, q_len, topk, page, checked):
     """Head counts that are no multiple of 64 (one, three, 127 in a cluster of two CTAs), q_len 3
     and 4, topk no multiple of 64 (a partial last block), page sizes that are not powers of two, q
     as a strided view (heads 640 elements apart), ragged topk_length with an empty request, a
-    sink; NaN-poisoned outputs and workspace; the sm90 kernel (checked=False), the portable
-    one (checked=True) and the sm90 kernels' checked builds ("sm90": DECA_MLA_SM90_CHECKED=1)
-    against the numpy reference."""
+    sink; NaN-poisoned outputs and workspace; the sm90 kernel (checked=False), its checked build
+    (checked=True) and the portable kernel's ("portable": DECA_MLA_KERNEL=portable) against the
+    numpy reference."""
     checked = use_checked_kernel(monkeypatch, checked)
     from test_mla import _sparse_case
     batch = 3
@@ -384,15 +384,15 @@ def test_mla_sparse_cuda_odd_shapes(rng, monkeypatch, heads, q_len, topk, page, 
     assert np.all(np.isneginf(host(lse)[2]))
 
 
-@pytest.mark.parametrize("checked", [False, True, "sm90"])
+@pytest.mark.parametrize("checked", [False, True, "portable"])
 @pytest.mark.parametrize("layout", ["layer", "slot"])
 @pytest.mark.parametrize("heads,page", [(16, 64), (128, 1)])
 def test_mla_sparse_cuda_kv_strided_view(rng, monkeypatch, heads, page, layout, checked):
     """The FP8 cache as a strided view of a larger allocation (one layer of an interleaved
     [blocks, layers, page, 1, 656], or every second record of a slot): the poison around it
     (e4m3 NaN, huge scales) must never be read. 16 heads (no cluster) and 128 (a cluster of two
-    CTAs), the sm90 kernel, the portable one and the sm90 checked builds (as above), against the
-    numpy reference."""
+    CTAs), the sm90 kernel, its checked build and the portable checked kernel (as above), against
+    the numpy reference."""
     checked = use_checked_kernel(monkeypatch, checked)
     from test_mla import _sparse_case, strided_kv
     batch, q_len, topk = 2, 2, 128

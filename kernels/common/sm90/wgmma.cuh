@@ -107,18 +107,6 @@ __device__ __forceinline__ void wgmma_m64n64k16_ss(float (&d)[32], unsigned long
                : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)), "n"(kTransB));
 }
 
-// The same with N = 32 (sixteen accumulators): the MLA split consumers' S over half a block's
-// tokens (kernels/mla/sm90/split_consumer.cuh).
-template <int kTransB>
-__device__ __forceinline__ void wgmma_m64n32k16_ss(float (&d)[16], unsigned long long desc_a,
-                                                   unsigned long long desc_b, bool accumulate) {
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-               "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 " DECA_WGMMA_D16
-               ", %16, %17, p, 1, 1, 0, %19;\n}\n"
-               : DECA_WGMMA_F8(d, 0), DECA_WGMMA_F8(d, 8)
-               : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)), "n"(kTransB));
-}
-
 // The same with N = 16 (eight accumulators) and A either K-major or (kTransA = 1) MN-major.
 template <int kTransB, int kTransA = 0>
 __device__ __forceinline__ void wgmma_m64n16k16_ss(float* d, unsigned long long desc_a,

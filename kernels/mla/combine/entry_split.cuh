@@ -1,5 +1,5 @@
 // JIT entry of the MLA sparse combine spread over the value dimensions (sparse_combine_split,
-// kernels/mla/combine/combine.cuh; DECA_MLA_COMBINE=split). Same entry name and parameter as
+// kernels/mla/combine/combine.cuh; chosen by src/plan/mla_combine.hpp). Same entry name and parameter as
 // kernels/mla/combine/entry.cuh; grid (num_heads, q_len, batch), kCombineSplitThreads threads.
 #pragma once
 

@@ -39,15 +39,6 @@ template <class Cfg>
 inline constexpr bool kRowFormat =
     KvFormatOf<Cfg>::value == kMlaKvBF16 || KvFormatOf<Cfg>::value == kMlaKvFP8E4M3;
 
-// Dense decode's split consumers (split_consumer.cuh; the wide kernel, dense plans only; 0: the
-// consumers of consumers.cuh): each consumer warpgroup computes S for half of a block's tokens,
-// the two exchange row maxima and P halves, and each runs P V over the whole block for its half of
-// O; blocks go in pairs so that the tensor cores run one block's S or P V during the other's
-// softmax (docs/perf-notes-mla.md, "Dense consumers that split the tokens").
-DECA_CFG_FIELD(SplitOf, kSplit, 0)
-template <class Cfg>
-inline constexpr bool kSplit = SplitOf<Cfg>::value == 1;
-
 // MODEL1 (kMlaKvModel1, sparse, the wide kernel only): the 584-byte token of two caches, the
 // first cache's blocks of a request then the extra cache's (walk.cuh), each read by the MODEL1
 // producer (model1.cuh) into the tile's chunks 0..7 (448 dequantized NoPE + 64 RoPE: the 512

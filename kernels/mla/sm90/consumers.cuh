@@ -57,8 +57,7 @@ struct RowFactors {
   float a0, a1;
 };
 // The pieces of a block's online softmax over kN8 n8 blocks of tokens (8: the whole block on one
-// warpgroup; 4: the split consumers' half, split_consumer.cuh), for this thread's rows r0 and
-// r0 + 8 (accumulator layout below; c = lane % 4).
+// warpgroup), for this thread's rows r0 and r0 + 8 (accumulator layout below; c = lane % 4).
 // S of invalid ids (-1, past topk_length, outside the pool) set to -inf before the max.
 template <int kN8>
 __device__ __forceinline__ void mask_invalid(float (&s)[4 * kN8], const int* ids, int c) {
@@ -297,19 +296,17 @@ __device__ __forceinline__ void prefetch_q(const MlaSparseParams& p, int r, int 
   }
 }
 
-// Q into the Q tile by one warpgroup (thread t); with kParts = 2, part `part` of it (the split
-// consumers load a half each and hand over by mbarrier, so the named barrier is left out).
-template <class Cfg, int kParts = 1>
+// Q into the Q tile by one warpgroup (thread t).
+template <class Cfg>
 __device__ __forceinline__ void load_q(const MlaSparseParams& p, const Smem& sm, int r, int tok,
-                                       int head0, int t, int part = 0) {
+                                       int head0, int t) {
   constexpr int kUnits = 8 * kQkChunks<Cfg>;
-  constexpr int kRounds = kHeadsPerCta * kUnits / 128 / kParts;
-  static_assert(kRounds * 128 * kParts == kHeadsPerCta * kUnits, "whole rounds of the warpgroup");
+  static_assert(kHeadsPerCta * kUnits % 128 == 0, "whole rounds of the warpgroup");
   const char* q = static_cast<const char*>(p.q);
   // 64 rows x 72 (MODEL1 64) units of 16 B; rows past num_heads are zero-filled, their q never read.
 #pragma unroll 4
-  for (int i = 0; i < kRounds; ++i) {
-    const int job = t + 128 * (i + kRounds * part);
+  for (int i = 0; i < kHeadsPerCta * kUnits / 128; ++i) {
+    const int job = t + 128 * i;
     const int row = job / kUnits;
     const int u = job % kUnits;
     const int head = head0 + row;
@@ -322,7 +319,7 @@ __device__ __forceinline__ void load_q(const MlaSparseParams& p, const Smem& sm,
   ptx::cp_async_commit();
   ptx::cp_async_wait<0>();
   fence_proxy_async_smem();
-  if constexpr (kParts == 1) named_bar_sync(kBarQReady, 128);
+  named_bar_sync(kBarQReady, 128);
 }
 
 // S = Q K^T into s, issued and committed (not waited for): A = Q (K-major, rows = heads), B = K

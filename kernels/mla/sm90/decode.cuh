@@ -30,8 +30,6 @@
 //       memory, O[:, 0:256] += P V (A = P from registers), and the softmax state for the epilogue.
 //   WG1 (consumer 1): O[:, 256:512] += P V with P from shared memory (or, in a cluster, loaded
 //       into registers), after rescaling its O by WG0's per-row factors.
-//   Dense plans with Cfg::kSplit (config.cuh) run split_consumer.cuh on WG0 and WG1 instead: each
-//       S over half of a block's tokens, P V over the block for its half of O, blocks in pairs.
 //   WG2, WG3 (producers): per block, the 64 ids staged for the consumers' masks, the L2 prefetch
 //       of the next block's records, and each warpgroup's half of the block's tokens gathered,
 //       dequantized and stored in whole 128-byte rows (producer.cuh). Invalid ids leave zero rows.
@@ -55,7 +53,7 @@
 // shared-memory plan, register budgets), pipeline.cuh (shared-memory accessors, tile stores and
 // hand-overs), walk.cuh (the partition's request pieces and block cursors, where a record lies),
 // dequant.cuh (e4m3 x scale -> bf16), layout.cuh (the tile's store addresses), producer.cuh,
-// consumers.cuh, split_consumer.cuh; this file the kernel: setup, roles, teardown.
+// consumers.cuh; this file the kernel: setup, roles, teardown.
 #pragma once
 
 #include "kernels/common/ptx.cuh"
@@ -64,7 +62,6 @@
 #include "kernels/mla/sm90/consumers.cuh"
 #include "kernels/mla/sm90/pipeline.cuh"
 #include "kernels/mla/sm90/producer.cuh"
-#include "kernels/mla/sm90/split_consumer.cuh"
 #include "kernels/mla/sm90/traits.cuh"
 #include "kernels/mla/schedule/work.cuh"
 
@@ -107,9 +104,7 @@ __device__ __forceinline__ void mla_sparse_decode_sm90(const DecodeKernelParams&
     mbar_init(sm.p_free(), 128);   // every consumer-1 thread
     mbar_init(sm.out_ready(), 128);
     mbar_init(sm.out_free(), 128);
-    // Unused by the default consumers (traits.cuh SmemPlan::kBarQLoaded); both split consumers'
-    // rendezvous (split_consumer.cuh).
-    mbar_init(sm.q_loaded(), kSplit<Cfg> ? 256 : 128);
+    mbar_init(sm.q_loaded(), 128);  // unused (traits.cuh SmemPlan::kBarQLoaded)
     fence_mbar_init();
   }
   if constexpr (kNoProduce<Cfg>) {
@@ -145,46 +140,24 @@ __device__ __forceinline__ void mla_sparse_decode_sm90(const DecodeKernelParams&
   // Read through a shuffle so that ptxas sees a warp-uniform role: wgmma in a path it takes for
   // divergent is serialized (C7518: a wait after every wgmma).
   const int wg = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / 128, 0);
-  if constexpr (kSplit<Cfg>) {
-    // The split consumers (split_consumer.cuh): both warpgroups run the same program.
-    static_assert(split_consumers_fit(kCl, KvFormatOf<Cfg>::value == kMlaKvBF16,
-                                      kChecked<Cfg> && KvFormatOf<Cfg>::value == kMlaKvFP8Sparse),
-                  "the split consumers: in a cluster, or bf16 rows; not the checked 656-byte records (traits.cuh)");
-    constexpr RegBudget kSplitRegs = split_reg_budget();
-    static_assert(kSplitRegs.consumer0 == kSplitRegs.consumer1, "one program, one budget");
-    if (wg >= 2) {
-      setmaxnreg_dec<kSplitRegs.producer>();
-      if constexpr (!kNoProduce<Cfg>) producer<Cfg, kCl>(kp, part, tok, sm, static_cast<int>(rank));
+  constexpr RegBudget kRegs = reg_budget(kCl);
+  if (wg >= 2) {
+    setmaxnreg_dec<kRegs.producer>();
+    if constexpr (!kNoProduce<Cfg>) producer<Cfg, kCl>(kp, part, tok, sm, static_cast<int>(rank));
+  } else if (wg == 0) {
+    setmaxnreg_inc<kRegs.consumer0>();
+    if constexpr (kNoConsume<Cfg>) {
+      release_only<Cfg>(kp, part, sm, static_cast<int>(threadIdx.x & 31));
     } else {
-      setmaxnreg_inc<kSplitRegs.consumer0>();
-      if constexpr (kNoConsume<Cfg>) {
-        release_only<Cfg>(kp, part, sm, static_cast<int>(threadIdx.x & 31));
-      } else if (wg == 0) {
-        split_consumer<Cfg, 0>(kp, part, tok, head0, sm);
-      } else {
-        split_consumer<Cfg, 1>(kp, part, tok, head0, sm);
-      }
+      consumer0<Cfg>(kp, part, tok, head0, sm);
     }
   } else {
-    constexpr RegBudget kRegs = reg_budget(kCl);
-    if (wg >= 2) {
-      setmaxnreg_dec<kRegs.producer>();
-      if constexpr (!kNoProduce<Cfg>) producer<Cfg, kCl>(kp, part, tok, sm, static_cast<int>(rank));
-    } else if (wg == 0) {
-      setmaxnreg_inc<kRegs.consumer0>();
-      if constexpr (kNoConsume<Cfg>) {
-        release_only<Cfg>(kp, part, sm, static_cast<int>(threadIdx.x & 31));
-      } else {
-        consumer0<Cfg>(kp, part, tok, head0, sm);
-      }
+    static_assert(kRegs.consumer1 > launch_regs(kThreadsWide), "consumer 1 gains registers");
+    setmaxnreg_inc<kRegs.consumer1>();
+    if constexpr (kNoConsume<Cfg>) {
+      release_only<Cfg>(kp, part, sm, static_cast<int>(threadIdx.x & 31));
     } else {
-      static_assert(kRegs.consumer1 > launch_regs(kThreadsWide), "consumer 1 gains registers");
-      setmaxnreg_inc<kRegs.consumer1>();
-      if constexpr (kNoConsume<Cfg>) {
-        release_only<Cfg>(kp, part, sm, static_cast<int>(threadIdx.x & 31));
-      } else {
-        consumer1<Cfg>(kp, part, tok, head0, sm);
-      }
+      consumer1<Cfg>(kp, part, tok, head0, sm);
     }
   }
   // The combine kernel (launched with programmatic dependent launch) may start; its

@@ -69,10 +69,6 @@ __device__ __forceinline__ void produce_rows(const DecodeKernelParams& kp, const
       const int n = first_token + (t >> 3) + 16 * k;
       const int id = block_ids[n];
       const unsigned char* at = record_of<Cfg>(p, id >= 0 ? id : 0) + kUnitBytes * lane8;
-      // With the split consumers the producers have 48 registers: one opaque row address, so
-      // that the nine chunks are immediate offsets (at page 1 the compiler otherwise kept nine
-      // 64-bit chunk bases live and spilled).
-      if constexpr (kSplit<Cfg>) asm volatile("mov.b64 %0, %0;" : "+l"(at));
       const unsigned row = tile + swz(n, lane8);
 #pragma unroll
       for (int c = 0; c < kChunks; ++c) ptx::cp_async_16(row + c * kChunkBytes, at + 128 * c, id >= 0);

@@ -41,22 +41,6 @@ struct RegBudget {
 DECA_HD constexpr RegBudget reg_budget(int cluster) {
   return cluster == 2 ? RegBudget{224, 176, 56} : RegBudget{192, 160, 80};
 }
-// The split consumers (config.cuh kSplit) are alike: each holds half of O, S of two blocks (16
-// registers each) and P's A fragments of one block while the next one's form: 208 registers
-// (ptxas spilled at 200 and serialized the wgmma for want of registers, C7512, below that). The
-// producers then have 48, which the dense rows' producers fit in a cluster (one token's row in
-// flight, st.async to the peer) and bf16 rows' without one (cp.async: no row in registers); the
-// e4m3 rows and the 656-byte records without a cluster need 64 / 80, so those plans keep the
-// default consumers (split_consumers_fit; the plan's kernel name says which ran). So do checked
-// plans of the 656-byte records (`checked_records`): their producers, with the first refused
-// block live across the loop, spilled at 48 registers in a cluster (page 1).
-DECA_HD constexpr RegBudget split_reg_budget() { return RegBudget{208, 208, 48}; }
-DECA_HD constexpr bool split_consumers_fit(int cluster, bool bf16_rows, bool checked_records = false) {
-  return !checked_records && (cluster == 2 || bf16_rows);
-}
-static_assert(split_reg_budget().consumer0 + split_reg_budget().consumer1 + 2 * split_reg_budget().producer <=
-                  4 * launch_regs(kThreadsWide),
-              "register file, split consumers");
 static_assert(reg_budget(1).consumer0 + reg_budget(1).consumer1 + 2 * reg_budget(1).producer <=
                   4 * launch_regs(kThreadsWide),
               "register file, without a cluster");
