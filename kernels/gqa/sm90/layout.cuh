@@ -12,6 +12,17 @@ DECA_HD constexpr unsigned swz128(int row, int byte) {
   return static_cast<unsigned>(row * 128 + ((((byte >> 4) ^ (row & 7))) << 4) + (byte & 15));
 }
 
+// A KV cache's stride in bytes, as the loader (tile_loader.cuh) adds it to the cache's address:
+// GqaParams counts its cache strides in elements (kernels/gqa/params.cuh, the tensors' strides),
+// of kKvBytes bytes each (1 fp8, 2 bf16 / fp16: traits.cuh kv_bytes_of). The 16-byte chunk c of
+// token row (page, slot) of kv head h starts h x cache_bytes(stride_head) + page x
+// cache_bytes(stride_page) + slot x cache_bytes(stride_slot) + 16 c bytes into the cache
+// (tests/plan/gqa_sm90_loader_bytes_test.cpp).
+template <int kKvBytes>
+DECA_HD constexpr long long cache_bytes(long long stride_elems) {
+  return stride_elems * kKvBytes;
+}
+
 // A K-major operand of rows wider than 128 B (16-bit values at head_dim 128: 256 B per row), as
 // the wgmma descriptors of the 128-byte swizzle want it: column blocks of 128 B (64 values), each
 // `rows` rows of 128 B swizzled, block b at b x 128 rows bytes. Byte `byte` of row `row`. The

@@ -5,6 +5,8 @@
 // + (128 / L) i, chunk tid % L + L j) of every tile; the row step 128 / L is 8 or 16, a multiple
 // of the swizzle's 8 rows, so every row of a thread has the same swizzle phase. Page ids read a
 // tile ahead, tokens in order (the fp8 V transpose puts them where each kernel's PV wants them).
+// The cache strides of GqaParams count elements: the loader's byte strides are them times the
+// element's size (layout.cuh cache_bytes).
 #pragma once
 
 #include "kernels/common/check_record.cuh"
@@ -61,8 +63,19 @@ struct TileLoader {
     chunk_ld = static_cast<unsigned>(tid & (kLaneChunks - 1));
     row0_ld = static_cast<unsigned>(tid >> kChunkShift);
     l = static_cast<unsigned>(tid & 31);
-    k_lane = row0_ld % T::kPageSize * static_cast<unsigned>(p.k_stride_slot) + chunk_ld * 16;
-    v_lane = row0_ld % T::kPageSize * static_cast<unsigned>(p.v_stride_slot) + chunk_ld * 16;
+    // The slot stride in bytes (bytes() below, written out: so fp8's machine code stays as it was).
+    k_lane = row0_ld % T::kPageSize * static_cast<unsigned>(p.k_stride_slot * T::kKvBytes) + chunk_ld * 16;
+    v_lane = row0_ld % T::kPageSize * static_cast<unsigned>(p.v_stride_slot * T::kKvBytes) + chunk_ld * 16;
+  }
+
+  // A cache stride of GqaParams (elements) in bytes (layout.cuh cache_bytes; fp8's is the stride
+  // itself, taken as it is so that the fp8 kernels' machine code stays as it was).
+  static __device__ __forceinline__ long long bytes(long long stride) {
+    if constexpr (T::kKvBytes == 1) {
+      return stride;
+    } else {
+      return cache_bytes<T::kKvBytes>(stride);
+    }
   }
 
   __device__ __forceinline__ const int* page_row_of(int request) const {
@@ -139,13 +152,13 @@ struct TileLoader {
     const unsigned t0 = tile_t0(c);
     const unsigned end = static_cast<unsigned>(c.u.end);
     const unsigned char* k_base = static_cast<const unsigned char*>(p.k_cache) +
-                                  static_cast<long long>(c.u.kv_head) * p.k_stride_head;
+                                  static_cast<long long>(c.u.kv_head) * bytes(p.k_stride_head);
     const unsigned char* v_base = static_cast<const unsigned char*>(p.v_cache) +
-                                  static_cast<long long>(c.u.kv_head) * p.v_stride_head;
-    const unsigned k_page_bytes = static_cast<unsigned>(p.k_stride_page);
-    const unsigned k_slot_bytes = static_cast<unsigned>(p.k_stride_slot);
-    const unsigned v_page_bytes = static_cast<unsigned>(p.v_stride_page);
-    const unsigned v_slot_bytes = static_cast<unsigned>(p.v_stride_slot);
+                                  static_cast<long long>(c.u.kv_head) * bytes(p.v_stride_head);
+    const unsigned k_page_bytes = static_cast<unsigned>(bytes(p.k_stride_page));
+    const unsigned k_slot_bytes = static_cast<unsigned>(bytes(p.k_stride_slot));
+    const unsigned v_page_bytes = static_cast<unsigned>(bytes(p.v_stride_page));
+    const unsigned v_slot_bytes = static_cast<unsigned>(bytes(p.v_stride_slot));
     if constexpr (kPageRuns) {
       // Rows row0 + step i of page (step i) / P: one id shuffle and one address per page the
       // thread touches (two for P = 64), each row an offset from it.
