@@ -162,7 +162,7 @@ TEST_P(GqaSkipGpu, WithinTheBoundOfExactAttention) {
   EXPECT_LE(tiny.copied, tiny.total);
   EXPECT_GT(tiny.copied, 0u);
   EXPECT_TRUE(same_bytes(tiny.run.out, exact_fixed.run.out, exact_fixed.run.out.bytes()))
-      << tiny.run.plan.kernel_name;
+      << tiny.run.plan.kernel_name << " vs " << exact_fixed.run.plan.kernel_name;
   if (sc.spec.lse) EXPECT_TRUE(same_bytes(tiny.run.lse, exact_fixed.run.lse, exact_fixed.run.lse.bytes()));
 
   const double rel_tol = out_tolerance(sc.spec.out_dtype);
