@@ -22,7 +22,8 @@
 //   max pass on K_{j+1}       decisions for tile j + 1, each warp's vote and kept maxima to
 //                             shared memory
 //   barrier                   votes visible
-//   issue V_{j+1} (kept slices), K_{j+3}; page ids of K_{j+4} and V_{j+2}
+//   issue V_{j+1} (kept slices), K_{j+3}; page ids of K_{j+4} and V_{j+2} (beams: V_{j+1}'s
+//                             at its issue)
 //   exact pass on tile j      QK, mask, the rows' decisions, online softmax, PV
 #pragma once
 
@@ -227,7 +228,10 @@ __device__ __forceinline__ void skip_main_loop(const SkipLoop<T, kOTiles>& s, in
   unsigned long long v_rows[2] = {0ull, 0ull};  // GqaParams::skip_counts: copied, of all
   KvLoader<T> loader(p, s.cta, s.range, s.items, s.bad_item, s.ln, s.smem_base, pages_next);
   // V's page ids are read a tile before their issue: read at the issue, each kept tile's copies
-  // waited a page-table round trip on the loop's critical path.
+  // waited a page-table round trip on the loop's critical path. Beam plans still read them at
+  // the issue: their ids held across the iteration (with the beam's length) spill on sm_89's
+  // two-term path at 32 rows.
+  constexpr bool kPrefetchV = T::kBeamWidth == 1;
   int pages_v[T::kLoadsPerThread];
   KvLoader<T> v_loader(p, s.cta, s.range, s.items, s.bad_item, s.ln, s.smem_base, pages_v);
 
@@ -242,7 +246,7 @@ __device__ __forceinline__ void skip_main_loop(const SkipLoop<T, kOTiles>& s, in
     ptx::cp_async_commit();
   }
   loader.fetch_pages(3);
-  v_loader.fetch_pages(1);
+  if constexpr (kPrefetchV) v_loader.fetch_pages(1);
   ptx::cp_async_wait<2>();
   __syncthreads();
   // keep: bit h = row h keeps the current item's slice, bit 2 + h the next item's.
@@ -266,6 +270,7 @@ __device__ __forceinline__ void skip_main_loop(const SkipLoop<T, kOTiles>& s, in
       for (int w = 0; w < T::kThreads / 32; ++w) slices |= (votes[w] ? 1u : 0u) << (w % T::kWarpsN);
       if (p.skip_counts != nullptr) count_v_rows<T>(s, item + 1, slices, v_rows);
       if (slices != 0u) {
+        if constexpr (!kPrefetchV) v_loader.fetch_pages(item + 1);
         v_loader.template issue_copies<false, true>(item + 1, 0u, Ring::v_stage(s.smem_base, item + 1), slices);
       }
     }
@@ -273,7 +278,7 @@ __device__ __forceinline__ void skip_main_loop(const SkipLoop<T, kOTiles>& s, in
     if (item + 3 < n) loader.template issue_copies<true, false>(item + 3, Ring::k_stage(s.smem_base, item + 3), 0u, 0u);
     ptx::cp_async_commit();
     loader.fetch_pages(item + 4);
-    v_loader.fetch_pages(item + 2);
+    if constexpr (kPrefetchV) v_loader.fetch_pages(item + 2);
 
     const bool warp_keeps = __any_sync(0xffffffffu, ((keep & 1u) && real0) || ((keep & 2u) && real1));
     if (warp_keeps) skip_exact_pass<T>(s, item, keep & 3u);
