@@ -414,6 +414,11 @@ class GqaDiff final : public DiffCase {
     }
     Tolerance t;
     t.lse_abs = (q_rounded ? 1e-2 : (wgmma ? 5e-3 : 2e-3)) * std::max(1.0, logits);
+    // The Hopper fp8 kernel's logit error grows with the logit (lse_tolerance,
+    // tests/gpu/gqa_gpu_runner.hpp): 2^-8 of the largest one, which peaked data (keys `gap` above
+    // the bulk) make 5 to 20 (the fused step's new keys are not in the logical arrays).
+    if (wgmma && eight_bit && d_.config.rope_style == RopeStyle::kNone)
+      t.lse_abs = std::max(t.lse_abs, max_abs_logit(c_) / 256.0);
     switch (s.out_dtype) {
       case DType::kFP8E4M3: t.out_rel = 6e-2; break;
       case DType::kFP16:

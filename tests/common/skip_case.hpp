@@ -2,8 +2,8 @@
 // peaked data, and the error bound the rule implies, checked element by element.
 //
 // Peaked data: per (request, kv head) a random unit direction u; every q row of the group is
-// sqrt(head_dim) u plus the case's noise, and `heavy` keys (the first min(4, heavy), the rest at
-// random positions) are gap * u plus the noise: their logits sit about `gap` above the bulk's
+// sqrt(head_dim) u plus the case's noise, and `heavy` keys (the first min(4, heavy) at the first
+// keys every row sees, the rest at random positions) are gap * u plus the noise: their logits sit about `gap` above the bulk's
 // N(0, 2), the shape of long-context attention that concentrates on a few tokens.
 //
 // The bound: a dropped key's weight is below (f / L) times that of the largest kept logit, so the
@@ -23,6 +23,7 @@
 
 #include "common/paged_gqa_case.hpp"
 #include "common/test_seed.hpp"
+#include "cpu/skip_softmax.hpp"
 
 namespace deca::test {
 
@@ -47,10 +48,13 @@ inline void make_peaked(GqaCase& c, std::mt19937_64& rng, int heavy, float gap) 
           for (int d = 0; d < s.head_dim; ++d) c.q.set(o + d, c.q.get(o + d) + root_d * u[d]);
         }
       }
+      // The first heavy keys at the first keys every row sees (the window's start; attention
+      // sinks at key 0 without a window), so that a split from there has its maximum early.
+      const int first = s.window > 0 ? std::max(0, len - s.window) : 0;
       std::uniform_int_distribution<int> any(0, std::max(len - 1, 0));
       const float limit = quant ? 0.999f * qmax * c.k_scale_of(kvh) : 1e30f;
       for (int j = 0; j < std::min(heavy, len); ++j) {
-        const int t = j < 4 ? j : any(rng);
+        const int t = j < 4 ? std::min(first + j, len - 1) : any(rng);
         const std::int64_t pg = c.page_table.data<int>()[b * c.page_table.shape()[1] + t / s.page_size];
         for (int d = 0; d < s.head_dim; ++d) {
           float& logical = c.k_logical[b][t * row + kvh * s.head_dim + d];
@@ -97,6 +101,98 @@ inline void make_drafts_see_all(GqaCase& c, double f, int first_keys) {
       }
     }
   }
+}
+
+// The logits of query row (b, i, h) against every key of request b (natural units, soft-capped),
+// -inf where the row does not see the key (causal, window, tree mask: the CPU reference's rule).
+inline void row_logits_of(const GqaCase& c, int b, int i, int h, std::vector<double>& out) {
+  const auto& s = c.spec;
+  const int group = s.num_q_heads / s.num_kv_heads, kvh = h / group, len = c.lens[b];
+  const std::int64_t kv_row = static_cast<std::int64_t>(s.num_kv_heads) * s.head_dim;
+  const double scale = s.softmax_scale != 0.f ? s.softmax_scale : 1.0 / std::sqrt(double(s.head_dim));
+  const std::int64_t qo = ((static_cast<std::int64_t>(b) * s.q_len + i) * s.num_q_heads + h) * s.head_dim;
+  const int draft_start = len - s.q_len, pos = draft_start + i;
+  const unsigned* mask = s.tree_mask ? c.tree_mask.data<unsigned>() + (static_cast<std::int64_t>(b) * s.q_len + i) *
+                                                                          ((s.q_len + 31) / 32)
+                                     : nullptr;
+  out.assign(static_cast<std::size_t>(std::max(len, 0)), -INFINITY);
+  for (int t = 0; t < len; ++t) {
+    bool see = mask && t >= draft_start ? ((mask[(t - draft_start) / 32] >> ((t - draft_start) % 32)) & 1u) != 0
+                                        : t <= pos;
+    if (s.window > 0 && t <= pos - s.window) see = false;
+    if (!see) continue;
+    double dot = 0;
+    for (int d = 0; d < s.head_dim; ++d) dot += double(c.q.get(qo + d)) * c.k_logical[b][t * kv_row + kvh * s.head_dim + d];
+    double x = dot * c.k_scale_of(kvh) * scale;
+    if (s.softcap > 0.f) x = s.softcap * std::tanh(x / s.softcap);
+    out[t] = x;
+  }
+}
+
+// The largest |logit| (natural units) any row of the case sees. The Hopper fp8 kernel's logits
+// carry an error that grows with their size (its e4m3 products and tensor-core accumulation), so
+// its LSE tolerance scales with this (tests/gpu/gqa_gpu_runner.hpp lse_tolerance, the
+// differential's). 0 for a case that keeps no logical arrays (shared_pool_pages).
+inline double max_abs_logit(const GqaCase& c) {
+  const auto& s = c.spec;
+  double m = 0;
+  if (c.k_logical.size() != static_cast<std::size_t>(s.batch)) return m;
+  std::vector<double> x;
+  for (int b = 0; b < s.batch; ++b)
+    for (int i = 0; i < s.q_len; ++i)
+      for (int h = 0; h < s.num_q_heads; ++h) {
+        row_logits_of(c, b, i, h, x);
+        for (double v : x)
+          if (std::isfinite(v)) m = std::max(m, std::fabs(v));
+      }
+  return m;
+}
+
+// V rows the skip rule copies when applied as the kernels apply it (docs/semantics.md
+// "Skip-softmax"): per (request, kv head), every query row of the kv head in one CTA (beam width
+// 1), the keys cut into splits of `split_tokens` (0: one split), each split into `tile`-key tiles
+// from its first key, m_ref restarting at -inf per split; a tile's V rows are copied when some
+// row keeps it. L as the CPU reference's (cpu::skip_span). Counts {copied, total}.
+struct SkipCopies {
+  long long copied = 0, total = 0;
+  double skipped_share() const { return total ? 1.0 - double(copied) / double(total) : 0.0; }
+};
+
+inline SkipCopies simulate_skip_copies(const GqaCase& c, double f, int tile, int split_tokens) {
+  const auto& s = c.spec;
+  const int group = s.num_q_heads / s.num_kv_heads, rows = group * s.q_len;
+  SkipCopies r;
+  std::vector<std::vector<double>> x(static_cast<std::size_t>(rows));
+  std::vector<double> thr(static_cast<std::size_t>(rows)), m_ref(static_cast<std::size_t>(rows));
+  for (int b = 0; b < s.batch; ++b) {
+    const int len = c.lens[b];
+    for (int kvh = 0; kvh < s.num_kv_heads; ++kvh) {
+      for (int i = 0; i < s.q_len; ++i) {
+        const int pos = len - s.q_len + i;
+        const int span = cpu::skip_span(pos, s.window, s.tree_mask ? s.q_len - 1 - i : 0);
+        for (int g = 0; g < group; ++g) {
+          row_logits_of(c, b, i, kvh * group + g, x[i * group + g]);
+          thr[i * group + g] = std::log(f) - std::log(double(std::max(span, 1)));
+        }
+      }
+      const int split = split_tokens > 0 ? split_tokens : std::max(len, 1);
+      for (int s0 = 0; s0 < len; s0 += split) {
+        std::fill(m_ref.begin(), m_ref.end(), -INFINITY);
+        for (int t0 = s0; t0 < std::min(s0 + split, len); t0 += tile) {
+          const int t1 = std::min({t0 + tile, s0 + split, len});
+          bool copy = false;
+          for (int row = 0; row < rows; ++row) {
+            double m_t = -INFINITY;
+            for (int t = t0; t < t1; ++t) m_t = std::max(m_t, x[row][t]);
+            if (!(m_t < m_ref[row] + thr[row])) copy = true, m_ref[row] = std::max(m_ref[row], m_t);
+          }
+          r.total += t1 - t0;
+          if (copy) r.copied += t1 - t0;
+        }
+      }
+    }
+  }
+  return r;
 }
 
 // How outputs of a skip-softmax run (`out`, `lse`) sit against those of exact attention on the

@@ -3,7 +3,9 @@
 // random and peaked cases the error bound the rule implies, with every feature composed.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <string>
 #include <vector>
@@ -173,6 +175,53 @@ TEST(SkipSoftmaxReference, TreeMaskShowingLaterDraftsStaysWithinTheBound) {
     const Outputs exact = run_reference(c, 0.f);
     const Outputs skip = run_reference(c, f);
     test::expect_within_skip_bound(c, exact.out, exact.lse, skip.out, skip.lse, f, std::ldexp(1.0, -10), 1e-5);
+  }
+}
+
+// The host simulation of the kernels' decisions (test::simulate_skip_copies, which the GPU suite
+// holds the kernels' V counts to) is the reference's rule at the reference's granularity: one
+// row, 64-key tiles, one split.
+TEST(SkipSoftmaxSimulation, IsTheReferenceRuleOnOneRow) {
+  DECA_SEED_TRACE();
+  GqaCaseSpec s;
+  s.num_q_heads = 1, s.num_kv_heads = 1, s.head_dim = 64, s.seq_lens = {3000};
+  for (float f : {0.1f, 1.f, 10.f}) {
+    auto rng = test::make_rng(43);
+    GqaCase c = test::build_gqa_case(s, rng);
+    test::make_peaked(c, rng, 8, 16.f);
+    std::vector<double> x;
+    test::row_logits_of(c, 0, 0, 0, x);
+    std::vector<unsigned char> visible(x.size(), 1);
+    const int dropped = cpu::drop_skipped_tiles(x, 0, 3000, f, cpu::skip_span(2999, 0), visible.data());
+    const test::SkipCopies sim = test::simulate_skip_copies(c, f, kT, 0);
+    EXPECT_EQ(sim.total, 3000);
+    EXPECT_EQ(sim.copied, std::count(visible.begin(), visible.end(), 1)) << "f " << f;
+    EXPECT_GT(dropped, 0) << "f " << f;
+  }
+}
+
+// The GPU suite's peaked shapes (gqa_skip_gpu_test.cpp: 32 q heads on 4, head_dim 128, 5000 and
+// 2049 keys, heavy keys 16 above the bulk) leave the rule much of the bulk to drop on splits of
+// 4096 keys at f = 1, and less on splits of 256: a split restarts the running maximum, so only a
+// split with a heavy key early drops anything.
+TEST(SkipSoftmaxSimulation, PeakedDataDropOnLongSplitsMoreThanOnShortOnes) {
+  DECA_SEED_TRACE();
+  for (int features = 0; features < 2; ++features) {
+    GqaCaseSpec s;
+    s.num_q_heads = 32, s.num_kv_heads = 4, s.head_dim = 128, s.batch = 3, s.seq_lens = {5000, 1, 2049};
+    if (features) {
+      s.kv_dtype = DType::kFP8E4M3, s.q_len = 4, s.seq_lens = {5000, 4, 2049}, s.tree_mask = true;
+      s.window = 1500, s.sinks = true, s.softcap = 25.f;
+    }
+    auto rng = test::make_rng(47 + features);
+    GqaCase c = test::build_gqa_case(s, rng);
+    test::make_peaked(c, rng, 8, 16.f);
+    const test::SkipCopies long_splits = test::simulate_skip_copies(c, 1.0, 128, 4096);
+    const test::SkipCopies short_splits = test::simulate_skip_copies(c, 1.0, 128, 256);
+    std::printf("[skip] peaked%s f=1: %.1f %% of V rows dropped on splits of 4096, %.1f %% on 256\n",
+                features ? "_features" : "", 100.0 * long_splits.skipped_share(), 100.0 * short_splits.skipped_share());
+    EXPECT_GT(long_splits.skipped_share(), features ? 0.15 : 0.5);
+    EXPECT_LT(short_splits.skipped_share(), long_splits.skipped_share());
   }
 }
 

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -256,18 +257,25 @@ inline GqaCaseSpec base_spec(int q_heads, int kv_heads, int head_dim, int page, 
 // LSE is fp32 on both sides; the kernel's products run in the cache's 16-bit type, so an fp16 q
 // against a bf16 cache is rounded to bf16 first (8 significant bits instead of 11): logits then
 // move by ~2^-9 of their size, which the LSE shows directly.
-// The Hopper fp8 kernel's logits come from e4m3 wgmma, whose accumulation keeps ~14 bits (the
-// DeepSeek-V3 report's figure for Hopper FP8 GEMM): a logit of size |x| (log2 units) moves by
-// ~|x| 2^-14 per product chain: up to 2.9e-3 measured at q_len 8 on the H200; 2e-3 elsewhere.
-inline double lse_tolerance(const GqaCaseSpec& s, const std::string& kernel) {
+// The Hopper fp8 kernel's logits come from e4m3 wgmma (q as two e4m3 terms, ~2^-8 of each
+// element; the tensor core's accumulation keeps ~14 bits, the DeepSeek-V3 report's figure for
+// Hopper FP8 GEMM): the error grows with the logit. On unit logits up to 2.9e-3 was measured at
+// q_len 8 on the H200; on peaked data (a few keys 5 to 12 above the bulk, largest logits 10 to 17)
+// 0.010 to 0.020, ~2^-9 of the largest logit. So for that kernel the bound is the larger of 5e-3
+// and 2^-8 of `max_logit`, the largest |logit| of the case (max_abs_logit, skip_case.hpp; 0 where
+// the caller did not compute it); 2e-3 elsewhere.
+inline double lse_tolerance(const GqaCaseSpec& s, const std::string& kernel, double max_logit = 0.0) {
   const bool q_rounded = s.kv_dtype == DType::kBF16 && s.q_dtype == DType::kFP16;
   if (q_rounded) return 1e-2;
-  return kernel.find("_wgmma") != std::string::npos ? 5e-3 : 2e-3;
+  if (kernel.find("_wgmma") == std::string::npos) return 2e-3;
+  const bool eight_bit = s.kv_dtype == DType::kFP8E4M3 || s.kv_dtype == DType::kINT8;
+  return eight_bit ? std::max(5e-3, max_logit / 256.0) : 5e-3;
 }
 
 // Runs the CPU reference on the case (outputs poisoned first) and checks the GPU run against it:
 // every element written (no NaN), -inf LSE where the reference has it, the error bounds.
-inline void expect_matches_reference(const std::string& name, GqaCase& c, const GpuRun& gpu) {
+inline void expect_matches_reference(const std::string& name, GqaCase& c, const GpuRun& gpu,
+                                     double max_logit = 0.0) {
   poison_outputs(c);
   cpu::gqa_decode(c.params);
   const Diff d = compare(c, gpu);
@@ -276,7 +284,7 @@ inline void expect_matches_reference(const std::string& name, GqaCase& c, const 
   EXPECT_EQ(d.nan, 0) << seed_message();
   EXPECT_EQ(d.mismatched_inf, 0) << seed_message();
   EXPECT_LE(d.rel_l2, out_tolerance(c.spec.out_dtype)) << seed_message();
-  EXPECT_LE(d.lse_max_abs, lse_tolerance(c.spec, gpu.plan.kernel_name)) << seed_message();
+  EXPECT_LE(d.lse_max_abs, lse_tolerance(c.spec, gpu.plan.kernel_name, max_logit)) << seed_message();
 }
 
 // Test logs name a case, not its bytes.

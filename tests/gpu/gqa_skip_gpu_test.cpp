@@ -1,7 +1,9 @@
 // Skip-softmax on the GPU (GqaConfig::skip_softmax_factor > 0, the "_skip" kernels) against exact
 // attention: within the rule's error bound of the CPU reference on random and peaked data, with
 // splits, beams, window, sinks, soft-cap, tree masks and LSE; a factor too small to drop a tile
-// gives the exact kernel's bits; peaked data leaves V rows uncopied (the kernel's own count,
+// gives the exact kernel's bits; on peaked data and splits long enough for the rule to act (a
+// split restarts its running maximum) the kernel leaves at least half the V rows uncopied that
+// the rule, simulated on the host at the kernels' granularity, leaves (the kernel's own count,
 // GqaParams::skip_counts). Every KV dtype and 8-bit path. Skipped where no GPU is present.
 #include <gtest/gtest.h>
 
@@ -16,6 +18,8 @@
 
 namespace deca::test {
 namespace {
+
+constexpr float kPeakGap = 16.f;
 
 struct SkipCase {
   std::string name;
@@ -122,17 +126,21 @@ TEST_P(GqaSkipGpu, WithinTheBoundOfExactAttention) {
   auto rng = make_rng(std::hash<std::string>{}(sc.name));
   GqaCase c = build_gqa_case(sc.spec, rng);
   if (sc.beams > 1) share_prefix_pages(c, sc.beams, 1);
-  if (sc.peaked) make_peaked(c, rng, 8, 12.f);
+  // Heavy keys 16 above the bulk: the bulk's 128-key tiles (maxima ~4 above its mean) then sit
+  // below the heavy keys by more than ln(L / f) for L up to 5000 and f >= 1 (at 12 they did not:
+  // few tiles dropped, docs/perf-notes.md "Skip-softmax").
+  if (sc.peaked) make_peaked(c, rng, 8, kPeakGap);
   if (sc.drafts_see_all) make_drafts_see_all(c, 0.1, 64);
+  const double max_logit = max_abs_logit(c);  // the Hopper fp8 kernel's LSE tolerance grows with it
 
   // The exact kernel, and the CPU reference's exact result.
   const SkipRun exact = run_skip(c, sc.opt, 0.f);
   EXPECT_EQ(exact.run.plan.kernel_name.find("_skip"), std::string::npos);
-  expect_matches_reference(sc.name + "_exact", c, exact.run);  // leaves the reference in c.out
+  expect_matches_reference(sc.name + "_exact", c, exact.run, max_logit);  // leaves the reference in c.out
   const HostTensor ref_out = c.out, ref_lse = c.lse;
 
-  // A factor no tile of this data falls under: the skip kernel copies every V row and computes
-  // the exact kernel's bits (its exact pass is the exact kernel's arithmetic, in the same order).
+  // A factor no tile of this data falls under: the skip kernel copies every V row a row sees and
+  // computes the exact kernel's bits (its exact pass is the exact kernel's arithmetic, in the same order).
   // Both on one fixed split (an automatic split count follows each kernel's occupancy).
   GpuOptions fixed = sc.opt;
   if (fixed.split_mode == SplitMode::kAuto) fixed.split_mode = SplitMode::kFixed, fixed.split_tokens = 512;
@@ -148,14 +156,17 @@ TEST_P(GqaSkipGpu, WithinTheBoundOfExactAttention) {
       << exact_fixed.run.plan.kernel_name << " vs " << tiny.run.plan.kernel_name;
   EXPECT_NE(tiny.run.plan.kernel_name.find("_skip"), std::string::npos) << tiny.run.plan.kernel_name;
   EXPECT_NE(tiny.run.plan.kernel_name.find(sc.kernel), std::string::npos) << tiny.run.plan.kernel_name;
-  EXPECT_EQ(tiny.copied, tiny.total);
-  EXPECT_GT(tiny.total, 0u);
+  // Every V row some row of the CTA sees is copied; a tile or slice no row sees (past a beam's
+  // own keys, before the window) has no weight and may be dropped at any factor, so <=; the bits
+  // below are the test that nothing visible was dropped.
+  EXPECT_LE(tiny.copied, tiny.total);
+  EXPECT_GT(tiny.copied, 0u);
   EXPECT_TRUE(same_bytes(tiny.run.out, exact_fixed.run.out, exact_fixed.run.out.bytes()))
-      << tiny.run.plan.kernel_name;
+      << tiny.run.plan.kernel_name << " vs " << exact_fixed.run.plan.kernel_name;
   if (sc.spec.lse) EXPECT_TRUE(same_bytes(tiny.run.lse, exact_fixed.run.lse, exact_fixed.run.lse.bytes()));
 
   const double rel_tol = out_tolerance(sc.spec.out_dtype);
-  const double lse_tol = lse_tolerance(sc.spec, tiny.run.plan.kernel_name);
+  const double lse_tol = lse_tolerance(sc.spec, tiny.run.plan.kernel_name, max_logit);
   unsigned long long total = 0;  // V rows the exact kernel copies on sc.opt's splits
   for (float f : {0.1f, 1.f, 10.f}) {
     const SkipRun skip = run_skip(c, sc.opt, f);
@@ -170,10 +181,26 @@ TEST_P(GqaSkipGpu, WithinTheBoundOfExactAttention) {
     EXPECT_EQ(skip.total, total);  // the decisions change what is copied, never what exists
     EXPECT_GT(skip.total, 0u);
     EXPECT_LE(skip.copied, skip.total);
-    // Peaked data: the heavy keys sit 12 above the bulk, so from f = 1 on the bulk's tiles of the
-    // 2000+ key requests fall under f / L and their V is not read.
-    if (sc.peaked && f >= 1.f) EXPECT_LT(skip.copied, skip.total) << "no V row skipped";
   }
+
+  // Peaked data on splits of 4096 keys at f = 1: the rule's host simulation (128-key tiles, a
+  // CTA's rows together, the running maximum restarting per split) drops most of the bulk after
+  // the heavy keys; the kernels' units are no coarser (Hopper: 128-key tiles; portable: a warp's
+  // slice, the running maximum shared by the row block's warps), so each must skip at least half
+  // of that. Beams are left out: make_peaked's heavy keys on the beams' shared pages belong to
+  // one beam only. (On the automatic splits above, a few hundred keys each at these lengths,
+  // there is little to skip: the rule needs a large key early in the split.)
+  if (!sc.peaked || sc.beams > 1) return;
+  GpuOptions long_split = sc.opt;
+  long_split.split_mode = SplitMode::kFixed, long_split.split_tokens = 4096;
+  const SkipCopies sim = simulate_skip_copies(c, 1.0, 128, 4096);
+  EXPECT_GT(sim.skipped_share(), 0.1) << "the peaked data leave the rule nothing to drop";
+  const SkipRun skip = run_skip(c, long_split, 1.f);
+  expect_within_skip_bound(c, ref_out, ref_lse, skip.run.out, skip.run.lse, 1.0, rel_tol, lse_tol);
+  const double share = skip.total ? 1.0 - double(skip.copied) / double(skip.total) : 0.0;
+  std::printf("[skip] %-34s f=1 split 4096: %.1f %% of V rows skipped (host simulation %.1f %%)\n",
+              sc.name.c_str(), 100.0 * share, 100.0 * sim.skipped_share());
+  EXPECT_GE(share, 0.5 * sim.skipped_share()) << skip.run.plan.kernel_name;
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, GqaSkipGpu, ::testing::ValuesIn(skip_cases()),

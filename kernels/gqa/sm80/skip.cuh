@@ -1,12 +1,15 @@
 // The portable GQA kernel's skip-softmax main loop (Cfg::kSkip; docs/semantics.md
 // "Skip-softmax"), in place of decode.cuh's when the plan's skip_softmax_factor is > 0.
 //
-// The decision unit is a warp's slice of a tile (kWarpTokens keys) for each of its rows, in the
-// order the warp takes its slices: a row drops the slice when the slice's largest logit m_t has
-// m_t < m_ref + log2(f / L) in the kernel's log2 units, m_ref being the largest logit of the
-// slices the row kept before (-inf before the first: a first slice is always kept). A dropped
-// slice's keys are masked for the row; a warp whose rows all drop the slice does no softmax and
-// no PV for it; the V rows of a slice are copied only when some warp keeps the slice.
+// The decision unit is a warp's slice of a tile (kWarpTokens keys) for each of its rows, tile by
+// tile: a row drops the slice when the slice's largest logit m_t has m_t < m_ref + log2(f / L) in
+// the kernel's log2 units, m_ref being the largest logit of the slices the row kept in the tiles
+// before, by any warp of its row block (-inf before the first: a first slice is always kept).
+// Shared by the warps, m_ref carries a few heavy keys in one warp's slice to the row's later
+// slices in every warp; a warp's own slices alone would leave the other kWarpsN - 1 warps
+// comparing the bulk against the bulk. A dropped slice's keys are masked for the row; a warp
+// whose rows all drop the slice does no softmax and no PV for it; the V rows of a slice are
+// copied only when some warp keeps the slice.
 //
 // V of a tile is therefore issued only after the tile's QK maxima are known: a max pass runs a
 // tile ahead of the exact pass (QK, mask, row maxima, decisions; its S is not kept), and the
@@ -15,9 +18,12 @@
 // memory as the exact kernel's three K + V stages. Iteration j, with one commit group for V then
 // one for K so that wait<1> leaves only the newest K in flight:
 //   wait<1>, barrier          V_j and K_{j+1} have landed; stages of iteration j - 1 are free
-//   max pass on K_{j+1}       decisions for tile j + 1, each warp's vote to shared memory
+//   m_ref from every warp's kept maxima of tile j (kept_max, written a tile before)
+//   max pass on K_{j+1}       decisions for tile j + 1, each warp's vote and kept maxima to
+//                             shared memory
 //   barrier                   votes visible
-//   issue V_{j+1} (kept slices), K_{j+3}
+//   issue V_{j+1} (kept slices), K_{j+3}; page ids of K_{j+4} and V_{j+2} (beams: V_{j+1}'s
+//                             at its issue)
 //   exact pass on tile j      QK, mask, the rows' decisions, online softmax, PV
 #pragma once
 
@@ -111,10 +117,11 @@ __device__ __forceinline__ void for_each_chunk(const SkipLoop<T, kOTiles>& s, in
 
 // The max pass over item `item`'s K tile: per row, the largest logit of the warp's slice, then
 // the decision against m_ref (updated with the slice's max when kept). Returns the rows' keep
-// bits (bit h: row h keeps the slice).
+// bits (bit h: row h keeps the slice); the slice's maxima of the rows that keep it go to
+// `kept_max` ([warp][16 rows of its warp_m], -inf for a dropped row) for the other warps.
 template <class T, int kOTiles>
 __device__ __forceinline__ unsigned skip_decide(const SkipLoop<T, kOTiles>& s, int item, const float (&thr)[2],
-                                                float (&m_ref)[2]) {
+                                                float (&m_ref)[2], float* kept_max) {
   float mx[2] = {kNegInf, kNegInf};
   for_each_chunk<T>(s, item, [&](int, auto& s_acc) {
     constexpr int kN8 = T::kChunk / 8;
@@ -130,12 +137,26 @@ __device__ __forceinline__ unsigned skip_decide(const SkipLoop<T, kOTiles>& s, i
     mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
     mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
     // m_ref = -inf: the right side is -inf and the slice is kept.
-    if (!(mx[h] < m_ref[h] + thr[h])) {
+    const bool kept = !(mx[h] < m_ref[h] + thr[h]);
+    if (kept) {
       keep |= 1u << h;
       m_ref[h] = fmaxf(m_ref[h], mx[h]);
     }
+    if (s.ln.c == 0) kept_max[s.ln.warp * 16 + s.ln.g + 8 * h] = kept ? mx[h] : kNegInf;
   }
   return keep;
+}
+
+// m_ref brought up to the maxima the row block's warps kept in one tile (skip_decide's
+// kept_max, visible after a barrier).
+template <class T>
+__device__ __forceinline__ void merge_kept_max(const Lane& ln, const float* kept_max, float (&m_ref)[2]) {
+#pragma unroll
+  for (int w = 0; w < T::kWarpsN; ++w) {
+    const float* row = kept_max + (ln.warp_m * T::kWarpsN + w) * 16 + ln.g;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) m_ref[h] = fmaxf(m_ref[h], row[8 * h]);
+  }
 }
 
 // The exact pass over item `item` for the rows that keep it (`keep`, skip_decide's bits): the
@@ -188,6 +209,9 @@ __device__ __forceinline__ void skip_main_loop(const SkipLoop<T, kOTiles>& s, in
   const GqaParams& p = s.p;
   const int n = s.items.num_items;
   __shared__ int votes[T::kThreads / 32];  // per warp: some real row keeps the slice
+  // skip_decide's kept maxima, by the parity of the tile decided: tile j's are written in
+  // iteration j - 1 and read after iteration j's first barrier, while tile j + 1's are written.
+  __shared__ float kept_max[2][T::kThreads / 32 * 16];
 
   // f / L per row in log2 units; L = the keys the row's causal window spans, plus with a tree
   // mask the drafts after the row's own (its mask bits may show them).
@@ -203,6 +227,11 @@ __device__ __forceinline__ void skip_main_loop(const SkipLoop<T, kOTiles>& s, in
 
   unsigned long long v_rows[2] = {0ull, 0ull};  // GqaParams::skip_counts: copied, of all
   KvLoader<T> loader(p, s.cta, s.range, s.items, s.bad_item, s.ln, s.smem_base, pages_next);
+  // V's page ids are read a tile before their issue: read at the issue, each kept tile's copies
+  // waited a page-table round trip on the loop's critical path. Beam plans still read them at
+  // the issue: their ids held across the iteration (with the beam's length) spill on sm_89's
+  // two-term path at 32 rows.
+  constexpr bool kPrefetchV = T::kBeamWidth == 1;
   int pages_v[T::kLoadsPerThread];
   KvLoader<T> v_loader(p, s.cta, s.range, s.items, s.bad_item, s.ln, s.smem_base, pages_v);
 
@@ -217,17 +246,19 @@ __device__ __forceinline__ void skip_main_loop(const SkipLoop<T, kOTiles>& s, in
     ptx::cp_async_commit();
   }
   loader.fetch_pages(3);
+  if constexpr (kPrefetchV) v_loader.fetch_pages(1);
   ptx::cp_async_wait<2>();
   __syncthreads();
   // keep: bit h = row h keeps the current item's slice, bit 2 + h the next item's.
-  unsigned keep = n > 0 ? skip_decide<T>(s, 0, thr, m_ref) : 0u;
+  unsigned keep = n > 0 ? skip_decide<T>(s, 0, thr, m_ref, kept_max[0]) : 0u;
 
   for (int item = 0; item < n; ++item) {
     ptx::cp_async_wait<1>();
     __syncthreads();  // V of `item`, K of item + 1 landed; the stages of item - 1 are free
     const bool next = item + 1 < n;  // CTA-uniform
+    if constexpr (T::kWarpsN > 1) merge_kept_max<T>(s.ln, kept_max[item & 1], m_ref);
     if (next) {
-      const unsigned k_next = skip_decide<T>(s, item + 1, thr, m_ref);
+      const unsigned k_next = skip_decide<T>(s, item + 1, thr, m_ref, kept_max[(item + 1) & 1]);
       keep |= k_next << 2;
       const bool vote = __any_sync(0xffffffffu, ((k_next & 1u) && real0) || ((k_next & 2u) && real1));
       if (s.ln.lane == 0) votes[s.ln.warp] = vote;
@@ -239,7 +270,7 @@ __device__ __forceinline__ void skip_main_loop(const SkipLoop<T, kOTiles>& s, in
       for (int w = 0; w < T::kThreads / 32; ++w) slices |= (votes[w] ? 1u : 0u) << (w % T::kWarpsN);
       if (p.skip_counts != nullptr) count_v_rows<T>(s, item + 1, slices, v_rows);
       if (slices != 0u) {
-        v_loader.fetch_pages(item + 1);
+        if constexpr (!kPrefetchV) v_loader.fetch_pages(item + 1);
         v_loader.template issue_copies<false, true>(item + 1, 0u, Ring::v_stage(s.smem_base, item + 1), slices);
       }
     }
@@ -247,6 +278,7 @@ __device__ __forceinline__ void skip_main_loop(const SkipLoop<T, kOTiles>& s, in
     if (item + 3 < n) loader.template issue_copies<true, false>(item + 3, Ring::k_stage(s.smem_base, item + 3), 0u, 0u);
     ptx::cp_async_commit();
     loader.fetch_pages(item + 4);
+    if constexpr (kPrefetchV) v_loader.fetch_pages(item + 2);
 
     const bool warp_keeps = __any_sync(0xffffffffu, ((keep & 1u) && real0) || ((keep & 2u) && real1));
     if (warp_keeps) skip_exact_pass<T>(s, item, keep & 3u);

@@ -14,7 +14,7 @@
 //   wait<1>, barrier           V_j and K_{j+1} have landed
 //   QK on K_{j+1} (async), V_j -> V^T in place under it (if tile j is kept)
 //   mask, maxima, barrier      rows' decisions for tile j + 1; __syncthreads_or: the CTA's vote
-//   issue V_{j+1} (if voted), K_{j+3}
+//   issue V_{j+1} (if voted), K_{j+3}; page ids of K_{j+4} and V_{j+2}
 //   softmax of tile j (P of dropped rows 0), P to shared memory, barrier, PV
 // The arithmetic of a kept tile is decode.cuh's instruction for instruction, so a factor under
 // which no tile falls gives decode.cuh's bits.
@@ -71,7 +71,9 @@ __device__ __forceinline__ void gqa_decode_skip_kernel(const GqaParams& p, unsig
   const int n = u.tiles;
   auto cursor = [&](int i) { return TileCursor{u, i, n, i >= n}; };
   TileLoader<T> loader(p, bad_item, tid);    // K, page ids a tile ahead
-  TileLoader<T> v_loader(p, bad_item, tid);  // V, page ids read when issued
+  // V, its page ids read a tile before the issue (read at the issue, each kept tile's copies
+  // waited a page-table round trip on the loop's critical path).
+  TileLoader<T> v_loader(p, bad_item, tid);
 
   // Accumulator coordinates, V transpose and P placement: decode.cuh's.
   auto col_row = [&](int cc) { return 8 * (cc >> 1) + 2 * (l & 3) + (cc & 1); };
@@ -94,6 +96,7 @@ __device__ __forceinline__ void gqa_decode_skip_kernel(const GqaParams& p, unsig
     ptx::cp_async_commit();
   }
   loader.fetch_pages(cursor(3), 3);
+  v_loader.fetch_pages(cursor(1), 1);
 
   const int batch = u.request, kv_head = u.kv_head, seq_len = u.seq_len;
   const int* page_row = loader.page_row_of(batch);
@@ -240,18 +243,20 @@ __device__ __forceinline__ void gqa_decode_skip_kernel(const GqaParams& p, unsig
       keep_next = decide(m_next);
       vote_next = __syncthreads_or((keep_next & real) != 0u) != 0;
       if (p.skip_counts != nullptr) count(item + 1, vote_next);
-      if (vote_next) {
-        v_loader.fetch_pages(cursor(item + 1), item + 1);
-        v_loader.template issue_copies<false, true>(cursor(item + 1), 0u, base + SkipSlots::v(item + 1));
-      }
+      if (vote_next) v_loader.template issue_copies<false, true>(cursor(item + 1), 0u, base + SkipSlots::v(item + 1));
     }
     ptx::cp_async_commit();
     if (item + 3 < n) loader.template issue_copies<true, false>(cursor(item + 3), base + SkipSlots::k(item + 3), 0u);
     ptx::cp_async_commit();
     loader.fetch_pages(cursor(item + 4), item + 4);
+    v_loader.fetch_pages(cursor(item + 2), item + 2);
 
     if (vote_cur) {
       // ---- decode.cuh's softmax per query row (column cc), a dropped row's P at 0 ----
+      // O's rescale waits for the PV: o = fma(o, alpha, ot), one rounding, as ptxas contracts
+      // decode.cuh's o *= alpha ... o += ot (one FFMA per element in its SASS); a multiply and an
+      // add would round twice and give other bits than decode.cuh wherever a row's max moves.
+      float alpha_col[T::kCols];
 #pragma unroll
       for (int cc = 0; cc < T::kCols; ++cc) {
         const int r = col_row(cc);
@@ -271,15 +276,14 @@ __device__ __forceinline__ void gqa_decode_skip_kernel(const GqaParams& p, unsig
             pr[2 * h + 1] = ptx::ex2(s_cur[h][e0 + 2] - shift);
           }
         }
-        l_run[cc] = l_run[cc] * alpha + ((pr[0] + pr[1]) + (pr[2] + pr[3]));
+        l_run[cc] = __fmaf_rn(l_run[cc], alpha, (pr[0] + pr[1]) + (pr[2] + pr[3]));
         unsigned hi, lo;
         kv::split_e4m3_f32(pr[0], pr[1], pr[2], pr[3], hi, lo);
         const unsigned hi_pair = __shfl_xor_sync(0xffffffffu, hi, 4);
         const unsigned lo_pair = __shfl_xor_sync(0xffffffffu, lo, 4);
         sts32(base + kPlan.p_hi + swz128(r, p_pos), ptx::prmt(hi, hi_pair, p_sel));
         sts32(base + kPlan.p_lo + swz128(r, p_pos), ptx::prmt(lo, lo_pair, p_sel));
-#pragma unroll
-        for (int m = 0; m < kHalves; ++m) o[m][e0] *= alpha, o[m][e0 + 2] *= alpha;
+        alpha_col[cc] = alpha;
       }
       fence_proxy_async_smem();  // P and V^T, to the wgmma
       __syncthreads();
@@ -290,7 +294,7 @@ __device__ __forceinline__ void gqa_decode_skip_kernel(const GqaParams& p, unsig
       for (int m = 0; m < kHalves; ++m) {
         fence_regs(ot[m]);
 #pragma unroll
-        for (int e = 0; e < kAcc; ++e) o[m][e] += ot[m][e];
+        for (int e = 0; e < kAcc; ++e) o[m][e] = __fmaf_rn(o[m][e], alpha_col[2 * (e >> 2) + (e & 1)], ot[m][e]);
       }
     }
 #pragma unroll
