@@ -151,6 +151,9 @@ TEST_P(GqaSkipGpu, WithinTheBoundOfExactAttention) {
   GpuOptions exact_opt = fixed;
   const bool portable_skip = tiny.run.plan.kernel_name.find("_wgmma") == std::string::npos;
   if (portable_skip && sc.spec.kv_dtype == DType::kFP8E4M3 && exact_opt.path_arch == 0) exact_opt.path_arch = 80;
+  // 16-bit caches skip on the portable kernel only; their exact plans take the Hopper kernel
+  // unless told not to.
+  if (portable_skip && (sc.spec.kv_dtype == DType::kBF16 || sc.spec.kv_dtype == DType::kFP16)) exact_opt.hopper_16bit = 0;
   const SkipRun exact_fixed = run_skip(c, exact_opt, 0.f);
   EXPECT_EQ(exact_fixed.run.plan.kernel_name.find("_wgmma") == std::string::npos, portable_skip)
       << exact_fixed.run.plan.kernel_name << " vs " << tiny.run.plan.kernel_name;
