@@ -7,6 +7,7 @@
 #
 # Knobs (environment):
 #   DECA_SKIP_TESTS=1 / DECA_SKIP_JIT=1 / DECA_SKIP_PYTHON=1 / DECA_SKIP_BENCH=1   leave a step out
+#   DECA_SKIP_HOST_COST=1        the Python step without tools/py_host_cost.py
 #   DECA_GTEST_FILTER=...        filter of the C++ GPU suite (the differential test runs in its own step)
 #   DECA_GTEST_SHARDS=N          the suite in N parallel gtest shards (the compiles spread over the
 #                                cores), then the timing tests alone (DECA_SKIP_TIMING=1: not them)
@@ -173,7 +174,7 @@ if [ "${DECA_SKIP_PYTHON:-0}" != 1 ]; then
       -p no:cacheprovider ${DECA_PYTEST_K:+-k "$DECA_PYTEST_K"} ${DECA_PYTEST_ARGS:-}) > "$logs/pytest.log" 2>&1
   log "pytest rc=$? $(tail -1 "$logs/pytest.log")"
   grep -E "^FAILED|^ERROR" "$logs/pytest.log" | head -30
-  if [ -f "$root/tools/py_host_cost.py" ]; then
+  if [ -f "$root/tools/py_host_cost.py" ] && [ "${DECA_SKIP_HOST_COST:-0}" != 1 ]; then
     (cd "$root" && PYTHONPATH=/tmp/deca-py timeout 120 python3 tools/py_host_cost.py) > "$logs/py_host_cost.log" 2>&1
     log "python host cost rc=$?"
     tail -15 "$logs/py_host_cost.log"
