@@ -68,15 +68,8 @@ struct TileLoader {
     v_lane = row0_ld % T::kPageSize * static_cast<unsigned>(p.v_stride_slot * T::kKvBytes) + chunk_ld * 16;
   }
 
-  // A cache stride of GqaParams (elements) in bytes (layout.cuh cache_bytes; fp8's is the stride
-  // itself, taken as it is so that the fp8 kernels' machine code stays as it was).
-  static __device__ __forceinline__ long long bytes(long long stride) {
-    if constexpr (T::kKvBytes == 1) {
-      return stride;
-    } else {
-      return cache_bytes<T::kKvBytes>(stride);
-    }
-  }
+  // A cache stride of GqaParams (elements) in bytes (layout.cuh cache_bytes).
+  static __device__ __forceinline__ long long bytes(long long stride) { return cache_bytes<T::kKvBytes>(stride); }
 
   __device__ __forceinline__ const int* page_row_of(int request) const {
     return p.page_table + request * p.page_table_stride;
