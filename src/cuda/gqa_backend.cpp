@@ -20,8 +20,8 @@ namespace deca::cuda {
 
 namespace {
 
-// DECA_GQA_SM90_16BIT=1: bf16 / fp16 caches on the Hopper kernel (make_gqa_key's hopper_16bit).
-bool hopper_16bit(const char* fn) { return tuning_override(Tuning::kGqaSm9016Bit, fn).value_or(0) == 1; }
+// bf16 / fp16 caches on the Hopper kernel (make_gqa_key's hopper_16bit) unless DECA_GQA_SM90_16BIT=0.
+bool hopper_16bit(const char* fn) { return tuning_override(Tuning::kGqaSm9016Bit, fn).value_or(1) == 1; }
 
 constexpr int kMaxSplits = 256;
 constexpr std::size_t kAlign = 256;

@@ -109,7 +109,7 @@ GqaKernelKey make_gqa_key(const GqaConfig& config, int arch, int sm_count, int p
   const int rows_needed = config.beam_width * config.max_q_len * key.group;
   // Skip-softmax on the Hopper kernel: rows on N only (up to 16 rows, sm90/skip.cuh) and fp8 only;
   // more rows and 16-bit caches take the portable kernel's skip variant. 16-bit caches take the
-  // Hopper kernel only with the override (pending a GPU round after its loader fix: docs/tuning.md).
+  // Hopper kernel where the plan asks for it (hopper_16bit: the default, DECA_GQA_SM90_16BIT=0 not).
   const bool fp8_ok = gqa::sm90::supports(key.head_dim, key.kv_dtype, key.beam_width);
   const bool b16_ok = hopper_16bit && gqa::sm90::supports_16bit(key.head_dim, key.kv_dtype, key.beam_width);
   const bool wgmma_ok = arch == 90 && paths == 90 && (fp8_ok || (b16_ok && !key.skip)) &&

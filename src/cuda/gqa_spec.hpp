@@ -78,9 +78,10 @@ struct GqaKernelKey {
 // `path_arch` (tests only; 0 = `arch`): choose the path a plan takes on that arch, compiled for
 // `arch`, so that one GPU runs the code other arches' plans select. The Hopper kernel needs both
 // to be 90, the e4m3 mma.sync an `arch` of 89 or more.
-// `hopper_16bit` (the DECA_GQA_SM90_16BIT override, read by the caller): bf16 / fp16 caches at
-// head_dim 64, 128 or 256 without beams take the Hopper kernel too ("_kvbf16..._wgmma"), except with
-// skip-softmax (its kernel is fp8's alone); else they take the portable kernel, as by default.
+// `hopper_16bit` (the plans' default; DECA_GQA_SM90_16BIT=0 turns it off, read by the caller):
+// bf16 / fp16 caches at head_dim 64, 128 or 256 without beams take the Hopper kernel too
+// ("_kvbf16..._wgmma"), except with skip-softmax (its kernel is fp8's alone); else they take the
+// portable kernel.
 GqaKernelKey make_gqa_key(const GqaConfig& config, int arch, int sm_count = 132, int path_arch = 0,
                           bool hopper_16bit = false);
 

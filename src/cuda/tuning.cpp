@@ -16,9 +16,11 @@ constexpr TuningRow kRows[] = {
     // ---- GQA ----
     {Tuning::kGqaSplits, "DECA_GQA_SPLITS", 1, 4096, nullptr, "the split model's count",
      "splits per (request, kv head) unit, clamped to what the merge and the keys allow"},
-    {Tuning::kGqaSm9016Bit, "DECA_GQA_SM90_16BIT", 0, 1, nullptr, "0: bf16 / fp16 caches on the portable kernel",
-     "1: bf16 / fp16 caches at head_dim 64, 128 or 256 without beams (and without skip-softmax) take the "
-     "Hopper wgmma kernel on sm_90a (\"_wgmma\" in kernel_name); pending a GPU round after its loader fix"},
+    {Tuning::kGqaSm9016Bit, "DECA_GQA_SM90_16BIT", 0, 1, nullptr,
+     "bf16 / fp16 caches at head_dim 64, 128 or 256 without beams or skip-softmax take the Hopper wgmma "
+     "kernel on sm_90a (\"_wgmma\" in kernel_name)",
+     "0: those caches take the portable mma.sync kernel on sm_90a too (the GPU tests run both; A/B "
+     "measurement)"},
     // ---- MLA ----
     {Tuning::kMlaKernel, "DECA_MLA_KERNEL", 0, 0, "portable", "the sm90a kernels on sm_90",
      "portable: run the sm_80 mma.sync MLA kernels on Hopper too"},

@@ -147,8 +147,10 @@ std::vector<PageCase> page_cases() {
   GpuOptions fixed;
   fixed.split_mode = SplitMode::kFixed;
   fixed.split_tokens = 256;
-  GpuOptions hopper16;  // the 16-bit Hopper kernel (DECA_GQA_SM90_16BIT=1)
+  GpuOptions hopper16;  // the 16-bit Hopper kernel (the plans' default for these caches on sm_90a)
   hopper16.hopper_16bit = 1;
+  GpuOptions portable16;  // the portable kernel (DECA_GQA_SM90_16BIT=0)
+  portable16.hopper_16bit = 0;
   GpuOptions hopper16_fixed = fixed;
   hopper16_fixed.hopper_16bit = 1;
   return {
@@ -160,8 +162,8 @@ std::vector<PageCase> page_cases() {
       {"bf16_huge_d256_wgmma16", DType::kBF16, {300, 1000, 77, 500}, 2, 1 << 30, hopper16, 256},
       {"fp16_long_splits_d256_wgmma16", DType::kFP16, {20000, 77, 3000}, 1, 99999, hopper16, 256},
       {"bf16_fixed_splits_d256_wgmma16", DType::kBF16, {4000, 77, 3000}, 1, -7, hopper16_fixed, 256},
-      {"bf16_huge", DType::kBF16, {300, 1000, 77, 500}, 2, 1 << 30, {}},
-      {"bf16_negative", DType::kBF16, {300, 1000, 77, 500}, 2, -7, {}},
+      {"bf16_huge", DType::kBF16, {300, 1000, 77, 500}, 2, 1 << 30, portable16},
+      {"bf16_negative", DType::kBF16, {300, 1000, 77, 500}, 2, -7, portable16},
       {"fp8_past_pool", DType::kFP8E4M3, {300, 1000, 77, 500}, 2, 0, {}},  // 0: num_pages
       {"fp8_long_splits", DType::kFP8E4M3, {20000, 77, 3000}, 1, 99999, {}},
       {"int8_fixed_splits", DType::kINT8, {4000, 77, 3000}, 1, 1 << 30, fixed},

@@ -135,11 +135,12 @@ std::vector<FusedGpuCase> fused_gpu_cases() {
     c.spec.seq_lens = {17, 2, 300};
     c.fused.rotary_dim = 64;
   });
-  // The 16-bit cases the 16-bit Hopper kernel covers (head_dim 64 / 128 / 256 without beams) once
-  // more through it.
+  // The 16-bit cases the 16-bit Hopper kernel covers (head_dim 64 / 128 / 256 without beams) through
+  // it ("_wgmma16", the plans' default) and through the portable kernel (DECA_GQA_SM90_16BIT=0).
   const std::size_t n = v.size();
   for (std::size_t i = 0; i < n; ++i) {
     if (!hopper_16bit_covers(v[i].spec.head_dim, v[i].spec.kv_dtype, v[i].opt.beam_width)) continue;
+    v[i].opt.hopper_16bit = 0;
     FusedGpuCase w = v[i];
     w.name += "_wgmma16";
     w.opt.hopper_16bit = 1;

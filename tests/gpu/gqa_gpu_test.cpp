@@ -357,8 +357,9 @@ void int8_two_term_cases(const CaseList& add) {
 }
 
 // The Hopper kernels for 16-bit caches (DECA_GQA_SM90_16BIT, pending their first GPU round): every
-// bf16 / fp16 case of the matrix they cover (head_dim 64, 128 or 256 without beams) once more
-// through them ("_wgmma16"; the unsuffixed case runs the portable kernel, the verified default),
+// bf16 / fp16 case of the matrix they cover (head_dim 64, 128 or 256 without beams) through them
+// ("_wgmma16", the plans' default) and through the portable kernel (the unsuffixed case, with
+// DECA_GQA_SM90_16BIT=0),
 // and every case of the fp8 Hopper kernel's own lists (the "fp8_" cases of sm90_cases, before
 // sm90_end, and of rows_on_m_cases, from rows_on_m_begin on) with its cache in bf16, or fp16 with
 // fp16 q every other case, at head_dim 128 and again at 256 (the other type: "_d256_wgmma16").
@@ -374,6 +375,7 @@ void hopper_16bit_cases(std::vector<MatrixCase>& m, std::size_t sm90_end, std::s
     const bool fp8_own = kv == DType::kFP8E4M3 && m[i].name.rfind("fp8_", 0) == 0 &&
                          (i < sm90_end || i >= rows_on_m_begin);
     if (!hopper(m[i]) || !(sixteen || fp8_own) || (fp8_own && m[i].spec.head_dim != 128)) continue;
+    if (sixteen) m[i].opt.hopper_16bit = 0;  // the unsuffixed case: the portable kernel
     const int dims[2] = {m[i].spec.head_dim, 256};  // the fp8 lists' cases at 128, then 256
     for (int k = 0; k < (fp8_own ? 2 : 1); ++k) {
       const int d = dims[k];
@@ -454,9 +456,11 @@ TEST_P(GqaGpuMatrix, MatchesCpuReference) {
   const int rows = mc.spec.q_len * (mc.spec.num_q_heads / mc.spec.num_kv_heads);
   const bool wgmma_case = fp8 && mc.spec.head_dim == 128 && mc.opt.beam_width == 1 && cc == 90 &&
                           (mc.opt.path_arch == 0 || mc.opt.path_arch == 90);
-  // With DECA_GQA_SM90_16BIT=1 the 16-bit cases at head_dim 64 / 128 / 256 without beams take it too.
+  // Unless DECA_GQA_SM90_16BIT=0, the 16-bit cases at head_dim 64 / 128 / 256 without beams or
+  // skip-softmax take it too.
   const bool wgmma16_case = hopper_16bit_covers(mc.spec.head_dim, mc.spec.kv_dtype, mc.opt.beam_width) &&
-                            mc.opt.hopper_16bit == 1 && cc == 90 && mc.opt.path_arch == 0;
+                            mc.opt.hopper_16bit != 0 && mc.opt.skip_softmax_factor == 0.f && cc == 90 &&
+                            mc.opt.path_arch == 0;
   if (wgmma16_case) {
     EXPECT_NE(gpu.plan.kernel_name.find("_wgmma"), std::string::npos) << gpu.plan.kernel_name;
     EXPECT_EQ(gpu.plan.kernel_name.find("_rm") != std::string::npos, rows > 16) << gpu.plan.kernel_name;
