@@ -164,15 +164,22 @@ Picked pick_cases() {
 }
 
 // The kernels the runs' plans and calls need that are not among `known`: each run's own (a GQA
-// decode kernel, an MLA decode kernel, the combine op's), and for MLA the scheduler and the split
-// merge, shared by every MLA plan of the device.
+// decode kernel, an MLA decode kernel, the combine op's; a kernel_name "a+b" names two, as an MLA
+// plan with the split combine does), and for MLA the scheduler and the default split merge,
+// shared by every MLA plan of the device.
 std::size_t kernels_of(const std::vector<Runs>& runs,
                        const std::vector<std::unique_ptr<DiffCase>>& cases,
                        const std::set<std::string>& known) {
   std::set<std::string> names;
   bool mla = false;
   for (std::size_t t = 0; t < runs.size(); ++t) {
-    if (!known.count(runs[t].kernel)) names.insert(runs[t].kernel);
+    const std::string& kernel = runs[t].kernel;
+    for (std::size_t begin = 0; begin <= kernel.size();) {
+      const std::size_t end = std::min(kernel.find('+', begin), kernel.size());
+      const std::string name = kernel.substr(begin, end - begin);
+      if (!known.count(name)) names.insert(name);
+      begin = end + 1;
+    }
     const Family f = cases[t]->family();
     mla = mla || f == Family::kMlaSparse || f == Family::kMlaDense;
   }

@@ -414,7 +414,12 @@ def test_flash_attn_append_rotary_torch_matches_numpy(rng, compiled):
     same_bits(v_cache.cpu(), T(case.c.v).cpu())
     if DEV == "cpu":
         same_bits(out, T(want))
+        torch.testing.assert_close(lse, torch.from_numpy(want_lse), rtol=1e-5, atol=1e-5)
     else:
-        torch.testing.assert_close(out.float().cpu(), torch.from_numpy(
-            np.asarray(want, np.float32)), rtol=2 ** -7, atol=1e-6)
-    torch.testing.assert_close(lse.cpu(), torch.from_numpy(want_lse), rtol=1e-5, atol=1e-5)
+        # The GPU kernel sums in another order than the reference: an output can round to the
+        # neighbouring bf16 value, which near zero is a large relative step, so the bound is a
+        # few units in the last place of the largest output.
+        want32 = np.asarray(want, np.float32)
+        torch.testing.assert_close(out.float().cpu(), torch.from_numpy(want32), rtol=2 ** -7,
+                                   atol=2 ** -6 * float(np.abs(want32).max()))
+        torch.testing.assert_close(lse.cpu(), torch.from_numpy(want_lse), rtol=1e-4, atol=1e-4)
