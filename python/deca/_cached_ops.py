@@ -10,12 +10,14 @@ options.
 
 from __future__ import annotations
 
-import sys
-
 from . import _C, _plan_cache
-from ._tensors import Error, arg_meta, expect_rank, tensor
+from ._tensors import Error, arg_meta, expect_rank, tensor, torch_of
 from .gqa import GQA_KEYS, GqaPlan
 from .mla import MLA_KEYS, NO_EXTRA, MlaPlan, dense_kv_format, extra_config, sparse_kv_format
+
+# Set by deca.torch_ops once torch.ops.deca.* exist. A flag, not a look in sys.modules: the
+# compat wrappers read it in code torch.compile traces (see _tensors.torch_of).
+TORCH_OPS_REGISTERED = False
 
 # The caller's metadata and options -> (plan, workspace).
 _GQA_CALLS = _plan_cache.memo()
@@ -129,8 +131,7 @@ def _meta(x, where, dtype=None):
     """(shape, deca dtype name, device text) of x. torch tensors are read through their own
     attributes (DLPack export costs microseconds a tensor); anything else, or a torch dtype
     deca has no name for, through deca's import, which raises the message naming `where`."""
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(x, torch.Tensor):
+    if torch_of(x) is not None:
         name = _TORCH_DTYPES.get(str(x.dtype)[6:])
         if name is not None:
             if dtype is not None and dtype != name and not (dtype == "fp8_e4m3" and

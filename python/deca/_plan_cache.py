@@ -19,10 +19,10 @@ and the one-off calls depend on it, never the other way.
 
 from __future__ import annotations
 
-import sys as _sys
-
 from . import _C
+from ._tensors import cupy_of as _cupy_of
 from ._tensors import tensor as _tensor
+from ._tensors import torch_of as _torch_of
 from ._tensors import zeros_bytes
 
 _PLANS = {}
@@ -81,11 +81,11 @@ class StreamWorkspaces:
                              f"{self.where}: workspace")
             if stream != current:
                 sync = getattr(ws, "device", None)
-                torch = _sys.modules.get("torch")
-                if torch is not None and isinstance(ws, torch.Tensor):
+                torch = _torch_of(ws)
+                if torch is not None:
                     torch.cuda.synchronize(sync)
                 else:
-                    _sys.modules["cupy"].cuda.get_current_stream().synchronize()
+                    _cupy_of(ws).cuda.get_current_stream().synchronize()
             self.by_stream[stream] = ws
         return ws
 

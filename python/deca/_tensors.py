@@ -16,7 +16,6 @@ for CPU arrays, torch for torch tensors on any device; other libraries pass ``ou
 from __future__ import annotations
 
 import collections
-import sys
 
 import ml_dtypes
 import numpy as np
@@ -59,19 +58,38 @@ _TORCH_DTYPES = {
 }
 
 
-def _torch_of(x):
-    """The torch module when x is a torch tensor (without importing torch otherwise)."""
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(x, torch.Tensor):
-        return torch
-    return None
+def _defined_in(cls, name):
+    """Whether class cls or one of its bases was defined in package `name` ("torch", "cupy").
+    Written as torch.compile's tracer follows it: no str methods, no iteration of __mro__."""
+    dotted = name + "."
+    while cls is not None:
+        module = cls.__module__
+        if module == name or module[:len(dotted)] == dotted:
+            return True
+        cls = cls.__base__
+    return False
 
 
-def _cupy_of(x):
-    cupy = sys.modules.get("cupy")
-    if cupy is not None and isinstance(x, cupy.ndarray):
-        return cupy
-    return None
+def torch_of(x):
+    """The torch module when x is a torch tensor (its subclasses too: Parameter, FakeTensor, and
+    what torch.compile traces), else None.
+
+    Decided from x's own class, never by looking torch up in sys.modules: torch.compile's tracer
+    walks the whole sys.modules dict for such a lookup and fails when one of its own imports
+    changes the dict mid-walk. A class of torch's means torch is loaded, so the import below only
+    binds it (and the tracer handles import statements); deca never loads torch itself."""
+    if x is None or type(x) is np.ndarray or not _defined_in(type(x), "torch"):
+        return None
+    import torch
+    return torch if isinstance(x, torch.Tensor) else None
+
+
+def cupy_of(x):
+    """The cupy module when x is a cupy array, else None (as torch_of, without a load)."""
+    if x is None or type(x) is np.ndarray or not _defined_in(type(x), "cupy"):
+        return None
+    import cupy
+    return cupy if isinstance(x, cupy.ndarray) else None
 
 
 # Tensor arguments that may be None (absent). Any other tensor argument given as None is refused
@@ -102,7 +120,7 @@ def tensor(x, where, dtype=None, writable=False):
         if dtype is not None and _C.parse_dtype(dtype, where) != native:
             raise Error(f"{where}: expected dtype {dtype}, got {native} (ml_dtypes.{x.dtype})")
         x, dtype = x.view(bits), native
-    torch = _torch_of(x)
+    torch = torch_of(x)
     if torch is not None and x.requires_grad:
         x = x.detach()  # torch refuses DLPack export of tensors that require grad
     if torch is not None and x.dtype == getattr(torch, "float8_e4m3fn", None):
@@ -125,8 +143,7 @@ def arg_meta(x):
     kind = type(x)
     if kind is np.ndarray:
         return (x.shape, x.dtype)
-    torch = sys.modules.get("torch")
-    if torch is not None and kind is torch.Tensor:
+    if kind.__name__ == "Tensor" and kind.__module__ == "torch":  # torch.Tensor, no import
         return (x.shape, x.dtype, x.device)
     return None
 
@@ -152,7 +169,7 @@ def numpy_dtype(name):
 
 def lib_dtype(like, name):
     """The dtype object of like's library (torch or numpy) for the deca dtype `name`."""
-    torch = _torch_of(like)
+    torch = torch_of(like)
     if torch is not None:
         return getattr(torch, _TORCH_DTYPES[name])
     return _NUMPY_DTYPES[name]
@@ -163,7 +180,7 @@ def new_tensor(like, shape, dtype):
     object of that library (lib_dtype)."""
     if type(like) is np.ndarray:
         return np.empty(shape, dtype)
-    return sys.modules["torch"].empty(shape, dtype=dtype, device=like.device)
+    return torch_of(like).empty(shape, dtype=dtype, device=like.device)
 
 
 def allocator(like):
@@ -171,7 +188,7 @@ def allocator(like):
     dtype) that a prepared call uses per call without looking the library or device up."""
     if type(like) is np.ndarray:
         return np.empty
-    cupy = _cupy_of(like)
+    cupy = cupy_of(like)
     if cupy is not None:
         device = like.device.id
 
@@ -179,8 +196,7 @@ def allocator(like):
             with cupy.cuda.Device(device):
                 return cupy.empty(shape, dtype=dtype)
         return cupy_empty
-    torch, device = sys.modules["torch"], like.device
-    empty = torch.empty
+    empty, device = torch_of(like).empty, like.device
     return lambda shape, dtype: empty(shape, dtype=dtype, device=device)
 
 
@@ -190,11 +206,11 @@ def is_cpu(t):
 
 def empty(like, like_t, shape, dtype, where):
     """A new uninitialised tensor of deca dtype `dtype` from the library of `like`."""
-    torch = _torch_of(like)
+    torch = torch_of(like)
     if torch is not None:
         return torch.empty(tuple(shape), dtype=getattr(torch, _TORCH_DTYPES[dtype]),
                            device=like.device)
-    cupy = _cupy_of(like)
+    cupy = cupy_of(like)
     if cupy is not None and dtype in ("fp16", "fp32", "int8", "uint8", "int32", "uint32"):
         with cupy.cuda.Device(like_t.device.index):
             return cupy.empty(tuple(shape), dtype=_NUMPY_DTYPES[dtype])
@@ -209,10 +225,10 @@ def zeros_bytes(like, like_t, nbytes, where):
     """A zeroed byte buffer (a plan workspace) beside `like`, or None when nbytes is 0."""
     if nbytes == 0:
         return None
-    torch = _torch_of(like)
+    torch = torch_of(like)
     if torch is not None:
         return torch.zeros(nbytes, dtype=torch.uint8, device=like.device)
-    cupy = _cupy_of(like)
+    cupy = cupy_of(like)
     if cupy is not None:
         with cupy.cuda.Device(like_t.device.index):
             return cupy.zeros(nbytes, dtype=np.uint8)
@@ -227,10 +243,10 @@ def stream_handle(stream, like, like_t, where):
     if is_cpu(like_t):
         return 0
     if stream is None:
-        torch = _torch_of(like)
+        torch = torch_of(like)
         if torch is not None:
             return int(torch.cuda.current_stream(like.device).cuda_stream)
-        cupy = _cupy_of(like)
+        cupy = cupy_of(like)
         if cupy is not None:
             return int(cupy.cuda.get_current_stream().ptr)
         return 0
@@ -255,11 +271,11 @@ def current_stream(cuda_index, like):
     stream). The plans' per-call fast paths take it."""
     if cuda_index < 0:
         return 0
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(like, torch.Tensor):
+    torch = torch_of(like)
+    if torch is not None:
         return torch._C._cuda_getCurrentRawStream(cuda_index)
-    cupy = sys.modules.get("cupy")
-    if cupy is not None and isinstance(like, cupy.ndarray):
+    cupy = cupy_of(like)
+    if cupy is not None:
         return int(cupy.cuda.get_current_stream().ptr)
     return 0
 

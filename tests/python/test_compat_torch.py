@@ -13,6 +13,8 @@ import deca.compat as compat  # noqa: E402
 import numpy_reference as ref  # noqa: E402
 from cases import PagedCase  # noqa: E402
 DEV = "cuda:0" if torch.cuda.is_available() else "cpu"
+# torch.compile traces these wrappers: they must not look modules up in sys.modules (conftest).
+pytestmark = pytest.mark.usefixtures("sys_modules_off_limits")
 
 
 def T(a):

@@ -267,6 +267,7 @@ def test_opcheck_gqa_decode_fused(rng):
 
 
 @needs_torch
+@pytest.mark.usefixtures("sys_modules_off_limits")
 def test_torch_compile_holds_flashinfer_run_fused(rng):
     dev = "cuda:0" if torch.cuda.is_available() else "cpu"
     f = FusedCase(rng, seq_lens=[20, 9], hq=8, hkv=2, d=64, page=8, style="gptj")

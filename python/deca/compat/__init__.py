@@ -15,6 +15,7 @@ call of a shape before capturing.
 
 import sys
 
+# A look in sys.modules is fine here: this runs at import, never in code torch.compile traces.
 if "torch" in sys.modules:
     from .. import torch_ops  # noqa: F401  (the custom ops exist before anything is compiled)
 from .flash_attn import flash_attn_with_kvcache

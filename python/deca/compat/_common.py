@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import math
 import re
-import sys
 
 import numpy as np
 
-from .._tensors import DTYPE_ALIASES, Error, empty, numpy_dtype, tensor
+from .. import _cached_ops
+from .._tensors import DTYPE_ALIASES, Error, empty, numpy_dtype, tensor, torch_of
 
 LOG2_E = 1.0 / math.log(2.0)
 
@@ -36,17 +36,17 @@ def torch_ops(x):
     registered on first use), else None: in eager mode the wrappers call deca directly, which
     skips torch's dispatcher (tens of microseconds a call in eager mode) and is what a CUDA-graph
     capture records either way. deca never imports torch itself."""
-    torch = sys.modules.get("torch")
-    if torch is None or not isinstance(x, torch.Tensor):
+    torch = torch_of(x)
+    if torch is None:
         return None
     if torch.compiler.is_compiling():
         # Registering inside a trace would change what the trace guards on.
-        if "deca.torch_ops" not in sys.modules:
+        if not _cached_ops.TORCH_OPS_REGISTERED:
             raise Error("deca.compat: torch.compile: expected the deca custom ops registered "
                         "before tracing (import torch before deca.compat, or import "
                         "deca.torch_ops), got a first call inside a trace")
         return torch.ops.deca
-    if "deca.torch_ops" not in sys.modules:
+    if not _cached_ops.TORCH_OPS_REGISTERED:
         from .. import torch_ops  # noqa: F401  (registers the ops for later traces)
     return None
 
@@ -55,7 +55,7 @@ def compiling(x):
     """Whether torch.compile is tracing this call (x a torch tensor there); cheap otherwise."""
     if type(x) is np.ndarray:
         return False
-    torch = sys.modules.get("torch")
+    torch = torch_of(x)
     return torch is not None and torch.compiler.is_compiling()
 
 
@@ -74,16 +74,15 @@ def scale_float(fn, name, value):
 
 
 def is_torch(x):
-    torch = sys.modules.get("torch")
-    return torch is not None and isinstance(x, torch.Tensor)
+    return torch_of(x) is not None
 
 
 def alloc(like, shape, dtype, where):
     """A new tensor beside `like`: dtype "same" (like's), "fp32" or "bf16". torch tensors are
     made with torch alone, so that torch.compile traces the wrappers without calling into
     deca outside its custom ops."""
-    if is_torch(like):
-        torch = sys.modules["torch"]
+    torch = torch_of(like)
+    if torch is not None:
         dt = like.dtype if dtype == "same" else {"fp32": torch.float32,
                                                  "bf16": torch.bfloat16}[dtype]
         return torch.empty(tuple(shape), dtype=dt, device=like.device)

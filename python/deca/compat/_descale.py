@@ -14,11 +14,10 @@ Each is exact up to the fp32 rounding of the scale products.
 from __future__ import annotations
 
 import math
-import sys
 
 import numpy as np
 
-from .._tensors import Error
+from .._tensors import Error, torch_of
 from . import _common
 
 
@@ -115,8 +114,8 @@ def _per_head(like, hkv, a, b):
 
 
 def _filled(like, hkv, value):
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(like, torch.Tensor):
+    torch = torch_of(like)
+    if torch is not None:
         return torch.full((hkv,), value, dtype=torch.float32, device=like.device)
     return np.full((hkv,), value, np.float32)
 

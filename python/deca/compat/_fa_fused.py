@@ -18,12 +18,10 @@ exactly), at position 0 of a one-row table.
 
 from __future__ import annotations
 
-import sys
-
 import numpy as np
 
 from .. import _cached_ops
-from .._tensors import Error
+from .._tensors import Error, torch_of
 from . import _common
 
 FN = "flash_attn_with_kvcache"
@@ -91,8 +89,8 @@ def cos_sin_cache(rotary_cos, rotary_sin, traced=False):
     call and kept while the pair is in use (traced: torch.compile is tracing, the join is an
     operation of the graph)."""
     if traced:
-        torch = sys.modules["torch"]
-        return torch.cat([_table_dtype(rotary_cos), _table_dtype(rotary_sin)], dim=1)
+        return torch_of(rotary_cos).cat([_table_dtype(rotary_cos), _table_dtype(rotary_sin)],
+                                        dim=1)
     key = (id(rotary_cos), id(rotary_sin))
     facts = (_address(rotary_cos), _address(rotary_sin), tuple(rotary_cos.shape),
              _common.dtype_of(rotary_cos))
@@ -100,8 +98,9 @@ def cos_sin_cache(rotary_cos, rotary_sin, traced=False):
     if hit is not None and hit[0] is rotary_cos and hit[1] is rotary_sin and hit[2] == facts:
         return hit[3]
     cos, sin = _table_dtype(rotary_cos), _table_dtype(rotary_sin)
-    if _common.is_torch(cos):
-        table = sys.modules["torch"].cat([cos, sin], dim=1).contiguous()
+    torch = torch_of(cos)
+    if torch is not None:
+        table = torch.cat([cos, sin], dim=1).contiguous()
     else:
         table = np.ascontiguousarray(np.concatenate([cos, sin], axis=1))
     if len(_TABLES) >= _TABLES_MAX:
@@ -116,7 +115,7 @@ def identity(like, batch, seqlen_q, traced=False):
     torch.compile is tracing, else once)."""
     device = getattr(like, "device", None)
     if traced:
-        torch = sys.modules["torch"]
+        torch = torch_of(like)
         table = torch.cat([torch.ones((1, 8), device=device), torch.zeros((1, 8), device=device)],
                           dim=1)
         return table, torch.zeros((batch, seqlen_q), dtype=torch.int32, device=device)
@@ -125,8 +124,8 @@ def identity(like, batch, seqlen_q, traced=False):
     if hit is None:
         table = np.concatenate([np.ones((1, 8), np.float32), np.zeros((1, 8), np.float32)], 1)
         pos = np.zeros((batch, seqlen_q), np.int32)
-        if _common.is_torch(like):
-            torch = sys.modules["torch"]
+        torch = torch_of(like)
+        if torch is not None:
             table, pos = torch.from_numpy(table).to(device), torch.from_numpy(pos).to(device)
         hit = _IDENTITY[key] = (table, pos)
     return hit
@@ -135,8 +134,8 @@ def identity(like, batch, seqlen_q, traced=False):
 def positions(rotary_seqlens, seqlen_q):
     """[batch, seqlen_q] int32 rotary_seqlens[b] + i (FlashAttention's rotary base override)."""
     _common.rank(FN, "rotary_seqlens", rotary_seqlens, 1, "[batch]")
-    if _common.is_torch(rotary_seqlens):
-        torch = sys.modules["torch"]
+    torch = torch_of(rotary_seqlens)
+    if torch is not None:
         steps = torch.arange(seqlen_q, dtype=torch.int32, device=rotary_seqlens.device)
         return (rotary_seqlens.to(torch.int32)[:, None] + steps[None, :]).contiguous()
     base = np.asarray(rotary_seqlens).astype(np.int32)
@@ -152,8 +151,8 @@ def new_tokens(x, compute_dtype, scale, scales, name):
     if dtype != "fp8_e4m3":
         raise Error(f"{FN}: {name}: expected q's dtype ({compute_dtype}) or float8_e4m3fn, got "
                     f"{_common.spell(x, dtype)}")
-    if _common.is_torch(x):
-        torch = sys.modules["torch"]
+    torch = torch_of(x)
+    if torch is not None:
         if scales is None and scale == 1.0:
             return x.to(torch.bfloat16)
         factor = scales[:, None] if scales is not None else scale
@@ -202,7 +201,8 @@ def _table_dtype(x):
     if _common.dtype_of(x) != "fp8_e4m3":
         raise Error(f"{FN}: rotary_cos: expected float32, bfloat16, float16 or float8_e4m3fn, "
                     f"got {_common.spell(x, _common.dtype_of(x))}")
-    if _common.is_torch(x):
-        return x.to(sys.modules["torch"].bfloat16)
+    torch = torch_of(x)
+    if torch is not None:
+        return x.to(torch.bfloat16)
     import ml_dtypes
     return x.astype(ml_dtypes.bfloat16)

@@ -28,13 +28,11 @@ FlashAttention-3, descales apply to fp8 inputs only: q_descale to an fp8 q, k/v_
 
 from __future__ import annotations
 
-import sys
-
 import numpy as np
 
 from .. import _C, _cached_ops, _plan_cache
-from .._tensors import (FALLBACKS, Error, allocator, arg_meta, bits_views, current_stream,
-                        lib_dtype)
+from .._tensors import (FALLBACKS, Error, allocator, arg_meta, bits_views, cupy_of,
+                        current_stream, lib_dtype, torch_of)
 from . import _common, _fa_fused
 from ._descale import descale_plan
 
@@ -437,11 +435,11 @@ def _lookahead_mask(like, batch, seqlen_q, window_size, causal):
     bits[:, :seqlen_q] = see
     row = (bits.reshape(seqlen_q, words, 32) << np.arange(32, dtype=np.uint64)).sum(-1)
     mask = np.ascontiguousarray(np.broadcast_to(row.astype(np.uint32), (batch, seqlen_q, words)))
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(like, torch.Tensor):
+    torch = torch_of(like)
+    if torch is not None:
         return torch.from_numpy(mask).to(like.device)
-    cupy = sys.modules.get("cupy")
-    if cupy is not None and isinstance(like, cupy.ndarray):
+    cupy = cupy_of(like)
+    if cupy is not None:
         return cupy.asarray(mask)
     return mask
 
@@ -461,7 +459,7 @@ def _widen(q):
     if type(q) is np.ndarray:
         import ml_dtypes
         return q.astype(ml_dtypes.bfloat16)
-    return q.to(sys.modules["torch"].bfloat16)
+    return q.to(torch_of(q).bfloat16)
 
 
 def _transposed(x):
@@ -483,21 +481,21 @@ def _contiguous_table(q, k_cache, batch):
 
 def _arange_column(like, n):
     """[n, 1] int32 0..n-1 in like's library and device."""
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(like, torch.Tensor):
+    torch = torch_of(like)
+    if torch is not None:
         return torch.arange(n, dtype=torch.int32, device=like.device).view(n, 1)
-    cupy = sys.modules.get("cupy")
-    if cupy is not None and isinstance(like, cupy.ndarray):
+    cupy = cupy_of(like)
+    if cupy is not None:
         return cupy.arange(n, dtype=cupy.int32).reshape(n, 1)
     return np.arange(n, dtype=np.int32).reshape(n, 1)
 
 
 def _full(like, n, value):
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(like, torch.Tensor):
+    torch = torch_of(like)
+    if torch is not None:
         return torch.full((n,), value, dtype=torch.int32, device=like.device)
-    cupy = sys.modules.get("cupy")
-    if cupy is not None and isinstance(like, cupy.ndarray):
+    cupy = cupy_of(like)
+    if cupy is not None:
         return cupy.full((n,), value, dtype=cupy.int32)
     return np.full((n,), value, dtype=np.int32)
 
@@ -505,7 +503,7 @@ def _full(like, n, value):
 def _traced(q, k_cache, v_cache, table, cache_seqlens, softmax_scale, causal, window_size,
             softcap, return_lse, q_descale, k_descale, v_descale, out):
     """The call as torch.compile traces it: torch operations and the deca custom op, no memo."""
-    torch = sys.modules["torch"]
+    torch = torch_of(q)
     ops = _common.torch_ops(q)
     batch, seqlen_q, nheads, d = _common.rank(FN, "q", q, 4, "[batch, seqlen_q, nheads, headdim]")
     q_fp8 = q.dtype == torch.float8_e4m3fn

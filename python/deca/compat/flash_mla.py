@@ -20,13 +20,11 @@ the num_splits slot stays None.
 
 from __future__ import annotations
 
-import sys
-
 import numpy as np
 
 from .. import _C, _cached_ops, _plan_cache
 from .._tensors import (FALLBACKS, Error, allocator, arg_meta, bits_views, current_stream,
-                        lib_dtype, numpy_dtype)
+                        lib_dtype, numpy_dtype, torch_of)
 from . import _common
 
 FN = "flash_mla_with_kvcache"
@@ -401,8 +399,8 @@ def _sparse_traced(q, k_cache, indices, meta, softmax_scale, causal, is_fp8_kvca
 
 def _bytes(cache):
     """FlashMLA keeps the FP8 cache as float8_e4m3fn or uint8; deca reads its bytes."""
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(cache, torch.Tensor):
+    torch = torch_of(cache)
+    if torch is not None:
         return cache if cache.dtype == torch.uint8 else cache.view(torch.uint8)
     dtype = getattr(cache, "dtype", None)
     if dtype is not None and getattr(dtype, "itemsize", 0) == 1 and str(dtype) != "uint8":

@@ -20,12 +20,11 @@ natural: run() rescales it by log2(e) in place.
 from __future__ import annotations
 
 import math
-import sys
 
 import numpy as np
 
 from .. import _cached_ops
-from .._tensors import Error, tensor
+from .._tensors import Error, cupy_of, tensor, torch_of
 from . import _common
 
 # deca's argument names -> the wrapper's, for messages deca raises past the checks here.
@@ -382,36 +381,34 @@ def _split_cache(fn, cache, layout):
 
 
 def _host(x):
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(x, torch.Tensor):
+    if torch_of(x) is not None:
         return x.detach().cpu().numpy()
-    cupy = sys.modules.get("cupy")
-    if cupy is not None and isinstance(x, cupy.ndarray):
+    cupy = cupy_of(x)
+    if cupy is not None:
         return cupy.asnumpy(x)
     return np.asarray(x)
 
 
 def _device_zeros(like, like_t, shape):
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(like, torch.Tensor):
+    torch = torch_of(like)
+    if torch is not None:
         return torch.zeros(shape, dtype=torch.int32, device=like.device)
-    cupy = sys.modules.get("cupy")
-    if cupy is not None and isinstance(like, cupy.ndarray):
+    cupy = cupy_of(like)
+    if cupy is not None:
         with cupy.cuda.Device(like_t.device.index):
             return cupy.zeros(shape, dtype=np.int32)
     return np.zeros(shape, np.int32)
 
 
 def _copy_into(dst, host):
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(dst, torch.Tensor):
+    torch = torch_of(dst)
+    if torch is not None:
         if dst.device.type == "cpu":
             dst.numpy()[...] = host  # torch's CPU copy_ spins up its thread pool: slower
         else:
             dst.copy_(torch.from_numpy(np.ascontiguousarray(host)))
         return
-    cupy = sys.modules.get("cupy")
-    if cupy is not None and isinstance(dst, cupy.ndarray):
+    if cupy_of(dst) is not None:
         dst.set(np.ascontiguousarray(host))
         return
     dst[...] = host
