@@ -117,9 +117,10 @@ def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v,
     mq = arg_meta(q)
     key = None
     if mq is not None:
-        key = (mq, arg_meta(k_cache), indices.shape if hasattr(indices, "shape") else None,
+        key = (mq, arg_meta(k_cache), getattr(indices, "shape", None),
                topk_length is None, attn_sink is None, softmax_scale, is_fp8_kvcache, causal,
-               arg_meta(extra_k_cache), getattr(extra_indices_in_kvcache, "shape", None),
+               None if extra_k_cache is None else arg_meta(extra_k_cache),
+               getattr(extra_indices_in_kvcache, "shape", None),
                extra_topk_length is None)
         prepared = _PREPARED.get(key)
         if prepared is not None and (meta is None or prepared.fits(meta)):
