@@ -158,6 +158,11 @@ def main():
     run_wrapper.plan(np.array([0, 2], np.int32), np.array([0, 1], np.int32),
                      np.array([1], np.int32), 8, 1, 128, 16, q_data_type="bfloat16")
     cases["FlashInfer wrapper run()"] = lambda: run_wrapper.run(q[:, 0], (k, v))
+    # As vLLM calls it: the combined [pages, 2, ...] cache, out given, float KV scales.
+    kv = torch.stack([k, v], dim=1) if device == "cuda" else np.stack([k, v], axis=1)
+    fi_out = torch.empty_like(q[:, 0]) if device == "cuda" else np.empty_like(q[:, 0])
+    cases["FlashInfer wrapper run() (combined cache, out=)"] = lambda: run_wrapper.run(
+        q[:, 0], kv, k_scale=1.0, v_scale=1.0, out=fi_out)
     # Sparse FP8 MLA (batch 1, 64 heads, topk 64: the kernels keep up) through its plan and
     # through FlashMLA's signature; on the CPU the reference decode is in the time.
     mla = mla_inputs(device, torch, rng=np.random.default_rng(2))

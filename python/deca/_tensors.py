@@ -16,6 +16,7 @@ for CPU arrays, torch for torch tensors on any device; other libraries pass ``ou
 from __future__ import annotations
 
 import collections
+import functools
 
 import ml_dtypes
 import numpy as np
@@ -198,6 +199,24 @@ def allocator(like):
         return cupy_empty
     empty, device = torch_of(like).empty, like.device
     return lambda shape, dtype: empty(shape, dtype=dtype, device=device)
+
+
+def maker(like, shape, dtype):
+    """A function of no arguments returning a new uninitialised tensor of `shape` and `dtype`
+    (lib_dtype) in like's library on like's device, as new_tensor(like, shape, dtype) does: what a
+    prepared call of one shape allocates its outputs with, per call. For torch it is
+    torch.empty_like of a one-element template expanded to `shape`, in the contiguous format:
+    the tensor torch.empty(shape, dtype=dtype, device=...) makes (same strides, device, dtype),
+    with a fraction of torch.empty's argument parsing (tuple, dtype, device) per call."""
+    shape = tuple(shape)
+    if type(like) is np.ndarray:
+        return functools.partial(np.empty, shape, dtype)
+    torch = torch_of(like)
+    if torch is None or type(like) is not torch.Tensor:
+        empty = allocator(like)
+        return functools.partial(empty, shape, dtype)
+    template = torch.empty((), dtype=dtype, device=like.device).expand(shape)
+    return functools.partial(torch.empty_like, template, memory_format=torch.contiguous_format)
 
 
 def is_cpu(t):

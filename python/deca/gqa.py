@@ -7,7 +7,7 @@ import numpy as np
 from . import _C, _plan_cache
 from ._tensors import (FALLBACKS, Error, arg_meta, bits_views, check_dtype_keywords,
                        check_scalars, choice, current_stream, empty, expect_rank, lib_dtype,
-                       new_tensor, numpy_dtype, parse_device, stream_int, tensor)
+                       maker, numpy_dtype, parse_device, stream_int, tensor)
 
 _LAYOUTS = ("NHD", "HND")
 # Keys per split when split_mode="fixed" is asked for without split_tokens: a few kernel tiles,
@@ -48,22 +48,24 @@ class _OneOff:
     _plan_cache.StreamWorkspaces), and the outputs' shape and dtype (in the caller's library),
     so that a repeated call plans nothing."""
 
-    __slots__ = ("plan", "workspaces", "out_shape", "out_dtype", "want_lse")
+    __slots__ = ("plan", "workspaces", "new_out", "new_lse", "want_lse")
 
     def __init__(self, plan, like, out_shape, want_lse):
         """like: a torch tensor or numpy array whose library allocates the outputs; None when
         the caller passes them (another library: the first-call path allocates for it)."""
         self.plan, self.want_lse = plan, want_lse
         self.workspaces = _plan_cache.StreamWorkspaces(plan.workspace_bytes, "gqa_decode")
-        self.out_shape = out_shape
-        self.out_dtype = None if like is None else lib_dtype(like, plan.config.out_dtype)
+        self.new_out = self.new_lse = None
+        if like is not None:
+            self.new_out = maker(like, out_shape, lib_dtype(like, plan.config.out_dtype))
+            self.new_lse = maker(like, out_shape[:3], lib_dtype(like, "fp32"))
 
     def run(self, q, k_cache, v_cache, page_table, seq_lens, out, lse, tree_mask, sinks,
             k_scales, v_scales, k_scale, v_scale, softmax_scale, out_scale, stream):
         if out is None:
-            out = new_tensor(q, self.out_shape, self.out_dtype)
+            out = self.new_out()
         if self.want_lse and lse is None:
-            lse = new_tensor(q, self.out_shape[:3], lib_dtype(q, "fp32"))
+            lse = self.new_lse()
         plan = self.plan
         cuda = plan._cuda_index
         current = current_stream(cuda, q) if cuda >= 0 else 0

@@ -9,7 +9,7 @@ import numpy as np
 from . import _C, _plan_cache
 from ._tensors import (FALLBACKS, Error, arg_meta, bits_views, check_dtype_keywords,
                        check_scalars, choice, current_stream, empty, expect_dim_range, expect_rank,
-                       lib_dtype, new_tensor, numpy_dtype, parse_device, stream_handle,
+                       lib_dtype, maker, numpy_dtype, parse_device, stream_handle,
                        stream_int, tensor)
 
 _INT32_MAX = 2 ** 31 - 1
@@ -107,8 +107,10 @@ class MlaPlan:
         a decode step: same batch, q_len and cache_seqlens contents), as run_sparse.
         """
         fn = "mla_decode_dense"
-        check_scalars(fn, floats=dict(softmax_scale=softmax_scale, kv_scale=kv_scale),
-                      bools=dict(reuse_schedule=reuse_schedule))
+        if not (_plain_float(softmax_scale) and _plain_float(kv_scale) and
+                type(reuse_schedule) is bool):
+            check_scalars(fn, floats=dict(softmax_scale=softmax_scale, kv_scale=kv_scale),
+                          bools=dict(reuse_schedule=reuse_schedule))
         scale = 1.0 if kv_scale is None else kv_scale
         handle = (current_stream(self._cuda_index, q) if stream is None
                   else stream_int(stream, fn))
@@ -152,8 +154,9 @@ class MlaPlan:
         shape computes nothing (out and lse NaN; a checked plan's check() says so).
         """
         fn = "mla_decode_sparse"
-        check_scalars(fn, floats=dict(softmax_scale=softmax_scale),
-                      bools=dict(reuse_schedule=reuse_schedule))
+        if not (_plain_float(softmax_scale) and type(reuse_schedule) is bool):
+            check_scalars(fn, floats=dict(softmax_scale=softmax_scale),
+                          bools=dict(reuse_schedule=reuse_schedule))
         # One C++ call with the caller's objects (torch tensors through DLPack's C exchange
         # table or their attributes); whatever it cannot take is retried below, where each
         # argument is imported by name and a wrong one raises the message the user sees. Errors
@@ -182,6 +185,12 @@ class MlaPlan:
             tensor(extra_indices, f"{fn}: extra_indices", "int32"),
             tensor(extra_topk_length, f"{fn}: extra_topk_length", "int32"))
         return out
+
+
+def _plain_float(value):
+    """None or a Python float: what check_scalars passes without a look (the per-call runs test
+    this first and call check_scalars, which names a wrong value, only for anything else)."""
+    return value is None or type(value) is float
 
 
 def _outputs(fn, q, qt, out, lse, return_lse):
@@ -217,19 +226,21 @@ class _OneOff:
     its workspaces (one per stream; the caller's own when passed) and the outputs' shapes and
     dtypes."""
 
-    __slots__ = ("plan", "workspaces", "shape", "bf16", "fp32", "want_lse")
+    __slots__ = ("plan", "workspaces", "new_out", "new_lse", "want_lse")
 
     def __init__(self, fn, plan, like, shape, want_lse):
-        self.plan, self.shape, self.want_lse = plan, shape, want_lse
+        self.plan, self.want_lse = plan, want_lse
         self.workspaces = _plan_cache.StreamWorkspaces(plan.workspace_bytes, fn)
-        self.bf16 = None if like is None else lib_dtype(like, "bf16")
-        self.fp32 = None if like is None else lib_dtype(like, "fp32")
+        self.new_out = self.new_lse = None
+        if like is not None:
+            self.new_out = maker(like, shape, lib_dtype(like, "bf16"))
+            self.new_lse = maker(like, shape[:3], lib_dtype(like, "fp32"))
 
     def outputs(self, q, out, lse):
         if out is None:
-            out = new_tensor(q, self.shape, self.bf16)
+            out = self.new_out()
         if self.want_lse and lse is None:
-            lse = new_tensor(q, self.shape[:3], self.fp32)
+            lse = self.new_lse()
         return out, lse
 
     def workspace(self, q, workspace, stream, fn):

@@ -67,6 +67,49 @@ inline void lse_heads_first(std::optional<Tensor>& lse, bool heads_first) {
   std::swap(lse->view.stride[1], lse->view.stride[2]);
 }
 
+// FlashInfer's one-token shapes as deca's: a unit q_len axis inserted at 1 (q, out [batch,
+// heads, dim] -> [batch, 1, heads, dim]; lse [batch, heads] -> [batch, 1, heads]) with the
+// stride torch's unsqueeze(1) gives it, so that deca sees what the Python view x[:, None]
+// would hand it, without making that view per call. A view already at deca's largest rank is
+// refused (throws), as the import of the Python view would.
+inline void insert_q_len_axis(Tensor& t, const char* where) {
+  TensorView& v = t.view;
+  if (v.rank < 1) return;  // left for the API's rank check
+  if (v.rank >= kMaxRank) {
+    throw Error(std::string(where) + ": expected rank < " + std::to_string(kMaxRank) + ", got " +
+                std::to_string(v.rank));
+  }
+  for (int i = v.rank; i > 1; --i) {
+    v.shape[i] = v.shape[i - 1];
+    v.stride[i] = v.stride[i - 1];
+  }
+  v.shape[1] = 1;
+  v.stride[1] = v.rank > 1 ? v.shape[2] * v.stride[2] : 1;
+  ++v.rank;
+}
+
+// One half of FlashInfer's combined cache [pages, 2, ...]: index `which` of axis 1 (torch's
+// cache[:, which]), a view of the same memory without that axis. Throws unless axis 1 holds 2.
+inline Tensor select_kv_half(const Tensor& pair, int which, const char* where) {
+  const TensorView& p = pair.view;
+  if (p.rank < 2 || p.shape[1] != 2) {
+    throw Error(std::string(where) + ": expected [pages, 2, ...], got " + p.describe());
+  }
+  Tensor t;
+  t.origin_dtype = pair.origin_dtype;
+  TensorView& v = t.view;
+  v = p;
+  v.data = static_cast<char*>(p.data) +
+           static_cast<std::ptrdiff_t>(which) * p.stride[1] *
+               static_cast<std::ptrdiff_t>(dtype_size(p.dtype));
+  for (int i = 1; i + 1 < p.rank; ++i) {
+    v.shape[i] = p.shape[i + 1];
+    v.stride[i] = p.stride[i + 1];
+  }
+  v.rank = p.rank - 1;
+  return t;
+}
+
 // An optional import as the pointer the helpers below and make_args take: null for None.
 inline const Tensor* ptr_or_null(const std::optional<Tensor>& tensor) {
   return tensor ? &*tensor : nullptr;

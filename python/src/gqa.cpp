@@ -109,7 +109,7 @@ void run_planned_fast(const GqaPlan& plan, nb::handle q, nb::handle k_cache, nb:
                       nb::handle tree_mask, nb::handle sinks, nb::handle k_scales,
                       nb::handle v_scales, float k_scale, float v_scale, float softmax_scale,
                       float out_scale, nb::handle workspace, std::uintptr_t stream,
-                      bool lse_heads_first_layout) {
+                      bool lse_heads_first_layout, bool q_len_axis, bool kv_pair) {
   if constexpr (stage == FastStage::kNothing) return;
   const GqaConfig& c = plan.config;
   constexpr const char* fn = "gqa_decode";
@@ -119,14 +119,25 @@ void run_planned_fast(const GqaPlan& plan, nb::handle q, nb::handle k_cache, nb:
   const auto maybe = [](nb::handle h, const char* name, bool writable) {
     return import_fast_optional(h, std::nullopt, {fn, name}, writable);
   };
-  const Tensor tq = in(q, c.q_dtype, "q");
-  const Tensor tk = in(k_cache, c.kv_dtype, "k_cache");
-  const Tensor tv = in(v_cache, c.kv_dtype, "v_cache");
+  Tensor tq = in(q, c.q_dtype, "q");
+  // kv_pair: k_cache is FlashInfer's [pages, 2, ...] (K at index 0 of axis 1, V at 1) and
+  // v_cache is not read.
+  std::optional<Tensor> pair;
+  if (kv_pair) pair = in(k_cache, c.kv_dtype, "k_cache");
+  const Tensor tk = pair ? select_kv_half(*pair, 0, "gqa_decode: k_cache")
+                         : in(k_cache, c.kv_dtype, "k_cache");
+  const Tensor tv = pair ? select_kv_half(*pair, 1, "gqa_decode: k_cache")
+                         : in(v_cache, c.kv_dtype, "v_cache");
   const Tensor tpt = in(page_table, std::nullopt, "page_table");
   const Tensor tsl = in(seq_lens, std::nullopt, "seq_lens");
-  const Tensor tout = import_fast(out, c.out_dtype, {fn, "out"}, true);
+  Tensor tout = import_fast(out, c.out_dtype, {fn, "out"}, true);
   std::optional<Tensor> tlse = maybe(lse, "lse", true);
   lse_heads_first(tlse, lse_heads_first_layout);
+  if (q_len_axis) {
+    insert_q_len_axis(tq, "gqa_decode: q");
+    insert_q_len_axis(tout, "gqa_decode: out");
+    if (tlse) insert_q_len_axis(*tlse, "gqa_decode: lse");
+  }
   const std::optional<Tensor> tmask = maybe(tree_mask, "tree_mask", false);
   const std::optional<Tensor> tsinks = maybe(sinks, "sinks", false);
   const std::optional<Tensor> tks = maybe(k_scales, "k_scales", false);
@@ -147,12 +158,14 @@ void run_planned_fast(const GqaPlan& plan, nb::handle q, nb::handle k_cache, nb:
 
 template <FastStage stage>
 void def_fast(nb::module_& m, const char* name) {
+  // v_cache may be None: with kv_pair, k_cache holds both halves.
   m.def(name, &run_planned_fast<stage>, nb::arg("plan"), nb::arg("q"), nb::arg("k_cache"),
-        nb::arg("v_cache"), nb::arg("page_table"), nb::arg("seq_lens"), nb::arg("out"),
+        nb::arg("v_cache").none(), nb::arg("page_table"), nb::arg("seq_lens"), nb::arg("out"),
         nb::arg("lse").none(), nb::arg("tree_mask").none(), nb::arg("sinks").none(),
         nb::arg("k_scales").none(), nb::arg("v_scales").none(), nb::arg("k_scale"),
         nb::arg("v_scale"), nb::arg("softmax_scale"), nb::arg("out_scale"),
-        nb::arg("workspace").none(), nb::arg("stream"), nb::arg("lse_heads_first") = false);
+        nb::arg("workspace").none(), nb::arg("stream"), nb::arg("lse_heads_first") = false,
+        nb::arg("q_len_axis") = false, nb::arg("kv_pair") = false);
 }
 
 }  // namespace

@@ -32,7 +32,7 @@ import numpy as np
 
 from .. import _C, _cached_ops, _plan_cache
 from .._tensors import (FALLBACKS, Error, allocator, arg_meta, bits_views, cupy_of,
-                        current_stream, lib_dtype, torch_of)
+                        current_stream, lib_dtype, maker, torch_of)
 from . import _common, _fa_fused
 from ._descale import descale_plan
 
@@ -106,6 +106,9 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         prepared = _PREPARED.get(key)
         if prepared is not None:
             try:
+                if prepared.fast and (not prepared.kv8 or
+                                      (k_descale is None and v_descale is None)):
+                    return prepared.run_fast(q, k_cache, v_cache, table, cache_seqlens, out)
                 return prepared.run(q, k_cache, v_cache, table, cache_seqlens, out, q_descale,
                                     k_descale, v_descale, False)
             except (Error, TypeError):
@@ -229,8 +232,16 @@ class _Prepared:
             self.lens = _full(q, batch, cache_seqlens)
         if out is None:
             self.out_dtype = lib_dtype(q_like, "bf16" if self.q_fp8 else q_dtype)
+            self.new_out = maker(q, self.shape, self.out_dtype)
         self.fp32 = lib_dtype(q, "fp32")
-        self.empty = allocator(q)
+        # The LSE as run() allocates it: FlashAttention's [batch, nheads, 1] itself for one
+        # query token (deca writes it through a transposed view), else deca's rows of heads.
+        self.new_lse = maker(q, (batch, nheads, 1) if seqlen_q == 1 else
+                             (batch, seqlen_q, nheads), self.fp32)
+        # run_fast() serves this shape: one query token of bf16 / fp16 (no widening, no tree
+        # mask, no request that holds fewer keys than queries) in torch (no raw-bit views).
+        self.fast = (seqlen_q == 1 and not self.q_fp8 and not self.numpy and
+                     self.mask is None)
         self.cuda_index = -1
         self.plan, self.ws = self.plan_for(q_like, k_cache, table, out, False)
         self._c_plan = self.plan._plan
@@ -242,6 +253,23 @@ class _Prepared:
         return _cached_ops.gqa_plan(q, k_cache, table, like_out, fn=FN, lse=self.lse,
                                     per_head=per_head, window=self.window, softcap=self.softcap,
                                     tree_mask=self.mask is not None)
+
+    def run_fast(self, q, k_cache, v_cache, table, lens, out):
+        """run(checked=False) of a call that has no descale to apply (a bf16 / fp16 cache, or
+        an 8-bit one without descales) on a shape run_fast serves (self.fast): the outputs and
+        one C++ call, which raises (before any launch) whatever the checked run names."""
+        if self.table is not None:
+            table = self.table
+        if self.lens is not None:
+            lens = self.lens
+        if out is None:
+            out = self.new_out()
+        lse = self.new_lse() if self.lse else None
+        stream = current_stream(self.cuda_index, q) if self.cuda_index >= 0 else 0
+        _C.gqa_decode_planned_fast(self._c_plan, q, k_cache, v_cache, table, lens, out, lse,
+                                   None, None, None, None, 1.0, 1.0, self.scale, 1.0, self.ws,
+                                   stream, True)
+        return (out, lse) if self.lse else out
 
     def run(self, q, k_cache, v_cache, table, lens, out, q_descale, k_descale, v_descale,
             checked):
@@ -264,19 +292,18 @@ class _Prepared:
                                   k_descale if self.kv8 else None,
                                   v_descale if self.kv8 else None)
         if out is None:
-            out = self.empty(self.shape, self.out_dtype)
+            out = self.new_out()
         lse = lse_view = None
         per_request = scales is not None and scales.per_request
         if self.lse:
-            batch, seqlen_q, nheads, _ = self.shape
-            if seqlen_q == 1:
+            if self.shape[1] == 1:
                 # [batch, nheads, 1] seen as deca's [batch, 1, nheads]: written in place. The
                 # fast path takes it as it is (the binding swaps the view's dims), saving the
                 # per-call swapaxes.
-                lse = self.empty((batch, nheads, 1), self.fp32)
+                lse = self.new_lse()
                 lse_view = lse if not checked and not per_request else lse.swapaxes(1, 2)
             else:  # deca writes rows of heads; FlashAttention's layout is a transposed copy
-                lse_view = self.empty((batch, seqlen_q, nheads), self.fp32)
+                lse_view = self.new_lse()
         if per_request:
             for b in range(self.shape[0]):
                 s = slice(b, b + 1)

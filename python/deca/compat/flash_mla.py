@@ -23,8 +23,8 @@ from __future__ import annotations
 import numpy as np
 
 from .. import _C, _cached_ops, _plan_cache
-from .._tensors import (FALLBACKS, Error, allocator, arg_meta, bits_views, current_stream,
-                        lib_dtype, numpy_dtype, torch_of)
+from .._tensors import (FALLBACKS, Error, arg_meta, bits_views, current_stream, lib_dtype,
+                        maker, numpy_dtype, torch_of)
 from . import _common
 
 FN = "flash_mla_with_kvcache"
@@ -115,13 +115,17 @@ def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v,
     mq = arg_meta(q)
     key = None
     if mq is not None:
-        key = (mq, arg_meta(k_cache), indices.shape if hasattr(indices, "shape") else None,
+        key = (mq, arg_meta(k_cache), getattr(indices, "shape", None),
                topk_length is None, attn_sink is None, softmax_scale, is_fp8_kvcache, causal,
-               arg_meta(extra_k_cache), getattr(extra_indices_in_kvcache, "shape", None),
+               None if extra_k_cache is None else arg_meta(extra_k_cache),
+               getattr(extra_indices_in_kvcache, "shape", None),
                extra_topk_length is None)
         prepared = _PREPARED.get(key)
         if prepared is not None and (meta is None or prepared.fits(meta)):
             try:
+                if prepared.fast:
+                    return prepared.run_fast(q, k_cache, indices, topk_length, attn_sink, extra,
+                                             meta)
                 return prepared.run(q, k_cache, indices, topk_length, attn_sink, extra, meta,
                                     False)
             except (Error, TypeError):
@@ -159,7 +163,12 @@ class _Sparse:
         self.scale = float(softmax_scale or 0.0)
         self.numpy = type(q) is np.ndarray
         self.bf16, self.fp32 = lib_dtype(q, "bf16"), lib_dtype(q, "fp32")
-        self.empty = allocator(q)
+        self.new_out = maker(q, (batch, s_q, h_q, DIM_V), self.bf16)
+        # FlashMLA's [batch, h_q, 1] itself for one query token (deca writes it through a
+        # transposed view), else deca's rows of heads, transposed per call.
+        self.new_lse = maker(q, (batch, h_q, 1) if s_q == 1 else (batch, s_q, h_q), self.fp32)
+        # run_fast() serves one query token in torch (numpy goes through raw-bit views).
+        self.fast = s_q == 1 and not self.numpy
         self.cache_is_bytes = _common.dtype_of(k_cache) == "uint8"
         self.extra_is_bytes = extra[0] is None or _common.dtype_of(extra[0]) == "uint8"
         self.plan, self.ws = _cached_ops.mla_sparse_plan(
@@ -167,21 +176,42 @@ class _Sparse:
             topk_length=topk_length is not None, extra=_deca_extra(extra),
             lse_of_empty_row=EMPTY_ROW_LSE)
         self.cuda_index = self.plan._cuda_index
+        self._c_plan = self.plan._plan
 
     def fits(self, meta):
         return ((meta.num_heads_q is None or meta.num_heads_q == self.heads) and
                 (meta.topk is None or meta.topk == self.topk))
 
+    def run_fast(self, q, k_cache, indices, topk_length, attn_sink, extra, meta):
+        """run(checked=False) of a shape run_fast serves (self.fast): the outputs, the step's
+        schedule, and one C++ call, which raises (before any launch) whatever the checked run
+        names."""
+        out = self.new_out()
+        lse = self.new_lse()
+        cache = k_cache if self.cache_is_bytes else _bytes(k_cache)
+        ekv, eidx, elen = extra if self.extra_is_bytes else _deca_extra(extra)
+        ws, reuse, schedule = self.ws, False, None
+        if meta is not None and ws is not None:  # no workspace: the CPU, no schedule
+            schedule = meta._schedule
+            ws, reuse = schedule.workspace_for(self.plan, q, None, FN)
+        stream = current_stream(self.cuda_index, q) if self.cuda_index >= 0 else 0
+        _C.mla_decode_sparse_planned_fast(self._c_plan, q, cache, indices, topk_length,
+                                          attn_sink, out, lse, self.scale, ws, stream, reuse,
+                                          ekv, eidx, elen, True)
+        if schedule is not None and not reuse:  # a reused schedule is marked already
+            schedule.scheduled(self.plan)
+        return out, lse
+
     def run(self, q, k_cache, indices, topk_length, attn_sink, extra, meta, checked):
-        batch, s_q, h_q = self.shape
-        out = self.empty((batch, s_q, h_q, DIM_V), self.bf16)
+        s_q = self.shape[1]
+        out = self.new_out()
         if s_q == 1:
             # [batch, h_q, 1] seen as deca's [batch, 1, h_q]: written in place. The fast path
             # takes it as it is (the binding swaps the view's dims), saving the swapaxes.
-            lse = self.empty((batch, h_q, 1), self.fp32)
+            lse = self.new_lse()
             lse_view = lse if not checked else lse.swapaxes(1, 2)
         else:  # deca writes rows of heads; FlashMLA's layout is a transposed copy
-            lse = lse_view = self.empty((batch, s_q, h_q), self.fp32)
+            lse = lse_view = self.new_lse()
         cache = k_cache if self.cache_is_bytes else _bytes(k_cache)
         ekv, eidx, elen = extra if self.extra_is_bytes else _deca_extra(extra)
         ws, reuse = self.ws, False

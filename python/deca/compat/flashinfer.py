@@ -23,8 +23,9 @@ import math
 
 import numpy as np
 
-from .. import _cached_ops
-from .._tensors import Error, cupy_of, tensor, torch_of
+from .. import _C, _cached_ops
+from .._tensors import (FALLBACKS, Error, arg_meta, cupy_of, current_stream, lib_dtype, maker,
+                        tensor, torch_of)
 from . import _common
 
 # deca's argument names -> the wrapper's, for messages deca raises past the checks here.
@@ -62,6 +63,8 @@ class BatchDecodeWithPagedKVCacheWrapper:
         self._planned = None
         self._plans = {}
         self._plan_version = 0
+        # run()'s repeated calls: the metadata of a call that passed every check -> _FastRun.
+        self._fast = {}
 
     @property
     def is_cuda_graph_enabled(self):
@@ -128,6 +131,7 @@ class BatchDecodeWithPagedKVCacheWrapper:
             kv_dtype=kv_dtype, split_mode=split_mode, split_tokens=split_tokens,
             batch=int(self._seq_lens.shape[0]))
         self._plan_version += 1  # run() makes its deca plans for this plan() anew
+        self._fast.clear()
 
     def _store(self, fn, table, lens, page_size):
         batch, pages = table.shape
@@ -160,6 +164,16 @@ class BatchDecodeWithPagedKVCacheWrapper:
         Returns out [batch, num_qo_heads, head_dim], or (out, lse [batch, num_qo_heads] fp32,
         base-2 log) with return_lse or lse given."""
         fn = "BatchDecodeWithPagedKVCacheWrapper.run"
+        key = None
+        if not args and lse is None and window_left is None and not _common.compiling(q):
+            key = _fast_key(q, paged_kv_cache, out, return_lse, sinks)
+            fast = None if key is None else self._fast.get(key)
+            if fast is not None and _plain(q_scale) and _plain(k_scale) and _plain(v_scale):
+                try:
+                    return fast.run(self, q, paged_kv_cache, q_scale, k_scale, v_scale, out,
+                                    sinks)
+                except (Error, TypeError):
+                    FALLBACKS[fn] += 1  # the checked run below names what the fast one refused
         p = self._planned
         if p is None:
             raise Error(f"{fn}: self: expected plan() to have been called, got no plan")
@@ -187,6 +201,8 @@ class BatchDecodeWithPagedKVCacheWrapper:
                          softmax_scale=softmax_scale)
             except Error as e:
                 raise _common.translate(e, fn, "gqa_decode", _NAMES) from None
+            if key is not None and type(q) is not np.ndarray:  # numpy: raw-bit views
+                self._fast[key] = _FastRun(plan, ws, q, p, want_lse)
         return _returned(out, lse, want_lse)
 
     def run_fused(self, q, k_new, v_new, paged_kv_cache, cos_sin_cache, *, positions=None,
@@ -282,6 +298,65 @@ class BatchDecodeWithPagedKVCacheWrapper:
         return hit
 
     forward = run
+
+
+def _fast_key(q, cache, out, return_lse, sinks):
+    """run()'s call metadata (q's, the cache's, out's, the options'), which decide every check
+    run() makes before deca sees the call; None for a call with a tensor that has none a later
+    call can be matched by (another library than torch and numpy)."""
+    mq = arg_meta(q)
+    if mq is None:
+        return None
+    if isinstance(cache, (tuple, list)):
+        if len(cache) != 2:
+            return None
+        metas = (arg_meta(cache[0]), arg_meta(cache[1]))
+        if metas[0] is None or metas[1] is None:
+            return None
+    else:
+        metas = arg_meta(cache)
+        if metas is None:
+            return None
+    om = None
+    if out is not None:
+        om = arg_meta(out)
+        if om is None:
+            return None
+    return (mq, metas, om, bool(return_lse), sinks is None)
+
+
+def _plain(scale):
+    """A scale run_fast takes as it is: None or a Python number (not a tensor to read)."""
+    return scale is None or type(scale) is float or type(scale) is int
+
+
+class _FastRun:
+    """run() of a call whose metadata an earlier call had (_fast_key), which passed every check
+    against plan(): the outputs allocated and one C++ call, which takes q and out as they come
+    ([batch, heads, dim]; deca's q_len axis inserted there) and the combined cache as it is."""
+
+    def __init__(self, plan, ws, q, planned, want_lse):
+        self.c_plan, self.ws, self.cuda_index = plan._plan, ws, plan._cuda_index
+        batch, heads, dim = planned.batch, planned.num_qo_heads, planned.head_dim
+        self.scale = planned.sm_scale or 1.0 / math.sqrt(dim)
+        self.want_lse = want_lse
+        self.new_out = maker(q, (batch, heads, dim), q.dtype)
+        self.new_lse = maker(q, (batch, heads), lib_dtype(q, "fp32")) if want_lse else None
+
+    def run(self, wrapper, q, cache, q_scale, k_scale, v_scale, out, sinks):
+        pair = isinstance(cache, (tuple, list))
+        k_cache, v_cache = (cache[0], cache[1]) if pair else (cache, None)
+        if out is None:
+            out = self.new_out()
+        lse = self.new_lse() if self.want_lse else None
+        stream = current_stream(self.cuda_index, q) if self.cuda_index >= 0 else 0
+        _C.gqa_decode_planned_fast(
+            self.c_plan, q, k_cache, v_cache, wrapper._page_table, wrapper._seq_lens, out, lse,
+            None, sinks, None, None, 1.0 if k_scale is None else float(k_scale),
+            1.0 if v_scale is None else float(v_scale),
+            self.scale * (1.0 if q_scale is None else float(q_scale)) or 0.0, 1.0, self.ws, stream,
+            False, True, not pair)
+        return _returned(out, lse, self.want_lse)
 
 
 class _Planned:
