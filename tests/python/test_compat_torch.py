@@ -425,3 +425,32 @@ def test_flash_attn_append_rotary_torch_matches_numpy(rng, compiled):
         torch.testing.assert_close(out.float().cpu(), torch.from_numpy(want32), rtol=2 ** -7,
                                    atol=2 ** -6 * float(np.abs(want32).max()))
         torch.testing.assert_close(lse.cpu(), torch.from_numpy(want_lse), rtol=1e-4, atol=1e-4)
+
+
+def test_first_eager_call_registers_ops_when_deca_came_first(tmp_path):
+    """deca.compat imported before torch: the first eager flash_attn_with_kvcache call on torch
+    tensors registers torch.ops.deca, so a later torch.compile of the same call traces (in a
+    fresh interpreter: this one has the ops already)."""
+    import subprocess
+    import sys
+    script = tmp_path / "order.py"
+    script.write_text(
+        "import deca.compat as compat\n"
+        "import torch\n"
+        "from deca import _cached_ops\n"
+        "assert not _cached_ops.TORCH_OPS_REGISTERED\n"
+        "dev = 'cuda:0' if torch.cuda.is_available() else 'cpu'\n"
+        "g = torch.Generator().manual_seed(1)\n"
+        "q = torch.randn(2, 1, 4, 64, generator=g).to(torch.bfloat16).to(dev)\n"
+        "k, v = (torch.randn(4, 16, 2, 64, generator=g).to(torch.bfloat16).to(dev) for _ in range(2))\n"
+        "table = torch.tensor([[0, 1], [2, 3]], dtype=torch.int32, device=dev)\n"
+        "lens = torch.tensor([20, 7], dtype=torch.int32, device=dev)\n"
+        "def step(q, lens):\n"
+        "    return compat.flash_attn_with_kvcache(q, k, v, cache_seqlens=lens, block_table=table)\n"
+        "want = step(q, lens)\n"
+        "assert _cached_ops.TORCH_OPS_REGISTERED and hasattr(torch.ops.deca, 'gqa_decode')\n"
+        "got = torch.compile(step, fullgraph=True, backend='aot_eager')(q, lens)\n"
+        "assert torch.equal(got.view(torch.int16), want.view(torch.int16))\n")
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr

@@ -202,6 +202,7 @@ class _Prepared:
 
     def __init__(self, q, k_cache, v_cache, table, table_is_block, cache_seqlens,
                  softmax_scale, causal, window_size, softcap, return_lse, out):
+        _common.torch_ops(q)  # a shape's first eager call registers the ops for later traces
         batch, seqlen_q, nheads, d = _common.rank(FN, "q", q, 4,
                                                   "[batch, seqlen_q, nheads, headdim]")
         self.table_name = "block_table" if table_is_block else "page_table"

@@ -149,6 +149,7 @@ class _Sparse:
 
     def __init__(self, q, k_cache, indices, topk_length, attn_sink, extra, meta, softmax_scale,
                  causal, is_fp8_kvcache):
+        _common.torch_ops(q)  # a shape's first eager call registers the ops for later traces
         batch, s_q, h_q, _ = _check_sparse_call(q, meta, causal, is_fp8_kvcache, k_cache, extra)
         shape = _common.rank(FN, "indices", indices, 3, "[batch, s_q, topk]")
         if shape[:2] != (batch, s_q):
