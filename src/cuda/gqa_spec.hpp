@@ -54,8 +54,8 @@ struct GqaKernelKey {
     }
   }
   bool two_term() const { return fp8_path() == kv::kTwoTerm; }
-  // The Hopper kernel (kernels/gqa/sm90/): fp8 (or, with DECA_GQA_SM90_16BIT, bf16 / fp16),
-  // head_dim 128, no beams, sm_90a.
+  // The Hopper kernel (kernels/gqa/sm90/), sm_90a, no beams: fp8 at head_dim 128, bf16 / fp16
+  // at 64 / 128 / 256 (unless DECA_GQA_SM90_16BIT=0).
   bool wgmma() const { return fp8_path() == kv::kWgmma; }
 
   // e.g. "gqa_sm90_d128_g8_r8_p32_qbf16_kvfp8_e4m3_obf16_win_tree_cap_wgmma"
@@ -78,10 +78,11 @@ struct GqaKernelKey {
 // `path_arch` (tests only; 0 = `arch`): choose the path a plan takes on that arch, compiled for
 // `arch`, so that one GPU runs the code other arches' plans select. The Hopper kernel needs both
 // to be 90, the e4m3 mma.sync an `arch` of 89 or more.
-// `hopper_16bit` (the plans' default; DECA_GQA_SM90_16BIT=0 turns it off, read by the caller):
-// bf16 / fp16 caches at head_dim 64, 128 or 256 without beams take the Hopper kernel too
-// ("_kvbf16..._wgmma"), except with skip-softmax (its kernel is fp8's alone); else they take the
-// portable kernel.
+// `hopper_16bit`: bf16 / fp16 caches at head_dim 64, 128 or 256 without beams take the Hopper
+// kernel too ("_kvbf16..._wgmma"), except with skip-softmax (its kernel is fp8's alone); else they
+// take the portable kernel. Plans pass true unless DECA_GQA_SM90_16BIT=0 (the backend reads it);
+// the parameter's default, false, is for the tests that compile the portable kernel's 16-bit
+// specializations on sm_90.
 GqaKernelKey make_gqa_key(const GqaConfig& config, int arch, int sm_count = 132, int path_arch = 0,
                           bool hopper_16bit = false);
 

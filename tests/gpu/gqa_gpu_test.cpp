@@ -356,7 +356,7 @@ void int8_two_term_cases(const CaseList& add) {
   }
 }
 
-// The Hopper kernels for 16-bit caches (DECA_GQA_SM90_16BIT, pending their first GPU round): every
+// The Hopper kernels for 16-bit caches (the default on sm_90a; DECA_GQA_SM90_16BIT=0 not): every
 // bf16 / fp16 case of the matrix they cover (head_dim 64, 128 or 256 without beams) through them
 // ("_wgmma16", the plans' default) and through the portable kernel (the unsuffixed case, with
 // DECA_GQA_SM90_16BIT=0),

@@ -1,6 +1,7 @@
 // The Hopper GQA kernels for bf16 / fp16 caches (kernels/gqa/sm90/, Traits::k16) without a GPU
-// (this runs in CI): plans send 16-bit caches to them only with the DECA_GQA_SM90_16BIT override
-// (make_gqa_key's hopper_16bit), and NVRTC compiles their specializations for sm_90a over the rows
+// (this runs in CI): plans send 16-bit caches to them where the table below says
+// (make_gqa_key's hopper_16bit, which plans pass unless DECA_GQA_SM90_16BIT=0), and NVRTC
+// compiles their specializations for sm_90a over the rows
 // values (8 / 16 on N, 32 / 64 on M), head_dim 64, 128 and 256, q_len 1..4 with causal masks, both
 // 16-bit types, fp8 out,
 // checked mode, masks and the fused step: entry exported, nothing spilled, no wgmma serialized,
@@ -30,14 +31,14 @@ GqaConfig config16(int q_heads, int kv_heads, int head_dim, int q_len, DType kv)
   return c;
 }
 
-TEST(GqaSm90Nvrtc16, PlansTakeTheHopperKernelOnlyWithTheOverride) {
+TEST(GqaSm90Nvrtc16, PlansTakeTheHopperKernelUnlessTurnedOff) {
   struct Row {
     int q_heads, kv_heads, head_dim, q_len, beams;
     DType kv;
     int arch;
     bool skip;
-    bool wgmma;  // with the override
-    int rows;    // with the override
+    bool wgmma;  // as plans choose (hopper_16bit)
+    int rows;    // as plans choose
   };
   const Row table[] = {
       {64, 8, 128, 1, 1, DType::kBF16, 90, false, true, 8},    // l70: group 8
@@ -67,7 +68,7 @@ TEST(GqaSm90Nvrtc16, PlansTakeTheHopperKernelOnlyWithTheOverride) {
     GqaConfig c = config16(r.q_heads, r.kv_heads, r.head_dim, r.q_len, r.kv);
     c.beam_width = r.beams;
     c.skip_softmax_factor = r.skip ? 0.5f : 0.f;
-    const GqaKernelKey plain = make_gqa_key(c, r.arch);  // default: the portable kernel
+    const GqaKernelKey plain = make_gqa_key(c, r.arch);  // DECA_GQA_SM90_16BIT=0: portable
     EXPECT_FALSE(plain.wgmma()) << plain.name();
     EXPECT_EQ(plain.name().find("_wgmma"), std::string::npos) << plain.name();
     const GqaKernelKey k = make_gqa_key(c, r.arch, 132, 0, true);
@@ -75,7 +76,7 @@ TEST(GqaSm90Nvrtc16, PlansTakeTheHopperKernelOnlyWithTheOverride) {
     EXPECT_EQ(k.name().find("_wgmma") != std::string::npos, r.wgmma) << k.name();
     EXPECT_EQ(k.spec().source.find("kernels/gqa/sm90/entry.cuh") != std::string::npos, r.wgmma) << k.name();
     if (!r.wgmma) {
-      EXPECT_EQ(k.name(), plain.name());  // the override changes nothing it does not cover
+      EXPECT_EQ(k.name(), plain.name());  // hopper_16bit changes nothing it does not cover
       continue;
     }
     EXPECT_EQ(k.rows, r.rows) << k.name();
@@ -83,7 +84,7 @@ TEST(GqaSm90Nvrtc16, PlansTakeTheHopperKernelOnlyWithTheOverride) {
     EXPECT_EQ(k.shape().tile, 8192 / r.head_dim) << k.name();  // 16 KB per K or V
     EXPECT_EQ(k.shape().kv_bytes, 2) << k.name();
   }
-  // fp8 plans are the same kernels whatever the override.
+  // fp8 plans are the same kernels either way.
   const GqaConfig f8 = config16(64, 8, 128, 1, DType::kFP8E4M3);
   EXPECT_EQ(make_gqa_key(f8, 90, 132, 0, true).name(), make_gqa_key(f8, 90).name());
   // A test's path_arch of another arch keeps the portable kernel.

@@ -1,5 +1,5 @@
 // The Hopper GQA kernels' loader (kernels/gqa/sm90/tile_loader.cuh) against first principles, for
-// every cache dtype it takes (fp8 and, behind DECA_GQA_SM90_16BIT, bf16 / fp16): the bytes it
+// every cache dtype it takes (fp8, and bf16 / fp16 unless DECA_GQA_SM90_16BIT=0): the bytes it
 // addresses are the ones the CPU reference reads, and a tile's geometry (traits.cuh make_shape)
 // moves tokens x head_dim x the element's bytes. GqaParams counts its cache strides in elements;
 // a loader that took them as bytes reads, for a 2-byte cache, half-way offsets (other tokens'

@@ -1,7 +1,7 @@
 // Compile-time shape of the Hopper GQA decode kernels (kernels/gqa/sm90/decode.cuh,
 // docs/design-gqa-sm90.md): one warpgroup per CTA, the query rows of a KV head on wgmma's N (or M,
-// decode_rows.cuh). fp8 caches take 128-token tiles; 16-bit caches (bf16 / fp16, behind the
-// DECA_GQA_SM90_16BIT override) tiles of the same 16 KB per K or V (64 tokens at head_dim 128,
+// decode_rows.cuh). fp8 caches take 128-token tiles; 16-bit caches (bf16 / fp16; DECA_GQA_SM90_16BIT=0
+// sends them to the portable kernel) tiles of the same 16 KB per K or V (64 tokens at head_dim 128,
 // 128 at 64, 32 at 256), so the ring, the stage rule and the CTAs per SM are the same for all
 // (docs/perf-notes.md has the prediction behind that choice; head_dim 256 has a plan of its own
 // for its wider q, make_kernel_plan). Host-compilable: the planner (src/cuda/gqa_spec.cpp) takes tile, threads and shared
