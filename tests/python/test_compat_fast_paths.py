@@ -130,3 +130,86 @@ def test_flash_mla_repeated_call_outputs_are_torch_empty_like(rng):
         like_torch_empty(out)
         like_torch_empty(lse)
     assert sum(FALLBACKS.values()) == before
+
+
+def _strided(x, rng):
+    """x itself, or the same values in a view that is not contiguous (every other head of a
+    tensor with twice the heads; the last dim stays contiguous, as deca requires), at random."""
+    if rng.random() < 0.5:
+        return x
+    wide = torch.full((x.shape[0], 2 * x.shape[1], *x.shape[2:]), float("nan"), dtype=x.dtype,
+                      device=x.device)
+    wide[:, ::2] = x
+    return wide[:, ::2]
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_flashinfer_fast_run_on_new_data_matches_a_fresh_wrapper(seed):
+    """Random configurations (odd head counts, groups 1..5, pages of 1..32 tokens, ragged and
+    empty requests, both layouts, pair or combined cache, strided q): after a first run, a run
+    of the same shape on new q and cache values (the fast path) writes what a fresh wrapper's
+    first, checked run writes on those values, bit for bit."""
+    rng = np.random.default_rng(1000 + seed)
+    hkv = int(rng.choice([1, 2, 3]))
+    hq = hkv * int(rng.integers(1, 6))
+    d = int(rng.choice([64, 128]))
+    page = int(rng.choice([1, 5, 16, 32]))
+    layout = str(rng.choice(["NHD", "HND"]))
+    combined = bool(rng.integers(2))
+    lens = [int(n) for n in rng.integers(0, 70, int(rng.integers(1, 5)))]
+    lse = bool(rng.integers(2))
+    first = PagedCase(rng, seq_lens=lens, hq=hq, hkv=hkv, d=d, page=page, layout=layout)
+    second = PagedCase(np.random.default_rng(2000 + seed), seq_lens=lens, hq=hq, hkv=hkv, d=d,
+                       page=page, layout=layout)
+
+    def wrapper():
+        w = compat.BatchDecodeWithPagedKVCacheWrapper(
+            torch.empty(16, dtype=torch.uint8, device=DEV), layout)
+        # the second case's page table: both cases' caches are read through it, the first
+        # case's pool being as large (same lengths, same page count)
+        w.plan(*csr_pages(second, page), hq, hkv, d, page, q_data_type=torch.bfloat16)
+        return w
+
+    def args(case):
+        q = _strided(T(case.q)[:, 0], rng)
+        k, v = T(case.k), T(case.v)
+        return q, (torch.stack([k, v], dim=1) if combined else (k, v))
+
+    warm = wrapper()
+    before = sum(FALLBACKS.values())
+    warm.run(*args(first), return_lse=lse)
+    got = warm.run(*args(second), return_lse=lse)
+    assert len(warm._fast) == 1 and sum(FALLBACKS.values()) == before
+    want = wrapper().run(*args(second), return_lse=lse)
+    for a, b in zip(got if lse else (got,), want if lse else (want,)):
+        same_bits(a, b)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_flash_attn_fast_call_on_new_data_matches_gqa_decode(seed):
+    """Random one-token configurations (odd head counts, ragged and empty requests, both KV
+    layouts' NHD form, strided q, with and without LSE): a repeated call of a shape on new values
+    (the fast path) writes deca.gqa_decode's bits for those values."""
+    rng = np.random.default_rng(3000 + seed)
+    hkv = int(rng.choice([1, 2, 3]))
+    hq = hkv * int(rng.integers(1, 6))
+    d = int(rng.choice([64, 128]))
+    page = int(rng.choice([1, 8, 16]))
+    lens = [int(n) for n in rng.integers(0, 60, int(rng.integers(1, 5)))]
+    return_lse = bool(rng.integers(2))
+    cases = [PagedCase(np.random.default_rng(4000 + 2 * seed + i), seq_lens=lens, hq=hq,
+                       hkv=hkv, d=d, page=page) for i in range(2)]
+    before = sum(FALLBACKS.values())
+    for i, case in enumerate(cases):
+        q, k, v, lens_t, table = (T(x) for x in (case.q, case.k, case.v, case.seq_lens,
+                                                 case.page_table))
+        q = _strided(q[:, 0], rng)[:, None]
+        got = compat.flash_attn_with_kvcache(q, k, v, cache_seqlens=lens_t, block_table=table,
+                                             causal=True, return_softmax_lse=return_lse)
+        if i == 0:
+            continue  # the first call of the shape: the checked path
+        want, want_lse = deca.gqa_decode(q.contiguous(), k, v, table, lens_t, return_lse=True)
+        same_bits(got[0] if return_lse else got, want)
+        if return_lse:
+            same_bits(got[1], want_lse.transpose(1, 2))
+    assert sum(FALLBACKS.values()) == before
