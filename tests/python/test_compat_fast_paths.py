@@ -213,3 +213,36 @@ def test_flash_attn_fast_call_on_new_data_matches_gqa_decode(seed):
         if return_lse:
             same_bits(got[1], want_lse.transpose(1, 2))
     assert sum(FALLBACKS.values()) == before
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_flash_mla_fast_call_on_new_data_matches_mla_decode_sparse(seed):
+    """Random sparse calls (batch 1..3, head counts 1..20, topk 16..80 with -1 entries and
+    duplicates, a strided cache view at random): after a first call of the shape, a call on new
+    q, cache and indices (the fast path, one metadata object for the step as engines pass it)
+    writes deca.mla_decode_sparse's bits for those values, LSE in FlashMLA's convention."""
+    from test_compat_torch import flash_mla_lse
+    from test_mla import _sparse_case, strided_kv
+    rng = np.random.default_rng(5000 + seed)
+    batch, heads = int(rng.integers(1, 4)), int(rng.integers(1, 21))
+    topk, page = int(rng.choice([16, 48, 80])), int(rng.choice([16, 64]))
+    meta, _ = compat.get_mla_metadata()
+    before = sum(FALLBACKS.values())
+    for i in range(2):
+        q, kv, indices = _sparse_case(np.random.default_rng(6000 + 2 * seed + i), batch, 1,
+                                      heads, topk, page, num_blocks=4)
+        qt, kvt, it = T(q), T(kv), T(indices)
+        if rng.integers(2):  # the same records in a view of a larger, poisoned allocation
+            layout = str(rng.choice(["layer", "slot"]))
+            big = T(strided_kv(kv, layout)[0])
+            kvt = big[:, 1] if layout == "layer" else big[:, :, 1:2]
+            assert not kvt.is_contiguous()
+        out, lse = compat.flash_mla_with_kvcache(qt, kvt, None, None, 512,
+                                                 meta if i else None, None,
+                                                 is_fp8_kvcache=True, indices=it)
+        if i == 0:
+            continue
+        want, want_lse = deca.mla_decode_sparse(qt, kvt, it, return_lse=True)
+        same_bits(out, want)
+        same_bits(lse, flash_mla_lse(want_lse))
+    assert sum(FALLBACKS.values()) == before
