@@ -176,17 +176,10 @@ def lib_dtype(like, name):
     return _NUMPY_DTYPES[name]
 
 
-def new_tensor(like, shape, dtype):
-    """An uninitialised tensor of like's library (torch or numpy) on like's device; dtype an
-    object of that library (lib_dtype)."""
-    if type(like) is np.ndarray:
-        return np.empty(shape, dtype)
-    return torch_of(like).empty(shape, dtype=dtype, device=like.device)
-
-
 def allocator(like):
-    """new_tensor's work for like's library and device, bound once: a function of (shape,
-    dtype) that a prepared call uses per call without looking the library or device up."""
+    """An allocator for like's library (numpy, cupy or torch) and device, bound once: a function
+    of (shape, dtype), dtype an object of that library (lib_dtype), that a prepared call uses per
+    call without looking the library or device up."""
     if type(like) is np.ndarray:
         return np.empty
     cupy = cupy_of(like)
@@ -203,20 +196,18 @@ def allocator(like):
 
 def maker(like, shape, dtype):
     """A function of no arguments returning a new uninitialised tensor of `shape` and `dtype`
-    (lib_dtype) in like's library on like's device, as new_tensor(like, shape, dtype) does: what a
-    prepared call of one shape allocates its outputs with, per call. For torch it is
-    torch.empty_like of a one-element template expanded to `shape`, in the contiguous format:
-    the tensor torch.empty(shape, dtype=dtype, device=...) makes (same strides, device, dtype),
-    with a fraction of torch.empty's argument parsing (tuple, dtype, device) per call."""
+    (lib_dtype) in like's library on like's device: what a prepared call of one shape allocates
+    its outputs with, per call. For a torch.Tensor it is torch.empty_like of a one-element
+    template expanded to `shape`, in the contiguous format: the tensor torch.empty(shape,
+    dtype=dtype, device=...) makes (same strides, device, dtype), with a fraction of
+    torch.empty's argument parsing (tuple, dtype, device) per call; else allocator's."""
     shape = tuple(shape)
-    if type(like) is np.ndarray:
-        return functools.partial(np.empty, shape, dtype)
     torch = torch_of(like)
-    if torch is None or type(like) is not torch.Tensor:
-        empty = allocator(like)
-        return functools.partial(empty, shape, dtype)
-    template = torch.empty((), dtype=dtype, device=like.device).expand(shape)
-    return functools.partial(torch.empty_like, template, memory_format=torch.contiguous_format)
+    if torch is not None and type(like) is torch.Tensor:
+        template = torch.empty((), dtype=dtype, device=like.device).expand(shape)
+        return functools.partial(torch.empty_like, template,
+                                 memory_format=torch.contiguous_format)
+    return functools.partial(allocator(like), shape, dtype)
 
 
 def is_cpu(t):

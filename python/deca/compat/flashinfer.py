@@ -354,7 +354,7 @@ class _FastRun:
             self.c_plan, q, k_cache, v_cache, wrapper._page_table, wrapper._seq_lens, out, lse,
             None, sinks, None, None, 1.0 if k_scale is None else float(k_scale),
             1.0 if v_scale is None else float(v_scale),
-            self.scale * (1.0 if q_scale is None else float(q_scale)) or 0.0, 1.0, self.ws, stream,
+            self.scale * (1.0 if q_scale is None else float(q_scale)), 1.0, self.ws, stream,
             False, True, not pair)
         return _returned(out, lse, self.want_lse)
 
