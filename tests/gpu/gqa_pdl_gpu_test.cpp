@@ -32,41 +32,44 @@ struct ChainCase {
   bool splits = false;  // the plan must split the keys (checked below)
 };
 
+// Two requests, one long: split-KV, whose merge is the launch's tail.
+ChainCase split_case(const std::string& name, DType kv) {
+  ChainCase c;
+  c.name = name;
+  c.spec = base_spec(64, 8, 128, 64, kv);
+  c.spec.batch = 2;
+  c.spec.seq_lens = {12000, 300};
+  c.splits = true;
+  return c;
+}
+
 std::vector<ChainCase> chain_cases() {
   std::vector<ChainCase> v;
-  auto add = [&](const std::string& name, DType kv, auto&& edit) {
-    ChainCase c;
-    c.name = name;
-    c.spec = base_spec(64, 8, 128, 64, kv);
-    c.spec.batch = 2;
-    c.spec.seq_lens = {12000, 300};  // one long request: split-KV, the merge as the tail
-    c.splits = true;
-    edit(c);
-    v.push_back(c);
-  };
-  add("bf16_hopper_split", DType::kBF16, [](ChainCase& c) { c.opt.hopper_16bit = 1; });
-  add("bf16_portable_split", DType::kBF16, [](ChainCase& c) { c.opt.hopper_16bit = 0; });
-  add("fp8_split", DType::kFP8E4M3, [](ChainCase&) {});
-  add("int8_split", DType::kINT8, [](ChainCase&) {});
-  add("bf16_unchecked_split", DType::kBF16, [](ChainCase& c) { c.checked = false; });
-  add("fp8_rows_on_m_q4", DType::kFP8E4M3, [](ChainCase& c) {
-    c.spec.q_len = 4;
-    c.spec.seq_lens = {3000, 40};
-    c.splits = false;
-  });
-  add("bf16_one_wave_no_split", DType::kBF16, [](ChainCase& c) {
-    c.spec.batch = 48;
-    c.spec.seq_lens.assign(48, 700);
-    c.splits = false;
-  });
-  add("fused_bf16_split", DType::kBF16, [](ChainCase& c) { c.fused = true; });
-  add("fused_fp8_split", DType::kFP8E4M3, [](ChainCase& c) { c.fused = true; });
-  add("fused_int8_q2", DType::kINT8, [](ChainCase& c) {
-    c.fused = true;
-    c.spec.q_len = 2;
-    c.spec.seq_lens = {900, 2};
-    c.splits = false;
-  });
+  v.push_back(split_case("bf16_hopper_split", DType::kBF16));
+  v.back().opt.hopper_16bit = 1;
+  v.push_back(split_case("bf16_portable_split", DType::kBF16));
+  v.back().opt.hopper_16bit = 0;
+  v.push_back(split_case("fp8_split", DType::kFP8E4M3));
+  v.push_back(split_case("int8_split", DType::kINT8));
+  v.push_back(split_case("bf16_unchecked_split", DType::kBF16));
+  v.back().checked = false;
+  v.push_back(split_case("fp8_rows_on_m_q4", DType::kFP8E4M3));
+  v.back().spec.q_len = 4;
+  v.back().spec.seq_lens = {3000, 40};
+  v.back().splits = false;
+  v.push_back(split_case("bf16_one_wave_no_split", DType::kBF16));
+  v.back().spec.batch = 48;
+  v.back().spec.seq_lens.assign(48, 700);
+  v.back().splits = false;
+  for (DType kv : {DType::kBF16, DType::kFP8E4M3}) {
+    v.push_back(split_case(std::string("fused_") + dtype_name(kv) + "_split", kv));
+    v.back().fused = true;
+  }
+  v.push_back(split_case("fused_int8_q2", DType::kINT8));
+  v.back().fused = true;
+  v.back().spec.q_len = 2;
+  v.back().spec.seq_lens = {900, 2};
+  v.back().splits = false;
   return v;
 }
 
