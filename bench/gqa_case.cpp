@@ -11,6 +11,7 @@
 #include "deca/error.hpp"
 #include "gpu_timer.hpp"
 #include "gqa_fused_case.hpp"
+#include "gqa_layers.hpp"
 #include "launch_floor.hpp"
 #include "skip_bench.hpp"
 #include "timing.hpp"
@@ -286,6 +287,7 @@ CaseResult run_gqa_case(const BenchCase& bc, const RunOptions& opt) {
     r.skip = {{"dist", opt.peaked ? "peaked" : "uniform"}};
     measure_skip(opt, plan, args, h.q_elems * 2, static_cast<int>(kv_elt), r);
   }
+  if (opt.layers > 0 && opt.cuda) r.layers = time_layers(plan, args, h.cache_elems * kv_elt, opt);
   if (opt.fused) r.fused = time_fused_step(plan, args, opt, mem, rng.next());
   if (opt.host_calls > 0) {
     GqaDecodeArgs a = args;

@@ -156,7 +156,7 @@ struct Cli {
   std::string dist = "uniform";
   std::vector<std::string> presets, shapes;
   std::string json_path, backend = "auto", precompile_preset, layout_name = "nhd", mla_schedule = "once";
-  int iters = 0, warmup = -1, device = 0, check_requests = 8, arch = 0, host_calls = 2000;
+  int iters = 0, warmup = -1, device = 0, check_requests = 8, arch = 0, host_calls = 2000, layers = 0;
   unsigned jobs = std::max(1u, std::thread::hardware_concurrency());
   double check_tol = 0.01;
 };
@@ -191,6 +191,12 @@ void add_options(CLI::App& app, Cli& o) {
                "GQA cases also time the fused decode step (RoPE + KV append + decode, one launch) "
                "on the same cache, and rotate + append + decode as three launches (GPU), printed "
                "under each row and summed up at the end");
+  app.add_option("--layers", o.layers,
+                 "GQA cases on the GPU also time their plan as this many consecutive layers in "
+                 "one CUDA graph (each layer its own copy of the cache while they fit in half the "
+                 "free memory), per launch with programmatic dependent launch (as gqa_decode "
+                 "launches on sm_90+) and without it, printed under each row (docs/benchmarks.md)")
+      ->check(CLI::Range(1, 1024));
   app.add_flag("--checked", o.checked,
                "run every case twice, unchecked then checked (GqaConfig / MlaConfig::checked: "
                "the kernels range-test the page ids, lengths and indices they read; names end in "
@@ -423,6 +429,7 @@ int run(int argc, char** argv) {
   opt.skip_softmax = o.skip_softmax;
   opt.peaked = o.dist == "peaked";
   opt.fused = o.fused;
+  opt.layers = o.layers;
   opt.seed = run_seed();
   std::vector<BenchCase> cases = collect(o.presets);
   cases.insert(cases.end(), shape_cases.begin(), shape_cases.end());

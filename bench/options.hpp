@@ -29,6 +29,7 @@ struct RunOptions {
   float skip_softmax = 0.f;
   bool peaked = false;
   bool fused = false;           // --fused: GQA cases also time the fused decode step
+  int layers = 0;               // --layers L: GQA cases also time L layers in a graph, PDL on / off
   std::uint64_t seed = 0;      // fresh per run; each case derives its own from it
   GpuTimer* timer = nullptr;   // set when cuda
 };

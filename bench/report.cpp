@@ -103,6 +103,7 @@ void Report::add(CaseResult r) {
     }
     if (!r.graph_note.empty()) out_ << "    (no graph figure: " << r.graph_note << ")\n";
     if (r.fused) print_fused(r);
+    if (r.layers) print_layers(*r.layers);
     if (r.check_failed) out_ << "    CHECK FAILED: " << *r.check_failed << "\n";
   }
   out_.flush();
@@ -121,6 +122,19 @@ void Report::print_fused(const CaseResult& r) {
   if (f.three_graph_us) out_ << ", graph " << fixed(*f.three_graph_us, 1) << " us";
   if (f.max_abs_vs_three) out_ << "; max |fused - 3 launches| " << sci(f.max_abs_vs_three);
   out_ << "  [" << f.kernel_name << "]\n";
+}
+
+// --layers: per launch in a graph of L consecutive layers, with and without PDL.
+void Report::print_layers(const LayerTimes& t) {
+  out_ << "    layers: " << t.layers << " in a graph (" << t.caches << " caches): "
+       << (t.pdl_us ? fixed(*t.pdl_us, 1) : std::string("-")) << " us per launch with PDL, "
+       << (t.plain_us ? fixed(*t.plain_us, 1) : std::string("-")) << " without";
+  if (t.pdl_us && t.plain_us && *t.plain_us > 0) {
+    out_ << " (" << fixed(*t.plain_us - *t.pdl_us, 2) << " us, " << fixed(100.0 * (*t.pdl_us / *t.plain_us - 1.0), 1)
+         << " %)";
+  }
+  if (!t.note.empty()) out_ << "  [" << t.note << "]";
+  out_ << "\n";
 }
 
 void Report::write_json(const std::string& path) const {
@@ -163,6 +177,12 @@ void Report::write_json(const std::string& path) const {
       c["kernel_name"] = r.kernel_name;
       if (r.skip.is_object()) c["skip_softmax"] = r.skip;
       if (r.check_failed) c["check_failed"] = *r.check_failed;
+      if (r.layers) {
+        c["layers"] = {{"count", r.layers->layers},
+                       {"caches", r.layers->caches},
+                       {"pdl_time_us_graph", optional_json(r.layers->pdl_us)},
+                       {"plain_time_us_graph", optional_json(r.layers->plain_us)}};
+      }
       if (r.fused) {
         const FusedTimes& f = *r.fused;
         c["fused"] = {{"kernel_name", f.kernel_name},

@@ -22,6 +22,17 @@ struct FusedTimes {
   std::optional<double> max_abs_vs_three;  // fused output against the three launches' (CUDA)
 };
 
+// --layers L (GQA on CUDA, bench/gqa_layers.cpp): the case's plan as L consecutive layers in one
+// CUDA graph (each layer its own copy of the cache while they fit), per-launch medians with
+// programmatic dependent launch (as gqa_decode launches on sm_90+) and without it.
+struct LayerTimes {
+  int layers = 0;
+  int caches = 0;  // distinct K/V copies the layers take in turn
+  std::optional<double> pdl_us;
+  std::optional<double> plain_us;
+  std::string note;  // why a figure is missing
+};
+
 struct CaseResult {
   std::string name;
   std::string backend;          // "cpu" | "cuda"
@@ -57,6 +68,7 @@ struct CaseResult {
   // otherwise. Written to the JSON as "skip_softmax".
   nlohmann::json skip;
   std::optional<FusedTimes> fused;
+  std::optional<LayerTimes> layers;
 };
 
 struct RunInfo {
@@ -78,6 +90,7 @@ class Report {
 
  private:
   void print_fused(const CaseResult& r);
+  void print_layers(const LayerTimes& t);
   std::ostream& out_;
   RunInfo info_;
   std::vector<CaseResult> results_;

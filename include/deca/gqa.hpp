@@ -169,7 +169,13 @@ struct GqaDecodeArgs {
   void* workspace = nullptr;  // plan.workspace_bytes bytes on the device, zeroed once at
                               // allocation (split counters reset themselves after each run)
   std::size_t workspace_bytes = 0;
-  void* stream = nullptr;     // cudaStream_t; ignored on the CPU
+  // cudaStream_t; ignored on the CPU. On sm_90 and later the kernel is launched with programmatic
+  // dependent launch: it may be placed on the GPU while the previous kernel in the stream
+  // finishes, but reads and writes nothing before that kernel has completed (stream order holds
+  // as without it), and it lets the next kernel launch once its main loop is done; a next
+  // kernel launched with the attribute must itself wait (griddepcontrol.wait /
+  // cudaGridDependencySynchronize) before it reads this call's outputs. Captured graphs keep it.
+  void* stream = nullptr;
 };
 
 // Validates every argument against the plan before anything is launched or written; throws

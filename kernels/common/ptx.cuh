@@ -212,11 +212,15 @@ __device__ __forceinline__ unsigned char float_to_fp8_bits(float f) {
 #endif
 }
 
-// ---- Programmatic dependent launch (PTX ISA 9.7.13.x griddepcontrol, sm_90+) ------------------
-// launch_dependents: this CTA's writes that the next kernel reads are done, so a kernel launched
-// with programmatic stream serialization may start. wait: block until the grids this one depends
-// on have completed and their memory is visible. Both are no-ops without PDL, and compile to
-// nothing below sm_90 (where launches never overlap).
+// ---- Programmatic dependent launch (PTX ISA 9.7.13.13, "Parallel Synchronization and Communication
+// Instructions: griddepcontrol", sm_90+, PTX 7.8) ------------------------------------------------
+// The one pair of wrappers every kernel uses (the Hopper kernels' sm90_ptx.cuh has none of its own).
+// griddepcontrol.launch_dependents; -- a grid launched behind this one with programmatic stream
+// serialization may start once every CTA of this grid executed it or exited; it says nothing
+// about this grid's writes (the dependent's wait does). griddepcontrol.wait; -- blocks until the
+// grids this one depends on have completed and their memory is visible. Both are no-ops in a
+// grid launched without the attribute, and compile to nothing below sm_90 (where launches never
+// overlap).
 __device__ __forceinline__ void griddep_launch_dependents() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");

@@ -6,5 +6,5 @@
 #include "kernels/common/sm90/cluster.cuh"  // clusters, st.async, cp.async.bulk
 #include "kernels/common/sm90/convert.cuh"  // cvt: e4m3 -> f16, f16 -> f32, f32 -> bf16
 #include "kernels/common/sm90/memory.cuh"   // ld.global.nc with cache hints, prefetch, st.shared, stmatrix
-#include "kernels/common/sm90/sync.cuh"     // setmaxnreg, named barriers, mbarrier, fences, griddepcontrol
+#include "kernels/common/sm90/sync.cuh"     // setmaxnreg, named barriers, mbarrier, fences
 #include "kernels/common/sm90/wgmma.cuh"    // descriptors, fence / commit / wait, mma_async shapes

@@ -101,6 +101,16 @@ __device__ __forceinline__ void finish_cta(const GqaParams& p, unsigned char* sm
     row_l[r] = l;
   }
   __syncthreads();
+  // Programmatic dependent launch: the next grid in the stream may start placing its CTAs once
+  // every CTA of this one has come here or exited. Not before the main loop ends: the next
+  // grid's CTAs hold shared memory and registers from then on, and the next kernel need not be a
+  // decode whose first act is its wait (an o-projection GEMM may stream its weights before its
+  // wait, competing with this grid's cache reads). From here on this grid is latency-bound (the
+  // output writes, the split publish, the last CTA's merge, the grid's completion), which the
+  // next launch and its set-up then overlap; right after this barrier, so that the compiler
+  // schedules the code around it as without it. The next grid's griddepcontrol.wait still waits
+  // for every write of this one.
+  ptx::griddep_launch_dependents();
   auto cta_o = [&](int r, int d) {
     float acc = 0.f;
 #pragma unroll

@@ -32,6 +32,11 @@ extern "C" __global__ void __launch_bounds__(128)
   using T = deca::gqa::RopeAppendTraits<Cfg>;
   namespace fused = deca::gqa::fused;
   constexpr int kPairs = T::kHeadDim / 2;
+  // Programmatic dependent launch: q, k_new / v_new, seq_lens and the cache may be the previous
+  // kernel's, so the wait comes first. The body is a few dependent loads and stores with nothing
+  // bandwidth-bound for the next grid to compete with: it may start launching at once.
+  deca::ptx::griddep_wait();
+  deca::ptx::griddep_launch_dependents();
   const int b = blockIdx.x / p.q_len;
   const int i = blockIdx.x % p.q_len;
   const int item = blockIdx.y * 128 + threadIdx.x;

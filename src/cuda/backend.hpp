@@ -44,9 +44,13 @@ struct GqaWorkspace {
 GqaWorkspace gqa_workspace(const GqaPlan& plan, void* workspace);
 
 // Launches the plan's kernel on `stream` (a cudaStream_t) with checked, filled params (api::
-// gqa_params). With `launch` false it does everything but the driver call (kernel lookup, grid,
-// the current device): what deca-bench --host-cost reports as deca's own part of a call.
-void gqa_decode(const GqaPlan& plan, const GqaParams& params, void* stream, bool launch = true);
+// gqa_params), with gqa_launch_options (programmatic dependent launch on sm_90+). With `launch`
+// false it does everything but the driver call (kernel lookup, grid, the current device): what
+// deca-bench --host-cost reports as deca's own part of a call. `pdl` false: without the
+// programmatic-dependent-launch attribute whatever the arch (deca-bench --layers' comparison,
+// the GPU tests' serial baseline); the kernel is the same.
+void gqa_decode(const GqaPlan& plan, const GqaParams& params, void* stream, bool launch = true,
+                bool pdl = true);
 // The fused step's rotate (mode 0: q into q_out, contiguous [batch, q_len, num_q_heads,
 // head_dim] in q's dtype) or append (mode 1: k_new / v_new into the cache) alone, for a fused
 // plan's params (src/cuda/gqa_rope_append.cpp; deca-bench --fused's three-launch baseline).

@@ -209,7 +209,7 @@ GqaWorkspace gqa_workspace(const GqaPlan& plan, void* workspace) {
   return parts;
 }
 
-void gqa_decode(const GqaPlan& plan, const GqaParams& params, void* stream, bool launch) {
+void gqa_decode(const GqaPlan& plan, const GqaParams& params, void* stream, bool launch, bool pdl) {
   if (params.batch == 0) return;
   const Prepared& prep = prepared(plan);
   const GqaKernelKey& key = prep.key;
@@ -224,7 +224,9 @@ void gqa_decode(const GqaPlan& plan, const GqaParams& params, void* stream, bool
   void* args[] = {const_cast<GqaParams*>(&params)};
   jit::ScopedDevice scope(plan_device(plan));
   if (!launch) return;  // deca-bench --host-cost: deca's own part, without the driver call
-  jit::launch(*prep.kernel, grid, block, static_cast<std::size_t>(shape.smem_bytes), stream, args);
+  jit::LaunchOptions options = gqa_launch_options(key.arch);
+  options.pdl = options.pdl && pdl;
+  jit::launch(*prep.kernel, grid, block, static_cast<std::size_t>(shape.smem_bytes), stream, args, options);
 }
 
 std::string precompile_gqa(const GqaConfig& config, int arch) {

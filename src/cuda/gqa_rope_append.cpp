@@ -34,7 +34,8 @@ void gqa_rope_append(const GqaPlan& plan, const GqaParams& params, void* q_out, 
   if (params.batch == 0) return;
   const int device = plan.config.device.index;
   jit::ScopedDevice scope(device);
-  const jit::LoadedKernel& kernel = jit::get_kernel(gqa_rope_append_spec(plan.config, compute_capability(device)), device);
+  const int arch = compute_capability(device);
+  const jit::LoadedKernel& kernel = jit::get_kernel(gqa_rope_append_spec(plan.config, arch), device);
   const int heads = mode == 0 ? params.num_q_heads : params.num_kv_heads;
   jit::Dim3 grid;
   grid.x = static_cast<unsigned>(params.batch * params.q_len);
@@ -42,7 +43,7 @@ void gqa_rope_append(const GqaPlan& plan, const GqaParams& params, void* q_out, 
   jit::Dim3 block;
   block.x = 128;
   void* args[] = {const_cast<GqaParams*>(&params), &q_out, &mode};
-  jit::launch(kernel, grid, block, 0, stream, args);
+  jit::launch(kernel, grid, block, 0, stream, args, gqa_launch_options(arch));
 }
 
 }  // namespace deca::cuda

@@ -132,4 +132,10 @@ GqaKernelKey make_gqa_key(const GqaConfig& config, int arch, int sm_count, int p
   return key;
 }
 
+jit::LaunchOptions gqa_launch_options(int arch) {
+  jit::LaunchOptions o;
+  o.pdl = arch >= 90;
+  return o;
+}
+
 }  // namespace deca::cuda

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "deca/gqa.hpp"
+#include "jit/kernel_cache.hpp"
 #include "jit/spec.hpp"
 #include "kernels/gqa/sm90/traits.cuh"
 #include "kernels/gqa/sm80/traits.cuh"
@@ -85,6 +86,14 @@ struct GqaKernelKey {
 // specializations on sm_90.
 GqaKernelKey make_gqa_key(const GqaConfig& config, int arch, int sm_count = 132, int path_arch = 0,
                           bool hopper_16bit = false);
+
+// How every GQA launch (decode, fused step, rotate / append) is made on a device of compute
+// capability `arch`: with programmatic dependent launch from sm_90 on, so that the grid is placed
+// while the previous kernel in the stream finishes. The kernels wait on griddepcontrol before
+// their first global access and let the next grid launch once their main loop is done
+// (kernels/gqa/sm80/entry.cuh, epilogue.cuh finish_cta); below sm_90 there is no such attribute.
+// A captured graph keeps it as a programmatic edge (CUDA 12.3 and later).
+jit::LaunchOptions gqa_launch_options(int arch);
 
 // The fused step's rotate / append kernel alone for a fused config (kernels/gqa/rope_append.cuh;
 // src/cuda/gqa_rope_append.cpp launches it).

@@ -86,6 +86,7 @@ class GraphReplay {
   GraphReplay& operator=(const GraphReplay&) = delete;
 
   cudaStream_t stream() const { return stream_; }
+  cudaGraph_t graph() const { return graph_; }  // the captured graph (null before capture)
   template <class Run>
   void capture(Run&& run, bool warm = true) {
     if (warm) {

@@ -1,7 +1,7 @@
 // Synchronisation for the warp-specialized Hopper kernels, one wrapper per instruction with its PTX
 // syntax: register reallocation (setmaxnreg), named barriers, mbarriers and the async-proxy
-// fences (through CCCL's cuda::ptx where it has them), programmatic dependent launch
-// (griddepcontrol). Needs sm_90a (setmaxnreg).
+// fences (through CCCL's cuda::ptx where it has them). Needs sm_90a (setmaxnreg). Programmatic
+// dependent launch (griddepcontrol): kernels/common/ptx.cuh.
 #pragma once
 
 #include <cuda/ptx>
@@ -116,18 +116,6 @@ __device__ __forceinline__ void fence_mbar_init() {
 // async proxy (wgmma reads its shared operands through it).
 __device__ __forceinline__ void fence_proxy_async_smem() {
   cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);
-}
-
-// ---- Programmatic dependent launch (PTX ISA 9.7.13.13, griddepcontrol, sm_90) --------------------
-// griddepcontrol.launch_dependents; -- the dependent grid may start once every CTA executed this
-// (or exited); its griddepcontrol.wait still waits for this grid's memory to be flushed.
-__device__ __forceinline__ void launch_dependents() {
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-}
-// griddepcontrol.wait; -- waits for the prerequisite grids to complete and their memory to be
-// visible (a no-op without programmatic dependent launch).
-__device__ __forceinline__ void grid_dependency_wait() {
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
 }
 
 }  // namespace deca::sm90

@@ -14,6 +14,11 @@ extern "C" __global__ void __launch_bounds__(deca::gqa::sm90::Traits<Cfg>::kThre
                                              deca::gqa::sm90::Traits<Cfg>::kMinCtas)
     deca_gqa_decode(const __grid_constant__ deca::GqaParams params) {
   extern __shared__ __align__(128) unsigned char deca_smem[];  // aligned to 1024 inside
+  // Programmatic dependent launch: the wait before anything reads or writes global memory, as
+  // the portable kernel's entry says. The kernels' own set-up before their first global read
+  // (shared-memory base and descriptors, the checked ring's slots) is a few dozen instructions,
+  // no mbarrier or tensor map to overlap, so the wait stays here where no path can skip it.
+  deca::ptx::griddep_wait();
   if constexpr (Cfg::kRowsOnM) {
     deca::gqa::sm90::gqa_decode_rows_kernel<Cfg>(params, deca_smem);
   } else if constexpr (deca::gqa::sm90::Traits<Cfg>::kSkip) {

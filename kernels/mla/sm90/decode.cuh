@@ -78,7 +78,7 @@ __device__ __forceinline__ void mla_sparse_decode_sm90(const DecodeKernelParams&
   // then load the partition and the stamp together before the barrier set-up, so that their
   // memory latency (the walk's first id loads wait on the partition) runs under it. (The
   // partition is read within the workspace whatever the stamp says; only a matching one is used.)
-  grid_dependency_wait();
+  ptx::griddep_wait();
   const SparsePart part = kp.run.parts[blockIdx.z];
   const bool matches = schedule_matches<kModel1<Cfg>>(kp.p, kp.run);
   const unsigned raw = ptx::smem_addr(smem_raw);
@@ -162,7 +162,7 @@ __device__ __forceinline__ void mla_sparse_decode_sm90(const DecodeKernelParams&
   }
   // The combine kernel (launched with programmatic dependent launch) may start; its
   // griddepcontrol.wait still sees every write of this grid.
-  launch_dependents();
+  ptx::griddep_launch_dependents();
   // Neither CTA of a cluster may leave while the other can still write its tiles or arrive on
   // its barriers.
   if constexpr (kCl == 2) cluster_sync();

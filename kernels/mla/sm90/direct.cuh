@@ -53,7 +53,7 @@ __device__ __forceinline__ void mla_sparse_direct_sm90(const DecodeKernelParams&
   static_assert(ClusterOf<Cfg>::value == 1, "Cfg::kDirect: one head block of at most 16 heads, no cluster");
   static_assert(!kRowFormat<Cfg> && !kModel1<Cfg>,
                 "Cfg::kDirect: the 656-byte token only (dense bf16 / e4m3 rows, MODEL1: the wide kernel)");
-  grid_dependency_wait();
+  ptx::griddep_wait();
   const SparsePart part = kp.run.parts[blockIdx.z];
   const bool matches = schedule_matches(kp.p, kp.run);
   const unsigned raw = ptx::smem_addr(smem_raw);
@@ -90,7 +90,7 @@ __device__ __forceinline__ void mla_sparse_direct_sm90(const DecodeKernelParams&
     setmaxnreg_inc<232>();
     consumer_direct<Cfg>(kp, part, tok, sm, wg);
   }
-  launch_dependents();
+  ptx::griddep_launch_dependents();
 }
 
 }  // namespace deca::mla::sm90

@@ -162,7 +162,8 @@ class BatchDecodeWithPagedKVCacheWrapper:
         head_dim] (NHD) / [max_pages, num_kv_heads, page_size, head_dim] (HND) tensors. Each is
         checked against what plan() promised (dtypes, heads, head_dim, page size, layout).
         Returns out [batch, num_qo_heads, head_dim], or (out, lse [batch, num_qo_heads] fp32,
-        base-2 log) with return_lse or lse given."""
+        base-2 log) with return_lse or lse given. enable_pdl is accepted and has no effect:
+        deca launches with programmatic dependent launch on sm_90 and later whatever it says."""
         fn = "BatchDecodeWithPagedKVCacheWrapper.run"
         key = None
         if not args and lse is None and window_left is None and not _common.compiling(q):
