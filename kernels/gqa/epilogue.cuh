@@ -160,17 +160,22 @@ __device__ __forceinline__ void finish_cta(const GqaParams& p, unsigned char* sm
     own_ml[r * 2] = row_m[r];
     own_ml[r * 2 + 1] = row_l[r];
   }
-  __threadfence();  // partials visible device-wide before the arrival is counted
+  // One fence per CTA, not one per thread: the barrier puts every thread's partial stores before
+  // thread 0's arrival in causality order, and the arrival (atom.acq_rel.gpu) is the release that
+  // makes them visible to the CTA whose arrival reads its count or a later one (the arrivals form
+  // one chain of atomics on the counter: observation order). In the last CTA the same atomic is the
+  // acquire of every other piece's release, and the barrier after it orders the other threads'
+  // reads of their partials after it (PTX ISA, Memory Consistency Model: "Memory
+  // synchronization", "Causality order", the "Causality" axiom; ptx.cuh).
   __syncthreads();
   __shared__ unsigned is_last;
   if (tid == 0) {
-    const unsigned prev = atomicAdd(p.ws_counters + pieces.unit, 1u);
+    const unsigned prev = ptx::atom_add_acq_rel_gpu(p.ws_counters + pieces.unit, 1u);
     is_last = prev == static_cast<unsigned>(pieces.count - 1);
     if (is_last) p.ws_counters[pieces.unit] = 0u;  // ready for the next launch: no memset between calls
   }
   __syncthreads();
   if (!is_last) return;
-  __threadfence();  // acquire side: the other pieces' partials are read after their arrivals
 
   // ---- The last CTA merges every split, in split order (bitwise reproducible) ----
   const int ns = pieces.count;
