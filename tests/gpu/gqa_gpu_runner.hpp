@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <sstream>
 #include <string>
 
@@ -45,6 +46,9 @@ struct GpuOptions {
   // 16-bit caches: DECA_GQA_SM90_16BIT for this plan (1: the Hopper wgmma kernel on sm_90a where
   // it applies, 0: the portable kernel); -1 leaves the environment as it is.
   int hopper_16bit = -1;
+  // DECA_GQA_FIXEDCOST_VARIANT for this plan (1: the split merge from shared memory, "_pm"); -1
+  // leaves the environment as it is.
+  int merge_variant = -1;
 };
 
 // Whether the 16-bit Hopper kernel covers a cache of this head_dim, dtype and beam width (the
@@ -148,15 +152,13 @@ struct DeviceCase {
   }
 };
 
-// plan_gqa_decode with the options' path_arch and DECA_GQA_SM90_16BIT (read when the plan is
-// made; the plan keeps the kernel it named).
+// plan_gqa_decode with the options' path_arch, DECA_GQA_SM90_16BIT and DECA_GQA_FIXEDCOST_VARIANT
+// (read when the plan is made; the plan keeps the kernel it named).
 inline void plan_with(GqaPlan& plan, const GpuOptions& o) {
-  if (o.hopper_16bit >= 0) {
-    const jit::testing::ScopedEnv env("DECA_GQA_SM90_16BIT", o.hopper_16bit ? "1" : "0");
-    cuda::plan_gqa_decode(plan, o.path_arch);
-  } else {
-    cuda::plan_gqa_decode(plan, o.path_arch);
-  }
+  std::optional<jit::testing::ScopedEnv> hopper, merge;
+  if (o.hopper_16bit >= 0) hopper.emplace("DECA_GQA_SM90_16BIT", o.hopper_16bit ? "1" : "0");
+  if (o.merge_variant >= 0) merge.emplace("DECA_GQA_FIXEDCOST_VARIANT", o.merge_variant ? "1" : "0");
+  cuda::plan_gqa_decode(plan, o.path_arch);
 }
 
 inline GqaPlan gpu_plan(const GqaCase& c, const GpuOptions& o = {}) {
