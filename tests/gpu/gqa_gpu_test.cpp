@@ -525,43 +525,6 @@ TEST(GqaGpu, RunToRunBitwiseIdentical) {
   EXPECT_TRUE(same_bytes(a.lse, b.lse, static_cast<long long>(a.lse.bytes())));
 }
 
-// The split merge from shared memory (DECA_GQA_FIXEDCOST_VARIANT=1, "_pm") adds the same terms in
-// the same order as the serial one: the same bits, output and LSE, through the portable kernel,
-// the 16-bit and the fp8 Hopper kernels; empty and one-key requests, a few splits, more splits
-// than one batch of partials holds (fixed 64-key splits: 128 per request) and rows on M.
-TEST(GqaGpu, SplitMergeVariantsGiveTheSameBits) {
-  DECA_REQUIRE_GPU();
-  struct Variant {
-    DType kv;
-    int hopper_16bit;
-    int q_len;
-    int split_tokens;  // 0: the split model's count
-  };
-  const Variant variants[] = {{DType::kBF16, 1, 1, 0},     {DType::kBF16, 0, 1, 0},
-                              {DType::kFP8E4M3, -1, 1, 0}, {DType::kBF16, 1, 1, 64},
-                              {DType::kFP8E4M3, -1, 4, 128}};
-  for (const Variant& v : variants) {
-    auto rng = make_rng(15);
-    GqaCaseSpec s = base_spec(64, 8, 128, 64, v.kv);
-    s.batch = 4, s.q_len = v.q_len, s.seq_lens = {8192, 0, v.q_len, 3000};
-    GqaCase c = build_gqa_case(s, rng);
-    GpuOptions o;
-    o.hopper_16bit = v.hopper_16bit;
-    if (v.split_tokens > 0) o.split_mode = SplitMode::kFixed, o.split_tokens = v.split_tokens;
-    o.merge_variant = 0;
-    const GpuRun serial = run_gqa_on_gpu(c, o);
-    o.merge_variant = 1;
-    const GpuRun shared = run_gqa_on_gpu(c, o);
-    const std::string name = shared.plan.kernel_name;
-    ASSERT_GT(shared.plan.num_splits, 1) << name;
-    EXPECT_EQ(shared.plan.num_splits, serial.plan.num_splits) << name;
-    EXPECT_EQ(name, serial.plan.kernel_name + "_pm");
-    EXPECT_TRUE(same_bytes(serial.out, shared.out, static_cast<long long>(serial.out.bytes()))) << name;
-    EXPECT_TRUE(same_bytes(serial.lse, shared.lse, static_cast<long long>(serial.lse.bytes()))) << name;
-    expect_matches_reference("merge_pm_" + name, c, shared);
-  }
-}
-
 // Fixed-split mode: a request's result does not depend on what else is in the batch.
 TEST(GqaGpu, FixedSplitIsBatchInvariant) {
   DECA_REQUIRE_GPU();

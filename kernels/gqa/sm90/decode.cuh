@@ -207,8 +207,7 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
   const Unit guess = unit_of_length<T>(p, c, p.max_seq_len);
   int guessed[kAhead][TileLoader<T>::kIdSlots];
   loader.read_guess(guess, guessed);
-  c.unit = unit_of_length<T>(p, c, load_seq_len<T>(p, batch));
-  const Unit u = c.unit;
+  const int length = load_seq_len<T>(p, batch);  // in flight with the guessed ids and q
   const float k_scale = p.k_scales ? p.k_scales[kv_head] : p.k_scale;
   const float v_scale = p.v_scales ? p.v_scales[kv_head] : p.v_scale;
 
@@ -225,6 +224,8 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
     }
   };
   if constexpr (!T::kFused) load_q();
+  c.unit = unit_of_length<T>(p, c, length);
+  const Unit u = c.unit;
 
   // The loader's cursor: the next tile to issue, whose page ids pages_next holds; `pend_item` is
   // its index in the ring.

@@ -143,12 +143,7 @@ __device__ __forceinline__ void gqa_decode_rows_kernel(const GqaParams& p, unsig
   const Unit guess = unit_of_length<T>(p, cta_unit, p.max_seq_len);
   int guessed[kAhead][TileLoader<T>::kIdSlots];
   loader.read_guess(guess, guessed);
-  const Unit unit = unit_of_length<T>(p, cta_unit, load_seq_len<T>(p, batch));
-  const int seq_len = unit.seq_len;
-  const int* page_row = loader.page_row_of(batch);
-  TileCursor pend{unit, 0, unit.tiles, unit.tiles <= 0};
-  int pend_item = 0;
-  auto issue_next = [&] { loader.issue_next(pend, pend_item, cs); };
+  const int length = load_seq_len<T>(p, batch);  // in flight with the guessed ids and q
 
   // ---- Operand rows: thread (w, l) holds operand rows 16 w + l / 4 + 8 h. At 64 rows operand row
   // m is query row m; at 32, query row 8 w + r sits in operand row 16 w + r (r < 8) and the rows
@@ -178,6 +173,12 @@ __device__ __forceinline__ void gqa_decode_rows_kernel(const GqaParams& p, unsig
     }
   };
   if constexpr (!T::kFused) load_q();
+  const Unit unit = unit_of_length<T>(p, cta_unit, length);
+  const int seq_len = unit.seq_len;
+  const int* page_row = loader.page_row_of(batch);
+  TileCursor pend{unit, 0, unit.tiles, unit.tiles <= 0};
+  int pend_item = 0;
+  auto issue_next = [&] { loader.issue_next(pend, pend_item, cs); };
 
   // ---- Prologue: kStages - 1 tiles in flight ----
   loader.template start<kAhead>(pend, pend_item, cs, guess, guessed);

@@ -142,22 +142,37 @@ struct TileLoader {
 
   // Issues the first kAhead tiles of cursor c (at its first tile, item 0) as kAhead issue_next
   // calls would, with every tile's page ids in hand first: the guessed ones (read_guess) when the
-  // guess's keys start where c's do and end no earlier, else all of them read now, at once.
+  // guess's keys start where c's do and end no earlier, else (and in checked mode) all of them
+  // read now, at once.
   template <int kAhead>
   __device__ __forceinline__ void start(TileCursor& c, int& item, const CtaSmem& cs, const Unit& guess,
                                         const int (&guessed)[kAhead][kIdSlots]) {
+    auto cursor = [&](int a) { return TileCursor{c.u, c.i + a, c.hi, c.i + a >= c.hi}; };
     int ids[kAhead][kIdSlots];
-    const bool hit = !T::kChecked && guess.first == c.u.first && guess.end >= c.u.end;
-    const int* page_row = page_row_of(c.u.request);
 #pragma unroll
     for (int a = 0; a < kAhead; ++a) {
-      const TileCursor ca{c.u, c.i + a, c.hi, c.i + a >= c.hi};
+#pragma unroll
+      for (int s = 0; s < kIdSlots; ++s) ids[a][s] = guessed[a][s];
+    }
+    // One branch for the CTA (hit is uniform), every read of it issued before any is used.
+    if (T::kChecked || guess.first != c.u.first || guess.end < c.u.end) {
+      const int* page_row = page_row_of(c.u.request);
+#pragma unroll
+      for (int a = 0; a < kAhead; ++a) {
+#pragma unroll
+        for (int s = 0; s < kIdSlots; ++s) {
+          unsigned page_index;
+          ids[a][s] = slot_page(cursor(a), s, page_index) ? __ldg(page_row + page_index) : -1;
+        }
+      }
+    }
+#pragma unroll
+    for (int a = 0; a < kAhead; ++a) {
 #pragma unroll
       for (int s = 0; s < kIdSlots; ++s) {
         unsigned page_index;
-        const bool needed = slot_page(ca, s, page_index);
-        const int id = hit ? guessed[a][s] : (needed ? __ldg(page_row + page_index) : -1);
-        ids[a][s] = needed ? checked_id(id, item + a, c.u.request, page_index) : -1;
+        const bool needed = slot_page(cursor(a), s, page_index);
+        ids[a][s] = needed ? checked_id(ids[a][s], item + a, c.u.request, page_index) : -1;
       }
     }
 #pragma unroll
