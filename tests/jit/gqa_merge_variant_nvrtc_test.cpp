@@ -2,8 +2,9 @@
 // kernels/gqa/epilogue.cuh merge_from_shared) without a GPU: the override reaches the kernel's
 // name and source only when set (the default kernels' source, cache key and code stay as they
 // were), and NVRTC compiles it for sm_90a without spills in every kernel family that ends in the
-// shared epilogue: the fp8 and 16-bit Hopper kernels (rows on N and on M, checked, head_dim 64 and
-// 256, two stages) and the portable kernel (16-bit, int8).
+// shared epilogue, within the registers of the CTAs per SM their shared memory is sized for: the
+// fp8 and 16-bit Hopper kernels (rows on N and on M, checked, head_dim 64 and 256, two stages) and
+// the portable kernel (16-bit, int8).
 #include <gtest/gtest.h>
 
 #include <string>
@@ -66,6 +67,9 @@ TEST(GqaSm90NvrtcMerge, SpecializationsCompileWithoutSpills) {
   GqaConfig narrow = config(64, 8, 64, 1, DType::kBF16);  // head_dim 64, window
   narrow.window = 128;
   add(narrow, true);
+  GqaConfig st2 = config(64, 8, 128, 1, DType::kBF16);  // l70-b99-4k: two stages, three CTAs per SM
+  st2.max_batch = 99, st2.page_size = 32;
+  add(st2, true);
   add(config(64, 8, 128, 1, DType::kBF16), false);   // the portable kernel, 16-bit
   add(config(64, 8, 128, 2, DType::kINT8), true);    // the portable kernel, int8 (two_term_qk)
   for (const GqaKernelKey& k : keys) {
@@ -73,6 +77,7 @@ TEST(GqaSm90NvrtcMerge, SpecializationsCompileWithoutSpills) {
     const jit::JitSpec spec = k.spec();
     const jit::CompileResult r = jit::testing::compile_and_check(spec);
     jit::testing::expect_no_spills(r, spec.name);
+    EXPECT_LE(r.ptxas.registers * k.shape().threads * k.shape().min_ctas, 65536) << spec.name;
   }
 }
 
