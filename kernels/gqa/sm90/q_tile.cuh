@@ -58,7 +58,7 @@ __device__ __forceinline__ void load_q_chunk(const GqaParams& p, int batch, int 
 // rows_total or with row_of(m) < 0 (their query row: row0 + row_of(m)). The loads of up to eight
 // of a thread's chunks are all issued before any chunk is finished: finish's shared-memory stores
 // order memory, so chunk by chunk every load would wait for the previous chunk's round trip. (The
-// fused step's rotated q reads the length and positions first: chunk by chunk, as before.)
+// fused step's rotated q reads the length and positions first: it goes chunk by chunk.)
 template <class T, int kOperandRows, int kRowChunks, class RowOf, class Finish>
 __device__ __forceinline__ void for_q_chunks(const GqaParams& p, int batch, int kv_head, int row0, int rows_total,
                                              const RowOf& row_of, const Finish& finish) {
