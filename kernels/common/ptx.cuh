@@ -232,6 +232,19 @@ __device__ __forceinline__ void griddep_wait() {
 #endif
 }
 
+// ---- atom.add.acq_rel.gpu (PTX ISA 9.7.13.x atom, .acq_rel with .gpu scope: sm_70+) ---------------
+// Returns the old value. As a release it makes every write that precedes it in causality order
+// visible to a thread whose acquire reads this or a later value of the counter: with a bar.sync
+// before it, that is every write of the CTA's threads (the memory model's "Memory
+// synchronization" and "Causality order"); as an acquire it orders the writes it observes before
+// what follows it, and a bar.sync after it carries that to the CTA's other threads. One
+// MEMBAR.ALL.GPU, the atomic and an L1 invalidate on sm_90 (no MEMBAR.SC).
+__device__ __forceinline__ unsigned atom_add_acq_rel_gpu(unsigned* p, unsigned v) {
+  unsigned old;
+  asm volatile("atom.add.acq_rel.gpu.global.u32 %0, [%1], %2;\n" : "=r"(old) : "l"(p), "r"(v) : "memory");
+  return old;
+}
+
 // ---- prefetch.global.L2 (PTX ISA 9.7.9.15, sm_20+) ---------------------------------------------
 // Brings the line holding `p` into L2 without a register result: a later load of it waits for an
 // L2 hit rather than a DRAM round trip.

@@ -21,6 +21,10 @@ constexpr TuningRow kRows[] = {
      "kernel on sm_90a (\"_wgmma\" in kernel_name)",
      "0: those caches take the portable mma.sync kernel on sm_90a too (the GPU tests run both; A/B "
      "measurement)"},
+    {Tuning::kGqaFixedcostVariant, "DECA_GQA_FIXEDCOST_VARIANT", 0, 1, nullptr,
+     "0: the last CTA of a split unit streams the partials from L2, eight splits per output quad at a time",
+     "1: it copies a batch of splits' partials into shared memory (cp.async, all in flight), then sums "
+     "them there in the same order, the same bits (\"_pm\" in kernel_name; a temporary A/B knob)"},
     // ---- MLA ----
     {Tuning::kMlaKernel, "DECA_MLA_KERNEL", 0, 0, "portable", "the sm90a kernels on sm_90",
      "portable: run the sm_80 mma.sync MLA kernels on Hopper too"},

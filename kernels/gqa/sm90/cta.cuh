@@ -72,20 +72,35 @@ struct SplitCta {
   int row_block;
   int split;
 };
+// The coordinates of split_cta without its length read: false for a row block past this call's
+// q_len.
 template <class T>
-__device__ __forceinline__ bool split_cta(const GqaParams& p, int rows, SplitCta& c) {
+__device__ __forceinline__ bool split_cta_coords(const GqaParams& p, int rows, SplitCta& c) {
   c.split = blockIdx.x;
   c.row_blocks = gridDim.y / p.num_kv_heads;
   c.row_block = blockIdx.y % c.row_blocks;
   c.unit = Unit{};
   c.unit.kv_head = blockIdx.y / c.row_blocks;
   c.unit.request = blockIdx.z;
-  if (c.row_block * rows >= p.q_len * T::kGroup) return false;
-  c.unit.seq_len = load_seq_len<T>(p, c.unit.request);
-  const KeyRange range = split_range<T>(p, c.unit.seq_len, c.unit.seq_len, c.split);
-  c.unit.first = range.begin;
-  c.unit.end = range.end;
-  c.unit.tiles = range.end > range.begin ? (range.end - range.begin + T::kTile - 1) / T::kTile : 0;
+  return c.row_block * rows < p.q_len * T::kGroup;
+}
+
+// c's unit for a request of length seq_len: the keys of split c.split.
+template <class T>
+__device__ __forceinline__ Unit unit_of_length(const GqaParams& p, const SplitCta& c, int seq_len) {
+  Unit u = c.unit;
+  u.seq_len = seq_len;
+  const KeyRange range = split_range<T>(p, seq_len, seq_len, c.split);
+  u.first = range.begin;
+  u.end = range.end;
+  u.tiles = range.end > range.begin ? (range.end - range.begin + T::kTile - 1) / T::kTile : 0;
+  return u;
+}
+
+template <class T>
+__device__ __forceinline__ bool split_cta(const GqaParams& p, int rows, SplitCta& c) {
+  if (!split_cta_coords<T>(p, rows, c)) return false;
+  c.unit = unit_of_length<T>(p, c, load_seq_len<T>(p, c.unit.request));
   return true;
 }
 

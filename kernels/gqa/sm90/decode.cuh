@@ -193,15 +193,40 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
   float* q_inv = reinterpret_cast<float*>(smem + kPlan.q_inv);  // [N]
   auto desc = [&](unsigned offset) { return cs.desc(offset); };
 
-  // ---- Schedule: one unit (request, kv head, row block), the keys of split blockIdx.x ----
+  // ---- Schedule: one unit (request, kv head, row block), the keys of split blockIdx.x; the
+  // loader (tile_loader.cuh) reads the first tiles' page ids for the promised maximum length
+  // while the request's length is read ----
   SplitCta c;
-  if (!split_cta<T>(p, N, c)) return;
-  const Unit u = c.unit;
+  if (!split_cta_coords<T>(p, N, c)) return;
   const int row_block = c.row_block;
   const int row0 = row_block * N;
-
-  // ---- Loader (tile_loader.cuh): K and V tiles in token order ----
+  const int batch = c.unit.request;
+  const int kv_head = c.unit.kv_head;
+  constexpr int kAhead = T::kStages - 1;  // tiles in flight before the first is waited for
   TileLoader<T> loader(p, bad_item, tid);
+  const Unit guess = unit_of_length<T>(p, c, p.max_seq_len);
+  int guessed[kAhead][TileLoader<T>::kIdSlots];
+  loader.read_guess(guess, guessed);
+  const int length = load_seq_len<T>(p, batch);  // in flight with the guessed ids and q
+  const float k_scale = p.k_scales ? p.k_scales[kv_head] : p.k_scale;
+  const float v_scale = p.v_scales ? p.v_scales[kv_head] : p.v_scale;
+
+  // ---- q: rows scaled by a power of two each into [128, 256), split into two e4m3 terms (16-bit:
+  // one term of the cache's type, no scale). Read with the length and the page ids, before any
+  // copy is issued; the fused step's q needs the length and its positions first, so it follows
+  // the first copies ----
+  auto load_q = [&] {
+    if constexpr (T::k16) {
+      load_q_16bit<T, N>(p, batch, kv_head, row0, rows_total, base + kPlan.q_hi, [](int m) { return m; });
+    } else {
+      load_q_two_term<T, N>(p, batch, kv_head, row0, rows_total, base + kPlan.q_hi, base + kPlan.q_lo,
+                            q_inv, [](int m) { return m; });
+    }
+  };
+  if constexpr (!T::kFused) load_q();
+  c.unit = unit_of_length<T>(p, c, length);
+  const Unit u = c.unit;
+
   // The loader's cursor: the next tile to issue, whose page ids pages_next holds; `pend_item` is
   // its index in the ring.
   TileCursor pend{u, 0, u.tiles, u.tiles <= 0};
@@ -226,28 +251,14 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
   const unsigned p_sel = ((l >> 2) & 1) ? 0x3726u : 0x5140u;
 
   // ---- Prologue: kStages - 1 tiles in flight ----
-  loader.fetch_pages(pend, 0);
-#pragma unroll
-  for (int s = 0; s < T::kStages - 1; ++s) issue_next();
+  loader.template start<kAhead>(pend, pend_item, cs, guess, guessed);
   // Fused step (append.cuh): this thread's first new-token item coded while the tiles fly.
   const fused::EarlyPair early = early_new_pair<T>(p, u, row_block);
+  if constexpr (T::kFused) load_q();
 
-  const int batch = u.request;
-  const int kv_head = u.kv_head;
   const int seq_len = u.seq_len;
   const int* page_row = loader.page_row_of(batch);
-  const float k_scale = p.k_scales ? p.k_scales[kv_head] : p.k_scale;
-  const float v_scale = p.v_scales ? p.v_scales[kv_head] : p.v_scale;
   const float qk_scale = p.softmax_scale * k_scale;
-
-  // ---- q: rows scaled by a power of two each into [128, 256), split into two e4m3 terms (16-bit:
-  // one term of the cache's type, no scale) ----
-  if constexpr (T::k16) {
-    load_q_16bit<T, N>(p, batch, kv_head, row0, rows_total, base + kPlan.q_hi, [](int m) { return m; });
-  } else {
-    load_q_two_term<T, N>(p, batch, kv_head, row0, rows_total, base + kPlan.q_hi, base + kPlan.q_lo,
-                          q_inv, [](int m) { return m; });
-  }
   __syncthreads();  // q_inv written
   // Logit scale of column cc (log2 units, the row's q scale undone).
   const float logit_scale = T::kSoftcap ? qk_scale : qk_scale * kLog2e;

@@ -129,21 +129,21 @@ __device__ __forceinline__ void gqa_decode_rows_kernel(const GqaParams& p, unsig
   const unsigned long long desc16_v0 = T::k16 ? smem_desc_sw128(cs.base, 128u * kTileT, 1024) : 0ull;
   auto desc16_v = [&](unsigned offset) { return desc_advance(desc16_v0, offset); };
 
-  // ---- Schedule: one unit (request, kv head, row block), the keys of split blockIdx.x ----
+  // ---- Schedule: one unit (request, kv head, row block), the keys of split blockIdx.x; the
+  // loader (tile_loader.cuh) reads the first tiles' page ids for the promised maximum length
+  // while the request's length is read ----
   SplitCta cta_unit;
-  if (!split_cta<T>(p, N, cta_unit)) return;
-  const Unit unit = cta_unit.unit;
+  if (!split_cta_coords<T>(p, N, cta_unit)) return;
   const int split = cta_unit.split, row_blocks = cta_unit.row_blocks, row_block = cta_unit.row_block;
-  const int kv_head = unit.kv_head;
-  const int batch = unit.request;
-  const int seq_len = unit.seq_len;
+  const int kv_head = cta_unit.unit.kv_head;
+  const int batch = cta_unit.unit.request;
   const int row0 = row_block * N;
-
+  constexpr int kAhead = T::kStages - 1;  // tiles in flight before the first is waited for
   TileLoader<T> loader(p, bad_item, tid);
-  const int* page_row = loader.page_row_of(batch);
-  TileCursor pend{unit, 0, unit.tiles, unit.tiles <= 0};
-  int pend_item = 0;
-  auto issue_next = [&] { loader.issue_next(pend, pend_item, cs); };
+  const Unit guess = unit_of_length<T>(p, cta_unit, p.max_seq_len);
+  int guessed[kAhead][TileLoader<T>::kIdSlots];
+  loader.read_guess(guess, guessed);
+  const int length = load_seq_len<T>(p, batch);  // in flight with the guessed ids and q
 
   // ---- Operand rows: thread (w, l) holds operand rows 16 w + l / 4 + 8 h. At 64 rows operand row
   // m is query row m; at 32, query row 8 w + r sits in operand row 16 w + r (r < 8) and the rows
@@ -153,13 +153,6 @@ __device__ __forceinline__ void gqa_decode_rows_kernel(const GqaParams& p, unsig
 #pragma unroll
   for (int h = 0; h < kHalves; ++h) qrow[h] = row_of_operand(16 * w + (l >> 2) + 8 * h);
 
-  // ---- Prologue: kStages - 1 tiles in flight ----
-  loader.fetch_pages(pend, 0);
-#pragma unroll
-  for (int s = 0; s < T::kStages - 1; ++s) issue_next();
-  // Fused step (append.cuh): this thread's first new-token item coded while the tiles fly.
-  const fused::EarlyPair early = early_new_pair<T>(p, unit, row_block);
-
   const float k_scale = p.k_scales ? p.k_scales[kv_head] : p.k_scale;
   const float v_scale = p.v_scales ? p.v_scales[kv_head] : p.v_scale;
   // The logit scale's sign goes into q (a negative k_scale flips it), so that the scale is >= 0
@@ -168,13 +161,30 @@ __device__ __forceinline__ void gqa_decode_rows_kernel(const GqaParams& p, unsig
   // positive so that masked keys (-inf) stay -inf, not NaN.
   const float qk_scale_signed = p.softmax_scale * k_scale;
   const float qk_scale = fmaxf(fabsf(qk_scale_signed), 1e-30f);
-  if constexpr (T::k16) {
-    load_q_16bit<T, kRowsOnMOperandRows>(p, batch, kv_head, row0, rows_total, base + kPlan.q_hi, row_of_operand,
-                                         qk_scale_signed < 0.f);
-  } else {
-    load_q_two_term<T, kRowsOnMOperandRows>(p, batch, kv_head, row0, rows_total, base + kPlan.q_hi,
-                                            base + kPlan.q_lo, q_inv, row_of_operand, qk_scale_signed < 0.f);
-  }
+  // q read with the length and the page ids, before any copy is issued; the fused step's q needs
+  // the length and its positions first, so it follows the first copies.
+  auto load_q = [&] {
+    if constexpr (T::k16) {
+      load_q_16bit<T, kRowsOnMOperandRows>(p, batch, kv_head, row0, rows_total, base + kPlan.q_hi, row_of_operand,
+                                           qk_scale_signed < 0.f);
+    } else {
+      load_q_two_term<T, kRowsOnMOperandRows>(p, batch, kv_head, row0, rows_total, base + kPlan.q_hi,
+                                              base + kPlan.q_lo, q_inv, row_of_operand, qk_scale_signed < 0.f);
+    }
+  };
+  if constexpr (!T::kFused) load_q();
+  const Unit unit = unit_of_length<T>(p, cta_unit, length);
+  const int seq_len = unit.seq_len;
+  const int* page_row = loader.page_row_of(batch);
+  TileCursor pend{unit, 0, unit.tiles, unit.tiles <= 0};
+  int pend_item = 0;
+  auto issue_next = [&] { loader.issue_next(pend, pend_item, cs); };
+
+  // ---- Prologue: kStages - 1 tiles in flight ----
+  loader.template start<kAhead>(pend, pend_item, cs, guess, guessed);
+  // Fused step (append.cuh): this thread's first new-token item coded while the tiles fly.
+  const fused::EarlyPair early = early_new_pair<T>(p, unit, row_block);
+  if constexpr (T::kFused) load_q();
   __syncthreads();  // q_inv written
   const float logit_scale = T::kSoftcap ? qk_scale : qk_scale * kLog2e;
   float row_scale[kHalves], m_run[kHalves], l_run[kHalves];

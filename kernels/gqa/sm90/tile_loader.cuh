@@ -51,12 +51,14 @@ struct TileLoader {
   static constexpr bool kPageRuns = (kPagePerLane && kFixedSlots && T::kPageSize >= kRowStep) || kTileInPage;
   static constexpr int kRowsPerPage = kTileInPage ? kRowLoads : (kPageRuns ? T::kPageSize / kRowStep : 1);
   static constexpr int kThreadPages = (kRowLoads + kRowsPerPage - 1) / kRowsPerPage;
+  // Page-id slots of a thread per tile: one per lane, or one per row of the thread.
+  static constexpr int kIdSlots = kPagePerLane || kTileInPage ? 1 : kRowLoads;
 
   const GqaParams& p;
   int* bad_item;  // checked mode: the ring's items whose page ids failed the range test
   unsigned chunk_ld, row0_ld, l;
   unsigned k_lane, v_lane;
-  int pages_next[kPagePerLane || kTileInPage ? 1 : kRowLoads];
+  int pages_next[kIdSlots];
 
   __device__ __forceinline__ TileLoader(const GqaParams& params, int* bad, int tid)
       : p(params), bad_item(bad) {
@@ -89,27 +91,101 @@ struct TileLoader {
     return static_cast<unsigned>(c.u.first + c.i * T::kTile);
   }
 
+  // Slot s of cursor c's page ids: the page index it holds and whether c's keys need it.
+  __device__ __forceinline__ bool slot_page(const TileCursor& c, int s, unsigned& page_index) const {
+    const unsigned t0 = tile_t0(c);
+    if constexpr (kTileInPage) {
+      page_index = t0 / T::kPageSize;
+      return !c.done;
+    } else if constexpr (kPagePerLane) {
+      page_index = t0 / T::kPageSize + l;
+      return !c.done && l < T::kTile / T::kPageSize && t0 + l * T::kPageSize < static_cast<unsigned>(c.u.end);
+    } else {
+      const unsigned tok = t0 + row0_ld + kRowStep * s;
+      page_index = tok / T::kPageSize;
+      return !c.done && tok < static_cast<unsigned>(c.u.end) && chunk_ld == 0;
+    }
+  }
+
   // The page ids of cursor c's tile, the ring's tile `item`.
   __device__ __forceinline__ void fetch_pages(const TileCursor& c, int item) {
-    const unsigned t0 = tile_t0(c);
     const int* page_row = page_row_of(c.u.request);
-    if constexpr (kTileInPage) {
-      const unsigned page_index = t0 / T::kPageSize;
-      pages_next[0] = !c.done ? checked_id(__ldg(page_row + page_index), item, c.u.request, page_index) : -1;
-    } else if constexpr (kPagePerLane) {
-      const unsigned page_index = t0 / T::kPageSize + l;
-      const bool needed = !c.done && l < T::kTile / T::kPageSize &&
-                          t0 + l * T::kPageSize < static_cast<unsigned>(c.u.end);
-      pages_next[0] = needed ? checked_id(__ldg(page_row + page_index), item, c.u.request, page_index) : -1;
-    } else {
 #pragma unroll
-      for (int i = 0; i < kRowLoads; ++i) {
-        const unsigned tok = t0 + row0_ld + kRowStep * i;
-        const bool needed = !c.done && tok < static_cast<unsigned>(c.u.end) && chunk_ld == 0;
-        const unsigned page_index = tok / T::kPageSize;
-        pages_next[i] = needed ? checked_id(__ldg(page_row + page_index), item, c.u.request, page_index) : -1;
+    for (int s = 0; s < kIdSlots; ++s) {
+      unsigned page_index;
+      const bool needed = slot_page(c, s, page_index);
+      pages_next[s] = needed ? checked_id(__ldg(page_row + page_index), item, c.u.request, page_index) : -1;
+    }
+  }
+
+  // ---- The prologue: the first kAhead tiles' page ids in one dependent round trip, read before
+  // the request's length is known where the split's keys can be foreseen ----
+  // The unit's keys depend on the length only through the split's range (split_range): read as
+  // if the request had the plan's promised maximum (p.max_seq_len), the ids of a split whose
+  // first key comes out the same and whose keys end no earlier are the ones it needs, so
+  // seq_len's read and theirs overlap. Entries past the row's max_pages are not read; nothing read
+  // here is used unless start() finds the guess right. Checked mode reads after the length.
+  template <int kAhead>
+  __device__ __forceinline__ void read_guess(const Unit& guess, int (&ids)[kAhead][kIdSlots]) const {
+    const int* page_row = page_row_of(guess.request);
+#pragma unroll
+    for (int a = 0; a < kAhead; ++a) {
+      const TileCursor c{guess, a, guess.tiles, a >= guess.tiles || T::kChecked};
+#pragma unroll
+      for (int s = 0; s < kIdSlots; ++s) {
+        unsigned page_index;
+        const bool needed = slot_page(c, s, page_index) && page_index < static_cast<unsigned>(p.max_pages);
+        ids[a][s] = needed ? __ldg(page_row + page_index) : -1;
       }
     }
+  }
+
+  // Issues the first kAhead tiles of cursor c (at its first tile, item 0) as kAhead issue_next
+  // calls would, with every tile's page ids in hand first: the guessed ones (read_guess) when the
+  // guess's keys start where c's do and end no earlier, else (and in checked mode) all of them
+  // read now, at once.
+  template <int kAhead>
+  __device__ __forceinline__ void start(TileCursor& c, int& item, const CtaSmem& cs, const Unit& guess,
+                                        const int (&guessed)[kAhead][kIdSlots]) {
+    auto cursor = [&](int a) { return TileCursor{c.u, c.i + a, c.hi, c.i + a >= c.hi}; };
+    int ids[kAhead][kIdSlots];
+#pragma unroll
+    for (int a = 0; a < kAhead; ++a) {
+#pragma unroll
+      for (int s = 0; s < kIdSlots; ++s) ids[a][s] = guessed[a][s];
+    }
+    // One branch for the CTA (hit is uniform), every read of it issued before any is used.
+    if (T::kChecked || guess.first != c.u.first || guess.end < c.u.end) {
+      const int* page_row = page_row_of(c.u.request);
+#pragma unroll
+      for (int a = 0; a < kAhead; ++a) {
+#pragma unroll
+        for (int s = 0; s < kIdSlots; ++s) {
+          unsigned page_index;
+          ids[a][s] = slot_page(cursor(a), s, page_index) ? __ldg(page_row + page_index) : -1;
+        }
+      }
+    }
+#pragma unroll
+    for (int a = 0; a < kAhead; ++a) {
+#pragma unroll
+      for (int s = 0; s < kIdSlots; ++s) {
+        unsigned page_index;
+        const bool needed = slot_page(cursor(a), s, page_index);
+        ids[a][s] = needed ? checked_id(ids[a][s], item + a, c.u.request, page_index) : -1;
+      }
+    }
+#pragma unroll
+    for (int a = 0; a < kAhead; ++a) {
+#pragma unroll
+      for (int s = 0; s < kIdSlots; ++s) pages_next[s] = ids[a][s];
+      if (!c.done) issue_tile(c, cs.k_stage(item % T::kStages), cs.v_stage(item % T::kStages));
+      ptx::cp_async_commit();
+      ++c.i;
+      c.done = c.i >= c.hi;
+      ++item;
+    }
+    fetch_pages(c, item);
   }
 
   __device__ __forceinline__ int page_of_row(unsigned t0, unsigned end, int i) const {
