@@ -225,6 +225,36 @@ TEST(SkipSoftmaxSimulation, PeakedDataDropOnLongSplitsMoreThanOnShortOnes) {
   }
 }
 
+// m_ref's seed (the Hopper 16-bit kernel's: a split starts from the largest logits of the CTA's
+// first visible tile, which the split holding it keeps): on the same peaked shapes, short splits
+// then drop about what one long split drops, where unseeded they drop much less; with a window
+// the seed tile is the window's first (make_peaked puts the first heavy keys there). Seeding
+// never drops less than restarting at -inf here, and never touches a request of one split.
+TEST(SkipSoftmaxSimulation, SeededSplitsDropAsMuchAsLongOnes) {
+  DECA_SEED_TRACE();
+  for (int features = 0; features < 2; ++features) {
+    GqaCaseSpec s;
+    s.num_q_heads = 32, s.num_kv_heads = 4, s.head_dim = 128, s.batch = 3, s.seq_lens = {5000, 1, 2049};
+    if (features) {
+      s.q_len = 2, s.seq_lens = {5000, 2, 2049}, s.tree_mask = true, s.window = 1500, s.sinks = true;
+      s.softcap = 25.f;
+    }
+    auto rng = test::make_rng(53 + features);
+    GqaCase c = test::build_gqa_case(s, rng);
+    test::make_peaked(c, rng, 8, 16.f);
+    const test::SkipCopies one = test::simulate_skip_copies(c, 1.0, 64, 0, true);
+    EXPECT_EQ(one.copied, test::simulate_skip_copies(c, 1.0, 64, 0).copied);  // one split: no seed
+    const test::SkipCopies seeded = test::simulate_skip_copies(c, 1.0, 64, 512, true);
+    const test::SkipCopies plain = test::simulate_skip_copies(c, 1.0, 64, 512);
+    std::printf("[skip] peaked%s f=1, 64-key tiles: %.1f %% of V rows dropped in one split, %.1f %% on seeded "
+                "splits of 512, %.1f %% unseeded\n",
+                features ? "_features" : "", 100.0 * one.skipped_share(), 100.0 * seeded.skipped_share(),
+                100.0 * plain.skipped_share());
+    EXPECT_GT(seeded.skipped_share(), plain.skipped_share() + 0.2);
+    EXPECT_GT(seeded.skipped_share(), 0.8 * one.skipped_share());
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Cases, SkipSoftmaxBound, ::testing::ValuesIn(bound_cases()),
                          [](const auto& info) { return info.param.name; });
 

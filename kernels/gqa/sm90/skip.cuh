@@ -92,10 +92,31 @@ __device__ __forceinline__ void gqa_decode_skip_kernel(const GqaParams& p, unsig
   const unsigned p_pos = 16 * (4 * ((l >> 2) & 1) + w) + 4 * (l >> 3);
   const unsigned p_sel = ((l >> 2) & 1) ? 0x3726u : 0x5140u;
 
-  // ---- Prologue: K and V of tile 0, K of tiles 1 and 2 ----
+  // m_ref's seed (16-bit): a split after the one that holds the CTA's first visible tile (the
+  // tile of key max(0, p0 - W + 1), p0 the first row's position: no row of the CTA sees a key
+  // before it) starts each row's m_ref at the row's largest logit in that tile rather than at
+  // -inf. That split keeps the tile for the row (its first tile with a key the row sees, decided
+  // against -inf), so the seed is one of the row's kept logits and the bound holds
+  // (docs/semantics.md); every split then knows the request's early heavy keys (attention
+  // sinks), which a long request's later splits otherwise miss. One more K tile per such CTA.
+  // (fp8 keeps its loop as measured: kSeedRef off.)
+  constexpr bool kSeedRef = T::k16;
+  const int first_key = u.seq_len - q_len - p.window + 1;  // with a window: the first row's first key
+  const int seed_t0 = (T::kWindow && first_key > 0 ? first_key : 0) / kTileT * kTileT;
+  const bool seed = kSeedRef && n > 0 && seed_t0 < u.first;  // CTA-uniform
+  const TileCursor seed_cursor{u, (seed_t0 - u.first) / kTileT, n, false};
+
+  // ---- Prologue: K and V of tile 0, (the seed's K,) K of tiles 1 and 2 ----
   loader.fetch_pages(cursor(0), 0);
+  if constexpr (kSeedRef) {
+    if (seed) v_loader.fetch_pages(seed_cursor, 3);  // the seed's checked-mode slot: tile 3's
+  }
   if (n > 0) loader.template issue_copies<true, true>(cursor(0), base + SkipSlots::k(0), base + SkipSlots::v(0));
   ptx::cp_async_commit();
+  if constexpr (kSeedRef) {  // its own group (empty without a seed), into tile 3's K stage
+    if (seed) v_loader.template issue_copies<true, false>(seed_cursor, base + SkipSlots::k(3), 0u);
+    ptx::cp_async_commit();
+  }
 #pragma unroll
   for (int i = 1; i < 3; ++i) {
     loader.fetch_pages(cursor(i), i);
@@ -147,14 +168,13 @@ __device__ __forceinline__ void gqa_decode_skip_kernel(const GqaParams& p, unsig
     if (copied) v_rows[0] += static_cast<unsigned>(rows);
   };
 
-  // Tile `item`'s S (issued on its K stage before; waited for here), scaled, soft-capped and
-  // masked (decode.cuh's block), and its rows' maxima across the warps into m_tile.
-  auto logits_and_maxima = [&](int item, float (&s)[kSHalves][kAcc], float (&m_tile)[T::kCols]) {
+  // The S of the tile at key tile_t0 (issued on its K stage before; waited for here), scaled,
+  // soft-capped and masked (decode.cuh's block; bad_tile: checked mode's page test per key), and
+  // its rows' maxima across the warps into m_tile.
+  auto logits_at = [&](int tile_t0, bool bad_tile, float (&s)[kSHalves][kAcc], float (&m_tile)[T::kCols]) {
     wgmma_wait<0>();
 #pragma unroll
     for (int h = 0; h < kSHalves; ++h) fence_regs(s[h]);
-    const int tile_t0 = u.first + item * kTileT;
-    const bool bad_tile = T::kChecked && bad_item[item % (T::kStages + 1)] == item;
     const bool need_mask = tile_t0 + kTileT > causal_start || tile_t0 + kTileT > u.end ||
                            (T::kWindow && tile_t0 < seq_len - p.window) || bad_tile;
 #pragma unroll
@@ -213,6 +233,10 @@ __device__ __forceinline__ void gqa_decode_skip_kernel(const GqaParams& p, unsig
       m_tile[cc] = fmaxf(fmaxf(red[r], red[N + r]), fmaxf(red[2 * N + r], red[3 * N + r]));
     }
   };
+  auto bad = [&](int item) { return T::kChecked && bad_item[item % (T::kStages + 1)] == item; };
+  auto logits_and_maxima = [&](int item, float (&s)[kSHalves][kAcc], float (&m_tile)[T::kCols]) {
+    logits_at(u.first + item * kTileT, bad(item), s, m_tile);
+  };
   // The rows' decisions on a tile's maxima (bit cc: column cc keeps it), m_ref brought up to date.
   auto decide = [&](const float (&m_tile)[T::kCols]) {
     unsigned keep = 0u;
@@ -226,24 +250,36 @@ __device__ __forceinline__ void gqa_decode_skip_kernel(const GqaParams& p, unsig
     return keep;
   };
 
-  // Tile `item`'s S^T on its K slot (decode.cuh's QK), issued, not waited for.
-  auto issue_qk = [&](int item, float (&s)[kSHalves][kAcc]) {
+  // S^T of the K stage at k_off (decode.cuh's QK), issued, not waited for.
+  auto issue_qk = [&](unsigned k_off, float (&s)[kSHalves][kAcc]) {
     if constexpr (T::k16) {
-      qk_chain_16bit<T, N>(s, desc, SkipSlots::k(item), kPlan.q_hi);
+      qk_chain_16bit<T, N>(s, desc, k_off, kPlan.q_hi);
     } else {
-      two_term_chain<Mma>(s, desc, SkipSlots::k(item), kPlan.q_hi, kPlan.q_lo);
+      two_term_chain<Mma>(s, desc, k_off, kPlan.q_hi, kPlan.q_lo);
     }
   };
+
+  // ---- The seed of m_ref (kSeedRef): the first visible tile's maxima, its K in tile 3's stage ----
+  if constexpr (kSeedRef) {
+    if (seed) {
+      ptx::cp_async_wait<2>();  // tile 0's group and the seed's (K of tiles 1 and 2 may fly)
+      fence_proxy_async_smem();
+      __syncthreads();
+      float s_seed[kSHalves][kAcc];
+      issue_qk(SkipSlots::k(3), s_seed);
+      logits_at(seed_t0, bad(3), s_seed, m_ref);
+    }
+  }
 
   // ---- Tile 0's logits: its K waited for alone ----
   float s_cur[kSHalves][kAcc], m_cur[T::kCols];
   unsigned keep_cur = 0u;
   bool vote_cur = false;
   if (n > 0) {
-    ptx::cp_async_wait<2>();
+    ptx::cp_async_wait<kSeedRef ? 3 : 2>();  // tile 0's group (kSeedRef: the seed's after it)
     fence_proxy_async_smem();
     __syncthreads();
-    issue_qk(0, s_cur);
+    issue_qk(SkipSlots::k(0), s_cur);
     logits_and_maxima(0, s_cur, m_cur);
     keep_cur = decide(m_cur);
     vote_cur = true;  // V of tile 0 is in flight whatever the decisions
@@ -259,7 +295,7 @@ __device__ __forceinline__ void gqa_decode_skip_kernel(const GqaParams& p, unsig
     float s_next[kSHalves][kAcc], m_next[T::kCols];
     unsigned keep_next = 0u;
     bool vote_next = false;
-    if (next) issue_qk(item + 1, s_next);
+    if (next) issue_qk(SkipSlots::k(item + 1), s_next);
     if constexpr (!T::k16) {
       if (vote_cur) transpose_v_in_place(vs, ldsm_off, stsm_off);
     }
