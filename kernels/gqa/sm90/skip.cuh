@@ -168,13 +168,16 @@ __device__ __forceinline__ void gqa_decode_skip_kernel(const GqaParams& p, unsig
     if (copied) v_rows[0] += static_cast<unsigned>(rows);
   };
 
-  // The S of the tile at key tile_t0 (issued on its K stage before; waited for here), scaled,
-  // soft-capped and masked (decode.cuh's block; bad_tile: checked mode's page test per key), and
-  // its rows' maxima across the warps into m_tile.
-  auto logits_at = [&](int tile_t0, bool bad_tile, float (&s)[kSHalves][kAcc], float (&m_tile)[T::kCols]) {
+  // Tile `item`'s S (issued on its K stage before; waited for here), scaled, soft-capped and
+  // masked (decode.cuh's block), and its rows' maxima across the warps into m_tile. `slot`: the
+  // ring item whose checked-mode record the tile's page ids are in (the tile's own, but the
+  // seed's: tile 3's).
+  auto logits_and_maxima = [&](int item, int slot, float (&s)[kSHalves][kAcc], float (&m_tile)[T::kCols]) {
     wgmma_wait<0>();
 #pragma unroll
     for (int h = 0; h < kSHalves; ++h) fence_regs(s[h]);
+    const int tile_t0 = u.first + item * kTileT;
+    const bool bad_tile = T::kChecked && bad_item[slot % (T::kStages + 1)] == slot;
     const bool need_mask = tile_t0 + kTileT > causal_start || tile_t0 + kTileT > u.end ||
                            (T::kWindow && tile_t0 < seq_len - p.window) || bad_tile;
 #pragma unroll
@@ -233,10 +236,6 @@ __device__ __forceinline__ void gqa_decode_skip_kernel(const GqaParams& p, unsig
       m_tile[cc] = fmaxf(fmaxf(red[r], red[N + r]), fmaxf(red[2 * N + r], red[3 * N + r]));
     }
   };
-  auto bad = [&](int item) { return T::kChecked && bad_item[item % (T::kStages + 1)] == item; };
-  auto logits_and_maxima = [&](int item, float (&s)[kSHalves][kAcc], float (&m_tile)[T::kCols]) {
-    logits_at(u.first + item * kTileT, bad(item), s, m_tile);
-  };
   // The rows' decisions on a tile's maxima (bit cc: column cc keeps it), m_ref brought up to date.
   auto decide = [&](const float (&m_tile)[T::kCols]) {
     unsigned keep = 0u;
@@ -267,7 +266,7 @@ __device__ __forceinline__ void gqa_decode_skip_kernel(const GqaParams& p, unsig
       __syncthreads();
       float s_seed[kSHalves][kAcc];
       issue_qk(SkipSlots::k(3), s_seed);
-      logits_at(seed_t0, bad(3), s_seed, m_ref);
+      logits_and_maxima(seed_cursor.i, 3, s_seed, m_ref);
     }
   }
 
@@ -280,7 +279,7 @@ __device__ __forceinline__ void gqa_decode_skip_kernel(const GqaParams& p, unsig
     fence_proxy_async_smem();
     __syncthreads();
     issue_qk(SkipSlots::k(0), s_cur);
-    logits_and_maxima(0, s_cur, m_cur);
+    logits_and_maxima(0, 0, s_cur, m_cur);
     keep_cur = decide(m_cur);
     vote_cur = true;  // V of tile 0 is in flight whatever the decisions
     count(0, true);
@@ -300,7 +299,7 @@ __device__ __forceinline__ void gqa_decode_skip_kernel(const GqaParams& p, unsig
       if (vote_cur) transpose_v_in_place(vs, ldsm_off, stsm_off);
     }
     if (next) {
-      logits_and_maxima(item + 1, s_next, m_next);
+      logits_and_maxima(item + 1, item + 1, s_next, m_next);
       keep_next = decide(m_next);
       vote_next = __syncthreads_or((keep_next & real) != 0u) != 0;
       if (p.skip_counts != nullptr) count(item + 1, vote_next);
