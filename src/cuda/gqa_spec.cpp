@@ -109,13 +109,12 @@ GqaKernelKey make_gqa_key(const GqaConfig& config, int arch, int sm_count, int p
   // measured nowhere else. docs/perf-notes.md has the figures.
   const int kind = kv::kind_of(key.kv_dtype);
   const int rows_needed = config.beam_width * config.max_q_len * key.group;
-  // Skip-softmax on the Hopper kernel: rows on N only (up to 16 rows, sm90/skip.cuh) and fp8 only;
-  // more rows and 16-bit caches take the portable kernel's skip variant. 16-bit caches take the
+  // Skip-softmax on the Hopper kernel: rows on N only (up to 16 rows, sm90/skip.cuh, fp8 and
+  // 16-bit alike); 32 and 64 rows take the portable kernel's skip variant. 16-bit caches take the
   // Hopper kernel where the plan asks for it (hopper_16bit: the default, DECA_GQA_SM90_16BIT=0 not).
   const bool fp8_ok = gqa::sm90::supports(key.head_dim, key.kv_dtype, key.beam_width);
   const bool b16_ok = hopper_16bit && gqa::sm90::supports_16bit(key.head_dim, key.kv_dtype, key.beam_width);
-  const bool wgmma_ok = arch == 90 && paths == 90 && (fp8_ok || (b16_ok && !key.skip)) &&
-                        !(key.skip && rows_needed > 16);
+  const bool wgmma_ok = arch == 90 && paths == 90 && (fp8_ok || b16_ok) && !(key.skip && rows_needed > 16);
   key.fp8_mma = wgmma_ok                                      ? kv::kWgmma
                 : kind == kv::kKvFp8 && paths == 89 && arch >= 89 ? kv::kTwoTerm
                 : kind == kv::kKvInt8 && paths == 90           ? kv::kTwoTermQk

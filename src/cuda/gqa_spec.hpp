@@ -84,8 +84,8 @@ struct GqaKernelKey {
 // `arch`, so that one GPU runs the code other arches' plans select. The Hopper kernel needs both
 // to be 90, the e4m3 mma.sync an `arch` of 89 or more.
 // `hopper_16bit`: bf16 / fp16 caches at head_dim 64, 128 or 256 without beams take the Hopper
-// kernel too ("_kvbf16..._wgmma"), except with skip-softmax (its kernel is fp8's alone); else they
-// take the portable kernel. Plans pass true unless DECA_GQA_SM90_16BIT=0 (the backend reads it);
+// kernel too ("_kvbf16..._wgmma"; with skip-softmax up to 16 rows, "_wgmma_st3_skip", as fp8);
+// else they take the portable kernel. Plans pass true unless DECA_GQA_SM90_16BIT=0 (the backend reads it);
 // the parameter's default, false, is for the tests that compile the portable kernel's 16-bit
 // specializations on sm_90.
 GqaKernelKey make_gqa_key(const GqaConfig& config, int arch, int sm_count = 132, int path_arch = 0,

@@ -153,12 +153,15 @@ inline double max_abs_logit(const GqaCase& c) {
 // 1), the keys cut into splits of `split_tokens` (0: one split), each split into `tile`-key tiles
 // from its first key, m_ref restarting at -inf per split; a tile's V rows are copied when some
 // row keeps it. L as the CPU reference's (cpu::skip_span). Counts {copied, total}.
+// `seed` (the Hopper 16-bit kernel, kernels/gqa/sm90/skip.cuh): a split after the one holding the
+// first visible tile of the CTA (the tile of key max(0, p0 - W + 1), p0 the first row's position)
+// starts each row's m_ref at the row's largest logit in that tile instead.
 struct SkipCopies {
   long long copied = 0, total = 0;
   double skipped_share() const { return total ? 1.0 - double(copied) / double(total) : 0.0; }
 };
 
-inline SkipCopies simulate_skip_copies(const GqaCase& c, double f, int tile, int split_tokens) {
+inline SkipCopies simulate_skip_copies(const GqaCase& c, double f, int tile, int split_tokens, bool seed = false) {
   const auto& s = c.spec;
   const int group = s.num_q_heads / s.num_kv_heads, rows = group * s.q_len;
   SkipCopies r;
@@ -176,8 +179,14 @@ inline SkipCopies simulate_skip_copies(const GqaCase& c, double f, int tile, int
         }
       }
       const int split = split_tokens > 0 ? split_tokens : std::max(len, 1);
+      const int seed_t0 = (s.window > 0 ? std::max(0, len - s.q_len - s.window + 1) : 0) / tile * tile;
       for (int s0 = 0; s0 < len; s0 += split) {
         std::fill(m_ref.begin(), m_ref.end(), -INFINITY);
+        if (seed && seed_t0 < s0) {
+          for (int row = 0; row < rows; ++row) {
+            for (int t = seed_t0; t < std::min(seed_t0 + tile, len); ++t) m_ref[row] = std::max(m_ref[row], x[row][t]);
+          }
+        }
         for (int t0 = s0; t0 < std::min(s0 + split, len); t0 += tile) {
           const int t1 = std::min({t0 + tile, s0 + split, len});
           bool copy = false;

@@ -201,27 +201,54 @@ TEST(SkipSoftmaxSimulation, IsTheReferenceRuleOnOneRow) {
 }
 
 // The GPU suite's peaked shapes (gqa_skip_gpu_test.cpp: 32 q heads on 4, head_dim 128, 5000 and
-// 2049 keys, heavy keys 16 above the bulk) leave the rule much of the bulk to drop on splits of
-// 4096 keys at f = 1, and less on splits of 256: a split restarts the running maximum, so only a
-// split with a heavy key early drops anything.
+// 2049 keys, heavy keys 16 above the bulk); with `q_len` > 1 its features case: a tree mask,
+// window 1500, sinks and soft-cap 25.
+GqaCase peaked_suite_case(int q_len, DType kv, std::uint64_t seed) {
+  GqaCaseSpec s;
+  s.num_q_heads = 32, s.num_kv_heads = 4, s.head_dim = 128, s.batch = 3, s.seq_lens = {5000, q_len, 2049};
+  s.kv_dtype = kv, s.q_len = q_len;
+  if (q_len > 1) s.tree_mask = true, s.window = 1500, s.sinks = true, s.softcap = 25.f;
+  auto rng = test::make_rng(seed);
+  GqaCase c = test::build_gqa_case(s, rng);
+  test::make_peaked(c, rng, 8, 16.f);
+  return c;
+}
+
+// They leave the rule much of the bulk to drop on splits of 4096 keys at f = 1, and less on
+// splits of 256: a split restarts the running maximum, so only a split with a heavy key early
+// drops anything.
 TEST(SkipSoftmaxSimulation, PeakedDataDropOnLongSplitsMoreThanOnShortOnes) {
   DECA_SEED_TRACE();
   for (int features = 0; features < 2; ++features) {
-    GqaCaseSpec s;
-    s.num_q_heads = 32, s.num_kv_heads = 4, s.head_dim = 128, s.batch = 3, s.seq_lens = {5000, 1, 2049};
-    if (features) {
-      s.kv_dtype = DType::kFP8E4M3, s.q_len = 4, s.seq_lens = {5000, 4, 2049}, s.tree_mask = true;
-      s.window = 1500, s.sinks = true, s.softcap = 25.f;
-    }
-    auto rng = test::make_rng(47 + features);
-    GqaCase c = test::build_gqa_case(s, rng);
-    test::make_peaked(c, rng, 8, 16.f);
+    const GqaCase c = features ? peaked_suite_case(4, DType::kFP8E4M3, 48) : peaked_suite_case(1, DType::kBF16, 47);
     const test::SkipCopies long_splits = test::simulate_skip_copies(c, 1.0, 128, 4096);
     const test::SkipCopies short_splits = test::simulate_skip_copies(c, 1.0, 128, 256);
     std::printf("[skip] peaked%s f=1: %.1f %% of V rows dropped on splits of 4096, %.1f %% on 256\n",
                 features ? "_features" : "", 100.0 * long_splits.skipped_share(), 100.0 * short_splits.skipped_share());
     EXPECT_GT(long_splits.skipped_share(), features ? 0.15 : 0.5);
     EXPECT_LT(short_splits.skipped_share(), long_splits.skipped_share());
+  }
+}
+
+// m_ref's seed (the Hopper 16-bit kernel's: a split starts from the largest logits of the CTA's
+// first visible tile, which the split holding it keeps): on the same peaked shapes, short splits
+// then drop about what one long split drops, where unseeded they drop much less; with a window
+// the seed tile is the window's first (make_peaked puts the first heavy keys there). Seeding
+// never drops less than restarting at -inf here, and never touches a request of one split.
+TEST(SkipSoftmaxSimulation, SeededSplitsDropAsMuchAsLongOnes) {
+  DECA_SEED_TRACE();
+  for (int features = 0; features < 2; ++features) {
+    const GqaCase c = peaked_suite_case(features ? 2 : 1, DType::kBF16, 53 + features);
+    const test::SkipCopies one = test::simulate_skip_copies(c, 1.0, 64, 0, true);
+    EXPECT_EQ(one.copied, test::simulate_skip_copies(c, 1.0, 64, 0).copied);  // one split: no seed
+    const test::SkipCopies seeded = test::simulate_skip_copies(c, 1.0, 64, 512, true);
+    const test::SkipCopies plain = test::simulate_skip_copies(c, 1.0, 64, 512);
+    std::printf("[skip] peaked%s f=1, 64-key tiles: %.1f %% of V rows dropped in one split, %.1f %% on seeded "
+                "splits of 512, %.1f %% unseeded\n",
+                features ? "_features" : "", 100.0 * one.skipped_share(), 100.0 * seeded.skipped_share(),
+                100.0 * plain.skipped_share());
+    EXPECT_GT(seeded.skipped_share(), plain.skipped_share() + 0.2);
+    EXPECT_GT(seeded.skipped_share(), 0.8 * one.skipped_share());
   }
 }
 

@@ -4,7 +4,8 @@
 // gives the exact kernel's bits; on peaked data and splits long enough for the rule to act (a
 // split restarts its running maximum) the kernel leaves at least half the V rows uncopied that
 // the rule, simulated on the host at the kernels' granularity, leaves (the kernel's own count,
-// GqaParams::skip_counts). Every KV dtype and 8-bit path. Skipped where no GPU is present.
+// GqaParams::skip_counts). Every KV dtype and 8-bit path; the Hopper skip kernel (up to 16 rows)
+// for fp8 and for bf16 / fp16 at head_dim 64, 128 and 256. Skipped where no GPU is present.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -35,15 +36,38 @@ std::vector<SkipCase> skip_cases() {
   std::vector<SkipCase> m;
   for (DType kv : {DType::kBF16, DType::kFP16, DType::kFP8E4M3, DType::kINT8}) {
     const std::string t = dtype_name(kv);
+    const bool b16 = kv == DType::kBF16 || kv == DType::kFP16;
     GqaCaseSpec s = base_spec(32, 4, 128, 16, kv);  // group 8
     s.batch = 3, s.seq_lens = {5000, 1, 2049};
     if (kv == DType::kFP16) s.q_dtype = s.out_dtype = DType::kFP16;
-    m.push_back({"random_" + t, s, {}, false});
-    m.push_back({"peaked_" + t, s, {}, true});
+    // 8 rows: the Hopper skip kernel for fp8 and 16-bit caches (the plan's choice, gqa_spec.cpp).
+    const std::string hopper = kv == DType::kINT8 ? "" : "_wgmma_st3";
+    m.push_back({"random_" + t, s, {}, false, 1, false, hopper});
+    m.push_back({"peaked_" + t, s, {}, true, 1, false, hopper});
     GqaCaseSpec f = s;  // every feature: q_len 4 with a tree, window, sinks, soft-cap, HND
     f.q_len = 4, f.seq_lens = {5000, 4, 2049}, f.tree_mask = true, f.window = 1500, f.sinks = true;
     f.softcap = 25.f, f.layout = KvLayout::kHND;
     m.push_back({"peaked_features_" + t, f, {}, true});
+    if (b16) {
+      // The 16-bit Hopper skip kernel's other tiles and features: 16 rows (q_len 2 of a group
+      // of 8) with a tree, window, sinks, soft-cap and fixed splits at head_dim 128 (64-token
+      // tiles); head_dim 64 (128-token tiles) at an odd group; head_dim 256 (32-token tiles) at
+      // 16 rows (group 16) with a window and sinks.
+      GqaCaseSpec r = s;
+      r.q_len = 2, r.seq_lens = {5000, 2, 2049}, r.tree_mask = true, r.window = 1500, r.sinks = true;
+      r.softcap = 25.f;
+      GpuOptions fixed;
+      fixed.split_mode = SplitMode::kFixed, fixed.split_tokens = 1024;
+      m.push_back({"peaked_rows16_features_fixed_split_" + t, r, fixed, true, 1, false, "_wgmma_st3"});
+      GqaCaseSpec d64 = base_spec(7, 1, 64, 16, kv);  // group 7: 8 rows
+      d64.batch = 2, d64.seq_lens = {4097, 16}, d64.q_dtype = d64.out_dtype = s.q_dtype;
+      m.push_back({"peaked_d64_group7_" + t, d64, {}, true, 1, false, "_wgmma_st3"});
+      m.push_back({"random_d64_group7_" + t, d64, {}, false, 1, false, "_wgmma_st3"});
+      GqaCaseSpec d256 = base_spec(32, 2, 256, 64, kv);  // group 16: 16 rows
+      d256.batch = 2, d256.seq_lens = {3000, 65}, d256.window = 2000, d256.sinks = true;
+      d256.q_dtype = d256.out_dtype = s.q_dtype, d256.layout = KvLayout::kHND;
+      m.push_back({"peaked_d256_rows16_window_sinks_" + t, d256, {}, true, 1, false, "_wgmma_st3"});
+    }
     if (kv == DType::kFP8E4M3 || kv == DType::kINT8) {  // the other arches' 8-bit paths
       for (int arch : {80, 89}) {
         GpuOptions o;
@@ -64,9 +88,9 @@ std::vector<SkipCase> skip_cases() {
     GpuOptions ob;
     ob.beam_width = 4;
     m.push_back({"peaked_beam4_window_sinks", b, ob, true, 4});
-    GqaCaseSpec d = base_spec(16, 2, 256, 64, DType::kBF16);  // head_dim 256: q in shared memory
+    GqaCaseSpec d = base_spec(16, 2, 256, 64, DType::kBF16);  // head_dim 256, 8 rows
     d.batch = 2, d.seq_lens = {3000, 65};
-    m.push_back({"peaked_d256", d, {}, true});
+    m.push_back({"peaked_d256", d, {}, true, 1, false, "_wgmma_st3"});
     // The Hopper skip kernel at 16 rows (two draft tokens of a group of 8: four columns a
     // thread, a tree mask) on fixed splits (its partials merged in the launch).
     GqaCaseSpec h = base_spec(32, 4, 128, 16, DType::kFP8E4M3);
@@ -145,14 +169,13 @@ TEST_P(GqaSkipGpu, WithinTheBoundOfExactAttention) {
   GpuOptions fixed = sc.opt;
   if (fixed.split_mode == SplitMode::kAuto) fixed.split_mode = SplitMode::kFixed, fixed.split_tokens = 512;
   const SkipRun tiny = run_skip(c, fixed, 1e-30f);
-  // Its exact counterpart is the same kernel without "_skip": an fp8 plan of more than 16 rows
-  // skips on the portable kernel (gqa_spec.cpp), while its exact plan takes the Hopper kernel,
-  // whose arithmetic differs; path 80 gives the exact plan the portable kernel too.
+  // Its exact counterpart is the same kernel without "_skip": an fp8 or 16-bit plan of more than
+  // 16 rows skips on the portable kernel (gqa_spec.cpp), while its exact plan takes the Hopper
+  // kernel, whose arithmetic differs; path 80 gives the fp8 exact plan the portable kernel too,
+  // and hopper_16bit 0 the 16-bit one.
   GpuOptions exact_opt = fixed;
   const bool portable_skip = tiny.run.plan.kernel_name.find("_wgmma") == std::string::npos;
   if (portable_skip && sc.spec.kv_dtype == DType::kFP8E4M3 && exact_opt.path_arch == 0) exact_opt.path_arch = 80;
-  // 16-bit caches skip on the portable kernel only; their exact plans take the Hopper kernel
-  // unless told not to.
   if (portable_skip && (sc.spec.kv_dtype == DType::kBF16 || sc.spec.kv_dtype == DType::kFP16)) exact_opt.hopper_16bit = 0;
   const SkipRun exact_fixed = run_skip(c, exact_opt, 0.f);
   EXPECT_EQ(exact_fixed.run.plan.kernel_name.find("_wgmma") == std::string::npos, portable_skip)
@@ -186,24 +209,35 @@ TEST_P(GqaSkipGpu, WithinTheBoundOfExactAttention) {
     EXPECT_LE(skip.copied, skip.total);
   }
 
-  // Peaked data on splits of 4096 keys at f = 1: the rule's host simulation (128-key tiles, a
-  // CTA's rows together, the running maximum restarting per split) drops most of the bulk after
-  // the heavy keys; the kernels' units are no coarser (Hopper: 128-key tiles; portable: a warp's
-  // slice, the running maximum shared by the row block's warps), so each must skip at least half
-  // of that. Beams are left out: make_peaked's heavy keys on the beams' shared pages belong to
-  // one beam only. (On the automatic splits above, a few hundred keys each at these lengths,
-  // there is little to skip: the rule needs a large key early in the split.)
+  // Peaked data on splits of 4096 keys at f = 1: the rule's host simulation (a CTA's rows
+  // together, the running maximum restarting per split) drops most of the bulk after the heavy
+  // keys. Its tiles are the Hopper kernel's (16 KB of K: fp8 128 keys, 16-bit 8192 / head_dim:
+  // 128, 64 or 32), else 128 keys, which the portable kernel's units are no coarser than (a warp's
+  // slice, the running maximum shared by the row block's warps); each kernel must skip at least
+  // half of what the simulation skips. The Hopper 16-bit kernel seeds each split's m_ref with the
+  // CTA's first visible tile (sm90/skip.cuh), as its simulation does, and runs on splits of 512
+  // too, where seeded splits drop what one long split drops (unseeded ones little: the rule needs
+  // a large key early in the split). Beams are left out: make_peaked's heavy keys on the beams'
+  // shared pages belong to one beam only.
   if (!sc.peaked || sc.beams > 1) return;
-  GpuOptions long_split = sc.opt;
-  long_split.split_mode = SplitMode::kFixed, long_split.split_tokens = 4096;
-  const SkipCopies sim = simulate_skip_copies(c, 1.0, 128, 4096);
-  EXPECT_GT(sim.skipped_share(), 0.1) << "the peaked data leave the rule nothing to drop";
-  const SkipRun skip = run_skip(c, long_split, 1.f);
-  expect_within_skip_bound(c, ref_out, ref_lse, skip.run.out, skip.run.lse, 1.0, rel_tol, lse_tol);
-  const double share = skip.total ? 1.0 - double(skip.copied) / double(skip.total) : 0.0;
-  std::printf("[skip] %-34s f=1 split 4096: %.1f %% of V rows skipped (host simulation %.1f %%)\n",
-              sc.name.c_str(), 100.0 * share, 100.0 * sim.skipped_share());
-  EXPECT_GE(share, 0.5 * sim.skipped_share()) << skip.run.plan.kernel_name;
+  const bool hopper = tiny.run.plan.kernel_name.find("_wgmma") != std::string::npos;
+  const bool seeded = hopper && (sc.spec.kv_dtype == DType::kBF16 || sc.spec.kv_dtype == DType::kFP16);
+  const int sim_tile =
+      hopper ? gqa::sm90::tile_tokens(gqa::sm90::kv_bytes_of(static_cast<int>(sc.spec.kv_dtype)), sc.spec.head_dim)
+             : 128;
+  for (int split : {4096, 512}) {
+    if (split == 512 && !seeded) continue;
+    GpuOptions fixed_split = sc.opt;
+    fixed_split.split_mode = SplitMode::kFixed, fixed_split.split_tokens = split;
+    const SkipCopies sim = simulate_skip_copies(c, 1.0, sim_tile, split, seeded);
+    EXPECT_GT(sim.skipped_share(), 0.1) << "the peaked data leave the rule nothing to drop";
+    const SkipRun skip = run_skip(c, fixed_split, 1.f);
+    expect_within_skip_bound(c, ref_out, ref_lse, skip.run.out, skip.run.lse, 1.0, rel_tol, lse_tol);
+    const double share = skip.total ? 1.0 - double(skip.copied) / double(skip.total) : 0.0;
+    std::printf("[skip] %-34s f=1 split %d: %.1f %% of V rows skipped (host simulation, %d-key tiles%s: %.1f %%)\n",
+                sc.name.c_str(), split, 100.0 * share, sim_tile, seeded ? ", seeded" : "", 100.0 * sim.skipped_share());
+    EXPECT_GE(share, 0.5 * sim.skipped_share()) << skip.run.plan.kernel_name << " split " << split;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, GqaSkipGpu, ::testing::ValuesIn(skip_cases()),

@@ -122,6 +122,38 @@ __device__ __forceinline__ void pv_chain_16bit(float (&o)[M][kAcc], const Desc& 
   wgmma_commit();
 }
 
+// Query row r's softmax weights as PV's B operand (both rows-on-N kernels: this file's and
+// skip.cuh's). pr: the thread's tokens 16 w + l / 4 (pr[2 h]) and + 8 (pr[2 h + 1]) of S^T's m64
+// half h. fp8: two e4m3 terms at p_hi and p_lo in PV's token order (lanes l and l ^ 4 swap one
+// term word; p_pos / p_sel: the gqa_decode_kernel's). 16-bit: P^T row r, tokens 64 h + 16 w + l /
+// 4 and + 8, one value of the cache's type each at p_hi, in token order (column blocks of 64
+// tokens, blocked128, at 128 tokens; at 32 the padding warps store nothing: PV reads the first
+// 64 B of each row).
+template <class T>
+__device__ __forceinline__ void store_p_row(unsigned p_hi, unsigned p_lo, int r, const float (&pr)[4], int w, int l,
+                                            unsigned p_pos, unsigned p_sel) {
+  constexpr int N = T::kRows;
+  if constexpr (T::k16) {
+    constexpr int kTileT = T::kTile;
+    constexpr int kSHalves = kTileT >= 64 ? kTileT / 64 : 1;
+#pragma unroll
+    for (int h = 0; h < kSHalves; ++h) {
+      if (kTileT < 64 && 16 * w >= kTileT) break;
+      const unsigned two = ptx::pack2<T::kF16>(pr[2 * h], pr[2 * h + 1]);
+      const int tok = 64 * h + 16 * w + (l >> 2);
+      sts16(p_hi + blocked128(r, 2 * tok, N), static_cast<unsigned short>(two & 0xFFFFu));
+      sts16(p_hi + blocked128(r, 2 * (tok + 8), N), static_cast<unsigned short>(two >> 16));
+    }
+  } else {
+    unsigned hi, lo;
+    kv::split_e4m3_f32(pr[0], pr[1], pr[2], pr[3], hi, lo);
+    const unsigned hi_pair = __shfl_xor_sync(0xffffffffu, hi, 4);
+    const unsigned lo_pair = __shfl_xor_sync(0xffffffffu, lo, 4);
+    sts32(p_hi + swz128(r, p_pos), ptx::prmt(hi, hi_pair, p_sel));
+    sts32(p_lo + swz128(r, p_pos), ptx::prmt(lo, lo_pair, p_sel));
+  }
+}
+
 // The end of the rows-on-N kernels (this file's and skip.cuh's), the ring drained: the rows' sums
 // across lanes and warps, O and (max, sum) into the epilogue's merge area (one slice: kWarpsN =
 // 1), which reuses the stages, then the output, LSE or the split's partials (epilogue.cuh).
@@ -388,26 +420,7 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
         pr[2 * h + 1] = ptx::ex2(s[h][e0 + 2] - shift);
       }
       l_run[cc] = l_run[cc] * alpha + ((pr[0] + pr[1]) + (pr[2] + pr[3]));
-      if constexpr (T::k16) {
-        // P^T row r, tokens 64 h + 16 w + l / 4 and + 8, one 16-bit value each, in token order
-        // (column blocks of 64 tokens, blocked128, at 128 tokens; at 32 the padding warps store
-        // nothing: PV reads the first 64 B of each row).
-#pragma unroll
-        for (int h = 0; h < kSHalves; ++h) {
-          if (kPadWarps && 16 * w >= kTileT) break;
-          const unsigned two = ptx::pack2<T::kF16>(pr[2 * h], pr[2 * h + 1]);
-          const int tok = 64 * h + 16 * w + (l >> 2);
-          sts16(base + kPlan.p_hi + blocked128(r, 2 * tok, N), static_cast<unsigned short>(two & 0xFFFFu));
-          sts16(base + kPlan.p_hi + blocked128(r, 2 * (tok + 8), N), static_cast<unsigned short>(two >> 16));
-        }
-      } else {
-        unsigned hi, lo;
-        kv::split_e4m3_f32(pr[0], pr[1], pr[2], pr[3], hi, lo);
-        const unsigned hi_pair = __shfl_xor_sync(0xffffffffu, hi, 4);
-        const unsigned lo_pair = __shfl_xor_sync(0xffffffffu, lo, 4);
-        sts32(base + kPlan.p_hi + swz128(r, p_pos), ptx::prmt(hi, hi_pair, p_sel));
-        sts32(base + kPlan.p_lo + swz128(r, p_pos), ptx::prmt(lo, lo_pair, p_sel));
-      }
+      store_p_row<T>(base + kPlan.p_hi, base + kPlan.p_lo, r, pr, w, l, p_pos, p_sel);
 #pragma unroll
       for (int m = 0; m < kHalves; ++m) o[m][e0] *= alpha, o[m][e0 + 2] *= alpha;
     }

@@ -1,6 +1,6 @@
 // The JIT entry of the Hopper GQA decode kernels, fp8 (and bf16 / fp16: Traits::k16)
 // (kernels/gqa/sm90/decode.cuh, tokens on M; decode_rows.cuh, rows on M when Cfg::kRowsOnM;
-// skip.cuh, skip-softmax when Cfg::kSkip, fp8 only: the plan keeps 16-bit skip plans portable): a
+// skip.cuh, skip-softmax when Cfg::kSkip, up to 16 rows, fp8 and 16-bit): a
 // generated prologue defines `struct Cfg` (GqaKernelKey::spec, fp8_mma = kv::kWgmma) and includes
 // this file.
 // Same grid, block and parameters as the portable kernel's entry (kernels/gqa/sm80/entry.cuh).

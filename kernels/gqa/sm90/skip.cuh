@@ -1,10 +1,12 @@
-// Hopper (sm_90a) fp8 GQA decode with skip-softmax (Cfg::kSkip, 8 or 16 query rows on wgmma's N;
-// docs/semantics.md "Skip-softmax"): decode.cuh's kernel with the order of its work changed so
-// that a tile's V is issued only once the tile's logits are known.
+// Hopper (sm_90a) GQA decode with skip-softmax (Cfg::kSkip, 8 or 16 query rows on wgmma's N;
+// docs/semantics.md "Skip-softmax") for fp8 and 16-bit (bf16 / fp16, Traits::k16) caches:
+// decode.cuh's kernel with the order of its work changed so that a tile's V is issued only once
+// the tile's logits are known.
 //
-// The decision unit is the 128-token tile, per query row: a row drops the tile when its largest
-// logit m_t has m_t < m_ref + log2(f / L) (log2 units), m_ref being the largest logit of the tiles
-// the row kept before; a tile no real row keeps is not loaded (V), transposed nor multiplied.
+// The decision unit is the ring's tile (fp8 128 tokens; 16-bit 64 at head_dim 128, 128 at 64, 32
+// at 256), per query row: a row drops the tile when its largest logit m_t has m_t < m_ref +
+// log2(f / L) (log2 units), m_ref being the largest logit of the tiles the row kept before; a
+// tile no real row keeps is not loaded (V), transposed (fp8) nor multiplied.
 //
 // The QK of tile j + 1 (its S, masked, and its rows' maxima through the warps' `red`) runs in
 // iteration j, ahead of tile j's softmax and PV, and its S stays in registers for the next
@@ -12,12 +14,13 @@
 // ring of four K stages), V one tile ahead (two V stages): the six 16 KB stages of decode.cuh's
 // three-stage ring. Iteration j:
 //   wait<1>, barrier           V_j and K_{j+1} have landed
-//   QK on K_{j+1} (async), V_j -> V^T in place under it (if tile j is kept)
+//   QK on K_{j+1} (async), V_j -> V^T in place under it (fp8, if tile j is kept; 16-bit V is
+//                              read as stored, decode.cuh)
 //   mask, maxima, barrier      rows' decisions for tile j + 1; __syncthreads_or: the CTA's vote
 //   issue V_{j+1} (if voted), K_{j+3}; page ids of K_{j+4} and V_{j+2}
 //   softmax of tile j (P of dropped rows 0), P to shared memory, barrier, PV
-// The arithmetic of a kept tile is decode.cuh's instruction for instruction, so a factor under
-// which no tile falls gives decode.cuh's bits.
+// The arithmetic of a kept tile is decode.cuh's instruction for instruction (its fp8 and its
+// 16-bit branches alike), so a factor under which no tile falls gives decode.cuh's bits.
 #pragma once
 
 #include "kernels/common/check_record.cuh"
@@ -50,7 +53,11 @@ __device__ __forceinline__ void gqa_decode_skip_kernel(const GqaParams& p, unsig
   constexpr int kAcc = N / 2;
   constexpr SmemPlan kPlan = T::kPlan;
   using Mma = WgmmaE4m3<N>;
-  constexpr int kHalves = 2;
+  constexpr int kHalves = T::kHeadDim / 64;  // O^T's m64 blocks of d (decode.cuh)
+  constexpr int kTileT = T::kTile;
+  // S^T's m64 halves of tokens; 16-bit d256's 32-token tile pads M (decode.cuh kPadWarps).
+  constexpr int kSHalves = kTileT >= 64 ? kTileT / 64 : 1;
+  constexpr bool kPadWarps = kTileT < 64;
   const int tid = threadIdx.x;
   const int w = tid >> 5;
   const int l = tid & 31;
@@ -85,10 +92,31 @@ __device__ __forceinline__ void gqa_decode_skip_kernel(const GqaParams& p, unsig
   const unsigned p_pos = 16 * (4 * ((l >> 2) & 1) + w) + 4 * (l >> 3);
   const unsigned p_sel = ((l >> 2) & 1) ? 0x3726u : 0x5140u;
 
-  // ---- Prologue: K and V of tile 0, K of tiles 1 and 2 ----
+  // m_ref's seed (16-bit): a split after the one that holds the CTA's first visible tile (the
+  // tile of key max(0, p0 - W + 1), p0 the first row's position: no row of the CTA sees a key
+  // before it) starts each row's m_ref at the row's largest logit in that tile rather than at
+  // -inf. That split keeps the tile for the row (its first tile with a key the row sees, decided
+  // against -inf), so the seed is one of the row's kept logits and the bound holds
+  // (docs/semantics.md); every split then knows the request's early heavy keys (attention
+  // sinks), which a long request's later splits otherwise miss. One more K tile per such CTA.
+  // (fp8 keeps its loop as measured: kSeedRef off.)
+  constexpr bool kSeedRef = T::k16;
+  const int first_key = u.seq_len - q_len - p.window + 1;  // with a window: the first row's first key
+  const int seed_t0 = (T::kWindow && first_key > 0 ? first_key : 0) / kTileT * kTileT;
+  const bool seed = kSeedRef && n > 0 && seed_t0 < u.first;  // CTA-uniform
+  const TileCursor seed_cursor{u, (seed_t0 - u.first) / kTileT, n, false};
+
+  // ---- Prologue: K and V of tile 0, (the seed's K,) K of tiles 1 and 2 ----
   loader.fetch_pages(cursor(0), 0);
+  if constexpr (kSeedRef) {
+    if (seed) v_loader.fetch_pages(seed_cursor, 3);  // the seed's checked-mode slot: tile 3's
+  }
   if (n > 0) loader.template issue_copies<true, true>(cursor(0), base + SkipSlots::k(0), base + SkipSlots::v(0));
   ptx::cp_async_commit();
+  if constexpr (kSeedRef) {  // its own group (empty without a seed), into tile 3's K stage
+    if (seed) v_loader.template issue_copies<true, false>(seed_cursor, base + SkipSlots::k(3), 0u);
+    ptx::cp_async_commit();
+  }
 #pragma unroll
   for (int i = 1; i < 3; ++i) {
     loader.fetch_pages(cursor(i), i);
@@ -103,8 +131,12 @@ __device__ __forceinline__ void gqa_decode_skip_kernel(const GqaParams& p, unsig
   const float k_scale = p.k_scales ? p.k_scales[kv_head] : p.k_scale;
   const float v_scale = p.v_scales ? p.v_scales[kv_head] : p.v_scale;
   const float qk_scale = p.softmax_scale * k_scale;
-  load_q_two_term<T, N>(p, batch, kv_head, row0, rows_total, base + kPlan.q_hi, base + kPlan.q_lo, q_inv,
-                        [](int m) { return m; });
+  if constexpr (T::k16) {
+    load_q_16bit<T, N>(p, batch, kv_head, row0, rows_total, base + kPlan.q_hi, [](int m) { return m; });
+  } else {
+    load_q_two_term<T, N>(p, batch, kv_head, row0, rows_total, base + kPlan.q_hi, base + kPlan.q_lo, q_inv,
+                          [](int m) { return m; });
+  }
   __syncthreads();  // q_inv written
   const float logit_scale = T::kSoftcap ? qk_scale : qk_scale * kLog2e;
   const int causal_start = seq_len - q_len;
@@ -114,7 +146,7 @@ __device__ __forceinline__ void gqa_decode_skip_kernel(const GqaParams& p, unsig
 #pragma unroll
   for (int cc = 0; cc < T::kCols; ++cc) {
     const int row = row0 + col_row(cc);
-    row_scale[cc] = logit_scale * q_inv[col_row(cc)];
+    row_scale[cc] = T::k16 ? logit_scale : logit_scale * q_inv[col_row(cc)];
     m_run[cc] = kNegInf, l_run[cc] = 0.f, m_ref[cc] = kNegInf;
     const int causal = causal_start + (row < rows_total ? row : 0) / T::kGroup + 1;
     int span = T::kWindow && p.window < causal ? p.window : causal;
@@ -130,24 +162,26 @@ __device__ __forceinline__ void gqa_decode_skip_kernel(const GqaParams& p, unsig
   }
   unsigned long long v_rows[2] = {0ull, 0ull};  // GqaParams::skip_counts: copied, of all
   auto count = [&](int item, bool copied) {
-    const int t0 = u.first + item * kTile;
-    const int rows = u.end - t0 < kTile ? u.end - t0 : kTile;
+    const int t0 = u.first + item * kTileT;
+    const int rows = u.end - t0 < kTileT ? u.end - t0 : kTileT;
     v_rows[1] += static_cast<unsigned>(rows);
     if (copied) v_rows[0] += static_cast<unsigned>(rows);
   };
 
   // Tile `item`'s S (issued on its K stage before; waited for here), scaled, soft-capped and
-  // masked (decode.cuh's block), and its rows' maxima across the warps into m_tile.
-  auto logits_and_maxima = [&](int item, float (&s)[kHalves][kAcc], float (&m_tile)[T::kCols]) {
+  // masked (decode.cuh's block), and its rows' maxima across the warps into m_tile. `slot`: the
+  // ring item whose checked-mode record the tile's page ids are in (the tile's own, but the
+  // seed's: tile 3's).
+  auto logits_and_maxima = [&](int item, int slot, float (&s)[kSHalves][kAcc], float (&m_tile)[T::kCols]) {
     wgmma_wait<0>();
 #pragma unroll
-    for (int h = 0; h < kHalves; ++h) fence_regs(s[h]);
-    const int tile_t0 = u.first + item * kTile;
-    const bool bad_tile = T::kChecked && bad_item[item % (T::kStages + 1)] == item;
-    const bool need_mask = tile_t0 + kTile > causal_start || tile_t0 + kTile > u.end ||
+    for (int h = 0; h < kSHalves; ++h) fence_regs(s[h]);
+    const int tile_t0 = u.first + item * kTileT;
+    const bool bad_tile = T::kChecked && bad_item[slot % (T::kStages + 1)] == slot;
+    const bool need_mask = tile_t0 + kTileT > causal_start || tile_t0 + kTileT > u.end ||
                            (T::kWindow && tile_t0 < seq_len - p.window) || bad_tile;
 #pragma unroll
-    for (int h = 0; h < kHalves; ++h) {
+    for (int h = 0; h < kSHalves; ++h) {
 #pragma unroll
       for (int e = 0; e < kAcc; ++e) {
         const int cc = 2 * (e >> 2) + (e & 1);
@@ -172,6 +206,9 @@ __device__ __forceinline__ void gqa_decode_skip_kernel(const GqaParams& p, unsig
           }
           if (!visible) x = kNegInf;
         }
+        if constexpr (kPadWarps) {
+          if (16 * w >= kTileT) x = kNegInf;  // padding rows of M (warp-uniform)
+        }
         s[h][e] = x;
       }
     }
@@ -179,7 +216,7 @@ __device__ __forceinline__ void gqa_decode_skip_kernel(const GqaParams& p, unsig
 #pragma unroll
     for (int cc = 0; cc < T::kCols; ++cc) mx[cc] = kNegInf;
 #pragma unroll
-    for (int h = 0; h < kHalves; ++h) {
+    for (int h = 0; h < kSHalves; ++h) {
 #pragma unroll
       for (int e = 0; e < kAcc; ++e) mx[2 * (e >> 2) + (e & 1)] = fmaxf(mx[2 * (e >> 2) + (e & 1)], s[h][e]);
     }
@@ -212,16 +249,37 @@ __device__ __forceinline__ void gqa_decode_skip_kernel(const GqaParams& p, unsig
     return keep;
   };
 
+  // S^T of the K stage at k_off (decode.cuh's QK), issued, not waited for.
+  auto issue_qk = [&](unsigned k_off, float (&s)[kSHalves][kAcc]) {
+    if constexpr (T::k16) {
+      qk_chain_16bit<T, N>(s, desc, k_off, kPlan.q_hi);
+    } else {
+      two_term_chain<Mma>(s, desc, k_off, kPlan.q_hi, kPlan.q_lo);
+    }
+  };
+
+  // ---- The seed of m_ref (kSeedRef): the first visible tile's maxima, its K in tile 3's stage ----
+  if constexpr (kSeedRef) {
+    if (seed) {
+      ptx::cp_async_wait<2>();  // tile 0's group and the seed's (K of tiles 1 and 2 may fly)
+      fence_proxy_async_smem();
+      __syncthreads();
+      float s_seed[kSHalves][kAcc];
+      issue_qk(SkipSlots::k(3), s_seed);
+      logits_and_maxima(seed_cursor.i, 3, s_seed, m_ref);
+    }
+  }
+
   // ---- Tile 0's logits: its K waited for alone ----
-  float s_cur[kHalves][kAcc], m_cur[T::kCols];
+  float s_cur[kSHalves][kAcc], m_cur[T::kCols];
   unsigned keep_cur = 0u;
   bool vote_cur = false;
   if (n > 0) {
-    ptx::cp_async_wait<2>();
+    ptx::cp_async_wait<kSeedRef ? 3 : 2>();  // tile 0's group (kSeedRef: the seed's after it)
     fence_proxy_async_smem();
     __syncthreads();
-    two_term_chain<Mma>(s_cur, desc, SkipSlots::k(0), kPlan.q_hi, kPlan.q_lo);
-    logits_and_maxima(0, s_cur, m_cur);
+    issue_qk(SkipSlots::k(0), s_cur);
+    logits_and_maxima(0, 0, s_cur, m_cur);
     keep_cur = decide(m_cur);
     vote_cur = true;  // V of tile 0 is in flight whatever the decisions
     count(0, true);
@@ -233,13 +291,15 @@ __device__ __forceinline__ void gqa_decode_skip_kernel(const GqaParams& p, unsig
     __syncthreads();           // V of `item`, K of item + 1 landed; the last tile's stages are free
     const bool next = item + 1 < n;  // CTA-uniform
     const unsigned vs = base + SkipSlots::v(item);
-    float s_next[kHalves][kAcc], m_next[T::kCols];
+    float s_next[kSHalves][kAcc], m_next[T::kCols];
     unsigned keep_next = 0u;
     bool vote_next = false;
-    if (next) two_term_chain<Mma>(s_next, desc, SkipSlots::k(item + 1), kPlan.q_hi, kPlan.q_lo);
-    if (vote_cur) transpose_v_in_place(vs, ldsm_off, stsm_off);
+    if (next) issue_qk(SkipSlots::k(item + 1), s_next);
+    if constexpr (!T::k16) {
+      if (vote_cur) transpose_v_in_place(vs, ldsm_off, stsm_off);
+    }
     if (next) {
-      logits_and_maxima(item + 1, s_next, m_next);
+      logits_and_maxima(item + 1, item + 1, s_next, m_next);
       keep_next = decide(m_next);
       vote_next = __syncthreads_or((keep_next & real) != 0u) != 0;
       if (p.skip_counts != nullptr) count(item + 1, vote_next);
@@ -251,16 +311,24 @@ __device__ __forceinline__ void gqa_decode_skip_kernel(const GqaParams& p, unsig
     loader.fetch_pages(cursor(item + 4), item + 4);
     v_loader.fetch_pages(cursor(item + 2), item + 2);
 
-    if (vote_cur) {
+    // 16-bit: the softmax and the PV run for a dropped tile too, every row's P at 0 against the
+    // tile's K stage in V's place (the request's keys or the loader's zeros: finite for a finite
+    // cache; free until K of item + 4): its O, sums and maxima stay as they were. A PV under the vote's branch made ptxas serialize every wgmma of the
+    // kernel (C7520: the warpgroup.arrive it adds for O's registers, in a divergent path); 16-bit
+    // O accumulates in the tensor core, so its registers are the wgmma's. fp8 branches (its PV
+    // writes a fresh accumulator).
+    if (T::k16 || vote_cur) {
       // ---- decode.cuh's softmax per query row (column cc), a dropped row's P at 0 ----
-      // O's rescale waits for the PV: o = fma(o, alpha, ot), one rounding, as ptxas contracts
+      // fp8: O's rescale waits for the PV: o = fma(o, alpha, ot), one rounding, as ptxas contracts
       // decode.cuh's o *= alpha ... o += ot (one FFMA per element in its SASS); a multiply and an
       // add would round twice and give other bits than decode.cuh wherever a row's max moves.
+      // 16-bit: O is rescaled in registers before the PV accumulates into it, as decode.cuh.
+      const unsigned keep_rows = T::k16 && !vote_cur ? 0u : keep_cur;
       float alpha_col[T::kCols];
 #pragma unroll
       for (int cc = 0; cc < T::kCols; ++cc) {
         const int r = col_row(cc);
-        const bool kept = (keep_cur >> cc) & 1u;
+        const bool kept = (keep_rows >> cc) & 1u;
         const float m_tile = kept ? m_cur[cc] : kNegInf;
         const float m_new = fmaxf(m_run[cc], m_tile);
         const float m_use = m_new == kNegInf ? 0.f : m_new;
@@ -271,34 +339,44 @@ __device__ __forceinline__ void gqa_decode_skip_kernel(const GqaParams& p, unsig
         float pr[4] = {0.f, 0.f, 0.f, 0.f};
         if (kept) {
 #pragma unroll
-          for (int h = 0; h < kHalves; ++h) {
+          for (int h = 0; h < kSHalves; ++h) {
             pr[2 * h] = ptx::ex2(s_cur[h][e0] - shift);
             pr[2 * h + 1] = ptx::ex2(s_cur[h][e0 + 2] - shift);
           }
         }
         l_run[cc] = __fmaf_rn(l_run[cc], alpha, (pr[0] + pr[1]) + (pr[2] + pr[3]));
-        unsigned hi, lo;
-        kv::split_e4m3_f32(pr[0], pr[1], pr[2], pr[3], hi, lo);
-        const unsigned hi_pair = __shfl_xor_sync(0xffffffffu, hi, 4);
-        const unsigned lo_pair = __shfl_xor_sync(0xffffffffu, lo, 4);
-        sts32(base + kPlan.p_hi + swz128(r, p_pos), ptx::prmt(hi, hi_pair, p_sel));
-        sts32(base + kPlan.p_lo + swz128(r, p_pos), ptx::prmt(lo, lo_pair, p_sel));
-        alpha_col[cc] = alpha;
+        store_p_row<T>(base + kPlan.p_hi, base + kPlan.p_lo, r, pr, w, l, p_pos, p_sel);
+        if constexpr (T::k16) {
+#pragma unroll
+          for (int m = 0; m < kHalves; ++m) o[m][e0] *= alpha, o[m][e0 + 2] *= alpha;
+        } else {
+          alpha_col[cc] = alpha;
+        }
       }
       fence_proxy_async_smem();  // P and V^T, to the wgmma
       __syncthreads();
-      float ot[kHalves][kAcc];
-      two_term_chain<Mma>(ot, desc, SkipSlots::v(item), kPlan.p_hi, kPlan.p_lo);
-      wgmma_wait<0>();
+      if constexpr (T::k16) {
+        // O rescaled before the wgmma fence (else the rescale sinks past it and ptxas adds an arrive).
 #pragma unroll
-      for (int m = 0; m < kHalves; ++m) {
-        fence_regs(ot[m]);
+        for (int m = 0; m < kHalves; ++m) fence_regs(o[m]);
+        pv_chain_16bit<T, N>(o, desc, vote_cur ? SkipSlots::v(item) : SkipSlots::k(item), kPlan.p_hi);
+        wgmma_wait<0>();
 #pragma unroll
-        for (int e = 0; e < kAcc; ++e) o[m][e] = __fmaf_rn(o[m][e], alpha_col[2 * (e >> 2) + (e & 1)], ot[m][e]);
+        for (int m = 0; m < kHalves; ++m) fence_regs(o[m]);
+      } else {
+        float ot[kHalves][kAcc];
+        two_term_chain<Mma>(ot, desc, SkipSlots::v(item), kPlan.p_hi, kPlan.p_lo);
+        wgmma_wait<0>();
+#pragma unroll
+        for (int m = 0; m < kHalves; ++m) {
+          fence_regs(ot[m]);
+#pragma unroll
+          for (int e = 0; e < kAcc; ++e) o[m][e] = __fmaf_rn(o[m][e], alpha_col[2 * (e >> 2) + (e & 1)], ot[m][e]);
+        }
       }
     }
 #pragma unroll
-    for (int h = 0; h < kHalves; ++h) {
+    for (int h = 0; h < kSHalves; ++h) {
 #pragma unroll
       for (int e = 0; e < kAcc; ++e) s_cur[h][e] = s_next[h][e];
     }
