@@ -19,6 +19,12 @@ __device__ __forceinline__ void cp_async_16(unsigned dst, const void* src, bool 
                "r"(src_size)
                : "memory");
 }
+// 8-byte copy global -> shared through L1 (.ca: cp.async's only path below 16 bytes), zero
+// filled and reading nothing when `valid` is false, as cp_async_16.
+__device__ __forceinline__ void cp_async_8(unsigned dst, const void* src, bool valid) {
+  const int src_size = valid ? 8 : 0;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(src), "r"(src_size) : "memory");
+}
 // cp.async.mbarrier.arrive.noinc.shared::cta.b64 [mbar]; -- an arrival on the mbarrier once every
 // cp.async this thread issued before has completed (.noinc: the barrier's count includes it).
 __device__ __forceinline__ void cp_async_mbar_arrive_noinc(unsigned mbar) {

@@ -197,8 +197,9 @@ MlaKernelKey mla_decode_key(int arch, const std::string& variant, const MlaConfi
   refuse_retired_tuning("plan_mla_decode");
   if (variant != "sm90") return k;
   k.page_size = config.page_size;
-  // MODEL1 runs the wide kernel at every head count (the direct kernel reads the 656-byte token).
-  const bool tile_only = (k.dense && k.kv_format != kMlaKvFP8Sparse) || k.model1();
+  // The direct kernel reads records from its ring (the 656-byte token, or MODEL1's sparse one);
+  // dense bf16 / e4m3 rows only the wide kernel's producers.
+  const bool tile_only = k.dense && k.kv_format != kMlaKvFP8Sparse;
   k.sm90 = mla::sm90::kernel_class(config.num_heads, tile_only);
   // Without a second cache its page size is never read (validate_extra leaves it unchecked: 0 or
   // below is allowed) and would be a divisor compiled in: MlaConfig's default stands in, so such

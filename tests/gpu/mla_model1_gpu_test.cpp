@@ -1,7 +1,8 @@
 // MLA MODEL1 sparse decode on the GPU (issue 33: the 584-byte token, a second cache) against the
 // float64 reference of tests/gpu/mla_model1_case.hpp, through the CUDA backend with
 // MlaSparseParams (kv_format kMlaKvModel1, extra_*), for every decode variant this machine runs
-// (the portable kernel everywhere, the sm90 kernels on Hopper once they decode MODEL1): heads
+// (the portable kernel everywhere; on Hopper the sm90 kernels: the direct kernel up to 16 heads,
+// the wide one above, DirectKernelUpTo16Heads): heads
 // {1, 8, 16, 64, 100, 128} x q_len {1, 2, 4}, pages {2, 64, 256} for both caches, ragged lengths
 // with 0 in either cache, all-invalid rows, duplicates, the sink, poisoned pad bytes and unused
 // slots, NaN-poisoned outputs; bitwise identity run to run, graph capture + replay with new
@@ -177,6 +178,7 @@ TEST(MlaModel1Gpu, ProductionShapesAndEdges) {
     int heads, q_len, topk, page, extra_topk, extra_page;
   };
   const Row rows[] = {{"v4_256_64", 64, 2, 128, 256, 1024, 64},
+                      {"v4_256_64_h16", 16, 2, 128, 256, 1024, 64},
                       {"v4_64_2", 128, 1, 128, 64, 512, 2},
                       {"no_extra", 16, 2, 200, 64, 0, 64},
                       {"odd_counts", 100, 3, 70, 7, 130, 5}};
@@ -223,7 +225,7 @@ TEST(MlaModel1Gpu, WholeRequestsInOnePartition) {
   DECA_SEED_TRACE();
   int salt = 0;
   for (const std::string& variant : mla_variants()) {
-    for (int heads : {40, 100}) {
+    for (int heads : {16, 40, 100}) {
       for (bool ragged : {false, true}) {
         auto rng = make_rng(3800 + ++salt);
         Model1Spec s = spec(heads, heads > 64 ? 1 : 2, 64, 2);
@@ -253,7 +255,7 @@ TEST(MlaModel1Gpu, BitwiseIdenticalRunToRun) {
   DECA_REQUIRE_GPU();
   DECA_SEED_TRACE();
   for (const std::string& variant : mla_variants()) {
-    for (int heads : {8, 128}) {
+    for (int heads : {8, 16, 128}) {
       auto rng = make_rng(3500 + heads);
       Model1Spec s = spec(heads, 2, 64, 2);
       s.extra_topk = 1024;
@@ -275,71 +277,118 @@ TEST(MlaModel1Gpu, GraphReplayAndReusedSchedule) {
   DECA_REQUIRE_GPU();
   DECA_SEED_TRACE();
   for (const std::string& variant : mla_variants()) {
-    auto rng = make_rng(3600);
-    Model1Spec s = spec(64, 2, 256, 64);
-    s.batch = 5;
-    s.extra_topk = 512;
-    s.extra_pool_blocks = 64;
-    s.topk_length = s.extra_topk_length = true;
-    Model1Case c = build_model1_case(s, rng);
-    ScopedMlaKernel scope(variant);
-    Model1Device dev(c, false);
-    GraphReplay graph;
-    ASSERT_NO_FATAL_FAILURE(graph.capture([&](cudaStream_t st) { dev.run(st); }));
-    for (int replay = 0; replay < 2; ++replay) {
-      for (int b = 0; b < s.batch; ++b) {  // new lengths, the same entries (rows past them unread)
-        c.topk_length[b] = static_cast<int>(rng() % (s.topk + 1));
-        c.extra_topk_length[b] = replay == 1 && b == 3 ? 0 : static_cast<int>(rng() % (s.extra_topk + 1));
+    for (int heads : {16, 64}) {
+      auto rng = make_rng(3600 + heads);
+      Model1Spec s = spec(heads, 2, 256, 64);
+      s.batch = 5;
+      s.extra_topk = 512;
+      s.extra_pool_blocks = 64;
+      s.topk_length = s.extra_topk_length = true;
+      Model1Case c = build_model1_case(s, rng);
+      ScopedMlaKernel scope(variant);
+      Model1Device dev(c, false);
+      GraphReplay graph;
+      ASSERT_NO_FATAL_FAILURE(graph.capture([&](cudaStream_t st) { dev.run(st); }));
+      for (int replay = 0; replay < 2; ++replay) {
+        for (int b = 0; b < s.batch; ++b) {  // new lengths, the same entries (rows past them unread)
+          c.topk_length[b] = static_cast<int>(rng() % (s.topk + 1));
+          c.extra_topk_length[b] = replay == 1 && b == 3 ? 0 : static_cast<int>(rng() % (s.extra_topk + 1));
+        }
+        model1_write_counted(c, rng);  // the now-counted entries (some of the poison block) get tokens
+        cudaMemcpy(dev.kv.get(), c.kv.bytes.data(), c.kv.bytes.size(), cudaMemcpyHostToDevice);
+        cudaMemcpy(dev.extra.get(), c.extra.bytes.data(), c.extra.bytes.size(), cudaMemcpyHostToDevice);
+        cudaMemcpy(dev.topk_length.get(), c.topk_length.data(), s.batch * sizeof(int), cudaMemcpyHostToDevice);
+        cudaMemcpy(dev.extra_topk_length.get(), c.extra_topk_length.data(), s.batch * sizeof(int),
+                   cudaMemcpyHostToDevice);
+        dev.poison();
+        ASSERT_NO_FATAL_FAILURE(graph.replay(1));
+        model1_reference(c);
+        HostTensor out, lse;
+        dev.results(c, out, lse);
+        expect_sparse_matches("replay " + std::to_string(replay) + " [" + dev.plan.kernel_name + "]", c, out, lse);
       }
-      model1_write_counted(c, rng);  // the now-counted entries (some of the poison block) get tokens
-      cudaMemcpy(dev.kv.get(), c.kv.bytes.data(), c.kv.bytes.size(), cudaMemcpyHostToDevice);
-      cudaMemcpy(dev.extra.get(), c.extra.bytes.data(), c.extra.bytes.size(), cudaMemcpyHostToDevice);
-      cudaMemcpy(dev.topk_length.get(), c.topk_length.data(), s.batch * sizeof(int), cudaMemcpyHostToDevice);
-      cudaMemcpy(dev.extra_topk_length.get(), c.extra_topk_length.data(), s.batch * sizeof(int),
-                 cudaMemcpyHostToDevice);
+
+      // Layer 2: new q and tokens, same lengths and indices: the schedule in the workspace serves.
+      Model1Case layer2 = build_model1_case(s, rng);
+      layer2.indices = c.indices;
+      layer2.extra_indices = c.extra_indices;
+      layer2.topk_length = c.topk_length;
+      layer2.extra_topk_length = c.extra_topk_length;
+      layer2.written.clear();
+      layer2.extra_written.clear();
+      model1_write_counted(layer2, rng);
+      model1_reference(layer2);
+      cudaMemcpy(dev.q.get(), layer2.q.raw(), layer2.q.bytes(), cudaMemcpyHostToDevice);
+      cudaMemcpy(dev.kv.get(), layer2.kv.bytes.data(), layer2.kv.bytes.size(), cudaMemcpyHostToDevice);
+      cudaMemcpy(dev.extra.get(), layer2.extra.bytes.data(), layer2.extra.bytes.size(), cudaMemcpyHostToDevice);
       dev.poison();
-      ASSERT_NO_FATAL_FAILURE(graph.replay(1));
-      model1_reference(c);
+      dev.run(nullptr, /*reuse=*/true);
       HostTensor out, lse;
-      dev.results(c, out, lse);
-      expect_sparse_matches("replay " + std::to_string(replay) + " [" + dev.plan.kernel_name + "]", c, out, lse);
+      dev.results(layer2, out, lse);
+      expect_sparse_matches("reused schedule [" + dev.plan.kernel_name + "]", layer2, out, lse);
+
+      // Another extra list (extra_topk halved, the same buffers) on the reused schedule: refused.
+      dev.p.extra_topk = s.extra_topk / 2;
+      cudaMemset(dev.out.get(), 0, dev.out.bytes());  // zeros, not the NaN poison: the kernels write NaN
+      cudaMemset(dev.lse.get(), 0, dev.lse.bytes());
+      dev.run(nullptr, /*reuse=*/true);
+      dev.results(layer2, out, lse);
+      long long nan = 0;
+      for (std::int64_t e = 0; e < out.numel(); ++e) nan += std::isnan(out.get(e)) ? 1 : 0;
+      EXPECT_EQ(nan, out.numel()) << "a schedule of another extra_topk must give NaN [" << dev.plan.kernel_name << "]";
     }
+  }
+}
 
-    // Layer 2: new q and tokens, same lengths and indices: the schedule in the workspace serves.
-    Model1Case layer2 = build_model1_case(s, rng);
-    layer2.indices = c.indices;
-    layer2.extra_indices = c.extra_indices;
-    layer2.topk_length = c.topk_length;
-    layer2.extra_topk_length = c.extra_topk_length;
-    layer2.written.clear();
-    layer2.extra_written.clear();
-    model1_write_counted(layer2, rng);
-    model1_reference(layer2);
-    cudaMemcpy(dev.q.get(), layer2.q.raw(), layer2.q.bytes(), cudaMemcpyHostToDevice);
-    cudaMemcpy(dev.kv.get(), layer2.kv.bytes.data(), layer2.kv.bytes.size(), cudaMemcpyHostToDevice);
-    cudaMemcpy(dev.extra.get(), layer2.extra.bytes.data(), layer2.extra.bytes.size(), cudaMemcpyHostToDevice);
-    dev.poison();
-    dev.run(nullptr, /*reuse=*/true);
-    HostTensor out, lse;
-    dev.results(layer2, out, lse);
-    expect_sparse_matches("reused schedule [" + dev.plan.kernel_name + "]", layer2, out, lse);
-
-    // Another extra list (extra_topk halved, the same buffers) on the reused schedule: refused.
-    dev.p.extra_topk = s.extra_topk / 2;
-    cudaMemset(dev.out.get(), 0, dev.out.bytes());  // zeros, not the NaN poison: the kernels write NaN
-    cudaMemset(dev.lse.get(), 0, dev.lse.bytes());
-    dev.run(nullptr, /*reuse=*/true);
-    dev.results(layer2, out, lse);
-    long long nan = 0;
-    for (std::int64_t e = 0; e < out.numel(); ++e) nan += std::isnan(out.get(e)) ? 1 : 0;
-    EXPECT_EQ(nan, out.numel()) << "a schedule of another extra_topk must give NaN [" << dev.plan.kernel_name << "]";
+// The sm90 kernel a head count runs: the direct kernel (ring of records, no bf16 tile) at 1..16
+// heads, the wide kernel at 17, by the plan's kernel name; each against the reference over both
+// caches' page sizes 2 and 256 (and 64), q_len 1, 2, 4, ragged lengths with 0 in either cache,
+// the sink, and requests enough that some partitions take whole ones (the decode kernel's own
+// final outputs) beside cut ones; then the same inputs through the checked build.
+TEST(MlaModel1Gpu, DirectKernelUpTo16Heads) {
+  DECA_REQUIRE_GPU();
+  DECA_SEED_TRACE();
+  if (!(cuda::available() && cuda::compute_capability(0) == 90)) GTEST_SKIP() << "the sm90 kernels: Hopper only";
+  const int pages[3][2] = {{2, 256}, {256, 2}, {64, 64}};
+  int n = 0;
+  for (int heads : {1, 8, 16, 17}) {
+    for (int q_len : {1, 2, 4}) {
+      ++n;
+      auto rng = make_rng(3900 + n);
+      Model1Spec s = spec(heads, q_len, pages[n % 3][0], pages[n % 3][1]);
+      s.batch = n % 2 ? 3 : 40;
+      s.topk = n % 2 ? 96 : 130;
+      s.extra_topk = n % 3 ? 200 : 64;
+      s.pool_blocks = (4 * s.topk + s.page_size - 1) / s.page_size;
+      s.extra_pool_blocks = (4 * s.extra_topk + s.extra_page_size - 1) / s.extra_page_size;
+      s.topk_length = s.extra_topk_length = true;
+      s.attn_sink = n % 2 == 0;
+      Model1Case c = build_model1_case(s, rng);
+      c.topk_length[1] = 0;  // a request with keys in the extra cache only
+      c.extra_topk_length[2] = 0;
+      for (int i = 0; i < s.q_len; ++i) {  // request 0: every entry -1 in both caches
+        for (int k = 0; k < s.topk; ++k) c.index(0, i, k) = -1;
+        for (int k = 0; k < s.extra_topk; ++k) c.extra_index(0, i, k) = -1;
+      }
+      model1_reference(c);
+      const std::string what = "h" + std::to_string(heads) + " q" + std::to_string(q_len) + " p" +
+                               std::to_string(s.page_size) + "+" + std::to_string(s.extra_page_size);
+      {
+        ScopedMlaKernel scope("sm90");
+        Model1Device dev(c, false);
+        EXPECT_EQ(dev.plan.kernel_name.find("_direct") != std::string::npos, heads <= 16) << dev.plan.kernel_name;
+      }
+      expect_model1(c, "sm90", what);
+      model1_outside_to_skip(c);
+      expect_model1(c, "sm90", what + " checked", /*checked=*/true);
+    }
   }
 }
 
 // Checked mode: an index outside its pool in either cache, and an extra_topk_length past
 // extra_topk, are skipped (clamped) as the reference reads them and reported by name, with the
 // same record by the portable checked kernel and on Hopper the sm90 ones (the default there:
-// the wide kernel at 16 heads, its cluster of 2 at 128).
+// the direct kernel at 16 heads, the wide kernel's cluster of 2 at 128).
 void expect_model1_offender(const std::string& variant, int heads, const std::string& which) {
   ScopedCheckedKernel scoped(variant);
   auto rng = make_rng(3700);

@@ -80,8 +80,8 @@ TEST(MlaModel1Nvrtc, KeysNameTheFormat) {
 }
 
 // Every plan below sm_90 runs the portable kernel; on sm_90 MODEL1 plans, checked or not, run
-// the wide kernel at every head count (no cluster up to 64 heads, a cluster of 2 above), the
-// extra cache's page size compiled in beside the first's.
+// the direct kernel up to 16 heads and the wide kernel above (no cluster up to 64 heads, a
+// cluster of 2 above), the extra cache's page size compiled in beside the first's.
 TEST(MlaModel1Nvrtc, PlanVariantAndKernelClass) {
   ASSERT_TRUE(mla_model1_sm90_supported());
   for (int heads = 1; heads <= 128; ++heads) {
@@ -92,11 +92,13 @@ TEST(MlaModel1Nvrtc, PlanVariantAndKernelClass) {
     ASSERT_EQ(mla_plan_variant(90, model1_config(heads, 64, 64, false)), "sm90");
     const MlaKernelKey k = mla_decode_key(90, "sm90", model1_config(heads, 256, 2, false));
     const MlaDecodeShape shape = mla_decode_shape(k);
-    EXPECT_EQ(shape.threads, 512);
-    EXPECT_EQ(k.name(), std::string("mla_sparse_decode_sm90_model1_p256x2") + (heads > 64 ? "_c2" : "") + "_sm90");
+    const bool direct = heads <= 16;
+    EXPECT_EQ(shape.threads, direct ? 384 : 512);
+    EXPECT_EQ(k.name(), std::string("mla_sparse_decode_sm90_model1_p256x2") +
+                            (direct ? "_direct" : heads > 64 ? "_c2" : "") + "_sm90");
     EXPECT_EQ(shape.cluster_x, heads > 64 ? 2 : 1);
     const std::string src = k.spec().source;
-    EXPECT_NE(src.find("kDirect = 0;"), std::string::npos);
+    EXPECT_NE(src.find(direct ? "kDirect = 1;" : "kDirect = 0;"), std::string::npos);
     EXPECT_NE(src.find("kPageSize = 256;"), std::string::npos);
     EXPECT_NE(src.find("kKvFormat = 3;"), std::string::npos);
     EXPECT_NE(src.find("kExtraPageSize = 2;"), std::string::npos);

@@ -63,35 +63,41 @@ TEST(MlaSm90Nvrtc, DenseKernelsCompileWithoutSpills) {
   }
 }
 
-// The MODEL1 kernels (584-byte tokens of two caches, the wide kernel at every head count) the GPU
-// tests (tests/gpu/mla_model1_gpu_test.cpp) and the mla-model1 bench rows plan: each (page,
-// extra page) pair they use, without and with a cluster, as mla_decode_key makes them.
+// The MODEL1 kernels (584-byte tokens of two caches: the direct kernel up to 16 heads, the wide
+// kernel above) the GPU tests (tests/gpu/mla_model1_gpu_test.cpp) and the mla-model1 bench rows
+// plan: each (page, extra page) pair they use (extra 0: no second cache, its page size the
+// default's), the direct kernel, the wide one without and with a cluster, as mla_decode_key makes
+// them. The direct kernel's consumers and producer stay within its setmaxnreg budgets (no spill,
+// no C7508), its wgmma unserialized.
 TEST(MlaSm90Nvrtc, Model1KernelsCompileWithoutSpills) {
   struct Pages {
     int page, extra;
   };
   for (const Pages pg : {Pages{64, 256}, Pages{256, 2}, Pages{2, 64}, Pages{256, 64}, Pages{64, 2},
-                         Pages{64, 64}, Pages{7, 5}}) {
-    for (int heads : {16, 128}) {
+                         Pages{64, 64}, Pages{7, 5}, Pages{2, 2}, Pages{256, 0}, Pages{2, 0}}) {
+    for (int heads : {1, 16, 64, 128}) {
+      if (heads == 1 && pg.page != 2) continue;  // 1 head: the direct kernel as 16 (one key per pages)
       MlaConfig c;
       c.num_heads = heads;
       c.sparse = true;
       c.kv_format = MlaCacheFormat::kModel1;
       c.topk = 128;
       c.page_size = pg.page;
-      c.extra_topk = 1024;
+      c.extra_topk = pg.extra > 0 ? 1024 : 0;
       c.extra_page_size = pg.extra;
       c.checked = false;
-      expect_clean_compile(cuda::mla_decode_key(90, "sm90", c).spec());
+      const jit::JitSpec spec = cuda::mla_decode_key(90, "sm90", c).spec();
+      EXPECT_EQ(spec.name.find("_direct") != std::string::npos, heads <= 16) << spec.name;
+      expect_clean_compile(spec);
     }
   }
 }
 
 // The checked builds (Cfg::kChecked, kernels/mla/sm90/checked.cuh) of every kernel class and
 // format a checked plan runs on sm_90, as mla_decode_key makes
-// them: sparse V3.2 and dense 656-byte (the direct kernel at 16 heads, the wide kernel at 64, the
-// cluster of 2 at 128), dense bf16 / e4m3 and MODEL1 (the wide kernel, without and with a
-// cluster), at pages 1, 61, 64 and 576. Their tests ride on finish_id's compare and write the
+// them: sparse V3.2, MODEL1 and dense 656-byte (the direct kernel at 16 heads, the wide kernel at
+// 64, the cluster of 2 at 128), dense bf16 / e4m3 (the wide kernel, without and with a cluster),
+// at pages 1, 61, 64 and 576. Their tests ride on finish_id's compare and write the
 // record after the block loop: no spill (none beyond the unchecked build's), no serialized wgmma,
 // registers within the launch budget as the unchecked builds'.
 MlaConfig checked_sm90_config(int heads, int page, int format) {
@@ -124,7 +130,7 @@ TEST(MlaSm90Nvrtc, CheckedKernelsCompileWithoutSpills) {
                           Kind{kMlaKvFP8E4M3, true}, Kind{kMlaKvModel1, false}}) {
     for (int heads : {16, 64, 128}) {
       // The tile-only formats' 16 and 64 heads are one kernel (the wide one without a cluster).
-      const bool tile_only = kind.format == kMlaKvBF16 || kind.format == kMlaKvFP8E4M3 || kind.format == kMlaKvModel1;
+      const bool tile_only = kind.format == kMlaKvBF16 || kind.format == kMlaKvFP8E4M3;
       if (tile_only && heads == 64) continue;
       for (int page : {1, 61, 64, 576}) {
         MlaConfig c = checked_sm90_config(heads, page, kind.format);
@@ -197,7 +203,7 @@ TEST(MlaSm90Nvrtc, LsePosInfKernelsCompileWithoutSpills) {
   };
   for (const Plan pl : {Plan{16, true, MlaCacheFormat::kDefault}, Plan{64, true, MlaCacheFormat::kDefault},
                         Plan{128, true, MlaCacheFormat::kDefault}, Plan{16, false, MlaCacheFormat::kBF16},
-                        Plan{128, true, MlaCacheFormat::kModel1}}) {
+                        Plan{16, true, MlaCacheFormat::kModel1}, Plan{128, true, MlaCacheFormat::kModel1}}) {
     MlaConfig c;
     c.num_heads = pl.heads;
     c.sparse = pl.sparse;
@@ -225,7 +231,7 @@ TEST(MlaSm90Nvrtc, LsePosInfCheckedKernelsCompile) {
   };
   for (int format : {kMlaKvFP8Sparse, kMlaKvBF16, kMlaKvModel1}) {
     for (int heads : {16, 64, 128}) {
-      if (format != kMlaKvFP8Sparse && heads == 64) continue;  // the same wide kernel as 16
+      if (format == kMlaKvBF16 && heads == 64) continue;  // the same wide kernel as 16
       MlaConfig c = checked_sm90_config(heads, 64, format);
       c.lse_of_empty_row = MlaLseOfEmptyRow::kPosInf;
       const cuda::MlaKernelKey key = cuda::mla_decode_key(90, "sm90", c);

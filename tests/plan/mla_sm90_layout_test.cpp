@@ -190,5 +190,113 @@ TEST(MlaSm90Layout, DirectFragmentsFollowTheOrdersWithoutBankConflicts) {
   }
 }
 
+// MODEL1's token in the direct kernel (direct_model1.cuh): P V's column order (m-block mb is one
+// scale group, or the RoPE's 64 columns), the RoPE block's k order (an involution).
+TEST(MlaSm90Layout, DirectModel1OrdersArePermutations) {
+  std::vector<int> seen(512, 0);
+  for (int mb = 0; mb < 8; ++mb) {
+    for (int m = 0; m < 64; ++m) {
+      const int col = direct_m1_column(mb, m);
+      ASSERT_GE(col, 0);
+      ASSERT_LT(col, 512);
+      ++seen[col];
+      EXPECT_EQ(col / 64, mb) << "m-block mb holds group mb's columns (7: the RoPE's)";
+    }
+  }
+  for (int c = 0; c < 512; ++c) EXPECT_EQ(seen[c], 1) << "column " << c;
+  std::vector<int> tokens(64, 0);
+  for (int kappa = 0; kappa < 64; ++kappa) {
+    ++tokens[direct_m1_rope_token(kappa)];
+    EXPECT_EQ(direct_m1_rope_kappa(direct_m1_rope_token(kappa)), kappa);
+    EXPECT_EQ(direct_m1_rope_token(kappa) / 16, kappa / 16) << "a k16 step's tokens stay in it";
+  }
+  for (int t = 0; t < 64; ++t) EXPECT_EQ(tokens[t], 1) << "token " << t;
+}
+
+// The MODEL1 fragments lane by lane (warp w, lane l: i = l / 4, q = l % 4, r0 = 16 w + i) and the
+// banks of every shared-memory load pattern of a slot (records 656 bytes apart; the row at 0, the
+// RoPE at 448, the scales at 576): each warp instruction reads at most one word per bank (lanes
+// reading the same word are one access).
+TEST(MlaSm90Layout, DirectModel1FragmentsWithoutBankConflicts) {
+  constexpr int kRope = 448, kScales = 576;
+  static_assert(kScales + 8 <= kTokenBytes && kTokenBytes % 8 == 0 && kScales % 8 == 0, "scales: one lds64");
+  // A warp instruction's bytes (one per lane) touch each bank in at most one word.
+  const auto conflict_free = [](const std::vector<int>& bytes) {
+    std::vector<std::set<int>> words(32);
+    for (const int b : bytes) words[(b / 4) % 32].insert(b / 4);
+    for (const auto& w : words) {
+      if (w.size() > 1) return false;
+    }
+    return true;
+  };
+  for (int w = 0; w < 4; ++w) {
+    for (int l = 0; l < 32; ++l) {
+      const int i = l / 4, r0 = 16 * w + i;
+      // S^T's rows r0, r0 + 8 are the RoPE P's adjacent k positions (one bf16 pair per head).
+      EXPECT_EQ(direct_m1_rope_token(direct_m1_rope_kappa(r0)), r0);
+      EXPECT_EQ(direct_m1_rope_kappa(r0 + 8), direct_m1_rope_kappa(r0) + 1);
+      EXPECT_EQ(direct_m1_rope_kappa(r0) % 2, 0);
+      // O^T's rows r0, r0 + 8 of m-block mb: two adjacent columns (bytes of one 16-bit load; the
+      // RoPE's one 32-bit word), the stores' column.
+      for (int mb = 0; mb < 8; ++mb) {
+        EXPECT_EQ(direct_m1_column(mb, r0), 64 * mb + 2 * (8 * w + i));
+        EXPECT_EQ(direct_m1_column(mb, r0 + 8), direct_m1_column(mb, r0) + 1);
+      }
+    }
+    // S^T: the NoPE words of group g, chunk c (+ 16: the second word), the RoPE's of step ks.
+    for (int g = 0; g < 7; ++g) {
+      for (int c = 0; c < 2; ++c) {
+        for (int half : {0, 16}) {
+          std::vector<int> b;
+          for (int l = 0; l < 32; ++l) {
+            b.push_back((16 * w + l / 4) * kTokenBytes + 64 * g + 32 * c + 4 * (l % 4) + half);
+          }
+          EXPECT_TRUE(conflict_free(b)) << "S^T NoPE, warp " << w << " group " << g << " chunk " << c;
+        }
+      }
+    }
+    for (int ks = 0; ks < 4; ++ks) {
+      std::vector<int> b;
+      for (int l = 0; l < 32; ++l) b.push_back((16 * w + l / 4) * kTokenBytes + kRope + 32 * ks + 4 * (l % 4));
+      EXPECT_TRUE(conflict_free(b)) << "S^T RoPE, warp " << w << " step " << ks;
+    }
+    // P V: group g's 16-bit loads of token direct_token(32 ks + 16 e + 4 q + j), columns
+    // 64 g + 2 (8 w + i); the RoPE's words of token direct_m1_rope_token(16 st + 8 hh + 2 q + b).
+    for (int g = 0; g < 7; ++g) {
+      for (int kse = 0; kse < 4; ++kse) {
+        for (int j = 0; j < 4; ++j) {
+          std::vector<int> b;
+          for (int l = 0; l < 32; ++l) {
+            const int q = l % 4, i = l / 4;
+            b.push_back(direct_token(16 * kse + 4 * q + j) * kTokenBytes + 64 * g + 2 * (8 * w + i));
+          }
+          EXPECT_TRUE(conflict_free(b)) << "P V NoPE, warp " << w << " group " << g;
+        }
+      }
+    }
+    for (int st = 0; st < 4; ++st) {
+      for (int hb = 0; hb < 4; ++hb) {
+        std::vector<int> b;
+        for (int l = 0; l < 32; ++l) {
+          const int q = l % 4, i = l / 4;
+          b.push_back(direct_m1_rope_token(16 * st + 8 * (hb >> 1) + 2 * q + (hb & 1)) * kTokenBytes + kRope +
+                      4 * (8 * w + i));
+        }
+        EXPECT_TRUE(conflict_free(b)) << "P V RoPE, warp " << w << " step " << st;
+      }
+    }
+  }
+  // The kernel's P V loads: token direct_token's closed form at j (+ 2 q in its base offset), and
+  // the RoPE pair t, t + 8 for k positions 2 q (+ 8 hh) and + 1.
+  for (int q = 0; q < 4; ++q) {
+    for (int st = 0; st < 4; ++st) {
+      for (int hh = 0; hh < 2; ++hh) {
+        const int t = direct_m1_rope_token(16 * st + 8 * hh + 2 * q);
+        EXPECT_EQ(direct_m1_rope_token(16 * st + 8 * hh + 2 * q + 1), t + 8);
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace deca::mla::sm90

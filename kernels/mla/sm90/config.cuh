@@ -39,10 +39,11 @@ template <class Cfg>
 inline constexpr bool kRowFormat =
     KvFormatOf<Cfg>::value == kMlaKvBF16 || KvFormatOf<Cfg>::value == kMlaKvFP8E4M3;
 
-// MODEL1 (kMlaKvModel1, sparse, the wide kernel only): the 584-byte token of two caches, the
-// first cache's blocks of a request then the extra cache's (walk.cuh), each read by the MODEL1
-// producer (model1.cuh) into the tile's chunks 0..7 (448 dequantized NoPE + 64 RoPE: the 512
-// dims of K and V); QK^T runs over those 8 chunks, P V as for V3.2. The extra cache's page size
+// MODEL1 (kMlaKvModel1, sparse): the 584-byte token of two caches, the first cache's blocks of a
+// request then the extra cache's (walk.cuh). The wide kernel's MODEL1 producer (model1.cuh)
+// dequantizes it into the tile's chunks 0..7 (448 NoPE + 64 RoPE: the 512 dims of K and V), QK^T
+// runs over those 8 chunks, P V as for V3.2; the direct kernel (Cfg::kDirect) copies the records
+// into its ring and multiplies them as stored (direct_model1.cuh). The extra cache's page size
 // is compiled in as the first cache's is.
 template <class Cfg>
 inline constexpr bool kModel1 = KvFormatOf<Cfg>::value == kMlaKvModel1;

@@ -5,9 +5,10 @@
 // of a request through its block table, causal among the q_len new tokens (walk.cuh), from the
 // 656-byte token or from bf16 / e4m3 rows (Cfg::kKvFormat, rows.cuh): only the producers differ.
 //
-// MODEL1 (Cfg::kKvFormat kMlaKvModel1, config.cuh kModel1): this kernel at every head count; a
-// request's blocks come from two caches (walk.cuh), the producers read the 584-byte token
-// (model1.cuh) into the tile's first 8 chunks (its 512 dims), QK^T runs over those 8.
+// MODEL1 (Cfg::kKvFormat kMlaKvModel1, config.cuh kModel1): this kernel above 16 heads (at 16 or
+// fewer the direct kernel, direct_model1.cuh); a request's blocks come from two caches
+// (walk.cuh), the producers read the 584-byte token (model1.cuh) into the tile's first 8 chunks
+// (its 512 dims), QK^T runs over those 8.
 //
 // Unit of work: one CTA = (block of 64 heads = grid x, query token = grid y, SM partition = grid
 // z). The partition's SparsePart (kernels/mla/schedule/work.cuh) lists the requests and blocks of

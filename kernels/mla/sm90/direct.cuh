@@ -30,8 +30,13 @@
 // softmax and O^T of its block with its own running state, the two merged at a request's end, so
 // that one's softmax runs under the other's tensor work.
 //
-// Files: direct_ring.cuh (the shared-memory plan, Q's load, the producer's copies into the ring),
-// direct_consumer.cuh (the consumers); this file the kernel: setup, roles, teardown. Shared with
+// MODEL1's 584-byte token (Cfg::kKvFormat kMlaKvModel1, two caches) runs this kernel too, with
+// its own shared-memory plan and the consumers' format-specific parts in direct_model1.cuh (seven
+// 64-value groups with power-of-two scales; V's 64 RoPE columns on the bf16 tensor cores).
+//
+// Files: direct_ring.cuh (the shared-memory plans, Q's load, the producer's copies into the ring),
+// direct_consumer.cuh (the consumers), direct_model1.cuh (MODEL1's S^T, RoPE P, P V and output
+// stores); this file the kernel: setup, roles, teardown. Shared with
 // the wide kernel: config.cuh, traits.cuh, walk.cuh, layout.cuh (the fragment orders), and the
 // softmax's output factors and LSE stores (consumers.cuh).
 #pragma once
@@ -51,13 +56,15 @@ using namespace ::deca::sm90;  // the Hopper PTX wrappers
 template <class Cfg>
 __device__ __forceinline__ void mla_sparse_direct_sm90(const DecodeKernelParams& kp, unsigned char* smem_raw) {
   static_assert(ClusterOf<Cfg>::value == 1, "Cfg::kDirect: one head block of at most 16 heads, no cluster");
-  static_assert(!kRowFormat<Cfg> && !kModel1<Cfg>,
-                "Cfg::kDirect: the 656-byte token only (dense bf16 / e4m3 rows, MODEL1: the wide kernel)");
+  static_assert(!kRowFormat<Cfg>,
+                "Cfg::kDirect: the 656-byte token or MODEL1's (dense bf16 / e4m3 rows: the wide kernel)");
+  static_assert(!kModel1<Cfg> || !kDense<Cfg>, "MODEL1 is sparse");
+  using Plan = DirectPlanT<kModel1<Cfg>>;
   ptx::griddep_wait();
   const SparsePart part = kp.run.parts[blockIdx.z];
-  const bool matches = schedule_matches(kp.p, kp.run);
+  const bool matches = schedule_matches<kModel1<Cfg>>(kp.p, kp.run);
   const unsigned raw = ptx::smem_addr(smem_raw);
-  DirectSmem sm;
+  DirectSmem<Cfg> sm;
   sm.base = (raw + 1023u) & ~1023u;
   sm.ptr = smem_raw + (sm.base - raw);
   if (threadIdx.x == 0) {
@@ -68,10 +75,10 @@ __device__ __forceinline__ void mla_sparse_direct_sm90(const DecodeKernelParams&
       mbar_init(sm.empty(s), 128);
     }
     // The consumers' rendezvous: every thread of both consumer warpgroups.
-    mbar_init(sm.bar(DirectPlan::kBarRequest), 256);
-    mbar_init(sm.bar(DirectPlan::kBarQLanded), 256);
-    mbar_init(sm.bar(DirectPlan::kBarStates), 256);
-    mbar_init(sm.bar(DirectPlan::kBarOX), 256);
+    mbar_init(sm.bar(Plan::kBarRequest), 256);
+    mbar_init(sm.bar(Plan::kBarQLanded), 256);
+    mbar_init(sm.bar(Plan::kBarStates), 256);
+    mbar_init(sm.bar(Plan::kBarOX), 256);
     fence_mbar_init();
   }
   __syncthreads();

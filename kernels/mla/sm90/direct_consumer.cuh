@@ -8,6 +8,7 @@
 #include "kernels/common/sm90_ptx.cuh"
 #include "kernels/mla/sm90/config.cuh"
 #include "kernels/mla/sm90/consumers.cuh"
+#include "kernels/mla/sm90/direct_model1.cuh"
 #include "kernels/mla/sm90/direct_ring.cuh"
 #include "kernels/mla/sm90/layout.cuh"
 #include "kernels/mla/sm90/traits.cuh"
@@ -40,13 +41,23 @@ __device__ __forceinline__ void head_sums(float (&l)[4], float* xsum, const int 
   }
 }
 
-// One consumer warpgroup (wg 0, 1) of the direct kernel: blocks it with it % 2 = wg, all four NoPE
-// groups and RoPE k steps, O^T of all 512 columns (group-major, direct_column), its running state
-// merged with the other warpgroup's at the request's end (warpgroup 0 writes the outputs).
+// O^T's accumulator register k: its scale group (MODEL1: its m-block, 7 the RoPE's, unscaled).
+template <bool kM1>
+__device__ __forceinline__ constexpr int o_group(int k) {
+  return kM1 ? k >> 3 : k >> 4;
+}
+
+// One consumer warpgroup (wg 0, 1) of the direct kernel: blocks it with it % 2 = wg, all NoPE
+// groups and RoPE k steps, O^T of all 512 columns (group-major, direct_column; MODEL1:
+// direct_m1_column), its running state merged with the other warpgroup's at the request's end
+// (warpgroup 0 writes the outputs). MODEL1's S^T, RoPE P, P V and output stores: direct_model1.cuh.
 template <class Cfg>
 __device__ __forceinline__ void consumer_direct(const DecodeKernelParams& kp, const SparsePart& part, int tok,
-                                                const DirectSmem& sm, int wg) {
-  constexpr int kG = 4;  // NoPE groups
+                                                const DirectSmem<Cfg>& sm, int wg) {
+  constexpr bool kM1 = kModel1<Cfg>;
+  using Plan = DirectPlanT<kM1>;
+  constexpr int kG = Plan::kGroups;  // NoPE groups
+  constexpr int kGo = kM1 ? kG + 1 : kG;  // O^T's scale groups (MODEL1: and the RoPE block)
   constexpr int kR = 4;  // RoPE k steps
   const MlaSparseParams& p = kp.p;
   const int t = threadIdx.x & 127;
@@ -55,11 +66,13 @@ __device__ __forceinline__ void consumer_direct(const DecodeKernelParams& kp, co
   const int r0 = 16 * warp + i;  // S^T rows r0, r0 + 8: tokens; O^T rows: columns (direct_column)
   const int hA = 2 * q;
   const int heads[4] = {hA, hA + 1, hA + 8, hA + 9};
-  const float scale = p.softmax_scale != 0.f ? p.softmax_scale : 0.041666666666666664f;  // 1/sqrt(576)
+  // 1/sqrt(d_qk): 576, MODEL1 512.
+  const float scale =
+      p.softmax_scale != 0.f ? p.softmax_scale : (kM1 ? 0.044194173824159216f : 0.041666666666666664f);
   const float sl2 = scale * kLog2e;
-  float* const xmax = sm.f32(DirectPlan::kXMax) + wg * (2 * 16 * 4);
-  float* const xscale = sm.f32(DirectPlan::kXScale) + wg * (2 * 4 * 4);
-  float* const xsum = sm.f32(DirectPlan::kXSum) + wg * (16 * 4);
+  float* const xmax = sm.f32(Plan::kXMax) + wg * (2 * 16 * 4);
+  float* const xscale = sm.f32(Plan::kXScale) + wg * (2 * Plan::kPChunks * 4);
+  float* const xsum = sm.f32(Plan::kXSum) + wg * (16 * 4);
   const int bar_wg = kBarDirectWg + wg;
   // Byte offsets inside a slot: this thread's S^T fragment words (row r0; + 8 rows is + 8
   // records), its P V fragment word (column 4 (8 w + i) of a group, records 2 q + ...), its scales.
@@ -72,29 +85,29 @@ __device__ __forceinline__ void consumer_direct(const DecodeKernelParams& kp, co
   int it = 0;
   int nreq = 0;
   int nq = 0;  // Qs loaded so far (the phase of kBarQLanded)
-  float o[8 * 2 * kG];  // m-block mb (group mb / 2) at o[8 mb ..], m64n16 accumulator layout
+  float o[64];  // m-block mb (group mb / 2; MODEL1 mb) at o[8 mb ..], m64n16 accumulator layout
   for (int r = part.begin_req; r <= part.end_req; ++r, ++nreq) {
     const Piece pc = piece_of<Cfg>(kp, part, r);
     // Both warpgroups are past the previous request's reads of Q, the head scales, the sums and
     // the O^T exchange over Q's terms.
-    if (nreq > 0) rendezvous(sm.bar(DirectPlan::kBarRequest), (nreq - 1) & 1);
+    if (nreq > 0) rendezvous(sm.bar(Plan::kBarRequest), (nreq - 1) & 1);
     if (pc.blk_begin < pc.blk_end) {
       load_q_direct(p, sm, r, tok, threadIdx.x, sl2);
-      rendezvous(sm.bar(DirectPlan::kBarQLanded), nq & 1);
+      rendezvous(sm.bar(Plan::kBarQLanded), nq & 1);
       ++nq;
     }
     float sl2h[4];
 #pragma unroll
-    for (int k = 0; k < 4; ++k) sl2h[k] = sm.f32(DirectPlan::kHeadScale)[heads[k]];
+    for (int k = 0; k < 4; ++k) sl2h[k] = sm.f32(Plan::kHeadScale)[heads[k]];
 #pragma unroll
-    for (int k = 0; k < 8 * 2 * kG; ++k) o[k] = 0.f;
+    for (int k = 0; k < 64; ++k) o[k] = 0.f;
     float m[4] = {kNegInf, kNegInf, kNegInf, kNegInf};
     float l[4] = {0.f, 0.f, 0.f, 0.f};
     int eg[kG];  // the groups' running scale exponents (every scale seen < 2^eg)
 #pragma unroll
     for (int g = 0; g < kG; ++g) eg[g] = kExpFloor;
-    const unsigned long long dq = smem_desc_sw128(sm.base + DirectPlan::kQ, 16, 1024);
-    const unsigned long long dqr = smem_desc_sw128(sm.base + DirectPlan::kQRope, 16, 1024);
+    const unsigned long long dq = smem_desc_sw128(sm.base + Plan::kQ, 16, 1024);
+    const unsigned long long dqr = smem_desc_sw128(sm.base + Plan::kQRope, 16, 1024);
     for (int blk = pc.blk_begin; blk < pc.blk_end; ++blk, ++it) {
       if ((it & 1) != wg) continue;  // the other warpgroup's block
       mbar_wait(sm.full(it), (it / kDirectRing) & 1);
@@ -103,83 +116,42 @@ __device__ __forceinline__ void consumer_direct(const DecodeKernelParams& kp, co
         continue;
       }
       const unsigned rec = sm.slot(it);
-      // ---- S^T over this warpgroup's groups and RoPE steps ----
-      // The keys' e4m3 words widened to f16 pairs (exact) for the f16 tensor cores, a group (8 k16
-      // steps, 32 registers) at a time in two register sets: a set is rewritten once the group
-      // that read it completed (wgmma.wait_group 1). The RoPE bf16 words go as they are.
+      // S^T's operands, accumulators and results, for both tokens here (their lifetimes the
+      // block's: the 656-byte token's kernel keeps the machine code it had before MODEL1's).
       unsigned ar[kR][4];
-#pragma unroll
-      for (int ks = 0; ks < kR; ++ks) {
-        const unsigned at = rec + s_off + static_cast<unsigned>(kDimNope + 16 + 32 * ks);
-        ar[ks][0] = ptx::lds32(at);
-        ar[ks][1] = ptx::lds32(at + 8 * kTokenBytes);
-        ar[ks][2] = ptx::lds32(at + 16);
-        ar[ks][3] = ptx::lds32(at + 8 * kTokenBytes + 16);
-      }
-      // Group g's scales of tokens r0 and r0 + 8.
-      float scr[kG][2];
-      {
-        const unsigned at = rec + static_cast<unsigned>(r0 * kTokenBytes + kDimNope);
-        const uint4 u0 = ptx::lds128(at), u1 = ptx::lds128(at + 8 * kTokenBytes);
-        const unsigned w0[4] = {u0.x, u0.y, u0.z, u0.w}, w1[4] = {u1.x, u1.y, u1.z, u1.w};
-#pragma unroll
-        for (int g = 0; g < kG; ++g) scr[g][0] = __uint_as_float(w0[g]), scr[g][1] = __uint_as_float(w1[g]);
-      }
+      float scr[kG][2];  // group g's scales of tokens r0 and r0 + 8
       float acc[kG][8], racc[8];
       unsigned kf[2][8][4];  // [set][k16 step][fragment]
-      const auto widen = [&](int g, unsigned (&f)[8][4]) {
-#pragma unroll
-        for (int c = 0; c < 4; ++c) {
-          const unsigned at = rec + s_off + static_cast<unsigned>(128 * g + 32 * c);
-          const uint2 h0 = e4m3x4_to_f16x4(ptx::lds32(at));
-          const uint2 h1 = e4m3x4_to_f16x4(ptx::lds32(at + 8 * kTokenBytes));
-          const uint2 h2 = e4m3x4_to_f16x4(ptx::lds32(at + 16));
-          const uint2 h3 = e4m3x4_to_f16x4(ptx::lds32(at + 8 * kTokenBytes + 16));
-          f[2 * c][0] = h0.x, f[2 * c][1] = h1.x, f[2 * c][2] = h0.y, f[2 * c][3] = h1.y;
-          f[2 * c + 1][0] = h2.x, f[2 * c + 1][1] = h3.x, f[2 * c + 1][2] = h2.y, f[2 * c + 1][3] = h3.y;
-        }
-      };
-      if constexpr (kNoMma<Cfg>) {  // timing only: the products left out, their operands still loaded
-        widen(0, kf[0]);
-#pragma unroll
-        for (int k = 0; k < 8; ++k) {
-#pragma unroll
-          for (int g = 0; g < kG; ++g) acc[g][k] = __uint_as_float(kf[0][k][g & 3] & 0x3F000000u);
-          racc[k] = __uint_as_float(ar[k & 1][k >> 1] & 0x3F000000u);
-        }
+      float s[8];
+      if constexpr (kM1) {
+        direct_scores_model1<Cfg>(rec, s_off, r0, dq, dqr, ar, acc, racc, kf, s, scr);
       } else {
-#pragma unroll
-        for (int g = 0; g < kG; ++g) {
-          if (g >= 2) wgmma_wait<1>();  // group g - 2, the last reader of this set, completed
-          widen(g, kf[g & 1]);
-          wgmma_fence();
-          const unsigned base = static_cast<unsigned>(8 * g);  // k16 step of the group's first
-#pragma unroll
-          for (int st = 0; st < 8; ++st) {
-            const unsigned j = base + st;
-            wgmma_m64n16k16_f16_rs(acc[g], kf[g & 1][st], desc_advance(dq, (j >> 2) * 2048 + 32 * (j & 3)), st > 0);
-          }
-          wgmma_commit();
-        }
+        // ---- S^T over this warpgroup's groups and RoPE steps ----
+        // The keys' e4m3 words widened to f16 pairs (exact) for the f16 tensor cores, a group (8 k16
+        // steps, 32 registers) at a time in two register sets: a set is rewritten once the group
+        // that read it completed (wgmma.wait_group 1). The RoPE bf16 words go as they are.
 #pragma unroll
         for (int ks = 0; ks < kR; ++ks) {
-          wgmma_m64n16k16_rs(racc, ar[ks], desc_advance(dqr, static_cast<unsigned>(32 * ks)), ks > 0);
+          load_a_rows(rec + s_off + static_cast<unsigned>(kDimNope + 16 + 32 * ks), ar[ks]);
         }
-        wgmma_commit();
-        wgmma_wait<0>();
+        // Group g's scales of tokens r0 and r0 + 8.
+        {
+          const unsigned at = rec + static_cast<unsigned>(r0 * kTokenBytes + kDimNope);
+          const uint4 u0 = ptx::lds128(at), u1 = ptx::lds128(at + 8 * kTokenBytes);
+          const unsigned w0[4] = {u0.x, u0.y, u0.z, u0.w}, w1[4] = {u1.x, u1.y, u1.z, u1.w};
 #pragma unroll
-        for (int g = 0; g < kG; ++g) fence_regs(acc[g]);
-        fence_regs(racc);
-      }
-      // Rows r0 (k = 0, 1, 4, 5) and r0 + 8 (k = 2, 3, 6, 7): scale x group products + RoPE.
-      float s[8];
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const int hr = (k >> 1) & 1;
-        float v = racc[k];
-#pragma unroll
-        for (int g = kG - 1; g >= 0; --g) v = fmaf(scr[g][hr], acc[g][k], v);
-        s[k] = v;
+          for (int g = 0; g < kG; ++g) scr[g][0] = __uint_as_float(w0[g]), scr[g][1] = __uint_as_float(w1[g]);
+        }
+        const auto widen = [&](int g, unsigned (&f)[8][4]) {
+          widen_group<4>(rec + s_off + static_cast<unsigned>(128 * g), f);
+        };
+        if constexpr (kNoMma<Cfg>) {  // timing only: the products left out, their operands still loaded
+          widen(0, kf[0]);
+          scores_without_products<8>(kf[0], ar, acc, racc);
+        } else {
+          scores_products<kG, 8>(widen, dq, dqr, kf, ar, acc, racc);
+        }
+        scale_scores(racc, acc, scr, s);
       }
       const int* ids = sm.ids(it);
       if (ids[r0] < 0) s[0] = s[1] = s[4] = s[5] = kNegInf;
@@ -257,6 +229,7 @@ __device__ __forceinline__ void consumer_direct(const DecodeKernelParams& kp, co
           sts16(pb + swz(h + 1, 4 + (kappa >> 4)) + (kappa & 15), lo >> 16);
         }
       }
+      if constexpr (kM1) store_p_rope_model1(sm.p(it, kG), s, hA, r0);  // the RoPE block's P, unscaled
       fence_proxy_async_smem();
       named_bar_sync(bar_wg, 128);
       // ---- O^T *= alpha x rho, += V^T P^T ----
@@ -266,72 +239,77 @@ __device__ __forceinline__ void consumer_direct(const DecodeKernelParams& kp, co
         for (int g = 0; g < kG; ++g) ones = ones && rho[g] == 1.f;
         if (!__all_sync(0xffffffffu, ones)) {
 #pragma unroll
-          for (int k = 0; k < 8 * 2 * kG; ++k) {
+          for (int k = 0; k < 64; ++k) {
             const int h = (k & 1) + 2 * ((k >> 2) & 1);
-            o[k] *= alpha[h] * rho[k >> 4];
+            const int gk = o_group<kM1>(k);
+            o[k] *= gk < kG ? alpha[h] * rho[gk] : alpha[h];
           }
         }
       }
-      unsigned v[kG][2][2][4];  // [group][k step][m-block of the pair][fragment]
+      if constexpr (kM1) {
+        direct_pv_model1<Cfg>(rec, sm.p(it, 0), sm.empty(it), o, warp, i, q);
+      } else {
+        unsigned v[kG][2][2][4];  // [group][k step][m-block of the pair][fragment]
 #pragma unroll
-      for (int g = 0; g < kG; ++g) {
+        for (int g = 0; g < kG; ++g) {
 #pragma unroll
-        for (int ks = 0; ks < 2; ++ks) {
+          for (int ks = 0; ks < 2; ++ks) {
 #pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            unsigned w[4], tr[4];
+            for (int e = 0; e < 2; ++e) {
+              unsigned w[4], tr[4];
 #pragma unroll
-            for (int j = 0; j < 4; ++j) {
-              const int tk = 32 * ks + 16 * e + 8 * (j & 1) + (j >> 1);  // + 2 q in pv_off
-              w[j] = ptx::lds32(rec + pv_off + static_cast<unsigned>(tk * kTokenBytes + 128 * g));
+              for (int j = 0; j < 4; ++j) {
+                const int tk = 32 * ks + 16 * e + 8 * (j & 1) + (j >> 1);  // + 2 q in pv_off
+                w[j] = ptx::lds32(rec + pv_off + static_cast<unsigned>(tk * kTokenBytes + 128 * g));
+              }
+              transpose4x4(w, tr);
+              v[g][ks][0][2 * e] = tr[0];
+              v[g][ks][0][2 * e + 1] = tr[1];
+              v[g][ks][1][2 * e] = tr[2];
+              v[g][ks][1][2 * e + 1] = tr[3];
             }
-            transpose4x4(w, tr);
-            v[g][ks][0][2 * e] = tr[0];
-            v[g][ks][0][2 * e + 1] = tr[1];
-            v[g][ks][1][2 * e] = tr[2];
-            v[g][ks][1][2 * e + 1] = tr[3];
           }
         }
-      }
-      // Every read of the slot is done (the loads above completed into registers): each thread
-      // releases its own reads, so that racecheck (which follows a release per thread) sees them
-      // ordered before the producer's next copies into the slot.
-      mbar_arrive(sm.empty(it));
-      if constexpr (kNoMma<Cfg>) {
+        // Every read of the slot is done (the loads above completed into registers): each thread
+        // releases its own reads, so that racecheck (which follows a release per thread) sees them
+        // ordered before the producer's next copies into the slot.
+        mbar_arrive(sm.empty(it));
+        if constexpr (kNoMma<Cfg>) {
 #pragma unroll
-        for (int k = 0; k < 8 * 2 * kG; ++k) {
-          o[k] += __uint_as_float(v[k >> 4][(k >> 3) & 1][(k >> 2) & 1][k & 3] & 0x3F000000u);
+          for (int k = 0; k < 8 * 2 * kG; ++k) {
+            o[k] += __uint_as_float(v[k >> 4][(k >> 3) & 1][(k >> 2) & 1][k & 3] & 0x3F000000u);
+          }
+          continue;
         }
-        continue;
-      }
-      wgmma_fence();
+        wgmma_fence();
 #pragma unroll
-      for (int g = 0; g < kG; ++g) {
-        const unsigned long long dp = smem_desc_sw128(sm.p(it, g), 16, 1024);
+        for (int g = 0; g < kG; ++g) {
+          const unsigned long long dp = smem_desc_sw128(sm.p(it, g), 16, 1024);
 #pragma unroll
-        for (int ks = 0; ks < 2; ++ks) {
+          for (int ks = 0; ks < 2; ++ks) {
 #pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            float* const om = o + 8 * (2 * g + h);
-            wgmma_m64n16k32_e4m3_rs(om, v[g][ks][h], desc_advance(dp, 32 * ks), true);
-            wgmma_m64n16k32_e4m3_rs(om, v[g][ks][h], desc_advance(dp, 64 + 32 * ks), true);
+            for (int h = 0; h < 2; ++h) {
+              float* const om = o + 8 * (2 * g + h);
+              wgmma_m64n16k32_e4m3_rs(om, v[g][ks][h], desc_advance(dp, 32 * ks), true);
+              wgmma_m64n16k32_e4m3_rs(om, v[g][ks][h], desc_advance(dp, 64 + 32 * ks), true);
+            }
           }
         }
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_regs(o);
       }
-      wgmma_commit();
-      wgmma_wait<0>();
-      fence_regs(o);
     }
 
     // ---- the request's sums, factors, outputs ----
     head_sums(l, xsum, heads, warp, lane, bar_wg);
     // O^T in true units: x 2^(eg - 8) per group (rows), then per head.
-    float gsc[kG];
+    float gsc[kGo];
 #pragma unroll
-    for (int g = 0; g < kG; ++g) gsc[g] = pow2f(eg[g] - 8);
+    for (int g = 0; g < kGo; ++g) gsc[g] = g < kG ? pow2f(eg[g] - 8) : 1.f;
     // Both warpgroups' states to shared memory; each head's maximum M over both, each side's
     // weight 2^(m_w - M) (0 for a side that saw no valid key), the sum over both.
-    float* const xst = sm.f32(DirectPlan::kXState);
+    float* const xst = sm.f32(Plan::kXState);
     if (warp == 0 && lane < 4) {
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
@@ -339,7 +317,7 @@ __device__ __forceinline__ void consumer_direct(const DecodeKernelParams& kp, co
         xst[wg * 32 + 16 + heads[k]] = l[k];
       }
     }
-    rendezvous(sm.bar(DirectPlan::kBarStates), nreq & 1);
+    rendezvous(sm.bar(Plan::kBarStates), nreq & 1);
     float wmine[4];
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
@@ -351,23 +329,23 @@ __device__ __forceinline__ void consumer_direct(const DecodeKernelParams& kp, co
       l[k] = wg == 0 ? l[k] * wmine[k] + lo * wother : lo * wother + l[k] * wmine[k];
       m[k] = mm;
     }
-    float* const ox = sm.f32(DirectPlan::kOX);
+    float* const ox = sm.f32(Plan::kOX);
     if (wg == 1) {
 #pragma unroll
       for (int k = 0; k < 64; ++k) {
         const int h = (k & 1) + 2 * ((k >> 2) & 1);
-        ox[k * 128 + t] = o[k] * wmine[h] * gsc[k >> 4];
+        ox[k * 128 + t] = o[k] * wmine[h] * gsc[o_group<kM1>(k)];
       }
     }
-    rendezvous(sm.bar(DirectPlan::kBarOX), nreq & 1);
+    rendezvous(sm.bar(Plan::kBarOX), nreq & 1);
     if (wg == 1) continue;  // warpgroup 0 writes the request's outputs
 #pragma unroll
     for (int k = 0; k < 64; ++k) {
       const int h = (k & 1) + 2 * ((k >> 2) & 1);
-      o[k] = fmaf(o[k] * wmine[h], gsc[k >> 4], ox[k * 128 + t]);
+      o[k] = fmaf(o[k] * wmine[h], gsc[o_group<kM1>(k)], ox[k * 128 + t]);
     }
 #pragma unroll
-    for (int g = 0; g < kG; ++g) gsc[g] = 1.f;
+    for (int g = 0; g < kGo; ++g) gsc[g] = 1.f;
     float f[4], lse[4];
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
@@ -376,26 +354,30 @@ __device__ __forceinline__ void consumer_direct(const DecodeKernelParams& kp, co
       f[k] = fi[0];
       lse[k] = li[0];
     }
-    // The thread's columns: 4 adjacent ones per group at 128 G + 4 (8 w + i), G = g.
+    if constexpr (kM1) {
+      write_outputs_model1(kp, pc, r, tok, o, f, heads, r0);
+    } else {
+      // The thread's columns: 4 adjacent ones per group at 128 G + 4 (8 w + i), G = g.
 #pragma unroll
-    for (int g = 0; g < kG; ++g) {
-      const int col = 128 * g + 4 * (8 * warp + i);
+      for (int g = 0; g < kG; ++g) {
+        const int col = 128 * g + 4 * (8 * warp + i);
 #pragma unroll
-      for (int k = 0; k < 4; ++k) {  // head heads[k]: accumulator registers kr, kr + 2 of m-blocks 2 g, 2 g + 1
-        const int head = heads[k];
-        if (head >= p.num_heads) continue;
-        const int kr = (k & 1) + 4 * (k >> 1);
-        const float fk = f[k] * gsc[g];
-        const float v0 = o[16 * g + kr] * fk, v1 = o[16 * g + kr + 2] * fk;
-        const float v2 = o[16 * g + 8 + kr] * fk, v3 = o[16 * g + 8 + kr + 2] * fk;
-        if (pc.split) {
-          float* dst =
-              kp.run.partial_o + ((static_cast<long long>(pc.slot) * p.q_len + tok) * p.num_heads + head) * kDimV + col;
-          *reinterpret_cast<float4*>(dst) = make_float4(v0, v1, v2, v3);
-        } else {
-          unsigned short* dst = static_cast<unsigned short*>(p.out) + r * p.out_stride_batch +
-                                tok * p.out_stride_token + head * p.out_stride_head + col;
-          *reinterpret_cast<uint2*>(dst) = make_uint2(f32x2_to_bf16x2(v0, v1), f32x2_to_bf16x2(v2, v3));
+        for (int k = 0; k < 4; ++k) {  // head heads[k]: accumulator registers kr, kr + 2 of m-blocks 2 g, 2 g + 1
+          const int head = heads[k];
+          if (head >= p.num_heads) continue;
+          const int kr = (k & 1) + 4 * (k >> 1);
+          const float fk = f[k] * gsc[g];
+          const float v0 = o[16 * g + kr] * fk, v1 = o[16 * g + kr + 2] * fk;
+          const float v2 = o[16 * g + 8 + kr] * fk, v3 = o[16 * g + 8 + kr + 2] * fk;
+          if (pc.split) {
+            float* dst = kp.run.partial_o +
+                         ((static_cast<long long>(pc.slot) * p.q_len + tok) * p.num_heads + head) * kDimV + col;
+            *reinterpret_cast<float4*>(dst) = make_float4(v0, v1, v2, v3);
+          } else {
+            unsigned short* dst = static_cast<unsigned short*>(p.out) + r * p.out_stride_batch +
+                                  tok * p.out_stride_token + head * p.out_stride_head + col;
+            *reinterpret_cast<uint2*>(dst) = make_uint2(f32x2_to_bf16x2(v0, v1), f32x2_to_bf16x2(v2, v3));
+          }
         }
       }
     }

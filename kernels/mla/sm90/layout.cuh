@@ -64,4 +64,21 @@ DECA_HD constexpr int direct_column(int mb, int m) {
 DECA_HD constexpr int direct_q_k(int p) { return 2 * (p >> 2) + (p & 1) + 8 * ((p >> 1) & 1); }
 
 
+// ---- The direct kernel's MODEL1 token (direct_model1.cuh) ----
+// P V's column order: m-block mb holds one B (one scale group), so row m of it is column
+// direct_m1_column(mb, m) of group mb (mb 7: the RoPE's 64 columns): a thread's rows r0, r0 + 8
+// are two adjacent columns, one 16-bit load a token (one 32-bit word of the RoPE).
+DECA_HD constexpr int direct_m1_column(int mb, int m) {
+  const int w = m >> 4, i = m & 7, hi = (m >> 3) & 1;
+  return 64 * mb + 16 * w + 2 * i + hi;
+}
+// The RoPE block's k order (bf16 P, k16 steps): k position kappa = 16 s + 8 h + 2 q + b holds
+// token 16 s + 8 b + 2 q + h (bits 0 and 3 swapped: its own inverse). A fragment load of lane
+// (i, q) then reads records 2 q + h + 8 b (x 4 banks: 8 q + 4 h, conflict-free over i), and the
+// tokens r0, r0 + 8 of a thread's S^T rows sit at adjacent k positions (one word of P a head).
+DECA_HD constexpr int direct_m1_rope_token(int kappa) {
+  return (kappa & ~9) | ((kappa & 1) << 3) | ((kappa >> 3) & 1);
+}
+DECA_HD constexpr int direct_m1_rope_kappa(int token) { return direct_m1_rope_token(token); }
+
 }  // namespace deca::mla::sm90

@@ -103,8 +103,8 @@ struct KernelClass {
   int direct;   // 1: direct.cuh
   int cluster;  // 1 or 2 (the wide kernel only)
 };
-// `tile_only`: the cache is not the 656-byte token (dense bf16 / e4m3 rows), which only the wide
-// kernel's producers read.
+// `tile_only`: the cache is neither the 656-byte token nor MODEL1's (dense bf16 / e4m3 rows),
+// which only the wide kernel's producers read.
 DECA_HD constexpr KernelClass kernel_class(int num_heads, bool tile_only = false) {
   return num_heads <= kDirectMaxHeads && !tile_only ? KernelClass{1, 1} : KernelClass{0, kClusterX(num_heads)};
 }
