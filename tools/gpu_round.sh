@@ -19,6 +19,12 @@
 #   DECA_BENCH_VARIANTS="A=1 B=2,C=3"   run every preset once per variant: a comma-separated list of
 #                                env assignments per variant (space between variants); the JSON
 #                                and log of each carry the variant in their names
+#                                The token `base` (alone or first: `base,A=1`) runs the base
+#                                build's deca-bench (below); a variant listed twice runs twice
+#                                (alternate them: "base default base default")
+#   .ab/base.tgz                 a base tree for same-machine A/B (tools/ab_pack.sh COMMIT makes it
+#                                here; carry ".ab" to the device): built into /tmp/deca-ab-build
+#                                beside the round's own build, named by .ab/base.commit
 #   DECA_BENCH_EXTRA="name:args;..."   further deca-bench runs (no --check), after the presets
 #   DECA_NCU_CASES="l70-b99-4k/fp8 ..."  ncu counters for one launch per case (DECA_NCU_SKIP deca
 #                                launches skipped first, default 2; DECA_NCU_LAUNCHES profiled, 1; DECA_NCU_KERNELS, regex:deca_(gqa|mla|combine): the library's kernels, not the bench's L2 flush)
@@ -87,6 +93,21 @@ cmake --build $build -j "$jobs" --target deca_test_gpu deca_test_jit \
 have_bench=1
 cmake --build $build -j "$jobs" --target deca-bench >> "$logs/build.log" 2>&1 ||
   { have_bench=0; log "deca-bench did not build"; grep -E "error" "$logs/build.log" | head -10; }
+
+# The A/B base (tools/ab_pack.sh): its own tree and build, its own JIT cache (a kernel of the
+# same name may differ between the two trees).
+base_bench=""
+if [ -f "$root/.ab/base.tgz" ] && [ "${DECA_SKIP_BENCH:-0}" != 1 ]; then
+  base_commit=$(cat "$root/.ab/base.commit" 2> /dev/null || echo base)
+  log "A/B base $base_commit: build"
+  rm -rf /tmp/deca-ab && mkdir -p /tmp/deca-ab && tar xzf "$root/.ab/base.tgz" -C /tmp/deca-ab
+  if cmake -S /tmp/deca-ab/base -B /tmp/deca-ab-build -G Ninja -DCMAKE_BUILD_TYPE=Release "${prefix_args[@]}" \
+      > "$logs/ab-build.log" 2>&1 && cmake --build /tmp/deca-ab-build -j "$jobs" --target deca-bench >> "$logs/ab-build.log" 2>&1; then
+    base_bench=/tmp/deca-ab-build/bench/deca-bench
+  else
+    log "A/B base did not build (ab-build.log)"
+  fi
+fi
 
 export DECA_CACHE_DIR=/tmp/deca-cache
 export DECA_GIT_COMMIT=${DECA_GIT_COMMIT:-$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)}
@@ -202,15 +223,24 @@ fi
 if [ "${DECA_SKIP_BENCH:-0}" != 1 ] && [ $have_bench = 1 ]; then
   read -r -a variants <<< "${DECA_BENCH_VARIANTS:-default}"
   for p in "${presets[@]}"; do
+    declare -A seen=()
     for v in "${variants[@]}"; do
       tag=$(echo "$p" | tr '/' '_')
       envs=()
+      bin=$build/bench/deca-bench
       if [ "$v" != default ]; then
         IFS=, read -r -a envs <<< "$v"
         tag="$tag-$(echo "$v" | tr ',=' '_-')"
       fi
-      log "bench $p ${envs[*]:-}"
-      env "${envs[@]}" timeout "${DECA_BENCH_TIMEOUT:-600}" $build/bench/deca-bench --preset "$p" --check ${DECA_BENCH_ARGS:-} \
+      if [ "${envs[0]:-}" = base ]; then
+        [ -n "$base_bench" ] || { log "bench $p $v: no A/B base (.ab/base.tgz)"; continue; }
+        bin=$base_bench
+        envs=("${envs[@]:1}" "DECA_CACHE_DIR=/tmp/deca-ab-cache" "DECA_GIT_COMMIT=$base_commit")
+      fi
+      seen[$tag]=$((${seen[$tag]:-0} + 1))
+      [ "${seen[$tag]}" -gt 1 ] && tag="$tag-${seen[$tag]}"
+      log "bench $p ${v}"
+      env "${envs[@]}" timeout "${DECA_BENCH_TIMEOUT:-600}" $bin --preset "$p" --check ${DECA_BENCH_ARGS:-} \
         --json "$logs/bench_$tag.json" > "$logs/bench_$tag.log" 2>&1
       log "bench $p rc=$?"
       grep -vE "^\s*$" "$logs/bench_$tag.log" | tail -30
