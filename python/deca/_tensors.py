@@ -71,6 +71,17 @@ def _defined_in(cls, name):
     return False
 
 
+# torch.compiler.is_compiling, once a prepared call (made in eager mode, never inside a
+# torch.compile trace) has met a torch tensor: what compiling() calls per call, with neither a
+# module lookup nor an import.
+IS_COMPILING = None
+
+
+def remember_torch(torch):
+    global IS_COMPILING
+    IS_COMPILING = torch.compiler.is_compiling
+
+
 def torch_of(x):
     """The torch module when x is a torch tensor (its subclasses too: Parameter, FakeTensor, and
     what torch.compile traces), else None.
@@ -149,6 +160,44 @@ def arg_meta(x):
     return None
 
 
+# The key of a call's shape in the prepared-call memos of the plan-less entry points (the compat
+# calls, deca's one-off calls): call_key(parts), parts a tuple of the call's tensors and options,
+# is one C++ call that reads each torch tensor's rank, shape, dtype and device through DLPack's C
+# exchange API and takes None, bool, int, float, str and tuple values as they are (a bytes
+# object); None when it meets anything else, and the caller then uses py_key(parts).
+call_key = _C.call_key
+
+
+def py_key(parts):
+    """call_key's key built in Python, for the calls call_key does not describe: a numpy array
+    or a torch tensor as arg_meta names it, a tuple item by item, any other hashable value as it
+    is (a numpy scalar, say); None when a part is an array of another library (or a torch
+    subclass) or a value that cannot be hashed: such calls are prepared anew every time."""
+    key = _key_part(parts)
+    if key is _NO_KEY:
+        return None
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+_NO_KEY = object()
+
+
+def _key_part(part):
+    meta = arg_meta(part)
+    if meta is not None:
+        return meta
+    if type(part) is tuple:
+        items = tuple(_key_part(p) for p in part)
+        return _NO_KEY if any(i is _NO_KEY for i in items) else items
+    if hasattr(part, "shape") and not isinstance(part, np.generic):
+        return _NO_KEY
+    return part
+
+
 _BITS = {dtype: bits for dtype, (_, bits) in _ML_DTYPES.items()}
 
 
@@ -204,6 +253,7 @@ def maker(like, shape, dtype):
     shape = tuple(shape)
     torch = torch_of(like)
     if torch is not None and type(like) is torch.Tensor:
+        remember_torch(torch)
         template = torch.empty((), dtype=dtype, device=like.device).expand(shape)
         return functools.partial(torch.empty_like, template,
                                  memory_format=torch.contiguous_format)
@@ -272,6 +322,21 @@ def stream_int(stream, where):
             return int(getattr(stream, attr))
     raise Error(f"{where}: stream: expected an int handle or an object with .cuda_stream or "
                 f".ptr, got {type(stream).__name__}")
+
+
+def stream_getter(cuda_index, like):
+    """current_stream(cuda_index, like) as a function of no arguments, bound once by a prepared
+    call (whose key fixes the library and device): torch's raw-handle lookup with the index
+    bound, cupy's; for a CPU plan or another library the builtin int, whose int() is 0."""
+    if cuda_index < 0:
+        return int
+    torch = torch_of(like)
+    if torch is not None:
+        return functools.partial(torch._C._cuda_getCurrentRawStream, cuda_index)
+    cupy = cupy_of(like)
+    if cupy is not None:
+        return lambda: int(cupy.cuda.get_current_stream().ptr)
+    return int
 
 
 def current_stream(cuda_index, like):

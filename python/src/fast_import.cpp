@@ -13,6 +13,7 @@
 // import_tensor rules as every other argument.
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <optional>
 #include <utility>
 #include <string>
@@ -279,6 +280,74 @@ Tensor torch_view(const TorchHooks& torch, nb::handle object, std::optional<DTyp
   return t;
 }
 
+
+// call_key's buffer: the encoding of a call's arguments, on the stack (a call's key is a few
+// hundred bytes). Each value starts with a tag byte and has a fixed layout or a length, so that
+// two different argument lists never encode to the same bytes.
+struct KeyBuffer {
+  char bytes[1024];
+  std::size_t size = 0;
+
+  bool put(const void* data, std::size_t n) {
+    if (n > sizeof bytes - size) return false;
+    std::memcpy(bytes + size, data, n);
+    size += n;
+    return true;
+  }
+  bool tag(char t) { return put(&t, 1); }
+};
+
+// call_key's encoding of one argument; false for an argument it does not describe (or a key
+// past the buffer).
+bool append_key(KeyBuffer& key, PyObject* o, const TorchHooks& torch, int depth) {
+  if (o == Py_None) return key.tag('N');
+  if (o == Py_True || o == Py_False) return key.tag(o == Py_True ? 'T' : 'F');
+  if (PyLong_CheckExact(o)) {
+    int overflow = 0;
+    const long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
+    if (overflow || (v == -1 && PyErr_Occurred())) {
+      PyErr_Clear();
+      return false;
+    }
+    return key.tag('i') && key.put(&v, sizeof v);
+  }
+  if (PyFloat_CheckExact(o)) {
+    const double v = PyFloat_AS_DOUBLE(o);
+    return key.tag('f') && key.put(&v, sizeof v);
+  }
+  if (PyUnicode_CheckExact(o)) {
+    Py_ssize_t n = 0;
+    const char* text = PyUnicode_AsUTF8AndSize(o, &n);
+    if (!text) {
+      PyErr_Clear();
+      return false;
+    }
+    const std::uint64_t size = static_cast<std::uint64_t>(n);
+    return key.tag('s') && key.put(&size, sizeof size) && key.put(text, size);
+  }
+  if (PyTuple_CheckExact(o)) {
+    const std::uint64_t n = static_cast<std::uint64_t>(PyTuple_GET_SIZE(o));
+    if (depth >= 4 || !key.tag('(') || !key.put(&n, sizeof n)) return false;
+    for (std::uint64_t i = 0; i < n; ++i) {
+      if (!append_key(key, PyTuple_GET_ITEM(o, i), torch, depth + 1)) return false;
+    }
+    return true;
+  }
+  if (torch.exchange && Py_TYPE(o) == reinterpret_cast<PyTypeObject*>(torch.tensor_type)) {
+    dl::Tensor t{};
+    if (torch.exchange->dltensor_from_py_object_no_sync(o, &t) != 0) {
+      PyErr_Clear();
+      return false;
+    }
+    if (t.ndim < 0 || t.ndim > kMaxRank || (t.ndim > 0 && !t.shape)) return false;
+    const std::int64_t head[6] = {t.ndim, t.device.type, t.device.id, t.dtype.code, t.dtype.bits,
+                                  t.dtype.lanes};
+    return key.tag('t') && key.put(head, sizeof head) &&
+           key.put(t.shape, sizeof(std::int64_t) * static_cast<std::size_t>(t.ndim));
+  }
+  return false;
+}
+
 }  // namespace
 
 Tensor import_fast(nb::handle object, std::optional<DType> declared, const FastWhere& where,
@@ -320,6 +389,24 @@ Tensor import_fast(nb::handle object, std::optional<DType> declared, const FastW
 // strides, dtype, device kind, device index), or None where that route declines it (the
 // exchange route: absent from this torch or turned off, or the call refused the tensor).
 void register_fast_import(nb::module_& m) {
+
+  // A bytes object naming what identifies a call's shape, for the prepared-call memos of the
+  // plan-less entry points (deca._tensors.call_key): per item of the tuple `parts`, a
+  // torch.Tensor's rank, shape, dtype and device (read through DLPack's C exchange API, no
+  // Python attribute access), or the value of None, a bool, an int, a float, a str or a tuple of
+  // these. None when an item is anything else (another array library, a torch subclass, a
+  // tensor the exchange declines, torch without the exchange API): the Python layer then builds
+  // its own key.
+  m.def("call_key", [](nb::handle parts) -> nb::object {
+    if (!PyTuple_CheckExact(parts.ptr())) return nb::none();
+    const TorchHooks& torch = torch_hooks();
+    KeyBuffer key;
+    const Py_ssize_t n = PyTuple_GET_SIZE(parts.ptr());
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      if (!append_key(key, PyTuple_GET_ITEM(parts.ptr(), i), torch, 0)) return nb::none();
+    }
+    return nb::bytes(key.bytes, key.size);
+  }, nb::arg("parts"));
   m.def("_torch_exchange_available", [] { return torch_hooks().exchange != nullptr; });
   m.def("_torch_import_probe", [](nb::handle object, const std::string& route) -> nb::object {
     const TorchHooks& torch = torch_hooks();
