@@ -196,17 +196,18 @@ DType settle_dtype(DType dtype, std::optional<DType> declared, const FastWhere& 
   return want;
 }
 
-// The view through DLPack's C exchange API, or nullopt where the attribute route must decide
-// (the call declined the tensor, or a dtype or device it reports is not one deca names here).
-std::optional<Tensor> torch_view_exchange(const dl::ExchangeApi& api, nb::handle object,
-                                          std::optional<DType> declared, const FastWhere& where) {
+// The view through DLPack's C exchange API, written into `out` (made by the caller, so that the
+// per-call import copies no Tensor); false where the attribute route must decide (the call
+// declined the tensor, or a dtype or device it reports is not one deca names here).
+bool torch_view_exchange(const dl::ExchangeApi& api, nb::handle object,
+                         std::optional<DType> declared, const FastWhere& where, Tensor& out) {
   dl::Tensor t{};
   if (api.dltensor_from_py_object_no_sync(object.ptr(), &t) != 0) {
     PyErr_Clear();
-    return std::nullopt;
+    return false;
   }
   const std::optional<DType> dtype = dl::dtype_of(t.dtype);
-  if (!dtype || (t.device.type != dl::kCpu && t.device.type != dl::kCuda)) return std::nullopt;
+  if (!dtype || (t.device.type != dl::kCpu && t.device.type != dl::kCuda)) return false;
   if (t.ndim < 0 || t.ndim > kMaxRank || (t.ndim > 0 && !t.shape)) {
     throw Error(where.str() + ": expected rank <= " + std::to_string(kMaxRank) + ", got " +
                 std::to_string(t.ndim));
@@ -221,12 +222,11 @@ std::optional<Tensor> torch_view_exchange(const dl::ExchangeApi& api, nb::handle
       step *= t.shape[i];
     }
   }
-  Tensor out;
   const DType settled = settle_dtype(*dtype, declared, where);
   out.origin_dtype = dtype_name(settled);
   out.view = make_tensor(static_cast<char*>(t.data) + t.byte_offset, settled, t.ndim, t.shape, steps,
                          t.device.type == dl::kCpu ? Device::cpu() : Device::cuda(t.device.id));
-  return out;
+  return true;
 }
 
 Tensor torch_view(const TorchHooks& torch, nb::handle object, std::optional<DType> declared,
@@ -356,11 +356,13 @@ Tensor import_fast(nb::handle object, std::optional<DType> declared, const FastW
   if (torch.tensor_type &&
       PyObject_TypeCheck(object.ptr(), reinterpret_cast<PyTypeObject*>(torch.tensor_type))) {
     // The caller's frame holds the tensor for the whole call, so the view needs no owner.
-    if (torch.exchange && Py_TYPE(object.ptr()) == reinterpret_cast<PyTypeObject*>(torch.tensor_type)) {
-      std::optional<Tensor> t = torch_view_exchange(*torch.exchange, object, declared, where);
-      if (t) return *std::move(t);
+    Tensor t;
+    if (torch.exchange && Py_TYPE(object.ptr()) == reinterpret_cast<PyTypeObject*>(torch.tensor_type) &&
+        torch_view_exchange(*torch.exchange, object, declared, where, t)) {
+      return t;
     }
-    return torch_view(torch, object, declared, where);
+    t = torch_view(torch, object, declared, where);
+    return t;
   }
   // A deca.Tensor (the Python layer's one-off calls hand their own imports to a plan's run):
   // deca.Tensor's rules, as _tensors.tensor applies them; no second import.
@@ -417,7 +419,10 @@ void register_fast_import(nb::module_& m) {
     const FastWhere where{"_torch_import_probe", "tensor"};
     std::optional<Tensor> t;
     if (route == "exchange") {
-      if (torch.exchange) t = torch_view_exchange(*torch.exchange, object, std::nullopt, where);
+      Tensor view;
+      if (torch.exchange && torch_view_exchange(*torch.exchange, object, std::nullopt, where, view)) {
+        t = std::move(view);
+      }
     } else if (route == "attributes") {
       t = torch_view(torch, object, std::nullopt, where);
     } else {
