@@ -74,8 +74,8 @@ def gqa_plan(q, k_cache, page_table, out, *, fn, layout="NHD", max_seq_len=0, kv
     derived from the tensors' shapes and dtypes at the first call."""
     options = (layout, max_seq_len, kv_dtype, lse, sinks, per_head, window, softcap, split_mode,
                split_tokens, tree_mask, skip_softmax_factor, rope_style, rotary_dim)
-    parts = (q, k_cache, out, page_table) + options
-    key = call_key(parts) or py_key(parts)  # the call's shape (_tensors.call_key)
+    tensors = (q, k_cache, out, page_table)
+    key = call_key(tensors, options) or py_key(tensors, options)  # (_tensors.call_key)
     if key is not None:
         hit = _GQA_CALLS.get(key)
         if hit is not None:
@@ -175,9 +175,9 @@ def mla_sparse_plan(q, kv_cache, indices, *, fn, lse, attn_sink, topk_length,
                     extra=(None, None, None), lse_of_empty_row="-inf"):
     """(MlaPlan, workspace) of a sparse MLA call, as gqa_plan; extra: (extra_kv_cache,
     extra_indices, extra_topk_length), MODEL1's second cache."""
-    parts = (q, kv_cache, indices, lse, attn_sink, topk_length) + tuple(extra) + \
-        (lse_of_empty_row,)
-    key = call_key(parts) or py_key(parts)  # as gqa_plan's
+    tensors = (q, kv_cache, indices) + tuple(extra)
+    values = (lse, attn_sink, topk_length, lse_of_empty_row)
+    key = call_key(tensors, values) or py_key(tensors, values)  # as gqa_plan's
     if key is not None:
         hit = _MLA_CALLS.get(key)
         if hit is not None:
@@ -254,8 +254,9 @@ def mla_dense(q, kv_cache, block_table, cache_seqlens, out, lse=None, *,
 
 def mla_dense_plan(q, kv_cache, block_table, *, fn, lse, kv_format=None, lse_of_empty_row="-inf"):
     """(MlaPlan, workspace) of a dense MLA call, as gqa_plan; kv_format as mla_dense's."""
-    parts = ("dense", q, kv_cache, block_table, lse, kv_format, lse_of_empty_row)
-    key = call_key(parts) or py_key(parts)  # as gqa_plan's
+    tensors = (q, kv_cache, block_table)
+    values = ("dense", lse, kv_format, lse_of_empty_row)
+    key = call_key(tensors, values) or py_key(tensors, values)  # as gqa_plan's
     if key is not None:
         hit = _MLA_CALLS.get(key)
         if hit is not None:

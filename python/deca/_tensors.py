@@ -161,20 +161,22 @@ def arg_meta(x):
 
 
 # The key of a call's shape in the prepared-call memos of the plan-less entry points (the compat
-# calls, deca's one-off calls): call_key(parts), parts a tuple of the call's tensors and options,
-# is one C++ call that reads each torch tensor's rank, shape, dtype and device through DLPack's C
-# exchange API and takes None, bool, int, float, str and tuple values as they are (a bytes
-# object); None when it meets anything else, and the caller then uses py_key(parts).
+# calls, deca's one-off calls): call_key(tensors, values), two tuples -- the call's tensor
+# arguments (None, or an int where a tensor may be one, allowed) and its options -- is one C++
+# call that reads each torch tensor's rank, shape, dtype and device through DLPack's C exchange
+# API and takes None, bool, int, float, str and tuple values as they are (a bytes object); None
+# when it meets anything else, and the caller then uses py_key(tensors, values).
 call_key = _C.call_key
 
 
-def py_key(parts):
+def py_key(tensors, values):
     """call_key's key built in Python, for the calls call_key does not describe: a numpy array
-    or a torch tensor as arg_meta names it, a tuple item by item, any other hashable value as it
-    is (a numpy scalar, say); None when a part is an array of another library (or a torch
-    subclass) or a value that cannot be hashed: such calls are prepared anew every time."""
-    key = _key_part(parts)
-    if key is _NO_KEY:
+    or a torch tensor among `tensors` as arg_meta names it, a tuple item by item, any other
+    hashable value as it is (a numpy scalar, say); None when a tensor is of another library (or
+    a torch subclass), when an option in `values` is an array (its metadata would not name its
+    values), or when a value cannot be hashed: such calls are prepared anew every time."""
+    key = (_key_part(tensors, True), _key_part(values, False))
+    if key[0] is _NO_KEY or key[1] is _NO_KEY:
         return None
     try:
         hash(key)
@@ -186,12 +188,12 @@ def py_key(parts):
 _NO_KEY = object()
 
 
-def _key_part(part):
-    meta = arg_meta(part)
+def _key_part(part, tensors):
+    meta = arg_meta(part) if tensors else None
     if meta is not None:
         return meta
     if type(part) is tuple:
-        items = tuple(_key_part(p) for p in part)
+        items = tuple(_key_part(p, tensors) for p in part)
         return _NO_KEY if any(i is _NO_KEY for i in items) else items
     if hasattr(part, "shape") and not isinstance(part, np.generic):
         return _NO_KEY

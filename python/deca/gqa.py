@@ -125,10 +125,10 @@ def gqa_decode(q, k_cache, v_cache, page_table, seq_lens, out=None, *, layout="N
     """
     # What identifies the call's shape (the tensors' shapes, dtypes and devices; the options):
     # a repeated one finds the plan its first call made.
-    parts = (q, k_cache, out, page_table, layout, q_dtype, kv_dtype, out_dtype, return_lse, lse,
-             tree_mask, sinks, k_scales, v_scales, window, softcap, max_seq_len, split_mode,
-             split_tokens, beam_width, checked, skip_softmax_factor)
-    key = call_key(parts) or py_key(parts)
+    tensors = (q, k_cache, out, page_table, lse, tree_mask, sinks, k_scales, v_scales)
+    values = (layout, q_dtype, kv_dtype, out_dtype, return_lse, window, softcap, max_seq_len,
+              split_mode, split_tokens, beam_width, checked, skip_softmax_factor)
+    key = call_key(tensors, values) or py_key(tensors, values)
     if key is not None:
         hit = _ONEOFF.get(key)
         if hit is not None:

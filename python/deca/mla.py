@@ -332,9 +332,9 @@ def mla_decode_dense(q, kv_cache, block_table, cache_seqlens, out=None, *, softm
     fn = "mla_decode_dense"
     want_lse = bool(return_lse) or lse is not None
     # What identifies the call's shape (as in gqa_decode).
-    parts = ("dense", q, kv_cache, block_table, out, return_lse, lse, max_seq_len, kv_format,
-             checked)
-    key = call_key(parts) or py_key(parts)
+    tensors = (q, kv_cache, block_table, out, lse)
+    values = ("dense", return_lse, max_seq_len, kv_format, checked)
+    key = call_key(tensors, values) or py_key(tensors, values)
     if key is not None:
         hit = _ONEOFF.get(key)
         if hit is not None:
@@ -399,9 +399,10 @@ def mla_decode_sparse(q, kv_cache, indices, out=None, *, topk_length=None, attn_
     want_lse = bool(return_lse) or lse is not None
     extra = (extra_kv_cache, extra_indices, extra_topk_length)
     # What identifies the call's shape (as in gqa_decode).
-    parts = ("sparse", q, kv_cache, indices, out, return_lse, lse, topk_length, attn_sink,
-             checked, kv_format, extra_kv_cache, extra_indices, extra_topk_length)
-    key = call_key(parts) or py_key(parts)
+    tensors = (q, kv_cache, indices, out, lse, topk_length, attn_sink, extra_kv_cache,
+               extra_indices, extra_topk_length)
+    values = ("sparse", return_lse, checked, kv_format)
+    key = call_key(tensors, values) or py_key(tensors, values)
     if key is not None:
         hit = _ONEOFF.get(key)
         if hit is not None:

@@ -298,8 +298,9 @@ struct KeyBuffer {
 };
 
 // call_key's encoding of one argument; false for an argument it does not describe (or a key
-// past the buffer).
-bool append_key(KeyBuffer& key, PyObject* o, const TorchHooks& torch, int depth) {
+// past the buffer). `tensors`: whether a torch tensor is described by its metadata here (an
+// item of call_key's `tensors`); an option's value (`values`) must be a plain value.
+bool append_key(KeyBuffer& key, PyObject* o, const TorchHooks& torch, bool tensors, int depth) {
   if (o == Py_None) return key.tag('N');
   if (o == Py_True || o == Py_False) return key.tag(o == Py_True ? 'T' : 'F');
   if (PyLong_CheckExact(o)) {
@@ -329,11 +330,12 @@ bool append_key(KeyBuffer& key, PyObject* o, const TorchHooks& torch, int depth)
     const std::uint64_t n = static_cast<std::uint64_t>(PyTuple_GET_SIZE(o));
     if (depth >= 4 || !key.tag('(') || !key.put(&n, sizeof n)) return false;
     for (std::uint64_t i = 0; i < n; ++i) {
-      if (!append_key(key, PyTuple_GET_ITEM(o, i), torch, depth + 1)) return false;
+      if (!append_key(key, PyTuple_GET_ITEM(o, i), torch, tensors, depth + 1)) return false;
     }
     return true;
   }
-  if (torch.exchange && Py_TYPE(o) == reinterpret_cast<PyTypeObject*>(torch.tensor_type)) {
+  if (tensors && torch.exchange &&
+      Py_TYPE(o) == reinterpret_cast<PyTypeObject*>(torch.tensor_type)) {
     dl::Tensor t{};
     if (torch.exchange->dltensor_from_py_object_no_sync(o, &t) != 0) {
       PyErr_Clear();
@@ -393,22 +395,26 @@ Tensor import_fast(nb::handle object, std::optional<DType> declared, const FastW
 void register_fast_import(nb::module_& m) {
 
   // A bytes object naming what identifies a call's shape, for the prepared-call memos of the
-  // plan-less entry points (deca._tensors.call_key): per item of the tuple `parts`, a
-  // torch.Tensor's rank, shape, dtype and device (read through DLPack's C exchange API, no
-  // Python attribute access), or the value of None, a bool, an int, a float, a str or a tuple of
-  // these. None when an item is anything else (another array library, a torch subclass, a
-  // tensor the exchange declines, torch without the exchange API): the Python layer then builds
-  // its own key.
-  m.def("call_key", [](nb::handle parts) -> nb::object {
-    if (!PyTuple_CheckExact(parts.ptr())) return nb::none();
+  // plan-less entry points (deca._tensors.call_key). `tensors`: a tuple of the call's tensor
+  // arguments, each a torch.Tensor described by its rank, shape, dtype and device (read through
+  // DLPack's C exchange API, no Python attribute access), None, a plain value (an int for a
+  // length, say) or a tuple of these; `values`: a tuple of the call's options, each None, a
+  // bool, an int, a float, a str or a tuple of these, described by its value. None when an item
+  // is anything else (another array library, a torch subclass, a tensor the exchange declines,
+  // torch without the exchange API, a tensor among the values, which its metadata would not
+  // name): the Python layer then builds its own key.
+  m.def("call_key", [](nb::handle tensors, nb::handle values) -> nb::object {
+    if (!PyTuple_CheckExact(tensors.ptr()) || !PyTuple_CheckExact(values.ptr())) {
+      return nb::none();
+    }
     const TorchHooks& torch = torch_hooks();
     KeyBuffer key;
-    const Py_ssize_t n = PyTuple_GET_SIZE(parts.ptr());
-    for (Py_ssize_t i = 0; i < n; ++i) {
-      if (!append_key(key, PyTuple_GET_ITEM(parts.ptr(), i), torch, 0)) return nb::none();
+    if (!append_key(key, tensors.ptr(), torch, true, 0) ||
+        !append_key(key, values.ptr(), torch, false, 0)) {
+      return nb::none();
     }
     return nb::bytes(key.bytes, key.size);
-  }, nb::arg("parts"));
+  }, nb::arg("tensors"), nb::arg("values"));
   m.def("_torch_exchange_available", [] { return torch_hooks().exchange != nullptr; });
   m.def("_torch_import_probe", [](nb::handle object, const std::string& route) -> nb::object {
     const TorchHooks& torch = torch_hooks();

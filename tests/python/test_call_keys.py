@@ -23,42 +23,67 @@ exchange = pytest.mark.skipif(not _C._torch_exchange_available(),
 def test_call_key_tells_shapes_dtypes_devices_and_values_apart():
     x = torch.zeros(2, 3, dtype=torch.bfloat16, device=DEV)
     same = torch.ones(2, 3, dtype=torch.bfloat16, device=DEV)
-    assert call_key((x, 1, None)) == call_key((same, 1, None))
-    # What the prepared calls do not derive anything from: strides and values.
-    assert call_key((torch.empty(3, 2, dtype=x.dtype, device=DEV).t(),)) == call_key((x,))
+    assert call_key((x, 1, None), ("NHD", 0.5)) == call_key((same, 1, None), ("NHD", 0.5))
+    # What the prepared calls do not derive anything from: a tensor's strides and values.
+    assert call_key((torch.empty(3, 2, dtype=x.dtype, device=DEV).t(),), ()) == call_key((x,), ())
     different = [
-        (torch.zeros(3, 2, dtype=x.dtype, device=DEV), 1, None),  # shape
-        (torch.zeros(2, 3, 1, dtype=x.dtype, device=DEV), 1, None),  # rank
-        (x.half(), 1, None),  # dtype
-        (x.float(), 1, None),
-        (x, True, None),  # True is not 1
-        (x, 1.0, None),  # nor 1.0
-        (x, 1, "None"),
-        (x, 1, (None,)),
-        (x, 2, None),
-        (None, x, 1),  # order
+        ((torch.zeros(3, 2, dtype=x.dtype, device=DEV), 1, None), ()),  # shape
+        ((torch.zeros(2, 3, 1, dtype=x.dtype, device=DEV), 1, None), ()),  # rank
+        ((x.half(), 1, None), ()),  # dtype
+        ((x.float(), 1, None), ()),
+        ((x, True, None), ()),  # True is not 1
+        ((x, 1.0, None), ()),  # nor 1.0
+        ((x, 1, "None"), ()),
+        ((x, 1, (None,)), ()),
+        ((x, 2, None), ()),
+        ((None, x, 1), ()),  # order
+        ((x, 1), (None,)),  # which tuple
+        ((x, 1, None), (-1,)),
+        ((x, 1, None), ((-1, -1),)),
+        ((x, 1, None), ((-1, 0),)),
+        ((x, 1, None), ("NHD",)),
+        ((x, 1, None), ("HND",)),
     ]
     if DEV != "cpu":
-        different.append((x.cpu(), 1, None))  # device
-    keys = {call_key(p) for p in different} | {call_key((x, 1, None))}
+        different.append(((x.cpu(), 1, None), ()))  # device
+    keys = {call_key(*p) for p in different} | {call_key((x, 1, None), ())}
     assert len(keys) == len(different) + 1 and None not in keys
-    assert call_key(((x, 1), (-1, -1))) != call_key(((x, 1), (-1, 0)))
+    assert call_key(((x, same), None), ()) == call_key(((same, x), None), ())  # a (k, v) pair
     # What it does not describe: the caller then keys by py_key.
     for other in (np.zeros(3), [1, 2], torch.nn.Parameter(x.float()), object(), 2 ** 70):
-        assert call_key((x, other)) is None
-    assert call_key([x]) is None  # parts must be a tuple
+        assert call_key((x, other), ()) is None
+    # A tensor among the options: its metadata would not name its value.
+    assert call_key((x,), (torch.tensor(0.5, device=DEV),)) is None
+    assert call_key([x], ()) is None  # tuples only
 
 
 def test_py_key_describes_numpy_torch_and_plain_values():
     a, b = np.zeros((2, 3), np.float32), np.ones((2, 3), np.float32)
-    assert py_key((a, 1, (-1, -1))) == py_key((b, 1, (-1, -1)))
-    assert py_key((a,)) != py_key((a.astype(np.float16),)) != py_key((a.T,))
+    assert py_key((a, 1), ((-1, -1),)) == py_key((b, 1), ((-1, -1),))
+    assert py_key((a,), ()) != py_key((a.astype(np.float16),), ()) != py_key((a.T,), ())
     t = torch.zeros(2, 3)
-    assert py_key((t, np.int64(4))) == py_key((torch.ones(2, 3), np.int64(4)))
-    assert py_key(((t, a),)) == py_key(((torch.ones(2, 3), b),))  # a (k, v) pair
-    assert py_key((t,)) != py_key((t.double(),))
-    assert py_key((t, [1])) is None  # not hashable
-    assert py_key((torch.nn.Parameter(t),)) is None  # a subclass: prepared anew every call
+    assert py_key((t,), (np.int64(4),)) == py_key((torch.ones(2, 3),), (np.int64(4),))
+    assert py_key((t,), (np.int64(4),)) != py_key((t,), (np.int64(5),))
+    assert py_key(((t, a),), ()) == py_key(((torch.ones(2, 3), b),), ())  # a (k, v) pair
+    assert py_key((t,), ()) != py_key((t.double(),), ())
+    assert py_key((t,), ([1],)) is None  # not hashable
+    assert py_key((torch.nn.Parameter(t),), ()) is None  # a subclass: prepared anew every call
+    assert py_key((t,), (torch.tensor(0.5),)) is None  # an option's value in a tensor
+    assert py_key((t,), (np.zeros(2),)) is None
+
+
+def test_an_option_given_as_a_tensor_is_not_keyed_by_its_shape(rng):
+    """softmax_scale as a one-element tensor: two calls with different values give each value's
+    result (the call is prepared anew, never found by the tensor's shape)."""
+    case = PagedCase(rng, seq_lens=[40, 7], hq=8, hkv=2, d=64, page=16)
+    q, k, v, lens, table = (T(x) for x in (case.q, case.k, case.v, case.seq_lens,
+                                           case.page_table))
+    for scale in (0.05, 0.2, 0.05):
+        got = compat.flash_attn_with_kvcache(q, k, v, cache_seqlens=lens, block_table=table,
+                                             causal=True, softmax_scale=torch.tensor(scale))
+        want = compat.flash_attn_with_kvcache(q, k, v, cache_seqlens=lens, block_table=table,
+                                              causal=True, softmax_scale=scale)
+        assert torch.equal(got, want)
 
 
 def _message(fn, *a, **kw):

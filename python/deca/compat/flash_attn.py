@@ -99,9 +99,10 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
                        v_descale, out)
     # What identifies the call's shape (the tensors' shapes, dtypes and devices; the options):
     # a repeated one finds what its first call checked and planned.
-    parts = (q, k_cache, table, block_table is None, cache_seqlens, softmax_scale, causal,
-             window_size, softcap, return_softmax_lse, out)
-    key = call_key(parts) or py_key(parts)
+    tensors = (q, k_cache, table, cache_seqlens, out)
+    values = (block_table is None, softmax_scale, causal, window_size, softcap,
+              return_softmax_lse)
+    key = call_key(tensors, values) or py_key(tensors, values)
     if key is not None:
         prepared = _PREPARED.get(key)
         if prepared is not None:

@@ -113,9 +113,10 @@ def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v,
         return _sparse_traced(q, k_cache, indices, meta, softmax_scale, causal, is_fp8_kvcache,
                               topk_length, attn_sink, extra)
     # What identifies the call's shape, as in flash_attn_with_kvcache.
-    parts = (q, k_cache, indices, topk_length, attn_sink, softmax_scale, is_fp8_kvcache, causal,
-             extra_k_cache, extra_indices_in_kvcache, extra_topk_length)
-    key = call_key(parts) or py_key(parts)
+    tensors = (q, k_cache, indices, topk_length, attn_sink, extra_k_cache,
+               extra_indices_in_kvcache, extra_topk_length)
+    values = (softmax_scale, is_fp8_kvcache, causal)
+    key = call_key(tensors, values) or py_key(tensors, values)
     if key is not None:
         prepared = _PREPARED.get(key)
         if prepared is not None and (meta is None or prepared.fits(meta)):

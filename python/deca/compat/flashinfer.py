@@ -168,9 +168,10 @@ class BatchDecodeWithPagedKVCacheWrapper:
         if not args and lse is None and window_left is None and not _common.compiling(q):
             # What identifies the call's shape (q's, the cache's, out's, sinks' shapes, dtypes and
             # devices; the options): everything run() checks against plan() before deca sees it.
-            parts = (q, tuple(paged_kv_cache) if type(paged_kv_cache) is list else
-                     paged_kv_cache, out, bool(return_lse), sinks)
-            key = call_key(parts) or py_key(parts)
+            tensors = (q, tuple(paged_kv_cache) if type(paged_kv_cache) is list else
+                       paged_kv_cache, out, sinks)
+            values = (bool(return_lse),)
+            key = call_key(tensors, values) or py_key(tensors, values)
             fast = None if key is None else self._fast.get(key)
             if fast is not None and _plain(q_scale) and _plain(k_scale) and _plain(v_scale):
                 try:
