@@ -30,7 +30,7 @@ repeated shape. --clock process times process CPU time instead of wall time (a s
 table and prints where their host time goes (the 25 functions with the most time of their own).
 
 On CUDA a second column, "host", times each case with the GPU kept busy: a spin kernel
-(torch.cuda._sleep) queued ahead of each batch of 100 calls outlasts the batch, so that the
+(torch.cuda._sleep) queued ahead of each batch of 64 calls outlasts the batch, so that the
 batch's own kernels wait behind it and the time is the host's alone, as in an engine whose GPU
 is busy with the previous layer (not for FlashInfer's plan(), whose copies to the device wait
 for the GPU). The first column can only be the larger of the host time and the GPU time of a
@@ -78,16 +78,17 @@ def per_call_us(fn, iters, warm_s=0.3):
     return statistics.median(runs)
 
 
-BUSY_BATCH = 100  # calls per batch: a few hundred kernels queued behind the spin kernel
+BUSY_BATCH = 64  # calls per batch: at most ~200 kernels queued behind the spin kernel, well
+# inside the driver's launch queue (a full queue would block the host and time the GPU again)
 
 
 def host_us(fn, torch, cycles_per_us, wall_us):
-    """Host time per call of fn (already warm) with the GPU busy: each of 15 batches of
+    """Host time per call of fn (already warm) with the GPU busy: each of 21 batches of
     BUSY_BATCH calls is queued behind a spin kernel that lasts four times the batch's wall time
     (per_call_us's figure) and at least 2 ms; median of the batches."""
     spin = int(cycles_per_us * max(4 * BUSY_BATCH * wall_us, 2000))
     runs = []
-    for _ in range(15):
+    for _ in range(21):
         torch.cuda._sleep(spin)
         t0 = CLOCK()
         for _ in range(BUSY_BATCH):
