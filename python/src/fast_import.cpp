@@ -282,10 +282,11 @@ Tensor torch_view(const TorchHooks& torch, nb::handle object, std::optional<DTyp
 
 
 // call_key's buffer: the encoding of a call's arguments, on the stack (a call's key is a few
-// hundred bytes). Each value starts with a tag byte and has a fixed layout or a length, so that
-// two different argument lists never encode to the same bytes.
+// hundred bytes: 97 at most a tensor; a longer one is declined and keyed in Python). Each value
+// starts with a tag byte and has a fixed layout or a length, so that two different argument
+// lists never encode to the same bytes.
 struct KeyBuffer {
-  char bytes[1024];
+  char bytes[2048];
   std::size_t size = 0;
 
   bool put(const void* data, std::size_t n) {
