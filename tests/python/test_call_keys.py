@@ -55,6 +55,8 @@ def test_call_key_tells_shapes_dtypes_devices_and_values_apart():
     # A tensor among the options: its metadata would not name its value.
     assert call_key((x,), (torch.tensor(0.5, device=DEV),)) is None
     assert call_key([x], ()) is None  # tuples only
+    long = tuple(range(300))  # past call_key's buffer: keyed in Python
+    assert call_key((x,), long) is None and py_key((x,), long) is not None
 
 
 def test_py_key_describes_numpy_torch_and_plain_values():
