@@ -171,33 +171,40 @@ call_key = _C.call_key
 
 def py_key(tensors, values):
     """call_key's key built in Python, for the calls call_key does not describe: a numpy array
-    or a torch tensor among `tensors` as arg_meta names it, a tuple item by item, any other
-    hashable value as it is (a numpy scalar, say); None when a tensor is of another library (or
-    a torch subclass), when an option in `values` is an array (its metadata would not name its
-    values), or when a value cannot be hashed: such calls are prepared anew every time."""
-    key = (_key_part(tensors, True), _key_part(values, False))
-    if key[0] is _NO_KEY or key[1] is _NO_KEY:
+    or a torch tensor among `tensors` as arg_meta names it (None and ints as they are, a tuple
+    item by item); the options in `values` as they are when None, a bool, an int, a float, a str,
+    a numpy scalar or a tuple of these. None when a tensor is of another library (or a torch
+    subclass) or an option is anything else (an array or a tensor, whose metadata would not name
+    its value): such calls are prepared anew every time."""
+    key = _tensor_parts(tensors)
+    if key is None:
         return None
-    try:
-        hash(key)
-    except TypeError:
-        return None
-    return key
+    for v in values:
+        if not (v is None or type(v) in _PLAIN or isinstance(v, np.generic) or
+                (type(v) is tuple and all(i is None or type(i) in _PLAIN for i in v))):
+            return None
+    return key, values
 
 
-_NO_KEY = object()
+_PLAIN = frozenset({bool, int, float, str})
 
 
-def _key_part(part, tensors):
-    meta = arg_meta(part) if tensors else None
-    if meta is not None:
-        return meta
-    if type(part) is tuple:
-        items = tuple(_key_part(p, tensors) for p in part)
-        return _NO_KEY if any(i is _NO_KEY for i in items) else items
-    if hasattr(part, "shape") and not isinstance(part, np.generic):
-        return _NO_KEY
-    return part
+def _tensor_parts(tensors):
+    key = []
+    for t in tensors:
+        if t is None or type(t) is int:
+            key.append(t)
+        elif type(t) is tuple:
+            part = _tensor_parts(t)
+            if part is None:
+                return None
+            key.append(part)
+        else:
+            meta = arg_meta(t)
+            if meta is None:
+                return None
+            key.append(meta)
+    return tuple(key)
 
 
 _BITS = {dtype: bits for dtype, (_, bits) in _ML_DTYPES.items()}

@@ -298,6 +298,37 @@ struct KeyBuffer {
   bool tag(char t) { return put(&t, 1); }
 };
 
+// A torch tensor in call_key without the exchange API (an older torch, or
+// DECA_PY_DLPACK_EXCHANGE=0): its shape, its dtype object (torch's dtypes are singletons: the
+// object names the dtype for the process) and get_device() read through the Python C API, under
+// a tag of their own.
+bool append_torch_attributes(KeyBuffer& key, PyObject* o, const TorchHooks& torch) {
+  const nb::object shape = nb::steal(PyObject_GetAttr(o, torch.shape_name));
+  const nb::object dtype = nb::steal(PyObject_GetAttr(o, torch.dtype_name));
+  const nb::object device = nb::steal(PyObject_CallMethodNoArgs(o, torch.get_device_name));
+  if (!shape.is_valid() || !dtype.is_valid() || !device.is_valid() ||
+      !PyTuple_Check(shape.ptr())) {
+    PyErr_Clear();
+    return false;
+  }
+  const std::uint64_t rank = static_cast<std::uint64_t>(PyTuple_GET_SIZE(shape.ptr()));
+  const std::uintptr_t dtype_id = reinterpret_cast<std::uintptr_t>(dtype.ptr());
+  const long long index = PyLong_AsLongLong(device.ptr());
+  if ((index == -1 && PyErr_Occurred()) || !key.tag('a') || !key.put(&rank, sizeof rank) ||
+      !key.put(&dtype_id, sizeof dtype_id) || !key.put(&index, sizeof index)) {
+    PyErr_Clear();
+    return false;
+  }
+  for (std::uint64_t i = 0; i < rank; ++i) {
+    const long long size = PyLong_AsLongLong(PyTuple_GET_ITEM(shape.ptr(), i));
+    if ((size == -1 && PyErr_Occurred()) || !key.put(&size, sizeof size)) {
+      PyErr_Clear();
+      return false;
+    }
+  }
+  return true;
+}
+
 // call_key's encoding of one argument; false for an argument it does not describe (or a key
 // past the buffer). `tensors`: whether a torch tensor is described by its metadata here (an
 // item of call_key's `tensors`); an option's value (`values`) must be a plain value.
@@ -335,18 +366,18 @@ bool append_key(KeyBuffer& key, PyObject* o, const TorchHooks& torch, bool tenso
     }
     return true;
   }
-  if (tensors && torch.exchange &&
+  if (tensors && torch.tensor_type &&
       Py_TYPE(o) == reinterpret_cast<PyTypeObject*>(torch.tensor_type)) {
     dl::Tensor t{};
-    if (torch.exchange->dltensor_from_py_object_no_sync(o, &t) != 0) {
-      PyErr_Clear();
-      return false;
+    if (torch.exchange && torch.exchange->dltensor_from_py_object_no_sync(o, &t) == 0) {
+      if (t.ndim < 0 || t.ndim > kMaxRank || (t.ndim > 0 && !t.shape)) return false;
+      const std::int64_t head[6] = {t.ndim, t.device.type, t.device.id, t.dtype.code,
+                                    t.dtype.bits, t.dtype.lanes};
+      return key.tag('t') && key.put(head, sizeof head) &&
+             key.put(t.shape, sizeof(std::int64_t) * static_cast<std::size_t>(t.ndim));
     }
-    if (t.ndim < 0 || t.ndim > kMaxRank || (t.ndim > 0 && !t.shape)) return false;
-    const std::int64_t head[6] = {t.ndim, t.device.type, t.device.id, t.dtype.code, t.dtype.bits,
-                                  t.dtype.lanes};
-    return key.tag('t') && key.put(head, sizeof head) &&
-           key.put(t.shape, sizeof(std::int64_t) * static_cast<std::size_t>(t.ndim));
+    PyErr_Clear();
+    return append_torch_attributes(key, o, torch);
   }
   return false;
 }
@@ -398,12 +429,12 @@ void register_fast_import(nb::module_& m) {
   // A bytes object naming what identifies a call's shape, for the prepared-call memos of the
   // plan-less entry points (deca._tensors.call_key). `tensors`: a tuple of the call's tensor
   // arguments, each a torch.Tensor described by its rank, shape, dtype and device (read through
-  // DLPack's C exchange API, no Python attribute access), None, a plain value (an int for a
-  // length, say) or a tuple of these; `values`: a tuple of the call's options, each None, a
-  // bool, an int, a float, a str or a tuple of these, described by its value. None when an item
-  // is anything else (another array library, a torch subclass, a tensor the exchange declines,
-  // torch without the exchange API, a tensor among the values, which its metadata would not
-  // name): the Python layer then builds its own key.
+  // DLPack's C exchange API, no Python attribute access; without it, through the attributes),
+  // None, a plain value (an int for a length, say) or a tuple of these; `values`: a tuple of the
+  // call's options, each None, a bool, an int, a float, a str or a tuple of these, described by
+  // its value. None when an item is anything else (another array library, a torch subclass, a
+  // tensor among the values, which its metadata would not name): the Python layer then builds
+  // its own key.
   m.def("call_key", [](nb::handle tensors, nb::handle values) -> nb::object {
     if (!PyTuple_CheckExact(tensors.ptr()) || !PyTuple_CheckExact(values.ptr())) {
       return nb::none();

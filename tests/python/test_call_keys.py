@@ -11,16 +11,13 @@ torch = pytest.importorskip("torch")
 import deca  # noqa: E402
 import deca.compat as compat  # noqa: E402
 from cases import PagedCase, csr_pages  # noqa: E402
-from deca import _C, _plan_cache  # noqa: E402
+from deca import _plan_cache  # noqa: E402
 from deca._tensors import FALLBACKS, call_key, py_key, stream_getter  # noqa: E402
 from test_compat_torch import DEV, T  # noqa: E402
 
-exchange = pytest.mark.skipif(not _C._torch_exchange_available(),
-                              reason="call_key reads torch tensors through DLPack's exchange API")
-
-
-@exchange
 def test_call_key_tells_shapes_dtypes_devices_and_values_apart():
+    """Through DLPack's exchange API, or (DECA_PY_DLPACK_EXCHANGE=0, an older torch) through the
+    tensors' attributes: the same distinctions."""
     x = torch.zeros(2, 3, dtype=torch.bfloat16, device=DEV)
     same = torch.ones(2, 3, dtype=torch.bfloat16, device=DEV)
     assert call_key((x, 1, None), ("NHD", 0.5)) == call_key((same, 1, None), ("NHD", 0.5))
