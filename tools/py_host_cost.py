@@ -28,6 +28,20 @@ them and that were retried on the checked path (deca._tensors.FALLBACKS): it mus
 repeated shape. --clock process times process CPU time instead of wall time (a shared machine).
 --profile SUBSTRING (repeatable) runs the cases whose names contain it under cProfile after the
 table and prints where their host time goes (the 25 functions with the most time of their own).
+
+On CUDA a second column, "host", times each case with the GPU kept busy: a spin kernel
+(torch.cuda._sleep) queued ahead of each batch of 64 calls outlasts the batch, so that the
+batch's own kernels wait behind it and the time is the host's alone, as in an engine whose GPU
+is busy with the previous layer (not for FlashInfer's plan(), whose copies to the device wait
+for the GPU). The first column can only be the larger of the host time and the GPU time of a
+call (a loop of calls whose kernels take longer than their launches waits for the launch
+queue); where "host" is well below it, the case is bound by its kernels, not its host cost.
+Issue 30's targets are host costs.
+
+--python-only (with --device cpu; needs torch) times the Python side alone: torch CPU tensors,
+and the per-call C++ decode entry points (deca._C.*_planned_fast) replaced by a no-op, so that
+a call costs its Python, its output allocations and deca._C.call_key; the stage table is left
+out. It compares Python changes on a machine without a GPU.
 """
 
 import argparse
@@ -64,6 +78,38 @@ def per_call_us(fn, iters, warm_s=0.3):
     return statistics.median(runs)
 
 
+BUSY_BATCH = 64  # calls per batch: at most ~200 kernels queued behind the spin kernel, well
+# inside the driver's launch queue (a full queue would block the host and time the GPU again)
+
+
+def host_us(fn, torch, cycles_per_us, wall_us):
+    """Host time per call of fn (already warm) with the GPU busy: each of 21 batches of
+    BUSY_BATCH calls is queued behind a spin kernel that lasts four times the batch's wall time
+    (per_call_us's figure) and at least 2 ms; median of the batches."""
+    spin = int(cycles_per_us * max(4 * BUSY_BATCH * wall_us, 2000))
+    runs = []
+    for _ in range(21):
+        torch.cuda._sleep(spin)
+        t0 = CLOCK()
+        for _ in range(BUSY_BATCH):
+            fn()
+        runs.append((CLOCK() - t0) / BUSY_BATCH * 1e6)
+        torch.cuda.synchronize()
+    return statistics.median(runs)
+
+
+def spin_rate(torch):
+    """GPU clock cycles per microsecond of torch.cuda._sleep, measured with CUDA events."""
+    cycles = 20_000_000
+    start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+    torch.cuda._sleep(cycles // 10)  # wakes the clocks up
+    start.record()
+    torch.cuda._sleep(cycles)
+    end.record()
+    end.synchronize()
+    return cycles / (start.elapsed_time(end) * 1e3)
+
+
 def inputs(device, torch):
     batch, hq, hkv, d, page, pages = 1, 8, 1, 128, 16, 4
     rng = np.random.default_rng(0)
@@ -71,11 +117,11 @@ def inputs(device, torch):
     k = rng.standard_normal((pages, page, hkv, d)).astype(np.float32)
     table = np.arange(pages, dtype=np.int32).reshape(1, pages)
     lens = np.array([17], np.int32)
-    if device == "cuda":
-        bf = dict(dtype=torch.bfloat16, device="cuda")
+    if torch is not None:
+        bf = dict(dtype=torch.bfloat16, device=device)
         return (torch.from_numpy(q).to(**bf), torch.from_numpy(k).to(**bf),
-                torch.from_numpy(k).to(**bf), torch.from_numpy(table).cuda(),
-                torch.from_numpy(lens).cuda())
+                torch.from_numpy(k).to(**bf), torch.from_numpy(table).to(device),
+                torch.from_numpy(lens).to(device))
     import ml_dtypes
     qb, kb = q.astype(ml_dtypes.bfloat16), k.astype(ml_dtypes.bfloat16)
     return qb, kb, kb.copy(), table, lens
@@ -103,6 +149,7 @@ def main():
     ap.add_argument("--json", default=None)
     ap.add_argument("--clock", choices=["wall", "process"], default="wall")
     ap.add_argument("--profile", action="append", default=[])
+    ap.add_argument("--python-only", action="store_true")
     args = ap.parse_args()
     global CLOCK
     CLOCK = time.process_time if args.clock == "process" else time.perf_counter
@@ -116,16 +163,25 @@ def main():
         device = "cuda" if torch is not None and torch.cuda.is_available() else "cpu"
     if device == "cuda" and (torch is None or not torch.cuda.is_available()):
         sys.exit("py_host_cost: --device cuda needs torch with a CUDA device")
+    if args.python_only and (device != "cpu" or torch is None):
+        sys.exit("py_host_cost: --python-only needs --device cpu and torch")
+    # torch tensors on CUDA, or on the CPU for --python-only; numpy arrays on the CPU otherwise.
+    tt = device == "cuda" or args.python_only
+    if args.python_only:
+        nop = "".format  # a C builtin that takes any arguments and does nothing
+        for name in ("gqa_decode_planned_fast", "mla_decode_sparse_planned_fast",
+                     "mla_decode_dense_planned_fast"):
+            setattr(deca._C, name, nop)
 
-    q, k, v, table, lens = inputs(device, torch)
+    q, k, v, table, lens = inputs(device, torch if tt else None)
     where = "cuda:0" if device == "cuda" else "cpu"
     plan = deca.GqaPlan(8, 1, 128, 16, max_batch=1, max_seq_len=64, device=where)
     ws = None
     if plan.workspace_bytes:
         ws = torch.zeros(plan.workspace_bytes, dtype=torch.uint8, device="cuda")
-    out = torch.empty_like(q) if device == "cuda" else np.empty_like(q)
+    out = torch.empty_like(q) if tt else np.empty_like(q)
     # The plan's own path: raw bits on the CPU (numpy's DLPack has no bf16), tensors on CUDA.
-    bits = (lambda x: x) if device == "cuda" else (lambda x: x.view(np.uint16))
+    bits = (lambda x: x) if tt else (lambda x: x.view(np.uint16))
     pq, pk, pv, pout = bits(q), bits(k), bits(v), bits(out)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
 
@@ -149,20 +205,21 @@ def main():
     indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
     csr = (indptr, crng.permutation(int(indptr[-1])).astype(np.int32),
            crng.integers(1, 17, 256).astype(np.int32))
-    wrapper = BatchDecodeWithPagedKVCacheWrapper(q if device == "cuda" else np.zeros(16, np.uint8))
+    wrapper = BatchDecodeWithPagedKVCacheWrapper(q if tt else np.zeros(16, np.uint8))
     cases["FlashInfer wrapper plan() (batch 256 x 1..64 pages)"] = lambda: wrapper.plan(
         *csr, 8, 1, 128, 16, q_data_type="bfloat16")
     # Its run() on the GQA shape above: plan() once, run() per layer.
-    run_wrapper = BatchDecodeWithPagedKVCacheWrapper(q if device == "cuda" else
-                                                     np.zeros(16, np.uint8))
+    run_wrapper = BatchDecodeWithPagedKVCacheWrapper(q if tt else np.zeros(16, np.uint8))
     run_wrapper.plan(np.array([0, 2], np.int32), np.array([0, 1], np.int32),
                      np.array([1], np.int32), 8, 1, 128, 16, q_data_type="bfloat16")
-    cases["FlashInfer wrapper run()"] = lambda: run_wrapper.run(q[:, 0], (k, v))
+    # q [batch, heads, dim] made once: the view q[:, 0] per call is the caller's cost, not run()'s.
+    q3 = q[:, 0]
+    cases["FlashInfer wrapper run()"] = lambda: run_wrapper.run(q3, (k, v))
     # As vLLM calls it: the combined [pages, 2, ...] cache, out given, float KV scales.
-    kv = torch.stack([k, v], dim=1) if device == "cuda" else np.stack([k, v], axis=1)
-    fi_out = torch.empty_like(q[:, 0]) if device == "cuda" else np.empty_like(q[:, 0])
+    kv = torch.stack([k, v], dim=1) if tt else np.stack([k, v], axis=1)
+    fi_out = torch.empty_like(q3) if tt else np.empty_like(q3)
     cases["FlashInfer wrapper run() (combined cache, out=)"] = lambda: run_wrapper.run(
-        q[:, 0], kv, k_scale=1.0, v_scale=1.0, out=fi_out)
+        q3, kv, k_scale=1.0, v_scale=1.0, out=fi_out)
     # Sparse FP8 MLA (batch 1, 64 heads, topk 64: the kernels keep up) through its plan and
     # through FlashMLA's signature; on the CPU the reference decode is in the time.
     mla = mla_inputs(device, torch, rng=np.random.default_rng(2))
@@ -175,6 +232,13 @@ def main():
             mws = torch.zeros(mplan.workspace_bytes, dtype=torch.uint8, device="cuda")
         cases["MlaPlan.run_sparse (b1 h64 topk64)"] = lambda: mplan.run_sparse(
             mq, mkv, midx, mout, lse=mlse, workspace=mws)
+        if mws is not None:
+            # What the FlashMLA call with metadata runs after its step's first call: the
+            # decode on the schedule left in the workspace (no scheduler launch).
+            rws = torch.zeros_like(mws)
+            mplan.run_sparse(mq, mkv, midx, mout, lse=mlse, workspace=rws)
+            cases["MlaPlan.run_sparse (schedule reused)"] = lambda: mplan.run_sparse(
+                mq, mkv, midx, mout, lse=mlse, workspace=rws, reuse_schedule=True)
         meta, _ = deca.compat.get_mla_metadata()
         cases["deca.compat.flash_mla_with_kvcache (same)"] = lambda: deca.compat.flash_mla_with_kvcache(
             mq, mkv, None, None, 512, meta, is_fp8_kvcache=True, indices=midx)
@@ -183,7 +247,10 @@ def main():
     if torch is not None:
         a = torch.ones(16, device="cuda" if device == "cuda" else "cpu")
         cases["torch.add (scale)"] = lambda: torch.add(a, a)
-    results = {}
+    if args.python_only:
+        del cases["GqaPlan.run (checked path)"]  # the CPU reference decode itself
+    results, host = {}, {}
+    rate = spin_rate(torch) if device == "cuda" else None
     iters = {"FlashInfer wrapper plan() (batch 256 x 1..64 pages)": max(args.iters // 20, 10)}
     # (An older deca has no fallback counter: the column is then left out.)
     counter = getattr(deca._tensors, "FALLBACKS", None)
@@ -194,18 +261,25 @@ def main():
         before = sum(counter.values()) if counter is not None else 0
         results[name] = per_call_us(fn, iters.get(name, args.iters))
         sync()
+        busy = ""
+        if rate is not None and "plan()" not in name:  # plan() copies to the device: it waits
+            host[name] = host_us(fn, torch, rate, results[name])
+            busy = f"  host {host[name]:8.2f} us/call"
         fallbacks[name] = sum(counter.values()) - before if counter is not None else None
         note = ("" if "checked path" in name or counter is None
                 else f"  fallbacks {fallbacks[name]}")
-        print(f"{name:52s} {results[name]:8.2f} us/call{note}")
-    stages = breakdown(device, plan, pq, pk, pv, table, lens, pout, ws, q, args.iters)
+        print(f"{name:52s} {results[name]:8.2f} us/call{busy}{note}")
+    stages = None
+    if not args.python_only:
+        stages = breakdown(device, plan, pq, pk, pv, table, lens, pout, ws, q, args.iters)
     for name, fn in cases.items():
         if any(p in name for p in args.profile):
             profile(name, fn, args.iters, sync)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": device, "deca": deca.version(), "clock": args.clock,
-                       "us_per_call": results, "fallbacks": fallbacks,
+                       "us_per_call": results, "host_us_per_call_gpu_busy": host,
+                       "python_only": args.python_only, "fallbacks": fallbacks,
                        "gqa_plan_run_stages_us": stages}, f, indent=1)
 
 

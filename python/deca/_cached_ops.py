@@ -11,7 +11,7 @@ options.
 from __future__ import annotations
 
 from . import _C, _plan_cache
-from ._tensors import Error, arg_meta, expect_rank, tensor, torch_of
+from ._tensors import Error, call_key, expect_rank, py_key, tensor, torch_of
 from .gqa import GQA_KEYS, GqaPlan
 from .mla import MLA_KEYS, NO_EXTRA, MlaPlan, dense_kv_format, extra_config, sparse_kv_format
 
@@ -74,11 +74,9 @@ def gqa_plan(q, k_cache, page_table, out, *, fn, layout="NHD", max_seq_len=0, kv
     derived from the tensors' shapes and dtypes at the first call."""
     options = (layout, max_seq_len, kv_dtype, lse, sinks, per_head, window, softcap, split_mode,
                split_tokens, tree_mask, skip_softmax_factor, rope_style, rotary_dim)
-    mq = arg_meta(q)
-    key = None
-    if mq is not None:
-        key = (mq, arg_meta(k_cache), arg_meta(out), getattr(page_table, "shape", None)) + \
-            options
+    tensors = (q, k_cache, out, page_table)
+    key = call_key(tensors, options) or py_key(tensors, options)  # (_tensors.call_key)
+    if key is not None:
         hit = _GQA_CALLS.get(key)
         if hit is not None:
             return hit
@@ -177,12 +175,10 @@ def mla_sparse_plan(q, kv_cache, indices, *, fn, lse, attn_sink, topk_length,
                     extra=(None, None, None), lse_of_empty_row="-inf"):
     """(MlaPlan, workspace) of a sparse MLA call, as gqa_plan; extra: (extra_kv_cache,
     extra_indices, extra_topk_length), MODEL1's second cache."""
-    mq = arg_meta(q)
-    key = None
-    if mq is not None:
-        key = (mq, arg_meta(kv_cache), getattr(indices, "shape", None), lse, attn_sink,
-               topk_length, arg_meta(extra[0]), getattr(extra[1], "shape", None),
-               extra[2] is None, lse_of_empty_row)
+    tensors = (q, kv_cache, indices) + tuple(extra)
+    values = (lse, attn_sink, topk_length, lse_of_empty_row)
+    key = call_key(tensors, values) or py_key(tensors, values)  # as gqa_plan's
+    if key is not None:
         hit = _MLA_CALLS.get(key)
         if hit is not None:
             return hit
@@ -258,11 +254,10 @@ def mla_dense(q, kv_cache, block_table, cache_seqlens, out, lse=None, *,
 
 def mla_dense_plan(q, kv_cache, block_table, *, fn, lse, kv_format=None, lse_of_empty_row="-inf"):
     """(MlaPlan, workspace) of a dense MLA call, as gqa_plan; kv_format as mla_dense's."""
-    mq = arg_meta(q)
-    key = None
-    if mq is not None:
-        key = ("dense", mq, arg_meta(kv_cache), getattr(block_table, "shape", None), lse,
-               kv_format, lse_of_empty_row)
+    tensors = (q, kv_cache, block_table)
+    values = ("dense", lse, kv_format, lse_of_empty_row)
+    key = call_key(tensors, values) or py_key(tensors, values)  # as gqa_plan's
+    if key is not None:
         hit = _MLA_CALLS.get(key)
         if hit is not None:
             return hit

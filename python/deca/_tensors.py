@@ -71,6 +71,17 @@ def _defined_in(cls, name):
     return False
 
 
+# torch.compiler.is_compiling, once a prepared call (made in eager mode, never inside a
+# torch.compile trace) has met a torch tensor: what compiling() calls per call, with neither a
+# module lookup nor an import.
+IS_COMPILING = None
+
+
+def remember_torch(torch):
+    global IS_COMPILING
+    IS_COMPILING = torch.compiler.is_compiling
+
+
 def torch_of(x):
     """The torch module when x is a torch tensor (its subclasses too: Parameter, FakeTensor, and
     what torch.compile traces), else None.
@@ -149,6 +160,53 @@ def arg_meta(x):
     return None
 
 
+# The key of a call's shape in the prepared-call memos of the plan-less entry points (the compat
+# calls, deca's one-off calls): call_key(tensors, values), two tuples -- the call's tensor
+# arguments (None, or an int where a tensor may be one, allowed) and its options -- is one C++
+# call that reads each torch tensor's rank, shape, dtype and device through DLPack's C exchange
+# API and takes None, bool, int, float, str and tuple values as they are (a bytes object); None
+# when it meets anything else, and the caller then uses py_key(tensors, values).
+call_key = _C.call_key
+
+
+def py_key(tensors, values):
+    """call_key's key built in Python, for the calls call_key does not describe: a numpy array
+    or a torch tensor among `tensors` as arg_meta names it (None and ints as they are, a tuple
+    item by item); the options in `values` as they are when None, a bool, an int, a float, a str,
+    a numpy scalar or a tuple of these. None when a tensor is of another library (or a torch
+    subclass) or an option is anything else (an array or a tensor, whose metadata would not name
+    its value): such calls are prepared anew every time."""
+    key = _tensor_parts(tensors)
+    if key is None:
+        return None
+    for v in values:
+        if not (v is None or type(v) in _PLAIN or isinstance(v, np.generic) or
+                (type(v) is tuple and all(i is None or type(i) in _PLAIN for i in v))):
+            return None
+    return key, values
+
+
+_PLAIN = frozenset({bool, int, float, str})
+
+
+def _tensor_parts(tensors):
+    key = []
+    for t in tensors:
+        if t is None or type(t) is int:
+            key.append(t)
+        elif type(t) is tuple:
+            part = _tensor_parts(t)
+            if part is None:
+                return None
+            key.append(part)
+        else:
+            meta = arg_meta(t)
+            if meta is None:
+                return None
+            key.append(meta)
+    return tuple(key)
+
+
 _BITS = {dtype: bits for dtype, (_, bits) in _ML_DTYPES.items()}
 
 
@@ -204,6 +262,7 @@ def maker(like, shape, dtype):
     shape = tuple(shape)
     torch = torch_of(like)
     if torch is not None and type(like) is torch.Tensor:
+        remember_torch(torch)
         template = torch.empty((), dtype=dtype, device=like.device).expand(shape)
         return functools.partial(torch.empty_like, template,
                                  memory_format=torch.contiguous_format)
@@ -272,6 +331,21 @@ def stream_int(stream, where):
             return int(getattr(stream, attr))
     raise Error(f"{where}: stream: expected an int handle or an object with .cuda_stream or "
                 f".ptr, got {type(stream).__name__}")
+
+
+def stream_getter(cuda_index, like):
+    """current_stream(cuda_index, like) as a function of no arguments, bound once by a prepared
+    call (whose key fixes the library and device): torch's raw-handle lookup with the index
+    bound, cupy's; for a CPU plan or another library the builtin int, whose int() is 0."""
+    if cuda_index < 0:
+        return int
+    torch = torch_of(like)
+    if torch is not None:
+        return functools.partial(torch._C._cuda_getCurrentRawStream, cuda_index)
+    cupy = cupy_of(like)
+    if cupy is not None:
+        return lambda: int(cupy.cuda.get_current_stream().ptr)
+    return int
 
 
 def current_stream(cuda_index, like):

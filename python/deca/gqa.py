@@ -5,9 +5,10 @@ from __future__ import annotations
 import numpy as np
 
 from . import _C, _plan_cache
-from ._tensors import (FALLBACKS, Error, arg_meta, bits_views, check_dtype_keywords,
+from ._tensors import (FALLBACKS, Error, bits_views, call_key, check_dtype_keywords,
                        check_scalars, choice, current_stream, empty, expect_rank, lib_dtype,
-                       maker, numpy_dtype, parse_device, stream_int, tensor)
+                       maker, numpy_dtype, parse_device, py_key, stream_getter, stream_int,
+                       tensor)
 
 _LAYOUTS = ("NHD", "HND")
 # Keys per split when split_mode="fixed" is asked for without split_tokens: a few kernel tiles,
@@ -48,14 +49,18 @@ class _OneOff:
     _plan_cache.StreamWorkspaces), and the outputs' shape and dtype (in the caller's library),
     so that a repeated call plans nothing."""
 
-    __slots__ = ("plan", "workspaces", "new_out", "new_lse", "want_lse")
+    __slots__ = ("plan", "workspaces", "new_out", "new_lse", "want_lse", "stream", "direct")
 
-    def __init__(self, plan, like, out_shape, want_lse):
-        """like: a torch tensor or numpy array whose library allocates the outputs; None when
-        the caller passes them (another library: the first-call path allocates for it)."""
+    def __init__(self, plan, q, like, out_shape, want_lse):
+        """q: the first call's; like: q when its library (torch, numpy) allocates the outputs,
+        None when the caller passes them (another library: the first-call path allocates)."""
         self.plan, self.want_lse = plan, want_lse
         self.workspaces = _plan_cache.StreamWorkspaces(plan.workspace_bytes, "gqa_decode")
         self.new_out = self.new_lse = None
+        self.stream = stream_getter(plan._cuda_index, q)
+        # Tensors GqaPlan.run's fast path takes as they come (not numpy's raw-bit views): the
+        # C++ call is made here, GqaPlan.run (and its checked path) only for what it refuses.
+        self.direct = like is not None and type(like) is not np.ndarray
         if like is not None:
             self.new_out = maker(like, out_shape, lib_dtype(like, plan.config.out_dtype))
             self.new_lse = maker(like, out_shape[:3], lib_dtype(like, "fp32"))
@@ -67,17 +72,27 @@ class _OneOff:
         if self.want_lse and lse is None:
             lse = self.new_lse()
         plan = self.plan
-        cuda = plan._cuda_index
-        current = current_stream(cuda, q) if cuda >= 0 else 0
+        current = self.stream()
         if stream is None:
             stream = current
         elif type(stream) is not int:
             stream = stream_int(stream, "gqa_decode")
         ws = self.workspaces.get(stream, q, current)
-        plan.run(q, k_cache, v_cache, page_table, seq_lens, out, workspace=ws, lse=lse,
-                 tree_mask=tree_mask, sinks=sinks, k_scale=k_scale, v_scale=v_scale,
-                 k_scales=k_scales, v_scales=v_scales, softmax_scale=softmax_scale,
-                 out_scale=out_scale, stream=stream)
+        done = False
+        if self.direct:
+            try:
+                _C.gqa_decode_planned_fast(
+                    plan._plan, q, k_cache, v_cache, page_table, seq_lens, out, lse, tree_mask,
+                    sinks, k_scales, v_scales, k_scale, v_scale, softmax_scale or 0.0,
+                    out_scale, ws, stream)
+                done = True
+            except (Error, TypeError):
+                pass  # GqaPlan.run retries and its checked path names the argument
+        if not done:
+            plan.run(q, k_cache, v_cache, page_table, seq_lens, out, workspace=ws, lse=lse,
+                     tree_mask=tree_mask, sinks=sinks, k_scale=k_scale, v_scale=v_scale,
+                     k_scales=k_scales, v_scales=v_scales, softmax_scale=softmax_scale,
+                     out_scale=out_scale, stream=stream)
         if plan._check_runs:
             # Checked mode: this call reports its own bad page ids and lengths (synchronising).
             plan.check(ws, stream=stream)
@@ -108,14 +123,13 @@ def gqa_decode(q, k_cache, v_cache, page_table, seq_lens, out=None, *, layout="N
     whose largest logit is below the running maximum by more than log(L / factor) add nothing
     and their V is not read.
     """
-    key = None
-    mq = arg_meta(q)
-    if mq is not None:
-        key = (mq, arg_meta(k_cache), None if out is None else arg_meta(out),
-               getattr(page_table, "shape", None), layout, q_dtype, kv_dtype, out_dtype,
-               bool(return_lse) or lse is not None, tree_mask is not None, sinks is not None,
-               k_scales is not None, v_scales is not None, window, softcap, max_seq_len,
-               split_mode, split_tokens, beam_width, checked, skip_softmax_factor)
+    # What identifies the call's shape (the tensors' shapes, dtypes and devices; the options):
+    # a repeated one finds the plan its first call made.
+    tensors = (q, k_cache, out, page_table, lse, tree_mask, sinks, k_scales, v_scales)
+    values = (layout, q_dtype, kv_dtype, out_dtype, return_lse, window, softcap, max_seq_len,
+              split_mode, split_tokens, beam_width, checked, skip_softmax_factor)
+    key = call_key(tensors, values) or py_key(tensors, values)
+    if key is not None:
         hit = _ONEOFF.get(key)
         if hit is not None:
             try:
@@ -164,7 +178,7 @@ def gqa_decode(q, k_cache, v_cache, page_table, seq_lens, out=None, *, layout="N
     # The sizes and maxima from the tensors, checked on them (messages name q, k_cache, ...).
     c = _C.gqa_oneoff_config(c, qt, kt, t["page_table"], out_t)
     plan, _ = _plan_cache.plan(GqaPlan, GQA_KEYS, config_values(c), q, qt, fn)
-    prepared = _OneOff(plan, None if key is None else q, tuple(qt.shape), want_lse)
+    prepared = _OneOff(plan, q, None if key is None else q, tuple(qt.shape), want_lse)
     if key is not None:
         _ONEOFF[key] = prepared
     else:  # a library the prepared call does not allocate in

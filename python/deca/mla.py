@@ -7,10 +7,10 @@ from __future__ import annotations
 import numpy as np
 
 from . import _C, _plan_cache
-from ._tensors import (FALLBACKS, Error, arg_meta, bits_views, check_dtype_keywords,
+from ._tensors import (FALLBACKS, Error, bits_views, call_key, check_dtype_keywords,
                        check_scalars, choice, current_stream, empty, expect_dim_range, expect_rank,
-                       lib_dtype, maker, numpy_dtype, parse_device, stream_handle,
-                       stream_int, tensor)
+                       lib_dtype, maker, numpy_dtype, parse_device, py_key, stream_getter,
+                       stream_handle, stream_int, tensor)
 
 _INT32_MAX = 2 ** 31 - 1
 
@@ -226,12 +226,18 @@ class _OneOff:
     its workspaces (one per stream; the caller's own when passed) and the outputs' shapes and
     dtypes."""
 
-    __slots__ = ("plan", "workspaces", "new_out", "new_lse", "want_lse")
+    __slots__ = ("plan", "workspaces", "new_out", "new_lse", "want_lse", "stream", "direct")
 
-    def __init__(self, fn, plan, like, shape, want_lse):
+    def __init__(self, fn, plan, q, like, shape, want_lse):
+        """q: the first call's; like: q when its library (torch, numpy) allocates the outputs,
+        None when the caller passes them."""
         self.plan, self.want_lse = plan, want_lse
         self.workspaces = _plan_cache.StreamWorkspaces(plan.workspace_bytes, fn)
         self.new_out = self.new_lse = None
+        self.stream = stream_getter(plan._cuda_index, q)
+        # Tensors the plans' fast paths take as they come (not numpy's raw-bit views): sparse()
+        # makes the C++ call itself, MlaPlan.run_sparse only for what that call refuses.
+        self.direct = like is not None and type(like) is not np.ndarray
         if like is not None:
             self.new_out = maker(like, shape, lib_dtype(like, "bf16"))
             self.new_lse = maker(like, shape[:3], lib_dtype(like, "fp32"))
@@ -246,8 +252,7 @@ class _OneOff:
     def workspace(self, q, workspace, stream, fn):
         """(workspace, stream handle) of a run: the caller's workspace, else this shape's for
         the stream (the caller's, else the current one of q's library)."""
-        cuda = self.plan._cuda_index
-        current = current_stream(cuda, q) if cuda >= 0 else 0
+        current = self.stream()
         if stream is None:
             stream = current
         elif type(stream) is not int:
@@ -255,6 +260,28 @@ class _OneOff:
         if workspace is None:
             workspace = self.workspaces.get(stream, q, current)
         return workspace, stream
+
+    def sparse(self, q, kv_cache, indices, out, lse, workspace, stream, topk_length, attn_sink,
+               softmax_scale, extra_kv_cache, extra_indices, extra_topk_length):
+        """A repeated mla_decode_sparse call: call() of run_sparse, whose fast path (one C++
+        call) is made here for torch tensors and a plain scale; run_sparse takes anything that
+        call refuses, and its checked path names the argument."""
+        o, l = self.outputs(q, out, lse)
+        ws, handle = self.workspace(q, workspace, stream, "mla_decode_sparse")
+        if self.direct and (softmax_scale is None or type(softmax_scale) is float):
+            try:
+                _C.mla_decode_sparse_planned_fast(
+                    self.plan._plan, q, kv_cache, indices, topk_length, attn_sink, o, l,
+                    softmax_scale or 0.0, ws, handle, False, extra_kv_cache, extra_indices,
+                    extra_topk_length)
+                return self.done(o, l, ws, handle)
+            except (Error, TypeError):
+                pass
+        self.plan.run_sparse(q, kv_cache, indices, o, lse=l, workspace=ws, stream=handle,
+                             topk_length=topk_length, attn_sink=attn_sink,
+                             softmax_scale=softmax_scale, extra_kv_cache=extra_kv_cache,
+                             extra_indices=extra_indices, extra_topk_length=extra_topk_length)
+        return self.done(o, l, ws, handle)
 
     def done(self, out, lse, workspace, stream):
         if self.plan._check_runs:
@@ -275,7 +302,7 @@ def _prepare(fn, key, q, qt, out, lse, want_lse, values):
     """The first call of a shape: its plan (cached by its values), the outputs allocated when
     the caller's library is one the prepared call cannot allocate in."""
     plan, _ = _plan_cache.plan(MlaPlan, MLA_KEYS, values, q, qt, fn)
-    prepared = _OneOff(fn, plan, None if key is None else q, tuple(qt.shape[:3]) + (DIM_V,),
+    prepared = _OneOff(fn, plan, q, None if key is None else q, tuple(qt.shape[:3]) + (DIM_V,),
                        want_lse)
     if key is not None:
         _ONEOFF[key] = prepared
@@ -304,11 +331,11 @@ def mla_decode_dense(q, kv_cache, block_table, cache_seqlens, out=None, *, softm
     """
     fn = "mla_decode_dense"
     want_lse = bool(return_lse) or lse is not None
-    mq = arg_meta(q)
-    key = None
-    if mq is not None:
-        key = ("dense", mq, arg_meta(kv_cache), getattr(block_table, "shape", None),
-               out is None, want_lse, max_seq_len, kv_format, checked)
+    # What identifies the call's shape (as in gqa_decode).
+    tensors = (q, kv_cache, block_table, out, lse)
+    values = ("dense", return_lse, max_seq_len, kv_format, checked)
+    key = call_key(tensors, values) or py_key(tensors, values)
+    if key is not None:
         hit = _ONEOFF.get(key)
         if hit is not None:
             return hit.call(hit.plan.run_dense, fn, q, (kv_cache, block_table, cache_seqlens),
@@ -371,19 +398,17 @@ def mla_decode_sparse(q, kv_cache, indices, out=None, *, topk_length=None, attn_
     fn = "mla_decode_sparse"
     want_lse = bool(return_lse) or lse is not None
     extra = (extra_kv_cache, extra_indices, extra_topk_length)
-    mq = arg_meta(q)
-    key = None
-    if mq is not None:
-        key = ("sparse", mq, arg_meta(kv_cache), getattr(indices, "shape", None), out is None,
-               want_lse, topk_length is None, attn_sink is None, checked, kv_format,
-               arg_meta(extra_kv_cache), getattr(extra_indices, "shape", None),
-               extra_topk_length is None)
+    # What identifies the call's shape (as in gqa_decode).
+    tensors = (q, kv_cache, indices, out, lse, topk_length, attn_sink, extra_kv_cache,
+               extra_indices, extra_topk_length)
+    values = ("sparse", return_lse, checked, kv_format)
+    key = call_key(tensors, values) or py_key(tensors, values)
+    if key is not None:
         hit = _ONEOFF.get(key)
         if hit is not None:
-            return hit.call(hit.plan.run_sparse, fn, q, (kv_cache, indices), out, lse,
-                            workspace, stream, topk_length=topk_length, attn_sink=attn_sink,
-                            softmax_scale=softmax_scale, extra_kv_cache=extra_kv_cache,
-                            extra_indices=extra_indices, extra_topk_length=extra_topk_length)
+            return hit.sparse(q, kv_cache, indices, out, lse, workspace, stream, topk_length,
+                              attn_sink, softmax_scale, extra_kv_cache, extra_indices,
+                              extra_topk_length)
     if kv_format is not None:
         choice(fn, "kv_format", kv_format, ("default", "fp8_sparse", "model1"))
     qt = tensor(q, f"{fn}: q")

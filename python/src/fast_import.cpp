@@ -13,6 +13,7 @@
 // import_tensor rules as every other argument.
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <optional>
 #include <utility>
 #include <string>
@@ -195,17 +196,18 @@ DType settle_dtype(DType dtype, std::optional<DType> declared, const FastWhere& 
   return want;
 }
 
-// The view through DLPack's C exchange API, or nullopt where the attribute route must decide
-// (the call declined the tensor, or a dtype or device it reports is not one deca names here).
-std::optional<Tensor> torch_view_exchange(const dl::ExchangeApi& api, nb::handle object,
-                                          std::optional<DType> declared, const FastWhere& where) {
+// The view through DLPack's C exchange API, written into `out` (made by the caller, so that the
+// per-call import copies no Tensor); false where the attribute route must decide (the call
+// declined the tensor, or a dtype or device it reports is not one deca names here).
+bool torch_view_exchange(const dl::ExchangeApi& api, nb::handle object,
+                         std::optional<DType> declared, const FastWhere& where, Tensor& out) {
   dl::Tensor t{};
   if (api.dltensor_from_py_object_no_sync(object.ptr(), &t) != 0) {
     PyErr_Clear();
-    return std::nullopt;
+    return false;
   }
   const std::optional<DType> dtype = dl::dtype_of(t.dtype);
-  if (!dtype || (t.device.type != dl::kCpu && t.device.type != dl::kCuda)) return std::nullopt;
+  if (!dtype || (t.device.type != dl::kCpu && t.device.type != dl::kCuda)) return false;
   if (t.ndim < 0 || t.ndim > kMaxRank || (t.ndim > 0 && !t.shape)) {
     throw Error(where.str() + ": expected rank <= " + std::to_string(kMaxRank) + ", got " +
                 std::to_string(t.ndim));
@@ -220,12 +222,11 @@ std::optional<Tensor> torch_view_exchange(const dl::ExchangeApi& api, nb::handle
       step *= t.shape[i];
     }
   }
-  Tensor out;
   const DType settled = settle_dtype(*dtype, declared, where);
   out.origin_dtype = dtype_name(settled);
   out.view = make_tensor(static_cast<char*>(t.data) + t.byte_offset, settled, t.ndim, t.shape, steps,
                          t.device.type == dl::kCpu ? Device::cpu() : Device::cuda(t.device.id));
-  return out;
+  return true;
 }
 
 Tensor torch_view(const TorchHooks& torch, nb::handle object, std::optional<DType> declared,
@@ -279,6 +280,108 @@ Tensor torch_view(const TorchHooks& torch, nb::handle object, std::optional<DTyp
   return t;
 }
 
+
+// call_key's buffer: the encoding of a call's arguments, on the stack (a call's key is a few
+// hundred bytes: 97 at most a tensor; a longer one is declined and keyed in Python). Each value
+// starts with a tag byte and has a fixed layout or a length, so that two different argument
+// lists never encode to the same bytes.
+struct KeyBuffer {
+  char bytes[2048];
+  std::size_t size = 0;
+
+  bool put(const void* data, std::size_t n) {
+    if (n > sizeof bytes - size) return false;
+    std::memcpy(bytes + size, data, n);
+    size += n;
+    return true;
+  }
+  bool tag(char t) { return put(&t, 1); }
+};
+
+// A torch tensor in call_key without the exchange API (an older torch, or
+// DECA_PY_DLPACK_EXCHANGE=0): its shape, its dtype object (torch's dtypes are singletons: the
+// object names the dtype for the process) and get_device() read through the Python C API, under
+// a tag of their own.
+bool append_torch_attributes(KeyBuffer& key, PyObject* o, const TorchHooks& torch) {
+  const nb::object shape = nb::steal(PyObject_GetAttr(o, torch.shape_name));
+  const nb::object dtype = nb::steal(PyObject_GetAttr(o, torch.dtype_name));
+  const nb::object device = nb::steal(PyObject_CallMethodNoArgs(o, torch.get_device_name));
+  if (!shape.is_valid() || !dtype.is_valid() || !device.is_valid() ||
+      !PyTuple_Check(shape.ptr())) {
+    PyErr_Clear();
+    return false;
+  }
+  const std::uint64_t rank = static_cast<std::uint64_t>(PyTuple_GET_SIZE(shape.ptr()));
+  const std::uintptr_t dtype_id = reinterpret_cast<std::uintptr_t>(dtype.ptr());
+  const long long index = PyLong_AsLongLong(device.ptr());
+  if ((index == -1 && PyErr_Occurred()) || !key.tag('a') || !key.put(&rank, sizeof rank) ||
+      !key.put(&dtype_id, sizeof dtype_id) || !key.put(&index, sizeof index)) {
+    PyErr_Clear();
+    return false;
+  }
+  for (std::uint64_t i = 0; i < rank; ++i) {
+    const long long size = PyLong_AsLongLong(PyTuple_GET_ITEM(shape.ptr(), i));
+    if ((size == -1 && PyErr_Occurred()) || !key.put(&size, sizeof size)) {
+      PyErr_Clear();
+      return false;
+    }
+  }
+  return true;
+}
+
+// call_key's encoding of one argument; false for an argument it does not describe (or a key
+// past the buffer). `tensors`: whether a torch tensor is described by its metadata here (an
+// item of call_key's `tensors`); an option's value (`values`) must be a plain value.
+bool append_key(KeyBuffer& key, PyObject* o, const TorchHooks& torch, bool tensors, int depth) {
+  if (o == Py_None) return key.tag('N');
+  if (o == Py_True || o == Py_False) return key.tag(o == Py_True ? 'T' : 'F');
+  if (PyLong_CheckExact(o)) {
+    int overflow = 0;
+    const long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
+    if (overflow || (v == -1 && PyErr_Occurred())) {
+      PyErr_Clear();
+      return false;
+    }
+    return key.tag('i') && key.put(&v, sizeof v);
+  }
+  if (PyFloat_CheckExact(o)) {
+    const double v = PyFloat_AS_DOUBLE(o);
+    return key.tag('f') && key.put(&v, sizeof v);
+  }
+  if (PyUnicode_CheckExact(o)) {
+    Py_ssize_t n = 0;
+    const char* text = PyUnicode_AsUTF8AndSize(o, &n);
+    if (!text) {
+      PyErr_Clear();
+      return false;
+    }
+    const std::uint64_t size = static_cast<std::uint64_t>(n);
+    return key.tag('s') && key.put(&size, sizeof size) && key.put(text, size);
+  }
+  if (PyTuple_CheckExact(o)) {
+    const std::uint64_t n = static_cast<std::uint64_t>(PyTuple_GET_SIZE(o));
+    if (depth >= 4 || !key.tag('(') || !key.put(&n, sizeof n)) return false;
+    for (std::uint64_t i = 0; i < n; ++i) {
+      if (!append_key(key, PyTuple_GET_ITEM(o, i), torch, tensors, depth + 1)) return false;
+    }
+    return true;
+  }
+  if (tensors && torch.tensor_type &&
+      Py_TYPE(o) == reinterpret_cast<PyTypeObject*>(torch.tensor_type)) {
+    dl::Tensor t{};
+    if (torch.exchange && torch.exchange->dltensor_from_py_object_no_sync(o, &t) == 0) {
+      if (t.ndim < 0 || t.ndim > kMaxRank || (t.ndim > 0 && !t.shape)) return false;
+      const std::int64_t head[6] = {t.ndim, t.device.type, t.device.id, t.dtype.code,
+                                    t.dtype.bits, t.dtype.lanes};
+      return key.tag('t') && key.put(head, sizeof head) &&
+             key.put(t.shape, sizeof(std::int64_t) * static_cast<std::size_t>(t.ndim));
+    }
+    PyErr_Clear();
+    return append_torch_attributes(key, o, torch);
+  }
+  return false;
+}
+
 }  // namespace
 
 Tensor import_fast(nb::handle object, std::optional<DType> declared, const FastWhere& where,
@@ -287,11 +390,13 @@ Tensor import_fast(nb::handle object, std::optional<DType> declared, const FastW
   if (torch.tensor_type &&
       PyObject_TypeCheck(object.ptr(), reinterpret_cast<PyTypeObject*>(torch.tensor_type))) {
     // The caller's frame holds the tensor for the whole call, so the view needs no owner.
-    if (torch.exchange && Py_TYPE(object.ptr()) == reinterpret_cast<PyTypeObject*>(torch.tensor_type)) {
-      std::optional<Tensor> t = torch_view_exchange(*torch.exchange, object, declared, where);
-      if (t) return *std::move(t);
+    Tensor t;
+    if (torch.exchange && Py_TYPE(object.ptr()) == reinterpret_cast<PyTypeObject*>(torch.tensor_type) &&
+        torch_view_exchange(*torch.exchange, object, declared, where, t)) {
+      return t;
     }
-    return torch_view(torch, object, declared, where);
+    t = torch_view(torch, object, declared, where);
+    return t;
   }
   // A deca.Tensor (the Python layer's one-off calls hand their own imports to a plan's run):
   // deca.Tensor's rules, as _tensors.tensor applies them; no second import.
@@ -320,6 +425,28 @@ Tensor import_fast(nb::handle object, std::optional<DType> declared, const FastW
 // strides, dtype, device kind, device index), or None where that route declines it (the
 // exchange route: absent from this torch or turned off, or the call refused the tensor).
 void register_fast_import(nb::module_& m) {
+
+  // A bytes object naming what identifies a call's shape, for the prepared-call memos of the
+  // plan-less entry points (deca._tensors.call_key). `tensors`: a tuple of the call's tensor
+  // arguments, each a torch.Tensor described by its rank, shape, dtype and device (read through
+  // DLPack's C exchange API, no Python attribute access; without it, through the attributes),
+  // None, a plain value (an int for a length, say) or a tuple of these; `values`: a tuple of the
+  // call's options, each None, a bool, an int, a float, a str or a tuple of these, described by
+  // its value. None when an item is anything else (another array library, a torch subclass, a
+  // tensor among the values, which its metadata would not name): the Python layer then builds
+  // its own key.
+  m.def("call_key", [](nb::handle tensors, nb::handle values) -> nb::object {
+    if (!PyTuple_CheckExact(tensors.ptr()) || !PyTuple_CheckExact(values.ptr())) {
+      return nb::none();
+    }
+    const TorchHooks& torch = torch_hooks();
+    KeyBuffer key;
+    if (!append_key(key, tensors.ptr(), torch, true, 0) ||
+        !append_key(key, values.ptr(), torch, false, 0)) {
+      return nb::none();
+    }
+    return nb::bytes(key.bytes, key.size);
+  }, nb::arg("tensors"), nb::arg("values"));
   m.def("_torch_exchange_available", [] { return torch_hooks().exchange != nullptr; });
   m.def("_torch_import_probe", [](nb::handle object, const std::string& route) -> nb::object {
     const TorchHooks& torch = torch_hooks();
@@ -330,7 +457,10 @@ void register_fast_import(nb::module_& m) {
     const FastWhere where{"_torch_import_probe", "tensor"};
     std::optional<Tensor> t;
     if (route == "exchange") {
-      if (torch.exchange) t = torch_view_exchange(*torch.exchange, object, std::nullopt, where);
+      Tensor view;
+      if (torch.exchange && torch_view_exchange(*torch.exchange, object, std::nullopt, where, view)) {
+        t = std::move(view);
+      }
     } else if (route == "attributes") {
       t = torch_view(torch, object, std::nullopt, where);
     } else {

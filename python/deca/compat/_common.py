@@ -9,7 +9,7 @@ import re
 
 import numpy as np
 
-from .. import _cached_ops
+from .. import _cached_ops, _tensors
 from .._tensors import DTYPE_ALIASES, Error, empty, numpy_dtype, tensor, torch_of
 
 LOG2_E = 1.0 / math.log(2.0)
@@ -52,9 +52,14 @@ def torch_ops(x):
 
 
 def compiling(x):
-    """Whether torch.compile is tracing this call (x a torch tensor there); cheap otherwise."""
+    """Whether torch.compile is tracing this call (x a torch tensor there); cheap otherwise.
+    Once torch is known (_tensors.IS_COMPILING), torch's flag alone answers, whatever x is: it
+    is set only while a trace runs, and a trace hands the wrappers torch tensors."""
     if type(x) is np.ndarray:
         return False
+    is_compiling = _tensors.IS_COMPILING
+    if is_compiling is not None:
+        return is_compiling()
     torch = torch_of(x)
     return torch is not None and torch.compiler.is_compiling()
 

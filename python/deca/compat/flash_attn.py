@@ -31,8 +31,8 @@ from __future__ import annotations
 import numpy as np
 
 from .. import _C, _cached_ops, _plan_cache
-from .._tensors import (FALLBACKS, Error, allocator, arg_meta, bits_views, cupy_of,
-                        current_stream, lib_dtype, maker, torch_of)
+from .._tensors import (FALLBACKS, Error, allocator, bits_views, call_key, cupy_of, lib_dtype,
+                        maker, py_key, stream_getter, torch_of)
 from . import _common, _fa_fused
 from ._descale import descale_plan
 
@@ -97,12 +97,13 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         return _traced(q, k_cache, v_cache, table, cache_seqlens, softmax_scale, causal,
                        window_size, softcap, return_softmax_lse, q_descale, k_descale,
                        v_descale, out)
-    key = None
-    mq = arg_meta(q)
-    if mq is not None and type(window_size) is tuple:
-        key = (mq, arg_meta(k_cache), getattr(table, "shape", None),
-               cache_seqlens if type(cache_seqlens) is int else cache_seqlens is None,
-               softmax_scale, causal, window_size, softcap, return_softmax_lse, out is None)
+    # What identifies the call's shape (the tensors' shapes, dtypes and devices; the options):
+    # a repeated one finds what its first call checked and planned.
+    tensors = (q, k_cache, table, cache_seqlens, out)
+    values = (block_table is None, softmax_scale, causal, window_size, softcap,
+              return_softmax_lse)
+    key = call_key(tensors, values) or py_key(tensors, values)
+    if key is not None:
         prepared = _PREPARED.get(key)
         if prepared is not None:
             try:
@@ -243,10 +244,9 @@ class _Prepared:
         # mask, no request that holds fewer keys than queries) in torch (no raw-bit views).
         self.fast = (seqlen_q == 1 and not self.q_fp8 and not self.numpy and
                      self.mask is None)
-        self.cuda_index = -1
         self.plan, self.ws = self.plan_for(q_like, k_cache, table, out, False)
         self._c_plan = self.plan._plan
-        self.cuda_index = self.plan._cuda_index
+        self.stream = stream_getter(self.plan._cuda_index, q)
 
     def plan_for(self, q, k_cache, table, out, per_head):
         """(GqaPlan, workspace) for q (bf16 / fp16) with per-head scales or without."""
@@ -266,10 +266,9 @@ class _Prepared:
         if out is None:
             out = self.new_out()
         lse = self.new_lse() if self.lse else None
-        stream = current_stream(self.cuda_index, q) if self.cuda_index >= 0 else 0
         _C.gqa_decode_planned_fast(self._c_plan, q, k_cache, v_cache, table, lens, out, lse,
                                    None, None, None, None, 1.0, 1.0, self.scale, 1.0, self.ws,
-                                   stream, True)
+                                   self.stream(), True)
         return (out, lse) if self.lse else out
 
     def run(self, q, k_cache, v_cache, table, lens, out, q_descale, k_descale, v_descale,
@@ -361,10 +360,9 @@ class _Prepared:
                 qd, kd, od = plan._numpy_dtypes
                 (q,), (k_cache, v_cache) = bits_views(qd, q), bits_views(kd, k_cache, v_cache)
                 out, = bits_views(od, out)
-            stream = current_stream(self.cuda_index, q) if self.cuda_index >= 0 else 0
             _C.gqa_decode_planned_fast(plan._plan, q, k_cache, v_cache, table, lens, out, lse,
                                        mask, None, k_scales, v_scales, k_scale, v_scale,
-                                       self.scale, 1.0, ws, stream, heads_first)
+                                       self.scale, 1.0, ws, self.stream(), heads_first)
             return
         try:
             plan.run(q, k_cache, v_cache, table, lens, out, workspace=ws, lse=lse, tree_mask=mask,

@@ -23,8 +23,8 @@ from __future__ import annotations
 import numpy as np
 
 from .. import _C, _cached_ops, _plan_cache
-from .._tensors import (FALLBACKS, Error, arg_meta, bits_views, current_stream, lib_dtype,
-                        maker, numpy_dtype, torch_of)
+from .._tensors import (FALLBACKS, Error, bits_views, call_key, lib_dtype, maker, numpy_dtype,
+                        py_key, stream_getter, torch_of)
 from . import _common
 
 FN = "flash_mla_with_kvcache"
@@ -112,14 +112,12 @@ def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v,
     if _common.compiling(q):
         return _sparse_traced(q, k_cache, indices, meta, softmax_scale, causal, is_fp8_kvcache,
                               topk_length, attn_sink, extra)
-    mq = arg_meta(q)
-    key = None
-    if mq is not None:
-        key = (mq, arg_meta(k_cache), getattr(indices, "shape", None),
-               topk_length is None, attn_sink is None, softmax_scale, is_fp8_kvcache, causal,
-               None if extra_k_cache is None else arg_meta(extra_k_cache),
-               getattr(extra_indices_in_kvcache, "shape", None),
-               extra_topk_length is None)
+    # What identifies the call's shape, as in flash_attn_with_kvcache.
+    tensors = (q, k_cache, indices, topk_length, attn_sink, extra_k_cache,
+               extra_indices_in_kvcache, extra_topk_length)
+    values = (softmax_scale, is_fp8_kvcache, causal)
+    key = call_key(tensors, values) or py_key(tensors, values)
+    if key is not None:
         prepared = _PREPARED.get(key)
         if prepared is not None and (meta is None or prepared.fits(meta)):
             try:
@@ -176,7 +174,7 @@ class _Sparse:
             q, _bytes(k_cache), indices, fn=FN, lse=True, attn_sink=attn_sink is not None,
             topk_length=topk_length is not None, extra=_deca_extra(extra),
             lse_of_empty_row=EMPTY_ROW_LSE)
-        self.cuda_index = self.plan._cuda_index
+        self.stream = stream_getter(self.plan._cuda_index, q)
         self._c_plan = self.plan._plan
 
     def fits(self, meta):
@@ -195,10 +193,9 @@ class _Sparse:
         if meta is not None and ws is not None:  # no workspace: the CPU, no schedule
             schedule = meta._schedule
             ws, reuse = schedule.workspace_for(self.plan, q, None, FN)
-        stream = current_stream(self.cuda_index, q) if self.cuda_index >= 0 else 0
         _C.mla_decode_sparse_planned_fast(self._c_plan, q, cache, indices, topk_length,
-                                          attn_sink, out, lse, self.scale, ws, stream, reuse,
-                                          ekv, eidx, elen, True)
+                                          attn_sink, out, lse, self.scale, ws, self.stream(),
+                                          reuse, ekv, eidx, elen, True)
         if schedule is not None and not reuse:  # a reused schedule is marked already
             schedule.scheduled(self.plan)
         return out, lse
@@ -234,10 +231,9 @@ class _Sparse:
             o = out
             if self.numpy:
                 q, o = bits_views(numpy_dtype("bf16"), q, out)
-            stream = current_stream(self.cuda_index, q) if self.cuda_index >= 0 else 0
             _C.mla_decode_sparse_planned_fast(self.plan._plan, q, cache, indices, topk_length,
-                                              attn_sink, o, lse_view, self.scale, ws, stream,
-                                              reuse, ekv, eidx, elen, s_q == 1)
+                                              attn_sink, o, lse_view, self.scale, ws,
+                                              self.stream(), reuse, ekv, eidx, elen, s_q == 1)
         if schedule is not None:
             schedule.scheduled(self.plan)
         return out, lse if s_q == 1 else _swap(lse)

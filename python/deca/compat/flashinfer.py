@@ -24,8 +24,8 @@ import math
 import numpy as np
 
 from .. import _C, _cached_ops
-from .._tensors import (FALLBACKS, Error, arg_meta, cupy_of, current_stream, lib_dtype, maker,
-                        tensor, torch_of)
+from .._tensors import (FALLBACKS, Error, call_key, cupy_of, lib_dtype, maker, py_key,
+                        stream_getter, tensor, torch_of)
 from . import _common
 
 # deca's argument names -> the wrapper's, for messages deca raises past the checks here.
@@ -167,7 +167,12 @@ class BatchDecodeWithPagedKVCacheWrapper:
         fn = "BatchDecodeWithPagedKVCacheWrapper.run"
         key = None
         if not args and lse is None and window_left is None and not _common.compiling(q):
-            key = _fast_key(q, paged_kv_cache, out, return_lse, sinks)
+            # What identifies the call's shape (q's, the cache's, out's, sinks' shapes, dtypes and
+            # devices; the options): everything run() checks against plan() before deca sees it.
+            tensors = (q, tuple(paged_kv_cache) if type(paged_kv_cache) is list else
+                       paged_kv_cache, out, sinks)
+            values = (bool(return_lse),)
+            key = call_key(tensors, values) or py_key(tensors, values)
             fast = None if key is None else self._fast.get(key)
             if fast is not None and _plain(q_scale) and _plain(k_scale) and _plain(v_scale):
                 try:
@@ -301,43 +306,19 @@ class BatchDecodeWithPagedKVCacheWrapper:
     forward = run
 
 
-def _fast_key(q, cache, out, return_lse, sinks):
-    """run()'s call metadata (q's, the cache's, out's, the options'), which decide every check
-    run() makes before deca sees the call; None for a call with a tensor that has none a later
-    call can be matched by (another library than torch and numpy)."""
-    mq = arg_meta(q)
-    if mq is None:
-        return None
-    if isinstance(cache, (tuple, list)):
-        if len(cache) != 2:
-            return None
-        metas = (arg_meta(cache[0]), arg_meta(cache[1]))
-        if metas[0] is None or metas[1] is None:
-            return None
-    else:
-        metas = arg_meta(cache)
-        if metas is None:
-            return None
-    om = None
-    if out is not None:
-        om = arg_meta(out)
-        if om is None:
-            return None
-    return (mq, metas, om, bool(return_lse), sinks is None)
-
-
 def _plain(scale):
     """A scale run_fast takes as it is: None or a Python number (not a tensor to read)."""
     return scale is None or type(scale) is float or type(scale) is int
 
 
 class _FastRun:
-    """run() of a call whose metadata an earlier call had (_fast_key), which passed every check
+    """run() of a call whose key (run()'s) an earlier call had, which passed every check
     against plan(): the outputs allocated and one C++ call, which takes q and out as they come
     ([batch, heads, dim]; deca's q_len axis inserted there) and the combined cache as it is."""
 
     def __init__(self, plan, ws, q, planned, want_lse):
-        self.c_plan, self.ws, self.cuda_index = plan._plan, ws, plan._cuda_index
+        self.c_plan, self.ws = plan._plan, ws
+        self.stream = stream_getter(plan._cuda_index, q)
         batch, heads, dim = planned.batch, planned.num_qo_heads, planned.head_dim
         self.scale = planned.sm_scale or 1.0 / math.sqrt(dim)
         self.want_lse = want_lse
@@ -350,13 +331,12 @@ class _FastRun:
         if out is None:
             out = self.new_out()
         lse = self.new_lse() if self.want_lse else None
-        stream = current_stream(self.cuda_index, q) if self.cuda_index >= 0 else 0
         _C.gqa_decode_planned_fast(
             self.c_plan, q, k_cache, v_cache, wrapper._page_table, wrapper._seq_lens, out, lse,
             None, sinks, None, None, 1.0 if k_scale is None else float(k_scale),
             1.0 if v_scale is None else float(v_scale),
-            self.scale * (1.0 if q_scale is None else float(q_scale)), 1.0, self.ws, stream,
-            False, True, not pair)
+            self.scale * (1.0 if q_scale is None else float(q_scale)), 1.0, self.ws,
+            self.stream(), False, True, not pair)
         return _returned(out, lse, self.want_lse)
 
 
