@@ -97,8 +97,13 @@ def torch_of(x):
 
 
 def cupy_of(x):
-    """The cupy module when x is a cupy array, else None (as torch_of, without a load)."""
-    if x is None or type(x) is np.ndarray or not _defined_in(type(x), "cupy"):
+    """The cupy module when x is a cupy array, else None (as torch_of, without a load).
+
+    A torch tensor is answered first, from its own class: walking its bases up to object reaches
+    torch._C.TensorBase, whose __module__ torch.compile's tracer reads as a descriptor and cannot
+    slice (the traced flash_attn_with_kvcache on CUDA failed so)."""
+    if x is None or type(x) is np.ndarray or _defined_in(type(x), "torch") \
+            or not _defined_in(type(x), "cupy"):
         return None
     import cupy
     return cupy if isinstance(x, cupy.ndarray) else None
