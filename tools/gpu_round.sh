@@ -186,6 +186,9 @@ fi
 if [ "${DECA_SKIP_PYTHON:-0}" != 1 ]; then
   # The machine's own python3 (torch, cupy, jax) and its default compiler, as a user would build.
   log "python: pip install ."
+  # A warm machine keeps the last call's /tmp/deca-py, and pip --target leaves an existing
+  # package in place (with a warning only): install into an empty directory.
+  rm -rf /tmp/deca-py
   (cd "$root" && python3 -m pip install -q --no-build-isolation --no-deps --root-user-action=ignore \
     --target /tmp/deca-py . ) > "$logs/pip.log" 2>&1 || { log "pip install failed"; tail -20 "$logs/pip.log"; }
   readelf -d /tmp/deca-py/deca/_C*.so 2> /dev/null | grep NEEDED > "$logs/module_needed.txt"
