@@ -211,11 +211,13 @@ if [ "${DECA_SKIP_PYTHON:-0}" != 1 ]; then
   fi
 fi
 # Hardware counters for chosen cases (DECA_NCU_CASES="l70-b99-4k/fp8 ..."): one decode launch each.
+# The default name filter leaves out the combine kernels: a split MLA case launches one beside its
+# decode kernel, and the 90b58e5 round's profile of a dense case landed on it.
 if [ -n "${DECA_NCU_CASES:-}" ] && [ $have_bench = 1 ] && command -v ncu > /dev/null; then
   for c in $DECA_NCU_CASES; do
     log "ncu $c"
     f="$logs/ncu_$(echo "$c" | tr '/' '_').log"
-    ncu --clock-control none --kernel-name "${DECA_NCU_KERNELS:-regex:deca_(gqa|mla|combine)}" --launch-skip "${DECA_NCU_SKIP:-2}" \
+    ncu --clock-control none --kernel-name "${DECA_NCU_KERNELS:-regex:^deca_(gqa_decode|mla_sparse_decode|mla_dense_decode)}" --launch-skip "${DECA_NCU_SKIP:-2}" \
       --launch-count "${DECA_NCU_LAUNCHES:-1}" \
       --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy \
       --section SchedulerStats --section WarpStateStats --section LaunchStats \
