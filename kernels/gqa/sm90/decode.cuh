@@ -243,27 +243,38 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
   const float k_scale = p.k_scales ? p.k_scales[kv_head] : p.k_scale;
   const float v_scale = p.v_scales ? p.v_scales[kv_head] : p.v_scale;
 
-  // ---- q: rows scaled by a power of two each into [128, 256), split into two e4m3 terms (16-bit:
-  // one term of the cache's type, no scale). Read with the length and the page ids, before any
-  // copy is issued; the fused step's q needs the length and its positions first, so it follows
-  // the first copies ----
-  auto load_q = [&] {
-    if constexpr (T::k16) {
-      load_q_16bit<T, N>(p, batch, kv_head, row0, rows_total, base + kPlan.q_hi, [](int m) { return m; });
-    } else {
-      load_q_two_term<T, N>(p, batch, kv_head, row0, rows_total, base + kPlan.q_hi, base + kPlan.q_lo,
-                            q_inv, [](int m) { return m; });
-    }
-  };
-  if constexpr (!T::kFused) load_q();
-  c.unit = unit_of_length<T>(p, c, length);
-  const Unit u = c.unit;
-
-  // The loader's cursor: the next tile to issue, whose page ids pages_next holds; `pend_item` is
-  // its index in the ring.
-  TileCursor pend{u, 0, u.tiles, u.tiles <= 0};
+  // The unit (its keys known once the length is) and the loader's cursor: the next tile to issue,
+  // whose page ids pages_next holds; `pend_item` is its index in the ring.
+  Unit u;
+  TileCursor pend;
   int pend_item = 0;
   auto issue_next = [&] { loader.issue_next(pend, pend_item, cs); };
+  // ---- Prologue: kStages - 1 tiles in flight ----
+  auto start_copies = [&] {
+    c.unit = unit_of_length<T>(p, c, length);
+    u = c.unit;
+    pend = TileCursor{u, 0, u.tiles, u.tiles <= 0};
+    loader.template start<kAhead>(pend, pend_item, cs, guess, guessed);
+  };
+
+  // ---- q: rows scaled by a power of two each into [128, 256), split into two e4m3 terms (16-bit:
+  // one term of the cache's type, no scale). Its loads go out with the length and the page ids,
+  // the first copies are issued when those three are back, and q is converted while the copies
+  // fly. The fused step's q needs the length and its positions first: it follows the copies ----
+  auto load_q = [&](const auto& between) {
+    if constexpr (T::k16) {
+      load_q_16bit<T, N>(p, batch, kv_head, row0, rows_total, base + kPlan.q_hi, [](int m) { return m; }, false,
+                         between);
+    } else {
+      load_q_two_term<T, N>(p, batch, kv_head, row0, rows_total, base + kPlan.q_hi, base + kPlan.q_lo,
+                            q_inv, [](int m) { return m; }, false, between);
+    }
+  };
+  if constexpr (T::kFused) {
+    start_copies();
+  } else {
+    load_q(start_copies);
+  }
 
   // ---- Per-thread accumulator coordinates ----
   // S^T element e of m64 half h: token 64 h + 16 w + l / 4 + 8 ((e >> 1) & 1), column (query row)
@@ -282,11 +293,9 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
   const unsigned p_pos = 16 * (4 * ((l >> 2) & 1) + w) + 4 * (l >> 3);
   const unsigned p_sel = ((l >> 2) & 1) ? 0x3726u : 0x5140u;
 
-  // ---- Prologue: kStages - 1 tiles in flight ----
-  loader.template start<kAhead>(pend, pend_item, cs, guess, guessed);
   // Fused step (append.cuh): this thread's first new-token item coded while the tiles fly.
   const fused::EarlyPair early = early_new_pair<T>(p, u, row_block);
-  if constexpr (T::kFused) load_q();
+  if constexpr (T::kFused) load_q(NoWork{});
 
   const int seq_len = u.seq_len;
   const int* page_row = loader.page_row_of(batch);

@@ -59,9 +59,15 @@ __device__ __forceinline__ void load_q_chunk(const GqaParams& p, int batch, int 
 // of a thread's chunks are all issued before any chunk is finished: finish's shared-memory stores
 // order memory, so chunk by chunk every load would wait for the previous chunk's round trip. (The
 // fused step's rotated q reads the length and positions first: it goes chunk by chunk.)
-template <class T, int kOperandRows, int kRowChunks, class RowOf, class Finish>
+// between() runs once, after the first batch's loads are issued and before any chunk is finished:
+// work that needs no q (the first tile copies) starts during q's round trip instead of after it.
+struct NoWork {
+  __device__ __forceinline__ void operator()() const {}
+};
+template <class T, int kOperandRows, int kRowChunks, class RowOf, class Finish, class Between = NoWork>
 __device__ __forceinline__ void for_q_chunks(const GqaParams& p, int batch, int kv_head, int row0, int rows_total,
-                                             const RowOf& row_of, const Finish& finish) {
+                                             const RowOf& row_of, const Finish& finish,
+                                             const Between& between = Between{}) {
   constexpr int kChunks = kOperandRows * kRowChunks;
   constexpr int kIters = (kChunks + T::kThreads - 1) / T::kThreads;
   constexpr int kBatch = kIters < 8 ? kIters : 8;
@@ -84,6 +90,7 @@ __device__ __forceinline__ void for_q_chunks(const GqaParams& p, int batch, int 
         for (int j = 0; j < 4; ++j) words[k][j] = *reinterpret_cast<const unsigned*>(q + 2 * j);
       }
     }
+    if (k0 == 0) between();
 #pragma unroll
     for (int k = 0; k < kBatch; ++k) {
       const int i = tid + T::kThreads * (k0 + k);
@@ -105,11 +112,12 @@ __device__ __forceinline__ void for_q_chunks(const GqaParams& p, int batch, int 
 // row row0 + row_of(m) of the CTA (rows past rows_total, and row_of(m) < 0, hold zeros), and
 // q_inv[m] its inverse scale. `negate`: store -q (the e4m3 sign bits flipped), for a caller that
 // folds the sign of its logit scale into q. Every thread of the CTA takes part; the caller
-// synchronises.
-template <class T, int kOperandRows, class RowOf>
+// synchronises. `between` as for_q_chunks.
+template <class T, int kOperandRows, class RowOf, class Between = NoWork>
 __device__ __forceinline__ void load_q_two_term(const GqaParams& p, int batch, int kv_head, int row0,
                                                 int rows_total, unsigned q_hi, unsigned q_lo,
-                                                float* q_inv, const RowOf& row_of, bool negate = false) {
+                                                float* q_inv, const RowOf& row_of, bool negate = false,
+                                                const Between& between = Between{}) {
   const unsigned sign = negate ? 0x80808080u : 0u;
   static_assert(kOperandRows * 16 % T::kThreads == 0, "every lane of a warp takes part in the row's shuffles");
   for_q_chunks<T, kOperandRows, 16>(p, batch, kv_head, row0, rows_total, row_of, [&](int m, int d0, const float (&x)[8]) {
@@ -129,17 +137,18 @@ __device__ __forceinline__ void load_q_two_term(const GqaParams& p, int batch, i
       ::deca::sm90::sts32(q_lo + swz128(m, d0 + 4 * j), lo[j] ^ sign);
     }
     if (d0 == 0) q_inv[m] = 1.f / sc;  // exact: a power of two
-  });
+  }, between);
 }
 
 // The 16-bit caches' q: one term of the cache's type (bf16 / fp16, round to nearest), operand
 // row m = query row row0 + row_of(m) as above, 2 x head_dim bytes per row in column blocks of
 // 128 B at q_base (blocked128 with kOperandRows rows: at head_dim 128 the plan's q_hi and q_lo
 // areas). No row scale: the 16-bit wgmma takes q as it is. `negate`: store -q (sign bits
-// flipped). The caller synchronises.
-template <class T, int kOperandRows, class RowOf>
+// flipped). The caller synchronises. `between` as for_q_chunks.
+template <class T, int kOperandRows, class RowOf, class Between = NoWork>
 __device__ __forceinline__ void load_q_16bit(const GqaParams& p, int batch, int kv_head, int row0, int rows_total,
-                                             unsigned q_base, const RowOf& row_of, bool negate = false) {
+                                             unsigned q_base, const RowOf& row_of, bool negate = false,
+                                             const Between& between = Between{}) {
   const unsigned sign = negate ? 0x80008000u : 0u;
   constexpr int kRowChunks = T::kHeadDim / 8;  // 16-byte chunks of a row: 8 (d64), 16 (d128) or 32 (d256)
   for_q_chunks<T, kOperandRows, kRowChunks>(p, batch, kv_head, row0, rows_total, row_of,
@@ -150,7 +159,7 @@ __device__ __forceinline__ void load_q_16bit(const GqaParams& p, int batch, int 
     v.z = ptx::pack2<T::kF16>(x[4], x[5]) ^ sign;
     v.w = ptx::pack2<T::kF16>(x[6], x[7]) ^ sign;
     ::deca::sm90::sts128(q_base + blocked128(m, 2 * d0, kOperandRows), v);
-  });
+  }, between);
 }
 
 }  // namespace deca::gqa::sm90
