@@ -31,8 +31,8 @@ from __future__ import annotations
 import numpy as np
 
 from .. import _C, _cached_ops, _plan_cache
-from .._tensors import (FALLBACKS, Error, allocator, bits_views, call_key, cupy_of, lib_dtype,
-                        maker, py_key, stream_getter, torch_of)
+from .._tensors import (FALLBACKS, Error, allocator, bits_views, call_key, cupy_of, maker,
+                        py_key, stream_getter, torch_of)
 from . import _common, _fa_fused
 from ._descale import descale_plan
 
@@ -186,8 +186,10 @@ def _fused(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, tab
         _common.expect_dtype(FN, "cache_seqlens", cache_seqlens, ("int32",))
         seq_lens = cache_seqlens + seqlen_q
     if out is None:
-        out = allocator(q)(tuple(q.shape), lib_dtype(q, wide))
-    lse = allocator(q)((batch, seqlen_q, nheads), lib_dtype(q, "fp32")) if return_lse else None
+        out = allocator(q, f"{FN}: out")(tuple(q.shape), wide)
+    lse = None
+    if return_lse:
+        lse = allocator(q, f"{FN}: softmax_lse")((batch, seqlen_q, nheads), "fp32")
     _fa_fused.run(q, k, v, cs, pos, k_cache, v_cache, table, seq_lens, out, lse, style, scales,
                   scale, softcap, window, mask)
     return (out, _transposed(lse)) if return_lse else out
@@ -230,13 +232,11 @@ class _Prepared:
         if isinstance(cache_seqlens, int):
             self.lens = _full(q, batch, cache_seqlens)
         if out is None:
-            self.out_dtype = lib_dtype(q_like, "bf16" if self.q_fp8 else q_dtype)
-            self.new_out = maker(q, self.shape, self.out_dtype)
-        self.fp32 = lib_dtype(q, "fp32")
+            self.new_out = maker(q, self.shape, "bf16" if self.q_fp8 else q_dtype, f"{FN}: out")
         # The LSE as run() allocates it: FlashAttention's [batch, nheads, 1] itself for one
         # query token (deca writes it through a transposed view), else deca's rows of heads.
         self.new_lse = maker(q, (batch, nheads, 1) if seqlen_q == 1 else
-                             (batch, seqlen_q, nheads), self.fp32)
+                             (batch, seqlen_q, nheads), "fp32", f"{FN}: softmax_lse")
         # run() makes one C++ call itself for one query token in torch (no tree mask then, no
         # request with fewer keys than queries, no raw-bit views), descales aside.
         self.direct = seqlen_q == 1 and not self.numpy

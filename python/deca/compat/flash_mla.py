@@ -23,8 +23,8 @@ from __future__ import annotations
 import numpy as np
 
 from .. import _C, _cached_ops, _plan_cache
-from .._tensors import (FALLBACKS, Error, bits_views, call_key, lib_dtype, maker, py_key,
-                        stream_getter, torch_of)
+from .._tensors import (FALLBACKS, Error, allocator, bits_views, call_key, maker,
+                        numpy_dtype, py_key, stream_getter, torch_of)
 from . import _common
 
 FN = "flash_mla_with_kvcache"
@@ -44,6 +44,7 @@ _NAMES = {"q": "q", "kv_cache": "k_cache", "indices": "indices", "topk_length": 
           "extra_kv_cache": "extra_k_cache", "extra_indices": "extra_indices_in_kvcache",
           "extra_topk_length": "extra_topk_length"}
 _PREPARED = _plan_cache.memo()
+_NUMPY_BF16 = numpy_dtype("bf16")
 
 
 class MlaMetadata:
@@ -158,13 +159,13 @@ class _Sparse:
         self.heads, self.topk = h_q, shape[2]
         self.scale = float(softmax_scale or 0.0)
         self.numpy = type(q) is np.ndarray
-        self.bf16, self.fp32 = lib_dtype(q, "bf16"), lib_dtype(q, "fp32")
-        self.new_out = maker(q, (batch, s_q, h_q, DIM_V), self.bf16)
+        self.new_out = maker(q, (batch, s_q, h_q, DIM_V), "bf16", f"{FN}: out")
         # One query token: FlashMLA's [batch, h_q, 1] itself, which deca writes as its [batch,
         # 1, h_q] (the fast call is told the layout, the checked run gets a transposed view);
         # else deca's rows of heads, transposed per call.
         self.one_token = s_q == 1
-        self.new_lse = maker(q, (batch, h_q, 1) if s_q == 1 else (batch, s_q, h_q), self.fp32)
+        self.new_lse = maker(q, (batch, h_q, 1) if s_q == 1 else (batch, s_q, h_q), "fp32",
+                             f"{FN}: softmax_lse")
         self.cache_is_bytes = _common.dtype_of(k_cache) == "uint8"
         self.extra_is_bytes = extra[0] is None or _common.dtype_of(extra[0]) == "uint8"
         self.plan, self.ws = _cached_ops.mla_sparse_plan(
@@ -197,7 +198,7 @@ class _Sparse:
         else:
             o = out
             if self.numpy:  # numpy's DLPack has no bf16: its raw bits, as the plan declares q
-                q, o = bits_views(self.bf16, q, out)
+                q, o = bits_views(_NUMPY_BF16, q, out)
             _C.mla_decode_sparse_planned_fast(self._c_plan, q, cache, indices, topk_length,
                                               attn_sink, o, lse, self.scale, ws, self.stream(),
                                               reuse, ekv, eidx, elen, self.one_token)
@@ -354,8 +355,8 @@ def _dense(q, k_cache, block_table, cache_seqlens, meta, softmax_scale, causal, 
     _common.rank(FN, "block_table", block_table, 2, "[batch, max_blocks]")
     _common.expect_dtype(FN, "block_table", block_table, ("int32",))
     _common.expect_dtype(FN, "cache_seqlens", cache_seqlens, ("int32",))
-    out = _common.alloc(q, (batch, s_q, h_q, DIM_V), "bf16", f"{FN}: out")
-    lse = _common.alloc(q, (batch, s_q, h_q), "fp32", f"{FN}: softmax_lse")
+    new = allocator(q, f"{FN}: out")
+    out, lse = new((batch, s_q, h_q, DIM_V), "bf16"), new((batch, s_q, h_q), "fp32")
     scale = float(softmax_scale or 0.0)
     schedule = meta._schedule if meta is not None else None
     if s_q == 1 or causal:
@@ -402,8 +403,8 @@ def _sparse_traced(q, k_cache, indices, meta, softmax_scale, causal, is_fp8_kvca
                    topk_length, attn_sink, extra):
     """The sparse call as torch.compile traces it: one deca op, which schedules for itself."""
     batch, s_q, h_q, _ = _check_sparse_call(q, meta, causal, is_fp8_kvcache, k_cache, extra)
-    out = _common.alloc(q, (batch, s_q, h_q, DIM_V), "bf16", f"{FN}: out")
-    lse = _common.alloc(q, (batch, s_q, h_q), "fp32", f"{FN}: softmax_lse")
+    new = allocator(q, f"{FN}: out")
+    out, lse = new((batch, s_q, h_q, DIM_V), "bf16"), new((batch, s_q, h_q), "fp32")
     ekv, eidx, elen = _deca_extra(extra)
     _common.torch_ops(q).mla_decode_sparse(q, _bytes(k_cache), indices, out, lse, topk_length,
                                            attn_sink, float(softmax_scale or 0.0), ekv, eidx,
