@@ -84,6 +84,7 @@ FA_CONFIGS = {
     "fp8 cache, per-request descales": dict(q_len=2, lse=True, kv="fp8_e4m3",
                                             descale="rows"),
     "fp8 q": dict(q_len=1, lse=True, kv="fp8_e4m3", q8=True, descale="float"),
+    "fp8 q, no descale": dict(q_len=1, kv="fp8_e4m3", q8=True),
     "int8 cache, no descale": dict(q_len=1, kv="int8"),
 }
 

@@ -210,6 +210,7 @@ class _Prepared:
         kv_dtype = _check_cache(q, k_cache, v_cache, nheads, d)
         self.q_fp8 = q_dtype == "fp8_e4m3"
         self.kv8 = kv_dtype in ("fp8_e4m3", "int8")
+        self.eight_bit = self.q_fp8 or self.kv8  # q to widen, descales to read
         self.window = _window(window_size, causal, seqlen_q)
         self.mask = _lookahead_mask(q, batch, seqlen_q, window_size, causal)
         self.softcap = softcap
@@ -264,7 +265,7 @@ class _Prepared:
         if self.lens is not None:
             lens = self.lens
         scales = None
-        if self.q_fp8 or self.kv8:
+        if self.eight_bit:
             q, scales = self._eight_bit(q, q_descale, k_descale, v_descale)
         if out is None:
             out = self.new_out()
