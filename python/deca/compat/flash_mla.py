@@ -203,12 +203,13 @@ class _Sparse:
                                               attn_sink, o, lse, self.scale, ws, self.stream(),
                                               reuse, ekv, eidx, elen, self.one_token)
         if schedule is not None and not reuse:
-            # This run scheduled: the later calls of the step reuse it, whatever their lengths
-            # (FlashMLA's metadata is the step's: its layers share batch, s_q, topk and the
-            # lengths). A reused run leaves the holder as it found it: workspace_for answered
-            # reuse only because this plan's schedule was marked already, so marking it again
-            # would change nothing. A run that raised (before any launch) never gets here, and
-            # the holder stays unmarked for the next call to schedule.
+            # This run scheduled: the step's later calls of this plan reuse it without a look
+            # at their lengths (FlashMLA's metadata is the step's: its layers share batch, s_q,
+            # topk and the lengths, which live in device memory). A reused run leaves the
+            # holder as it found it: workspace_for answered reuse only because this plan's
+            # schedule was marked already, so marking it again would change nothing. A run that
+            # raised (before any launch) never gets here: the holder stays unmarked and the
+            # next call schedules.
             schedule.scheduled(self.plan)
         return out, lse if self.one_token else _swap(lse)
 
