@@ -231,68 +231,79 @@ def numpy_dtype(name):
     return _NUMPY_DTYPES[name]
 
 
-def lib_dtype(like, name):
-    """The dtype object of like's library (torch or numpy) for the deca dtype `name`."""
+def allocator(like, where, like_t=None):
+    """A function of (shape, dtype) that returns a new uninitialised tensor beside `like`, the
+    library and device looked up once here (a prepared call binds it, then allocates per call):
+    a torch tensor on like's device, a cupy array on like's device, or a numpy array for a numpy
+    array and for any other library's host memory (a jax CPU array, a deca.Tensor). dtype:
+    deca's name ("bf16", "fp32", ...) or an object of that library (like.dtype).
+
+    Raises deca.Error naming `where` (the output: "gqa_decode: out") for another library's
+    device memory (deca allocates there through torch and cupy only), and, per call, for a
+    dtype cupy has no arrays of (bf16, fp8). like_t: like imported, where the caller has it;
+    only another library's tensor is imported (to read its device)."""
+    if type(like) is np.ndarray:
+        return _numpy_empty
     torch = torch_of(like)
     if torch is not None:
-        return getattr(torch, _TORCH_DTYPES[name])
-    return _NUMPY_DTYPES[name]
+        empty, device = torch.empty, like.device
 
-
-def allocator(like):
-    """An allocator for like's library (numpy, cupy or torch) and device, bound once: a function
-    of (shape, dtype), dtype an object of that library (lib_dtype), that a prepared call uses per
-    call without looking the library or device up."""
-    if type(like) is np.ndarray:
-        return np.empty
+        def torch_empty(shape, dtype):
+            if type(dtype) is str:
+                dtype = getattr(torch, _TORCH_DTYPES[dtype])
+            return empty(shape, dtype=dtype, device=device)
+        return torch_empty
     cupy = cupy_of(like)
     if cupy is not None:
         device = like.device.id
 
         def cupy_empty(shape, dtype):
+            dt = _NUMPY_DTYPES[dtype] if type(dtype) is str else np.dtype(dtype)
+            if dt in _ML_DTYPES:
+                raise Error(f"{where}: expected an output tensor for {_ML_DTYPES[dt][0]} "
+                            f"results in cupy memory, got None (cupy has no such dtype for "
+                            f"deca to allocate)")
             with cupy.cuda.Device(device):
-                return cupy.empty(shape, dtype=dtype)
+                return cupy.empty(shape, dtype=dt)
         return cupy_empty
-    empty, device = torch_of(like).empty, like.device
-    return lambda shape, dtype: empty(shape, dtype=dtype, device=device)
+    if like_t is None:
+        like_t = tensor(like, where)
+    if is_cpu(like_t):
+        return _numpy_empty
+    raise Error(f"{where}: expected an output tensor for {like_t.dtype} inputs on "
+                f"{like_t.device} (deca allocates numpy arrays, torch tensors and cupy arrays "
+                f"only)")
 
 
-def maker(like, shape, dtype):
+def _numpy_empty(shape, dtype):
+    return np.empty(shape, _NUMPY_DTYPES[dtype] if type(dtype) is str else dtype)
+
+
+def maker(like, shape, dtype, where):
     """A function of no arguments returning a new uninitialised tensor of `shape` and `dtype`
-    (lib_dtype) in like's library on like's device: what a prepared call of one shape allocates
-    its outputs with, per call. For a torch.Tensor it is torch.empty_like of a one-element
-    template expanded to `shape`, in the contiguous format: the tensor torch.empty(shape,
-    dtype=dtype, device=...) makes (same strides, device, dtype), with a fraction of
-    torch.empty's argument parsing (tuple, dtype, device) per call; else allocator's."""
+    (as allocator's) beside `like`: what a prepared call of one shape allocates its outputs
+    with, per call. For a torch.Tensor it is torch.empty_like of a one-element template
+    expanded to `shape`, in the contiguous format: the tensor torch.empty(shape, dtype=dtype,
+    device=...) makes (same strides, device, dtype), with a fraction of torch.empty's argument
+    parsing (tuple, dtype, device) per call; for numpy np.empty with its arguments bound; else
+    allocator's."""
     shape = tuple(shape)
     torch = torch_of(like)
     if torch is not None and type(like) is torch.Tensor:
         remember_torch(torch)
+        if type(dtype) is str:
+            dtype = getattr(torch, _TORCH_DTYPES[dtype])
         template = torch.empty((), dtype=dtype, device=like.device).expand(shape)
         return functools.partial(torch.empty_like, template,
                                  memory_format=torch.contiguous_format)
-    return functools.partial(allocator(like), shape, dtype)
+    if type(like) is np.ndarray:
+        return functools.partial(np.empty, shape, _NUMPY_DTYPES[dtype] if type(dtype) is str
+                                 else dtype)
+    return functools.partial(allocator(like, where), shape, dtype)
 
 
 def is_cpu(t):
     return t.device.kind == _C.DeviceKind.CPU
-
-
-def empty(like, like_t, shape, dtype, where):
-    """A new uninitialised tensor of deca dtype `dtype` from the library of `like`."""
-    torch = torch_of(like)
-    if torch is not None:
-        return torch.empty(tuple(shape), dtype=getattr(torch, _TORCH_DTYPES[dtype]),
-                           device=like.device)
-    cupy = cupy_of(like)
-    if cupy is not None and dtype in ("fp16", "fp32", "int8", "uint8", "int32", "uint32"):
-        with cupy.cuda.Device(like_t.device.index):
-            return cupy.empty(tuple(shape), dtype=_NUMPY_DTYPES[dtype])
-    if is_cpu(like_t):
-        return np.empty(tuple(shape), dtype=_NUMPY_DTYPES[dtype])
-    raise Error(f"{where}: expected an output tensor for {like_t.dtype} inputs on "
-                f"{like_t.device} (deca allocates numpy arrays, torch tensors and some cupy "
-                f"arrays only)")
 
 
 def zeros_bytes(like, like_t, nbytes, where):

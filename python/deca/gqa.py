@@ -5,10 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from . import _C, _plan_cache
-from ._tensors import (FALLBACKS, Error, bits_views, call_key, check_dtype_keywords,
-                       check_scalars, choice, current_stream, empty, expect_rank, lib_dtype,
-                       maker, numpy_dtype, parse_device, py_key, stream_getter, stream_int,
-                       tensor)
+from ._tensors import (FALLBACKS, Error, allocator, bits_views, call_key, check_dtype_keywords,
+                       check_scalars, choice, current_stream, expect_rank, maker, numpy_dtype,
+                       parse_device, py_key, stream_getter, stream_int, tensor)
 
 _LAYOUTS = ("NHD", "HND")
 # Keys per split when split_mode="fixed" is asked for without split_tokens: a few kernel tiles,
@@ -62,8 +61,8 @@ class _OneOff:
         # C++ call is made here, GqaPlan.run (and its checked path) only for what it refuses.
         self.direct = like is not None and type(like) is not np.ndarray
         if like is not None:
-            self.new_out = maker(like, out_shape, lib_dtype(like, plan.config.out_dtype))
-            self.new_lse = maker(like, out_shape[:3], lib_dtype(like, "fp32"))
+            self.new_out = maker(like, out_shape, plan.config.out_dtype, "gqa_decode: out")
+            self.new_lse = maker(like, out_shape[:3], "fp32", "gqa_decode: lse")
 
     def run(self, q, k_cache, v_cache, page_table, seq_lens, out, lse, tree_mask, sinks,
             k_scales, v_scales, k_scale, v_scale, softmax_scale, out_scale, stream):
@@ -183,9 +182,9 @@ def gqa_decode(q, k_cache, v_cache, page_table, seq_lens, out=None, *, layout="N
         _ONEOFF[key] = prepared
     else:  # a library the prepared call does not allocate in
         if out is None:
-            out = empty(q, qt, tuple(qt.shape), c.out_dtype, f"{fn}: out")
+            out = allocator(q, f"{fn}: out", qt)(tuple(qt.shape), c.out_dtype)
         if want_lse and lse is None:
-            lse = empty(q, qt, tuple(qt.shape[:3]), "fp32", f"{fn}: lse")
+            lse = allocator(q, f"{fn}: lse", qt)(tuple(qt.shape[:3]), "fp32")
     return prepared.run(q, k_cache, v_cache, page_table, seq_lens, out, lse, tree_mask, sinks,
                         k_scales, v_scales, k_scale, v_scale, softmax_scale, out_scale, stream)
 

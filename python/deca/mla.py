@@ -7,10 +7,10 @@ from __future__ import annotations
 import numpy as np
 
 from . import _C, _plan_cache
-from ._tensors import (FALLBACKS, Error, bits_views, call_key, check_dtype_keywords,
-                       check_scalars, choice, current_stream, empty, expect_dim_range, expect_rank,
-                       lib_dtype, maker, numpy_dtype, parse_device, py_key, stream_getter,
-                       stream_handle, stream_int, tensor)
+from ._tensors import (FALLBACKS, Error, allocator, bits_views, call_key, check_dtype_keywords,
+                       check_scalars, choice, current_stream, expect_dim_range, expect_rank,
+                       maker, numpy_dtype, parse_device, py_key, stream_getter, stream_handle,
+                       stream_int, tensor)
 
 _INT32_MAX = 2 ** 31 - 1
 
@@ -198,10 +198,10 @@ def _outputs(fn, q, qt, out, lse, return_lse):
     expect_rank(fn, "q", qt, 4, "[batch, q_len, num_heads, 576]")
     shape = tuple(qt.shape[:3]) + (DIM_V,)
     if out is None:
-        out = empty(q, qt, shape, "bf16", f"{fn}: out")
+        out = allocator(q, f"{fn}: out", qt)(shape, "bf16")
     want_lse = return_lse or lse is not None
     if want_lse and lse is None:
-        lse = empty(q, qt, shape[:3], "fp32", f"{fn}: lse")
+        lse = allocator(q, f"{fn}: lse", qt)(shape[:3], "fp32")
     return out, lse, want_lse
 
 
@@ -239,8 +239,8 @@ class _OneOff:
         # makes the C++ call itself, MlaPlan.run_sparse only for what that call refuses.
         self.direct = like is not None and type(like) is not np.ndarray
         if like is not None:
-            self.new_out = maker(like, shape, lib_dtype(like, "bf16"))
-            self.new_lse = maker(like, shape[:3], lib_dtype(like, "fp32"))
+            self.new_out = maker(like, shape, "bf16", f"{fn}: out")
+            self.new_lse = maker(like, shape[:3], "fp32", f"{fn}: lse")
 
     def outputs(self, q, out, lse):
         if out is None:
@@ -476,10 +476,10 @@ def combine(partial_out, partial_lse, out=None, *, attn_sink=None, return_lse=Fa
     expect_rank(fn, "partial_out", pot, 5, "[num_splits, batch, q_len, num_heads, dim_v]")
     shape = tuple(pot.shape[1:])
     if out is None:
-        out = empty(partial_out, pot, shape, out_dtype or "fp32", f"{fn}: out")
+        out = allocator(partial_out, f"{fn}: out", pot)(shape, out_dtype or "fp32")
     want_lse = return_lse or lse is not None
     if want_lse and lse is None:
-        lse = empty(partial_out, pot, shape[:3], "fp32", f"{fn}: lse")
+        lse = allocator(partial_out, f"{fn}: lse", pot)(shape[:3], "fp32")
     _C.combine(pot, tensor(partial_lse, f"{fn}: partial_lse"),
                tensor(attn_sink, f"{fn}: attn_sink"),
                tensor(out, f"{fn}: out", out_dtype, writable=True),

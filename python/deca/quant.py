@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import _C
-from ._tensors import Error, check_dtype_keywords, check_scalars, choice, empty, tensor
+from ._tensors import Error, allocator, check_dtype_keywords, check_scalars, choice, tensor
 
 _FP8_TOKEN_BYTES = _C.MLA_FP8_TOKEN_BYTES
 _DIM_QK = _C.MLA_DIM_QK
@@ -43,7 +43,7 @@ def _quantize(fn, op, dst_dtype, src, scale, out, src_dtype):
     check_scalars(fn, floats=dict(scale=scale))
     st = tensor(src, f"{fn}: src", src_dtype)
     if out is None:
-        out = empty(src, st, st.shape, dst_dtype, f"{fn}: out")
+        out = allocator(src, f"{fn}: out", st)(tuple(st.shape), dst_dtype)
     op(st, tensor(out, f"{fn}: out", dst_dtype, writable=True), float(scale))
     return out
 
@@ -69,8 +69,8 @@ def pack_mla_fp8(src, out=None, *, src_dtype=None, format="fp8_sparse"):
         if format == "model1":
             out = _model1_pages(fn, src, st)
         else:
-            out = empty(src, st, tuple(st.shape[:-1]) + (_FP8_TOKEN_BYTES,), "uint8",
-                        f"{fn}: out")
+            out = allocator(src, f"{fn}: out", st)(
+                tuple(st.shape[:-1]) + (_FP8_TOKEN_BYTES,), "uint8")
     _C.pack_mla_fp8(st, tensor(out, f"{fn}: out", writable=True), format)
     return out
 
@@ -89,7 +89,7 @@ def _model1_pages(fn, src, st):
                     f"\"model1\"), got {list(st.shape)}")
     blocks, page = st.shape[0], st.shape[1]
     padded = _C.mla_model1_page_bytes(page) if page else 0
-    flat = empty(src, st, (blocks, padded), "uint8", f"{fn}: out")
+    flat = allocator(src, f"{fn}: out", st)((blocks, padded), "uint8")
     shape, strides = (blocks, page, 1, _MODEL1_TOKEN_BYTES), (padded, _MODEL1_TOKEN_BYTES,
                                                               _MODEL1_TOKEN_BYTES, 1)
     if isinstance(flat, np.ndarray):
@@ -111,7 +111,7 @@ def quantize_mla_fp8_e4m3(src, out=None, *, src_dtype=None):
     check_dtype_keywords(fn, src_dtype=src_dtype)
     st = tensor(src, f"{fn}: src", src_dtype)
     if out is None:
-        out = empty(src, st, st.shape, "fp8_e4m3", f"{fn}: out")
+        out = allocator(src, f"{fn}: out", st)(tuple(st.shape), "fp8_e4m3")
     scale = _C.quantize_mla_fp8_e4m3(st, tensor(out, f"{fn}: out", "fp8_e4m3", writable=True))
     return out, scale
 
@@ -127,6 +127,7 @@ def unpack_mla_fp8(src, out=None, *, out_dtype=None, format="fp8_sparse"):
     st = tensor(src, f"{fn}: src")
     if out is None:
         dim = _MODEL1_DIM_QK if format == "model1" else _DIM_QK
-        out = empty(src, st, tuple(st.shape[:-1]) + (dim,), out_dtype or "fp32", f"{fn}: out")
+        out = allocator(src, f"{fn}: out", st)(tuple(st.shape[:-1]) + (dim,),
+                                               out_dtype or "fp32")
     _C.unpack_mla_fp8(st, tensor(out, f"{fn}: out", out_dtype, writable=True), format)
     return out

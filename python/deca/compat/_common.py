@@ -10,7 +10,7 @@ import re
 import numpy as np
 
 from .. import _cached_ops, _tensors
-from .._tensors import DTYPE_ALIASES, Error, empty, numpy_dtype, tensor, torch_of
+from .._tensors import DTYPE_ALIASES, Error, torch_of
 
 LOG2_E = 1.0 / math.log(2.0)
 
@@ -80,21 +80,6 @@ def scale_float(fn, name, value):
 
 def is_torch(x):
     return torch_of(x) is not None
-
-
-def alloc(like, shape, dtype, where):
-    """A new tensor beside `like`: dtype "same" (like's), "fp32" or "bf16". torch tensors are
-    made with torch alone, so that torch.compile traces the wrappers without calling into
-    deca outside its custom ops."""
-    torch = torch_of(like)
-    if torch is not None:
-        dt = like.dtype if dtype == "same" else {"fp32": torch.float32,
-                                                 "bf16": torch.bfloat16}[dtype]
-        return torch.empty(tuple(shape), dtype=dt, device=like.device)
-    if type(like) is np.ndarray:
-        return np.empty(tuple(shape), like.dtype if dtype == "same" else numpy_dtype(dtype))
-    t = tensor(like, where)
-    return empty(like, t, shape, t.dtype if dtype == "same" else dtype, where)
 
 
 def rank(fn, name, x, n, layout):

@@ -31,8 +31,8 @@ from __future__ import annotations
 import numpy as np
 
 from .. import _C, _cached_ops, _plan_cache
-from .._tensors import (FALLBACKS, Error, allocator, bits_views, call_key, cupy_of, lib_dtype,
-                        maker, py_key, stream_getter, torch_of)
+from .._tensors import (FALLBACKS, Error, allocator, bits_views, call_key, cupy_of, maker,
+                        py_key, stream_getter, torch_of)
 from . import _common, _fa_fused
 from ._descale import descale_plan
 
@@ -107,9 +107,6 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         prepared = _PREPARED.get(key)
         if prepared is not None:
             try:
-                if prepared.fast and (not prepared.kv8 or
-                                      (k_descale is None and v_descale is None)):
-                    return prepared.run_fast(q, k_cache, v_cache, table, cache_seqlens, out)
                 return prepared.run(q, k_cache, v_cache, table, cache_seqlens, out, q_descale,
                                     k_descale, v_descale, False)
             except (Error, TypeError):
@@ -189,8 +186,10 @@ def _fused(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, tab
         _common.expect_dtype(FN, "cache_seqlens", cache_seqlens, ("int32",))
         seq_lens = cache_seqlens + seqlen_q
     if out is None:
-        out = allocator(q)(tuple(q.shape), lib_dtype(q, wide))
-    lse = allocator(q)((batch, seqlen_q, nheads), lib_dtype(q, "fp32")) if return_lse else None
+        out = allocator(q, f"{FN}: out")(tuple(q.shape), wide)
+    lse = None
+    if return_lse:
+        lse = allocator(q, f"{FN}: softmax_lse")((batch, seqlen_q, nheads), "fp32")
     _fa_fused.run(q, k, v, cs, pos, k_cache, v_cache, table, seq_lens, out, lse, style, scales,
                   scale, softcap, window, mask)
     return (out, _transposed(lse)) if return_lse else out
@@ -211,6 +210,7 @@ class _Prepared:
         kv_dtype = _check_cache(q, k_cache, v_cache, nheads, d)
         self.q_fp8 = q_dtype == "fp8_e4m3"
         self.kv8 = kv_dtype in ("fp8_e4m3", "int8")
+        self.eight_bit = self.q_fp8 or self.kv8  # q to widen, descales to read
         self.window = _window(window_size, causal, seqlen_q)
         self.mask = _lookahead_mask(q, batch, seqlen_q, window_size, causal)
         self.softcap = softcap
@@ -233,17 +233,14 @@ class _Prepared:
         if isinstance(cache_seqlens, int):
             self.lens = _full(q, batch, cache_seqlens)
         if out is None:
-            self.out_dtype = lib_dtype(q_like, "bf16" if self.q_fp8 else q_dtype)
-            self.new_out = maker(q, self.shape, self.out_dtype)
-        self.fp32 = lib_dtype(q, "fp32")
+            self.new_out = maker(q, self.shape, "bf16" if self.q_fp8 else q_dtype, f"{FN}: out")
         # The LSE as run() allocates it: FlashAttention's [batch, nheads, 1] itself for one
         # query token (deca writes it through a transposed view), else deca's rows of heads.
         self.new_lse = maker(q, (batch, nheads, 1) if seqlen_q == 1 else
-                             (batch, seqlen_q, nheads), self.fp32)
-        # run_fast() serves this shape: one query token of bf16 / fp16 (no widening, no tree
-        # mask, no request that holds fewer keys than queries) in torch (no raw-bit views).
-        self.fast = (seqlen_q == 1 and not self.q_fp8 and not self.numpy and
-                     self.mask is None)
+                             (batch, seqlen_q, nheads), "fp32", f"{FN}: softmax_lse")
+        # run() makes one C++ call itself for one query token in torch (no tree mask then, no
+        # request with fewer keys than queries, no raw-bit views), descales aside.
+        self.direct = seqlen_q == 1 and not self.numpy
         self.plan, self.ws = self.plan_for(q_like, k_cache, table, out, False)
         self._c_plan = self.plan._plan
         self.stream = stream_getter(self.plan._cuda_index, q)
@@ -255,67 +252,61 @@ class _Prepared:
                                     per_head=per_head, window=self.window, softcap=self.softcap,
                                     tree_mask=self.mask is not None)
 
-    def run_fast(self, q, k_cache, v_cache, table, lens, out):
-        """run(checked=False) of a call that has no descale to apply (a bf16 / fp16 cache, or
-        an 8-bit one without descales) on a shape run_fast serves (self.fast): the outputs and
-        one C++ call, which raises (before any launch) whatever the checked run names."""
-        if self.table is not None:
-            table = self.table
-        if self.lens is not None:
-            lens = self.lens
-        if out is None:
-            out = self.new_out()
-        lse = self.new_lse() if self.lse else None
-        _C.gqa_decode_planned_fast(self._c_plan, q, k_cache, v_cache, table, lens, out, lse,
-                                   None, None, None, None, 1.0, 1.0, self.scale, 1.0, self.ws,
-                                   self.stream(), True)
-        return (out, lse) if self.lse else out
-
     def run(self, q, k_cache, v_cache, table, lens, out, q_descale, k_descale, v_descale,
             checked):
-        """The decode of one call of this shape. checked=False: the fast path (one C++ call);
-        checked=True: each argument checked in the caller's names first, and deca's own
-        messages translated into them."""
+        """The decode of one call of this shape into out (new when None). checked=False (a
+        repeated call): nothing checked here, the C++ calls raise (before any launch) what the
+        checked run would name, and the caller retries checked; checked=True: each argument
+        checked in the caller's names first, deca's own messages translated into them."""
         if checked:
             _check_run(self, q, k_cache, v_cache, table, lens, out)
         if self.table is not None:
             table = self.table
         if self.lens is not None:
             lens = self.lens
-        if self.q_fp8:
-            q = _widen(q)
         scales = None
-        if (self.q_fp8 and q_descale is not None) or (self.kv8 and (k_descale is not None or
-                                                                    v_descale is not None)):
-            scales = descale_plan(FN, q, self.shape[0], self.hkv,
-                                  q_descale if self.q_fp8 else None,
-                                  k_descale if self.kv8 else None,
-                                  v_descale if self.kv8 else None)
+        if self.eight_bit:
+            q, scales = self._eight_bit(q, q_descale, k_descale, v_descale)
         if out is None:
             out = self.new_out()
-        lse = lse_view = None
+        lse = self.new_lse() if self.lse else None
+        if self.direct and scales is None and not checked:
+            # The repeated one-token call: one C++ call, which takes FlashAttention's LSE
+            # [batch, nheads, 1] as it is (the binding reads it as deca's [batch, 1, nheads]).
+            _C.gqa_decode_planned_fast(self._c_plan, q, k_cache, v_cache, table, lens, out, lse,
+                                       None, None, None, None, 1.0, 1.0, self.scale, 1.0,
+                                       self.ws, self.stream(), True)
+            return (out, lse) if self.lse else out
         per_request = scales is not None and scales.per_request
-        if self.lse:
-            if self.shape[1] == 1:
-                # [batch, nheads, 1] seen as deca's [batch, 1, nheads]: written in place. The
-                # fast path takes it as it is (the binding swaps the view's dims), saving the
-                # per-call swapaxes.
-                lse = self.new_lse()
-                lse_view = lse if not checked and not per_request else lse.swapaxes(1, 2)
-            else:  # deca writes rows of heads; FlashAttention's layout is a transposed copy
-                lse_view = self.new_lse()
+        # One query token: deca writes the [batch, nheads, 1] LSE as its [batch, 1, nheads],
+        # heads first on the one-call fast path, else through a transposed view. More tokens:
+        # deca's rows of heads, transposed on return.
+        heads_first = lse is not None and self.shape[1] == 1 and not checked and not per_request
+        view = lse if lse is None or heads_first or self.shape[1] > 1 else lse.swapaxes(1, 2)
         if per_request:
             for b in range(self.shape[0]):
                 s = slice(b, b + 1)
                 self._decode(q[s], k_cache, v_cache, table[s], lens[s], out[s],
-                             None if lse is None else lse_view[s], scales.request(b), checked,
+                             None if view is None else view[s], scales.request(b), checked,
                              None if self.mask is None else self.mask[s])
         else:
-            self._decode(q, k_cache, v_cache, table, lens, out, lse_view, scales, checked,
-                         self.mask, heads_first=lse_view is not None and lse_view is lse)
+            self._decode(q, k_cache, v_cache, table, lens, out, view, scales, checked,
+                         self.mask, heads_first)
         if not self.lse:
             return out
-        return out, (lse if lse is not None else _transposed(lse_view))
+        return out, (lse if self.shape[1] == 1 else _transposed(lse))
+
+    def _eight_bit(self, q, q_descale, k_descale, v_descale):
+        """(q widened to bf16 when fp8, the descales' plan or None) of an fp8 q or cache."""
+        if self.q_fp8:
+            q = _widen(q)
+        if (self.q_fp8 and q_descale is not None) or (self.kv8 and (k_descale is not None or
+                                                                    v_descale is not None)):
+            return q, descale_plan(FN, q, self.shape[0], self.hkv,
+                                   q_descale if self.q_fp8 else None,
+                                   k_descale if self.kv8 else None,
+                                   v_descale if self.kv8 else None)
+        return q, None
 
     def _decode(self, q, k_cache, v_cache, table, lens, out, lse, scales, checked, mask,
                 heads_first=False):

@@ -23,8 +23,8 @@ from __future__ import annotations
 import numpy as np
 
 from .. import _C, _cached_ops, _plan_cache
-from .._tensors import (FALLBACKS, Error, bits_views, call_key, lib_dtype, maker, numpy_dtype,
-                        py_key, stream_getter, torch_of)
+from .._tensors import (FALLBACKS, Error, allocator, bits_views, call_key, maker,
+                        numpy_dtype, py_key, stream_getter, torch_of)
 from . import _common
 
 FN = "flash_mla_with_kvcache"
@@ -44,6 +44,7 @@ _NAMES = {"q": "q", "kv_cache": "k_cache", "indices": "indices", "topk_length": 
           "extra_kv_cache": "extra_k_cache", "extra_indices": "extra_indices_in_kvcache",
           "extra_topk_length": "extra_topk_length"}
 _PREPARED = _plan_cache.memo()
+_NUMPY_BF16 = numpy_dtype("bf16")
 
 
 class MlaMetadata:
@@ -121,9 +122,6 @@ def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v,
         prepared = _PREPARED.get(key)
         if prepared is not None and (meta is None or prepared.fits(meta)):
             try:
-                if prepared.fast:
-                    return prepared.run_fast(q, k_cache, indices, topk_length, attn_sink, extra,
-                                             meta)
                 return prepared.run(q, k_cache, indices, topk_length, attn_sink, extra, meta,
                                     False)
             except (Error, TypeError):
@@ -161,13 +159,13 @@ class _Sparse:
         self.heads, self.topk = h_q, shape[2]
         self.scale = float(softmax_scale or 0.0)
         self.numpy = type(q) is np.ndarray
-        self.bf16, self.fp32 = lib_dtype(q, "bf16"), lib_dtype(q, "fp32")
-        self.new_out = maker(q, (batch, s_q, h_q, DIM_V), self.bf16)
-        # FlashMLA's [batch, h_q, 1] itself for one query token (deca writes it through a
-        # transposed view), else deca's rows of heads, transposed per call.
-        self.new_lse = maker(q, (batch, h_q, 1) if s_q == 1 else (batch, s_q, h_q), self.fp32)
-        # run_fast() serves one query token in torch (numpy goes through raw-bit views).
-        self.fast = s_q == 1 and not self.numpy
+        self.new_out = maker(q, (batch, s_q, h_q, DIM_V), "bf16", f"{FN}: out")
+        # One query token: FlashMLA's [batch, h_q, 1] itself, which deca writes as its [batch,
+        # 1, h_q] (the fast call is told the layout, the checked run gets a transposed view);
+        # else deca's rows of heads, transposed per call.
+        self.one_token = s_q == 1
+        self.new_lse = maker(q, (batch, h_q, 1) if s_q == 1 else (batch, s_q, h_q), "fp32",
+                             f"{FN}: softmax_lse")
         self.cache_is_bytes = _common.dtype_of(k_cache) == "uint8"
         self.extra_is_bytes = extra[0] is None or _common.dtype_of(extra[0]) == "uint8"
         self.plan, self.ws = _cached_ops.mla_sparse_plan(
@@ -181,10 +179,11 @@ class _Sparse:
         return ((meta.num_heads_q is None or meta.num_heads_q == self.heads) and
                 (meta.topk is None or meta.topk == self.topk))
 
-    def run_fast(self, q, k_cache, indices, topk_length, attn_sink, extra, meta):
-        """run(checked=False) of a shape run_fast serves (self.fast): the outputs, the step's
-        schedule, and one C++ call, which raises (before any launch) whatever the checked run
-        names."""
+    def run(self, q, k_cache, indices, topk_length, attn_sink, extra, meta, checked):
+        """The decode of one call of this shape into new outputs, on the step's schedule when
+        meta is given. checked=False (a repeated call): one C++ call, which raises before any
+        launch what the checked run would name (the caller then retries checked); checked=True:
+        each argument checked in FlashMLA's names first, deca's messages translated into them."""
         out = self.new_out()
         lse = self.new_lse()
         cache = k_cache if self.cache_is_bytes else _bytes(k_cache)
@@ -193,50 +192,40 @@ class _Sparse:
         if meta is not None and ws is not None:  # no workspace: the CPU, no schedule
             schedule = meta._schedule
             ws, reuse = schedule.workspace_for(self.plan, q, None, FN)
-        _C.mla_decode_sparse_planned_fast(self._c_plan, q, cache, indices, topk_length,
-                                          attn_sink, out, lse, self.scale, ws, self.stream(),
-                                          reuse, ekv, eidx, elen, True)
-        if schedule is not None and not reuse:  # a reused schedule is marked already
-            schedule.scheduled(self.plan)
-        return out, lse
-
-    def run(self, q, k_cache, indices, topk_length, attn_sink, extra, meta, checked):
-        s_q = self.shape[1]
-        out = self.new_out()
-        if s_q == 1:
-            # [batch, h_q, 1] seen as deca's [batch, 1, h_q]: written in place. The fast path
-            # takes it as it is (the binding swaps the view's dims), saving the swapaxes.
-            lse = self.new_lse()
-            lse_view = lse if not checked else lse.swapaxes(1, 2)
-        else:  # deca writes rows of heads; FlashMLA's layout is a transposed copy
-            lse = lse_view = self.new_lse()
-        cache = k_cache if self.cache_is_bytes else _bytes(k_cache)
-        ekv, eidx, elen = extra if self.extra_is_bytes else _deca_extra(extra)
-        ws, reuse = self.ws, False
-        schedule = meta._schedule if meta is not None else None
-        if schedule is not None and ws is not None:  # no workspace: the CPU, no schedule
-            ws, reuse = schedule.workspace_for(self.plan, q, None, FN)
         if checked:
-            _check_sparse_run(self, q, cache, indices, topk_length, attn_sink)
-            _check_extra_run(self, eidx, elen)
-            try:
-                self.plan.run_sparse(q, cache, indices, out, topk_length=topk_length,
-                                     attn_sink=attn_sink, lse=lse_view,
-                                     softmax_scale=self.scale or None, workspace=ws,
-                                     reuse_schedule=reuse, extra_kv_cache=ekv,
-                                     extra_indices=eidx, extra_topk_length=elen)
-            except Error as e:
-                raise _common.translate(e, FN, "mla_decode_sparse", _NAMES) from None
+            self._run_checked(q, cache, indices, topk_length, attn_sink, out, lse, ws, reuse,
+                              ekv, eidx, elen)
         else:
             o = out
-            if self.numpy:
-                q, o = bits_views(numpy_dtype("bf16"), q, out)
-            _C.mla_decode_sparse_planned_fast(self.plan._plan, q, cache, indices, topk_length,
-                                              attn_sink, o, lse_view, self.scale, ws,
-                                              self.stream(), reuse, ekv, eidx, elen, s_q == 1)
-        if schedule is not None:
+            if self.numpy:  # numpy's DLPack has no bf16: its raw bits, as the plan declares q
+                q, o = bits_views(_NUMPY_BF16, q, out)
+            _C.mla_decode_sparse_planned_fast(self._c_plan, q, cache, indices, topk_length,
+                                              attn_sink, o, lse, self.scale, ws, self.stream(),
+                                              reuse, ekv, eidx, elen, self.one_token)
+        if schedule is not None and not reuse:
+            # This run scheduled: the step's later calls of this plan reuse it without a look
+            # at their lengths (FlashMLA's metadata is the step's: its layers share batch, s_q,
+            # topk and the lengths, which live in device memory). A reused run leaves the
+            # holder as it found it: workspace_for answered reuse only because this plan's
+            # schedule was marked already, so marking it again would change nothing. A run that
+            # raised (before any launch) never gets here: the holder stays unmarked and the
+            # next call schedules.
             schedule.scheduled(self.plan)
-        return out, lse if s_q == 1 else _swap(lse)
+        return out, lse if self.one_token else _swap(lse)
+
+    def _run_checked(self, q, cache, indices, topk_length, attn_sink, out, lse, ws, reuse, ekv,
+                     eidx, elen):
+        _check_sparse_run(self, q, cache, indices, topk_length, attn_sink)
+        _check_extra_run(self, eidx, elen)
+        try:
+            self.plan.run_sparse(q, cache, indices, out, topk_length=topk_length,
+                                 attn_sink=attn_sink,
+                                 lse=lse.swapaxes(1, 2) if self.one_token else lse,
+                                 softmax_scale=self.scale or None, workspace=ws,
+                                 reuse_schedule=reuse, extra_kv_cache=ekv, extra_indices=eidx,
+                                 extra_topk_length=elen)
+        except Error as e:
+            raise _common.translate(e, FN, "mla_decode_sparse", _NAMES) from None
 
 
 def _check_q(q, meta, sparse=False):
@@ -367,8 +356,8 @@ def _dense(q, k_cache, block_table, cache_seqlens, meta, softmax_scale, causal, 
     _common.rank(FN, "block_table", block_table, 2, "[batch, max_blocks]")
     _common.expect_dtype(FN, "block_table", block_table, ("int32",))
     _common.expect_dtype(FN, "cache_seqlens", cache_seqlens, ("int32",))
-    out = _common.alloc(q, (batch, s_q, h_q, DIM_V), "bf16", f"{FN}: out")
-    lse = _common.alloc(q, (batch, s_q, h_q), "fp32", f"{FN}: softmax_lse")
+    new = allocator(q, f"{FN}: out")
+    out, lse = new((batch, s_q, h_q, DIM_V), "bf16"), new((batch, s_q, h_q), "fp32")
     scale = float(softmax_scale or 0.0)
     schedule = meta._schedule if meta is not None else None
     if s_q == 1 or causal:
@@ -415,8 +404,8 @@ def _sparse_traced(q, k_cache, indices, meta, softmax_scale, causal, is_fp8_kvca
                    topk_length, attn_sink, extra):
     """The sparse call as torch.compile traces it: one deca op, which schedules for itself."""
     batch, s_q, h_q, _ = _check_sparse_call(q, meta, causal, is_fp8_kvcache, k_cache, extra)
-    out = _common.alloc(q, (batch, s_q, h_q, DIM_V), "bf16", f"{FN}: out")
-    lse = _common.alloc(q, (batch, s_q, h_q), "fp32", f"{FN}: softmax_lse")
+    new = allocator(q, f"{FN}: out")
+    out, lse = new((batch, s_q, h_q, DIM_V), "bf16"), new((batch, s_q, h_q), "fp32")
     ekv, eidx, elen = _deca_extra(extra)
     _common.torch_ops(q).mla_decode_sparse(q, _bytes(k_cache), indices, out, lse, topk_length,
                                            attn_sink, float(softmax_scale or 0.0), ekv, eidx,

@@ -24,7 +24,7 @@ import math
 import numpy as np
 
 from .. import _C, _cached_ops
-from .._tensors import (FALLBACKS, Error, call_key, cupy_of, lib_dtype, maker, py_key,
+from .._tensors import (FALLBACKS, Error, allocator, call_key, cupy_of, maker, py_key,
                         stream_getter, tensor, torch_of)
 from . import _common
 
@@ -271,9 +271,9 @@ class BatchDecodeWithPagedKVCacheWrapper:
         batch, heads, dim = p.batch, p.num_qo_heads, p.head_dim
         want_lse = return_lse or lse is not None
         if out is None:
-            out = _common.alloc(q, (batch, heads, dim), "same", f"{fn}: out")
+            out = allocator(q, f"{fn}: out")((batch, heads, dim), q.dtype)
         if want_lse and lse is None:
-            lse = _common.alloc(q, (batch, heads), "fp32", f"{fn}: lse")
+            lse = allocator(q, f"{fn}: lse")((batch, heads), "fp32")
         elif want_lse:
             _common.expect_dtype(fn, "lse", lse, ("fp32",))
         softmax_scale = (p.sm_scale or 1.0 / math.sqrt(dim)) * \
@@ -322,8 +322,9 @@ class _FastRun:
         batch, heads, dim = planned.batch, planned.num_qo_heads, planned.head_dim
         self.scale = planned.sm_scale or 1.0 / math.sqrt(dim)
         self.want_lse = want_lse
-        self.new_out = maker(q, (batch, heads, dim), q.dtype)
-        self.new_lse = maker(q, (batch, heads), lib_dtype(q, "fp32")) if want_lse else None
+        fn = "BatchDecodeWithPagedKVCacheWrapper.run"
+        self.new_out = maker(q, (batch, heads, dim), q.dtype, f"{fn}: out")
+        self.new_lse = maker(q, (batch, heads), "fp32", f"{fn}: lse") if want_lse else None
 
     def run(self, wrapper, q, cache, q_scale, k_scale, v_scale, out, sinks):
         pair = isinstance(cache, (tuple, list))
