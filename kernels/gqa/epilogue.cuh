@@ -65,94 +65,6 @@ __device__ __forceinline__ SplitPieces split_pieces(const GqaParams& p, const Ct
   return SplitPieces{p.num_splits, cta.split, unit};
 }
 
-// The parallel split merge (T::kMergeVariant 1): where its buffers sit in the shared memory the
-// merge reuses (the weights [kRows][ns] and sums [kRows][ns] first, then the running sums of the
-// CTA's output quads, then the copied partials) and how many splits' partials one batch holds
-// (0: not even one fits beside the weights; the serial merge then runs instead).
-struct MergeStaging {
-  int acc;    // byte offset of the running sums: [rows][D] floats
-  int buf;    // byte offset of the batch: [batch][rows][D] floats
-  int batch;  // splits per batch
-};
-
-template <class T>
-__device__ __forceinline__ MergeStaging merge_staging(int ns, int rows_here) {
-  // T::kSmemBytes less 1 KB: the Hopper kernels align their base up to 1024 inside the launch's bytes.
-  constexpr int kBytes = T::kSmemBytes - 1024;
-  const int split_bytes = rows_here * T::kHeadDim * 4;
-  MergeStaging st;
-  st.acc = T::kRows * ns * 8;  // a multiple of 64 (kRows >= 8)
-  st.buf = st.acc + split_bytes;
-  st.batch = kBytes > st.buf ? (kBytes - st.buf) / split_bytes : 0;
-  return st;
-}
-
-// The last CTA's sum over the splits' partials, batch by batch: every thread issues its share of
-// the batch's 16-byte copies (cp.async, L2 only, as __ldcg; an empty split's weight is 0 and its
-// never-written partial is zero-filled, not read), all in flight at once, then each output quad
-// adds the batch's splits in split order from shared memory. The order and the operations are the
-// serial merge's (w[j] * o[j] added for j = 0, 1, ... skipping weight 0): the same bits. Between
-// batches a quad's running sum waits in shared memory. `slot_o(j)`: split j's partial rows;
-// `store_quad(r, d, sum)`: the output of row r, dims d..d+3.
-template <class T, class SlotO, class StoreQuad>
-__device__ __forceinline__ void merge_from_shared(unsigned char* smem, const MergeStaging& st, const float* split_w,
-                                                  int ns, int rows_here, const SlotO& slot_o,
-                                                  const StoreQuad& store_quad) {
-  constexpr int D = T::kHeadDim;
-  constexpr int kQuads = D / 4;                        // 16-byte quads per row
-  constexpr int kRowStep = T::kThreads / kQuads;       // rows between a thread's rows
-  static_assert(T::kThreads % kQuads == 0, "a thread keeps one quad column");
-  const int tid = threadIdx.x;
-  const int qd = tid % kQuads;  // the thread's quad column: dims 4 qd .. 4 qd + 3
-  const int r0 = tid / kQuads;
-  float4* acc = reinterpret_cast<float4*>(smem + st.acc);            // [rows][kQuads]
-  const float4* buf = reinterpret_cast<const float4*>(smem + st.buf);  // [batch][rows][kQuads]
-  const unsigned buf_addr = ptx::smem_addr(smem + st.buf) + 16u * static_cast<unsigned>(qd);
-  for (int c0 = 0; c0 < ns; c0 += st.batch) {
-    const int k = ns - c0 < st.batch ? ns - c0 : st.batch;
-    // Consecutive splits' partials sit kRows x D floats apart (SplitPieces::slot). Eight weights
-    // are read before their eight copies: a copy is an asm statement that orders shared loads.
-    const unsigned dst_step = static_cast<unsigned>(rows_here * D * 4);
-    for (int r = r0; r < rows_here; r += kRowStep) {
-      const float* w = split_w + r * ns + c0;
-      const float* src = slot_o(c0) + r * D + 4 * qd;
-      const unsigned dst = buf_addr + static_cast<unsigned>(r * D * 4);
-      for (int j0 = 0; j0 < k; j0 += 8) {
-        bool live[8];
-#pragma unroll
-        for (int j = 0; j < 8; ++j) live[j] = j0 + j < k && w[j0 + j] != 0.f;
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          if (j0 + j < k) {
-            ptx::cp_async_16(dst + static_cast<unsigned>(j0 + j) * dst_step, src + (j0 + j) * (T::kRows * D), live[j]);
-          }
-        }
-      }
-    }
-    ptx::cp_async_commit();
-    ptx::cp_async_wait<0>();
-    __syncthreads();  // every thread's copies landed
-    const bool last = c0 + k >= ns;
-    for (int r = r0; r < rows_here; r += kRowStep) {
-      float4 a = c0 == 0 ? make_float4(0.f, 0.f, 0.f, 0.f) : acc[r * kQuads + qd];
-      const float* w = split_w + r * ns + c0;
-      for (int j = 0; j < k; ++j) {
-        const float wj = w[j];
-        if (wj != 0.f) {
-          const float4 o = buf[(j * rows_here + r) * kQuads + qd];
-          a.x += wj * o.x, a.y += wj * o.y, a.z += wj * o.z, a.w += wj * o.w;
-        }
-      }
-      if (last) {
-        store_quad(r, 4 * qd, a);
-      } else {
-        acc[r * kQuads + qd] = a;  // this thread's own quad: no barrier needed for it
-      }
-    }
-    if (!last) __syncthreads();  // the batch's readers are done before the next copies land
-  }
-}
-
 template <class T>
 __device__ __forceinline__ void finish_cta(const GqaParams& p, unsigned char* smem, const CtaRows& cta,
                                            float v_scale) {
@@ -324,22 +236,13 @@ __device__ __forceinline__ void finish_cta(const GqaParams& p, unsigned char* sm
     for (int sp = 0; sp < ns; ++sp) split_w[r * ns + sp] *= inv;
   }
   __syncthreads();
-  auto store_quad = [&](int r, int d, const float4& acc) {
+  for (int i = tid; i < rows_here * (D / 4); i += T::kThreads) {
+    const int r = i / (D / 4), d = (i % (D / 4)) * 4;
+    const float4 acc = weighted_sum(make_float4(0.f, 0.f, 0.f, 0.f), split_w + r * ns, 0, ns, r, d);
     store_out(r, d, acc.x);
     store_out(r, d + 1, acc.y);
     store_out(r, d + 2, acc.z);
     store_out(r, d + 3, acc.w);
-  };
-  if constexpr (T::kMergeVariant == 1) {
-    const MergeStaging st = merge_staging<T>(ns, rows_here);
-    if (st.batch >= 1) {
-      merge_from_shared<T>(smem, st, split_w, ns, rows_here, slot_o, store_quad);
-      return;
-    }
-  }
-  for (int i = tid; i < rows_here * (D / 4); i += T::kThreads) {
-    const int r = i / (D / 4), d = (i % (D / 4)) * 4;
-    store_quad(r, d, weighted_sum(make_float4(0.f, 0.f, 0.f, 0.f), split_w + r * ns, 0, ns, r, d));
   }
 }
 

@@ -23,14 +23,6 @@ namespace {
 // bf16 / fp16 caches on the Hopper kernel (make_gqa_key's hopper_16bit) unless DECA_GQA_SM90_16BIT=0.
 bool hopper_16bit(const char* fn) { return tuning_override(Tuning::kGqaSm9016Bit, fn).value_or(1) == 1; }
 
-// make_gqa_key with the split merge's variant (DECA_GQA_FIXEDCOST_VARIANT, default 0) and the
-// 16-bit caches' kernel (hopper_16bit) read from the tuning table for `fn`.
-GqaKernelKey tuned_key(const GqaConfig& c, int arch, int sm_count, int path_arch, const char* fn) {
-  GqaKernelKey key = make_gqa_key(c, arch, sm_count, path_arch, hopper_16bit(fn));
-  key.merge_variant = tuning_override(Tuning::kGqaFixedcostVariant, fn).value_or(0);
-  return key;
-}
-
 constexpr int kMaxSplits = 256;
 constexpr std::size_t kAlign = 256;
 
@@ -106,7 +98,8 @@ const Prepared& prepared_slow(const GqaPlan& plan, int device) {
       return it->second;
     }
   }
-  const GqaKernelKey key = tuned_key(plan.config, compute_capability(device), sm_count(device), 0, "gqa_decode");
+  const GqaKernelKey key = make_gqa_key(plan.config, compute_capability(device), sm_count(device), 0,
+                                       hopper_16bit("gqa_decode"));
   if (key.name() != plan.kernel_name) {
     throw Error("gqa_decode: plan.kernel_name: expected \"" + key.name() +
                 "\" (what the plan's config gives on this device now), got \"" + plan.kernel_name +
@@ -163,7 +156,7 @@ void plan_gqa_decode(GqaPlan& plan, int path_arch) {
   const int device = plan_device(plan);
   const int arch = gqa_arch(c, "plan_gqa_decode");
   plan.sm_count = sm_count(device);
-  const GqaKernelKey key = tuned_key(c, arch, plan.sm_count, path_arch, "plan_gqa_decode");
+  const GqaKernelKey key = make_gqa_key(c, arch, plan.sm_count, path_arch, hopper_16bit("plan_gqa_decode"));
   const gqa::Shape shape = key.shape();
   // Occupancy comes from the compiled kernel itself (its registers), not from a guess.
   const jit::LoadedKernel& kernel = jit::get_kernel(key.spec(), device);
@@ -238,7 +231,7 @@ void gqa_decode(const GqaPlan& plan, const GqaParams& params, void* stream, bool
 
 std::string precompile_gqa(const GqaConfig& config, int arch) {
   refuse_retired_tuning("precompile_gqa_decode");
-  const GqaKernelKey key = tuned_key(config, arch, 132, 0, "precompile_gqa_decode");
+  const GqaKernelKey key = make_gqa_key(config, arch, 132, 0, hopper_16bit("precompile_gqa_decode"));
   (void)jit::compile_only(key.spec());
   return key.name();
 }

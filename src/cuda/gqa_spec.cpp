@@ -31,7 +31,6 @@ std::string GqaKernelKey::name() const {
   if (checked) s += "_chk";
   if (skip) s += "_skip";
   if (rope_style != 0) s += (rope_style == 1 ? "_neox" : "_gptj") + to_string(rotary_dim);
-  if (merge_variant == 1) s += "_pm";
   return s;
 }
 
@@ -62,7 +61,6 @@ jit::JitSpec GqaKernelKey::spec() const {
     src += constant("int", "kRopeStyle", to_string(rope_style));
     src += constant("int", "kRotaryDim", to_string(rotary_dim));
   }
-  if (merge_variant != 0) src += constant("int", "kMergeVariant", to_string(merge_variant));
   if (wgmma()) {  // the Hopper kernel's own fields (kernels/gqa/sm90/traits.cuh)
     src += constant("int", "kStages", to_string(stages));
     src += constant("bool", "kRowsOnM", b(rows_on_m));

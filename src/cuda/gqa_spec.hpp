@@ -45,10 +45,6 @@ struct GqaKernelKey {
   // plain decode; rotary_dim the rotated dims. "_neox<rd>" / "_gptj<rd>".
   int rope_style = 0;
   int rotary_dim = 0;
-  // The split merge (kernels/gqa/epilogue.cuh, Traits::kMergeVariant): 0 the serial one, 1 the
-  // partials copied into shared memory a batch of splits at a time ("_pm"). Set by the backend
-  // from DECA_GQA_FIXEDCOST_VARIANT (an A/B knob), never by make_gqa_key.
-  int merge_variant = 0;
 
   // The path the kernel takes: fp8_mma for an 8-bit cache; 16-bit caches have one path.
   int fp8_path() const {

@@ -21,10 +21,6 @@ constexpr TuningRow kRows[] = {
      "(\"_wgmma\" in kernel_name; with skip-softmax at up to 16 rows, \"_wgmma_st3_skip\")",
      "0: those caches take the portable mma.sync kernel on sm_90a too (the GPU tests run both; A/B "
      "measurement)"},
-    {Tuning::kGqaFixedcostVariant, "DECA_GQA_FIXEDCOST_VARIANT", 0, 1, nullptr,
-     "0: the last CTA of a split unit streams the partials from L2, eight splits per output quad at a time",
-     "1: it copies a batch of splits' partials into shared memory (cp.async, all in flight), then sums "
-     "them there in the same order, the same bits (\"_pm\" in kernel_name; a temporary A/B knob)"},
     // ---- MLA ----
     {Tuning::kMlaKernel, "DECA_MLA_KERNEL", 0, 0, "portable", "the sm90a kernels on sm_90",
      "portable: run the sm_80 mma.sync MLA kernels on Hopper too"},
@@ -48,6 +44,8 @@ constexpr Retired kRetired[] = {
      "the plan picks the 8-bit path per arch: fp8 wgmma on sm_90 (head_dim 128, no beams), two_term on "
      "sm_89, widen_ldsm elsewhere; int8 two_term_qk on sm_90, widen_ldsm elsewhere"},
     {"DECA_GQA_CTAS", "the GQA kernels are built for 2 CTAs per SM"},
+    {"DECA_GQA_FIXEDCOST_VARIANT",
+     "the shared-memory split merge lost to the streaming merge, see docs/perf-notes.md"},
     // ---- MLA ----
     // The sm90 decode kernels' knobs: one kernel per head-count class now (traits.cuh kernel_class;
     // docs/perf-notes-mla.md, "Retired variants", has what each chose and measured).

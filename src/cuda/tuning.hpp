@@ -16,7 +16,6 @@ enum class Tuning {
   // GQA
   kGqaSplits,      // DECA_GQA_SPLITS: splits per unit instead of the split model's choice
   kGqaSm9016Bit,   // DECA_GQA_SM90_16BIT: 1 = bf16 / fp16 caches on the Hopper wgmma kernel
-  kGqaFixedcostVariant,  // DECA_GQA_FIXEDCOST_VARIANT: 1 = the split merge from shared memory (A/B, temporary)
   // MLA
   kMlaKernel,      // DECA_MLA_KERNEL: "portable" forces the sm_80 kernel on Hopper
 };

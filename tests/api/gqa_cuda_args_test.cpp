@@ -108,7 +108,7 @@ TEST(GqaCudaArgs, RetiredTuningVariablesAreRefusedAtPlanTime) {
   c.config.max_seq_len = 4096;
   for (const char* var : {"DECA_GQA_SM90_BALANCED", "DECA_GQA_SM90_WG", "DECA_GQA_SM90_OVERLAP",
                           "DECA_GQA_SM90_ROWS_M", "DECA_GQA_SM90_STAGES", "DECA_GQA_FP8_MMA",
-                          "DECA_GQA_CTAS"}) {
+                          "DECA_GQA_CTAS", "DECA_GQA_FIXEDCOST_VARIANT"}) {
     jit::testing::ScopedEnv env(var, "1");
     EXPECT_TRUE(rejected([&] { plan_gqa_decode(c.config); },
                          {std::string("plan_gqa_decode: environment ") + var, "expected unset",

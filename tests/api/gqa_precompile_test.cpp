@@ -65,7 +65,8 @@ TEST(GqaPrecompile, RetiredTuningVariablesAreRefused) {
               {"DECA_GQA_SM90_ROWS_M", "0", "rows-on-M"},
               {"DECA_GQA_SM90_STAGES", "2", "from its grid"},
               {"DECA_GQA_FP8_MMA", "widen", "per arch"},
-              {"DECA_GQA_CTAS", "3", "2 CTAs per SM"}};
+              {"DECA_GQA_CTAS", "3", "2 CTAs per SM"},
+              {"DECA_GQA_FIXEDCOST_VARIANT", "1", "lost to the streaming merge"}};
   for (const auto& r : rows) {
     jit::testing::ScopedEnv env(r.var, r.value);
     EXPECT_TRUE(precompile_rejects(valid_config(), 90,

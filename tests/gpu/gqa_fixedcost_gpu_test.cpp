@@ -1,12 +1,10 @@
 // The split rows' fixed costs (docs/perf-notes.md, "Fixed costs of the split rows"): what changes
 // where a split unit starts and ends must leave every output bit as it was.
-//  - The split merge from shared memory (DECA_GQA_FIXEDCOST_VARIANT=1, "_pm") against the serial
-//    one (0): the same terms added in the same order.
 //  - The Hopper prologue's page ids read for the promised maximum length (tile_loader.cuh
 //    read_guess / start): a plan whose max_seq_len is the case's longest request (the guess is
 //    right for those requests) against one promising more (wrong for every request), with the
 //    same split count: the same keys in the same order.
-//  - Graph replays on one workspace: the arrival counters reset themselves under both merges.
+//  - Graph replays on one workspace: the arrival counters reset themselves.
 // Over split plans of every kind: 32 and more splits, empty splits and requests, ragged lengths,
 // q_len > 1 (rows on N and on M), LSE, sinks, a window, fixed-size splits, checked mode, the
 // portable kernel. Skipped where no GPU is present.
@@ -92,24 +90,6 @@ void expect_same_bits(const std::string& what, const GpuRun& a, const GpuRun& b)
   EXPECT_TRUE(same_bytes(a.lse, b.lse, static_cast<long long>(a.lse.bytes()))) << what;
 }
 
-TEST(GqaFixedCostGpu, MergeVariantsGiveTheSameBits) {
-  DECA_REQUIRE_GPU();
-  for (SplitCase& sc : split_cases()) {
-    auto rng = make_rng(31);
-    GqaCase c = build_gqa_case(sc.spec, rng);
-    GpuOptions o = sc.opt;
-    o.merge_variant = 0;
-    const GpuRun serial = run_gqa_on_gpu(c, o);
-    o.merge_variant = 1;
-    const GpuRun shared = run_gqa_on_gpu(c, o);
-    const std::string name = sc.name + " " + shared.plan.kernel_name;
-    ASSERT_GT(shared.plan.num_splits, 1) << name;
-    EXPECT_EQ(shared.plan.kernel_name, serial.plan.kernel_name + "_pm");
-    expect_same_bits(name, serial, shared);
-    expect_matches_reference("merge_pm_" + sc.name, c, shared);
-  }
-}
-
 TEST(GqaFixedCostGpu, GuessedPageIdsGiveTheSameBits) {
   DECA_REQUIRE_GPU();
   for (SplitCase& sc : split_cases()) {
@@ -145,29 +125,26 @@ TEST(GqaFixedCostGpu, GuessedPageIdsGiveTheSameBits) {
 // the poisoned outputs, or the wrong bits).
 TEST(GqaFixedCostGpu, GraphReplaysReuseTheCounters) {
   DECA_REQUIRE_GPU();
-  for (int variant : {0, 1}) {
-    for (DType kv : {DType::kBF16, DType::kFP8E4M3}) {
-      auto rng = make_rng(33);
-      GqaCaseSpec s = base_spec(64, 8, 128, 64, kv);
-      s.batch = 3, s.seq_lens = {16384, 0, 2100};
-      GqaCase c = build_gqa_case(s, rng);
-      GpuOptions o;
-      o.merge_variant = variant;
-      o.splits = 40;
-      const GpuRun eager = run_gqa_on_gpu(c, o);
-      const GqaPlan plan = gpu_plan(c, o);
-      ASSERT_GE(plan.num_splits, 32) << plan.kernel_name;
-      DeviceCase dev(c, plan);
-      GraphReplay graph;
-      ASSERT_NO_FATAL_FAILURE(
-          graph.capture([&](cudaStream_t stream) { cuda::gqa_decode(plan, dev.params, stream); }));
-      for (int round = 0; round < 3; ++round) {
-        dev.out.fill(0xFF);
-        dev.lse.fill(0xFF);
-        ASSERT_NO_FATAL_FAILURE(graph.replay(round + 1));
-        expect_same_bits("graph replay " + std::to_string(round) + " " + plan.kernel_name, eager,
-                         dev.results(c, plan));
-      }
+  for (DType kv : {DType::kBF16, DType::kFP8E4M3}) {
+    auto rng = make_rng(33);
+    GqaCaseSpec s = base_spec(64, 8, 128, 64, kv);
+    s.batch = 3, s.seq_lens = {16384, 0, 2100};
+    GqaCase c = build_gqa_case(s, rng);
+    GpuOptions o;
+    o.splits = 40;
+    const GpuRun eager = run_gqa_on_gpu(c, o);
+    const GqaPlan plan = gpu_plan(c, o);
+    ASSERT_GE(plan.num_splits, 32) << plan.kernel_name;
+    DeviceCase dev(c, plan);
+    GraphReplay graph;
+    ASSERT_NO_FATAL_FAILURE(
+        graph.capture([&](cudaStream_t stream) { cuda::gqa_decode(plan, dev.params, stream); }));
+    for (int round = 0; round < 3; ++round) {
+      dev.out.fill(0xFF);
+      dev.lse.fill(0xFF);
+      ASSERT_NO_FATAL_FAILURE(graph.replay(round + 1));
+      expect_same_bits("graph replay " + std::to_string(round) + " " + plan.kernel_name, eager,
+                       dev.results(c, plan));
     }
   }
 }

@@ -46,9 +46,6 @@ struct GpuOptions {
   // 16-bit caches: DECA_GQA_SM90_16BIT for this plan (1: the Hopper wgmma kernel on sm_90a where
   // it applies, 0: the portable kernel); -1 leaves the environment as it is.
   int hopper_16bit = -1;
-  // DECA_GQA_FIXEDCOST_VARIANT for this plan (1: the split merge from shared memory, "_pm"); -1
-  // leaves the environment as it is.
-  int merge_variant = -1;
   // DECA_GQA_SPLITS for this plan (splits per unit instead of the split model's count); 0 leaves
   // the environment as it is.
   int splits = 0;
@@ -157,12 +154,10 @@ struct DeviceCase {
   }
 };
 
-// plan_gqa_decode with the options' path_arch, DECA_GQA_SM90_16BIT, DECA_GQA_FIXEDCOST_VARIANT and
-// DECA_GQA_SPLITS (read when the plan is made; the plan keeps the kernel and splits it named).
+// plan_gqa_decode with the options' path_arch, DECA_GQA_SM90_16BIT and DECA_GQA_SPLITS (read when the plan is made; the plan keeps the kernel and splits it named).
 inline void plan_with(GqaPlan& plan, const GpuOptions& o) {
-  std::optional<jit::testing::ScopedEnv> hopper, merge, splits;
+  std::optional<jit::testing::ScopedEnv> hopper, splits;
   if (o.hopper_16bit >= 0) hopper.emplace("DECA_GQA_SM90_16BIT", o.hopper_16bit ? "1" : "0");
-  if (o.merge_variant >= 0) merge.emplace("DECA_GQA_FIXEDCOST_VARIANT", std::to_string(o.merge_variant).c_str());
   if (o.splits > 0) splits.emplace("DECA_GQA_SPLITS", std::to_string(o.splits).c_str());
   cuda::plan_gqa_decode(plan, o.path_arch);
 }

@@ -81,14 +81,12 @@ DECA_HD constexpr Shape make_shape(int head_dim, int rows, int kv_dtype) {
 // shared memory.
 DECA_HD constexpr int max_merge_splits(const Shape& s, int rows) { return s.smem_bytes / (rows * 8); }
 
-// Optional Cfg members (kernels/common/cfg_field.cuh): checked mode, skip-softmax, the fused
-// step's RoPE style and rotated dims and the split merge's variant are defined only by their
-// kernels' prologues.
+// Optional Cfg members (kernels/common/cfg_field.cuh): checked mode, skip-softmax and the fused
+// step's RoPE style and rotated dims are defined only by their kernels' prologues.
 DECA_CFG_FIELD(CheckedOf, kChecked, false)
 DECA_CFG_FIELD(SkipOf, kSkip, false)
 DECA_CFG_FIELD(RopeStyleOf, kRopeStyle, 0)
 DECA_CFG_FIELD(RotaryDimOf, kRotaryDim, 0)
-DECA_CFG_FIELD(MergeVariantOf, kMergeVariant, 0)
 
 // The specialization constants both GQA kernels read (this file's Traits and sm90/traits.cuh's),
 // as a base so that T::kGroup and the like name the same lines; code inside a Traits reads
@@ -114,10 +112,6 @@ struct CfgConstants {
   static constexpr int kRopeStyle = RopeStyleOf<Cfg>::value;
   static constexpr int kRotaryDim = RotaryDimOf<Cfg>::value;
   static constexpr bool kFused = kRopeStyle != 0;
-  // The split merge (epilogue.cuh): 0 streams each output quad's partials from L2 eight splits
-  // at a time; 1 copies a batch of splits' partials into shared memory with cp.async, all in
-  // flight at once, then sums them there in the same order (GqaKernelKey::merge_variant).
-  static constexpr int kMergeVariant = MergeVariantOf<Cfg>::value;
 };
 
 template <class Cfg>
