@@ -190,6 +190,18 @@ void GpuTimer::release_stream() {
   if (gate_) *static_cast<volatile unsigned*>(gate_) = 1;
 }
 
+void GpuTimer::queue_held(const std::function<void()>& queue) {
+  hold_stream();
+  try {
+    queue();
+  } catch (...) {
+    release_stream();
+    cudaStreamSynchronize(stream_);
+    throw;
+  }
+  release_stream();
+}
+
 void GpuTimer::flush_l2() {
   if (flush_kernel_) {
     const void* data = scratch_.get();
@@ -236,24 +248,28 @@ std::vector<double> GpuTimer::time_cold(const std::function<void(cudaStream_t)>&
   check_cuda(cudaStreamSynchronize(stream_), "the first launch (cudaStreamSynchronize)");
   std::vector<double> us;
   for (int i = 0; i < warmup + iters; ++i) {
-    hold_stream();
-    try {
+    queue_held([&] {
       flush_l2();
       check_cuda(cudaEventRecord(start_, stream_), "cudaEventRecord");
       launch(stream_);
       check_cuda(cudaEventRecord(stop_, stream_), "cudaEventRecord");
-    } catch (...) {
-      release_stream();
-      cudaStreamSynchronize(stream_);
-      throw;
-    }
-    release_stream();
+    });
     check_cuda(cudaEventSynchronize(stop_), "the timed launch (cudaEventSynchronize)");
     float ms = 0;
     check_cuda(cudaEventElapsedTime(&ms, start_, stop_), "cudaEventElapsedTime");
     if (i >= warmup) us.push_back(ms * 1e3);
   }
   return us;
+}
+
+void GpuTimer::run_cold(const std::function<void(cudaStream_t)>& before_flush,
+                        const std::function<void(cudaStream_t)>& launch) {
+  queue_held([&] {
+    before_flush(stream_);
+    flush_l2();
+    launch(stream_);
+  });
+  check_cuda(cudaStreamSynchronize(stream_), "the cold run (cudaStreamSynchronize)");
 }
 
 std::optional<double> GpuTimer::time_graph(const std::function<void(cudaStream_t)>& launch,

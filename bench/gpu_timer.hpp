@@ -93,6 +93,11 @@ class GpuTimer {
   std::vector<double> time_cold(const std::function<void(cudaStream_t)>& launch, int warmup,
                                 int iters);
 
+  // One untimed run of `launch` as time_cold runs each timed one (stream held, L2 flushed just
+  // before), `before_flush` queued ahead of the flush; waits for the end. deca-bench --stamps.
+  void run_cold(const std::function<void(cudaStream_t)>& before_flush,
+                const std::function<void(cudaStream_t)>& launch);
+
   // Median microseconds per launch of `launches` back-to-back launches in one CUDA graph;
   // nullopt (and `why`) when the launch cannot be captured.
   std::optional<double> time_graph(const std::function<void(cudaStream_t)>& launch, int launches,
@@ -103,6 +108,8 @@ class GpuTimer {
   void build_flush_kernel();
   void hold_stream();     // queue a kernel that spins until release_stream()
   void release_stream();
+  // Queues `queue`'s work behind the hold, then releases it (also when `queue` throws).
+  void queue_held(const std::function<void()>& queue);
 
   DeviceInfo info_;
   cudaStream_t stream_ = nullptr;

@@ -14,6 +14,7 @@
 #include "gqa_layers.hpp"
 #include "launch_floor.hpp"
 #include "skip_bench.hpp"
+#include "stamps_report.hpp"
 #include "timing.hpp"
 
 namespace deca::bench {
@@ -283,6 +284,9 @@ CaseResult run_gqa_case(const BenchCase& bc, const RunOptions& opt) {
       r);
   // Checked runs over valid data must leave no record: a false positive fails the case.
   check_gqa_run(plan, args.workspace, nullptr);
+  // Before the other extras: out still holds the timed runs' output, which the stamp build must
+  // reproduce bit for bit, and the cache is as they read it (--fused appends to it).
+  if (opt.stamps && opt.cuda) r.stamps = measure_stamps(plan, args, h.q_elems * 2, opt);
   if (opt.skip_softmax > 0.f) {
     r.skip = {{"dist", opt.peaked ? "peaked" : "uniform"}};
     measure_skip(opt, plan, args, h.q_elems * 2, static_cast<int>(kv_elt), r);

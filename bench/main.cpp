@@ -21,6 +21,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cuda/backend.hpp"
+#include "cuda/gqa_stamps.hpp"
 #include "data.hpp"
 #include "deca/deca.hpp"
 #include "gpu_timer.hpp"
@@ -60,7 +61,7 @@ std::vector<BenchCase> collect(const std::vector<std::string>& presets) {
 // on `jobs` threads at once (the kernel cache makes each specialization once even when two cases
 // share it); the wall time of the whole set is what a server's start-up or a build machine waits.
 int precompile(const std::vector<BenchCase>& cases, deca::KvLayout layout, int device, int arch,
-               unsigned jobs, float skip_softmax) {
+               unsigned jobs, float skip_softmax, bool stamps) {
   std::vector<std::pair<std::string, std::function<std::string()>>> configs;
   const deca::Device cuda = deca::Device::cuda(device);
   for (const BenchCase& c : cases) {
@@ -68,6 +69,11 @@ int precompile(const std::vector<BenchCase>& cases, deca::KvLayout layout, int d
       deca::GqaConfig g = gqa_config(c.gqa, layout, cuda);
       g.skip_softmax_factor = skip_softmax;  // --skip-softmax: the "_skip" kernels
       configs.emplace_back(c.name, [g, arch] { return deca::precompile_gqa_decode(g, arch); });
+      if (stamps) {  // the stamp build beside it (Hopper kernels; "" for the others)
+        configs.emplace_back(c.name, [g, arch, device] {
+          return deca::cuda::precompile_gqa_stamps(g, arch != 0 ? arch : deca::cuda::compute_capability(device));
+        });
+      }
     } else {
       const deca::MlaConfig m = mla_config(c.mla, cuda);
       configs.emplace_back(c.name, [m, arch] { return deca::precompile_mla_decode(m, arch); });
@@ -107,7 +113,7 @@ int precompile(const std::vector<BenchCase>& cases, deca::KvLayout layout, int d
       ++failed;
       std::cout << "[" << i + 1 << "/" << configs.size() << "] " << configs[i].first
                 << ": FAILED: " << o.error << "\n";
-    } else if (kernels.insert(o.name).second) {
+    } else if (!o.name.empty() && kernels.insert(o.name).second) {
       // Cases sharing a kernel wait for the same compilation: only the first is listed.
       std::cout << "[" << i + 1 << "/" << configs.size() << "] " << configs[i].first << ": "
                 << o.name << "  " << o.seconds << " s\n";
@@ -151,7 +157,7 @@ nlohmann::json device_json(const DeviceInfo& d) {
 
 // The command line: every option's value (defaults as --help prints them).
 struct Cli {
-  bool list = false, check = false, host_cost = false, checked = false, fused = false;
+  bool list = false, check = false, host_cost = false, checked = false, fused = false, stamps = false;
   float skip_softmax = 0.f;
   std::string dist = "uniform";
   std::vector<std::string> presets, shapes;
@@ -197,6 +203,13 @@ void add_options(CLI::App& app, Cli& o) {
                  "free memory), per launch with programmatic dependent launch (as gqa_decode "
                  "launches on sm_90+) and without it, printed under each row (docs/benchmarks.md)")
       ->check(CLI::Range(1, 1024));
+  app.add_flag("--stamps", o.stamps,
+               "GQA cases on the GPU also run once (after the timed runs, cold L2) with the phase "
+               "stamps' build of their Hopper kernel, printed under each row: per phase (entry, PDL "
+               "wait, q, first copies, first tile, last PV, publish, merge) the 10th / 50th / 90th "
+               "percentile over the CTAs of the time since the first CTA's entry, per wave when "
+               "there are several (docs/benchmarks.md); with --precompile, the stamp builds are "
+               "compiled too");
   app.add_flag("--checked", o.checked,
                "run every case twice, unchecked then checked (GqaConfig / MlaConfig::checked: "
                "the kernels range-test the page ids, lengths and indices they read; names end in "
@@ -400,7 +413,7 @@ int run(int argc, char** argv) {
     }
     std::vector<BenchCase> cases = collect({o.precompile_preset});
     cases.insert(cases.end(), shape_cases.begin(), shape_cases.end());
-    return precompile(cases, layout, o.device, o.arch, o.jobs, o.skip_softmax);
+    return precompile(cases, layout, o.device, o.arch, o.jobs, o.skip_softmax, o.stamps);
   }
 
   RunOptions opt;
@@ -430,6 +443,7 @@ int run(int argc, char** argv) {
   opt.peaked = o.dist == "peaked";
   opt.fused = o.fused;
   opt.layers = o.layers;
+  opt.stamps = o.stamps;
   opt.seed = run_seed();
   std::vector<BenchCase> cases = collect(o.presets);
   cases.insert(cases.end(), shape_cases.begin(), shape_cases.end());

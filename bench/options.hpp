@@ -30,6 +30,7 @@ struct RunOptions {
   bool peaked = false;
   bool fused = false;           // --fused: GQA cases also time the fused decode step
   int layers = 0;               // --layers L: GQA cases also time L layers in a graph, PDL on / off
+  bool stamps = false;          // --stamps: GQA cases on the GPU also run their kernel's stamp build
   std::uint64_t seed = 0;      // fresh per run; each case derives its own from it
   GpuTimer* timer = nullptr;   // set when cuda
 };

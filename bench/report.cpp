@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "deca/error.hpp"
+#include "stamps_report.hpp"
 
 namespace deca::bench {
 namespace {
@@ -104,6 +105,7 @@ void Report::add(CaseResult r) {
     if (!r.graph_note.empty()) out_ << "    (no graph figure: " << r.graph_note << ")\n";
     if (r.fused) print_fused(r);
     if (r.layers) print_layers(*r.layers);
+    if (r.stamps.is_object()) print_stamps(out_, r.stamps);
     if (r.check_failed) out_ << "    CHECK FAILED: " << *r.check_failed << "\n";
   }
   out_.flush();
@@ -176,6 +178,7 @@ void Report::write_json(const std::string& path) const {
       c["num_splits"] = r.num_splits;
       c["kernel_name"] = r.kernel_name;
       if (r.skip.is_object()) c["skip_softmax"] = r.skip;
+      if (r.stamps.is_object()) c["stamps"] = r.stamps;
       if (r.check_failed) c["check_failed"] = *r.check_failed;
       if (r.layers) {
         c["layers"] = {{"count", r.layers->layers},

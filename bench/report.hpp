@@ -69,6 +69,9 @@ struct CaseResult {
   nlohmann::json skip;
   std::optional<FusedTimes> fused;
   std::optional<LayerTimes> layers;
+  // --stamps: the phase stamps' summary (stamps_report.cpp measure_stamps); null otherwise.
+  // Written to the JSON as "stamps".
+  nlohmann::json stamps;
 };
 
 struct RunInfo {

@@ -251,6 +251,23 @@ __device__ __forceinline__ unsigned atom_add_acq_rel_gpu(unsigned* p, unsigned v
   return old;
 }
 
+// ---- Special registers (PTX ISA "Special Registers": %globaltimer, %smid; sm_30+) -------------
+// mov.u64 d, %globaltimer; -- a 64-bit global nanosecond timer, one clock for every SM (its
+// update step is the device's). volatile with a memory clobber: kept in program order with the
+// other asm statements around it (the phase stamps of kernels/gqa/stamps.cuh).
+__device__ __forceinline__ unsigned long long globaltimer() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t) :: "memory");
+  return t;
+}
+// mov.u32 d, %smid; -- the SM the thread runs on (for profiling: a CTA never migrates in practice,
+// but the ISA does not promise it).
+__device__ __forceinline__ unsigned smid() {
+  unsigned s;
+  asm volatile("mov.u32 %0, %%smid;\n" : "=r"(s));
+  return s;
+}
+
 // ---- prefetch.global.L2 (PTX ISA 9.7.9.15, sm_20+) ---------------------------------------------
 // Brings the line holding `p` into L2 without a register result: a later load of it waits for an
 // L2 hit rather than a DRAM round trip.

@@ -9,6 +9,7 @@
 #include "kernels/common/kv_kind.cuh"
 #include "kernels/common/ptx.cuh"
 #include "kernels/gqa/params.cuh"
+#include "kernels/gqa/stamps.cuh"
 
 namespace deca::gqa {
 
@@ -154,6 +155,7 @@ __device__ __forceinline__ void finish_cta(const GqaParams& p, unsigned char* sm
       const int r = i / D, d = i % D;
       store_out(r, d, cta_o(r, d) * row_l[r]);
     }
+    stamp_all(kStampOut);  // the stamp build only (stamps.cuh): every thread's stores issued
     return;
   }
 
@@ -185,6 +187,7 @@ __device__ __forceinline__ void finish_cta(const GqaParams& p, unsigned char* sm
     if (is_last) p.ws_counters[pieces.unit] = 0u;  // ready for the next launch: no memset between calls
   }
   __syncthreads();
+  stamp(kStampOut);  // the stamp build only: the partial published, the arrival counted
   if (!is_last) return;
 
   // ---- The last CTA merges every split, in split order (bitwise reproducible) ----
@@ -236,6 +239,7 @@ __device__ __forceinline__ void finish_cta(const GqaParams& p, unsigned char* sm
     for (int sp = 0; sp < ns; ++sp) split_w[r * ns + sp] *= inv;
   }
   __syncthreads();
+  stamp(kStampMergeWeights);
   for (int i = tid; i < rows_here * (D / 4); i += T::kThreads) {
     const int r = i / (D / 4), d = (i % (D / 4)) * 4;
     const float4 acc = weighted_sum(make_float4(0.f, 0.f, 0.f, 0.f), split_w + r * ns, 0, ns, r, d);
@@ -244,6 +248,7 @@ __device__ __forceinline__ void finish_cta(const GqaParams& p, unsigned char* sm
     store_out(r, d + 2, acc.z);
     store_out(r, d + 3, acc.w);
   }
+  stamp_all(kStampMergeEnd);
 }
 
 }  // namespace deca::gqa

@@ -9,6 +9,7 @@
 
 #include "cuda/backend.hpp"
 #include "cuda/gqa_spec.hpp"
+#include "cuda/gqa_stamps.hpp"
 #include "cuda/tuning.hpp"
 #include "deca/error.hpp"
 #include "jit/driver.hpp"
@@ -209,10 +210,11 @@ GqaWorkspace gqa_workspace(const GqaPlan& plan, void* workspace) {
   return parts;
 }
 
-void gqa_decode(const GqaPlan& plan, const GqaParams& params, void* stream, bool launch, bool pdl) {
-  if (params.batch == 0) return;
-  const Prepared& prep = prepared(plan);
-  const GqaKernelKey& key = prep.key;
+namespace {
+
+// The launch of gqa_decode with `key`'s compiled `kernel`: the plan's key, or its stamp build.
+void launch_gqa(const GqaPlan& plan, const GqaKernelKey& key, const jit::LoadedKernel& kernel,
+                const GqaParams& params, void* stream, bool launch, bool pdl) {
   const gqa::Shape shape = key.shape();
   jit::Dim3 grid;
   grid.x = static_cast<unsigned>(plan.num_splits);
@@ -226,12 +228,47 @@ void gqa_decode(const GqaPlan& plan, const GqaParams& params, void* stream, bool
   if (!launch) return;  // deca-bench --host-cost: deca's own part, without the driver call
   jit::LaunchOptions options = gqa_launch_options(key.arch);
   options.pdl = options.pdl && pdl;
-  jit::launch(*prep.kernel, grid, block, static_cast<std::size_t>(shape.smem_bytes), stream, args, options);
+  jit::launch(kernel, grid, block, static_cast<std::size_t>(shape.smem_bytes), stream, args, options);
+}
+
+}  // namespace
+
+void gqa_decode(const GqaPlan& plan, const GqaParams& params, void* stream, bool launch, bool pdl) {
+  if (params.batch == 0) return;
+  const Prepared& prep = prepared(plan);
+  launch_gqa(plan, prep.key, *prep.kernel, params, stream, launch, pdl);
+}
+
+GqaKernelKey gqa_stamp_key(const GqaPlan& plan) {
+  GqaKernelKey key = prepared(plan).key;
+  key.stamps = true;
+  return key;
+}
+
+long long gqa_grid_ctas(const GqaPlan& plan, const GqaParams& params) {
+  const GqaKernelKey& key = prepared(plan).key;
+  return static_cast<long long>(plan.num_splits) * params.num_kv_heads * row_blocks(plan.config, key) *
+         (params.batch / key.beam_width);
+}
+
+void gqa_decode_with(const GqaPlan& plan, const GqaKernelKey& key, const jit::LoadedKernel& kernel,
+                     const GqaParams& params, void* stream) {
+  if (params.batch == 0) return;
+  launch_gqa(plan, key, kernel, params, stream, true, true);
 }
 
 std::string precompile_gqa(const GqaConfig& config, int arch) {
   refuse_retired_tuning("precompile_gqa_decode");
   const GqaKernelKey key = make_gqa_key(config, arch, 132, 0, hopper_16bit("precompile_gqa_decode"));
+  (void)jit::compile_only(key.spec());
+  return key.name();
+}
+
+std::string precompile_gqa_stamps(const GqaConfig& config, int arch) {
+  refuse_retired_tuning("precompile_gqa_stamps");
+  GqaKernelKey key = make_gqa_key(config, arch, 132, 0, hopper_16bit("precompile_gqa_stamps"));
+  if (!key.wgmma()) return "";
+  key.stamps = true;
   (void)jit::compile_only(key.spec());
   return key.name();
 }

@@ -31,6 +31,7 @@ std::string GqaKernelKey::name() const {
   if (checked) s += "_chk";
   if (skip) s += "_skip";
   if (rope_style != 0) s += (rope_style == 1 ? "_neox" : "_gptj") + to_string(rotary_dim);
+  if (stamps) s += "_stamp";
   return s;
 }
 
@@ -40,7 +41,10 @@ jit::JitSpec GqaKernelKey::spec() const {
   const auto constant = [](const char* type, const char* field, const std::string& value) {
     return std::string("  static constexpr ") + type + " " + field + " = " + value + ";\n";
   };
-  std::string src = "// " + name() + "\nstruct Cfg {\n";
+  std::string src = "// " + name() + "\n";
+  // A macro, before every include (kernels/gqa/stamps.cuh says why); absent otherwise.
+  if (stamps) src += "#define DECA_GQA_STAMPS 1\n";
+  src += "struct Cfg {\n";
   src += constant("int", "kHeadDim", to_string(head_dim));
   src += constant("int", "kGroup", to_string(group));
   src += constant("int", "kRows", to_string(rows));

@@ -45,6 +45,10 @@ struct GqaKernelKey {
   // plain decode; rotary_dim the rotated dims. "_neox<rd>" / "_gptj<rd>".
   int rope_style = 0;
   int rotary_dim = 0;
+  // The phase stamps' build (kernels/gqa/stamps.cuh, "_stamp"): a timing aid for the Hopper
+  // kernels, made only by src/cuda/gqa_stamps.cpp (deca-bench --stamps, the GPU test), never by a
+  // plan.
+  bool stamps = false;
 
   // The path the kernel takes: fp8_mma for an 8-bit cache; 16-bit caches have one path.
   int fp8_path() const {

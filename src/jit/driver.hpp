@@ -22,7 +22,7 @@ struct Driver {
   decltype(&::cuFuncSetAttribute) FuncSetAttribute;
   decltype(&::cuLaunchKernelEx) LaunchKernelEx;
   decltype(&::cuLaunchKernel) LaunchKernel;  // the bench's launch-floor comparison
-  decltype(&::cuModuleGetGlobal) ModuleGetGlobal;  // the MLA kernel's cycle stamps (a timing aid)
+  decltype(&::cuModuleGetGlobal) ModuleGetGlobal;  // the GQA phase stamps' records (src/cuda/gqa_stamps.cpp)
 };
 
 // True when a driver is installed, every entry point above resolved and a device is present.

@@ -18,14 +18,8 @@
 namespace deca::test {
 namespace {
 
-struct SplitCase {
-  std::string name;
-  GqaCaseSpec spec;
-  GpuOptions opt;
-};
-
-std::vector<SplitCase> split_cases() {
-  std::vector<SplitCase> cases;
+std::vector<NamedGpuCase> split_cases() {
+  std::vector<NamedGpuCase> cases;
   auto add = [&](std::string name, GqaCaseSpec s, GpuOptions o = {}) {
     cases.push_back({std::move(name), std::move(s), o});
   };
@@ -92,9 +86,8 @@ void expect_same_bits(const std::string& what, const GpuRun& a, const GpuRun& b)
 
 TEST(GqaFixedCostGpu, GuessedPageIdsGiveTheSameBits) {
   DECA_REQUIRE_GPU();
-  for (SplitCase& sc : split_cases()) {
-    auto rng = make_rng(32);
-    GqaCase c = build_gqa_case(sc.spec, rng);
+  for (NamedGpuCase& sc : split_cases()) {
+    GqaCase c = build_named_case(sc, 32);
     const GpuRun tight = run_gqa_on_gpu(c, sc.opt);
     ASSERT_GT(tight.plan.num_splits, 1) << sc.name;
     GpuOptions o = sc.opt;

@@ -52,6 +52,19 @@ struct GpuOptions {
   bool checked = false;  // GqaConfig::checked
 };
 
+// A named case and the plan options it runs with (the suites that walk a list of them).
+struct NamedGpuCase {
+  std::string name;
+  GqaCaseSpec spec;
+  GpuOptions opt;
+};
+
+// The named case's inputs, drawn from the test seed with `salt`.
+inline GqaCase build_named_case(const NamedGpuCase& nc, std::uint64_t salt) {
+  auto rng = make_rng(salt);
+  return build_gqa_case(nc.spec, rng);
+}
+
 // Whether the 16-bit Hopper kernel covers a cache of this head_dim, dtype and beam width (the
 // planner's own test, kernels/gqa/sm90/traits.cuh): the cases the GPU suites run through it.
 inline bool hopper_16bit_covers(int head_dim, DType kv, int beam_width) {

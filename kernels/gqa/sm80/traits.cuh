@@ -5,6 +5,7 @@
 
 #include "kernels/common/cfg_field.cuh"
 #include "kernels/common/kv_kind.cuh"
+#include "kernels/gqa/stamps.cuh"
 
 namespace deca::gqa {
 
@@ -112,6 +113,9 @@ struct CfgConstants {
   static constexpr int kRopeStyle = RopeStyleOf<Cfg>::value;
   static constexpr int kRotaryDim = RotaryDimOf<Cfg>::value;
   static constexpr bool kFused = kRopeStyle != 0;
+  // The phase stamps' build (kernels/gqa/stamps.cuh, GqaKernelKey::stamps): a timing aid, only the
+  // Hopper kernels mark their phases.
+  static constexpr bool kStamps = kStampBuild;
 };
 
 template <class Cfg>

@@ -255,6 +255,8 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
     u = c.unit;
     pend = TileCursor{u, 0, u.tiles, u.tiles <= 0};
     loader.template start<kAhead>(pend, pend_item, cs, guess, guessed);
+    stamp_word(kStampTilesWord, u.tiles + 1ull);
+    stamp(kStampIssued);  // the stamp build only (kernels/gqa/stamps.cuh)
   };
 
   // ---- q: rows scaled by a power of two each into [128, 256), split into two e4m3 terms (16-bit:
@@ -269,6 +271,7 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
       load_q_two_term<T, N>(p, batch, kv_head, row0, rows_total, base + kPlan.q_hi, base + kPlan.q_lo,
                             q_inv, [](int m) { return m; }, false, between);
     }
+    stamp(kStampQ);
   };
   if constexpr (T::kFused) {
     start_copies();
@@ -321,6 +324,9 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
     ptx::cp_async_wait<T::kStages - 2>();
     fence_proxy_async_smem();  // this thread's landed chunks, to the wgmma (async proxy) readers
     __syncthreads();           // tile `item` landed for all; stage (item - 1) % kStages is free
+    if constexpr (T::kStamps) {
+      if (i_tile == 0) stamp(kStampFirstTile);
+    }
     issue_next();              // tile item + kStages - 1
     const int stage = item % T::kStages;
     const unsigned k_off = stage * 2 * kStageBytes;  // from the base
@@ -461,6 +467,7 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
 
   // ---- The rows into the epilogue's merge area (one slice: kWarpsN = 1), which reuses the
   // stages: every one is free once the ring is drained ----
+  stamp(kStampLastPv);  // the stamp build only: the last tile's PV waited for
   ptx::cp_async_wait<0>();
   finish_rows_on_n<T>(p, smem, red, l, w, m_run, l_run, o, c, row0, rows_total, batch, kv_head, v_scale);
 }

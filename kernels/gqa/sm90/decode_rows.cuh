@@ -171,6 +171,7 @@ __device__ __forceinline__ void gqa_decode_rows_kernel(const GqaParams& p, unsig
       load_q_two_term<T, kRowsOnMOperandRows>(p, batch, kv_head, row0, rows_total, base + kPlan.q_hi,
                                               base + kPlan.q_lo, q_inv, row_of_operand, qk_scale_signed < 0.f);
     }
+    stamp(kStampQ);  // the stamp build only (kernels/gqa/stamps.cuh)
   };
   if constexpr (!T::kFused) load_q();
   const Unit unit = unit_of_length<T>(p, cta_unit, length);
@@ -182,6 +183,8 @@ __device__ __forceinline__ void gqa_decode_rows_kernel(const GqaParams& p, unsig
 
   // ---- Prologue: kStages - 1 tiles in flight ----
   loader.template start<kAhead>(pend, pend_item, cs, guess, guessed);
+  stamp_word(kStampTilesWord, unit.tiles + 1ull);
+  stamp(kStampIssued);
   // Fused step (append.cuh): this thread's first new-token item coded while the tiles fly.
   const fused::EarlyPair early = early_new_pair<T>(p, unit, row_block);
   if constexpr (T::kFused) load_q();
@@ -216,6 +219,9 @@ __device__ __forceinline__ void gqa_decode_rows_kernel(const GqaParams& p, unsig
     ptx::cp_async_wait<T::kStages - 2>();
     fence_proxy_async_smem();  // this thread's landed chunks, to the wgmma (async proxy) readers
     __syncthreads();           // tile `item` landed; the last tile's stage and V^T are free
+    if constexpr (T::kStamps) {
+      if (i_tile == 0) stamp(kStampFirstTile);
+    }
     issue_next();              // tile item + kStages - 1
     const int stage = item % T::kStages;
     const unsigned k_off = stage * 2 * kStageBytes;
@@ -382,6 +388,7 @@ __device__ __forceinline__ void gqa_decode_rows_kernel(const GqaParams& p, unsig
   }
 
   // ---- The rows into the epilogue's merge area (one slice: kWarpsN = 1) ----
+  stamp(kStampLastPv);  // the stamp build only: the last tile's PV waited for
   ptx::cp_async_wait<0>();
 #pragma unroll
   for (int h = 0; h < kHalves; ++h) {

@@ -18,7 +18,10 @@ extern "C" __global__ void __launch_bounds__(deca::gqa::sm90::Traits<Cfg>::kThre
   // the portable kernel's entry says. The kernels' own set-up before their first global read
   // (shared-memory base and descriptors, the checked ring's slots) is a few dozen instructions,
   // no mbarrier or tensor map to overlap, so the wait stays here where no path can skip it.
+  // The stamp build (kernels/gqa/stamps.cuh) reads the timer before the wait and stores it after.
+  const unsigned long long t_entry = deca::gqa::stamp_now();
   deca::ptx::griddep_wait();
+  deca::gqa::stamp_entry(t_entry);
   if constexpr (Cfg::kRowsOnM) {
     deca::gqa::sm90::gqa_decode_rows_kernel<Cfg>(params, deca_smem);
   } else if constexpr (deca::gqa::sm90::Traits<Cfg>::kSkip) {
