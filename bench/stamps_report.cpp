@@ -70,13 +70,14 @@ nlohmann::json measure_stamps(const GqaPlan& plan, const GqaDecodeArgs& args, st
   clear(stream);
   launch(stream);
   check_cuda(cudaStreamSynchronize(stream), "the stamp build's first run (cudaStreamSynchronize)");
-  check_cuda(cudaMemset(args.out.data, 0xFF, out_bytes), "cudaMemset (out)");
+  check_cuda(cudaMemsetAsync(args.out.data, 0xFF, out_bytes, stream), "cudaMemsetAsync (out)");
   opt.timer->run_cold(clear, launch);
   const cuda::StampRun run = stamper.read(p, stream);
   check_cuda(cudaMemcpy(stamped.data(), args.out.data, out_bytes, cudaMemcpyDeviceToHost), "out (D2H)");
   nlohmann::json j = stamps_json(cuda::summarize_stamps(run));
   j["kernel"] = stamper.kernel_name();
   j["grid_ctas"] = run.grid_ctas;
+  j["recorded_ctas"] = static_cast<long long>(run.ctas.size());
   j["same_bits_as_plain"] = std::memcmp(plain.data(), stamped.data(), out_bytes) == 0;
   return j;
 }
@@ -92,6 +93,10 @@ void print_stamps(std::ostream& out, const nlohmann::json& j) {
       << j.value("median_tiles", -1) << " tiles per CTA (median); first entry to last end " << us(j.value("span_us", 0.0))
       << " us; timer step " << j.value("timer_step_ns", 0.0) << " ns";
   if (j.value("missing", 0) > 0) out << "; " << j["missing"].get<int>() << " CTAs wrote nothing";
+  if (j.value("grid_ctas", 0LL) > j.value("recorded_ctas", 0LL)) {
+    out << "; records for the first " << j["recorded_ctas"].get<long long>() << " of "
+        << j["grid_ctas"].get<long long>() << " CTAs";
+  }
   if (j.contains("same_bits_as_plain")) {
     out << (j["same_bits_as_plain"].get<bool>() ? "; output bitwise as the plain kernel's"
                                                  : "; OUTPUT DIFFERS from the plain kernel's");

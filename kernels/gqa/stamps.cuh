@@ -21,8 +21,9 @@ namespace deca::gqa {
 
 inline constexpr bool kStampBuild = DECA_GQA_STAMPS != 0;
 
-// The events, in the order a split CTA meets them in the rows-on-N kernel without the fused step
-// (q's step may come after the copies in other prologues: check the order pairwise, not in full).
+// The events, in the order a split CTA of the rows-on-M kernel (decode_rows.cuh) meets them; the
+// rows-on-N kernel (decode.cuh) issues its first copies before it converts q, so kIssued comes
+// before kQ there: check the order pairwise, not in full.
 // Where each is taken and why there:
 //  kEntry: the kernel's first instruction, before griddepcontrol.wait (sm90/entry.cuh).
 //  kWaited: right after griddepcontrol.wait: the previous grid's completion seen.

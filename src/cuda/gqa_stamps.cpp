@@ -17,9 +17,9 @@ namespace deca::cuda {
 
 namespace {
 
-void check_rt(cudaError_t rc, const char* what) {
+void check_rt(cudaError_t rc, const char* fn, const char* what) {
   if (rc != cudaSuccess) {
-    throw Error(std::string("gqa stamps: ") + what + ": expected cudaSuccess, got " + cudaGetErrorName(rc));
+    throw Error(std::string(fn) + ": " + what + ": expected cudaSuccess, got " + cudaGetErrorName(rc));
   }
 }
 
@@ -53,7 +53,7 @@ GqaStamper::GqaStamper(const GqaPlan& plan, const std::string& fn) : plan_(&plan
 void GqaStamper::clear(void* stream) const {
   jit::ScopedDevice scope(plan_->config.device.index);
   check_rt(cudaMemsetAsync(reinterpret_cast<void*>(buffer_), 0, bytes_, static_cast<cudaStream_t>(stream)),
-           "cudaMemsetAsync (records)");
+           "GqaStamper::clear", "cudaMemsetAsync (records)");
 }
 
 void GqaStamper::run(const GqaParams& params, void* stream) const {
@@ -71,19 +71,20 @@ void GqaStamper::run(const GqaParams& params, void* stream) const {
 
 StampRun GqaStamper::read(const GqaParams& params, void* stream) const {
   jit::ScopedDevice scope(plan_->config.device.index);
-  check_rt(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)), "cudaStreamSynchronize (stamped launch)");
+  check_rt(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)), "GqaStamper::read",
+           "cudaStreamSynchronize (stamped launch)");
   StampRun run;
   run.grid_ctas = params.batch == 0 ? 0 : gqa_grid_ctas(*plan_, params);
   const long long kept = std::min<long long>(run.grid_ctas, gqa::kStampCtas);
   std::vector<unsigned long long> words(static_cast<std::size_t>(kept) * gqa::kStampWords);
   if (!words.empty()) {
     check_rt(cudaMemcpy(words.data(), reinterpret_cast<void*>(buffer_), words.size() * 8, cudaMemcpyDeviceToHost),
-             "cudaMemcpy (records)");
+             "GqaStamper::read", "cudaMemcpy (records)");
   }
   unsigned long long marks[gqa::kStampMarks] = {};
   const std::size_t marks_at = static_cast<std::size_t>(gqa::kStampCtas) * gqa::kStampWords * 8;
   check_rt(cudaMemcpy(marks, reinterpret_cast<void*>(buffer_ + marks_at), sizeof(marks), cudaMemcpyDeviceToHost),
-           "cudaMemcpy (marks)");
+           "GqaStamper::read", "cudaMemcpy (marks)");
   run.mark_before = marks[0];
   run.mark_after = marks[1];
   run.ctas.resize(static_cast<std::size_t>(kept));

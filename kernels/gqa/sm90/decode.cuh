@@ -320,13 +320,19 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
   }
   const int causal_start = seq_len - q_len;  // keys below are visible to every row (window aside)
 
+  // The stamp build waits for the first tile before the loop, so that the loop's body is the
+  // plain kernel's (its first wait and barrier then pass at once).
+  if constexpr (T::kStamps) {
+    if (u.tiles > 0) {
+      ptx::cp_async_wait<T::kStages - 2>();
+      __syncthreads();
+      stamp(kStampFirstTile);
+    }
+  }
   for (int i_tile = 0, item = 0; i_tile < u.tiles; ++i_tile, ++item) {
     ptx::cp_async_wait<T::kStages - 2>();
     fence_proxy_async_smem();  // this thread's landed chunks, to the wgmma (async proxy) readers
     __syncthreads();           // tile `item` landed for all; stage (item - 1) % kStages is free
-    if constexpr (T::kStamps) {
-      if (i_tile == 0) stamp(kStampFirstTile);
-    }
     issue_next();              // tile item + kStages - 1
     const int stage = item % T::kStages;
     const unsigned k_off = stage * 2 * kStageBytes;  // from the base

@@ -215,13 +215,19 @@ __device__ __forceinline__ void gqa_decode_rows_kernel(const GqaParams& p, unsig
   for (int i = 0; i < 4; ++i) ldsm_off[i] = 4096u * w + rows_on_m_ldsm_offset(l, i);
 #pragma unroll
   for (int i = 0; i < 2; ++i) stsm_off[i] = rows_on_m_stsm_offset(l, 2 * w + i);
+  // The stamp build waits for the first tile before the loop (the loop's body stays the plain
+  // kernel's).
+  if constexpr (T::kStamps) {
+    if (unit.tiles > 0) {
+      ptx::cp_async_wait<T::kStages - 2>();
+      __syncthreads();
+      stamp(kStampFirstTile);
+    }
+  }
   for (int i_tile = 0, item = 0; i_tile < unit.tiles; ++i_tile, ++item) {
     ptx::cp_async_wait<T::kStages - 2>();
     fence_proxy_async_smem();  // this thread's landed chunks, to the wgmma (async proxy) readers
     __syncthreads();           // tile `item` landed; the last tile's stage and V^T are free
-    if constexpr (T::kStamps) {
-      if (i_tile == 0) stamp(kStampFirstTile);
-    }
     issue_next();              // tile item + kStages - 1
     const int stage = item % T::kStages;
     const unsigned k_off = stage * 2 * kStageBytes;
