@@ -395,8 +395,7 @@ Tensor import_fast(nb::handle object, std::optional<DType> declared, const FastW
         torch_view_exchange(*torch.exchange, object, declared, where, t)) {
       return t;
     }
-    t = torch_view(torch, object, declared, where);
-    return t;
+    return torch_view(torch, object, declared, where);
   }
   // A deca.Tensor (the Python layer's one-off calls hand their own imports to a plan's run):
   // deca.Tensor's rules, as _tensors.tensor applies them; no second import.

@@ -313,10 +313,10 @@ __device__ __forceinline__ void gqa_decode_skip_kernel(const GqaParams& p, unsig
 
     // 16-bit: the softmax and the PV run for a dropped tile too, every row's P at 0 against the
     // tile's K stage in V's place (the request's keys or the loader's zeros: finite for a finite
-    // cache; free until K of item + 4): its O, sums and maxima stay as they were. A PV under the vote's branch made ptxas serialize every wgmma of the
-    // kernel (C7520: the warpgroup.arrive it adds for O's registers, in a divergent path); 16-bit
-    // O accumulates in the tensor core, so its registers are the wgmma's. fp8 branches (its PV
-    // writes a fresh accumulator).
+    // cache; free until K of item + 4): its O, sums and maxima stay as they were. A PV under the
+    // vote's branch made ptxas serialize every wgmma of the kernel (C7520: the warpgroup.arrive
+    // it adds for O's registers, in a divergent path); 16-bit O accumulates in the tensor core,
+    // so its registers are the wgmma's. fp8 branches (its PV writes a fresh accumulator).
     if (T::k16 || vote_cur) {
       // ---- decode.cuh's softmax per query row (column cc), a dropped row's P at 0 ----
       // fp8: O's rescale waits for the PV: o = fma(o, alpha, ot), one rounding, as ptxas contracts
