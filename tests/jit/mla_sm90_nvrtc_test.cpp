@@ -5,11 +5,14 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "deca/error.hpp"
 #include "jit/elf_symbols.hpp"
 #include "jit/mla_sm90_spec.hpp"
+#include "jit/mla_sm90_timing_cases.hpp"
 #include "jit/nvrtc_compile.hpp"
 #include "jit/scoped_env.hpp"
 #include "deca/mla.hpp"
@@ -19,10 +22,8 @@
 namespace deca {
 namespace {
 
-// `timing_only`: an ablation whose numbers are wrong anyway; a few spilled bytes there only
-// blur its time, so they are printed, not failed on. `bound`: the spilled and stack bytes allowed
-// (none by default).
-void expect_clean_compile(const jit::JitSpec& spec, bool timing_only = false, const jit::PtxasInfo& bound = {}) {
+// `bound`: the spilled and stack bytes allowed (none by default).
+void expect_clean_compile(const jit::JitSpec& spec, const jit::PtxasInfo& bound = {}) {
   const jit::CompileResult r = jit::compile(spec);
   ASSERT_FALSE(r.cubin.empty()) << spec.name;
   ASSERT_TRUE(r.ptxas.found) << spec.name << ": no ptxas report in the NVRTC log:\n" << r.log;
@@ -30,11 +31,9 @@ void expect_clean_compile(const jit::JitSpec& spec, bool timing_only = false, co
   std::printf("[nvrtc] %-32s %7.0f ms  regs=%d spill_stores=%d spill_loads=%d stack=%d\n",
               spec.name.c_str(), r.compile_ms, r.ptxas.registers, r.ptxas.spill_store_bytes,
               r.ptxas.spill_load_bytes, r.ptxas.stack_bytes);
-  if (!timing_only) {
-    EXPECT_LE(r.ptxas.spill_store_bytes, bound.spill_store_bytes) << spec.name;
-    EXPECT_LE(r.ptxas.spill_load_bytes, bound.spill_load_bytes) << spec.name;
-    EXPECT_LE(r.ptxas.stack_bytes, bound.stack_bytes) << spec.name;
-  }
+  EXPECT_LE(r.ptxas.spill_store_bytes, bound.spill_store_bytes) << spec.name;
+  EXPECT_LE(r.ptxas.spill_load_bytes, bound.spill_load_bytes) << spec.name;
+  EXPECT_LE(r.ptxas.stack_bytes, bound.stack_bytes) << spec.name;
   // 384 threads (the direct kernel) or 512, one CTA per SM: the launch budget setmaxnreg
   // redistributes.
   const bool direct = spec.source.find("kDirect = 1;") != std::string::npos;
@@ -150,7 +149,7 @@ TEST(MlaSm90Nvrtc, CheckedKernelsCompileWithoutSpills) {
           std::printf("[nvrtc] unchecked MODEL1 p1x1 at %d heads: spill_stores=%d spill_loads=%d stack=%d\n", heads,
                       bound.spill_store_bytes, bound.spill_load_bytes, bound.stack_bytes);
         }
-        expect_clean_compile(spec, false, bound);
+        expect_clean_compile(spec, bound);
       }
     }
   }
@@ -241,15 +240,28 @@ TEST(MlaSm90Nvrtc, LsePosInfCheckedKernelsCompile) {
   }
 }
 
-// The timing-only builds that leave a stage out (config.cuh Ablate), as the timing test runs them:
-// their numbers are wrong anyway, so a few spilled bytes there are printed, not failed on.
+// The timing-only builds that leave a stage out (config.cuh Ablate) of every kernel the timing
+// test runs (tests/jit/mla_sm90_timing_cases.hpp: V3.2's sparse rows, the dense rows, the MODEL1
+// rows; each kernel once), as clean as the plans' kernels: a spill or a serialized wgmma would
+// time something other than the kernel less one stage.
 TEST(MlaSm90Nvrtc, AblationsCompile) {
-  for (int heads : {16, 64, 128}) {
-    for (int ablate : {1, 2, 3, 4}) {
-      if (heads <= 16 && ablate == 3) continue;  // the direct kernel has no consumers-only build
-      expect_clean_compile(test::mla_sm90_spec(64, heads, ablate), true);
+  std::vector<test::TimingCase> cases = test::sparse_timing_cases();
+  for (const auto& more : {test::dense_timing_cases(), test::model1_timing_cases()}) {
+    cases.insert(cases.end(), more.begin(), more.end());
+  }
+  std::set<std::string> compiled;
+  for (const test::TimingCase& c : cases) {
+    const cuda::MlaKernelKey key = test::timing_key(c);
+    for (const test::TimingVariant& v : test::timing_variants(key)) {
+      if (v.ablate == mla::sm90::kAblateNone) continue;  // the plans' kernels: the tests above
+      const jit::JitSpec spec = test::timing_spec(key, v.ablate);
+      if (!compiled.insert(spec.name).second) continue;
+      expect_clean_compile(spec);
     }
   }
+  // V3.2: 4 + 4 + 3 (the direct kernel has no consumers-only build); dense: 3 kernels (bf16 at
+  // 64 and 16 heads is one) x 4; MODEL1: 2 x 4.
+  EXPECT_EQ(compiled.size(), 11u + 12u + 8u);
 }
 
 TEST(MlaSm90Nvrtc, SharedMemoryPlanFitsOneCta) {
