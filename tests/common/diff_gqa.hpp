@@ -97,6 +97,10 @@ inline GqaLayer draw_gqa_skip_layer(Rng& rng, int index) {
   GqaLayer l = draw_gqa_layer(rng, index % 8);
   if (l.out_dtype == DType::kFP8E4M3) l.out_dtype = l.q_dtype;
   l.skip = true;
+  // Two layers on the Hopper rows-on-M skip kernel (sm90/skip_rows.cuh: more than 16 rows, no
+  // beams): fp8 with a tree at 32 rows (q_len 4 of a group of 8), bf16 at 64 (q_len 4 of 16).
+  if (index == 2) l.kv_dtype = DType::kFP8E4M3, l.head_dim = 128, l.beam_width = 1, l.group = 8, l.checked = false;
+  if (index == 4) l.kv_dtype = DType::kBF16, l.head_dim = 128, l.beam_width = 1, l.max_q_len = 4;
   return l;
 }
 
