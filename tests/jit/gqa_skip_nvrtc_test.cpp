@@ -1,9 +1,9 @@
 // NVRTC compiles the skip-softmax kernels ("_skip", GqaConfig::skip_softmax_factor > 0) for sm_90a,
 // sm_89 and sm_80 (no GPU needed): the portable kernel for every KV dtype and 8-bit path, with beams, masks,
-// window, soft-cap, checked mode and 16 / 32 / 64 rows, and the Hopper kernel's skip variant for
-// fp8 and 16-bit caches (head_dim 64, 128, 256) at 8 / 16 rows (skip.cuh) and at 32 / 64 rows
-// (skip_rows.cuh). Each exports the kernel symbol without spilling. The exact kernels' sources (so their code) do not
-// change with the feature: no kSkip in them.
+// window, soft-cap, checked mode and 16 / 32 / 64 rows, and the Hopper kernel's skip variants for
+// fp8 and 16-bit caches (head_dim 64, 128, 256) at 8 / 16 rows (skip.cuh) and 32 / 64 rows
+// (skip_rows.cuh). Each exports the kernel symbol without spilling. The exact kernels' sources
+// (so their code) do not change with the feature: no kSkip in them.
 #include <gtest/gtest.h>
 
 #include <cstdio>
