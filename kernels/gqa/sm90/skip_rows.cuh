@@ -21,9 +21,15 @@
 //   PV of tile j with P_j (the last iteration's), O rescaled by alpha_j
 // What crosses the iteration is P (fp8 32 registers, 16-bit 16 at head_dim 128) and alpha, not
 // S (64 / 32): tile j + 1's softmax moves ahead of tile j's PV, which changes no arithmetic (O
-// still takes alpha_j, then P_j V_j, then alpha_{j+1}; l and m in tile order). A kept tile runs
-// decode_rows.cuh's instructions for it (its P, sums and PV helpers), so a factor under which no
-// tile falls gives decode_rows.cuh's bits.
+// still takes alpha_j, then P_j V_j, then alpha_{j+1}; l and m in tile order). fp8 at 64 rows
+// (kPvFirst) cannot hold two tiles' P beside O and the PV's accumulator: there tile j's V^T and
+// PV come first (after the top barrier, a barrier between them), then tile j + 1's QK, decisions,
+// vote and softmax (docs/perf-notes.md "Skip-softmax on the rows-on-M kernel": the registers).
+//
+// A kept tile runs decode_rows.cuh's arithmetic for it in its order (the shared QK, transpose and
+// 16-bit P / PV functions; its fp8 P, mask and epilogue as functions below; the fp8 PV in two
+// halves of d, the same k-chain per element), so a factor under which no tile falls gives
+// decode_rows.cuh's bits (GqaSkipGpu's tiny-factor check).
 //
 // A tile the CTA drops still runs its PV, every row's P at 0, against K_{j+1}'s slot in V's place
 // (landed, finite for a finite cache, not rewritten before K_{j+3}): O, the sums and maxima stay
@@ -41,6 +47,7 @@
 #include "kernels/gqa/sm90/cta.cuh"
 #include "kernels/gqa/sm90/decode_rows.cuh"
 #include "kernels/gqa/sm90/q_tile.cuh"
+#include "kernels/gqa/sm90/skip.cuh"
 #include "kernels/gqa/sm90/tile_loader.cuh"
 #include "kernels/gqa/sm90/traits.cuh"
 
@@ -275,10 +282,7 @@ __device__ __forceinline__ void gqa_decode_skip_rows_kernel(const GqaParams& p, 
     const int tok = (row < rows_total ? row : 0) / T::kGroup;
     row_pos[h] = causal_start + tok;
     tree[h] = T::kTree ? p.tree_mask + batch * p.mask_stride_batch + tok * p.mask_stride_token : nullptr;
-    const int causal = row_pos[h] + 1;
-    int span = T::kWindow && p.window < causal ? p.window : causal;
-    if constexpr (T::kTree) span += seq_len - causal;  // and the drafts after the row (a tree may show them)
-    thr[h] = __log2f(p.skip_softmax_factor) - __log2f(static_cast<float>(span > 1 ? span : 1));
+    thr[h] = skip_threshold<T>(p, row_pos[h], seq_len);
     if (qrow[h] >= 0 && row < rows_total) real |= 1u << h;
   }
   auto logit = [&](float x, int h) {  // decode_rows.cuh's: log2 units, -inf stays -inf
@@ -297,13 +301,8 @@ __device__ __forceinline__ void gqa_decode_skip_rows_kernel(const GqaParams& p, 
   for (int i = 0; i < 4; ++i) ldsm_off[i] = 4096u * w + rows_on_m_ldsm_offset(l, i);
 #pragma unroll
   for (int i = 0; i < 2; ++i) stsm_off[i] = rows_on_m_stsm_offset(l, 2 * w + i);
-  unsigned long long v_rows[2] = {0ull, 0ull};  // GqaParams::skip_counts: copied, of all
-  auto count = [&](int item, bool copied) {
-    const int t0 = u.first + item * kTileT;
-    const int rows = u.end - t0 < kTileT ? u.end - t0 : kTileT;
-    v_rows[1] += static_cast<unsigned>(rows);
-    if (copied) v_rows[0] += static_cast<unsigned>(rows);
-  };
+  SkipCounts counts;  // GqaParams::skip_counts
+  auto count = [&](int item, bool copied) { counts.add<kTileT>(u, item, copied); };
 
   // Tile `item`'s S (issued; waited for here), masked, and the rows' decisions (bit h: row h
   // keeps it), m_ref brought up to date; m_t: the rows' largest logits of the tile.
@@ -428,10 +427,7 @@ __device__ __forceinline__ void gqa_decode_skip_rows_kernel(const GqaParams& p, 
     }
     vote_cur = vote_next;
   }
-  if (p.skip_counts != nullptr && tid == 0 && n > 0) {
-    atomicAdd(p.skip_counts, v_rows[0]);
-    atomicAdd(p.skip_counts + 1, v_rows[1]);
-  }
+  counts.flush(p, tid, n);
 
   // ---- decode_rows.cuh's epilogue ----
   const CtaRows cta{batch, batch, kv_head, c.row_blocks, c.row_block, c.split, row0, rows_total, rows_total};
