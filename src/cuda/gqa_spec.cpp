@@ -111,12 +111,13 @@ GqaKernelKey make_gqa_key(const GqaConfig& config, int arch, int sm_count, int p
   // measured nowhere else. docs/perf-notes.md has the figures.
   const int kind = kv::kind_of(key.kv_dtype);
   const int rows_needed = config.beam_width * config.max_q_len * key.group;
-  // Skip-softmax on the Hopper kernel: rows on N only (up to 16 rows, sm90/skip.cuh, fp8 and
-  // 16-bit alike); 32 and 64 rows take the portable kernel's skip variant. 16-bit caches take the
-  // Hopper kernel where the plan asks for it (hopper_16bit: the default, DECA_GQA_SM90_16BIT=0 not).
+  // Skip-softmax runs on the Hopper kernel at every rows value, fp8 and 16-bit alike: up to 16
+  // rows on wgmma's N (sm90/skip.cuh, "_wgmma_st3_skip"), 32 and 64 on its M (sm90/skip_rows.cuh,
+  // "_wgmma_rm_skip"). 16-bit caches take the Hopper kernel where the plan asks for it
+  // (hopper_16bit: the default, DECA_GQA_SM90_16BIT=0 not).
   const bool fp8_ok = gqa::sm90::supports(key.head_dim, key.kv_dtype, key.beam_width);
   const bool b16_ok = hopper_16bit && gqa::sm90::supports_16bit(key.head_dim, key.kv_dtype, key.beam_width);
-  const bool wgmma_ok = arch == 90 && paths == 90 && (fp8_ok || b16_ok) && !(key.skip && rows_needed > 16);
+  const bool wgmma_ok = arch == 90 && paths == 90 && (fp8_ok || b16_ok);
   key.fp8_mma = wgmma_ok                                      ? kv::kWgmma
                 : kind == kv::kKvFp8 && paths == 89 && arch >= 89 ? kv::kTwoTerm
                 : kind == kv::kKvInt8 && paths == 90           ? kv::kTwoTermQk
@@ -125,8 +126,10 @@ GqaKernelKey make_gqa_key(const GqaConfig& config, int arch, int sm_count, int p
   if (key.wgmma()) {
     const int row_blocks = (rows_needed + key.rows - 1) / key.rows;
     const long long units = static_cast<long long>(config.max_batch) * config.num_kv_heads * row_blocks;
-    // The skip kernel's ring takes a three-stage plan's six slots (sm90/skip.cuh).
-    key.stages = key.skip ? 3
+    // The rows-on-N skip kernel's ring takes a three-stage plan's six slots (sm90/skip.cuh); the
+    // rows-on-M one the default two-stage plan's four (sm90/skip_rows.cuh: stages 0, as its exact
+    // kernel, so the two differ in the name by "_skip" alone).
+    key.stages = key.skip && key.rows <= 16 ? 3
                            : gqa::sm90::stages_for_grid(key.rows, units, sm_count, gqa::sm90::kv_bytes_of(key.kv_dtype),
                                                         key.head_dim);
     // 32 or 64 rows: the rows on wgmma's M (decode_rows.cuh); up to 16 on N (decode.cuh).

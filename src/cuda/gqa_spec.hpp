@@ -84,7 +84,8 @@ struct GqaKernelKey {
 // `arch`, so that one GPU runs the code other arches' plans select. The Hopper kernel needs both
 // to be 90, the e4m3 mma.sync an `arch` of 89 or more.
 // `hopper_16bit`: bf16 / fp16 caches at head_dim 64, 128 or 256 without beams take the Hopper
-// kernel too ("_kvbf16..._wgmma"; with skip-softmax up to 16 rows, "_wgmma_st3_skip", as fp8);
+// kernel too ("_kvbf16..._wgmma"; with skip-softmax "_wgmma_st3_skip" up to 16 rows and "_wgmma_rm_skip"
+// at 32 / 64, as fp8);
 // else they take the portable kernel. Plans pass true unless DECA_GQA_SM90_16BIT=0 (the backend reads it);
 // the parameter's default, false, is for the tests that compile the portable kernel's 16-bit
 // specializations on sm_90.

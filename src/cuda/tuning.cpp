@@ -18,7 +18,7 @@ constexpr TuningRow kRows[] = {
      "splits per (request, kv head) unit, clamped to what the merge and the keys allow"},
     {Tuning::kGqaSm9016Bit, "DECA_GQA_SM90_16BIT", 0, 1, nullptr,
      "bf16 / fp16 caches at head_dim 64, 128 or 256 without beams take the Hopper wgmma kernel on sm_90a "
-     "(\"_wgmma\" in kernel_name; with skip-softmax at up to 16 rows, \"_wgmma_st3_skip\")",
+     "(\"_wgmma\" in kernel_name; with skip-softmax \"_wgmma_st3_skip\" up to 16 rows, \"_wgmma_rm_skip\" at 32 / 64)",
      "0: those caches take the portable mma.sync kernel on sm_90a too (the GPU tests run both; A/B "
      "measurement)"},
     // ---- MLA ----

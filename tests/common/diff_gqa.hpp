@@ -97,6 +97,10 @@ inline GqaLayer draw_gqa_skip_layer(Rng& rng, int index) {
   GqaLayer l = draw_gqa_layer(rng, index % 8);
   if (l.out_dtype == DType::kFP8E4M3) l.out_dtype = l.q_dtype;
   l.skip = true;
+  // Two layers on the Hopper rows-on-M skip kernel (sm90/skip_rows.cuh: more than 16 rows, no
+  // beams): fp8 with a tree at 32 rows (q_len 4 of a group of 8), bf16 at 64 (q_len 4 of 16).
+  if (index == 2) l.kv_dtype = DType::kFP8E4M3, l.head_dim = 128, l.beam_width = 1, l.group = 8, l.checked = false;
+  if (index == 4) l.kv_dtype = DType::kBF16, l.head_dim = 128, l.beam_width = 1, l.max_q_len = 4;
   return l;
 }
 
@@ -161,13 +165,11 @@ inline void draw_skip_parts(Rng& rng, GqaDraw& d) {
   d.peaked = chance(rng, 0.5);
   d.heavy = uniform(rng, 1, 16);
   d.gap = static_cast<float>(uniform_real(rng, 4, 12));
-  // A tiny factor's bits equal the exact kernel's only where both run the same kernel family:
-  // on Hopper the exact fp8 kernel (head_dim 128, no beams) takes any rows, its skip variant up
-  // to 16 (docs/semantics.md, "Skip-softmax"), so more rows there compare only within the bound.
-  const GqaConfig& c = d.config;
-  const bool hopper_fp8 = c.kv_dtype == DType::kFP8E4M3 && c.head_dim == 128 && c.beam_width == 1;
-  const int rows = c.max_q_len * (c.num_q_heads / c.num_kv_heads);
-  d.tiny = !(hopper_fp8 && rows > 16) && chance(rng, 0.25);
+  // A tiny factor's bits equal the exact kernel's where both run the same kernel family: every
+  // plan's skip variant is its exact kernel's (on Hopper up to 16 rows sm90/skip.cuh against
+  // decode.cuh, 32 / 64 rows sm90/skip_rows.cuh against decode_rows.cuh; docs/semantics.md,
+  // "Skip-softmax"), so any draw may take it.
+  d.tiny = chance(rng, 0.25);
   const double f = std::exp(uniform_real(rng, std::log(0.01), std::log(10.0)));
   d.config.skip_softmax_factor = d.tiny ? 1e-30f : static_cast<float>(f);
   if (d.tiny) {

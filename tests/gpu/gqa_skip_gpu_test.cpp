@@ -4,8 +4,10 @@
 // gives the exact kernel's bits; on peaked data and splits long enough for the rule to act (a
 // split restarts its running maximum) the kernel leaves at least half the V rows uncopied that
 // the rule, simulated on the host at the kernels' granularity, leaves (the kernel's own count,
-// GqaParams::skip_counts). Every KV dtype and 8-bit path; the Hopper skip kernel (up to 16 rows)
-// for fp8 and for bf16 / fp16 at head_dim 64, 128 and 256. Skipped where no GPU is present.
+// GqaParams::skip_counts). Every KV dtype and 8-bit path; the Hopper skip kernels for fp8 and for
+// bf16 / fp16 at head_dim 64, 128 and 256: up to 16 rows (sm90/skip.cuh) and 32 / 64 rows
+// (sm90/skip_rows.cuh, whose tiny-factor run gives decode_rows.cuh's bits). Skipped where no GPU
+// is present.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -74,6 +76,37 @@ std::vector<SkipCase> skip_cases() {
         o.path_arch = arch;
         m.push_back({"peaked_" + t + "_path" + std::to_string(arch), s, o, true});
       }
+    }
+  }
+  // The rows-on-M skip kernel (sm90/skip_rows.cuh, "_wgmma_rm_skip"): speculative decoding with
+  // 32 rows (q_len 4 of a group of 8) and 64 rows (q_len 8), causal or with a tree mask, per-tensor
+  // and per-head scales, fixed splits (partials) and one split per request.
+  for (DType kv : {DType::kBF16, DType::kFP16, DType::kFP8E4M3}) {
+    const std::string t = dtype_name(kv);
+    GqaCaseSpec q4 = base_spec(32, 4, 128, 16, kv);  // group 8
+    q4.batch = 3, q4.q_len = 4, q4.seq_lens = {5000, 4, 2049};
+    if (kv == DType::kFP16) q4.q_dtype = q4.out_dtype = DType::kFP16;
+    m.push_back({"peaked_rm_q4_causal_" + t, q4, {}, true, 1, false, "_wgmma_rm_skip"});
+    m.push_back({"random_rm_q4_causal_" + t, q4, {}, false, 1, false, "_wgmma_rm_skip"});
+    GqaCaseSpec q8 = q4;
+    q8.q_len = 8, q8.seq_lens = {5000, 8, 2049};
+    m.push_back({"peaked_rm_q8_causal_" + t, q8, {}, true, 1, false, "_wgmma_rm_skip"});
+    GqaCaseSpec tree = q8;  // a tree mask, per-head scales, LSE, fixed splits
+    tree.tree_mask = true, tree.per_head_scales = true, tree.lse = true;
+    GpuOptions fixed;
+    fixed.split_mode = SplitMode::kFixed, fixed.split_tokens = 1024;
+    m.push_back({"peaked_rm_q8_tree_per_head_fixed_split_" + t, tree, fixed, true, 1, false, "_wgmma_rm_skip"});
+    GqaCaseSpec tree4 = q4;
+    tree4.tree_mask = true, tree4.per_head_scales = true;
+    m.push_back({"random_rm_q4_tree_per_head_" + t, tree4, {}, false, 1, false, "_wgmma_rm_skip"});
+    if (kv != DType::kFP8E4M3) {  // the 16-bit tiles of head_dim 64 (128 tokens) and 256 (32)
+      GqaCaseSpec d64 = base_spec(16, 2, 64, 16, kv);
+      d64.batch = 2, d64.q_len = 8, d64.seq_lens = {4097, 8}, d64.q_dtype = d64.out_dtype = q4.q_dtype;
+      m.push_back({"peaked_rm_q8_d64_" + t, d64, {}, true, 1, false, "_wgmma_rm_skip"});
+      GqaCaseSpec d256 = base_spec(16, 2, 256, 64, kv);
+      d256.batch = 2, d256.q_len = 4, d256.seq_lens = {3000, 65}, d256.window = 2000, d256.sinks = true;
+      d256.q_dtype = d256.out_dtype = q4.q_dtype, d256.layout = KvLayout::kHND;
+      m.push_back({"peaked_rm_q4_d256_window_sinks_" + t, d256, {}, true, 1, false, "_wgmma_rm_skip"});
     }
   }
   {
@@ -169,10 +202,10 @@ TEST_P(GqaSkipGpu, WithinTheBoundOfExactAttention) {
   GpuOptions fixed = sc.opt;
   if (fixed.split_mode == SplitMode::kAuto) fixed.split_mode = SplitMode::kFixed, fixed.split_tokens = 512;
   const SkipRun tiny = run_skip(c, fixed, 1e-30f);
-  // Its exact counterpart is the same kernel without "_skip": an fp8 or 16-bit plan of more than
-  // 16 rows skips on the portable kernel (gqa_spec.cpp), while its exact plan takes the Hopper
-  // kernel, whose arithmetic differs; path 80 gives the fp8 exact plan the portable kernel too,
-  // and hopper_16bit 0 the 16-bit one.
+  // Its exact counterpart is the same kernel without "_skip" (at 32 / 64 rows the rows-on-M
+  // kernel, decode_rows.cuh, against skip_rows.cuh: the same bits); where the skip plan takes the
+  // portable kernel (int8, other paths) and the exact one would not, path 80 gives the fp8 exact
+  // plan the portable kernel too, and hopper_16bit 0 the 16-bit one.
   GpuOptions exact_opt = fixed;
   const bool portable_skip = tiny.run.plan.kernel_name.find("_wgmma") == std::string::npos;
   if (portable_skip && sc.spec.kv_dtype == DType::kFP8E4M3 && exact_opt.path_arch == 0) exact_opt.path_arch = 80;
@@ -221,7 +254,10 @@ TEST_P(GqaSkipGpu, WithinTheBoundOfExactAttention) {
   // shared pages belong to one beam only.
   if (!sc.peaked || sc.beams > 1) return;
   const bool hopper = tiny.run.plan.kernel_name.find("_wgmma") != std::string::npos;
-  const bool seeded = hopper && (sc.spec.kv_dtype == DType::kBF16 || sc.spec.kv_dtype == DType::kFP16);
+  // (The rows-on-M skip kernel, "_rm", does not seed.)
+  const bool rows_on_m = tiny.run.plan.kernel_name.find("_wgmma_rm") != std::string::npos;
+  const bool seeded =
+      hopper && !rows_on_m && (sc.spec.kv_dtype == DType::kBF16 || sc.spec.kv_dtype == DType::kFP16);
   const int sim_tile =
       hopper ? gqa::sm90::tile_tokens(gqa::sm90::kv_bytes_of(static_cast<int>(sc.spec.kv_dtype)), sc.spec.head_dim)
              : 128;

@@ -1,10 +1,12 @@
 // NVRTC compiles the skip-softmax kernels ("_skip", GqaConfig::skip_softmax_factor > 0) for sm_90a,
 // sm_89 and sm_80 (no GPU needed): the portable kernel for every KV dtype and 8-bit path, with beams, masks,
-// window, soft-cap, checked mode and 16 / 32 / 64 rows, and the Hopper kernel's skip variant for
-// fp8 and 16-bit caches (head_dim 64, 128, 256). Each exports the kernel symbol without spilling. The exact kernels' sources (so their code) do not
-// change with the feature: no kSkip in them.
+// window, soft-cap, checked mode and 16 / 32 / 64 rows, and the Hopper kernel's skip variants for
+// fp8 and 16-bit caches (head_dim 64, 128, 256) at 8 / 16 rows (skip.cuh) and 32 / 64 rows
+// (skip_rows.cuh). Each exports the kernel symbol without spilling. The exact kernels' sources
+// (so their code) do not change with the feature: no kSkip in them.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <set>
 #include <string>
 #include <vector>
@@ -135,13 +137,53 @@ TEST(GqaSkipNvrtc, HopperKernelCompilesForSm90aWithoutSpills) {
     }
     EXPECT_LE(r.ptxas.registers * k.shape().threads * k.shape().min_ctas, 65536) << spec.name;
   }
-  // 32 and 64 rows (the rows-on-M kernel's) take the portable kernel's skip variant, fp8 and 16-bit.
-  for (DType kv : {DType::kFP8E4M3, DType::kBF16}) {
-    GqaConfig spec8 = skip_config(64, 8, 128, 32, kv);
-    spec8.max_q_len = 8;
-    EXPECT_FALSE(make_gqa_key(spec8, 90, 132, 0, true).wgmma()) << make_gqa_key(spec8, 90, 132, 0, true).name();
-    spec8.skip_softmax_factor = 0.f;
-    EXPECT_TRUE(make_gqa_key(spec8, 90, 132, 0, true).wgmma());
+}
+
+// The rows-on-M kernel's skip variant (sm90/skip_rows.cuh: 32 and 64 rows, q_len 4 and 8 of a
+// group of 8): fp8 and bf16 / fp16 at head_dim 64, 128 and 256, every mask and feature across
+// them. No spill, no wgmma serialized, two CTAs per SM by registers; the name is the exact rows-on-M
+// kernel's with "_skip" (stages as the exact plan's: two).
+std::vector<GqaConfig> rows_on_m_skip_configs() {
+  std::vector<GqaConfig> cs;
+  for (DType kv : {DType::kFP8E4M3, DType::kBF16, DType::kFP16}) {
+    const bool b16 = kv != DType::kFP8E4M3;
+    for (int head_dim : {64, 128, 256}) {
+      if (!b16 && head_dim != 128) continue;
+      for (int q_len : {4, 8}) {
+        GqaConfig c = skip_config(64, 8, head_dim, 64, kv);
+        if (b16) c.q_dtype = c.out_dtype = kv;
+        c.max_q_len = q_len;
+        cs.push_back(c);
+        GqaConfig f = c;  // a tree, soft-cap, window, checked, sinks, LSE, per-head scales
+        f.tree_mask = true, f.softcap = 30.f, f.window = 1024, f.checked = true, f.sinks = true, f.lse = true;
+        f.per_head_kv_scale = !b16, f.page_size = 16;
+        cs.push_back(f);
+      }
+    }
+  }
+  GqaConfig p1 = skip_config(40, 5, 128, 1, DType::kFP8E4M3);  // q_len 4 x group 8, page size 1, causal
+  p1.max_q_len = 4;
+  cs.push_back(p1);
+  return cs;
+}
+
+TEST(GqaSkipNvrtc, RowsOnMKernelCompilesForSm90aWithoutSpills) {
+  std::set<std::string> names;
+  for (const GqaConfig& c : rows_on_m_skip_configs()) {
+    const GqaKernelKey k = make_gqa_key(c, 90, 132, 0, true);  // as plans choose (hopper_16bit)
+    ASSERT_TRUE(k.wgmma() && k.skip && k.rows_on_m) << k.name();
+    EXPECT_NE(k.name().find("_wgmma_rm"), std::string::npos) << k.name();
+    EXPECT_EQ(k.shape().stages, 2) << k.name();
+    GqaConfig exact = c;
+    exact.skip_softmax_factor = 0.f;
+    EXPECT_EQ(make_gqa_key(exact, 90, 132, 0, true).name() + "_skip", k.name());
+    if (!names.insert(k.name()).second) continue;
+    const jit::JitSpec spec = k.spec();
+    const jit::CompileResult r = jit::testing::compile_and_check(spec);
+    jit::testing::expect_no_spills(r, spec.name);
+    EXPECT_EQ(r.log.find("serialized"), std::string::npos) << spec.name << ":\n" << r.log;
+    EXPECT_LE(r.ptxas.registers * k.shape().threads * k.shape().min_ctas, 65536) << spec.name;
+    std::printf("[rows-on-M skip] %s: %d registers\n", spec.name.c_str(), r.ptxas.registers);
   }
 }
 

@@ -43,6 +43,10 @@ std::vector<Row> plan_rows() {
   c = base;
   c.max_q_len = 4;
   add("bf16 q_len 4 (rows on M)", c);
+  c.skip_softmax_factor = 1.f;
+  add("bf16 q_len 4 skip-softmax (rows on M)", c);
+  c.kv_dtype = DType::kFP8E4M3, c.max_q_len = 8;
+  add("fp8 q_len 8 skip-softmax (rows on M)", c);
   c = base;
   c.beam_width = 2;
   c.max_batch = 8;

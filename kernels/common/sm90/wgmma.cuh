@@ -221,6 +221,18 @@ __device__ __forceinline__ void wgmma_m64n128k32_e4m3_rs(float (&d)[64], const u
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(static_cast<int>(accumulate)));
 }
 
+// N = 64 with A from registers (the fragment above), B K-major: the rows-on-M skip kernel's PV in
+// two halves of d (kernels/gqa/sm90/skip_rows.cuh); d holds 32 floats, laid out as the first 32
+// of m64n128's.
+__device__ __forceinline__ void wgmma_m64n64k32_e4m3_rs(float (&d)[32], const unsigned (&a)[4],
+                                                       unsigned long long desc_b, bool accumulate) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 " DECA_WGMMA_D32
+               ", {%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
+               : DECA_WGMMA_F32(d, 0)
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(static_cast<int>(accumulate)));
+}
+
 // N = 16 with A from registers (the fragment above), B K-major: the MLA direct kernel's S^T = K Q^T
 // and O^T = V^T P^T (kernels/mla/sm90/direct.cuh).
 __device__ __forceinline__ void wgmma_m64n16k32_e4m3_rs(float* d, const unsigned (&a)[4], unsigned long long desc_b,

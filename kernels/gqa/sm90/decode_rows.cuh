@@ -46,19 +46,15 @@ namespace deca::gqa::sm90 {
 
 using namespace ::deca::sm90;
 
-// The 16-bit cache's end of a tile (Traits::k16): P = 2^(x - m + 8) for the thread's rows (a
-// padding row at 32 rows gives zeros) packed into the A fragments of the tile's k16 steps (register
-// j of step kk: S elements 8 kk + 2 j, + 1, i.e. row h = j & 1, tokens 16 kk + 2 (l % 4) + 8 (j >>
-// 1) and + 1), the rows' sums, O rescaled by alpha in registers, then O += P V (V at byte offset
-// v_off, MN-major through desc_v: N = head_dim), waited for.
-template <class T, int kHalves, int kS, int kO, class Logit, class DescV>
-__device__ __forceinline__ void rows_on_m_pv_16bit(const float (&s)[kS], float (&o)[kO], const float (&alpha)[kHalves],
-                                                   const float (&shift)[kHalves], const float (&row_scale)[kHalves],
-                                                   float (&l_run)[kHalves], const Logit& logit, const DescV& desc_v,
-                                                   unsigned v_off) {
+// The 16-bit cache's P of a tile (Traits::k16): P = 2^(x - m + 8) for the thread's rows (a padding
+// row at 32 rows gives zeros; a shift of +inf, skip_rows.cuh's dropped row, too) packed into the A
+// fragments of the tile's k16 steps (register j of step kk: S elements 8 kk + 2 j, + 1, i.e. row
+// h = j & 1, tokens 16 kk + 2 (l % 4) + 8 (j >> 1) and + 1), and the rows' sums.
+template <class T, int kHalves, int kS, class Logit>
+__device__ __forceinline__ void rows_on_m_p_16bit(const float (&s)[kS], const float (&shift)[kHalves],
+                                                  const float (&row_scale)[kHalves], const Logit& logit,
+                                                  unsigned (&a)[kS / 8][4], float (&sum)[kHalves]) {
   constexpr int kSteps = kS / 8;  // k16 steps of the tile's tokens
-  unsigned a[kSteps][4];
-  float sum[kHalves];
 #pragma unroll
   for (int h = 0; h < kHalves; ++h) sum[h] = 0.f;
 #pragma unroll
@@ -80,8 +76,14 @@ __device__ __forceinline__ void rows_on_m_pv_16bit(const float (&s)[kS], float (
       a[kk][j] = ptx::pack2<T::kF16>(pr[0], pr[1]);
     }
   }
-#pragma unroll
-  for (int h = 0; h < kHalves; ++h) l_run[h] = l_run[h] * alpha[h] + sum[h];
+}
+
+// The 16-bit cache's PV: O rescaled by alpha in registers, then O += P V (V, or any finite 16 KB
+// tile when P is 0, at byte offset v_off, MN-major through desc_v: N = head_dim), waited for.
+template <class T, int kHalves, int kSteps, int kO, class DescV>
+__device__ __forceinline__ void rows_on_m_pv_16bit_mma(float (&o)[kO], const unsigned (&a)[kSteps][4],
+                                                       const float (&alpha)[kHalves], const DescV& desc_v,
+                                                       unsigned v_off) {
 #pragma unroll
   for (int e = 0; e < kO; ++e) {
     const int h = (e >> 1) & 1;
@@ -101,6 +103,72 @@ __device__ __forceinline__ void rows_on_m_pv_16bit(const float (&s)[kS], float (
   wgmma_commit();
   wgmma_wait<0>();
   fence_regs(o);
+}
+
+// The 16-bit cache's end of a tile: P and the rows' sums (rows_on_m_p_16bit), l_run, then the PV.
+template <class T, int kHalves, int kS, int kO, class Logit, class DescV>
+__device__ __forceinline__ void rows_on_m_pv_16bit(const float (&s)[kS], float (&o)[kO], const float (&alpha)[kHalves],
+                                                   const float (&shift)[kHalves], const float (&row_scale)[kHalves],
+                                                   float (&l_run)[kHalves], const Logit& logit, const DescV& desc_v,
+                                                   unsigned v_off) {
+  unsigned a[kS / 8][4];
+  float sum[kHalves];
+  rows_on_m_p_16bit<T, kHalves>(s, shift, row_scale, logit, a, sum);
+#pragma unroll
+  for (int h = 0; h < kHalves; ++h) l_run[h] = l_run[h] * alpha[h] + sum[h];
+  rows_on_m_pv_16bit_mma<T, kHalves>(o, a, alpha, desc_v, v_off);
+}
+
+// S = q K^T of the K tile at byte offset k_off (rows on M, tokens on N), issued and committed, not
+// waited for: 16-bit head_dim / 16 k-steps of 16 dims, q and K in column blocks of 64 dims
+// (blocked128); fp8 4 k-steps of 32 dims x the two terms of q.
+template <class T, int kS, class Desc>
+__device__ __forceinline__ void rows_on_m_qk(float (&s)[kS], const Desc& desc, unsigned k_off) {
+  constexpr SmemPlan kPlan = T::kPlan;
+  constexpr int kTileT = T::kTile;
+  wgmma_fence();
+  if constexpr (T::k16) {
+#pragma unroll
+    for (int kk = 0; kk < T::kHeadDim / 16; ++kk) {
+      const unsigned long long da = desc(kPlan.q_hi + blocked128(0, 32 * kk, kRowsOnMOperandRows));
+      const unsigned long long db = desc(k_off + blocked128(0, 32 * kk, kTileT));
+      if constexpr (kS == 64) {
+        Wgmma16<T::kF16>::ss_n128(s, da, db, kk > 0);  // head_dim 64: 128 tokens
+      } else if constexpr (kS == 16) {
+        Wgmma16<T::kF16>::ss_n32(s, da, db, kk > 0);  // head_dim 256: 32 tokens
+      } else {
+        Wgmma16<T::kF16>::ss_n64(s, da, db, kk > 0);
+      }
+    }
+  } else {
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      const unsigned long long db = desc(k_off + 32 * kk);
+      wgmma_m64n128k32_e4m3_ss(s, desc(kPlan.q_hi + 32 * kk), db, kk > 0);
+      wgmma_m64n128k32_e4m3_ss(s, desc(kPlan.q_lo + 32 * kk), db, true);
+    }
+  }
+  wgmma_commit();
+}
+
+// The fp8 V transpose (layout.cuh): V at vs into the V^T tile at vt; warp w takes token blocks
+// 2 w and 2 w + 1 (16 tokens each) of every d block (32 d): one ldmatrix.trans, four prmt and one
+// stmatrix per pair.
+__device__ __forceinline__ void rows_on_m_transpose_v(unsigned vs, unsigned vt, const unsigned (&ldsm_off)[4],
+                                                      const unsigned (&stsm_off)[2]) {
+#pragma unroll
+  for (int tb = 0; tb < 2; ++tb) {
+#pragma unroll
+    for (int db = 0; db < 4; ++db) {
+      unsigned r[4], c[4];
+      ptx::ldmatrix_x4_trans(vs + 2048u * tb + ldsm_off[db], r[0], r[1], r[2], r[3]);
+      c[0] = ptx::prmt(r[0], r[1], 0x6420u);  // even d of the first 16: tokens 2q, 2q+1, 2q+8, 2q+9
+      c[1] = ptx::prmt(r[0], r[1], 0x7531u);  // odd d
+      c[2] = ptx::prmt(r[2], r[3], 0x6420u);  // the next 16 d
+      c[3] = ptx::prmt(r[2], r[3], 0x7531u);
+      stmatrix_x4(vt + 4096u * db + stsm_off[tb], c);
+    }
+  }
 }
 
 template <class Cfg>
@@ -243,46 +311,8 @@ __device__ __forceinline__ void gqa_decode_rows_kernel(const GqaParams& p, unsig
     }
 
     float s[kS];
-    if constexpr (T::k16) {
-      // S = q K^T: head_dim / 16 k-steps of 16 dims, q and K in column blocks of 64 dims (blocked128).
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < T::kHeadDim / 16; ++kk) {
-        const unsigned long long da = desc(kPlan.q_hi + blocked128(0, 32 * kk, kRowsOnMOperandRows));
-        const unsigned long long db = desc(k_off + blocked128(0, 32 * kk, kTileT));
-        if constexpr (kS == 64) {
-          Wgmma16<T::kF16>::ss_n128(s, da, db, kk > 0);  // head_dim 64: 128 tokens
-        } else if constexpr (kS == 16) {
-          Wgmma16<T::kF16>::ss_n32(s, da, db, kk > 0);  // head_dim 256: 32 tokens
-        } else {
-          Wgmma16<T::kF16>::ss_n64(s, da, db, kk > 0);
-        }
-      }
-      wgmma_commit();
-    } else {
-    // S = (q_hi + q_lo) K^T: 4 k-steps of 32 dims x 2 terms, under the V transpose.
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-      const unsigned long long db = desc(k_off + 32 * kk);
-      wgmma_m64n128k32_e4m3_ss(s, desc(kPlan.q_hi + 32 * kk), db, kk > 0);
-      wgmma_m64n128k32_e4m3_ss(s, desc(kPlan.q_lo + 32 * kk), db, true);
-    }
-    wgmma_commit();
-#pragma unroll
-    for (int tb = 0; tb < 2; ++tb) {
-#pragma unroll
-      for (int db = 0; db < 4; ++db) {
-        unsigned r[4], c[4];
-        ptx::ldmatrix_x4_trans(vs + 2048u * tb + ldsm_off[db], r[0], r[1], r[2], r[3]);
-        c[0] = ptx::prmt(r[0], r[1], 0x6420u);  // even d of the first 16: tokens 2q, 2q+1, 2q+8, 2q+9
-        c[1] = ptx::prmt(r[0], r[1], 0x7531u);  // odd d
-        c[2] = ptx::prmt(r[2], r[3], 0x6420u);  // the next 16 d
-        c[3] = ptx::prmt(r[2], r[3], 0x7531u);
-        stmatrix_x4(vt + 4096u * db + stsm_off[tb], c);
-      }
-    }
-    }
+    rows_on_m_qk<T>(s, desc, k_off);  // fp8: under the V transpose
+    if constexpr (!T::k16) rows_on_m_transpose_v(vs, vt, ldsm_off, stsm_off);
     wgmma_wait<0>();
     fence_regs(s);
 

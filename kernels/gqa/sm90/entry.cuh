@@ -1,6 +1,7 @@
 // The JIT entry of the Hopper GQA decode kernels, fp8 (and bf16 / fp16: Traits::k16)
 // (kernels/gqa/sm90/decode.cuh, tokens on M; decode_rows.cuh, rows on M when Cfg::kRowsOnM;
-// skip.cuh, skip-softmax when Cfg::kSkip, up to 16 rows, fp8 and 16-bit): a
+// skip.cuh, skip-softmax when Cfg::kSkip, up to 16 rows; skip_rows.cuh, skip-softmax at 32 and
+// 64 rows; fp8 and 16-bit alike): a
 // generated prologue defines `struct Cfg` (GqaKernelKey::spec, fp8_mma = kv::kWgmma) and includes
 // this file.
 // Same grid, block and parameters as the portable kernel's entry (kernels/gqa/sm80/entry.cuh).
@@ -9,6 +10,7 @@
 #include "kernels/gqa/sm90/decode.cuh"
 #include "kernels/gqa/sm90/decode_rows.cuh"
 #include "kernels/gqa/sm90/skip.cuh"
+#include "kernels/gqa/sm90/skip_rows.cuh"
 
 extern "C" __global__ void __launch_bounds__(deca::gqa::sm90::Traits<Cfg>::kThreads,
                                              deca::gqa::sm90::Traits<Cfg>::kMinCtas)
@@ -22,7 +24,9 @@ extern "C" __global__ void __launch_bounds__(deca::gqa::sm90::Traits<Cfg>::kThre
   const unsigned long long t_entry = deca::gqa::stamp_now();
   deca::ptx::griddep_wait();
   deca::gqa::stamp_entry(t_entry);
-  if constexpr (Cfg::kRowsOnM) {
+  if constexpr (Cfg::kRowsOnM && deca::gqa::sm90::Traits<Cfg>::kSkip) {
+    deca::gqa::sm90::gqa_decode_skip_rows_kernel<Cfg>(params, deca_smem);
+  } else if constexpr (Cfg::kRowsOnM) {
     deca::gqa::sm90::gqa_decode_rows_kernel<Cfg>(params, deca_smem);
   } else if constexpr (deca::gqa::sm90::Traits<Cfg>::kSkip) {
     deca::gqa::sm90::gqa_decode_skip_kernel<Cfg>(params, deca_smem);

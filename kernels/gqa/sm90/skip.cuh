@@ -45,6 +45,35 @@ struct SkipSlots {
   static __device__ __forceinline__ unsigned v(int item) { return (4 + item % 2) * kStageBytes; }
 };
 
+// A query row's threshold log2(f / L) (docs/semantics.md "Skip-softmax"): L the keys its causal
+// window spans from position pos, with a tree mask plus the drafts after the row (which its mask
+// may show). Both Hopper skip kernels (here and skip_rows.cuh).
+template <class T>
+__device__ __forceinline__ float skip_threshold(const GqaParams& p, int pos, int seq_len) {
+  const int causal = pos + 1;
+  int span = T::kWindow && p.window < causal ? p.window : causal;
+  if constexpr (T::kTree) span += seq_len - causal;
+  return __log2f(p.skip_softmax_factor) - __log2f(static_cast<float>(span > 1 ? span : 1));
+}
+
+// GqaParams::skip_counts: the V rows a CTA copied and those of its tiles, added once at its end.
+struct SkipCounts {
+  unsigned long long copied = 0ull, all = 0ull;
+  template <int kTileT>
+  __device__ __forceinline__ void add(const Unit& u, int item, bool copy) {
+    const int t0 = u.first + item * kTileT;
+    const int rows = u.end - t0 < kTileT ? u.end - t0 : kTileT;
+    all += static_cast<unsigned>(rows);
+    if (copy) copied += static_cast<unsigned>(rows);
+  }
+  __device__ __forceinline__ void flush(const GqaParams& p, int tid, int tiles) const {
+    if (p.skip_counts != nullptr && tid == 0 && tiles > 0) {
+      atomicAdd(p.skip_counts, copied);
+      atomicAdd(p.skip_counts + 1, all);
+    }
+  }
+};
+
 template <class Cfg>
 __device__ __forceinline__ void gqa_decode_skip_kernel(const GqaParams& p, unsigned char* smem_raw) {
   using T = Traits<Cfg>;
@@ -148,10 +177,7 @@ __device__ __forceinline__ void gqa_decode_skip_kernel(const GqaParams& p, unsig
     const int row = row0 + col_row(cc);
     row_scale[cc] = T::k16 ? logit_scale : logit_scale * q_inv[col_row(cc)];
     m_run[cc] = kNegInf, l_run[cc] = 0.f, m_ref[cc] = kNegInf;
-    const int causal = causal_start + (row < rows_total ? row : 0) / T::kGroup + 1;
-    int span = T::kWindow && p.window < causal ? p.window : causal;
-    if constexpr (T::kTree) span += seq_len - causal;  // and the drafts after the row (a tree may show them)
-    thr[cc] = __log2f(p.skip_softmax_factor) - __log2f(static_cast<float>(span > 1 ? span : 1));
+    thr[cc] = skip_threshold<T>(p, causal_start + (row < rows_total ? row : 0) / T::kGroup, seq_len);
     if (row < rows_total) real |= 1u << cc;
   }
   float o[kHalves][kAcc];
@@ -160,13 +186,8 @@ __device__ __forceinline__ void gqa_decode_skip_kernel(const GqaParams& p, unsig
 #pragma unroll
     for (int e = 0; e < kAcc; ++e) o[m][e] = 0.f;
   }
-  unsigned long long v_rows[2] = {0ull, 0ull};  // GqaParams::skip_counts: copied, of all
-  auto count = [&](int item, bool copied) {
-    const int t0 = u.first + item * kTileT;
-    const int rows = u.end - t0 < kTileT ? u.end - t0 : kTileT;
-    v_rows[1] += static_cast<unsigned>(rows);
-    if (copied) v_rows[0] += static_cast<unsigned>(rows);
-  };
+  SkipCounts counts;
+  auto count = [&](int item, bool copied) { counts.add<kTileT>(u, item, copied); };
 
   // Tile `item`'s S (issued on its K stage before; waited for here), scaled, soft-capped and
   // masked (decode.cuh's block), and its rows' maxima across the warps into m_tile. `slot`: the
@@ -385,10 +406,7 @@ __device__ __forceinline__ void gqa_decode_skip_kernel(const GqaParams& p, unsig
     keep_cur = keep_next;
     vote_cur = vote_next;
   }
-  if (p.skip_counts != nullptr && tid == 0 && n > 0) {
-    atomicAdd(p.skip_counts, v_rows[0]);
-    atomicAdd(p.skip_counts + 1, v_rows[1]);
-  }
+  counts.flush(p, tid, n);
 
   // ---- decode.cuh's epilogue: the rows into the merge area, the output, LSE or partials ----
   ptx::cp_async_wait<0>();
