@@ -63,7 +63,8 @@ TEST(GqaSm90Nvrtc16, PlansTakeTheHopperKernelUnlessTurnedOff) {
       {64, 8, 128, 1, 1, DType::kBF16, 90, true, true, 8},     // skip-softmax up to 16 rows: Hopper
       {64, 4, 64, 1, 1, DType::kFP16, 90, true, true, 16},
       {64, 8, 256, 2, 1, DType::kBF16, 90, true, true, 16},
-      {64, 8, 128, 4, 1, DType::kBF16, 90, true, false, 16},   // 32 rows: the portable skip variant
+      {64, 8, 128, 4, 1, DType::kBF16, 90, true, true, 32},    // 32 rows: the rows-on-M skip kernel
+      {64, 8, 64, 8, 1, DType::kFP16, 90, true, true, 64},     // 64 rows, head_dim 64
       {64, 8, 128, 1, 2, DType::kFP16, 90, true, false, 16},   // beams: portable
       {64, 8, 128, 1, 1, DType::kBF16, 89, false, false, 16},  // no wgmma below sm_90
       {64, 8, 128, 1, 1, DType::kFP16, 80, false, false, 16},
@@ -87,9 +88,12 @@ TEST(GqaSm90Nvrtc16, PlansTakeTheHopperKernelUnlessTurnedOff) {
     EXPECT_EQ(k.rows_on_m, r.rows >= 32) << k.name();
     EXPECT_EQ(k.shape().tile, 8192 / r.head_dim) << k.name();  // 16 KB per K or V
     EXPECT_EQ(k.shape().kv_bytes, 2) << k.name();
-    // Skip-softmax: the three-stage plan whose six slots hold the skip ring (sm90/skip.cuh).
-    EXPECT_EQ(k.name().find("_wgmma_st3_skip") != std::string::npos, r.skip) << k.name();
-    if (r.skip) EXPECT_EQ(k.shape().stages, 3) << k.name();
+    // Skip-softmax: up to 16 rows the three-stage plan whose six slots hold the skip ring
+    // (sm90/skip.cuh); at 32 / 64 rows the rows-on-M kernel's two-stage plan (sm90/skip_rows.cuh).
+    const bool on_m = r.rows >= 32;
+    EXPECT_EQ(k.name().find("_wgmma_st3_skip") != std::string::npos, r.skip && !on_m) << k.name();
+    EXPECT_EQ(k.name().find("_wgmma_rm_skip") != std::string::npos, r.skip && on_m) << k.name();
+    if (r.skip && !on_m) EXPECT_EQ(k.shape().stages, 3) << k.name();
   }
   // fp8 plans are the same kernels either way.
   const GqaConfig f8 = config16(64, 8, 128, 1, DType::kFP8E4M3);
