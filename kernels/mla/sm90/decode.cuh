@@ -38,7 +38,9 @@
 // Cluster of 2 (65..128 heads, two head blocks): the two CTAs of a request token need the same
 // tiles, so each CTA's producers gather and dequantize 32 of the 64 tokens and write them into
 // their own tile (st.shared) and the peer's (st.async, completing on the peer's `remote` barrier
-// with kPeerBytes per block); the empty barriers count both CTAs' consumers.
+// with kPeerBytes per block); the empty barriers count both CTAs' consumers. Dense bf16 rows by
+// TMA (Cfg::kTma, rows.cuh): each CTA's copy unit multicasts half of the chunks into both tiles,
+// and `remote` expects the whole tile's bytes.
 //
 // Pipeline: kStages = 2 K tiles. Per tile two mbarriers: full (256 producer arrivals, after
 // fence.proxy.async so wgmma's async proxy sees the generic stores) and empty (one arrival per
