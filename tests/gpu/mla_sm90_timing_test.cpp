@@ -9,7 +9,8 @@
 // launches it (threads, cluster, shared memory: mla_decode_shape) over the partitions the plan's
 // scheduler makes (mla::schedule_requests on the host, decode_num_parts partitions). Cold L2
 // (256 MB written before every launch), median of 10 after 3 warm-ups, CUDA events around the
-// launch alone; the scheduler and the combine of split requests are not included.
+// launch alone; the scheduler and the combine of split requests are not included. A kernel with
+// TMA rows (bf16 at 128 heads) is timed beside its register producers (reg-rows, reg-producers).
 //
 // Each line: the shape, the variant, µs, TFLOP/s (2·h·(d_qk + d_v) per visible key of every query
 // token), GB/s (sparse: every selected token's stored bytes; dense: every request's tokens once),
@@ -37,6 +38,7 @@
 #include <vector>
 
 #include "gpu/device_buffer.hpp"
+#include "cuda/mla_tma.hpp"
 #include "jit/kernel_cache.hpp"
 #include "jit/mla_sm90_timing_cases.hpp"
 #include "kernels/mla/model1.cuh"
@@ -173,6 +175,8 @@ void make_run(const TimingCase& c, int sms, TimedRun& r) {
     r.kp.dense.max_blocks = pg.stride;
     r.kp.dense.kv_format = format;
     r.kp.dense.kv_scale = 1.f;
+    // The TMA rows' map, as the plan's run encodes it (the register variants never read it).
+    if (cuda::mla_decode_key(90, "sm90", cf).tma) cuda::encode_dense_rows_map(r.kp, "mla_sm90_timing");
     lists = mla::one_cache(lens.data(), cf.max_seq_len);
     for (int i = 0; i < q_len; ++i) keys += 1LL * batch * (cf.max_seq_len - (q_len - 1 - i));
     r.bytes = 1.0 * batch * cf.max_seq_len * token_bytes(format);
@@ -287,7 +291,7 @@ TEST_P(MlaSm90Timing, KernelAndStageVariants) {
   std::printf("[mla_sm90 timing] %s %s: %s, %d partitions, %d slots, %lld blocks over %d CTAs\n", c.family.c_str(),
               c.name.c_str(), key.name().c_str(), r.num_parts, r.offsets.back(), r.blocks, ctas);
   for (const TimingVariant& v : timing_variants(key)) {
-    const jit::LoadedKernel& k = jit::get_kernel(timing_spec(key, v.ablate), 0);
+    const jit::LoadedKernel& k = jit::get_kernel(timing_spec(key, v), 0);
     double us = 0;
     ASSERT_NO_FATAL_FAILURE(time_launches(k, grid, shape, r.kp, flush, v.name, &us));
     std::printf("[mla_sm90 timing] %-6s %-28s %-10s %8.1f us  %6.1f TFLOP/s  %6.0f GB/s  %5.2f us/block/SM"
