@@ -219,7 +219,8 @@ void run_mla_decode(const MlaPlan& plan, mla::DecodeKernelParams& kp, void* work
   const Kernels& k = plan_kernels(plan, fn);
   const MlaSparseParams& params = kp.p;
   if (params.batch == 0) return;
-  if (k.tma) encode_dense_rows_map(kp, fn.c_str());
+  mla::TensorMapBytes kv_map{};  // the TMA rows kernel's second parameter
+  if (k.tma) encode_dense_rows_map(kp, kv_map, fn.c_str());
   const int device = c.device.index;
   const Layout w = layout(c, plan.num_parts);
   auto* base = static_cast<unsigned char*>(workspace);
@@ -265,7 +266,8 @@ void run_mla_decode(const MlaPlan& plan, mla::DecodeKernelParams& kp, void* work
     decode_options.cluster.y = 1;
     decode_options.cluster.z = 1;
   }
-  jit::launch(*k.decode, grid, block, static_cast<std::size_t>(k.shape.smem_bytes), stream, args,
+  void* tma_args[] = {&kp, &kv_map};
+  jit::launch(*k.decode, grid, block, static_cast<std::size_t>(k.shape.smem_bytes), stream, k.tma ? tma_args : args,
               decode_options);
 
   if (!combine) return;

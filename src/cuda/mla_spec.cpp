@@ -56,6 +56,8 @@ Sm90Render render_sm90(int page_size, const mla::sm90::KernelClass& k, bool dens
   if (checked) r.prologue += "  static constexpr bool kChecked = true;\n";
   if (tma) r.prologue += "  static constexpr int kTma = 1;\n";
   r.prologue += "};\n";
+  // The entry with the tensor map as its second parameter (kernels/mla/sm90/entry.cuh).
+  if (tma) r.prologue += "#define DECA_MLA_TMA_ROWS 1\n";
   return r;
 }
 

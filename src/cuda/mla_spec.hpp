@@ -27,7 +27,8 @@ struct MlaKernelKey {
   bool dense = false;
   int kv_format = 2;  // kMlaKvFP8Sparse
   // sm90 dense bf16 decode only: the rows by TMA (Cfg::kTma, "_tma" after the class;
-  // src/cuda/mla_tma.hpp mla_dense_tma_rows says for which plans).
+  // src/cuda/mla_tma.hpp mla_dense_tma_rows says for which plans). Its entry takes the cache's
+  // tensor map (mla::TensorMapBytes) as a second parameter.
   bool tma = false;
   // MODEL1 (kv_format kMlaKvModel1, sparse): every role's kernel reads both caches' lists
   // ("_model1" in each name; the scheduler's and combine's entry_model1.cuh).

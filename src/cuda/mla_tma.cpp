@@ -2,7 +2,6 @@
 
 #include <cuda.h>
 
-#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -15,7 +14,7 @@ namespace deca::cuda {
 
 static_assert(sizeof(CUtensorMap) == sizeof(mla::TensorMapBytes), "a CUtensorMap fills kv_map");
 static_assert(alignof(mla::TensorMapBytes) >= alignof(CUtensorMap), "kv_map is aligned as a CUtensorMap");
-static_assert(offsetof(mla::DecodeKernelParams, kv_map) % 64 == 0, "the copy unit reads the map 64-byte aligned");
+static_assert(alignof(mla::TensorMapBytes) >= 64, "the copy unit reads the map 64-byte aligned");
 
 bool mla_dense_tma_rows(bool dense, int kv_format, const mla::sm90::KernelClass& k, int page_size) {
   return dense && kv_format == kMlaKvBF16 && !k.direct && k.cluster == 2 && page_size >= mla::sm90::kTokens &&
@@ -43,7 +42,7 @@ DenseRowsMap dense_rows_map(const void* kv, long long stride_block, long long st
   return m;
 }
 
-void encode_dense_rows_map(mla::DecodeKernelParams& kp, const char* fn) {
+void encode_dense_rows_map(mla::DecodeKernelParams& kp, mla::TensorMapBytes& map_out, const char* fn) {
   const MlaSparseParams& p = kp.p;
   const DenseRowsMap m = dense_rows_map(p.kv, p.kv_stride_block, p.kv_stride_slot, p.page_size, p.num_blocks);
   kp.dense.use_map = 0;
@@ -61,7 +60,7 @@ void encode_dense_rows_map(mla::DecodeKernelParams& kp, const char* fn) {
                 std::to_string(m.strides[1]) + " / " + std::to_string(m.strides[0]) + " bytes), got " +
                 (name != nullptr ? name : "CUresult " + std::to_string(static_cast<int>(rc))));
   }
-  std::memcpy(&kp.kv_map, &map, sizeof(map));
+  std::memcpy(&map_out, &map, sizeof(map));
   kp.dense.use_map = 1;
 }
 

@@ -34,9 +34,10 @@ struct DenseRowsMap {
 DenseRowsMap dense_rows_map(const void* kv, long long stride_block, long long stride_slot, int page_size,
                             int num_blocks);
 
-// Fills kp.kv_map and kp.dense.use_map for a run of a TMA rows kernel from kp.p (the cache's
-// address, byte strides, page size and block count): the map when dense_rows_map is ok, else
-// use_map 0. Throws a deca::Error naming `fn` when the driver refuses a map it should accept.
-void encode_dense_rows_map(mla::DecodeKernelParams& kp, const char* fn);
+// Fills `map` (the TMA rows kernel's second parameter) and kp.dense.use_map for a run from kp.p
+// (the cache's address, byte strides, page size and block count): the map when dense_rows_map is
+// ok, else use_map 0 (`map` untouched). Throws a deca::Error naming `fn` when the driver refuses a
+// map it should accept.
+void encode_dense_rows_map(mla::DecodeKernelParams& kp, mla::TensorMapBytes& map, const char* fn);
 
 }  // namespace deca::cuda

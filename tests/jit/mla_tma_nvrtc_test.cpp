@@ -35,6 +35,8 @@ TEST(MlaTmaNvrtc, PlansTakeTmaRowsForBf16ClustersAtPagesOfSixtyFourMultiples) {
         EXPECT_EQ(key.tma, expect) << heads << " heads, page " << page << ", " << key.name();
         EXPECT_EQ(key.name().find("_tma") != std::string::npos, expect) << key.name();
         EXPECT_EQ(key.spec().source.find("kTma = 1;") != std::string::npos, expect) << key.spec().source;
+        // The entry with the map as its second parameter (kernels/mla/sm90/entry.cuh).
+        EXPECT_EQ(key.spec().source.find("#define DECA_MLA_TMA_ROWS 1") != std::string::npos, expect);
         if (!expect) EXPECT_EQ(key.spec().source.find("kTma"), std::string::npos) << key.name();
         // The portable kernel and other architectures never.
         EXPECT_FALSE(cuda::mla_decode_key(90, "portable", c).tma);

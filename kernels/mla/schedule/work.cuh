@@ -167,27 +167,27 @@ struct DenseSource {
   int max_blocks;
   int kv_format;   // MlaKvFormat
   float kv_scale;  // kMlaKvFP8E4M3: real = stored * kv_scale
-  // The TMA rows' kernels (kernels/mla/sm90/rows.cuh, Cfg::kTma): 1 when DecodeKernelParams::
-  // kv_map holds the cache's tensor map, 0 when the cache's address or strides admit none (the
-  // kernel then takes the register producers). Read by no other kernel.
+  // The TMA rows' kernels (kernels/mla/sm90/rows.cuh, Cfg::kTma): 1 when their second parameter
+  // holds the cache's tensor map, 0 when the cache's address or strides admit none (the kernel
+  // then takes the register producers). Read by no other kernel.
   int use_map;
 };
 
-// A CUtensorMap (cuda.h: 128 bytes, 128-byte aligned; the copy unit needs 64), opaque to the
-// kernels: encoded on the host by the driver (src/cuda/mla_tma.cpp), read by the TMA unit from
-// the kernel's parameter.
-struct alignas(128) TensorMapBytes {
-  unsigned long long words[16];
-};
-
 // The one parameter of every MLA decode kernel entry (passed as const __grid_constant__). `dense`
-// comes after the sparse fields and kv_map last, so that the kernels' parameter offsets do not
-// depend on the fields they never read.
+// comes last so that the sparse kernels' parameter offsets do not depend on it.
 struct DecodeKernelParams {
   MlaSparseParams p;
   SparseRun run;
   DenseSource dense;
-  TensorMapBytes kv_map;  // dense bf16 rows by TMA only (DenseSource::use_map)
+};
+
+// A CUtensorMap (cuda.h: 128 bytes, 128-byte aligned; the copy unit needs 64), opaque to the
+// kernels: encoded on the host by the driver (src/cuda/mla_tma.cpp), read by the copy unit from
+// the second kernel parameter of the TMA rows' kernels (kernels/mla/sm90/entry.cuh). A separate
+// parameter, not a field of DecodeKernelParams: its alignment would move every kernel's
+// parameter, and with it the constant-bank offsets of their machine code.
+struct alignas(128) TensorMapBytes {
+  unsigned long long words[16];
 };
 
 }  // namespace deca::mla

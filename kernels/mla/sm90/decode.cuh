@@ -72,9 +72,10 @@ namespace deca::mla::sm90 {
 
 using namespace ::deca::sm90;  // the Hopper PTX wrappers
 
+// `kv_map`: the TMA rows' tensor map (Cfg::kTma; the entry's second parameter), else null.
 template <class Cfg>
-__device__ __forceinline__ void mla_sparse_decode_sm90(const DecodeKernelParams& kp,
-                                                       unsigned char* smem_raw) {
+__device__ __forceinline__ void mla_sparse_decode_sm90(const DecodeKernelParams& kp, unsigned char* smem_raw,
+                                                       const TensorMapBytes* kv_map = nullptr) {
   constexpr int kCl = ClusterOf<Cfg>::value;
   static_assert(kCl == 1 || kCl == 2, "Cfg::kCluster: 1, or 2 for two head blocks");
   // Under programmatic dependent launch the scheduler's metadata may still be in flight: wait,
@@ -146,7 +147,7 @@ __device__ __forceinline__ void mla_sparse_decode_sm90(const DecodeKernelParams&
   constexpr RegBudget kRegs = reg_budget(kCl);
   if (wg >= 2) {
     setmaxnreg_dec<kRegs.producer>();
-    if constexpr (!kNoProduce<Cfg>) producer<Cfg, kCl>(kp, part, tok, sm, static_cast<int>(rank));
+    if constexpr (!kNoProduce<Cfg>) producer<Cfg, kCl>(kp, part, tok, sm, static_cast<int>(rank), kv_map);
   } else if (wg == 0) {
     setmaxnreg_inc<kRegs.consumer0>();
     if constexpr (kNoConsume<Cfg>) {

@@ -124,7 +124,7 @@ __device__ __forceinline__ void prefetch_record(const MlaSparseParams& p, int id
 
 template <class Cfg, int kCl>
 __device__ __forceinline__ void producer(const DecodeKernelParams& kp, const SparsePart& part, int tok,
-                                         const Smem& sm, int rank) {
+                                         const Smem& sm, int rank, const TensorMapBytes* kv_map) {
   constexpr int kWays = kCl * 2;           // CTAs of the cluster x producer warpgroups
   constexpr int kPerRound = 16 / kWays;    // the warpgroup's whole share in one round
   constexpr int kTpt = 2 * kWays;          // prefetching threads per token (prefetch_record)
@@ -179,7 +179,7 @@ __device__ __forceinline__ void producer(const DecodeKernelParams& kp, const Spa
       const int id = finish_id<Cfg>(kp, my_raw, pool, extra_pool);
       if constexpr (kChecked<Cfg>) bad_it = first_refused<Cfg>(my_raw, id, it, bad_it);
       if constexpr (kTmaRows<Cfg>) {
-        if (tg == 0 && use_map) issue_rows_tma<Cfg>(kp, sm, stage, id, rank);
+        if (tg == 0 && use_map) issue_rows_tma<Cfg>(kv_map, sm, stage, id, rank);
       }
       sm.ids(it)[tg] = id;
     }

@@ -118,19 +118,20 @@ __device__ __forceinline__ void produce_rows(const DecodeKernelParams& kp, const
 // block}, 128-byte swizzle: one box is one chunk of the tile exactly as swz() (layout.cuh) orders
 // it, since the copy unit's 128-byte swizzle stores 16-byte unit u of the box's row r at unit
 // u ^ (r % 8) of that row inside each 1024-byte atom and every chunk starts 1024-aligned
-// (tests/plan/mla_sm90_layout_test.cpp checks the two orders agree). The plan takes it only for
+// (tests/plan/mla_tma_map_test.cpp checks the two orders agree). The plan takes it only for
 // page sizes that are multiples of 64 (src/cuda/mla_tma.hpp): a block of 64 tokens (blocks start
 // at multiples of 64 of the request) then lies in one page, block-table entry e, slots s0 .. s0 +
 // 63, one box per chunk at coordinates {64 c, s0, e}.
 //
 // Each CTA of the pair issues its half of the chunks (CTA 0 chunks 0..4, CTA 1 5..8), multicast
-// into both tiles; both CTAs' `remote` barriers expect the whole tile's bytes (kTileBytes, the
-// local expect_tx arrival of producer_expect_bytes). `id0` is token 0's id: below zero the whole
-// block is invalid (past the query token's causal end, past the partition, or a block-table
-// entry outside [0, num_blocks)) and the box is issued at entry -1, outside the tensor, which the
-// copy unit fills with zeros and counts in full.
+// into both tiles; both CTAs' `remote` barriers expect the whole tile's bytes (kTileBytes: the
+// producers' expect_tx after the free-tile wait, producer.cuh). `id0` is token 0's id: below
+// zero the whole block is invalid (past the query token's causal end, past the partition, or a
+// block-table entry outside [0, num_blocks)) and the box is issued at entry -1, outside the
+// tensor, which the copy unit fills with zeros and counts in full. `kv_map`: the entry's second
+// parameter (its address in the parameter space).
 template <class Cfg>
-__device__ __forceinline__ void issue_rows_tma(const DecodeKernelParams& kp, const Smem& sm, int stage, int id0,
+__device__ __forceinline__ void issue_rows_tma(const TensorMapBytes* kv_map, const Smem& sm, int stage, int id0,
                                                int rank) {
   constexpr int kHalf = (kDimQK / 64 + 1) / 2;  // CTA 0's chunks; CTA 1 the rest
   const unsigned u = static_cast<unsigned>(id0);
@@ -141,7 +142,7 @@ __device__ __forceinline__ void issue_rows_tma(const DecodeKernelParams& kp, con
 #pragma unroll
   for (int i = 0; i < kHalf; ++i) {
     const int c = rank * kHalf + i;
-    if (c < kDimQK / 64) tma_load_3d_multicast(tile + c * kChunkBytes, &kp.kv_map, 64 * c, slot, entry, mbar, 0x3);
+    if (c < kDimQK / 64) tma_load_3d_multicast(tile + c * kChunkBytes, kv_map, 64 * c, slot, entry, mbar, 0x3);
   }
 }
 
