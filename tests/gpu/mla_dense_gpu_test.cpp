@@ -12,11 +12,14 @@
 // Seed: DECA_TEST_SEED. Skipped where no GPU is present.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "common/test_seed.hpp"
+#include "cuda/mla_tma.hpp"
 #include "deca/error.hpp"
 #include "gpu/mla_dense_gpu_runner.hpp"
 
@@ -232,6 +235,32 @@ TEST(MlaDenseGpu, TmaRowsWherePlansTakeThem) {
   run_dense_reference(c);
   expect_cache_view_matches(c, 0, "tma_strided_cache", "_c2_tma_sm90");
   expect_cache_view_matches(c, 8, "tma_unaligned_cache", "_c2_tma_sm90");
+}
+
+// The map is encoded on every run (the cache's address may change from call to call): its host
+// cost, printed for docs/perf-notes-mla.md, must stay a small part of a run's launch overhead.
+TEST(MlaDenseGpu, TmaMapEncodeHostCost) {
+  DECA_REQUIRE_GPU();
+  DeviceBuffer cache(64 * 1152 * 16);
+  mla::DecodeKernelParams kp{};
+  kp.p.kv = static_cast<const unsigned char*>(cache.get());
+  kp.p.page_size = 64;
+  kp.p.num_blocks = 16;
+  kp.p.kv_stride_slot = 1152;
+  kp.p.kv_stride_block = 64 * 1152;
+  mla::TensorMapBytes map{};
+  cuda::encode_dense_rows_map(kp, map, "TmaMapEncodeHostCost");  // resolves the driver first
+  ASSERT_EQ(kp.dense.use_map, 1);
+  constexpr int kCalls = 10000;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < kCalls; ++i) cuda::encode_dense_rows_map(kp, map, "TmaMapEncodeHostCost");
+  const double us =
+      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / kCalls;
+  std::printf("[mla] cuTensorMapEncodeTiled for the dense bf16 rows: %.3f us a run\n", us);
+  EXPECT_LT(us, 5.0);
+  kp.p.kv_stride_slot = 1160;  // not a multiple of 16: no map, the register producers
+  cuda::encode_dense_rows_map(kp, map, "TmaMapEncodeHostCost");
+  EXPECT_EQ(kp.dense.use_map, 0);
 }
 
 // The same inputs give the same bytes: the scheduler is deterministic and every merge runs in a
