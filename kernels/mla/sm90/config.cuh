@@ -40,10 +40,11 @@ template <class Cfg>
 inline constexpr bool kRowFormat =
     KvFormatOf<Cfg>::value == kMlaKvBF16 || KvFormatOf<Cfg>::value == kMlaKvFP8E4M3;
 
-// Dense bf16 rows by TMA (rows.cuh produce_rows_tma): in a cluster of 2 each CTA's copy unit
-// multicasts half of a block's nine 64-dim chunks into both CTAs' tiles, so that no producer
-// thread moves a row through its registers. Set by the plan (src/cuda/mla_tma.hpp says for which
-// shapes); the kernels without it keep the register producers, source and machine code.
+// Dense bf16 rows by TMA (rows.cuh issue_rows_tma, zero_invalid_rows): in a cluster of 2 each
+// CTA's copy unit multicasts half of a block's nine 64-dim chunks into both CTAs' tiles, so that
+// no producer thread moves a row through its registers. Set by the plan (src/cuda/mla_tma.hpp
+// says for which shapes); the kernels without it keep the register producers, source and
+// machine code.
 DECA_CFG_FIELD(TmaOf, kTma, 0)
 template <class Cfg>
 inline constexpr bool kTmaRows = TmaOf<Cfg>::value == 1;
