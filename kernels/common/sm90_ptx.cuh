@@ -3,7 +3,7 @@
 // cuda::ptx (NVRTC-clean), what it does not have is written in the same manner. By family:
 #pragma once
 
-#include "kernels/common/sm90/cluster.cuh"  // clusters, st.async, cp.async.bulk
+#include "kernels/common/sm90/cluster.cuh"  // clusters, st.async, cp.async.bulk(.tensor)
 #include "kernels/common/sm90/convert.cuh"  // cvt: e4m3 -> f16, f16 -> f32, f32 -> bf16
 #include "kernels/common/sm90/memory.cuh"   // ld.global.nc with cache hints, prefetch, st.shared, stmatrix
 #include "kernels/common/sm90/sync.cuh"     // setmaxnreg, named barriers, mbarrier, fences

@@ -12,6 +12,7 @@
 #include "cuda/backend.hpp"
 #include "cuda/mla_run.hpp"
 #include "cuda/mla_spec.hpp"
+#include "cuda/mla_tma.hpp"
 #include "deca/error.hpp"
 #include "jit/driver.hpp"
 #include "jit/kernel_cache.hpp"
@@ -80,6 +81,7 @@ struct Kernels {
   const jit::LoadedKernel* decode;
   const jit::LoadedKernel* combine;
   bool combine_split;
+  bool tma;  // the decode kernel reads dense bf16 rows by TMA: each run encodes the cache's map
 };
 
 // The scheduler or combine key beside decode key `dk`: MODEL1's read both caches' lists; the
@@ -127,6 +129,7 @@ const Kernels& kernels(const MlaKernelKey& dk, bool combine_split, int num_heads
   k.decode = &jit::get_kernel(dk.spec(), device);
   k.combine = &jit::get_kernel(key(dk, MlaKernelRole::kCombine, combine_split).spec(), device);
   k.combine_split = combine_split;
+  k.tma = dk.tma;
   std::lock_guard<std::mutex> lock(registry_mu);
   return registry.try_emplace(id, k).first->second;
 }
@@ -216,6 +219,8 @@ void run_mla_decode(const MlaPlan& plan, mla::DecodeKernelParams& kp, void* work
   const Kernels& k = plan_kernels(plan, fn);
   const MlaSparseParams& params = kp.p;
   if (params.batch == 0) return;
+  mla::TensorMapBytes kv_map{};  // the TMA rows kernel's second parameter
+  if (k.tma) encode_dense_rows_map(kp, kv_map, fn.c_str());
   const int device = c.device.index;
   const Layout w = layout(c, plan.num_parts);
   auto* base = static_cast<unsigned char*>(workspace);
@@ -261,7 +266,8 @@ void run_mla_decode(const MlaPlan& plan, mla::DecodeKernelParams& kp, void* work
     decode_options.cluster.y = 1;
     decode_options.cluster.z = 1;
   }
-  jit::launch(*k.decode, grid, block, static_cast<std::size_t>(k.shape.smem_bytes), stream, args,
+  void* tma_args[] = {&kp, &kv_map};
+  jit::launch(*k.decode, grid, block, static_cast<std::size_t>(k.shape.smem_bytes), stream, k.tma ? tma_args : args,
               decode_options);
 
   if (!combine) return;

@@ -1,5 +1,6 @@
 #include "cuda/mla_spec.hpp"
 
+#include "cuda/mla_tma.hpp"
 #include "cuda/tuning.hpp"
 
 #include <string>
@@ -34,13 +35,13 @@ struct Sm90Render {
 // kernels read the 656-byte token through indices, the fields' defaults); MODEL1 its format and
 // the extra cache's page size (Cfg::kKvFormat, kExtraPageSize; "_p<page>x<extra page>").
 // A checked kernel adds Cfg::kChecked (kernels/mla/sm90/checked.cuh); the unchecked ones' source
-// stays without it.
+// stays without it. Dense bf16 rows by TMA add Cfg::kTma and "_tma" (src/cuda/mla_tma.hpp).
 Sm90Render render_sm90(int page_size, const mla::sm90::KernelClass& k, bool dense, int kv_format,
-                       int extra_page_size, bool checked) {
+                       int extra_page_size, bool checked, bool tma) {
   const bool model1 = !dense && kv_format == kMlaKvModel1;
   Sm90Render r;
   r.suffix = "_p" + std::to_string(page_size) + (model1 ? "x" + std::to_string(extra_page_size) : "") +
-             (k.direct ? "_direct" : k.cluster == 2 ? "_c2" : "");
+             (k.direct ? "_direct" : k.cluster == 2 ? "_c2" : "") + (tma ? "_tma" : "");
   r.prologue = "struct Cfg {\n  static constexpr int kPageSize = " + std::to_string(page_size) +
                ";\n  static constexpr int kDirect = " + std::to_string(k.direct) +
                ";\n  static constexpr int kCluster = " + std::to_string(k.cluster) + ";\n";
@@ -53,7 +54,10 @@ Sm90Render render_sm90(int page_size, const mla::sm90::KernelClass& k, bool dens
                   ";\n  static constexpr int kExtraPageSize = " + std::to_string(extra_page_size) + ";\n";
   }
   if (checked) r.prologue += "  static constexpr bool kChecked = true;\n";
+  if (tma) r.prologue += "  static constexpr int kTma = 1;\n";
   r.prologue += "};\n";
+  // The entry with the tensor map as its second parameter (kernels/mla/sm90/entry.cuh).
+  if (tma) r.prologue += "#define DECA_MLA_TMA_ROWS 1\n";
   return r;
 }
 
@@ -83,7 +87,7 @@ std::string MlaKernelKey::name() const {
   if (role == MlaKernelRole::kCombine && combine_split) s += "_split";
   if (role == MlaKernelRole::kDecode && checked) s += "_chk";
   if (role == MlaKernelRole::kDecode && variant == "sm90") {
-    s += render_sm90(page_size, sm90, dense, kv_format, extra_page_size, checked).suffix;
+    s += render_sm90(page_size, sm90, dense, kv_format, extra_page_size, checked, tma).suffix;
   }
   if (lse_pos_inf && (role == MlaKernelRole::kDecode || role == MlaKernelRole::kCombine)) s += "_lsepinf";
   s += "_sm" + std::to_string(arch);
@@ -131,7 +135,7 @@ jit::JitSpec MlaKernelKey::spec() const {
   }
   std::string prologue;
   if (role == MlaKernelRole::kDecode && variant == "sm90") {
-    prologue = render_sm90(page_size, sm90, dense, kv_format, extra_page_size, checked).prologue;
+    prologue = render_sm90(page_size, sm90, dense, kv_format, extra_page_size, checked, tma).prologue;
   } else if (role == MlaKernelRole::kDecode && dense) {
     prologue = std::string("struct Cfg {\n  static constexpr bool kChecked = ") + (checked ? "true" : "false") +
                ";\n  static constexpr int kKvFormat = " + std::to_string(kv_format) + ";\n};\n";
@@ -201,6 +205,7 @@ MlaKernelKey mla_decode_key(int arch, const std::string& variant, const MlaConfi
   // dense bf16 / e4m3 rows only the wide kernel's producers.
   const bool tile_only = k.dense && k.kv_format != kMlaKvFP8Sparse;
   k.sm90 = mla::sm90::kernel_class(config.num_heads, tile_only);
+  k.tma = mla_dense_tma_rows(k.dense, k.kv_format, k.sm90, k.page_size);
   // Without a second cache its page size is never read (validate_extra leaves it unchecked: 0 or
   // below is allowed) and would be a divisor compiled in: MlaConfig's default stands in, so such
   // plans share one kernel.

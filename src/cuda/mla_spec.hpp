@@ -26,6 +26,10 @@ struct MlaKernelKey {
   // "_fp8_sparse"). Sparse decode reads kMlaKvFP8Sparse.
   bool dense = false;
   int kv_format = 2;  // kMlaKvFP8Sparse
+  // sm90 dense bf16 decode only: the rows by TMA (Cfg::kTma, "_tma" after the class;
+  // src/cuda/mla_tma.hpp mla_dense_tma_rows says for which plans). Its entry takes the cache's
+  // tensor map (mla::TensorMapBytes) as a second parameter.
+  bool tma = false;
   // MODEL1 (kv_format kMlaKvModel1, sparse): every role's kernel reads both caches' lists
   // ("_model1" in each name; the scheduler's and combine's entry_model1.cuh).
   bool model1() const { return kv_format == kMlaKvModel1; }
@@ -38,7 +42,8 @@ struct MlaKernelKey {
   bool lse_pos_inf = false;
 
   // e.g. "mla_sparse_decode_portable_sm90", "mla_sparse_decode_sm90_p64_direct_sm90",
-  // "mla_sparse_decode_sm90_model1_p256x64_c2_sm90", "mla_sparse_decode_portable_model1_chk_sm90",
+  // "mla_sparse_decode_sm90_model1_p256x64_c2_sm90", "mla_dense_decode_sm90_bf16_p64_c2_tma_sm90",
+  // "mla_sparse_decode_portable_model1_chk_sm90",
   // "mla_dense_decode_portable_bf16_chk_sm80",
   // "mla_sparse_combine_sm90", "combine_sm80"
   std::string name() const;

@@ -64,6 +64,7 @@ const Loaded& loaded() {
     ok &= resolve("cuLaunchKernelEx", &d.LaunchKernelEx, &l.error);
     ok &= resolve("cuLaunchKernel", &d.LaunchKernel, &l.error);
     ok &= resolve("cuModuleGetGlobal", &d.ModuleGetGlobal, &l.error);
+    ok &= resolve("cuTensorMapEncodeTiled", &d.TensorMapEncodeTiled, &l.error);
     if (ok) l.error.clear();
     return l;
   }();

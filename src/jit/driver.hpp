@@ -23,6 +23,7 @@ struct Driver {
   decltype(&::cuLaunchKernelEx) LaunchKernelEx;
   decltype(&::cuLaunchKernel) LaunchKernel;  // the bench's launch-floor comparison
   decltype(&::cuModuleGetGlobal) ModuleGetGlobal;  // the GQA phase stamps' records (src/cuda/gqa_stamps.cpp)
+  decltype(&::cuTensorMapEncodeTiled) TensorMapEncodeTiled;  // dense MLA rows by TMA (src/cuda/mla_tma.cpp)
 };
 
 // True when a driver is installed, every entry point above resolved and a device is present.

@@ -5,17 +5,21 @@
 // lengths with 0, 1, page +- 1, shorter than a page and below q_len, partitions of several
 // requests, one request of 131072 tokens (its plan takes the split combine); shuffled block
 // tables, NaN in every cache slot no request owns, outputs poisoned before each run. Then the
-// cache as a strided view, run-to-run bitwise identity, CUDA graph capture + replay with new
+// cache as a strided view, the dense bf16 rows by TMA where plans take them (and their register
+// fallback for an unaligned cache), run-to-run bitwise identity, CUDA graph capture + replay with new
 // lengths, the schedule reused across layers, checked plans naming a bad block id and a bad
 // length, and the workspace checks.
 // Seed: DECA_TEST_SEED. Skipped where no GPU is present.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "common/test_seed.hpp"
+#include "cuda/mla_tma.hpp"
 #include "deca/error.hpp"
 #include "gpu/mla_dense_gpu_runner.hpp"
 
@@ -143,8 +147,43 @@ TEST(MlaDenseGpu, OneRequestOf131072Tokens) {
   }
 }
 
-// The cache as one layer of an interleaved [blocks, 2 layers, page, 1, row] allocation: block
-// stride two pages, the other layer all NaN (0xFF).
+// Case c's cache as one layer of an interleaved [blocks, 2 layers, page, 1, row] allocation
+// (block stride two pages), `shift` bytes after the allocation's start; the other layer and the
+// shift all NaN (0xFF). Run on every variant against the reference; on sm90 the decode kernel's
+// name must contain `sm90_kernel` when not empty.
+void expect_cache_view_matches(const MlaDenseCase& c, std::size_t shift, const std::string& name,
+                               const std::string& sm90_kernel = "") {
+  const MlaCaseSpec& s = c.spec;
+  const int format = s.kv_format;
+  const std::int64_t blocks = c.kv.shape()[0];
+  const std::size_t block_bytes = c.kv.bytes() / blocks;
+  HostTensor big(DType::kUINT8, {static_cast<std::int64_t>(2 * blocks * block_bytes + shift)});
+  big.fill_bytes(0xFF);
+  for (std::int64_t b = 0; b < blocks; ++b) {
+    std::memcpy(big.data<unsigned char>() + shift + (2 * b + 1) * block_bytes,
+                static_cast<const unsigned char*>(c.kv.raw()) + b * block_bytes, block_bytes);
+  }
+  for (const std::string& variant : mla_variants()) {
+    ScopedMlaKernel scoped(variant);
+    DeviceDense dev(c);
+    DeviceBuffer dbig(big);
+    const std::int64_t row = mla_dense_row(format);
+    const std::size_t elem = format == kMlaKvBF16 ? 2 : 1;
+    dev.args.kv_cache = make_tensor(static_cast<char*>(dbig.get()) + shift + block_bytes, c.kv.dtype(),
+                                    {blocks, s.page_size, 1, row}, {2 * s.page_size * row, row, row, 1},
+                                    Device::cuda(0));
+    ASSERT_EQ(block_bytes, static_cast<std::size_t>(s.page_size * row) * elem);
+    if (variant == "sm90" && !sm90_kernel.empty()) {
+      EXPECT_NE(dev.plan.kernel_name.find(sm90_kernel), std::string::npos) << dev.plan.kernel_name;
+    }
+    dev.run();
+    HostTensor out, lse;
+    dev.results(c, out, lse);
+    expect_dense_matches(variant + "/" + dense_format_name(format) + "/" + name + " (" + dev.plan.kernel_name + ")",
+                         c, out, lse);
+  }
+}
+
 TEST(MlaDenseGpu, CacheAsAStridedView) {
   DECA_REQUIRE_GPU();
   for (const int format : kFormats) {
@@ -153,30 +192,75 @@ TEST(MlaDenseGpu, CacheAsAStridedView) {
     auto rng = make_rng(300 + format);
     MlaDenseCase c = build_mla_dense_case(s, rng);
     run_dense_reference(c);
-    const std::int64_t blocks = c.kv.shape()[0];
-    const std::size_t block_bytes = c.kv.bytes() / blocks;
-    HostTensor big(DType::kUINT8, {blocks, 2, static_cast<std::int64_t>(block_bytes)});
-    big.fill_bytes(0xFF);
-    for (std::int64_t b = 0; b < blocks; ++b) {
-      std::memcpy(big.data<unsigned char>() + (2 * b + 1) * block_bytes,
-                  static_cast<const unsigned char*>(c.kv.raw()) + b * block_bytes, block_bytes);
-    }
-    for (const std::string& variant : mla_variants()) {
-      ScopedMlaKernel scoped(variant);
-      DeviceDense dev(c);
-      DeviceBuffer dbig(big);
-      const std::int64_t row = mla_dense_row(format);
-      const std::size_t elem = format == kMlaKvBF16 ? 2 : 1;
-      dev.args.kv_cache = make_tensor(static_cast<char*>(dbig.get()) + block_bytes, c.kv.dtype(),
-                                      {blocks, s.page_size, 1, row},
-                                      {2 * s.page_size * row, row, row, 1}, Device::cuda(0));
-      ASSERT_EQ(block_bytes, static_cast<std::size_t>(s.page_size * row) * elem);
-      dev.run();
-      HostTensor out, lse;
-      dev.results(c, out, lse);
-      expect_dense_matches(variant + "/" + dense_format_name(format) + "/strided_cache", c, out, lse);
+    expect_cache_view_matches(c, 0, "strided_cache");
+  }
+}
+
+// Dense bf16 rows by TMA (src/cuda/mla_tma.hpp): the plans of 65..128 heads at pages of a multiple
+// of 64 run the "_tma" kernel on sm_90. Each request's last block ends inside it (NaN in the
+// unused slots: the kernel must zero those rows), q_len 4 moves the causal end within a block,
+// an empty request and one shorter than a page. Then the cache as a layer of an interleaved
+// allocation (the map's block stride) and 8 bytes off 16-byte alignment (no map: the same kernel's
+// register producers).
+TEST(MlaDenseGpu, TmaRowsWherePlansTakeThem) {
+  DECA_REQUIRE_GPU();
+  std::uint64_t salt = 800;
+  for (int heads : {100, 128}) {
+    for (int page : {64, 128, 256, 576}) {
+      for (int q_len : {1, 4}) {
+        MlaCaseSpec s = spec(heads, q_len, page, {2 * page + 37, 0, 63, 64, 65, page - 1, 3, 1000});
+        s.kv_format = kMlaKvBF16;
+        auto rng = make_rng(++salt);
+        MlaDenseCase c = build_mla_dense_case(s, rng);
+        run_dense_reference(c);
+        for (const std::string& variant : mla_variants()) {
+          ScopedMlaKernel scoped(variant);
+          DeviceDense dev(c);
+          if (variant == "sm90") EXPECT_NE(dev.plan.kernel_name.find("_c2_tma_sm90"), std::string::npos);
+          dev.run();
+          HostTensor out, lse;
+          dev.results(c, out, lse);
+          expect_dense_matches(variant + "/tma/h" + std::to_string(heads) + "_p" + std::to_string(page) + "_q" +
+                                   std::to_string(q_len) + " (" + dev.plan.kernel_name + ")",
+                               c, out, lse);
+          if (HasFatalFailure()) return;
+        }
+      }
     }
   }
+  MlaCaseSpec s = spec(128, 2, 64, {300, 1, 130});
+  s.kv_format = kMlaKvBF16;
+  auto rng = make_rng(900);
+  MlaDenseCase c = build_mla_dense_case(s, rng);
+  run_dense_reference(c);
+  expect_cache_view_matches(c, 0, "tma_strided_cache", "_c2_tma_sm90");
+  expect_cache_view_matches(c, 8, "tma_unaligned_cache", "_c2_tma_sm90");
+}
+
+// The map is encoded on every run (the cache's address may change from call to call): its host
+// cost, printed for docs/perf-notes-mla.md, must stay a small part of a run's launch overhead.
+TEST(MlaDenseGpu, TmaMapEncodeHostCost) {
+  DECA_REQUIRE_GPU();
+  DeviceBuffer cache(64 * 1152 * 16);
+  mla::DecodeKernelParams kp{};
+  kp.p.kv = static_cast<const unsigned char*>(cache.get());
+  kp.p.page_size = 64;
+  kp.p.num_blocks = 16;
+  kp.p.kv_stride_slot = 1152;
+  kp.p.kv_stride_block = 64 * 1152;
+  mla::TensorMapBytes map{};
+  cuda::encode_dense_rows_map(kp, map, "TmaMapEncodeHostCost");  // resolves the driver first
+  ASSERT_EQ(kp.dense.use_map, 1);
+  constexpr int kCalls = 10000;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < kCalls; ++i) cuda::encode_dense_rows_map(kp, map, "TmaMapEncodeHostCost");
+  const double us =
+      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / kCalls;
+  std::printf("[mla] cuTensorMapEncodeTiled for the dense bf16 rows: %.3f us a run\n", us);
+  EXPECT_LT(us, 5.0);
+  kp.p.kv_stride_slot = 1160;  // not a multiple of 16: no map, the register producers
+  cuda::encode_dense_rows_map(kp, map, "TmaMapEncodeHostCost");
+  EXPECT_EQ(kp.dense.use_map, 0);
 }
 
 // The same inputs give the same bytes: the scheduler is deterministic and every merge runs in a
@@ -256,52 +340,55 @@ TEST(MlaDenseGpu, ReusedScheduleServesTheNextLayer) {
 // the reference's.
 TEST(MlaDenseGpu, CheckedPlanReportsABadBlockIdAndABadLength) {
   DECA_REQUIRE_GPU();
+  // Without a cluster at page 16; in one at page 64 (on sm90 the TMA rows, whose refused entry is
+  // a box outside the tensor).
   for (const std::string& variant : mla_variants()) {
     for (const bool bad_block : {true, false}) {
-      MlaCaseSpec s = spec(64, 1, 16, {100, 40, 70});
-      auto rng = make_rng(700 + bad_block);
-      MlaDenseCase c = build_mla_dense_case(s, rng);
-      run_dense_reference(c);
-      ScopedCheckedKernel scoped(variant);
-      DeviceDense dev(c, /*checked=*/true);
-      expect_checked_kernel(dev.plan, variant);
-      const std::int64_t cols = c.block_table.shape()[1];
-      const int num_blocks = static_cast<int>(c.kv.shape()[0]);
-      HostTensor table(c.block_table), lens(c.seq_lens);
-      if (bad_block) {
-        table.data<int>()[1 * cols + 1] = num_blocks;  // request 1 (40 tokens) reads column 1
-      } else {
-        // Every column request 1 may now read names a real block: the length is the one offender.
-        for (std::int64_t j = 3; j < cols; ++j) table.data<int>()[1 * cols + j] = table.data<int>()[0];
-        lens.data<int>()[1] = dev.plan.config.max_seq_len + 1;
-      }
-      cuda_ok(cudaMemcpy(dev.block_table.get(), table.raw(), table.bytes(), cudaMemcpyHostToDevice), "table");
-      cuda_ok(cudaMemcpy(dev.seq_lens.get(), lens.raw(), lens.bytes(), cudaMemcpyHostToDevice), "lens");
-      dev.run();
-      HostTensor out, lse;
-      dev.results(c, out, lse, false);
-      std::string error;
-      try {
-        check_mla_run(dev.plan, dev.workspace.get(), nullptr);
-      } catch (const Error& e) {
-        error = e.what();
-      }
-      const std::string want =
-          bad_block ? "mla_decode_dense: block_table[1][1]: expected a block id in [0, " +
-                          std::to_string(num_blocks) + ") (kv_cache's num_blocks), got " +
-                          std::to_string(num_blocks) + " (found by the checked GPU run)"
-                    : "mla_decode_dense: cache_seqlens[1]: expected a length in [0, " +
-                          std::to_string(dev.plan.config.max_seq_len) +
-                          "] (min(plan.config.max_seq_len, block_table's columns * page_size)), got " +
-                          std::to_string(dev.plan.config.max_seq_len + 1) + " (found by the checked GPU run)";
-      EXPECT_EQ(error, want) << variant;
-      EXPECT_NO_THROW(check_mla_run(dev.plan, dev.workspace.get(), nullptr)) << "record not cleared";
-      // Requests 0 and 2 read nothing bad: the reference's bytes within the usual bounds.
-      const std::int64_t per_request = static_cast<std::int64_t>(s.q_len) * s.num_heads * 512;
-      for (const int b : {0, 2}) {
-        for (std::int64_t i = b * per_request; i < (b + 1) * per_request; ++i) {
-          ASSERT_FALSE(std::isnan(out.get(i))) << b;
-          ASSERT_NEAR(out.get(i), c.out.get(i), 1e-2 + 2e-2 * std::fabs(c.out.get(i))) << b << " " << i;
+      for (const MlaCaseSpec& s : {spec(64, 1, 16, {100, 40, 70}), spec(128, 1, 64, {300, 100, 170})}) {
+        auto rng = make_rng(700 + bad_block + (s.num_heads > 64 ? 10 : 0));
+        MlaDenseCase c = build_mla_dense_case(s, rng);
+        run_dense_reference(c);
+        ScopedCheckedKernel scoped(variant);
+        DeviceDense dev(c, /*checked=*/true);
+        expect_checked_kernel(dev.plan, variant);
+        const std::int64_t cols = c.block_table.shape()[1];
+        const int num_blocks = static_cast<int>(c.kv.shape()[0]);
+        HostTensor table(c.block_table), lens(c.seq_lens);
+        if (bad_block) {
+          table.data<int>()[1 * cols + 1] = num_blocks;  // request 1 (40 tokens) reads column 1
+        } else {
+          // Every column request 1 may now read names a real block: the length is the one offender.
+          for (std::int64_t j = 3; j < cols; ++j) table.data<int>()[1 * cols + j] = table.data<int>()[0];
+          lens.data<int>()[1] = dev.plan.config.max_seq_len + 1;
+        }
+        cuda_ok(cudaMemcpy(dev.block_table.get(), table.raw(), table.bytes(), cudaMemcpyHostToDevice), "table");
+        cuda_ok(cudaMemcpy(dev.seq_lens.get(), lens.raw(), lens.bytes(), cudaMemcpyHostToDevice), "lens");
+        dev.run();
+        HostTensor out, lse;
+        dev.results(c, out, lse, false);
+        std::string error;
+        try {
+          check_mla_run(dev.plan, dev.workspace.get(), nullptr);
+        } catch (const Error& e) {
+          error = e.what();
+        }
+        const std::string want =
+            bad_block ? "mla_decode_dense: block_table[1][1]: expected a block id in [0, " +
+                            std::to_string(num_blocks) + ") (kv_cache's num_blocks), got " +
+                            std::to_string(num_blocks) + " (found by the checked GPU run)"
+                      : "mla_decode_dense: cache_seqlens[1]: expected a length in [0, " +
+                            std::to_string(dev.plan.config.max_seq_len) +
+                            "] (min(plan.config.max_seq_len, block_table's columns * page_size)), got " +
+                            std::to_string(dev.plan.config.max_seq_len + 1) + " (found by the checked GPU run)";
+        EXPECT_EQ(error, want) << variant;
+        EXPECT_NO_THROW(check_mla_run(dev.plan, dev.workspace.get(), nullptr)) << "record not cleared";
+        // Requests 0 and 2 read nothing bad: the reference's bytes within the usual bounds.
+        const std::int64_t per_request = static_cast<std::int64_t>(s.q_len) * s.num_heads * 512;
+        for (const int b : {0, 2}) {
+          for (std::int64_t i = b * per_request; i < (b + 1) * per_request; ++i) {
+            ASSERT_FALSE(std::isnan(out.get(i))) << b;
+            ASSERT_NEAR(out.get(i), c.out.get(i), 1e-2 + 2e-2 * std::fabs(c.out.get(i))) << b << " " << i;
+          }
         }
       }
     }

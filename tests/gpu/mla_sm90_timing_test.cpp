@@ -9,7 +9,8 @@
 // launches it (threads, cluster, shared memory: mla_decode_shape) over the partitions the plan's
 // scheduler makes (mla::schedule_requests on the host, decode_num_parts partitions). Cold L2
 // (256 MB written before every launch), median of 10 after 3 warm-ups, CUDA events around the
-// launch alone; the scheduler and the combine of split requests are not included.
+// launch alone; the scheduler and the combine of split requests are not included. A kernel with
+// TMA rows (bf16 at 128 heads) is timed beside its register producers (reg-rows, reg-producers).
 //
 // Each line: the shape, the variant, µs, TFLOP/s (2·h·(d_qk + d_v) per visible key of every query
 // token), GB/s (sparse: every selected token's stored bytes; dense: every request's tokens once),
@@ -37,6 +38,7 @@
 #include <vector>
 
 #include "gpu/device_buffer.hpp"
+#include "cuda/mla_tma.hpp"
 #include "jit/kernel_cache.hpp"
 #include "jit/mla_sm90_timing_cases.hpp"
 #include "kernels/mla/model1.cuh"
@@ -112,6 +114,7 @@ std::vector<int> select(const Pages& pg, int len, int batch, int q_len, int topk
 struct TimedRun {
   std::vector<DeviceBuffer> keep;  // every buffer kp points into
   mla::DecodeKernelParams kp{};
+  mla::TensorMapBytes kv_map{};  // the TMA rows kernel's second parameter
   std::vector<int> offsets;  // split offsets: request r's pieces are offsets[r + 1] - offsets[r]
   int num_parts = 0;
   long long blocks = 0;  // 64-token blocks over every CTA
@@ -173,6 +176,8 @@ void make_run(const TimingCase& c, int sms, TimedRun& r) {
     r.kp.dense.max_blocks = pg.stride;
     r.kp.dense.kv_format = format;
     r.kp.dense.kv_scale = 1.f;
+    // The TMA rows' map, as the plan's run encodes it (the register variants never read it).
+    if (cuda::mla_decode_key(90, "sm90", cf).tma) cuda::encode_dense_rows_map(r.kp, r.kv_map, "mla_sm90_timing");
     lists = mla::one_cache(lens.data(), cf.max_seq_len);
     for (int i = 0; i < q_len; ++i) keys += 1LL * batch * (cf.max_seq_len - (q_len - 1 - i));
     r.bytes = 1.0 * batch * cf.max_seq_len * token_bytes(format);
@@ -220,10 +225,14 @@ void make_run(const TimingCase& c, int sms, TimedRun& r) {
                                                               : mla::schedule_stamp<false>(p, r.num_parts)});
 }
 
-// Median µs of 10 launches after 3 warm-ups, each after the L2 flush.
+// Median µs of 10 launches after 3 warm-ups, each after the L2 flush. `kv_map`: the TMA rows
+// kernel's second parameter, null for the others.
 void time_launches(const jit::LoadedKernel& k, const jit::Dim3& grid, const cuda::MlaDecodeShape& shape,
-                   mla::DecodeKernelParams& kp, const DeviceBuffer& flush, const char* what, double* us) {
-  void* args[] = {&kp};
+                   mla::DecodeKernelParams& kp, mla::TensorMapBytes* kv_map, const DeviceBuffer& flush,
+                   const char* what, double* us) {
+  void* one[] = {&kp};
+  void* two[] = {&kp, kv_map};
+  void** args = kv_map != nullptr ? two : one;
   jit::LaunchOptions opts;
   if (shape.cluster_x > 1) opts.cluster = {static_cast<unsigned>(shape.cluster_x), 1, 1};
   cudaEvent_t e0, e1;
@@ -287,9 +296,10 @@ TEST_P(MlaSm90Timing, KernelAndStageVariants) {
   std::printf("[mla_sm90 timing] %s %s: %s, %d partitions, %d slots, %lld blocks over %d CTAs\n", c.family.c_str(),
               c.name.c_str(), key.name().c_str(), r.num_parts, r.offsets.back(), r.blocks, ctas);
   for (const TimingVariant& v : timing_variants(key)) {
-    const jit::LoadedKernel& k = jit::get_kernel(timing_spec(key, v.ablate), 0);
+    const jit::LoadedKernel& k = jit::get_kernel(timing_spec(key, v), 0);
     double us = 0;
-    ASSERT_NO_FATAL_FAILURE(time_launches(k, grid, shape, r.kp, flush, v.name, &us));
+    mla::TensorMapBytes* map = key.tma && !v.register_rows ? &r.kv_map : nullptr;
+    ASSERT_NO_FATAL_FAILURE(time_launches(k, grid, shape, r.kp, map, flush, v.name, &us));
     std::printf("[mla_sm90 timing] %-6s %-28s %-10s %8.1f us  %6.1f TFLOP/s  %6.0f GB/s  %5.2f us/block/SM"
                 " (%.1f blocks/SM)\n",
                 c.family.c_str(), c.name.c_str(), v.name, us, r.flop / us * 1e-6, r.bytes / us * 1e-3, us / per_sm,

@@ -103,9 +103,13 @@ inline cuda::MlaKernelKey timing_key(const TimingCase& c) { return cuda::mla_dec
 // out) what the memory traffic costs; producers (the consumers only release the tiles) and
 // consumers (no producer work) whether the two sides overlap (the kernel ~ the slower side) or
 // add up. The direct kernel has no consumers-only build.
+// A TMA rows kernel (key.tma) is timed beside the plan's kernel without it ("reg-rows": the
+// register producers, the kernel the TMA one replaces) and that kernel's producers alone
+// ("reg-producers"), so that one run gives the before and after.
 struct TimingVariant {
   int ablate;
   const char* name;
+  bool register_rows = false;  // the key without Cfg::kTma
 };
 inline std::vector<TimingVariant> timing_variants(const cuda::MlaKernelKey& key) {
   std::vector<TimingVariant> v = {{mla::sm90::kAblateNone, "kernel"},
@@ -113,9 +117,18 @@ inline std::vector<TimingVariant> timing_variants(const cuda::MlaKernelKey& key)
                                   {mla::sm90::kAblateNoGather, "no-gather"},
                                   {mla::sm90::kAblateProducersOnly, "producers"}};
   if (!key.sm90.direct) v.push_back({mla::sm90::kAblateConsumersOnly, "consumers"});
+  if (key.tma) {
+    v.push_back({mla::sm90::kAblateNone, "reg-rows", true});
+    v.push_back({mla::sm90::kAblateProducersOnly, "reg-producers", true});
+  }
   return v;
 }
 
 inline jit::JitSpec timing_spec(const cuda::MlaKernelKey& key, int ablate) { return with_ablation(key.spec(), ablate); }
+inline jit::JitSpec timing_spec(const cuda::MlaKernelKey& key, const TimingVariant& v) {
+  cuda::MlaKernelKey k = key;
+  if (v.register_rows) k.tma = false;
+  return timing_spec(k, v.ablate);
+}
 
 }  // namespace deca::test

@@ -1,6 +1,7 @@
 // Thread-block clusters and the bulk-copy unit (sm_90), one wrapper per instruction with its PTX
 // syntax: the cluster rank and barrier, mapa, st.async into a peer CTA's shared memory, and
-// cp.async.bulk between global memory, this CTA's shared memory and a peer's.
+// cp.async.bulk between global memory, this CTA's shared memory and a peer's, and the tensor
+// copy (TMA) multicast into the cluster's CTAs.
 #pragma once
 
 #include <cuda/ptx>
@@ -78,6 +79,25 @@ __device__ __forceinline__ void bulk_load_shared(unsigned smem_dst, const void* 
       "l"(src), "r"(bytes), "r"(smem_mbar)
       : "memory");
 }
+// cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster
+//     [dst], [tmap, {c0, c1, c2}], [mbar], mask;
+// -- PTX ISA 9.7.9.25.5.1 (cp.async.bulk.tensor, sm_90a for .multicast::cluster): the box of the
+// tensor map `tmap` at coordinates {c0, c1, c2} (innermost first, in elements) copied by the TMA
+// unit into the shared memory of every CTA of the cluster whose rank bit is set in `mask`, at
+// the same CTA-relative offset as `smem_dst` in each, completing its bytes on the mbarrier at
+// `smem_mbar`'s offset in each destination CTA. The box's bytes count in full whether or not
+// they lie inside the tensor: elements outside it are written as zeros. `tmap` is the generic
+// address of a CUtensorMap-sized object in the kernel's __grid_constant__ parameter (or in
+// global / const memory), 64-byte aligned.
+__device__ __forceinline__ void tma_load_3d_multicast(unsigned smem_dst, const void* tmap, int c0, int c1, int c2,
+                                                      unsigned smem_mbar, unsigned short mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
+      " [%0], [%1, {%2, %3, %4}], [%5], %6;\n" ::"r"(smem_dst),
+      "l"(tmap), "r"(c0), "r"(c1), "r"(c2), "r"(smem_mbar), "h"(mask)
+      : "memory");
+}
+
 __device__ __forceinline__ void bulk_commit() { cuda::ptx::cp_async_bulk_commit_group(); }
 __device__ __forceinline__ void bulk_wait_read() { cuda::ptx::cp_async_bulk_wait_group_read(cuda::ptx::n32_t<0>{}); }
 

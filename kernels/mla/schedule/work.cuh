@@ -167,7 +167,10 @@ struct DenseSource {
   int max_blocks;
   int kv_format;   // MlaKvFormat
   float kv_scale;  // kMlaKvFP8E4M3: real = stored * kv_scale
-  int pad;
+  // The TMA rows' kernels (kernels/mla/sm90/rows.cuh, Cfg::kTma): 1 when their second parameter
+  // holds the cache's tensor map, 0 when the cache's address or strides admit none (the kernel
+  // then takes the register producers). Read by no other kernel.
+  int use_map;
 };
 
 // The one parameter of every MLA decode kernel entry (passed as const __grid_constant__). `dense`
@@ -176,6 +179,15 @@ struct DecodeKernelParams {
   MlaSparseParams p;
   SparseRun run;
   DenseSource dense;
+};
+
+// A CUtensorMap (cuda.h: 128 bytes, 128-byte aligned; the copy unit needs 64), opaque to the
+// kernels: encoded on the host by the driver (src/cuda/mla_tma.cpp), read by the copy unit from
+// the second kernel parameter of the TMA rows' kernels (kernels/mla/sm90/entry.cuh). A separate
+// parameter, not a field of DecodeKernelParams: its alignment would move every kernel's
+// parameter, and with it the constant-bank offsets of their machine code.
+struct alignas(128) TensorMapBytes {
+  unsigned long long words[16];
 };
 
 }  // namespace deca::mla

@@ -9,6 +9,7 @@
 //                                           // sparse ones MODEL1's 584-byte token (kMlaKvModel1)
 //     static constexpr int kExtraPageSize = 64;  // MODEL1 only: the extra cache's page size
 //     static constexpr bool kChecked = true;     // optional: checked mode (checked.cuh)
+//     static constexpr int kTma = 1;             // optional: dense bf16 rows by TMA (rows.cuh)
 //   };
 // Everything else the kernels do is fixed per class (below, with why); tests may add kAblate.
 // Host code reads it too (the Ablate values).
@@ -38,6 +39,15 @@ inline constexpr bool kDense = DenseOf<Cfg>::value == 1;
 template <class Cfg>
 inline constexpr bool kRowFormat =
     KvFormatOf<Cfg>::value == kMlaKvBF16 || KvFormatOf<Cfg>::value == kMlaKvFP8E4M3;
+
+// Dense bf16 rows by TMA (rows.cuh issue_rows_tma, zero_invalid_rows): in a cluster of 2 each
+// CTA's copy unit multicasts half of a block's nine 64-dim chunks into both CTAs' tiles, so that
+// no producer thread moves a row through its registers. Set by the plan (src/cuda/mla_tma.hpp
+// says for which shapes); the kernels without it keep the register producers, source and
+// machine code.
+DECA_CFG_FIELD(TmaOf, kTma, 0)
+template <class Cfg>
+inline constexpr bool kTmaRows = TmaOf<Cfg>::value == 1;
 
 // MODEL1 (kMlaKvModel1, sparse): the 584-byte token of two caches, the first cache's blocks of a
 // request then the extra cache's (walk.cuh). The wide kernel's MODEL1 producer (model1.cuh)

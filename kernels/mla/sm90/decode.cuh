@@ -38,7 +38,9 @@
 // Cluster of 2 (65..128 heads, two head blocks): the two CTAs of a request token need the same
 // tiles, so each CTA's producers gather and dequantize 32 of the 64 tokens and write them into
 // their own tile (st.shared) and the peer's (st.async, completing on the peer's `remote` barrier
-// with kPeerBytes per block); the empty barriers count both CTAs' consumers.
+// with kPeerBytes per block); the empty barriers count both CTAs' consumers. Dense bf16 rows by
+// TMA (Cfg::kTma, rows.cuh): each CTA's copy unit multicasts half of the chunks into both tiles,
+// and `remote` expects the whole tile's bytes.
 //
 // Pipeline: kStages = 2 K tiles. Per tile two mbarriers: full (256 producer arrivals, after
 // fence.proxy.async so wgmma's async proxy sees the generic stores) and empty (one arrival per
@@ -70,9 +72,10 @@ namespace deca::mla::sm90 {
 
 using namespace ::deca::sm90;  // the Hopper PTX wrappers
 
+// `kv_map`: the TMA rows' tensor map (Cfg::kTma; the entry's second parameter), else null.
 template <class Cfg>
-__device__ __forceinline__ void mla_sparse_decode_sm90(const DecodeKernelParams& kp,
-                                                       unsigned char* smem_raw) {
+__device__ __forceinline__ void mla_sparse_decode_sm90(const DecodeKernelParams& kp, unsigned char* smem_raw,
+                                                       const TensorMapBytes* kv_map = nullptr) {
   constexpr int kCl = ClusterOf<Cfg>::value;
   static_assert(kCl == 1 || kCl == 2, "Cfg::kCluster: 1, or 2 for two head blocks");
   // Under programmatic dependent launch the scheduler's metadata may still be in flight: wait,
@@ -144,7 +147,7 @@ __device__ __forceinline__ void mla_sparse_decode_sm90(const DecodeKernelParams&
   constexpr RegBudget kRegs = reg_budget(kCl);
   if (wg >= 2) {
     setmaxnreg_dec<kRegs.producer>();
-    if constexpr (!kNoProduce<Cfg>) producer<Cfg, kCl>(kp, part, tok, sm, static_cast<int>(rank));
+    if constexpr (!kNoProduce<Cfg>) producer<Cfg, kCl>(kp, part, tok, sm, static_cast<int>(rank), kv_map);
   } else if (wg == 0) {
     setmaxnreg_inc<kRegs.consumer0>();
     if constexpr (kNoConsume<Cfg>) {

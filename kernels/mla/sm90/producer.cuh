@@ -124,10 +124,13 @@ __device__ __forceinline__ void prefetch_record(const MlaSparseParams& p, int id
 
 template <class Cfg, int kCl>
 __device__ __forceinline__ void producer(const DecodeKernelParams& kp, const SparsePart& part, int tok,
-                                         const Smem& sm, int rank) {
+                                         const Smem& sm, int rank, const TensorMapBytes* kv_map) {
   constexpr int kWays = kCl * 2;           // CTAs of the cluster x producer warpgroups
   constexpr int kPerRound = 16 / kWays;    // the warpgroup's whole share in one round
   constexpr int kTpt = 2 * kWays;          // prefetching threads per token (prefetch_record)
+  static_assert(!kTmaRows<Cfg> || (kCl == 2 && kDense<Cfg> && KvFormatOf<Cfg>::value == kMlaKvBF16 &&
+                                   Cfg::kPageSize % kTokens == 0),
+                "Cfg::kTma: dense bf16 rows in a cluster of 2, pages of a multiple of 64 tokens");
   const MlaSparseParams& p = kp.p;
   const int tg = threadIdx.x - 256;  // among both producer warpgroups: the id staging, the peer's bytes
   const int t = tg & 127;            // in this warpgroup: its share of the block
@@ -138,6 +141,9 @@ __device__ __forceinline__ void producer(const DecodeKernelParams& kp, const Spa
   }
   const int first_token = rank * (kTokens / kCl) + (tg >> 7) * (kTokens / kWays);
   const int pf_k = first_token + t / kTpt;  // the token this thread prefetches in a block
+  // Dense bf16 rows by TMA (rows.cuh) when the host encoded the cache's tensor map; the no-gather
+  // ablation times the register producers' stand-in loads instead.
+  [[maybe_unused]] const bool use_map = kTmaRows<Cfg> && !kNoGather<Cfg> && kp.dense.use_map != 0;
 
   // Cursors at blocks i (produced now), i + 1 (whose ids are loaded now) and i + 2 (whose
   // prefetch id is loaded now, for the prefetch issued at block i + 1: the L2 prefetch runs one
@@ -158,7 +164,11 @@ __device__ __forceinline__ void producer(const DecodeKernelParams& kp, const Spa
     // without it).
     const auto wait_free = [&] {
       wait_empty(sm, stage, ((it >> 1) & 1) ^ 1);
-      if (kCl == 2 && tg == 0) expect_peer_bytes<kModel1<Cfg>>(sm, stage);
+      if constexpr (kTmaRows<Cfg>) {
+        if (tg == 0) mbar_arrive_expect_tx_cta(sm.remote(stage), use_map ? kTileBytes : kPeerBytes);
+      } else if (kCl == 2 && tg == 0) {
+        expect_peer_bytes<kModel1<Cfg>>(sm, stage);
+      }
     };
     wait_free();
     // Every CTA keeps all 64 ids: the consumers mask with them. The slot of block it was last
@@ -168,6 +178,9 @@ __device__ __forceinline__ void producer(const DecodeKernelParams& kp, const Spa
     if (tg < kTokens) {
       const int id = finish_id<Cfg>(kp, my_raw, pool, extra_pool);
       if constexpr (kChecked<Cfg>) bad_it = first_refused<Cfg>(my_raw, id, it, bad_it);
+      if constexpr (kTmaRows<Cfg>) {
+        if (tg == 0 && use_map) issue_rows_tma<Cfg>(kv_map, sm, stage, id, rank);
+      }
       sm.ids(it)[tg] = id;
     }
     const int pf_id = finish_id<Cfg>(kp, pf_raw, pool, extra_pool);
@@ -177,7 +190,15 @@ __device__ __forceinline__ void producer(const DecodeKernelParams& kp, const Spa
     if constexpr (kRowFormat<Cfg>) {
       if (pf_id >= 0) prefetch_row<Cfg, kTpt>(p, pf_id, t);
       pf_raw = raw_id_at<Cfg>(part, far, pf_k);
-      produce_rows<Cfg, kCl, kWays>(kp, sm, stage, sm.ids(it), t, first_token);
+      if constexpr (kTmaRows<Cfg>) {
+        if (use_map) {
+          zero_invalid_rows(sm, stage, sm.ids(it), tg, (it >> 1) & 1);
+        } else {
+          produce_rows<Cfg, kCl, kWays>(kp, sm, stage, sm.ids(it), t, first_token);
+        }
+      } else {
+        produce_rows<Cfg, kCl, kWays>(kp, sm, stage, sm.ids(it), t, first_token);
+      }
     } else if constexpr (kModel1<Cfg>) {
       if (pf_id >= 0) prefetch_model1<Cfg, kTpt>(p, pf_id, pf_raw.slot != 0, t);
       pf_raw = raw_id_at<Cfg>(part, far, pf_k);

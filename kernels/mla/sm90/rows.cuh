@@ -112,6 +112,62 @@ __device__ __forceinline__ void produce_rows(const DecodeKernelParams& kp, const
   }
 }
 
+// ---- Dense bf16 rows by TMA (Cfg::kTma, a cluster of 2) -----------------------------------------
+// The tensor map (src/cuda/mla_tma.cpp) views the cache as bf16 [num_blocks][page][576] with the
+// caller's strides (innermost first: 576 dims, page slots, blocks), box {64 dims, 64 slots, 1
+// block}, 128-byte swizzle: one box is one chunk of the tile exactly as swz() (layout.cuh) orders
+// it, since the copy unit's 128-byte swizzle stores 16-byte unit u of the box's row r at unit
+// u ^ (r % 8) of that row inside each 1024-byte atom and every chunk starts 1024-aligned
+// (tests/plan/mla_tma_map_test.cpp checks the two orders agree). The plan takes it only for
+// page sizes that are multiples of 64 (src/cuda/mla_tma.hpp): a block of 64 tokens (blocks start
+// at multiples of 64 of the request) then lies in one page, block-table entry e, slots s0 .. s0 +
+// 63, one box per chunk at coordinates {64 c, s0, e}.
+//
+// Each CTA of the pair issues its half of the chunks (CTA 0 chunks 0..4, CTA 1 5..8), multicast
+// into both tiles; both CTAs' `remote` barriers expect the whole tile's bytes (kTileBytes: the
+// producers' expect_tx after the free-tile wait, producer.cuh). `id0` is token 0's id: below
+// zero the whole block is invalid (past the query token's causal end, past the partition, or a
+// block-table entry outside [0, num_blocks)) and the box is issued at entry -1, outside the
+// tensor, which the copy unit fills with zeros and counts in full. `kv_map`: the entry's second
+// parameter (its address in the parameter space).
+template <class Cfg>
+__device__ __forceinline__ void issue_rows_tma(const TensorMapBytes* kv_map, const Smem& sm, int stage, int id0,
+                                               int rank) {
+  constexpr int kHalf = (kDimQK / 64 + 1) / 2;  // CTA 0's chunks; CTA 1 the rest
+  const unsigned u = static_cast<unsigned>(id0);
+  const int entry = id0 >= 0 ? static_cast<int>(u / Cfg::kPageSize) : -1;
+  const int slot = id0 >= 0 ? static_cast<int>(u % Cfg::kPageSize) : 0;
+  const unsigned mbar = ptx::smem_addr(sm.remote(stage));
+  const unsigned tile = sm.k(stage);
+#pragma unroll
+  for (int i = 0; i < kHalf; ++i) {
+    const int c = rank * kHalf + i;
+    if (c < kDimQK / 64) tma_load_3d_multicast(tile + c * kChunkBytes, kv_map, 64 * c, slot, entry, mbar, 0x3);
+  }
+}
+
+// Zero rows for the invalid ids of a TMA block, which holds whatever the cache's slots hold past
+// the request's length (unused slots: any bytes, NaN included). Masking S alone would not do:
+// P = 0 there, but P V computes 0 x V, and 0 x NaN is NaN. The invalid ids of a block are a
+// suffix (past the causal end) or all 64 (a block in one page: a refused entry, or past the
+// partition), so the last id says whether any is: only such blocks (a request's last, or none)
+// wait here for the copies to land, the others hand the tile over at once. After the wait the
+// bytes are in this CTA's tile (its `remote` barrier counts the peer's multicast too); each CTA
+// zeroes its own tile (it holds all 64 ids), and the caller's fence.proxy.async orders the zeros
+// before the consumers' wgmma. 256 threads: four per row, 32 bytes of it per chunk each.
+__device__ __forceinline__ void zero_invalid_rows(const Smem& sm, int stage, const int* ids, int tg, unsigned parity) {
+  if (ids[kTokens - 1] >= 0) return;
+  mbar_wait(sm.remote(stage), parity);
+  const int n = tg >> 2;
+  if (ids[n] >= 0) return;
+  const unsigned row = sm.k(stage) + static_cast<unsigned>(n * 128 + (tg & 3) * 32);
+#pragma unroll
+  for (int c = 0; c < kDimQK / 64; ++c) {
+    sts128(row + c * kChunkBytes, make_uint4(0, 0, 0, 0));
+    sts128(row + c * kChunkBytes + 16, make_uint4(0, 0, 0, 0));
+  }
+}
+
 // The 128-byte lines of dense row `id` (>= 0, inside the pool) into L2, shared by the token's
 // kThreadsPerToken consecutive threads: every 128 bytes and the last byte, so that a row not
 // aligned to 128 bytes (e4m3 rows sit 576 bytes apart) is covered whole.
