@@ -26,9 +26,9 @@
 // PV come first (after the top barrier, a barrier between them), then tile j + 1's QK, decisions,
 // vote and softmax (docs/perf-notes.md "Skip-softmax on the rows-on-M kernel": the registers).
 //
-// A kept tile runs decode_rows.cuh's arithmetic for it in its order (the shared QK, transpose and
-// 16-bit P / PV functions; its fp8 P, mask and epilogue as functions below; the fp8 PV in two
-// halves of d, the same k-chain per element), so a factor under which no tile falls gives
+// A kept tile runs decode_rows.cuh's arithmetic for it in its order (its QK, transpose, mask,
+// P, 16-bit PV and epilogue functions; the fp8 PV in two halves of d, below, the same k-chain
+// per element), so a factor under which no tile falls gives
 // decode_rows.cuh's bits (GqaSkipGpu's tiny-factor check).
 //
 // A tile the CTA drops still runs its PV, every row's P at 0, against K_{j+1}'s slot in V's place
@@ -52,41 +52,6 @@
 #include "kernels/gqa/sm90/traits.cuh"
 
 namespace deca::gqa::sm90 {
-
-// decode_rows.cuh's blocks as functions (kept inline there, whose machine code they would move).
-
-// The fp8 P = 2^(x - m + 8) as two e4m3 terms, straight into the A fragments of the k32 steps:
-// register j of step kk holds elements 16 kk + 8 (j >> 1) + {0, 1, 4, 5} + 2 (j & 1); and the
-// rows' sums. A shift of +inf (a dropped row) gives zeros.
-template <class T, int kHalves, int kS, class Logit>
-__device__ __forceinline__ void rows_on_m_p_e4m3(const float (&s)[kS], const float (&shift)[kHalves],
-                                                 const float (&row_scale)[kHalves], const Logit& logit,
-                                                 unsigned (&p_hi)[4][4], unsigned (&p_lo)[4][4],
-                                                 float (&sum)[kHalves]) {
-#pragma unroll
-  for (int h = 0; h < kHalves; ++h) sum[h] = 0.f;
-#pragma unroll
-  for (int kk = 0; kk < 4; ++kk) {
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int h = j & 1;
-      if (h >= kHalves) {
-        p_hi[kk][j] = 0u, p_lo[kk][j] = 0u;
-        continue;
-      }
-      const int e0 = 16 * kk + 8 * (j >> 1) + 2 * h;
-      float pr[4];
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const float x = s[e0 + (c & 1) + 4 * (c >> 1)];
-        // Without soft-cap one FFMA: x scale - shift.
-        pr[c] = ptx::ex2(T::kSoftcap ? logit(x, h) - shift[h] : fmaf(x, row_scale[h], -shift[h]));
-      }
-      sum[h] += (pr[0] + pr[1]) + (pr[2] + pr[3]);
-      kv::split_e4m3_f32(pr[0], pr[1], pr[2], pr[3], p_hi[kk][j], p_lo[kk][j]);
-    }
-  }
-}
 
 // The fp8 PV: O = O alpha + (P_hi + P_lo) V^T (V^T, or any finite 16 KB tile when P is 0, at
 // byte offset b_off), the tile's product in a fresh accumulator added in fp32 (Hopper's fp8 wgmma
@@ -118,83 +83,6 @@ __device__ __forceinline__ void rows_on_m_pv_e4m3_halves(float (&o)[64], const u
       if (h < kHalves) o[32 * nh + e] = o[32 * nh + e] * alpha[h] + ot[e];
     }
   }
-}
-
-// A tile's mask (one that needs it: the causal edge, the unit's end, a window, checked mode's bad
-// page ids) on S, then the rows' maxima of the raw logits (a quad of lanes per row): the scale is
-// >= 0 and the soft-cap monotonic, so they are the scaled maxima.
-template <class T, int kHalves, int kS>
-__device__ __forceinline__ void rows_on_m_mask_max(float (&s)[kS], float (&mx)[kHalves], const GqaParams& p,
-                                                   const Unit& unit, int tile_t0, bool bad_tile,
-                                                   const int (&row_pos)[kHalves], const unsigned* const (&tree)[kHalves],
-                                                   const int* page_row, int l) {
-  constexpr int kTileT = T::kTile;
-  const int seq_len = unit.seq_len;
-  const int causal_start = seq_len - p.q_len;
-  const bool need_mask = tile_t0 + kTileT > causal_start || tile_t0 + kTileT > unit.end ||
-                         (T::kWindow && tile_t0 < seq_len - p.window) || bad_tile;
-  if (need_mask) {
-#pragma unroll
-    for (int e = 0; e < kS; ++e) {
-      const int h = (e >> 1) & 1;
-      if (h >= kHalves) continue;  // padding row
-      const int t = tile_t0 + rows_on_m_token(e, l);
-      bool visible = t < unit.end && row_sees_key<T>(p, t, row_pos[h], causal_start, tree[h]);
-      if constexpr (T::kChecked) {
-        if (bad_tile && visible) {
-          visible = static_cast<unsigned>(__ldg(page_row + t / T::kPageSize)) <
-                    static_cast<unsigned>(p.num_pages);
-        }
-      }
-      if (!visible) s[e] = kNegInf;
-    }
-  }
-#pragma unroll
-  for (int h = 0; h < kHalves; ++h) mx[h] = kNegInf;
-#pragma unroll
-  for (int e = 0; e < kS; ++e) {
-    const int h = (e >> 1) & 1;
-    if (h < kHalves) mx[h] = fmaxf(mx[h], s[e]);
-  }
-#pragma unroll
-  for (int h = 0; h < kHalves; ++h) {
-    mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
-    mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
-  }
-}
-
-// The rows into the epilogue's merge area (one slice: kWarpsN = 1), then the output, LSE or
-// partials (finish_cta): O's columns back in d order (fp8: V^T's row order), m with P's scale.
-template <class T, int kHalves, int kO>
-__device__ __forceinline__ void rows_on_m_finish(const GqaParams& p, unsigned char* smem, const float (&o)[kO],
-                                                 const float (&m_run)[kHalves], float (&l_run)[kHalves],
-                                                 const int (&qrow)[kHalves], int l, const CtaRows& cta,
-                                                 float v_scale) {
-  ptx::cp_async_wait<0>();
-#pragma unroll
-  for (int h = 0; h < kHalves; ++h) {
-    l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 1);
-    l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 2);
-  }
-  __syncthreads();  // every warp's wgmma reads of the stages are done: the area reuses them
-  const MergeArea<T> area(smem);
-#pragma unroll
-  for (int e = 0; e < kO; ++e) {
-    const int h = (e >> 1) & 1;
-    if (h >= kHalves) continue;
-    const int n = 8 * (e >> 2) + 2 * (l & 3) + (e & 1);
-    const int d = T::k16 ? n : rows_on_m_d(n);  // V^T's row order (16-bit: d order)
-    area.o[qrow[h] * T::kHeadDim + d] = o[e];
-  }
-  if ((l & 3) == 0) {
-#pragma unroll
-    for (int h = 0; h < kHalves; ++h) {
-      area.ml[2 * qrow[h]] = m_run[h] - 8.f;  // P's scale (2^8, as decode.cuh)
-      area.ml[2 * qrow[h] + 1] = l_run[h];
-    }
-  }
-  __syncthreads();
-  finish_cta<T>(p, smem, cta, v_scale);
 }
 
 template <class Cfg>
