@@ -17,11 +17,8 @@ namespace {
 
 MlaConfig dense_config(int heads, int page, MlaCacheFormat format, bool checked = false) {
   MlaConfig c;
-  c.num_heads = heads;
-  c.page_size = page;
-  c.max_seq_len = 8192;
-  c.kv_format = format;
-  c.checked = checked;
+  c.num_heads = heads, c.page_size = page, c.max_seq_len = 8192;
+  c.kv_format = format, c.checked = checked;
   return c;
 }
 
