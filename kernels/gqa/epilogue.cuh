@@ -2,7 +2,8 @@
 // (sm90/decode.cuh): the CTA's warps (or warpgroups) have left their partial rows in shared memory
 // (MergeArea); this merges them per row, then writes the output and LSE, or, when the unit is cut
 // into splits (split-KV), publishes the split's partial result, and the last split of the unit to
-// arrive merges every split in order (bitwise reproducible). Needs of T: kHeadDim, kRows, kWarpsN, kThreads, kGroup,
+// arrive merges every split in a fixed order (bitwise reproducible, whatever the arrival order and
+// whatever else is in the batch). Needs of T: kHeadDim, kRows, kWarpsN, kThreads, kGroup,
 // kOutDtype, kBeamWidth.
 #pragma once
 
@@ -64,6 +65,58 @@ __device__ __forceinline__ SplitPieces split_pieces(const GqaParams& p, const Ct
   const long long unit =
       (static_cast<long long>(cta.request) * p.num_kv_heads + cta.kv_head) * cta.row_blocks + cta.row_block;
   return SplitPieces{p.num_splits, cta.split, unit};
+}
+
+// (m, l) of every split of the unit's rows into split_ml[r * count + j], all loads of a thread
+// issued before its stores (a split's rows are adjacent in the workspace: the loads coalesce).
+template <class T>
+__device__ __forceinline__ void stage_split_ml(const GqaParams& p, const SplitPieces& pieces, int rows_here,
+                                               float2* split_ml) {
+  constexpr int kBatch = 8;
+  const int n = rows_here * pieces.count;
+  for (int i0 = threadIdx.x; i0 < n; i0 += kBatch * T::kThreads) {
+    float2 v[kBatch];
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k) {
+      const int i = i0 + k * T::kThreads;
+      if (i < n) {
+        const float* ml = p.ws_partial_ml + pieces.slot(i / rows_here) * T::kRows * 2;
+        v[k] = __ldcg(reinterpret_cast<const float2*>(ml) + i % rows_here);
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k) {
+      const int i = i0 + k * T::kThreads;
+      if (i < n) split_ml[(i % rows_here) * pieces.count + i / rows_here] = v[k];
+    }
+  }
+}
+
+// Split `first`, `first + step`, ... < ns of output quad (r, d), weighted (weights in
+// split_ml[r * ns + j].x) and summed in that order, eight partials in flight at a time. An empty
+// split's partial was never written: weight 0, not read.
+template <class T>
+__device__ __forceinline__ float4 weighted_quad(const GqaParams& p, const SplitPieces& pieces,
+                                                const float2* split_ml, int ns, int r, int d, int first, int step) {
+  constexpr int kInFlight = 8;
+  const float* src = p.ws_partial_o + r * T::kHeadDim + d;
+  float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
+  for (int j0 = first; j0 < ns; j0 += kInFlight * step) {
+    float w[kInFlight];
+    float4 o[kInFlight];
+#pragma unroll
+    for (int k = 0; k < kInFlight; ++k) {
+      const int j = j0 + k * step;
+      w[k] = j < ns ? split_ml[r * ns + j].x : 0.f;
+      o[k] = w[k] != 0.f ? __ldcg(reinterpret_cast<const float4*>(src + pieces.slot(j) * T::kRows * T::kHeadDim))
+                         : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+#pragma unroll
+    for (int k = 0; k < kInFlight; ++k) {
+      if (w[k] != 0.f) a.x += w[k] * o[k].x, a.y += w[k] * o[k].y, a.z += w[k] * o[k].z, a.w += w[k] * o[k].w;
+    }
+  }
+  return a;
 }
 
 template <class T>
@@ -190,63 +243,87 @@ __device__ __forceinline__ void finish_cta(const GqaParams& p, unsigned char* sm
   stamp(kStampOut);  // the stamp build only: the partial published, the arrival counted
   if (!is_last) return;
 
-  // ---- The last CTA merges every split, in split order (bitwise reproducible) ----
+  // ---- The last CTA merges every split, in a fixed order (bitwise reproducible) ----
+  // It runs on one CTA while the rest of the GPU may be done: its latency is the launch's tail, so
+  // no step is serial in the split count where it need not be. The weights: (m, l) of every
+  // piece staged at once, then a group of lanes per row with the splits on its lanes. The outputs:
+  // a thread per output quad with eight partials in flight (weighted_quad), and where the rows'
+  // quads leave threads idle, the splits of a quad are shared by adjacent lanes whose sums meet by
+  // shuffles. (Partials copied by cp.async into shared-memory slots, a round of up to 64 in
+  // flight, were slower on the H200: docs/perf-notes.md, "The split merge, parallel".)
   const int ns = pieces.count;
-  // a + sum of w[j] * (split c0 + j's quad d of row r) over j < k, in j order. The merge runs on
-  // one CTA while the rest of the GPU may be done: its latency is the launch's tail, so eight
-  // splits' loads are in flight at a time instead of one (an empty split's partial was never
-  // written: weight 0, not read).
-  constexpr int kInFlight = 8;
-  auto weighted_sum = [&](float4 a, const float* w, int c0, int k, int r, int d) {
-    for (int j0 = 0; j0 < k; j0 += kInFlight) {
-      float wj[kInFlight];
-      float4 o[kInFlight];
-#pragma unroll
-      for (int j = 0; j < kInFlight; ++j) {
-        wj[j] = j0 + j < k ? w[j0 + j] : 0.f;
-        o[j] = wj[j] != 0.f ? __ldcg(reinterpret_cast<const float4*>(slot_o(c0 + j0 + j) + r * D + d))
-                            : make_float4(0.f, 0.f, 0.f, 0.f);
-      }
-#pragma unroll
-      for (int j = 0; j < kInFlight; ++j) {
-        if (wj[j] != 0.f) a.x += wj[j] * o[j].x, a.y += wj[j] * o[j].y, a.z += wj[j] * o[j].z, a.w += wj[j] * o[j].w;
-      }
-    }
-    return a;
-  };
-  // Stage (m, l) of all pieces in shared memory, turn them into weights per row, then stream
-  // the partial outputs with independent 16-byte loads.
-  float* split_w = reinterpret_cast<float*>(smem);  // [kRows][ns]: weight of piece s for row r
-  float* split_l = split_w + T::kRows * ns;         // [kRows][ns]
-  for (int i = tid; i < rows_here * ns; i += T::kThreads) {
-    const int r = i / ns, sp = i % ns;
-    split_w[i] = __ldcg(slot_ml(sp) + r * 2);
-    split_l[i] = __ldcg(slot_ml(sp) + r * 2 + 1);
-  }
+  float2* split_ml = reinterpret_cast<float2*>(smem);  // [kRows][ns]: (m, l), then (weight, l)
+  stage_split_ml<T>(p, pieces, rows_here, split_ml);
   __syncthreads();
-  for (int r = tid; r < rows_here; r += T::kThreads) {
-    float m = kNegInf;
-    for (int sp = 0; sp < ns; ++sp) m = fmaxf(m, split_w[r * ns + sp]);
-    const float m_use = m == kNegInf ? 0.f : m;
-    float l = 0.f;
-    for (int sp = 0; sp < ns; ++sp) {
-      const float ls = split_l[r * ns + sp];
-      const float w = ls > 0.f ? ptx::ex2(split_w[r * ns + sp] - m_use) : 0.f;
-      split_w[r * ns + sp] = w;
-      l += ls * w;
+  {
+    // The lane from %laneid, read here (volatile): derived from tid, the compiler may share it
+    // with the main loop's warp and lane indices and keep them live across the loop.
+    int lane;
+    asm volatile("mov.u32 %0, %%laneid;" : "=r"(lane));
+    // A group of g lanes per row (a power of two covering the splits, up to the warp): at 8
+    // splits four rows share a warp and their reductions take three shuffles, not five.
+    int g = 1;
+    while (g < 32 && g < ns) g *= 2;
+    const int sub = lane & (g - 1);
+    const int rows_per_pass = T::kThreads / g;
+    // Every lane runs every pass (the shuffles take the whole warp); a lane past the rows holds
+    // m = -inf, l = 0 and touches nothing.
+    for (int r0 = (tid - lane) / g; r0 < rows_here; r0 += rows_per_pass) {
+      const int r = r0 + lane / g;
+      const bool live = r < rows_here;
+      float2* ml = split_ml + (live ? r : 0) * ns;
+      float m = kNegInf;
+      if (live) {
+        for (int sp = sub; sp < ns; sp += g) m = fmaxf(m, ml[sp].x);
+      }
+      for (int o = g / 2; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+      const float m_use = m == kNegInf ? 0.f : m;  // every split empty: weights 0, not NaN
+      float l = 0.f;
+      if (live) {
+        for (int sp = sub; sp < ns; sp += g) {
+          const float ls = ml[sp].y;
+          const float w = ls > 0.f ? ptx::ex2(ml[sp].x - m_use) : 0.f;
+          ml[sp].x = w;
+          l += ls * w;
+        }
+      }
+      // A butterfly: both lanes of a pair add the same two values, so every lane of the group
+      // ends with the same bits whatever the order the warp's lanes run in.
+      for (int o = g / 2; o > 0; o /= 2) l += __shfl_xor_sync(0xffffffffu, l, o);
+      float inv = 0.f;
+      if (live && sub == 0) inv = finish_row(r, m, l);
+      inv = __shfl_sync(0xffffffffu, inv, lane - sub);
+      if (live) {
+        for (int sp = sub; sp < ns; sp += g) ml[sp].x *= inv;
+      }
     }
-    const float inv = finish_row(r, m, l);
-    for (int sp = 0; sp < ns; ++sp) split_w[r * ns + sp] *= inv;
   }
   __syncthreads();
   stamp(kStampMergeWeights);
-  for (int i = tid; i < rows_here * (D / 4); i += T::kThreads) {
-    const int r = i / (D / 4), d = (i % (D / 4)) * 4;
-    const float4 acc = weighted_sum(make_float4(0.f, 0.f, 0.f, 0.f), split_w + r * ns, 0, ns, r, d);
-    store_out(r, d, acc.x);
-    store_out(r, d + 1, acc.y);
-    store_out(r, d + 2, acc.z);
-    store_out(r, d + 3, acc.w);
+  const int quads = rows_here * (D / 4);
+  // Lanes per quad: a power of two up to 32 while twice the quads times it fit the CTA's threads.
+  int lanes = 1;
+  while (lanes < 32 && 2 * lanes * quads <= T::kThreads) lanes *= 2;
+  // Lanes 1: quad tid, then on by kThreads. Else one pass for every thread (the shuffles need the
+  // whole warp; lanes x quads <= kThreads / 2): quad tid / lanes, past `quads` for the idle ones.
+  const int sub = tid % lanes;
+  const int q_step = T::kThreads / lanes;
+  for (int q = tid / lanes; q < quads || (lanes > 1 && q < q_step); q += q_step) {
+    const bool have = q < quads;
+    const int r = have ? q / (D / 4) : 0, d = have ? (q % (D / 4)) * 4 : 0;
+    float4 acc = have ? weighted_quad<T>(p, pieces, split_ml, ns, r, d, sub, lanes) : make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int o = lanes / 2; o > 0; o /= 2) {
+      acc.x += __shfl_xor_sync(0xffffffffu, acc.x, o);
+      acc.y += __shfl_xor_sync(0xffffffffu, acc.y, o);
+      acc.z += __shfl_xor_sync(0xffffffffu, acc.z, o);
+      acc.w += __shfl_xor_sync(0xffffffffu, acc.w, o);
+    }
+    if (sub == 0 && have) {
+      store_out(r, d, acc.x);
+      store_out(r, d + 1, acc.y);
+      store_out(r, d + 2, acc.z);
+      store_out(r, d + 3, acc.w);
+    }
   }
   stamp_all(kStampMergeEnd);
 }

@@ -153,6 +153,17 @@ void feature_cases(const CaseList& add) {
     s.sinks = true;
     add("split_window", s);
   }
+  // The split merge with lanes sharing an output quad's splits (epilogue.cuh): one row per CTA
+  // (group 1) and two rows at head_dim 64 leave most threads without a quad of their own.
+  {
+    GqaCaseSpec s = base_spec(4, 4, 128, 64, DType::kBF16);
+    s.batch = 1, s.seq_lens = {20000};
+    add("split_group1", s);
+    s = base_spec(8, 4, 64, 64, DType::kFP8E4M3);
+    s.batch = 2, s.seq_lens = {12000, 5};
+    s.sinks = true;
+    add("split_group2_d64_sinks", s);
+  }
   {
     GqaCaseSpec s = base_spec(8, 1, 128, 16, DType::kBF16);
     s.batch = 5, s.seq_lens = {3000, 10, 1500, 64, 65};
@@ -512,17 +523,22 @@ TEST(GqaGpu, HopperKScaleOfEitherSignOrZero) {
 }
 
 // Default mode: the same inputs give bitwise the same outputs, run after run (the split merge
-// goes in split order, not in arrival order).
+// goes in a fixed order, not in arrival order): fp8 at group 8, and group 1 in bf16, whose merge
+// shares each output quad's splits among lanes.
 TEST(GqaGpu, RunToRunBitwiseIdentical) {
   DECA_REQUIRE_GPU();
   auto rng = make_rng(11);
-  GqaCaseSpec s = base_spec(64, 8, 128, 64, DType::kFP8E4M3);
-  s.batch = 2, s.seq_lens = {30000, 7000};
-  GqaCase c = build_gqa_case(s, rng);
-  const GpuRun a = run_gqa_on_gpu(c), b = run_gqa_on_gpu(c);
-  ASSERT_GT(a.plan.num_splits, 1);
-  EXPECT_TRUE(same_bytes(a.out, b.out, static_cast<long long>(a.out.bytes())));
-  EXPECT_TRUE(same_bytes(a.lse, b.lse, static_cast<long long>(a.lse.bytes())));
+  GqaCaseSpec fp8 = base_spec(64, 8, 128, 64, DType::kFP8E4M3);
+  fp8.batch = 2, fp8.seq_lens = {30000, 7000};
+  GqaCaseSpec mha = base_spec(4, 4, 128, 64, DType::kBF16);
+  mha.batch = 1, mha.seq_lens = {20000};
+  for (const GqaCaseSpec& s : {fp8, mha}) {
+    GqaCase c = build_gqa_case(s, rng);
+    const GpuRun a = run_gqa_on_gpu(c), b = run_gqa_on_gpu(c);
+    ASSERT_GT(a.plan.num_splits, 1) << a.plan.kernel_name;
+    EXPECT_TRUE(same_bytes(a.out, b.out, static_cast<long long>(a.out.bytes()))) << a.plan.kernel_name;
+    EXPECT_TRUE(same_bytes(a.lse, b.lse, static_cast<long long>(a.lse.bytes()))) << a.plan.kernel_name;
+  }
 }
 
 // Fixed-split mode: a request's result does not depend on what else is in the batch.

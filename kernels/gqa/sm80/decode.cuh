@@ -16,7 +16,7 @@
 //
 // Split-KV: CTAs of one (request, kv head, row block) take disjoint tile ranges, write partial
 // (max, sum, unnormalised output) to the workspace, and the last to arrive (atomic counter, which
-// it resets to zero for the next launch) merges them in split order: bitwise reproducible.
+// it resets to zero for the next launch) merges them in a fixed order: bitwise reproducible.
 //
 // Skip-softmax (Cfg::kSkip): skip.cuh's main loop replaces the one below (the CTA's setup and the
 // epilogue are shared); the exact kernels compile to the code without it.

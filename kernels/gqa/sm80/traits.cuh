@@ -78,8 +78,8 @@ DECA_HD constexpr Shape make_shape(int head_dim, int rows, int kv_dtype) {
   return s;
 }
 
-// Most splits the last CTA can merge: it stages (weight, sum) of every split of its rows in
-// shared memory.
+// Most splits the last CTA can merge: it stages (max, sum) of every split of its rows in shared
+// memory.
 DECA_HD constexpr int max_merge_splits(const Shape& s, int rows) { return s.smem_bytes / (rows * 8); }
 
 // Optional Cfg members (kernels/common/cfg_field.cuh): checked mode, skip-softmax and the fused
