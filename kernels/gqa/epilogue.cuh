@@ -101,19 +101,26 @@ __device__ __forceinline__ float4 weighted_quad(const GqaParams& p, const SplitP
   constexpr int kInFlight = 8;
   const float* src = p.ws_partial_o + r * T::kHeadDim + d;
   float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
+  const long long split_floats = static_cast<long long>(T::kRows) * T::kHeadDim;
   for (int j0 = first; j0 < ns; j0 += kInFlight * step) {
     float w[kInFlight];
     float4 o[kInFlight];
+    // The weights first, then every load, then the sums: the loads leave together (one L2 trip
+    // for the eight), whatever the adds' predicates.
 #pragma unroll
     for (int k = 0; k < kInFlight; ++k) {
       const int j = j0 + k * step;
       w[k] = j < ns ? split_ml[r * ns + j].x : 0.f;
-      o[k] = w[k] != 0.f ? __ldcg(reinterpret_cast<const float4*>(src + pieces.slot(j) * T::kRows * T::kHeadDim))
-                         : make_float4(0.f, 0.f, 0.f, 0.f);
     }
 #pragma unroll
     for (int k = 0; k < kInFlight; ++k) {
-      if (w[k] != 0.f) a.x += w[k] * o[k].x, a.y += w[k] * o[k].y, a.z += w[k] * o[k].z, a.w += w[k] * o[k].w;
+      const float4* from = reinterpret_cast<const float4*>(src + pieces.slot(j0 + k * step) * split_floats);
+      o[k] = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (w[k] != 0.f) o[k] = __ldcg(from);
+    }
+#pragma unroll
+    for (int k = 0; k < kInFlight; ++k) {
+      a.x += w[k] * o[k].x, a.y += w[k] * o[k].y, a.z += w[k] * o[k].z, a.w += w[k] * o[k].w;
     }
   }
   return a;
