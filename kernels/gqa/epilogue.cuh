@@ -4,7 +4,7 @@
 // into splits (split-KV), publishes the split's partial result, and the last split of the unit to
 // arrive merges every split in a fixed order (bitwise reproducible, whatever the arrival order and
 // whatever else is in the batch). Needs of T: kHeadDim, kRows, kWarpsN, kThreads, kGroup,
-// kOutDtype, kBeamWidth.
+// kOutDtype, kBeamWidth, kMergeQuads.
 #pragma once
 
 #include "kernels/common/kv_kind.cuh"
@@ -92,38 +92,51 @@ __device__ __forceinline__ void stage_split_ml(const GqaParams& p, const SplitPi
   }
 }
 
-// Split `first`, `first + step`, ... < ns of output quad (r, d), weighted (weights in
-// split_ml[r * ns + j].x) and summed in that order, eight partials in flight at a time. An empty
-// split's partial was never written: weight 0, not read.
+// Output quads (r[u], d[u]), u < T::kMergeQuads (one with have[u] false gets weights 0: nothing
+// read): splits first, first + step, ... < ns of each, weighted (weights in split_ml[r * ns + j].x)
+// and summed in that order, eight splits of every quad in flight at a time (8 or 16 loads: one L2
+// trip). The weights first, then every load, then the sums, so the loads leave together whatever
+// the adds' predicates. An empty split's partial was never written: weight 0, not read (its term
+// adds 0 x 0).
 template <class T>
-__device__ __forceinline__ float4 weighted_quad(const GqaParams& p, const SplitPieces& pieces,
-                                                const float2* split_ml, int ns, int r, int d, int first, int step) {
-  constexpr int kInFlight = 8;
-  const float* src = p.ws_partial_o + r * T::kHeadDim + d;
-  float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
+__device__ __forceinline__ void weighted_quads(const GqaParams& p, const SplitPieces& pieces, const float2* split_ml,
+                                               int ns, const int (&r)[T::kMergeQuads], const int (&d)[T::kMergeQuads],
+                                               const bool (&have)[T::kMergeQuads], int first, int step,
+                                               float4 (&acc)[T::kMergeQuads]) {
+  constexpr int kQuads = T::kMergeQuads;
+  constexpr int kSplits = 8;
   const long long split_floats = static_cast<long long>(T::kRows) * T::kHeadDim;
-  for (int j0 = first; j0 < ns; j0 += kInFlight * step) {
-    float w[kInFlight];
-    float4 o[kInFlight];
-    // The weights first, then every load, then the sums: the loads leave together (one L2 trip
-    // for the eight), whatever the adds' predicates.
 #pragma unroll
-    for (int k = 0; k < kInFlight; ++k) {
-      const int j = j0 + k * step;
-      w[k] = j < ns ? split_ml[r * ns + j].x : 0.f;
+  for (int u = 0; u < kQuads; ++u) acc[u] = make_float4(0.f, 0.f, 0.f, 0.f);
+  for (int j0 = first; j0 < ns; j0 += kSplits * step) {
+    float w[kQuads][kSplits];
+    float4 o[kQuads][kSplits];
+#pragma unroll
+    for (int u = 0; u < kQuads; ++u) {
+#pragma unroll
+      for (int k = 0; k < kSplits; ++k) {
+        const int j = j0 + k * step;
+        w[u][k] = have[u] && j < ns ? split_ml[r[u] * ns + j].x : 0.f;
+      }
     }
 #pragma unroll
-    for (int k = 0; k < kInFlight; ++k) {
-      const float4* from = reinterpret_cast<const float4*>(src + pieces.slot(j0 + k * step) * split_floats);
-      o[k] = make_float4(0.f, 0.f, 0.f, 0.f);
-      if (w[k] != 0.f) o[k] = __ldcg(from);
+    for (int u = 0; u < kQuads; ++u) {
+#pragma unroll
+      for (int k = 0; k < kSplits; ++k) {
+        const float* from = p.ws_partial_o + pieces.slot(j0 + k * step) * split_floats + r[u] * T::kHeadDim + d[u];
+        o[u][k] = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (w[u][k] != 0.f) o[u][k] = __ldcg(reinterpret_cast<const float4*>(from));
+      }
     }
 #pragma unroll
-    for (int k = 0; k < kInFlight; ++k) {
-      a.x += w[k] * o[k].x, a.y += w[k] * o[k].y, a.z += w[k] * o[k].z, a.w += w[k] * o[k].w;
+    for (int u = 0; u < kQuads; ++u) {
+#pragma unroll
+      for (int k = 0; k < kSplits; ++k) {
+        acc[u].x += w[u][k] * o[u][k].x, acc[u].y += w[u][k] * o[u][k].y;
+        acc[u].z += w[u][k] * o[u][k].z, acc[u].w += w[u][k] * o[u][k].w;
+      }
     }
   }
-  return a;
 }
 
 template <class T>
@@ -254,9 +267,9 @@ __device__ __forceinline__ void finish_cta(const GqaParams& p, unsigned char* sm
   // It runs on one CTA while the rest of the GPU may be done: its latency is the launch's tail, so
   // no step is serial in the split count where it need not be. The weights: (m, l) of every
   // piece staged at once, then a group of lanes per row with the splits on its lanes. The outputs:
-  // a thread per output quad with eight partials in flight (weighted_quad), and where the rows'
-  // quads leave threads idle, the splits of a quad are shared by adjacent lanes whose sums meet by
-  // shuffles. (Partials copied by cp.async into shared-memory slots, a round of up to 64 in
+  // a thread per kMergeQuads output quads with eight partials of each in flight (weighted_quads),
+  // and where the rows' quads leave threads idle, the splits of a quad are shared by adjacent
+  // lanes whose sums meet by shuffles. (Partials copied by cp.async into shared-memory slots, a round of up to 64 in
   // flight, were slower on the H200: docs/perf-notes.md, "The split merge, parallel".)
   const int ns = pieces.count;
   float2* split_ml = reinterpret_cast<float2*>(smem);  // [kRows][ns]: (m, l), then (weight, l)
@@ -311,25 +324,38 @@ __device__ __forceinline__ void finish_cta(const GqaParams& p, unsigned char* sm
   // Lanes per quad: a power of two up to 32 while twice the quads times it fit the CTA's threads.
   int lanes = 1;
   while (lanes < 32 && 2 * lanes * quads <= T::kThreads) lanes *= 2;
-  // Lanes 1: quad tid, then on by kThreads. Else one pass for every thread (the shuffles need the
-  // whole warp; lanes x quads <= kThreads / 2): quad tid / lanes, past `quads` for the idle ones.
+  // Lanes 1: quads tid, tid + kThreads, ... (kMergeQuads of them), then on by kMergeQuads x
+  // kThreads. Else one pass for every thread (the shuffles need the whole warp; lanes x quads <=
+  // kThreads / 2, so no thread has a second quad): quad tid / lanes, past `quads` for the idle ones.
+  constexpr int kQuads = T::kMergeQuads;
   const int sub = tid % lanes;
   const int q_step = T::kThreads / lanes;
-  for (int q = tid / lanes; q < quads || (lanes > 1 && q < q_step); q += q_step) {
-    const bool have = q < quads;
-    const int r = have ? q / (D / 4) : 0, d = have ? (q % (D / 4)) * 4 : 0;
-    float4 acc = have ? weighted_quad<T>(p, pieces, split_ml, ns, r, d, sub, lanes) : make_float4(0.f, 0.f, 0.f, 0.f);
-    for (int o = lanes / 2; o > 0; o /= 2) {
-      acc.x += __shfl_xor_sync(0xffffffffu, acc.x, o);
-      acc.y += __shfl_xor_sync(0xffffffffu, acc.y, o);
-      acc.z += __shfl_xor_sync(0xffffffffu, acc.z, o);
-      acc.w += __shfl_xor_sync(0xffffffffu, acc.w, o);
+  for (int q = tid / lanes; q < quads || (lanes > 1 && q < q_step); q += kQuads * q_step) {
+    int r[kQuads], d[kQuads];
+    bool have[kQuads];
+#pragma unroll
+    for (int u = 0; u < kQuads; ++u) {
+      const int qu = q + u * q_step;
+      have[u] = qu < quads;
+      r[u] = have[u] ? qu / (D / 4) : 0;
+      d[u] = have[u] ? (qu % (D / 4)) * 4 : 0;
     }
-    if (sub == 0 && have) {
-      store_out(r, d, acc.x);
-      store_out(r, d + 1, acc.y);
-      store_out(r, d + 2, acc.z);
-      store_out(r, d + 3, acc.w);
+    float4 acc[kQuads];
+    weighted_quads<T>(p, pieces, split_ml, ns, r, d, have, sub, lanes, acc);
+    for (int o = lanes / 2; o > 0; o /= 2) {
+      acc[0].x += __shfl_xor_sync(0xffffffffu, acc[0].x, o);
+      acc[0].y += __shfl_xor_sync(0xffffffffu, acc[0].y, o);
+      acc[0].z += __shfl_xor_sync(0xffffffffu, acc[0].z, o);
+      acc[0].w += __shfl_xor_sync(0xffffffffu, acc[0].w, o);
+    }
+#pragma unroll
+    for (int u = 0; u < kQuads; ++u) {
+      if (sub == 0 && have[u]) {
+        store_out(r[u], d[u], acc[u].x);
+        store_out(r[u], d[u] + 1, acc[u].y);
+        store_out(r[u], d[u] + 2, acc[u].z);
+        store_out(r[u], d[u] + 3, acc[u].w);
+      }
     }
   }
   stamp_all(kStampMergeEnd);

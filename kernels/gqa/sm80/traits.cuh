@@ -140,6 +140,9 @@ struct Traits : CfgConstants<Cfg> {
   static constexpr Shape kShape = make_shape(Cfg::kHeadDim, Cfg::kRows, Cfg::kKvDtype);
   static constexpr int kThreads = kShape.threads;
   static constexpr int kWarpsN = kShape.warps_n;
+  // Output quads a thread merges at once (kernels/gqa/epilogue.cuh): one. The two-term and beam
+  // kernels sit at 255 registers, where a second quad's eight loads in flight spill.
+  static constexpr int kMergeQuads = 1;
   static constexpr int kKvBytes = kShape.kv_bytes;
   static constexpr int kTile = kShape.tile;
   static constexpr int kWarpTokens = kShape.warp_tokens;

@@ -157,6 +157,9 @@ struct Traits : CfgConstants<Cfg> {
   static constexpr int kTile = kShape.tile;
   static constexpr int kThreads = kShape.threads;
   static constexpr int kWarpsN = 1;
+  // Output quads a thread merges at once (kernels/gqa/epilogue.cuh): two, sixteen loads in flight
+  // (8 rows x 8 splits: one L2 trip instead of two). Below 125 registers at 8 / 16 rows.
+  static constexpr int kMergeQuads = 2;
   static constexpr int kStages = kShape.stages;
   static constexpr int kSmemBytes = kShape.smem_bytes;
   static constexpr int kMinCtas = kShape.min_ctas;
