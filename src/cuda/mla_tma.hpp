@@ -23,7 +23,9 @@ bool mla_dense_tma_rows(bool dense, int kv_format, const mla::sm90::KernelClass&
 // element strides 1, 128-byte swizzle (one box = one 64 x 128 B chunk of the tile: rows.cuh),
 // zeros outside the tensor. `ok` is false when the driver would refuse the map (the address not
 // 16-byte aligned, a stride not a multiple of 16 or at or above 2^40, no block, a page of fewer
-// than 64 slots): the run then tells the kernel to take its register producers.
+// than 64 slots): the run then tells the kernel to take its register producers. Past the API's
+// checks that leaves a cache of one block, whose block stride is never taken and so may be
+// anything (MlaDenseGpu.TmaRowsWherePlansTakeThem runs it).
 struct DenseRowsMap {
   bool ok = false;
   std::uint64_t dims[3] = {0, 0, 0};

@@ -132,6 +132,23 @@ TEST_F(MlaDenseArgsTest, KvHeads) {
   c.dense.kv_cache = view_as(c.kv, {5, 2, 2, 576}, {2304, 1152, 576, 1});
   EXPECT_TRUE(c.rejects({"kv_cache: dim 1 (page_size): expected 4", "got 2"}));
 }
+// A cache of one block never takes its block stride: any non-negative value is accepted (an
+// engine's view of a one-block pool may carry one), and the output is the contiguous view's.
+TEST(MlaDenseArgs, OneBlockCacheTakesAnyBlockStride) {
+  MlaCase c(false);
+  c.num_blocks = 1;
+  c.max_blocks = 1;
+  c.lens = {3, 4};
+  c.build();
+  ASSERT_NO_THROW(mla_decode_dense(c.plan(), c.dense));
+  const HostTensor contiguous(c.out);
+  for (const std::int64_t stride : {std::int64_t{4}, std::int64_t{0}, std::int64_t{1} << 40}) {
+    c.out.fill_bytes(kPoison);
+    c.dense.kv_cache.stride[0] = stride;
+    ASSERT_NO_THROW(mla_decode_dense(c.plan(), c.dense)) << stride;
+    EXPECT_TRUE(same_bytes(c.out, contiguous, static_cast<long long>(c.out.bytes()))) << stride;
+  }
+}
 TEST_F(MlaDenseArgsTest, LastDimStride) {
   c.dense.q.stride[3] = 2;
   EXPECT_TRUE(c.rejects({"q:", "contiguous, stride 1", "got stride 2"}));

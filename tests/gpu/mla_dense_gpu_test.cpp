@@ -201,8 +201,9 @@ TEST(MlaDenseGpu, CacheAsAStridedView) {
 // unused slots: the kernel must zero those rows), q_len 4 moves the causal end within a block,
 // an empty request and one shorter than a page. Then the cache as a layer of an interleaved
 // allocation (the map's block stride) and at 16 bytes past a 256-byte boundary (TMA asks the
-// global address for 16-byte alignment only; the API refuses less, so a cache the map cannot
-// take does not reach the kernel: tests/plan/mla_tma_map_test.cpp has the refusals).
+// global address for 16-byte alignment only; the API refuses less), and caches of one block with
+// a block stride no map holds (the same kernel's register producers; tests/plan/mla_tma_map_test.cpp
+// has the map's refusals).
 TEST(MlaDenseGpu, TmaRowsWherePlansTakeThem) {
   DECA_REQUIRE_GPU();
   std::uint64_t salt = 800;
@@ -236,6 +237,33 @@ TEST(MlaDenseGpu, TmaRowsWherePlansTakeThem) {
   run_dense_reference(c);
   expect_cache_view_matches(c, 0, "tma_strided_cache", "_c2_tma_sm90");
   expect_cache_view_matches(c, 16, "tma_offset_cache", "_c2_tma_sm90");
+
+  // One block (one request of 1..64 tokens), whose stride is never taken: the API takes any (8
+  // bytes, 0), no tensor map can hold it, and the TMA kernel runs its register producers
+  // (src/cuda/mla_tma.hpp).
+  for (const int len : {40, 64, 2}) {
+    MlaCaseSpec one = spec(128, 2, 64, {len});
+    one.kv_format = kMlaKvBF16;
+    one.spare_blocks = 0;
+    auto rng1 = make_rng(910 + len);
+    MlaDenseCase c1 = build_mla_dense_case(one, rng1);
+    ASSERT_EQ(c1.kv.shape()[0], 1);
+    run_dense_reference(c1);
+    for (const std::int64_t stride : {std::int64_t{4}, std::int64_t{0}}) {
+      for (const std::string& variant : mla_variants()) {
+        ScopedMlaKernel scoped(variant);
+        DeviceDense dev(c1);
+        dev.args.kv_cache.stride[0] = stride;
+        if (variant == "sm90") EXPECT_NE(dev.plan.kernel_name.find("_c2_tma_sm90"), std::string::npos);
+        dev.run();
+        HostTensor out, lse;
+        dev.results(c1, out, lse);
+        expect_dense_matches(variant + "/tma_one_block_stride" + std::to_string(stride) + "_len" +
+                                 std::to_string(len) + " (" + dev.plan.kernel_name + ")",
+                             c1, out, lse);
+      }
+    }
+  }
 }
 
 // The map is encoded on every run (the cache's address may change from call to call): its host

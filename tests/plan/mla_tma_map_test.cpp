@@ -53,6 +53,7 @@ TEST(MlaTmaMap, StridedViewsAndRefusals) {
   EXPECT_FALSE(dense_rows_map(at(0x10000), 1ll << 40, row, 64, 3).ok);     // at the 2^40 limit
   EXPECT_TRUE(dense_rows_map(at(0x10000), (1ll << 40) - 16, row, 64, 3).ok);
   EXPECT_FALSE(dense_rows_map(at(0x10000), 64 * row, row, 64, 0).ok);      // no block
+  EXPECT_FALSE(dense_rows_map(at(0x10000), 8, row, 64, 1).ok);  // one block: the API takes any stride
   EXPECT_FALSE(dense_rows_map(at(0x10000), 32 * row, row, 32, 3).ok);      // a page below 64
   EXPECT_FALSE(dense_rows_map(at(0x10000), 96 * row, row, 96, 3).ok);      // not a multiple of 64
 }
