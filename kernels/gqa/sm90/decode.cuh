@@ -154,6 +154,63 @@ __device__ __forceinline__ void store_p_row(unsigned p_hi, unsigned p_lo, int r,
   }
 }
 
+// A tile's logits scaled (log2 units, the row's q scale undone: row_scale), soft-capped and masked
+// in place, in the rows-on-N kernels (this file's and skip.cuh's): S^T's accumulator e of half h
+// is key tile_t0 + 64 h + 16 w + l / 4 (+ 8) for query column cc = 2 (e >> 2) + (e & 1), the
+// CTA's row row0 + col_row(cc). A key past the unit's end, outside the row's causal window or
+// tree, behind a page id the checked build refused (`bad_tile`: read again here), or on M's
+// padding rows (kPadWarps) becomes -inf; only where `need_mask` (the caller's test of the tile
+// against the rows' views: a tile inside all of them skips the mask).
+// Whether a tile needs scale_mask_tile's mask: it reaches past the first row's causal start or the
+// unit's end, starts before the window, or holds a page id the checked build refused.
+template <class T>
+__device__ __forceinline__ bool tile_needs_mask(const GqaParams& p, const Unit& u, int tile_t0, bool bad_tile,
+                                                int causal_start, int seq_len) {
+  return tile_t0 + T::kTile > causal_start || tile_t0 + T::kTile > u.end ||
+         (T::kWindow && tile_t0 < seq_len - p.window) || bad_tile;
+}
+
+template <class T, int kSHalves, int kAcc, bool kPadWarps>
+__device__ __forceinline__ void scale_mask_tile(const GqaParams& p, float (&s)[kSHalves][kAcc],
+                                                const float (&row_scale)[T::kCols], const Unit& u, int tile_t0,
+                                                bool need_mask, bool bad_tile, int causal_start, int row0,
+                                                int rows_total, int batch, const int* page_row, int w, int l) {
+  constexpr int kTileT = T::kTile;
+  auto col_row = [&](int cc) { return 8 * (cc >> 1) + 2 * (l & 3) + (cc & 1); };
+#pragma unroll
+  for (int h = 0; h < kSHalves; ++h) {
+#pragma unroll
+    for (int e = 0; e < kAcc; ++e) {
+      const int cc = 2 * (e >> 2) + (e & 1);
+      float x = s[h][e];
+      if constexpr (T::kSoftcap) {
+        x = p.softcap * tanhf(x * row_scale[cc] / p.softcap) * kLog2e;
+      } else {
+        x *= row_scale[cc];
+      }
+      if (need_mask) {
+        const int t = tile_t0 + 64 * h + 16 * w + (l >> 2) + 8 * ((e >> 1) & 1);
+        const int row = row0 + col_row(cc);
+        const int tok = (row < rows_total ? row : 0) / T::kGroup;
+        const unsigned* tree =
+            T::kTree ? p.tree_mask + batch * p.mask_stride_batch + tok * p.mask_stride_token : nullptr;
+        bool visible = t < u.end && row_sees_key<T>(p, t, causal_start + tok, causal_start, tree);
+        if constexpr (T::kChecked) {
+          if (bad_tile && visible) {
+            visible = static_cast<unsigned>(__ldg(page_row + t / T::kPageSize)) <
+                      static_cast<unsigned>(p.num_pages);
+          }
+        }
+        if (!visible) x = kNegInf;
+      }
+      if constexpr (kPadWarps) {
+        if (16 * w >= kTileT) x = kNegInf;  // padding rows of M (warp-uniform)
+      }
+      s[h][e] = x;
+    }
+  }
+}
+
 // The end of the rows-on-N kernels (this file's and skip.cuh's), the ring drained: the rows' sums
 // across lanes and warps, O and (max, sum) into the epilogue's merge area (one slice: kWarpsN =
 // 1), which reuses the stages, then the output, LSE or the split's partials (epilogue.cuh).
@@ -363,40 +420,9 @@ __device__ __forceinline__ void gqa_decode_kernel(const GqaParams& p, unsigned c
 
     // ---- Scale, soft-cap, mask ----
     const bool bad_tile = T::kChecked && bad_item[item % (T::kStages + 1)] == item;
-    const bool need_mask = tile_t0 + kTileT > causal_start || tile_t0 + kTileT > u.end ||
-                           (T::kWindow && tile_t0 < seq_len - p.window) || bad_tile;
-#pragma unroll
-    for (int h = 0; h < kSHalves; ++h) {
-#pragma unroll
-      for (int e = 0; e < kAcc; ++e) {
-        const int cc = 2 * (e >> 2) + (e & 1);
-        float x = s[h][e];
-        if constexpr (T::kSoftcap) {
-          x = p.softcap * tanhf(x * row_scale[cc] / p.softcap) * kLog2e;
-        } else {
-          x *= row_scale[cc];
-        }
-        if (need_mask) {
-          const int t = tile_t0 + 64 * h + 16 * w + (l >> 2) + 8 * ((e >> 1) & 1);
-          const int row = row0 + col_row(cc);
-          const int tok = (row < rows_total ? row : 0) / T::kGroup;
-          const unsigned* tree =
-              T::kTree ? p.tree_mask + batch * p.mask_stride_batch + tok * p.mask_stride_token : nullptr;
-          bool visible = t < u.end && row_sees_key<T>(p, t, causal_start + tok, causal_start, tree);
-          if constexpr (T::kChecked) {
-            if (bad_tile && visible) {
-              visible = static_cast<unsigned>(__ldg(page_row + t / T::kPageSize)) <
-                        static_cast<unsigned>(p.num_pages);
-            }
-          }
-          if (!visible) x = kNegInf;
-        }
-        if constexpr (kPadWarps) {
-          if (16 * w >= kTileT) x = kNegInf;  // padding rows of M (warp-uniform)
-        }
-        s[h][e] = x;
-      }
-    }
+    const bool need_mask = tile_needs_mask<T>(p, u, tile_t0, bad_tile, causal_start, seq_len);
+    scale_mask_tile<T, kSHalves, kAcc, kPadWarps>(p, s, row_scale, u, tile_t0, need_mask, bad_tile, causal_start,
+                                                  row0, rows_total, batch, page_row, w, l);
 
     // ---- Online softmax down the tokens: column maxima across lanes, then across the warps ----
     float mx[T::kCols];

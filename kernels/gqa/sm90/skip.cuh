@@ -199,40 +199,9 @@ __device__ __forceinline__ void gqa_decode_skip_kernel(const GqaParams& p, unsig
     for (int h = 0; h < kSHalves; ++h) fence_regs(s[h]);
     const int tile_t0 = u.first + item * kTileT;
     const bool bad_tile = T::kChecked && bad_item[slot % (T::kStages + 1)] == slot;
-    const bool need_mask = tile_t0 + kTileT > causal_start || tile_t0 + kTileT > u.end ||
-                           (T::kWindow && tile_t0 < seq_len - p.window) || bad_tile;
-#pragma unroll
-    for (int h = 0; h < kSHalves; ++h) {
-#pragma unroll
-      for (int e = 0; e < kAcc; ++e) {
-        const int cc = 2 * (e >> 2) + (e & 1);
-        float x = s[h][e];
-        if constexpr (T::kSoftcap) {
-          x = p.softcap * tanhf(x * row_scale[cc] / p.softcap) * kLog2e;
-        } else {
-          x *= row_scale[cc];
-        }
-        if (need_mask) {
-          const int t = tile_t0 + 64 * h + 16 * w + (l >> 2) + 8 * ((e >> 1) & 1);
-          const int row = row0 + col_row(cc);
-          const int tok = (row < rows_total ? row : 0) / T::kGroup;
-          const unsigned* tree =
-              T::kTree ? p.tree_mask + batch * p.mask_stride_batch + tok * p.mask_stride_token : nullptr;
-          bool visible = t < u.end && row_sees_key<T>(p, t, causal_start + tok, causal_start, tree);
-          if constexpr (T::kChecked) {
-            if (bad_tile && visible) {
-              visible = static_cast<unsigned>(__ldg(page_row + t / T::kPageSize)) <
-                        static_cast<unsigned>(p.num_pages);
-            }
-          }
-          if (!visible) x = kNegInf;
-        }
-        if constexpr (kPadWarps) {
-          if (16 * w >= kTileT) x = kNegInf;  // padding rows of M (warp-uniform)
-        }
-        s[h][e] = x;
-      }
-    }
+    const bool need_mask = tile_needs_mask<T>(p, u, tile_t0, bad_tile, causal_start, seq_len);
+    scale_mask_tile<T, kSHalves, kAcc, kPadWarps>(p, s, row_scale, u, tile_t0, need_mask, bad_tile, causal_start,
+                                                  row0, rows_total, batch, page_row, w, l);
     float mx[T::kCols];
 #pragma unroll
     for (int cc = 0; cc < T::kCols; ++cc) mx[cc] = kNegInf;
