@@ -21,6 +21,8 @@ int sm_count(int device);
 int compute_capability(int device);
 // Per-SM resource limits of `device`, for occupancy.
 plan::SmLimits sm_limits(int device);
+// The device's peak DRAM rate from its memory clock and bus width (0 where it reports neither).
+double peak_dram_bytes_per_us(int device);
 
 // The compute capability of config.device (a CUDA device) for the GQA kernel; throws a
 // deca::Error from `fn` naming config.device when it is absent or older than 8.0.

@@ -51,6 +51,19 @@ int compute_capability(int device) {
          attribute(cudaDevAttrComputeCapabilityMinor, device, "compute capability minor");
 }
 
+double peak_dram_bytes_per_us(int device) {
+  // Memory clock (kHz) x 2 transfers per clock x bus width (bits / 8): bytes per second / 1e6.
+  // Not every device reports them (the plan then takes one CTA per SM as enough): no error.
+  int khz = 0;
+  int bits = 0;
+  if (cudaDeviceGetAttribute(&khz, cudaDevAttrMemoryClockRate, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&bits, cudaDevAttrGlobalMemoryBusWidth, device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0.0;
+  }
+  return 2.0 * khz * 1e3 * (bits / 8.0) / 1e6;
+}
+
 plan::SmLimits sm_limits(int device) {
   plan::SmLimits sm;
   sm.regs_per_sm = attribute(cudaDevAttrMaxRegistersPerMultiprocessor, device, "registers per SM");

@@ -185,6 +185,8 @@ void plan_gqa_decode(GqaPlan& plan, int path_arch) {
     in.sm_count = plan.sm_count;
     in.ctas_per_sm = resident;
     in.max_splits = max_splits;
+    in.cta_rate = plan::cta_rate(plan::gqa_cta_bytes_per_us(gqa::sm90::kv_bytes_of(key.kv_dtype)),
+                                 peak_dram_bytes_per_us(device), plan.sm_count);
     plan.split_tokens = 0;
     plan.num_splits = plan::choose_num_splits(in);
     // DECA_GQA_SPLITS=n: n splits per unit instead of the model's choice (a tuning knob; clamped to

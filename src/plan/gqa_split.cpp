@@ -21,16 +21,25 @@ int choose_num_splits(const SplitInputs& in) {
   const int tiles = std::max(1, (in.max_keys + in.tile - 1) / in.tile);
   const int cap = std::max(1, std::min(in.max_splits, tiles));
   if (in.units <= 0 || slots <= 0) return 1;
-  // Per-CTA fixed cost and per-split merge cost, in units of one tile's streaming time.
+  // In tiles at one SM's share of the DRAM rate (H100 split sweep and stamps, ffb0816): a wave's
+  // fixed cost; the merge, ~1.8 tiles at 8 splits and ~3.7 at 32; what co-resident CTAs lose
+  // (3 % for bf16, 8 % for fp8 at two CTAs per SM on the one-request rows).
   constexpr double kFixed = 2.0;
-  constexpr double kMergePerSplit = 0.02;
+  constexpr double kMergeBase = 1.2;
+  constexpr double kMergePerSplit = 0.08;
+  constexpr double kShared = 0.05;
+  const double rate = in.cta_rate > 0 ? in.cta_rate : 1.0;
   int best = 1;
   double best_cost = 0;
   for (int s = 1; s <= cap; ++s) {
     const long long ctas = in.units * s;
+    const long long per_sm = (ctas + in.sm_count - 1) / in.sm_count;
+    const long long resident = std::min<long long>(per_sm, std::max(in.ctas_per_sm, 1));
+    const double sm_rate = std::min(static_cast<double>(resident) * rate, 1.0) *
+                           (resident > 1 ? 1.0 - kShared : 1.0);
     const double waves = std::ceil(static_cast<double>(ctas) / static_cast<double>(slots));
-    const double per_cta = std::ceil(static_cast<double>(tiles) / s) + kFixed;
-    const double cost = waves * per_cta + (s > 1 ? kMergePerSplit * s + 1.0 : 0.0);
+    const double stream = static_cast<double>(per_sm) * std::ceil(static_cast<double>(tiles) / s) / sm_rate;
+    const double cost = stream + waves * kFixed + (s > 1 ? kMergeBase + kMergePerSplit * s : 0.0);
     if (s == 1 || cost < best_cost - 1e-9) {
       best = s;
       best_cost = cost;
@@ -38,6 +47,14 @@ int choose_num_splits(const SplitInputs& in) {
   }
   return best;
 }
+
+double cta_rate(double cta_bytes_per_us, double peak_dram_bytes_per_us, int sm_count) {
+  constexpr double kCopyOfPeak = 0.9;  // device-to-device copies: H100 3.01 of 3.35 TB/s, H200 4.29 of 4.8
+  if (cta_bytes_per_us <= 0 || peak_dram_bytes_per_us <= 0 || sm_count <= 0) return 1.0;
+  return cta_bytes_per_us / (kCopyOfPeak * peak_dram_bytes_per_us / sm_count);
+}
+
+double gqa_cta_bytes_per_us(int kv_bytes) { return kv_bytes >= 2 ? 42.6e3 : 26.7e3; }
 
 int fixed_split_tokens(int requested, int tile) {
   const int r = std::max(requested, 1);

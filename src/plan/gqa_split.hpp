@@ -25,12 +25,31 @@ struct SplitInputs {
   int sm_count;
   int ctas_per_sm;
   int max_splits;   // hard cap (workspace)
+  // How fast one CTA streams its keys alone, in SM shares of the DRAM rate (the device's rate /
+  // sm_count): below 1, one CTA per SM leaves DRAM bandwidth unused and a second resident CTA
+  // pays; at 1 or more, one CTA per SM already takes its share (cta_rate() fills it).
+  double cta_rate = 1.0;
 };
 
-// Splits per unit minimising a simple model of the launch: waves x (tiles per split + a fixed
-// per-CTA cost of about two tiles for the prologue, Q load and epilogue) + a merge cost that
-// grows with the split count. Ties go to fewer splits (less workspace traffic).
+// Splits per unit minimising a model of the launch, in units of one tile streamed at an SM's
+// share of the DRAM rate. An SM runs ceil(CTAs / SMs) CTAs and streams their tiles at
+// min(resident CTAs x cta_rate, 1) shares, a few percent less when CTAs share it (they contend
+// for its issue slots and memory pipes); each wave adds a fixed cost (prologue, first bytes,
+// epilogue) and a split launch adds its merge, which grows with the split count. Ties go to
+// fewer splits (less workspace traffic). Measured on H100 (docs/perf-notes.md, the split sweep).
 int choose_num_splits(const SplitInputs& in);
+
+// One CTA's streaming rate in SM shares: the kernel's own rate (cta_bytes_per_us) against the
+// device's DRAM rate (peak_dram_bytes_per_us, of which copies reach ~90 %) split over sm_count.
+// 1 (neutral) when the device does not report its DRAM rate.
+double cta_rate(double cta_bytes_per_us, double peak_dram_bytes_per_us, int sm_count);
+
+// What one CTA of the Hopper GQA kernel streams alone, by the cache's bytes per element (bf16 /
+// fp16: 2, fp8 / int8: 1), in bytes per microsecond: measured on H100 at 1980 MHz with 64 CTAs on
+// 132 SMs (l70-b1-128k at 8 splits: 8-bit caches 26.7 GB/s per CTA, the dequantisation's issue
+// bound; 16-bit 42.6 GB/s, near the DRAM's rate, so a lower bound). Other kernels are taken at
+// their cache width's figure.
+double gqa_cta_bytes_per_us(int kv_bytes);
 
 // The fixed-split mode's keys per split: the request rounded up to whole tiles (at least one).
 int fixed_split_tokens(int requested, int tile);

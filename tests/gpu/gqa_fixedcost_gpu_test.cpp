@@ -25,7 +25,7 @@ std::vector<NamedGpuCase> split_cases() {
   };
   for (DType kv : {DType::kBF16, DType::kFP8E4M3}) {
     const std::string dt = dtype_name(kv);
-    // l70-b1-16k's unit: one request, 32 splits of the split model.
+    // l70-b1-16k's unit: one request, split 16 or 32 ways by the split model (by the device).
     GqaCaseSpec one = base_spec(64, 8, 128, 64, kv);
     one.seq_lens = {16384};
     add("one_16k_" + dt, one);

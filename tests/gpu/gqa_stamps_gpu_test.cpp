@@ -19,7 +19,7 @@ std::vector<NamedGpuCase> stamp_cases() {
   std::vector<NamedGpuCase> cases;
   for (DType kv : {DType::kBF16, DType::kFP8E4M3}) {
     const std::string dt = dtype_name(kv);
-    GqaCaseSpec one = base_spec(64, 8, 128, 64, kv);  // l70-b1-16k's unit: 32 splits
+    GqaCaseSpec one = base_spec(64, 8, 128, 64, kv);  // l70-b1-16k's unit: 16 or 32 splits
     one.seq_lens = {16384};
     cases.push_back({"one_16k_" + dt, one, {}});
     GqaCaseSpec ragged = base_spec(64, 8, 128, 64, kv);  // empty splits and an empty request

@@ -26,7 +26,7 @@ TEST(CtasPerSm, LimitedByRegistersSharedMemoryOrThreads) {
   }
 }
 
-SplitInputs inputs(long long units, int keys, int tile = 64, int per_sm = 2) {
+SplitInputs inputs(long long units, int keys, int tile = 64, int per_sm = 2, double cta_rate = 1.0) {
   SplitInputs in;
   in.units = units;
   in.max_keys = keys;
@@ -34,7 +34,26 @@ SplitInputs inputs(long long units, int keys, int tile = 64, int per_sm = 2) {
   in.sm_count = 132;
   in.ctas_per_sm = per_sm;
   in.max_splits = 256;
+  in.cta_rate = cta_rate;
   return in;
+}
+
+// One CTA's rate in SM shares on the two Hoppers measured (peak DRAM 3.35 / 4.92 TB/s, 132 SMs).
+const double kH100Bf16 = cta_rate(gqa_cta_bytes_per_us(2), 3.352e6, 132);
+const double kH100Fp8 = cta_rate(gqa_cta_bytes_per_us(1), 3.352e6, 132);
+const double kH200Bf16 = cta_rate(gqa_cta_bytes_per_us(2), 4.915e6, 132);
+const double kH200Fp8 = cta_rate(gqa_cta_bytes_per_us(1), 4.915e6, 132);
+
+TEST(CtaRate, InSmSharesOfTheCopyRate) {
+  // H100: a bf16 CTA streams 1.9 shares, an fp8 one 1.2; on H200's faster DRAM the fp8 CTA
+  // falls below its share (0.8), so two resident CTAs pay there and not on H100.
+  EXPECT_NEAR(kH100Bf16, 1.86, 0.02);
+  EXPECT_NEAR(kH100Fp8, 1.17, 0.02);
+  EXPECT_NEAR(kH200Bf16, 1.27, 0.02);
+  EXPECT_NEAR(kH200Fp8, 0.80, 0.02);
+  // A device that reports no DRAM rate: neutral.
+  EXPECT_EQ(cta_rate(gqa_cta_bytes_per_us(1), 0.0, 132), 1.0);
+  EXPECT_EQ(cta_rate(0.0, 3.352e6, 132), 1.0);
 }
 
 TEST(ChooseNumSplits, Table) {
@@ -47,12 +66,23 @@ TEST(ChooseNumSplits, Table) {
       {"l70-b99-4k", inputs(99 * 8, 4096), 1},
       {"l70-b560-2k", inputs(560 * 8, 2048), 1},
       {"l70-b960-512", inputs(960 * 8, 512, 128), 1},
-      // One long request: fill one wave of 264 slots (8 kv heads x 33).
-      {"l70-b1-128k", inputs(8, 131072), 33},
-      // 256 tiles: 32 splits of 8 tiles fill 256 slots; 33 would still need 8 tiles each.
-      {"l70-b1-16k", inputs(8, 16384), 32},
-      // tp8: 32 requests x 1 kv head on 264 slots: 8 splits make 256 CTAs.
-      {"l70tp8-b32-8k", inputs(32, 8192), 8},
+      // One long request: one CTA per SM takes the SM's share (16 splits: 128 CTAs); 33 splits
+      // (264 CTAs, two per SM) stream the same tiles per SM a little slower and merge twice as many
+      // (H100: 185.7 against 190.1 us).
+      {"l70-b1-128k bf16 H100", inputs(8, 131072, 64, 2, kH100Bf16), 16},
+      {"l70-b1-128k bf16 H200", inputs(8, 131072, 64, 2, kH200Bf16), 16},
+      {"l70-b1-128k fp8 H100", inputs(8, 131072, 128, 2, kH100Fp8), 16},
+      // On H200 one fp8 CTA streams 0.8 of its SM's share: a second one per SM pays.
+      {"l70-b1-128k fp8 H200", inputs(8, 131072, 128, 2, kH200Fp8), 32},
+      {"l70-b1-16k bf16 H100", inputs(8, 16384, 64, 2, kH100Bf16), 16},
+      {"l70-b1-16k fp8 H100", inputs(8, 16384, 128, 2, kH100Fp8), 16},
+      {"l70-b1-16k fp8 H200", inputs(8, 16384, 128, 2, kH200Fp8), 32},
+      // tp8: 32 requests x 1 kv head: 4 splits put one CTA on 128 SMs.
+      {"l70tp8-b32-8k bf16 H100", inputs(32, 8192, 64, 2, kH100Bf16), 4},
+      {"l70tp8-b32-8k fp8 H200", inputs(32, 8192, 128, 2, kH200Fp8), 8},
+      // 512 units at three per SM: 1.3 waves, but every SM runs 3-4 CTAs of the same tiles
+      // either way; splitting only adds the merge.
+      {"l8-b64-8k", inputs(512, 8192, 64, 3, kH100Bf16), 1},
       // Short requests never split past their tile count.
       {"one tile", inputs(1, 64), 1},
       // Two tiles: halving them saves one tile but costs a merge: not worth it.
@@ -66,14 +96,16 @@ TEST(ChooseNumSplits, Table) {
 }
 
 TEST(ChooseNumSplits, NeverExceedsTheCapOrTheTileCount) {
-  for (long long units : {1LL, 3LL, 8LL, 40LL, 264LL, 1000LL}) {
-    for (int keys : {1, 64, 65, 1000, 50000, 1 << 20}) {
-      SplitInputs in = inputs(units, keys);
-      in.max_splits = 48;
-      const int s = choose_num_splits(in);
-      EXPECT_GE(s, 1);
-      EXPECT_LE(s, 48);
-      EXPECT_LE(s, std::max(1, (keys + 63) / 64));
+  for (double rate : {0.5, 1.0, 2.0}) {
+    for (long long units : {1LL, 3LL, 8LL, 40LL, 264LL, 1000LL}) {
+      for (int keys : {1, 64, 65, 1000, 50000, 1 << 20}) {
+        SplitInputs in = inputs(units, keys, 64, 2, rate);
+        in.max_splits = 48;
+        const int s = choose_num_splits(in);
+        EXPECT_GE(s, 1);
+        EXPECT_LE(s, 48);
+        EXPECT_LE(s, std::max(1, (keys + 63) / 64));
+      }
     }
   }
 }
@@ -81,8 +113,14 @@ TEST(ChooseNumSplits, NeverExceedsTheCapOrTheTileCount) {
 TEST(ChooseNumSplits, DependsOnlyOnPromisedMaxima) {
   // Same inputs, same answer: the plan is graph-stable (nothing live goes in).
   EXPECT_EQ(choose_num_splits(inputs(8, 100000)), choose_num_splits(inputs(8, 100000)));
-  // More SMs per CTA resident -> at least as many splits for a lone request.
+  // More CTAs resident per SM -> at least as many splits for a lone request.
   EXPECT_GE(choose_num_splits(inputs(8, 100000, 64, 3)), choose_num_splits(inputs(8, 100000, 64, 2)));
+  // A slower CTA -> at least as many splits (more CTAs per SM to reach the DRAM's rate).
+  for (long long units : {1LL, 8LL, 32LL, 100LL}) {
+    EXPECT_GE(choose_num_splits(inputs(units, 65536, 64, 2, 0.6)),
+              choose_num_splits(inputs(units, 65536, 64, 2, 1.5)))
+        << units;
+  }
 }
 
 TEST(FixedSplits, RoundUpToTilesAndCover) {
