@@ -29,16 +29,24 @@ int choose_num_splits(const SplitInputs& in) {
   constexpr double kMergePerSplit = 0.08;
   constexpr double kShared = 0.05;
   const double rate = in.cta_rate > 0 ? in.cta_rate : 1.0;
+  // Where the unsplit grid already overflows one wave, the measured optimum is the old wave
+  // count's (more, shorter CTAs even out the last wave and ragged lengths: l8-b64-8k, mha-b64-4k,
+  // g3-b32-8k, mix-b64 were 1.5-5 % slower unsplit), which the SM-share view does not see.
+  const bool one_wave = in.units <= slots;
   int best = 1;
   double best_cost = 0;
   for (int s = 1; s <= cap; ++s) {
     const long long ctas = in.units * s;
-    const long long per_sm = (ctas + in.sm_count - 1) / in.sm_count;
-    const long long resident = std::min<long long>(per_sm, std::max(in.ctas_per_sm, 1));
-    const double sm_rate = std::min(static_cast<double>(resident) * rate, 1.0) *
-                           (resident > 1 ? 1.0 - kShared : 1.0);
     const double waves = std::ceil(static_cast<double>(ctas) / static_cast<double>(slots));
-    const double stream = static_cast<double>(per_sm) * std::ceil(static_cast<double>(tiles) / s) / sm_rate;
+    const double per_cta = std::ceil(static_cast<double>(tiles) / s);
+    double stream = waves * per_cta;
+    if (one_wave) {
+      const long long per_sm = (ctas + in.sm_count - 1) / in.sm_count;
+      const long long resident = std::min<long long>(per_sm, std::max(in.ctas_per_sm, 1));
+      const double sm_rate = std::min(static_cast<double>(resident) * rate, 1.0) *
+                             (resident > 1 ? 1.0 - kShared : 1.0);
+      stream = static_cast<double>(per_sm) * per_cta / sm_rate;
+    }
     const double cost = stream + waves * kFixed + (s > 1 ? kMergeBase + kMergePerSplit * s : 0.0);
     if (s == 1 || cost < best_cost - 1e-9) {
       best = s;

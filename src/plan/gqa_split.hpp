@@ -32,11 +32,13 @@ struct SplitInputs {
 };
 
 // Splits per unit minimising a model of the launch, in units of one tile streamed at an SM's
-// share of the DRAM rate. An SM runs ceil(CTAs / SMs) CTAs and streams their tiles at
-// min(resident CTAs x cta_rate, 1) shares, a few percent less when CTAs share it (they contend
-// for its issue slots and memory pipes); each wave adds a fixed cost (prologue, first bytes,
-// epilogue) and a split launch adds its merge, which grows with the split count. Ties go to
-// fewer splits (less workspace traffic). Measured on H100 (docs/perf-notes.md, the split sweep).
+// share of the DRAM rate. Where the unsplit grid fits one wave of resident CTAs, an SM runs
+// ceil(CTAs / SMs) CTAs and streams their tiles at min(resident CTAs x cta_rate, 1) shares, a
+// few percent less when CTAs share it (they contend for its issue slots and memory pipes). Where
+// it overflows a wave, each wave streams its CTAs' tiles (shorter CTAs even out the last wave).
+// Each wave adds a fixed cost (prologue, first bytes, epilogue) and a split launch its merge,
+// which grows with the split count. Ties go to fewer splits (less workspace traffic). Measured
+// on H100 (docs/perf-notes.md, the split sweep).
 int choose_num_splits(const SplitInputs& in);
 
 // One CTA's streaming rate in SM shares: the kernel's own rate (cta_bytes_per_us) against the
