@@ -61,7 +61,7 @@ std::vector<BenchCase> collect(const std::vector<std::string>& presets) {
 // on `jobs` threads at once (the kernel cache makes each specialization once even when two cases
 // share it); the wall time of the whole set is what a server's start-up or a build machine waits.
 int precompile(const std::vector<BenchCase>& cases, deca::KvLayout layout, int device, int arch,
-               unsigned jobs, float skip_softmax, bool stamps) {
+               unsigned jobs, float skip_softmax, bool stamps, bool checked) {
   std::vector<std::pair<std::string, std::function<std::string()>>> configs;
   const deca::Device cuda = deca::Device::cuda(device);
   for (const BenchCase& c : cases) {
@@ -69,6 +69,11 @@ int precompile(const std::vector<BenchCase>& cases, deca::KvLayout layout, int d
       deca::GqaConfig g = gqa_config(c.gqa, layout, cuda);
       g.skip_softmax_factor = skip_softmax;  // --skip-softmax: the "_skip" kernels
       configs.emplace_back(c.name, [g, arch] { return deca::precompile_gqa_decode(g, arch); });
+      if (checked) {  // --checked: the "_chk" build beside it, as the timed runs take both
+        deca::GqaConfig gc = g;
+        gc.checked = true;
+        configs.emplace_back(c.name + " chk", [gc, arch] { return deca::precompile_gqa_decode(gc, arch); });
+      }
       if (stamps) {  // the stamp build beside it (Hopper kernels; "" for the others)
         configs.emplace_back(c.name, [g, arch, device] {
           return deca::cuda::precompile_gqa_stamps(g, arch != 0 ? arch : deca::cuda::compute_capability(device));
@@ -77,6 +82,11 @@ int precompile(const std::vector<BenchCase>& cases, deca::KvLayout layout, int d
     } else {
       const deca::MlaConfig m = mla_config(c.mla, cuda);
       configs.emplace_back(c.name, [m, arch] { return deca::precompile_mla_decode(m, arch); });
+      if (checked) {
+        deca::MlaConfig mc = m;
+        mc.checked = true;
+        configs.emplace_back(c.name + " chk", [mc, arch] { return deca::precompile_mla_decode(mc, arch); });
+      }
     }
   }
   struct Outcome {
@@ -213,7 +223,8 @@ void add_options(CLI::App& app, Cli& o) {
   app.add_flag("--checked", o.checked,
                "run every case twice, unchecked then checked (GqaConfig / MlaConfig::checked: "
                "the kernels range-test the page ids, lengths and indices they read; names end in "
-               "_chk, the row in \" chk\"), and print the checked mode's cost per case");
+               "_chk, the row in \" chk\"), and print the checked mode's cost per case; with "
+               "--precompile, the checked builds are compiled too");
   app.add_option("--check-requests", o.check_requests, "requests compared per case on the GPU")
       ->check(CLI::Range(1, 1 << 30));
   app.add_option("--check-tol", o.check_tol,
@@ -413,7 +424,7 @@ int run(int argc, char** argv) {
     }
     std::vector<BenchCase> cases = collect({o.precompile_preset});
     cases.insert(cases.end(), shape_cases.begin(), shape_cases.end());
-    return precompile(cases, layout, o.device, o.arch, o.jobs, o.skip_softmax, o.stamps);
+    return precompile(cases, layout, o.device, o.arch, o.jobs, o.skip_softmax, o.stamps, o.checked);
   }
 
   RunOptions opt;
