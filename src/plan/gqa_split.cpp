@@ -57,7 +57,7 @@ int choose_num_splits(const SplitInputs& in) {
 }
 
 double cta_rate(double cta_bytes_per_us, double peak_dram_bytes_per_us, int sm_count) {
-  constexpr double kCopyOfPeak = 0.9;  // device-to-device copies: H100 3.01 of 3.35 TB/s, H200 4.29 of 4.8
+  constexpr double kCopyOfPeak = 0.9;  // device-to-device copies: H100 3.01 of 3.35 TB/s, H200 4.29 of ~4.8
   if (cta_bytes_per_us <= 0 || peak_dram_bytes_per_us <= 0 || sm_count <= 0) return 1.0;
   return cta_bytes_per_us / (kCopyOfPeak * peak_dram_bytes_per_us / sm_count);
 }
