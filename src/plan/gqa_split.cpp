@@ -21,17 +21,18 @@ int choose_num_splits(const SplitInputs& in) {
   const int tiles = std::max(1, (in.max_keys + in.tile - 1) / in.tile);
   const int cap = std::max(1, std::min(in.max_splits, tiles));
   if (in.units <= 0 || slots <= 0) return 1;
-  // In tiles at one SM's share of the DRAM rate (H100 split sweep and stamps, ffb0816): a wave's
-  // fixed cost; the merge, ~1.8 tiles at 8 splits and ~3.7 at 32; what co-resident CTAs lose
-  // (3 % for bf16, 8 % for fp8 at two CTAs per SM on the one-request rows).
+  // In tiles at one SM's share of the DRAM rate, fitted to the split sweep and the merge's phase
+  // stamps (docs/perf-notes.md, "The split count, swept on the merged code"): a wave's fixed
+  // cost; the merge, a constant and a slope in the split count; what two co-resident CTAs lose
+  // to each other (bf16 and fp8 bracket this figure).
   constexpr double kFixed = 2.0;
   constexpr double kMergeBase = 1.2;
   constexpr double kMergePerSplit = 0.08;
   constexpr double kShared = 0.05;
   const double rate = in.cta_rate > 0 ? in.cta_rate : 1.0;
-  // Where the unsplit grid already overflows one wave, the measured optimum is the old wave
-  // count's (more, shorter CTAs even out the last wave and ragged lengths: l8-b64-8k, mha-b64-4k,
-  // g3-b32-8k, mix-b64 were 1.5-5 % slower unsplit), which the SM-share view does not see.
+  // Where the unsplit grid already overflows one wave, the wave count's view measured better:
+  // more, shorter CTAs even out the last wave and ragged lengths (the multi-wave rows of the
+  // `gqa` preset ran slower unsplit), which the SM-share view does not see.
   const bool one_wave = in.units <= slots;
   int best = 1;
   double best_cost = 0;
@@ -57,7 +58,7 @@ int choose_num_splits(const SplitInputs& in) {
 }
 
 double cta_rate(double cta_bytes_per_us, double peak_dram_bytes_per_us, int sm_count) {
-  constexpr double kCopyOfPeak = 0.9;  // device-to-device copies: H100 3.01 of 3.35 TB/s, H200 4.29 of ~4.8
+  constexpr double kCopyOfPeak = 0.9;  // what device-to-device copies reach on H100 and H200
   if (cta_bytes_per_us <= 0 || peak_dram_bytes_per_us <= 0 || sm_count <= 0) return 1.0;
   return cta_bytes_per_us / (kCopyOfPeak * peak_dram_bytes_per_us / sm_count);
 }

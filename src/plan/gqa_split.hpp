@@ -47,11 +47,10 @@ int choose_num_splits(const SplitInputs& in);
 double cta_rate(double cta_bytes_per_us, double peak_dram_bytes_per_us, int sm_count);
 
 // What one CTA of the Hopper GQA kernel streams alone, by the cache's bytes per element (bf16 /
-// fp16: 2, fp8 / int8: 1), in bytes per microsecond: measured on H100 at 1980 MHz with 64 CTAs on
-// 132 SMs (l70-b1-128k at 8 splits: 8-bit caches 26.7 GB/s per CTA, the dequantisation's issue
-// bound; 16-bit 42.6 GB/s, near the DRAM's rate, so a lower bound). Other kernels (the portable
-// one, other head dims, rows on M) and other GPUs are taken at their cache width's figure,
-// unmeasured.
+// fp16: 2, fp8 / int8: 1), in bytes per microsecond: measured on H100 with half the SMs holding
+// one CTA each (docs/perf-notes.md: the 8-bit figure is the dequantisation's issue bound, the
+// 16-bit one near the DRAM's rate, so a lower bound). Other kernels (the portable one, other
+// head dims, rows on M) and other GPUs are taken at their cache width's figure, unmeasured.
 double gqa_cta_bytes_per_us(int kv_bytes);
 
 // The fixed-split mode's keys per split: the request rounded up to whole tiles (at least one).
