@@ -269,8 +269,8 @@ __device__ __forceinline__ void finish_cta(const GqaParams& p, unsigned char* sm
   // piece staged at once, then a group of lanes per row with the splits on its lanes. The outputs:
   // a thread per kMergeQuads output quads with eight partials of each in flight (weighted_quads),
   // and where the rows' quads leave threads idle, the splits of a quad are shared by adjacent
-  // lanes whose sums meet by shuffles. (Partials copied by cp.async into shared-memory slots, a round of up to 64 in
-  // flight, were slower on the H200: docs/perf-notes.md, "The split merge, parallel".)
+  // lanes whose sums meet by shuffles. (Partials copied by cp.async into shared-memory slots, up
+  // to 64 in flight a round, were slower: docs/perf-notes.md, "The split merge, parallel".)
   const int ns = pieces.count;
   float2* split_ml = reinterpret_cast<float2*>(smem);  // [kRows][ns]: (m, l), then (weight, l)
   stage_split_ml<T>(p, pieces, rows_here, split_ml);

@@ -21,6 +21,15 @@ struct Unit {
   int tiles;
 };
 
+// Whether a tile needs its logits masked: it reaches past the first row's causal start or the
+// unit's end, starts before the window, or holds a page id the checked build refused.
+template <class T>
+__device__ __forceinline__ bool tile_needs_mask(const GqaParams& p, const Unit& u, int tile_t0, bool bad_tile,
+                                                int causal_start, int seq_len) {
+  return tile_t0 + T::kTile > causal_start || tile_t0 + T::kTile > u.end ||
+         (T::kWindow && tile_t0 < seq_len - p.window) || bad_tile;
+}
+
 // The loader's walk over the unit's tiles (tile_loader.cuh): tile i of u, the end of its tiles,
 // and whether it is past them.
 struct TileCursor {

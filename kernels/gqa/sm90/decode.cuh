@@ -161,15 +161,6 @@ __device__ __forceinline__ void store_p_row(unsigned p_hi, unsigned p_lo, int r,
 // tree, behind a page id the checked build refused (`bad_tile`: read again here), or on M's
 // padding rows (kPadWarps) becomes -inf; only where `need_mask` (the caller's test of the tile
 // against the rows' views: a tile inside all of them skips the mask).
-// Whether a tile needs scale_mask_tile's mask: it reaches past the first row's causal start or the
-// unit's end, starts before the window, or holds a page id the checked build refused.
-template <class T>
-__device__ __forceinline__ bool tile_needs_mask(const GqaParams& p, const Unit& u, int tile_t0, bool bad_tile,
-                                                int causal_start, int seq_len) {
-  return tile_t0 + T::kTile > causal_start || tile_t0 + T::kTile > u.end ||
-         (T::kWindow && tile_t0 < seq_len - p.window) || bad_tile;
-}
-
 template <class T, int kSHalves, int kAcc, bool kPadWarps>
 __device__ __forceinline__ void scale_mask_tile(const GqaParams& p, float (&s)[kSHalves][kAcc],
                                                 const float (&row_scale)[T::kCols], const Unit& u, int tile_t0,

@@ -212,12 +212,9 @@ __device__ __forceinline__ void rows_on_m_mask_max(float (&s)[kS], float (&mx)[k
                                                    const Unit& unit, int tile_t0, bool bad_tile,
                                                    const int (&row_pos)[kHalves], const unsigned* const (&tree)[kHalves],
                                                    const int* page_row, int l) {
-  constexpr int kTileT = T::kTile;
   const int seq_len = unit.seq_len;
   const int causal_start = seq_len - p.q_len;
-  const bool need_mask = tile_t0 + kTileT > causal_start || tile_t0 + kTileT > unit.end ||
-                         (T::kWindow && tile_t0 < seq_len - p.window) || bad_tile;
-  if (need_mask) {
+  if (tile_needs_mask<T>(p, unit, tile_t0, bad_tile, causal_start, seq_len)) {
 #pragma unroll
     for (int e = 0; e < kS; ++e) {
       const int h = (e >> 1) & 1;

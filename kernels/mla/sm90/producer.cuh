@@ -190,12 +190,8 @@ __device__ __forceinline__ void producer(const DecodeKernelParams& kp, const Spa
     if constexpr (kRowFormat<Cfg>) {
       if (pf_id >= 0) prefetch_row<Cfg, kTpt>(p, pf_id, t);
       pf_raw = raw_id_at<Cfg>(part, far, pf_k);
-      if constexpr (kTmaRows<Cfg>) {
-        if (use_map) {
-          zero_invalid_rows(sm, stage, sm.ids(it), tg, (it >> 1) & 1);
-        } else {
-          produce_rows<Cfg, kCl, kWays>(kp, sm, stage, sm.ids(it), t, first_token);
-        }
+      if (use_map) {  // false at compile time but in the TMA rows' kernels
+        zero_invalid_rows(sm, stage, sm.ids(it), tg, (it >> 1) & 1);
       } else {
         produce_rows<Cfg, kCl, kWays>(kp, sm, stage, sm.ids(it), t, first_token);
       }
